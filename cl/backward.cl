@@ -1,0 +1,384 @@
+/* backward.cl: the embedding backward (table and position gradients) and the
+ * fused sparse SGD step. OpenCL C 1.2; common.cl is prepended.
+ *
+ * Deterministic path (sort and segment, as PyTorch's EmbeddingBackwardKernel.cu):
+ *   ce_bwd_keys / ce_bwd_pos_keys  key[i] = the row token i adds to (its resolved
+ *                                  id, or its position), or `none` (the number of
+ *                                  rows, which sorts last) when it adds nothing;
+ *                                  idx[i] = i. Bad ids and positions are reported.
+ *   ce_bwd_hist, ce_bwd_scan,      one pass of a stable LSD radix sort of
+ *   ce_bwd_scatter                 (key, idx), 8 bits a pass; one work-item per
+ *                                  chunk of consecutive entries, so equal keys
+ *                                  keep ascending token order.
+ *   ce_bwd_rows / ce_bwd_pos       one work-item per (segment of equal keys, VEC
+ *                                  consecutive columns): folds the segment's
+ *                                  gradient rows in ascending token order, in
+ *                                  float32, then stores the row once.
+ * The fold is a strict left fold s = ((0 + g0) + g1) + ..., so a long segment
+ * (one id repeated 20,000 times) cannot be split and combined without changing
+ * the bits; it stays parallel over its columns instead (d is 512..4096 in
+ * practice, and a segment's columns are spread over several work-groups), which
+ * is enough to keep the device busy.
+ *
+ * Atomic path: ce_bwd_atomic adds each token's contribution with a
+ * compare-and-swap loop on the 32-bit words of grad_table (order unspecified);
+ * ce_bwd_count counts each row's tokens for scale_grad_by_freq.
+ *
+ * Build options: GRAD_DT, TABLE_DT (dtype codes), DROPOUT (0/1), KEY64 (0: uint
+ * keys, 1: ulong keys), MODE (0: grad_table = g, 1: grad_table += g, 2: table -=
+ * lr * g), VEC (columns per work-item in the segment kernels: 4, 8 or 16). */
+
+#define GRAD_T CE_XCAT(CE_STORE_, GRAD_DT)
+#define TABLE_T CE_XCAT(CE_STORE_, TABLE_DT)
+#define load_grad CE_XCAT(ce_load_, GRAD_DT)
+#define load_table CE_XCAT(ce_load_, TABLE_DT)
+#define store_table CE_XCAT(ce_store_, TABLE_DT)
+
+#if KEY64
+#define KEY_T ulong
+#else
+#define KEY_T uint
+#endif
+
+#define FV CE_XCAT(float, VEC)
+#define UV CE_XCAT(uint, VEC)
+#define IV CE_XCAT(int, VEC)
+#define ULV CE_XCAT(ulong, VEC)
+#define USV CE_XCAT(ushort, VEC)
+#define as_FV CE_XCAT(as_float, VEC)
+#define as_UV CE_XCAT(as_uint, VEC)
+#define convert_FV CE_XCAT(convert_float, VEC)
+#define convert_UV CE_XCAT(convert_uint, VEC)
+#define convert_USV CE_XCAT(convert_ushort, VEC)
+#define vloadV CE_XCAT(vload, VEC)
+#define vstoreV CE_XCAT(vstore, VEC)
+#define vload_halfV CE_XCAT(vload_half, VEC)
+#define vstore_halfV_rte CE_XCAT(CE_XCAT(vstore_half, VEC), _rte)
+#if VEC == 4
+#define CE_LANES ((ULV)(0, 1, 2, 3))
+#elif VEC == 8
+#define CE_LANES ((ULV)(0, 1, 2, 3, 4, 5, 6, 7))
+#elif VEC == 16
+#define CE_LANES ((ULV)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15))
+#else
+#error "VEC must be 4, 8 or 16"
+#endif
+
+/* VEC consecutive elements of each dtype, as float32. */
+inline FV ce_loadv_0(__global const float *p, ulong o) { return vloadV(0, p + o); }
+inline FV ce_loadv_1(__global const half *p, ulong o) { return vload_halfV(0, p + o); }
+inline FV ce_loadv_2(__global const ushort *p, ulong o) { return as_FV(convert_UV(vloadV(0, p + o)) << 16); }
+inline void ce_storev_0(__global float *p, ulong o, FV v) { vstoreV(v, 0, p + o); }
+inline void ce_storev_1(__global half *p, ulong o, FV v) { vstore_halfV_rte(v, 0, p + o); }
+inline void ce_storev_2(__global ushort *p, ulong o, FV v) { /* ce_to_bf16, lane-wise */
+  UV x = as_UV(v);
+  UV rne = (x + 0x7FFFu + ((x >> 16) & 1u)) >> 16, qnan = (x >> 16) | 0x40u;
+  vstoreV(convert_USV(select(rne, qnan, (x & 0x7FFFFFFFu) > 0x7F800000u)), 0, p + o);
+}
+#define load_gradv CE_XCAT(ce_loadv_, GRAD_DT)
+#define load_tablev CE_XCAT(ce_loadv_, TABLE_DT)
+#define store_tablev CE_XCAT(ce_storev_, TABLE_DT)
+
+#if DROPOUT
+/* x0 of Philox(seed, e0 + lane) for each lane: ce_philox_element(...).x, lane-wise. */
+inline UV ce_philox_xv(uint seed_lo, uint seed_hi, ulong e0) {
+  ULV e = (ULV)(e0) + CE_LANES;
+  UV c0 = convert_UV(e), c1 = convert_UV(e >> 32), c2 = (UV)(0u), c3 = (UV)(0u);
+  uint k0 = seed_lo, k1 = seed_hi;
+  for (int r = 0; r < 10; r++) {
+    if (r) {
+      k0 += 0x9E3779B9u;
+      k1 += 0xBB67AE85u;
+    }
+    UV hi0 = mul_hi((UV)(0xD2511F53u), c0), lo0 = (UV)(0xD2511F53u) * c0;
+    UV hi1 = mul_hi((UV)(0xCD9E8D57u), c2), lo1 = (UV)(0xCD9E8D57u) * c2;
+    UV n0 = hi1 ^ c1 ^ (UV)(k0), n2 = hi0 ^ c3 ^ (UV)(k1);
+    c0 = n0;
+    c1 = lo1;
+    c2 = n2;
+    c3 = lo0;
+  }
+  return c0;
+}
+
+/* The forward's mask on gradient element e (row i, column c: e = i*cols + c):
+ * kept elements are multiplied by keep, dropped ones become exactly 0. */
+inline float ce_mask1(float g, ulong e, float dropout, float keep, uint seed_lo, uint seed_hi) {
+  return ce_unit(ce_philox_element(seed_lo, seed_hi, e).x) >= dropout ? g * keep : 0.0f;
+}
+inline FV ce_maskv(FV g, ulong e0, float dropout, float keep, uint seed_lo, uint seed_hi) {
+  FV u = convert_FV(ce_philox_xv(seed_lo, seed_hi, e0) >> 8) * 0x1p-24f;
+  return select((FV)(0.0f), g * keep, u >= (FV)(dropout));
+}
+#endif
+
+/* ------------------------------------------------------------------ keys */
+
+/* Token keys: the resolved table row, or `rows` (sorts last) for a token that
+ * adds nothing (padding, ZERO, a bad id under CHECK/WRAP, which is reported). */
+__kernel void ce_bwd_keys(__global const int *ids32, __global const long *ids64, ulong id_off, int id64, ulong n,
+                          ulong rows, int policy, long padding, __global KEY_T *keys, __global uint *idx,
+                          __global uint *err, uint slot) {
+  ulong i = get_global_id(0);
+  if (i >= n) return;
+  int bad;
+  long r = ce_resolve(ce_load_id(ids32, ids64, id64, id_off + i), rows, policy, padding, &bad);
+  if (bad) ce_report(err, slot, 0, i);
+  keys[i] = r >= 0 ? (KEY_T)r : (KEY_T)rows;
+  idx[i] = (uint)i;
+}
+
+/* Position keys, as the forward computes positions: token i is in sequence
+ * b = i / seq_len at p = first_b + i % seq_len; a position outside
+ * [0, p_rows) is reported and gets the key p_rows. */
+__kernel void ce_bwd_pos_keys(ulong n, ulong seq_len, ulong pos_offset, __global const int *so32,
+                              __global const long *so64, ulong so_off, int so64f, int has_so, ulong p_rows,
+                              __global KEY_T *keys, __global uint *idx, __global uint *err, uint slot) {
+  ulong i = get_global_id(0);
+  if (i >= n) return;
+  ulong b = seq_len ? i / seq_len : 0, j = seq_len ? i % seq_len : i;
+  long first = has_so ? ce_load_id(so32, so64, so64f, so_off + b) : (long)pos_offset;
+  ulong p = (ulong)first + j;
+  int ok = first >= 0 && p < p_rows;
+  if (!ok) ce_report(err, slot, 1, i);
+  keys[i] = ok ? (KEY_T)p : (KEY_T)p_rows;
+  idx[i] = (uint)i;
+}
+
+/* ------------------------------------------------------------ radix sort */
+
+/* Entries [g*chunk, min((g+1)*chunk, n)) form chunk g. hist is digit-major:
+ * hist[d * nchunks + g] = entries of chunk g whose digit is d, so its exclusive
+ * prefix sum is, for each (d, g), where chunk g's first d-entry goes. */
+#define CE_RADIX 256
+
+__kernel void ce_bwd_hist(__global const KEY_T *keys, ulong n, ulong chunk, uint nchunks, uint shift,
+                          __global uint *hist) {
+  uint g = get_global_id(0);
+  if (g >= nchunks) return;
+  uint h[CE_RADIX];
+  for (int d = 0; d < CE_RADIX; d++) h[d] = 0;
+  ulong lo = (ulong)g * chunk, hi = min(lo + chunk, n);
+  for (ulong i = lo; i < hi; i++) h[(uint)(keys[i] >> shift) & (CE_RADIX - 1)]++;
+  for (int d = 0; d < CE_RADIX; d++) hist[(ulong)d * nchunks + g] = h[d];
+}
+
+/* Exclusive prefix sum of hist[0, m) in place; one work-group of at most 256. */
+__kernel void ce_bwd_scan(__global uint *hist, uint m) {
+  __local uint part[256];
+  uint l = get_local_id(0), L = get_local_size(0);
+  if (get_group_id(0) != 0 || L > 256) return;
+  uint per = (m + L - 1) / L, lo = min(l * per, m), hi = min(lo + per, m);
+  uint s = 0;
+  for (uint i = lo; i < hi; i++) s += hist[i];
+  part[l] = s;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  if (l == 0) {
+    uint acc = 0;
+    for (uint k = 0; k < L; k++) {
+      uint t = part[k];
+      part[k] = acc;
+      acc += t;
+    }
+  }
+  barrier(CLK_LOCAL_MEM_FENCE);
+  uint acc = part[l];
+  for (uint i = lo; i < hi; i++) {
+    uint t = hist[i];
+    hist[i] = acc;
+    acc += t;
+  }
+}
+
+/* Chunk g writes its entries, in order, after those of smaller digits and of
+ * the same digit in earlier chunks: a stable scatter. */
+__kernel void ce_bwd_scatter(__global const KEY_T *keys, __global const uint *idx, ulong n, ulong chunk,
+                             uint nchunks, uint shift, __global const uint *hist, __global KEY_T *keys_out,
+                             __global uint *idx_out) {
+  uint g = get_global_id(0);
+  if (g >= nchunks) return;
+  uint off[CE_RADIX];
+  for (int d = 0; d < CE_RADIX; d++) off[d] = hist[(ulong)d * nchunks + g];
+  ulong lo = (ulong)g * chunk, hi = min(lo + chunk, n);
+  for (ulong i = lo; i < hi; i++) {
+    KEY_T k = keys[i];
+    uint p = off[(uint)(k >> shift) & (CE_RADIX - 1)]++;
+    if (p < n) {
+      keys_out[p] = k;
+      idx_out[p] = idx[i];
+    }
+  }
+}
+
+/* ------------------------------------------------------- segmented fold */
+
+/* The sum, in ascending token order, of the gradient rows of the segment that
+ * starts at sorted position j (key `key`), at VEC columns from c (or one
+ * column): s = ((0 + g[i0]) + g[i1]) + ... in float32. *end receives the
+ * position after the segment. */
+inline FV ce_foldv(__global const GRAD_T *grad, ulong g_off, ulong g_ld, ulong cols, __global const KEY_T *skeys,
+                   __global const uint *sidx, ulong n, KEY_T key, ulong j, ulong c, float dropout, uint seed_lo,
+                   uint seed_hi, float keep, ulong *end) {
+  FV s = (FV)(0.0f);
+  ulong t = j;
+  do {
+    ulong i = sidx[t];
+    FV g = load_gradv(grad, g_off + i * g_ld + c);
+#if DROPOUT
+    g = ce_maskv(g, i * cols + c, dropout, keep, seed_lo, seed_hi);
+#endif
+    s = s + g;
+    t++;
+  } while (t < n && skeys[t] == key);
+  *end = t;
+  return s;
+}
+
+inline float ce_fold1(__global const GRAD_T *grad, ulong g_off, ulong g_ld, ulong cols, __global const KEY_T *skeys,
+                      __global const uint *sidx, ulong n, KEY_T key, ulong j, ulong c, float dropout, uint seed_lo,
+                      uint seed_hi, float keep, ulong *end) {
+  float s = 0.0f;
+  ulong t = j;
+  do {
+    ulong i = sidx[t];
+    float g = load_grad(grad, g_off + i * g_ld + c);
+#if DROPOUT
+    g = ce_mask1(g, i * cols + c, dropout, keep, seed_lo, seed_hi);
+#endif
+    s = s + g;
+    t++;
+  } while (t < n && skeys[t] == key);
+  *end = t;
+  return s;
+}
+
+/* Work-item (x, y): y = block * nslices + slice; the item covers columns
+ * c = (block * get_global_size(0) + x) * VEC .. + VEC (fewer at the end) and
+ * the segments that start at sorted positions slice, slice + nslices, ... A
+ * segment's columns are thus spread over all column blocks (work-groups). */
+#define CE_SEGMENT_COLUMN(nslices, slice, c)                            \
+  ulong y_ = get_global_id(1), slice = y_ % (nslices);                  \
+  ulong c = ((y_ / (nslices)) * get_global_size(0) + get_global_id(0)) * VEC
+
+/* The row gradient r = (scale * S) / count (the division only with freq):
+ * MODE 0 stores r, MODE 1 adds r, MODE 2 (SGD) stores w - lr * r rounded to
+ * the table's dtype. Each (row, column) is written by exactly one work-item. */
+__kernel void ce_bwd_rows(__global const GRAD_T *grad, ulong g_off, ulong g_ld, ulong cols,
+                          __global const KEY_T *skeys, __global const uint *sidx, ulong n, KEY_T none,
+                          ulong nslices, float scale, int freq, __global TABLE_T *tab, ulong t_off, ulong t_ld,
+                          float lr, float dropout, uint seed_lo, uint seed_hi, float keep) {
+  CE_SEGMENT_COLUMN(nslices, slice, c);
+  if (c >= cols) return;
+  for (ulong j = slice; j < n; j += nslices) {
+    KEY_T key = skeys[j];
+    if (key == none) break; /* the rest are `none` too */
+    if (j > 0 && skeys[j - 1] == key) continue;
+    ulong end, o = t_off + (ulong)key * t_ld + c;
+    if (c + VEC <= cols) {
+      FV r = scale * ce_foldv(grad, g_off, g_ld, cols, skeys, sidx, n, key, j, c, dropout, seed_lo, seed_hi, keep,
+                              &end);
+      if (freq) r = r / (float)(end - j);
+#if MODE == 0
+      ce_storev_0(tab, o, r);
+#elif MODE == 1
+      ce_storev_0(tab, o, ce_loadv_0(tab, o) + r);
+#else
+      FV w = load_tablev(tab, o), d = lr * r;
+      store_tablev(tab, o, w - d);
+#endif
+    } else {
+      for (ulong k = 0; c + k < cols; k++) {
+        float r = scale * ce_fold1(grad, g_off, g_ld, cols, skeys, sidx, n, key, j, c + k, dropout, seed_lo,
+                                   seed_hi, keep, &end);
+        if (freq) r = r / (float)(end - j);
+#if MODE == 0
+        ce_store_0(tab, o + k, r);
+#elif MODE == 1
+        ce_store_0(tab, o + k, ce_load_0(tab, o + k) + r);
+#else
+        float w = load_table(tab, o + k), d = lr * r;
+        store_table(tab, o + k, w - d);
+#endif
+      }
+    }
+  }
+}
+
+/* position_grad[p] += S (F32): the positional part of the forward is not scaled. */
+__kernel void ce_bwd_pos(__global const GRAD_T *grad, ulong g_off, ulong g_ld, ulong cols,
+                         __global const KEY_T *skeys, __global const uint *sidx, ulong n, KEY_T none,
+                         ulong nslices, __global float *pg, ulong p_off, ulong p_ld, float dropout, uint seed_lo,
+                         uint seed_hi, float keep) {
+  CE_SEGMENT_COLUMN(nslices, slice, c);
+  if (c >= cols) return;
+  for (ulong j = slice; j < n; j += nslices) {
+    KEY_T key = skeys[j];
+    if (key == none) break;
+    if (j > 0 && skeys[j - 1] == key) continue;
+    ulong end, o = p_off + (ulong)key * p_ld + c;
+    if (c + VEC <= cols) {
+      FV s = ce_foldv(grad, g_off, g_ld, cols, skeys, sidx, n, key, j, c, dropout, seed_lo, seed_hi, keep, &end);
+      ce_storev_0(pg, o, ce_loadv_0(pg, o) + s);
+    } else {
+      for (ulong k = 0; c + k < cols; k++) {
+        float s = ce_fold1(grad, g_off, g_ld, cols, skeys, sidx, n, key, j, c + k, dropout, seed_lo, seed_hi, keep,
+                           &end);
+        ce_store_0(pg, o + k, ce_load_0(pg, o + k) + s);
+      }
+    }
+  }
+}
+
+/* ------------------------------------------------------------- helpers */
+
+/* m[r][c] = 0 for a rows x cols F32 matrix. */
+__kernel void ce_bwd_zero(__global float *m, ulong off, ulong ld, ulong rows, ulong cols) {
+  ulong c = get_global_id(0), r = get_global_id(1);
+  if (c >= cols || r >= rows) return;
+  m[off + r * ld + c] = 0.0f;
+}
+
+/* ------------------------------------------------------------ atomic path */
+
+/* *p += v with a compare-and-swap loop on the float's 32-bit word. It starts
+ * from a guess of +0.0 rather than a plain read, so every access is atomic. */
+inline void ce_atomic_add_f32(__global float *p, float v) {
+  volatile __global uint *u = (volatile __global uint *)p;
+  uint expected = 0u;
+  for (;;) {
+    uint seen = atomic_cmpxchg(u, expected, as_uint(as_float(expected) + v));
+    if (seen == expected) break;
+    expected = seen;
+  }
+}
+
+/* counts[row] = tokens that add to row (for scale_grad_by_freq). */
+__kernel void ce_bwd_count(__global const int *ids32, __global const long *ids64, ulong id_off, int id64, ulong n,
+                           ulong rows, int policy, long padding, __global uint *counts) {
+  ulong i = get_global_id(0);
+  if (i >= n) return;
+  int bad;
+  long r = ce_resolve(ce_load_id(ids32, ids64, id64, id_off + i), rows, policy, padding, &bad);
+  if (r >= 0) atomic_inc(&counts[r]);
+}
+
+/* One work-item per gradient element: grad_table[row][c] += (scale * g) / count. */
+__kernel void ce_bwd_atomic(__global const GRAD_T *grad, ulong g_off, ulong g_ld, ulong cols,
+                            __global const int *ids32, __global const long *ids64, ulong id_off, int id64, ulong n,
+                            ulong rows, int policy, long padding, float scale, int freq,
+                            __global const uint *counts, __global float *gt, ulong t_off, ulong t_ld,
+                            float dropout, uint seed_lo, uint seed_hi, float keep, __global uint *err, uint slot) {
+  ulong c = get_global_id(0), i = get_global_id(1);
+  if (c >= cols || i >= n) return;
+  int bad;
+  long r = ce_resolve(ce_load_id(ids32, ids64, id64, id_off + i), rows, policy, padding, &bad);
+  if (bad && c == 0) ce_report(err, slot, 0, i);
+  if (r < 0) return;
+  float g = load_grad(grad, g_off + i * g_ld + c);
+#if DROPOUT
+  g = ce_mask1(g, i * cols + c, dropout, keep, seed_lo, seed_hi);
+#endif
+  float v = scale * g;
+  if (freq) v = v / (float)counts[r];
+  ce_atomic_add_f32(gt + t_off + (ulong)r * t_ld + c, v);
+}

@@ -1,0 +1,15 @@
+/* util.cl: the plain copy kernel that the benchmark measures every operation
+ * against (the device's own copy bandwidth), in uint words. */
+
+__kernel void ce_copy(__global const uint *src, __global uint *dst, ulong n) {
+  ulong i = get_global_id(0);
+  if (i < n) dst[i] = src[i];
+}
+
+/* Zero-fills n uint words (matrix creation: a kernel rather than
+ * clEnqueueFillBuffer, so that every implementation, Oclgrind's included, sees
+ * the buffer as written). */
+__kernel void ce_zero(__global uint *dst, ulong n) {
+  ulong i = get_global_id(0);
+  if (i < n) dst[i] = 0u;
+}

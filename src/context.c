@@ -1,0 +1,469 @@
+/* Device choice, context and queue lifetime, messages, deferred errors. */
+#define _POSIX_C_SOURCE 200809L
+#include "internal.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------- messages */
+
+static _Thread_local char ce_last_error[2048];
+
+const char *clembed_last_error_message(void) { return ce_last_error; }
+
+void ce_vset_message(clembed_context *ctx, const char *fmt, va_list ap) {
+  if (!ctx) return;
+  va_list ap2;
+  va_copy(ap2, ap);
+  int n = vsnprintf(NULL, 0, fmt, ap2);
+  va_end(ap2);
+  if (n < 0) n = 0;
+  if ((size_t)n + 1 > ctx->message_cap) {
+    char *m = realloc(ctx->message, (size_t)n + 1);
+    if (!m) { /* keep the old buffer; truncate */
+      if (ctx->message_cap) vsnprintf(ctx->message, ctx->message_cap, fmt, ap);
+      return;
+    }
+    ctx->message = m;
+    ctx->message_cap = (size_t)n + 1;
+  }
+  vsnprintf(ctx->message, ctx->message_cap, fmt, ap);
+}
+
+void ce_set_message(clembed_context *ctx, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  ce_vset_message(ctx, fmt, ap);
+  va_end(ap);
+}
+
+void ce_append_message(clembed_context *ctx, const char *text) {
+  if (!ctx || !text) return;
+  size_t have = ctx->message ? strlen(ctx->message) : 0, add = strlen(text);
+  if (have + add + 1 > ctx->message_cap) {
+    char *m = realloc(ctx->message, have + add + 1);
+    if (!m) return;
+    if (!ctx->message) m[0] = '\0';
+    ctx->message = m;
+    ctx->message_cap = have + add + 1;
+  }
+  memcpy(ctx->message + have, text, add + 1);
+}
+
+clembed_status ce_fail(clembed_context *ctx, clembed_status code, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  ce_vset_message(ctx, fmt, ap);
+  va_end(ap);
+  return code;
+}
+
+clembed_status ce_cl_fail(clembed_context *ctx, cl_int err, const char *what) {
+  clembed_status s = (clembed_status)err;
+  if (err == CL_MEM_OBJECT_ALLOCATION_FAILURE || err == CL_OUT_OF_HOST_MEMORY)
+    s = CLEMBED_ERR_OUT_OF_MEMORY;
+  ce_set_message(ctx, "%s: %s", what, clembed_status_string((clembed_status)err));
+  return s;
+}
+
+const char *clembed_context_message(const clembed_context *ctx) {
+  return ctx && ctx->message ? ctx->message : "";
+}
+
+cl_command_queue clembed_context_queue(const clembed_context *ctx) { return ctx ? ctx->queue : NULL; }
+
+const char *clembed_context_device_name(const clembed_context *ctx) {
+  return ctx ? ctx->device_name : "";
+}
+
+/* ------------------------------------------------------- device choice */
+
+typedef struct ce_device_entry {
+  cl_platform_id platform;
+  cl_device_id device;
+  cl_uint pi, di;
+  cl_device_type type;
+  char name[512]; /* "platform name device name" */
+} ce_device_entry;
+
+static void lastf(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(ce_last_error, sizeof ce_last_error, fmt, ap);
+  va_end(ap);
+}
+
+/* Lists every device; returns the count (0 with *list NULL when none). */
+static clembed_status list_devices(ce_device_entry **list, size_t *count) {
+  cl_uint np = 0;
+  cl_platform_id *plats = NULL;
+  ce_device_entry *out = NULL;
+  size_t n = 0, cap = 0;
+  clembed_status status = CLEMBED_OK;
+  *list = NULL;
+  *count = 0;
+  cl_int err = clGetPlatformIDs(0, NULL, &np);
+  if (err == -1001 /* CL_PLATFORM_NOT_FOUND_KHR */ || np == 0) return CLEMBED_OK;
+  if (err != CL_SUCCESS) return (clembed_status)err;
+  plats = calloc(np, sizeof *plats);
+  if (!plats) return CLEMBED_ERR_OUT_OF_MEMORY;
+  err = clGetPlatformIDs(np, plats, NULL);
+  if (err != CL_SUCCESS) {
+    status = (clembed_status)err;
+    goto cleanup;
+  }
+  for (cl_uint p = 0; p < np; p++) {
+    char pname[256] = "";
+    clGetPlatformInfo(plats[p], CL_PLATFORM_NAME, sizeof pname - 1, pname, NULL);
+    cl_uint nd = 0;
+    if (clGetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, 0, NULL, &nd) != CL_SUCCESS || nd == 0) continue;
+    cl_device_id *devs = calloc(nd, sizeof *devs);
+    if (!devs) {
+      status = CLEMBED_ERR_OUT_OF_MEMORY;
+      goto cleanup;
+    }
+    if (clGetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, nd, devs, NULL) != CL_SUCCESS) nd = 0;
+    for (cl_uint d = 0; d < nd; d++) {
+      if (n == cap) {
+        size_t nc = cap ? cap * 2 : 8;
+        ce_device_entry *g = realloc(out, nc * sizeof *g);
+        if (!g) {
+          free(devs);
+          status = CLEMBED_ERR_OUT_OF_MEMORY;
+          goto cleanup;
+        }
+        out = g;
+        cap = nc;
+      }
+      ce_device_entry *e = &out[n++];
+      memset(e, 0, sizeof *e);
+      e->platform = plats[p];
+      e->device = devs[d];
+      e->pi = p;
+      e->di = d;
+      char dname[256] = "";
+      clGetDeviceInfo(devs[d], CL_DEVICE_NAME, sizeof dname - 1, dname, NULL);
+      clGetDeviceInfo(devs[d], CL_DEVICE_TYPE, sizeof e->type, &e->type, NULL);
+      snprintf(e->name, sizeof e->name, "%s %s", pname, dname);
+    }
+    free(devs);
+  }
+cleanup:
+  free(plats);
+  if (status != CLEMBED_OK) {
+    free(out);
+    return status;
+  }
+  *list = out;
+  *count = n;
+  return CLEMBED_OK;
+}
+
+static int contains_nocase(const char *hay, const char *needle) {
+  size_t nl = strlen(needle);
+  for (; *hay; hay++) {
+    size_t i = 0;
+    while (i < nl && hay[i] && tolower((unsigned char)hay[i]) == tolower((unsigned char)needle[i])) i++;
+    if (i == nl) return 1;
+  }
+  return nl == 0;
+}
+
+static long pick_type(const ce_device_entry *l, size_t n, cl_device_type t) {
+  for (size_t i = 0; i < n; i++)
+    if (l[i].type & t) return (long)i;
+  return -1;
+}
+
+/* Index of the device the spec names, or -1. */
+static long match_spec(const ce_device_entry *l, size_t n, const char *spec) {
+  if (!spec || !*spec) {
+    long i = pick_type(l, n, CL_DEVICE_TYPE_GPU);
+    if (i < 0) i = pick_type(l, n, CL_DEVICE_TYPE_ACCELERATOR);
+    if (i < 0) i = pick_type(l, n, CL_DEVICE_TYPE_CPU);
+    if (i < 0 && n > 0) i = 0;
+    return i;
+  }
+  unsigned p, d;
+  char tail;
+  if (sscanf(spec, "%u:%u%c", &p, &d, &tail) == 2) {
+    for (size_t i = 0; i < n; i++)
+      if (l[i].pi == p && l[i].di == d) return (long)i;
+    return -1;
+  }
+  if (!strcmp(spec, "gpu")) return pick_type(l, n, CL_DEVICE_TYPE_GPU);
+  if (!strcmp(spec, "cpu")) return pick_type(l, n, CL_DEVICE_TYPE_CPU);
+  if (!strcmp(spec, "accelerator")) return pick_type(l, n, CL_DEVICE_TYPE_ACCELERATOR);
+  for (size_t i = 0; i < n; i++)
+    if (contains_nocase(l[i].name, spec)) return (long)i;
+  return -1;
+}
+
+static clembed_status context_init(clembed_context *ctx);
+
+static clembed_context *context_alloc(void) {
+  clembed_context *ctx = calloc(1, sizeof *ctx);
+  return ctx;
+}
+
+clembed_status clembed_context_create(const char *device, clembed_context **out) {
+  ce_device_entry *list = NULL;
+  size_t n = 0;
+  clembed_status status = CLEMBED_OK;
+  clembed_context *ctx = NULL;
+  cl_int err;
+  ce_last_error[0] = '\0';
+  if (!out) {
+    lastf("clembed_context_create: ctx is NULL");
+    return CLEMBED_ERR_INVALID_ARGUMENT;
+  }
+  *out = NULL;
+  const char *spec = device;
+  if (!spec || !*spec) {
+    const char *env = getenv("CLEMBED_DEVICE");
+    if (env && *env) spec = env;
+  }
+  status = list_devices(&list, &n);
+  if (status != CLEMBED_OK) {
+    lastf("clembed_context_create: listing OpenCL platforms failed: %s", clembed_status_string(status));
+    goto cleanup;
+  }
+  long idx = match_spec(list, n, spec);
+  if (idx < 0) {
+    char buf[1536];
+    size_t used = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < n && used + 1 < sizeof buf; i++) {
+      int w = snprintf(buf + used, sizeof buf - used, "%s  %u:%u %s", i ? "\n" : "", list[i].pi,
+                       list[i].di, list[i].name);
+      if (w < 0) break;
+      used += (size_t)w;
+      if (used >= sizeof buf) used = sizeof buf - 1;
+    }
+    if (n == 0)
+      lastf("no OpenCL device found (no platform or no device is installed; on Debian: apt-get install "
+            "pocl-opencl-icd)");
+    else
+      lastf("no OpenCL device matches '%s'%s; the devices are:\n%s", spec ? spec : "",
+            (spec == device) ? "" : " (from CLEMBED_DEVICE)", buf);
+    status = CLEMBED_ERR_NO_DEVICE;
+    goto cleanup;
+  }
+  ctx = context_alloc();
+  if (!ctx) {
+    lastf("clembed_context_create: out of host memory");
+    status = CLEMBED_ERR_OUT_OF_MEMORY;
+    goto cleanup;
+  }
+  ctx->platform = list[idx].platform;
+  ctx->device = list[idx].device;
+  cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)ctx->platform, 0};
+  ctx->context = clCreateContext(props, 1, &ctx->device, NULL, NULL, &err);
+  if (err != CL_SUCCESS) {
+    lastf("clCreateContext on %s: %s", list[idx].name, clembed_status_string((clembed_status)err));
+    status = (clembed_status)err;
+    goto cleanup;
+  }
+  ctx->queue = clCreateCommandQueue(ctx->context, ctx->device, 0, &err);
+  if (err != CL_SUCCESS) {
+    lastf("clCreateCommandQueue on %s: %s", list[idx].name, clembed_status_string((clembed_status)err));
+    status = (clembed_status)err;
+    goto cleanup;
+  }
+  status = context_init(ctx);
+cleanup:
+  free(list);
+  if (status != CLEMBED_OK) {
+    clembed_context_destroy(ctx);
+    return status;
+  }
+  *out = ctx;
+  return CLEMBED_OK;
+}
+
+clembed_status clembed_context_create_from_queue(cl_command_queue queue, clembed_context **out) {
+  clembed_status status = CLEMBED_OK;
+  ce_last_error[0] = '\0';
+  if (!out) {
+    lastf("clembed_context_create_from_queue: ctx is NULL");
+    return CLEMBED_ERR_INVALID_ARGUMENT;
+  }
+  *out = NULL;
+  if (!queue) {
+    lastf("clembed_context_create_from_queue: queue is NULL");
+    return CLEMBED_ERR_INVALID_ARGUMENT;
+  }
+  clembed_context *ctx = context_alloc();
+  if (!ctx) {
+    lastf("clembed_context_create_from_queue: out of host memory");
+    return CLEMBED_ERR_OUT_OF_MEMORY;
+  }
+  cl_int err = clGetCommandQueueInfo(queue, CL_QUEUE_CONTEXT, sizeof ctx->context, &ctx->context, NULL);
+  if (err == CL_SUCCESS)
+    err = clGetCommandQueueInfo(queue, CL_QUEUE_DEVICE, sizeof ctx->device, &ctx->device, NULL);
+  if (err == CL_SUCCESS)
+    err = clGetDeviceInfo(ctx->device, CL_DEVICE_PLATFORM, sizeof ctx->platform, &ctx->platform, NULL);
+  if (err != CL_SUCCESS) {
+    lastf("clembed_context_create_from_queue: the queue cannot be queried: %s",
+          clembed_status_string((clembed_status)err));
+    ctx->context = NULL;
+    free(ctx);
+    return (clembed_status)err;
+  }
+  clRetainContext(ctx->context);
+  clRetainCommandQueue(queue);
+  ctx->queue = queue;
+  status = context_init(ctx);
+  if (status != CLEMBED_OK) {
+    clembed_context_destroy(ctx);
+    return status;
+  }
+  *out = ctx;
+  return CLEMBED_OK;
+}
+
+#define CE_ERRBUF_BYTES (CE_SLOTS * CE_SLOT_UINTS * sizeof(cl_uint))
+
+static clembed_status context_init(clembed_context *ctx) {
+  cl_int err;
+  char pname[256] = "", dname[256] = "";
+  clGetPlatformInfo(ctx->platform, CL_PLATFORM_NAME, sizeof pname - 1, pname, NULL);
+  clGetDeviceInfo(ctx->device, CL_DEVICE_NAME, sizeof dname - 1, dname, NULL);
+  snprintf(ctx->device_name, sizeof ctx->device_name, "%.250s / %.250s", pname, dname);
+  clGetDeviceInfo(ctx->device, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof ctx->max_work_group,
+                  &ctx->max_work_group, NULL);
+  if (ctx->max_work_group == 0) ctx->max_work_group = 1;
+  clGetDeviceInfo(ctx->device, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof ctx->max_alloc, &ctx->max_alloc, NULL);
+  cl_command_queue_properties qp = 0;
+  clGetCommandQueueInfo(ctx->queue, CL_QUEUE_PROPERTIES, sizeof qp, &qp, NULL);
+  ctx->in_order = !(qp & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE);
+
+  char version[128] = "";
+  clGetDeviceInfo(ctx->device, CL_DEVICE_VERSION, sizeof version - 1, version, NULL);
+  int major = 0, minor = 0;
+  if (sscanf(version, "OpenCL %d.%d", &major, &minor) != 2 || major * 10 + minor < 12) {
+    lastf("%s supports '%s'; clembed needs OpenCL 1.2", ctx->device_name, version);
+    return CLEMBED_ERR_UNSUPPORTED;
+  }
+
+  /* Deferred-error slots: 0xFF bytes mean "no error". */
+  ctx->errbuf = clCreateBuffer(ctx->context, CL_MEM_READ_WRITE, CE_ERRBUF_BYTES, NULL, &err);
+  if (err != CL_SUCCESS) {
+    lastf("allocating the error record on %s: %s", ctx->device_name,
+          clembed_status_string((clembed_status)err));
+    return CLEMBED_ERR_OUT_OF_MEMORY;
+  }
+  unsigned char *ff = malloc(CE_ERRBUF_BYTES);
+  if (!ff) return CLEMBED_ERR_OUT_OF_MEMORY;
+  memset(ff, 0xFF, CE_ERRBUF_BYTES);
+  err = clEnqueueWriteBuffer(ctx->queue, ctx->errbuf, CL_TRUE, 0, CE_ERRBUF_BYTES, ff, 0, NULL, NULL);
+  free(ff);
+  if (err != CL_SUCCESS) {
+    lastf("initialising the error record on %s: %s", ctx->device_name,
+          clembed_status_string((clembed_status)err));
+    return (clembed_status)err;
+  }
+  clembed_status status = ce_program_set_acquire(ctx);
+  if (status != CLEMBED_OK) lastf("%s", clembed_context_message(ctx));
+  return status;
+}
+
+void clembed_context_destroy(clembed_context *ctx) {
+  if (!ctx) return;
+  if (ctx->queue) clFinish(ctx->queue);
+  ce_kernels_release(ctx);
+  ce_program_set_release(ctx);
+  ce_freq_release(ctx);
+  if (ctx->errbuf) clReleaseMemObject(ctx->errbuf);
+  if (ctx->queue) clReleaseCommandQueue(ctx->queue);
+  if (ctx->context) clReleaseContext(ctx->context);
+  free(ctx->message);
+  free(ctx);
+}
+
+/* ------------------------------------------------------- deferred errors */
+
+/* Reads the used slots, records the first error in ctx->deferred (if none is
+ * pending), and resets them. */
+static clembed_status slots_drain(clembed_context *ctx) {
+  clembed_status status = CLEMBED_OK;
+  size_t used = ctx->slots_used;
+  if (used == 0) return CLEMBED_OK;
+  size_t bytes = used * CE_SLOT_UINTS * sizeof(cl_uint);
+  cl_uint *s = malloc(bytes);
+  unsigned char *ff = malloc(bytes);
+  if (!s || !ff) {
+    free(s);
+    free(ff);
+    return ce_fail(ctx, CLEMBED_ERR_OUT_OF_MEMORY, "reading the error record: out of host memory");
+  }
+  cl_int err = clEnqueueReadBuffer(ctx->queue, ctx->errbuf, CL_TRUE, 0, bytes, s, 0, NULL, NULL);
+  if (err != CL_SUCCESS) {
+    status = ce_cl_fail(ctx, err, "reading the error record");
+    goto cleanup;
+  }
+  memset(ff, 0xFF, bytes);
+  err = clEnqueueWriteBuffer(ctx->queue, ctx->errbuf, CL_TRUE, 0, bytes, ff, 0, NULL, NULL);
+  if (err != CL_SUCCESS) {
+    status = ce_cl_fail(ctx, err, "resetting the error record");
+    goto cleanup;
+  }
+  ctx->slots_used = 0;
+  for (size_t k = 0; k < used && ctx->deferred == CLEMBED_OK; k++) {
+    const cl_uint *r = s + k * CE_SLOT_UINTS;
+    const ce_slot_info *in = &ctx->slot_info[k];
+    if (r[0] == 0xFFFFFFFFu && r[1] == 0xFFFFFFFFu) continue;
+    ctx->deferred = CLEMBED_ERR_INDEX_OUT_OF_RANGE;
+    if (r[0] <= r[1]) {
+      int64_t v = (int64_t)((uint64_t)r[2] | ((uint64_t)r[3] << 32));
+      snprintf(ctx->deferred_message, sizeof ctx->deferred_message,
+               "%s: ids[%u] = %lld is outside [0, %llu)", in->op, r[0], (long long)v,
+               (unsigned long long)in->id_rows);
+    } else {
+      uint64_t i = r[1];
+      uint64_t first = in->position_offset;
+      uint64_t inseq = in->seq_len ? i % in->seq_len : i;
+      if (in->has_sequence_offsets) first = (uint64_t)r[4] | ((uint64_t)r[5] << 32);
+      snprintf(ctx->deferred_message, sizeof ctx->deferred_message,
+               "%s: token %llu is at position %lld, outside the position table [0, %llu)", in->op,
+               (unsigned long long)i, (long long)(first + inseq), (unsigned long long)in->pos_rows);
+    }
+  }
+cleanup:
+  free(s);
+  free(ff);
+  return status;
+}
+
+clembed_status ce_slot_reserve(clembed_context *ctx, const ce_slot_info *info, cl_uint *slot) {
+  if (ctx->slots_used == CE_SLOTS) {
+    cl_int err = clFinish(ctx->queue);
+    if (err != CL_SUCCESS) return ce_cl_fail(ctx, err, "clFinish");
+    clembed_status s = slots_drain(ctx);
+    if (s != CLEMBED_OK) return s;
+  }
+  *slot = (cl_uint)ctx->slots_used;
+  ctx->slot_info[ctx->slots_used++] = *info;
+  return CLEMBED_OK;
+}
+
+clembed_status ce_collect(clembed_context *ctx) {
+  cl_int err = clFinish(ctx->queue);
+  if (err != CL_SUCCESS) return ce_cl_fail(ctx, err, "clFinish");
+  clembed_status s = slots_drain(ctx);
+  if (s != CLEMBED_OK) return s;
+  s = ctx->deferred;
+  if (s != CLEMBED_OK) {
+    ce_set_message(ctx, "%s", ctx->deferred_message);
+    ctx->deferred = CLEMBED_OK;
+    ctx->deferred_message[0] = '\0';
+  }
+  return s;
+}
+
+clembed_status clembed_finish(clembed_context *ctx) {
+  if (!ctx) return CLEMBED_ERR_INVALID_ARGUMENT;
+  return ce_collect(ctx);
+}

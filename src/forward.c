@@ -1,0 +1,152 @@
+/* lookup / embed argument checks and enqueue. */
+#include "internal.h"
+
+#include <math.h>
+#include <stdio.h>
+
+clembed_embed_options clembed_embed_defaults(void) {
+  clembed_embed_options o = {0};
+  o.scale = 1.0f;
+  o.policy = CLEMBED_INDEX_CHECK;
+  o.padding_idx = CLEMBED_NO_PADDING;
+  o.positions = CLEMBED_POSITIONS_NONE;
+  o.sinusoid.base = 10000.0;
+  o.sinusoid.exponent = CLEMBED_EXPONENT_PAIR;
+  o.sinusoid.layout = CLEMBED_LAYOUT_INTERLEAVED;
+  return o;
+}
+
+clembed_status ce_padding(clembed_context *ctx, int64_t padding_idx, size_t rows, const char *what, cl_long *out) {
+  if (padding_idx == CLEMBED_NO_PADDING) {
+    *out = -1;
+    return CLEMBED_OK;
+  }
+  int64_t p = padding_idx < 0 ? padding_idx + (int64_t)rows : padding_idx;
+  if (p < 0 || (uint64_t)p >= (uint64_t)rows)
+    return ce_fail(ctx, CLEMBED_ERR_INVALID_ARGUMENT, "%s: padding_idx %lld is outside the table of %zu rows", what,
+                   (long long)padding_idx, rows);
+  *out = p;
+  return CLEMBED_OK;
+}
+
+clembed_status ce_check_common(clembed_context *ctx, const char *what, clembed_index_policy policy, float dropout,
+                               size_t count, size_t seq_len, const clembed_ids *seq_offsets) {
+  if ((unsigned)policy > CLEMBED_INDEX_WRAP)
+    return ce_fail(ctx, CLEMBED_ERR_INVALID_ARGUMENT, "%s: unknown index policy %d", what, (int)policy);
+  if (!(dropout >= 0.0f && dropout < 1.0f))
+    return ce_fail(ctx, CLEMBED_ERR_INVALID_ARGUMENT, "%s: dropout %g is outside [0, 1)", what, (double)dropout);
+  if (seq_offsets) {
+    clembed_status s = ce_check_ids(ctx, seq_offsets, "sequence_offsets");
+    if (s != CLEMBED_OK) return s;
+    size_t nseq = seq_len ? (count + seq_len - 1) / seq_len : 1;
+    if (count && seq_offsets->count < nseq)
+      return ce_fail(ctx, CLEMBED_ERR_INVALID_ARGUMENT,
+                     "%s: sequence_offsets has %zu entries but %zu ids in sequences of %zu need %zu", what,
+                     seq_offsets->count, count, seq_len, nseq);
+  }
+  return CLEMBED_OK;
+}
+
+clembed_status ce_enqueue_checked(clembed_context *ctx, cl_kernel k, const char *name, size_t nx, size_t ny,
+                                  ce_family family, const char *options, cl_uint slot, const clembed_ids *ids,
+                                  const clembed_ids *so, size_t seq_len, cl_uint nwait, const cl_event *wait,
+                                  cl_event *event) {
+  clembed_status status = CLEMBED_OK;
+  cl_event main_ev = NULL;
+  if (slot == CE_NO_SLOT) return ce_enqueue_2d(ctx, k, name, nx, ny, nwait, wait, event);
+  cl_kernel r;
+  CHECK(ce_kernel(ctx, family, options, "ce_record_error", &r));
+  cl_mem none = NULL;
+  cl_mem idb = ids->buffer, sob = so ? so->buffer : none;
+  cl_ulong id_off = ids->offset, so_off = so ? so->offset : 0, sl = seq_len;
+  cl_int id64 = ids->type == CLEMBED_I64, so64 = so && so->type == CLEMBED_I64, has_so = so != NULL;
+  CHECK(ce_set_args(ctx, r, "ce_record_error", CE_ARG(ctx->errbuf), CE_ARG(slot), CE_ARG(idb), CE_ARG(idb),
+                    CE_ARG(id_off), CE_ARG(id64), CE_ARG(sob), CE_ARG(sob), CE_ARG(so_off), CE_ARG(so64),
+                    CE_ARG(has_so), CE_ARG(sl), CE_END));
+  CHECK(ce_enqueue_2d(ctx, k, name, nx, ny, nwait, wait, ctx->in_order ? NULL : &main_ev));
+  CHECK(ce_enqueue_1d(ctx, r, "ce_record_error", 1, 1, main_ev ? 1 : 0, main_ev ? &main_ev : NULL, event));
+cleanup:
+  if (main_ev) clReleaseEvent(main_ev);
+  return status;
+}
+
+clembed_status clembed_lookup(clembed_context *ctx, const clembed_matrix *table, const clembed_ids *ids,
+                              clembed_matrix *out, cl_uint nwait, const cl_event *wait, cl_event *event) {
+  return clembed_embed(ctx, table, ids, NULL, out, nwait, wait, event);
+}
+
+clembed_status clembed_embed(clembed_context *ctx, const clembed_matrix *table, const clembed_ids *ids,
+                             const clembed_embed_options *opt, clembed_matrix *out, cl_uint nwait,
+                             const cl_event *wait, cl_event *event) {
+  clembed_status status = CLEMBED_OK;
+  clembed_embed_options defaults;
+  size_t t_ld, o_ld, p_ld = 0;
+  cl_long padding;
+  cl_mem freq = NULL;
+  cl_kernel k;
+  char opts[128];
+  if (!ctx) return CLEMBED_ERR_INVALID_ARGUMENT;
+  if (!opt) {
+    defaults = clembed_embed_defaults();
+    opt = &defaults;
+  }
+  CHECK(ce_check_events(ctx, nwait, wait));
+  CHECK(ce_check_matrix(ctx, table, "table", &t_ld));
+  CHECK(ce_check_ids(ctx, ids, "ids"));
+  CHECK(ce_check_matrix(ctx, out, "out", &o_ld));
+  if (out->rows != ids->count || out->cols != table->cols)
+    FAIL(CLEMBED_ERR_INVALID_ARGUMENT, "out is %zu x %zu but %zu ids of a table with %zu cols need %zu x %zu",
+         out->rows, out->cols, ids->count, table->cols, ids->count, table->cols);
+  CHECK(ce_check_common(ctx, "clembed_embed", opt->policy, opt->dropout, ids->count, opt->seq_len,
+                        opt->sequence_offsets));
+  CHECK(ce_padding(ctx, opt->padding_idx, table->rows, "clembed_embed", &padding));
+  const clembed_matrix *pt = NULL;
+  switch (opt->positions) {
+    case CLEMBED_POSITIONS_NONE: break;
+    case CLEMBED_POSITIONS_SINUSOID:
+      CHECK(ce_sinusoid_check(ctx, &opt->sinusoid));
+      CHECK(ce_sinusoid_freq(ctx, &opt->sinusoid, table->cols, &freq));
+      break;
+    case CLEMBED_POSITIONS_TABLE:
+      pt = opt->position_table;
+      CHECK(ce_check_matrix(ctx, pt, "position_table", &p_ld));
+      if (pt->cols != table->cols)
+        FAIL(CLEMBED_ERR_INVALID_ARGUMENT, "position_table has %zu cols but the table has %zu", pt->cols,
+             table->cols);
+      break;
+    default: FAIL(CLEMBED_ERR_INVALID_ARGUMENT, "clembed_embed: unknown positions %d", (int)opt->positions);
+  }
+  const clembed_ids *so = opt->positions != CLEMBED_POSITIONS_NONE ? opt->sequence_offsets : NULL;
+  int positions = (int)opt->positions, dropout = opt->dropout > 0.0f;
+  snprintf(opts, sizeof opts, "-DTABLE_DT=%d -DOUT_DT=%d -DPOSITIONS=%d -DPOS_DT=%d -DDROPOUT=%d",
+           (int)table->dtype, (int)out->dtype, positions, pt ? (int)pt->dtype : 0, dropout);
+  CHECK(ce_kernel(ctx, CE_FAMILY_FORWARD, opts, "ce_embed", &k));
+
+  cl_uint slot = CE_NO_SLOT;
+  if (ids->count && (opt->policy == CLEMBED_INDEX_CHECK || opt->policy == CLEMBED_INDEX_WRAP || pt || so)) {
+    ce_slot_info info = {"clembed_embed", table->rows, pt ? pt->rows : 0, opt->seq_len, opt->position_offset,
+                         so != NULL};
+    CHECK(ce_slot_reserve(ctx, &info, &slot));
+  }
+  cl_mem none = NULL, idb = ids->buffer, sob = so ? so->buffer : none, ptb = pt ? pt->buffer : none;
+  cl_ulong t_off = table->offset, t_ldl = t_ld, t_rows = table->rows, id_off = ids->offset, n = ids->count;
+  cl_ulong o_off = out->offset, o_ldl = o_ld, cols = table->cols;
+  cl_ulong p_off = pt ? pt->offset : 0, p_ldl = p_ld, p_rows = pt ? pt->rows : 0;
+  cl_ulong seq_len = opt->seq_len, pos_offset = opt->position_offset, so_off = so ? so->offset : 0;
+  cl_int id64 = ids->type == CLEMBED_I64, so64 = so && so->type == CLEMBED_I64, has_so = so != NULL;
+  cl_int policy = (cl_int)opt->policy;
+  cl_float scale = opt->scale, drop = opt->dropout, keep = dropout ? 1.0f / (1.0f - opt->dropout) : 1.0f;
+  cl_uint seed_lo = (cl_uint)opt->dropout_seed, seed_hi = (cl_uint)(opt->dropout_seed >> 32);
+  cl_uint slot_arg = slot == CE_NO_SLOT ? 0 : slot;
+  CHECK(ce_set_args(ctx, k, "ce_embed", CE_ARG(table->buffer), CE_ARG(t_off), CE_ARG(t_ldl), CE_ARG(t_rows),
+                    CE_ARG(idb), CE_ARG(idb), CE_ARG(id_off), CE_ARG(id64), CE_ARG(n), CE_ARG(out->buffer),
+                    CE_ARG(o_off), CE_ARG(o_ldl), CE_ARG(cols), CE_ARG(scale), CE_ARG(policy), CE_ARG(padding),
+                    CE_ARG(freq), CE_ARG(ptb), CE_ARG(p_off), CE_ARG(p_ldl), CE_ARG(p_rows), CE_ARG(seq_len),
+                    CE_ARG(pos_offset), CE_ARG(sob), CE_ARG(sob), CE_ARG(so_off), CE_ARG(so64), CE_ARG(has_so),
+                    CE_ARG(drop), CE_ARG(seed_lo), CE_ARG(seed_hi), CE_ARG(keep), CE_ARG(ctx->errbuf),
+                    CE_ARG(slot_arg), CE_END));
+  CHECK(ce_enqueue_checked(ctx, k, "ce_embed", table->cols, ids->count, CE_FAMILY_FORWARD, opts, slot, ids, so,
+                           opt->seq_len, nwait, wait, event));
+cleanup:
+  return status;
+}

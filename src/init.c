@@ -1,0 +1,43 @@
+/* Philox initialisation: clembed_matrix_init_uniform / _normal. */
+#include "internal.h"
+
+#include <math.h>
+#include <stdio.h>
+
+static clembed_status init(clembed_context *ctx, const char *kernel, clembed_matrix *m, float a, float b,
+                           uint64_t seed, cl_uint nwait, const cl_event *wait, cl_event *event) {
+  clembed_status status = CLEMBED_OK;
+  size_t ld;
+  cl_kernel k;
+  char opts[32];
+  if (!ctx) return CLEMBED_ERR_INVALID_ARGUMENT;
+  CHECK(ce_check_events(ctx, nwait, wait));
+  CHECK(ce_check_matrix(ctx, m, kernel, &ld));
+  if (!isfinite(a) || !isfinite(b)) FAIL(CLEMBED_ERR_INVALID_ARGUMENT, "%s: parameters %g, %g must be finite", kernel,
+                                         (double)a, (double)b);
+  snprintf(opts, sizeof opts, "-DOUT_DT=%d", (int)m->dtype);
+  CHECK(ce_kernel(ctx, CE_FAMILY_INIT, opts, kernel, &k));
+  cl_ulong off = m->offset, ldl = ld, rows = m->rows, cols = m->cols;
+  cl_uint lo = (cl_uint)seed, hi = (cl_uint)(seed >> 32);
+  CHECK(ce_set_args(ctx, k, kernel, CE_ARG(m->buffer), CE_ARG(off), CE_ARG(ldl), CE_ARG(rows), CE_ARG(cols),
+                    CE_ARG(a), CE_ARG(b), CE_ARG(lo), CE_ARG(hi), CE_END));
+  CHECK(ce_enqueue_2d(ctx, k, kernel, m->cols, m->rows, nwait, wait, event));
+cleanup:
+  return status;
+}
+
+clembed_status clembed_matrix_init_uniform(clembed_context *ctx, clembed_matrix *m, float low, float high,
+                                           uint64_t seed, cl_uint nwait, const cl_event *wait, cl_event *event) {
+  if (ctx && !(low <= high))
+    return ce_fail(ctx, CLEMBED_ERR_INVALID_ARGUMENT, "clembed_matrix_init_uniform: low %g > high %g", (double)low,
+                   (double)high);
+  return init(ctx, "ce_init_uniform", m, low, high, seed, nwait, wait, event);
+}
+
+clembed_status clembed_matrix_init_normal(clembed_context *ctx, clembed_matrix *m, float mean, float std,
+                                          uint64_t seed, cl_uint nwait, const cl_event *wait, cl_event *event) {
+  if (ctx && !(std >= 0.0f))
+    return ce_fail(ctx, CLEMBED_ERR_INVALID_ARGUMENT, "clembed_matrix_init_normal: std %g is negative",
+                   (double)std);
+  return init(ctx, "ce_init_normal", m, mean, std, seed, nwait, wait, event);
+}

@@ -1,0 +1,118 @@
+/* Sinusoid parameters (frequencies in double on the host) and the positional table. */
+#include "internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+clembed_status ce_sinusoid_check(clembed_context *ctx, const clembed_sinusoid *s) {
+  if (!(s->base > 0.0) || !isfinite(s->base))
+    return ce_fail(ctx, CLEMBED_ERR_INVALID_ARGUMENT, "sinusoid base %g must be finite and > 0", s->base);
+  if (s->exponent != CLEMBED_EXPONENT_PAIR && s->exponent != CLEMBED_EXPONENT_INDEX)
+    return ce_fail(ctx, CLEMBED_ERR_INVALID_ARGUMENT, "unknown sinusoid exponent %d", (int)s->exponent);
+  if (s->layout != CLEMBED_LAYOUT_INTERLEAVED && s->layout != CLEMBED_LAYOUT_HALVES)
+    return ce_fail(ctx, CLEMBED_ERR_INVALID_ARGUMENT, "unknown sinusoid layout %d", (int)s->layout);
+  if (s->exponent == CLEMBED_EXPONENT_INDEX && s->layout == CLEMBED_LAYOUT_HALVES)
+    return ce_fail(ctx, CLEMBED_ERR_INVALID_ARGUMENT,
+                   "the INDEX exponent has no HALVES layout (use PAIR with HALVES, or INTERLEAVED)");
+  return CLEMBED_OK;
+}
+
+/* Column c's frequency w (double) and whether it is a cos column. */
+static double column_freq(const clembed_sinusoid *s, size_t d, size_t c, int *is_cos) {
+  double k2; /* the exponent's numerator: w = base^(-k2/d) */
+  if (s->layout == CLEMBED_LAYOUT_HALVES) {
+    size_t h = (d + 1) / 2;
+    *is_cos = c >= h;
+    k2 = 2.0 * (double)(c >= h ? c - h : c);
+  } else {
+    *is_cos = (int)(c & 1);
+    k2 = s->exponent == CLEMBED_EXPONENT_PAIR ? 2.0 * (double)(c / 2) : (double)c;
+  }
+  return pow(s->base, -k2 / (double)d);
+}
+
+void ce_freq_release(clembed_context *ctx) {
+  for (int i = 0; i < CE_FREQ_CACHE; i++) {
+    if (ctx->freq[i].buffer) clReleaseMemObject(ctx->freq[i].buffer);
+    ctx->freq[i].buffer = NULL;
+  }
+}
+
+/* A device buffer of cols float2 (w_hi, w_lo), negated for cos columns; cached
+ * per context (the least recently used of CE_FREQ_CACHE entries is replaced). */
+clembed_status ce_sinusoid_freq(clembed_context *ctx, const clembed_sinusoid *s, size_t cols, cl_mem *buffer) {
+  clembed_status status = CLEMBED_OK;
+  float *host = NULL;
+  cl_mem b = NULL;
+  ce_freq_cache *slot = &ctx->freq[0];
+  for (int i = 0; i < CE_FREQ_CACHE; i++) {
+    ce_freq_cache *e = &ctx->freq[i];
+    if (e->buffer && e->base == s->base && e->exponent == (int)s->exponent && e->layout == (int)s->layout &&
+        e->cols == cols) {
+      e->stamp = ++ctx->freq_stamp;
+      *buffer = e->buffer;
+      return CLEMBED_OK;
+    }
+    if (!e->buffer || e->stamp < slot->stamp) slot = e;
+  }
+  size_t bytes = 2 * sizeof(float) * (cols ? cols : 1);
+  host = calloc(cols ? cols : 1, 2 * sizeof(float));
+  if (!host) FAIL(CLEMBED_ERR_OUT_OF_MEMORY, "sinusoid frequencies: out of host memory");
+  for (size_t c = 0; c < cols; c++) {
+    int is_cos;
+    double w = column_freq(s, cols, c, &is_cos);
+    float hi = (float)w, lo = (float)(w - (double)hi);
+    host[2 * c] = is_cos ? -hi : hi;
+    host[2 * c + 1] = is_cos ? -lo : lo;
+  }
+  cl_int err;
+  b = clCreateBuffer(ctx->context, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, bytes, host, &err);
+  if (err != CL_SUCCESS) {
+    b = NULL;
+    status = ce_cl_fail(ctx, err, "sinusoid frequencies");
+    goto cleanup;
+  }
+  if (slot->buffer) clReleaseMemObject(slot->buffer);
+  slot->buffer = b;
+  slot->base = s->base;
+  slot->exponent = (int)s->exponent;
+  slot->layout = (int)s->layout;
+  slot->cols = cols;
+  slot->stamp = ++ctx->freq_stamp;
+  *buffer = b;
+  b = NULL;
+cleanup:
+  if (b) clReleaseMemObject(b);
+  free(host);
+  return status;
+}
+
+static const clembed_sinusoid default_sinusoid = {10000.0, CLEMBED_EXPONENT_PAIR, CLEMBED_LAYOUT_INTERLEAVED};
+
+clembed_status clembed_positional(clembed_context *ctx, const clembed_sinusoid *s, size_t first_position,
+                                  clembed_matrix *out, cl_uint nwait, const cl_event *wait, cl_event *event) {
+  clembed_status status = CLEMBED_OK;
+  size_t ld;
+  cl_mem freq = NULL;
+  cl_kernel k;
+  char opts[64];
+  if (!ctx) return CLEMBED_ERR_INVALID_ARGUMENT;
+  if (!s) s = &default_sinusoid;
+  CHECK(ce_check_events(ctx, nwait, wait));
+  CHECK(ce_check_matrix(ctx, out, "clembed_positional: out", &ld));
+  CHECK(ce_sinusoid_check(ctx, s));
+  size_t last;
+  if (out->rows && ce_add_overflows(first_position, out->rows - 1, &last))
+    FAIL(CLEMBED_ERR_INVALID_ARGUMENT, "clembed_positional: first_position %zu + rows %zu overflows", first_position,
+         out->rows);
+  CHECK(ce_sinusoid_freq(ctx, s, out->cols, &freq));
+  snprintf(opts, sizeof opts, "-DOUT_DT=%d", (int)out->dtype);
+  CHECK(ce_kernel(ctx, CE_FAMILY_POSITIONAL, opts, "ce_positional", &k));
+  cl_ulong o_off = out->offset, o_ld = ld, rows = out->rows, cols = out->cols, first = first_position;
+  CHECK(ce_set_args(ctx, k, "ce_positional", CE_ARG(out->buffer), CE_ARG(o_off), CE_ARG(o_ld), CE_ARG(rows),
+                    CE_ARG(cols), CE_ARG(first), CE_ARG(freq), CE_END));
+  CHECK(ce_enqueue_2d(ctx, k, "ce_positional", out->cols, out->rows, nwait, wait, event));
+cleanup:
+  return status;
+}

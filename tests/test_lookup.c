@@ -1,0 +1,351 @@
+/* Token-embedding lookup: exact results across shapes, dtypes, id types,
+ * strides, offsets, scale, padding and every index policy, against a plain
+ * reference; and every error the lookup can return. */
+#include "test_util.h"
+
+static int small_mode = 0;
+
+typedef struct lcase {
+  size_t V, d, n;
+  clembed_dtype tdt, odt;
+  clembed_index_type itype;
+  size_t t_pad, t_off;   /* extra ld and offset of the table */
+  size_t o_pad, o_off;   /* extra ld and offset of the output */
+  size_t id_off;         /* offset into the ids buffer */
+  float scale;
+  clembed_index_policy policy;
+  int64_t padding;
+  int with_bad;          /* put out-of-range ids in */
+} lcase;
+
+/* Host copy of a matrix in its own dtype, as raw elements. */
+static void *alloc_elems(size_t n, clembed_dtype t) { return calloc(n ? n : 1, clembed_dtype_size(t)); }
+
+static float elem(const void *p, size_t i, clembed_dtype t) {
+  if (t == CLEMBED_F32) return ((const float *)p)[i];
+  if (t == CLEMBED_F16) return tu_f16_to_f32(((const uint16_t *)p)[i]);
+  return tu_bf16_to_f32(((const uint16_t *)p)[i]);
+}
+
+static void set_elem(void *p, size_t i, clembed_dtype t, float v) {
+  if (t == CLEMBED_F32) ((float *)p)[i] = v;
+  else if (t == CLEMBED_F16) ((uint16_t *)p)[i] = tu_f32_to_f16(v);
+  else ((uint16_t *)p)[i] = tu_f32_to_bf16(v);
+}
+
+/* Creates a device matrix whose buffer also holds `pad` extra columns per row
+ * and `off` leading elements, filled with a sentinel, and writes `host` (dense,
+ * in dtype t) into the rows x cols window. */
+static clembed_status make_strided(clembed_context *ctx, size_t rows, size_t cols, size_t pad, size_t off,
+                                   clembed_dtype t, const void *host, clembed_matrix *m) {
+  clembed_matrix whole;
+  size_t ld = cols + pad;
+  size_t total = off + rows * ld;
+  clembed_status s = clembed_matrix_create(ctx, 1, total ? total : 1, t, &whole);
+  if (s != CLEMBED_OK) return s;
+  void *fill = alloc_elems(total, t);
+  for (size_t i = 0; i < total; i++) set_elem(fill, i, t, 777.0f);
+  s = clembed_matrix_write(ctx, &whole, fill, t);
+  free(fill);
+  m->buffer = whole.buffer;
+  m->offset = off;
+  m->rows = rows;
+  m->cols = cols;
+  m->ld = ld;
+  m->dtype = t;
+  if (s == CLEMBED_OK) s = clembed_matrix_write(ctx, m, host, t);
+  return s;
+}
+
+static void run_case(clembed_context *ctx, const lcase *c) {
+  uint64_t rng = 0x1234 + c->V * 31 + c->d * 7 + c->n;
+  size_t V = c->V, d = c->d, n = c->n;
+  void *w = alloc_elems(V * d, c->tdt);
+  for (size_t i = 0; i < V * d; i++) set_elem(w, i, c->tdt, tu_rand(&rng) * 8.0f);
+  int64_t *ids = calloc(c->id_off + n + 1, sizeof *ids);
+  long long first_bad = -1, first_bad_val = 0;
+  for (size_t i = 0; i < n; i++) {
+    int64_t v = (int64_t)((uint64_t)((tu_rand(&rng) + 1.0f) * 1e6f) % V);
+    if (c->with_bad && i % 5 == 3) v = (i % 2) ? (int64_t)V + (int64_t)i : -(int64_t)(i % 3) - 1;
+    if (i % 11 == 0 && n > 20) v = (int64_t)(V / 2); /* a repeated id */
+    ids[c->id_off + i] = v;
+  }
+  /* ids in the requested type, with a leading offset filled with junk */
+  size_t ni = c->id_off + n;
+  void *hid = calloc(ni ? ni : 1, 8);
+  for (size_t i = 0; i < ni; i++) {
+    int64_t v = i < c->id_off ? 0x7FFFFFF : ids[i];
+    if (c->itype == CLEMBED_I32) ((int32_t *)hid)[i] = (int32_t)v;
+    else ((int64_t *)hid)[i] = v;
+  }
+  clembed_matrix table = {0}, out = {0};
+  clembed_ids did = {0};
+  OK(ctx, make_strided(ctx, V, d, c->t_pad, c->t_off, c->tdt, w, &table));
+  OK(ctx, clembed_ids_create(ctx, hid, ni, c->itype, &did));
+  did.offset = c->id_off;
+  did.count = n;
+  void *zero = alloc_elems(n * d, c->odt);
+  OK(ctx, make_strided(ctx, n, d, c->o_pad, c->o_off, c->odt, zero, &out));
+  clembed_embed_options o = clembed_embed_defaults();
+  o.scale = c->scale;
+  o.policy = c->policy;
+  o.padding_idx = c->padding;
+  clembed_status s = clembed_embed(ctx, &table, &did, &o, &out, 0, NULL, NULL);
+  EXPECT(s == CLEMBED_OK, "embed: %s %s", clembed_status_string(s), clembed_context_message(ctx));
+  clembed_status fin = clembed_finish(ctx);
+
+  /* reference */
+  int64_t pad = c->padding < -1 ? c->padding + (int64_t)V : c->padding;
+  void *got = alloc_elems(n * d, c->odt);
+  OK(ctx, clembed_matrix_read(ctx, &out, got, c->odt));
+  size_t bad_elems = 0;
+  for (size_t i = 0; i < n; i++) {
+    int64_t id = ids[c->id_off + i];
+    int64_t r = id;
+    int is_bad = 0;
+    if (c->policy == CLEMBED_INDEX_WRAP && id < 0 && id >= -(int64_t)V) r = id + (int64_t)V;
+    if (r < 0 || r >= (int64_t)V) {
+      if (c->policy == CLEMBED_INDEX_CLAMP) r = r < 0 ? 0 : (int64_t)V - 1;
+      else {
+        is_bad = c->policy != CLEMBED_INDEX_ZERO;
+        r = -1;
+      }
+    }
+    if (is_bad && first_bad < 0) {
+      first_bad = (long long)i;
+      first_bad_val = (long long)id;
+    }
+    if (r == pad) r = -1;
+    for (size_t k = 0; k < d; k++) {
+      float ref = r >= 0 ? c->scale * elem(w, (size_t)r * d + k, c->tdt) : 0.0f;
+      ref = tu_round(ref, c->odt);
+      float g = elem(got, i * d + k, c->odt);
+      if (!(g == ref || (isnan(g) && isnan(ref)))) bad_elems++;
+      if (bad_elems == 1 && !(g == ref)) {
+        fprintf(stderr, "  first mismatch at token %zu col %zu: got %.9g want %.9g\n", i, k, g, ref);
+        bad_elems++;
+      }
+    }
+  }
+  EXPECT(bad_elems == 0, "V=%zu d=%zu n=%zu tdt=%d odt=%d itype=%d pad=%zu/%zu/%zu/%zu/%zu policy=%d: %zu wrong",
+         V, d, n, c->tdt, c->odt, c->itype, c->t_pad, c->t_off, c->o_pad, c->o_off, c->id_off, c->policy,
+         bad_elems);
+  if (first_bad >= 0) {
+    char want[128];
+    snprintf(want, sizeof want, "ids[%lld] = %lld is outside [0, %zu)", first_bad, first_bad_val, V);
+    EXPECT(fin == CLEMBED_ERR_INDEX_OUT_OF_RANGE, "finish returned %s", clembed_status_string(fin));
+    EXPECT(strstr(clembed_context_message(ctx), want) != NULL, "message '%s' lacks '%s'",
+           clembed_context_message(ctx), want);
+    /* cleared after it was returned */
+    EXPECT(clembed_finish(ctx) == CLEMBED_OK, "deferred error not cleared");
+  } else {
+    EXPECT(fin == CLEMBED_OK, "finish: %s %s", clembed_status_string(fin), clembed_context_message(ctx));
+  }
+  /* the stride gaps and the leading offset of the output are untouched */
+  if (c->o_pad || c->o_off) {
+    size_t total = c->o_off + n * (d + c->o_pad);
+    void *all = alloc_elems(total, c->odt);
+    clembed_matrix whole = {out.buffer, 0, 1, total, total, c->odt};
+    if (total) OK(ctx, clembed_matrix_read(ctx, &whole, all, c->odt));
+    size_t touched = 0;
+    for (size_t e = 0; e < total; e++) {
+      int inside = e >= c->o_off && (e - c->o_off) % (d + c->o_pad) < d;
+      if (!inside && elem(all, e, c->odt) != tu_round(777.0f, c->odt)) touched++;
+    }
+    EXPECT(touched == 0, "%zu elements outside the output window were written", touched);
+    free(all);
+  }
+  clembed_matrix_release(&table);
+  clembed_matrix_release(&out);
+  clembed_ids_release(&did);
+  free(w);
+  free(ids);
+  free(hid);
+  free(zero);
+  free(got);
+}
+
+static void sweep(clembed_context *ctx) {
+  const size_t ds[] = {1, 3, 37, 1024};
+  const size_t ns[] = {0, 1, 5, 300};
+  const clembed_dtype dts[] = {CLEMBED_F32, CLEMBED_F16, CLEMBED_BF16};
+  for (size_t a = 0; a < 4; a++)
+    for (size_t b = 0; b < 4; b++) {
+      size_t d = ds[a], n = ns[b];
+      if (small_mode && d * n > 4000) continue;
+      for (int t = 0; t < 3; t++) {
+        lcase c = {1000, d, n, dts[t], dts[t], (b & 1) ? CLEMBED_I64 : CLEMBED_I32, 0, 0, 0, 0, 0,
+                   1.0f, CLEMBED_INDEX_CHECK, CLEMBED_NO_PADDING, 0};
+        run_case(ctx, &c);
+      }
+    }
+  /* every table dtype into every output dtype, with strides and offsets */
+  for (int t = 0; t < 3; t++)
+    for (int o = 0; o < 3; o++) {
+      lcase c = {50, 37, 40, dts[t], dts[o], (t + o) & 1 ? CLEMBED_I64 : CLEMBED_I32, 5, 13, 3, 7, 9,
+                 1.0f, CLEMBED_INDEX_CHECK, CLEMBED_NO_PADDING, 0};
+      run_case(ctx, &c);
+    }
+  /* scale and padding (also a negative padding index, as in PyTorch) */
+  lcase c1 = {20, 16, 64, CLEMBED_F32, CLEMBED_F32, CLEMBED_I32, 0, 0, 0, 0, 0, 5.656854f, CLEMBED_INDEX_CHECK, 10, 0};
+  run_case(ctx, &c1);
+  lcase c2 = {20, 16, 64, CLEMBED_F16, CLEMBED_F32, CLEMBED_I64, 0, 0, 0, 0, 0, 0.125f, CLEMBED_INDEX_CHECK, -3, 0};
+  run_case(ctx, &c2);
+  /* one id repeated thousands of times */
+  lcase c3 = {3, 8, small_mode ? 400 : 5000, CLEMBED_F32, CLEMBED_F32, CLEMBED_I32, 0, 0, 0, 0, 0, 1.0f,
+              CLEMBED_INDEX_CHECK, CLEMBED_NO_PADDING, 0};
+  run_case(ctx, &c3);
+  /* every policy with bad ids in both id types */
+  for (int p = 0; p < 4; p++)
+    for (int it = 0; it < 2; it++) {
+      lcase c = {30, 5, 60, CLEMBED_F32, CLEMBED_F32, it ? CLEMBED_I64 : CLEMBED_I32, 0, 0, 0, 0, 2, 2.0f,
+                 (clembed_index_policy)p, 7, 1};
+      run_case(ctx, &c);
+    }
+}
+
+/* ids[23] = 123456 in a table of 1000 rows: the message of the issue. */
+static void check_message(clembed_context *ctx) {
+  int32_t ids[40];
+  for (int i = 0; i < 40; i++) ids[i] = i;
+  ids[23] = 123456;
+  ids[31] = -5;
+  clembed_matrix t = {0}, o = {0};
+  clembed_ids di = {0};
+  OK(ctx, clembed_matrix_create(ctx, 1000, 4, CLEMBED_F32, &t));
+  OK(ctx, clembed_matrix_create(ctx, 40, 4, CLEMBED_F32, &o));
+  OK(ctx, clembed_ids_create(ctx, ids, 40, CLEMBED_I32, &di));
+  OK(ctx, clembed_lookup(ctx, &t, &di, &o, 0, NULL, NULL));
+  float host[160];
+  FAILS(ctx, CLEMBED_ERR_INDEX_OUT_OF_RANGE, clembed_matrix_read(ctx, &o, host, CLEMBED_F32));
+  EXPECT(strstr(clembed_context_message(ctx), "ids[23] = 123456 is outside [0, 1000)"), "message: %s",
+         clembed_context_message(ctx));
+  /* two operations: the first one's error is reported */
+  clembed_ids d2 = {0}, dc = {0};
+  ids[23] = 23;
+  OK(ctx, clembed_ids_create(ctx, ids, 40, CLEMBED_I32, &dc)); /* only ids[31] is bad */
+  ids[31] = 31;
+  OK(ctx, clembed_ids_create(ctx, ids, 40, CLEMBED_I32, &d2)); /* clean */
+  OK(ctx, clembed_lookup(ctx, &t, &d2, &o, 0, NULL, NULL));
+  OK(ctx, clembed_lookup(ctx, &t, &dc, &o, 0, NULL, NULL));
+  OK(ctx, clembed_lookup(ctx, &t, &di, &o, 0, NULL, NULL));
+  FAILS(ctx, CLEMBED_ERR_INDEX_OUT_OF_RANGE, clembed_finish(ctx));
+  EXPECT(strstr(clembed_context_message(ctx), "ids[31] = -5 is outside [0, 1000)"), "message: %s",
+         clembed_context_message(ctx));
+  OK(ctx, clembed_finish(ctx));
+  /* more checked operations than error slots without a finish: the one bad
+   * operation (after the slots were recycled) is still reported */
+  for (int k = 0; k < 300; k++) OK(ctx, clembed_lookup(ctx, &t, k == 290 ? &di : &d2, &o, 0, NULL, NULL));
+  FAILS(ctx, CLEMBED_ERR_INDEX_OUT_OF_RANGE, clembed_finish(ctx));
+  EXPECT(strstr(clembed_context_message(ctx), "ids[23] = 123456"), "message: %s", clembed_context_message(ctx));
+  for (int k = 0; k < 300; k++) OK(ctx, clembed_lookup(ctx, &t, k == 100 ? &di : &d2, &o, 0, NULL, NULL));
+  FAILS(ctx, CLEMBED_ERR_INDEX_OUT_OF_RANGE, clembed_finish(ctx));
+  OK(ctx, clembed_finish(ctx));
+  /* event: completes, and the caller owns it */
+  cl_event ev = NULL;
+  OK(ctx, clembed_lookup(ctx, &t, &d2, &o, 0, NULL, &ev));
+  EXPECT(ev != NULL, "no event returned");
+  if (ev) {
+    EXPECT(clWaitForEvents(1, &ev) == CL_SUCCESS, "event wait failed");
+    clReleaseEvent(ev);
+  }
+  /* a wait list is honoured */
+  cl_event e1 = NULL, e2 = NULL;
+  OK(ctx, clembed_lookup(ctx, &t, &d2, &o, 0, NULL, &e1));
+  if (e1) {
+    OK(ctx, clembed_lookup(ctx, &t, &d2, &o, 1, &e1, &e2));
+    if (e2) {
+      clWaitForEvents(1, &e2);
+      clReleaseEvent(e2);
+    }
+    clReleaseEvent(e1);
+  }
+  OK(ctx, clembed_finish(ctx));
+  clembed_matrix_release(&t);
+  clembed_matrix_release(&o);
+  clembed_ids_release(&di);
+  clembed_ids_release(&d2);
+  clembed_ids_release(&dc);
+}
+
+static void check_errors(clembed_context *ctx) {
+  clembed_matrix t = {0}, o = {0}, bad;
+  clembed_ids di = {0};
+  int32_t ids[4] = {0, 1, 2, 3};
+  OK(ctx, clembed_matrix_create(ctx, 10, 4, CLEMBED_F32, &t));
+  OK(ctx, clembed_matrix_create(ctx, 4, 4, CLEMBED_F32, &o));
+  OK(ctx, clembed_ids_create(ctx, ids, 4, CLEMBED_I32, &di));
+  const int INV = CLEMBED_ERR_INVALID_ARGUMENT;
+  FAILS(NULL, INV, clembed_lookup(NULL, &t, &di, &o, 0, NULL, NULL));
+  FAILS(ctx, INV, clembed_lookup(ctx, NULL, &di, &o, 0, NULL, NULL));
+  FAILS(ctx, INV, clembed_lookup(ctx, &t, NULL, &o, 0, NULL, NULL));
+  FAILS(ctx, INV, clembed_lookup(ctx, &t, &di, NULL, 0, NULL, NULL));
+  FAILS(ctx, INV, clembed_lookup(ctx, &t, &di, &o, 2, NULL, NULL));
+  EXPECT(strstr(clembed_context_message(ctx), "event_wait_list") != NULL, "%s", clembed_context_message(ctx));
+  cl_event dummy = NULL;
+  FAILS(ctx, INV, clembed_lookup(ctx, &t, &di, &o, 0, &dummy, NULL));
+  FAILS(ctx, INV, clembed_lookup(ctx, &t, &di, &o, 1, &dummy, NULL)); /* a NULL event in the list */
+  bad = o;
+  bad.rows = 3;
+  FAILS(ctx, INV, clembed_lookup(ctx, &t, &di, &bad, 0, NULL, NULL));
+  bad = o;
+  bad.cols = 5;
+  bad.ld = 5;
+  FAILS(ctx, INV, clembed_lookup(ctx, &t, &di, &bad, 0, NULL, NULL)); /* mismatch and too big */
+  bad = t;
+  bad.ld = 3;
+  FAILS(ctx, INV, clembed_lookup(ctx, &bad, &di, &o, 0, NULL, NULL));
+  EXPECT(strstr(clembed_context_message(ctx), "ld 3 is less than cols 4") != NULL, "%s", clembed_context_message(ctx));
+  bad = t;
+  bad.offset = 1;
+  FAILS(ctx, INV, clembed_lookup(ctx, &bad, &di, &o, 0, NULL, NULL)); /* past the buffer */
+  EXPECT(strstr(clembed_context_message(ctx), "buffer holds 160") != NULL, "%s", clembed_context_message(ctx));
+  bad = t;
+  bad.rows = SIZE_MAX / 2;
+  FAILS(ctx, INV, clembed_lookup(ctx, &bad, &di, &o, 0, NULL, NULL)); /* overflow */
+  bad = t;
+  bad.dtype = (clembed_dtype)9;
+  FAILS(ctx, INV, clembed_lookup(ctx, &bad, &di, &o, 0, NULL, NULL));
+  bad = t;
+  bad.buffer = NULL;
+  FAILS(ctx, INV, clembed_lookup(ctx, &bad, &di, &o, 0, NULL, NULL));
+  clembed_ids bi = di;
+  bi.offset = 2;
+  FAILS(ctx, INV, clembed_lookup(ctx, &t, &bi, &o, 0, NULL, NULL));
+  bi = di;
+  bi.type = (clembed_index_type)5;
+  FAILS(ctx, INV, clembed_lookup(ctx, &t, &bi, &o, 0, NULL, NULL));
+  bi = di;
+  bi.type = CLEMBED_I64; /* 4 i64 ids need 32 bytes, the buffer holds 16 */
+  FAILS(ctx, INV, clembed_lookup(ctx, &t, &bi, &o, 0, NULL, NULL));
+  clembed_embed_options opt = clembed_embed_defaults();
+  opt.policy = (clembed_index_policy)17;
+  FAILS(ctx, INV, clembed_embed(ctx, &t, &di, &opt, &o, 0, NULL, NULL));
+  opt = clembed_embed_defaults();
+  opt.padding_idx = 10;
+  FAILS(ctx, INV, clembed_embed(ctx, &t, &di, &opt, &o, 0, NULL, NULL));
+  opt.padding_idx = -11;
+  FAILS(ctx, INV, clembed_embed(ctx, &t, &di, &opt, &o, 0, NULL, NULL));
+  opt = clembed_embed_defaults();
+  opt.dropout = 1.0f;
+  FAILS(ctx, INV, clembed_embed(ctx, &t, &di, &opt, &o, 0, NULL, NULL));
+  opt = clembed_embed_defaults();
+  opt.positions = (clembed_positions)7;
+  FAILS(ctx, INV, clembed_embed(ctx, &t, &di, &opt, &o, 0, NULL, NULL));
+  /* a failed call does not break the context */
+  OK(ctx, clembed_lookup(ctx, &t, &di, &o, 0, NULL, NULL));
+  OK(ctx, clembed_finish(ctx));
+  clembed_matrix_release(&t);
+  clembed_matrix_release(&o);
+  clembed_ids_release(&di);
+}
+
+int main(int argc, char **argv) {
+  small_mode = argc > 1 && !strcmp(argv[1], "small");
+  clembed_context *ctx = tu_context();
+  sweep(ctx);
+  check_message(ctx);
+  check_errors(ctx);
+  clembed_context_destroy(ctx);
+  return tu_finish("test_lookup");
+}

@@ -1,0 +1,58 @@
+/* Status strings and version: every code has its own fixed string. */
+#include "test_util.h"
+
+int main(void) {
+  const struct { int code; const char *name; } known[] = {
+      {CLEMBED_OK, "CLEMBED_OK"},
+      {CLEMBED_ERR_INVALID_ARGUMENT, "CLEMBED_ERR_INVALID_ARGUMENT"},
+      {CLEMBED_ERR_INDEX_OUT_OF_RANGE, "CLEMBED_ERR_INDEX_OUT_OF_RANGE"},
+      {CLEMBED_ERR_NO_DEVICE, "CLEMBED_ERR_NO_DEVICE"},
+      {CLEMBED_ERR_BUILD_FAILED, "CLEMBED_ERR_BUILD_FAILED"},
+      {CLEMBED_ERR_OUT_OF_MEMORY, "CLEMBED_ERR_OUT_OF_MEMORY"},
+      {CLEMBED_ERR_UNSUPPORTED, "CLEMBED_ERR_UNSUPPORTED"},
+      {CL_INVALID_VALUE, "CL_INVALID_VALUE"},
+      {CL_DEVICE_NOT_FOUND, "CL_DEVICE_NOT_FOUND"},
+      {CL_BUILD_PROGRAM_FAILURE, "CL_BUILD_PROGRAM_FAILURE"},
+      {CL_INVALID_EVENT_WAIT_LIST, "CL_INVALID_EVENT_WAIT_LIST"},
+      {CL_INVALID_KERNEL_ARGS, "CL_INVALID_KERNEL_ARGS"},
+      {CL_OUT_OF_RESOURCES, "CL_OUT_OF_RESOURCES"},
+      {CL_MEM_OBJECT_ALLOCATION_FAILURE, "CL_MEM_OBJECT_ALLOCATION_FAILURE"},
+  };
+  for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) {
+    const char *s = clembed_status_string((clembed_status)known[i].code);
+    EXPECT(s && !strcmp(s, known[i].name), "code %d gives '%s', expected '%s'", known[i].code, s ? s : "(null)",
+           known[i].name);
+  }
+  /* every OpenCL code from -1 to -72 and every clembed code has a distinct string */
+  const char *seen[80] = {0};
+  int n = 0;
+  for (int c = -72; c <= 0; c++) {
+    const char *s = clembed_status_string((clembed_status)c);
+    EXPECT(s != NULL, "code %d gives NULL", c);
+    if (!s || !strcmp(s, "CLEMBED_UNKNOWN_STATUS")) continue; /* -20..-29 are unassigned in OpenCL */
+    for (int j = 0; j < n; j++) EXPECT(strcmp(seen[j], s) != 0, "code %d repeats '%s'", c, s);
+    if (n < 80) seen[n++] = s;
+  }
+  EXPECT(n >= 60, "only %d named OpenCL codes", n);
+  for (int c = -2006; c <= -2001; c++)
+    EXPECT(strncmp(clembed_status_string((clembed_status)c), "CLEMBED_ERR_", 12) == 0, "code %d", c);
+  EXPECT(!strcmp(clembed_status_string((clembed_status)12345), "CLEMBED_UNKNOWN_STATUS"), "unknown code");
+  EXPECT(!strcmp(clembed_status_string((clembed_status)-2000), "CLEMBED_UNKNOWN_STATUS"), "unknown code");
+  /* version */
+  EXPECT(clembed_version_number() == CLEMBED_VERSION_NUMBER, "version %u", clembed_version_number());
+  EXPECT(CLEMBED_VERSION_NUMBER ==
+             CLEMBED_VERSION_MAJOR * 10000 + CLEMBED_VERSION_MINOR * 100 + CLEMBED_VERSION_PATCH,
+         "version macro");
+  /* the NULL-accepting functions */
+  clembed_context_destroy(NULL);
+  clembed_matrix_release(NULL);
+  clembed_ids_release(NULL);
+  EXPECT(clembed_context_queue(NULL) == NULL, "queue of NULL");
+  EXPECT(!strcmp(clembed_context_message(NULL), ""), "message of NULL");
+  EXPECT(!strcmp(clembed_context_device_name(NULL), ""), "name of NULL");
+  EXPECT(clembed_finish(NULL) == CLEMBED_ERR_INVALID_ARGUMENT, "finish(NULL)");
+  EXPECT(clembed_dtype_size(CLEMBED_F32) == 4 && clembed_dtype_size(CLEMBED_F16) == 2 &&
+             clembed_dtype_size(CLEMBED_BF16) == 2 && clembed_dtype_size((clembed_dtype)3) == 0,
+         "dtype sizes");
+  return tu_finish("test_status");
+}
