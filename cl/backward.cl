@@ -66,7 +66,16 @@
 
 /* VEC consecutive elements of each dtype, as float32. */
 inline FV ce_loadv_0(__global const float *p, ulong o) { return vloadV(0, p + o); }
-inline FV ce_loadv_1(__global const half *p, ulong o) { return vload_halfV(0, p + o); }
+/* F16 by its bits (ushort vloadN): some POCL versions compile vload_half8/16 to
+ * 16-byte-aligned loads, which fault at an odd column. Exact, like vload_half. */
+inline FV ce_loadv_1(__global const half *p, ulong o) {
+  UV h = convert_UV(vloadV(0, (__global const ushort *)p + o)), em = h & 0x7FFFu;
+  FV normal = as_FV((em << 13) + (UV)(112u << 23));            /* rebias 15 -> 127 */
+  FV sub = convert_FV(em) * 0x1p-24f;                          /* exponent 0: em * 2^-24 */
+  FV special = as_FV((em << 13) | 0x7F800000u);                /* inf, nan */
+  FV m = select(select(normal, sub, em < 0x400u), special, em >= 0x7C00u);
+  return as_FV(as_UV(m) | ((h & 0x8000u) << 16));
+}
 inline FV ce_loadv_2(__global const ushort *p, ulong o) { return as_FV(convert_UV(vloadV(0, p + o)) << 16); }
 inline void ce_storev_0(__global float *p, ulong o, FV v) { vstoreV(v, 0, p + o); }
 inline void ce_storev_1(__global half *p, ulong o, FV v) { vstore_halfV_rte(v, 0, p + o); }

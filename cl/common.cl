@@ -26,6 +26,18 @@ inline ushort ce_to_bf16(float v) {
 }
 inline void ce_store_2(__global ushort *p, ulong i, float v) { p[i] = ce_to_bf16(v); }
 
+/* Four consecutive elements p[base + 4j .. base + 4j + 3] (element alignment only). */
+inline float4 ce_load4_0(__global const float *p, ulong base, ulong j) { return vload4((size_t)j, p + base); }
+inline float4 ce_load4_1(__global const half *p, ulong base, ulong j) { return vload_half4((size_t)j, p + base); }
+inline float4 ce_load4_2(__global const ushort *p, ulong base, ulong j) {
+  return as_float4(convert_uint4(vload4((size_t)j, p + base)) << 16);
+}
+inline void ce_store4_0(__global float *p, ulong base, ulong j, float4 v) { vstore4(v, (size_t)j, p + base); }
+inline void ce_store4_1(__global half *p, ulong base, ulong j, float4 v) { vstore_half4_rte(v, (size_t)j, p + base); }
+inline void ce_store4_2(__global ushort *p, ulong base, ulong j, float4 v) {
+  vstore4((ushort4)(ce_to_bf16(v.x), ce_to_bf16(v.y), ce_to_bf16(v.z), ce_to_bf16(v.w)), (size_t)j, p + base);
+}
+
 /* ------------------------------------------------------------------- ids */
 
 /* An ids buffer is passed twice (as int and as long); `is64` picks the view. */

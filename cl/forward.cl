@@ -1,7 +1,8 @@
 /* forward.cl: the fused embedding forward, one work-item per output element.
  *   out[i][c] = dropout(scale * table[row(ids[i])][c] + P[p(i)][c])
  * Build options: TABLE_DT, OUT_DT (dtype codes), POSITIONS (0 none, 1 sinusoid,
- * 2 table), POS_DT (for POSITIONS 2), DROPOUT (0/1). */
+ * 2 table), POS_DT (for POSITIONS 2), DROPOUT (0/1), VW (1: one element per
+ * work-item; 4: four consecutive columns per work-item, when cols % 4 == 0). */
 
 #define TABLE_T CE_XCAT(CE_STORE_, TABLE_DT)
 #define OUT_T CE_XCAT(CE_STORE_, OUT_DT)
@@ -13,6 +14,9 @@
 #else
 #define POS_T float
 #endif
+#define load4_table CE_XCAT(ce_load4_, TABLE_DT)
+#define store4_out CE_XCAT(ce_store4_, OUT_DT)
+#define load4_pos CE_XCAT(ce_load4_, POS_DT)
 
 __kernel void ce_embed(__global const TABLE_T *table, ulong t_off, ulong t_ld, ulong t_rows,
                        __global const int *ids32, __global const long *ids64, ulong id_off, int id64, ulong n,
@@ -21,6 +25,39 @@ __kernel void ce_embed(__global const TABLE_T *table, ulong t_off, ulong t_ld, u
                        ulong p_ld, ulong p_rows, ulong seq_len, ulong pos_offset, __global const int *so32,
                        __global const long *so64, ulong so_off, int so64f, int has_so, float dropout,
                        uint seed_lo, uint seed_hi, float keep_scale, __global uint *err, uint slot) {
+#if VW == 4
+  ulong j = get_global_id(0), i = get_global_id(1), c = 4 * j;
+  if (c >= cols || i >= n) return;
+  int bad;
+  long row = ce_resolve(ce_load_id(ids32, ids64, id64, id_off + i), t_rows, policy, padding, &bad);
+  float4 v = row >= 0 ? scale * load4_table(table, t_off + (ulong)row * t_ld, j) : (float4)(0.0f);
+  if (bad && c == 0) ce_report(err, slot, 0, i);
+#if POSITIONS != 0
+  ulong b = seq_len ? i / seq_len : 0, jj = seq_len ? i % seq_len : i;
+  long first = has_so ? ce_load_id(so32, so64, so64f, so_off + b) : (long)pos_offset;
+  ulong p = (ulong)first + jj;
+#if POSITIONS == 1
+  if (first >= 0)
+    v += (float4)(ce_sinusoid(p, freq[c]), ce_sinusoid(p, freq[c + 1]), ce_sinusoid(p, freq[c + 2]),
+                  ce_sinusoid(p, freq[c + 3]));
+  else if (c == 0)
+    ce_report(err, slot, 1, i);
+#else
+  if (first >= 0 && p < p_rows)
+    v += load4_pos(ptab, p_off + p * p_ld, j);
+  else if (c == 0)
+    ce_report(err, slot, 1, i);
+#endif
+#endif
+#if DROPOUT
+  ulong e = i * cols + c;
+  v.x = ce_unit(ce_philox_element(seed_lo, seed_hi, e).x) >= dropout ? v.x * keep_scale : 0.0f;
+  v.y = ce_unit(ce_philox_element(seed_lo, seed_hi, e + 1).x) >= dropout ? v.y * keep_scale : 0.0f;
+  v.z = ce_unit(ce_philox_element(seed_lo, seed_hi, e + 2).x) >= dropout ? v.z * keep_scale : 0.0f;
+  v.w = ce_unit(ce_philox_element(seed_lo, seed_hi, e + 3).x) >= dropout ? v.w * keep_scale : 0.0f;
+#endif
+  store4_out(out, o_off + i * o_ld, j, v);
+#else
   ulong c = get_global_id(0), i = get_global_id(1);
   if (c >= cols || i >= n) return;
   int bad;
@@ -48,4 +85,5 @@ __kernel void ce_embed(__global const TABLE_T *table, ulong t_off, ulong t_ld, u
   v = ce_unit(x) >= dropout ? v * keep_scale : 0.0f;
 #endif
   store_out(out, o_off + i * o_ld + c, v);
+#endif
 }

@@ -1,10 +1,4 @@
-/* util.cl: the plain copy kernel that the benchmark measures every operation
- * against (the device's own copy bandwidth), in uint words. */
-
-__kernel void ce_copy(__global const uint *src, __global uint *dst, ulong n) {
-  ulong i = get_global_id(0);
-  if (i < n) dst[i] = src[i];
-}
+/* util.cl: small helper kernels. */
 
 /* Zero-fills n uint words (matrix creation: a kernel rather than
  * clEnqueueFillBuffer, so that every implementation, Oclgrind's included, sees

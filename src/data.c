@@ -261,7 +261,7 @@ clembed_status clembed_matrix_write(clembed_context *ctx, clembed_matrix *m, con
                                     clembed_dtype host_dtype) {
   clembed_status status = CLEMBED_OK;
   void *tmp = NULL;
-  size_t ld;
+  size_t ld = 0;
   if (!ctx) return CLEMBED_ERR_INVALID_ARGUMENT;
   CHECK(ce_check_matrix(ctx, m, "clembed_matrix_write: m", &ld));
   if (!clembed_dtype_size(host_dtype))
@@ -286,7 +286,7 @@ clembed_status clembed_matrix_read(clembed_context *ctx, const clembed_matrix *m
                                    clembed_dtype host_dtype) {
   clembed_status status = CLEMBED_OK;
   void *tmp = NULL;
-  size_t ld;
+  size_t ld = 0;
   if (!ctx) return CLEMBED_ERR_INVALID_ARGUMENT;
   CHECK(ce_check_matrix(ctx, m, "clembed_matrix_read: m", &ld));
   if (!clembed_dtype_size(host_dtype))

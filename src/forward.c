@@ -118,8 +118,9 @@ clembed_status clembed_embed(clembed_context *ctx, const clembed_matrix *table, 
   }
   const clembed_ids *so = opt->positions != CLEMBED_POSITIONS_NONE ? opt->sequence_offsets : NULL;
   int positions = (int)opt->positions, dropout = opt->dropout > 0.0f;
-  snprintf(opts, sizeof opts, "-DTABLE_DT=%d -DOUT_DT=%d -DPOSITIONS=%d -DPOS_DT=%d -DDROPOUT=%d",
-           (int)table->dtype, (int)out->dtype, positions, pt ? (int)pt->dtype : 0, dropout);
+  int vw = table->cols % 4 == 0 ? 4 : 1; /* four columns per work-item when the rows allow */
+  snprintf(opts, sizeof opts, "-DTABLE_DT=%d -DOUT_DT=%d -DPOSITIONS=%d -DPOS_DT=%d -DDROPOUT=%d -DVW=%d",
+           (int)table->dtype, (int)out->dtype, positions, pt ? (int)pt->dtype : 0, dropout, vw);
   CHECK(ce_kernel(ctx, CE_FAMILY_FORWARD, opts, "ce_embed", &k));
 
   cl_uint slot = CE_NO_SLOT;
@@ -145,7 +146,7 @@ clembed_status clembed_embed(clembed_context *ctx, const clembed_matrix *table, 
                     CE_ARG(pos_offset), CE_ARG(sob), CE_ARG(sob), CE_ARG(so_off), CE_ARG(so64), CE_ARG(has_so),
                     CE_ARG(drop), CE_ARG(seed_lo), CE_ARG(seed_hi), CE_ARG(keep), CE_ARG(ctx->errbuf),
                     CE_ARG(slot_arg), CE_END));
-  CHECK(ce_enqueue_checked(ctx, k, "ce_embed", table->cols, ids->count, CE_FAMILY_FORWARD, opts, slot, ids, so,
+  CHECK(ce_enqueue_checked(ctx, k, "ce_embed", table->cols / (size_t)vw, ids->count, CE_FAMILY_FORWARD, opts, slot, ids, so,
                            opt->seq_len, nwait, wait, event));
 cleanup:
   return status;

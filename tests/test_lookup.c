@@ -186,6 +186,12 @@ static void sweep(clembed_context *ctx) {
                  1.0f, CLEMBED_INDEX_CHECK, CLEMBED_NO_PADDING, 0};
       run_case(ctx, &c);
     }
+  /* four columns per work-item: strides and offsets that are not multiples of 4 */
+  for (int t = 0; t < 3; t++) {
+    lcase c = {50, 36, 40, dts[t], dts[2 - t], t & 1 ? CLEMBED_I64 : CLEMBED_I32, 3, 5, 1, 3, 1,
+               0.5f, CLEMBED_INDEX_CHECK, CLEMBED_NO_PADDING, 0};
+    run_case(ctx, &c);
+  }
   /* scale and padding (also a negative padding index, as in PyTorch) */
   lcase c1 = {20, 16, 64, CLEMBED_F32, CLEMBED_F32, CLEMBED_I32, 0, 0, 0, 0, 0, 5.656854f, CLEMBED_INDEX_CHECK, 10, 0};
   run_case(ctx, &c1);

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Sets up (installs what is missing, builds) and runs the main job: the
+# tutorial demo on the default OpenCL device.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+# shellcheck source=tools/setup.sh
+source "$here/setup.sh"
+cd "$CLEMBED_ROOT"
+clembed_setup build -DCLEMBED_BUILD_TESTS=OFF
+./build/clembed devices
+exec ./build/clembed demo "$@"
