@@ -101,12 +101,25 @@ clembed_status clembed_embed(clembed_context *ctx, const clembed_matrix *table, 
                         opt->sequence_offsets));
   CHECK(ce_padding(ctx, opt->padding_idx, table->rows, "clembed_embed", &padding));
   const clembed_matrix *pt = NULL;
+  int cached_pe = 0;
   switch (opt->positions) {
     case CLEMBED_POSITIONS_NONE: break;
-    case CLEMBED_POSITIONS_SINUSOID:
+    case CLEMBED_POSITIONS_SINUSOID: {
       CHECK(ce_sinusoid_check(ctx, &opt->sinusoid));
-      CHECK(ce_sinusoid_freq(ctx, &opt->sinusoid, table->cols, &freq));
+      /* Without per-sequence offsets the positions are [offset, offset + span): read
+       * them from the context's cached table (the same float values) rather than
+       * computing sin/cos per element. */
+      size_t span = opt->seq_len && opt->seq_len < ids->count ? opt->seq_len : ids->count, end;
+      if (!opt->sequence_offsets && !ce_add_overflows(opt->position_offset, span, &end))
+        CHECK(ce_sinusoid_table(ctx, &opt->sinusoid, table->cols, end, &pt));
+      if (pt) {
+        cached_pe = 1;
+        p_ld = pt->cols;
+      } else {
+        CHECK(ce_sinusoid_freq(ctx, &opt->sinusoid, table->cols, &freq));
+      }
       break;
+    }
     case CLEMBED_POSITIONS_TABLE:
       pt = opt->position_table;
       CHECK(ce_check_matrix(ctx, pt, "position_table", &p_ld));
@@ -117,14 +130,15 @@ clembed_status clembed_embed(clembed_context *ctx, const clembed_matrix *table, 
     default: FAIL(CLEMBED_ERR_INVALID_ARGUMENT, "clembed_embed: unknown positions %d", (int)opt->positions);
   }
   const clembed_ids *so = opt->positions != CLEMBED_POSITIONS_NONE ? opt->sequence_offsets : NULL;
-  int positions = (int)opt->positions, dropout = opt->dropout > 0.0f;
+  int positions = cached_pe ? (int)CLEMBED_POSITIONS_TABLE : (int)opt->positions, dropout = opt->dropout > 0.0f;
   int vw = table->cols % 4 == 0 ? 4 : 1; /* four columns per work-item when the rows allow */
   snprintf(opts, sizeof opts, "-DTABLE_DT=%d -DOUT_DT=%d -DPOSITIONS=%d -DPOS_DT=%d -DDROPOUT=%d -DVW=%d",
            (int)table->dtype, (int)out->dtype, positions, pt ? (int)pt->dtype : 0, dropout, vw);
   CHECK(ce_kernel(ctx, CE_FAMILY_FORWARD, opts, "ce_embed", &k));
 
   cl_uint slot = CE_NO_SLOT;
-  if (ids->count && (opt->policy == CLEMBED_INDEX_CHECK || opt->policy == CLEMBED_INDEX_WRAP || pt || so)) {
+  if (ids->count && (opt->policy == CLEMBED_INDEX_CHECK || opt->policy == CLEMBED_INDEX_WRAP ||
+                     (pt && !cached_pe) || so)) {
     ce_slot_info info = {"clembed_embed", table->rows, pt ? pt->rows : 0, opt->seq_len, opt->position_offset,
                          so != NULL};
     CHECK(ce_slot_reserve(ctx, &info, &slot));

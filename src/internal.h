@@ -84,6 +84,11 @@ struct clembed_context {
 
   ce_freq_cache freq[CE_FREQ_CACHE];
   unsigned freq_stamp;
+  /* The sinusoid table for positions [0, pe_rows) of the last sinusoid used by
+   * the forward (F32, cols wide), so that the forward reads it instead of
+   * recomputing sin/cos per element. */
+  clembed_matrix pe;
+  clembed_sinusoid pe_sinusoid;
 
   const char *test_source_override; /* test hook: replaces one family's source */
   int test_source_family;
@@ -142,6 +147,10 @@ clembed_status ce_sinusoid_check(clembed_context *ctx, const clembed_sinusoid *s
 clembed_status ce_sinusoid_freq(clembed_context *ctx, const clembed_sinusoid *s, size_t cols,
                                 cl_mem *buffer);
 void ce_freq_release(clembed_context *ctx);
+/* The cached sinusoid table covering positions [0, end) for cols columns, or
+ * NULL in *table (not an error) when it would be too large to be worth it. */
+clembed_status ce_sinusoid_table(clembed_context *ctx, const clembed_sinusoid *s, size_t cols, size_t end,
+                                 const clembed_matrix **table);
 
 /* ----- the error-recording kernel (forward.c) */
 /* Enqueues the main kernel `k` of a checked operation (2-D, nx x ny) and, when

@@ -37,6 +37,7 @@ void ce_freq_release(clembed_context *ctx) {
     if (ctx->freq[i].buffer) clReleaseMemObject(ctx->freq[i].buffer);
     ctx->freq[i].buffer = NULL;
   }
+  clembed_matrix_release(&ctx->pe);
 }
 
 /* A device buffer of cols float2 (w_hi, w_lo), negated for cos columns; cached
@@ -85,6 +86,35 @@ clembed_status ce_sinusoid_freq(clembed_context *ctx, const clembed_sinusoid *s,
 cleanup:
   if (b) clReleaseMemObject(b);
   free(host);
+  return status;
+}
+
+/* Largest cached table, in elements (64 MiB of float). */
+#define CE_PE_MAX_ELEMENTS ((size_t)16 << 20)
+
+clembed_status ce_sinusoid_table(clembed_context *ctx, const clembed_sinusoid *s, size_t cols, size_t end,
+                                 const clembed_matrix **table) {
+  clembed_status status = CLEMBED_OK;
+  clembed_matrix m = {0};
+  *table = NULL;
+  if (ctx->pe.buffer && ctx->pe.cols == cols && ctx->pe.rows >= end && ctx->pe_sinusoid.base == s->base &&
+      ctx->pe_sinusoid.exponent == s->exponent && ctx->pe_sinusoid.layout == s->layout) {
+    *table = &ctx->pe;
+    return CLEMBED_OK;
+  }
+  /* rows: a power of two from 64, so that growing offsets (decoding) rebuild rarely */
+  size_t rows = 64;
+  while (rows < end && rows <= CE_PE_MAX_ELEMENTS) rows *= 2;
+  if (cols == 0 || rows > CE_PE_MAX_ELEMENTS / cols) return CLEMBED_OK; /* compute inline instead */
+  CHECK(clembed_matrix_create(ctx, rows, cols, CLEMBED_F32, &m));
+  CHECK(clembed_positional(ctx, s, 0, &m, 0, NULL, NULL));
+  clembed_matrix_release(&ctx->pe);
+  ctx->pe = m;
+  ctx->pe_sinusoid = *s;
+  m.buffer = NULL;
+  *table = &ctx->pe;
+cleanup:
+  clembed_matrix_release(&m);
   return status;
 }
 
