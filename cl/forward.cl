@@ -26,7 +26,9 @@ __kernel void ce_embed(__global const TABLE_T *table, ulong t_off, ulong t_ld, u
                        __global const long *so64, ulong so_off, int so64f, int has_so, float dropout,
                        uint seed_lo, uint seed_hi, float keep_scale, __global uint *err, uint slot) {
 #if VW == 4
-  ulong j = get_global_id(0), i = get_global_id(1), c = 4 * j;
+  ulong i = get_global_id(1);
+  for (ulong j = get_global_id(0) * 4, jend = j + 4; j < jend; j++) {
+  ulong c = 4 * j;
   if (c >= cols || i >= n) return;
   int bad;
   long row = ce_resolve(ce_load_id(ids32, ids64, id64, id_off + i), t_rows, policy, padding, &bad);
@@ -57,6 +59,7 @@ __kernel void ce_embed(__global const TABLE_T *table, ulong t_off, ulong t_ld, u
   v.w = ce_unit(ce_philox_element(seed_lo, seed_hi, e + 3).x) >= dropout ? v.w * keep_scale : 0.0f;
 #endif
   store4_out(out, o_off + i * o_ld, j, v);
+  }
 #else
   ulong c = get_global_id(0), i = get_global_id(1);
   if (c >= cols || i >= n) return;
