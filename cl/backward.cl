@@ -137,15 +137,14 @@ __kernel void ce_bwd_keys(__global const int *ids32, __global const long *ids64,
   idx[i] = (uint)i;
 }
 
-/* Position keys, as the forward computes positions: token i is in sequence
- * b = i / seq_len at p = first_b + i % seq_len; a position outside
- * [0, p_rows) is reported and gets the key p_rows. */
-__kernel void ce_bwd_pos_keys(ulong n, ulong seq_len, ulong pos_offset, __global const int *so32,
+/* Position keys, as the forward computes positions: token i = b * len + j
+ * (len = seq_len, or n for one sequence) is at p = first_b + j; a position
+ * outside [0, p_rows) is reported and gets the key p_rows. Work-item (j, b). */
+__kernel void ce_bwd_pos_keys(ulong n, ulong len, ulong pos_offset, __global const int *so32,
                               __global const long *so64, ulong so_off, int so64f, int has_so, ulong p_rows,
                               __global KEY_T *keys, __global uint *idx, __global uint *err, uint slot) {
-  ulong i = get_global_id(0);
-  if (i >= n) return;
-  ulong b = seq_len ? i / seq_len : 0, j = seq_len ? i % seq_len : i;
+  ulong j = get_global_id(0), b = get_global_id(1), i = b * len + j;
+  if (j >= len || i >= n) return;
   long first = has_so ? ce_load_id(so32, so64, so64f, so_off + b) : (long)pos_offset;
   ulong p = (ulong)first + j;
   int ok = first >= 0 && p < p_rows;
@@ -165,11 +164,10 @@ __kernel void ce_bwd_hist(__global const KEY_T *keys, ulong n, ulong chunk, uint
                           __global uint *hist) {
   uint g = get_global_id(0);
   if (g >= nchunks) return;
-  uint h[CE_RADIX];
-  for (int d = 0; d < CE_RADIX; d++) h[d] = 0;
+  /* The work-item owns column g of hist: no races, no private array. */
+  for (uint d = 0; d < CE_RADIX; d++) hist[(ulong)d * nchunks + g] = 0;
   ulong lo = (ulong)g * chunk, hi = min(lo + chunk, n);
-  for (ulong i = lo; i < hi; i++) h[(uint)(keys[i] >> shift) & (CE_RADIX - 1)]++;
-  for (int d = 0; d < CE_RADIX; d++) hist[(ulong)d * nchunks + g] = h[d];
+  for (ulong i = lo; i < hi; i++) hist[(ulong)((uint)(keys[i] >> shift) & (CE_RADIX - 1)) * nchunks + g]++;
 }
 
 /* Exclusive prefix sum of hist[0, m) in place; one work-group of at most 256. */
@@ -202,16 +200,16 @@ __kernel void ce_bwd_scan(__global uint *hist, uint m) {
 /* Chunk g writes its entries, in order, after those of smaller digits and of
  * the same digit in earlier chunks: a stable scatter. */
 __kernel void ce_bwd_scatter(__global const KEY_T *keys, __global const uint *idx, ulong n, ulong chunk,
-                             uint nchunks, uint shift, __global const uint *hist, __global KEY_T *keys_out,
+                             uint nchunks, uint shift, __global uint *hist, __global KEY_T *keys_out,
                              __global uint *idx_out) {
   uint g = get_global_id(0);
   if (g >= nchunks) return;
-  uint off[CE_RADIX];
-  for (int d = 0; d < CE_RADIX; d++) off[d] = hist[(ulong)d * nchunks + g];
   ulong lo = (ulong)g * chunk, hi = min(lo + chunk, n);
   for (ulong i = lo; i < hi; i++) {
     KEY_T k = keys[i];
-    uint p = off[(uint)(k >> shift) & (CE_RADIX - 1)]++;
+    ulong h = (ulong)((uint)(k >> shift) & (CE_RADIX - 1)) * nchunks + g; /* column g is this item's */
+    uint p = hist[h];
+    hist[h] = p + 1;
     if (p < n) {
       keys_out[p] = k;
       idx_out[p] = idx[i];
@@ -261,22 +259,25 @@ inline float ce_fold1(__global const GRAD_T *grad, ulong g_off, ulong g_ld, ulon
   return s;
 }
 
-/* Work-item (x, y): y = block * nslices + slice; the item covers columns
- * c = (block * get_global_size(0) + x) * VEC .. + VEC (fewer at the end) and
- * the segments that start at sorted positions slice, slice + nslices, ... A
- * segment's columns are thus spread over all column blocks (work-groups). */
-#define CE_SEGMENT_COLUMN(nslices, slice, c)                            \
-  ulong y_ = get_global_id(1), slice = y_ % (nslices);                  \
-  ulong c = ((y_ / (nslices)) * get_global_size(0) + get_global_id(0)) * VEC
+/* Work-item (x, y): y = block * nslices + slice, nslices = 2^slice_bits; the
+ * item covers columns c = (block * get_global_size(0) + x) * VEC .. + VEC
+ * (fewer at the end) and the segments that start at sorted positions slice,
+ * slice + nslices, ... A segment's columns are thus spread over all column
+ * blocks (work-groups). (Shifts, not / and %: a division and remainder of the
+ * same operands become LLVM `freeze`, which Oclgrind cannot check.) */
+#define CE_SEGMENT_COLUMN(slice_bits, nslices, slice, c)                      \
+  ulong y_ = get_global_id(1), nslices = (ulong)1 << (slice_bits);           \
+  ulong slice = y_ & (nslices - 1);                                          \
+  ulong c = ((y_ >> (slice_bits)) * get_global_size(0) + get_global_id(0)) * VEC
 
 /* The row gradient r = (scale * S) / count (the division only with freq):
  * MODE 0 stores r, MODE 1 adds r, MODE 2 (SGD) stores w - lr * r rounded to
  * the table's dtype. Each (row, column) is written by exactly one work-item. */
 __kernel void ce_bwd_rows(__global const GRAD_T *grad, ulong g_off, ulong g_ld, ulong cols,
                           __global const KEY_T *skeys, __global const uint *sidx, ulong n, KEY_T none,
-                          ulong nslices, float scale, int freq, __global TABLE_T *tab, ulong t_off, ulong t_ld,
+                          uint slice_bits, float scale, int freq, __global TABLE_T *tab, ulong t_off, ulong t_ld,
                           float lr, float dropout, uint seed_lo, uint seed_hi, float keep) {
-  CE_SEGMENT_COLUMN(nslices, slice, c);
+  CE_SEGMENT_COLUMN(slice_bits, nslices, slice, c);
   if (c >= cols) return;
   for (ulong j = slice; j < n; j += nslices) {
     KEY_T key = skeys[j];
@@ -316,9 +317,9 @@ __kernel void ce_bwd_rows(__global const GRAD_T *grad, ulong g_off, ulong g_ld, 
 /* position_grad[p] += S (F32): the positional part of the forward is not scaled. */
 __kernel void ce_bwd_pos(__global const GRAD_T *grad, ulong g_off, ulong g_ld, ulong cols,
                          __global const KEY_T *skeys, __global const uint *sidx, ulong n, KEY_T none,
-                         ulong nslices, __global float *pg, ulong p_off, ulong p_ld, float dropout, uint seed_lo,
+                         uint slice_bits, __global float *pg, ulong p_off, ulong p_ld, float dropout, uint seed_lo,
                          uint seed_hi, float keep) {
-  CE_SEGMENT_COLUMN(nslices, slice, c);
+  CE_SEGMENT_COLUMN(slice_bits, nslices, slice, c);
   if (c >= cols) return;
   for (ulong j = slice; j < n; j += nslices) {
     KEY_T key = skeys[j];

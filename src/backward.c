@@ -69,6 +69,7 @@
 #include "internal.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 clembed_backward_options clembed_backward_defaults(void) {
@@ -122,6 +123,8 @@ typedef struct bw_call {
   const clembed_ids *ids, *so;
   size_t seq_len;
   cl_event *event; /* the caller's */
+  cl_event fin;     /* the last command's, when temporaries wait for it */
+  int want_fin;
   int key64;
 } bw_call;
 
@@ -137,7 +140,7 @@ static clembed_status step_1d(bw_call *b, cl_kernel k, const char *name, size_t 
 static clembed_status step_2d(bw_call *b, cl_kernel k, const char *name, size_t nx, size_t ny, int last) {
   if (last)
     return ce_enqueue_checked(b->ctx, k, name, nx, ny, CE_FAMILY_BACKWARD, b->opts, b->slot, b->ids, b->so,
-                              b->seq_len, ch_n(&b->ch), ch_w(&b->ch), b->event);
+                              b->seq_len, ch_n(&b->ch), ch_w(&b->ch), b->want_fin ? &b->fin : b->event);
   cl_event ev;
   clembed_status s = ce_enqueue_2d(b->ctx, k, name, nx, ny, ch_n(&b->ch), ch_w(&b->ch), ch_ev(&b->ch, &ev));
   ch_next(&b->ch, ev);
@@ -158,7 +161,9 @@ static clembed_status new_temp(clembed_context *ctx, size_t bytes, const char *w
   if (ctx->max_alloc && bytes > ctx->max_alloc)
     return ce_fail(ctx, CLEMBED_ERR_OUT_OF_MEMORY, "%s: %zu bytes exceed the device's largest allocation (%llu)",
                    what, bytes, (unsigned long long)ctx->max_alloc);
-  *out = clCreateBuffer(ctx->context, CL_MEM_READ_WRITE, bytes, NULL, &err);
+  void *zero = getenv("ZINIT") ? calloc(1, bytes) : NULL;
+  *out = clCreateBuffer(ctx->context, CL_MEM_READ_WRITE | (zero ? CL_MEM_COPY_HOST_PTR : 0), bytes, zero, &err);
+  free(zero);
   if (err != CL_SUCCESS) {
     *out = NULL;
     return ce_fail(ctx, err == CL_MEM_OBJECT_ALLOCATION_FAILURE || err == CL_OUT_OF_RESOURCES ||
@@ -168,6 +173,42 @@ static clembed_status new_temp(clembed_context *ctx, size_t bytes, const char *w
                    "%s: allocating %zu bytes: %s", what, bytes, clembed_status_string((clembed_status)err));
   }
   return CLEMBED_OK;
+}
+
+/* Temporaries are released when the operation's last command completes (a
+ * CL_COMPLETE callback) rather than right after enqueueing: the two are the
+ * same to OpenCL, but Oclgrind reports reads of a buffer released while its
+ * commands were pending as uninitialised. */
+#define BW_TEMPS 6
+typedef struct bw_temps {
+  cl_mem m[BW_TEMPS];
+} bw_temps;
+
+static void release_temps(bw_temps *t) {
+  for (int i = 0; i < BW_TEMPS; i++)
+    if (t->m[i]) clReleaseMemObject(t->m[i]);
+  memset(t, 0, sizeof *t);
+}
+
+static void CL_CALLBACK temps_done(cl_event ev, cl_int st, void *p) {
+  (void)ev;
+  (void)st;
+  release_temps((bw_temps *)p);
+  free(p);
+}
+
+/* Hands `t` to a callback on `fin` (or releases it now if that fails). */
+static void release_after(cl_event fin, bw_temps *t) {
+  bw_temps *heap = fin ? malloc(sizeof *heap) : NULL;
+  if (heap) {
+    *heap = *t;
+    if (clSetEventCallback(fin, CL_COMPLETE, temps_done, heap) == CL_SUCCESS) {
+      memset(t, 0, sizeof *t);
+      return;
+    }
+    free(heap);
+  }
+  release_temps(t); /* OpenCL still keeps them until the commands finish */
 }
 
 /* The sort's temporaries: keys and indices twice (ping-pong) and the histograms. */
@@ -196,12 +237,13 @@ cleanup:
   return status;
 }
 
-static void sort_release(bw_sort *s) {
-  for (int i = 0; i < 2; i++) {
-    if (s->keys[i]) clReleaseMemObject(s->keys[i]);
-    if (s->idx[i]) clReleaseMemObject(s->idx[i]);
-  }
-  if (s->hist) clReleaseMemObject(s->hist);
+/* Moves the sort's buffers into t (slots 0..4). */
+static void sort_give(bw_sort *s, bw_temps *t) {
+  t->m[0] = s->keys[0];
+  t->m[1] = s->keys[1];
+  t->m[2] = s->idx[0];
+  t->m[3] = s->idx[1];
+  t->m[4] = s->hist;
   memset(s, 0, sizeof *s);
 }
 
@@ -251,7 +293,7 @@ static unsigned bit_width(uint64_t v) {
  * (a power of two, so the launch does not round it), ny = blocks * slices. */
 typedef struct bw_grid {
   size_t nx, ny;
-  cl_ulong nslices;
+  cl_uint slice_bits; /* 2^slice_bits slices */
 } bw_grid;
 
 static bw_grid segment_grid(clembed_context *ctx, size_t cols, size_t n, unsigned vec) {
@@ -261,13 +303,17 @@ static bw_grid segment_grid(clembed_context *ctx, size_t cols, size_t n, unsigne
   size_t items = (cols + vec - 1) / vec, bx = 1;
   while (bx < items && bx * 2 <= BW_BLOCK_COLUMNS / vec) bx *= 2;
   size_t blocks = (items + bx - 1) / bx;
-  size_t slices = (size_t)(cu ? cu : 1) * 16;
-  if (slices < 64) slices = 64;
-  if (slices > n) slices = n;
-  if (slices == 0) slices = 1;
+  /* Slices: a power of two, about 16 per compute unit (at least 64), at most ~n. */
+  size_t want = (size_t)(cu ? cu : 1) * 16, slices = 1;
+  if (want < 64) want = 64;
+  if (want > n) want = n;
+  g.slice_bits = 0;
+  while (slices < want) {
+    slices *= 2;
+    g.slice_bits++;
+  }
   g.nx = bx;
   g.ny = blocks * slices;
-  g.nslices = slices;
   return g;
 }
 
@@ -321,6 +367,7 @@ static clembed_status run(clembed_context *ctx, const char *what, int sgd, const
   cl_device_type dtype = 0;
   clGetDeviceInfo(ctx->device, CL_DEVICE_TYPE, sizeof dtype, &dtype, NULL);
   unsigned vec = (dtype & CL_DEVICE_TYPE_CPU) ? 16 : 4;
+  if (getenv("CE_VEC")) vec = (unsigned)atoi(getenv("CE_VEC")); /* DEBUG */
   /* Exact (correctly rounded) division for scale_grad_by_freq where the device can. */
   const char *div = "";
   if (freq) {
@@ -381,6 +428,7 @@ static clembed_status run(clembed_context *ctx, const char *what, int sgd, const
   cl_uint none32 = 0;
   cl_ulong none64 = 0;
   if (!atomic || pg) CHECK(sort_alloc(ctx, n, key_bytes, &srt));
+  b.want_fin = 1; /* from here on there are temporaries */
 
   if (atomic) {
     if (freq) {
@@ -421,13 +469,13 @@ static clembed_status run(clembed_context *ctx, const char *what, int sgd, const
     if (b.key64)
       CHECK(ce_set_args(ctx, k, "ce_bwd_rows", CE_ARG(grad_out->buffer), CE_ARG(g_off), CE_ARG(g_ldl),
                         CE_ARG(colsl), CE_ARG(srt.keys[which]), CE_ARG(srt.idx[which]), CE_ARG(nl), CE_ARG(none64),
-                        CE_ARG(grid.nslices), CE_ARG(scale), CE_ARG(freq_i), CE_ARG(target->buffer), CE_ARG(t_off),
+                        CE_ARG(grid.slice_bits), CE_ARG(scale), CE_ARG(freq_i), CE_ARG(target->buffer), CE_ARG(t_off),
                         CE_ARG(t_ldl), CE_ARG(lr_f), CE_ARG(drop), CE_ARG(seed_lo), CE_ARG(seed_hi), CE_ARG(keep),
                         CE_END));
     else
       CHECK(ce_set_args(ctx, k, "ce_bwd_rows", CE_ARG(grad_out->buffer), CE_ARG(g_off), CE_ARG(g_ldl),
                         CE_ARG(colsl), CE_ARG(srt.keys[which]), CE_ARG(srt.idx[which]), CE_ARG(nl), CE_ARG(none32),
-                        CE_ARG(grid.nslices), CE_ARG(scale), CE_ARG(freq_i), CE_ARG(target->buffer), CE_ARG(t_off),
+                        CE_ARG(grid.slice_bits), CE_ARG(scale), CE_ARG(freq_i), CE_ARG(target->buffer), CE_ARG(t_off),
                         CE_ARG(t_ldl), CE_ARG(lr_f), CE_ARG(drop), CE_ARG(seed_lo), CE_ARG(seed_hi), CE_ARG(keep),
                         CE_END));
     CHECK(step_2d(&b, k, "ce_bwd_rows", grid.nx, grid.ny, !pg));
@@ -437,14 +485,16 @@ static clembed_status run(clembed_context *ctx, const char *what, int sgd, const
     int which;
     const clembed_ids *so = b.so;
     cl_mem sob = so ? so->buffer : none_mem, pgb = pg->buffer;
-    cl_ulong seq_len = opt->seq_len, pos_offset = opt->position_offset, so_off = so ? so->offset : 0;
+    /* Token i = b * len + j, len = seq_len (0: one sequence of n). */
+    size_t len = opt->seq_len ? opt->seq_len : n, nseq = (n + len - 1) / len;
+    cl_ulong len_l = len, pos_offset = opt->position_offset, so_off = so ? so->offset : 0;
     cl_ulong p_rows_l = p_rows, p_off = pg->offset, p_ldl = p_ld;
     cl_int so64 = so && so->type == CLEMBED_I64, has_so = so != NULL;
     CHECK(ce_kernel(ctx, CE_FAMILY_BACKWARD, b.opts, "ce_bwd_pos_keys", &k));
-    CHECK(ce_set_args(ctx, k, "ce_bwd_pos_keys", CE_ARG(nl), CE_ARG(seq_len), CE_ARG(pos_offset), CE_ARG(sob),
+    CHECK(ce_set_args(ctx, k, "ce_bwd_pos_keys", CE_ARG(nl), CE_ARG(len_l), CE_ARG(pos_offset), CE_ARG(sob),
                       CE_ARG(sob), CE_ARG(so_off), CE_ARG(so64), CE_ARG(has_so), CE_ARG(p_rows_l),
                       CE_ARG(srt.keys[0]), CE_ARG(srt.idx[0]), CE_ARG(ctx->errbuf), CE_ARG(slot_arg), CE_END));
-    CHECK(step_1d(&b, k, "ce_bwd_pos_keys", n, 0));
+    CHECK(step_2d(&b, k, "ce_bwd_pos_keys", len, nseq, 0));
     CHECK(sort_run(&b, &srt, bit_width(p_rows), &which));
     CHECK(ce_kernel(ctx, CE_FAMILY_BACKWARD, b.opts, "ce_bwd_pos", &k));
     none32 = (cl_uint)p_rows;
@@ -452,20 +502,27 @@ static clembed_status run(clembed_context *ctx, const char *what, int sgd, const
     if (b.key64)
       CHECK(ce_set_args(ctx, k, "ce_bwd_pos", CE_ARG(grad_out->buffer), CE_ARG(g_off), CE_ARG(g_ldl),
                         CE_ARG(colsl), CE_ARG(srt.keys[which]), CE_ARG(srt.idx[which]), CE_ARG(nl), CE_ARG(none64),
-                        CE_ARG(grid.nslices), CE_ARG(pgb), CE_ARG(p_off), CE_ARG(p_ldl), CE_ARG(drop),
+                        CE_ARG(grid.slice_bits), CE_ARG(pgb), CE_ARG(p_off), CE_ARG(p_ldl), CE_ARG(drop),
                         CE_ARG(seed_lo), CE_ARG(seed_hi), CE_ARG(keep), CE_END));
     else
       CHECK(ce_set_args(ctx, k, "ce_bwd_pos", CE_ARG(grad_out->buffer), CE_ARG(g_off), CE_ARG(g_ldl),
                         CE_ARG(colsl), CE_ARG(srt.keys[which]), CE_ARG(srt.idx[which]), CE_ARG(nl), CE_ARG(none32),
-                        CE_ARG(grid.nslices), CE_ARG(pgb), CE_ARG(p_off), CE_ARG(p_ldl), CE_ARG(drop),
+                        CE_ARG(grid.slice_bits), CE_ARG(pgb), CE_ARG(p_off), CE_ARG(p_ldl), CE_ARG(drop),
                         CE_ARG(seed_lo), CE_ARG(seed_hi), CE_ARG(keep), CE_END));
     CHECK(step_2d(&b, k, "ce_bwd_pos", grid.nx, grid.ny, 1));
   }
 
-cleanup:
-  /* Released after enqueueing: OpenCL keeps them until the commands finish. */
-  sort_release(&srt);
-  if (counts) clReleaseMemObject(counts);
+cleanup:;
+  bw_temps temps = {{0}};
+  sort_give(&srt, &temps);
+  temps.m[5] = counts;
+  if (b.fin) {
+    release_after(status == CLEMBED_OK ? b.fin : NULL, &temps);
+    if (event && status == CLEMBED_OK) *event = b.fin; /* the caller's reference */
+    else clReleaseEvent(b.fin);
+  } else {
+    release_temps(&temps);
+  }
   if (b.ch.prev) clReleaseEvent(b.ch.prev);
   return status;
 }

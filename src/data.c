@@ -240,9 +240,17 @@ cleanup:
   return status;
 }
 
+/* Blocking calls wait for the work enqueued before them: implicit on an
+ * in-order queue, a barrier on an out-of-order one. */
+static cl_int after_earlier_work(clembed_context *ctx) {
+  return ctx->in_order ? CL_SUCCESS : clEnqueueBarrierWithWaitList(ctx->queue, 0, NULL, NULL);
+}
+
 /* Copies between a dense host block (in the matrix's dtype) and the matrix. */
 static cl_int transfer(clembed_context *ctx, const clembed_matrix *m, size_t ld, void *host, int write) {
   size_t es = clembed_dtype_size(m->dtype);
+  cl_int berr = after_earlier_work(ctx);
+  if (berr != CL_SUCCESS) return berr;
   if (m->rows == 0 || m->cols == 0) return CL_SUCCESS;
   if (ld == m->cols) {
     size_t bytes = m->rows * m->cols * es;
@@ -355,7 +363,9 @@ clembed_status clembed_ids_read(clembed_context *ctx, const clembed_ids *ids, vo
   if (ids->count && !host) FAIL(CLEMBED_ERR_INVALID_ARGUMENT, "clembed_ids_read: host is NULL");
   if (ids->count) {
     size_t es = index_size(ids->type);
-    cl_int err = clEnqueueReadBuffer(ctx->queue, ids->buffer, CL_TRUE, ids->offset * es, ids->count * es, host, 0,
+    cl_int err = after_earlier_work(ctx);
+    if (err == CL_SUCCESS)
+      err = clEnqueueReadBuffer(ctx->queue, ids->buffer, CL_TRUE, ids->offset * es, ids->count * es, host, 0,
                                      NULL, NULL);
     if (err != CL_SUCCESS) {
       status = ce_cl_fail(ctx, err, "clembed_ids_read");

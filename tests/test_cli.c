@@ -1,0 +1,687 @@
+/* The command-line tool, end to end: writes .npy inputs into a temporary
+ * directory, runs the `clembed` binary (argv[1]) and checks its outputs against
+ * plain C references, its exit codes (0, 1, 2) and messages, and that a failed
+ * run leaves no output file and never damages an existing one.
+ *
+ * Skips (exit 77) when `clembed devices` finds no device and
+ * CLEMBED_ALLOW_NO_DEVICE=1. */
+#define _POSIX_C_SOURCE 200809L
+#include "clembed.h"
+#include "npy.h"
+#include "test_util.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static const char *g_exe;
+static char g_dir[512];
+static char g_out[1 << 16], g_err[1 << 16]; /* the last run's stdout and stderr */
+
+/* dir/name, from a ring of buffers. */
+static const char *P(const char *name) {
+  static char ring[32][640];
+  static int next = 0;
+  char *b = ring[next++ % 32];
+  snprintf(b, sizeof ring[0], "%s/%s", g_dir, name);
+  return b;
+}
+
+static void slurp(const char *path, char *buf, size_t cap) {
+  FILE *f = fopen(path, "rb");
+  size_t n = 0;
+  if (f) {
+    n = fread(buf, 1, cap - 1, f);
+    fclose(f);
+  }
+  buf[n] = '\0';
+}
+
+/* Runs the tool with the NULL-terminated arguments; returns its exit status
+ * (-1 when it did not exit normally). */
+static int cli(const char *const *args) {
+  char *argv[64];
+  int n = 0;
+  argv[n++] = (char *)g_exe;
+  for (; *args && n < 63; args++) argv[n++] = (char *)*args;
+  argv[n] = NULL;
+  const char *outp = P(".stdout"), *errp = P(".stderr");
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = fork();
+  if (pid < 0) {
+    perror("fork");
+    exit(1);
+  }
+  if (pid == 0) {
+    int fo = open(outp, O_WRONLY | O_CREAT | O_TRUNC, 0644), fe = open(errp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fo < 0 || fe < 0) _exit(126);
+    dup2(fo, 1);
+    dup2(fe, 2);
+    close(fo);
+    close(fe);
+    execv(g_exe, argv);
+    _exit(127);
+  }
+  int st = 0;
+  while (waitpid(pid, &st, 0) < 0) {
+  }
+  slurp(outp, g_out, sizeof g_out);
+  slurp(errp, g_err, sizeof g_err);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+#define CLI(...) cli((const char *const[]){__VA_ARGS__, NULL})
+
+/* A run that must exit with `rc`; prints its stderr otherwise. */
+#define RUNS(rc, ...)                                                                           \
+  do {                                                                                          \
+    int r_ = CLI(__VA_ARGS__);                                                                  \
+    EXPECT(r_ == (rc), "exit %d, expected %d; stderr: %s", r_, (rc), g_err);                    \
+  } while (0)
+
+/* The last run's stderr contains s. */
+#define ERR_HAS(s) EXPECT(strstr(g_err, (s)) != NULL, "stderr lacks \"%s\": %s", (s), g_err)
+
+static void write_npy(const char *path, npy_dtype t, int ndim, const size_t *shape, const void *data) {
+  char err[512];
+  if (npy_write(path, t, ndim, shape, data, err, sizeof err) != 0) {
+    fprintf(stderr, "npy_write: %s\n", err);
+    exit(1);
+  }
+}
+
+/* Reads an output; a failure counts as a failed check and gives a zeroed array. */
+static int read_npy(const char *path, npy_array *a) {
+  char err[512];
+  int ok = npy_read(path, a, err, sizeof err) == 0;
+  EXPECT(ok, "%s", err);
+  return ok;
+}
+
+static int exists(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0;
+}
+
+static long file_bytes(const char *path, unsigned char *buf, size_t cap) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return -1;
+  size_t n = fread(buf, 1, cap, f);
+  fclose(f);
+  return (long)n;
+}
+
+static int same_file(const char *a, const char *b) {
+  static unsigned char x[1 << 16], y[1 << 16];
+  long na = file_bytes(a, x, sizeof x), nb = file_bytes(b, y, sizeof y);
+  return na >= 0 && na == nb && !memcmp(x, y, (size_t)na);
+}
+
+/* Temporary files left in the directory by a failed write. */
+static int leftover_temps(void) {
+  DIR *d = opendir(g_dir);
+  int n = 0;
+  struct dirent *e;
+  if (!d) return 0;
+  while ((e = readdir(d)))
+    if (strstr(e->d_name, ".tmp.")) n++;
+  closedir(d);
+  return n;
+}
+
+/* ------------------------------------------------------------ references */
+
+static double pe_ref(size_t p, size_t i, size_t d, double base, int index_exp, int halves) {
+  size_t h = (d + 1) / 2;
+  if (halves) {
+    size_t k = i < h ? i : i - h;
+    double w = pow(base, -2.0 * (double)k / (double)d);
+    return i < h ? sin((double)p * w) : cos((double)p * w);
+  }
+  double e = index_exp ? (double)i : 2.0 * (double)(i / 2);
+  double w = pow(base, -e / (double)d);
+  return i % 2 == 0 ? sin((double)p * w) : cos((double)p * w);
+}
+
+static uint16_t h16(float f) { return tu_f32_to_f16(f); }
+
+/* A table of V x D floats with a few special values (-0, inf, a subnormal). */
+static void fill_table(float *w, size_t v, size_t d, uint64_t seed) {
+  uint64_t st = seed;
+  for (size_t i = 0; i < v * d; i++) w[i] = tu_rand(&st) * 3.0f;
+  if (v * d > 4) {
+    w[1] = -0.0f;
+    w[2] = INFINITY;
+    w[3] = 1.0e-40f;
+    w[4] = -65504.0f;
+  }
+}
+
+static int64_t id_at(const npy_array *ids, size_t i) {
+  return ids->dtype == NPY_I8 ? ((const int64_t *)ids->data)[i] : ((const int32_t *)ids->data)[i];
+}
+
+/* ------------------------------------------------------------------ tests */
+
+static void test_help(void) {
+  static const char *const subs[] = {"devices", "positional", "embed", "backward", "sgd",
+                                     "init",    "bench",      "demo"};
+  RUNS(0, "--help");
+  EXPECT(strstr(g_out, "embed") && strstr(g_out, "backward") && strstr(g_out, "demo"), "top help: %s", g_out);
+  RUNS(0, "help");
+  EXPECT(strstr(g_out, "positional") != NULL, "help: %s", g_out);
+  RUNS(0, "--version");
+  EXPECT(strstr(g_out, "0.1.0") != NULL, "version: %s", g_out);
+  RUNS(1, "x");
+  ERR_HAS("unknown subcommand 'x'");
+  for (size_t i = 0; i < sizeof subs / sizeof subs[0]; i++) {
+    int r = CLI(subs[i], "--help");
+    EXPECT(r == 0, "%s --help exits %d: %s", subs[i], r, g_err);
+    EXPECT(strlen(g_out) > 0, "%s --help printed nothing", subs[i]);
+  }
+}
+
+/* embed equals W[ids] bit for bit: every table dtype, index type and rank. */
+static void test_embed_exact(void) {
+  enum { V = 37, D = 13, N = 60 };
+  static float w[V * D];
+  static uint16_t w16[V * D];
+  fill_table(w, V, D, 1);
+  for (size_t i = 0; i < V * D; i++) w16[i] = h16(w[i]);
+  size_t ts[2] = {V, D};
+  write_npy(P("w32.npy"), NPY_F4, 2, ts, w);
+  write_npy(P("w16.npy"), NPY_F2, 2, ts, w16);
+  int32_t i32[N];
+  int64_t i64[N];
+  uint64_t st = 7;
+  for (int i = 0; i < N; i++) {
+    i32[i] = (int32_t)((tu_rand(&st) + 1.0f) * 0.5f * V) % V;
+    i64[i] = i32[i];
+  }
+  i32[5] = i32[6] = 0;
+  i32[7] = V - 1;
+  i64[5] = i64[6] = 0;
+  i64[7] = V - 1;
+  size_t s1[1] = {N}, s2[2] = {6, 10};
+  write_npy(P("i32_1d.npy"), NPY_I4, 1, s1, i32);
+  write_npy(P("i64_1d.npy"), NPY_I8, 1, s1, i64);
+  write_npy(P("i32_2d.npy"), NPY_I4, 2, s2, i32);
+  write_npy(P("i64_2d.npy"), NPY_I8, 2, s2, i64);
+  static const char *const ids_files[] = {"i32_1d.npy", "i64_1d.npy", "i32_2d.npy", "i64_2d.npy"};
+  for (int f16 = 0; f16 < 2; f16++)
+    for (int k = 0; k < 4; k++) {
+      const char *table = P(f16 ? "w16.npy" : "w32.npy");
+      RUNS(0, "embed", "--table", table, "--ids", P(ids_files[k]), "-o", P("e.npy"));
+      npy_array a = {0}, ids = {0};
+      if (!read_npy(P("e.npy"), &a) || !read_npy(P(ids_files[k]), &ids)) continue;
+      int two = k >= 2;
+      EXPECT(a.dtype == (f16 ? NPY_F2 : NPY_F4), "%s %s: dtype %s", table, ids_files[k], npy_dtype_name(a.dtype));
+      EXPECT(a.ndim == (two ? 3 : 2) && a.shape[0] == (two ? 6u : (size_t)N) &&
+                 a.shape[a.ndim - 1] == D && (!two || a.shape[1] == 10),
+             "%s: shape", ids_files[k]);
+      int bad = 0;
+      if (a.count == (size_t)N * D)
+        for (size_t i = 0; i < N && !bad; i++) {
+          size_t r = (size_t)id_at(&ids, i);
+          bad = f16 ? memcmp((uint16_t *)a.data + i * D, w16 + r * D, D * 2)
+                    : memcmp((float *)a.data + i * D, w + r * D, D * 4);
+        }
+      EXPECT(!bad && a.count == (size_t)N * D, "embed %s %s differs from W[ids]", f16 ? "f16" : "f32",
+             ids_files[k]);
+      npy_free(&a);
+      npy_free(&ids);
+    }
+  /* an f16 table computed in f32: <f4 output equal to float(W[ids]) */
+  RUNS(0, "embed", "--table", P("w16.npy"), "--ids", P("i32_1d.npy"), "--dtype", "f32", "-o", P("e.npy"));
+  npy_array a = {0};
+  if (read_npy(P("e.npy"), &a)) {
+    int bad = a.dtype != NPY_F4 || a.count != (size_t)N * D;
+    for (size_t i = 0; i < N && !bad; i++)
+      for (size_t c = 0; c < D && !bad; c++) {
+        float want = tu_f16_to_f32(w16[(size_t)i32[i] * D + c]), got = ((float *)a.data)[i * D + c];
+        bad = memcmp(&want, &got, 4) != 0;
+      }
+    EXPECT(!bad, "embed --dtype f32 of an f16 table differs from float(W[ids])");
+    npy_free(&a);
+  }
+  /* 0 ids: shape (0, D) */
+  size_t s0[1] = {0};
+  write_npy(P("i_empty.npy"), NPY_I4, 1, s0, NULL);
+  RUNS(0, "embed", "--table", P("w32.npy"), "--ids", P("i_empty.npy"), "-o", P("e0.npy"));
+  if (read_npy(P("e0.npy"), &a)) {
+    EXPECT(a.ndim == 2 && a.shape[0] == 0 && a.shape[1] == D, "0 ids: shape");
+    npy_free(&a);
+  }
+}
+
+static void test_positional(void) {
+  RUNS(0, "positional", "--length", "5", "--dim", "10", "--base", "5", "--exponent", "index", "-o", P("pe.npy"));
+  npy_array a = {0};
+  if (read_npy(P("pe.npy"), &a)) {
+    EXPECT(a.dtype == NPY_F4 && a.ndim == 2 && a.shape[0] == 5 && a.shape[1] == 10, "positional shape");
+    if (a.count == 50) {
+      const float *pe = a.data;
+      EXPECT(fabs(pe[10] - 0.84147) < 1e-5 && fabs(pe[11] - 0.65898) < 1e-5 && fabs(pe[12] - 0.66297) < 1e-5,
+             "row 1 begins %.5f %.5f %.5f", (double)pe[10], (double)pe[11], (double)pe[12]);
+      double worst = 0;
+      for (size_t p = 0; p < 5; p++)
+        for (size_t i = 0; i < 10; i++) worst = fmax(worst, fabs(pe[p * 10 + i] - pe_ref(p, i, 10, 5.0, 1, 0)));
+      EXPECT(worst <= 1e-6, "positional base 5 index: worst error %g", worst);
+    }
+    npy_free(&a);
+  }
+  /* the standard table far out, and halves */
+  static const char *const layouts[] = {"interleaved", "halves"};
+  for (int h = 0; h < 2; h++) {
+    RUNS(0, "positional", "--length", "4", "--dim", "15", "--first", "100000", "--layout", layouts[h], "-o",
+         P("pe2.npy"));
+    if (read_npy(P("pe2.npy"), &a)) {
+      double worst = 0;
+      if (a.count == 60)
+        for (size_t p = 0; p < 4; p++)
+          for (size_t i = 0; i < 15; i++)
+            worst = fmax(worst, fabs(((float *)a.data)[p * 15 + i] - pe_ref(100000 + p, i, 15, 10000.0, 0, h)));
+      EXPECT(a.count == 60 && worst <= 1e-6, "positional --first 100000 %s: worst error %g", layouts[h], worst);
+      npy_free(&a);
+    }
+  }
+}
+
+/* embed --scale sqrt --positions sinusoid --offset, and a learned position table. */
+static void test_embed_positions(void) {
+  enum { V = 11, D = 8, B = 2, S = 5, OFF = 7, L = 12 };
+  float w[V * D], pt[L * D];
+  uint64_t st = 3;
+  for (int i = 0; i < V * D; i++) w[i] = tu_rand(&st);
+  for (int i = 0; i < L * D; i++) pt[i] = tu_rand(&st);
+  int32_t ids[B * S] = {1, 4, 4, 10, 0, 3, 3, 9, 2, 7};
+  size_t ts[2] = {V, D}, is[2] = {B, S}, ps[2] = {L, D};
+  write_npy(P("wp.npy"), NPY_F4, 2, ts, w);
+  write_npy(P("ip.npy"), NPY_I4, 2, is, ids);
+  write_npy(P("pt.npy"), NPY_F4, 2, ps, pt);
+  RUNS(0, "embed", "--table", P("wp.npy"), "--ids", P("ip.npy"), "--scale", "sqrt", "--positions", "sinusoid",
+       "--offset", "7", "-o", P("ep.npy"));
+  npy_array a = {0};
+  if (read_npy(P("ep.npy"), &a)) {
+    double worst = 0;
+    float scale = sqrtf((float)D);
+    if (a.count == B * S * D)
+      for (int i = 0; i < B * S; i++)
+        for (int c = 0; c < D; c++) {
+          double want = (double)(scale * w[ids[i] * D + c]) + pe_ref(OFF + i % S, (size_t)c, D, 10000.0, 0, 0);
+          worst = fmax(worst, fabs(((float *)a.data)[i * D + c] - want));
+        }
+    EXPECT(a.ndim == 3 && a.count == B * S * D && worst <= 4e-6, "embed sqrt + sinusoid: worst error %g", worst);
+    npy_free(&a);
+  }
+  RUNS(0, "embed", "--table", P("wp.npy"), "--ids", P("ip.npy"), "--positions", P("pt.npy"), "--offset", "3",
+       "-o", P("ep.npy"));
+  if (read_npy(P("ep.npy"), &a)) {
+    int bad = a.count != B * S * D;
+    for (int i = 0; i < B * S && !bad; i++)
+      for (int c = 0; c < D && !bad; c++)
+        bad = ((float *)a.data)[i * D + c] != w[ids[i] * D + c] + pt[(3 + i % S) * D + c];
+    EXPECT(!bad, "embed with a learned position table differs from W[ids] + P[3 + s]");
+    npy_free(&a);
+  }
+  /* positions 10..14 of a 12-row table: exit 1 naming the position file */
+  RUNS(1, "embed", "--table", P("wp.npy"), "--ids", P("ip.npy"), "--positions", P("pt.npy"), "--offset", "10",
+       "-o", P("ep_bad.npy"));
+  ERR_HAS("--positions");
+  EXPECT(!exists(P("ep_bad.npy")), "output written after a bad position");
+}
+
+/* Dropout (forward and backward agree on the mask), padding, wrap, bf16, huge ids. */
+static void test_embed_options(void) {
+  enum { V = 11, D = 8, N = 10 };
+  float w[V * D];
+  uint64_t st = 3;
+  for (int i = 0; i < V * D; i++) w[i] = tu_rand(&st); /* as wp.npy */
+  const int32_t ids[N] = {1, 4, 4, 10, 0, 3, 3, 9, 2, 7};
+  const float keep = 1.0f / (1.0f - 0.25f);
+  npy_array a = {0};
+  RUNS(0, "embed", "--table", P("wp.npy"), "--ids", P("ip.npy"), "--dropout", "0.25", "--seed", "9", "-o",
+       P("ed.npy"));
+  if (read_npy(P("ed.npy"), &a)) {
+    int bad = a.count != N * D, dropped = 0;
+    for (int i = 0; i < N && !bad; i++)
+      for (int c = 0; c < D && !bad; c++) {
+        uint32_t x[4];
+        tu_philox(9, (uint64_t)(i * D + c), x);
+        float got = ((float *)a.data)[i * D + c];
+        if (tu_unit(x[0]) < 0.25) bad = got != 0.0f, dropped++;
+        else bad = fabs(got - w[ids[i] * D + c] * keep) > 1e-6;
+      }
+    EXPECT(!bad && dropped > 0, "embed --dropout 0.25 --seed 9 differs from the Philox mask");
+    npy_free(&a);
+  }
+  /* the backward with the same dropout applies the same mask */
+  float g[N * D], ref[V * D] = {0};
+  for (int i = 0; i < N * D; i++) g[i] = tu_rand(&st);
+  for (int i = 0; i < N; i++)
+    for (int c = 0; c < D; c++) {
+      uint32_t x[4];
+      tu_philox(9, (uint64_t)(i * D + c), x);
+      if (tu_unit(x[0]) >= 0.25) ref[ids[i] * D + c] += g[i * D + c] * keep;
+    }
+  size_t gs[3] = {2, 5, D};
+  write_npy(P("gd.npy"), NPY_F4, 3, gs, g);
+  RUNS(0, "backward", "--ids", P("ip.npy"), "--grad", P("gd.npy"), "--vocab", "11", "--dropout", "0.25", "--seed",
+       "9", "-o", P("dwd.npy"));
+  if (read_npy(P("dwd.npy"), &a)) {
+    double worst = 0;
+    for (int i = 0; i < V * D && a.count == V * D; i++) worst = fmax(worst, fabs(((float *)a.data)[i] - ref[i]));
+    EXPECT(a.count == V * D && worst <= 1e-5, "backward --dropout: worst error %g", worst);
+    npy_free(&a);
+  }
+  /* --padding-idx -1 is the last row (10, token 3); bf16 rounds the table */
+  RUNS(0, "embed", "--table", P("wp.npy"), "--ids", P("ip.npy"), "--padding-idx", "-1", "--dtype", "bf16", "-o",
+       P("eb.npy"));
+  if (read_npy(P("eb.npy"), &a)) {
+    int bad = a.dtype != NPY_F4 || a.count != N * D;
+    for (int i = 0; i < N && !bad; i++)
+      for (int c = 0; c < D && !bad; c++) {
+        float want = ids[i] == V - 1 ? 0.0f : tu_round(w[ids[i] * D + c], CLEMBED_BF16);
+        bad = ((float *)a.data)[i * D + c] != want;
+      }
+    EXPECT(!bad, "embed --padding-idx -1 --dtype bf16 differs");
+    npy_free(&a);
+  }
+  /* wrap: -1 is the last row */
+  int64_t wi[3] = {-1, -11, 2};
+  size_t ws[1] = {3};
+  write_npy(P("iw.npy"), NPY_I8, 1, ws, wi);
+  RUNS(0, "embed", "--table", P("wp.npy"), "--ids", P("iw.npy"), "--on-bad-id", "wrap", "-o", P("ew.npy"));
+  if (read_npy(P("ew.npy"), &a)) {
+    EXPECT(a.count == 3 * D && !memcmp(a.data, w + (V - 1) * D, D * 4) &&
+               !memcmp((float *)a.data + D, w, D * 4) && !memcmp((float *)a.data + 2 * D, w + 2 * D, D * 4),
+           "embed --on-bad-id wrap");
+    npy_free(&a);
+  }
+  /* an <i8 id beyond int32 */
+  wi[1] = (int64_t)1 << 40;
+  write_npy(P("ih.npy"), NPY_I8, 1, ws, wi);
+  RUNS(1, "embed", "--table", P("wp.npy"), "--ids", P("ih.npy"), "--on-bad-id", "wrap", "-o", P("eh.npy"));
+  ERR_HAS("ids[1] = 1099511627776");
+  EXPECT(!exists(P("eh.npy")), "output written after a bad id");
+}
+
+static void test_backward(void) {
+  enum { V = 17, D = 6, N = 300 };
+  static float g[N * D], ref[V * D];
+  int32_t ids[N];
+  uint64_t st = 11;
+  for (int i = 0; i < N; i++) ids[i] = (int32_t)((tu_rand(&st) + 1.0f) * 0.5f * 12) % 12; /* rows 12.. unused */
+  for (int i = 0; i < N; i += 3) ids[i] = 5;                                                 /* a hot row */
+  for (int i = 0; i < N * D; i++) g[i] = tu_rand(&st);
+  for (int i = 0; i < N; i++)
+    for (int c = 0; c < D; c++) ref[ids[i] * D + c] = ref[ids[i] * D + c] + g[i * D + c];
+  size_t is[1] = {N}, gs[2] = {N, D}, is2[2] = {15, 20}, gs3[3] = {15, 20, D};
+  write_npy(P("bi.npy"), NPY_I4, 1, is, ids);
+  write_npy(P("bg.npy"), NPY_F4, 2, gs, g);
+  write_npy(P("bi2.npy"), NPY_I4, 2, is2, ids);
+  write_npy(P("bg3.npy"), NPY_F4, 3, gs3, g);
+  RUNS(0, "backward", "--ids", P("bi.npy"), "--grad", P("bg.npy"), "--vocab", "17", "-o", P("dw1.npy"));
+  RUNS(0, "backward", "--ids", P("bi.npy"), "--grad", P("bg.npy"), "--vocab", "17", "-o", P("dw2.npy"));
+  EXPECT(same_file(P("dw1.npy"), P("dw2.npy")), "two backward runs differ");
+  npy_array a = {0};
+  if (read_npy(P("dw1.npy"), &a)) {
+    EXPECT(a.dtype == NPY_F4 && a.ndim == 2 && a.shape[0] == V && a.shape[1] == D, "backward shape");
+    EXPECT(a.count == V * D && !memcmp(a.data, ref, sizeof ref),
+           "backward differs from the sequential float32 sum in token order");
+    npy_free(&a);
+  }
+  RUNS(0, "backward", "--ids", P("bi2.npy"), "--grad", P("bg3.npy"), "--vocab", "17", "-o", P("dw3.npy"));
+  EXPECT(same_file(P("dw1.npy"), P("dw3.npy")), "backward with 2-D ids differs from 1-D");
+  RUNS(0, "backward", "--ids", P("bi.npy"), "--grad", P("bg.npy"), "--vocab", "17", "--atomic", "-o",
+       P("dw4.npy"));
+  if (read_npy(P("dw4.npy"), &a)) {
+    double worst = 0;
+    for (int i = 0; i < V * D && a.count == V * D; i++) worst = fmax(worst, fabs(((float *)a.data)[i] - ref[i]));
+    EXPECT(a.count == V * D && worst <= 1e-4, "backward --atomic: worst error %g", worst);
+    npy_free(&a);
+  }
+  /* scale, padding, frequency scaling */
+  RUNS(0, "backward", "--ids", P("bi.npy"), "--grad", P("bg.npy"), "--vocab", "17", "--scale", "0.5",
+       "--padding-idx", "3", "--scale-grad-by-freq", "-o", P("dw5.npy"));
+  if (read_npy(P("dw5.npy"), &a)) {
+    int count[V] = {0};
+    double worst = 0;
+    for (int i = 0; i < N; i++) count[ids[i]]++;
+    for (int v = 0; v < V && a.count == V * D; v++)
+      for (int c = 0; c < D; c++) {
+        double want = v == 3 || !count[v] ? 0.0 : 0.5 * ref[v * D + c] / count[v];
+        worst = fmax(worst, fabs(((float *)a.data)[v * D + c] - want));
+      }
+    EXPECT(a.count == V * D && worst <= 1e-6, "backward --scale 0.5 --padding-idx 3 --scale-grad-by-freq: %g",
+           worst);
+    npy_free(&a);
+  }
+  /* a gradient whose shape does not match the ids */
+  RUNS(1, "backward", "--ids", P("bi2.npy"), "--grad", P("bg.npy"), "--vocab", "17", "-o", P("dw_bad.npy"));
+  ERR_HAS("(300, 6)");
+  ERR_HAS("(15, 20, D)");
+  EXPECT(!exists(P("dw_bad.npy")), "output written after a bad gradient");
+  /* a bad id */
+  RUNS(1, "backward", "--ids", P("bi.npy"), "--grad", P("bg.npy"), "--vocab", "10", "-o", P("dw_bad.npy"));
+  ERR_HAS("ids[");
+  EXPECT(!exists(P("dw_bad.npy")), "output written after a bad id");
+}
+
+static void test_sgd(void) {
+  enum { V = 23, D = 5, N = 40 };
+  static float w[V * D], g[N * D], dw[V * D];
+  static uint16_t w16[V * D];
+  int32_t ids[N];
+  int occurs[V] = {0};
+  uint64_t st = 19;
+  for (int i = 0; i < V * D; i++) {
+    w[i] = tu_rand(&st);
+    w16[i] = h16(w[i]);
+  }
+  for (int i = 0; i < N; i++) {
+    ids[i] = 2 * ((int32_t)((tu_rand(&st) + 1.0f) * 0.5f * 6) % 6); /* even rows below 12 */
+    occurs[ids[i]] = 1;
+  }
+  for (int i = 0; i < N * D; i++) g[i] = tu_rand(&st);
+  for (int i = 0; i < N; i++)
+    for (int c = 0; c < D; c++) dw[ids[i] * D + c] += g[i * D + c];
+  size_t ts[2] = {V, D}, is[1] = {N}, gs[2] = {N, D};
+  write_npy(P("sw.npy"), NPY_F4, 2, ts, w);
+  write_npy(P("sw16.npy"), NPY_F2, 2, ts, w16);
+  write_npy(P("si.npy"), NPY_I4, 1, is, ids);
+  write_npy(P("sg.npy"), NPY_F4, 2, gs, g);
+  for (int f16 = 0; f16 < 2; f16++) {
+    RUNS(0, "sgd", "--table", P(f16 ? "sw16.npy" : "sw.npy"), "--ids", P("si.npy"), "--grad", P("sg.npy"), "--lr",
+         "0.05", "-o", P("sw2.npy"));
+    npy_array a = {0};
+    if (!read_npy(P("sw2.npy"), &a)) continue;
+    EXPECT(a.dtype == (f16 ? NPY_F2 : NPY_F4) && a.ndim == 2 && a.shape[0] == V && a.shape[1] == D,
+           "sgd output dtype or shape");
+    int untouched_ok = 1;
+    double worst = 0;
+    for (int v = 0; v < V && a.count == V * D; v++)
+      for (int c = 0; c < D; c++) {
+        float got = f16 ? tu_f16_to_f32(((uint16_t *)a.data)[v * D + c]) : ((float *)a.data)[v * D + c];
+        float before = f16 ? tu_f16_to_f32(w16[v * D + c]) : w[v * D + c];
+        if (!occurs[v]) untouched_ok &= memcmp(&got, &before, 4) == 0;
+        else worst = fmax(worst, fabs(got - ((double)before - 0.05 * dw[v * D + c])));
+      }
+    EXPECT(untouched_ok, "sgd (%s) changed rows that do not occur", f16 ? "f16" : "f32");
+    EXPECT(worst <= (f16 ? 1e-3 : 1e-5), "sgd (%s): worst error %g", f16 ? "f16" : "f32", worst);
+    npy_free(&a);
+  }
+}
+
+static void test_init(void) {
+  RUNS(0, "init", "--rows", "7", "--dim", "9", "--normal", "0,0.02", "--seed", "5", "-o", P("n1.npy"));
+  RUNS(0, "init", "--rows", "7", "--dim", "9", "--normal", "0,0.02", "--seed", "5", "-o", P("n2.npy"));
+  RUNS(0, "init", "--rows", "7", "--dim", "9", "--normal", "0,0.02", "--seed", "6", "-o", P("n3.npy"));
+  EXPECT(same_file(P("n1.npy"), P("n2.npy")), "init is not deterministic per seed");
+  EXPECT(!same_file(P("n1.npy"), P("n3.npy")), "init gives the same table for seeds 5 and 6");
+  npy_array a = {0};
+  if (read_npy(P("n1.npy"), &a)) {
+    EXPECT(a.dtype == NPY_F4 && a.ndim == 2 && a.shape[0] == 7 && a.shape[1] == 9, "init shape");
+    npy_free(&a);
+  }
+  RUNS(0, "init", "--rows", "4", "--dim", "3", "--uniform", "-2,1", "--seed", "9", "--dtype", "f16", "-o",
+       P("u.npy"));
+  if (read_npy(P("u.npy"), &a)) {
+    EXPECT(a.dtype == NPY_F2 && a.count == 12, "init --dtype f16");
+    double worst = 0;
+    for (size_t e = 0; e < a.count; e++) {
+      uint32_t x[4];
+      tu_philox(9, e, x);
+      float want = -2.0f + 3.0f * (float)tu_unit(x[0]);
+      worst = fmax(worst, fabs(tu_f16_to_f32(((uint16_t *)a.data)[e]) - want));
+    }
+    EXPECT(worst <= 2e-3, "init --uniform differs from Philox: %g", worst);
+    npy_free(&a);
+  }
+  RUNS(1, "init", "--rows", "4", "--dim", "3", "-o", P("u_bad.npy"));
+  RUNS(1, "init", "--rows", "4", "--dim", "3", "--normal", "0,-1", "-o", P("u_bad.npy"));
+  RUNS(1, "init", "--rows", "4", "--dim", "3", "--uniform", "1", "-o", P("u_bad.npy"));
+  EXPECT(!exists(P("u_bad.npy")), "output written after bad init flags");
+}
+
+static void test_errors(void) {
+  enum { V = 37, D = 13, N = 60 };
+  /* a bad id at position 23 */
+  int32_t ids[N];
+  for (int i = 0; i < N; i++) ids[i] = i % V;
+  ids[23] = 123456;
+  size_t is[1] = {N};
+  write_npy(P("bad_ids.npy"), NPY_I4, 1, is, ids);
+  RUNS(1, "embed", "--table", P("w32.npy"), "--ids", P("bad_ids.npy"), "-o", P("out_bad.npy"));
+  ERR_HAS("ids[23]");
+  ERR_HAS("123456");
+  ERR_HAS("bad_ids.npy");
+  EXPECT(!exists(P("out_bad.npy")), "output written after a bad id");
+  /* an existing output is left byte-identical */
+  size_t ks[1] = {3};
+  float keep[3] = {1, 2, 3};
+  write_npy(P("keep.npy"), NPY_F4, 1, ks, keep);
+  write_npy(P("keep_copy.npy"), NPY_F4, 1, ks, keep);
+  RUNS(1, "embed", "--table", P("w32.npy"), "--ids", P("bad_ids.npy"), "-o", P("keep.npy"));
+  EXPECT(same_file(P("keep.npy"), P("keep_copy.npy")), "a failed run changed the existing output");
+  /* the policies that do not fail */
+  RUNS(0, "embed", "--table", P("w32.npy"), "--ids", P("bad_ids.npy"), "--on-bad-id", "zero", "-o", P("z.npy"));
+  npy_array a = {0};
+  if (read_npy(P("z.npy"), &a)) {
+    int zero = a.count == N * D;
+    for (int c = 0; c < D && zero; c++) zero = ((float *)a.data)[23 * D + c] == 0.0f;
+    EXPECT(zero, "--on-bad-id zero: row 23 is not zero");
+    npy_free(&a);
+  }
+  /* a truncated file */
+  static unsigned char buf[1 << 16];
+  long n = file_bytes(P("w32.npy"), buf, sizeof buf);
+  FILE *f = fopen(P("trunc.npy"), "wb");
+  if (f) {
+    fwrite(buf, 1, n > 200 ? 200 : (size_t)(n > 0 ? n : 0), f);
+    fclose(f);
+  }
+  RUNS(1, "embed", "--table", P("trunc.npy"), "--ids", P("i32_1d.npy"), "-o", P("out_bad.npy"));
+  ERR_HAS("trunc.npy");
+  RUNS(1, "embed", "--table", P("w32.npy"), "--ids", P("trunc.npy"), "-o", P("out_bad.npy"));
+  ERR_HAS("trunc.npy");
+  /* a missing file */
+  RUNS(1, "embed", "--table", P("no_such_file.npy"), "--ids", P("i32_1d.npy"), "-o", P("out_bad.npy"));
+  ERR_HAS("no_such_file.npy");
+  /* wrong ranks and dtypes */
+  size_t s3[3] = {2, 3, 10};
+  write_npy(P("ids3d.npy"), NPY_I4, 3, s3, ids);
+  RUNS(1, "embed", "--table", P("w32.npy"), "--ids", P("ids3d.npy"), "-o", P("out_bad.npy"));
+  ERR_HAS("ids3d.npy");
+  RUNS(1, "embed", "--table", P("i32_1d.npy"), "--ids", P("i32_1d.npy"), "-o", P("out_bad.npy"));
+  ERR_HAS("i32_1d.npy");
+  RUNS(1, "embed", "--table", P("w32.npy"), "--ids", P("w32.npy"), "-o", P("out_bad.npy"));
+  RUNS(1, "embed", "--table", P("keep.npy"), "--ids", P("i32_1d.npy"), "-o", P("out_bad.npy"));
+  ERR_HAS("2-D");
+  /* usage */
+  RUNS(1, "embed", "--table", P("w32.npy"), "--ids", P("i32_1d.npy"), "--bogus", "-o", P("out_bad.npy"));
+  ERR_HAS("--bogus");
+  RUNS(1, "embed", "--table", P("w32.npy"), "-o", P("out_bad.npy"));
+  ERR_HAS("--ids");
+  RUNS(1, "embed", "--table", P("w32.npy"), "--ids", P("i32_1d.npy"));
+  ERR_HAS("-o");
+  RUNS(1, "embed", "--table", P("w32.npy"), "--ids", P("i32_1d.npy"), "--scale", "abc", "-o", P("out_bad.npy"));
+  ERR_HAS("--scale: 'abc' is not a number");
+  RUNS(1, "embed", "--table", P("w32.npy"), "--ids", P("i32_1d.npy"), "--scale", "nan", "-o", P("out_bad.npy"));
+  RUNS(1, "embed", "--table", P("w32.npy"), "--ids", P("i32_1d.npy"), "--dropout", "1.5", "-o", P("out_bad.npy"));
+  RUNS(1, "embed", "--table", P("w32.npy"), "--ids", P("i32_1d.npy"), "--on-bad-id", "ignore", "-o",
+       P("out_bad.npy"));
+  ERR_HAS("--on-bad-id");
+  RUNS(1, "embed", "--table", P("w32.npy"), "--ids", P("i32_1d.npy"), "--padding-idx", "37", "-o",
+       P("out_bad.npy"));
+  ERR_HAS("--padding-idx");
+  RUNS(1, "positional", "--length", "-3", "--dim", "10", "-o", P("out_bad.npy"));
+  ERR_HAS("--length");
+  RUNS(1, "positional", "--length", "5x", "--dim", "10", "-o", P("out_bad.npy"));
+  RUNS(1, "positional", "--length", "5", "--dim", "10", "--base", "nan", "-o", P("out_bad.npy"));
+  RUNS(1, "positional", "--length", "5", "--dim", "10", "--exponent", "index", "--layout", "halves", "-o",
+       P("out_bad.npy"));
+  RUNS(1, "positional", "--length", "5", "--dim", "10", "extra", "-o", P("out_bad.npy"));
+  RUNS(1, "sgd", "--table", P("w32.npy"), "--ids", P("i32_1d.npy"), "--grad", P("w32.npy"), "--lr", "x", "-o",
+       P("out_bad.npy"));
+  ERR_HAS("--lr");
+  EXPECT(!exists(P("out_bad.npy")), "a failed run wrote its output");
+  /* the device */
+  RUNS(2, "embed", "--table", P("w32.npy"), "--ids", P("i32_1d.npy"), "--device", "nonexistent-device-xyz", "-o",
+       P("out_bad.npy"));
+  ERR_HAS("nonexistent-device-xyz");
+  RUNS(2, "positional", "--length", "5", "--dim", "10", "--device", "nonexistent-device-xyz", "-o",
+       P("out_bad.npy"));
+  RUNS(2, "devices", "--device", "nonexistent-device-xyz");
+  RUNS(2, "demo", "--device", "nonexistent-device-xyz");
+  EXPECT(!exists(P("out_bad.npy")), "a failed run wrote its output");
+  EXPECT(leftover_temps() == 0, "temporary files left behind");
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    fprintf(stderr, "usage: test_cli PATH/TO/clembed\n");
+    return 1;
+  }
+  g_exe = argv[1];
+  const char *tmp = getenv("TMPDIR");
+  snprintf(g_dir, sizeof g_dir, "%s/test_cli.XXXXXX", tmp && *tmp ? tmp : "/tmp");
+  if (!mkdtemp(g_dir)) {
+    perror("mkdtemp");
+    return 1;
+  }
+  int r = CLI("devices");
+  if (r != 0) {
+    const char *allow = getenv("CLEMBED_ALLOW_NO_DEVICE");
+    fprintf(stderr, "clembed devices exits %d: %s", r, g_err);
+    if (allow && !strcmp(allow, "1")) return 77;
+    return 1;
+  }
+  printf("%s", g_out);
+  test_help();
+  test_embed_exact();
+  test_positional();
+  test_embed_positions();
+  test_embed_options();
+  test_backward();
+  test_sgd();
+  test_init();
+  test_errors();
+  RUNS(0, "demo");
+  EXPECT(strstr(g_out, "0.84147") != NULL, "demo output lacks 0.84147");
+  int failed = tu_finish("test_cli");
+  if (!failed) { /* clean up the directory */
+    DIR *d = opendir(g_dir);
+    struct dirent *e;
+    while (d && (e = readdir(d)))
+      if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) unlink(P(e->d_name));
+    if (d) closedir(d);
+    rmdir(g_dir);
+  } else {
+    printf("files kept in %s\n", g_dir);
+  }
+  return failed;
+}

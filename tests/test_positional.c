@@ -1,0 +1,405 @@
+/* clembed_positional against a float64 reference written from API.md:
+ *   d = cols, h = ceil(d/2); column i of position p is
+ *   INTERLEAVED: sin(p*w) for even i, cos(p*w) for odd i, with
+ *                w = base^(-2*floor(i/2)/d) (PAIR) or base^(-i/d) (INDEX);
+ *   HALVES:      sin(p*w_i) for i < h, cos(p*w_(i-h)) for i >= h, w_k = base^(-2k/d).
+ * Tolerances:
+ *   F32 output: |got - exact| <= 1e-6 for every position below 2^20 (the contract);
+ *   F16/BF16:   got is within one ulp (of that dtype) of the dtype's rounding of
+ *               the exact value, or is the rounding of a value within 1e-6 of it
+ *               (the F32 contract followed by one rounding; this matters only for
+ *               tiny values, where a BF16 ulp is below 1e-6).
+ * Covered: every variant, odd d (1, 3, 7, 37), base 10000, 5 and 2.5, first
+ * position 0, 1000 and far positions up to 2^20-1 (every position below 2^20 for
+ * d = 8 in the normal run; full rows of d = 4096 at sampled positions), ld and
+ * offset windows, the tutorial's numbers, the frequency cache, events and wait
+ * lists, and every argument error. */
+#include "test_util.h"
+
+static int small_mode = 0;
+static const char *DN[3] = {"F32", "F16", "BF16"};
+#define P20 ((size_t)1 << 20)
+
+/* ------------------------------------------------------------ reference */
+
+static double ref_value(double base, clembed_exponent e, clembed_layout l, size_t d, size_t p, size_t i) {
+  double w;
+  int is_cos;
+  if (l == CLEMBED_LAYOUT_HALVES) {
+    size_t h = (d + 1) / 2;
+    size_t k = i < h ? i : i - h;
+    w = pow(base, -2.0 * (double)k / (double)d);
+    is_cos = i >= h;
+  } else {
+    if (e == CLEMBED_EXPONENT_PAIR) w = pow(base, -2.0 * floor((double)i / 2.0) / (double)d);
+    else w = pow(base, -(double)i / (double)d);
+    is_cos = (int)(i % 2);
+  }
+  double a = (double)p * w;
+  return is_cos ? cos(a) : sin(a);
+}
+
+/* One ulp of dtype t at the magnitude of v. */
+static double ulp_of(double v, clembed_dtype t) {
+  double a = fabs(v);
+  if (t == CLEMBED_F16) return a < ldexp(1.0, -14) ? ldexp(1.0, -24) : ldexp(1.0, ilogb(a) - 10);
+  if (t == CLEMBED_BF16) return a < ldexp(1.0, -126) ? ldexp(1.0, -133) : ldexp(1.0, ilogb(a) - 7);
+  return a < ldexp(1.0, -126) ? ldexp(1.0, -149) : ldexp(1.0, ilogb(a) - 23);
+}
+
+/* Is `got` (read back as float) acceptable for the exact value `ref`? */
+static int acceptable(float got, double ref, clembed_dtype t, double *err) {
+  *err = fabs((double)got - ref);
+  if (isnan(got)) return 0;
+  if (t == CLEMBED_F32) return *err <= 1e-6;
+  double r = (double)tu_round((float)ref, t);
+  if (fabs((double)got - r) <= ulp_of(ref, t)) return 1;
+  float lo = tu_round((float)(ref - 1e-6), t), hi = tu_round((float)(ref + 1e-6), t);
+  return got >= lo && got <= hi;
+}
+
+typedef struct stats {
+  double max_err;
+  size_t checked, bad;
+} stats;
+
+/* ------------------------------------------------------------ one call */
+
+/* Positional table of `rows` x `d` from `first` into an output of dtype t with
+ * `pad` extra columns per row and `off` leading elements (both filled with a
+ * sentinel that must survive), compared with the reference. s NULL: defaults. */
+static void run(clembed_context *ctx, const clembed_sinusoid *s, size_t first, size_t rows, size_t d,
+                clembed_dtype t, size_t pad, size_t off, stats *st) {
+  clembed_sinusoid def = {10000.0, CLEMBED_EXPONENT_PAIR, CLEMBED_LAYOUT_INTERLEAVED};
+  const clembed_sinusoid *rs = s ? s : &def;
+  size_t ld = d + pad, total = off + rows * ld;
+  clembed_matrix whole = {0};
+  OK(ctx, clembed_matrix_create(ctx, 1, total ? total : 1, t, &whole));
+  float *all = malloc((total ? total : 1) * sizeof *all);
+  for (size_t i = 0; i < total; i++) all[i] = 777.0f;
+  if (pad || off) OK(ctx, clembed_matrix_write(ctx, &whole, all, CLEMBED_F32));
+  clembed_matrix out = {whole.buffer, off, rows, d, ld, t};
+  clembed_status sc = clembed_positional(ctx, s, first, &out, 0, NULL, NULL);
+  EXPECT(sc == CLEMBED_OK, "positional(base %g, exp %d, layout %d, first %zu, %zux%zu %s): %s: %s", rs->base,
+         rs->exponent, rs->layout, first, rows, d, DN[t], clembed_status_string(sc), clembed_context_message(ctx));
+  OK(ctx, clembed_matrix_read(ctx, &whole, all, CLEMBED_F32));
+  size_t bad = 0, outside = 0;
+  double worst = 0.0;
+  for (size_t e = 0; e < total; e++) {
+    int in = e >= off && (e - off) / ld < rows && (e - off) % ld < d;
+    if (!in) {
+      if (all[e] != tu_round(777.0f, t)) outside++;
+      continue;
+    }
+    size_t r = (e - off) / ld, c = (e - off) % ld;
+    double ref = ref_value(rs->base, rs->exponent, rs->layout, d, first + r, c), err;
+    if (!acceptable(all[e], ref, t, &err)) {
+      if (bad < 3)
+        fprintf(stderr, "  base %g exp %d layout %d d %zu %s: position %zu column %zu: got %.9g want %.12g (err %.3g)\n",
+                rs->base, rs->exponent, rs->layout, d, DN[t], first + r, c, all[e], ref, err);
+      bad++;
+    }
+    if (err > worst) worst = err;
+  }
+  EXPECT(bad == 0, "base %g exp %d layout %d first %zu rows %zu d %zu %s: %zu of %zu wrong (max err %.3g)", rs->base,
+         rs->exponent, rs->layout, first, rows, d, DN[t], bad, rows * d, worst);
+  EXPECT(outside == 0, "%zu elements outside the window were written (pad %zu off %zu)", outside, pad, off);
+  if (st) {
+    if (t == CLEMBED_F32 && worst > st->max_err) st->max_err = worst;
+    st->checked += rows * d;
+    st->bad += bad;
+  }
+  free(all);
+  clembed_matrix_release(&whole);
+}
+
+static const clembed_sinusoid VARIANTS[3] = {{10000.0, CLEMBED_EXPONENT_PAIR, CLEMBED_LAYOUT_INTERLEAVED},
+                                             {10000.0, CLEMBED_EXPONENT_INDEX, CLEMBED_LAYOUT_INTERLEAVED},
+                                             {10000.0, CLEMBED_EXPONENT_PAIR, CLEMBED_LAYOUT_HALVES}};
+
+/* Every variant x d x base x first position. */
+static void sweep(clembed_context *ctx, stats *st) {
+  const size_t ds[] = {1, 2, 3, 7, 37, 64, 513};
+  const double bases[] = {10000.0, 5.0, 2.5};
+  const size_t firsts[] = {0, 1000, P20 - 24};
+  size_t rows = small_mode ? 6 : 24;
+  for (int v = 0; v < 3; v++)
+    for (size_t a = 0; a < sizeof ds / sizeof *ds; a++)
+      for (int b = 0; b < 3; b++)
+        for (int f = 0; f < 3; f++) {
+          if (small_mode && ds[a] > 64 && (b || f != 2)) continue;
+          clembed_sinusoid s = VARIANTS[v];
+          s.base = bases[b];
+          run(ctx, &s, firsts[f], rows, ds[a], CLEMBED_F32, 0, 0, st);
+        }
+}
+
+/* Far positions: sampled starts across [0, 2^20), full rows of large d. */
+static void far_positions(clembed_context *ctx, stats *st) {
+  size_t starts[64];
+  size_t ns = 0;
+  starts[ns++] = P20 - 2; /* covers 2^20 - 1 */
+  starts[ns++] = P20 - 17;
+  starts[ns++] = 524288 + 123;
+  starts[ns++] = 524288 - 1;
+  starts[ns++] = 65535;
+  starts[ns++] = 4095; /* where the angle's split into high and low parts changes */
+  starts[ns++] = 4096 * 37 - 1;
+  starts[ns++] = 999983;
+  starts[ns++] = 710; /* p*w near a multiple of 2*pi for w = 1 (710 ~ 113*2*pi) */
+  starts[ns++] = 104348 - 1; /* 104348 ~ 16607*2*pi: a hard reduction case */
+  starts[ns++] = 833719 - 1; /* 833719 ~ 132692*2*pi */
+  uint64_t rng = 7;
+  size_t want = small_mode ? 20 : 48;
+  while (ns < want) {
+    rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
+    starts[ns++] = (size_t)((rng >> 20) % (P20 - 2));
+  }
+  size_t d = small_mode ? 1024 : 4096, rows = 2;
+  for (int v = 0; v < 3; v++)
+    for (size_t k = 0; k < ns; k++) {
+      if (small_mode && v && k % 2) continue;
+      run(ctx, &VARIANTS[v], starts[k], rows, d, CLEMBED_F32, 0, 0, st);
+    }
+}
+
+/* Every position below 2^20 for a few frequencies (d = 8: w = 1, 0.1, 0.01, 0.001
+ * for PAIR; d = 5 INDEX: w = base^(-i/5)), in chunks. Normal run only. */
+static void every_position(clembed_context *ctx, stats *st) {
+  const struct {
+    clembed_sinusoid s;
+    size_t d;
+  } cfg[2] = {{{10000.0, CLEMBED_EXPONENT_PAIR, CLEMBED_LAYOUT_INTERLEAVED}, 8},
+              {{10000.0, CLEMBED_EXPONENT_INDEX, CLEMBED_LAYOUT_INTERLEAVED}, 5}};
+  size_t chunk = (size_t)1 << 18;
+  for (int k = 0; k < 2; k++) {
+    size_t d = cfg[k].d;
+    clembed_matrix m = {0};
+    float *g = malloc(chunk * d * sizeof *g);
+    OK(ctx, clembed_matrix_create(ctx, chunk, d, CLEMBED_F32, &m));
+    size_t bad = 0;
+    double worst = 0.0;
+    size_t worst_p = 0, worst_c = 0;
+    for (size_t first = 0; first < P20; first += chunk) {
+      OK(ctx, clembed_positional(ctx, &cfg[k].s, first, &m, 0, NULL, NULL));
+      OK(ctx, clembed_matrix_read(ctx, &m, g, CLEMBED_F32));
+      for (size_t r = 0; r < chunk; r++)
+        for (size_t c = 0; c < d; c++) {
+          double ref = ref_value(cfg[k].s.base, cfg[k].s.exponent, cfg[k].s.layout, d, first + r, c);
+          double err = fabs((double)g[r * d + c] - ref);
+          if (!(err <= 1e-6)) bad++;
+          if (err > worst || isnan(err)) {
+            worst = err;
+            worst_p = first + r;
+            worst_c = c;
+          }
+        }
+    }
+    EXPECT(bad == 0, "every position below 2^20, d %zu exp %d: %zu values off by more than 1e-6 (worst %.3g at "
+           "position %zu column %zu)", d, cfg[k].s.exponent, bad, worst, worst_p, worst_c);
+    printf("every position below 2^20, d %zu exponent %d: max error %.3g at position %zu column %zu\n", d,
+           cfg[k].s.exponent, worst, worst_p, worst_c);
+    if (worst > st->max_err) st->max_err = worst;
+    st->checked += P20 * d;
+    st->bad += bad;
+    clembed_matrix_release(&m);
+    free(g);
+  }
+}
+
+/* F16 and BF16 outputs, and ld/offset windows. */
+static void dtypes_and_windows(clembed_context *ctx, stats *st) {
+  const clembed_dtype ts[2] = {CLEMBED_F16, CLEMBED_BF16};
+  for (int t = 0; t < 2; t++)
+    for (int v = 0; v < 3; v++) {
+      run(ctx, &VARIANTS[v], 0, 16, 37, ts[t], 0, 0, st);
+      run(ctx, &VARIANTS[v], 1000, 8, 64, ts[t], 3, 5, st);
+      run(ctx, &VARIANTS[v], P20 - 8, 8, small_mode ? 128 : 1024, ts[t], 0, 0, st);
+    }
+  run(ctx, &VARIANTS[0], 7, 9, 5, CLEMBED_F32, 4, 13, st);
+  run(ctx, &VARIANTS[2], 3, 5, 7, CLEMBED_F32, 1, 1, st);
+  run(ctx, &VARIANTS[1], 0, 1, 1, CLEMBED_F32, 0, 3, st);
+  /* NULL sinusoid: the defaults */
+  run(ctx, NULL, 0, 10, 16, CLEMBED_F32, 0, 0, st);
+  run(ctx, NULL, 123456, 4, 33, CLEMBED_F16, 2, 2, st);
+  /* zero rows, zero cols */
+  run(ctx, &VARIANTS[0], 5, 0, 8, CLEMBED_F32, 0, 0, st);
+  run(ctx, &VARIANTS[0], 5, 3, 0, CLEMBED_F32, 0, 0, st);
+}
+
+/* The tutorial: base 5, INDEX, INTERLEAVED, d 10: row 1 begins 0.84147, 0.65898, 0.66297. */
+static void tutorial(clembed_context *ctx) {
+  clembed_sinusoid s = {5.0, CLEMBED_EXPONENT_INDEX, CLEMBED_LAYOUT_INTERLEAVED};
+  clembed_matrix m = {0};
+  float g[3 * 10];
+  OK(ctx, clembed_matrix_create(ctx, 3, 10, CLEMBED_F32, &m));
+  OK(ctx, clembed_positional(ctx, &s, 0, &m, 0, NULL, NULL));
+  OK(ctx, clembed_matrix_read(ctx, &m, g, CLEMBED_F32));
+  const float want[3] = {0.84147f, 0.65898f, 0.66297f};
+  for (int c = 0; c < 3; c++)
+    EXPECT(fabsf(g[10 + c] - want[c]) <= 5e-6f, "tutorial row 1 column %d: %.6f, expected %.5f", c, g[10 + c],
+           want[c]);
+  /* row 0: sin(0) = 0, cos(0) = 1 exactly */
+  for (int c = 0; c < 10; c++)
+    EXPECT(g[c] == (c % 2 ? 1.0f : 0.0f), "row 0 column %d: %.9g", c, g[c]);
+  clembed_matrix_release(&m);
+}
+
+/* Several configurations enqueued before anything is read: more than the
+ * library caches frequencies for, on outputs of different widths. */
+static void queued_configs(clembed_context *ctx) {
+  enum { K = 7 };
+  clembed_matrix m[K];
+  clembed_sinusoid s[K];
+  size_t d[K] = {8, 9, 8, 16, 8, 31, 8};
+  for (int k = 0; k < K; k++) {
+    s[k] = VARIANTS[k % 3];
+    s[k].base = 10.0 + 100.0 * k;
+    OK(ctx, clembed_matrix_create(ctx, 20, d[k], CLEMBED_F32, &m[k]));
+  }
+  for (int rep = 0; rep < 2; rep++)
+    for (int k = 0; k < K; k++) OK(ctx, clembed_positional(ctx, &s[k], 100 * (size_t)k, &m[k], 0, NULL, NULL));
+  for (int k = 0; k < K; k++) {
+    float g[20 * 31];
+    OK(ctx, clembed_matrix_read(ctx, &m[k], g, CLEMBED_F32));
+    size_t bad = 0;
+    for (size_t r = 0; r < 20; r++)
+      for (size_t c = 0; c < d[k]; c++) {
+        double ref = ref_value(s[k].base, s[k].exponent, s[k].layout, d[k], 100 * (size_t)k + r, c);
+        if (!(fabs(g[r * d[k] + c] - ref) <= 1e-6)) bad++;
+      }
+    EXPECT(bad == 0, "queued configuration %d (base %g, d %zu): %zu wrong", k, s[k].base, d[k], bad);
+    clembed_matrix_release(&m[k]);
+  }
+}
+
+static void events(clembed_context *ctx) {
+  const int INV = CLEMBED_ERR_INVALID_ARGUMENT;
+  clembed_matrix m = {0};
+  OK(ctx, clembed_matrix_create(ctx, 4, 6, CLEMBED_F32, &m));
+  cl_event ev = NULL, dummy = NULL;
+  FAILS(ctx, INV, clembed_positional(ctx, NULL, 0, &m, 1, NULL, NULL));
+  EXPECT(strstr(clembed_context_message(ctx), "event_wait_list") != NULL, "message: %s", clembed_context_message(ctx));
+  FAILS(ctx, INV, clembed_positional(ctx, NULL, 0, &m, 0, &dummy, NULL));
+  FAILS(ctx, INV, clembed_positional(ctx, NULL, 0, &m, 1, &dummy, NULL)); /* a NULL event in the list */
+
+  /* the returned event completes and is the caller's */
+  OK(ctx, clembed_positional(ctx, NULL, 0, &m, 0, NULL, &ev));
+  EXPECT(ev != NULL, "no event");
+  if (ev) {
+    EXPECT(clWaitForEvents(1, &ev) == CL_SUCCESS, "wait");
+    cl_int st = -1;
+    clGetEventInfo(ev, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof st, &st, NULL);
+    EXPECT(st == CL_COMPLETE, "status %d", st);
+    clReleaseEvent(ev);
+    ev = NULL;
+  }
+
+  /* a wait list is honoured: held back by a user event */
+  cl_context cc = NULL;
+  clGetCommandQueueInfo(clembed_context_queue(ctx), CL_QUEUE_CONTEXT, sizeof cc, &cc, NULL);
+  cl_int err;
+  cl_event ue = clCreateUserEvent(cc, &err);
+  EXPECT(err == CL_SUCCESS, "clCreateUserEvent %d", err);
+  if (err == CL_SUCCESS) {
+    clembed_sinusoid s = {5.0, CLEMBED_EXPONENT_INDEX, CLEMBED_LAYOUT_INTERLEAVED};
+    OK(ctx, clembed_positional(ctx, &s, 1, &m, 1, &ue, &ev));
+    if (ev) {
+      cl_int st = -1;
+      clGetEventInfo(ev, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof st, &st, NULL);
+      EXPECT(st != CL_COMPLETE, "completed before its wait list");
+      clSetUserEventStatus(ue, CL_COMPLETE);
+      EXPECT(clWaitForEvents(1, &ev) == CL_SUCCESS, "wait");
+      clReleaseEvent(ev);
+      ev = NULL;
+    } else {
+      clSetUserEventStatus(ue, CL_COMPLETE);
+    }
+    float g[24];
+    OK(ctx, clembed_matrix_read(ctx, &m, g, CLEMBED_F32));
+    EXPECT(fabs(g[0] - sin(1.0)) <= 1e-6, "row 0 (position 1): %.9g", g[0]);
+    clReleaseEvent(ue);
+  }
+  /* zero rows with an event: the event still completes */
+  clembed_matrix z = {0};
+  OK(ctx, clembed_matrix_create(ctx, 0, 6, CLEMBED_F32, &z));
+  OK(ctx, clembed_positional(ctx, NULL, 0, &z, 0, NULL, &ev));
+  EXPECT(ev != NULL, "no event for an empty output");
+  if (ev) {
+    EXPECT(clWaitForEvents(1, &ev) == CL_SUCCESS, "wait");
+    clReleaseEvent(ev);
+  }
+  clembed_matrix_release(&z);
+  clembed_matrix_release(&m);
+}
+
+static void errors(clembed_context *ctx) {
+  const int INV = CLEMBED_ERR_INVALID_ARGUMENT;
+  clembed_matrix m = {0}, bad;
+  OK(ctx, clembed_matrix_create(ctx, 4, 6, CLEMBED_F32, &m));
+  clembed_sinusoid s = {10000.0, CLEMBED_EXPONENT_PAIR, CLEMBED_LAYOUT_INTERLEAVED};
+  FAILS(NULL, INV, clembed_positional(NULL, &s, 0, &m, 0, NULL, NULL));
+  FAILS(ctx, INV, clembed_positional(ctx, &s, 0, NULL, 0, NULL, NULL));
+  const double bad_bases[] = {0.0, -0.0, -1.0, NAN, INFINITY, -INFINITY};
+  for (int i = 0; i < 6; i++) {
+    s.base = bad_bases[i];
+    FAILS(ctx, INV, clembed_positional(ctx, &s, 0, &m, 0, NULL, NULL));
+    EXPECT(strstr(clembed_context_message(ctx), "base") != NULL, "message for base %g: %s", bad_bases[i],
+           clembed_context_message(ctx));
+  }
+  s.base = 10000.0;
+  s.exponent = CLEMBED_EXPONENT_INDEX;
+  s.layout = CLEMBED_LAYOUT_HALVES;
+  FAILS(ctx, INV, clembed_positional(ctx, &s, 0, &m, 0, NULL, NULL));
+  s.exponent = (clembed_exponent)2;
+  s.layout = CLEMBED_LAYOUT_INTERLEAVED;
+  FAILS(ctx, INV, clembed_positional(ctx, &s, 0, &m, 0, NULL, NULL));
+  s.exponent = CLEMBED_EXPONENT_PAIR;
+  s.layout = (clembed_layout)2;
+  FAILS(ctx, INV, clembed_positional(ctx, &s, 0, &m, 0, NULL, NULL));
+  s.layout = CLEMBED_LAYOUT_INTERLEAVED;
+  /* first_position + rows - 1 overflows */
+  FAILS(ctx, INV, clembed_positional(ctx, &s, SIZE_MAX - 1, &m, 0, NULL, NULL));
+  bad = m;
+  bad.buffer = NULL;
+  FAILS(ctx, INV, clembed_positional(ctx, &s, 0, &bad, 0, NULL, NULL));
+  bad = m;
+  bad.dtype = (clembed_dtype)3;
+  FAILS(ctx, INV, clembed_positional(ctx, &s, 0, &bad, 0, NULL, NULL));
+  bad = m;
+  bad.ld = 5;
+  FAILS(ctx, INV, clembed_positional(ctx, &s, 0, &bad, 0, NULL, NULL));
+  bad = m;
+  bad.rows = 5;
+  FAILS(ctx, INV, clembed_positional(ctx, &s, 0, &bad, 0, NULL, NULL));
+  bad = m;
+  bad.offset = 1;
+  FAILS(ctx, INV, clembed_positional(ctx, &s, 0, &bad, 0, NULL, NULL));
+  /* the output is unchanged by the failed calls (still zero) and the context works on */
+  float g[24];
+  OK(ctx, clembed_matrix_read(ctx, &m, g, CLEMBED_F32));
+  int nz = 0;
+  for (int i = 0; i < 24; i++) nz += g[i] != 0.0f;
+  EXPECT(nz == 0, "a failed call wrote %d elements", nz);
+  OK(ctx, clembed_positional(ctx, &s, SIZE_MAX - 3, &m, 0, NULL, NULL)); /* the last position fits */
+  OK(ctx, clembed_finish(ctx));
+  clembed_matrix_release(&m);
+}
+
+int main(int argc, char **argv) {
+  small_mode = argc > 1 && !strcmp(argv[1], "small");
+  clembed_context *ctx = tu_context();
+  stats st = {0};
+  tutorial(ctx);
+  sweep(ctx, &st);
+  far_positions(ctx, &st);
+  if (!small_mode) every_position(ctx, &st);
+  dtypes_and_windows(ctx, &st);
+  queued_configs(ctx);
+  events(ctx);
+  errors(ctx);
+  printf("positional: %zu values checked, %zu wrong, max F32 error %.3g (limit 1e-6)\n", st.checked, st.bad,
+         st.max_err);
+  clembed_context_destroy(ctx);
+  return tu_finish("test_positional");
+}
