@@ -355,11 +355,8 @@ static clembed_status context_init(clembed_context *ctx) {
           clembed_status_string((clembed_status)err));
     return CLEMBED_ERR_OUT_OF_MEMORY;
   }
-  unsigned char *ff = malloc(CE_ERRBUF_BYTES);
-  if (!ff) return CLEMBED_ERR_OUT_OF_MEMORY;
-  memset(ff, 0xFF, CE_ERRBUF_BYTES);
-  err = clEnqueueWriteBuffer(ctx->queue, ctx->errbuf, CL_TRUE, 0, CE_ERRBUF_BYTES, ff, 0, NULL, NULL);
-  free(ff);
+  memset(ctx->clean_slots, 0xFF, sizeof ctx->clean_slots);
+  err = clEnqueueWriteBuffer(ctx->queue, ctx->errbuf, CL_TRUE, 0, CE_ERRBUF_BYTES, ctx->clean_slots, 0, NULL, NULL);
   if (err != CL_SUCCESS) {
     lastf("initialising the error record on %s: %s", ctx->device_name,
           clembed_status_string((clembed_status)err));
@@ -385,31 +382,27 @@ void clembed_context_destroy(clembed_context *ctx) {
 
 /* ------------------------------------------------------- deferred errors */
 
-/* Reads the used slots, records the first error in ctx->deferred (if none is
- * pending), and resets them. */
+/* Waits for the work enqueued so far and reads the used slots (one blocking
+ * read: on an in-order queue it completes after every earlier command; an
+ * out-of-order queue gets a barrier first), records the first error in
+ * ctx->deferred (if none is pending), and resets the slots (a non-blocking
+ * write from the context's own 0xFF block). */
 static clembed_status slots_drain(clembed_context *ctx) {
   clembed_status status = CLEMBED_OK;
   size_t used = ctx->slots_used;
-  if (used == 0) return CLEMBED_OK;
+  cl_int err;
+  if (used == 0) {
+    err = clFinish(ctx->queue);
+    return err == CL_SUCCESS ? CLEMBED_OK : ce_cl_fail(ctx, err, "clFinish");
+  }
   size_t bytes = used * CE_SLOT_UINTS * sizeof(cl_uint);
-  cl_uint *s = malloc(bytes);
-  unsigned char *ff = malloc(bytes);
-  if (!s || !ff) {
-    free(s);
-    free(ff);
-    return ce_fail(ctx, CLEMBED_ERR_OUT_OF_MEMORY, "reading the error record: out of host memory");
-  }
-  cl_int err = clEnqueueReadBuffer(ctx->queue, ctx->errbuf, CL_TRUE, 0, bytes, s, 0, NULL, NULL);
-  if (err != CL_SUCCESS) {
-    status = ce_cl_fail(ctx, err, "reading the error record");
-    goto cleanup;
-  }
-  memset(ff, 0xFF, bytes);
-  err = clEnqueueWriteBuffer(ctx->queue, ctx->errbuf, CL_TRUE, 0, bytes, ff, 0, NULL, NULL);
-  if (err != CL_SUCCESS) {
-    status = ce_cl_fail(ctx, err, "resetting the error record");
-    goto cleanup;
-  }
+  cl_uint *s = ctx->slot_host;
+  if (!ctx->in_order && (err = clEnqueueBarrierWithWaitList(ctx->queue, 0, NULL, NULL)) != CL_SUCCESS)
+    return ce_cl_fail(ctx, err, "waiting for earlier work");
+  err = clEnqueueReadBuffer(ctx->queue, ctx->errbuf, CL_TRUE, 0, bytes, s, 0, NULL, NULL);
+  if (err != CL_SUCCESS) return ce_cl_fail(ctx, err, "reading the error record");
+  err = clEnqueueWriteBuffer(ctx->queue, ctx->errbuf, CL_FALSE, 0, bytes, ctx->clean_slots, 0, NULL, NULL);
+  if (err != CL_SUCCESS) return ce_cl_fail(ctx, err, "resetting the error record");
   ctx->slots_used = 0;
   for (size_t k = 0; k < used && ctx->deferred == CLEMBED_OK; k++) {
     const cl_uint *r = s + k * CE_SLOT_UINTS;
@@ -426,21 +419,21 @@ static clembed_status slots_drain(clembed_context *ctx) {
       uint64_t first = in->position_offset;
       uint64_t inseq = in->seq_len ? i % in->seq_len : i;
       if (in->has_sequence_offsets) first = (uint64_t)r[4] | ((uint64_t)r[5] << 32);
-      snprintf(ctx->deferred_message, sizeof ctx->deferred_message,
-               "%s: token %llu is at position %lld, outside the position table [0, %llu)", in->op,
-               (unsigned long long)i, (long long)(first + inseq), (unsigned long long)in->pos_rows);
+      if ((int64_t)first < 0)
+        snprintf(ctx->deferred_message, sizeof ctx->deferred_message,
+                 "%s: token %llu is at position %lld: sequence_offsets gives its sequence a negative start",
+                 in->op, (unsigned long long)i, (long long)(first + inseq));
+      else
+        snprintf(ctx->deferred_message, sizeof ctx->deferred_message,
+                 "%s: token %llu is at position %llu, outside the position table [0, %llu)", in->op,
+                 (unsigned long long)i, (unsigned long long)(first + inseq), (unsigned long long)in->pos_rows);
     }
   }
-cleanup:
-  free(s);
-  free(ff);
   return status;
 }
 
 clembed_status ce_slot_reserve(clembed_context *ctx, const ce_slot_info *info, cl_uint *slot) {
   if (ctx->slots_used == CE_SLOTS) {
-    cl_int err = clFinish(ctx->queue);
-    if (err != CL_SUCCESS) return ce_cl_fail(ctx, err, "clFinish");
     clembed_status s = slots_drain(ctx);
     if (s != CLEMBED_OK) return s;
   }
@@ -450,8 +443,6 @@ clembed_status ce_slot_reserve(clembed_context *ctx, const ce_slot_info *info, c
 }
 
 clembed_status ce_collect(clembed_context *ctx) {
-  cl_int err = clFinish(ctx->queue);
-  if (err != CL_SUCCESS) return ce_cl_fail(ctx, err, "clFinish");
   clembed_status s = slots_drain(ctx);
   if (s != CLEMBED_OK) return s;
   s = ctx->deferred;

@@ -78,6 +78,8 @@ struct clembed_context {
 
   cl_mem errbuf;
   size_t slots_used;
+  cl_uint clean_slots[CE_SLOTS * CE_SLOT_UINTS]; /* all 0xFF: the reset pattern */
+  cl_uint slot_host[CE_SLOTS * CE_SLOT_UINTS];   /* the slots as last read */
   ce_slot_info slot_info[CE_SLOTS];
   clembed_status deferred;
   char deferred_message[512];
