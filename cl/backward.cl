@@ -10,23 +10,24 @@
  *   ce_bwd_scatter                 (key, idx), 8 bits a pass; one work-item per
  *                                  chunk of consecutive entries, so equal keys
  *                                  keep ascending token order.
- *   ce_bwd_rows / ce_bwd_pos       one work-item per (segment of equal keys, VEC
- *                                  consecutive columns): folds the segment's
- *                                  gradient rows in ascending token order, in
- *                                  float32, then stores the row once.
+ *   ce_bwd_rows / ce_bwd_pos       each segment of equal keys is folded, column
+ *                                  by column, in ascending token order in
+ *                                  float32 and its row stored once (rows: the
+ *                                  table gradient, set or added, or the fused
+ *                                  SGD step; pos: position_grad, added).
  * The fold is a strict left fold s = ((0 + g0) + g1) + ..., so a long segment
  * (one id repeated 20,000 times) cannot be split and combined without changing
  * the bits; it stays parallel over its columns instead (d is 512..4096 in
- * practice, and a segment's columns are spread over several work-groups), which
- * is enough to keep the device busy.
+ * practice, and a long segment's columns are spread over several work-groups:
+ * see CE_SEGMENTS), which is enough to keep the device busy.
  *
  * Atomic path: ce_bwd_atomic adds each token's contribution with a
  * compare-and-swap loop on the 32-bit words of grad_table (order unspecified);
  * ce_bwd_count counts each row's tokens for scale_grad_by_freq.
  *
  * Build options: GRAD_DT, TABLE_DT (dtype codes), DROPOUT (0/1), KEY64 (0: uint
- * keys, 1: ulong keys), MODE (0: grad_table = g, 1: grad_table += g, 2: table -=
- * lr * g), VEC (columns per work-item in the segment kernels: 4, 8 or 16). */
+ * keys, 1: ulong keys), VEC (4, 8 or 16) and TILE (1 on GPUs), which shape the
+ * segment kernels: a work-item folds TILE vectors of VEC columns at once. */
 
 #define GRAD_T CE_XCAT(CE_STORE_, GRAD_DT)
 #define TABLE_T CE_XCAT(CE_STORE_, TABLE_DT)
@@ -42,7 +43,6 @@
 
 #define FV CE_XCAT(float, VEC)
 #define UV CE_XCAT(uint, VEC)
-#define IV CE_XCAT(int, VEC)
 #define ULV CE_XCAT(ulong, VEC)
 #define USV CE_XCAT(ushort, VEC)
 #define as_FV CE_XCAT(as_float, VEC)
@@ -52,8 +52,6 @@
 #define convert_USV CE_XCAT(convert_ushort, VEC)
 #define vloadV CE_XCAT(vload, VEC)
 #define vstoreV CE_XCAT(vstore, VEC)
-#define vload_halfV CE_XCAT(vload_half, VEC)
-#define vstore_halfV_rte CE_XCAT(CE_XCAT(vstore_half, VEC), _rte)
 #if VEC == 4
 #define CE_LANES ((ULV)(0, 1, 2, 3))
 #elif VEC == 8
@@ -78,7 +76,17 @@ inline FV ce_loadv_1(__global const half *p, ulong o) {
 }
 inline FV ce_loadv_2(__global const ushort *p, ulong o) { return as_FV(convert_UV(vloadV(0, p + o)) << 16); }
 inline void ce_storev_0(__global float *p, ulong o, FV v) { vstoreV(v, 0, p + o); }
-inline void ce_storev_1(__global half *p, ulong o, FV v) { vstore_halfV_rte(v, 0, p + o); }
+/* F16 stores by their bits too (the same POCL issue), rounded to nearest even
+ * like vstore_half_rte; a NaN becomes the quiet NaN 0x7E00 with its sign. */
+inline void ce_storev_1(__global half *p, ulong o, FV v) {
+  UV x = as_UV(v), a = x & 0x7FFFFFFFu, sign = (x >> 16) & 0x8000u;
+  UV normal = ((a - 0x38000000u) + 0x0FFFu + ((a >> 13) & 1u)) >> 13; /* rebias 127 -> 15, round */
+  UV sub = convert_UV(rint(as_FV(a) * 0x1p24f));                      /* below 2^-14: units of 2^-24 */
+  UV h = select(normal, sub, a < 0x38800000u);
+  h = select(h, (UV)(0x7C00u), a >= 0x477FF000u); /* 65520 and up: inf */
+  h = select(h, (UV)(0x7E00u), a > 0x7F800000u);  /* nan */
+  vstoreV(convert_USV(h | sign), 0, (__global ushort *)p + o);
+}
 inline void ce_storev_2(__global ushort *p, ulong o, FV v) { /* ce_to_bf16, lane-wise */
   UV x = as_UV(v);
   UV rne = (x + 0x7FFFu + ((x >> 16) & 1u)) >> 16, qnan = (x >> 16) | 0x40u;
@@ -139,18 +147,23 @@ __kernel void ce_bwd_keys(__global const int *ids32, __global const long *ids64,
 
 /* Position keys, as the forward computes positions: token i = b * len + j
  * (len = seq_len, or n for one sequence) is at p = first_b + j; a position
- * outside [0, p_rows) is reported and gets the key p_rows. Work-item (j, b). */
+ * outside [0, p_rows) is reported and gets the key p_rows. Work-item (x, b)
+ * takes j = x, x + get_global_size(0), ... (no i / len and i % len: LLVM
+ * turns a division and remainder of the same operands into `freeze`, which
+ * Oclgrind's uninitialised-value checker cannot run). */
 __kernel void ce_bwd_pos_keys(ulong n, ulong len, ulong pos_offset, __global const int *so32,
                               __global const long *so64, ulong so_off, int so64f, int has_so, ulong p_rows,
                               __global KEY_T *keys, __global uint *idx, __global uint *err, uint slot) {
-  ulong j = get_global_id(0), b = get_global_id(1), i = b * len + j;
-  if (j >= len || i >= n) return;
+  ulong b = get_global_id(1);
+  if (b * len >= n) return;
   long first = has_so ? ce_load_id(so32, so64, so64f, so_off + b) : (long)pos_offset;
-  ulong p = (ulong)first + j;
-  int ok = first >= 0 && p < p_rows;
-  if (!ok) ce_report(err, slot, 1, i);
-  keys[i] = ok ? (KEY_T)p : (KEY_T)p_rows;
-  idx[i] = (uint)i;
+  for (ulong j = get_global_id(0); j < len && b * len + j < n; j += get_global_size(0)) {
+    ulong i = b * len + j, p = (ulong)first + j;
+    int ok = first >= 0 && p < p_rows;
+    if (!ok) ce_report(err, slot, 1, i);
+    keys[i] = ok ? (KEY_T)p : (KEY_T)p_rows;
+    idx[i] = (uint)i;
+  }
 }
 
 /* ------------------------------------------------------------ radix sort */
@@ -219,133 +232,182 @@ __kernel void ce_bwd_scatter(__global const KEY_T *keys, __global const uint *id
 
 /* ------------------------------------------------------- segmented fold */
 
-/* The sum, in ascending token order, of the gradient rows of the segment that
- * starts at sorted position j (key `key`), at VEC columns from c (or one
- * column): s = ((0 + g[i0]) + g[i1]) + ... in float32. *end receives the
- * position after the segment. */
-inline FV ce_foldv(__global const GRAD_T *grad, ulong g_off, ulong g_ld, ulong cols, __global const KEY_T *skeys,
-                   __global const uint *sidx, ulong n, KEY_T key, ulong j, ulong c, float dropout, uint seed_lo,
-                   uint seed_hi, float keep, ulong *end) {
+/* The sum, in ascending token order, of the gradient rows of the segment
+ * [j, end) of the sorted order, at VEC columns from c (or one column):
+ * s = ((0 + g[i_j]) + g[i_j+1]) + ... in float32. */
+inline FV ce_foldv(__global const GRAD_T *grad, ulong g_off, ulong g_ld, ulong cols, __global const uint *sidx,
+                   ulong j, ulong end, ulong c, float dropout, uint seed_lo, uint seed_hi, float keep) {
   FV s = (FV)(0.0f);
-  ulong t = j;
-  do {
+  for (ulong t = j; t < end; t++) {
     ulong i = sidx[t];
     FV g = load_gradv(grad, g_off + i * g_ld + c);
 #if DROPOUT
     g = ce_maskv(g, i * cols + c, dropout, keep, seed_lo, seed_hi);
 #endif
     s = s + g;
-    t++;
-  } while (t < n && skeys[t] == key);
-  *end = t;
+  }
   return s;
 }
 
-inline float ce_fold1(__global const GRAD_T *grad, ulong g_off, ulong g_ld, ulong cols, __global const KEY_T *skeys,
-                      __global const uint *sidx, ulong n, KEY_T key, ulong j, ulong c, float dropout, uint seed_lo,
-                      uint seed_hi, float keep, ulong *end) {
+inline float ce_fold1(__global const GRAD_T *grad, ulong g_off, ulong g_ld, ulong cols, __global const uint *sidx,
+                      ulong j, ulong end, ulong c, float dropout, uint seed_lo, uint seed_hi, float keep) {
   float s = 0.0f;
-  ulong t = j;
-  do {
+  for (ulong t = j; t < end; t++) {
     ulong i = sidx[t];
     float g = load_grad(grad, g_off + i * g_ld + c);
 #if DROPOUT
     g = ce_mask1(g, i * cols + c, dropout, keep, seed_lo, seed_hi);
 #endif
     s = s + g;
-    t++;
-  } while (t < n && skeys[t] == key);
-  *end = t;
+  }
   return s;
 }
 
-/* Work-item (x, y): y = block * nslices + slice, nslices = 2^slice_bits; the
- * item covers columns c = (block * get_global_size(0) + x) * VEC .. + VEC
- * (fewer at the end) and the segments that start at sorted positions slice,
- * slice + nslices, ... A segment's columns are thus spread over all column
- * blocks (work-groups). (Shifts, not / and %: a division and remainder of the
- * same operands become LLVM `freeze`, which Oclgrind cannot check.) */
-#define CE_SEGMENT_COLUMN(slice_bits, nslices, slice, c)                      \
-  ulong y_ = get_global_id(1), nslices = (ulong)1 << (slice_bits);           \
-  ulong slice = y_ & (nslices - 1);                                          \
-  ulong c = ((y_ >> (slice_bits)) * get_global_size(0) + get_global_id(0)) * VEC
-
-/* The row gradient r = (scale * S) / count (the division only with freq):
- * MODE 0 stores r, MODE 1 adds r, MODE 2 (SGD) stores w - lr * r rounded to
- * the table's dtype. Each (row, column) is written by exactly one work-item. */
-__kernel void ce_bwd_rows(__global const GRAD_T *grad, ulong g_off, ulong g_ld, ulong cols,
-                          __global const KEY_T *skeys, __global const uint *sidx, ulong n, KEY_T none,
-                          uint slice_bits, float scale, int freq, __global TABLE_T *tab, ulong t_off, ulong t_ld,
-                          float lr, float dropout, uint seed_lo, uint seed_hi, float keep) {
-  CE_SEGMENT_COLUMN(slice_bits, nslices, slice, c);
-  if (c >= cols) return;
-  for (ulong j = slice; j < n; j += nslices) {
-    KEY_T key = skeys[j];
-    if (key == none) break; /* the rest are `none` too */
-    if (j > 0 && skeys[j - 1] == key) continue;
-    ulong end, o = t_off + (ulong)key * t_ld + c;
-    if (c + VEC <= cols) {
-      FV r = scale * ce_foldv(grad, g_off, g_ld, cols, skeys, sidx, n, key, j, c, dropout, seed_lo, seed_hi, keep,
-                              &end);
-      if (freq) r = r / (float)(end - j);
-#if MODE == 0
-      ce_storev_0(tab, o, r);
-#elif MODE == 1
-      ce_storev_0(tab, o, ce_loadv_0(tab, o) + r);
-#else
-      FV w = load_tablev(tab, o), d = lr * r;
-      store_tablev(tab, o, w - d);
+/* TILE (CPU) vectors of consecutive columns from c folded at once, so that
+ * each gradient row is read TILE * VEC columns at a time. Every column is still
+ * the same left fold in ascending token order. */
+#if TILE > 1
+inline void ce_fold_tile(FV *acc, __global const GRAD_T *grad, ulong g_off, ulong g_ld, ulong cols,
+                         __global const uint *sidx, ulong j, ulong end, ulong c, float dropout, uint seed_lo,
+                         uint seed_hi, float keep) {
+  for (int k = 0; k < TILE; k++) acc[k] = (FV)(0.0f);
+  for (ulong t = j; t < end; t++) {
+    ulong i = sidx[t], base = g_off + i * g_ld + c;
+    for (int k = 0; k < TILE; k++) {
+      FV g = load_gradv(grad, base + (ulong)k * VEC);
+#if DROPOUT
+      g = ce_maskv(g, i * cols + c + (ulong)k * VEC, dropout, keep, seed_lo, seed_hi);
 #endif
-    } else {
-      for (ulong k = 0; c + k < cols; k++) {
-        float r = scale * ce_fold1(grad, g_off, g_ld, cols, skeys, sidx, n, key, j, c + k, dropout, seed_lo,
-                                   seed_hi, keep, &end);
-        if (freq) r = r / (float)(end - j);
-#if MODE == 0
-        ce_store_0(tab, o + k, r);
-#elif MODE == 1
-        ce_store_0(tab, o + k, ce_load_0(tab, o + k) + r);
-#else
-        float w = load_table(tab, o + k), d = lr * r;
-        store_table(tab, o + k, w - d);
-#endif
-      }
+      acc[k] = acc[k] + g;
     }
   }
 }
+#endif
+
+/* The work of the segment kernels. Work-item (x, y), y = block * 2^slice_bits
+ * + slice, takes the segments that start at sorted positions slice,
+ * slice + 2^slice_bits, ... A segment of at least `split` tokens is split into
+ * column blocks of bw columns, which go to different work-groups: the item
+ * takes the columns [lo_, hi_) of block `block`; a shorter segment is done
+ * whole by the items of block 0 (lo_ = x * VEC, hi_ = cols). On a GPU
+ * (TILE 1) split is 1 (every segment is split; a block is 256 columns) and the
+ * item takes one VEC at lo_, lo_ + get_global_size(0) * VEC, ...: consecutive
+ * work-items read consecutive columns of a gradient row. On a CPU (one
+ * work-item across, TILE > 1) the item reads its columns in order, TILE * VEC
+ * at a time: whole rows of the short segments (sequential reads) and 256-column
+ * blocks of long ones. So one id repeated 20,000 times is still summed in
+ * parallel over its columns. The number of slices is a power of two (shifts,
+ * not / and %: see ce_bwd_pos_keys). CE_SEGMENTS opens the loop over the
+ * item's segments, with key, j (start), end, lo_ and hi_ defined. */
+#define CE_SEGMENTS(skeys, n, none, slice_bits, bw, split, cols)                     \
+  ulong y_ = get_global_id(1), nslices_ = (ulong)1 << (slice_bits);                 \
+  ulong block_ = y_ >> (slice_bits), x_ = get_global_id(0) * VEC;                   \
+  ulong cstep_ = get_global_size(0) * VEC;                                          \
+  if (block_ * (bw) >= (cols)) return;                                              \
+  for (ulong j = y_ & (nslices_ - 1); j < (n); j += nslices_) {                     \
+    KEY_T key = skeys[j];                                                           \
+    if (key == (none)) break; /* sorted: the rest are `none` too */                 \
+    if (j > 0 && skeys[j - 1] == key) continue; /* not a segment start */           \
+    ulong end = j + 1;                                                              \
+    while (end < (n) && skeys[end] == key) end++;                                   \
+    ulong lo_ = x_, hi_ = (cols);                                                   \
+    if (end - j >= (split)) {                                                       \
+      lo_ = block_ * (bw) + x_;                                                     \
+      hi_ = min(block_ * (bw) + (bw), (ulong)(cols));                               \
+    } else if (block_ != 0) {                                                       \
+      continue;                                                                     \
+    }
+#define CE_SEGMENTS_END }
+
+/* The item's columns of the segment [j, end): STOREV(o, sum of VEC columns,
+ * ...) and STORE1(o, sum of one column, ...) with o = base + column. */
+#define CE_FOLD_ARGS grad, g_off, g_ld, cols, sidx, j, end
+#define CE_MASK_ARGS dropout, seed_lo, seed_hi, keep
+#if TILE > 1
+#define CE_COLUMNS(STOREV, STORE1, base, ...)                                                 \
+  {                                                                                          \
+    ulong c = lo_;                                                                           \
+    for (; c + TILE * VEC <= hi_; c += TILE * VEC) {                                         \
+      FV acc[TILE];                                                                          \
+      ce_fold_tile(acc, CE_FOLD_ARGS, c, CE_MASK_ARGS);                                      \
+      for (int k = 0; k < TILE; k++) STOREV((base) + c + (ulong)k * VEC, acc[k], __VA_ARGS__); \
+    }                                                                                        \
+    for (; c + VEC <= hi_; c += VEC) STOREV((base) + c, ce_foldv(CE_FOLD_ARGS, c, CE_MASK_ARGS), __VA_ARGS__); \
+    for (; c < hi_; c++) STORE1((base) + c, ce_fold1(CE_FOLD_ARGS, c, CE_MASK_ARGS), __VA_ARGS__);           \
+  }
+#else
+#define CE_COLUMNS(STOREV, STORE1, base, ...)                                                 \
+  for (ulong c = lo_; c < hi_; c += cstep_) {                                                \
+    if (c + VEC <= hi_)                                                                      \
+      STOREV((base) + c, ce_foldv(CE_FOLD_ARGS, c, CE_MASK_ARGS), __VA_ARGS__);              \
+    else                                                                                     \
+      for (ulong k = c; k < hi_; k++) STORE1((base) + k, ce_fold1(CE_FOLD_ARGS, k, CE_MASK_ARGS), __VA_ARGS__); \
+  }
+#endif
+
+/* The row gradient r = (scale * S) / count (the division only with freq):
+ * mode 0 stores r, mode 1 adds r (grad_table, F32), mode 2 (SGD) stores
+ * w - lr * r rounded to the table's dtype. */
+inline void ce_rows_storev(ulong o, FV s, __global TABLE_T *tab, float scale, int freq, float cnt, float lr,
+                           int mode) {
+  FV r = scale * s;
+  if (freq) r = r / cnt;
+  if (mode == 2) {
+    FV w = load_tablev(tab, o), d = lr * r;
+    store_tablev(tab, o, w - d);
+  } else {
+    __global float *f = (__global float *)tab; /* grad_table is F32 */
+    ce_storev_0(f, o, mode ? ce_loadv_0(f, o) + r : r);
+  }
+}
+
+inline void ce_rows_store1(ulong o, float s, __global TABLE_T *tab, float scale, int freq, float cnt, float lr,
+                           int mode) {
+  float r = scale * s;
+  if (freq) r = r / cnt;
+  if (mode == 2) {
+    float w = load_table(tab, o), d = lr * r;
+    store_table(tab, o, w - d);
+  } else {
+    __global float *f = (__global float *)tab;
+    ce_store_0(f, o, mode ? ce_load_0(f, o) + r : r);
+  }
+}
+
+/* Each (row, column) is written by exactly one work-item. */
+__kernel void ce_bwd_rows(__global const GRAD_T *grad, ulong g_off, ulong g_ld, ulong cols,
+                          __global const KEY_T *skeys, __global const uint *sidx, ulong n, KEY_T none,
+                          uint slice_bits, ulong bw, ulong split, float scale, int freq, __global TABLE_T *tab,
+                          ulong t_off, ulong t_ld, float lr, int mode, float dropout, uint seed_lo, uint seed_hi,
+                          float keep) {
+  CE_SEGMENTS(skeys, n, none, slice_bits, bw, split, cols)
+  float cnt = (float)(end - j);
+  CE_COLUMNS(ce_rows_storev, ce_rows_store1, t_off + (ulong)key * t_ld, tab, scale, freq, cnt, lr, mode)
+  CE_SEGMENTS_END
+}
 
 /* position_grad[p] += S (F32): the positional part of the forward is not scaled. */
+inline void ce_pos_storev(ulong o, FV s, __global float *pg) { ce_storev_0(pg, o, ce_loadv_0(pg, o) + s); }
+inline void ce_pos_store1(ulong o, float s, __global float *pg) { ce_store_0(pg, o, ce_load_0(pg, o) + s); }
+
 __kernel void ce_bwd_pos(__global const GRAD_T *grad, ulong g_off, ulong g_ld, ulong cols,
                          __global const KEY_T *skeys, __global const uint *sidx, ulong n, KEY_T none,
-                         uint slice_bits, __global float *pg, ulong p_off, ulong p_ld, float dropout, uint seed_lo,
-                         uint seed_hi, float keep) {
-  CE_SEGMENT_COLUMN(slice_bits, nslices, slice, c);
-  if (c >= cols) return;
-  for (ulong j = slice; j < n; j += nslices) {
-    KEY_T key = skeys[j];
-    if (key == none) break;
-    if (j > 0 && skeys[j - 1] == key) continue;
-    ulong end, o = p_off + (ulong)key * p_ld + c;
-    if (c + VEC <= cols) {
-      FV s = ce_foldv(grad, g_off, g_ld, cols, skeys, sidx, n, key, j, c, dropout, seed_lo, seed_hi, keep, &end);
-      ce_storev_0(pg, o, ce_loadv_0(pg, o) + s);
-    } else {
-      for (ulong k = 0; c + k < cols; k++) {
-        float s = ce_fold1(grad, g_off, g_ld, cols, skeys, sidx, n, key, j, c + k, dropout, seed_lo, seed_hi, keep,
-                           &end);
-        ce_store_0(pg, o + k, ce_load_0(pg, o + k) + s);
-      }
-    }
-  }
+                         uint slice_bits, ulong bw, ulong split, __global float *pg, ulong p_off, ulong p_ld,
+                         float dropout, uint seed_lo, uint seed_hi, float keep) {
+  CE_SEGMENTS(skeys, n, none, slice_bits, bw, split, cols)
+  CE_COLUMNS(ce_pos_storev, ce_pos_store1, p_off + (ulong)key * p_ld, pg)
+  CE_SEGMENTS_END
 }
 
 /* ------------------------------------------------------------- helpers */
 
-/* m[r][c] = 0 for a rows x cols F32 matrix. */
+/* m[r][c] = 0 for a rows x cols F32 matrix; work-item (x, r) takes the
+ * columns x, x + get_global_size(0), ... (a fixed-width range, so the
+ * work-group shape does not depend on cols). */
 __kernel void ce_bwd_zero(__global float *m, ulong off, ulong ld, ulong rows, ulong cols) {
-  ulong c = get_global_id(0), r = get_global_id(1);
-  if (c >= cols || r >= rows) return;
-  m[off + r * ld + c] = 0.0f;
+  ulong r = get_global_id(1);
+  if (r >= rows) return;
+  for (ulong c = get_global_id(0); c < cols; c += get_global_size(0)) m[off + r * ld + c] = 0.0f;
 }
 
 /* ------------------------------------------------------------ atomic path */
@@ -372,23 +434,26 @@ __kernel void ce_bwd_count(__global const int *ids32, __global const long *ids64
   if (r >= 0) atomic_inc(&counts[r]);
 }
 
-/* One work-item per gradient element: grad_table[row][c] += (scale * g) / count. */
+/* grad_table[row][c] += (scale * g) / count for every gradient element;
+ * work-item (x, i) takes token i's columns x, x + get_global_size(0), ... */
 __kernel void ce_bwd_atomic(__global const GRAD_T *grad, ulong g_off, ulong g_ld, ulong cols,
                             __global const int *ids32, __global const long *ids64, ulong id_off, int id64, ulong n,
                             ulong rows, int policy, long padding, float scale, int freq,
                             __global const uint *counts, __global float *gt, ulong t_off, ulong t_ld,
                             float dropout, uint seed_lo, uint seed_hi, float keep, __global uint *err, uint slot) {
-  ulong c = get_global_id(0), i = get_global_id(1);
-  if (c >= cols || i >= n) return;
+  ulong i = get_global_id(1);
+  if (i >= n) return;
   int bad;
   long r = ce_resolve(ce_load_id(ids32, ids64, id64, id_off + i), rows, policy, padding, &bad);
-  if (bad && c == 0) ce_report(err, slot, 0, i);
+  if (bad && get_global_id(0) == 0) ce_report(err, slot, 0, i);
   if (r < 0) return;
-  float g = load_grad(grad, g_off + i * g_ld + c);
+  for (ulong c = get_global_id(0); c < cols; c += get_global_size(0)) {
+    float g = load_grad(grad, g_off + i * g_ld + c);
 #if DROPOUT
-  g = ce_mask1(g, i * cols + c, dropout, keep, seed_lo, seed_hi);
+    g = ce_mask1(g, i * cols + c, dropout, keep, seed_lo, seed_hi);
 #endif
-  float v = scale * g;
-  if (freq) v = v / (float)counts[r];
-  ce_atomic_add_f32(gt + t_off + (ulong)r * t_ld + c, v);
+    float v = scale * g;
+    if (freq) v = v / (float)counts[r];
+    ce_atomic_add_f32(gt + t_off + (ulong)r * t_ld + c, v);
+  }
 }

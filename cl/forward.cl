@@ -35,7 +35,7 @@ __kernel void ce_embed(__global const TABLE_T *table, ulong t_off, ulong t_ld, u
   float4 v = row >= 0 ? scale * load4_table(table, t_off + (ulong)row * t_ld, j) : (float4)(0.0f);
   if (bad && c == 0) ce_report(err, slot, 0, i);
 #if POSITIONS != 0
-  ulong b = seq_len ? i / seq_len : 0, jj = seq_len ? i % seq_len : i;
+  ulong b = seq_len ? i / seq_len : 0, jj = i - b * seq_len; /* not i % seq_len beside i / seq_len: Oclgrind cannot check the freeze LLVM emits for the pair */
   long first = has_so ? ce_load_id(so32, so64, so64f, so_off + b) : (long)pos_offset;
   ulong p = (ulong)first + jj;
 #if POSITIONS == 1
@@ -68,7 +68,7 @@ __kernel void ce_embed(__global const TABLE_T *table, ulong t_off, ulong t_ld, u
   float v = row >= 0 ? scale * load_table(table, t_off + (ulong)row * t_ld + c) : 0.0f;
   if (bad && c == 0) ce_report(err, slot, 0, i);
 #if POSITIONS != 0
-  ulong b = seq_len ? i / seq_len : 0, j = seq_len ? i % seq_len : i;
+  ulong b = seq_len ? i / seq_len : 0, j = i - b * seq_len;
   long first = has_so ? ce_load_id(so32, so64, so64f, so_off + b) : (long)pos_offset;
   ulong p = (ulong)first + j;
 #if POSITIONS == 1

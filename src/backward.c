@@ -30,34 +30,46 @@
  *      consecutive entries: 256-bin digit histogram), ce_bwd_scan (exclusive
  *      scan of the digit-major histograms in one work-group), ce_bwd_scatter
  *      (each chunk writes its entries in order: stable).
- *   3. ce_bwd_rows: one work-item per (segment start, VEC consecutive
- *      columns) folds the segment's rows in sorted = ascending token order and
- *      writes the table row once (no atomics). Consecutive work-items read
- *      consecutive columns of a gradient row. A long segment (one id repeated
- *      20,000 times) is a strict left fold, so it is not split (a split and
- *      recombined sum would change the bits); it stays parallel over its
- *      columns, spread over several work-groups, which is enough for d in the
- *      usual 512..4096.
+ *   3. ce_bwd_rows: each segment of equal keys (one table row) is folded in
+ *      sorted = ascending token order and its row written once (no atomics).
+ *      Work-item (x, y) takes the segments starting at sorted positions
+ *      slice, slice + 2^k, ... and a range of columns. On a GPU a work-item
+ *      folds VEC = 4 columns and consecutive work-items take consecutive
+ *      columns of a gradient row (256-column blocks, one block per
+ *      work-group). On a CPU (POCL) a work-item folds TILE x VEC = 4 x 16
+ *      columns at once and walks a short segment's whole rows (sequential
+ *      reads: 2x faster than 256-column pieces). A segment is a strict left
+ *      fold, so a long one (one id repeated 20,000 times) is never split over
+ *      its tokens (a split and recombined sum would change the bits); from 64
+ *      tokens up (always, on a GPU) it is split over 256-column blocks that
+ *      go to different work-groups, so it stays parallel over its columns,
+ *      which is enough for d in the usual 512..4096.
  *   4. with position_grad: the same with ce_bwd_pos_keys and ce_bwd_pos.
  * So the result is bit-identical from run to run, whatever the local size or
  * the number of compute units, and equals the sequential float32 sum above.
  * Launches: 1 + 3 * passes + 1 (+ 1 to zero grad_table with accumulate 0,
- * + 1 to record a deferred error). Temporaries (created per call, released
- * after enqueueing; OpenCL frees them when the commands finish): keys 2 x n
- * (4 or 8 bytes), indices 2 x n x 4 bytes, histograms 256 x ceil(n / chunk)
- * x 4 bytes with at most 4096 chunks: O(ids), never O(vocabulary).
+ * + 1 to record a deferred error; the same again for position_grad): 8 for
+ * V = 32,000. Temporaries (created per call, released after enqueueing; OpenCL
+ * frees them when the commands finish): keys 2 x n (4 or 8 bytes), indices
+ * 2 x n x 4 bytes, histograms 256 x ceil(n / chunk) x 4 bytes with at most
+ * 4096 chunks: O(ids), never O(vocabulary). Measured on POCL (2-core CPU),
+ * n = 16384, d = 1024, V = 32000, accumulate 1: about 0.85..1.0 of
+ * clEnqueueCopyBuffer of the same bytes (ids + gradient + touched rows read
+ * and written); the sort is about 0.6 ms of it.
  *
  * Atomic path (deterministic = 0, clembed_backward only, never the default):
  * one launch, ce_bwd_atomic, where each (token, column) adds
  * (scale * m_i) / count_v into grad_table with a compare-and-swap loop on the
  * 32-bit word (OpenCL 1.2 atomic_cmpxchg; no float atomics needed). The order
  * of the additions, and so the last bits, vary from run to run. It skips the
- * sort, so it is faster when ids repeat little (no contention on a word) and
- * the vocabulary is huge (more radix passes) or n is small (the sort's fixed
- * launches dominate); with many repeats of one id the CAS loops on the same
- * words serialise and retry, and the sorted path wins. accumulate = 0 zeroes
- * grad_table first; scale_grad_by_freq counts rows with atomic_inc into a
- * temporary of rows x 4 bytes (O(vocabulary), like grad_table itself).
+ * sort, so on a GPU it is faster when ids repeat little (no contention on a
+ * word) and the vocabulary is huge (more radix passes) or n is small (the
+ * sort's fixed launches dominate); with many repeats of one id the CAS loops
+ * on the same words serialise and retry, and the sorted path wins. On a CPU it
+ * is never faster (a scalar CAS per element: about 8x slower on POCL for the
+ * case above). accumulate = 0 zeroes grad_table first; scale_grad_by_freq
+ * counts rows with atomic_inc into a temporary of rows x 4 bytes
+ * (O(vocabulary), like grad_table itself).
  * position_grad is always summed by the deterministic path.
  *
  * clembed_sgd_update always uses the deterministic path, with the fused
@@ -90,6 +102,10 @@ clembed_backward_options clembed_backward_defaults(void) {
 #define BW_RADIX_BITS 8
 /* Columns of one column block of the segment kernels (a work-group's width). */
 #define BW_BLOCK_COLUMNS 256
+/* Work-items across a row for the kernels that loop over a row's columns (or a
+ * sequence's tokens): a fixed width, so the work-group shape (and POCL's
+ * compiled work-group function) does not change with the size. */
+#define BW_ROW_ITEMS 256
 
 /* The commands of one call, in order. On an in-order queue each command waits
  * on the caller's list (already satisfied after the first); on an out-of-order
@@ -123,8 +139,6 @@ typedef struct bw_call {
   const clembed_ids *ids, *so;
   size_t seq_len;
   cl_event *event; /* the caller's */
-  cl_event fin;     /* the last command's, when temporaries wait for it */
-  int want_fin;
   int key64;
 } bw_call;
 
@@ -140,7 +154,7 @@ static clembed_status step_1d(bw_call *b, cl_kernel k, const char *name, size_t 
 static clembed_status step_2d(bw_call *b, cl_kernel k, const char *name, size_t nx, size_t ny, int last) {
   if (last)
     return ce_enqueue_checked(b->ctx, k, name, nx, ny, CE_FAMILY_BACKWARD, b->opts, b->slot, b->ids, b->so,
-                              b->seq_len, ch_n(&b->ch), ch_w(&b->ch), b->want_fin ? &b->fin : b->event);
+                              b->seq_len, ch_n(&b->ch), ch_w(&b->ch), b->event);
   cl_event ev;
   clembed_status s = ce_enqueue_2d(b->ctx, k, name, nx, ny, ch_n(&b->ch), ch_w(&b->ch), ch_ev(&b->ch, &ev));
   ch_next(&b->ch, ev);
@@ -155,13 +169,22 @@ static size_t local_for(clembed_context *ctx, cl_kernel k, size_t want) {
   return wg >= want ? want : 0;
 }
 
+/* A temporary of `bytes`. Every temporary is written by a kernel before it is
+ * read, so its contents do not matter; on Oclgrind it is created from zeroed
+ * host memory all the same, because Oclgrind 21.10's uninitialised-value
+ * checker keeps the shadow state of a released buffer for the next buffer that
+ * gets its id (and so reports reads of a reused, smaller-shadowed id). */
 static clembed_status new_temp(clembed_context *ctx, size_t bytes, const char *what, cl_mem *out) {
   cl_int err;
   if (bytes == 0) bytes = 4;
   if (ctx->max_alloc && bytes > ctx->max_alloc)
     return ce_fail(ctx, CLEMBED_ERR_OUT_OF_MEMORY, "%s: %zu bytes exceed the device's largest allocation (%llu)",
                    what, bytes, (unsigned long long)ctx->max_alloc);
-  void *zero = getenv("ZINIT") ? calloc(1, bytes) : NULL;
+  void *zero = NULL;
+  if (strstr(ctx->device_name, "Oclgrind")) {
+    zero = calloc(1, bytes);
+    if (!zero) return ce_fail(ctx, CLEMBED_ERR_OUT_OF_MEMORY, "%s: out of host memory", what);
+  }
   *out = clCreateBuffer(ctx->context, CL_MEM_READ_WRITE | (zero ? CL_MEM_COPY_HOST_PTR : 0), bytes, zero, &err);
   free(zero);
   if (err != CL_SUCCESS) {
@@ -173,42 +196,6 @@ static clembed_status new_temp(clembed_context *ctx, size_t bytes, const char *w
                    "%s: allocating %zu bytes: %s", what, bytes, clembed_status_string((clembed_status)err));
   }
   return CLEMBED_OK;
-}
-
-/* Temporaries are released when the operation's last command completes (a
- * CL_COMPLETE callback) rather than right after enqueueing: the two are the
- * same to OpenCL, but Oclgrind reports reads of a buffer released while its
- * commands were pending as uninitialised. */
-#define BW_TEMPS 6
-typedef struct bw_temps {
-  cl_mem m[BW_TEMPS];
-} bw_temps;
-
-static void release_temps(bw_temps *t) {
-  for (int i = 0; i < BW_TEMPS; i++)
-    if (t->m[i]) clReleaseMemObject(t->m[i]);
-  memset(t, 0, sizeof *t);
-}
-
-static void CL_CALLBACK temps_done(cl_event ev, cl_int st, void *p) {
-  (void)ev;
-  (void)st;
-  release_temps((bw_temps *)p);
-  free(p);
-}
-
-/* Hands `t` to a callback on `fin` (or releases it now if that fails). */
-static void release_after(cl_event fin, bw_temps *t) {
-  bw_temps *heap = fin ? malloc(sizeof *heap) : NULL;
-  if (heap) {
-    *heap = *t;
-    if (clSetEventCallback(fin, CL_COMPLETE, temps_done, heap) == CL_SUCCESS) {
-      memset(t, 0, sizeof *t);
-      return;
-    }
-    free(heap);
-  }
-  release_temps(t); /* OpenCL still keeps them until the commands finish */
 }
 
 /* The sort's temporaries: keys and indices twice (ping-pong) and the histograms. */
@@ -237,13 +224,12 @@ cleanup:
   return status;
 }
 
-/* Moves the sort's buffers into t (slots 0..4). */
-static void sort_give(bw_sort *s, bw_temps *t) {
-  t->m[0] = s->keys[0];
-  t->m[1] = s->keys[1];
-  t->m[2] = s->idx[0];
-  t->m[3] = s->idx[1];
-  t->m[4] = s->hist;
+static void sort_release(bw_sort *s) {
+  for (int i = 0; i < 2; i++) {
+    if (s->keys[i]) clReleaseMemObject(s->keys[i]);
+    if (s->idx[i]) clReleaseMemObject(s->idx[i]);
+  }
+  if (s->hist) clReleaseMemObject(s->hist);
   memset(s, 0, sizeof *s);
 }
 
@@ -289,24 +275,39 @@ static unsigned bit_width(uint64_t v) {
   return b;
 }
 
-/* The shape of a segment kernel's range: nx = a column block of work-items
- * (a power of two, so the launch does not round it), ny = blocks * slices. */
+/* The shape of a segment kernel's range (see CE_SEGMENTS in backward.cl):
+ * nx = work-items across a column block (a power of two, so the launch does not
+ * round it), bw = a block's width in columns, ny = blocks * 2^slice_bits, and
+ * split = the segment length from which a segment is split into blocks. On a
+ * GPU a block is 256 columns, one VEC (4) per work-item, and every segment is
+ * split. On a CPU a work-item (VEC = 16) reads whole rows of segments shorter
+ * than BW_CPU_SPLIT tokens, which keeps its reads sequential (2x faster than
+ * 256-column pieces on POCL), and 256-column blocks of longer ones. Slices are
+ * enough for about 16 work-groups of 256 per compute unit. */
+#define BW_CPU_SPLIT 64
 typedef struct bw_grid {
   size_t nx, ny;
-  cl_uint slice_bits; /* 2^slice_bits slices */
+  cl_ulong bw, split;
+  cl_uint slice_bits;
 } bw_grid;
 
-static bw_grid segment_grid(clembed_context *ctx, size_t cols, size_t n, unsigned vec) {
+static bw_grid segment_grid(clembed_context *ctx, size_t cols, size_t n, unsigned vec, int cpu) {
   bw_grid g;
   cl_uint cu = 1;
   clGetDeviceInfo(ctx->device, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof cu, &cu, NULL);
+  if (cu == 0) cu = 1;
   size_t items = (cols + vec - 1) / vec, bx = 1;
-  while (bx < items && bx * 2 <= BW_BLOCK_COLUMNS / vec) bx *= 2;
-  size_t blocks = (items + bx - 1) / bx;
-  /* Slices: a power of two, about 16 per compute unit (at least 64), at most ~n. */
-  size_t want = (size_t)(cu ? cu : 1) * 16, slices = 1;
-  if (want < 64) want = 64;
+  while (!cpu && bx < items && bx * 2 <= BW_BLOCK_COLUMNS / vec) bx *= 2;
+  g.bw = cpu ? BW_BLOCK_COLUMNS : bx * vec;
+  g.split = cpu ? BW_CPU_SPLIT : 1;
+  size_t blocks = (cols + g.bw - 1) / g.bw;
+  if (blocks == 0) blocks = 1;
+  /* the items that share the ordinary segments: bx per slice (block 0 on a CPU) */
+  size_t sharing = cpu ? bx : bx * blocks;
+  /* at most ~n slices, but at least 256 so that the work-group shape is the same for every n */
+  size_t want = ((size_t)cu * 16 * 256 + sharing - 1) / sharing, slices = 1;
   if (want > n) want = n;
+  if (want < 256) want = 256;
   g.slice_bits = 0;
   while (slices < want) {
     slices *= 2;
@@ -361,22 +362,21 @@ static clembed_status run(clembed_context *ctx, const char *what, int sgd, const
   size_t n = ids->count, cols = target->cols, rows = target->rows, p_rows = pg ? pg->rows : 0;
   int atomic = !sgd && !opt->deterministic, overwrite = !sgd && !opt->accumulate;
   int dropout = opt->dropout > 0.0f, freq = opt->scale_grad_by_freq != 0;
-  int mode = sgd ? 2 : overwrite ? 0 : 1;
+  cl_int mode = sgd ? 2 : overwrite ? 0 : 1; /* a kernel argument: one program for all three */
   /* Keys hold rows (or positions) and their `none` value, rows itself. */
   b.key64 = (uint64_t)rows > 0xFFFFFFFFu || (uint64_t)p_rows > 0xFFFFFFFFu;
   cl_device_type dtype = 0;
   clGetDeviceInfo(ctx->device, CL_DEVICE_TYPE, sizeof dtype, &dtype, NULL);
-  unsigned vec = (dtype & CL_DEVICE_TYPE_CPU) ? 16 : 4;
-  if (getenv("CE_VEC")) vec = (unsigned)atoi(getenv("CE_VEC")); /* DEBUG */
+  int cpu = (dtype & CL_DEVICE_TYPE_CPU) != 0;
+  /* CPU: 16 columns a vector, 4 vectors folded at once (measured on POCL). */
+  unsigned vec = cpu ? 16 : 4, tile = cpu ? 4 : 1;
   /* Exact (correctly rounded) division for scale_grad_by_freq where the device can. */
   const char *div = "";
-  if (freq) {
-    cl_device_fp_config fp = 0;
-    clGetDeviceInfo(ctx->device, CL_DEVICE_SINGLE_FP_CONFIG, sizeof fp, &fp, NULL);
-    if (fp & CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT) div = " -cl-fp32-correctly-rounded-divide-sqrt";
-  }
-  snprintf(b.opts, sizeof b.opts, "-DGRAD_DT=%d -DTABLE_DT=%d -DDROPOUT=%d -DKEY64=%d -DMODE=%d -DVEC=%u%s",
-           (int)grad_out->dtype, (int)target->dtype, dropout, b.key64, mode, vec, div);
+  cl_device_fp_config fp = 0;
+  clGetDeviceInfo(ctx->device, CL_DEVICE_SINGLE_FP_CONFIG, sizeof fp, &fp, NULL);
+  if (fp & CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT) div = " -cl-fp32-correctly-rounded-divide-sqrt";
+  snprintf(b.opts, sizeof b.opts, "-DGRAD_DT=%d -DTABLE_DT=%d -DDROPOUT=%d -DKEY64=%d -DVEC=%u -DTILE=%u%s",
+           (int)grad_out->dtype, (int)target->dtype, dropout, b.key64, vec, tile, div);
   b.ctx = ctx;
   b.ch.ctx = ctx;
   b.ch.nwait = nwait;
@@ -410,7 +410,7 @@ static clembed_status run(clembed_context *ctx, const char *what, int sgd, const
     CHECK(ce_kernel(ctx, CE_FAMILY_BACKWARD, b.opts, "ce_bwd_zero", &k));
     CHECK(ce_set_args(ctx, k, "ce_bwd_zero", CE_ARG(target->buffer), CE_ARG(t_off), CE_ARG(t_ldl), CE_ARG(rows_l),
                       CE_ARG(colsl), CE_END));
-    CHECK(step_2d(&b, k, "ce_bwd_zero", cols, rows, !token_work));
+    CHECK(step_2d(&b, k, "ce_bwd_zero", BW_ROW_ITEMS, rows, !token_work));
   }
   if (!token_work) {
     if (!(overwrite && rows > 0 && cols > 0) && event) {
@@ -424,24 +424,20 @@ static clembed_status run(clembed_context *ctx, const char *what, int sgd, const
   }
 
   size_t key_bytes = b.key64 ? sizeof(cl_ulong) : sizeof(cl_uint);
-  bw_grid grid = segment_grid(ctx, cols, n, vec);
+  bw_grid grid = segment_grid(ctx, cols, n, vec, cpu);
   cl_uint none32 = 0;
   cl_ulong none64 = 0;
   if (!atomic || pg) CHECK(sort_alloc(ctx, n, key_bytes, &srt));
-  b.want_fin = 1; /* from here on there are temporaries */
 
   if (atomic) {
     if (freq) {
       CHECK(new_temp(ctx, rows * sizeof(cl_uint), "backward: row counts", &counts));
-      cl_uint zero = 0;
-      cl_event ev;
-      cl_int err = clEnqueueFillBuffer(ctx->queue, counts, &zero, sizeof zero, 0, (rows ? rows : 1) * sizeof zero,
-                                       ch_n(&b.ch), ch_w(&b.ch), ch_ev(&b.ch, &ev));
-      if (err != CL_SUCCESS) {
-        status = ce_cl_fail(ctx, err, "backward: clEnqueueFillBuffer");
-        goto cleanup;
-      }
-      ch_next(&b.ch, ev);
+      /* Zeroed by ce_bwd_zero (0.0f has the bits of 0u) as a 1 x rows matrix. */
+      cl_ulong zero_off = 0, one = 1;
+      CHECK(ce_kernel(ctx, CE_FAMILY_BACKWARD, b.opts, "ce_bwd_zero", &k));
+      CHECK(ce_set_args(ctx, k, "ce_bwd_zero", CE_ARG(counts), CE_ARG(zero_off), CE_ARG(rows_l), CE_ARG(one),
+                        CE_ARG(rows_l), CE_END));
+      CHECK(step_2d(&b, k, "ce_bwd_zero", BW_ROW_ITEMS, rows ? 1 : 0, 0));
       CHECK(ce_kernel(ctx, CE_FAMILY_BACKWARD, b.opts, "ce_bwd_count", &k));
       CHECK(ce_set_args(ctx, k, "ce_bwd_count", CE_ARG(idb), CE_ARG(idb), CE_ARG(id_off), CE_ARG(id64), CE_ARG(nl),
                         CE_ARG(rows_l), CE_ARG(policy), CE_ARG(padding), CE_ARG(counts), CE_END));
@@ -454,7 +450,7 @@ static clembed_status run(clembed_context *ctx, const char *what, int sgd, const
                       CE_ARG(rows_l), CE_ARG(policy), CE_ARG(padding), CE_ARG(scale), CE_ARG(freq_i), CE_ARG(cnt),
                       CE_ARG(target->buffer), CE_ARG(t_off), CE_ARG(t_ldl), CE_ARG(drop), CE_ARG(seed_lo),
                       CE_ARG(seed_hi), CE_ARG(keep), CE_ARG(ctx->errbuf), CE_ARG(slot_arg), CE_END));
-    CHECK(step_2d(&b, k, "ce_bwd_atomic", cols, n, !pg));
+    CHECK(step_2d(&b, k, "ce_bwd_atomic", BW_ROW_ITEMS, n, !pg));
   } else {
     int which;
     CHECK(ce_kernel(ctx, CE_FAMILY_BACKWARD, b.opts, "ce_bwd_keys", &k));
@@ -469,14 +465,14 @@ static clembed_status run(clembed_context *ctx, const char *what, int sgd, const
     if (b.key64)
       CHECK(ce_set_args(ctx, k, "ce_bwd_rows", CE_ARG(grad_out->buffer), CE_ARG(g_off), CE_ARG(g_ldl),
                         CE_ARG(colsl), CE_ARG(srt.keys[which]), CE_ARG(srt.idx[which]), CE_ARG(nl), CE_ARG(none64),
-                        CE_ARG(grid.slice_bits), CE_ARG(scale), CE_ARG(freq_i), CE_ARG(target->buffer), CE_ARG(t_off),
-                        CE_ARG(t_ldl), CE_ARG(lr_f), CE_ARG(drop), CE_ARG(seed_lo), CE_ARG(seed_hi), CE_ARG(keep),
+                        CE_ARG(grid.slice_bits), CE_ARG(grid.bw), CE_ARG(grid.split), CE_ARG(scale), CE_ARG(freq_i), CE_ARG(target->buffer), CE_ARG(t_off),
+                        CE_ARG(t_ldl), CE_ARG(lr_f), CE_ARG(mode), CE_ARG(drop), CE_ARG(seed_lo), CE_ARG(seed_hi), CE_ARG(keep),
                         CE_END));
     else
       CHECK(ce_set_args(ctx, k, "ce_bwd_rows", CE_ARG(grad_out->buffer), CE_ARG(g_off), CE_ARG(g_ldl),
                         CE_ARG(colsl), CE_ARG(srt.keys[which]), CE_ARG(srt.idx[which]), CE_ARG(nl), CE_ARG(none32),
-                        CE_ARG(grid.slice_bits), CE_ARG(scale), CE_ARG(freq_i), CE_ARG(target->buffer), CE_ARG(t_off),
-                        CE_ARG(t_ldl), CE_ARG(lr_f), CE_ARG(drop), CE_ARG(seed_lo), CE_ARG(seed_hi), CE_ARG(keep),
+                        CE_ARG(grid.slice_bits), CE_ARG(grid.bw), CE_ARG(grid.split), CE_ARG(scale), CE_ARG(freq_i), CE_ARG(target->buffer), CE_ARG(t_off),
+                        CE_ARG(t_ldl), CE_ARG(lr_f), CE_ARG(mode), CE_ARG(drop), CE_ARG(seed_lo), CE_ARG(seed_hi), CE_ARG(keep),
                         CE_END));
     CHECK(step_2d(&b, k, "ce_bwd_rows", grid.nx, grid.ny, !pg));
   }
@@ -494,7 +490,7 @@ static clembed_status run(clembed_context *ctx, const char *what, int sgd, const
     CHECK(ce_set_args(ctx, k, "ce_bwd_pos_keys", CE_ARG(nl), CE_ARG(len_l), CE_ARG(pos_offset), CE_ARG(sob),
                       CE_ARG(sob), CE_ARG(so_off), CE_ARG(so64), CE_ARG(has_so), CE_ARG(p_rows_l),
                       CE_ARG(srt.keys[0]), CE_ARG(srt.idx[0]), CE_ARG(ctx->errbuf), CE_ARG(slot_arg), CE_END));
-    CHECK(step_2d(&b, k, "ce_bwd_pos_keys", len, nseq, 0));
+    CHECK(step_2d(&b, k, "ce_bwd_pos_keys", BW_ROW_ITEMS, nseq, 0));
     CHECK(sort_run(&b, &srt, bit_width(p_rows), &which));
     CHECK(ce_kernel(ctx, CE_FAMILY_BACKWARD, b.opts, "ce_bwd_pos", &k));
     none32 = (cl_uint)p_rows;
@@ -502,27 +498,20 @@ static clembed_status run(clembed_context *ctx, const char *what, int sgd, const
     if (b.key64)
       CHECK(ce_set_args(ctx, k, "ce_bwd_pos", CE_ARG(grad_out->buffer), CE_ARG(g_off), CE_ARG(g_ldl),
                         CE_ARG(colsl), CE_ARG(srt.keys[which]), CE_ARG(srt.idx[which]), CE_ARG(nl), CE_ARG(none64),
-                        CE_ARG(grid.slice_bits), CE_ARG(pgb), CE_ARG(p_off), CE_ARG(p_ldl), CE_ARG(drop),
+                        CE_ARG(grid.slice_bits), CE_ARG(grid.bw), CE_ARG(grid.split), CE_ARG(pgb), CE_ARG(p_off), CE_ARG(p_ldl), CE_ARG(drop),
                         CE_ARG(seed_lo), CE_ARG(seed_hi), CE_ARG(keep), CE_END));
     else
       CHECK(ce_set_args(ctx, k, "ce_bwd_pos", CE_ARG(grad_out->buffer), CE_ARG(g_off), CE_ARG(g_ldl),
                         CE_ARG(colsl), CE_ARG(srt.keys[which]), CE_ARG(srt.idx[which]), CE_ARG(nl), CE_ARG(none32),
-                        CE_ARG(grid.slice_bits), CE_ARG(pgb), CE_ARG(p_off), CE_ARG(p_ldl), CE_ARG(drop),
+                        CE_ARG(grid.slice_bits), CE_ARG(grid.bw), CE_ARG(grid.split), CE_ARG(pgb), CE_ARG(p_off), CE_ARG(p_ldl), CE_ARG(drop),
                         CE_ARG(seed_lo), CE_ARG(seed_hi), CE_ARG(keep), CE_END));
     CHECK(step_2d(&b, k, "ce_bwd_pos", grid.nx, grid.ny, 1));
   }
 
-cleanup:;
-  bw_temps temps = {{0}};
-  sort_give(&srt, &temps);
-  temps.m[5] = counts;
-  if (b.fin) {
-    release_after(status == CLEMBED_OK ? b.fin : NULL, &temps);
-    if (event && status == CLEMBED_OK) *event = b.fin; /* the caller's reference */
-    else clReleaseEvent(b.fin);
-  } else {
-    release_temps(&temps);
-  }
+cleanup:
+  /* Released after enqueueing: OpenCL keeps them until the commands finish. */
+  sort_release(&srt);
+  if (counts) clReleaseMemObject(counts);
   if (b.ch.prev) clReleaseEvent(b.ch.prev);
   return status;
 }

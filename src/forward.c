@@ -137,8 +137,11 @@ clembed_status clembed_embed(clembed_context *ctx, const clembed_matrix *table, 
   CHECK(ce_kernel(ctx, CE_FAMILY_FORWARD, opts, "ce_embed", &k));
 
   cl_uint slot = CE_NO_SLOT;
-  if (ids->count && (opt->policy == CLEMBED_INDEX_CHECK || opt->policy == CLEMBED_INDEX_WRAP ||
-                     (pt && !cached_pe) || so)) {
+  /* an operation that can find a bad id or position gets an error slot (CLAMP
+   * cannot clamp into a table of 0 rows: those ids are reported too) */
+  int can_fail = opt->policy == CLEMBED_INDEX_CHECK || opt->policy == CLEMBED_INDEX_WRAP ||
+                 (opt->policy == CLEMBED_INDEX_CLAMP && table->rows == 0) || (pt && !cached_pe) || so;
+  if (ids->count && can_fail) {
     ce_slot_info info = {"clembed_embed", table->rows, pt ? pt->rows : 0, opt->seq_len, opt->position_offset,
                          so != NULL};
     CHECK(ce_slot_reserve(ctx, &info, &slot));

@@ -1,0 +1,141 @@
+#!/usr/bin/env python3
+"""Runs `clembed bench --json` and the same shapes with PyTorch on the CPU, and
+prints the two side by side (median milliseconds, and how many times faster
+clembed is). Regenerates the README's performance table:
+
+    python3 tools/compare_torch.py [--clembed build/clembed] [--reps 15] [--threads N]
+
+PyTorch is only a point of comparison, never a dependency: without it the
+script prints clembed's figures and says so.
+"""
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+
+def median_ms(fn, reps):
+    fn()  # warm-up
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def torch_rows(reps, threads):
+    import torch
+
+    if threads:
+        torch.set_num_threads(threads)
+    n, d, V = 16384, 1024, 32000
+    g = torch.Generator().manual_seed(1)
+    W = torch.rand(V, d, generator=g) * 2 - 1
+    ids = torch.randint(0, V, (n,), generator=g)
+    out = torch.empty(n, d)
+    rows = {}
+    rows["copy (same bytes as the f32 lookup)"] = median_ms(lambda: out.copy_(W[:n]), reps)
+    rows["lookup f32"] = median_ms(lambda: torch.index_select(W, 0, ids, out=out), reps)
+    Wh = W.half()
+    outh = torch.empty(n, d, dtype=torch.half)
+    rows["lookup f16 table"] = median_ms(lambda: torch.index_select(Wh, 0, ids, out=outh), reps)
+    Wb = W.bfloat16()
+    outb = torch.empty(n, d, dtype=torch.bfloat16)
+    rows["lookup bf16 table"] = median_ms(lambda: torch.index_select(Wb, 0, ids, out=outb), reps)
+    # sqrt(d) * W[ids] + PE, batch 8 x 2048, in three in-place passes
+    pos = torch.arange(2048, dtype=torch.float32).unsqueeze(1)
+    div = torch.exp(torch.arange(0, d, 2, dtype=torch.float32) * (-math.log(10000.0) / d))
+    pe = torch.zeros(2048, d)
+    pe[:, 0::2] = torch.sin(pos * div)
+    pe[:, 1::2] = torch.cos(pos * div)
+    out3 = out.view(8, 2048, d)
+    scale = math.sqrt(d)
+
+    def fused():
+        torch.index_select(W, 0, ids, out=out)
+        out.mul_(scale)
+        out3.add_(pe)
+
+    rows["embed sqrt + sinusoid"] = median_ms(fused, reps)
+    learned = torch.rand(2048, d, generator=g)
+
+    def learned_fn():
+        torch.index_select(W, 0, ids, out=out)
+        out3.add_(learned)
+
+    rows["embed + learned positions"] = median_ms(learned_fn, reps)
+
+    def positional():
+        p = torch.arange(n, dtype=torch.float32).unsqueeze(1)
+        t = torch.empty(n, d)
+        t[:, 0::2] = torch.sin(p * div)
+        t[:, 1::2] = torch.cos(p * div)
+        return t
+
+    rows["positional table"] = median_ms(positional, reps)
+    grad = torch.rand(n, d, generator=g)
+    dW = torch.zeros(V, d)
+    rows["backward (accumulate, deterministic)"] = median_ms(lambda: dW.index_add_(0, ids, grad), reps)
+    rows["sgd_update"] = median_ms(lambda: W.index_add_(0, ids, grad, alpha=-1e-9), reps)
+    return rows, torch.__version__, torch.get_num_threads()
+
+
+def clembed_rows(binary, reps):
+    res = subprocess.run([binary, "bench", "--json", "--reps", str(reps)], check=True, capture_output=True, text=True)
+    rows = {}
+    for line in res.stdout.splitlines():
+        line = line.strip()
+        if line.startswith("{"):
+            r = json.loads(line)
+            rows[r["operation"]] = r
+    return rows
+
+
+def main():
+    here = os.path.dirname(os.path.abspath(__file__))
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--clembed", default=os.path.join(here, "..", "build", "clembed"))
+    ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's choice)")
+    args = ap.parse_args()
+
+    ours = clembed_rows(args.clembed, args.reps)
+    try:
+        theirs, version, threads = torch_rows(args.reps, args.threads)
+    except ImportError:
+        theirs, version, threads = None, None, None
+        print("PyTorch is not installed (Debian: apt-get install python3-torch): clembed's figures only")
+
+    def find(prefix):
+        for name, r in ours.items():
+            if name.startswith(prefix):
+                return r
+        return None
+
+    print(f"{'operation':38s} {'clembed ms':>11s} {'vs copy':>8s} {'torch ms':>9s} {'clembed speed-up':>17s}")
+    for prefix in ["lookup f32", "lookup f16 table", "lookup bf16 table", "embed sqrt + sinusoid",
+                   "embed + learned positions", "positional table", "backward (accumulate, deterministic)",
+                   "sgd_update"]:
+        r = find(prefix)
+        if r is None:
+            continue
+        t = theirs.get(prefix) if theirs else None
+        ratio = r.get("copy_ratio", float("nan"))
+        tcol = f"{t:9.2f}" if t else f"{'-':>9s}"
+        scol = f"{t / r['median_ms']:16.2f}x" if t else f"{'-':>17s}"
+        print(f"{prefix:38s} {r['median_ms']:11.2f} {ratio:7.2f}x {tcol} {scol}")
+    r = find("one-token")
+    if r:
+        print(f"{'one-token lookup + finish':38s} {r['median_ms']:11.3f} {r['round_trips']:6.2f} trips")
+    if theirs:
+        print(f"(torch {version}, {threads} threads; torch copy of the same bytes: "
+              f"{theirs['copy (same bytes as the f32 lookup)']:.2f} ms)")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
