@@ -139,8 +139,9 @@ __kernel void ce_bwd_keys(__global const int *ids32, __global const long *ids64,
   ulong i = get_global_id(0);
   if (i >= n) return;
   int bad;
-  long r = ce_resolve(ce_load_id(ids32, ids64, id64, id_off + i), rows, policy, padding, &bad);
-  if (bad) ce_report(err, slot, 0, i);
+  long id = ce_load_id(ids32, ids64, id64, id_off + i);
+  long r = ce_resolve(id, rows, policy, padding, &bad);
+  if (bad) ce_report(err, slot, 0, i, id);
   keys[i] = r >= 0 ? (KEY_T)r : (KEY_T)rows;
   idx[i] = (uint)i;
 }
@@ -160,7 +161,7 @@ __kernel void ce_bwd_pos_keys(ulong n, ulong len, ulong pos_offset, __global con
   for (ulong j = get_global_id(0); j < len && b * len + j < n; j += get_global_size(0)) {
     ulong i = b * len + j, p = (ulong)first + j;
     int ok = first >= 0 && p < p_rows;
-    if (!ok) ce_report(err, slot, 1, i);
+    if (!ok) ce_report(err, slot, 1, i, first);
     keys[i] = ok ? (KEY_T)p : (KEY_T)p_rows;
     idx[i] = (uint)i;
   }
@@ -444,8 +445,9 @@ __kernel void ce_bwd_atomic(__global const GRAD_T *grad, ulong g_off, ulong g_ld
   ulong i = get_global_id(1);
   if (i >= n) return;
   int bad;
-  long r = ce_resolve(ce_load_id(ids32, ids64, id64, id_off + i), rows, policy, padding, &bad);
-  if (bad && get_global_id(0) == 0) ce_report(err, slot, 0, i);
+  long id = ce_load_id(ids32, ids64, id64, id_off + i);
+  long r = ce_resolve(id, rows, policy, padding, &bad);
+  if (bad && get_global_id(0) == 0) ce_report(err, slot, 0, i, id);
   if (r < 0) return;
   for (ulong c = get_global_id(0); c < cols; c += get_global_size(0)) {
     float g = load_grad(grad, g_off + i * g_ld + c);

@@ -3,6 +3,9 @@
  * sinusoid, and the error-recording kernel. */
 
 #pragma OPENCL FP_CONTRACT OFF
+#if CE_ATOM64
+#pragma OPENCL EXTENSION cl_khr_int64_base_atomics : enable
+#endif
 
 /* dtype codes (clembed_dtype): 0 F32, 1 F16 (IEEE half), 2 BF16 (top half of a float).
  * A family file picks a storage type and loaders for each role with e.g.
@@ -69,9 +72,22 @@ inline long ce_resolve(long id, ulong rows, int policy, long padding, int *bad) 
   return id == padding ? -1 : id;
 }
 
-/* Records token i as the first bad one of its kind (0 id, 1 position). */
-inline void ce_report(__global uint *err, uint slot, int kind, ulong i) {
-  atomic_min(&err[slot * CE_SLOT_UINTS + kind], (uint)min(i, (ulong)0xFFFFFFFEu));
+/* Records token i as the first bad one of its kind (0 id, 1 position), with
+ * `value` (the id, or the start of the token's sequence).
+ * With 64-bit atomics (CE_ATOM64, from cl_khr_int64_base_atomics) the slot holds
+ * two minima per kind, (i << 32 | low word of value) and (i << 32 | high word),
+ * so the first token and its value land together and no second kernel is
+ * needed. Without, only the token index is kept here and ce_record_error
+ * fetches the value after the operation. */
+inline void ce_report(__global uint *err, uint slot, int kind, ulong i, long value) {
+  ulong key = min(i, (ulong)0xFFFFFFFEu);
+#if CE_ATOM64
+  __global ulong *s = (__global ulong *)(err + slot * CE_SLOT_UINTS) + 2 * kind;
+  atom_min(&s[0], (key << 32) | (ulong)(uint)value);
+  atom_min(&s[1], (key << 32) | ((ulong)value >> 32));
+#else
+  atomic_min(&err[slot * CE_SLOT_UINTS + kind], (uint)key);
+#endif
 }
 
 /* After an operation: stores the value of the first bad id and the sequence

@@ -31,9 +31,10 @@ __kernel void ce_embed(__global const TABLE_T *table, ulong t_off, ulong t_ld, u
   ulong c = 4 * j;
   if (c >= cols || i >= n) return;
   int bad;
-  long row = ce_resolve(ce_load_id(ids32, ids64, id64, id_off + i), t_rows, policy, padding, &bad);
+  long id = ce_load_id(ids32, ids64, id64, id_off + i);
+  long row = ce_resolve(id, t_rows, policy, padding, &bad);
   float4 v = row >= 0 ? scale * load4_table(table, t_off + (ulong)row * t_ld, j) : (float4)(0.0f);
-  if (bad && c == 0) ce_report(err, slot, 0, i);
+  if (bad && c == 0) ce_report(err, slot, 0, i, id);
 #if POSITIONS != 0
   ulong b = seq_len ? i / seq_len : 0, jj = i - b * seq_len; /* not i % seq_len beside i / seq_len: Oclgrind cannot check the freeze LLVM emits for the pair */
   long first = has_so ? ce_load_id(so32, so64, so64f, so_off + b) : (long)pos_offset;
@@ -43,12 +44,12 @@ __kernel void ce_embed(__global const TABLE_T *table, ulong t_off, ulong t_ld, u
     v += (float4)(ce_sinusoid(p, freq[c]), ce_sinusoid(p, freq[c + 1]), ce_sinusoid(p, freq[c + 2]),
                   ce_sinusoid(p, freq[c + 3]));
   else if (c == 0)
-    ce_report(err, slot, 1, i);
+    ce_report(err, slot, 1, i, first);
 #else
   if (first >= 0 && p < p_rows)
     v += load4_pos(ptab, p_off + p * p_ld, j);
   else if (c == 0)
-    ce_report(err, slot, 1, i);
+    ce_report(err, slot, 1, i, first);
 #endif
 #endif
 #if DROPOUT
@@ -64,9 +65,10 @@ __kernel void ce_embed(__global const TABLE_T *table, ulong t_off, ulong t_ld, u
   ulong c = get_global_id(0), i = get_global_id(1);
   if (c >= cols || i >= n) return;
   int bad;
-  long row = ce_resolve(ce_load_id(ids32, ids64, id64, id_off + i), t_rows, policy, padding, &bad);
+  long id = ce_load_id(ids32, ids64, id64, id_off + i);
+  long row = ce_resolve(id, t_rows, policy, padding, &bad);
   float v = row >= 0 ? scale * load_table(table, t_off + (ulong)row * t_ld + c) : 0.0f;
-  if (bad && c == 0) ce_report(err, slot, 0, i);
+  if (bad && c == 0) ce_report(err, slot, 0, i, id);
 #if POSITIONS != 0
   ulong b = seq_len ? i / seq_len : 0, j = i - b * seq_len;
   long first = has_so ? ce_load_id(so32, so64, so64f, so_off + b) : (long)pos_offset;
@@ -75,12 +77,12 @@ __kernel void ce_embed(__global const TABLE_T *table, ulong t_off, ulong t_ld, u
   if (first >= 0)
     v += ce_sinusoid(p, freq[c]);
   else if (c == 0)
-    ce_report(err, slot, 1, i);
+    ce_report(err, slot, 1, i, first);
 #else
   if (first >= 0 && p < p_rows)
     v += load_pos(ptab, p_off + p * p_ld + c);
   else if (c == 0)
-    ce_report(err, slot, 1, i);
+    ce_report(err, slot, 1, i, first);
 #endif
 #endif
 #if DROPOUT

@@ -336,6 +336,15 @@ static clembed_status context_init(clembed_context *ctx) {
                   &ctx->max_work_group, NULL);
   if (ctx->max_work_group == 0) ctx->max_work_group = 1;
   clGetDeviceInfo(ctx->device, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof ctx->max_alloc, &ctx->max_alloc, NULL);
+  size_t ext_len = 0;
+  if (clGetDeviceInfo(ctx->device, CL_DEVICE_EXTENSIONS, 0, NULL, &ext_len) == CL_SUCCESS && ext_len) {
+    char *ext = malloc(ext_len + 1);
+    if (ext && clGetDeviceInfo(ctx->device, CL_DEVICE_EXTENSIONS, ext_len, ext, NULL) == CL_SUCCESS) {
+      ext[ext_len] = '\0';
+      ctx->atom64 = strstr(ext, "cl_khr_int64_base_atomics") != NULL && !getenv("CLEMBED_NO_ATOM64");
+    }
+    free(ext);
+  }
   cl_command_queue_properties qp = 0;
   clGetCommandQueueInfo(ctx->queue, CL_QUEUE_PROPERTIES, sizeof qp, &qp, NULL);
   ctx->in_order = !(qp & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE);
@@ -405,8 +414,20 @@ static clembed_status slots_drain(clembed_context *ctx) {
   if (err != CL_SUCCESS) return ce_cl_fail(ctx, err, "resetting the error record");
   ctx->slots_used = 0;
   for (size_t k = 0; k < used && ctx->deferred == CLEMBED_OK; k++) {
-    const cl_uint *r = s + k * CE_SLOT_UINTS;
+    const cl_uint *w = s + k * CE_SLOT_UINTS;
     const ce_slot_info *in = &ctx->slot_info[k];
+    /* r: [0] bad-id token, [1] bad-position token, [2,3] id, [4,5] sequence start */
+    cl_uint r[6] = {w[0], w[1], w[2], w[3], w[4], w[5]};
+    if (ctx->atom64) {
+      uint64_t q[4];
+      memcpy(q, w, sizeof q);
+      r[0] = (cl_uint)(q[0] >> 32);
+      r[1] = (cl_uint)(q[2] >> 32);
+      r[2] = (cl_uint)q[0];
+      r[3] = (cl_uint)q[1];
+      r[4] = (cl_uint)q[2];
+      r[5] = (cl_uint)q[3];
+    }
     if (r[0] == 0xFFFFFFFFu && r[1] == 0xFFFFFFFFu) continue;
     ctx->deferred = CLEMBED_ERR_INDEX_OUT_OF_RANGE;
     if (r[0] <= r[1]) {

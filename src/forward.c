@@ -53,7 +53,7 @@ clembed_status ce_enqueue_checked(clembed_context *ctx, cl_kernel k, const char 
                                   cl_event *event) {
   clembed_status status = CLEMBED_OK;
   cl_event main_ev = NULL;
-  if (slot == CE_NO_SLOT) return ce_enqueue_2d(ctx, k, name, nx, ny, nwait, wait, event);
+  if (slot == CE_NO_SLOT || ctx->atom64) return ce_enqueue_2d(ctx, k, name, nx, ny, nwait, wait, event);
   cl_kernel r;
   CHECK(ce_kernel(ctx, family, options, "ce_record_error", &r));
   cl_mem none = NULL;

@@ -33,10 +33,12 @@ typedef enum ce_family {
   CE_FAMILY_COUNT
 } ce_family;
 
-/* One error slot on the device per checked operation (8 uints):
- * [0] first bad-id token index, [1] first bad-position token index (0xFFFFFFFF
- * when none), [2,3] the id value (lo, hi), [4,5] that token's sequence start when
- * sequence offsets were given. The host keeps what the message needs. */
+/* One error slot on the device per checked operation (8 uints, all 0xFF when
+ * clean). With 64-bit atomics (ctx->atom64): 4 ulongs, minima of
+ * (token << 32 | value word): [0] id low word, [1] id high word, [2] sequence
+ * start low word, [3] high word. Without: [0] first bad-id token, [1] first
+ * bad-position token, [2,3] the id (lo, hi), [4,5] that token's sequence start,
+ * the values filled in by ce_record_error. The host keeps what the message needs. */
 #define CE_SLOT_UINTS 8
 #define CE_SLOTS 256
 typedef struct ce_slot_info {
@@ -66,6 +68,7 @@ struct clembed_context {
   cl_context context;
   cl_command_queue queue;
   int in_order;
+  int atom64; /* cl_khr_int64_base_atomics: error records need no second kernel */
   char device_name[512];
   size_t max_work_group;
   cl_ulong max_alloc;

@@ -1,6 +1,7 @@
 /* Embedded sources, build options, build log, program cache, kernel launch. */
 #define _POSIX_C_SOURCE 200809L
 #include "internal.h"
+#include "test_hooks.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -147,7 +148,9 @@ static clembed_status build(clembed_context *ctx, ce_family family, const char *
     status = ce_cl_fail(ctx, err, "clCreateProgramWithSource");
     goto cleanup;
   }
-  const char *base = "-cl-std=CL1.2 ";
+  /* options every family sees: the language version and the device's error-record mode */
+  char base[64];
+  snprintf(base, sizeof base, "-cl-std=CL1.2 -DCE_ATOM64=%d ", ctx->atom64);
   opts = malloc(strlen(base) + strlen(options) + 1);
   if (!opts) FAIL(CLEMBED_ERR_OUT_OF_MEMORY, "build options: out of host memory");
   strcpy(opts, base);
@@ -313,4 +316,15 @@ clembed_status ce_enqueue_1d(clembed_context *ctx, cl_kernel k, const char *name
                                  name, local, wg);
   size_t global = round_up(n ? n : 1, local);
   return enqueue(ctx, k, name, 1, &global, &local, nwait, wait, event);
+}
+
+clembed_status clembed__test_override_source(clembed_context *ctx, const char *family, const char *source) {
+  if (!ctx || !family) return CLEMBED_ERR_INVALID_ARGUMENT;
+  for (int f = 0; f < CE_FAMILY_COUNT; f++)
+    if (!strcmp(family_file[f], family)) {
+      ctx->test_source_override = source;
+      ctx->test_source_family = f;
+      return CLEMBED_OK;
+    }
+  return ce_fail(ctx, CLEMBED_ERR_INVALID_ARGUMENT, "no kernel family '%s'", family);
 }

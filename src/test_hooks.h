@@ -1,0 +1,23 @@
+/* Test hooks: exported for clembed's own tests, not part of the public API
+ * (no stability promise; programs outside this repository must not use them). */
+#ifndef CLEMBED_TEST_HOOKS_H
+#define CLEMBED_TEST_HOOKS_H
+
+#include "clembed.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Replaces the source of kernel family `family` ("forward", "positional",
+ * "backward", "init", "util") for this context's next builds with `source`
+ * (kept by pointer: it must outlive its use); NULL restores the embedded one.
+ * Lets a test inject a build failure. */
+CLEMBED_API clembed_status clembed__test_override_source(clembed_context *ctx, const char *family,
+                                                         const char *source);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
