@@ -10,7 +10,10 @@ __kernel void ce_init_uniform(__global OUT_T *out, ulong o_off, ulong o_ld, ulon
   ulong c = get_global_id(0), r = get_global_id(1);
   if (c >= cols || r >= rows) return;
   uint4 x = ce_philox_element(seed_lo, seed_hi, r * cols + c);
-  store_out(out, o_off + r * o_ld + c, low + (high - low) * ce_unit(x.x));
+  /* low + (high - low) * u evaluated at half scale and doubled: the same bits
+   * (scaling by 2 is exact), and no overflow when high - low exceeds the float range */
+  float hl = 0.5f * low;
+  store_out(out, o_off + r * o_ld + c, 2.0f * (hl + (0.5f * high - hl) * ce_unit(x.x)));
 }
 
 __kernel void ce_init_normal(__global OUT_T *out, ulong o_off, ulong o_ld, ulong rows, ulong cols, float mean,

@@ -315,7 +315,8 @@ CLEMBED_API clembed_status clembed_sgd_update(clembed_context *ctx, const clembe
 /* Counter-based Philox4x32-10 with key (seed low 32 bits, seed high 32 bits) and
  * counter (e low 32 bits, e high 32 bits, 0, 0) for element e = r*cols + c,
  * giving words x0..x3. With u(x) = (x >> 8) * 2^-24 in [0, 1):
- *   uniform: low + (high - low) * u(x0);
+ *   uniform: low + (high - low) * u(x0), evaluated as 2 * (low/2 + (high/2 - low/2) * u(x0))
+ *            (the same float32 result for normal bounds, and no overflow for any finite ones);
  *   normal:  mean + std * sqrt(-2 ln(1 - u(x0))) * cos(2 pi u(x1)) (Box-Muller).
  * computed in float32 on the device (uniform: the same bits on every device, as
  * it uses only correctly rounded operations; normal: within the device's

@@ -391,11 +391,10 @@ void clembed_context_destroy(clembed_context *ctx) {
 
 /* ------------------------------------------------------- deferred errors */
 
-/* Waits for the work enqueued so far and reads the used slots (one blocking
- * read: on an in-order queue it completes after every earlier command; an
- * out-of-order queue gets a barrier first), records the first error in
- * ctx->deferred (if none is pending), and resets the slots (a non-blocking
- * write from the context's own 0xFF block). */
+/* Waits for the work enqueued so far and reads the used slots (a read and one
+ * clFinish; an out-of-order queue gets a barrier first), records the first
+ * error in ctx->deferred (if none is pending), and resets the slots if any
+ * changed (a non-blocking write from the context's own 0xFF block). */
 static clembed_status slots_drain(clembed_context *ctx) {
   clembed_status status = CLEMBED_OK;
   size_t used = ctx->slots_used;
@@ -408,11 +407,15 @@ static clembed_status slots_drain(clembed_context *ctx) {
   cl_uint *s = ctx->slot_host;
   if (!ctx->in_order && (err = clEnqueueBarrierWithWaitList(ctx->queue, 0, NULL, NULL)) != CL_SUCCESS)
     return ce_cl_fail(ctx, err, "waiting for earlier work");
-  err = clEnqueueReadBuffer(ctx->queue, ctx->errbuf, CL_TRUE, 0, bytes, s, 0, NULL, NULL);
+  err = clEnqueueReadBuffer(ctx->queue, ctx->errbuf, CL_FALSE, 0, bytes, s, 0, NULL, NULL);
+  if (err == CL_SUCCESS) err = clFinish(ctx->queue);
   if (err != CL_SUCCESS) return ce_cl_fail(ctx, err, "reading the error record");
-  err = clEnqueueWriteBuffer(ctx->queue, ctx->errbuf, CL_FALSE, 0, bytes, ctx->clean_slots, 0, NULL, NULL);
-  if (err != CL_SUCCESS) return ce_cl_fail(ctx, err, "resetting the error record");
   ctx->slots_used = 0;
+  /* a slot changes only when its operation found an error: reset only then */
+  if (memcmp(s, ctx->clean_slots, bytes) != 0) {
+    err = clEnqueueWriteBuffer(ctx->queue, ctx->errbuf, CL_FALSE, 0, bytes, ctx->clean_slots, 0, NULL, NULL);
+    if (err != CL_SUCCESS) return ce_cl_fail(ctx, err, "resetting the error record");
+  }
   for (size_t k = 0; k < used && ctx->deferred == CLEMBED_OK; k++) {
     const cl_uint *w = s + k * CE_SLOT_UINTS;
     const ce_slot_info *in = &ctx->slot_info[k];
