@@ -290,8 +290,23 @@ CLEMBED_API clembed_backward_options clembed_backward_defaults(void);
 
 /* grad_table[v] (+)= scale * sum of grad_out[i] over tokens i with ids[i] == v
  * (divided by the count of v with scale_grad_by_freq), in float32. grad_out has
- * ids->count rows and grad_table->cols columns; grad_table must be F32.
- * opt NULL means clembed_backward_defaults(). */
+ * ids->count rows and grad_table->cols columns (any dtype); grad_table must be F32.
+ * opt NULL means clembed_backward_defaults().
+ *
+ * The float32 operations, in this order: S = 0; S = S + m_i for the tokens i of
+ * row v in ascending order, where m_i is grad_out[i][c] (with dropout: times
+ * 1/(1 - dropout) where the mask keeps it, else 0); r = scale * S; with
+ * scale_grad_by_freq r = r / count(v) (the tokens that reach row v after the
+ * index policy); then grad_table[v][c] = r, or += r with accumulate.
+ *
+ * deterministic = 1 (default): the tokens are sorted by row on the device (a
+ * stable radix sort, O(ids) temporaries) and each row's segment is summed in
+ * order, split over columns only, so a very frequent id stays parallel.
+ * deterministic = 0: a compare-and-swap float add per element; it can win on a
+ * GPU with few repeated ids and a huge vocabulary, and is slower on a CPU.
+ * position_grad (F32, rows = positions, cols = grad cols) receives the unscaled,
+ * unmasked-by-policy sum per position, always in ascending token order, always
+ * added; a position past its rows is a deferred CLEMBED_ERR_INDEX_OUT_OF_RANGE. */
 CLEMBED_API clembed_status clembed_backward(clembed_context *ctx, const clembed_matrix *grad_out,
                                             const clembed_ids *ids,
                                             const clembed_backward_options *opt,
@@ -300,9 +315,11 @@ CLEMBED_API clembed_status clembed_backward(clembed_context *ctx, const clembed_
                                             const cl_event *event_wait_list, cl_event *event);
 
 /* table[v] -= learning_rate * grad[v] for the rows v that occur in ids, where
- * grad[v] is what clembed_backward would compute (accumulate is ignored); no
- * other row is touched and no dense gradient is materialised. opt NULL means the
- * defaults. */
+ * grad[v] is r of clembed_backward (the same float32 operations), then rounded to
+ * the table's dtype (F32, F16 or BF16); no other row is touched and no dense
+ * gradient is materialised (temporaries are O(ids)). Always the sorted,
+ * deterministic path (deterministic and accumulate are ignored); a position_grad
+ * in opt is added into as by clembed_backward. opt NULL means the defaults. */
 CLEMBED_API clembed_status clembed_sgd_update(clembed_context *ctx, const clembed_matrix *grad_out,
                                               const clembed_ids *ids, float learning_rate,
                                               const clembed_backward_options *opt,
