@@ -111,7 +111,7 @@ clembed_status clembed_embed(clembed_context *ctx, const clembed_matrix *table, 
        * computing sin/cos per element. */
       size_t span = opt->seq_len && opt->seq_len < ids->count ? opt->seq_len : ids->count, end;
       if (!opt->sequence_offsets && !ce_add_overflows(opt->position_offset, span, &end))
-        CHECK(ce_sinusoid_table(ctx, &opt->sinusoid, table->cols, end, &pt));
+        CHECK(ce_sinusoid_table(ctx, &opt->sinusoid, table->cols, end, ids->count, &pt));
       if (pt) {
         cached_pe = 1;
         p_ld = pt->cols;

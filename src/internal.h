@@ -153,9 +153,10 @@ clembed_status ce_sinusoid_freq(clembed_context *ctx, const clembed_sinusoid *s,
                                 cl_mem *buffer);
 void ce_freq_release(clembed_context *ctx);
 /* The cached sinusoid table covering positions [0, end) for cols columns, or
- * NULL in *table (not an error) when it would be too large to be worth it. */
+ * NULL in *table (not an error) when building it is not worth it for a call of
+ * `tokens` tokens. */
 clembed_status ce_sinusoid_table(clembed_context *ctx, const clembed_sinusoid *s, size_t cols, size_t end,
-                                 const clembed_matrix **table);
+                                 size_t tokens, const clembed_matrix **table);
 
 /* ----- the error-recording kernel (forward.c) */
 /* Enqueues the main kernel `k` of a checked operation (2-D, nx x ny) and, when

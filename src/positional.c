@@ -93,7 +93,7 @@ cleanup:
 #define CE_PE_MAX_ELEMENTS ((size_t)16 << 20)
 
 clembed_status ce_sinusoid_table(clembed_context *ctx, const clembed_sinusoid *s, size_t cols, size_t end,
-                                 const clembed_matrix **table) {
+                                 size_t tokens, const clembed_matrix **table) {
   clembed_status status = CLEMBED_OK;
   clembed_matrix m = {0};
   *table = NULL;
@@ -105,7 +105,9 @@ clembed_status ce_sinusoid_table(clembed_context *ctx, const clembed_sinusoid *s
   /* rows: a power of two from 64, so that growing offsets (decoding) rebuild rarely */
   size_t rows = 64;
   while (rows < end && rows <= CE_PE_MAX_ELEMENTS) rows *= 2;
-  if (cols == 0 || rows > CE_PE_MAX_ELEMENTS / cols) return CLEMBED_OK; /* compute inline instead */
+  /* compute inline instead when the table would be large, or much larger than
+   * this call's work (one decoding step far into a sequence) */
+  if (cols == 0 || rows > CE_PE_MAX_ELEMENTS / cols || (rows > 4096 && rows / 4 > tokens)) return CLEMBED_OK;
   CHECK(clembed_matrix_create(ctx, rows, cols, CLEMBED_F32, &m));
   CHECK(clembed_positional(ctx, s, 0, &m, 0, NULL, NULL));
   clembed_matrix_release(&ctx->pe);

@@ -243,7 +243,7 @@ static void check_specs(const char *test_spec) {
   /* name substrings, case-insensitively, across "platform name device name" */
   for (size_t i = 0; i < ndevs; i++) {
     char sub[64];
-    snprintf(sub, sizeof sub, "%s", devs[i].dname);
+    snprintf(sub, sizeof sub, "%.63s", devs[i].dname);
     flip_case(sub);
     expect_spec(sub, first_with_name(sub));
     /* the end of the platform name, the space, the start of the device name */

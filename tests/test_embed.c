@@ -1,0 +1,842 @@
+/* clembed_embed: the fused forward out[i] = dropout(scale * W[ids[i]] + P[p(i)])
+ * against a plain reference.
+ *   Token i is in sequence b = i / seq_len at p = first_b + i % seq_len, with
+ *   first_b = sequence_offsets[b] if given, else position_offset.
+ * Tolerances:
+ *   POSITIONS_NONE / POSITIONS_TABLE: exact. The reference does the device's
+ *     float32 operations in the same order (scale*W, + P, * keep), then the
+ *     output dtype's rounding (round to nearest even).
+ *   POSITIONS_SINUSOID: the token part is exact (float scale*W), the positional
+ *     part is the float64 formula of API.md; F32 output within 4e-6 of their sum
+ *     (times keep = 1/(1-p) under dropout); other output dtypes: the rounding of
+ *     a value within that bound.
+ * Dropout: the mask is Philox(seed, i*cols + c) word 0, kept when
+ *   u(x0) = (x0 >> 8) * 2^-24 >= p (tu_philox, tu_unit), element for element; kept
+ *   values are multiplied by keep = 1.0f / (1.0f - p) computed in float; the kept
+ *   fraction of a large output is within 4 sigma of 1 - p; same seed same mask,
+ *   a different seed (low or high 32 bits) a different mask.
+ * Also: seq_len (2-D batches, a last partial sequence), position_offset,
+ * sequence_offsets (I32 and I64, at an offset, KV-cache style), padding (token
+ * row zero, position still added), positions past a learned table and negative
+ * sequence offsets (deferred CLEMBED_ERR_INDEX_OUT_OF_RANGE naming the token and
+ * position, that row's positional part zero), and the argument errors. */
+#include "test_util.h"
+
+static int small_mode = 0;
+static const char *DN[3] = {"F32", "F16", "BF16"};
+
+/* ------------------------------------------------------------ helpers */
+
+static void *alloc_elems(size_t n, clembed_dtype t) { return calloc(n ? n : 1, clembed_dtype_size(t)); }
+
+static float elem(const void *p, size_t i, clembed_dtype t) {
+  if (t == CLEMBED_F32) return ((const float *)p)[i];
+  if (t == CLEMBED_F16) return tu_f16_to_f32(((const uint16_t *)p)[i]);
+  return tu_bf16_to_f32(((const uint16_t *)p)[i]);
+}
+
+static void set_elem(void *p, size_t i, clembed_dtype t, float v) {
+  if (t == CLEMBED_F32) ((float *)p)[i] = v;
+  else if (t == CLEMBED_F16) ((uint16_t *)p)[i] = tu_f32_to_f16(v);
+  else ((uint16_t *)p)[i] = tu_f32_to_bf16(v);
+}
+
+/* A device matrix inside a larger buffer (pad extra columns per row, off
+ * leading elements, both holding a sentinel), with `host` (dense, dtype t)
+ * written into the window. */
+static clembed_status make_strided(clembed_context *ctx, size_t rows, size_t cols, size_t pad, size_t off,
+                                   clembed_dtype t, const void *host, clembed_matrix *m) {
+  clembed_matrix whole;
+  size_t ld = cols + pad, total = off + rows * ld;
+  clembed_status s = clembed_matrix_create(ctx, 1, total ? total : 1, t, &whole);
+  if (s != CLEMBED_OK) return s;
+  void *fill = alloc_elems(total, t);
+  for (size_t i = 0; i < total; i++) set_elem(fill, i, t, 777.0f);
+  s = clembed_matrix_write(ctx, &whole, fill, t);
+  free(fill);
+  m->buffer = whole.buffer;
+  m->offset = off;
+  m->rows = rows;
+  m->cols = cols;
+  m->ld = ld;
+  m->dtype = t;
+  if (s == CLEMBED_OK && rows && cols) s = clembed_matrix_write(ctx, m, host, t);
+  return s;
+}
+
+/* The float64 sinusoid of API.md. */
+static double sinusoid_ref(const clembed_sinusoid *s, size_t d, int64_t p, size_t i) {
+  double w;
+  int is_cos;
+  if (s->layout == CLEMBED_LAYOUT_HALVES) {
+    size_t h = (d + 1) / 2, k = i < h ? i : i - h;
+    w = pow(s->base, -2.0 * (double)k / (double)d);
+    is_cos = i >= h;
+  } else {
+    w = s->exponent == CLEMBED_EXPONENT_PAIR ? pow(s->base, -2.0 * floor((double)i / 2.0) / (double)d)
+                                             : pow(s->base, -(double)i / (double)d);
+    is_cos = (int)(i % 2);
+  }
+  double a = (double)p * w;
+  return is_cos ? cos(a) : sin(a);
+}
+
+static int kept(uint64_t seed, uint64_t e, float p) {
+  uint32_t x[4];
+  tu_philox(seed, e, x);
+  return tu_unit(x[0]) >= (double)p;
+}
+
+/* ------------------------------------------------------------ one case */
+
+typedef struct ecase {
+  const char *name;
+  size_t V, d, n;
+  clembed_dtype tdt, odt, pdt;
+  clembed_positions positions;
+  clembed_sinusoid sin;
+  size_t P;                 /* position table rows */
+  float scale;
+  int64_t padding;
+  size_t seq_len, position_offset;
+  const int64_t *so;        /* sequence offsets (NULL: none) */
+  size_t so_count;
+  clembed_index_type so_type;
+  size_t so_off;            /* the offsets sit at this offset in their buffer */
+  float dropout;
+  uint64_t seed;
+  size_t t_pad, t_off, o_pad, o_off, p_pad, p_off;
+  const int64_t *ids;       /* NULL: random valid ids */
+  clembed_index_type itype;
+  clembed_index_policy policy;
+} ecase;
+
+typedef struct eresult {
+  size_t kept, nonzero; /* device elements kept among those whose value before dropout is not 0 */
+  float *got;           /* n x d as F32, the caller frees */
+} eresult;
+
+static eresult run_case(clembed_context *ctx, const ecase *c) {
+  eresult res = {0, 0, NULL};
+  size_t V = c->V, d = c->d, n = c->n;
+  uint64_t rng = 0xE3B + V * 131 + d * 17 + n + (uint64_t)c->positions * 7;
+  void *w = alloc_elems(V * d, c->tdt);
+  for (size_t i = 0; i < V * d; i++) set_elem(w, i, c->tdt, tu_rand(&rng));
+  int64_t *ids = malloc((n ? n : 1) * sizeof *ids);
+  for (size_t i = 0; i < n; i++) ids[i] = c->ids ? c->ids[i] : (int64_t)(((uint64_t)((tu_rand(&rng) + 1.0f) * 1e6f)) % V);
+  if (!c->ids && c->padding != CLEMBED_NO_PADDING)
+    for (size_t i = 0; i < n; i += 3) ids[i] = c->padding < 0 ? c->padding + (int64_t)V : c->padding;
+  void *hid = calloc(n ? n : 1, 8);
+  for (size_t i = 0; i < n; i++) {
+    if (c->itype == CLEMBED_I32) ((int32_t *)hid)[i] = (int32_t)ids[i];
+    else ((int64_t *)hid)[i] = ids[i];
+  }
+  size_t P = c->P;
+  void *ptab = alloc_elems(P * d, c->pdt);
+  for (size_t i = 0; i < P * d; i++) set_elem(ptab, i, c->pdt, tu_rand(&rng) * 0.5f);
+
+  clembed_matrix table = {0}, out = {0}, pm = {0};
+  clembed_ids did = {0}, dso = {0};
+  OK(ctx, make_strided(ctx, V, d, c->t_pad, c->t_off, c->tdt, w, &table));
+  OK(ctx, clembed_ids_create(ctx, hid, n, c->itype, &did));
+  void *zero = alloc_elems(n * d, c->odt);
+  OK(ctx, make_strided(ctx, n, d, c->o_pad, c->o_off, c->odt, zero, &out));
+  clembed_embed_options o = clembed_embed_defaults();
+  o.scale = c->scale;
+  o.policy = c->policy;
+  o.padding_idx = c->padding;
+  o.positions = c->positions;
+  o.sinusoid = c->sin;
+  o.seq_len = c->seq_len;
+  o.position_offset = c->position_offset;
+  o.dropout = c->dropout;
+  o.dropout_seed = c->seed;
+  if (c->positions == CLEMBED_POSITIONS_TABLE) {
+    OK(ctx, make_strided(ctx, P, d, c->p_pad, c->p_off, c->pdt, ptab, &pm));
+    o.position_table = &pm;
+  }
+  if (c->so) {
+    size_t m = c->so_off + c->so_count;
+    void *h = calloc(m ? m : 1, 8);
+    for (size_t i = 0; i < m; i++) {
+      int64_t v = i < c->so_off ? -999 : c->so[i - c->so_off];
+      if (c->so_type == CLEMBED_I32) ((int32_t *)h)[i] = (int32_t)v;
+      else ((int64_t *)h)[i] = v;
+    }
+    OK(ctx, clembed_ids_create(ctx, h, m, c->so_type, &dso));
+    dso.offset = c->so_off;
+    dso.count = c->so_count;
+    o.sequence_offsets = &dso;
+    free(h);
+  }
+  clembed_status s = clembed_embed(ctx, &table, &did, &o, &out, 0, NULL, NULL);
+  EXPECT(s == CLEMBED_OK, "%s: embed: %s: %s", c->name, clembed_status_string(s), clembed_context_message(ctx));
+  clembed_status fin = clembed_finish(ctx);
+  char finmsg[512];
+  snprintf(finmsg, sizeof finmsg, "%s", clembed_context_message(ctx));
+
+  /* the reference */
+  int64_t pad = c->padding < -1 ? c->padding + (int64_t)V : c->padding;
+  float keep = c->dropout > 0.0f ? 1.0f / (1.0f - c->dropout) : 1.0f;
+  long long first_bad_id = -1, first_bad_pos = -1, bad_id_val = 0, bad_pos_val = 0;
+  void *got = alloc_elems(n * d, c->odt);
+  OK(ctx, clembed_matrix_read(ctx, &out, got, c->odt));
+  res.got = malloc((n ? n : 1) * d * sizeof *res.got);
+  size_t bad = 0;
+  double worst = 0.0;
+  for (size_t i = 0; i < n; i++) {
+    int64_t id = ids[i], r = id;
+    if (c->policy == CLEMBED_INDEX_WRAP && id < 0 && id >= -(int64_t)V) r = id + (int64_t)V;
+    if (r < 0 || r >= (int64_t)V) {
+      if (c->policy == CLEMBED_INDEX_CLAMP) r = r < 0 ? 0 : (int64_t)V - 1;
+      else {
+        if (c->policy != CLEMBED_INDEX_ZERO && first_bad_id < 0) {
+          first_bad_id = (long long)i;
+          bad_id_val = (long long)id;
+        }
+        r = -1;
+      }
+    }
+    if (r == pad) r = -1;
+    size_t b = c->seq_len ? i / c->seq_len : 0, j = c->seq_len ? i % c->seq_len : i;
+    int64_t first = c->so ? c->so[b] : (int64_t)c->position_offset;
+    int64_t p = first + (int64_t)j;
+    int pos_ok = 1;
+    if (c->positions == CLEMBED_POSITIONS_SINUSOID) pos_ok = first >= 0;
+    if (c->positions == CLEMBED_POSITIONS_TABLE) pos_ok = first >= 0 && (uint64_t)p < (uint64_t)P;
+    if (!pos_ok && first_bad_pos < 0) {
+      first_bad_pos = (long long)i;
+      bad_pos_val = (long long)p;
+    }
+    for (size_t k = 0; k < d; k++) {
+      float tok = r >= 0 ? c->scale * elem(w, (size_t)r * d + k, c->tdt) : 0.0f;
+      size_t e = i * d + k;
+      int keep_it = c->dropout > 0.0f ? kept(c->seed, (uint64_t)e, c->dropout) : 1;
+      float g = elem(got, e, c->odt);
+      res.got[e] = g;
+      int ok;
+      double err = 0.0;
+      if (c->positions == CLEMBED_POSITIONS_SINUSOID && pos_ok) {
+        double ref = (double)tok + sinusoid_ref(&c->sin, d, p, k), before = ref;
+        double tol = 4e-6;
+        if (c->dropout > 0.0f) {
+          ref = keep_it ? ref * (double)keep : 0.0;
+          tol *= (double)keep;
+        }
+        err = fabs((double)g - ref);
+        if (c->odt == CLEMBED_F32) ok = err <= tol;
+        else ok = g >= tu_round((float)(ref - tol), c->odt) && g <= tu_round((float)(ref + tol), c->odt);
+        if (!keep_it) ok = g == 0.0f;
+        if (before != 0.0) {
+          res.nonzero++;
+          res.kept += g != 0.0f;
+        }
+      } else {
+        float v = tok;
+        if (c->positions == CLEMBED_POSITIONS_TABLE && pos_ok) v = v + elem(ptab, (size_t)p * d + k, c->pdt);
+        float before = v;
+        if (c->dropout > 0.0f) v = keep_it ? v * keep : 0.0f;
+        float want = tu_round(v, c->odt);
+        ok = g == want || (isnan(g) && isnan(want));
+        err = fabs((double)g - (double)want);
+        if (before != 0.0f) {
+          res.nonzero++;
+          res.kept += g != 0.0f;
+        }
+      }
+      if (err > worst) worst = err;
+      if (!ok) {
+        if (bad < 3)
+          fprintf(stderr, "  %s: token %zu (id %lld, position %lld) column %zu: got %.9g (err %.3g)%s\n", c->name, i,
+                  (long long)id, (long long)p, k, g, err, keep_it ? "" : " (dropped)");
+        bad++;
+      }
+    }
+  }
+  EXPECT(bad == 0, "%s: %zu of %zu elements wrong (max err %.3g)", c->name, bad, n * d, worst);
+  /* the deferred error: the first bad token, by token index, id before position */
+  if (first_bad_id >= 0 || first_bad_pos >= 0) {
+    char want[160];
+    if (first_bad_id >= 0 && (first_bad_pos < 0 || first_bad_id <= first_bad_pos))
+      snprintf(want, sizeof want, "ids[%lld] = %lld is outside [0, %zu)", first_bad_id, bad_id_val, V);
+    else
+      snprintf(want, sizeof want, "token %lld is at position %lld", first_bad_pos, bad_pos_val);
+    EXPECT(fin == CLEMBED_ERR_INDEX_OUT_OF_RANGE, "%s: finish returned %s, expected INDEX_OUT_OF_RANGE", c->name,
+           clembed_status_string(fin));
+    EXPECT(strstr(finmsg, want) != NULL, "%s: message '%s' lacks '%s'", c->name, finmsg, want);
+    if (first_bad_pos >= 0 && !(first_bad_id >= 0 && first_bad_id <= first_bad_pos))
+      EXPECT(strstr(finmsg, "position") != NULL, "%s: message '%s' lacks 'position'", c->name, finmsg);
+    OK(ctx, clembed_finish(ctx)); /* cleared */
+  } else {
+    EXPECT(fin == CLEMBED_OK, "%s: finish: %s: %s", c->name, clembed_status_string(fin), finmsg);
+  }
+  /* nothing outside the output window was written */
+  if (c->o_pad || c->o_off) {
+    size_t total = c->o_off + n * (d + c->o_pad);
+    void *all = alloc_elems(total, c->odt);
+    clembed_matrix whole = {out.buffer, 0, 1, total, total, c->odt};
+    if (total) OK(ctx, clembed_matrix_read(ctx, &whole, all, c->odt));
+    size_t touched = 0;
+    for (size_t e = 0; e < total; e++) {
+      int inside = e >= c->o_off && (e - c->o_off) % (d + c->o_pad) < d;
+      if (!inside && elem(all, e, c->odt) != tu_round(777.0f, c->odt)) touched++;
+    }
+    EXPECT(touched == 0, "%s: %zu elements outside the output window were written", c->name, touched);
+    free(all);
+  }
+  clembed_matrix_release(&table);
+  clembed_matrix_release(&out);
+  clembed_matrix_release(&pm);
+  clembed_ids_release(&did);
+  clembed_ids_release(&dso);
+  free(w);
+  free(ids);
+  free(hid);
+  free(ptab);
+  free(zero);
+  free(got);
+  return res;
+}
+
+static ecase base_case(const char *name, size_t V, size_t d, size_t n) {
+  ecase c;
+  memset(&c, 0, sizeof c);
+  c.name = name;
+  c.V = V;
+  c.d = d;
+  c.n = n;
+  c.tdt = c.odt = c.pdt = CLEMBED_F32;
+  c.positions = CLEMBED_POSITIONS_NONE;
+  c.sin.base = 10000.0;
+  c.sin.exponent = CLEMBED_EXPONENT_PAIR;
+  c.sin.layout = CLEMBED_LAYOUT_INTERLEAVED;
+  c.scale = 1.0f;
+  c.padding = CLEMBED_NO_PADDING;
+  c.so_type = CLEMBED_I32;
+  c.itype = CLEMBED_I32;
+  c.policy = CLEMBED_INDEX_CHECK;
+  return c;
+}
+
+static void run_free(clembed_context *ctx, const ecase *c) { free(run_case(ctx, c).got); }
+
+/* ------------------------------------------------------------ sinusoid */
+
+static void sinusoid_cases(clembed_context *ctx) {
+  size_t n = small_mode ? 60 : 600;
+  ecase c = base_case("sinusoid", 100, 64, n);
+  c.positions = CLEMBED_POSITIONS_SINUSOID;
+  c.scale = 8.0f; /* sqrt(d_model) */
+  run_free(ctx, &c);
+
+  c.name = "sinusoid seq_len 50, position_offset 1000 (100 small)";
+  c.seq_len = 50;
+  c.position_offset = small_mode ? 100 : 1000;
+  run_free(ctx, &c);
+
+  c.name = "sinusoid far position_offset";
+  c.position_offset = ((size_t)1 << 20) - 50;
+  run_free(ctx, &c);
+
+  /* sequence offsets, KV-cache style: each sequence starts elsewhere */
+  int64_t so[16];
+  for (int b = 0; b < 16; b++) so[b] = (int64_t)b * 37 + (b % 3 == 2 ? 1000000 : 0);
+  c = base_case("sinusoid sequence_offsets I32", 50, 37, 12 * 16);
+  c.positions = CLEMBED_POSITIONS_SINUSOID;
+  c.seq_len = 12;
+  c.position_offset = 5; /* overridden */
+  c.so = so;
+  c.so_count = 16;
+  c.so_type = CLEMBED_I32;
+  run_free(ctx, &c);
+  c.name = "sinusoid sequence_offsets I64 at offset 3, I64 ids";
+  c.so_type = CLEMBED_I64;
+  c.so_off = 3;
+  c.itype = CLEMBED_I64;
+  run_free(ctx, &c);
+  c.name = "sinusoid sequence_offsets, last sequence partial";
+  c.n = 12 * 15 + 5; /* 16 sequences, the last of 5 tokens */
+  run_free(ctx, &c);
+  c.name = "sinusoid sequence_offsets with seq_len 0 (one sequence)";
+  c.seq_len = 0;
+  c.n = 40;
+  c.so = so + 2; /* starts at 1000074 */
+  c.so_count = 1;
+  run_free(ctx, &c);
+
+  /* the variants, odd d, other bases */
+  const clembed_sinusoid vs[4] = {{10000.0, CLEMBED_EXPONENT_INDEX, CLEMBED_LAYOUT_INTERLEAVED},
+                                  {10000.0, CLEMBED_EXPONENT_PAIR, CLEMBED_LAYOUT_HALVES},
+                                  {5.0, CLEMBED_EXPONENT_INDEX, CLEMBED_LAYOUT_INTERLEAVED},
+                                  {2.5, CLEMBED_EXPONENT_PAIR, CLEMBED_LAYOUT_HALVES}};
+  const size_t ds[3] = {1, 3, 37};
+  for (int v = 0; v < 4; v++)
+    for (int k = 0; k < 3; k++) {
+      char name[96];
+      snprintf(name, sizeof name, "sinusoid base %g exp %d layout %d d %zu", vs[v].base, vs[v].exponent,
+               vs[v].layout, ds[k]);
+      c = base_case(name, 30, ds[k], 40);
+      c.positions = CLEMBED_POSITIONS_SINUSOID;
+      c.sin = vs[v];
+      c.seq_len = 7;
+      c.position_offset = (small_mode ? 50 : 100000) * (size_t)v;
+      run_free(ctx, &c);
+    }
+
+  /* other dtypes, strides and offsets */
+  const clembed_dtype dts[3] = {CLEMBED_F32, CLEMBED_F16, CLEMBED_BF16};
+  for (int t = 0; t < 3; t++)
+    for (int o = 0; o < 3; o++) {
+      char name[96];
+      snprintf(name, sizeof name, "sinusoid table %s out %s strided", DN[t], DN[o]);
+      c = base_case(name, 40, 33, 50);
+      c.positions = CLEMBED_POSITIONS_SINUSOID;
+      c.tdt = dts[t];
+      c.odt = dts[o];
+      c.scale = 2.0f;
+      c.seq_len = 10;
+      c.position_offset = small_mode ? 345 : 12345;
+      c.t_pad = 3;
+      c.t_off = 5;
+      c.o_pad = 2;
+      c.o_off = 7;
+      run_free(ctx, &c);
+    }
+
+  /* padding keeps its positional part */
+  c = base_case("sinusoid with padding", 20, 16, 45);
+  c.positions = CLEMBED_POSITIONS_SINUSOID;
+  c.padding = 4;
+  c.scale = 3.0f;
+  c.seq_len = 9;
+  c.position_offset = 77;
+  run_free(ctx, &c);
+  c.name = "sinusoid with padding_idx -2 (rows - 2)";
+  c.padding = -2;
+  run_free(ctx, &c);
+}
+
+/* Decoding: one token at a time at growing positions (without sequence offsets
+ * the library may read a cached sinusoid table that grows with the positions),
+ * and several sinusoid configurations enqueued before anything is read. */
+static void decode_and_queued(clembed_context *ctx) {
+  const size_t d = 24, V = 16;
+  float w[16 * 24];
+  uint64_t rng = 3;
+  for (size_t i = 0; i < V * d; i++) w[i] = tu_rand(&rng);
+  clembed_matrix t = {0};
+  OK(ctx, clembed_matrix_create(ctx, V, d, CLEMBED_F32, &t));
+  OK(ctx, clembed_matrix_write(ctx, &t, w, CLEMBED_F32));
+  const size_t steps[] = {0, 1, 62, 63, 64, 65, 127, 128, 129, 300, 1000, 1001, 5, 4095, 4096, 70000};
+  const int nsteps = small_mode ? 12 : (int)(sizeof steps / sizeof *steps);
+  enum { K = 16 };
+  clembed_matrix o[K];
+  clembed_ids di[K];
+  clembed_sinusoid sins[K];
+  for (int k = 0; k < nsteps; k++) {
+    int32_t id = (int32_t)(k % V);
+    OK(ctx, clembed_ids_create(ctx, &id, 1, CLEMBED_I32, &di[k]));
+    OK(ctx, clembed_matrix_create(ctx, 1, d, CLEMBED_F32, &o[k]));
+    clembed_embed_options op = clembed_embed_defaults();
+    op.positions = CLEMBED_POSITIONS_SINUSOID;
+    op.position_offset = steps[k];
+    /* every fourth step another configuration, the rest the default */
+    if (k % 4 == 3) {
+      op.sinusoid.base = 100.0 + (double)k;
+      op.sinusoid.layout = CLEMBED_LAYOUT_HALVES;
+    }
+    sins[k] = op.sinusoid;
+    OK(ctx, clembed_embed(ctx, &t, &di[k], &op, &o[k], 0, NULL, NULL));
+  }
+  for (int k = 0; k < nsteps; k++) {
+    float g[24];
+    OK(ctx, clembed_matrix_read(ctx, &o[k], g, CLEMBED_F32));
+    size_t bad = 0;
+    for (size_t c = 0; c < d; c++) {
+      double ref = (double)w[(size_t)(k % V) * d + c] + sinusoid_ref(&sins[k], d, (int64_t)steps[k], c);
+      if (!(fabs(g[c] - ref) <= 4e-6)) bad++;
+    }
+    EXPECT(bad == 0, "decode step %d (position %zu, base %g): %zu of %zu wrong", k, steps[k], sins[k].base, bad, d);
+    clembed_matrix_release(&o[k]);
+    clembed_ids_release(&di[k]);
+  }
+  clembed_matrix_release(&t);
+}
+
+/* ------------------------------------------------------------ learned table */
+
+static void table_cases(clembed_context *ctx) {
+  ecase c = base_case("table", 100, 48, small_mode ? 64 : 512);
+  c.positions = CLEMBED_POSITIONS_TABLE;
+  c.P = 64;
+  c.seq_len = 16;
+  c.position_offset = 10;
+  c.scale = 1.5f;
+  run_free(ctx, &c);
+
+  /* sequence offsets I32 and I64 */
+  int64_t so[8] = {0, 5, 40, 48, 1, 47, 0, 30};
+  c = base_case("table sequence_offsets I32", 60, 20, 16 * 8);
+  c.positions = CLEMBED_POSITIONS_TABLE;
+  c.P = 64;
+  c.seq_len = 16;
+  c.so = so;
+  c.so_count = 8;
+  run_free(ctx, &c);
+  c.name = "table sequence_offsets I64 at offset 5";
+  c.so_type = CLEMBED_I64;
+  c.so_off = 5;
+  run_free(ctx, &c);
+
+  /* every table / position-table / output dtype, strided */
+  const clembed_dtype dts[3] = {CLEMBED_F32, CLEMBED_F16, CLEMBED_BF16};
+  for (int t = 0; t < 3; t++)
+    for (int p = 0; p < 3; p++)
+      for (int o = 0; o < 3; o++) {
+        char name[96];
+        snprintf(name, sizeof name, "table %s positions %s out %s", DN[t], DN[p], DN[o]);
+        c = base_case(name, 30, 19, 36);
+        c.positions = CLEMBED_POSITIONS_TABLE;
+        c.tdt = dts[t];
+        c.pdt = dts[p];
+        c.odt = dts[o];
+        c.P = 40;
+        c.seq_len = 12;
+        c.position_offset = 3;
+        c.scale = 0.75f;
+        c.t_pad = (size_t)t;
+        c.t_off = 3;
+        c.p_pad = 2;
+        c.p_off = (size_t)p + 1;
+        c.o_pad = (size_t)o;
+        c.o_off = 4;
+        c.itype = (t + p + o) & 1 ? CLEMBED_I64 : CLEMBED_I32;
+        run_free(ctx, &c);
+      }
+
+  /* padding keeps its positional part */
+  c = base_case("table with padding", 10, 8, 30);
+  c.positions = CLEMBED_POSITIONS_TABLE;
+  c.P = 30;
+  c.padding = 0;
+  run_free(ctx, &c);
+
+  /* no positions, with seq_len and sequence offsets given: they are ignored */
+  c = base_case("no positions, seq_len and sequence_offsets ignored", 10, 8, 32);
+  c.seq_len = 8;
+  c.so = so;
+  c.so_count = 4;
+  run_free(ctx, &c);
+}
+
+/* ------------------------------------------------------------ deferred errors */
+
+static void deferred_cases(clembed_context *ctx) {
+  /* positions 20..29 past a 20-row table: token 20 is the first */
+  ecase c = base_case("positions past the table", 10, 6, 30);
+  c.positions = CLEMBED_POSITIONS_TABLE;
+  c.P = 20;
+  run_free(ctx, &c);
+
+  c.name = "position_offset past the table";
+  c.n = 8;
+  c.seq_len = 4;
+  c.position_offset = 18; /* tokens 2, 3 and 6, 7 are at 20, 21 */
+  run_free(ctx, &c);
+
+  int64_t so[3] = {0, 18, 2};
+  c = base_case("a sequence offset past the table", 10, 6, 15);
+  c.positions = CLEMBED_POSITIONS_TABLE;
+  c.P = 20;
+  c.seq_len = 5;
+  c.so = so; /* sequence 1: positions 18..22, token 7 is at 20 */
+  c.so_count = 3;
+  run_free(ctx, &c);
+
+  int64_t neg[3] = {0, -3, 4};
+  c = base_case("a negative sequence offset (table)", 10, 6, 12);
+  c.positions = CLEMBED_POSITIONS_TABLE;
+  c.P = 20;
+  c.seq_len = 4;
+  c.so = neg; /* token 4 is at position -3 */
+  c.so_count = 3;
+  c.so_type = CLEMBED_I64;
+  run_free(ctx, &c);
+  c.name = "a negative sequence offset (sinusoid)";
+  c.positions = CLEMBED_POSITIONS_SINUSOID;
+  c.so_type = CLEMBED_I32;
+  run_free(ctx, &c);
+
+  /* a bad id after a bad position, and before one: the earlier token is named */
+  int64_t ids[12] = {0, 1, 2, 3, 4, 5, 6, 99, 8, 9, 0, 1};
+  c = base_case("bad position before a bad id", 10, 6, 12);
+  c.ids = ids;
+  c.positions = CLEMBED_POSITIONS_TABLE;
+  c.P = 20;
+  c.seq_len = 4;
+  c.so = so; /* sequence 1 (tokens 4..7) at 18..21: token 6 is at 20 */
+  c.so_count = 3;
+  run_free(ctx, &c);
+  int64_t ids2[12] = {0, 1, 2, -4, 4, 5, 6, 7, 8, 9, 0, 1};
+  c.name = "bad id before a bad position";
+  c.ids = ids2;
+  run_free(ctx, &c);
+  c.name = "bad position, bad ids zeroed (ZERO policy)";
+  c.policy = CLEMBED_INDEX_ZERO;
+  run_free(ctx, &c);
+  c.name = "bad position, bad ids clamped";
+  c.policy = CLEMBED_INDEX_CLAMP;
+  run_free(ctx, &c);
+
+  /* more operations with position errors than error slots before a finish */
+  {
+    clembed_matrix t = {0}, o = {0}, pt = {0};
+    clembed_ids di = {0};
+    int32_t id[4] = {0, 1, 2, 3};
+    OK(ctx, clembed_matrix_create(ctx, 4, 3, CLEMBED_F32, &t));
+    OK(ctx, clembed_matrix_create(ctx, 4, 3, CLEMBED_F32, &o));
+    OK(ctx, clembed_matrix_create(ctx, 6, 3, CLEMBED_F32, &pt));
+    OK(ctx, clembed_ids_create(ctx, id, 4, CLEMBED_I32, &di));
+    clembed_embed_options op = clembed_embed_defaults();
+    op.positions = CLEMBED_POSITIONS_TABLE;
+    op.position_table = &pt;
+    for (int k = 0; k < 300; k++) {
+      op.position_offset = k == 280 ? 4 : 0; /* tokens 2, 3 at 6, 7 */
+      OK(ctx, clembed_embed(ctx, &t, &di, &op, &o, 0, NULL, NULL));
+    }
+    FAILS(ctx, CLEMBED_ERR_INDEX_OUT_OF_RANGE, clembed_finish(ctx));
+    EXPECT(strstr(clembed_context_message(ctx), "token 2 is at position 6") != NULL, "message: %s",
+           clembed_context_message(ctx));
+    OK(ctx, clembed_finish(ctx));
+    clembed_matrix_release(&t);
+    clembed_matrix_release(&o);
+    clembed_matrix_release(&pt);
+    clembed_ids_release(&di);
+  }
+}
+
+/* ------------------------------------------------------------ dropout */
+
+static void dropout_cases(clembed_context *ctx) {
+  size_t n = small_mode ? 128 : 4096, d = small_mode ? 64 : 256;
+  const float ps[3] = {0.1f, 0.25f, 0.5f};
+  for (int k = 0; k < 3; k++) {
+    char name[64];
+    snprintf(name, sizeof name, "dropout %g", (double)ps[k]);
+    ecase c = base_case(name, 500, d, n);
+    c.dropout = ps[k];
+    c.seed = 0x1234567890ABCDEFULL + (uint64_t)k;
+    c.scale = 2.0f;
+    eresult r = run_case(ctx, &c);
+    double N = (double)r.nonzero, p = ps[k];
+    double frac = r.kept / N, sigma = sqrt(p * (1.0 - p) / N);
+    EXPECT(fabs(frac - (1.0 - p)) <= 4.0 * sigma, "dropout %g: kept fraction %.5f, expected %.5f +- %.5f (4 sigma)",
+           p, frac, 1.0 - p, 4.0 * sigma);
+    printf("dropout %g: kept %.5f of %.0f (expected %.5f, sigma %.5f)\n", p, frac, N, 1.0 - p, sigma);
+    free(r.got);
+  }
+
+  /* with positions and other dtypes, on a strided output (the mask index is
+   * i*cols + c, not the buffer position) */
+  ecase c = base_case("dropout with sinusoid, strided F32 out", 50, 37, small_mode ? 40 : 300);
+  c.positions = CLEMBED_POSITIONS_SINUSOID;
+  c.seq_len = 20;
+  c.position_offset = small_mode ? 99 : 999;
+  c.dropout = 0.3f;
+  c.seed = 99;
+  c.o_pad = 5;
+  c.o_off = 11;
+  run_free(ctx, &c);
+  c.name = "dropout with sinusoid, F16 out";
+  c.odt = CLEMBED_F16;
+  c.o_pad = c.o_off = 0;
+  run_free(ctx, &c);
+  c = base_case("dropout with a learned table, BF16 table", 50, 24, small_mode ? 40 : 300);
+  c.positions = CLEMBED_POSITIONS_TABLE;
+  c.P = 40;
+  c.seq_len = 20;
+  c.position_offset = 3;
+  c.tdt = CLEMBED_BF16;
+  c.dropout = 0.6f;
+  c.seed = 1ULL << 40;
+  c.padding = 7;
+  run_free(ctx, &c);
+  c.name = "dropout tiny p";
+  c.dropout = 1e-6f;
+  c.positions = CLEMBED_POSITIONS_NONE;
+  run_free(ctx, &c);
+  c.name = "dropout p just below 1";
+  c.dropout = 0.99f;
+  run_free(ctx, &c);
+
+  /* the same seed gives the same bytes; another seed another mask */
+  ecase a = base_case("dropout seed A", 100, 32, small_mode ? 64 : 512);
+  a.dropout = 0.5f;
+  a.seed = 5;
+  eresult r1 = run_case(ctx, &a), r2 = run_case(ctx, &a);
+  EXPECT(!memcmp(r1.got, r2.got, a.n * a.d * sizeof(float)), "the same seed gave different outputs");
+  const uint64_t other[3] = {6, 5 + (1ULL << 32), 0};
+  for (int k = 0; k < 3; k++) {
+    ecase b = a;
+    b.name = "dropout seed B";
+    b.seed = other[k];
+    eresult r3 = run_case(ctx, &b);
+    size_t differ = 0, total = a.n * a.d;
+    for (size_t e = 0; e < total; e++) differ += (r1.got[e] == 0.0f) != (r3.got[e] == 0.0f);
+    /* two independent masks at p = 0.5 differ in half the elements */
+    EXPECT(differ > total / 4, "seed 5 vs %llu: the masks differ in only %zu of %zu elements",
+           (unsigned long long)other[k], differ, total);
+    free(r3.got);
+  }
+  free(r1.got);
+  free(r2.got);
+
+  /* dropout 0 is no dropout */
+  ecase z = base_case("dropout 0", 20, 8, 20);
+  z.dropout = 0.0f;
+  z.seed = 77;
+  run_free(ctx, &z);
+}
+
+/* ------------------------------------------------------------ arguments */
+
+static void argument_errors(clembed_context *ctx) {
+  const int INV = CLEMBED_ERR_INVALID_ARGUMENT;
+  clembed_matrix t = {0}, o = {0}, pt = {0}, pt_narrow = {0};
+  clembed_ids di = {0}, so = {0};
+  int32_t ids[10] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
+  OK(ctx, clembed_matrix_create(ctx, 10, 4, CLEMBED_F32, &t));
+  OK(ctx, clembed_matrix_create(ctx, 10, 4, CLEMBED_F32, &o));
+  OK(ctx, clembed_matrix_create(ctx, 16, 4, CLEMBED_F32, &pt));
+  OK(ctx, clembed_matrix_create(ctx, 16, 3, CLEMBED_F32, &pt_narrow));
+  OK(ctx, clembed_ids_create(ctx, ids, 10, CLEMBED_I32, &di));
+  OK(ctx, clembed_ids_create(ctx, ids, 2, CLEMBED_I32, &so));
+  clembed_embed_options op = clembed_embed_defaults();
+
+  /* the defaults */
+  EXPECT(op.scale == 1.0f && op.policy == CLEMBED_INDEX_CHECK && op.padding_idx == CLEMBED_NO_PADDING &&
+             op.positions == CLEMBED_POSITIONS_NONE && op.sinusoid.base == 10000.0 &&
+             op.sinusoid.exponent == CLEMBED_EXPONENT_PAIR && op.sinusoid.layout == CLEMBED_LAYOUT_INTERLEAVED &&
+             op.position_table == NULL && op.seq_len == 0 && op.position_offset == 0 &&
+             op.sequence_offsets == NULL && op.dropout == 0.0f && op.dropout_seed == 0,
+         "clembed_embed_defaults");
+  OK(ctx, clembed_embed(ctx, &t, &di, NULL, &o, 0, NULL, NULL));
+
+  /* sequence offsets too short: 10 ids in sequences of 4 need 3 */
+  op.positions = CLEMBED_POSITIONS_SINUSOID;
+  op.seq_len = 4;
+  op.sequence_offsets = &so;
+  FAILS(ctx, INV, clembed_embed(ctx, &t, &di, &op, &o, 0, NULL, NULL));
+  EXPECT(strstr(clembed_context_message(ctx), "sequence_offsets") != NULL, "message: %s",
+         clembed_context_message(ctx));
+  op.seq_len = 5; /* 2 sequences: enough */
+  OK(ctx, clembed_embed(ctx, &t, &di, &op, &o, 0, NULL, NULL));
+  clembed_ids so0 = so;
+  so0.count = 0; /* one sequence needs one offset */
+  op.seq_len = 0;
+  op.sequence_offsets = &so0;
+  FAILS(ctx, INV, clembed_embed(ctx, &t, &di, &op, &o, 0, NULL, NULL));
+  clembed_ids sob = so;
+  sob.offset = 1; /* past its buffer */
+  op.sequence_offsets = &sob;
+  FAILS(ctx, INV, clembed_embed(ctx, &t, &di, &op, &o, 0, NULL, NULL));
+  sob = so;
+  sob.type = (clembed_index_type)4;
+  FAILS(ctx, INV, clembed_embed(ctx, &t, &di, &op, &o, 0, NULL, NULL));
+  op.sequence_offsets = NULL;
+
+  /* a bad sinusoid */
+  op.sinusoid.base = 0.0;
+  FAILS(ctx, INV, clembed_embed(ctx, &t, &di, &op, &o, 0, NULL, NULL));
+  op.sinusoid.base = NAN;
+  FAILS(ctx, INV, clembed_embed(ctx, &t, &di, &op, &o, 0, NULL, NULL));
+  op.sinusoid.base = 10000.0;
+  op.sinusoid.exponent = CLEMBED_EXPONENT_INDEX;
+  op.sinusoid.layout = CLEMBED_LAYOUT_HALVES;
+  FAILS(ctx, INV, clembed_embed(ctx, &t, &di, &op, &o, 0, NULL, NULL));
+  op.sinusoid.exponent = CLEMBED_EXPONENT_PAIR;
+  op.sinusoid.layout = CLEMBED_LAYOUT_INTERLEAVED;
+
+  /* the position table: missing, mismatched cols, bad matrix */
+  op.positions = CLEMBED_POSITIONS_TABLE;
+  op.position_table = NULL;
+  FAILS(ctx, INV, clembed_embed(ctx, &t, &di, &op, &o, 0, NULL, NULL));
+  op.position_table = &pt_narrow;
+  FAILS(ctx, INV, clembed_embed(ctx, &t, &di, &op, &o, 0, NULL, NULL));
+  EXPECT(strstr(clembed_context_message(ctx), "cols") != NULL, "message: %s", clembed_context_message(ctx));
+  clembed_matrix ptb = pt;
+  ptb.rows = 17; /* past its buffer */
+  op.position_table = &ptb;
+  FAILS(ctx, INV, clembed_embed(ctx, &t, &di, &op, &o, 0, NULL, NULL));
+  ptb = pt;
+  ptb.dtype = (clembed_dtype)9;
+  FAILS(ctx, INV, clembed_embed(ctx, &t, &di, &op, &o, 0, NULL, NULL));
+  op.position_table = &pt;
+  OK(ctx, clembed_embed(ctx, &t, &di, &op, &o, 0, NULL, NULL));
+
+  /* dropout outside [0, 1) */
+  const float bad_p[4] = {-0.1f, 1.0f, 1.5f, NAN};
+  for (int k = 0; k < 4; k++) {
+    op.dropout = bad_p[k];
+    FAILS(ctx, INV, clembed_embed(ctx, &t, &di, &op, &o, 0, NULL, NULL));
+  }
+  op.dropout = 0.0f;
+
+  /* unknown positions, NULL arguments, events */
+  op.positions = (clembed_positions)3;
+  FAILS(ctx, INV, clembed_embed(ctx, &t, &di, &op, &o, 0, NULL, NULL));
+  op.positions = CLEMBED_POSITIONS_TABLE;
+  FAILS(NULL, INV, clembed_embed(NULL, &t, &di, &op, &o, 0, NULL, NULL));
+  FAILS(ctx, INV, clembed_embed(ctx, NULL, &di, &op, &o, 0, NULL, NULL));
+  FAILS(ctx, INV, clembed_embed(ctx, &t, NULL, &op, &o, 0, NULL, NULL));
+  FAILS(ctx, INV, clembed_embed(ctx, &t, &di, &op, NULL, 0, NULL, NULL));
+  FAILS(ctx, INV, clembed_embed(ctx, &t, &di, &op, &o, 1, NULL, NULL));
+  cl_event none = NULL;
+  FAILS(ctx, INV, clembed_embed(ctx, &t, &di, &op, &o, 0, &none, NULL));
+  FAILS(ctx, INV, clembed_embed(ctx, &t, &di, &op, &o, 1, &none, NULL));
+
+  /* an event, then a wait on it */
+  cl_event e1 = NULL, e2 = NULL;
+  OK(ctx, clembed_embed(ctx, &t, &di, &op, &o, 0, NULL, &e1));
+  EXPECT(e1 != NULL, "no event");
+  if (e1) {
+    OK(ctx, clembed_embed(ctx, &t, &di, &op, &o, 1, &e1, &e2));
+    if (e2) {
+      EXPECT(clWaitForEvents(1, &e2) == CL_SUCCESS, "wait");
+      clReleaseEvent(e2);
+    }
+    clReleaseEvent(e1);
+  }
+  /* zero ids with positions and dropout */
+  clembed_ids d0 = {0};
+  clembed_matrix o0 = {0};
+  OK(ctx, clembed_ids_create(ctx, NULL, 0, CLEMBED_I64, &d0));
+  OK(ctx, clembed_matrix_create(ctx, 0, 4, CLEMBED_F32, &o0));
+  op.dropout = 0.5f;
+  OK(ctx, clembed_embed(ctx, &t, &d0, &op, &o0, 0, NULL, NULL));
+  op.positions = CLEMBED_POSITIONS_SINUSOID;
+  OK(ctx, clembed_embed(ctx, &t, &d0, &op, &o0, 0, NULL, NULL));
+  OK(ctx, clembed_finish(ctx));
+  clembed_ids_release(&d0);
+  clembed_matrix_release(&o0);
+
+  clembed_matrix_release(&t);
+  clembed_matrix_release(&o);
+  clembed_matrix_release(&pt);
+  clembed_matrix_release(&pt_narrow);
+  clembed_ids_release(&di);
+  clembed_ids_release(&so);
+}
+
+int main(int argc, char **argv) {
+  small_mode = argc > 1 && !strcmp(argv[1], "small");
+  clembed_context *ctx = tu_context();
+  sinusoid_cases(ctx);
+  decode_and_queued(ctx);
+  table_cases(ctx);
+  deferred_cases(ctx);
+  dropout_cases(ctx);
+  argument_errors(ctx);
+  clembed_context_destroy(ctx);
+  return tu_finish("test_embed");
+}
