@@ -26,40 +26,47 @@ __kernel void ce_embed(__global const TABLE_T *table, ulong t_off, ulong t_ld, u
                        __global const long *so64, ulong so_off, int so64f, int has_so, float dropout,
                        uint seed_lo, uint seed_hi, float keep_scale, __global uint *err, uint slot) {
 #if VW == 4
-  ulong i = get_global_id(1);
-  for (ulong j = get_global_id(0) * 4, jend = j + 4; j < jend; j++) {
-  ulong c = 4 * j;
-  if (c >= cols || i >= n) return;
+  /* work-item (x, i): token i, float4 chunks 4x .. 4x + 3 of its row; the
+   * token's row and position are resolved once */
+  ulong i = get_global_id(1), j0 = get_global_id(0) * 4;
+  if (4 * j0 >= cols || i >= n) return;
   int bad;
   long id = ce_load_id(ids32, ids64, id64, id_off + i);
   long row = ce_resolve(id, t_rows, policy, padding, &bad);
-  float4 v = row >= 0 ? scale * load4_table(table, t_off + (ulong)row * t_ld, j) : (float4)(0.0f);
-  if (bad && c == 0) ce_report(err, slot, 0, i, id);
+  if (bad && j0 == 0) ce_report(err, slot, 0, i, id);
+  __global const TABLE_T *trow = table + t_off + (ulong)(row >= 0 ? row : 0) * t_ld;
+  __global OUT_T *orow = out + o_off + i * o_ld;
 #if POSITIONS != 0
   ulong b = seq_len ? i / seq_len : 0, jj = i - b * seq_len; /* not i % seq_len beside i / seq_len: Oclgrind cannot check the freeze LLVM emits for the pair */
   long first = has_so ? ce_load_id(so32, so64, so64f, so_off + b) : (long)pos_offset;
   ulong p = (ulong)first + jj;
 #if POSITIONS == 1
-  if (first >= 0)
-    v += (float4)(ce_sinusoid(p, freq[c]), ce_sinusoid(p, freq[c + 1]), ce_sinusoid(p, freq[c + 2]),
-                  ce_sinusoid(p, freq[c + 3]));
-  else if (c == 0)
-    ce_report(err, slot, 1, i, first);
+  int pos_ok = first >= 0;
 #else
-  if (first >= 0 && p < p_rows)
-    v += load4_pos(ptab, p_off + p * p_ld, j);
-  else if (c == 0)
-    ce_report(err, slot, 1, i, first);
+  int pos_ok = first >= 0 && p < p_rows;
+  __global const POS_T *prow = ptab + p_off + (pos_ok ? p : 0) * p_ld;
 #endif
+  if (!pos_ok && j0 == 0) ce_report(err, slot, 1, i, first);
+#endif
+  ulong jend = min(j0 + 4, cols / 4);
+  for (ulong j = j0; j < jend; j++) {
+    ulong c = 4 * j;
+    float4 v = row >= 0 ? scale * load4_table(trow, 0, j) : (float4)(0.0f);
+#if POSITIONS == 1
+    if (pos_ok)
+      v += (float4)(ce_sinusoid(p, freq[c]), ce_sinusoid(p, freq[c + 1]), ce_sinusoid(p, freq[c + 2]),
+                    ce_sinusoid(p, freq[c + 3]));
+#elif POSITIONS == 2
+    if (pos_ok) v += load4_pos(prow, 0, j);
 #endif
 #if DROPOUT
-  ulong e = i * cols + c;
-  v.x = ce_unit(ce_philox_element(seed_lo, seed_hi, e).x) >= dropout ? v.x * keep_scale : 0.0f;
-  v.y = ce_unit(ce_philox_element(seed_lo, seed_hi, e + 1).x) >= dropout ? v.y * keep_scale : 0.0f;
-  v.z = ce_unit(ce_philox_element(seed_lo, seed_hi, e + 2).x) >= dropout ? v.z * keep_scale : 0.0f;
-  v.w = ce_unit(ce_philox_element(seed_lo, seed_hi, e + 3).x) >= dropout ? v.w * keep_scale : 0.0f;
+    ulong e = i * cols + c;
+    v.x = ce_unit(ce_philox_element(seed_lo, seed_hi, e).x) >= dropout ? v.x * keep_scale : 0.0f;
+    v.y = ce_unit(ce_philox_element(seed_lo, seed_hi, e + 1).x) >= dropout ? v.y * keep_scale : 0.0f;
+    v.z = ce_unit(ce_philox_element(seed_lo, seed_hi, e + 2).x) >= dropout ? v.z * keep_scale : 0.0f;
+    v.w = ce_unit(ce_philox_element(seed_lo, seed_hi, e + 3).x) >= dropout ? v.w * keep_scale : 0.0f;
 #endif
-  store4_out(out, o_off + i * o_ld, j, v);
+    store4_out(orow, 0, j, v);
   }
 #else
   ulong c = get_global_id(0), i = get_global_id(1);

@@ -189,8 +189,9 @@ static void state_release(bench_state *s) {
   clembed_ids_release(&s->ids);
 }
 
-/* Tables of V x d in `dt`, n ids drawn from [0, V), an n x d output. */
-static clembed_status state_init(bench_state *s, size_t V, size_t d, size_t n, clembed_dtype dt) {
+/* Tables of V x d in `dt`, n ids drawn from [0, V) (or 0, 1, ..., n-1 with
+ * `sequential`), an n x d output. */
+static clembed_status state_init(bench_state *s, size_t V, size_t d, size_t n, clembed_dtype dt, int sequential) {
   clembed_status st;
   state_release(s);
   s->V = V;
@@ -203,7 +204,7 @@ static clembed_status state_init(bench_state *s, size_t V, size_t d, size_t n, c
     x ^= x << 13;
     x ^= x >> 7;
     x ^= x << 17;
-    ids[i] = (int32_t)(x % V);
+    ids[i] = sequential ? (int32_t)(i % V) : (int32_t)(x % V);
   }
   st = clembed_ids_create(s->ctx, ids, n, CLEMBED_I32, &s->ids);
   free(ids);
@@ -301,12 +302,17 @@ int clembed_bench_main(int argc, char **argv) {
   const char *lnames[3] = {"lookup f32 (16384 x 1024, V 32000)", "lookup f16 table", "lookup bf16 table"};
   for (int t = 0; t < 3; t++) {
     name = lnames[t];
-    if ((st = state_init(&s, V, d, n, dts[t])) != CLEMBED_OK) goto fail_status;
+    if ((st = state_init(&s, V, d, n, dts[t], 0)) != CLEMBED_OK) goto fail_status;
     ROW(lnames[t], op_lookup, n * 4 + n * d * clembed_dtype_size(dts[t]) + n * d * 4, 0);
   }
+  /* the same lookup with ids 0, 1, ..., n-1: the access pattern of a copy, which
+   * separates the kernel's efficiency from the cost of gathering random rows */
+  name = "lookup f32, ids 0..n-1";
+  if ((st = state_init(&s, V, d, n, CLEMBED_F32, 1)) != CLEMBED_OK) goto fail_status;
+  ROW("lookup f32, ids 0..n-1 (copy pattern)", op_lookup, n * 4 + n * d * 4 + n * d * 4, 0);
   /* fused forward: batch 8 x 2048 */
   name = "embed sqrt + sinusoid (8 x 2048)";
-  if ((st = state_init(&s, V, d, n, CLEMBED_F32)) != CLEMBED_OK) goto fail_status;
+  if ((st = state_init(&s, V, d, n, CLEMBED_F32, 0)) != CLEMBED_OK) goto fail_status;
   s.eopt = clembed_embed_defaults();
   s.eopt.scale = sqrtf((float)d);
   s.eopt.positions = CLEMBED_POSITIONS_SINUSOID;
@@ -336,7 +342,7 @@ int clembed_bench_main(int argc, char **argv) {
   ROW("sgd_update", op_sgd, n * 4 + n * d * 4 + 2 * unique * d * 4, 0);
   /* one token */
   name = "one-token lookup + finish";
-  if ((st = state_init(&s, V, 4096, 1, CLEMBED_F32)) != CLEMBED_OK) goto fail_status;
+  if ((st = state_init(&s, V, 4096, 1, CLEMBED_F32, 0)) != CLEMBED_OK) goto fail_status;
   ROW("one-token lookup + finish (d 4096)", op_lookup, 4 + 2 * 4096 * 4, 1);
   goto done;
 fail_status:
