@@ -482,7 +482,7 @@ static clembed_status run(clembed_context *ctx, const char *what, int sgd, const
     const clembed_ids *so = b.so;
     cl_mem sob = so ? so->buffer : none_mem, pgb = pg->buffer;
     /* Token i = b * len + j, len = seq_len (0: one sequence of n). */
-    size_t len = opt->seq_len ? opt->seq_len : n, nseq = (n + len - 1) / len;
+    size_t len = opt->seq_len ? opt->seq_len : n, nseq = n / len + (n % len != 0);
     cl_ulong len_l = len, pos_offset = opt->position_offset, so_off = so ? so->offset : 0;
     cl_ulong p_rows_l = p_rows, p_off = pg->offset, p_ldl = p_ld;
     cl_int so64 = so && so->type == CLEMBED_I64, has_so = so != NULL;

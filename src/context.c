@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 /* ------------------------------------------------------------- messages */
 
@@ -62,8 +63,8 @@ clembed_status ce_fail(clembed_context *ctx, clembed_status code, const char *fm
 
 clembed_status ce_cl_fail(clembed_context *ctx, cl_int err, const char *what) {
   clembed_status s = (clembed_status)err;
-  if (err == CL_MEM_OBJECT_ALLOCATION_FAILURE || err == CL_OUT_OF_HOST_MEMORY)
-    s = CLEMBED_ERR_OUT_OF_MEMORY;
+  if (err == CL_MEM_OBJECT_ALLOCATION_FAILURE || err == CL_OUT_OF_HOST_MEMORY || err == CL_OUT_OF_RESOURCES)
+    s = CLEMBED_ERR_OUT_OF_MEMORY; /* the OpenCL code stays in the message */
   ce_set_message(ctx, "%s: %s", what, clembed_status_string((clembed_status)err));
   return s;
 }
@@ -193,9 +194,9 @@ static long match_spec(const ce_device_entry *l, size_t n, const char *spec) {
       if (l[i].pi == p && l[i].di == d) return (long)i;
     return -1;
   }
-  if (!strcmp(spec, "gpu")) return pick_type(l, n, CL_DEVICE_TYPE_GPU);
-  if (!strcmp(spec, "cpu")) return pick_type(l, n, CL_DEVICE_TYPE_CPU);
-  if (!strcmp(spec, "accelerator")) return pick_type(l, n, CL_DEVICE_TYPE_ACCELERATOR);
+  if (!strcasecmp(spec, "gpu")) return pick_type(l, n, CL_DEVICE_TYPE_GPU);
+  if (!strcasecmp(spec, "cpu")) return pick_type(l, n, CL_DEVICE_TYPE_CPU);
+  if (!strcasecmp(spec, "accelerator")) return pick_type(l, n, CL_DEVICE_TYPE_ACCELERATOR);
   for (size_t i = 0; i < n; i++)
     if (contains_nocase(l[i].name, spec)) return (long)i;
   return -1;
@@ -335,6 +336,11 @@ static clembed_status context_init(clembed_context *ctx) {
   clGetDeviceInfo(ctx->device, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof ctx->max_work_group,
                   &ctx->max_work_group, NULL);
   if (ctx->max_work_group == 0) ctx->max_work_group = 1;
+  size_t items[3] = {1, 1, 1};
+  if (clGetDeviceInfo(ctx->device, CL_DEVICE_MAX_WORK_ITEM_SIZES, sizeof items, items, NULL) != CL_SUCCESS)
+    items[0] = items[1] = 1;
+  ctx->max_items[0] = items[0] ? items[0] : 1;
+  ctx->max_items[1] = items[1] ? items[1] : 1;
   clGetDeviceInfo(ctx->device, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof ctx->max_alloc, &ctx->max_alloc, NULL);
   size_t ext_len = 0;
   if (clGetDeviceInfo(ctx->device, CL_DEVICE_EXTENSIONS, 0, NULL, &ext_len) == CL_SUCCESS && ext_len) {
@@ -382,6 +388,7 @@ void clembed_context_destroy(clembed_context *ctx) {
   ce_kernels_release(ctx);
   ce_program_set_release(ctx);
   ce_freq_release(ctx);
+  ce_slot_batches_free(ctx);
   if (ctx->errbuf) clReleaseMemObject(ctx->errbuf);
   if (ctx->queue) clReleaseCommandQueue(ctx->queue);
   if (ctx->context) clReleaseContext(ctx->context);
@@ -391,34 +398,12 @@ void clembed_context_destroy(clembed_context *ctx) {
 
 /* ------------------------------------------------------- deferred errors */
 
-/* Waits for the work enqueued so far and reads the used slots (a read and one
- * clFinish; an out-of-order queue gets a barrier first), records the first
- * error in ctx->deferred (if none is pending), and resets the slots if any
- * changed (a non-blocking write from the context's own 0xFF block). */
-static clembed_status slots_drain(clembed_context *ctx) {
-  clembed_status status = CLEMBED_OK;
-  size_t used = ctx->slots_used;
-  cl_int err;
-  if (used == 0) {
-    err = clFinish(ctx->queue);
-    return err == CL_SUCCESS ? CLEMBED_OK : ce_cl_fail(ctx, err, "clFinish");
-  }
-  size_t bytes = used * CE_SLOT_UINTS * sizeof(cl_uint);
-  cl_uint *s = ctx->slot_host;
-  if (!ctx->in_order && (err = clEnqueueBarrierWithWaitList(ctx->queue, 0, NULL, NULL)) != CL_SUCCESS)
-    return ce_cl_fail(ctx, err, "waiting for earlier work");
-  err = clEnqueueReadBuffer(ctx->queue, ctx->errbuf, CL_FALSE, 0, bytes, s, 0, NULL, NULL);
-  if (err == CL_SUCCESS) err = clFinish(ctx->queue);
-  if (err != CL_SUCCESS) return ce_cl_fail(ctx, err, "reading the error record");
-  ctx->slots_used = 0;
-  /* a slot changes only when its operation found an error: reset only then */
-  if (memcmp(s, ctx->clean_slots, bytes) != 0) {
-    err = clEnqueueWriteBuffer(ctx->queue, ctx->errbuf, CL_FALSE, 0, bytes, ctx->clean_slots, 0, NULL, NULL);
-    if (err != CL_SUCCESS) return ce_cl_fail(ctx, err, "resetting the error record");
-  }
+/* Records the first error among `used` slots read from the device in
+ * ctx->deferred (if none is pending). */
+static void slots_scan(clembed_context *ctx, const cl_uint *s, const ce_slot_info *info, size_t used) {
   for (size_t k = 0; k < used && ctx->deferred == CLEMBED_OK; k++) {
     const cl_uint *w = s + k * CE_SLOT_UINTS;
-    const ce_slot_info *in = &ctx->slot_info[k];
+    const ce_slot_info *in = &info[k];
     /* r: [0] bad-id token, [1] bad-position token, [2,3] id, [4,5] sequence start */
     cl_uint r[6] = {w[0], w[1], w[2], w[3], w[4], w[5]};
     if (ctx->atom64) {
@@ -453,12 +438,77 @@ static clembed_status slots_drain(clembed_context *ctx) {
                  (unsigned long long)i, (unsigned long long)(first + inseq), (unsigned long long)in->pos_rows);
     }
   }
-  return status;
+}
+
+/* Enqueues, without waiting, a read of the used slots into `host` and their
+ * reset (on an out-of-order queue fenced by barriers on both sides, so that no
+ * later kernel reports into a slot before it is reset). */
+static cl_int slots_read_and_reset(clembed_context *ctx, size_t used, cl_uint *host, int reset) {
+  size_t bytes = used * CE_SLOT_UINTS * sizeof(cl_uint);
+  cl_int err = CL_SUCCESS;
+  if (!ctx->in_order) err = clEnqueueBarrierWithWaitList(ctx->queue, 0, NULL, NULL);
+  if (err == CL_SUCCESS && host) err = clEnqueueReadBuffer(ctx->queue, ctx->errbuf, CL_FALSE, 0, bytes, host, 0, NULL, NULL);
+  if (err == CL_SUCCESS && reset)
+    err = clEnqueueWriteBuffer(ctx->queue, ctx->errbuf, CL_FALSE, 0, bytes, ctx->clean_slots, 0, NULL, NULL);
+  if (err == CL_SUCCESS && reset && !ctx->in_order) err = clEnqueueBarrierWithWaitList(ctx->queue, 0, NULL, NULL);
+  return err;
+}
+
+void ce_slot_batches_free(clembed_context *ctx) {
+  for (ce_slot_batch *b = ctx->batches, *n; b; b = n) {
+    n = b->next;
+    free(b);
+  }
+  ctx->batches = NULL;
+  ctx->batches_tail = NULL;
+}
+
+/* Waits for the work enqueued so far (one clFinish, after a read of the used
+ * slots), records the first error of the batches put aside and of the slots in
+ * ctx->deferred (if none is pending), and resets the slots if any changed. */
+static clembed_status slots_drain(clembed_context *ctx) {
+  size_t used = ctx->slots_used;
+  cl_int err = used ? slots_read_and_reset(ctx, used, ctx->slot_host, 0) : CL_SUCCESS;
+  if (err == CL_SUCCESS) err = clFinish(ctx->queue);
+  if (err != CL_SUCCESS) return ce_cl_fail(ctx, err, "waiting for the context's work");
+  for (ce_slot_batch *b = ctx->batches; b; b = b->next) slots_scan(ctx, b->host, b->info, b->used);
+  ce_slot_batches_free(ctx);
+  if (!used) return CLEMBED_OK;
+  ctx->slots_used = 0;
+  slots_scan(ctx, ctx->slot_host, ctx->slot_info, used);
+  /* a slot changes only when its operation found an error: reset only then */
+  if (memcmp(ctx->slot_host, ctx->clean_slots, used * CE_SLOT_UINTS * sizeof(cl_uint)) != 0 &&
+      (err = slots_read_and_reset(ctx, used, NULL, 1)) != CL_SUCCESS)
+    return ce_cl_fail(ctx, err, "resetting the error record");
+  return CLEMBED_OK;
+}
+
+/* When every slot is taken: puts the slots' contents aside (a non-blocking
+ * read into a batch the next drain scans first) and resets them, without
+ * waiting, so an enqueue never blocks. */
+static clembed_status slots_set_aside(clembed_context *ctx) {
+  size_t used = ctx->slots_used;
+  ce_slot_batch *b = malloc(sizeof *b);
+  if (!b) return ce_fail(ctx, CLEMBED_ERR_OUT_OF_MEMORY, "error record: out of host memory");
+  b->next = NULL;
+  b->used = used;
+  memcpy(b->info, ctx->slot_info, used * sizeof b->info[0]);
+  cl_int err = slots_read_and_reset(ctx, used, b->host, 1);
+  if (err != CL_SUCCESS) {
+    clFinish(ctx->queue); /* a read into b may be pending */
+    free(b);
+    return ce_cl_fail(ctx, err, "setting the error record aside");
+  }
+  if (ctx->batches_tail) ctx->batches_tail->next = b;
+  else ctx->batches = b;
+  ctx->batches_tail = b;
+  ctx->slots_used = 0;
+  return CLEMBED_OK;
 }
 
 clembed_status ce_slot_reserve(clembed_context *ctx, const ce_slot_info *info, cl_uint *slot) {
   if (ctx->slots_used == CE_SLOTS) {
-    clembed_status s = slots_drain(ctx);
+    clembed_status s = slots_set_aside(ctx);
     if (s != CLEMBED_OK) return s;
   }
   *slot = (cl_uint)ctx->slots_used;

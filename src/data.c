@@ -2,6 +2,7 @@
 #include "internal.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -195,8 +196,9 @@ static clembed_status new_buffer(clembed_context *ctx, size_t bytes, const char 
   *out = clCreateBuffer(ctx->context, CL_MEM_READ_WRITE, bytes, NULL, &err);
   if (err != CL_SUCCESS) {
     *out = NULL;
-    return ce_fail(ctx, CLEMBED_ERR_OUT_OF_MEMORY, "%s: allocating %zu bytes failed (%s)", what, bytes,
-                   clembed_status_string((clembed_status)err));
+    char what_size[160];
+    snprintf(what_size, sizeof what_size, "%s: allocating %zu bytes", what, bytes);
+    return ce_cl_fail(ctx, err, what_size); /* allocation failures become CLEMBED_ERR_OUT_OF_MEMORY */
   }
   return CLEMBED_OK;
 }

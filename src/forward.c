@@ -38,7 +38,7 @@ clembed_status ce_check_common(clembed_context *ctx, const char *what, clembed_i
   if (seq_offsets) {
     clembed_status s = ce_check_ids(ctx, seq_offsets, "sequence_offsets");
     if (s != CLEMBED_OK) return s;
-    size_t nseq = seq_len ? (count + seq_len - 1) / seq_len : 1;
+    size_t nseq = seq_len ? count / seq_len + (count % seq_len != 0) : 1;
     if (count && seq_offsets->count < nseq)
       return ce_fail(ctx, CLEMBED_ERR_INVALID_ARGUMENT,
                      "%s: sequence_offsets has %zu entries but %zu ids in sequences of %zu need %zu", what,
@@ -138,9 +138,11 @@ clembed_status clembed_embed(clembed_context *ctx, const clembed_matrix *table, 
 
   cl_uint slot = CE_NO_SLOT;
   /* an operation that can find a bad id or position gets an error slot (CLAMP
-   * cannot clamp into a table of 0 rows: those ids are reported too) */
+   * cannot clamp into a table of 0 rows: those ids are reported too; positions
+   * are signed on the device, so an offset past 2^63 - 1 is a bad position) */
   int can_fail = opt->policy == CLEMBED_INDEX_CHECK || opt->policy == CLEMBED_INDEX_WRAP ||
-                 (opt->policy == CLEMBED_INDEX_CLAMP && table->rows == 0) || (pt && !cached_pe) || so;
+                 (opt->policy == CLEMBED_INDEX_CLAMP && table->rows == 0) || (pt && !cached_pe) || so ||
+                 (opt->positions != CLEMBED_POSITIONS_NONE && opt->position_offset > (size_t)INT64_MAX);
   if (ids->count && can_fail) {
     ce_slot_info info = {"clembed_embed", table->rows, pt ? pt->rows : 0, opt->seq_len, opt->position_offset,
                          so != NULL};

@@ -50,6 +50,14 @@ typedef struct ce_slot_info {
   int has_sequence_offsets;
 } ce_slot_info;
 
+/* Slots read aside (without waiting) when every slot was taken before a finish. */
+typedef struct ce_slot_batch {
+  struct ce_slot_batch *next;
+  size_t used;
+  cl_uint host[CE_SLOTS * CE_SLOT_UINTS];
+  ce_slot_info info[CE_SLOTS];
+} ce_slot_batch;
+
 typedef struct ce_kernel_entry ce_kernel_entry;
 typedef struct ce_program_set ce_program_set;
 
@@ -71,6 +79,7 @@ struct clembed_context {
   int atom64; /* cl_khr_int64_base_atomics: error records need no second kernel */
   char device_name[512];
   size_t max_work_group;
+  size_t max_items[2]; /* CL_DEVICE_MAX_WORK_ITEM_SIZES in x and y */
   cl_ulong max_alloc;
 
   char *message; /* last failure */
@@ -83,6 +92,7 @@ struct clembed_context {
   size_t slots_used;
   cl_uint clean_slots[CE_SLOTS * CE_SLOT_UINTS]; /* all 0xFF: the reset pattern */
   cl_uint slot_host[CE_SLOTS * CE_SLOT_UINTS];   /* the slots as last read */
+  ce_slot_batch *batches, *batches_tail;         /* set aside, oldest first */
   ce_slot_info slot_info[CE_SLOTS];
   clembed_status deferred;
   char deferred_message[512];
@@ -108,11 +118,12 @@ void ce_append_message(clembed_context *ctx, const char *text);
 clembed_status ce_cl_fail(clembed_context *ctx, cl_int err, const char *what);
 
 /* ----- deferred errors (context.c) */
-/* Reserves an error slot for an operation; may wait for earlier work when all
- * slots are in use. Returns the slot index in *slot. */
+/* Reserves an error slot for an operation (never waits: when all are in use,
+ * their contents are read aside first). Returns the slot index in *slot. */
 clembed_status ce_slot_reserve(clembed_context *ctx, const ce_slot_info *info, cl_uint *slot);
 /* Waits, reads the slots, and returns (and clears) the first deferred error. */
 clembed_status ce_collect(clembed_context *ctx);
+void ce_slot_batches_free(clembed_context *ctx);
 
 /* ----- programs and kernels (program.c) */
 /* Returns the context's kernel `name` of `family` built with `options`
@@ -169,7 +180,8 @@ clembed_status ce_enqueue_checked(clembed_context *ctx, cl_kernel k, const char 
                                   const cl_event *wait, cl_event *event);
 /* The padding id normalised against `rows` (-1: none); fails for one outside the table. */
 clembed_status ce_padding(clembed_context *ctx, int64_t padding_idx, size_t rows, const char *what, cl_long *out);
-/* Checks the options shared by forward and backward: policy, dropout, sequence offsets. */
+/* Checks the options shared by forward and backward: policy, dropout, sequence
+ * offsets (enough for every sequence). */
 clembed_status ce_check_common(clembed_context *ctx, const char *what, clembed_index_policy policy, float dropout,
                                size_t count, size_t seq_len, const clembed_ids *seq_offsets);
 

@@ -105,10 +105,24 @@ clembed_status ce_sinusoid_table(clembed_context *ctx, const clembed_sinusoid *s
   /* rows: a power of two from 64, so that growing offsets (decoding) rebuild rarely */
   size_t rows = 64;
   while (rows < end && rows <= CE_PE_MAX_ELEMENTS) rows *= 2;
-  /* compute inline instead when the table would be large, or much larger than
-   * this call's work (one decoding step far into a sequence) */
-  if (cols == 0 || rows > CE_PE_MAX_ELEMENTS / cols || (rows > 4096 && rows / 4 > tokens)) return CLEMBED_OK;
-  CHECK(clembed_matrix_create(ctx, rows, cols, CLEMBED_F32, &m));
+  /* compute inline instead on an out-of-order queue (nothing would order the
+   * table before its readers), or when the table would be large, or much larger
+   * than this call's work (one decoding step far into a sequence) */
+  if (!ctx->in_order || cols == 0 || rows > CE_PE_MAX_ELEMENTS / cols || (rows > 4096 && rows / 4 > tokens))
+    return CLEMBED_OK;
+  /* written whole by the positional kernel: no zero-fill, and nothing waits
+   * (the forward that reads it follows it on the in-order queue) */
+  cl_int err;
+  m.buffer = clCreateBuffer(ctx->context, CL_MEM_READ_WRITE, rows * cols * sizeof(float), NULL, &err);
+  if (err != CL_SUCCESS) {
+    m.buffer = NULL;
+    FAIL(CLEMBED_ERR_OUT_OF_MEMORY, "sinusoid table of %zu x %zu: %s", rows, cols,
+         clembed_status_string((clembed_status)err));
+  }
+  m.rows = rows;
+  m.cols = cols;
+  m.ld = cols;
+  m.dtype = CLEMBED_F32;
   CHECK(clembed_positional(ctx, s, 0, &m, 0, NULL, NULL));
   clembed_matrix_release(&ctx->pe);
   ctx->pe = m;

@@ -42,6 +42,7 @@ typedef struct ce_program {
   ce_family family;
   char *options;
   int test_source; /* built from a test override: never shared */
+  int atom64;      /* built with -DCE_ATOM64=1 */
   cl_program program;
 } ce_program;
 
@@ -186,7 +187,8 @@ static clembed_status program_get(clembed_context *ctx, ce_family family, const 
   int test_src = ctx->test_source_override && ctx->test_source_family == (int)family;
   pthread_mutex_lock(&s->lock);
   for (ce_program *p = s->programs; p; p = p->next)
-    if (p->family == family && p->test_source == test_src && !test_src && !strcmp(p->options, options)) {
+    if (p->family == family && p->atom64 == ctx->atom64 && !p->test_source && !test_src &&
+        !strcmp(p->options, options)) {
       *out = p->program;
       goto cleanup;
     }
@@ -205,6 +207,7 @@ static clembed_status program_get(clembed_context *ctx, ce_family family, const 
   }
   p->family = family;
   p->test_source = test_src;
+  p->atom64 = ctx->atom64;
   p->next = s->programs;
   s->programs = p;
   *out = p->program;
@@ -291,10 +294,9 @@ clembed_status ce_enqueue_2d(clembed_context *ctx, cl_kernel k, const char *name
   size_t target = wg < 256 ? wg : 256;
   /* x covers the columns (a power of two up to the target), y the rest. */
   size_t lx = 1;
-  while (lx < nx && lx * 2 <= target) lx *= 2;
-  size_t ly = target / lx;
-  if (ly < 1) ly = 1;
-  while (ly > 1 && ly / 2 >= ny) ly /= 2;
+  while (lx < nx && lx * 2 <= target && lx * 2 <= ctx->max_items[0]) lx *= 2;
+  size_t ly = 1;
+  while (ly * 2 * lx <= target && ly * 2 <= ctx->max_items[1] && ly < ny) ly *= 2;
   if (nx == 0 || ny == 0) { /* nothing to run; the event still completes after the wait list */
     if (!event) return CLEMBED_OK;
     cl_int err = clEnqueueMarkerWithWaitList(ctx->queue, nwait, wait, event);
