@@ -50,6 +50,7 @@ typedef struct copier {
   cl_kernel kernel;
   cl_mem src, dst;
   size_t bytes; /* bytes copied (half the bytes moved) */
+  size_t local; /* work-group size: 256 or the device's limit for the kernel */
 } copier;
 
 static void copier_release(copier *c) {
@@ -80,6 +81,11 @@ static int copier_init(clembed_context *ctx, size_t moved, copier *c, char *err,
   if (e == CL_SUCCESS) e = clSetKernelArg(c->kernel, 0, sizeof c->src, &c->src);
   if (e == CL_SUCCESS) e = clSetKernelArg(c->kernel, 1, sizeof c->dst, &c->dst);
   if (e == CL_SUCCESS) e = clSetKernelArg(c->kernel, 2, sizeof n, &n);
+  c->local = 256;
+  size_t wg = 0;
+  if (e == CL_SUCCESS && clGetKernelWorkGroupInfo(c->kernel, dev, CL_KERNEL_WORK_GROUP_SIZE, sizeof wg, &wg, NULL) ==
+                             CL_SUCCESS && wg && wg < c->local)
+    c->local = wg;
   if (e != CL_SUCCESS) {
     snprintf(err, errlen, "copy kernel: %s", clembed_status_string((clembed_status)e));
     copier_release(c);
@@ -89,7 +95,7 @@ static int copier_init(clembed_context *ctx, size_t moved, copier *c, char *err,
 }
 
 static int copier_run(copier *c) {
-  size_t local = 256, n = c->bytes / 16;
+  size_t local = c->local, n = c->bytes / 16;
   size_t global = (n + local - 1) / local * local;
   cl_int e = clEnqueueNDRangeKernel(c->queue, c->kernel, 1, NULL, &global, &local, 0, NULL, NULL);
   if (e == CL_SUCCESS) e = clFinish(c->queue);
