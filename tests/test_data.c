@@ -29,19 +29,6 @@ static uint32_t to_bits(float f) {
   return u;
 }
 
-/* Element i of a host array of dtype t, as a float. */
-static float elem(const void *p, size_t i, clembed_dtype t) {
-  if (t == CLEMBED_F32) return ((const float *)p)[i];
-  if (t == CLEMBED_F16) return tu_f16_to_f32(((const uint16_t *)p)[i]);
-  return tu_bf16_to_f32(((const uint16_t *)p)[i]);
-}
-
-static void set_elem(void *p, size_t i, clembed_dtype t, float v) {
-  if (t == CLEMBED_F32) ((float *)p)[i] = v;
-  else if (t == CLEMBED_F16) ((uint16_t *)p)[i] = tu_f32_to_f16(v);
-  else ((uint16_t *)p)[i] = tu_f32_to_bf16(v);
-}
-
 /* Same value: NaN matches NaN, and zeros must agree in sign. */
 static int same(float a, float b) {
   if (isnan(a) || isnan(b)) return isnan(a) && isnan(b);
@@ -165,7 +152,7 @@ static void round_trips(clembed_context *ctx) {
     size_t total = rows * cols;
     void *host = calloc(total, 4);
     memcpy(host, in, n * clembed_dtype_size(DT[h]));
-    for (size_t i = n; i < total; i++) set_elem(host, i, DT[h], 0.5f);
+    for (size_t i = n; i < total; i++) tu_set_elem(host, i, DT[h], 0.5f);
     for (int d = 0; d < 3; d++) {
       clembed_matrix m = {0};
       OK(ctx, clembed_matrix_create(ctx, rows, cols, DT[d], &m));
@@ -175,10 +162,10 @@ static void round_trips(clembed_context *ctx) {
         OK(ctx, clembed_matrix_read(ctx, &m, got, DT[r]));
         size_t bad = 0, badbits = 0;
         for (size_t i = 0; i < total; i++) {
-          float x = elem(host, i, DT[h]);                 /* the written value */
+          float x = tu_elem(host, i, DT[h]);                 /* the written value */
           float dv = tu_round(x, DT[d]);                  /* as stored on the device */
           float want = tu_round(dv, DT[r]);               /* as read back */
-          float g = elem(got, i, DT[r]);
+          float g = tu_elem(got, i, DT[r]);
           if (!same(g, want)) {
             if (bad < 5)
               fprintf(stderr, "  %s -> %s -> %s: element %zu (0x%08x): got %.9g want %.9g\n", DN[h], DN[d], DN[r],
@@ -270,12 +257,12 @@ static void window_case(clembed_context *ctx, size_t rows, size_t cols, size_t l
   size_t n = rows * cols;
   void *host = calloc(n ? n : 1, 4), *back = calloc(n ? n : 1, 4);
   uint64_t rng = rows * 1000 + cols * 10 + ld + off;
-  for (size_t i = 0; i < n; i++) set_elem(host, i, host_dt, tu_rand(&rng) * 100.0f);
+  for (size_t i = 0; i < n; i++) tu_set_elem(host, i, host_dt, tu_rand(&rng) * 100.0f);
   OK(ctx, clembed_matrix_write(ctx, &m, host, host_dt));
   OK(ctx, clembed_matrix_read(ctx, &m, back, host_dt));
   size_t bad = 0;
   for (size_t i = 0; i < n; i++)
-    if (!same(elem(back, i, host_dt), tu_round(tu_round(elem(host, i, host_dt), dt), host_dt))) bad++;
+    if (!same(tu_elem(back, i, host_dt), tu_round(tu_round(tu_elem(host, i, host_dt), dt), host_dt))) bad++;
   EXPECT(bad == 0, "window %zux%zu ld %zu off %zu %s (host %s): %zu wrong on reading back", rows, cols, ld, off,
          DN[dt], DN[host_dt], bad);
   float *all = malloc(total * sizeof *all);
@@ -286,7 +273,7 @@ static void window_case(clembed_context *ctx, size_t rows, size_t cols, size_t l
     if (!in && all[e] != tu_round(777.0f, dt)) outside++;
     if (in) {
       size_t r = (e - off) / ld, c = (e - off) % ld;
-      if (!same(all[e], tu_round(elem(host, r * cols + c, host_dt), dt))) inside++;
+      if (!same(all[e], tu_round(tu_elem(host, r * cols + c, host_dt), dt))) inside++;
     }
   }
   EXPECT(outside == 0, "window %zux%zu ld %zu off %zu %s: %zu elements outside the window changed", rows, cols, ld,

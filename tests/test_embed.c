@@ -27,43 +27,6 @@ static const char *DN[3] = {"F32", "F16", "BF16"};
 
 /* ------------------------------------------------------------ helpers */
 
-static void *alloc_elems(size_t n, clembed_dtype t) { return calloc(n ? n : 1, clembed_dtype_size(t)); }
-
-static float elem(const void *p, size_t i, clembed_dtype t) {
-  if (t == CLEMBED_F32) return ((const float *)p)[i];
-  if (t == CLEMBED_F16) return tu_f16_to_f32(((const uint16_t *)p)[i]);
-  return tu_bf16_to_f32(((const uint16_t *)p)[i]);
-}
-
-static void set_elem(void *p, size_t i, clembed_dtype t, float v) {
-  if (t == CLEMBED_F32) ((float *)p)[i] = v;
-  else if (t == CLEMBED_F16) ((uint16_t *)p)[i] = tu_f32_to_f16(v);
-  else ((uint16_t *)p)[i] = tu_f32_to_bf16(v);
-}
-
-/* A device matrix inside a larger buffer (pad extra columns per row, off
- * leading elements, both holding a sentinel), with `host` (dense, dtype t)
- * written into the window. */
-static clembed_status make_strided(clembed_context *ctx, size_t rows, size_t cols, size_t pad, size_t off,
-                                   clembed_dtype t, const void *host, clembed_matrix *m) {
-  clembed_matrix whole;
-  size_t ld = cols + pad, total = off + rows * ld;
-  clembed_status s = clembed_matrix_create(ctx, 1, total ? total : 1, t, &whole);
-  if (s != CLEMBED_OK) return s;
-  void *fill = alloc_elems(total, t);
-  for (size_t i = 0; i < total; i++) set_elem(fill, i, t, 777.0f);
-  s = clembed_matrix_write(ctx, &whole, fill, t);
-  free(fill);
-  m->buffer = whole.buffer;
-  m->offset = off;
-  m->rows = rows;
-  m->cols = cols;
-  m->ld = ld;
-  m->dtype = t;
-  if (s == CLEMBED_OK && rows && cols) s = clembed_matrix_write(ctx, m, host, t);
-  return s;
-}
-
 /* The float64 sinusoid of API.md. */
 static double sinusoid_ref(const clembed_sinusoid *s, size_t d, int64_t p, size_t i) {
   double w;
@@ -120,8 +83,8 @@ static eresult run_case(clembed_context *ctx, const ecase *c) {
   eresult res = {0, 0, NULL};
   size_t V = c->V, d = c->d, n = c->n;
   uint64_t rng = 0xE3B + V * 131 + d * 17 + n + (uint64_t)c->positions * 7;
-  void *w = alloc_elems(V * d, c->tdt);
-  for (size_t i = 0; i < V * d; i++) set_elem(w, i, c->tdt, tu_rand(&rng));
+  void *w = tu_alloc_elems(V * d, c->tdt);
+  for (size_t i = 0; i < V * d; i++) tu_set_elem(w, i, c->tdt, tu_rand(&rng));
   int64_t *ids = malloc((n ? n : 1) * sizeof *ids);
   for (size_t i = 0; i < n; i++) ids[i] = c->ids ? c->ids[i] : (int64_t)(((uint64_t)((tu_rand(&rng) + 1.0f) * 1e6f)) % V);
   if (!c->ids && c->padding != CLEMBED_NO_PADDING)
@@ -132,15 +95,15 @@ static eresult run_case(clembed_context *ctx, const ecase *c) {
     else ((int64_t *)hid)[i] = ids[i];
   }
   size_t P = c->P;
-  void *ptab = alloc_elems(P * d, c->pdt);
-  for (size_t i = 0; i < P * d; i++) set_elem(ptab, i, c->pdt, tu_rand(&rng) * 0.5f);
+  void *ptab = tu_alloc_elems(P * d, c->pdt);
+  for (size_t i = 0; i < P * d; i++) tu_set_elem(ptab, i, c->pdt, tu_rand(&rng) * 0.5f);
 
   clembed_matrix table = {0}, out = {0}, pm = {0};
   clembed_ids did = {0}, dso = {0};
-  OK(ctx, make_strided(ctx, V, d, c->t_pad, c->t_off, c->tdt, w, &table));
+  OK(ctx, tu_make_strided(ctx, V, d, c->t_pad, c->t_off, c->tdt, w, &table));
   OK(ctx, clembed_ids_create(ctx, hid, n, c->itype, &did));
-  void *zero = alloc_elems(n * d, c->odt);
-  OK(ctx, make_strided(ctx, n, d, c->o_pad, c->o_off, c->odt, zero, &out));
+  void *zero = tu_alloc_elems(n * d, c->odt);
+  OK(ctx, tu_make_strided(ctx, n, d, c->o_pad, c->o_off, c->odt, zero, &out));
   clembed_embed_options o = clembed_embed_defaults();
   o.scale = c->scale;
   o.policy = c->policy;
@@ -152,7 +115,7 @@ static eresult run_case(clembed_context *ctx, const ecase *c) {
   o.dropout = c->dropout;
   o.dropout_seed = c->seed;
   if (c->positions == CLEMBED_POSITIONS_TABLE) {
-    OK(ctx, make_strided(ctx, P, d, c->p_pad, c->p_off, c->pdt, ptab, &pm));
+    OK(ctx, tu_make_strided(ctx, P, d, c->p_pad, c->p_off, c->pdt, ptab, &pm));
     o.position_table = &pm;
   }
   if (c->so) {
@@ -179,7 +142,7 @@ static eresult run_case(clembed_context *ctx, const ecase *c) {
   int64_t pad = c->padding < -1 ? c->padding + (int64_t)V : c->padding;
   float keep = c->dropout > 0.0f ? 1.0f / (1.0f - c->dropout) : 1.0f;
   long long first_bad_id = -1, first_bad_pos = -1, bad_id_val = 0, bad_pos_val = 0;
-  void *got = alloc_elems(n * d, c->odt);
+  void *got = tu_alloc_elems(n * d, c->odt);
   OK(ctx, clembed_matrix_read(ctx, &out, got, c->odt));
   res.got = malloc((n ? n : 1) * d * sizeof *res.got);
   size_t bad = 0;
@@ -209,10 +172,10 @@ static eresult run_case(clembed_context *ctx, const ecase *c) {
       bad_pos_val = (long long)p;
     }
     for (size_t k = 0; k < d; k++) {
-      float tok = r >= 0 ? c->scale * elem(w, (size_t)r * d + k, c->tdt) : 0.0f;
+      float tok = r >= 0 ? c->scale * tu_elem(w, (size_t)r * d + k, c->tdt) : 0.0f;
       size_t e = i * d + k;
       int keep_it = c->dropout > 0.0f ? kept(c->seed, (uint64_t)e, c->dropout) : 1;
-      float g = elem(got, e, c->odt);
+      float g = tu_elem(got, e, c->odt);
       res.got[e] = g;
       int ok;
       double err = 0.0;
@@ -233,7 +196,7 @@ static eresult run_case(clembed_context *ctx, const ecase *c) {
         }
       } else {
         float v = tok;
-        if (c->positions == CLEMBED_POSITIONS_TABLE && pos_ok) v = v + elem(ptab, (size_t)p * d + k, c->pdt);
+        if (c->positions == CLEMBED_POSITIONS_TABLE && pos_ok) v = v + tu_elem(ptab, (size_t)p * d + k, c->pdt);
         float before = v;
         if (c->dropout > 0.0f) v = keep_it ? v * keep : 0.0f;
         float want = tu_round(v, c->odt);
@@ -273,13 +236,13 @@ static eresult run_case(clembed_context *ctx, const ecase *c) {
   /* nothing outside the output window was written */
   if (c->o_pad || c->o_off) {
     size_t total = c->o_off + n * (d + c->o_pad);
-    void *all = alloc_elems(total, c->odt);
+    void *all = tu_alloc_elems(total, c->odt);
     clembed_matrix whole = {out.buffer, 0, 1, total, total, c->odt};
     if (total) OK(ctx, clembed_matrix_read(ctx, &whole, all, c->odt));
     size_t touched = 0;
     for (size_t e = 0; e < total; e++) {
       int inside = e >= c->o_off && (e - c->o_off) % (d + c->o_pad) < d;
-      if (!inside && elem(all, e, c->odt) != tu_round(777.0f, c->odt)) touched++;
+      if (!inside && tu_elem(all, e, c->odt) != tu_round(777.0f, c->odt)) touched++;
     }
     EXPECT(touched == 0, "%s: %zu elements outside the output window were written", c->name, touched);
     free(all);

@@ -18,50 +18,11 @@ typedef struct lcase {
   int with_bad;          /* put out-of-range ids in */
 } lcase;
 
-/* Host copy of a matrix in its own dtype, as raw elements. */
-static void *alloc_elems(size_t n, clembed_dtype t) { return calloc(n ? n : 1, clembed_dtype_size(t)); }
-
-static float elem(const void *p, size_t i, clembed_dtype t) {
-  if (t == CLEMBED_F32) return ((const float *)p)[i];
-  if (t == CLEMBED_F16) return tu_f16_to_f32(((const uint16_t *)p)[i]);
-  return tu_bf16_to_f32(((const uint16_t *)p)[i]);
-}
-
-static void set_elem(void *p, size_t i, clembed_dtype t, float v) {
-  if (t == CLEMBED_F32) ((float *)p)[i] = v;
-  else if (t == CLEMBED_F16) ((uint16_t *)p)[i] = tu_f32_to_f16(v);
-  else ((uint16_t *)p)[i] = tu_f32_to_bf16(v);
-}
-
-/* Creates a device matrix whose buffer also holds `pad` extra columns per row
- * and `off` leading elements, filled with a sentinel, and writes `host` (dense,
- * in dtype t) into the rows x cols window. */
-static clembed_status make_strided(clembed_context *ctx, size_t rows, size_t cols, size_t pad, size_t off,
-                                   clembed_dtype t, const void *host, clembed_matrix *m) {
-  clembed_matrix whole;
-  size_t ld = cols + pad;
-  size_t total = off + rows * ld;
-  clembed_status s = clembed_matrix_create(ctx, 1, total ? total : 1, t, &whole);
-  if (s != CLEMBED_OK) return s;
-  void *fill = alloc_elems(total, t);
-  for (size_t i = 0; i < total; i++) set_elem(fill, i, t, 777.0f);
-  s = clembed_matrix_write(ctx, &whole, fill, t);
-  free(fill);
-  m->buffer = whole.buffer;
-  m->offset = off;
-  m->rows = rows;
-  m->cols = cols;
-  m->ld = ld;
-  m->dtype = t;
-  if (s == CLEMBED_OK) s = clembed_matrix_write(ctx, m, host, t);
-  return s;
-}
-
 static void run_case(clembed_context *ctx, const lcase *c) {
   uint64_t rng = 0x1234 + c->V * 31 + c->d * 7 + c->n;
   size_t V = c->V, d = c->d, n = c->n;
-  void *w = alloc_elems(V * d, c->tdt);
-  for (size_t i = 0; i < V * d; i++) set_elem(w, i, c->tdt, tu_rand(&rng) * 8.0f);
+  void *w = tu_alloc_elems(V * d, c->tdt);
+  for (size_t i = 0; i < V * d; i++) tu_set_elem(w, i, c->tdt, tu_rand(&rng) * 8.0f);
   int64_t *ids = calloc(c->id_off + n + 1, sizeof *ids);
   long long first_bad = -1, first_bad_val = 0;
   for (size_t i = 0; i < n; i++) {
@@ -80,12 +41,12 @@ static void run_case(clembed_context *ctx, const lcase *c) {
   }
   clembed_matrix table = {0}, out = {0};
   clembed_ids did = {0};
-  OK(ctx, make_strided(ctx, V, d, c->t_pad, c->t_off, c->tdt, w, &table));
+  OK(ctx, tu_make_strided(ctx, V, d, c->t_pad, c->t_off, c->tdt, w, &table));
   OK(ctx, clembed_ids_create(ctx, hid, ni, c->itype, &did));
   did.offset = c->id_off;
   did.count = n;
-  void *zero = alloc_elems(n * d, c->odt);
-  OK(ctx, make_strided(ctx, n, d, c->o_pad, c->o_off, c->odt, zero, &out));
+  void *zero = tu_alloc_elems(n * d, c->odt);
+  OK(ctx, tu_make_strided(ctx, n, d, c->o_pad, c->o_off, c->odt, zero, &out));
   clembed_embed_options o = clembed_embed_defaults();
   o.scale = c->scale;
   o.policy = c->policy;
@@ -96,7 +57,7 @@ static void run_case(clembed_context *ctx, const lcase *c) {
 
   /* reference */
   int64_t pad = c->padding < -1 ? c->padding + (int64_t)V : c->padding;
-  void *got = alloc_elems(n * d, c->odt);
+  void *got = tu_alloc_elems(n * d, c->odt);
   OK(ctx, clembed_matrix_read(ctx, &out, got, c->odt));
   size_t bad_elems = 0;
   for (size_t i = 0; i < n; i++) {
@@ -117,9 +78,9 @@ static void run_case(clembed_context *ctx, const lcase *c) {
     }
     if (r == pad) r = -1;
     for (size_t k = 0; k < d; k++) {
-      float ref = r >= 0 ? c->scale * elem(w, (size_t)r * d + k, c->tdt) : 0.0f;
+      float ref = r >= 0 ? c->scale * tu_elem(w, (size_t)r * d + k, c->tdt) : 0.0f;
       ref = tu_round(ref, c->odt);
-      float g = elem(got, i * d + k, c->odt);
+      float g = tu_elem(got, i * d + k, c->odt);
       if (!(g == ref || (isnan(g) && isnan(ref)))) bad_elems++;
       if (bad_elems == 1 && !(g == ref)) {
         fprintf(stderr, "  first mismatch at token %zu col %zu: got %.9g want %.9g\n", i, k, g, ref);
@@ -144,13 +105,13 @@ static void run_case(clembed_context *ctx, const lcase *c) {
   /* the stride gaps and the leading offset of the output are untouched */
   if (c->o_pad || c->o_off) {
     size_t total = c->o_off + n * (d + c->o_pad);
-    void *all = alloc_elems(total, c->odt);
+    void *all = tu_alloc_elems(total, c->odt);
     clembed_matrix whole = {out.buffer, 0, 1, total, total, c->odt};
     if (total) OK(ctx, clembed_matrix_read(ctx, &whole, all, c->odt));
     size_t touched = 0;
     for (size_t e = 0; e < total; e++) {
       int inside = e >= c->o_off && (e - c->o_off) % (d + c->o_pad) < d;
-      if (!inside && elem(all, e, c->odt) != tu_round(777.0f, c->odt)) touched++;
+      if (!inside && tu_elem(all, e, c->odt) != tu_round(777.0f, c->odt)) touched++;
     }
     EXPECT(touched == 0, "%zu elements outside the output window were written", touched);
     free(all);

@@ -124,6 +124,46 @@ static inline float tu_round(float v, clembed_dtype t) {
   return v;
 }
 
+/* Host arrays of elements of a dtype. */
+static inline void *tu_alloc_elems(size_t n, clembed_dtype t) { return calloc(n ? n : 1, clembed_dtype_size(t)); }
+
+/* Element i of a host array of dtype t, as a float. */
+static inline float tu_elem(const void *p, size_t i, clembed_dtype t) {
+  if (t == CLEMBED_F32) return ((const float *)p)[i];
+  if (t == CLEMBED_F16) return tu_f16_to_f32(((const uint16_t *)p)[i]);
+  return tu_bf16_to_f32(((const uint16_t *)p)[i]);
+}
+
+/* Stores v, rounded to nearest even, as element i of a host array of dtype t. */
+static inline void tu_set_elem(void *p, size_t i, clembed_dtype t, float v) {
+  if (t == CLEMBED_F32) ((float *)p)[i] = v;
+  else if (t == CLEMBED_F16) ((uint16_t *)p)[i] = tu_f32_to_f16(v);
+  else ((uint16_t *)p)[i] = tu_f32_to_bf16(v);
+}
+
+/* A device matrix inside a larger buffer: `pad` extra columns per row and `off`
+ * leading elements, all holding the sentinel 777, with `host` (dense, dtype t)
+ * written into the rows x cols window. The caller releases m->buffer. */
+static inline clembed_status tu_make_strided(clembed_context *ctx, size_t rows, size_t cols, size_t pad,
+                                             size_t off, clembed_dtype t, const void *host, clembed_matrix *m) {
+  clembed_matrix whole;
+  size_t ld = cols + pad, total = off + rows * ld;
+  clembed_status s = clembed_matrix_create(ctx, 1, total ? total : 1, t, &whole);
+  if (s != CLEMBED_OK) return s;
+  void *fill = tu_alloc_elems(total, t);
+  for (size_t i = 0; i < total; i++) tu_set_elem(fill, i, t, 777.0f);
+  s = clembed_matrix_write(ctx, &whole, fill, t);
+  free(fill);
+  m->buffer = whole.buffer;
+  m->offset = off;
+  m->rows = rows;
+  m->cols = cols;
+  m->ld = ld;
+  m->dtype = t;
+  if (s == CLEMBED_OK && rows && cols) s = clembed_matrix_write(ctx, m, host, t);
+  return s;
+}
+
 /* A deterministic pseudo-random float in [-1, 1). */
 static inline float tu_rand(uint64_t *state) {
   *state = *state * 6364136223846793005ULL + 1442695040888963407ULL;

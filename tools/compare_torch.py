@@ -101,7 +101,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--clembed", default=os.path.join(here, "..", "build", "clembed"))
     ap.add_argument("--reps", type=int, default=15)
-    ap.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's choice)")
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1,
+                    help="torch threads (default: the number of CPUs, as OpenCL's CPU devices use)")
     args = ap.parse_args()
 
     ours = clembed_rows(args.clembed, args.reps)
