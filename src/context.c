@@ -3,6 +3,7 @@
 #include "internal.h"
 
 #include <ctype.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -187,9 +188,13 @@ static long match_spec(const ce_device_entry *l, size_t n, const char *spec) {
     if (i < 0 && n > 0) i = 0;
     return i;
   }
-  unsigned p, d;
-  char tail;
-  if (sscanf(spec, "%u:%u%c", &p, &d, &tail) == 2) {
+  /* "P:D": two decimal indices, nothing else */
+  const char *colon = strchr(spec, ':');
+  if (colon && colon > spec && colon[1] && strspn(spec, "0123456789") == (size_t)(colon - spec) &&
+      strspn(colon + 1, "0123456789") == strlen(colon + 1)) {
+    errno = 0;
+    unsigned long long p = strtoull(spec, NULL, 10), d = strtoull(colon + 1, NULL, 10);
+    if (errno) return -1; /* out of range: names no device */
     for (size_t i = 0; i < n; i++)
       if (l[i].pi == p && l[i].di == d) return (long)i;
     return -1;
@@ -428,10 +433,14 @@ static void slots_scan(clembed_context *ctx, const cl_uint *s, const ce_slot_inf
       uint64_t first = in->position_offset;
       uint64_t inseq = in->seq_len ? i % in->seq_len : i;
       if (in->has_sequence_offsets) first = (uint64_t)r[4] | ((uint64_t)r[5] << 32);
-      if ((int64_t)first < 0)
+      if ((int64_t)first < 0 && in->has_sequence_offsets)
         snprintf(ctx->deferred_message, sizeof ctx->deferred_message,
                  "%s: token %llu is at position %lld: sequence_offsets gives its sequence a negative start",
                  in->op, (unsigned long long)i, (long long)(first + inseq));
+      else if ((int64_t)first < 0)
+        snprintf(ctx->deferred_message, sizeof ctx->deferred_message,
+                 "%s: token %llu is at position %llu: position_offset %llu is beyond 2^63 - 1", in->op,
+                 (unsigned long long)i, (unsigned long long)(first + inseq), (unsigned long long)first);
       else
         snprintf(ctx->deferred_message, sizeof ctx->deferred_message,
                  "%s: token %llu is at position %llu, outside the position table [0, %llu)", in->op,

@@ -4,17 +4,17 @@
 #include <math.h>
 #include <stdio.h>
 
-static clembed_status init(clembed_context *ctx, const char *kernel, clembed_matrix *m, float a, float b,
-                           uint64_t seed, cl_uint nwait, const cl_event *wait, cl_event *event) {
+static clembed_status init(clembed_context *ctx, const char *fn, const char *kernel, clembed_matrix *m, float a,
+                           float b, uint64_t seed, cl_uint nwait, const cl_event *wait, cl_event *event) {
   clembed_status status = CLEMBED_OK;
   size_t ld;
   cl_kernel k;
   char opts[32];
   if (!ctx) return CLEMBED_ERR_INVALID_ARGUMENT;
   CHECK(ce_check_events(ctx, nwait, wait));
-  CHECK(ce_check_matrix(ctx, m, kernel, &ld));
-  if (!isfinite(a) || !isfinite(b)) FAIL(CLEMBED_ERR_INVALID_ARGUMENT, "%s: parameters %g, %g must be finite", kernel,
-                                         (double)a, (double)b);
+  char what[64];
+  snprintf(what, sizeof what, "%s: m", fn);
+  CHECK(ce_check_matrix(ctx, m, what, &ld));
   snprintf(opts, sizeof opts, "-DOUT_DT=%d", (int)m->dtype);
   CHECK(ce_kernel(ctx, CE_FAMILY_INIT, opts, kernel, &k));
   cl_ulong off = m->offset, ldl = ld, rows = m->rows, cols = m->cols;
@@ -28,16 +28,22 @@ cleanup:
 
 clembed_status clembed_matrix_init_uniform(clembed_context *ctx, clembed_matrix *m, float low, float high,
                                            uint64_t seed, cl_uint nwait, const cl_event *wait, cl_event *event) {
-  if (ctx && !(low <= high))
-    return ce_fail(ctx, CLEMBED_ERR_INVALID_ARGUMENT, "clembed_matrix_init_uniform: low %g > high %g", (double)low,
+  const char *fn = "clembed_matrix_init_uniform";
+  if (ctx && (!isfinite(low) || !isfinite(high)))
+    return ce_fail(ctx, CLEMBED_ERR_INVALID_ARGUMENT, "%s: low %g and high %g must be finite", fn, (double)low,
                    (double)high);
-  return init(ctx, "ce_init_uniform", m, low, high, seed, nwait, wait, event);
+  if (ctx && !(low <= high))
+    return ce_fail(ctx, CLEMBED_ERR_INVALID_ARGUMENT, "%s: low %g > high %g", fn, (double)low, (double)high);
+  return init(ctx, fn, "ce_init_uniform", m, low, high, seed, nwait, wait, event);
 }
 
 clembed_status clembed_matrix_init_normal(clembed_context *ctx, clembed_matrix *m, float mean, float std,
                                           uint64_t seed, cl_uint nwait, const cl_event *wait, cl_event *event) {
-  if (ctx && !(std >= 0.0f))
-    return ce_fail(ctx, CLEMBED_ERR_INVALID_ARGUMENT, "clembed_matrix_init_normal: std %g is negative",
+  const char *fn = "clembed_matrix_init_normal";
+  if (ctx && (!isfinite(mean) || !isfinite(std)))
+    return ce_fail(ctx, CLEMBED_ERR_INVALID_ARGUMENT, "%s: mean %g and std %g must be finite", fn, (double)mean,
                    (double)std);
-  return init(ctx, "ce_init_normal", m, mean, std, seed, nwait, wait, event);
+  if (ctx && !(std >= 0.0f))
+    return ce_fail(ctx, CLEMBED_ERR_INVALID_ARGUMENT, "%s: std %g is negative", fn, (double)std);
+  return init(ctx, fn, "ce_init_normal", m, mean, std, seed, nwait, wait, event);
 }
