@@ -165,8 +165,10 @@ clembed_status clembed_embed(clembed_context *ctx, const clembed_matrix *table, 
                     CE_ARG(pos_offset), CE_ARG(sob), CE_ARG(sob), CE_ARG(so_off), CE_ARG(so64), CE_ARG(has_so),
                     CE_ARG(drop), CE_ARG(seed_lo), CE_ARG(seed_hi), CE_ARG(keep), CE_ARG(ctx->errbuf),
                     CE_ARG(slot_arg), CE_END));
-  CHECK(ce_enqueue_checked(ctx, k, "ce_embed", vw == 4 ? (table->cols / 4 + 3) / 4 : table->cols, ids->count, CE_FAMILY_FORWARD, opts, slot, ids, so,
-                           opt->seq_len, nwait, wait, event));
+  /* x: work-items across a row (16 columns each with VW 4), y: tokens */
+  size_t nx = vw == 4 ? (table->cols / 4 + 3) / 4 : table->cols;
+  CHECK(ce_enqueue_checked(ctx, k, "ce_embed", nx, ids->count, CE_FAMILY_FORWARD, opts, slot, ids, so, opt->seq_len,
+                           nwait, wait, event));
 cleanup:
   return status;
 }
