@@ -41,93 +41,9 @@
 #define KEY_T uint
 #endif
 
-#define FV CE_XCAT(float, VEC)
-#define UV CE_XCAT(uint, VEC)
-#define ULV CE_XCAT(ulong, VEC)
-#define USV CE_XCAT(ushort, VEC)
-#define as_FV CE_XCAT(as_float, VEC)
-#define as_UV CE_XCAT(as_uint, VEC)
-#define convert_FV CE_XCAT(convert_float, VEC)
-#define convert_UV CE_XCAT(convert_uint, VEC)
-#define convert_USV CE_XCAT(convert_ushort, VEC)
-#define vloadV CE_XCAT(vload, VEC)
-#define vstoreV CE_XCAT(vstore, VEC)
-#if VEC == 4
-#define CE_LANES ((ULV)(0, 1, 2, 3))
-#elif VEC == 8
-#define CE_LANES ((ULV)(0, 1, 2, 3, 4, 5, 6, 7))
-#elif VEC == 16
-#define CE_LANES ((ULV)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15))
-#else
-#error "VEC must be 4, 8 or 16"
-#endif
-
-/* VEC consecutive elements of each dtype, as float32. */
-inline FV ce_loadv_0(__global const float *p, ulong o) { return vloadV(0, p + o); }
-/* F16 by its bits (ushort vloadN): some POCL versions compile vload_half8/16 to
- * 16-byte-aligned loads, which fault at an odd column. Exact, like vload_half. */
-inline FV ce_loadv_1(__global const half *p, ulong o) {
-  UV h = convert_UV(vloadV(0, (__global const ushort *)p + o)), em = h & 0x7FFFu;
-  FV normal = as_FV((em << 13) + (UV)(112u << 23));            /* rebias 15 -> 127 */
-  FV sub = convert_FV(em) * 0x1p-24f;                          /* exponent 0: em * 2^-24 */
-  FV special = as_FV((em << 13) | 0x7F800000u);                /* inf, nan */
-  FV m = select(select(normal, sub, em < 0x400u), special, em >= 0x7C00u);
-  return as_FV(as_UV(m) | ((h & 0x8000u) << 16));
-}
-inline FV ce_loadv_2(__global const ushort *p, ulong o) { return as_FV(convert_UV(vloadV(0, p + o)) << 16); }
-inline void ce_storev_0(__global float *p, ulong o, FV v) { vstoreV(v, 0, p + o); }
-/* F16 stores by their bits too (the same POCL issue), rounded to nearest even
- * like vstore_half_rte; a NaN becomes the quiet NaN 0x7E00 with its sign. */
-inline void ce_storev_1(__global half *p, ulong o, FV v) {
-  UV x = as_UV(v), a = x & 0x7FFFFFFFu, sign = (x >> 16) & 0x8000u;
-  UV normal = ((a - 0x38000000u) + 0x0FFFu + ((a >> 13) & 1u)) >> 13; /* rebias 127 -> 15, round */
-  UV sub = convert_UV(rint(as_FV(a) * 0x1p24f));                      /* below 2^-14: units of 2^-24 */
-  UV h = select(normal, sub, a < 0x38800000u);
-  h = select(h, (UV)(0x7C00u), a >= 0x477FF000u); /* 65520 and up: inf */
-  h = select(h, (UV)(0x7E00u), a > 0x7F800000u);  /* nan */
-  vstoreV(convert_USV(h | sign), 0, (__global ushort *)p + o);
-}
-inline void ce_storev_2(__global ushort *p, ulong o, FV v) { /* ce_to_bf16, lane-wise */
-  UV x = as_UV(v);
-  UV rne = (x + 0x7FFFu + ((x >> 16) & 1u)) >> 16, qnan = (x >> 16) | 0x40u;
-  vstoreV(convert_USV(select(rne, qnan, (x & 0x7FFFFFFFu) > 0x7F800000u)), 0, p + o);
-}
 #define load_gradv CE_XCAT(ce_loadv_, GRAD_DT)
 #define load_tablev CE_XCAT(ce_loadv_, TABLE_DT)
 #define store_tablev CE_XCAT(ce_storev_, TABLE_DT)
-
-#if DROPOUT
-/* x0 of Philox(seed, e0 + lane) for each lane: ce_philox_element(...).x, lane-wise. */
-inline UV ce_philox_xv(uint seed_lo, uint seed_hi, ulong e0) {
-  ULV e = (ULV)(e0) + CE_LANES;
-  UV c0 = convert_UV(e), c1 = convert_UV(e >> 32), c2 = (UV)(0u), c3 = (UV)(0u);
-  uint k0 = seed_lo, k1 = seed_hi;
-  for (int r = 0; r < 10; r++) {
-    if (r) {
-      k0 += 0x9E3779B9u;
-      k1 += 0xBB67AE85u;
-    }
-    UV hi0 = mul_hi((UV)(0xD2511F53u), c0), lo0 = (UV)(0xD2511F53u) * c0;
-    UV hi1 = mul_hi((UV)(0xCD9E8D57u), c2), lo1 = (UV)(0xCD9E8D57u) * c2;
-    UV n0 = hi1 ^ c1 ^ (UV)(k0), n2 = hi0 ^ c3 ^ (UV)(k1);
-    c0 = n0;
-    c1 = lo1;
-    c2 = n2;
-    c3 = lo0;
-  }
-  return c0;
-}
-
-/* The forward's mask on gradient element e (row i, column c: e = i*cols + c):
- * kept elements are multiplied by keep, dropped ones become exactly 0. */
-inline float ce_mask1(float g, ulong e, float dropout, float keep, uint seed_lo, uint seed_hi) {
-  return ce_unit(ce_philox_element(seed_lo, seed_hi, e).x) >= dropout ? g * keep : 0.0f;
-}
-inline FV ce_maskv(FV g, ulong e0, float dropout, float keep, uint seed_lo, uint seed_hi) {
-  FV u = convert_FV(ce_philox_xv(seed_lo, seed_hi, e0) >> 8) * 0x1p-24f;
-  return select((FV)(0.0f), g * keep, u >= (FV)(dropout));
-}
-#endif
 
 /* ------------------------------------------------------------------ keys */
 
@@ -346,6 +262,70 @@ inline void ce_fold_tile(FV *acc, __global const GRAD_T *grad, ulong g_off, ulon
   }
 #endif
 
+#if TILE > 1
+/* CPU shapes: the segments are taken in groups, so that one work-item reads
+ * several gradient rows and table rows at once (a CPU's prefetchers follow
+ * several streams; one row at a time leaves the memory system idle between
+ * rows). Work-item (0, y), y = block * 2^slice_bits + slice, takes the groups
+ * of CE_GROUP sorted positions [g, g + CE_GROUP), g = CE_GROUP * (slice,
+ * slice + 2^slice_bits, ...). Of the segments that start there, a long one (at
+ * least `split` tokens) is done by every block, bw columns each, as
+ * CE_SEGMENTS does; the short ones by block 0, whole rows, side by side.
+ * CE_GROUPS opens the loop over groups and the long-segment body (j, end, key,
+ * lo_, hi_ and cnt_ = end - j as a float defined); CE_GROUPS_SHORT ends that
+ * body and CE_COLUMNS_GROUP folds the group's short segments (m_ of them,
+ * starts sj_, ends se_, keys sk_); CE_GROUPS_END closes the loop. */
+#define CE_GROUP 4
+#define CE_GROUPS(skeys, n, none, slice_bits, bw, split, cols)                        \
+  ulong y_ = get_global_id(1), nslices_ = (ulong)1 << (slice_bits);                 \
+  ulong block_ = y_ >> (slice_bits);                                                \
+  if (block_ * (bw) >= (cols)) return;                                              \
+  for (ulong g_ = (y_ & (nslices_ - 1)) * CE_GROUP; g_ < (n); g_ += nslices_ * CE_GROUP) { \
+    ulong sj_[CE_GROUP], se_[CE_GROUP], gend_ = min(g_ + CE_GROUP, (ulong)(n));      \
+    KEY_T sk_[CE_GROUP];                                                            \
+    int m_ = 0;                                                                     \
+    for (ulong j = g_; j < gend_; j++) {                                            \
+      KEY_T key = skeys[j];                                                         \
+      if (key == (none)) break; /* sorted: the rest are `none` too */               \
+      if (j > 0 && skeys[j - 1] == key) continue; /* not a segment start */         \
+      ulong end = j + 1;                                                            \
+      while (end < (n) && skeys[end] == key) end++;                                 \
+      if (end - j < (split)) {                                                      \
+        if (block_ == 0) {                                                          \
+          sj_[m_] = j;                                                              \
+          se_[m_] = end;                                                            \
+          sk_[m_] = key;                                                            \
+          m_++;                                                                     \
+        }                                                                           \
+        continue;                                                                   \
+      }                                                                             \
+      ulong lo_ = block_ * (bw), hi_ = min(block_ * (bw) + (bw), (ulong)(cols));    \
+      float cnt_ = (float)(end - j);
+#define CE_GROUPS_SHORT }
+#define CE_GROUPS_END }
+
+#define CE_COLUMNS_GROUP(STOREV, STORE1, base, ...)                                           \
+  {                                                                                          \
+    ulong c = 0;                                                                             \
+    for (; c + TILE * VEC <= cols; c += TILE * VEC)                                          \
+      for (int s_ = 0; s_ < m_; s_++) {                                                      \
+        ulong j = sj_[s_], end = se_[s_];                                                    \
+        KEY_T key = sk_[s_];                                                                 \
+        float cnt_ = (float)(end - j);                                                       \
+        FV acc[TILE];                                                                        \
+        ce_fold_tile(acc, CE_FOLD_ARGS, c, CE_MASK_ARGS);                                    \
+        for (int k = 0; k < TILE; k++) STOREV((base) + c + (ulong)k * VEC, acc[k], __VA_ARGS__); \
+      }                                                                                      \
+    for (int s_ = 0; s_ < m_; s_++) {                                                        \
+      ulong j = sj_[s_], end = se_[s_], t = c;                                               \
+      KEY_T key = sk_[s_];                                                                   \
+      float cnt_ = (float)(end - j);                                                         \
+      for (; t + VEC <= cols; t += VEC) STOREV((base) + t, ce_foldv(CE_FOLD_ARGS, t, CE_MASK_ARGS), __VA_ARGS__); \
+      for (; t < cols; t++) STORE1((base) + t, ce_fold1(CE_FOLD_ARGS, t, CE_MASK_ARGS), __VA_ARGS__);           \
+    }                                                                                        \
+  }
+#endif
+
 /* The row gradient r = (scale * S) / count (the division only with freq):
  * mode 0 stores r, mode 1 adds r (grad_table, F32), mode 2 (SGD) stores
  * w - lr * r rounded to the table's dtype. */
@@ -381,10 +361,18 @@ __kernel void ce_bwd_rows(__global const GRAD_T *grad, ulong g_off, ulong g_ld, 
                           uint slice_bits, ulong bw, ulong split, float scale, int freq, __global TABLE_T *tab,
                           ulong t_off, ulong t_ld, float lr, int mode, float dropout, uint seed_lo, uint seed_hi,
                           float keep) {
+#if TILE > 1
+  CE_GROUPS(skeys, n, none, slice_bits, bw, split, cols)
+  CE_COLUMNS(ce_rows_storev, ce_rows_store1, t_off + (ulong)key * t_ld, tab, scale, freq, cnt_, lr, mode)
+  CE_GROUPS_SHORT
+  CE_COLUMNS_GROUP(ce_rows_storev, ce_rows_store1, t_off + (ulong)key * t_ld, tab, scale, freq, cnt_, lr, mode)
+  CE_GROUPS_END
+#else
   CE_SEGMENTS(skeys, n, none, slice_bits, bw, split, cols)
   float cnt = (float)(end - j);
   CE_COLUMNS(ce_rows_storev, ce_rows_store1, t_off + (ulong)key * t_ld, tab, scale, freq, cnt, lr, mode)
   CE_SEGMENTS_END
+#endif
 }
 
 /* position_grad[p] += S (F32): the positional part of the forward is not scaled. */
@@ -395,9 +383,17 @@ __kernel void ce_bwd_pos(__global const GRAD_T *grad, ulong g_off, ulong g_ld, u
                          __global const KEY_T *skeys, __global const uint *sidx, ulong n, KEY_T none,
                          uint slice_bits, ulong bw, ulong split, __global float *pg, ulong p_off, ulong p_ld,
                          float dropout, uint seed_lo, uint seed_hi, float keep) {
+#if TILE > 1
+  CE_GROUPS(skeys, n, none, slice_bits, bw, split, cols)
+  CE_COLUMNS(ce_pos_storev, ce_pos_store1, p_off + (ulong)key * p_ld, pg)
+  CE_GROUPS_SHORT
+  CE_COLUMNS_GROUP(ce_pos_storev, ce_pos_store1, p_off + (ulong)key * p_ld, pg)
+  CE_GROUPS_END
+#else
   CE_SEGMENTS(skeys, n, none, slice_bits, bw, split, cols)
   CE_COLUMNS(ce_pos_storev, ce_pos_store1, p_off + (ulong)key * p_ld, pg)
   CE_SEGMENTS_END
+#endif
 }
 
 /* ------------------------------------------------------------- helpers */

@@ -174,3 +174,121 @@ inline float ce_sinusoid(ulong p, float2 f) {
   float v = (quad & 1) ? ce_cos_poly(y) : ce_sin_poly(y);
   return (quad & 2) ? -v : v;
 }
+
+/* ------------------------------------------------- VEC-wide dtype access */
+
+/* Families built with -DVEC=4, 8 or 16 get VEC-wide loads and stores of each
+ * dtype (as float32 vectors) and the dropout mask VEC elements at a time. */
+#ifdef VEC
+#define FV CE_XCAT(float, VEC)
+#define UV CE_XCAT(uint, VEC)
+#define ULV CE_XCAT(ulong, VEC)
+#define USV CE_XCAT(ushort, VEC)
+#define as_FV CE_XCAT(as_float, VEC)
+#define as_UV CE_XCAT(as_uint, VEC)
+#define convert_FV CE_XCAT(convert_float, VEC)
+#define convert_UV CE_XCAT(convert_uint, VEC)
+#define convert_USV CE_XCAT(convert_ushort, VEC)
+#define vloadV CE_XCAT(vload, VEC)
+#define vstoreV CE_XCAT(vstore, VEC)
+#if VEC == 4
+#define CE_LANES ((ULV)(0, 1, 2, 3))
+#elif VEC == 8
+#define CE_LANES ((ULV)(0, 1, 2, 3, 4, 5, 6, 7))
+#elif VEC == 16
+#define CE_LANES ((ULV)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15))
+#else
+#error "VEC must be 4, 8 or 16"
+#endif
+
+/* VEC consecutive elements of each dtype, as float32. */
+inline FV ce_loadv_0(__global const float *p, ulong o) { return vloadV(0, p + o); }
+/* F16 by its bits (ushort vloadN): some POCL versions compile vload_half8/16 to
+ * 16-byte-aligned loads, which fault at an odd column. Exact, like vload_half. */
+inline FV ce_loadv_1(__global const half *p, ulong o) {
+  UV h = convert_UV(vloadV(0, (__global const ushort *)p + o)), em = h & 0x7FFFu;
+  FV normal = as_FV((em << 13) + (UV)(112u << 23));            /* rebias 15 -> 127 */
+  FV sub = convert_FV(em) * 0x1p-24f;                          /* exponent 0: em * 2^-24 */
+  FV special = as_FV((em << 13) | 0x7F800000u);                /* inf, nan */
+  FV m = select(select(normal, sub, em < 0x400u), special, em >= 0x7C00u);
+  return as_FV(as_UV(m) | ((h & 0x8000u) << 16));
+}
+inline FV ce_loadv_2(__global const ushort *p, ulong o) { return as_FV(convert_UV(vloadV(0, p + o)) << 16); }
+inline void ce_storev_0(__global float *p, ulong o, FV v) { vstoreV(v, 0, p + o); }
+/* F16 stores by their bits too (the same POCL issue), rounded to nearest even
+ * like vstore_half_rte; a NaN becomes the quiet NaN 0x7E00 with its sign. */
+inline USV ce_f16_bitsv(FV v) {
+  UV x = as_UV(v), a = x & 0x7FFFFFFFu, sign = (x >> 16) & 0x8000u;
+  UV normal = ((a - 0x38000000u) + 0x0FFFu + ((a >> 13) & 1u)) >> 13; /* rebias 127 -> 15, round */
+  UV sub = convert_UV(rint(as_FV(a) * 0x1p24f));                      /* below 2^-14: units of 2^-24 */
+  UV h = select(normal, sub, a < 0x38800000u);
+  h = select(h, (UV)(0x7C00u), a >= 0x477FF000u); /* 65520 and up: inf */
+  h = select(h, (UV)(0x7E00u), a > 0x7F800000u);  /* nan */
+  return convert_USV(h | sign);
+}
+inline USV ce_bf16_bitsv(FV v) { /* ce_to_bf16, lane-wise */
+  UV x = as_UV(v);
+  UV rne = (x + 0x7FFFu + ((x >> 16) & 1u)) >> 16, qnan = (x >> 16) | 0x40u;
+  return convert_USV(select(rne, qnan, (x & 0x7FFFFFFFu) > 0x7F800000u));
+}
+inline void ce_storev_1(__global half *p, ulong o, FV v) { vstoreV(ce_f16_bitsv(v), 0, (__global ushort *)p + o); }
+inline void ce_storev_2(__global ushort *p, ulong o, FV v) { vstoreV(ce_bf16_bitsv(v), 0, p + o); }
+
+/* Streaming stores (the compiler's non-temporal store: the data goes to memory
+ * without first reading the line into the cache, like memcpy's large copies)
+ * for a CPU writing more than its cache holds. CE_STREAMING is 1 where the
+ * compiler has __builtin_nontemporal_store (clang, so POCL); elsewhere these
+ * are the plain stores. p + o must be aligned to the vector's size (the
+ * caller checks). */
+#ifdef __has_builtin
+#if __has_builtin(__builtin_nontemporal_store)
+#define CE_STREAMING 1
+#endif
+#endif
+#if CE_STREAMING
+inline void ce_streamv_0(__global float *p, ulong o, FV v) { __builtin_nontemporal_store(v, (__global FV *)(p + o)); }
+inline void ce_streamv_1(__global half *p, ulong o, FV v) {
+  __builtin_nontemporal_store(ce_f16_bitsv(v), (__global USV *)((__global ushort *)p + o));
+}
+inline void ce_streamv_2(__global ushort *p, ulong o, FV v) {
+  __builtin_nontemporal_store(ce_bf16_bitsv(v), (__global USV *)(p + o));
+}
+#else
+#define CE_STREAMING 0
+#define ce_streamv_0 ce_storev_0
+#define ce_streamv_1 ce_storev_1
+#define ce_streamv_2 ce_storev_2
+#endif
+
+/* x0 of Philox(seed, e0 + lane) for each lane: ce_philox_element(...).x, lane-wise. */
+inline UV ce_philox_xv(uint seed_lo, uint seed_hi, ulong e0) {
+  ULV e = (ULV)(e0) + CE_LANES;
+  UV c0 = convert_UV(e), c1 = convert_UV(e >> 32), c2 = (UV)(0u), c3 = (UV)(0u);
+  uint k0 = seed_lo, k1 = seed_hi;
+  for (int r = 0; r < 10; r++) {
+    if (r) {
+      k0 += 0x9E3779B9u;
+      k1 += 0xBB67AE85u;
+    }
+    UV hi0 = mul_hi((UV)(0xD2511F53u), c0), lo0 = (UV)(0xD2511F53u) * c0;
+    UV hi1 = mul_hi((UV)(0xCD9E8D57u), c2), lo1 = (UV)(0xCD9E8D57u) * c2;
+    UV n0 = hi1 ^ c1 ^ (UV)(k0), n2 = hi0 ^ c3 ^ (UV)(k1);
+    c0 = n0;
+    c1 = lo1;
+    c2 = n2;
+    c3 = lo0;
+  }
+  return c0;
+}
+
+/* The dropout mask on element e (row i, column c: e = i*cols + c), as the
+ * forward applies it and the backward replays it on the gradient: kept
+ * elements are multiplied by keep, dropped ones become exactly 0. */
+inline float ce_mask1(float g, ulong e, float dropout, float keep, uint seed_lo, uint seed_hi) {
+  return ce_unit(ce_philox_element(seed_lo, seed_hi, e).x) >= dropout ? g * keep : 0.0f;
+}
+inline FV ce_maskv(FV g, ulong e0, float dropout, float keep, uint seed_lo, uint seed_hi) {
+  FV u = convert_FV(ce_philox_xv(seed_lo, seed_hi, e0) >> 8) * 0x1p-24f;
+  return select((FV)(0.0f), g * keep, u >= (FV)(dropout));
+}
+#endif /* VEC */

@@ -1,8 +1,16 @@
-/* forward.cl: the fused embedding forward, one work-item per output element.
+/* forward.cl: the fused embedding forward.
  *   out[i][c] = dropout(scale * table[row(ids[i])][c] + P[p(i)][c])
  * Build options: TABLE_DT, OUT_DT (dtype codes), POSITIONS (0 none, 1 sinusoid,
- * 2 table), POS_DT (for POSITIONS 2), DROPOUT (0/1), VW (1: one element per
- * work-item; 4: four consecutive columns per work-item, when cols % 4 == 0). */
+ * 2 table), POS_DT (for POSITIONS 2), DROPOUT (0/1), and the shape:
+ *   ROWS > 0 (CPU shapes, POSITIONS 0 or 2, with VEC): a work-item writes the
+ *            whole output rows of ROWS tokens, VEC columns at a time, the ROWS
+ *            rows side by side: consecutive tokens, or with STRIDED the same
+ *            position of ROWS consecutive sequences; STREAM (an output
+ *            larger than the device's cache) writes it with streaming stores;
+ *   ROWS 0   (GPU shapes): work-item (x, i) writes columns of token i, VW = 1:
+ *            column x; VW = 4 (cols % 4 == 0): the float4 chunks 4x .. 4x + 3.
+ * Every shape computes the same float operations in the same order, so the
+ * results are identical bit for bit. */
 
 #define TABLE_T CE_XCAT(CE_STORE_, TABLE_DT)
 #define OUT_T CE_XCAT(CE_STORE_, OUT_DT)
@@ -17,6 +25,10 @@
 #define load4_table CE_XCAT(ce_load4_, TABLE_DT)
 #define store4_out CE_XCAT(ce_store4_, OUT_DT)
 #define load4_pos CE_XCAT(ce_load4_, POS_DT)
+#define load_tablev CE_XCAT(ce_loadv_, TABLE_DT)
+#define store_outv CE_XCAT(ce_storev_, OUT_DT)
+#define stream_outv CE_XCAT(ce_streamv_, OUT_DT)
+#define load_posv CE_XCAT(ce_loadv_, POS_DT)
 
 __kernel void ce_embed(__global const TABLE_T *table, ulong t_off, ulong t_ld, ulong t_rows,
                        __global const int *ids32, __global const long *ids64, ulong id_off, int id64, ulong n,
@@ -25,7 +37,79 @@ __kernel void ce_embed(__global const TABLE_T *table, ulong t_off, ulong t_ld, u
                        ulong p_ld, ulong p_rows, ulong seq_len, ulong pos_offset, __global const int *so32,
                        __global const long *so64, ulong so_off, int so64f, int has_so, float dropout,
                        uint seed_lo, uint seed_hi, float keep_scale, __global uint *err, uint slot) {
-#if VW == 4
+#if ROWS
+  /* Work-item g: tokens g*ROWS .. g*ROWS + ROWS - 1 (a token past the end is
+   * replaced by token n - 1: the same values to the same place). Reading
+   * ROWS rows side by side keeps ROWS memory streams going, which a CPU's
+   * prefetchers need when rows are gathered from random places. */
+  ulong g = get_global_id(0), t0, tstep;
+#if STRIDED
+  /* STRIDED (several sequences of seq_len, positions shared): item g takes
+   * position x of sequences ROWS*q .. ROWS*q + ROWS - 1, q = g / seq_len, so
+   * its tokens read one position row (once from memory, then from cache) */
+  ulong q = g / seq_len, x = g - q * seq_len;
+  t0 = q * ROWS * seq_len + x;
+  tstep = seq_len;
+#else
+  t0 = g * ROWS;
+  tstep = 1;
+#endif
+  if (t0 >= n) return;
+  __global const TABLE_T *trow[ROWS];
+  __global OUT_T *orow[ROWS];
+  int has[ROWS], nt[ROWS]; /* nt: streaming stores (STREAM, and the row aligned to a vector) */
+  ulong e0[ROWS]; /* element index of the row's column 0 (the dropout counter) */
+#if POSITIONS == 2
+  __global const POS_T *prow[ROWS];
+  int pok[ROWS];
+#endif
+  for (int k = 0; k < ROWS; k++) {
+    ulong t = t0 + k * tstep, i = min(t, n - 1);
+    int bad;
+    long id = ce_load_id(ids32, ids64, id64, id_off + i);
+    long row = ce_resolve(id, t_rows, policy, padding, &bad);
+    if (bad && t < n) ce_report(err, slot, 0, i, id);
+    has[k] = row >= 0;
+    trow[k] = table + t_off + (ulong)(row >= 0 ? row : 0) * t_ld;
+    orow[k] = out + o_off + i * o_ld;
+    nt[k] = STREAM && CE_STREAMING && ((ulong)orow[k] & (VEC * sizeof(OUT_T) - 1)) == 0;
+    e0[k] = i * cols;
+#if POSITIONS == 2
+    ulong b = seq_len ? i / seq_len : 0, jj = i - b * seq_len;
+    long first = has_so ? ce_load_id(so32, so64, so64f, so_off + b) : (long)pos_offset;
+    ulong p = (ulong)first + jj;
+    pok[k] = first >= 0 && p < p_rows;
+    if (!pok[k] && t < n) ce_report(err, slot, 1, i, first);
+    prow[k] = ptab + p_off + (pok[k] ? p : 0) * p_ld;
+#endif
+  }
+  ulong cv = cols / VEC * VEC;
+  for (ulong c = 0; c < cv; c += VEC)
+    for (int k = 0; k < ROWS; k++) {
+      FV v = has[k] ? scale * load_tablev(trow[k], c) : (FV)(0.0f);
+#if POSITIONS == 2
+      if (pok[k]) v += load_posv(prow[k], c);
+#endif
+#if DROPOUT
+      v = ce_maskv(v, e0[k] + c, dropout, keep_scale, seed_lo, seed_hi);
+#endif
+      if (nt[k])
+        stream_outv(orow[k], c, v);
+      else
+        store_outv(orow[k], c, v);
+    }
+  for (ulong c = cv; c < cols; c++)
+    for (int k = 0; k < ROWS; k++) {
+      float v = has[k] ? scale * load_table(trow[k], c) : 0.0f;
+#if POSITIONS == 2
+      if (pok[k]) v += load_pos(prow[k], c);
+#endif
+#if DROPOUT
+      v = ce_mask1(v, e0[k] + c, dropout, keep_scale, seed_lo, seed_hi);
+#endif
+      store_out(orow[k], c, v);
+    }
+#elif VW == 4
   /* work-item (x, i): token i, float4 chunks 4x .. 4x + 3 of its row; the
    * token's row and position are resolved once */
   ulong i = get_global_id(1), j0 = get_global_id(0) * 4;

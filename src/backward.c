@@ -285,6 +285,7 @@ static unsigned bit_width(uint64_t v) {
  * 256-column pieces on POCL), and 256-column blocks of longer ones. Slices are
  * enough for about 16 work-groups of 256 per compute unit. */
 #define BW_CPU_SPLIT 64
+#define BW_CPU_GROUP 4 /* CE_GROUP in backward.cl */
 typedef struct bw_grid {
   size_t nx, ny;
   cl_ulong bw, split;
@@ -293,9 +294,7 @@ typedef struct bw_grid {
 
 static bw_grid segment_grid(clembed_context *ctx, size_t cols, size_t n, unsigned vec, int cpu) {
   bw_grid g;
-  cl_uint cu = 1;
-  clGetDeviceInfo(ctx->device, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof cu, &cu, NULL);
-  if (cu == 0) cu = 1;
+  cl_uint cu = ctx->units;
   size_t items = (cols + vec - 1) / vec, bx = 1;
   while (!cpu && bx < items && bx * 2 <= BW_BLOCK_COLUMNS / vec) bx *= 2;
   g.bw = cpu ? BW_BLOCK_COLUMNS : bx * vec;
@@ -306,7 +305,8 @@ static bw_grid segment_grid(clembed_context *ctx, size_t cols, size_t n, unsigne
   size_t sharing = cpu ? bx : bx * blocks;
   /* at most ~n slices, but at least 256 so that the work-group shape is the same for every n */
   size_t want = ((size_t)cu * 16 * 256 + sharing - 1) / sharing, slices = 1;
-  if (want > n) want = n;
+  size_t starts = cpu ? n / BW_CPU_GROUP + (n % BW_CPU_GROUP != 0) : n; /* a CPU item takes groups of positions */
+  if (want > starts) want = starts;
   if (want < 256) want = 256;
   g.slice_bits = 0;
   while (slices < want) {
@@ -365,9 +365,7 @@ static clembed_status run(clembed_context *ctx, const char *what, int sgd, const
   cl_int mode = sgd ? 2 : overwrite ? 0 : 1; /* a kernel argument: one program for all three */
   /* Keys hold rows (or positions) and their `none` value, rows itself. */
   b.key64 = (uint64_t)rows > 0xFFFFFFFFu || (uint64_t)p_rows > 0xFFFFFFFFu;
-  cl_device_type dtype = 0;
-  clGetDeviceInfo(ctx->device, CL_DEVICE_TYPE, sizeof dtype, &dtype, NULL);
-  int cpu = (dtype & CL_DEVICE_TYPE_CPU) != 0;
+  int cpu = ctx->cpu_shapes;
   /* CPU: 16 columns a vector, 4 vectors folded at once (measured on POCL). */
   unsigned vec = cpu ? 16 : 4, tile = cpu ? 4 : 1;
   /* Exact (correctly rounded) division for scale_grad_by_freq where the device can. */

@@ -356,6 +356,22 @@ static clembed_status context_init(clembed_context *ctx) {
     }
     free(ext);
   }
+  cl_device_type type = 0;
+  clGetDeviceInfo(ctx->device, CL_DEVICE_TYPE, sizeof type, &type, NULL);
+  ctx->cpu_shapes = (type & CL_DEVICE_TYPE_CPU) != 0;
+  const char *tuning = getenv("CLEMBED_TUNING");
+  if (tuning && !strcasecmp(tuning, "cpu")) ctx->cpu_shapes = 1;
+  if (tuning && !strcasecmp(tuning, "gpu")) ctx->cpu_shapes = 0;
+  if (clGetDeviceInfo(ctx->device, CL_DEVICE_GLOBAL_MEM_CACHE_SIZE, sizeof ctx->cache_bytes, &ctx->cache_bytes,
+                      NULL) != CL_SUCCESS)
+    ctx->cache_bytes = 0;
+  cl_bool unified = CL_FALSE;
+  clGetDeviceInfo(ctx->device, CL_DEVICE_HOST_UNIFIED_MEMORY, sizeof unified, &unified, NULL);
+  ctx->host_pages = (type & CL_DEVICE_TYPE_CPU) && unified;
+  if (clGetDeviceInfo(ctx->device, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof ctx->units, &ctx->units, NULL) !=
+          CL_SUCCESS ||
+      ctx->units == 0)
+    ctx->units = 1;
   cl_command_queue_properties qp = 0;
   clGetCommandQueueInfo(ctx->queue, CL_QUEUE_PROPERTIES, sizeof qp, &qp, NULL);
   ctx->in_order = !(qp & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE);

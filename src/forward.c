@@ -47,13 +47,20 @@ clembed_status ce_check_common(clembed_context *ctx, const char *what, clembed_i
   return CLEMBED_OK;
 }
 
+/* 2-D nx x ny, or (nx == 0) 1-D over ny work-items with the CPU shapes' local size. */
+static clembed_status launch(clembed_context *ctx, cl_kernel k, const char *name, size_t nx, size_t ny,
+                             cl_uint nwait, const cl_event *wait, cl_event *event) {
+  if (nx) return ce_enqueue_2d(ctx, k, name, nx, ny, nwait, wait, event);
+  return ce_enqueue_1d(ctx, k, name, ny, ce_local_for_cpu(ctx, k, ny), nwait, wait, event);
+}
+
 clembed_status ce_enqueue_checked(clembed_context *ctx, cl_kernel k, const char *name, size_t nx, size_t ny,
                                   ce_family family, const char *options, cl_uint slot, const clembed_ids *ids,
                                   const clembed_ids *so, size_t seq_len, cl_uint nwait, const cl_event *wait,
                                   cl_event *event) {
   clembed_status status = CLEMBED_OK;
   cl_event main_ev = NULL;
-  if (slot == CE_NO_SLOT || ctx->atom64) return ce_enqueue_2d(ctx, k, name, nx, ny, nwait, wait, event);
+  if (slot == CE_NO_SLOT || ctx->atom64) return launch(ctx, k, name, nx, ny, nwait, wait, event);
   cl_kernel r;
   CHECK(ce_kernel(ctx, family, options, "ce_record_error", &r));
   cl_mem none = NULL;
@@ -63,7 +70,7 @@ clembed_status ce_enqueue_checked(clembed_context *ctx, cl_kernel k, const char 
   CHECK(ce_set_args(ctx, r, "ce_record_error", CE_ARG(ctx->errbuf), CE_ARG(slot), CE_ARG(idb), CE_ARG(idb),
                     CE_ARG(id_off), CE_ARG(id64), CE_ARG(sob), CE_ARG(sob), CE_ARG(so_off), CE_ARG(so64),
                     CE_ARG(has_so), CE_ARG(sl), CE_END));
-  CHECK(ce_enqueue_2d(ctx, k, name, nx, ny, nwait, wait, ctx->in_order ? NULL : &main_ev));
+  CHECK(launch(ctx, k, name, nx, ny, nwait, wait, ctx->in_order ? NULL : &main_ev));
   CHECK(ce_enqueue_1d(ctx, r, "ce_record_error", 1, 1, main_ev ? 1 : 0, main_ev ? &main_ev : NULL, event));
 cleanup:
   if (main_ev) clReleaseEvent(main_ev);
@@ -84,7 +91,7 @@ clembed_status clembed_embed(clembed_context *ctx, const clembed_matrix *table, 
   cl_long padding;
   cl_mem freq = NULL;
   cl_kernel k;
-  char opts[128];
+  char opts[192];
   if (!ctx) return CLEMBED_ERR_INVALID_ARGUMENT;
   if (!opt) {
     defaults = clembed_embed_defaults();
@@ -131,9 +138,27 @@ clembed_status clembed_embed(clembed_context *ctx, const clembed_matrix *table, 
   }
   const clembed_ids *so = opt->positions != CLEMBED_POSITIONS_NONE ? opt->sequence_offsets : NULL;
   int positions = cached_pe ? (int)CLEMBED_POSITIONS_TABLE : (int)opt->positions, dropout = opt->dropout > 0.0f;
-  int vw = table->cols % 4 == 0 ? 4 : 1; /* four columns per work-item when the rows allow */
-  snprintf(opts, sizeof opts, "-DTABLE_DT=%d -DOUT_DT=%d -DPOSITIONS=%d -DPOS_DT=%d -DDROPOUT=%d -DVW=%d",
-           (int)table->dtype, (int)out->dtype, positions, pt ? (int)pt->dtype : 0, dropout, vw);
+  /* CPU shapes: whole rows of 4 tokens per work-item, 16 columns at a time
+   * (measured on POCL: 1.6x the column shape for rows gathered at random); the
+   * sinusoid computed per element keeps the column shape (it is not bound by
+   * memory). GPU shapes: four columns per work-item when the rows allow. */
+  int rows = ctx->cpu_shapes && positions != (int)CLEMBED_POSITIONS_SINUSOID ? 4 : 0;
+  /* ...and with positions shared by several sequences, a work-item takes one
+   * position of `rows` sequences, which reads each position row once from
+   * memory (measured on POCL: ...) */
+  int strided = rows && positions != (int)CLEMBED_POSITIONS_NONE && !so && opt->seq_len &&
+                ids->count / opt->seq_len >= 2;
+  /* ...and an output larger than the device's cache goes out with streaming
+   * stores: it would not stay in the cache anyway, and a plain store first
+   * reads each line (measured on POCL: lookup 1.25x faster) */
+  size_t out_bytes = ids->count * table->cols * clembed_dtype_size(out->dtype);
+  int stream = rows && ctx->cache_bytes && out_bytes > ctx->cache_bytes;
+  int vw = table->cols % 4 == 0 ? 4 : 1;
+  snprintf(opts, sizeof opts,
+           "-DTABLE_DT=%d -DOUT_DT=%d -DPOSITIONS=%d -DPOS_DT=%d -DDROPOUT=%d -DROWS=%d -DSTRIDED=%d -DSTREAM=%d "
+           "-DVEC=16 -DVW=%d",
+           (int)table->dtype, (int)out->dtype, positions, pt ? (int)pt->dtype : 0, dropout, rows, strided, stream,
+           vw);
   CHECK(ce_kernel(ctx, CE_FAMILY_FORWARD, opts, "ce_embed", &k));
 
   cl_uint slot = CE_NO_SLOT;
@@ -165,9 +190,17 @@ clembed_status clembed_embed(clembed_context *ctx, const clembed_matrix *table, 
                     CE_ARG(pos_offset), CE_ARG(sob), CE_ARG(sob), CE_ARG(so_off), CE_ARG(so64), CE_ARG(has_so),
                     CE_ARG(drop), CE_ARG(seed_lo), CE_ARG(seed_hi), CE_ARG(keep), CE_ARG(ctx->errbuf),
                     CE_ARG(slot_arg), CE_END));
-  /* x: work-items across a row (16 columns each with VW 4), y: tokens */
-  size_t nx = vw == 4 ? (table->cols / 4 + 3) / 4 : table->cols;
-  CHECK(ce_enqueue_checked(ctx, k, "ce_embed", nx, ids->count, CE_FAMILY_FORWARD, opts, slot, ids, so, opt->seq_len,
+  /* CPU shapes: 1-D, one work-item per `rows` tokens; GPU shapes: x across a
+   * row (16 columns per work-item with VW 4), y over the tokens */
+  size_t nx = rows ? 0 : vw == 4 ? (table->cols / 4 + 3) / 4 : table->cols;
+  size_t ny = ids->count;
+  if (strided) { /* seq_len items for each `rows` sequences */
+    size_t nseq = ids->count / opt->seq_len + (ids->count % opt->seq_len != 0);
+    ny = (nseq / rows + (nseq % rows != 0)) * opt->seq_len;
+  } else if (rows) {
+    ny = ids->count / rows + (ids->count % rows != 0);
+  }
+  CHECK(ce_enqueue_checked(ctx, k, "ce_embed", nx, ny, CE_FAMILY_FORWARD, opts, slot, ids, so, opt->seq_len,
                            nwait, wait, event));
 cleanup:
   return status;

@@ -77,6 +77,15 @@ struct clembed_context {
   cl_command_queue queue;
   int in_order;
   int atom64; /* cl_khr_int64_base_atomics: error records need no second kernel */
+  /* Kernel shapes for a CPU (whole rows per work-item, wide vectors) rather than
+   * for a GPU (consecutive work-items on consecutive columns): the device type,
+   * or CLEMBED_TUNING=cpu|gpu. */
+  int cpu_shapes;
+  cl_uint units; /* CL_DEVICE_MAX_COMPUTE_UNITS */
+  cl_ulong cache_bytes; /* CL_DEVICE_GLOBAL_MEM_CACHE_SIZE (0: unknown) */
+  /* a CPU device on the host's memory: large matrices are made in host memory
+   * on huge pages (data.c) */
+  int host_pages;
   char device_name[512];
   size_t max_work_group;
   size_t max_items[2]; /* CL_DEVICE_MAX_WORK_ITEM_SIZES in x and y */
@@ -148,6 +157,9 @@ clembed_status ce_enqueue_2d(clembed_context *ctx, cl_kernel k, const char *name
  * (local size 0: chosen from the kernel and device). */
 clembed_status ce_enqueue_1d(clembed_context *ctx, cl_kernel k, const char *name, size_t n,
                              size_t local, cl_uint nwait, const cl_event *wait, cl_event *event);
+/* The local size for n work-items that each do a large piece of work (the CPU
+ * shapes): small work-groups, enough of them to keep every compute unit busy. */
+size_t ce_local_for_cpu(clembed_context *ctx, cl_kernel k, size_t n);
 
 /* ----- argument checks (data.c) */
 clembed_status ce_check_events(clembed_context *ctx, cl_uint n, const cl_event *list);
@@ -170,7 +182,8 @@ clembed_status ce_sinusoid_table(clembed_context *ctx, const clembed_sinusoid *s
                                  size_t tokens, const clembed_matrix **table);
 
 /* ----- the error-recording kernel (forward.c) */
-/* Enqueues the main kernel `k` of a checked operation (2-D, nx x ny) and, when
+/* Enqueues the main kernel `k` of a checked operation (2-D, nx x ny; or, with
+ * nx == 0, 1-D over ny work-items with ce_local_for_cpu) and, when
  * `slot` is not CE_NO_SLOT, the error-recording kernel of the same program after
  * it; `event` (if not NULL) completes after both. */
 #define CE_NO_SLOT 0xFFFFFFFFu

@@ -344,8 +344,9 @@ static void check_exhaustion(clembed_context *ctx) {
 /* ------------------------------------------------------ the Oclgrind proof */
 
 /* ce_embed with the forward's arguments (see src/forward.c) for an F32 table
- * and output, VW 1: a plain lookup that also writes one element past the end
- * of the output buffer. */
+ * and output: a plain lookup, all of it by work-item 0 whatever the launch
+ * shape (CPU or GPU shapes), that also writes one element past the end of the
+ * output buffer. */
 static const char *const oob_forward =
     "__kernel void ce_embed(__global const float *table, ulong t_off, ulong t_ld, ulong t_rows,\n"
     "    __global const int *ids32, __global const long *ids64, ulong id_off, int id64, ulong n,\n"
@@ -354,11 +355,12 @@ static const char *const oob_forward =
     "    ulong p_ld, ulong p_rows, ulong seq_len, ulong pos_offset, __global const int *so32,\n"
     "    __global const long *so64, ulong so_off, int so64f, int has_so, float dropout,\n"
     "    uint seed_lo, uint seed_hi, float keep_scale, __global uint *err, uint slot) {\n"
-    "  ulong c = get_global_id(0), i = get_global_id(1);\n"
-    "  if (c >= cols || i >= n) return;\n"
-    "  long row = ce_load_id(ids32, ids64, id64, id_off + i);\n"
-    "  out[o_off + i * o_ld + c] = table[t_off + (ulong)row * t_ld + c];\n"
-    "  if (i == n - 1 && c == cols - 1) out[o_off + n * o_ld] = 42.0f; /* one past the end */\n"
+    "  if (get_global_id(0) != 0 || get_global_id(1) != 0) return;\n"
+    "  for (ulong i = 0; i < n; i++) {\n"
+    "    long row = ce_load_id(ids32, ids64, id64, id_off + i);\n"
+    "    for (ulong c = 0; c < cols; c++) out[o_off + i * o_ld + c] = table[t_off + (ulong)row * t_ld + c];\n"
+    "  }\n"
+    "  out[o_off + n * o_ld] = 42.0f; /* one past the end */\n"
     "}\n";
 
 static int oob_demo(void) {

@@ -307,10 +307,38 @@ static void check_errors(clembed_context *ctx) {
   clembed_ids_release(&di);
 }
 
+/* Outputs larger than the device's cache: on a CPU they are written with
+ * streaming stores where each row is aligned to the vector, plain stores
+ * otherwise (an odd offset or ld); the results are the same. */
+static void large_outputs(clembed_context *ctx) {
+  cl_device_id dev;
+  cl_ulong cache = 0;
+  clGetCommandQueueInfo(clembed_context_queue(ctx), CL_QUEUE_DEVICE, sizeof dev, &dev, NULL);
+  clGetDeviceInfo(dev, CL_DEVICE_GLOBAL_MEM_CACHE_SIZE, sizeof cache, &cache, NULL);
+  if (cache == 0 || cache > ((cl_ulong)256 << 20)) {
+    printf("large outputs: the device's cache is %llu bytes: not run\n", (unsigned long long)cache);
+    return;
+  }
+  size_t d = 1024, n32 = (size_t)cache / (d * 4) + 37, n16 = (size_t)cache / (d * 2) + 37;
+  lcase aligned = {3000, d, n32, CLEMBED_F32, CLEMBED_F32, CLEMBED_I32, 0, 0, 0, 0, 0,
+                   1.5f, CLEMBED_INDEX_CHECK, CLEMBED_NO_PADDING, 0};
+  run_case(ctx, &aligned);
+  lcase odd = {3000, d, n32, CLEMBED_F32, CLEMBED_F32, CLEMBED_I64, 0, 0, 5, 3, 0,
+               1.0f, CLEMBED_INDEX_ZERO, 17, 1};
+  run_case(ctx, &odd);
+  lcase half = {3000, d, n16, CLEMBED_BF16, CLEMBED_F16, CLEMBED_I32, 0, 0, 0, 16, 0,
+                0.5f, CLEMBED_INDEX_CHECK, CLEMBED_NO_PADDING, 0};
+  run_case(ctx, &half);
+  lcase bf = {3000, d + 5, n16, CLEMBED_F32, CLEMBED_BF16, CLEMBED_I32, 0, 0, 11, 0, 0,
+              1.0f, CLEMBED_INDEX_CHECK, CLEMBED_NO_PADDING, 0};
+  run_case(ctx, &bf);
+}
+
 int main(int argc, char **argv) {
   small_mode = argc > 1 && !strcmp(argv[1], "small");
   clembed_context *ctx = tu_context();
   sweep(ctx);
+  if (!small_mode) large_outputs(ctx);
   check_message(ctx);
   check_errors(ctx);
   clembed_context_destroy(ctx);
