@@ -291,4 +291,39 @@ inline FV ce_maskv(FV g, ulong e0, float dropout, float keep, uint seed_lo, uint
   FV u = convert_FV(ce_philox_xv(seed_lo, seed_hi, e0) >> 8) * 0x1p-24f;
   return select((FV)(0.0f), g * keep, u >= (FV)(dropout));
 }
+
+/* ce_sinusoid for VEC consecutive columns of one position: the same operations
+ * lane by lane, so the same bits. fx, fy: the columns' (w_hi, w_lo). */
+#define IV CE_XCAT(int, VEC)
+#define convert_IV CE_XCAT(convert_int, VEC)
+inline FV ce_sin_polyv(FV y) {
+  FV z = y * y;
+  return y + y * z * (((FV)(-1.9515295891e-4f) * z + (FV)(8.3321608736e-3f)) * z - (FV)(1.6666654611e-1f));
+}
+inline FV ce_cos_polyv(FV y) {
+  FV z = y * y;
+  return (FV)(1.0f) - (FV)(0.5f) * z +
+         z * z * (((FV)(2.443315711809948e-5f) * z - (FV)(1.388731625493765e-3f)) * z + (FV)(4.166664568298827e-2f));
+}
+inline FV ce_sinusoidv(ulong p, FV fx, FV fy) {
+  const FV C1 = (FV)(0x1.921fb6p+2f), C2 = (FV)(-0x1.777a5cp-23f), C3 = (FV)(-0x1p-47f);
+  const FV H1 = (FV)(0x1.921fb6p+0f), H2 = (FV)(-0x1.777a5cp-25f);
+  IV is_cos = signbit(fx) & 1;
+  FV wh = fabs(fx), wl = select(fy, -fy, is_cos != 0);
+  FV ph = (FV)((float)(p & ~(ulong)0xFFF)), pl = (FV)((float)(p & (ulong)0xFFF));
+  FV a1 = ph * wh, e1 = fma(ph, wh, -a1);
+  FV a2 = pl * wh, e2 = fma(pl, wh, -a2);
+  FV s = a1 + a2, bb = s - a1, e3 = (a1 - (s - bb)) + (a2 - bb);
+  FV lo = ((e1 + e2) + e3) + (FV)((float)p) * wl;
+  FV k = rint(s * (FV)(0x1.45f306p-3f));
+  FV t = k * C1, et = fma(k, C1, -t);
+  FV r = s - t;
+  FV rl = fma(-k, C3, fma(-k, C2, lo - et));
+  FV x = r + rl;
+  FV q = rint(x * (FV)(0x1.45f306p-1f));
+  FV y = fma(-q, H2, fma(-q, H1, x));
+  IV quad = (convert_IV(q) + is_cos) & 3;
+  FV v = select(ce_sin_polyv(y), ce_cos_polyv(y), (quad & 1) != 0);
+  return select(v, -v, (quad & 2) != 0);
+}
 #endif /* VEC */

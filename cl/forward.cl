@@ -2,7 +2,7 @@
  *   out[i][c] = dropout(scale * table[row(ids[i])][c] + P[p(i)][c])
  * Build options: TABLE_DT, OUT_DT (dtype codes), POSITIONS (0 none, 1 sinusoid,
  * 2 table), POS_DT (for POSITIONS 2), DROPOUT (0/1), and the shape:
- *   ROWS > 0 (CPU shapes, POSITIONS 0 or 2, with VEC): a work-item writes the
+ *   ROWS > 0 (CPU shapes, with VEC): a work-item writes the
  *            whole output rows of ROWS tokens, VEC columns at a time, the ROWS
  *            rows side by side: consecutive tokens, or with STRIDED the same
  *            position of ROWS consecutive sequences; STREAM (an output
@@ -59,7 +59,10 @@ __kernel void ce_embed(__global const TABLE_T *table, ulong t_off, ulong t_ld, u
   __global OUT_T *orow[ROWS];
   int has[ROWS], nt[ROWS]; /* nt: streaming stores (STREAM, and the row aligned to a vector) */
   ulong e0[ROWS]; /* element index of the row's column 0 (the dropout counter) */
-#if POSITIONS == 2
+#if POSITIONS == 1
+  ulong pp[ROWS]; /* the token's position */
+  int pok[ROWS];
+#elif POSITIONS == 2
   __global const POS_T *prow[ROWS];
   int pok[ROWS];
 #endif
@@ -74,20 +77,32 @@ __kernel void ce_embed(__global const TABLE_T *table, ulong t_off, ulong t_ld, u
     orow[k] = out + o_off + i * o_ld;
     nt[k] = STREAM && CE_STREAMING && ((ulong)orow[k] & (VEC * sizeof(OUT_T) - 1)) == 0;
     e0[k] = i * cols;
-#if POSITIONS == 2
+#if POSITIONS != 0
     ulong b = seq_len ? i / seq_len : 0, jj = i - b * seq_len;
     long first = has_so ? ce_load_id(so32, so64, so64f, so_off + b) : (long)pos_offset;
     ulong p = (ulong)first + jj;
+#if POSITIONS == 1
+    pok[k] = first >= 0;
+    pp[k] = p;
+#else
     pok[k] = first >= 0 && p < p_rows;
-    if (!pok[k] && t < n) ce_report(err, slot, 1, i, first);
     prow[k] = ptab + p_off + (pok[k] ? p : 0) * p_ld;
+#endif
+    if (!pok[k] && t < n) ce_report(err, slot, 1, i, first);
 #endif
   }
   ulong cv = cols / VEC * VEC;
-  for (ulong c = 0; c < cv; c += VEC)
+  for (ulong c = 0; c < cv; c += VEC) {
+#if POSITIONS == 1
+    /* the columns' (w_hi, w_lo) pairs, split into w_hi and w_lo lanes */
+    __global const float *f = (__global const float *)(freq + c);
+    FV fa = vloadV(0, f), fb = vloadV(0, f + VEC), fx = (FV)(fa.even, fb.even), fy = (FV)(fa.odd, fb.odd);
+#endif
     for (int k = 0; k < ROWS; k++) {
       FV v = has[k] ? scale * load_tablev(trow[k], c) : (FV)(0.0f);
-#if POSITIONS == 2
+#if POSITIONS == 1
+      if (pok[k]) v += ce_sinusoidv(pp[k], fx, fy);
+#elif POSITIONS == 2
       if (pok[k]) v += load_posv(prow[k], c);
 #endif
 #if DROPOUT
@@ -98,10 +113,13 @@ __kernel void ce_embed(__global const TABLE_T *table, ulong t_off, ulong t_ld, u
       else
         store_outv(orow[k], c, v);
     }
+  }
   for (ulong c = cv; c < cols; c++)
     for (int k = 0; k < ROWS; k++) {
       float v = has[k] ? scale * load_table(trow[k], c) : 0.0f;
-#if POSITIONS == 2
+#if POSITIONS == 1
+      if (pok[k]) v += ce_sinusoid(pp[k], freq[c]);
+#elif POSITIONS == 2
       if (pok[k]) v += load_pos(prow[k], c);
 #endif
 #if DROPOUT

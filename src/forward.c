@@ -139,10 +139,10 @@ clembed_status clembed_embed(clembed_context *ctx, const clembed_matrix *table, 
   const clembed_ids *so = opt->positions != CLEMBED_POSITIONS_NONE ? opt->sequence_offsets : NULL;
   int positions = cached_pe ? (int)CLEMBED_POSITIONS_TABLE : (int)opt->positions, dropout = opt->dropout > 0.0f;
   /* CPU shapes: whole rows of 4 tokens per work-item, 16 columns at a time
-   * (measured on POCL: 1.6x the column shape for rows gathered at random); the
-   * sinusoid computed per element keeps the column shape (it is not bound by
-   * memory). GPU shapes: four columns per work-item when the rows allow. */
-  int rows = ctx->cpu_shapes && positions != (int)CLEMBED_POSITIONS_SINUSOID ? 4 : 0;
+   * (measured on POCL: 1.6x the column shape for rows gathered at random, the
+   * sinusoid 16 columns at once). GPU shapes: four columns per work-item when
+   * the rows allow. */
+  int rows = ctx->cpu_shapes ? 4 : 0;
   /* ...and with positions shared by several sequences, a work-item takes one
    * position of `rows` sequences, which reads each position row once from
    * memory (measured on POCL: ...) */

@@ -153,12 +153,19 @@ clembed_status clembed_positional(clembed_context *ctx, const clembed_sinusoid *
     FAIL(CLEMBED_ERR_INVALID_ARGUMENT, "clembed_positional: first_position %zu + rows %zu overflows", first_position,
          out->rows);
   CHECK(ce_sinusoid_freq(ctx, s, out->cols, &freq));
-  snprintf(opts, sizeof opts, "-DOUT_DT=%d", (int)out->dtype);
+  /* CPU shapes: a row per work-item, 16 columns at a time (measured on POCL:
+   * ...x the one-element shape) */
+  int rowwise = ctx->cpu_shapes;
+  snprintf(opts, sizeof opts, "-DOUT_DT=%d -DROWWISE=%d -DVEC=16", (int)out->dtype, rowwise);
   CHECK(ce_kernel(ctx, CE_FAMILY_POSITIONAL, opts, "ce_positional", &k));
   cl_ulong o_off = out->offset, o_ld = ld, rows = out->rows, cols = out->cols, first = first_position;
   CHECK(ce_set_args(ctx, k, "ce_positional", CE_ARG(out->buffer), CE_ARG(o_off), CE_ARG(o_ld), CE_ARG(rows),
                     CE_ARG(cols), CE_ARG(first), CE_ARG(freq), CE_END));
-  CHECK(ce_enqueue_2d(ctx, k, "ce_positional", out->cols, out->rows, nwait, wait, event));
+  if (rowwise)
+    CHECK(ce_enqueue_1d(ctx, k, "ce_positional", out->rows, ce_local_for_cpu(ctx, k, out->rows), nwait, wait,
+                        event));
+  else
+    CHECK(ce_enqueue_2d(ctx, k, "ce_positional", out->cols, out->rows, nwait, wait, event));
 cleanup:
   return status;
 }

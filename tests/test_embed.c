@@ -791,9 +791,53 @@ static void argument_errors(clembed_context *ctx) {
   clembed_ids_release(&so);
 }
 
+/* The sinusoid computed per element (sequence_offsets: every sequence starts
+ * elsewhere) and read from the context's cached table (one offset) give the
+ * same bits for the same positions: sequences of 300 tokens starting at 5 and
+ * 305 are positions 5, 6, ..., 604, as one run from offset 5. */
+static void inline_equals_cached(clembed_context *ctx) {
+  const size_t V = 50, d = 70, L = small_mode ? 30 : 300, n = 2 * L;
+  float *w = malloc(V * d * sizeof *w), *a = malloc(n * d * sizeof *a), *b = malloc(n * d * sizeof *b);
+  uint64_t rng = 11;
+  for (size_t i = 0; i < V * d; i++) w[i] = tu_rand(&rng);
+  int32_t *ids = malloc(n * sizeof *ids), starts[2] = {5, 5 + (int32_t)L};
+  for (size_t i = 0; i < n; i++) ids[i] = (int32_t)((i * 7) % V);
+  clembed_matrix t = {0}, oa = {0}, ob = {0};
+  clembed_ids di = {0}, so = {0};
+  OK(ctx, clembed_matrix_create(ctx, V, d, CLEMBED_F32, &t));
+  OK(ctx, clembed_matrix_write(ctx, &t, w, CLEMBED_F32));
+  OK(ctx, clembed_matrix_create(ctx, n, d, CLEMBED_F32, &oa));
+  OK(ctx, clembed_matrix_create(ctx, n, d, CLEMBED_F32, &ob));
+  OK(ctx, clembed_ids_create(ctx, ids, n, CLEMBED_I32, &di));
+  OK(ctx, clembed_ids_create(ctx, starts, 2, CLEMBED_I32, &so));
+  clembed_embed_options op = clembed_embed_defaults();
+  op.scale = 3.0f;
+  op.positions = CLEMBED_POSITIONS_SINUSOID;
+  op.seq_len = L;
+  op.sequence_offsets = &so;
+  OK(ctx, clembed_embed(ctx, &t, &di, &op, &oa, 0, NULL, NULL));
+  op.seq_len = 0;
+  op.sequence_offsets = NULL;
+  op.position_offset = 5;
+  OK(ctx, clembed_embed(ctx, &t, &di, &op, &ob, 0, NULL, NULL));
+  OK(ctx, clembed_matrix_read(ctx, &oa, a, CLEMBED_F32));
+  OK(ctx, clembed_matrix_read(ctx, &ob, b, CLEMBED_F32));
+  EXPECT(!memcmp(a, b, n * d * sizeof *a), "sinusoid per element and from the cached table differ");
+  clembed_matrix_release(&t);
+  clembed_matrix_release(&oa);
+  clembed_matrix_release(&ob);
+  clembed_ids_release(&di);
+  clembed_ids_release(&so);
+  free(w);
+  free(a);
+  free(b);
+  free(ids);
+}
+
 int main(int argc, char **argv) {
   small_mode = argc > 1 && !strcmp(argv[1], "small");
   clembed_context *ctx = tu_context();
+  inline_equals_cached(ctx);
   sinusoid_cases(ctx);
   decode_and_queued(ctx);
   table_cases(ctx);

@@ -13,7 +13,10 @@
  * position 0, 1000 and far positions up to 2^20-1 (every position below 2^20 for
  * d = 8 in the normal run; full rows of d = 4096 at sampled positions), ld and
  * offset windows, the tutorial's numbers, the frequency cache, events and wait
- * lists, and every argument error. */
+ * lists, and every argument error; and the CPU shapes (a row per work-item,
+ * the vector sinusoid) give the same bits as the GPU shapes (one element per
+ * work-item). */
+#define _POSIX_C_SOURCE 200809L /* setenv */
 #include "test_util.h"
 
 static int small_mode = 0;
@@ -386,8 +389,69 @@ static void errors(clembed_context *ctx) {
   clembed_matrix_release(&m);
 }
 
+/* A context with the CPU or the GPU shapes (CLEMBED_TUNING is read when a
+ * context is created). */
+static clembed_context *shaped_context(const char *tuning) {
+  const char *old = getenv("CLEMBED_TUNING");
+  char *saved = old ? strdup(old) : NULL;
+  setenv("CLEMBED_TUNING", tuning, 1);
+  clembed_context *ctx = NULL;
+  clembed_status s = clembed_context_create(NULL, &ctx);
+  if (saved) {
+    setenv("CLEMBED_TUNING", saved, 1);
+    free(saved);
+  } else {
+    unsetenv("CLEMBED_TUNING");
+  }
+  EXPECT(s == CLEMBED_OK, "context with CLEMBED_TUNING=%s: %s", tuning, clembed_status_string(s));
+  return s == CLEMBED_OK ? ctx : NULL;
+}
+
+static void table_f32(clembed_context *ctx, const clembed_sinusoid *s, size_t first, size_t rows, size_t d,
+                      float *host) {
+  clembed_matrix m = {0};
+  OK(ctx, clembed_matrix_create(ctx, rows, d, CLEMBED_F32, &m));
+  OK(ctx, clembed_positional(ctx, s, first, &m, 0, NULL, NULL));
+  OK(ctx, clembed_matrix_read(ctx, &m, host, CLEMBED_F32));
+  clembed_matrix_release(&m);
+}
+
+static void both_shapes(void) {
+  clembed_context *cpu = shaped_context("cpu"), *gpu = shaped_context("gpu");
+  if (!cpu || !gpu) {
+    clembed_context_destroy(cpu);
+    clembed_context_destroy(gpu);
+    return;
+  }
+  const size_t ds[] = {1, 16, 37, 1024};
+  const size_t firsts[] = {0, 123457, P20 - 50, ((size_t)1 << 32) + 5};
+  const double bases[] = {10000.0, 5.0, 0.5};
+  size_t rows = small_mode ? 8 : 64, same = 0, cases = 0;
+  for (int v = 0; v < 3; v++)
+    for (size_t a = 0; a < sizeof ds / sizeof ds[0]; a++)
+      for (size_t f = 0; f < sizeof firsts / sizeof firsts[0]; f++)
+        for (size_t b = 0; b < sizeof bases / sizeof bases[0]; b++) {
+          clembed_sinusoid s = VARIANTS[v];
+          s.base = bases[b];
+          size_t d = ds[a];
+          float *x = malloc(rows * d * sizeof *x), *y = malloc(rows * d * sizeof *y);
+          table_f32(cpu, &s, firsts[f], rows, d, x);
+          table_f32(gpu, &s, firsts[f], rows, d, y);
+          int eq = memcmp(x, y, rows * d * sizeof *x) == 0;
+          EXPECT(eq, "CPU and GPU shapes differ: variant %d, d %zu, first %zu, base %g", v, d, firsts[f], s.base);
+          same += eq;
+          cases++;
+          free(x);
+          free(y);
+        }
+  printf("CPU and GPU shapes: %zu of %zu tables identical bit for bit\n", same, cases);
+  clembed_context_destroy(cpu);
+  clembed_context_destroy(gpu);
+}
+
 int main(int argc, char **argv) {
   small_mode = argc > 1 && !strcmp(argv[1], "small");
+  both_shapes();
   clembed_context *ctx = tu_context();
   stats st = {0};
   tutorial(ctx);
