@@ -38,8 +38,7 @@ __kernel void ce_embed(__global const TABLE_T *table, ulong t_off, ulong t_ld, u
                        __global const long *so64, ulong so_off, int so64f, int has_so, float dropout,
                        uint seed_lo, uint seed_hi, float keep_scale, __global uint *err, uint slot) {
 #if ROWS
-  /* Work-item g: tokens g*ROWS .. g*ROWS + ROWS - 1 (a token past the end is
-   * replaced by token n - 1: the same values to the same place). Reading
+  /* Work-item g: tokens g*ROWS .. g*ROWS + ROWS - 1. Reading
    * ROWS rows side by side keeps ROWS memory streams going, which a CPU's
    * prefetchers need when rows are gathered from random places. */
   ulong g = get_global_id(0), t0, tstep;
@@ -55,6 +54,9 @@ __kernel void ce_embed(__global const TABLE_T *table, ulong t_off, ulong t_ld, u
   tstep = 1;
 #endif
   if (t0 >= n) return;
+  /* the last work-item may have fewer than ROWS tokens (`live`): the missing
+   * ones stand in as token n - 1 in the set-up below and are skipped after it */
+  int live = (int)min((ulong)ROWS, (n - t0 + tstep - 1) / tstep);
   __global const TABLE_T *trow[ROWS];
   __global OUT_T *orow[ROWS];
   int has[ROWS], nt[ROWS]; /* nt: streaming stores (STREAM, and the row aligned to a vector) */
@@ -98,7 +100,7 @@ __kernel void ce_embed(__global const TABLE_T *table, ulong t_off, ulong t_ld, u
     __global const float *f = (__global const float *)(freq + c);
     FV fa = vloadV(0, f), fb = vloadV(0, f + VEC), fx = (FV)(fa.even, fb.even), fy = (FV)(fa.odd, fb.odd);
 #endif
-    for (int k = 0; k < ROWS; k++) {
+    for (int k = 0; k < ROWS && k < live; k++) {
       FV v = has[k] ? scale * load_tablev(trow[k], c) : (FV)(0.0f);
 #if POSITIONS == 1
       if (pok[k]) v += ce_sinusoidv(pp[k], fx, fy);
@@ -115,7 +117,7 @@ __kernel void ce_embed(__global const TABLE_T *table, ulong t_off, ulong t_ld, u
     }
   }
   for (ulong c = cv; c < cols; c++)
-    for (int k = 0; k < ROWS; k++) {
+    for (int k = 0; k < ROWS && k < live; k++) {
       float v = has[k] ? scale * load_table(trow[k], c) : 0.0f;
 #if POSITIONS == 1
       if (pok[k]) v += ce_sinusoid(pp[k], freq[c]);

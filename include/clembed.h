@@ -90,6 +90,14 @@ typedef struct clembed_context clembed_context; /* opaque */
  * list of devices that exist) is available from clembed_last_error_message(). */
 CLEMBED_API clembed_status clembed_context_create(const char *device, clembed_context **ctx);
 
+/* Kernel shapes. A context on a CPU device uses the CPU shapes (a work-item
+ * writes whole rows, several side by side, with wide vectors; streaming stores
+ * for an output larger than the device's cache); other devices use the GPU
+ * shapes (consecutive work-items on consecutive columns). The environment
+ * variable CLEMBED_TUNING=cpu or =gpu, read when a context is created,
+ * overrides the choice. Results are the same bit for bit either way (the
+ * atomic backward aside, whose order of additions is unspecified). */
+
 /* Joins an existing pipeline: retains `queue` (released by destroy) and uses its
  * context and device. */
 CLEMBED_API clembed_status clembed_context_create_from_queue(cl_command_queue queue,
@@ -148,7 +156,13 @@ typedef struct clembed_ids {    /* token ids in a cl_mem */
 
 /* Allocates a zero-filled rows x cols matrix (ld = cols, offset 0); the caller
  * owns it and releases it with clembed_matrix_release. A matrix with 0 rows or
- * 0 cols is allowed (its buffer holds one element). Blocking. */
+ * 0 cols is allowed (its buffer holds one element). Blocking.
+ * On a CPU device that shares the host's memory, a matrix of 4 MiB or more is
+ * placed in host memory aligned to 2 MiB and (on Linux) advised for
+ * transparent huge pages, and the device uses it in place
+ * (CL_MEM_USE_HOST_PTR): rows gathered at random then cost fewer TLB misses.
+ * The memory is freed when the buffer is (a destructor callback), so a buffer
+ * the caller retains stays valid. */
 CLEMBED_API clembed_status clembed_matrix_create(clembed_context *ctx, size_t rows, size_t cols,
                                                  clembed_dtype dtype, clembed_matrix *m);
 

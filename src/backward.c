@@ -36,9 +36,12 @@
  *      slice, slice + 2^k, ... and a range of columns. On a GPU a work-item
  *      folds VEC = 4 columns and consecutive work-items take consecutive
  *      columns of a gradient row (256-column blocks, one block per
- *      work-group). On a CPU (POCL) a work-item folds TILE x VEC = 4 x 16
- *      columns at once and walks a short segment's whole rows (sequential
- *      reads: 2x faster than 256-column pieces). A segment is a strict left
+ *      work-group). With the CPU shapes a work-item takes groups of 4 sorted
+ *      positions and folds the short segments that start there side by side,
+ *      TILE x VEC = 4 x 16 columns at a time over their whole rows (several
+ *      gradient and table rows streaming at once; whole rows: 2x faster than
+ *      256-column pieces), in work-groups of up to 16 items so that the
+ *      compute units share the work evenly. A segment is a strict left
  *      fold, so a long one (one id repeated 20,000 times) is never split over
  *      its tokens (a split and recombined sum would change the bits); from 64
  *      tokens up (always, on a GPU) it is split over 256-column blocks that
@@ -53,9 +56,9 @@
  * frees them when the commands finish): keys 2 x n (4 or 8 bytes), indices
  * 2 x n x 4 bytes, histograms 256 x ceil(n / chunk) x 4 bytes with at most
  * 4096 chunks: O(ids), never O(vocabulary). Measured on POCL (2-core CPU),
- * n = 16384, d = 1024, V = 32000, accumulate 1: about 0.85..1.0 of
- * clEnqueueCopyBuffer of the same bytes (ids + gradient + touched rows read
- * and written); the sort is about 0.6 ms of it.
+ * n = 16384, d = 1024, V = 32000, accumulate 1: 0.66..0.9 of the bench's copy
+ * kernel moving the same bytes (ids + gradient + touched rows read and
+ * written), about 7 ms, of which the sort is under 1 ms.
  *
  * Atomic path (deterministic = 0, clembed_backward only, never the default):
  * one launch, ce_bwd_atomic, where each (token, column) adds
@@ -275,15 +278,17 @@ static unsigned bit_width(uint64_t v) {
   return b;
 }
 
-/* The shape of a segment kernel's range (see CE_SEGMENTS in backward.cl):
- * nx = work-items across a column block (a power of two, so the launch does not
- * round it), bw = a block's width in columns, ny = blocks * 2^slice_bits, and
- * split = the segment length from which a segment is split into blocks. On a
- * GPU a block is 256 columns, one VEC (4) per work-item, and every segment is
- * split. On a CPU a work-item (VEC = 16) reads whole rows of segments shorter
- * than BW_CPU_SPLIT tokens, which keeps its reads sequential (2x faster than
- * 256-column pieces on POCL), and 256-column blocks of longer ones. Slices are
- * enough for about 16 work-groups of 256 per compute unit. */
+/* The shape of a segment kernel's range (see CE_SEGMENTS and CE_GROUPS in
+ * backward.cl): nx = work-items across a column block (a power of two, so the
+ * launch does not round it), bw = a block's width in columns, ny = blocks *
+ * 2^slice_bits, and split = the segment length from which a segment is split
+ * into blocks. On a GPU a block is 256 columns, one VEC (4) per work-item, and
+ * every segment is split. With the CPU shapes a work-item (VEC = 16) takes
+ * groups of BW_CPU_GROUP sorted positions and reads whole rows of segments
+ * shorter than BW_CPU_SPLIT tokens, which keeps its reads sequential (2x
+ * faster than 256-column pieces on POCL), and 256-column blocks of longer
+ * ones. Slices: enough for about 16 work-groups of 256 items per compute unit,
+ * but no more than the positions (or groups of them) to start from. */
 #define BW_CPU_SPLIT 64
 #define BW_CPU_GROUP 4 /* CE_GROUP in backward.cl */
 typedef struct bw_grid {

