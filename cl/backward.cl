@@ -209,13 +209,14 @@ inline void ce_fold_tile(FV *acc, __global const GRAD_T *grad, ulong g_off, ulon
  * whole by the items of block 0 (lo_ = x * VEC, hi_ = cols). On a GPU
  * (TILE 1) split is 1 (every segment is split; a block is 256 columns) and the
  * item takes one VEC at lo_, lo_ + get_global_size(0) * VEC, ...: consecutive
- * work-items read consecutive columns of a gradient row. On a CPU (one
- * work-item across, TILE > 1) the item reads its columns in order, TILE * VEC
- * at a time: whole rows of the short segments (sequential reads) and 256-column
- * blocks of long ones. So one id repeated 20,000 times is still summed in
- * parallel over its columns. The number of slices is a power of two (shifts,
- * not / and %: see ce_bwd_pos_keys). CE_SEGMENTS opens the loop over the
- * item's segments, with key, j (start), end, lo_ and hi_ defined. */
+ * work-items read consecutive columns of a gradient row. So one id repeated
+ * 20,000 times is still summed in parallel over its columns. The number of
+ * slices is a power of two (shifts, not / and %: see ce_bwd_pos_keys).
+ * CE_SEGMENTS opens the loop over the item's segments, with key, j (start),
+ * end, lo_ and hi_ defined. It serves the GPU shapes (TILE 1); the CPU shapes
+ * (TILE > 1, one work-item across) use CE_GROUPS below, where the item reads
+ * its columns in order, TILE * VEC at a time: whole rows of the short segments
+ * (sequential reads) and 256-column blocks of long ones. */
 #define CE_SEGMENTS(skeys, n, none, slice_bits, bw, split, cols)                     \
   ulong y_ = get_global_id(1), nslices_ = (ulong)1 << (slice_bits);                 \
   ulong block_ = y_ >> (slice_bits), x_ = get_global_id(0) * VEC;                   \

@@ -99,10 +99,15 @@ __kernel void ce_embed(__global const TABLE_T *table, ulong t_off, ulong t_ld, u
     /* the columns' (w_hi, w_lo) pairs, split into w_hi and w_lo lanes */
     __global const float *f = (__global const float *)(freq + c);
     FV fa = vloadV(0, f), fb = vloadV(0, f + VEC), fx = (FV)(fa.even, fb.even), fy = (FV)(fa.odd, fb.odd);
+#if STRIDED
+    FV pe = ce_sinusoidv(pp[0], fx, fy); /* one position for all the item's tokens */
+#endif
 #endif
     for (int k = 0; k < ROWS && k < live; k++) {
       FV v = has[k] ? scale * load_tablev(trow[k], c) : (FV)(0.0f);
-#if POSITIONS == 1
+#if POSITIONS == 1 && STRIDED
+      if (pok[k]) v += pe;
+#elif POSITIONS == 1
       if (pok[k]) v += ce_sinusoidv(pp[k], fx, fy);
 #elif POSITIONS == 2
       if (pok[k]) v += load_posv(prow[k], c);

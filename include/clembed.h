@@ -152,17 +152,20 @@ typedef struct clembed_ids {    /* token ids in a cl_mem */
  * checks that offset, ld and the extent fit in the buffer (CL_MEM_SIZE).
  *
  * F16 is IEEE binary16, BF16 the top 16 bits of binary32; conversions to them
- * round to nearest even. Arithmetic is always done in float32. */
+ * round to nearest even (a NaN stays a NaN, made quiet, with its sign and the
+ * top bits of its payload, the same on the host and every device). Arithmetic
+ * is always done in float32. */
 
 /* Allocates a zero-filled rows x cols matrix (ld = cols, offset 0); the caller
  * owns it and releases it with clembed_matrix_release. A matrix with 0 rows or
  * 0 cols is allowed (its buffer holds one element). Blocking.
- * On a CPU device that shares the host's memory, a matrix of 4 MiB or more is
- * placed in host memory aligned to 2 MiB and (on Linux) advised for
- * transparent huge pages, and the device uses it in place
- * (CL_MEM_USE_HOST_PTR): rows gathered at random then cost fewer TLB misses.
- * The memory is freed when the buffer is (a destructor callback), so a buffer
- * the caller retains stays valid. */
+ * On Linux, on a CPU device that shares the host's memory, a buffer of 4 MiB
+ * or more that clembed allocates (a matrix here, or ids) lives in host memory
+ * of its own, aligned to 2 MiB and advised for transparent huge pages, which
+ * the device uses in place (CL_MEM_USE_HOST_PTR): rows gathered at random then
+ * cost fewer TLB misses. That memory is freed when the buffer is (a destructor
+ * callback), so a buffer the caller retains stays valid. Elsewhere it is an
+ * ordinary buffer. */
 CLEMBED_API clembed_status clembed_matrix_create(clembed_context *ctx, size_t rows, size_t cols,
                                                  clembed_dtype dtype, clembed_matrix *m);
 

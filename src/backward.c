@@ -156,7 +156,7 @@ static clembed_status step_1d(bw_call *b, cl_kernel k, const char *name, size_t 
  * the caller's event. */
 static clembed_status step_2d(bw_call *b, cl_kernel k, const char *name, size_t nx, size_t ny, int last) {
   if (last)
-    return ce_enqueue_checked(b->ctx, k, name, nx, ny, CE_FAMILY_BACKWARD, b->opts, b->slot, b->ids, b->so,
+    return ce_enqueue_checked(b->ctx, k, name, 0, nx, ny, CE_FAMILY_BACKWARD, b->opts, b->slot, b->ids, b->so,
                               b->seq_len, ch_n(&b->ch), ch_w(&b->ch), b->event);
   cl_event ev;
   clembed_status s = ce_enqueue_2d(b->ctx, k, name, nx, ny, ch_n(&b->ch), ch_w(&b->ch), ch_ev(&b->ch, &ev));
@@ -308,7 +308,8 @@ static bw_grid segment_grid(clembed_context *ctx, size_t cols, size_t n, unsigne
   if (blocks == 0) blocks = 1;
   /* the items that share the ordinary segments: bx per slice (block 0 on a CPU) */
   size_t sharing = cpu ? bx : bx * blocks;
-  /* at most ~n slices, but at least 256 so that the work-group shape is the same for every n */
+  /* at most ~n slices (CPU: groups of positions), but at least 256 (on a GPU the
+   * work-group shape is then the same for every n) */
   size_t want = ((size_t)cu * 16 * 256 + sharing - 1) / sharing, slices = 1;
   size_t starts = cpu ? n / BW_CPU_GROUP + (n % BW_CPU_GROUP != 0) : n; /* a CPU item takes groups of positions */
   if (want > starts) want = starts;

@@ -1,5 +1,5 @@
 /* Matrices and ids: create, write, read, dtype conversion, argument checks. */
-#define _DEFAULT_SOURCE /* madvise, MADV_HUGEPAGE, posix_memalign */
+#define _DEFAULT_SOURCE /* mmap's MAP_ANONYMOUS, madvise, MADV_HUGEPAGE */
 #include "internal.h"
 
 #include <math.h>
@@ -193,34 +193,54 @@ clembed_status ce_check_ids(clembed_context *ctx, const clembed_ids *ids, const 
 
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
 #define CE_HUGE_PAGE ((size_t)2 << 20)
-static void CL_CALLBACK free_host_memory(cl_mem m, void *p) {
+typedef struct host_mapping {
+  void *base;
+  size_t length;
+} host_mapping;
+
+/* Frees a huge-page buffer's host memory when OpenCL deletes the buffer (the
+ * library must stay loaded while a buffer it made is alive, as with any
+ * callback). */
+static void CL_CALLBACK unmap_host_memory(cl_mem m, void *user) {
   (void)m;
-  free(p);
+  host_mapping *h = user;
+  munmap(h->base, h->length);
+  free(h);
 }
 
 /* On a CPU device that shares the host's memory: a buffer of 4 MiB or more in
- * host memory aligned to 2 MiB and advised for transparent huge pages, used by
- * the device in place (CL_MEM_USE_HOST_PTR). A table gathered at random rows
- * then costs far fewer TLB misses (measured on POCL: 13% faster lookups). NULL
+ * its own anonymous mapping, aligned to 2 MiB and advised for transparent huge
+ * pages, used by the device in place (CL_MEM_USE_HOST_PTR). A table gathered
+ * at random rows then costs far fewer TLB misses (measured on POCL: 1.13x on
+ * the lookup, 1.2x on the backward). A mapping of its own (not malloc's heap)
+ * keeps the advice from reaching other allocations after it is freed. NULL
  * when any step fails: the caller makes an ordinary buffer. */
 static cl_mem huge_page_buffer(clembed_context *ctx, size_t bytes) {
   if (bytes < 2 * CE_HUGE_PAGE) return NULL;
-  size_t rounded = (bytes + CE_HUGE_PAGE - 1) / CE_HUGE_PAGE * CE_HUGE_PAGE;
-  void *p = NULL;
-  if (rounded < bytes || posix_memalign(&p, CE_HUGE_PAGE, rounded) != 0) return NULL;
-  madvise(p, rounded, MADV_HUGEPAGE); /* advice only: without it the pages are ordinary */
+  size_t rounded = (bytes + CE_HUGE_PAGE - 1) / CE_HUGE_PAGE * CE_HUGE_PAGE, length = rounded + CE_HUGE_PAGE;
+  if (rounded < bytes || length < rounded) return NULL;
+  host_mapping *h = malloc(sizeof *h);
+  if (!h) return NULL;
+  void *p = mmap(NULL, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) {
+    free(h);
+    return NULL;
+  }
+  /* the aligned part, and the slack before and after it given back */
+  uintptr_t start = ((uintptr_t)p + CE_HUGE_PAGE - 1) / CE_HUGE_PAGE * CE_HUGE_PAGE;
+  size_t head = (size_t)(start - (uintptr_t)p), tail = length - head - rounded;
+  if (head) munmap(p, head);
+  if (tail) munmap((char *)start + rounded, tail);
+  h->base = (void *)start;
+  h->length = rounded;
+  madvise(h->base, rounded, MADV_HUGEPAGE); /* advice only: without it the pages are ordinary */
   cl_int err;
-  cl_mem b = clCreateBuffer(ctx->context, CL_MEM_READ_WRITE | CL_MEM_USE_HOST_PTR, bytes, p, &err);
-  if (err != CL_SUCCESS) {
-    free(p);
-    return NULL;
-  }
-  if (clSetMemObjectDestructorCallback(b, free_host_memory, p) != CL_SUCCESS) {
-    clReleaseMemObject(b); /* the memory cannot be freed with the buffer: not used */
-    free(p);
-    return NULL;
-  }
-  return b;
+  cl_mem b = clCreateBuffer(ctx->context, CL_MEM_READ_WRITE | CL_MEM_USE_HOST_PTR, bytes, h->base, &err);
+  if (err == CL_SUCCESS && clSetMemObjectDestructorCallback(b, unmap_host_memory, h) == CL_SUCCESS) return b;
+  if (err == CL_SUCCESS) clReleaseMemObject(b); /* the memory could not be freed with the buffer: not used */
+  munmap(h->base, h->length);
+  free(h);
+  return NULL;
 }
 #else
 static cl_mem huge_page_buffer(clembed_context *ctx, size_t bytes) {

@@ -47,20 +47,21 @@ clembed_status ce_check_common(clembed_context *ctx, const char *what, clembed_i
   return CLEMBED_OK;
 }
 
-/* 2-D nx x ny, or (nx == 0) 1-D over ny work-items with the CPU shapes' local size. */
-static clembed_status launch(clembed_context *ctx, cl_kernel k, const char *name, size_t nx, size_t ny,
-                             cl_uint nwait, const cl_event *wait, cl_event *event) {
-  if (nx) return ce_enqueue_2d(ctx, k, name, nx, ny, nwait, wait, event);
+/* 2-D nx x ny, or (one_d) 1-D over ny work-items with the CPU shapes' local
+ * size; nothing to run (a marker for the event) when the range is empty. */
+static clembed_status launch(clembed_context *ctx, cl_kernel k, const char *name, int one_d, size_t nx,
+                             size_t ny, cl_uint nwait, const cl_event *wait, cl_event *event) {
+  if (!one_d || ny == 0) return ce_enqueue_2d(ctx, k, name, one_d ? 1 : nx, ny, nwait, wait, event);
   return ce_enqueue_1d(ctx, k, name, ny, ce_local_for_cpu(ctx, k, ny), nwait, wait, event);
 }
 
-clembed_status ce_enqueue_checked(clembed_context *ctx, cl_kernel k, const char *name, size_t nx, size_t ny,
-                                  ce_family family, const char *options, cl_uint slot, const clembed_ids *ids,
+clembed_status ce_enqueue_checked(clembed_context *ctx, cl_kernel k, const char *name, int one_d, size_t nx,
+                                  size_t ny, ce_family family, const char *options, cl_uint slot, const clembed_ids *ids,
                                   const clembed_ids *so, size_t seq_len, cl_uint nwait, const cl_event *wait,
                                   cl_event *event) {
   clembed_status status = CLEMBED_OK;
   cl_event main_ev = NULL;
-  if (slot == CE_NO_SLOT || ctx->atom64) return launch(ctx, k, name, nx, ny, nwait, wait, event);
+  if (slot == CE_NO_SLOT || ctx->atom64) return launch(ctx, k, name, one_d, nx, ny, nwait, wait, event);
   cl_kernel r;
   CHECK(ce_kernel(ctx, family, options, "ce_record_error", &r));
   cl_mem none = NULL;
@@ -70,7 +71,7 @@ clembed_status ce_enqueue_checked(clembed_context *ctx, cl_kernel k, const char 
   CHECK(ce_set_args(ctx, r, "ce_record_error", CE_ARG(ctx->errbuf), CE_ARG(slot), CE_ARG(idb), CE_ARG(idb),
                     CE_ARG(id_off), CE_ARG(id64), CE_ARG(sob), CE_ARG(sob), CE_ARG(so_off), CE_ARG(so64),
                     CE_ARG(has_so), CE_ARG(sl), CE_END));
-  CHECK(launch(ctx, k, name, nx, ny, nwait, wait, ctx->in_order ? NULL : &main_ev));
+  CHECK(launch(ctx, k, name, one_d, nx, ny, nwait, wait, ctx->in_order ? NULL : &main_ev));
   CHECK(ce_enqueue_1d(ctx, r, "ce_record_error", 1, 1, main_ev ? 1 : 0, main_ev ? &main_ev : NULL, event));
 cleanup:
   if (main_ev) clReleaseEvent(main_ev);
@@ -191,16 +192,17 @@ clembed_status clembed_embed(clembed_context *ctx, const clembed_matrix *table, 
                     CE_ARG(drop), CE_ARG(seed_lo), CE_ARG(seed_hi), CE_ARG(keep), CE_ARG(ctx->errbuf),
                     CE_ARG(slot_arg), CE_END));
   /* CPU shapes: 1-D, one work-item per `rows` tokens; GPU shapes: x across a
-   * row (16 columns per work-item with VW 4), y over the tokens */
-  size_t nx = rows ? 0 : vw == 4 ? (table->cols / 4 + 3) / 4 : table->cols;
-  size_t ny = ids->count;
-  if (strided) { /* seq_len items for each `rows` sequences */
+   * row (16 columns per work-item with VW 4), y over the tokens. With 0
+   * columns nothing runs (and no id is checked) in either shape. */
+  size_t nx = vw == 4 ? (table->cols / 4 + 3) / 4 : table->cols;
+  size_t ny = table->cols ? ids->count : 0;
+  if (strided && ny) { /* seq_len items for each `rows` sequences */
     size_t nseq = ids->count / opt->seq_len + (ids->count % opt->seq_len != 0);
     ny = (nseq / rows + (nseq % rows != 0)) * opt->seq_len;
   } else if (rows) {
-    ny = ids->count / rows + (ids->count % rows != 0);
+    ny = ny / rows + (ny % rows != 0);
   }
-  CHECK(ce_enqueue_checked(ctx, k, "ce_embed", nx, ny, CE_FAMILY_FORWARD, opts, slot, ids, so, opt->seq_len,
+  CHECK(ce_enqueue_checked(ctx, k, "ce_embed", rows != 0, nx, ny, CE_FAMILY_FORWARD, opts, slot, ids, so, opt->seq_len,
                            nwait, wait, event));
 cleanup:
   return status;

@@ -183,12 +183,13 @@ clembed_status ce_sinusoid_table(clembed_context *ctx, const clembed_sinusoid *s
 
 /* ----- the error-recording kernel (forward.c) */
 /* Enqueues the main kernel `k` of a checked operation (2-D, nx x ny; or, with
- * nx == 0, 1-D over ny work-items with ce_local_for_cpu) and, when
+ * one_d, 1-D over ny work-items with ce_local_for_cpu; an empty range runs
+ * nothing) and, when
  * `slot` is not CE_NO_SLOT, the error-recording kernel of the same program after
  * it; `event` (if not NULL) completes after both. */
 #define CE_NO_SLOT 0xFFFFFFFFu
-clembed_status ce_enqueue_checked(clembed_context *ctx, cl_kernel k, const char *name, size_t nx, size_t ny,
-                                  ce_family family, const char *options, cl_uint slot, const clembed_ids *ids,
+clembed_status ce_enqueue_checked(clembed_context *ctx, cl_kernel k, const char *name, int one_d, size_t nx,
+                                  size_t ny, ce_family family, const char *options, cl_uint slot, const clembed_ids *ids,
                                   const clembed_ids *seq_offsets, size_t seq_len, cl_uint nwait,
                                   const cl_event *wait, cl_event *event);
 /* The padding id normalised against `rows` (-1: none); fails for one outside the table. */

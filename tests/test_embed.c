@@ -834,8 +834,157 @@ static void inline_equals_cached(clembed_context *ctx) {
   free(ids);
 }
 
+/* One forward on one context: the output's whole buffer (guard elements
+ * included) as raw elements, and the statuses and message. */
+typedef struct shaped_run {
+  void *raw;
+  size_t total;
+  clembed_status call, fin;
+  char msg[256];
+} shaped_run;
+
+typedef struct shaped_case {
+  size_t V, d, n, pad, off, seq_len, p_rows, offset;
+  clembed_dtype tdt, odt;
+  clembed_index_type itype;
+  clembed_index_policy policy;
+  int64_t padding;
+  int positions; /* 0 none, 1 sinusoid, 2 sinusoid with sequence offsets, 3 table */
+  float scale, dropout;
+  const float *w, *pt;
+  const int64_t *ids, *starts;
+} shaped_case;
+
+static void shaped_forward(clembed_context *ctx, const shaped_case *c, shaped_run *r) {
+  clembed_matrix t = {0}, o = {0}, p = {0};
+  clembed_ids di = {0}, so = {0};
+  size_t nseq = c->seq_len ? c->n / c->seq_len + 1 : 1;
+  void *wh = tu_alloc_elems(c->V * c->d, c->tdt), *zero = tu_alloc_elems(c->n * c->d + 1, c->odt);
+  for (size_t i = 0; i < c->V * c->d; i++) tu_set_elem(wh, i, c->tdt, c->w[i]);
+  OK(ctx, tu_make_strided(ctx, c->V, c->d, 0, 0, c->tdt, wh, &t));
+  OK(ctx, tu_make_strided(ctx, c->n, c->d, c->pad, c->off, c->odt, zero, &o));
+  if (c->itype == CLEMBED_I64) {
+    OK(ctx, clembed_ids_create(ctx, c->ids, c->n ? c->n : 1, CLEMBED_I64, &di));
+  } else {
+    int32_t *i32 = malloc((c->n + 1) * sizeof *i32);
+    for (size_t i = 0; i < c->n; i++) i32[i] = (int32_t)c->ids[i];
+    OK(ctx, clembed_ids_create(ctx, i32, c->n ? c->n : 1, CLEMBED_I32, &di));
+    free(i32);
+  }
+  di.count = c->n;
+  OK(ctx, clembed_ids_create(ctx, c->starts, nseq, CLEMBED_I64, &so));
+  clembed_embed_options op = clembed_embed_defaults();
+  op.scale = c->scale;
+  op.policy = c->policy;
+  op.padding_idx = c->padding;
+  op.dropout = c->dropout;
+  op.dropout_seed = 99;
+  op.seq_len = c->seq_len;
+  op.position_offset = c->offset;
+  if (c->positions == 1 || c->positions == 2) op.positions = CLEMBED_POSITIONS_SINUSOID;
+  if (c->positions == 2) op.sequence_offsets = &so;
+  if (c->positions == 3) {
+    OK(ctx, clembed_matrix_create(ctx, c->p_rows, c->d, CLEMBED_F32, &p));
+    if (c->p_rows && c->d) OK(ctx, clembed_matrix_write(ctx, &p, c->pt, CLEMBED_F32));
+    op.positions = CLEMBED_POSITIONS_TABLE;
+    op.position_table = &p;
+  }
+  r->call = clembed_embed(ctx, &t, &di, &op, &o, 0, NULL, NULL);
+  r->fin = clembed_finish(ctx);
+  snprintf(r->msg, sizeof r->msg, "%s", clembed_context_message(ctx));
+  clembed_matrix whole = o;
+  r->total = c->off + c->n * (c->d + c->pad);
+  whole.offset = 0;
+  whole.rows = 1;
+  whole.cols = r->total ? r->total : 1;
+  whole.ld = whole.cols;
+  r->raw = tu_alloc_elems(whole.cols, c->odt);
+  OK(ctx, clembed_matrix_read(ctx, &whole, r->raw, c->odt));
+  clembed_matrix_release(&t);
+  clembed_matrix_release(&o);
+  clembed_matrix_release(&p);
+  clembed_ids_release(&di);
+  clembed_ids_release(&so);
+  free(wh);
+  free(zero);
+}
+
+/* The CPU shapes (whole rows, several tokens side by side, streaming stores)
+ * and the GPU shapes (columns across work-items) give the same output buffer
+ * bit for bit, NaN payloads included, and the same statuses and messages, over
+ * random shapes, dtypes, strides, policies, positions and dropout. */
+static void cpu_and_gpu_shapes(void) {
+  clembed_context *cpu, *gpu;
+  if (!tu_shaped_pair(&cpu, &gpu)) return;
+  const size_t ds[] = {0, 1, 5, 16, 37, 70}, ns[] = {0, 1, 3, 5, 37}, lens[] = {0, 3, 7};
+  uint64_t rng = 2024;
+  int cases = small_mode ? 40 : 300, same = 0;
+  for (int k = 0; k < cases; k++) {
+    shaped_case c;
+    memset(&c, 0, sizeof c);
+    uint64_t pick = (uint64_t)((tu_rand(&rng) + 1.0f) * 1e6f);
+    c.V = k % 2 ? 7 : 50;
+    c.d = ds[pick % 6];
+    c.n = ns[(pick / 6) % 5];
+    c.tdt = (clembed_dtype)((pick / 30) % 3);
+    c.odt = (clembed_dtype)((pick / 90) % 3);
+    c.itype = (pick / 270) % 2 ? CLEMBED_I64 : CLEMBED_I32;
+    c.policy = (clembed_index_policy)((pick / 540) % 4);
+    c.padding = (pick / 2160) % 3 == 0 ? 2 : CLEMBED_NO_PADDING;
+    c.positions = (int)((pick / 6480) % 4);
+    c.seq_len = lens[(pick / 25920) % 3];
+    c.pad = k % 3 == 0 ? 0 : (size_t)(k % 5);
+    c.off = k % 4 == 0 ? 0 : (size_t)(k % 17);
+    c.p_rows = 9;
+    c.offset = k % 5 == 0 ? 1000 : 0;
+    c.scale = k % 2 ? 1.0f : 2.5f;
+    c.dropout = k % 7 == 3 ? 0.3f : 0.0f;
+    float *w = malloc((c.V * c.d + 1) * sizeof *w), *pt = malloc((c.p_rows * c.d + 1) * sizeof *pt);
+    for (size_t i = 0; i < c.V * c.d; i++) w[i] = tu_rand(&rng) * 4.0f;
+    if (c.V * c.d > 3) { /* a NaN with a payload, infinities */
+      uint32_t nan_bits = 0x7FC12345u;
+      memcpy(&w[1], &nan_bits, 4);
+      w[2] = INFINITY;
+      w[3] = -INFINITY;
+    }
+    for (size_t i = 0; i < c.p_rows * c.d; i++) pt[i] = tu_rand(&rng);
+    int64_t *ids = malloc((c.n + 1) * sizeof *ids), starts[16];
+    for (size_t i = 0; i < c.n; i++) {
+      int64_t v = (int64_t)((uint64_t)((tu_rand(&rng) + 1.0f) * 1e6f) % c.V);
+      if (i % 6 == 5) v = i % 12 == 5 ? (int64_t)c.V + 3 : -2; /* bad under CHECK */
+      ids[i] = v;
+    }
+    for (int q = 0; q < 16; q++) starts[q] = (int64_t)(q * 5) - (k % 9 == 0 && q == 2 ? 20 : 0);
+    c.w = w;
+    c.pt = pt;
+    c.ids = ids;
+    c.starts = starts;
+    shaped_run a, b;
+    shaped_forward(cpu, &c, &a);
+    shaped_forward(gpu, &c, &b);
+    size_t bytes = (a.total ? a.total : 1) * clembed_dtype_size(c.odt);
+    int eq = a.call == b.call && a.fin == b.fin && !strcmp(a.msg, b.msg) && !memcmp(a.raw, b.raw, bytes);
+    EXPECT(eq,
+           "case %d (V %zu d %zu n %zu dtypes %d->%d policy %d positions %d seq_len %zu dropout %g): CPU shapes %s/%s "
+           "'%s', GPU shapes %s/%s '%s'%s",
+           k, c.V, c.d, c.n, (int)c.tdt, (int)c.odt, (int)c.policy, c.positions, c.seq_len, (double)c.dropout,
+           clembed_status_string(a.call), clembed_status_string(a.fin), a.msg, clembed_status_string(b.call),
+           clembed_status_string(b.fin), b.msg, memcmp(a.raw, b.raw, bytes) ? ", outputs differ" : "");
+    same += eq;
+    free(a.raw);
+    free(b.raw);
+    free(w);
+    free(pt);
+    free(ids);
+  }
+  printf("CPU and GPU shapes: %d of %d forwards identical\n", same, cases);
+  clembed_context_destroy(cpu);
+  clembed_context_destroy(gpu);
+}
+
 int main(int argc, char **argv) {
   small_mode = argc > 1 && !strcmp(argv[1], "small");
+  cpu_and_gpu_shapes();
   clembed_context *ctx = tu_context();
   inline_equals_cached(ctx);
   sinusoid_cases(ctx);

@@ -16,7 +16,6 @@
  * lists, and every argument error; and the CPU shapes (a row per work-item,
  * the vector sinusoid) give the same bits as the GPU shapes (one element per
  * work-item). */
-#define _POSIX_C_SOURCE 200809L /* setenv */
 #include "test_util.h"
 
 static int small_mode = 0;
@@ -389,24 +388,6 @@ static void errors(clembed_context *ctx) {
   clembed_matrix_release(&m);
 }
 
-/* A context with the CPU or the GPU shapes (CLEMBED_TUNING is read when a
- * context is created). */
-static clembed_context *shaped_context(const char *tuning) {
-  const char *old = getenv("CLEMBED_TUNING");
-  char *saved = old ? strdup(old) : NULL;
-  setenv("CLEMBED_TUNING", tuning, 1);
-  clembed_context *ctx = NULL;
-  clembed_status s = clembed_context_create(NULL, &ctx);
-  if (saved) {
-    setenv("CLEMBED_TUNING", saved, 1);
-    free(saved);
-  } else {
-    unsetenv("CLEMBED_TUNING");
-  }
-  EXPECT(s == CLEMBED_OK, "context with CLEMBED_TUNING=%s: %s", tuning, clembed_status_string(s));
-  return s == CLEMBED_OK ? ctx : NULL;
-}
-
 static void table_f32(clembed_context *ctx, const clembed_sinusoid *s, size_t first, size_t rows, size_t d,
                       float *host) {
   clembed_matrix m = {0};
@@ -417,12 +398,8 @@ static void table_f32(clembed_context *ctx, const clembed_sinusoid *s, size_t fi
 }
 
 static void both_shapes(void) {
-  clembed_context *cpu = shaped_context("cpu"), *gpu = shaped_context("gpu");
-  if (!cpu || !gpu) {
-    clembed_context_destroy(cpu);
-    clembed_context_destroy(gpu);
-    return;
-  }
+  clembed_context *cpu, *gpu;
+  if (!tu_shaped_pair(&cpu, &gpu)) return;
   const size_t ds[] = {1, 16, 37, 1024};
   const size_t firsts[] = {0, 123457, P20 - 50, ((size_t)1 << 32) + 5};
   const double bases[] = {10000.0, 5.0, 0.5};

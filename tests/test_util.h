@@ -2,6 +2,9 @@
  * references for the dtype conversions. Each test is one executable. */
 #ifndef CLEMBED_TEST_UTIL_H
 #define CLEMBED_TEST_UTIL_H
+#ifndef _POSIX_C_SOURCE
+#define _POSIX_C_SOURCE 200809L /* setenv, unsetenv, strdup */
+#endif
 
 #include "clembed.h"
 
@@ -63,6 +66,36 @@ static inline clembed_context *tu_context(void) {
   }
   printf("device: %s\n", clembed_context_device_name(ctx));
   return ctx;
+}
+
+/* A context on the default device with the CPU or the GPU kernel shapes
+ * (CLEMBED_TUNING, read when a context is created; restored afterwards), or
+ * NULL (counted as a failure). */
+static inline clembed_context *tu_shaped_context(const char *tuning) {
+  const char *old = getenv("CLEMBED_TUNING");
+  char *saved = old ? strdup(old) : NULL;
+  setenv("CLEMBED_TUNING", tuning, 1);
+  clembed_context *ctx = NULL;
+  clembed_status s = clembed_context_create(NULL, &ctx);
+  if (saved) {
+    setenv("CLEMBED_TUNING", saved, 1);
+    free(saved);
+  } else {
+    unsetenv("CLEMBED_TUNING");
+  }
+  EXPECT(s == CLEMBED_OK, "context with CLEMBED_TUNING=%s: %s", tuning, clembed_status_string(s));
+  return s == CLEMBED_OK ? ctx : NULL;
+}
+
+/* Both shapes on the default device; 0 (both NULL) when either fails. */
+static inline int tu_shaped_pair(clembed_context **cpu, clembed_context **gpu) {
+  *cpu = tu_shaped_context("cpu");
+  *gpu = tu_shaped_context("gpu");
+  if (*cpu && *gpu) return 1;
+  clembed_context_destroy(*cpu);
+  clembed_context_destroy(*gpu);
+  *cpu = *gpu = NULL;
+  return 0;
 }
 
 static inline int tu_finish(const char *name) {

@@ -141,7 +141,8 @@ static clembed_status op_sgd(bench_state *s) {
 
 typedef struct row {
   const char *name;
-  double op_ms, bytes, gbs, ratio, copy_gbs; /* copy_gbs: the copy kernel's median rate */
+  double op_ms, bytes, gbs, ratio;
+  double copy_gbs, copy_ms; /* the copy kernel's median rate and time (latency rows: its round trip) */
   int latency; /* ratio is op time / round-trip time */
 } row;
 
@@ -187,7 +188,8 @@ static int measure(bench_state *s, op_fn op, double bytes, int reps, int latency
   r->bytes = bytes;
   r->gbs = bytes / (r->op_ms * 1e-3) / 1e9;
   r->ratio = median(ratios, reps);
-  r->copy_gbs = 2.0 * (double)c.bytes / median(copies, reps) / 1e9;
+  r->copy_ms = 1e3 * median(copies, reps);
+  r->copy_gbs = 2.0 * (double)c.bytes / (r->copy_ms * 1e-3) / 1e9;
   r->latency = latency;
 done:
   free(ratios);
@@ -195,6 +197,22 @@ done:
   free(copies);
   copier_release(&c);
   return rc;
+}
+
+static void print_row(const row *r, int json) {
+  if (json && r->latency)
+    printf("{\"operation\": \"%s\", \"median_ms\": %.4f, \"bytes\": %.0f, \"gb_per_s\": %.3f, "
+           "\"round_trip_ms\": %.4f, \"round_trips\": %.3f}\n",
+           r->name, r->op_ms, r->bytes, r->gbs, r->copy_ms, r->ratio);
+  else if (json)
+    printf("{\"operation\": \"%s\", \"median_ms\": %.4f, \"bytes\": %.0f, \"gb_per_s\": %.3f, "
+           "\"copy_gb_per_s\": %.3f, \"copy_ratio\": %.3f}\n",
+           r->name, r->op_ms, r->bytes, r->gbs, r->copy_gbs, r->ratio);
+  else if (r->latency) /* the copy column makes no sense for a 16-byte copy */
+    printf("%-38s %10.3f %10.1f %8.2f %9s %7.2f trips\n", r->name, r->op_ms, r->bytes / 1e6, r->gbs, "-", r->ratio);
+  else
+    printf("%-38s %10.3f %10.1f %8.2f %9.2f %7.2fx\n", r->name, r->op_ms, r->bytes / 1e6, r->gbs, r->copy_gbs,
+           r->ratio);
 }
 
 static void state_release(bench_state *s) {
@@ -305,13 +323,7 @@ int clembed_bench_main(int argc, char **argv) {
     memset(&r, 0, sizeof r);                                                                                \
     if (measure(&s, FN, (double)(BYTES), reps, LAT, &r, err, sizeof err)) goto fail;                    \
     r.name = LABEL;                                                                                         \
-    if (json)                                                                                               \
-      printf("{\"operation\": \"%s\", \"median_ms\": %.4f, \"bytes\": %.0f, \"gb_per_s\": %.3f, "              \
-             "\"copy_gb_per_s\": %.3f, \"%s\": %.3f}\n",                                                       \
-             r.name, r.op_ms, r.bytes, r.gbs, r.copy_gbs, r.latency ? "round_trips" : "copy_ratio", r.ratio);   \
-    else                                                                                                    \
-      printf("%-38s %10.3f %10.1f %8.2f %9.2f %7.2f%s\n", r.name, r.op_ms, r.bytes / 1e6, r.gbs, r.copy_gbs,  \
-             r.ratio, r.latency ? " trips" : "x");                                                          \
+    print_row(&r, json);                                                                                    \
     fflush(stdout);                                                                                         \
   } while (0)
 
