@@ -95,8 +95,9 @@ CLEMBED_API clembed_status clembed_context_create(const char *device, clembed_co
  * for an output larger than the device's cache); other devices use the GPU
  * shapes (consecutive work-items on consecutive columns). The environment
  * variable CLEMBED_TUNING=cpu or =gpu, read when a context is created,
- * overrides the choice. Results are the same bit for bit either way (the
- * atomic backward aside, whose order of additions is unspecified). */
+ * overrides the choice (another non-empty value makes the context creation fail
+ * with CLEMBED_ERR_INVALID_ARGUMENT). Results are the same bit for bit either
+ * way (the atomic backward aside, whose order of additions is unspecified). */
 
 /* Joins an existing pipeline: retains `queue` (released by destroy) and uses its
  * context and device. */

@@ -360,8 +360,16 @@ static clembed_status context_init(clembed_context *ctx) {
   clGetDeviceInfo(ctx->device, CL_DEVICE_TYPE, sizeof type, &type, NULL);
   ctx->cpu_shapes = (type & CL_DEVICE_TYPE_CPU) != 0;
   const char *tuning = getenv("CLEMBED_TUNING");
-  if (tuning && !strcasecmp(tuning, "cpu")) ctx->cpu_shapes = 1;
-  if (tuning && !strcasecmp(tuning, "gpu")) ctx->cpu_shapes = 0;
+  if (tuning && *tuning) {
+    if (!strcasecmp(tuning, "cpu")) {
+      ctx->cpu_shapes = 1;
+    } else if (!strcasecmp(tuning, "gpu")) {
+      ctx->cpu_shapes = 0;
+    } else {
+      lastf("CLEMBED_TUNING is '%.100s'; it must be cpu, gpu, or unset", tuning);
+      return CLEMBED_ERR_INVALID_ARGUMENT;
+    }
+  }
   if (clGetDeviceInfo(ctx->device, CL_DEVICE_GLOBAL_MEM_CACHE_SIZE, sizeof ctx->cache_bytes, &ctx->cache_bytes,
                       NULL) != CL_SUCCESS)
     ctx->cache_bytes = 0;

@@ -653,6 +653,34 @@ static void check_loop(const char *spec) {
   EXPECT(bad == 0, "%ld of %d loop iterations gave wrong lookups", bad, n);
 }
 
+/* CLEMBED_TUNING: cpu and gpu in any case, empty as unset; anything else
+ * fails the context with a message naming the value. */
+static void check_tuning(void) {
+  const char *old = getenv("CLEMBED_TUNING");
+  char *saved = old ? strdup(old) : NULL;
+  const char *good[] = {"cpu", "GPU", "Cpu", ""};
+  for (int i = 0; i < 4; i++) {
+    setenv("CLEMBED_TUNING", good[i], 1);
+    clembed_context *c = NULL;
+    clembed_status s = clembed_context_create(NULL, &c);
+    EXPECT(s == CLEMBED_OK && c, "CLEMBED_TUNING='%s': %s %s", good[i], clembed_status_string(s),
+           clembed_last_error_message());
+    clembed_context_destroy(c);
+  }
+  setenv("CLEMBED_TUNING", "fast", 1);
+  clembed_context *c = (clembed_context *)&c;
+  clembed_status s = clembed_context_create(NULL, &c);
+  EXPECT(s == CLEMBED_ERR_INVALID_ARGUMENT && c == NULL, "CLEMBED_TUNING=fast: %s", clembed_status_string(s));
+  EXPECT(strstr(clembed_last_error_message(), "CLEMBED_TUNING is 'fast'") != NULL, "message: %s",
+         clembed_last_error_message());
+  if (saved) {
+    setenv("CLEMBED_TUNING", saved, 1);
+    free(saved);
+  } else {
+    unsetenv("CLEMBED_TUNING");
+  }
+}
+
 int main(int argc, char **argv) {
   small_mode = argc > 1 && !strcmp(argv[1], "small");
   clembed_context *ctx = tu_context();
@@ -667,6 +695,7 @@ int main(int argc, char **argv) {
   oclgrind = ti >= 0 && icontains(devs[ti].pname, "oclgrind");
 
   check_basic(ctx);
+  check_tuning();
   check_null_handling(spec);
   check_specs(spec);
   check_from_queue(dev, 0);

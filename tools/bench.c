@@ -146,11 +146,16 @@ typedef struct row {
   int latency; /* ratio is op time / round-trip time */
 } row;
 
+#define LATENCY_PAIRS 40 /* pairs per requested pair for the latency row */
+
 /* Times op and the copy alternately; returns 0 and fills r. */
 static int measure(bench_state *s, op_fn op, double bytes, int reps, int latency, row *r, char *err,
                    size_t errlen) {
   copier c;
   if (copier_init(s->ctx, latency ? 16 : (size_t)bytes, &c, err, errlen)) return -1;
+  /* a round trip is tens of microseconds, at the mercy of thread wake-ups:
+   * many more pairs for a stable median, at little cost */
+  if (latency) reps *= LATENCY_PAIRS;
   double *ratios = calloc((size_t)reps, sizeof *ratios), *times = calloc((size_t)reps, sizeof *times);
   double *copies = calloc((size_t)reps, sizeof *copies);
   int rc = 0;
@@ -271,7 +276,7 @@ static void usage(FILE *f) {
           "  Times each operation against a plain copy kernel moving the same bytes,\n"
           "  alternately in the same run, and prints the median ratio (1.0 = the\n"
           "  device's copy bandwidth). The one-token row is lookup + finish latency in\n"
-          "  one-kernel round trips (lower is better).\n"
+          "  one-kernel round trips (lower is better), over 40 times as many pairs.\n"
           "  --quick     3 timed pairs per row (about 30 s on a 2-core CPU)\n"
           "  --reps N    timed pairs per row (default 15)\n"
           "  --json      one JSON object per row\n");
