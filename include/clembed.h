@@ -154,8 +154,9 @@ typedef struct clembed_ids {    /* token ids in a cl_mem */
  *
  * F16 is IEEE binary16, BF16 the top 16 bits of binary32; conversions to them
  * round to nearest even (a NaN stays a NaN, made quiet, with its sign and the
- * top bits of its payload, the same on the host and every device). Arithmetic
- * is always done in float32. */
+ * top bits of its payload: the same conversion on the host and in every
+ * kernel). Arithmetic is always done in float32 (and a NaN it produces or
+ * passes on follows the device's rules). */
 
 /* Allocates a zero-filled rows x cols matrix (ld = cols, offset 0); the caller
  * owns it and releases it with clembed_matrix_release. A matrix with 0 rows or

@@ -332,6 +332,8 @@ clembed_status ce_enqueue_1d(clembed_context *ctx, cl_kernel k, const char *name
   return enqueue(ctx, k, name, 1, &global, &local, nwait, wait, event);
 }
 
+int clembed__test_cpu_shapes(const clembed_context *ctx) { return ctx ? ctx->cpu_shapes : -1; }
+
 clembed_status clembed__test_override_source(clembed_context *ctx, const char *family, const char *source) {
   if (!ctx || !family) return CLEMBED_ERR_INVALID_ARGUMENT;
   for (int f = 0; f < CE_FAMILY_COUNT; f++)

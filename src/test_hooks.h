@@ -16,6 +16,10 @@ extern "C" {
 CLEMBED_API clembed_status clembed__test_override_source(clembed_context *ctx, const char *family,
                                                          const char *source);
 
+/* 1 if the context uses the CPU kernel shapes, 0 for the GPU shapes, -1 for
+ * NULL: lets a test check that CLEMBED_TUNING took effect. */
+CLEMBED_API int clembed__test_cpu_shapes(const clembed_context *ctx);
+
 #ifdef __cplusplus
 }
 #endif

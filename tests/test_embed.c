@@ -909,16 +909,18 @@ static void shaped_forward(clembed_context *ctx, const shaped_case *c, shaped_ru
   free(zero);
 }
 
-/* The CPU shapes (whole rows, several tokens side by side, streaming stores)
- * and the GPU shapes (columns across work-items) give the same output buffer
- * bit for bit, NaN payloads included, and the same statuses and messages, over
- * random shapes, dtypes, strides, policies, positions and dropout. */
+/* The CPU shapes (whole rows, several tokens side by side) and the GPU shapes
+ * (columns across work-items) give the same output buffer bit for bit, NaN
+ * payloads included, and the same statuses and messages, over random shapes,
+ * dtypes, strides, policies, positions (the sinusoid from the cached table, and
+ * per element far from 0, where the cache is not used) and dropout. (Outputs
+ * larger than the cache, with streaming stores, are test_lookup's.) */
 static void cpu_and_gpu_shapes(void) {
   clembed_context *cpu, *gpu;
   if (!tu_shaped_pair(&cpu, &gpu)) return;
   const size_t ds[] = {0, 1, 5, 16, 37, 70}, ns[] = {0, 1, 3, 5, 37}, lens[] = {0, 3, 7};
   uint64_t rng = 2024;
-  int cases = small_mode ? 40 : 300, same = 0;
+  int cases = small_mode ? 40 : 300, same = 0, nan_cases = 0, far_strided = 0;
   for (int k = 0; k < cases; k++) {
     shaped_case c;
     memset(&c, 0, sizeof c);
@@ -936,9 +938,15 @@ static void cpu_and_gpu_shapes(void) {
     c.pad = k % 3 == 0 ? 0 : (size_t)(k % 5);
     c.off = k % 4 == 0 ? 0 : (size_t)(k % 17);
     c.p_rows = 9;
-    c.offset = k % 5 == 0 ? 1000 : 0;
+    c.offset = k % 5 == 0 ? 1000 : k % 5 == 1 ? (size_t)1 << 22 : 0; /* 2^22: too far to cache */
     c.scale = k % 2 ? 1.0f : 2.5f;
     c.dropout = k % 7 == 3 ? 0.3f : 0.0f;
+    if (k % 25 == 1) { /* the strided shape with the sinusoid per element, for sure */
+      c.positions = 1;
+      c.seq_len = 7;
+      c.n = 37;
+      c.d = ds[3 + (size_t)k % 3];
+    }
     float *w = malloc((c.V * c.d + 1) * sizeof *w), *pt = malloc((c.p_rows * c.d + 1) * sizeof *pt);
     for (size_t i = 0; i < c.V * c.d; i++) w[i] = tu_rand(&rng) * 4.0f;
     if (c.V * c.d > 3) { /* a NaN with a payload, infinities */
@@ -952,7 +960,7 @@ static void cpu_and_gpu_shapes(void) {
     for (size_t i = 0; i < c.n; i++) {
       int64_t v = (int64_t)((uint64_t)((tu_rand(&rng) + 1.0f) * 1e6f) % c.V);
       if (i % 6 == 5) v = i % 12 == 5 ? (int64_t)c.V + 3 : -2; /* bad under CHECK */
-      ids[i] = v;
+      ids[i] = i == 0 ? 0 : v; /* row 0 holds the NaN */
     }
     for (int q = 0; q < 16; q++) starts[q] = (int64_t)(q * 5) - (k % 9 == 0 && q == 2 ? 20 : 0);
     c.w = w;
@@ -971,13 +979,23 @@ static void cpu_and_gpu_shapes(void) {
            clembed_status_string(a.call), clembed_status_string(a.fin), a.msg, clembed_status_string(b.call),
            clembed_status_string(b.fin), b.msg, memcmp(a.raw, b.raw, bytes) ? ", outputs differ" : "");
     same += eq;
+    for (size_t e = 0; e < a.total; e++)
+      if (isnan(tu_elem(a.raw, e, c.odt))) {
+        nan_cases++;
+        break;
+      }
+    /* the strided shape (positions shared by sequences) with the sinusoid per element */
+    far_strided += c.positions == 1 && c.offset == ((size_t)1 << 22) && c.seq_len && c.n >= 2 * c.seq_len && c.d >= 16;
     free(a.raw);
     free(b.raw);
     free(w);
     free(pt);
     free(ids);
   }
-  printf("CPU and GPU shapes: %d of %d forwards identical\n", same, cases);
+  printf("CPU and GPU shapes: %d of %d forwards identical (%d with a NaN out, %d strided with the sinusoid per "
+         "element)\n", same, cases, nan_cases, far_strided);
+  EXPECT(nan_cases > 0, "no case put a NaN in the output");
+  EXPECT(far_strided > 0, "no case ran the strided shape with the sinusoid per element");
   clembed_context_destroy(cpu);
   clembed_context_destroy(gpu);
 }

@@ -7,6 +7,7 @@
 #endif
 
 #include "clembed.h"
+#include "test_hooks.h" /* src/: clembed's own test hooks */
 
 #include <math.h>
 #include <stdint.h>
@@ -87,11 +88,16 @@ static inline clembed_context *tu_shaped_context(const char *tuning) {
   return s == CLEMBED_OK ? ctx : NULL;
 }
 
-/* Both shapes on the default device; 0 (both NULL) when either fails. */
+/* Both shapes on the default device; 0 (both NULL) when either fails or the
+ * contexts do not use the shapes asked for. */
 static inline int tu_shaped_pair(clembed_context **cpu, clembed_context **gpu) {
   *cpu = tu_shaped_context("cpu");
   *gpu = tu_shaped_context("gpu");
-  if (*cpu && *gpu) return 1;
+  if (*cpu && *gpu) {
+    int c = clembed__test_cpu_shapes(*cpu), g = clembed__test_cpu_shapes(*gpu);
+    EXPECT(c == 1 && g == 0, "CLEMBED_TUNING=cpu gave shapes %d, =gpu gave %d (1 = CPU shapes)", c, g);
+    if (c == 1 && g == 0) return 1;
+  }
   clembed_context_destroy(*cpu);
   clembed_context_destroy(*gpu);
   *cpu = *gpu = NULL;

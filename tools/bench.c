@@ -277,8 +277,8 @@ static void usage(FILE *f) {
           "  alternately in the same run, and prints the median ratio (1.0 = the\n"
           "  device's copy bandwidth). The one-token row is lookup + finish latency in\n"
           "  one-kernel round trips (lower is better), over 40 times as many pairs.\n"
-          "  --quick     3 timed pairs per row (about 30 s on a 2-core CPU)\n"
-          "  --reps N    timed pairs per row (default 15)\n"
+          "  --quick     3 timed pairs per row (about 15 s on a 2-core CPU)\n"
+          "  --reps N    timed pairs per row (default 15; the latency row 40 times as many)\n"
           "  --json      one JSON object per row\n");
 }
 
@@ -314,7 +314,8 @@ int clembed_bench_main(int argc, char **argv) {
     return 2;
   }
   if (!json) {
-    printf("clembed bench on %s, %d timed pairs per row\n", clembed_context_device_name(s.ctx), reps);
+    printf("clembed bench on %s, %d timed pairs per row (the latency row %d)\n", clembed_context_device_name(s.ctx),
+           reps, reps * LATENCY_PAIRS);
     printf("%-38s %10s %10s %8s %9s %8s\n", "operation", "median ms", "MB moved", "GB/s", "copy GB/s", "vs copy");
   }
   const size_t n = 16384, d = 1024, V = 32000;

@@ -497,7 +497,8 @@ static const char usage_main[] =
     "Every subcommand takes --device SPEC (\"P:D\" as `clembed devices` lists, gpu, cpu,\n"
     "accelerator, or part of the platform and device name; default: $CLEMBED_DEVICE, else\n"
     "the first GPU, accelerator, CPU) and --help. CLEMBED_TUNING=cpu or gpu picks the\n"
-    "kernel shapes (default: cpu on a CPU device, gpu elsewhere; same results).\n"
+    "kernel shapes (default: cpu on a CPU device, gpu elsewhere; the same results but\n"
+    "for the atomic backward's order; another value is an error).\n"
     "Exit status: 0 success, 1 bad usage or bad input, 2 device or OpenCL failure.\n"
     "\n"
     "  clembed --version   prints the version\n";
