@@ -280,18 +280,28 @@ static void run_case(clembed_context *ctx, const bcase *bc) {
 
 /* --------------------------------------------------------------- cases */
 
+/* A case of n tokens, d columns, V rows, gradient dtype gdt, I32 ids (random
+ * unless `ids`), no strides, the default options. */
+static bcase base_bcase(const char *name, size_t n, size_t d, size_t V, clembed_dtype gdt, const int64_t *ids) {
+  bcase bc = {0};
+  bc.name = name;
+  bc.n = n;
+  bc.d = d;
+  bc.V = V;
+  bc.gdt = gdt;
+  bc.it = CLEMBED_I32;
+  bc.ids = ids;
+  bc.o = clembed_backward_defaults();
+  return bc;
+}
+
 static void test_shapes(clembed_context *ctx) {
   size_t ds[] = {1, 3, 37, small ? 67 : 1030};
   for (int k = 0; k < 4; k++)
     for (int t = 0; t < 2; t++) {
-      bcase bc = {0};
-      bc.name = t ? "shapes i64" : "shapes i32";
-      bc.n = small ? 40 : 600;
-      bc.d = ds[k];
-      bc.V = small ? 13 : 150;
-      bc.gdt = CLEMBED_F32;
+      bcase bc = base_bcase(t ? "shapes i64" : "shapes i32", small ? 40 : 600, ds[k], small ? 13 : 150, CLEMBED_F32,
+                            NULL);
       bc.it = t ? CLEMBED_I64 : CLEMBED_I32;
-      bc.o = clembed_backward_defaults();
       run_case(ctx, &bc);
       bc.o.accumulate = 0;
       bc.name = "shapes overwrite";
@@ -299,19 +309,14 @@ static void test_shapes(clembed_context *ctx) {
     }
   /* grad dtypes, ld > cols and offsets everywhere */
   for (int dt = 0; dt < 3; dt++) {
-    bcase bc = {0};
-    bc.name = dt == 0 ? "ld/offset f32" : dt == 1 ? "ld/offset f16" : "ld/offset bf16";
-    bc.n = small ? 30 : 500;
-    bc.d = small ? 19 : 70;
-    bc.V = small ? 9 : 64;
-    bc.gdt = (clembed_dtype)dt;
+    bcase bc = base_bcase(dt == 0 ? "ld/offset f32" : dt == 1 ? "ld/offset f16" : "ld/offset bf16",
+                          small ? 30 : 500, small ? 19 : 70, small ? 9 : 64, (clembed_dtype)dt, NULL);
     bc.it = dt == 1 ? CLEMBED_I64 : CLEMBED_I32;
     bc.g_extra = 5;
     bc.g_off = 7;
     bc.t_extra = 3;
     bc.t_off = 11;
     bc.id_off = 3;
-    bc.o = clembed_backward_defaults();
     bc.o.scale = 1.7f;
     run_case(ctx, &bc);
     bc.o.accumulate = 0;
@@ -326,14 +331,7 @@ static void test_heavy(clembed_context *ctx) {
   size_t n = small ? 2000 : 20000, d = small ? 5 : 64, V = 10;
   int64_t *ids = malloc(n * sizeof(int64_t));
   for (size_t i = 0; i < n; i++) ids[i] = (i % 97 == 5) ? (int64_t)(i % 10) : 7;
-  bcase bc = {0};
-  bc.name = "heavy repeats";
-  bc.n = n;
-  bc.d = d;
-  bc.V = V;
-  bc.gdt = CLEMBED_F32;
-  bc.ids = ids;
-  bc.o = clembed_backward_defaults();
+  bcase bc = base_bcase("heavy repeats", n, d, V, CLEMBED_F32, ids);
   bc.o.accumulate = 0;
   run_case(ctx, &bc);
   bc.o.scale_grad_by_freq = 1;
@@ -397,16 +395,9 @@ static void test_options(clembed_context *ctx) {
   for (int freq = 0; freq < 2; freq++)
     for (int acc = 0; acc < 2; acc++)
       for (int pol = 1; pol <= 3; pol++) {
-        bcase bc = {0};
         char name[96];
         snprintf(name, sizeof name, "options freq %d acc %d policy %d", freq, acc, pol);
-        bc.name = name;
-        bc.n = n;
-        bc.d = d;
-        bc.V = V;
-        bc.gdt = CLEMBED_F32;
-        bc.ids = ids;
-        bc.o = clembed_backward_defaults();
+        bcase bc = base_bcase(name, n, d, V, CLEMBED_F32, ids);
         bc.o.scale = 0.37f;
         bc.o.padding_idx = 2;
         bc.o.policy = (clembed_index_policy)pol;
@@ -426,15 +417,8 @@ static void test_options(clembed_context *ctx) {
   /* WRAP: ids in [-V, V) are fine. */
   int64_t *w = malloc(n * sizeof(int64_t));
   for (size_t i = 0; i < n; i++) w[i] = (int64_t)(i * 7 % (2 * V)) - (int64_t)V;
-  bcase bc = {0};
-  bc.name = "wrap";
-  bc.n = n;
-  bc.d = d;
-  bc.V = V;
-  bc.gdt = CLEMBED_F16;
+  bcase bc = base_bcase("wrap", n, d, V, CLEMBED_F16, w);
   bc.it = CLEMBED_I64;
-  bc.ids = w;
-  bc.o = clembed_backward_defaults();
   bc.o.policy = CLEMBED_INDEX_WRAP;
   run_case(ctx, &bc);
   bc.o.deterministic = 0;

@@ -86,15 +86,7 @@ static void make_guarded(clembed_context *ctx, size_t rows, size_t cols, clembed
 /* Reads the whole buffer as F32; checks that every element outside the window
  * is still SENTINEL; returns the window, dense (caller frees). */
 static float *read_guarded(clembed_context *ctx, const guarded *g, const char *what) {
-  clembed_matrix whole = g->m;
-  whole.offset = 0;
-  whole.rows = 1;
-  whole.cols = g->total;
-  whole.ld = g->total;
-  float *all = malloc(g->total * sizeof *all);
-  for (size_t i = 0; i < g->total; i++) all[i] = NAN;
-  clembed_status s = clembed_matrix_read(ctx, &whole, all, CLEMBED_F32);
-  EXPECT(s == CLEMBED_OK, "%s: reading back: %s: %s", what, clembed_status_string(s), clembed_context_message(ctx));
+  float *all = tu_read_buffer(ctx, &g->m, g->total, CLEMBED_F32);
   size_t rows = g->m.rows, cols = g->m.cols, ld = g->m.ld;
   size_t nwin = rows * cols;
   float *win = malloc((nwin ? nwin : 1) * sizeof *win);

@@ -180,9 +180,38 @@ static inline void tu_set_elem(void *p, size_t i, clembed_dtype t, float v) {
   else ((uint16_t *)p)[i] = tu_f32_to_bf16(v);
 }
 
+/* What surrounds a window in a test's buffer, so that a stray write shows. */
+#define TU_FILL 777.0f
+
+/* Elements [0, total) of m's buffer (its window and what lies around it), as
+ * dtype t, in a new allocation (at least one element). */
+static inline void *tu_read_buffer(clembed_context *ctx, const clembed_matrix *m, size_t total, clembed_dtype t) {
+  clembed_matrix whole = *m;
+  whole.offset = 0;
+  whole.rows = 1;
+  whole.cols = total ? total : 1;
+  whole.ld = whole.cols;
+  void *all = tu_alloc_elems(whole.cols, t);
+  OK(ctx, clembed_matrix_read(ctx, &whole, all, t));
+  return all;
+}
+
+/* How many of the first `total` elements of m's buffer lie outside m's window
+ * and no longer hold TU_FILL: writes out of bounds. */
+static inline size_t tu_written_outside(clembed_context *ctx, const clembed_matrix *m, size_t total) {
+  void *all = tu_read_buffer(ctx, m, total, m->dtype);
+  size_t touched = 0;
+  for (size_t e = 0; e < total; e++) {
+    int inside = m->ld && e >= m->offset && (e - m->offset) / m->ld < m->rows && (e - m->offset) % m->ld < m->cols;
+    if (!inside && tu_elem(all, e, m->dtype) != tu_round(TU_FILL, m->dtype)) touched++;
+  }
+  free(all);
+  return touched;
+}
+
 /* A device matrix inside a larger buffer: `pad` extra columns per row and `off`
- * leading elements, all holding the sentinel 777, with `host` (dense, dtype t)
- * written into the rows x cols window. The caller releases m->buffer. */
+ * leading elements, all holding TU_FILL, with `host` (dense, dtype t) written
+ * into the rows x cols window. The caller releases m->buffer. */
 static inline clembed_status tu_make_strided(clembed_context *ctx, size_t rows, size_t cols, size_t pad,
                                              size_t off, clembed_dtype t, const void *host, clembed_matrix *m) {
   clembed_matrix whole;
@@ -190,7 +219,7 @@ static inline clembed_status tu_make_strided(clembed_context *ctx, size_t rows, 
   clembed_status s = clembed_matrix_create(ctx, 1, total ? total : 1, t, &whole);
   if (s != CLEMBED_OK) return s;
   void *fill = tu_alloc_elems(total, t);
-  for (size_t i = 0; i < total; i++) tu_set_elem(fill, i, t, 777.0f);
+  for (size_t i = 0; i < total; i++) tu_set_elem(fill, i, t, TU_FILL);
   s = clembed_matrix_write(ctx, &whole, fill, t);
   free(fill);
   m->buffer = whole.buffer;
