@@ -317,12 +317,11 @@ inline void ce_fold_tile(FV *acc, __global const GRAD_T *grad, ulong g_off, ulon
         ce_fold_tile(acc, CE_FOLD_ARGS, c, CE_MASK_ARGS);                                    \
         for (int k = 0; k < TILE; k++) STOREV((base) + c + (ulong)k * VEC, acc[k], __VA_ARGS__); \
       }                                                                                      \
-    for (int s_ = 0; s_ < m_; s_++) {                                                        \
-      ulong j = sj_[s_], end = se_[s_], t = c;                                               \
+    for (int s_ = 0; s_ < m_; s_++) { /* the columns past the last whole tile */            \
+      ulong j = sj_[s_], end = se_[s_], lo_ = c, hi_ = cols;                                 \
       KEY_T key = sk_[s_];                                                                   \
       float cnt_ = (float)(end - j);                                                         \
-      for (; t + VEC <= cols; t += VEC) STOREV((base) + t, ce_foldv(CE_FOLD_ARGS, t, CE_MASK_ARGS), __VA_ARGS__); \
-      for (; t < cols; t++) STORE1((base) + t, ce_fold1(CE_FOLD_ARGS, t, CE_MASK_ARGS), __VA_ARGS__);           \
+      CE_COLUMNS(STOREV, STORE1, base, __VA_ARGS__)                                          \
     }                                                                                        \
   }
 #endif

@@ -375,10 +375,7 @@ static clembed_status run(clembed_context *ctx, const char *what, int sgd, const
   /* CPU: 16 columns a vector, 4 vectors folded at once (measured on POCL). */
   unsigned vec = cpu ? 16 : 4, tile = cpu ? 4 : 1;
   /* Exact (correctly rounded) division for scale_grad_by_freq where the device can. */
-  const char *div = "";
-  cl_device_fp_config fp = 0;
-  clGetDeviceInfo(ctx->device, CL_DEVICE_SINGLE_FP_CONFIG, sizeof fp, &fp, NULL);
-  if (fp & CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT) div = " -cl-fp32-correctly-rounded-divide-sqrt";
+  const char *div = ctx->exact_div ? " -cl-fp32-correctly-rounded-divide-sqrt" : "";
   snprintf(b.opts, sizeof b.opts, "-DGRAD_DT=%d -DTABLE_DT=%d -DDROPOUT=%d -DKEY64=%d -DVEC=%u -DTILE=%u%s",
            (int)grad_out->dtype, (int)target->dtype, dropout, b.key64, vec, tile, div);
   b.ctx = ctx;

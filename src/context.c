@@ -373,6 +373,9 @@ static clembed_status context_init(clembed_context *ctx) {
   if (clGetDeviceInfo(ctx->device, CL_DEVICE_GLOBAL_MEM_CACHE_SIZE, sizeof ctx->cache_bytes, &ctx->cache_bytes,
                       NULL) != CL_SUCCESS)
     ctx->cache_bytes = 0;
+  cl_device_fp_config fp = 0;
+  clGetDeviceInfo(ctx->device, CL_DEVICE_SINGLE_FP_CONFIG, sizeof fp, &fp, NULL);
+  ctx->exact_div = (fp & CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT) != 0;
   cl_bool unified = CL_FALSE;
   clGetDeviceInfo(ctx->device, CL_DEVICE_HOST_UNIFIED_MEMORY, sizeof unified, &unified, NULL);
   ctx->host_pages = (type & CL_DEVICE_TYPE_CPU) && unified;

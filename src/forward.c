@@ -52,7 +52,7 @@ clembed_status ce_check_common(clembed_context *ctx, const char *what, clembed_i
 static clembed_status launch(clembed_context *ctx, cl_kernel k, const char *name, int one_d, size_t nx,
                              size_t ny, cl_uint nwait, const cl_event *wait, cl_event *event) {
   if (!one_d || ny == 0) return ce_enqueue_2d(ctx, k, name, one_d ? 1 : nx, ny, nwait, wait, event);
-  return ce_enqueue_1d(ctx, k, name, ny, ce_local_for_cpu(ctx, k, ny), nwait, wait, event);
+  return ce_enqueue_1d(ctx, k, name, ny, CE_LOCAL_CPU, nwait, wait, event);
 }
 
 clembed_status ce_enqueue_checked(clembed_context *ctx, cl_kernel k, const char *name, int one_d, size_t nx,

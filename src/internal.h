@@ -83,6 +83,7 @@ struct clembed_context {
   int cpu_shapes;
   cl_uint units; /* CL_DEVICE_MAX_COMPUTE_UNITS */
   cl_ulong cache_bytes; /* CL_DEVICE_GLOBAL_MEM_CACHE_SIZE (0: unknown) */
+  int exact_div; /* CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT in CL_DEVICE_SINGLE_FP_CONFIG */
   /* a CPU device on the host's memory: large matrices are made in host memory
    * on huge pages (data.c) */
   int host_pages;
@@ -154,12 +155,12 @@ clembed_status ce_set_args(clembed_context *ctx, cl_kernel k, const char *name, 
 clembed_status ce_enqueue_2d(clembed_context *ctx, cl_kernel k, const char *name, size_t nx,
                              size_t ny, cl_uint nwait, const cl_event *wait, cl_event *event);
 /* Enqueues a 1-D range of n work-items, rounded up to the local size
- * (local size 0: chosen from the kernel and device). */
+ * (local size 0: chosen from the kernel and device; CE_LOCAL_CPU: for items
+ * that each do a large piece of work, the CPU shapes: small work-groups, enough
+ * of them to keep every compute unit busy). */
+#define CE_LOCAL_CPU ((size_t)-1)
 clembed_status ce_enqueue_1d(clembed_context *ctx, cl_kernel k, const char *name, size_t n,
                              size_t local, cl_uint nwait, const cl_event *wait, cl_event *event);
-/* The local size for n work-items that each do a large piece of work (the CPU
- * shapes): small work-groups, enough of them to keep every compute unit busy. */
-size_t ce_local_for_cpu(clembed_context *ctx, cl_kernel k, size_t n);
 
 /* ----- argument checks (data.c) */
 clembed_status ce_check_events(clembed_context *ctx, cl_uint n, const cl_event *list);
@@ -183,7 +184,7 @@ clembed_status ce_sinusoid_table(clembed_context *ctx, const clembed_sinusoid *s
 
 /* ----- the error-recording kernel (forward.c) */
 /* Enqueues the main kernel `k` of a checked operation (2-D, nx x ny; or, with
- * one_d, 1-D over ny work-items with ce_local_for_cpu; an empty range runs
+ * one_d, 1-D over ny work-items with CE_LOCAL_CPU; an empty range runs
  * nothing) and, when
  * `slot` is not CE_NO_SLOT, the error-recording kernel of the same program after
  * it; `event` (if not NULL) completes after both. */

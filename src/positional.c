@@ -162,8 +162,7 @@ clembed_status clembed_positional(clembed_context *ctx, const clembed_sinusoid *
   CHECK(ce_set_args(ctx, k, "ce_positional", CE_ARG(out->buffer), CE_ARG(o_off), CE_ARG(o_ld), CE_ARG(rows),
                     CE_ARG(cols), CE_ARG(first), CE_ARG(freq), CE_END));
   if (rowwise)
-    CHECK(ce_enqueue_1d(ctx, k, "ce_positional", out->rows, ce_local_for_cpu(ctx, k, out->rows), nwait, wait,
-                        event));
+    CHECK(ce_enqueue_1d(ctx, k, "ce_positional", out->rows, CE_LOCAL_CPU, nwait, wait, event));
   else
     CHECK(ce_enqueue_2d(ctx, k, "ce_positional", out->cols, out->rows, nwait, wait, event));
 cleanup:

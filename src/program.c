@@ -288,6 +288,16 @@ static clembed_status enqueue(clembed_context *ctx, cl_kernel k, const char *nam
   return CLEMBED_OK;
 }
 
+/* The local size for n work-items that each do a large piece of work (the CPU
+ * shapes), for a kernel allowing wg: POCL runs a work-group's items in one
+ * thread, so at most 16 of these items to a group, and at least 8 groups per
+ * compute unit where n allows. */
+static size_t cpu_local(const clembed_context *ctx, size_t wg, size_t n) {
+  size_t local = 1;
+  while (local * 2 <= 16 && local * 2 <= wg && n >= local * 2 * 8 * ctx->units) local *= 2;
+  return local;
+}
+
 clembed_status ce_enqueue_2d(clembed_context *ctx, cl_kernel k, const char *name, size_t nx, size_t ny,
                              cl_uint nwait, const cl_event *wait, cl_event *event) {
   size_t mul, wg = kernel_wg(ctx, k, &mul);
@@ -300,7 +310,7 @@ clembed_status ce_enqueue_2d(clembed_context *ctx, cl_kernel k, const char *name
   /* CPU shapes, one work-item across: each item does a whole row's work (the
    * segment kernels), so small groups spread the work evenly over the compute
    * units (measured on POCL: 16 rather than 256 per group, backward 1.7x) */
-  if (ctx->cpu_shapes && nx == 1) ly = ce_local_for_cpu(ctx, k, ny);
+  if (ctx->cpu_shapes && nx == 1) ly = cpu_local(ctx, wg, ny);
   if (nx == 0 || ny == 0) { /* nothing to run; the event still completes after the wait list */
     if (!event) return CLEMBED_OK;
     cl_int err = clEnqueueMarkerWithWaitList(ctx->queue, nwait, wait, event);
@@ -311,18 +321,12 @@ clembed_status ce_enqueue_2d(clembed_context *ctx, cl_kernel k, const char *name
   return enqueue(ctx, k, name, 2, global, local, nwait, wait, event);
 }
 
-size_t ce_local_for_cpu(clembed_context *ctx, cl_kernel k, size_t n) {
-  size_t mul, wg = kernel_wg(ctx, k, &mul), local = 1;
-  /* POCL runs a work-group's items in one thread: at most 16 of these large
-   * items to a group, and at least 8 groups per compute unit where n allows */
-  while (local * 2 <= 16 && local * 2 <= wg && n >= local * 2 * 8 * ctx->units) local *= 2;
-  return local;
-}
-
 clembed_status ce_enqueue_1d(clembed_context *ctx, cl_kernel k, const char *name, size_t n, size_t local,
                              cl_uint nwait, const cl_event *wait, cl_event *event) {
   size_t mul, wg = kernel_wg(ctx, k, &mul);
-  if (local == 0) {
+  if (local == CE_LOCAL_CPU) {
+    local = cpu_local(ctx, wg, n);
+  } else if (local == 0) {
     local = wg < 256 ? wg : 256;
     if (local > mul) local = local / mul * mul;
   }
