@@ -9,7 +9,6 @@
 
 /* No FP contraction: C11 mode (-std=c11) compiles a * b + c as two roundings. */
 
-static int small = 0;
 static cl_context cl_ctx;
 static cl_command_queue cl_queue;
 
@@ -32,7 +31,7 @@ static clembed_matrix mk_matrix(clembed_context *ctx, size_t rows, size_t cols, 
     for (size_t c = 0; c < cols; c++) {
       unsigned char *p = img + (off + r * ld + c) * es;
       float v = host[r * cols + c];
-      uint16_t h = dt == CLEMBED_F16 ? tu_f32_to_f16(v) : tu_f32_to_bf16(v);
+      uint16_t h = dt == CLEMBED_F16 ? ref_f32_to_f16(v) : ref_f32_to_bf16(v);
       if (dt == CLEMBED_F32) memcpy(p, &v, 4);
       else memcpy(p, &h, 2);
     }
@@ -103,95 +102,9 @@ static float *rand_grad(uint64_t *st, size_t n, clembed_dtype dt) {
   for (size_t k = 0; k < n; k++) {
     float v = tu_rand(st);
     int e = (int)((tu_rand(st) + 1.0f) * 6.0f) - 6; /* 2^-6 .. 2^6 */
-    g[k] = tu_round(ldexpf(v, e), dt);
+    g[k] = ref_round(ldexpf(v, e), dt);
   }
   return g;
-}
-
-/* ------------------------------------------------------------- reference */
-
-static int64_t ref_resolve(int64_t id, size_t rows, int policy, int64_t pad) {
-  int64_t r = (int64_t)rows;
-  if (policy == CLEMBED_INDEX_WRAP && id < 0 && id >= -r) id += r;
-  if (id < 0 || id >= r) {
-    if (policy == CLEMBED_INDEX_CLAMP && r > 0) id = id < 0 ? 0 : r - 1;
-    else return -1;
-  }
-  return id == pad ? -1 : id;
-}
-
-static int64_t ref_pad(int64_t p, size_t rows) {
-  if (p == CLEMBED_NO_PADDING) return -1;
-  return p < 0 ? p + (int64_t)rows : p;
-}
-
-/* The dropout-masked gradient element (i, c). */
-static float ref_m(float g, size_t i, size_t c, size_t d, const clembed_backward_options *o) {
-  if (o->dropout > 0.0f) {
-    uint32_t x[4];
-    float keep = 1.0f / (1.0f - o->dropout);
-    tu_philox(o->dropout_seed, (uint64_t)i * d + c, x);
-    return tu_unit(x[0]) >= (double)o->dropout ? g * keep : 0.0f;
-  }
-  return g;
-}
-
-/* The per-row gradient r (scale, freq) of every row into r[V*d]; cnt[V] the counts. */
-static void ref_rows(const float *g, const int64_t *ids, size_t n, size_t d, size_t V,
-                     const clembed_backward_options *o, float *r, uint32_t *cnt) {
-  int64_t pad = ref_pad(o->padding_idx, V);
-  memset(r, 0, V * d * sizeof(float));
-  memset(cnt, 0, V * sizeof(uint32_t));
-  for (size_t i = 0; i < n; i++) {
-    int64_t v = ref_resolve(ids[i], V, o->policy, pad);
-    if (v < 0) continue;
-    cnt[v]++;
-    for (size_t c = 0; c < d; c++) {
-      float s = r[v * d + c];
-      s = s + ref_m(g[i * d + c], i, c, d, o);
-      r[v * d + c] = s;
-    }
-  }
-  for (size_t v = 0; v < V; v++)
-    for (size_t c = 0; c < d && cnt[v]; c++) {
-      float x = o->scale * r[v * d + c];
-      if (o->scale_grad_by_freq) x = x / (float)cnt[v];
-      r[v * d + c] = x;
-    }
-}
-
-static void ref_backward(const float *g, const int64_t *ids, size_t n, size_t d, size_t V,
-                         const clembed_backward_options *o, float *table) {
-  float *r = malloc((V * d + 1) * sizeof(float));
-  uint32_t *cnt = malloc((V + 1) * sizeof(uint32_t));
-  ref_rows(g, ids, n, d, V, o, r, cnt);
-  for (size_t v = 0; v < V; v++)
-    for (size_t c = 0; c < d; c++) {
-      float *t = &table[v * d + c];
-      if (cnt[v]) *t = o->accumulate ? *t + r[v * d + c] : r[v * d + c];
-      else if (!o->accumulate) *t = 0.0f;
-    }
-  free(r);
-  free(cnt);
-}
-
-/* position_grad[p] += the masked rows of the tokens at p, in ascending order. */
-static void ref_positions(const float *g, size_t n, size_t d, size_t prows, const clembed_backward_options *o,
-                          const int64_t *so, float *pg) {
-  float *s = calloc(prows * d + 1, sizeof(float));
-  char *hit = calloc(prows + 1, 1);
-  for (size_t i = 0; i < n; i++) {
-    size_t b = o->seq_len ? i / o->seq_len : 0, j = o->seq_len ? i % o->seq_len : i;
-    int64_t first = so ? so[b] : (int64_t)o->position_offset;
-    uint64_t p = (uint64_t)first + j;
-    if (first < 0 || p >= prows) continue;
-    hit[p] = 1;
-    for (size_t c = 0; c < d; c++) s[p * d + c] = s[p * d + c] + ref_m(g[i * d + c], i, c, d, o);
-  }
-  for (size_t p = 0; p < prows; p++)
-    for (size_t c = 0; c < d && hit[p]; c++) pg[p * d + c] = pg[p * d + c] + s[p * d + c];
-  free(s);
-  free(hit);
 }
 
 static size_t count_diff(const float *a, const float *b, size_t n, size_t *first) {
@@ -252,7 +165,7 @@ static void run_case(clembed_context *ctx, const bcase *bc) {
     float *ga = malloc((n * d + 1) * sizeof(float));
     for (size_t k = 0; k < n * d; k++) ga[k] = fabsf(g[k]);
     ao.scale = fabsf(ao.scale);
-    ref_rows(ga, ids, n, d, V, &ao, absr, cnt);
+    ref_backward_rows(ga, ids, n, d, V, &ao, absr, cnt);
     size_t bad = 0;
     for (size_t k = 0; k < V * d; k++) {
       double tol = 1e-6 * (double)absr[k] * (double)(cnt[k / d] + 1) + 1e-6 * fabs((double)want[k]) + 1e-30;
@@ -295,11 +208,13 @@ static bcase base_bcase(const char *name, size_t n, size_t d, size_t V, clembed_
   return bc;
 }
 
-static void test_shapes(clembed_context *ctx) {
-  size_t ds[] = {1, 3, 37, small ? 67 : 1030};
+/* d of 1, 3, 37 and more; I32 and I64 ids; every gradient dtype with ld > cols
+ * and offsets on the gradient, the table and the ids */
+TU_CASE(shapes_dtypes_strides_and_offsets) {
+  size_t ds[] = {1, 3, 37, tu_small ? 67 : 1030};
   for (int k = 0; k < 4; k++)
     for (int t = 0; t < 2; t++) {
-      bcase bc = base_bcase(t ? "shapes i64" : "shapes i32", small ? 40 : 600, ds[k], small ? 13 : 150, CLEMBED_F32,
+      bcase bc = base_bcase(t ? "shapes i64" : "shapes i32", tu_small ? 40 : 600, ds[k], tu_small ? 13 : 150, CLEMBED_F32,
                             NULL);
       bc.it = t ? CLEMBED_I64 : CLEMBED_I32;
       run_case(ctx, &bc);
@@ -310,7 +225,7 @@ static void test_shapes(clembed_context *ctx) {
   /* grad dtypes, ld > cols and offsets everywhere */
   for (int dt = 0; dt < 3; dt++) {
     bcase bc = base_bcase(dt == 0 ? "ld/offset f32" : dt == 1 ? "ld/offset f16" : "ld/offset bf16",
-                          small ? 30 : 500, small ? 19 : 70, small ? 9 : 64, (clembed_dtype)dt, NULL);
+                          tu_small ? 30 : 500, tu_small ? 19 : 70, tu_small ? 9 : 64, (clembed_dtype)dt, NULL);
     bc.it = dt == 1 ? CLEMBED_I64 : CLEMBED_I32;
     bc.g_extra = 5;
     bc.g_off = 7;
@@ -327,8 +242,8 @@ static void test_shapes(clembed_context *ctx) {
 /* One id repeated 20,000 times (2,000 when small), among a few others: the
  * result is the sequential float32 sum in token order, and that differs from a
  * pairwise sum (so the test can tell the orders apart). */
-static void test_heavy(clembed_context *ctx) {
-  size_t n = small ? 2000 : 20000, d = small ? 5 : 64, V = 10;
+TU_CASE(one_id_repeated_twenty_thousand_times) {
+  size_t n = tu_small ? 2000 : 20000, d = tu_small ? 5 : 64, V = 10;
   int64_t *ids = malloc(n * sizeof(int64_t));
   for (size_t i = 0; i < n; i++) ids[i] = (i % 97 == 5) ? (int64_t)(i % 10) : 7;
   bcase bc = base_bcase("heavy repeats", n, d, V, CLEMBED_F32, ids);
@@ -380,8 +295,12 @@ static void test_heavy(clembed_context *ctx) {
   clembed_ids_release(&im);
 }
 
-static void test_options(clembed_context *ctx) {
-  size_t n = small ? 60 : 900, V = small ? 11 : 80, d = small ? 6 : 33;
+/* The ids of the option cases: a skewed mix, a few out of range both ways. */
+static int64_t *option_ids(size_t *pn, size_t *pV, size_t *pd) {
+  size_t n = tu_small ? 60 : 900, V = tu_small ? 11 : 80, d = tu_small ? 6 : 33;
+  *pn = n;
+  *pV = V;
+  *pd = d;
   int64_t *ids = malloc(n * sizeof(int64_t));
   uint64_t st = 5;
   for (size_t i = 0; i < n; i++) {
@@ -392,6 +311,14 @@ static void test_options(clembed_context *ctx) {
     if (i % 23 == 4) ids[i] = (int64_t)V + (int64_t)(i % 3);
     if (i % 29 == 6) ids[i] = -(int64_t)V - 2;
   }
+  return ids;
+}
+
+/* scale, padding_idx (non-negative and negative), scale_grad_by_freq,
+ * accumulate, dropout and the atomic path, under CLAMP and ZERO */
+TU_CASE(scale_padding_freq_accumulate_dropout) {
+  size_t n, V, d;
+  int64_t *ids = option_ids(&n, &V, &d);
   for (int freq = 0; freq < 2; freq++)
     for (int acc = 0; acc < 2; acc++)
       for (int pol = 1; pol <= 3; pol++) {
@@ -414,7 +341,13 @@ static void test_options(clembed_context *ctx) {
         if (pol != CLEMBED_INDEX_WRAP) run_case(ctx, &bc);
       }
 
-  /* WRAP: ids in [-V, V) are fine. */
+  free(ids);
+}
+
+/* WRAP: ids in [-V, V) are fine. */
+TU_CASE(wrap_policy_negative_ids) {
+  size_t n, V, d;
+  int64_t *ids = option_ids(&n, &V, &d);
   int64_t *w = malloc(n * sizeof(int64_t));
   for (size_t i = 0; i < n; i++) w[i] = (int64_t)(i * 7 % (2 * V)) - (int64_t)V;
   bcase bc = base_bcase("wrap", n, d, V, CLEMBED_F16, w);
@@ -426,8 +359,15 @@ static void test_options(clembed_context *ctx) {
   bc.name = "wrap atomic";
   run_case(ctx, &bc);
 
-  /* CHECK and WRAP with bad ids: no gradient from them, and the deferred error
-   * names the first bad position and its value. */
+  free(w);
+  free(ids);
+}
+
+/* CHECK and WRAP with bad ids: no gradient from them, and the deferred error
+ * names the first bad position and its value. */
+TU_CASE(bad_ids_give_no_gradient_and_a_named_error) {
+  size_t n, V, d;
+  int64_t *ids = option_ids(&n, &V, &d);
   for (int pol = 0; pol < 2; pol++)
     for (int det = 0; det < 2; det++) {
       clembed_index_policy p = pol ? CLEMBED_INDEX_WRAP : CLEMBED_INDEX_CHECK;
@@ -443,7 +383,7 @@ static void test_options(clembed_context *ctx) {
       OK(ctx, clembed_backward(ctx, &gm, &im, &o, &tm, 0, NULL, NULL));
       FAILS(ctx, CLEMBED_ERR_INDEX_OUT_OF_RANGE, clembed_finish(ctx));
       size_t first = 0;
-      while (first < n && ref_resolve(ids[first], V, p, -1) >= 0) first++;
+      while (first < n && ref_resolve(ids[first], (int64_t)V, p, -1, NULL) >= 0) first++;
       char want[128];
       snprintf(want, sizeof want, "clembed_backward: ids[%zu] = %lld is outside [0, %zu)", first,
                (long long)ids[first], V);
@@ -465,12 +405,11 @@ static void test_options(clembed_context *ctx) {
       clembed_matrix_release(&tm);
       clembed_ids_release(&im);
     }
-  free(w);
   free(ids);
 }
 
 /* Zero ids: accumulate keeps grad_table, overwrite zeroes it; events work. */
-static void test_empty(clembed_context *ctx) {
+TU_CASE(zero_ids_accumulate_and_overwrite) {
   size_t V = 7, d = 5;
   uint64_t st = 3;
   float *t0 = rand_grad(&st, V * d, CLEMBED_F32);
@@ -518,8 +457,8 @@ static void test_empty(clembed_context *ctx) {
 
 /* Learned positions: seq_len, position_offset, sequence_offsets; a position
  * past position_grad->rows is a deferred error. */
-static void test_positions(clembed_context *ctx) {
-  size_t seq = small ? 6 : 40, nseq = small ? 4 : 25, n = seq * nseq - 3, d = small ? 7 : 45, V = small ? 9 : 60;
+TU_CASE(learned_position_gradient) {
+  size_t seq = tu_small ? 6 : 40, nseq = tu_small ? 4 : 25, n = seq * nseq - 3, d = tu_small ? 7 : 45, V = tu_small ? 9 : 60;
   size_t P = seq + 10;
   uint64_t st = 11;
   int64_t *ids = malloc(n * sizeof(int64_t));
@@ -557,7 +496,7 @@ static void test_positions(clembed_context *ctx) {
     }
     float *pt = rd(ctx, &pm), *pw = malloc(P * d * sizeof(float));
     memcpy(pw, p0, P * d * sizeof(float));
-    ref_positions(g, n, d, P, &o, o.sequence_offsets ? so : NULL, pw);
+    ref_backward_positions(g, n, d, P, &o, o.sequence_offsets ? so : NULL, pw);
     EXPECT_BITS(pt, pw, P * d, "position_grad");
     check_gaps(&pm, "position_grad");
     float *tt = rd(ctx, &tm), *tw = malloc(V * d * sizeof(float));
@@ -589,8 +528,8 @@ static void test_positions(clembed_context *ctx) {
 /* The mask of the forward: a table of nonzero values, distinct ids, dropout in
  * the forward; the backward of a gradient of ones has its zeros exactly where
  * the forward output has them. */
-static void test_dropout_agreement(clembed_context *ctx) {
-  size_t V = small ? 24 : 300, n = small ? 20 : 256, d = small ? 13 : 130;
+TU_CASE(dropout_mask_matches_the_forward) {
+  size_t V = tu_small ? 24 : 300, n = tu_small ? 20 : 256, d = tu_small ? 13 : 130;
   float *tab = malloc(V * d * sizeof(float)), *ones = malloc(n * d * sizeof(float));
   for (size_t k = 0; k < V * d; k++) tab[k] = 1.0f + (float)(k % 7);
   for (size_t k = 0; k < n * d; k++) ones[k] = 1.0f;
@@ -639,8 +578,8 @@ static void test_dropout_agreement(clembed_context *ctx) {
 }
 
 /* sgd_update: touched rows become round(w - lr * r), the rest keep their bits. */
-static void test_sgd(clembed_context *ctx) {
-  size_t V = small ? 40 : 500, n = small ? 50 : 700, d = small ? 9 : 66;
+TU_CASE(sgd_touched_rows_rounded_untouched_kept) {
+  size_t V = tu_small ? 40 : 500, n = tu_small ? 50 : 700, d = tu_small ? 9 : 66;
   for (int dt = 0; dt < 3; dt++)
     for (int var = 0; var < 3; var++) {
       uint64_t st = 1000 + (uint64_t)dt * 10 + (uint64_t)var;
@@ -675,11 +614,11 @@ static void test_sgd(clembed_context *ctx) {
       float *got = rd(ctx, &tm);
       float *r = malloc(V * d * sizeof(float));
       uint32_t *cnt = malloc(V * sizeof(uint32_t));
-      ref_rows(g, ids, n, d, V, &o, r, cnt);
+      ref_backward_rows(g, ids, n, d, V, &o, r, cnt);
       size_t untouched_changed = 0, far = 0, not_rounded = 0;
       for (size_t v = 0; v < V; v++) {
         int touched = 0;
-        for (size_t i = 0; i < n && !touched; i++) touched = ref_resolve(ids[i], V, o.policy, ref_pad(o.padding_idx, V)) == (int64_t)v;
+        for (size_t i = 0; i < n && !touched; i++) touched = ref_resolve(ids[i], (int64_t)V, o.policy, ref_padding_row(o.padding_idx, (int64_t)V), NULL) == (int64_t)v;
         EXPECT(touched == (cnt[v] != 0), "row %zu", v);
         size_t rb = (tm.offset + v * tld) * es;
         if (!touched) {
@@ -687,10 +626,9 @@ static void test_sgd(clembed_context *ctx) {
           continue;
         }
         for (size_t c = 0; c < d; c++) {
-          float w = w0[v * d + c], step = lr * r[v * d + c], exact = w - step;
           double dd = (double)w0[v * d + c] - (double)lr * (double)r[v * d + c];
           if (tdt == CLEMBED_F32) far += fabs((double)got[v * d + c] - dd) > 1e-5 * (1.0 + fabs(dd));
-          not_rounded += memcmp(&got[v * d + c], &(float){tu_round(exact, tdt)}, 4) != 0;
+          not_rounded += memcmp(&got[v * d + c], &(float){ref_sgd(w0[v * d + c], lr, r[v * d + c], tdt)}, 4) != 0;
         }
       }
       EXPECT(untouched_changed == 0, "sgd dtype %d var %d: %zu untouched rows changed", dt, var, untouched_changed);
@@ -715,7 +653,7 @@ static void test_sgd(clembed_context *ctx) {
  * exactly, and an F16 table is written rounded to nearest even (subnormals,
  * ties, overflow to inf). With distinct ids, lr = 1, a zero table and grad = -t
  * the step stores exactly round_f16(t). */
-static void test_f16_bits(clembed_context *ctx) {
+TU_CASE(f16_gradients_and_table_by_their_bits) {
   size_t V = 64, d = 70, n = V;
   uint64_t st = 4242;
   float *t = malloc(n * d * sizeof(float)), *neg = malloc(n * d * sizeof(float));
@@ -741,7 +679,7 @@ static void test_f16_bits(clembed_context *ctx) {
   OK(ctx, clembed_sgd_update(ctx, &gm, &im, 1.0f, &o, &tm, 0, NULL, NULL));
   got = rd(ctx, &tm);
   for (size_t i = 0; i < n; i++)
-    for (size_t c = 0; c < d; c++) want[(size_t)ids[i] * d + c] = tu_round(t[i * d + c], CLEMBED_F16);
+    for (size_t c = 0; c < d; c++) want[(size_t)ids[i] * d + c] = ref_round(t[i * d + c], CLEMBED_F16);
   EXPECT_BITS(got, want, V * d, "f16 table rounding");
   free(got);
   check_gaps(&tm, "f16 table");
@@ -768,40 +706,41 @@ static void test_f16_bits(clembed_context *ctx) {
 
 /* An out-of-order queue (the commands are chained by events), with a wait
  * list and an event. */
-static void test_out_of_order(void) {
+TU_CASE(out_of_order_queue) {
+  (void)ctx; /* this case runs on a context of its own, on an out-of-order queue */
   cl_device_id dev;
   clGetCommandQueueInfo(cl_queue, CL_QUEUE_DEVICE, sizeof dev, &dev, NULL);
   cl_command_queue_properties props = 0;
   clGetDeviceInfo(dev, CL_DEVICE_QUEUE_PROPERTIES, sizeof props, &props, NULL);
   if (!(props & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE)) {
-    printf("out-of-order queues are not supported: skipped\n");
+    tu_skip("the device has no out-of-order queues");
     return;
   }
   cl_int err;
   cl_command_queue q = clCreateCommandQueue(cl_ctx, dev, CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE, &err);
   EXPECT(err == CL_SUCCESS, "clCreateCommandQueue %d", err);
   if (err != CL_SUCCESS) return;
-  clembed_context *ctx = NULL;
-  OK(ctx, clembed_context_create_from_queue(q, &ctx));
+  clembed_context *oq = NULL;
+  OK(oq, clembed_context_create_from_queue(q, &oq));
   clReleaseCommandQueue(q);
-  if (!ctx) return;
-  size_t n = small ? 100 : 3000, d = small ? 11 : 40, V = small ? 17 : 120, P = small ? 30 : 100;
+  if (!oq) return;
+  size_t n = tu_small ? 100 : 3000, d = tu_small ? 11 : 40, V = tu_small ? 17 : 120, P = tu_small ? 30 : 100;
   uint64_t st = 8;
   int64_t *ids = malloc(n * sizeof(int64_t));
   for (size_t i = 0; i < n; i++) ids[i] = (int64_t)((tu_rand(&st) + 1.0f) * 0.5f * (float)V) % (int64_t)V;
   float *g = rand_grad(&st, n * d, CLEMBED_F32), *t0 = rand_grad(&st, V * d, CLEMBED_F32);
   float *zeros = calloc(P * d, sizeof(float));
-  clembed_matrix gm = mk_matrix(ctx, n, d, CLEMBED_F32, 0, 0, g);
-  clembed_matrix tm = mk_matrix(ctx, V, d, CLEMBED_F32, 0, 0, t0);
-  clembed_matrix pm = mk_matrix(ctx, P, d, CLEMBED_F32, 0, 0, zeros);
+  clembed_matrix gm = mk_matrix(oq, n, d, CLEMBED_F32, 0, 0, g);
+  clembed_matrix tm = mk_matrix(oq, V, d, CLEMBED_F32, 0, 0, t0);
+  clembed_matrix pm = mk_matrix(oq, P, d, CLEMBED_F32, 0, 0, zeros);
   clembed_ids im = {0};
-  OK(ctx, clembed_ids_create(ctx, ids, n, CLEMBED_I64, &im));
+  OK(oq, clembed_ids_create(oq, ids, n, CLEMBED_I64, &im));
   cl_event gate = clCreateUserEvent(cl_ctx, &err), done = NULL;
   clembed_backward_options o = clembed_backward_defaults();
   o.seq_len = P / 2;
   o.position_grad = &pm;
   o.scale_grad_by_freq = 1;
-  OK(ctx, clembed_backward(ctx, &gm, &im, &o, &tm, 1, &gate, &done));
+  OK(oq, clembed_backward(oq, &gm, &im, &o, &tm, 1, &gate, &done));
   cl_int est = 0;
   clGetEventInfo(done, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof est, &est, NULL);
   EXPECT(est != CL_COMPLETE, "the operation completed before its wait list");
@@ -809,20 +748,20 @@ static void test_out_of_order(void) {
   EXPECT(clWaitForEvents(1, &done) == CL_SUCCESS, "waiting for the event");
   clReleaseEvent(done);
   clReleaseEvent(gate);
-  OK(ctx, clembed_finish(ctx));
-  float *got = rd(ctx, &tm), *pt = rd(ctx, &pm);
+  OK(oq, clembed_finish(oq));
+  float *got = rd(oq, &tm), *pt = rd(oq, &pm);
   float *pw = calloc(P * d, sizeof(float));
   ref_backward(g, ids, n, d, V, &o, t0);
-  ref_positions(g, n, d, P, &o, NULL, pw);
+  ref_backward_positions(g, n, d, P, &o, NULL, pw);
   EXPECT_BITS(got, t0, V * d, "out-of-order queue");
   EXPECT_BITS(pt, pw, P * d, "out-of-order queue, positions");
   /* sgd through the same queue */
-  OK(ctx, clembed_sgd_update(ctx, &gm, &im, 0.5f, &o, &tm, 0, NULL, &done));
+  OK(oq, clembed_sgd_update(oq, &gm, &im, 0.5f, &o, &tm, 0, NULL, &done));
   if (done) {
     clWaitForEvents(1, &done);
     clReleaseEvent(done);
   }
-  OK(ctx, clembed_finish(ctx));
+  OK(oq, clembed_finish(oq));
   free(got);
   free(pt);
   free(pw);
@@ -834,11 +773,11 @@ static void test_out_of_order(void) {
   clembed_matrix_release(&tm);
   clembed_matrix_release(&pm);
   clembed_ids_release(&im);
-  clembed_context_destroy(ctx);
+  clembed_context_destroy(oq);
 }
 
 /* Every error the two functions return for bad arguments. */
-static void test_errors(clembed_context *ctx) {
+TU_CASE(argument_errors) {
   const clembed_status E = CLEMBED_ERR_INVALID_ARGUMENT;
   int64_t ids_h[4] = {0, 1, 2, 3};
   clembed_matrix g = mk_matrix(ctx, 4, 3, CLEMBED_F32, 0, 0, NULL);
@@ -928,21 +867,11 @@ static void test_errors(clembed_context *ctx) {
   clembed_ids_release(&bad);
 }
 
-int main(int argc, char **argv) {
-  small = argc > 1 && !strcmp(argv[1], "small");
-  clembed_context *ctx = tu_context();
+static void setup(clembed_context *ctx) {
   cl_queue = clembed_context_queue(ctx);
   clGetCommandQueueInfo(cl_queue, CL_QUEUE_CONTEXT, sizeof cl_ctx, &cl_ctx, NULL);
-  test_errors(ctx);
-  test_empty(ctx);
-  test_shapes(ctx);
-  test_heavy(ctx);
-  test_options(ctx);
-  test_positions(ctx);
-  test_dropout_agreement(ctx);
-  test_sgd(ctx);
-  test_f16_bits(ctx);
-  test_out_of_order();
-  clembed_context_destroy(ctx);
-  return tu_finish(small ? "test_backward small" : "test_backward");
+}
+
+int main(int argc, char **argv) {
+  return tu_main(argc, argv, (tu_suite){.name = "test_backward", .device = 1, .setup = setup});
 }

@@ -134,19 +134,7 @@ static int leftover_temps(void) {
 
 /* ------------------------------------------------------------ references */
 
-static double pe_ref(size_t p, size_t i, size_t d, double base, int index_exp, int halves) {
-  size_t h = (d + 1) / 2;
-  if (halves) {
-    size_t k = i < h ? i : i - h;
-    double w = pow(base, -2.0 * (double)k / (double)d);
-    return i < h ? sin((double)p * w) : cos((double)p * w);
-  }
-  double e = index_exp ? (double)i : 2.0 * (double)(i / 2);
-  double w = pow(base, -e / (double)d);
-  return i % 2 == 0 ? sin((double)p * w) : cos((double)p * w);
-}
-
-static uint16_t h16(float f) { return tu_f32_to_f16(f); }
+static uint16_t h16(float f) { return ref_f32_to_f16(f); }
 
 /* A table of V x D floats with a few special values (-0, inf, a subnormal). */
 static void fill_table(float *w, size_t v, size_t d, uint64_t seed) {
@@ -166,7 +154,7 @@ static int64_t id_at(const npy_array *ids, size_t i) {
 
 /* ------------------------------------------------------------------ tests */
 
-static void test_help(void) {
+TU_CASE(help_names_every_subcommand) {
   static const char *const subs[] = {"devices", "positional", "embed", "backward", "sgd",
                                      "init",    "bench",      "demo"};
   RUNS(0, "--help");
@@ -185,7 +173,7 @@ static void test_help(void) {
 }
 
 /* embed equals W[ids] bit for bit: every table dtype, index type and rank. */
-static void test_embed_exact(void) {
+TU_CASE(embed_exact) {
   enum { V = 37, D = 13, N = 60 };
   static float w[V * D];
   static uint16_t w16[V * D];
@@ -241,7 +229,7 @@ static void test_embed_exact(void) {
     int bad = a.dtype != NPY_F4 || a.count != (size_t)N * D;
     for (size_t i = 0; i < N && !bad; i++)
       for (size_t c = 0; c < D && !bad; c++) {
-        float want = tu_f16_to_f32(w16[(size_t)i32[i] * D + c]), got = ((float *)a.data)[i * D + c];
+        float want = ref_f16_to_f32(w16[(size_t)i32[i] * D + c]), got = ((float *)a.data)[i * D + c];
         bad = memcmp(&want, &got, 4) != 0;
       }
     EXPECT(!bad, "embed --dtype f32 of an f16 table differs from float(W[ids])");
@@ -257,7 +245,7 @@ static void test_embed_exact(void) {
   }
 }
 
-static void test_positional(void) {
+TU_CASE(positional) {
   RUNS(0, "positional", "--length", "5", "--dim", "10", "--base", "5", "--exponent", "index", "-o", P("pe.npy"));
   npy_array a = {0};
   if (read_npy(P("pe.npy"), &a)) {
@@ -268,7 +256,7 @@ static void test_positional(void) {
              "row 1 begins %.5f %.5f %.5f", (double)pe[10], (double)pe[11], (double)pe[12]);
       double worst = 0;
       for (size_t p = 0; p < 5; p++)
-        for (size_t i = 0; i < 10; i++) worst = fmax(worst, fabs(pe[p * 10 + i] - pe_ref(p, i, 10, 5.0, 1, 0)));
+        for (size_t i = 0; i < 10; i++) worst = fmax(worst, fabs(pe[p * 10 + i] - ref_sinusoid(5.0, CLEMBED_EXPONENT_INDEX, CLEMBED_LAYOUT_INTERLEAVED, 10, (int64_t)p, i)));
       EXPECT(worst <= 1e-6, "positional base 5 index: worst error %g", worst);
     }
     npy_free(&a);
@@ -283,7 +271,8 @@ static void test_positional(void) {
       if (a.count == 60)
         for (size_t p = 0; p < 4; p++)
           for (size_t i = 0; i < 15; i++)
-            worst = fmax(worst, fabs(((float *)a.data)[p * 15 + i] - pe_ref(100000 + p, i, 15, 10000.0, 0, h)));
+            worst = fmax(worst, fabs(((float *)a.data)[p * 15 + i] - ref_sinusoid(10000.0, CLEMBED_EXPONENT_PAIR, h ? CLEMBED_LAYOUT_HALVES : CLEMBED_LAYOUT_INTERLEAVED, 15,
+                                                     (int64_t)(100000 + p), i)));
       EXPECT(a.count == 60 && worst <= 1e-6, "positional --first 100000 %s: worst error %g", layouts[h], worst);
       npy_free(&a);
     }
@@ -291,7 +280,7 @@ static void test_positional(void) {
 }
 
 /* embed --scale sqrt --positions sinusoid --offset, and a learned position table. */
-static void test_embed_positions(void) {
+TU_CASE(embed_with_positions) {
   enum { V = 11, D = 8, B = 2, S = 5, OFF = 7, L = 12 };
   float w[V * D], pt[L * D];
   uint64_t st = 3;
@@ -311,7 +300,8 @@ static void test_embed_positions(void) {
     if (a.count == B * S * D)
       for (int i = 0; i < B * S; i++)
         for (int c = 0; c < D; c++) {
-          double want = (double)(scale * w[ids[i] * D + c]) + pe_ref(OFF + i % S, (size_t)c, D, 10000.0, 0, 0);
+          double want = (double)(scale * w[ids[i] * D + c]) + ref_sinusoid(10000.0, CLEMBED_EXPONENT_PAIR, CLEMBED_LAYOUT_INTERLEAVED, D,
+                                                                         (int64_t)(OFF + i % S), (size_t)c);
           worst = fmax(worst, fabs(((float *)a.data)[i * D + c] - want));
         }
     EXPECT(a.ndim == 3 && a.count == B * S * D && worst <= 4e-6, "embed sqrt + sinusoid: worst error %g", worst);
@@ -335,7 +325,7 @@ static void test_embed_positions(void) {
 }
 
 /* Dropout (forward and backward agree on the mask), padding, wrap, bf16, huge ids. */
-static void test_embed_options(void) {
+TU_CASE(embed_options) {
   enum { V = 11, D = 8, N = 10 };
   float w[V * D];
   uint64_t st = 3;
@@ -350,9 +340,9 @@ static void test_embed_options(void) {
     for (int i = 0; i < N && !bad; i++)
       for (int c = 0; c < D && !bad; c++) {
         uint32_t x[4];
-        tu_philox(9, (uint64_t)(i * D + c), x);
+        ref_philox(9, (uint64_t)(i * D + c), x);
         float got = ((float *)a.data)[i * D + c];
-        if (tu_unit(x[0]) < 0.25) bad = got != 0.0f, dropped++;
+        if (ref_unit(x[0]) < 0.25) bad = got != 0.0f, dropped++;
         else bad = fabs(got - w[ids[i] * D + c] * keep) > 1e-6;
       }
     EXPECT(!bad && dropped > 0, "embed --dropout 0.25 --seed 9 differs from the Philox mask");
@@ -364,8 +354,8 @@ static void test_embed_options(void) {
   for (int i = 0; i < N; i++)
     for (int c = 0; c < D; c++) {
       uint32_t x[4];
-      tu_philox(9, (uint64_t)(i * D + c), x);
-      if (tu_unit(x[0]) >= 0.25) ref[ids[i] * D + c] += g[i * D + c] * keep;
+      ref_philox(9, (uint64_t)(i * D + c), x);
+      if (ref_unit(x[0]) >= 0.25) ref[ids[i] * D + c] += g[i * D + c] * keep;
     }
   size_t gs[3] = {2, 5, D};
   write_npy(P("gd.npy"), NPY_F4, 3, gs, g);
@@ -384,7 +374,7 @@ static void test_embed_options(void) {
     int bad = a.dtype != NPY_F4 || a.count != N * D;
     for (int i = 0; i < N && !bad; i++)
       for (int c = 0; c < D && !bad; c++) {
-        float want = ids[i] == V - 1 ? 0.0f : tu_round(w[ids[i] * D + c], CLEMBED_BF16);
+        float want = ids[i] == V - 1 ? 0.0f : ref_round(w[ids[i] * D + c], CLEMBED_BF16);
         bad = ((float *)a.data)[i * D + c] != want;
       }
     EXPECT(!bad, "embed --padding-idx -1 --dtype bf16 differs");
@@ -409,7 +399,7 @@ static void test_embed_options(void) {
   EXPECT(!exists(P("eh.npy")), "output written after a bad id");
 }
 
-static void test_backward(void) {
+TU_CASE(backward) {
   enum { V = 17, D = 6, N = 300 };
   static float g[N * D], ref[V * D];
   int32_t ids[N];
@@ -417,8 +407,11 @@ static void test_backward(void) {
   for (int i = 0; i < N; i++) ids[i] = (int32_t)((tu_rand(&st) + 1.0f) * 0.5f * 12) % 12; /* rows 12.. unused */
   for (int i = 0; i < N; i += 3) ids[i] = 5;                                                 /* a hot row */
   for (int i = 0; i < N * D; i++) g[i] = tu_rand(&st);
-  for (int i = 0; i < N; i++)
-    for (int c = 0; c < D; c++) ref[ids[i] * D + c] = ref[ids[i] * D + c] + g[i * D + c];
+  int64_t ids64[N];
+  for (int i = 0; i < N; i++) ids64[i] = ids[i];
+  clembed_backward_options bo = clembed_backward_defaults();
+  bo.accumulate = 0;
+  ref_backward(g, ids64, N, D, V, &bo, ref);
   size_t is[1] = {N}, gs[2] = {N, D}, is2[2] = {15, 20}, gs3[3] = {15, 20, D};
   write_npy(P("bi.npy"), NPY_I4, 1, is, ids);
   write_npy(P("bg.npy"), NPY_F4, 2, gs, g);
@@ -471,7 +464,7 @@ static void test_backward(void) {
   EXPECT(!exists(P("dw_bad.npy")), "output written after a bad id");
 }
 
-static void test_sgd(void) {
+TU_CASE(sgd) {
   enum { V = 23, D = 5, N = 40 };
   static float w[V * D], g[N * D], dw[V * D];
   static uint16_t w16[V * D];
@@ -505,8 +498,8 @@ static void test_sgd(void) {
     double worst = 0;
     for (int v = 0; v < V && a.count == V * D; v++)
       for (int c = 0; c < D; c++) {
-        float got = f16 ? tu_f16_to_f32(((uint16_t *)a.data)[v * D + c]) : ((float *)a.data)[v * D + c];
-        float before = f16 ? tu_f16_to_f32(w16[v * D + c]) : w[v * D + c];
+        float got = f16 ? ref_f16_to_f32(((uint16_t *)a.data)[v * D + c]) : ((float *)a.data)[v * D + c];
+        float before = f16 ? ref_f16_to_f32(w16[v * D + c]) : w[v * D + c];
         if (!occurs[v]) untouched_ok &= memcmp(&got, &before, 4) == 0;
         else worst = fmax(worst, fabs(got - ((double)before - 0.05 * dw[v * D + c])));
       }
@@ -516,7 +509,7 @@ static void test_sgd(void) {
   }
 }
 
-static void test_init(void) {
+TU_CASE(init) {
   RUNS(0, "init", "--rows", "7", "--dim", "9", "--normal", "0,0.02", "--seed", "5", "-o", P("n1.npy"));
   RUNS(0, "init", "--rows", "7", "--dim", "9", "--normal", "0,0.02", "--seed", "5", "-o", P("n2.npy"));
   RUNS(0, "init", "--rows", "7", "--dim", "9", "--normal", "0,0.02", "--seed", "6", "-o", P("n3.npy"));
@@ -534,9 +527,9 @@ static void test_init(void) {
     double worst = 0;
     for (size_t e = 0; e < a.count; e++) {
       uint32_t x[4];
-      tu_philox(9, e, x);
-      float want = -2.0f + 3.0f * (float)tu_unit(x[0]);
-      worst = fmax(worst, fabs(tu_f16_to_f32(((uint16_t *)a.data)[e]) - want));
+      ref_philox(9, e, x);
+      float want = -2.0f + 3.0f * (float)ref_unit(x[0]);
+      worst = fmax(worst, fabs(ref_f16_to_f32(((uint16_t *)a.data)[e]) - want));
     }
     EXPECT(worst <= 2e-3, "init --uniform differs from Philox: %g", worst);
     npy_free(&a);
@@ -547,7 +540,7 @@ static void test_init(void) {
   EXPECT(!exists(P("u_bad.npy")), "output written after bad init flags");
 }
 
-static void test_errors(void) {
+TU_CASE(errors_exit_codes_and_no_partial_output) {
   enum { V = 37, D = 13, N = 60 };
   /* a bad id at position 23 */
   int32_t ids[N];
@@ -641,39 +634,36 @@ static void test_errors(void) {
   EXPECT(leftover_temps() == 0, "temporary files left behind");
 }
 
-int main(int argc, char **argv) {
-  if (argc < 2) {
-    fprintf(stderr, "usage: test_cli PATH/TO/clembed\n");
-    return 1;
+TU_CASE(demo) {
+  RUNS(0, "demo");
+  EXPECT(strstr(g_out, "0.84147") != NULL, "demo output lacks 0.84147");
+}
+
+/* A temporary directory, and `clembed devices` must find a device. */
+static void setup(clembed_context *unused) {
+  if (!g_exe) {
+    fprintf(stderr, "usage: test_cli PATH/TO/clembed [CASE...]\n");
+    exit(2);
   }
-  g_exe = argv[1];
   const char *tmp = getenv("TMPDIR");
   snprintf(g_dir, sizeof g_dir, "%s/test_cli.XXXXXX", tmp && *tmp ? tmp : "/tmp");
   if (!mkdtemp(g_dir)) {
     perror("mkdtemp");
-    return 1;
+    exit(1);
   }
   int r = CLI("devices");
   if (r != 0) {
     const char *allow = getenv("CLEMBED_ALLOW_NO_DEVICE");
     fprintf(stderr, "clembed devices exits %d: %s", r, g_err);
-    if (allow && !strcmp(allow, "1")) return 77;
-    return 1;
+    if (allow && !strcmp(allow, "1")) exit(77);
+    exit(1);
   }
   printf("%s", g_out);
-  test_help();
-  test_embed_exact();
-  test_positional();
-  test_embed_positions();
-  test_embed_options();
-  test_backward();
-  test_sgd();
-  test_init();
-  test_errors();
-  RUNS(0, "demo");
-  EXPECT(strstr(g_out, "0.84147") != NULL, "demo output lacks 0.84147");
-  int failed = tu_finish("test_cli");
-  if (!failed) { /* clean up the directory */
+}
+
+/* The directory is removed when every case passed, kept otherwise. */
+static void teardown(clembed_context *unused) {
+  if (!tu_failures) {
     DIR *d = opendir(g_dir);
     struct dirent *e;
     while (d && (e = readdir(d)))
@@ -683,5 +673,15 @@ int main(int argc, char **argv) {
   } else {
     printf("files kept in %s\n", g_dir);
   }
-  return failed;
+}
+
+int main(int argc, char **argv) {
+  /* the binary comes first (but --list needs none) */
+  if (argc > 1 && strncmp(argv[1], "--", 2) != 0) {
+    g_exe = argv[1];
+    argv[1] = argv[0];
+    argc--;
+    argv++;
+  }
+  return tu_main(argc, argv, (tu_suite){.name = "test_cli", .setup = setup, .teardown = teardown});
 }

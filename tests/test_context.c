@@ -14,7 +14,6 @@
 #include <ctype.h>
 #include <pthread.h>
 
-static int small_mode = 0;
 static int oclgrind = 0; /* the test device is Oclgrind's: no threads */
 
 /* ------------------------------------------------------- plain enumeration */
@@ -453,7 +452,7 @@ static void check_from_queue(cl_device_id dev, cl_command_queue_properties props
     /* work enqueued and then read at once through the blocking read (an
      * out-of-order queue must still see the finished lookup) */
     for (int rep = 0; rep < 5; rep++) {
-      long w2 = check_lookup(ctx, 300, 64, small_mode ? 50 : 2000, 100 + (uint64_t)rep);
+      long w2 = check_lookup(ctx, 300, 64, tu_small ? 50 : 2000, 100 + (uint64_t)rep);
       EXPECT(w2 == 0, "lookup then read (props %lx, rep %d): %ld wrong", (unsigned long)props, rep, w2);
     }
 
@@ -599,7 +598,7 @@ static void check_threads(const char *spec, cl_device_id dev) {
   cl_context cc = clCreateContext(NULL, 1, &dev, NULL, NULL, &err);
   cl_command_queue q1 = clCreateCommandQueue(cc, dev, 0, &err);
   cl_command_queue q2 = clCreateCommandQueue(cc, dev, 0, &err);
-  int rounds = small_mode ? 2 : 10;
+  int rounds = tu_small ? 2 : 10;
   thread_arg args[4] = {{spec, NULL, rounds, 0, 0, ""},
                         {spec, NULL, rounds, 0, 0, ""},
                         {NULL, q1, rounds, 0, 0, ""}, /* these two share one cl_context's programs */
@@ -624,7 +623,7 @@ static void check_threads(const char *spec, cl_device_id dev) {
 
 /* Contexts created and destroyed in a loop, each with matrices and ids. */
 static void check_loop(const char *spec) {
-  int n = small_mode ? 8 : 50;
+  int n = tu_small ? 8 : 50;
   long bad = 0;
   for (int i = 0; i < n; i++) {
     clembed_context *c = NULL;
@@ -681,40 +680,60 @@ static void check_tuning(void) {
   }
 }
 
-int main(int argc, char **argv) {
-  small_mode = argc > 1 && !strcmp(argv[1], "small");
-  clembed_context *ctx = tu_context();
+/* ------------------------------------------------------------ the cases */
+
+static char g_spec[32] = "0:0"; /* the test device as "P:D" */
+static cl_device_id g_dev;
+static cl_command_queue_properties g_queue_props;
+
+/* The plain enumeration, and where the test device is in it. */
+static void setup(clembed_context *ctx) {
   enumerate();
   EXPECT(ndevs > 0, "no device enumerated");
-  cl_device_id dev = ctx_device(ctx);
-  long ti = index_of(dev);
+  g_dev = ctx_device(ctx);
+  long ti = index_of(g_dev);
   EXPECT(ti >= 0, "the test device is not in the enumeration");
-  char spec[32] = "0:0";
-  if (ti >= 0) snprintf(spec, sizeof spec, "%u:%u", devs[ti].pi, devs[ti].di);
-  printf("test device %s: %s\n", spec, ti >= 0 ? devs[ti].full : "?");
+  if (ti >= 0) snprintf(g_spec, sizeof g_spec, "%u:%u", devs[ti].pi, devs[ti].di);
+  printf("test device %s: %s\n", g_spec, ti >= 0 ? devs[ti].full : "?");
   oclgrind = ti >= 0 && icontains(devs[ti].pname, "oclgrind");
+  clGetDeviceInfo(g_dev, CL_DEVICE_QUEUE_PROPERTIES, sizeof g_queue_props, &g_queue_props, NULL);
+}
 
-  check_basic(ctx);
-  check_tuning();
-  check_null_handling(spec);
-  check_specs(spec);
-  check_from_queue(dev, 0);
-  cl_command_queue_properties qp = 0;
-  clGetDeviceInfo(dev, CL_DEVICE_QUEUE_PROPERTIES, sizeof qp, &qp, NULL);
-  if (qp & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE)
-    check_from_queue(dev, CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE);
+TU_CASE(basic_context) { check_basic(ctx); }
+
+TU_CASE(tuning_environment_variable) { check_tuning(); }
+
+TU_CASE(null_handling) { check_null_handling(g_spec); }
+
+TU_CASE(device_specs_choose_the_expected_device) { check_specs(g_spec); }
+
+TU_CASE(from_in_order_queue) { check_from_queue(g_dev, 0); }
+
+TU_CASE(from_out_of_order_queue) {
+  if (g_queue_props & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE)
+    check_from_queue(g_dev, CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE);
   else
-    printf("the device has no out-of-order queues: not tested\n");
-  if (qp & CL_QUEUE_PROFILING_ENABLE) check_from_queue(dev, CL_QUEUE_PROFILING_ENABLE);
-  check_shared(dev);
-  check_two_at_once(spec);
-  /* Oclgrind runs kernels in the calling thread and cannot run two at once
-   * (it asserts): the threads are left to real implementations */
-  if (!oclgrind)
-    check_threads(spec, dev);
-  else
-    printf("threads: not tested on this platform\n");
-  check_loop(spec);
-  clembed_context_destroy(ctx);
-  return tu_finish("test_context");
+    tu_skip("the device has no out-of-order queues");
+}
+
+TU_CASE(from_profiling_queue) {
+  if (g_queue_props & CL_QUEUE_PROFILING_ENABLE) check_from_queue(g_dev, CL_QUEUE_PROFILING_ENABLE);
+  else tu_skip("the device has no profiling queues");
+}
+
+TU_CASE(contexts_sharing_a_queue) { check_shared(g_dev); }
+
+TU_CASE(two_contexts_at_once) { check_two_at_once(g_spec); }
+
+/* Oclgrind runs kernels in the calling thread and cannot run two at once (it
+ * asserts): the threads are left to real implementations */
+TU_CASE(contexts_in_threads) {
+  if (!oclgrind) check_threads(g_spec, g_dev);
+  else tu_skip("Oclgrind cannot run kernels in two threads at once");
+}
+
+TU_CASE(create_and_destroy_in_a_loop) { check_loop(g_spec); }
+
+int main(int argc, char **argv) {
+  return tu_main(argc, argv, (tu_suite){.name = "test_context", .device = 1, .setup = setup});
 }

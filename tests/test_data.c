@@ -1,7 +1,7 @@
 /* Device data: matrices and ids.
  * - Round trips for every (host dtype written) x (device dtype) x (host dtype
  *   read) with exact expectations from the plain reference conversions of
- *   test_util.h: every F16 and BF16 bit pattern, and F32 special values
+ *   reference.h: every F16 and BF16 bit pattern, and F32 special values
  *   (bf16 round-to-nearest-even ties, f16 subnormals and their ties, overflow
  *   to inf, NaN stays NaN, -0.0 keeps its sign) plus random bit patterns.
  * - The device kernels' own conversions (a lookup from one dtype to another)
@@ -13,7 +13,6 @@
  *   larger than CL_DEVICE_MAX_MEM_ALLOC_SIZE (OUT_OF_MEMORY). */
 #include "test_util.h"
 
-static int small_mode = 0;
 static const clembed_dtype DT[3] = {CLEMBED_F32, CLEMBED_F16, CLEMBED_BF16};
 static const char *DN[3] = {"F32", "F16", "BF16"};
 
@@ -126,9 +125,9 @@ static size_t special_f32(float *v, size_t cap, int with_f32_subnormals) {
 
 /* ------------------------------------------------------------ round trips */
 
-static void round_trips(clembed_context *ctx) {
+TU_CASE(round_trips_every_dtype_and_bit_pattern) {
   /* inputs per host dtype: F32 specials + random bit patterns; every F16/BF16 pattern */
-  size_t nrand = small_mode ? 2000 : 20000;
+  size_t nrand = tu_small ? 2000 : 20000;
   size_t cap = 64 + nrand;
   float *f32in = malloc(cap * sizeof *f32in);
   size_t n32 = special_f32(f32in, 64, 1);
@@ -163,8 +162,8 @@ static void round_trips(clembed_context *ctx) {
         size_t bad = 0, badbits = 0;
         for (size_t i = 0; i < total; i++) {
           float x = tu_elem(host, i, DT[h]);                 /* the written value */
-          float dv = tu_round(x, DT[d]);                  /* as stored on the device */
-          float want = tu_round(dv, DT[r]);               /* as read back */
+          float dv = ref_round(x, DT[d]);                  /* as stored on the device */
+          float want = ref_round(dv, DT[r]);               /* as read back */
           float g = tu_elem(got, i, DT[r]);
           if (!same(g, want)) {
             if (bad < 5)
@@ -175,8 +174,8 @@ static void round_trips(clembed_context *ctx) {
           /* the exact bits when reading in the device dtype (NaN payloads aside) */
           if (r == d && !isnan(want)) {
             uint32_t wb = DT[d] == CLEMBED_F32   ? to_bits(want)
-                          : DT[d] == CLEMBED_F16 ? tu_f32_to_f16(want)
-                                                 : tu_f32_to_bf16(want);
+                          : DT[d] == CLEMBED_F16 ? ref_f32_to_f16(want)
+                                                 : ref_f32_to_bf16(want);
             if (bits_of(got, i, DT[r]) != wb) badbits++;
           }
         }
@@ -196,7 +195,7 @@ static void round_trips(clembed_context *ctx) {
 
 /* The kernels' conversions: a lookup of the special values from a table of
  * one dtype into an output of another (scale 1: the value is only converted). */
-static void kernel_conversions(clembed_context *ctx) {
+TU_CASE(kernel_conversions_of_special_values) {
   float v[64];
   int denorms = device_has_denorms(ctx);
   size_t n = special_f32(v, 64, denorms);
@@ -222,7 +221,7 @@ static void kernel_conversions(clembed_context *ctx) {
       size_t bad = 0;
       for (size_t r = 0; r < 3; r++)
         for (size_t i = 0; i < n; i++) {
-          float want = tu_round(tu_round(w[(size_t)id[r] * n + i], DT[t]), DT[o]);
+          float want = ref_round(ref_round(w[(size_t)id[r] * n + i], DT[t]), DT[o]);
           float g = got[r * n + i];
           if (!same(g, want)) {
             if (bad < 5)
@@ -262,7 +261,7 @@ static void window_case(clembed_context *ctx, size_t rows, size_t cols, size_t l
   OK(ctx, clembed_matrix_read(ctx, &m, back, host_dt));
   size_t bad = 0;
   for (size_t i = 0; i < n; i++)
-    if (!same(tu_elem(back, i, host_dt), tu_round(tu_round(tu_elem(host, i, host_dt), dt), host_dt))) bad++;
+    if (!same(tu_elem(back, i, host_dt), ref_round(ref_round(tu_elem(host, i, host_dt), dt), host_dt))) bad++;
   EXPECT(bad == 0, "window %zux%zu ld %zu off %zu %s (host %s): %zu wrong on reading back", rows, cols, ld, off,
          DN[dt], DN[host_dt], bad);
   float *all = malloc(total * sizeof *all);
@@ -270,10 +269,10 @@ static void window_case(clembed_context *ctx, size_t rows, size_t cols, size_t l
   size_t outside = 0, inside = 0;
   for (size_t e = 0; e < total; e++) {
     int in = e >= off && (e - off) / ld < rows && (e - off) % ld < cols;
-    if (!in && all[e] != tu_round(777.0f, dt)) outside++;
+    if (!in && all[e] != ref_round(777.0f, dt)) outside++;
     if (in) {
       size_t r = (e - off) / ld, c = (e - off) % ld;
-      if (!same(all[e], tu_round(tu_elem(host, r * cols + c, host_dt), dt))) inside++;
+      if (!same(all[e], ref_round(tu_elem(host, r * cols + c, host_dt), dt))) inside++;
     }
   }
   EXPECT(outside == 0, "window %zux%zu ld %zu off %zu %s: %zu elements outside the window changed", rows, cols, ld,
@@ -287,7 +286,7 @@ static void window_case(clembed_context *ctx, size_t rows, size_t cols, size_t l
   clembed_matrix_release(&whole);
 }
 
-static void windows(clembed_context *ctx) {
+TU_CASE(ld_larger_than_cols_and_offsets) {
   for (int d = 0; d < 3; d++)
     for (int h = 0; h < 3; h++) {
       window_case(ctx, 7, 5, 9, 3, DT[d], DT[h]);
@@ -303,7 +302,7 @@ static void windows(clembed_context *ctx) {
 
 /* ------------------------------------------------------------ empty shapes */
 
-static void empty_shapes(clembed_context *ctx) {
+TU_CASE(zero_rows_and_zero_cols) {
   const size_t shapes[3][2] = {{0, 5}, {5, 0}, {0, 0}};
   for (int s = 0; s < 3; s++)
     for (int d = 0; d < 3; d++) {
@@ -324,7 +323,7 @@ static void empty_shapes(clembed_context *ctx) {
 
 /* ------------------------------------------------------------ ids */
 
-static void ids_round_trips(clembed_context *ctx) {
+TU_CASE(ids_round_trips_with_offsets) {
   int32_t a32[10];
   int64_t a64[10];
   for (int i = 0; i < 10; i++) {
@@ -386,7 +385,7 @@ static void ids_round_trips(clembed_context *ctx) {
 
 /* ------------------------------------------------------------ invalid */
 
-static void invalid(clembed_context *ctx) {
+TU_CASE(invalid_arguments) {
   const int INV = CLEMBED_ERR_INVALID_ARGUMENT;
   clembed_matrix m = {0}, bad;
   float host[12] = {0};
@@ -517,7 +516,7 @@ static void invalid(clembed_context *ctx) {
 }
 
 /* Creation zero-fills (and a reused buffer does not leak old contents). */
-static void zero_fill(clembed_context *ctx) {
+TU_CASE(creation_zero_fills) {
   for (int d = 0; d < 3; d++)
     for (int rep = 0; rep < 3; rep++) {
       size_t rows = 33, cols = 7 + (size_t)rep; /* odd byte counts for 2-byte dtypes */
@@ -537,16 +536,4 @@ static void zero_fill(clembed_context *ctx) {
     }
 }
 
-int main(int argc, char **argv) {
-  small_mode = argc > 1 && !strcmp(argv[1], "small");
-  clembed_context *ctx = tu_context();
-  round_trips(ctx);
-  kernel_conversions(ctx);
-  windows(ctx);
-  empty_shapes(ctx);
-  ids_round_trips(ctx);
-  zero_fill(ctx);
-  invalid(ctx);
-  clembed_context_destroy(ctx);
-  return tu_finish("test_data");
-}
+int main(int argc, char **argv) { return tu_main(argc, argv, (tu_suite){.name = "test_data", .device = 1}); }

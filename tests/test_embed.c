@@ -11,7 +11,7 @@
  *     (times keep = 1/(1-p) under dropout); other output dtypes: the rounding of
  *     a value within that bound.
  * Dropout: the mask is Philox(seed, i*cols + c) word 0, kept when
- *   u(x0) = (x0 >> 8) * 2^-24 >= p (tu_philox, tu_unit), element for element; kept
+ *   u(x0) = (x0 >> 8) * 2^-24 >= p (ref_philox, ref_unit), element for element; kept
  *   values are multiplied by keep = 1.0f / (1.0f - p) computed in float; the kept
  *   fraction of a large output is within 4 sigma of 1 - p; same seed same mask,
  *   a different seed (low or high 32 bits) a different mask.
@@ -22,33 +22,9 @@
  * position, that row's positional part zero), and the argument errors. */
 #include "test_util.h"
 
-static int small_mode = 0;
 static const char *DN[3] = {"F32", "F16", "BF16"};
 
 /* ------------------------------------------------------------ helpers */
-
-/* The float64 sinusoid of API.md. */
-static double sinusoid_ref(const clembed_sinusoid *s, size_t d, int64_t p, size_t i) {
-  double w;
-  int is_cos;
-  if (s->layout == CLEMBED_LAYOUT_HALVES) {
-    size_t h = (d + 1) / 2, k = i < h ? i : i - h;
-    w = pow(s->base, -2.0 * (double)k / (double)d);
-    is_cos = i >= h;
-  } else {
-    w = s->exponent == CLEMBED_EXPONENT_PAIR ? pow(s->base, -2.0 * floor((double)i / 2.0) / (double)d)
-                                             : pow(s->base, -(double)i / (double)d);
-    is_cos = (int)(i % 2);
-  }
-  double a = (double)p * w;
-  return is_cos ? cos(a) : sin(a);
-}
-
-static int kept(uint64_t seed, uint64_t e, float p) {
-  uint32_t x[4];
-  tu_philox(seed, e, x);
-  return tu_unit(x[0]) >= (double)p;
-}
 
 /* ------------------------------------------------------------ one case */
 
@@ -139,8 +115,8 @@ static eresult run_case(clembed_context *ctx, const ecase *c) {
   snprintf(finmsg, sizeof finmsg, "%s", clembed_context_message(ctx));
 
   /* the reference */
-  int64_t pad = c->padding < -1 ? c->padding + (int64_t)V : c->padding;
-  float keep = c->dropout > 0.0f ? 1.0f / (1.0f - c->dropout) : 1.0f;
+  int64_t pad = ref_padding_row(c->padding, (int64_t)V);
+  float keep = c->dropout > 0.0f ? ref_dropout_scale(c->dropout) : 1.0f;
   long long first_bad_id = -1, first_bad_pos = -1, bad_id_val = 0, bad_pos_val = 0;
   void *got = tu_alloc_elems(n * d, c->odt);
   OK(ctx, clembed_matrix_read(ctx, &out, got, c->odt));
@@ -148,19 +124,13 @@ static eresult run_case(clembed_context *ctx, const ecase *c) {
   size_t bad = 0;
   double worst = 0.0;
   for (size_t i = 0; i < n; i++) {
-    int64_t id = ids[i], r = id;
-    if (c->policy == CLEMBED_INDEX_WRAP && id < 0 && id >= -(int64_t)V) r = id + (int64_t)V;
-    if (r < 0 || r >= (int64_t)V) {
-      if (c->policy == CLEMBED_INDEX_CLAMP) r = r < 0 ? 0 : (int64_t)V - 1;
-      else {
-        if (c->policy != CLEMBED_INDEX_ZERO && first_bad_id < 0) {
-          first_bad_id = (long long)i;
-          bad_id_val = (long long)id;
-        }
-        r = -1;
-      }
+    int64_t id = ids[i];
+    int id_bad;
+    int64_t r = ref_resolve(id, (int64_t)V, c->policy, pad, &id_bad);
+    if (id_bad && first_bad_id < 0) {
+      first_bad_id = (long long)i;
+      bad_id_val = (long long)id;
     }
-    if (r == pad) r = -1;
     size_t b = c->seq_len ? i / c->seq_len : 0, j = c->seq_len ? i % c->seq_len : i;
     int64_t first = c->so ? c->so[b] : (int64_t)c->position_offset;
     int64_t p = first + (int64_t)j;
@@ -172,15 +142,16 @@ static eresult run_case(clembed_context *ctx, const ecase *c) {
       bad_pos_val = (long long)p;
     }
     for (size_t k = 0; k < d; k++) {
-      float tok = r >= 0 ? c->scale * tu_elem(w, (size_t)r * d + k, c->tdt) : 0.0f;
+      float wk = r >= 0 ? tu_elem(w, (size_t)r * d + k, c->tdt) : 0.0f;
+      float tok = ref_forward(c->scale, r >= 0 ? &wk : NULL, NULL, 0.0f, 1);
       size_t e = i * d + k;
-      int keep_it = c->dropout > 0.0f ? kept(c->seed, (uint64_t)e, c->dropout) : 1;
+      int keep_it = c->dropout > 0.0f ? ref_dropout_kept(c->seed, (uint64_t)e, c->dropout) : 1;
       float g = tu_elem(got, e, c->odt);
       res.got[e] = g;
       int ok;
       double err = 0.0;
       if (c->positions == CLEMBED_POSITIONS_SINUSOID && pos_ok) {
-        double ref = (double)tok + sinusoid_ref(&c->sin, d, p, k), before = ref;
+        double ref = (double)tok + ref_sinusoid(c->sin.base, c->sin.exponent, c->sin.layout, d, p, k), before = ref;
         double tol = 4e-6;
         if (c->dropout > 0.0f) {
           ref = keep_it ? ref * (double)keep : 0.0;
@@ -188,18 +159,18 @@ static eresult run_case(clembed_context *ctx, const ecase *c) {
         }
         err = fabs((double)g - ref);
         if (c->odt == CLEMBED_F32) ok = err <= tol;
-        else ok = g >= tu_round((float)(ref - tol), c->odt) && g <= tu_round((float)(ref + tol), c->odt);
+        else ok = g >= ref_round((float)(ref - tol), c->odt) && g <= ref_round((float)(ref + tol), c->odt);
         if (!keep_it) ok = g == 0.0f;
         if (before != 0.0) {
           res.nonzero++;
           res.kept += g != 0.0f;
         }
       } else {
-        float v = tok;
-        if (c->positions == CLEMBED_POSITIONS_TABLE && pos_ok) v = v + tu_elem(ptab, (size_t)p * d + k, c->pdt);
-        float before = v;
-        if (c->dropout > 0.0f) v = keep_it ? v * keep : 0.0f;
-        float want = tu_round(v, c->odt);
+        int has_pos = c->positions == CLEMBED_POSITIONS_TABLE && pos_ok;
+        float pk = has_pos ? tu_elem(ptab, (size_t)p * d + k, c->pdt) : 0.0f;
+        float before = ref_forward(c->scale, r >= 0 ? &wk : NULL, has_pos ? &pk : NULL, 0.0f, 1);
+        float v = ref_forward(c->scale, r >= 0 ? &wk : NULL, has_pos ? &pk : NULL, c->dropout, keep_it);
+        float want = ref_round(v, c->odt);
         ok = g == want || (isnan(g) && isnan(want));
         err = fabs((double)g - (double)want);
         if (before != 0.0f) {
@@ -276,8 +247,9 @@ static void run_free(clembed_context *ctx, const ecase *c) { free(run_case(ctx, 
 
 /* ------------------------------------------------------------ sinusoid */
 
-static void sinusoid_cases(clembed_context *ctx) {
-  size_t n = small_mode ? 60 : 600;
+/* scale sqrt(d_model); batches of seq_len; position_offset near and far */
+TU_CASE(sinusoid_batches_and_position_offsets) {
+  size_t n = tu_small ? 60 : 600;
   ecase c = base_case("sinusoid", 100, 64, n);
   c.positions = CLEMBED_POSITIONS_SINUSOID;
   c.scale = 8.0f; /* sqrt(d_model) */
@@ -285,17 +257,21 @@ static void sinusoid_cases(clembed_context *ctx) {
 
   c.name = "sinusoid seq_len 50, position_offset 1000 (100 small)";
   c.seq_len = 50;
-  c.position_offset = small_mode ? 100 : 1000;
+  c.position_offset = tu_small ? 100 : 1000;
   run_free(ctx, &c);
 
   c.name = "sinusoid far position_offset";
   c.position_offset = ((size_t)1 << 20) - 50;
   run_free(ctx, &c);
 
-  /* sequence offsets, KV-cache style: each sequence starts elsewhere */
+}
+
+/* sequence offsets, KV-cache style: each sequence starts elsewhere (I32, I64 at
+ * an offset, a last partial sequence, seq_len 0) */
+TU_CASE(sinusoid_sequence_offsets) {
   int64_t so[16];
   for (int b = 0; b < 16; b++) so[b] = (int64_t)b * 37 + (b % 3 == 2 ? 1000000 : 0);
-  c = base_case("sinusoid sequence_offsets I32", 50, 37, 12 * 16);
+  ecase c = base_case("sinusoid sequence_offsets I32", 50, 37, 12 * 16);
   c.positions = CLEMBED_POSITIONS_SINUSOID;
   c.seq_len = 12;
   c.position_offset = 5; /* overridden */
@@ -318,7 +294,10 @@ static void sinusoid_cases(clembed_context *ctx) {
   c.so_count = 1;
   run_free(ctx, &c);
 
-  /* the variants, odd d, other bases */
+}
+
+/* the variants, odd d, other bases */
+TU_CASE(sinusoid_variants_odd_d_other_bases) {
   const clembed_sinusoid vs[4] = {{10000.0, CLEMBED_EXPONENT_INDEX, CLEMBED_LAYOUT_INTERLEAVED},
                                   {10000.0, CLEMBED_EXPONENT_PAIR, CLEMBED_LAYOUT_HALVES},
                                   {5.0, CLEMBED_EXPONENT_INDEX, CLEMBED_LAYOUT_INTERLEAVED},
@@ -329,27 +308,30 @@ static void sinusoid_cases(clembed_context *ctx) {
       char name[96];
       snprintf(name, sizeof name, "sinusoid base %g exp %d layout %d d %zu", vs[v].base, vs[v].exponent,
                vs[v].layout, ds[k]);
-      c = base_case(name, 30, ds[k], 40);
+      ecase c = base_case(name, 30, ds[k], 40);
       c.positions = CLEMBED_POSITIONS_SINUSOID;
       c.sin = vs[v];
       c.seq_len = 7;
-      c.position_offset = (small_mode ? 50 : 100000) * (size_t)v;
+      c.position_offset = (tu_small ? 50 : 100000) * (size_t)v;
       run_free(ctx, &c);
     }
 
-  /* other dtypes, strides and offsets */
+}
+
+/* every table and output dtype, ld > cols and offsets */
+TU_CASE(sinusoid_every_dtype_strided) {
   const clembed_dtype dts[3] = {CLEMBED_F32, CLEMBED_F16, CLEMBED_BF16};
   for (int t = 0; t < 3; t++)
     for (int o = 0; o < 3; o++) {
       char name[96];
       snprintf(name, sizeof name, "sinusoid table %s out %s strided", DN[t], DN[o]);
-      c = base_case(name, 40, 33, 50);
+      ecase c = base_case(name, 40, 33, 50);
       c.positions = CLEMBED_POSITIONS_SINUSOID;
       c.tdt = dts[t];
       c.odt = dts[o];
       c.scale = 2.0f;
       c.seq_len = 10;
-      c.position_offset = small_mode ? 345 : 12345;
+      c.position_offset = tu_small ? 345 : 12345;
       c.t_pad = 3;
       c.t_off = 5;
       c.o_pad = 2;
@@ -357,8 +339,12 @@ static void sinusoid_cases(clembed_context *ctx) {
       run_free(ctx, &c);
     }
 
-  /* padding keeps its positional part */
-  c = base_case("sinusoid with padding", 20, 16, 45);
+}
+
+/* a padding token's row is zero but it keeps its positional part (sinusoid,
+ * a learned table; a non-negative and a negative padding_idx) */
+TU_CASE(padding_keeps_position) {
+  ecase c = base_case("sinusoid with padding", 20, 16, 45);
   c.positions = CLEMBED_POSITIONS_SINUSOID;
   c.padding = 4;
   c.scale = 3.0f;
@@ -368,12 +354,17 @@ static void sinusoid_cases(clembed_context *ctx) {
   c.name = "sinusoid with padding_idx -2 (rows - 2)";
   c.padding = -2;
   run_free(ctx, &c);
+  c = base_case("table with padding", 10, 8, 30);
+  c.positions = CLEMBED_POSITIONS_TABLE;
+  c.P = 30;
+  c.padding = 0;
+  run_free(ctx, &c);
 }
 
 /* Decoding: one token at a time at growing positions (without sequence offsets
  * the library may read a cached sinusoid table that grows with the positions),
  * and several sinusoid configurations enqueued before anything is read. */
-static void decode_and_queued(clembed_context *ctx) {
+TU_CASE(decode_one_token_at_growing_positions) {
   const size_t d = 24, V = 16;
   float w[16 * 24];
   uint64_t rng = 3;
@@ -382,7 +373,7 @@ static void decode_and_queued(clembed_context *ctx) {
   OK(ctx, clembed_matrix_create(ctx, V, d, CLEMBED_F32, &t));
   OK(ctx, clembed_matrix_write(ctx, &t, w, CLEMBED_F32));
   const size_t steps[] = {0, 1, 62, 63, 64, 65, 127, 128, 129, 300, 1000, 1001, 5, 4095, 4096, 70000};
-  const int nsteps = small_mode ? 12 : (int)(sizeof steps / sizeof *steps);
+  const int nsteps = tu_small ? 12 : (int)(sizeof steps / sizeof *steps);
   enum { K = 16 };
   clembed_matrix o[K];
   clembed_ids di[K];
@@ -407,7 +398,8 @@ static void decode_and_queued(clembed_context *ctx) {
     OK(ctx, clembed_matrix_read(ctx, &o[k], g, CLEMBED_F32));
     size_t bad = 0;
     for (size_t c = 0; c < d; c++) {
-      double ref = (double)w[(size_t)(k % V) * d + c] + sinusoid_ref(&sins[k], d, (int64_t)steps[k], c);
+      double ref = (double)w[(size_t)(k % V) * d + c] +
+                   ref_sinusoid(sins[k].base, sins[k].exponent, sins[k].layout, d, (int64_t)steps[k], c);
       if (!(fabs(g[c] - ref) <= 4e-6)) bad++;
     }
     EXPECT(bad == 0, "decode step %d (position %zu, base %g): %zu of %zu wrong", k, steps[k], sins[k].base, bad, d);
@@ -419,8 +411,8 @@ static void decode_and_queued(clembed_context *ctx) {
 
 /* ------------------------------------------------------------ learned table */
 
-static void table_cases(clembed_context *ctx) {
-  ecase c = base_case("table", 100, 48, small_mode ? 64 : 512);
+TU_CASE(learned_table) {
+  ecase c = base_case("table", 100, 48, tu_small ? 64 : 512);
   c.positions = CLEMBED_POSITIONS_TABLE;
   c.P = 64;
   c.seq_len = 16;
@@ -428,13 +420,17 @@ static void table_cases(clembed_context *ctx) {
   c.scale = 1.5f;
   run_free(ctx, &c);
 
-  /* sequence offsets I32 and I64 */
-  int64_t so[8] = {0, 5, 40, 48, 1, 47, 0, 30};
-  c = base_case("table sequence_offsets I32", 60, 20, 16 * 8);
+}
+
+static const int64_t TABLE_SO[8] = {0, 5, 40, 48, 1, 47, 0, 30};
+
+/* sequence offsets I32 and I64 (at an offset) into a learned table */
+TU_CASE(learned_table_sequence_offsets) {
+  ecase c = base_case("table sequence_offsets I32", 60, 20, 16 * 8);
   c.positions = CLEMBED_POSITIONS_TABLE;
   c.P = 64;
   c.seq_len = 16;
-  c.so = so;
+  c.so = TABLE_SO;
   c.so_count = 8;
   run_free(ctx, &c);
   c.name = "table sequence_offsets I64 at offset 5";
@@ -442,14 +438,17 @@ static void table_cases(clembed_context *ctx) {
   c.so_off = 5;
   run_free(ctx, &c);
 
-  /* every table / position-table / output dtype, strided */
+}
+
+/* every table / position-table / output dtype, strided */
+TU_CASE(learned_table_every_dtype_strided) {
   const clembed_dtype dts[3] = {CLEMBED_F32, CLEMBED_F16, CLEMBED_BF16};
   for (int t = 0; t < 3; t++)
     for (int p = 0; p < 3; p++)
       for (int o = 0; o < 3; o++) {
         char name[96];
         snprintf(name, sizeof name, "table %s positions %s out %s", DN[t], DN[p], DN[o]);
-        c = base_case(name, 30, 19, 36);
+        ecase c = base_case(name, 30, 19, 36);
         c.positions = CLEMBED_POSITIONS_TABLE;
         c.tdt = dts[t];
         c.pdt = dts[p];
@@ -468,24 +467,22 @@ static void table_cases(clembed_context *ctx) {
         run_free(ctx, &c);
       }
 
-  /* padding keeps its positional part */
-  c = base_case("table with padding", 10, 8, 30);
-  c.positions = CLEMBED_POSITIONS_TABLE;
-  c.P = 30;
-  c.padding = 0;
-  run_free(ctx, &c);
+}
 
-  /* no positions, with seq_len and sequence offsets given: they are ignored */
-  c = base_case("no positions, seq_len and sequence_offsets ignored", 10, 8, 32);
+/* no positions, with seq_len and sequence offsets given: they are ignored */
+TU_CASE(no_positions_ignores_seq_len_and_offsets) {
+  ecase c = base_case("no positions, seq_len and sequence_offsets ignored", 10, 8, 32);
   c.seq_len = 8;
-  c.so = so;
+  c.so = TABLE_SO;
   c.so_count = 4;
   run_free(ctx, &c);
 }
 
 /* ------------------------------------------------------------ deferred errors */
 
-static void deferred_cases(clembed_context *ctx) {
+/* positions past a learned table (the token count, position_offset, a
+ * sequence offset): a deferred error naming the first token */
+TU_CASE(positions_past_the_table) {
   /* positions 20..29 past a 20-row table: token 20 is the first */
   ecase c = base_case("positions past the table", 10, 6, 30);
   c.positions = CLEMBED_POSITIONS_TABLE;
@@ -507,8 +504,13 @@ static void deferred_cases(clembed_context *ctx) {
   c.so_count = 3;
   run_free(ctx, &c);
 
+}
+
+static const int64_t DEFERRED_SO[3] = {0, 18, 2};
+
+TU_CASE(negative_sequence_offset) {
   int64_t neg[3] = {0, -3, 4};
-  c = base_case("a negative sequence offset (table)", 10, 6, 12);
+  ecase c = base_case("a negative sequence offset (table)", 10, 6, 12);
   c.positions = CLEMBED_POSITIONS_TABLE;
   c.P = 20;
   c.seq_len = 4;
@@ -521,14 +523,17 @@ static void deferred_cases(clembed_context *ctx) {
   c.so_type = CLEMBED_I32;
   run_free(ctx, &c);
 
-  /* a bad id after a bad position, and before one: the earlier token is named */
+}
+
+/* a bad id after a bad position, and before one: the earlier token is named */
+TU_CASE(earlier_of_bad_id_and_bad_position_named) {
   int64_t ids[12] = {0, 1, 2, 3, 4, 5, 6, 99, 8, 9, 0, 1};
-  c = base_case("bad position before a bad id", 10, 6, 12);
+  ecase c = base_case("bad position before a bad id", 10, 6, 12);
   c.ids = ids;
   c.positions = CLEMBED_POSITIONS_TABLE;
   c.P = 20;
   c.seq_len = 4;
-  c.so = so; /* sequence 1 (tokens 4..7) at 18..21: token 6 is at 20 */
+  c.so = DEFERRED_SO; /* sequence 1 (tokens 4..7) at 18..21: token 6 is at 20 */
   c.so_count = 3;
   run_free(ctx, &c);
   int64_t ids2[12] = {0, 1, 2, -4, 4, 5, 6, 7, 8, 9, 0, 1};
@@ -542,7 +547,10 @@ static void deferred_cases(clembed_context *ctx) {
   c.policy = CLEMBED_INDEX_CLAMP;
   run_free(ctx, &c);
 
-  /* more operations with position errors than error slots before a finish */
+}
+
+/* more operations with position errors than error slots before a finish */
+TU_CASE(position_errors_past_the_error_slots) {
   {
     clembed_matrix t = {0}, o = {0}, pt = {0};
     clembed_ids di = {0};
@@ -571,8 +579,9 @@ static void deferred_cases(clembed_context *ctx) {
 
 /* ------------------------------------------------------------ dropout */
 
-static void dropout_cases(clembed_context *ctx) {
-  size_t n = small_mode ? 128 : 4096, d = small_mode ? 64 : 256;
+/* the kept fraction of a large output is within 4 sigma of 1 - p */
+TU_CASE(dropout_kept_fraction) {
+  size_t n = tu_small ? 128 : 4096, d = tu_small ? 64 : 256;
   const float ps[3] = {0.1f, 0.25f, 0.5f};
   for (int k = 0; k < 3; k++) {
     char name[64];
@@ -590,12 +599,15 @@ static void dropout_cases(clembed_context *ctx) {
     free(r.got);
   }
 
-  /* with positions and other dtypes, on a strided output (the mask index is
-   * i*cols + c, not the buffer position) */
-  ecase c = base_case("dropout with sinusoid, strided F32 out", 50, 37, small_mode ? 40 : 300);
+}
+
+/* with positions and other dtypes, on a strided output (the mask index is
+ * i*cols + c, not the buffer position); tiny p and p just below 1 */
+TU_CASE(dropout_with_positions_dtypes_and_strides) {
+  ecase c = base_case("dropout with sinusoid, strided F32 out", 50, 37, tu_small ? 40 : 300);
   c.positions = CLEMBED_POSITIONS_SINUSOID;
   c.seq_len = 20;
-  c.position_offset = small_mode ? 99 : 999;
+  c.position_offset = tu_small ? 99 : 999;
   c.dropout = 0.3f;
   c.seed = 99;
   c.o_pad = 5;
@@ -605,7 +617,7 @@ static void dropout_cases(clembed_context *ctx) {
   c.odt = CLEMBED_F16;
   c.o_pad = c.o_off = 0;
   run_free(ctx, &c);
-  c = base_case("dropout with a learned table, BF16 table", 50, 24, small_mode ? 40 : 300);
+  c = base_case("dropout with a learned table, BF16 table", 50, 24, tu_small ? 40 : 300);
   c.positions = CLEMBED_POSITIONS_TABLE;
   c.P = 40;
   c.seq_len = 20;
@@ -623,8 +635,11 @@ static void dropout_cases(clembed_context *ctx) {
   c.dropout = 0.99f;
   run_free(ctx, &c);
 
-  /* the same seed gives the same bytes; another seed another mask */
-  ecase a = base_case("dropout seed A", 100, 32, small_mode ? 64 : 512);
+}
+
+/* the same seed gives the same bytes; another seed (low or high 32 bits) another mask */
+TU_CASE(dropout_seed_determines_the_mask) {
+  ecase a = base_case("dropout seed A", 100, 32, tu_small ? 64 : 512);
   a.dropout = 0.5f;
   a.seed = 5;
   eresult r1 = run_case(ctx, &a), r2 = run_case(ctx, &a);
@@ -645,7 +660,9 @@ static void dropout_cases(clembed_context *ctx) {
   free(r1.got);
   free(r2.got);
 
-  /* dropout 0 is no dropout */
+}
+
+TU_CASE(dropout_zero_is_no_dropout) {
   ecase z = base_case("dropout 0", 20, 8, 20);
   z.dropout = 0.0f;
   z.seed = 77;
@@ -654,7 +671,7 @@ static void dropout_cases(clembed_context *ctx) {
 
 /* ------------------------------------------------------------ arguments */
 
-static void argument_errors(clembed_context *ctx) {
+TU_CASE(argument_errors) {
   const int INV = CLEMBED_ERR_INVALID_ARGUMENT;
   clembed_matrix t = {0}, o = {0}, pt = {0}, pt_narrow = {0};
   clembed_ids di = {0}, so = {0};
@@ -786,8 +803,8 @@ static void argument_errors(clembed_context *ctx) {
  * elsewhere) and read from the context's cached table (one offset) give the
  * same bits for the same positions: sequences of 300 tokens starting at 5 and
  * 305 are positions 5, 6, ..., 604, as one run from offset 5. */
-static void inline_equals_cached(clembed_context *ctx) {
-  const size_t V = 50, d = 70, L = small_mode ? 30 : 300, n = 2 * L;
+TU_CASE(sinusoid_per_element_equals_cached_table) {
+  const size_t V = 50, d = 70, L = tu_small ? 30 : 300, n = 2 * L;
   float *w = malloc(V * d * sizeof *w), *a = malloc(n * d * sizeof *a), *b = malloc(n * d * sizeof *b);
   uint64_t rng = 11;
   for (size_t i = 0; i < V * d; i++) w[i] = tu_rand(&rng);
@@ -900,12 +917,12 @@ static void shaped_forward(clembed_context *ctx, const shaped_case *c, shaped_ru
  * dtypes, strides, policies, positions (the sinusoid from the cached table, and
  * per element far from 0, where the cache is not used) and dropout. (Outputs
  * larger than the cache, with streaming stores, are test_lookup's.) */
-static void cpu_and_gpu_shapes(void) {
+TU_CASE(cpu_and_gpu_shapes_agree) {
   clembed_context *cpu, *gpu;
   if (!tu_shaped_pair(&cpu, &gpu)) return;
   const size_t ds[] = {0, 1, 5, 16, 37, 70}, ns[] = {0, 1, 3, 5, 37}, lens[] = {0, 3, 7};
   uint64_t rng = 2024;
-  int cases = small_mode ? 40 : 300, same = 0, nan_cases = 0, far_strided = 0;
+  int cases = tu_small ? 40 : 300, same = 0, nan_cases = 0, far_strided = 0;
   for (int k = 0; k < cases; k++) {
     shaped_case c;
     memset(&c, 0, sizeof c);
@@ -985,17 +1002,4 @@ static void cpu_and_gpu_shapes(void) {
   clembed_context_destroy(gpu);
 }
 
-int main(int argc, char **argv) {
-  small_mode = argc > 1 && !strcmp(argv[1], "small");
-  cpu_and_gpu_shapes();
-  clembed_context *ctx = tu_context();
-  inline_equals_cached(ctx);
-  sinusoid_cases(ctx);
-  decode_and_queued(ctx);
-  table_cases(ctx);
-  deferred_cases(ctx);
-  dropout_cases(ctx);
-  argument_errors(ctx);
-  clembed_context_destroy(ctx);
-  return tu_finish("test_embed");
-}
+int main(int argc, char **argv) { return tu_main(argc, argv, (tu_suite){.name = "test_embed", .device = 1}); }

@@ -21,7 +21,6 @@
 #include "test_util.h"
 #include "test_hooks.h"
 
-static int small_mode = 0;
 
 /* A table whose row r is r + c / 8 (exact in every dtype for small r). */
 static void make_table(clembed_context *ctx, size_t V, size_t D, clembed_matrix *t, float **host) {
@@ -84,7 +83,9 @@ static void expect_build_failed(clembed_context *ctx, clembed_status s, const ch
          what, file, m);
 }
 
-static void check_build_failures(clembed_context *ctx) {
+/* Injected build failures of every kernel family: a clear error naming the
+ * file, no output, not cached; the context works on afterwards. */
+TU_CASE(kernel_build_failures) {
   enum { V = 4, D = 3, N = 3 };
   const int32_t ids[N] = {3, 0, 2};
   float *th;
@@ -211,8 +212,8 @@ static void check_build_failures(clembed_context *ctx) {
 /* Enqueues a lot of work on ctx, releases every object, and returns (without
  * finishing) an event of the last command. */
 static cl_event enqueue_in_flight(clembed_context *ctx, int with_bad_id) {
-  size_t V = small_mode ? 64 : 4096, D = small_mode ? 16 : 256, N = small_mode ? 256 : 16384;
-  int reps = small_mode ? 2 : 8;
+  size_t V = tu_small ? 64 : 4096, D = tu_small ? 16 : 256, N = tu_small ? 256 : 16384;
+  int reps = tu_small ? 2 : 8;
   float *th;
   clembed_matrix t, o, g, gt;
   clembed_ids d;
@@ -247,15 +248,16 @@ static cl_event enqueue_in_flight(clembed_context *ctx, int with_bad_id) {
   return ev;
 }
 
-static void check_destroy_in_flight(void) {
+TU_CASE(destroy_with_work_in_flight) {
+  (void)ctx; /* the contexts here are the case's own */
   for (int bad = 0; bad < 2; bad++) {
-    clembed_context *ctx = NULL;
-    if (clembed_context_create(NULL, &ctx) != CLEMBED_OK) {
+    clembed_context *own = NULL;
+    if (clembed_context_create(NULL, &own) != CLEMBED_OK) {
       EXPECT(0, "context: %s", clembed_last_error_message());
       return;
     }
-    cl_event ev = enqueue_in_flight(ctx, bad);
-    clembed_context_destroy(ctx); /* no finish; a deferred error never collected when bad */
+    cl_event ev = enqueue_in_flight(own, bad);
+    clembed_context_destroy(own); /* no finish; a deferred error never collected when bad */
     EXPECT(ev != NULL, "no event");
     if (ev) {
       cl_int st = -1;
@@ -267,14 +269,14 @@ static void check_destroy_in_flight(void) {
   }
 
   /* a context on the caller's queue: destroying it leaves the queue usable */
-  clembed_context *ctx = NULL;
-  if (clembed_context_create(NULL, &ctx) != CLEMBED_OK) return;
-  cl_command_queue q = clembed_context_queue(ctx);
+  clembed_context *own = NULL;
+  if (clembed_context_create(NULL, &own) != CLEMBED_OK) return;
+  cl_command_queue q = clembed_context_queue(own);
   cl_context clc = NULL;
   clGetCommandQueueInfo(q, CL_QUEUE_CONTEXT, sizeof clc, &clc, NULL);
   clRetainCommandQueue(q);
   clRetainContext(clc);
-  clembed_context_destroy(ctx); /* the queue is now the caller's alone */
+  clembed_context_destroy(own); /* the queue is now the caller's alone */
   clembed_context *joined = NULL;
   OK(joined, clembed_context_create_from_queue(q, &joined));
   if (joined) {
@@ -297,14 +299,14 @@ static void check_destroy_in_flight(void) {
   clReleaseContext(clc);
 
   /* and a fresh context works */
-  ctx = tu_context();
-  lookup_works(ctx, "a new context after destroying contexts with work in flight");
-  clembed_context_destroy(ctx);
+  own = tu_context();
+  lookup_works(own, "a new context after destroying contexts with work in flight");
+  clembed_context_destroy(own);
 }
 
 /* ------------------------------------------------------ exhausted resources */
 
-static void check_exhaustion(clembed_context *ctx) {
+TU_CASE(error_slots_and_allocation_exhaustion) {
   /* more checked operations in flight than error slots (256): the first
    * deferred error is still the one reported */
   enum { V = 4, D = 3, N = 4, OPS = 300, BAD_OP = 270 };
@@ -316,7 +318,7 @@ static void check_exhaustion(clembed_context *ctx) {
   OK(ctx, clembed_ids_create(ctx, good, N, CLEMBED_I32, &dg));
   OK(ctx, clembed_ids_create(ctx, bad, N, CLEMBED_I32, &db));
   OK(ctx, clembed_matrix_create(ctx, N, D, CLEMBED_F32, &o));
-  int ops = small_mode ? 260 : OPS, bad_op = small_mode ? 258 : BAD_OP;
+  int ops = tu_small ? 260 : OPS, bad_op = tu_small ? 258 : BAD_OP;
   for (int k = 0; k < ops; k++)
     OK(ctx, clembed_lookup(ctx, &t, k == bad_op ? &db : &dg, &o, 0, NULL, NULL));
   FAILS(ctx, CLEMBED_ERR_INDEX_OUT_OF_RANGE, clembed_finish(ctx));
@@ -396,11 +398,5 @@ static int oob_demo(void) {
 
 int main(int argc, char **argv) {
   if (argc > 1 && !strcmp(argv[1], "oob")) return oob_demo();
-  small_mode = argc > 1 && !strcmp(argv[1], "small");
-  clembed_context *ctx = tu_context();
-  check_build_failures(ctx);
-  check_exhaustion(ctx);
-  clembed_context_destroy(ctx);
-  check_destroy_in_flight();
-  return tu_finish("test_faults");
+  return tu_main(argc, argv, (tu_suite){.name = "test_faults", .device = 1});
 }

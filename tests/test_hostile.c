@@ -22,7 +22,6 @@
 
 #include <limits.h>
 
-static int small_mode = 0;
 
 #define SENTINEL (-96.0f) /* exact in F32, F16 and BF16 */
 
@@ -137,6 +136,8 @@ static void fx_make(clembed_context *ctx, fx *f) {
   OK(ctx, clembed_ids_create(ctx, &zero, 1, CLEMBED_I32, &f->so));
 }
 
+static fx g_fx; /* made before the cases, freed after them */
+
 static void fx_free(fx *f) {
   clembed_matrix *ms[] = {&f->table, &f->out, &f->grad, &f->gtab, &f->ptab, &f->pgrad, &f->buf12, &f->buf12h};
   for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) clembed_matrix_release(ms[i]);
@@ -248,7 +249,8 @@ static const struct {
     {"clembed_positional out", r_positional, 0},
 };
 
-static void check_matrix_args(clembed_context *ctx, fx *f) {
+TU_CASE(bad_matrix_arguments) {
+  fx *f = &g_fx;
   const size_t HUGE = SIZE_MAX;
   cl_mem b = f->buf12.buffer; /* 12 floats = 48 bytes */
   const struct {
@@ -336,7 +338,8 @@ static const struct {
     {"clembed_sgd_update ids", i_sgd, 0},   {"clembed_ids_read ids", i_read, 0},
 };
 
-static void check_ids_args(clembed_context *ctx, fx *f) {
+TU_CASE(bad_ids_arguments) {
+  fx *f = &g_fx;
   cl_mem b = f->ids4.buffer; /* 4 I32 = 16 bytes */
   const struct {
     const char *what, *msg;
@@ -380,11 +383,13 @@ static void check_ids_args(clembed_context *ctx, fx *f) {
   OK(ctx, clembed_ids_read(ctx, &fit64, h));
   OK(ctx, clembed_ids_read(ctx, &tail, &last));
   EXPECT(last == 1, "ids read at offset 3: %d", (int)last);
+  OK(ctx, clembed_finish(ctx)); /* no failed call above left work or an error behind */
 }
 
 /* ------------------------------------------------------ NULL everywhere */
 
-static void check_nulls(clembed_context *ctx, fx *f) {
+TU_CASE(null_arguments) {
+  fx *f = &g_fx;
   float host[64] = {0};
   int32_t ids[4] = {0, 1, 2, 3};
   clembed_matrix m;
@@ -505,7 +510,8 @@ static clembed_status e_uniform(clembed_context *c, fx *f, cl_uint n, const cl_e
   return clembed_matrix_init_uniform(c, &f->out, 0.0f, 1.0f, 3, n, w, e);
 }
 
-static void check_events(clembed_context *ctx, fx *f) {
+TU_CASE(bad_event_wait_lists) {
+  fx *f = &g_fx;
   const struct {
     const char *name;
     event_op op;
@@ -556,7 +562,8 @@ static void check_events(clembed_context *ctx, fx *f) {
 
 /* --------------------------------------------------- enums and scalars */
 
-static void check_enums(clembed_context *ctx, fx *f) {
+TU_CASE(out_of_range_enums) {
+  fx *f = &g_fx;
   clembed_matrix m;
   int32_t h[2] = {0, 1};
   clembed_ids d;
@@ -676,7 +683,8 @@ static void check_enums(clembed_context *ctx, fx *f) {
 
 /* ---------------------------------------------------------- size overflow */
 
-static void check_sizes(clembed_context *ctx, fx *f) {
+TU_CASE(overflowing_sizes) {
+  fx *f = &g_fx;
   clembed_matrix m = {0};
   int64_t h[4] = {0};
   clembed_ids d = {0};
@@ -701,20 +709,6 @@ static void check_sizes(clembed_context *ctx, fx *f) {
 }
 
 /* --------------------------------------------- out-of-range ids, all paths */
-
-static int64_t ref_resolve(int64_t id, int64_t rows, clembed_index_policy pol, int64_t pad, int *bad) {
-  *bad = 0;
-  if (pol == CLEMBED_INDEX_WRAP && id < 0 && id >= -rows) id += rows;
-  if (id < 0 || id >= rows) {
-    if (pol == CLEMBED_INDEX_CLAMP && rows > 0) {
-      id = id < 0 ? 0 : rows - 1;
-    } else {
-      *bad = pol != CLEMBED_INDEX_ZERO;
-      return -1;
-    }
-  }
-  return id == pad ? -1 : id;
-}
 
 static const char *const POL[] = {"CHECK", "CLAMP", "ZERO", "WRAP"};
 
@@ -799,7 +793,7 @@ static void forward_case(clembed_context *ctx, clembed_index_type it, clembed_in
   o.padding_idx = pad;
   OK(ctx, clembed_embed(ctx, &table.m, &d, &o, &out.m, 0, NULL, NULL));
   long first = -1;
-  int64_t padn = pad < -1 ? pad + (int64_t)V : pad;
+  int64_t padn = ref_padding_row(pad, (int64_t)V);
   for (size_t i = 0; i < n; i++) {
     int bad;
     ref_resolve(v[i], (int64_t)V, pol, padn, &bad);
@@ -812,7 +806,7 @@ static void forward_case(clembed_context *ctx, clembed_index_type it, clembed_in
     int bad;
     int64_t r = ref_resolve(v[i], (int64_t)V, pol, padn, &bad);
     for (size_t c = 0; c < D; c++) {
-      float want = r >= 0 ? 2.0f * tv[r * D + c] : 0.0f;
+      float want = ref_forward(2.0f, r >= 0 ? &tv[r * D + c] : NULL, NULL, 0.0f, 1);
       if (got[i * D + c] != want && shown++ < 4)
         EXPECT(0, "%s: out[%zu][%zu] (id %lld) = %g, expected %g", what, i, c, (long long)v[i],
                (double)got[i * D + c], (double)want);
@@ -859,29 +853,26 @@ static void backward_case(clembed_context *ctx, clembed_index_type it, clembed_i
   if (sgd) OK(ctx, clembed_sgd_update(ctx, &grad.m, &d, lr, &o, &target.m, 0, NULL, NULL));
   else OK(ctx, clembed_backward(ctx, &grad.m, &d, &o, &target.m, 0, NULL, NULL));
 
-  /* reference: rows, counts, first bad */
-  int64_t padn = pad < -1 ? pad + (int64_t)V : pad;
-  int64_t rowof[64];
+  /* reference: the first bad id, then the rows and counts */
+  int64_t padn = ref_padding_row(pad, (int64_t)V);
   long first = -1;
   for (size_t i = 0; i < n; i++) {
     int bad;
-    rowof[i] = ref_resolve(v[i], (int64_t)V, pol, padn, &bad);
+    ref_resolve(v[i], (int64_t)V, pol, padn, &bad);
     if (bad && first < 0) first = (long)i;
   }
   expect_deferred(ctx, what, first, first >= 0 ? v[first] : 0, V);
   float *got = read_guarded(ctx, &target, what);
+  float *rows = malloc((V * D + 1) * sizeof *rows);
+  uint32_t *cnt = malloc((V + 1) * sizeof *cnt);
+  ref_backward_rows(gv, v, n, D, V, &o, rows, cnt);
   int shown = 0;
   for (size_t r = 0; r < V; r++) {
-    size_t count = 0;
-    for (size_t i = 0; i < n; i++) count += rowof[i] == (int64_t)r;
+    size_t count = cnt[r];
     for (size_t c = 0; c < D; c++) {
-      float S = 0.0f;
-      for (size_t i = 0; i < n; i++)
-        if (rowof[i] == (int64_t)r) S = S + gv[i * D + c];
-      float g = 2.0f * S;
-      if (freq && count) g = g / (float)count;
+      float g = rows[r * D + c];
       float old = tv[r * D + c], want;
-      if (sgd) want = count ? tu_round(old - lr * g, tdt) : tu_round(old, tdt);
+      if (sgd) want = count ? ref_sgd(old, lr, g, tdt) : ref_round(old, tdt);
       else if (accumulate) want = count ? old + g : old;
       else want = count ? g : 0.0f;
       float have = got[r * D + c];
@@ -895,6 +886,8 @@ static void backward_case(clembed_context *ctx, clembed_index_type it, clembed_i
     }
   }
   if (!shown) EXPECT(1, "values");
+  free(rows);
+  free(cnt);
   free(got);
   got = read_guarded(ctx, &grad, what); /* grad_out is untouched */
   EXPECT(!memcmp(got, gv, n * D * sizeof *gv), "%s: grad_out changed", what);
@@ -906,7 +899,7 @@ static void backward_case(clembed_context *ctx, clembed_index_type it, clembed_i
   clembed_matrix_release(&target.m);
 }
 
-static void check_bad_ids(clembed_context *ctx) {
+TU_CASE(bad_ids_every_policy_forward_backward_sgd) {
   const clembed_index_type its[2] = {CLEMBED_I32, CLEMBED_I64};
   const size_t dims[2] = {3, 8}; /* one column per work-item, and four */
   for (int a = 0; a < 2; a++)
@@ -921,7 +914,7 @@ static void check_bad_ids(clembed_context *ctx) {
         backward_case(ctx, it, pol, 5, D, tdt, 0, 1, 1, 0, pad);
         backward_case(ctx, it, pol, 5, D, tdt, 0, 0, 0, 1, pad);
         backward_case(ctx, it, pol, 5, D, tdt, 1, 1, 1, 0, pad);
-        if (!small_mode) {
+        if (!tu_small) {
           backward_case(ctx, it, pol, 5, D, tdt, 0, 1, 0, 1, -2);
           backward_case(ctx, it, pol, 5, D, tdt, 0, 0, 1, 0, CLEMBED_NO_PADDING);
           backward_case(ctx, it, pol, 5, D, tdt, 1, 1, 1, 1, -5);
@@ -952,7 +945,7 @@ static int names_token(const char *m, int k) {
   return 0;
 }
 
-static void check_bad_positions(clembed_context *ctx) {
+TU_CASE(bad_positions_forward_and_backward) {
   enum { V = 5, D = 4, P = 4, L = 2, NSEQ = 6, N = NSEQ * L };
   const int64_t so64[NSEQ] = {0, 3, INT64_MAX, INT64_MIN, -1, 2};
   const int32_t so32[NSEQ] = {0, 3, INT32_MAX, INT32_MIN, -1, 2};
@@ -1084,7 +1077,7 @@ static void check_bad_positions(clembed_context *ctx) {
 
 /* ------------------------------------------------------- device specs */
 
-static void check_specs(void) {
+TU_CASE(hostile_device_specs) {
   const char *specs[] = {"%s%n%s%n", "99:99", "0:4294967296", "-1:-1", "no such device, surely", "gpux",
                          "\xff\xfe", "0:0:0"};
   for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
@@ -1112,22 +1105,9 @@ static void check_specs(void) {
   free(big);
 }
 
+static void setup(clembed_context *ctx) { fx_make(ctx, &g_fx); }
+static void teardown(clembed_context *ctx) { fx_free(&g_fx); }
+
 int main(int argc, char **argv) {
-  small_mode = argc > 1 && !strcmp(argv[1], "small");
-  clembed_context *ctx = tu_context();
-  fx f;
-  fx_make(ctx, &f);
-  check_nulls(ctx, &f);
-  check_events(ctx, &f);
-  check_enums(ctx, &f);
-  check_sizes(ctx, &f);
-  check_matrix_args(ctx, &f);
-  check_ids_args(ctx, &f);
-  OK(ctx, clembed_finish(ctx));
-  check_bad_ids(ctx);
-  check_bad_positions(ctx);
-  check_specs();
-  fx_free(&f);
-  clembed_context_destroy(ctx);
-  return tu_finish("test_hostile");
+  return tu_main(argc, argv, (tu_suite){.name = "test_hostile", .device = 1, .setup = setup, .teardown = teardown});
 }

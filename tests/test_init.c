@@ -8,35 +8,17 @@
  *            the standard normal value (the device's log/sqrt/cospi are a few ulp).
  *   F16/BF16 output: the dtype's rounding of the float value (uniform: exact;
  *            normal: the rounding of a value within the tolerance).
- * Also: tu_philox against Random123's known-answer vector, determinism (same
+ * Also: ref_philox against Random123's known-answer vector, determinism (same
  * seed same bytes; another seed, low or high 32 bits, other numbers), ld/offset
  * and shape independence (element e depends only on seed and e), moments of a
  * large table (mean within 4 sigma, variance within 5%, and a histogram), events,
  * and the argument errors. */
 #include "test_util.h"
 
-static int small_mode = 0;
 static const clembed_dtype DT[3] = {CLEMBED_F32, CLEMBED_F16, CLEMBED_BF16};
 static const char *DN[3] = {"F32", "F16", "BF16"};
 
 /* ------------------------------------------------------------ references */
-
-static float uniform_ref(uint64_t seed, uint64_t e, float low, float high) {
-  uint32_t x[4];
-  tu_philox(seed, e, x);
-  float u = (float)tu_unit(x[0]); /* exact: 24 bits */
-  float span = high - low;
-  float scaled = span * u;
-  return low + scaled;
-}
-
-/* The standard normal value z of element e (float64). */
-static double normal_z(uint64_t seed, uint64_t e) {
-  uint32_t x[4];
-  tu_philox(seed, e, x);
-  const double pi = 3.14159265358979323846;
-  return sqrt(-2.0 * log(1.0 - tu_unit(x[0]))) * cos(2.0 * pi * tu_unit(x[1]));
-}
 
 static double normal_tol(float mean, float std, double z) {
   return 2e-5 * (fabs((double)mean) + fabs((double)std) * (1.0 + fabs(z)));
@@ -44,12 +26,12 @@ static double normal_tol(float mean, float std, double z) {
 
 /* ------------------------------------------------------------ checks */
 
-static void philox_kat(void) {
+TU_CASE(philox_reference_known_answer) {
   /* Random123 kat_vectors: philox4x32 10 rounds, counter 0, key 0 */
   uint32_t x[4];
-  tu_philox(0, 0, x);
+  ref_philox(0, 0, x);
   EXPECT(x[0] == 0x6627e8d5u && x[1] == 0xe169c58du && x[2] == 0xbc57ac4cu && x[3] == 0x9b00dbd8u,
-         "tu_philox(0, 0) = %08x %08x %08x %08x", x[0], x[1], x[2], x[3]);
+         "ref_philox(0, 0) = %08x %08x %08x %08x", x[0], x[1], x[2], x[3]);
 }
 
 /* Initialises a rows x cols matrix of dtype t and compares every element. */
@@ -68,14 +50,14 @@ static void check_values(clembed_context *ctx, int normal, size_t rows, size_t c
     int ok;
     double err;
     if (!normal) {
-      float want = tu_round(uniform_ref(seed, e, a, b), t);
+      float want = ref_round(ref_uniform(seed, e, a, b), t);
       ok = g[e] == want;
       err = fabs((double)g[e] - want);
     } else {
-      double z = normal_z(seed, e), ref = (double)a + (double)b * z, tol = normal_tol(a, b, z);
+      double z = ref_normal_z(seed, e), ref = (double)a + (double)b * z, tol = normal_tol(a, b, z);
       err = fabs((double)g[e] - ref);
       if (t == CLEMBED_F32) ok = err <= tol;
-      else ok = g[e] >= tu_round((float)(ref - tol), t) && g[e] <= tu_round((float)(ref + tol), t);
+      else ok = g[e] >= ref_round((float)(ref - tol), t) && g[e] <= ref_round((float)(ref + tol), t);
       if (err / (tol / 2e-5) > worst) worst = err / (tol / 2e-5);
     }
     if (!ok) {
@@ -92,13 +74,19 @@ static void check_values(clembed_context *ctx, int normal, size_t rows, size_t c
   clembed_matrix_release(&m);
 }
 
-static void values(clembed_context *ctx) {
-  size_t R = small_mode ? 64 : 1000;
+/* uniform and normal F32 values element for element, seeds 0, 1 and 64-bit */
+TU_CASE(values_f32_every_seed) {
+  size_t R = tu_small ? 64 : 1000;
   const uint64_t seeds[3] = {0, 1, 0xDEADBEEFCAFEBABEULL};
   for (int s = 0; s < 3; s++) {
     check_values(ctx, 0, R, 37, CLEMBED_F32, 0.0f, 1.0f, seeds[s]);
     check_values(ctx, 1, R, 37, CLEMBED_F32, 0.0f, 1.0f, seeds[s]);
   }
+}
+
+/* one element, low == high, a wide range, std 0, empty matrices */
+TU_CASE(values_f32_edge_parameters) {
+  size_t R = tu_small ? 64 : 1000;
   check_values(ctx, 0, 1, 1, CLEMBED_F32, -0.1f, 0.1f, 42);
   check_values(ctx, 0, 3, 5, CLEMBED_F32, -3.0f, 7.5f, 42);
   check_values(ctx, 0, R, 3, CLEMBED_F32, -0.05f, 0.05f, 7);
@@ -109,6 +97,10 @@ static void values(clembed_context *ctx) {
   check_values(ctx, 1, 10, 10, CLEMBED_F32, -1.0f, 0.0f, 11);    /* std 0: all mean */
   check_values(ctx, 0, 0, 5, CLEMBED_F32, 0.0f, 1.0f, 1);        /* empty */
   check_values(ctx, 1, 5, 0, CLEMBED_F32, 0.0f, 1.0f, 1);
+}
+
+TU_CASE(values_f16_and_bf16) {
+  size_t R = tu_small ? 64 : 1000;
   for (int t = 1; t < 3; t++) {
     check_values(ctx, 0, R / 2, 37, DT[t], -1.0f, 1.0f, 12);
     check_values(ctx, 0, 20, 16, DT[t], 100.0f, 300.0f, 13);
@@ -130,8 +122,8 @@ static clembed_status init(clembed_context *ctx, int normal, clembed_matrix *m, 
                 : clembed_matrix_init_uniform(ctx, m, -0.5f, 2.0f, seed, 0, NULL, NULL);
 }
 
-static void determinism(clembed_context *ctx) {
-  size_t R = small_mode ? 40 : 300, C = 29;
+TU_CASE(same_seed_same_bytes_other_seed_other_numbers) {
+  size_t R = tu_small ? 40 : 300, C = 29;
   for (int normal = 0; normal < 2; normal++)
     for (int t = 0; t < 3; t++) {
       clembed_matrix a = {0}, b = {0}, c = {0}, d = {0};
@@ -175,8 +167,8 @@ static void determinism(clembed_context *ctx) {
 /* Element (r, c) depends only on seed and r*cols + c: a strided window at an
  * offset gives the dense matrix's bytes, the rest of its buffer is untouched,
  * and R x C, (R*C) x 1 and 1 x (R*C) matrices hold the same numbers. */
-static void layout_independence(clembed_context *ctx) {
-  size_t R = small_mode ? 17 : 200, C = 13, pad = 5, off = 11;
+TU_CASE(element_depends_only_on_seed_and_index) {
+  size_t R = tu_small ? 17 : 200, C = 13, pad = 5, off = 11;
   for (int normal = 0; normal < 2; normal++)
     for (int t = 0; t < 3; t++) {
       clembed_matrix dense = {0}, whole = {0}, col = {0}, row = {0};
@@ -215,8 +207,8 @@ static void layout_independence(clembed_context *ctx) {
     }
 }
 
-static void moments(clembed_context *ctx) {
-  size_t N = small_mode ? ((size_t)1 << 14) : ((size_t)1 << 20), C = 64;
+TU_CASE(moments_of_a_large_table) {
+  size_t N = tu_small ? ((size_t)1 << 14) : ((size_t)1 << 20), C = 64;
   clembed_matrix m = {0};
   float *g = malloc(N * sizeof *g);
   OK(ctx, clembed_matrix_create(ctx, N / C, C, CLEMBED_F32, &m));
@@ -272,7 +264,7 @@ static void moments(clembed_context *ctx) {
   clembed_matrix_release(&m);
 }
 
-static void events_and_errors(clembed_context *ctx) {
+TU_CASE(events_and_argument_errors) {
   const int INV = CLEMBED_ERR_INVALID_ARGUMENT;
   clembed_matrix m = {0}, bad;
   OK(ctx, clembed_matrix_create(ctx, 4, 5, CLEMBED_F32, &m));
@@ -341,7 +333,7 @@ static void events_and_errors(clembed_context *ctx) {
   OK(ctx, clembed_matrix_read(ctx, &m, g, CLEMBED_F32));
   size_t bad_n = 0;
   for (size_t e = 0; e < 20; e++) {
-    double z = normal_z(3, e);
+    double z = ref_normal_z(3, e);
     if (!(fabs(g[e] - z) <= normal_tol(0.0f, 1.0f, z))) bad_n++;
   }
   EXPECT(bad_n == 0, "the normal init after a wait on the uniform init: %zu wrong", bad_n);
@@ -359,15 +351,4 @@ static void events_and_errors(clembed_context *ctx) {
   clembed_matrix_release(&m);
 }
 
-int main(int argc, char **argv) {
-  small_mode = argc > 1 && !strcmp(argv[1], "small");
-  clembed_context *ctx = tu_context();
-  philox_kat();
-  values(ctx);
-  determinism(ctx);
-  layout_independence(ctx);
-  moments(ctx);
-  events_and_errors(ctx);
-  clembed_context_destroy(ctx);
-  return tu_finish("test_init");
-}
+int main(int argc, char **argv) { return tu_main(argc, argv, (tu_suite){.name = "test_init", .device = 1}); }

@@ -66,7 +66,7 @@ static void lookup_check(clembed_context *ctx, const char *what, const clembed_m
   int shown = 0;
   for (size_t i = 0; i < n; i++)
     for (size_t c = 0; c < D; c++) {
-      float w = tu_round(tval((size_t)want[i], c), table->dtype);
+      float w = ref_round(tval((size_t)want[i], c), table->dtype);
       if (h[i * D + c] != w && shown++ < 4)
         EXPECT(0, "%s: out[%zu][%zu] = %g, expected row %lld: %g", what, i, c, (double)h[i * D + c],
                (long long)want[i], (double)w);
@@ -75,10 +75,19 @@ static void lookup_check(clembed_context *ctx, const char *what, const clembed_m
   free(h);
 }
 
-int main(void) {
-  double t0 = now();
-  clembed_context *ctx = tu_context();
-  cl_command_queue q = clembed_context_queue(ctx);
+/* The big buffer and where things are in it. */
+static double t0, tw;
+static cl_command_queue q;
+static cl_mem big;
+static uint64_t min_bytes, bytes;
+static size_t elems, R, row31;
+static int has31;
+
+/* Allocates the big buffer and writes the rows the cases use; exits 77 where
+ * the device cannot hold it. */
+static void setup(clembed_context *ctx) {
+  t0 = now();
+  q = clembed_context_queue(ctx);
   cl_device_id dev = NULL;
   cl_context clc = NULL;
   cl_ulong max_alloc = 0, global = 0;
@@ -90,8 +99,8 @@ int main(void) {
          (unsigned long long)global);
 
   const uint64_t want_elems = ((uint64_t)1 << 31) + ((uint64_t)1 << 20);
-  const uint64_t min_bytes = ((uint64_t)1 << 31) + ((uint64_t)1 << 20); /* byte offsets past 2^31 */
-  uint64_t bytes = want_elems * 2;
+  min_bytes = ((uint64_t)1 << 31) + ((uint64_t)1 << 20); /* byte offsets past 2^31 */
+  bytes = want_elems * 2;
   if (bytes > max_alloc) bytes = max_alloc;
   if (bytes > global) bytes = global;
   bytes &= ~(uint64_t)((D * 2 * 64) - 1); /* whole rows, and room for F32 and I64 views */
@@ -99,19 +108,20 @@ int main(void) {
     printf("SKIP: the device allows buffers of at most %llu bytes (global memory %llu): no offset reaches 2^31 "
            "bytes\n", (unsigned long long)max_alloc, (unsigned long long)global);
     clembed_context_destroy(ctx);
-    return 77;
+    exit(77);
   }
   cl_int err;
-  cl_mem big = clCreateBuffer(clc, CL_MEM_READ_WRITE, (size_t)bytes, NULL, &err);
+  big = clCreateBuffer(clc, CL_MEM_READ_WRITE, (size_t)bytes, NULL, &err);
   if (err != CL_SUCCESS) {
     printf("SKIP: clCreateBuffer of %llu bytes: %s\n", (unsigned long long)bytes,
            clembed_status_string((clembed_status)err));
     clembed_context_destroy(ctx);
-    return 77;
+    exit(77);
   }
-  const size_t elems = (size_t)(bytes / 2), R = elems / D;
-  const size_t row31 = ((size_t)1 << 31) / D; /* the row that starts at element 2^31 */
-  const int has31 = row31 < R;
+  elems = (size_t)(bytes / 2);
+  R = elems / D;
+  row31 = ((size_t)1 << 31) / D; /* the row that starts at element 2^31 */
+  has31 = row31 < R;
   printf("mode: %s: an F16 table of %zu x %d = %zu elements (%llu bytes); last row at element %zu, byte %zu\n",
          elems > ((size_t)1 << 31) ? "more than 2^31 elements" : "largest buffer the device allows", R, D, elems,
          (unsigned long long)bytes, (R - 1) * D, (R - 1) * D * 2);
@@ -120,18 +130,25 @@ int main(void) {
   /* rows used: 0, 1, row31 (when present), R-4 .. R-1 */
   write_rows(ctx, &table, 0, 2);
   if (has31) write_rows(ctx, &table, row31 - 1, 2);
-  double tw = now();
+  tw = now();
   clembed_status s = clembed_finish(ctx);
   if (s != CLEMBED_OK) {
     printf("SKIP: writing into the %llu-byte buffer failed: %s (%s)\n", (unsigned long long)bytes,
            clembed_status_string(s), clembed_context_message(ctx));
     clReleaseMemObject(big);
     clembed_context_destroy(ctx);
-    return 77;
+    exit(77);
   }
   write_rows(ctx, &table, R - 4, 4);
+}
 
-  /* ---- lookups on the whole table */
+/* the table's rows used: 0, 1, row31 (when present), R-4 .. R-1 */
+static clembed_matrix whole_table(void) { return view(big, 0, R, D, CLEMBED_F16); }
+
+/* lookups on the whole table: CHECK with I64 and I32 ids, WRAP, CLAMP; an
+ * out-of-range id names the true row count */
+TU_CASE(lookups_on_the_whole_table) {
+  clembed_matrix table = whole_table();
   {
     const int64_t i64[] = {(int64_t)R - 1, 0, (int64_t)R - 2, has31 ? (int64_t)row31 : 1, (int64_t)R - 1,
                            has31 ? (int64_t)row31 - 1 : 0, (int64_t)R - 4, 1};
@@ -176,7 +193,10 @@ int main(void) {
     clembed_matrix_release(&out);
   }
 
-  /* ---- a view at the end; ids and output inside the big buffer past 2^31 bytes */
+}
+
+/* a view at the end; ids and output inside the big buffer past 2^31 bytes */
+TU_CASE(view_ids_and_output_past_2_to_the_31_bytes) {
   {
     clembed_matrix tail = view(big, (R - 4) * D, 4, D, CLEMBED_F16);
     /* I64 ids at byte 2^31 + 2^20 - 64 (a region no table row used here occupies) */
@@ -197,7 +217,11 @@ int main(void) {
     lookup_check(ctx, "F16 output past 2^31 bytes", &tail, &d, CLEMBED_INDEX_CHECK, want, 4, &out16);
   }
 
-  /* ---- the SGD step on the last rows of the F16 table */
+}
+
+/* the SGD step on the last rows of the F16 table */
+TU_CASE(sgd_on_the_last_rows) {
+  clembed_matrix table = whole_table();
   {
     const int64_t ids[3] = {(int64_t)R - 1, (int64_t)R - 3, (int64_t)R - 1};
     float g[3 * D];
@@ -219,8 +243,8 @@ int main(void) {
         float gsum = 0.0f;
         for (int i = 0; i < 3; i++)
           if ((size_t)ids[i] == r) gsum = gsum + g[i * D + c];
-        float old = tu_round(tval(r, c), CLEMBED_F16);
-        float want = gsum != 0.0f ? tu_round(old - 0.5f * gsum, CLEMBED_F16) : old;
+        float old = ref_round(tval(r, c), CLEMBED_F16);
+        float want = gsum != 0.0f ? ref_sgd(old, 0.5f, gsum, CLEMBED_F16) : old;
         bad += h[k * D + c] != want;
       }
     EXPECT(bad == 0, "sgd on the last rows: %d elements differ", bad);
@@ -228,7 +252,10 @@ int main(void) {
     clembed_ids_release(&d);
   }
 
-  /* ---- the backward into the last rows of an F32 view of the same buffer */
+}
+
+/* the backward into the last rows of an F32 view of the same buffer */
+TU_CASE(backward_into_the_last_rows) {
   {
     size_t Rf = elems / 2 / D;
     clembed_matrix gt = view(big, 0, Rf, D, CLEMBED_F32);
@@ -259,8 +286,8 @@ int main(void) {
         size_t r = Rf - 3 + k;
         float S = 0.0f;
         for (int i = 0; i < 4; i++) {
-          size_t ri = ids[i] < 0 ? (size_t)((int64_t)Rf + ids[i]) : (size_t)ids[i];
-          if (ri == r) S = S + g[i * D + c];
+          int64_t ri = ref_resolve(ids[i], (int64_t)Rf, CLEMBED_INDEX_WRAP, -1, NULL);
+          if (ri == (int64_t)r) S = S + g[i * D + c];
         }
         float want = base[k * D + c] + S + S; /* twice: sorted, then atomic (exact values) */
         bad += h[k * D + c] != want;
@@ -270,7 +297,10 @@ int main(void) {
     clembed_ids_release(&d);
   }
 
-  /* ---- Philox initialisation and the sinusoid at the end of the buffer */
+}
+
+/* Philox initialisation and the sinusoid at the end of the buffer */
+TU_CASE(init_and_sinusoid_at_the_end) {
   {
     clembed_matrix end16 = view(big, elems - 2 * D, 2, D, CLEMBED_F16);
     clembed_matrix end32 = view(big, elems / 2 - 3 * D, 3, D, CLEMBED_F32);
@@ -293,16 +323,24 @@ int main(void) {
     clembed_matrix_release(&s32);
   }
 
-  /* one element past the end of the buffer is refused */
+}
+
+/* one element past the end of the buffer is refused */
+TU_CASE(one_element_past_the_end_refused) {
   {
     clembed_matrix past = view(big, elems - D + 1, 1, D, CLEMBED_F16);
     float h[D];
     FAILS(ctx, CLEMBED_ERR_INVALID_ARGUMENT, clembed_matrix_read(ctx, &past, h, CLEMBED_F32));
   }
 
+}
+
+static void teardown(clembed_context *ctx) {
   OK(ctx, clembed_finish(ctx));
   clReleaseMemObject(big);
-  clembed_context_destroy(ctx);
   printf("time: %.2f s (first write into the big buffer at %.2f s)\n", now() - t0, tw - t0);
-  return tu_finish("test_large");
+}
+
+int main(int argc, char **argv) {
+  return tu_main(argc, argv, (tu_suite){.name = "test_large", .device = 1, .setup = setup, .teardown = teardown});
 }

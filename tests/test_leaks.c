@@ -10,7 +10,7 @@
  *   kernel, queue and event the library creates holds a reference on the
  *   context (as POCL and Oclgrind implement it); after the library's context
  *   is destroyed the reference count must be back where it was.
- * `test_leaks N` runs N iterations (default 20). */
+ * `test_leaks N [CASE...]` runs N iterations (default 20). */
 #include "test_util.h"
 #include "test_hooks.h"
 
@@ -130,8 +130,11 @@ static cl_uint context_refs(cl_context c) {
   return n;
 }
 
-int main(int argc, char **argv) {
-  if (argc > 1 && atoi(argv[1]) > 0) iterations = atoi(argv[1]);
+static cl_device_id g_dev;
+static cl_platform_id g_plat;
+
+/* The test device and its platform, from a context destroyed at once. */
+static void setup(clembed_context *unused) {
   clembed_context *first = tu_context();
   cl_command_queue q0 = clembed_context_queue(first);
   cl_device_id dev = NULL;
@@ -141,8 +144,14 @@ int main(int argc, char **argv) {
   cl_platform_id plat = NULL;
   clGetDeviceInfo(dev, CL_DEVICE_PLATFORM, sizeof plat, &plat, NULL);
   clembed_context_destroy(first);
+  (void)clc0;
+  g_dev = dev;
+  g_plat = plat;
+}
 
-  /* 1. contexts of the library's own, and failed creations */
+/* contexts of the library's own (and one sharing its queue, destroyed first or
+ * last), and failed creations, through the workload */
+TU_CASE(library_contexts_in_a_loop) {
   for (int it = 0; it < iterations; it++) {
     clembed_context *ctx = NULL, *none = NULL, *joined = NULL;
     EXPECT(clembed_context_create("no device is called this", &none) == CLEMBED_ERR_NO_DEVICE, "bad spec");
@@ -165,7 +174,12 @@ int main(int argc, char **argv) {
     }
   }
 
-  /* 2. OpenCL objects: a cl_context of the test's own keeps its reference count */
+}
+
+/* OpenCL objects: a cl_context of the test's own keeps its reference count */
+TU_CASE(opencl_reference_count_restored) {
+  cl_device_id dev = g_dev;
+  cl_platform_id plat = g_plat;
   cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)plat, 0};
   cl_int err;
   cl_context clc = clCreateContext(props, 1, &dev, NULL, NULL, &err);
@@ -191,6 +205,14 @@ int main(int argc, char **argv) {
     clReleaseCommandQueue(q);
   }
   if (clc) clReleaseContext(clc);
-  (void)clc0;
-  return tu_finish("test_leaks");
+}
+
+int main(int argc, char **argv) {
+  if (argc > 1 && atoi(argv[1]) > 0) {
+    iterations = atoi(argv[1]);
+    argv[1] = argv[0];
+    argc--;
+    argv++;
+  }
+  return tu_main(argc, argv, (tu_suite){.name = "test_leaks", .setup = setup});
 }

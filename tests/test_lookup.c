@@ -3,8 +3,6 @@
  * reference; and every error the lookup can return. */
 #include "test_util.h"
 
-static int small_mode = 0;
-
 typedef struct lcase {
   size_t V, d, n;
   clembed_dtype tdt, odt;
@@ -56,30 +54,21 @@ static void run_case(clembed_context *ctx, const lcase *c) {
   clembed_status fin = clembed_finish(ctx);
 
   /* reference */
-  int64_t pad = c->padding < -1 ? c->padding + (int64_t)V : c->padding;
+  int64_t pad = ref_padding_row(c->padding, (int64_t)V);
   void *got = tu_alloc_elems(n * d, c->odt);
   OK(ctx, clembed_matrix_read(ctx, &out, got, c->odt));
   size_t bad_elems = 0;
   for (size_t i = 0; i < n; i++) {
     int64_t id = ids[c->id_off + i];
-    int64_t r = id;
-    int is_bad = 0;
-    if (c->policy == CLEMBED_INDEX_WRAP && id < 0 && id >= -(int64_t)V) r = id + (int64_t)V;
-    if (r < 0 || r >= (int64_t)V) {
-      if (c->policy == CLEMBED_INDEX_CLAMP) r = r < 0 ? 0 : (int64_t)V - 1;
-      else {
-        is_bad = c->policy != CLEMBED_INDEX_ZERO;
-        r = -1;
-      }
-    }
+    int is_bad;
+    int64_t r = ref_resolve(id, (int64_t)V, c->policy, pad, &is_bad);
     if (is_bad && first_bad < 0) {
       first_bad = (long long)i;
       first_bad_val = (long long)id;
     }
-    if (r == pad) r = -1;
     for (size_t k = 0; k < d; k++) {
-      float ref = r >= 0 ? c->scale * tu_elem(w, (size_t)r * d + k, c->tdt) : 0.0f;
-      ref = tu_round(ref, c->odt);
+      float wk = r >= 0 ? tu_elem(w, (size_t)r * d + k, c->tdt) : 0.0f;
+      float ref = ref_round(ref_forward(c->scale, r >= 0 ? &wk : NULL, NULL, 0.0f, 1), c->odt);
       float g = tu_elem(got, i * d + k, c->odt);
       if (!(g == ref || (isnan(g) && isnan(ref)))) bad_elems++;
       if (bad_elems == 1 && !(g == ref)) {
@@ -117,43 +106,60 @@ static void run_case(clembed_context *ctx, const lcase *c) {
   free(got);
 }
 
-static void sweep(clembed_context *ctx) {
+/* d of 1, 3, 37, 1024 and 0, 1, 5, 300 ids, every dtype, I32 and I64 ids */
+TU_CASE(shapes_dtypes_and_id_types) {
   const size_t ds[] = {1, 3, 37, 1024};
   const size_t ns[] = {0, 1, 5, 300};
   const clembed_dtype dts[] = {CLEMBED_F32, CLEMBED_F16, CLEMBED_BF16};
   for (size_t a = 0; a < 4; a++)
     for (size_t b = 0; b < 4; b++) {
       size_t d = ds[a], n = ns[b];
-      if (small_mode && d * n > 4000) continue;
+      if (tu_small && d * n > 4000) continue;
       for (int t = 0; t < 3; t++) {
         lcase c = {1000, d, n, dts[t], dts[t], (b & 1) ? CLEMBED_I64 : CLEMBED_I32, 0, 0, 0, 0, 0,
                    1.0f, CLEMBED_INDEX_CHECK, CLEMBED_NO_PADDING, 0};
         run_case(ctx, &c);
       }
     }
-  /* every table dtype into every output dtype, with strides and offsets */
+}
+
+/* every table dtype into every output dtype, with strides and offsets */
+TU_CASE(every_dtype_into_every_dtype_strided) {
+  const clembed_dtype dts[] = {CLEMBED_F32, CLEMBED_F16, CLEMBED_BF16};
   for (int t = 0; t < 3; t++)
     for (int o = 0; o < 3; o++) {
       lcase c = {50, 37, 40, dts[t], dts[o], (t + o) & 1 ? CLEMBED_I64 : CLEMBED_I32, 5, 13, 3, 7, 9,
                  1.0f, CLEMBED_INDEX_CHECK, CLEMBED_NO_PADDING, 0};
       run_case(ctx, &c);
     }
-  /* four columns per work-item: strides and offsets that are not multiples of 4 */
+}
+
+/* four columns per work-item: strides and offsets that are not multiples of 4 */
+TU_CASE(ld_and_offsets_not_multiples_of_four) {
+  const clembed_dtype dts[] = {CLEMBED_F32, CLEMBED_F16, CLEMBED_BF16};
   for (int t = 0; t < 3; t++) {
     lcase c = {50, 36, 40, dts[t], dts[2 - t], t & 1 ? CLEMBED_I64 : CLEMBED_I32, 3, 5, 1, 3, 1,
                0.5f, CLEMBED_INDEX_CHECK, CLEMBED_NO_PADDING, 0};
     run_case(ctx, &c);
   }
-  /* scale and padding (also a negative padding index, as in PyTorch) */
+}
+
+/* scale and padding (also a negative padding index, as in PyTorch) */
+TU_CASE(scale_and_padding) {
   lcase c1 = {20, 16, 64, CLEMBED_F32, CLEMBED_F32, CLEMBED_I32, 0, 0, 0, 0, 0, 5.656854f, CLEMBED_INDEX_CHECK, 10, 0};
   run_case(ctx, &c1);
   lcase c2 = {20, 16, 64, CLEMBED_F16, CLEMBED_F32, CLEMBED_I64, 0, 0, 0, 0, 0, 0.125f, CLEMBED_INDEX_CHECK, -3, 0};
   run_case(ctx, &c2);
-  /* one id repeated thousands of times */
-  lcase c3 = {3, 8, small_mode ? 400 : 5000, CLEMBED_F32, CLEMBED_F32, CLEMBED_I32, 0, 0, 0, 0, 0, 1.0f,
+}
+
+TU_CASE(one_id_repeated_thousands_of_times) {
+  lcase c3 = {3, 8, tu_small ? 400 : 5000, CLEMBED_F32, CLEMBED_F32, CLEMBED_I32, 0, 0, 0, 0, 0, 1.0f,
               CLEMBED_INDEX_CHECK, CLEMBED_NO_PADDING, 0};
   run_case(ctx, &c3);
-  /* every policy with bad ids in both id types */
+}
+
+/* every policy with bad ids in both id types */
+TU_CASE(every_policy_with_bad_ids) {
   for (int p = 0; p < 4; p++)
     for (int it = 0; it < 2; it++) {
       lcase c = {30, 5, 60, CLEMBED_F32, CLEMBED_F32, it ? CLEMBED_I64 : CLEMBED_I32, 0, 0, 0, 0, 2, 2.0f,
@@ -162,8 +168,9 @@ static void sweep(clembed_context *ctx) {
     }
 }
 
-/* ids[23] = 123456 in a table of 1000 rows: the message of the issue. */
-static void check_message(clembed_context *ctx) {
+/* ids[23] = 123456 in a table of 1000 rows: the deferred error's message;
+ * the first of several operations' errors; error slots recycled; events. */
+TU_CASE(deferred_error_messages_and_events) {
   int32_t ids[40];
   for (int i = 0; i < 40; i++) ids[i] = i;
   ids[23] = 123456;
@@ -226,7 +233,7 @@ static void check_message(clembed_context *ctx) {
   clembed_ids_release(&dc);
 }
 
-static void check_errors(clembed_context *ctx) {
+TU_CASE(argument_errors) {
   clembed_matrix t = {0}, o = {0}, bad;
   clembed_ids di = {0};
   int32_t ids[4] = {0, 1, 2, 3};
@@ -301,13 +308,18 @@ static void check_errors(clembed_context *ctx) {
 /* Outputs larger than the device's cache: on a CPU they are written with
  * streaming stores where each row is aligned to the vector, plain stores
  * otherwise (an odd offset or ld); the results are the same. */
-static void large_outputs(clembed_context *ctx) {
+TU_CASE(outputs_larger_than_the_cache) {
+  if (tu_small) {
+    tu_skip("not in small mode");
+    return;
+  }
   cl_device_id dev;
   cl_ulong cache = 0;
   clGetCommandQueueInfo(clembed_context_queue(ctx), CL_QUEUE_DEVICE, sizeof dev, &dev, NULL);
   clGetDeviceInfo(dev, CL_DEVICE_GLOBAL_MEM_CACHE_SIZE, sizeof cache, &cache, NULL);
   if (cache == 0 || cache > ((cl_ulong)256 << 20)) {
     printf("large outputs: the device's cache is %llu bytes: not run\n", (unsigned long long)cache);
+    tu_skip("the device's cache size is unknown or above 256 MiB");
     return;
   }
   size_t d = 1024, n32 = (size_t)cache / (d * 4) + 37, n16 = (size_t)cache / (d * 2) + 37;
@@ -325,13 +337,4 @@ static void large_outputs(clembed_context *ctx) {
   run_case(ctx, &bf);
 }
 
-int main(int argc, char **argv) {
-  small_mode = argc > 1 && !strcmp(argv[1], "small");
-  clembed_context *ctx = tu_context();
-  sweep(ctx);
-  if (!small_mode) large_outputs(ctx);
-  check_message(ctx);
-  check_errors(ctx);
-  clembed_context_destroy(ctx);
-  return tu_finish("test_lookup");
-}
+int main(int argc, char **argv) { return tu_main(argc, argv, (tu_suite){.name = "test_lookup", .device = 1}); }

@@ -18,28 +18,10 @@
  * work-item). */
 #include "test_util.h"
 
-static int small_mode = 0;
 static const char *DN[3] = {"F32", "F16", "BF16"};
 #define P20 ((size_t)1 << 20)
 
 /* ------------------------------------------------------------ reference */
-
-static double ref_value(double base, clembed_exponent e, clembed_layout l, size_t d, size_t p, size_t i) {
-  double w;
-  int is_cos;
-  if (l == CLEMBED_LAYOUT_HALVES) {
-    size_t h = (d + 1) / 2;
-    size_t k = i < h ? i : i - h;
-    w = pow(base, -2.0 * (double)k / (double)d);
-    is_cos = i >= h;
-  } else {
-    if (e == CLEMBED_EXPONENT_PAIR) w = pow(base, -2.0 * floor((double)i / 2.0) / (double)d);
-    else w = pow(base, -(double)i / (double)d);
-    is_cos = (int)(i % 2);
-  }
-  double a = (double)p * w;
-  return is_cos ? cos(a) : sin(a);
-}
 
 /* One ulp of dtype t at the magnitude of v. */
 static double ulp_of(double v, clembed_dtype t) {
@@ -54,9 +36,9 @@ static int acceptable(float got, double ref, clembed_dtype t, double *err) {
   *err = fabs((double)got - ref);
   if (isnan(got)) return 0;
   if (t == CLEMBED_F32) return *err <= 1e-6;
-  double r = (double)tu_round((float)ref, t);
+  double r = (double)ref_round((float)ref, t);
   if (fabs((double)got - r) <= ulp_of(ref, t)) return 1;
-  float lo = tu_round((float)(ref - 1e-6), t), hi = tu_round((float)(ref + 1e-6), t);
+  float lo = ref_round((float)(ref - 1e-6), t), hi = ref_round((float)(ref + 1e-6), t);
   return got >= lo && got <= hi;
 }
 
@@ -64,6 +46,8 @@ typedef struct stats {
   double max_err;
   size_t checked, bad;
 } stats;
+
+static stats g_stats; /* over every case that runs: printed at the end */
 
 /* ------------------------------------------------------------ one call */
 
@@ -90,11 +74,11 @@ static void run(clembed_context *ctx, const clembed_sinusoid *s, size_t first, s
   for (size_t e = 0; e < total; e++) {
     int in = e >= off && (e - off) / ld < rows && (e - off) % ld < d;
     if (!in) {
-      if (all[e] != tu_round(777.0f, t)) outside++;
+      if (all[e] != ref_round(777.0f, t)) outside++;
       continue;
     }
     size_t r = (e - off) / ld, c = (e - off) % ld;
-    double ref = ref_value(rs->base, rs->exponent, rs->layout, d, first + r, c), err;
+    double ref = ref_sinusoid(rs->base, rs->exponent, rs->layout, d, first + r, c), err;
     if (!acceptable(all[e], ref, t, &err)) {
       if (bad < 3)
         fprintf(stderr, "  base %g exp %d layout %d d %zu %s: position %zu column %zu: got %.9g want %.12g (err %.3g)\n",
@@ -120,16 +104,17 @@ static const clembed_sinusoid VARIANTS[3] = {{10000.0, CLEMBED_EXPONENT_PAIR, CL
                                              {10000.0, CLEMBED_EXPONENT_PAIR, CLEMBED_LAYOUT_HALVES}};
 
 /* Every variant x d x base x first position. */
-static void sweep(clembed_context *ctx, stats *st) {
+TU_CASE(every_variant_d_base_and_first_position) {
+  stats *st = &g_stats;
   const size_t ds[] = {1, 2, 3, 7, 37, 64, 513};
   const double bases[] = {10000.0, 5.0, 2.5};
   const size_t firsts[] = {0, 1000, P20 - 24};
-  size_t rows = small_mode ? 6 : 24;
+  size_t rows = tu_small ? 6 : 24;
   for (int v = 0; v < 3; v++)
     for (size_t a = 0; a < sizeof ds / sizeof *ds; a++)
       for (int b = 0; b < 3; b++)
         for (int f = 0; f < 3; f++) {
-          if (small_mode && ds[a] > 64 && (b || f != 2)) continue;
+          if (tu_small && ds[a] > 64 && (b || f != 2)) continue;
           clembed_sinusoid s = VARIANTS[v];
           s.base = bases[b];
           run(ctx, &s, firsts[f], rows, ds[a], CLEMBED_F32, 0, 0, st);
@@ -137,7 +122,8 @@ static void sweep(clembed_context *ctx, stats *st) {
 }
 
 /* Far positions: sampled starts across [0, 2^20), full rows of large d. */
-static void far_positions(clembed_context *ctx, stats *st) {
+TU_CASE(far_positions_full_rows) {
+  stats *st = &g_stats;
   size_t starts[64];
   size_t ns = 0;
   starts[ns++] = P20 - 2; /* covers 2^20 - 1 */
@@ -152,22 +138,27 @@ static void far_positions(clembed_context *ctx, stats *st) {
   starts[ns++] = 104348 - 1; /* 104348 ~ 16607*2*pi: a hard reduction case */
   starts[ns++] = 833719 - 1; /* 833719 ~ 132692*2*pi */
   uint64_t rng = 7;
-  size_t want = small_mode ? 20 : 48;
+  size_t want = tu_small ? 20 : 48;
   while (ns < want) {
     rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
     starts[ns++] = (size_t)((rng >> 20) % (P20 - 2));
   }
-  size_t d = small_mode ? 1024 : 4096, rows = 2;
+  size_t d = tu_small ? 1024 : 4096, rows = 2;
   for (int v = 0; v < 3; v++)
     for (size_t k = 0; k < ns; k++) {
-      if (small_mode && v && k % 2) continue;
+      if (tu_small && v && k % 2) continue;
       run(ctx, &VARIANTS[v], starts[k], rows, d, CLEMBED_F32, 0, 0, st);
     }
 }
 
 /* Every position below 2^20 for a few frequencies (d = 8: w = 1, 0.1, 0.01, 0.001
  * for PAIR; d = 5 INDEX: w = base^(-i/5)), in chunks. Normal run only. */
-static void every_position(clembed_context *ctx, stats *st) {
+TU_CASE(every_position_below_2_to_the_20) {
+  stats *st = &g_stats;
+  if (tu_small) {
+    tu_skip("normal run only");
+    return;
+  }
   const struct {
     clembed_sinusoid s;
     size_t d;
@@ -187,7 +178,7 @@ static void every_position(clembed_context *ctx, stats *st) {
       OK(ctx, clembed_matrix_read(ctx, &m, g, CLEMBED_F32));
       for (size_t r = 0; r < chunk; r++)
         for (size_t c = 0; c < d; c++) {
-          double ref = ref_value(cfg[k].s.base, cfg[k].s.exponent, cfg[k].s.layout, d, first + r, c);
+          double ref = ref_sinusoid(cfg[k].s.base, cfg[k].s.exponent, cfg[k].s.layout, d, first + r, c);
           double err = fabs((double)g[r * d + c] - ref);
           if (!(err <= 1e-6)) bad++;
           if (err > worst || isnan(err)) {
@@ -210,13 +201,14 @@ static void every_position(clembed_context *ctx, stats *st) {
 }
 
 /* F16 and BF16 outputs, and ld/offset windows. */
-static void dtypes_and_windows(clembed_context *ctx, stats *st) {
+TU_CASE(f16_bf16_outputs_and_windows) {
+  stats *st = &g_stats;
   const clembed_dtype ts[2] = {CLEMBED_F16, CLEMBED_BF16};
   for (int t = 0; t < 2; t++)
     for (int v = 0; v < 3; v++) {
       run(ctx, &VARIANTS[v], 0, 16, 37, ts[t], 0, 0, st);
       run(ctx, &VARIANTS[v], 1000, 8, 64, ts[t], 3, 5, st);
-      run(ctx, &VARIANTS[v], P20 - 8, 8, small_mode ? 128 : 1024, ts[t], 0, 0, st);
+      run(ctx, &VARIANTS[v], P20 - 8, 8, tu_small ? 128 : 1024, ts[t], 0, 0, st);
     }
   run(ctx, &VARIANTS[0], 7, 9, 5, CLEMBED_F32, 4, 13, st);
   run(ctx, &VARIANTS[2], 3, 5, 7, CLEMBED_F32, 1, 1, st);
@@ -230,7 +222,7 @@ static void dtypes_and_windows(clembed_context *ctx, stats *st) {
 }
 
 /* The tutorial: base 5, INDEX, INTERLEAVED, d 10: row 1 begins 0.84147, 0.65898, 0.66297. */
-static void tutorial(clembed_context *ctx) {
+TU_CASE(tutorial_numbers) {
   clembed_sinusoid s = {5.0, CLEMBED_EXPONENT_INDEX, CLEMBED_LAYOUT_INTERLEAVED};
   clembed_matrix m = {0};
   float g[3 * 10];
@@ -249,7 +241,7 @@ static void tutorial(clembed_context *ctx) {
 
 /* Several configurations enqueued before anything is read: more than the
  * library caches frequencies for, on outputs of different widths. */
-static void queued_configs(clembed_context *ctx) {
+TU_CASE(queued_configurations) {
   enum { K = 7 };
   clembed_matrix m[K];
   clembed_sinusoid s[K];
@@ -267,7 +259,7 @@ static void queued_configs(clembed_context *ctx) {
     size_t bad = 0;
     for (size_t r = 0; r < 20; r++)
       for (size_t c = 0; c < d[k]; c++) {
-        double ref = ref_value(s[k].base, s[k].exponent, s[k].layout, d[k], 100 * (size_t)k + r, c);
+        double ref = ref_sinusoid(s[k].base, s[k].exponent, s[k].layout, d[k], 100 * (size_t)k + r, c);
         if (!(fabs(g[r * d[k] + c] - ref) <= 1e-6)) bad++;
       }
     EXPECT(bad == 0, "queued configuration %d (base %g, d %zu): %zu wrong", k, s[k].base, d[k], bad);
@@ -275,7 +267,7 @@ static void queued_configs(clembed_context *ctx) {
   }
 }
 
-static void events(clembed_context *ctx) {
+TU_CASE(events_and_wait_lists) {
   const int INV = CLEMBED_ERR_INVALID_ARGUMENT;
   clembed_matrix m = {0};
   OK(ctx, clembed_matrix_create(ctx, 4, 6, CLEMBED_F32, &m));
@@ -335,7 +327,7 @@ static void events(clembed_context *ctx) {
   clembed_matrix_release(&m);
 }
 
-static void errors(clembed_context *ctx) {
+TU_CASE(argument_errors) {
   const int INV = CLEMBED_ERR_INVALID_ARGUMENT;
   clembed_matrix m = {0}, bad;
   OK(ctx, clembed_matrix_create(ctx, 4, 6, CLEMBED_F32, &m));
@@ -397,13 +389,13 @@ static void table_f32(clembed_context *ctx, const clembed_sinusoid *s, size_t fi
   clembed_matrix_release(&m);
 }
 
-static void both_shapes(void) {
+TU_CASE(cpu_and_gpu_shapes_agree) {
   clembed_context *cpu, *gpu;
   if (!tu_shaped_pair(&cpu, &gpu)) return;
   const size_t ds[] = {1, 16, 37, 1024};
   const size_t firsts[] = {0, 123457, P20 - 50, ((size_t)1 << 32) + 5};
   const double bases[] = {10000.0, 5.0, 0.5};
-  size_t rows = small_mode ? 8 : 64, same = 0, cases = 0;
+  size_t rows = tu_small ? 8 : 64, same = 0, cases = 0;
   for (int v = 0; v < 3; v++)
     for (size_t a = 0; a < sizeof ds / sizeof ds[0]; a++)
       for (size_t f = 0; f < sizeof firsts / sizeof firsts[0]; f++)
@@ -426,21 +418,11 @@ static void both_shapes(void) {
   clembed_context_destroy(gpu);
 }
 
+static void report(clembed_context *ctx) {
+  printf("positional: %zu values checked, %zu wrong, max F32 error %.3g (limit 1e-6)\n", g_stats.checked,
+         g_stats.bad, g_stats.max_err);
+}
+
 int main(int argc, char **argv) {
-  small_mode = argc > 1 && !strcmp(argv[1], "small");
-  both_shapes();
-  clembed_context *ctx = tu_context();
-  stats st = {0};
-  tutorial(ctx);
-  sweep(ctx, &st);
-  far_positions(ctx, &st);
-  if (!small_mode) every_position(ctx, &st);
-  dtypes_and_windows(ctx, &st);
-  queued_configs(ctx);
-  events(ctx);
-  errors(ctx);
-  printf("positional: %zu values checked, %zu wrong, max F32 error %.3g (limit 1e-6)\n", st.checked, st.bad,
-         st.max_err);
-  clembed_context_destroy(ctx);
-  return tu_finish("test_positional");
+  return tu_main(argc, argv, (tu_suite){.name = "test_positional", .device = 1, .teardown = report});
 }

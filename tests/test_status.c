@@ -1,7 +1,7 @@
 /* Status strings and version: every code has its own fixed string. */
 #include "test_util.h"
 
-int main(void) {
+TU_CASE(known_codes_have_their_names) {
   const struct { int code; const char *name; } known[] = {
       {CLEMBED_OK, "CLEMBED_OK"},
       {CLEMBED_ERR_INVALID_ARGUMENT, "CLEMBED_ERR_INVALID_ARGUMENT"},
@@ -23,7 +23,10 @@ int main(void) {
     EXPECT(s && !strcmp(s, known[i].name), "code %d gives '%s', expected '%s'", known[i].code, s ? s : "(null)",
            known[i].name);
   }
-  /* every OpenCL code from -1 to -72 and every clembed code has a distinct string */
+}
+
+/* every OpenCL code from -1 to -72 and every clembed code has a distinct string */
+TU_CASE(opencl_codes_have_distinct_strings) {
   const char *seen[80] = {0};
   int n = 0;
   for (int c = -72; c <= 0; c++) {
@@ -34,16 +37,27 @@ int main(void) {
     if (n < 80) seen[n++] = s;
   }
   EXPECT(n >= 60, "only %d named OpenCL codes", n);
+}
+
+TU_CASE(clembed_codes_are_named) {
   for (int c = -2006; c <= -2001; c++)
     EXPECT(strncmp(clembed_status_string((clembed_status)c), "CLEMBED_ERR_", 12) == 0, "code %d", c);
+}
+
+TU_CASE(unknown_codes_are_unknown_status) {
   EXPECT(!strcmp(clembed_status_string((clembed_status)12345), "CLEMBED_UNKNOWN_STATUS"), "unknown code");
   EXPECT(!strcmp(clembed_status_string((clembed_status)-2000), "CLEMBED_UNKNOWN_STATUS"), "unknown code");
-  /* version */
+}
+
+TU_CASE(version_number_matches_macros) {
   EXPECT(clembed_version_number() == CLEMBED_VERSION_NUMBER, "version %u", clembed_version_number());
   EXPECT(CLEMBED_VERSION_NUMBER ==
              CLEMBED_VERSION_MAJOR * 10000 + CLEMBED_VERSION_MINOR * 100 + CLEMBED_VERSION_PATCH,
          "version macro");
-  /* the NULL-accepting functions */
+}
+
+/* the NULL-accepting functions */
+TU_CASE(release_functions_accept_null) {
   clembed_context_destroy(NULL);
   clembed_matrix_release(NULL);
   clembed_ids_release(NULL);
@@ -51,8 +65,12 @@ int main(void) {
   EXPECT(!strcmp(clembed_context_message(NULL), ""), "message of NULL");
   EXPECT(!strcmp(clembed_context_device_name(NULL), ""), "name of NULL");
   EXPECT(clembed_finish(NULL) == CLEMBED_ERR_INVALID_ARGUMENT, "finish(NULL)");
+}
+
+TU_CASE(dtype_sizes) {
   EXPECT(clembed_dtype_size(CLEMBED_F32) == 4 && clembed_dtype_size(CLEMBED_F16) == 2 &&
              clembed_dtype_size(CLEMBED_BF16) == 2 && clembed_dtype_size((clembed_dtype)3) == 0,
          "dtype sizes");
-  return tu_finish("test_status");
 }
+
+int main(int argc, char **argv) { return tu_main(argc, argv, (tu_suite){.name = "test_status"}); }

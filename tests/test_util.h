@@ -1,5 +1,12 @@
-/* Shared by the device tests: context set-up, assertions, plain float64/float32
- * references for the dtype conversions. Each test is one executable. */
+/* Shared by the tests: named cases (TU_CASE, tu_main), assertions, the test
+ * device's context, host arrays of any dtype and strided device windows. The
+ * references the tests compare against are in reference.h. Each test is one
+ * executable; each of its cases can be run alone by name:
+ *   test_embed                        every case
+ *   test_embed --list                 the case names
+ *   test_embed padding_keeps_position one case (several names: several cases)
+ *   test_embed small NAME...          reduced sizes (the Oclgrind runs)
+ * A name that is not a case is an error (exit 2). */
 #ifndef CLEMBED_TEST_UTIL_H
 #define CLEMBED_TEST_UTIL_H
 #ifndef _POSIX_C_SOURCE
@@ -8,6 +15,7 @@
 
 #include "clembed.h"
 #include "test_hooks.h" /* src/: clembed's own test hooks */
+#include "reference.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -104,64 +112,6 @@ static inline int tu_shaped_pair(clembed_context **cpu, clembed_context **gpu) {
   return 0;
 }
 
-static inline int tu_finish(const char *name) {
-  printf("%s: %d checks, %d failed\n", name, tu_checks, tu_failures);
-  return tu_failures ? 1 : 0;
-}
-
-/* Plain reference conversions (not the library's). */
-static inline float tu_f16_to_f32(uint16_t h) {
-  int s = h >> 15, e = (h >> 10) & 31, m = h & 1023;
-  double v;
-  if (e == 31) return m ? NAN : (s ? -INFINITY : INFINITY);
-  if (e == 0) v = ldexp((double)m, -24);
-  else v = ldexp((double)(m + 1024), e - 25);
-  return (float)(s ? -v : v);
-}
-
-/* Round to nearest even by search: the half whose value is nearest to f. */
-static inline uint16_t tu_f32_to_f16(float f) {
-  if (isnan(f)) return 0x7E00;
-  uint16_t sign = signbit(f) ? 0x8000 : 0;
-  double a = fabs((double)f);
-  if (a >= 65520.0) return sign | 0x7C00;
-  uint16_t best = 0;
-  double bd = INFINITY;
-  /* binary search over the ordered positive halves */
-  int lo = 0, hi = 0x7BFF;
-  while (lo < hi) {
-    int mid = (lo + hi + 1) / 2;
-    if (tu_f16_to_f32((uint16_t)mid) <= a) lo = mid; else hi = mid - 1;
-  }
-  for (int c = lo; c <= lo + 1 && c <= 0x7C00; c++) {
-    double d = fabs((double)tu_f16_to_f32((uint16_t)c) - a);
-    if (d < bd || (d == bd && (c & 1) == 0)) { bd = d; best = (uint16_t)c; }
-  }
-  return sign | best;
-}
-
-static inline float tu_bf16_to_f32(uint16_t b) {
-  uint32_t u = (uint32_t)b << 16;
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-
-static inline uint16_t tu_f32_to_bf16(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  if (isnan(f)) return (uint16_t)((u >> 16) | 0x40);
-  uint32_t lower = u & 0xFFFF, upper = u >> 16;
-  if (lower > 0x8000 || (lower == 0x8000 && (upper & 1))) upper++;
-  return (uint16_t)upper;
-}
-
-/* The value a float takes when stored in dtype t and read back. */
-static inline float tu_round(float v, clembed_dtype t) {
-  if (t == CLEMBED_F16) return tu_f16_to_f32(tu_f32_to_f16(v));
-  if (t == CLEMBED_BF16) return tu_bf16_to_f32(tu_f32_to_bf16(v));
-  return v;
-}
 
 /* Host arrays of elements of a dtype. */
 static inline void *tu_alloc_elems(size_t n, clembed_dtype t) { return calloc(n ? n : 1, clembed_dtype_size(t)); }
@@ -169,15 +119,15 @@ static inline void *tu_alloc_elems(size_t n, clembed_dtype t) { return calloc(n 
 /* Element i of a host array of dtype t, as a float. */
 static inline float tu_elem(const void *p, size_t i, clembed_dtype t) {
   if (t == CLEMBED_F32) return ((const float *)p)[i];
-  if (t == CLEMBED_F16) return tu_f16_to_f32(((const uint16_t *)p)[i]);
-  return tu_bf16_to_f32(((const uint16_t *)p)[i]);
+  if (t == CLEMBED_F16) return ref_f16_to_f32(((const uint16_t *)p)[i]);
+  return ref_bf16_to_f32(((const uint16_t *)p)[i]);
 }
 
 /* Stores v, rounded to nearest even, as element i of a host array of dtype t. */
 static inline void tu_set_elem(void *p, size_t i, clembed_dtype t, float v) {
   if (t == CLEMBED_F32) ((float *)p)[i] = v;
-  else if (t == CLEMBED_F16) ((uint16_t *)p)[i] = tu_f32_to_f16(v);
-  else ((uint16_t *)p)[i] = tu_f32_to_bf16(v);
+  else if (t == CLEMBED_F16) ((uint16_t *)p)[i] = ref_f32_to_f16(v);
+  else ((uint16_t *)p)[i] = ref_f32_to_bf16(v);
 }
 
 /* What surrounds a window in a test's buffer, so that a stray write shows. */
@@ -203,7 +153,7 @@ static inline size_t tu_written_outside(clembed_context *ctx, const clembed_matr
   size_t touched = 0;
   for (size_t e = 0; e < total; e++) {
     int inside = m->ld && e >= m->offset && (e - m->offset) / m->ld < m->rows && (e - m->offset) % m->ld < m->cols;
-    if (!inside && tu_elem(all, e, m->dtype) != tu_round(TU_FILL, m->dtype)) touched++;
+    if (!inside && tu_elem(all, e, m->dtype) != ref_round(TU_FILL, m->dtype)) touched++;
   }
   free(all);
   return touched;
@@ -238,20 +188,147 @@ static inline float tu_rand(uint64_t *state) {
   return (float)((double)(*state >> 40) / (double)(1ULL << 24) * 2.0 - 1.0);
 }
 
-/* Philox4x32-10, written plainly from the Random123 definition. */
-static inline void tu_philox(uint64_t seed, uint64_t e, uint32_t out[4]) {
-  uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
-  uint32_t c0 = (uint32_t)e, c1 = (uint32_t)(e >> 32), c2 = 0, c3 = 0;
-  for (int r = 0; r < 10; r++) {
-    if (r) { k0 += 0x9E3779B9u; k1 += 0xBB67AE85u; }
-    uint64_t p0 = (uint64_t)0xD2511F53u * c0, p1 = (uint64_t)0xCD9E8D57u * c2;
-    uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0, n1 = (uint32_t)p1;
-    uint32_t n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1, n3 = (uint32_t)p0;
-    c0 = n0; c1 = n1; c2 = n2; c3 = n3;
+/* ------------------------------------------------------------ named cases */
+
+/* TU_CASE(name) { ... } defines a case: a function of the suite's context
+ * (`ctx`: the test device's for device suites, NULL otherwise), registered
+ * under `name` before main runs. Cases run in the order they are written. A
+ * case must check something: one that makes no check fails, unless it calls
+ * tu_skip() to say why it checks nothing here. */
+typedef void (*tu_case_fn)(clembed_context *ctx);
+typedef struct tu_case_entry {
+  const char *name;
+  tu_case_fn fn;
+  int line;
+} tu_case_entry;
+
+#define TU_MAX_CASES 256
+static tu_case_entry tu_cases[TU_MAX_CASES];
+static int tu_ncases = 0;
+static int tu_small = 0;                /* "small" on the command line: reduced sizes */
+static const char *tu_skipped = NULL;   /* why the running case checks nothing */
+
+static inline void tu_register(const char *name, tu_case_fn fn, int line) {
+  if (tu_ncases == TU_MAX_CASES) {
+    fprintf(stderr, "more than %d cases: raise TU_MAX_CASES\n", TU_MAX_CASES);
+    exit(2);
   }
-  out[0] = c0; out[1] = c1; out[2] = c2; out[3] = c3;
+  tu_cases[tu_ncases].name = name;
+  tu_cases[tu_ncases].fn = fn;
+  tu_cases[tu_ncases].line = line;
+  tu_ncases++;
 }
 
-static inline double tu_unit(uint32_t x) { return (double)(x >> 8) / 16777216.0; }
+#define TU_CASE(name)                                                          \
+  static void tu_case_##name(clembed_context *ctx);                            \
+  __attribute__((constructor)) static void tu_register_##name(void) {          \
+    tu_register(#name, tu_case_##name, __LINE__);                              \
+  }                                                                            \
+  static void tu_case_##name(clembed_context *ctx __attribute__((unused)))
+
+/* The running case checks nothing on this device or in this mode, and says why. */
+static inline void tu_skip(const char *why) {
+  tu_skipped = why;
+  printf("  skipped: %s\n", why);
+}
+
+/* A suite: its name, whether its cases need the test device (a context from
+ * tu_context(), passed to every case and destroyed at the end), and optional
+ * set-up and tear-down around the cases (their checks count as a case
+ * "setup"/"teardown" when they fail). */
+typedef struct tu_suite {
+  const char *name;
+  int device;
+  void (*setup)(clembed_context *ctx);
+  void (*teardown)(clembed_context *ctx);
+} tu_suite;
+
+static int tu_case_order(const void *a, const void *b) {
+  return ((const tu_case_entry *)a)->line - ((const tu_case_entry *)b)->line;
+}
+
+static inline int tu_find_case(const char *name) {
+  for (int i = 0; i < tu_ncases; i++)
+    if (!strcmp(tu_cases[i].name, name)) return i;
+  return -1;
+}
+
+/* Runs the cases named on the command line (all without names) and prints each
+ * one's result, then "N passed, M failed". Arguments: case names, "small",
+ * "--list" (prints the names, runs nothing). Exit 0 when all passed, 1 when
+ * any failed, 2 for an unknown argument; 77 from tu_context() when no device
+ * and CLEMBED_ALLOW_NO_DEVICE=1. */
+static inline int tu_main(int argc, char **argv, tu_suite suite) {
+  qsort(tu_cases, (size_t)tu_ncases, sizeof tu_cases[0], tu_case_order);
+  char *selected = calloc((size_t)tu_ncases + 1, 1);
+  int any = 0, list = 0;
+  for (int a = 1; a < argc; a++) {
+    if (!strcmp(argv[a], "small")) {
+      tu_small = 1;
+    } else if (!strcmp(argv[a], "--list")) {
+      list = 1;
+    } else {
+      int k = tu_find_case(argv[a]);
+      if (k < 0) {
+        fprintf(stderr, "%s: no case named '%s' (%s --list names them)\n", suite.name, argv[a], argv[0]);
+        free(selected);
+        return 2;
+      }
+      selected[k] = 1;
+      any = 1;
+    }
+  }
+  if (list) {
+    for (int i = 0; i < tu_ncases; i++) printf("%s\n", tu_cases[i].name);
+    free(selected);
+    return 0;
+  }
+  clembed_context *ctx = suite.device ? tu_context() : NULL;
+  int passed = 0, failed = 0;
+  if (suite.setup) {
+    int before = tu_failures;
+    suite.setup(ctx);
+    if (tu_failures != before) {
+      printf("setup: FAILED (%d checks failed)\n", tu_failures - before);
+      failed++;
+    }
+  }
+  for (int i = 0; i < tu_ncases; i++) {
+    if (any && !selected[i]) continue;
+    int checks = tu_checks, failures = tu_failures;
+    tu_skipped = NULL;
+    printf("case %s\n", tu_cases[i].name);
+    fflush(stdout);
+    tu_cases[i].fn(ctx);
+    fflush(stderr);
+    checks = tu_checks - checks;
+    failures = tu_failures - failures;
+    if (failures) {
+      printf("case %s: FAILED (%d of %d checks)\n", tu_cases[i].name, failures, checks);
+      failed++;
+    } else if (!checks && !tu_skipped) {
+      printf("case %s: FAILED (it made no check)\n", tu_cases[i].name);
+      tu_failures++;
+      failed++;
+    } else {
+      printf("case %s: passed (%d checks)\n", tu_cases[i].name, checks);
+      passed++;
+    }
+    fflush(stdout);
+  }
+  if (suite.teardown) {
+    int before = tu_failures;
+    suite.teardown(ctx);
+    if (tu_failures != before) {
+      printf("teardown: FAILED (%d checks failed)\n", tu_failures - before);
+      failed++;
+    }
+  }
+  clembed_context_destroy(ctx);
+  free(selected);
+  printf("%s%s: %d checks, %d failed\n", suite.name, tu_small ? " small" : "", tu_checks, tu_failures);
+  printf("%d passed, %d failed\n", passed, failed);
+  return failed ? 1 : 0;
+}
 
 #endif
