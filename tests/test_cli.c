@@ -331,7 +331,7 @@ TU_CASE(embed_options) {
   uint64_t st = 3;
   for (int i = 0; i < V * D; i++) w[i] = tu_rand(&st); /* as wp.npy */
   const int32_t ids[N] = {1, 4, 4, 10, 0, 3, 3, 9, 2, 7};
-  const float keep = 1.0f / (1.0f - 0.25f);
+  const float keep = ref_dropout_scale(0.25f);
   npy_array a = {0};
   RUNS(0, "embed", "--table", P("wp.npy"), "--ids", P("ip.npy"), "--dropout", "0.25", "--seed", "9", "-o",
        P("ed.npy"));
@@ -339,10 +339,8 @@ TU_CASE(embed_options) {
     int bad = a.count != N * D, dropped = 0;
     for (int i = 0; i < N && !bad; i++)
       for (int c = 0; c < D && !bad; c++) {
-        uint32_t x[4];
-        ref_philox(9, (uint64_t)(i * D + c), x);
         float got = ((float *)a.data)[i * D + c];
-        if (ref_unit(x[0]) < 0.25) bad = got != 0.0f, dropped++;
+        if (!ref_dropout_kept(9, (uint64_t)(i * D + c), 0.25f)) bad = got != 0.0f, dropped++;
         else bad = fabs(got - w[ids[i] * D + c] * keep) > 1e-6;
       }
     EXPECT(!bad && dropped > 0, "embed --dropout 0.25 --seed 9 differs from the Philox mask");
@@ -353,9 +351,7 @@ TU_CASE(embed_options) {
   for (int i = 0; i < N * D; i++) g[i] = tu_rand(&st);
   for (int i = 0; i < N; i++)
     for (int c = 0; c < D; c++) {
-      uint32_t x[4];
-      ref_philox(9, (uint64_t)(i * D + c), x);
-      if (ref_unit(x[0]) >= 0.25) ref[ids[i] * D + c] += g[i * D + c] * keep;
+      if (ref_dropout_kept(9, (uint64_t)(i * D + c), 0.25f)) ref[ids[i] * D + c] += g[i * D + c] * keep;
     }
   size_t gs[3] = {2, 5, D};
   write_npy(P("gd.npy"), NPY_F4, 3, gs, g);
@@ -526,9 +522,7 @@ TU_CASE(init) {
     EXPECT(a.dtype == NPY_F2 && a.count == 12, "init --dtype f16");
     double worst = 0;
     for (size_t e = 0; e < a.count; e++) {
-      uint32_t x[4];
-      ref_philox(9, e, x);
-      float want = -2.0f + 3.0f * (float)ref_unit(x[0]);
+      float want = ref_uniform(9, e, -2.0f, 1.0f);
       worst = fmax(worst, fabs(ref_f16_to_f32(((uint16_t *)a.data)[e]) - want));
     }
     EXPECT(worst <= 2e-3, "init --uniform differs from Philox: %g", worst);
@@ -667,7 +661,11 @@ static void teardown(clembed_context *unused) {
     DIR *d = opendir(g_dir);
     struct dirent *e;
     while (d && (e = readdir(d)))
-      if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) unlink(P(e->d_name));
+      if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
+        char path[sizeof g_dir + sizeof e->d_name + 1];
+        snprintf(path, sizeof path, "%s/%s", g_dir, e->d_name);
+        unlink(path);
+      }
     if (d) closedir(d);
     rmdir(g_dir);
   } else {

@@ -385,17 +385,16 @@ TU_CASE(ids_round_trips_with_offsets) {
 
 /* ------------------------------------------------------------ invalid */
 
-TU_CASE(invalid_arguments) {
-  const int INV = CLEMBED_ERR_INVALID_ARGUMENT;
-  clembed_matrix m = {0}, bad;
-  float host[12] = {0};
-  OK(ctx, clembed_matrix_create(ctx, 3, 4, CLEMBED_F32, &m));
+static const int INV = CLEMBED_ERR_INVALID_ARGUMENT;
 
+TU_CASE(dtype_sizes) {
   EXPECT(clembed_dtype_size(CLEMBED_F32) == 4 && clembed_dtype_size(CLEMBED_F16) == 2 &&
              clembed_dtype_size(CLEMBED_BF16) == 2 && clembed_dtype_size((clembed_dtype)3) == 0,
          "clembed_dtype_size");
+}
 
-  /* create */
+/* NULL arguments, bad dtypes, rows*cols and byte counts that overflow */
+TU_CASE(create_rejects_bad_arguments_and_overflow) {
   clembed_matrix x = {0};
   FAILS(NULL, INV, clembed_matrix_create(NULL, 2, 2, CLEMBED_F32, &x));
   FAILS(ctx, INV, clembed_matrix_create(ctx, 2, 2, CLEMBED_F32, NULL));
@@ -406,6 +405,12 @@ TU_CASE(invalid_arguments) {
   FAILS(ctx, INV, clembed_matrix_create(ctx, (size_t)1 << 40, (size_t)1 << 40, CLEMBED_F16, &x));
   EXPECT(strstr(clembed_context_message(ctx), "overflow") != NULL, "message: %s", clembed_context_message(ctx));
   EXPECT(x.buffer == NULL, "a failed create filled the matrix");
+}
+
+/* a matrix or ids larger than CL_DEVICE_MAX_MEM_ALLOC_SIZE: OUT_OF_MEMORY */
+TU_CASE(create_larger_than_the_device_allows) {
+  clembed_matrix x = {0};
+  float host[12] = {0};
   cl_ulong max_alloc = device_max_alloc(ctx);
   if (max_alloc && max_alloc / 4 + 1 < (cl_ulong)SIZE_MAX) {
     FAILS(ctx, CLEMBED_ERR_OUT_OF_MEMORY,
@@ -417,9 +422,18 @@ TU_CASE(invalid_arguments) {
     clembed_ids i = {0};
     FAILS(ctx, CLEMBED_ERR_OUT_OF_MEMORY, clembed_ids_create(ctx, host, (size_t)(max_alloc / 4 + 1), CLEMBED_I32, &i));
     EXPECT(i.buffer == NULL, "a failed ids_create filled the ids");
+  } else {
+    tu_skip("the device's allocation limit is not below SIZE_MAX");
   }
+}
 
-  /* write and read */
+/* NULL arguments, bad dtypes, windows that do not fit their buffer (ld < cols,
+ * offsets, extents that overflow), windows that exactly fit; a failed call
+ * leaves the context working and names the problem */
+TU_CASE(write_and_read_check_the_window) {
+  clembed_matrix m = {0}, bad;
+  float host[12] = {0};
+  OK(ctx, clembed_matrix_create(ctx, 3, 4, CLEMBED_F32, &m));
   FAILS(NULL, INV, clembed_matrix_write(NULL, &m, host, CLEMBED_F32));
   FAILS(ctx, INV, clembed_matrix_write(ctx, NULL, host, CLEMBED_F32));
   FAILS(ctx, INV, clembed_matrix_write(ctx, &m, NULL, CLEMBED_F32));
@@ -472,7 +486,17 @@ TU_CASE(invalid_arguments) {
   bad.rows = 6;
   bad.dtype = CLEMBED_F32;
   FAILS(ctx, INV, clembed_matrix_read(ctx, &bad, host, CLEMBED_F32));
-  /* a buffer that is not a cl_mem of this size: one too small by a byte */
+  /* a failed call leaves the context working and its message names the problem */
+  FAILS(ctx, INV, clembed_matrix_read(ctx, &bad, host, CLEMBED_F32));
+  EXPECT(clembed_context_message(ctx)[0] != '\0', "no message after a failure");
+  OK(ctx, clembed_matrix_read(ctx, &m, host, CLEMBED_F32));
+  OK(ctx, clembed_finish(ctx));
+  clembed_matrix_release(&m);
+}
+
+/* a buffer that is not a cl_mem of this size: one too small by a byte */
+TU_CASE(buffer_smaller_than_the_window) {
+  float host[12] = {0};
   {
     cl_context cc = NULL;
     clGetCommandQueueInfo(clembed_context_queue(ctx), CL_QUEUE_CONTEXT, sizeof cc, &cc, NULL);
@@ -484,8 +508,9 @@ TU_CASE(invalid_arguments) {
     OK(ctx, clembed_matrix_write(ctx, &u, host, CLEMBED_F32));
     clReleaseMemObject(small);
   }
+}
 
-  /* ids */
+TU_CASE(ids_reject_bad_arguments) {
   int32_t ids[4] = {1, 2, 3, 4};
   clembed_ids di = {0};
   FAILS(NULL, INV, clembed_ids_create(NULL, ids, 4, CLEMBED_I32, &di));
@@ -506,13 +531,6 @@ TU_CASE(invalid_arguments) {
   bi.buffer = NULL;
   FAILS(ctx, INV, clembed_ids_read(ctx, &bi, back));
   clembed_ids_release(&di);
-
-  /* a failed call leaves the context working and its message names the problem */
-  FAILS(ctx, INV, clembed_matrix_read(ctx, &bad, host, CLEMBED_F32));
-  EXPECT(clembed_context_message(ctx)[0] != '\0', "no message after a failure");
-  OK(ctx, clembed_matrix_read(ctx, &m, host, CLEMBED_F32));
-  OK(ctx, clembed_finish(ctx));
-  clembed_matrix_release(&m);
 }
 
 /* Creation zero-fills (and a reused buffer does not leak old contents). */

@@ -64,7 +64,7 @@ static eresult run_case(clembed_context *ctx, const ecase *c) {
   int64_t *ids = malloc((n ? n : 1) * sizeof *ids);
   for (size_t i = 0; i < n; i++) ids[i] = c->ids ? c->ids[i] : (int64_t)(((uint64_t)((tu_rand(&rng) + 1.0f) * 1e6f)) % V);
   if (!c->ids && c->padding != CLEMBED_NO_PADDING)
-    for (size_t i = 0; i < n; i += 3) ids[i] = c->padding < 0 ? c->padding + (int64_t)V : c->padding;
+    for (size_t i = 0; i < n; i += 3) ids[i] = ref_padding_row(c->padding, (int64_t)V);
   void *hid = calloc(n ? n : 1, 8);
   for (size_t i = 0; i < n; i++) {
     if (c->itype == CLEMBED_I32) ((int32_t *)hid)[i] = (int32_t)ids[i];
@@ -671,20 +671,42 @@ TU_CASE(dropout_zero_is_no_dropout) {
 
 /* ------------------------------------------------------------ arguments */
 
-TU_CASE(argument_errors) {
-  const int INV = CLEMBED_ERR_INVALID_ARGUMENT;
-  clembed_matrix t = {0}, o = {0}, pt = {0}, pt_narrow = {0};
-  clembed_ids di = {0}, so = {0};
-  int32_t ids[10] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
-  OK(ctx, clembed_matrix_create(ctx, 10, 4, CLEMBED_F32, &t));
-  OK(ctx, clembed_matrix_create(ctx, 10, 4, CLEMBED_F32, &o));
-  OK(ctx, clembed_matrix_create(ctx, 16, 4, CLEMBED_F32, &pt));
-  OK(ctx, clembed_matrix_create(ctx, 16, 3, CLEMBED_F32, &pt_narrow));
-  OK(ctx, clembed_ids_create(ctx, ids, 10, CLEMBED_I32, &di));
-  OK(ctx, clembed_ids_create(ctx, ids, 2, CLEMBED_I32, &so));
-  clembed_embed_options op = clembed_embed_defaults();
+/* The operands of the argument cases: a 10 x 4 table and output, 10 ids, a
+ * 16-row position table and a narrower one, 2 sequence offsets. */
+typedef struct afx {
+  clembed_matrix t, o, pt, pt_narrow;
+  clembed_ids di, so;
+} afx;
 
-  /* the defaults */
+static const int INV = CLEMBED_ERR_INVALID_ARGUMENT;
+
+static void afx_make(clembed_context *ctx, afx *f) {
+  memset(f, 0, sizeof *f);
+  int32_t ids[10] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
+  OK(ctx, clembed_matrix_create(ctx, 10, 4, CLEMBED_F32, &f->t));
+  OK(ctx, clembed_matrix_create(ctx, 10, 4, CLEMBED_F32, &f->o));
+  OK(ctx, clembed_matrix_create(ctx, 16, 4, CLEMBED_F32, &f->pt));
+  OK(ctx, clembed_matrix_create(ctx, 16, 3, CLEMBED_F32, &f->pt_narrow));
+  OK(ctx, clembed_ids_create(ctx, ids, 10, CLEMBED_I32, &f->di));
+  OK(ctx, clembed_ids_create(ctx, ids, 2, CLEMBED_I32, &f->so));
+}
+
+static void afx_free(afx *f) {
+  clembed_matrix_release(&f->t);
+  clembed_matrix_release(&f->o);
+  clembed_matrix_release(&f->pt);
+  clembed_matrix_release(&f->pt_narrow);
+  clembed_ids_release(&f->di);
+  clembed_ids_release(&f->so);
+}
+
+/* clembed_embed_defaults, and NULL options meaning them */
+TU_CASE(defaults) {
+  afx f;
+  afx_make(ctx, &f);
+  clembed_matrix t = f.t, o = f.o;
+  clembed_ids di = f.di;
+  clembed_embed_options op = clembed_embed_defaults();
   EXPECT(op.scale == 1.0f && op.policy == CLEMBED_INDEX_CHECK && op.padding_idx == CLEMBED_NO_PADDING &&
              op.positions == CLEMBED_POSITIONS_NONE && op.sinusoid.base == 10000.0 &&
              op.sinusoid.exponent == CLEMBED_EXPONENT_PAIR && op.sinusoid.layout == CLEMBED_LAYOUT_INTERLEAVED &&
@@ -692,8 +714,17 @@ TU_CASE(argument_errors) {
              op.sequence_offsets == NULL && op.dropout == 0.0f && op.dropout_seed == 0,
          "clembed_embed_defaults");
   OK(ctx, clembed_embed(ctx, &t, &di, NULL, &o, 0, NULL, NULL));
+  afx_free(&f);
+}
 
-  /* sequence offsets too short: 10 ids in sequences of 4 need 3 */
+/* sequence offsets too short (10 ids in sequences of 4 need 3; one sequence
+ * needs one), past their buffer, of an unknown type */
+TU_CASE(bad_sequence_offsets_rejected) {
+  afx f;
+  afx_make(ctx, &f);
+  clembed_matrix t = f.t, o = f.o;
+  clembed_ids di = f.di, so = f.so;
+  clembed_embed_options op = clembed_embed_defaults();
   op.positions = CLEMBED_POSITIONS_SINUSOID;
   op.seq_len = 4;
   op.sequence_offsets = &so;
@@ -714,9 +745,17 @@ TU_CASE(argument_errors) {
   sob = so;
   sob.type = (clembed_index_type)4;
   FAILS(ctx, INV, clembed_embed(ctx, &t, &di, &op, &o, 0, NULL, NULL));
-  op.sequence_offsets = NULL;
+  afx_free(&f);
+}
 
-  /* a bad sinusoid */
+/* a sinusoid base of 0 or NaN; INDEX with HALVES */
+TU_CASE(bad_sinusoid_rejected) {
+  afx f;
+  afx_make(ctx, &f);
+  clembed_matrix t = f.t, o = f.o;
+  clembed_ids di = f.di;
+  clembed_embed_options op = clembed_embed_defaults();
+  op.positions = CLEMBED_POSITIONS_SINUSOID;
   op.sinusoid.base = 0.0;
   FAILS(ctx, INV, clembed_embed(ctx, &t, &di, &op, &o, 0, NULL, NULL));
   op.sinusoid.base = NAN;
@@ -725,10 +764,16 @@ TU_CASE(argument_errors) {
   op.sinusoid.exponent = CLEMBED_EXPONENT_INDEX;
   op.sinusoid.layout = CLEMBED_LAYOUT_HALVES;
   FAILS(ctx, INV, clembed_embed(ctx, &t, &di, &op, &o, 0, NULL, NULL));
-  op.sinusoid.exponent = CLEMBED_EXPONENT_PAIR;
-  op.sinusoid.layout = CLEMBED_LAYOUT_INTERLEAVED;
+  afx_free(&f);
+}
 
-  /* the position table: missing, mismatched cols, bad matrix */
+/* the position table: missing, mismatched cols, bad matrix */
+TU_CASE(bad_position_table_rejected) {
+  afx f;
+  afx_make(ctx, &f);
+  clembed_matrix t = f.t, o = f.o, pt = f.pt, pt_narrow = f.pt_narrow;
+  clembed_ids di = f.di;
+  clembed_embed_options op = clembed_embed_defaults();
   op.positions = CLEMBED_POSITIONS_TABLE;
   op.position_table = NULL;
   FAILS(ctx, INV, clembed_embed(ctx, &t, &di, &op, &o, 0, NULL, NULL));
@@ -744,16 +789,34 @@ TU_CASE(argument_errors) {
   FAILS(ctx, INV, clembed_embed(ctx, &t, &di, &op, &o, 0, NULL, NULL));
   op.position_table = &pt;
   OK(ctx, clembed_embed(ctx, &t, &di, &op, &o, 0, NULL, NULL));
+  afx_free(&f);
+}
 
-  /* dropout outside [0, 1) */
+/* dropout outside [0, 1) */
+TU_CASE(dropout_outside_0_1_rejected) {
+  afx f;
+  afx_make(ctx, &f);
+  clembed_matrix t = f.t, o = f.o;
+  clembed_ids di = f.di;
+  clembed_embed_options op = clembed_embed_defaults();
+  op.positions = CLEMBED_POSITIONS_TABLE;
+  op.position_table = &f.pt;
   const float bad_p[4] = {-0.1f, 1.0f, 1.5f, NAN};
   for (int k = 0; k < 4; k++) {
     op.dropout = bad_p[k];
     FAILS(ctx, INV, clembed_embed(ctx, &t, &di, &op, &o, 0, NULL, NULL));
   }
-  op.dropout = 0.0f;
+  afx_free(&f);
+}
 
-  /* unknown positions, NULL arguments, events */
+/* unknown positions, NULL arguments, bad wait lists */
+TU_CASE(null_arguments_and_bad_wait_lists) {
+  afx f;
+  afx_make(ctx, &f);
+  clembed_matrix t = f.t, o = f.o;
+  clembed_ids di = f.di;
+  clembed_embed_options op = clembed_embed_defaults();
+  op.position_table = &f.pt;
   op.positions = (clembed_positions)3;
   FAILS(ctx, INV, clembed_embed(ctx, &t, &di, &op, &o, 0, NULL, NULL));
   op.positions = CLEMBED_POSITIONS_TABLE;
@@ -765,8 +828,18 @@ TU_CASE(argument_errors) {
   cl_event none = NULL;
   FAILS(ctx, INV, clembed_embed(ctx, &t, &di, &op, &o, 0, &none, NULL));
   FAILS(ctx, INV, clembed_embed(ctx, &t, &di, &op, &o, 1, &none, NULL));
+  afx_free(&f);
+}
 
-  /* an event, then a wait on it */
+/* an event, then a wait on it */
+TU_CASE(event_then_a_wait_on_it) {
+  afx f;
+  afx_make(ctx, &f);
+  clembed_matrix t = f.t, o = f.o;
+  clembed_ids di = f.di;
+  clembed_embed_options op = clembed_embed_defaults();
+  op.positions = CLEMBED_POSITIONS_TABLE;
+  op.position_table = &f.pt;
   cl_event e1 = NULL, e2 = NULL;
   OK(ctx, clembed_embed(ctx, &t, &di, &op, &o, 0, NULL, &e1));
   EXPECT(e1 != NULL, "no event");
@@ -778,7 +851,16 @@ TU_CASE(argument_errors) {
     }
     clReleaseEvent(e1);
   }
-  /* zero ids with positions and dropout */
+  afx_free(&f);
+}
+
+TU_CASE(zero_ids_with_positions_and_dropout) {
+  afx f;
+  afx_make(ctx, &f);
+  clembed_matrix t = f.t;
+  clembed_embed_options op = clembed_embed_defaults();
+  op.positions = CLEMBED_POSITIONS_TABLE;
+  op.position_table = &f.pt;
   clembed_ids d0 = {0};
   clembed_matrix o0 = {0};
   OK(ctx, clembed_ids_create(ctx, NULL, 0, CLEMBED_I64, &d0));
@@ -790,13 +872,7 @@ TU_CASE(argument_errors) {
   OK(ctx, clembed_finish(ctx));
   clembed_ids_release(&d0);
   clembed_matrix_release(&o0);
-
-  clembed_matrix_release(&t);
-  clembed_matrix_release(&o);
-  clembed_matrix_release(&pt);
-  clembed_matrix_release(&pt_narrow);
-  clembed_ids_release(&di);
-  clembed_ids_release(&so);
+  afx_free(&f);
 }
 
 /* The sinusoid computed per element (sequence_offsets: every sequence starts
