@@ -263,7 +263,6 @@ TU_CASE(sinusoid_batches_and_position_offsets) {
   c.name = "sinusoid far position_offset";
   c.position_offset = ((size_t)1 << 20) - 50;
   run_free(ctx, &c);
-
 }
 
 /* sequence offsets, KV-cache style: each sequence starts elsewhere (I32, I64 at
@@ -293,7 +292,6 @@ TU_CASE(sinusoid_sequence_offsets) {
   c.so = so + 2; /* starts at 1000074 */
   c.so_count = 1;
   run_free(ctx, &c);
-
 }
 
 /* the variants, odd d, other bases */
@@ -315,7 +313,6 @@ TU_CASE(sinusoid_variants_odd_d_other_bases) {
       c.position_offset = (tu_small ? 50 : 100000) * (size_t)v;
       run_free(ctx, &c);
     }
-
 }
 
 /* every table and output dtype, ld > cols and offsets */
@@ -338,7 +335,6 @@ TU_CASE(sinusoid_every_dtype_strided) {
       c.o_off = 7;
       run_free(ctx, &c);
     }
-
 }
 
 /* a padding token's row is zero but it keeps its positional part (sinusoid,
@@ -419,7 +415,6 @@ TU_CASE(learned_table) {
   c.position_offset = 10;
   c.scale = 1.5f;
   run_free(ctx, &c);
-
 }
 
 static const int64_t TABLE_SO[8] = {0, 5, 40, 48, 1, 47, 0, 30};
@@ -437,7 +432,6 @@ TU_CASE(learned_table_sequence_offsets) {
   c.so_type = CLEMBED_I64;
   c.so_off = 5;
   run_free(ctx, &c);
-
 }
 
 /* every table / position-table / output dtype, strided */
@@ -466,7 +460,6 @@ TU_CASE(learned_table_every_dtype_strided) {
         c.itype = (t + p + o) & 1 ? CLEMBED_I64 : CLEMBED_I32;
         run_free(ctx, &c);
       }
-
 }
 
 /* no positions, with seq_len and sequence offsets given: they are ignored */
@@ -503,7 +496,6 @@ TU_CASE(positions_past_the_table) {
   c.so = so; /* sequence 1: positions 18..22, token 7 is at 20 */
   c.so_count = 3;
   run_free(ctx, &c);
-
 }
 
 static const int64_t DEFERRED_SO[3] = {0, 18, 2};
@@ -522,7 +514,6 @@ TU_CASE(negative_sequence_offset) {
   c.positions = CLEMBED_POSITIONS_SINUSOID;
   c.so_type = CLEMBED_I32;
   run_free(ctx, &c);
-
 }
 
 /* a bad id after a bad position, and before one: the earlier token is named */
@@ -546,7 +537,6 @@ TU_CASE(earlier_of_bad_id_and_bad_position_named) {
   c.name = "bad position, bad ids clamped";
   c.policy = CLEMBED_INDEX_CLAMP;
   run_free(ctx, &c);
-
 }
 
 /* more operations with position errors than error slots before a finish */
@@ -598,7 +588,6 @@ TU_CASE(dropout_kept_fraction) {
     printf("dropout %g: kept %.5f of %.0f (expected %.5f, sigma %.5f)\n", p, frac, N, 1.0 - p, sigma);
     free(r.got);
   }
-
 }
 
 /* with positions and other dtypes, on a strided output (the mask index is
@@ -634,7 +623,6 @@ TU_CASE(dropout_with_positions_dtypes_and_strides) {
   c.name = "dropout p just below 1";
   c.dropout = 0.99f;
   run_free(ctx, &c);
-
 }
 
 /* the same seed gives the same bytes; another seed (low or high 32 bits) another mask */
@@ -659,7 +647,6 @@ TU_CASE(dropout_seed_determines_the_mask) {
   }
   free(r1.got);
   free(r2.got);
-
 }
 
 TU_CASE(dropout_zero_is_no_dropout) {

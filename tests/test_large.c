@@ -192,7 +192,6 @@ TU_CASE(lookups_on_the_whole_table) {
     clembed_ids_release(&d64);
     clembed_matrix_release(&out);
   }
-
 }
 
 /* a view at the end; ids and output inside the big buffer past 2^31 bytes */
@@ -216,7 +215,6 @@ TU_CASE(view_ids_and_output_past_2_to_the_31_bytes) {
     clembed_matrix out16 = view(big, out.offset * 2, 4, D, CLEMBED_F16);
     lookup_check(ctx, "F16 output past 2^31 bytes", &tail, &d, CLEMBED_INDEX_CHECK, want, 4, &out16);
   }
-
 }
 
 /* the SGD step on the last rows of the F16 table */
@@ -251,7 +249,6 @@ TU_CASE(sgd_on_the_last_rows) {
     clembed_matrix_release(&grad);
     clembed_ids_release(&d);
   }
-
 }
 
 /* the backward into the last rows of an F32 view of the same buffer */
@@ -296,7 +293,6 @@ TU_CASE(backward_into_the_last_rows) {
     clembed_matrix_release(&grad);
     clembed_ids_release(&d);
   }
-
 }
 
 /* Philox initialisation and the sinusoid at the end of the buffer */
@@ -322,7 +318,6 @@ TU_CASE(init_and_sinusoid_at_the_end) {
     clembed_matrix_release(&s16);
     clembed_matrix_release(&s32);
   }
-
 }
 
 /* one element past the end of the buffer is refused */
@@ -332,7 +327,6 @@ TU_CASE(one_element_past_the_end_refused) {
     float h[D];
     FAILS(ctx, CLEMBED_ERR_INVALID_ARGUMENT, clembed_matrix_read(ctx, &past, h, CLEMBED_F32));
   }
-
 }
 
 static void teardown(clembed_context *ctx) {

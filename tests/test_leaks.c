@@ -173,7 +173,6 @@ TU_CASE(library_contexts_in_a_loop) {
       clembed_context_destroy(joined);
     }
   }
-
 }
 
 /* OpenCL objects: a cl_context of the test's own keeps its reference count */
