@@ -84,29 +84,55 @@ static void expect_build_failed(clembed_context *ctx, clembed_status s, const ch
 }
 
 /* Injected build failures of every kernel family: a clear error naming the
- * file, no output, not cached; the context works on afterwards. */
-TU_CASE(kernel_build_failures) {
-  enum { V = 4, D = 3, N = 3 };
-  const int32_t ids[N] = {3, 0, 2};
+ * file, no output, not cached; the context works on afterwards. The operands
+ * of these cases: a V x D table, N ids, an output
+ * filled with a sentinel (so that "no output" can be seen), a gradient and a
+ * gradient table. */
+enum { FX_V = 4, FX_D = 3, FX_N = 3 };
+static const int32_t FX_IDS[FX_N] = {3, 0, 2};
+
+typedef struct bfx {
   float *th;
+  float sentinel[FX_N * FX_D];
   clembed_matrix t, o, g, gt;
   clembed_ids d;
-  make_table(ctx, V, D, &t, &th);
-  OK(ctx, clembed_ids_create(ctx, ids, N, CLEMBED_I32, &d));
-  OK(ctx, clembed_matrix_create(ctx, N, D, CLEMBED_F32, &o));
-  OK(ctx, clembed_matrix_create(ctx, N, D, CLEMBED_F32, &g));
-  OK(ctx, clembed_matrix_create(ctx, V, D, CLEMBED_F32, &gt));
-  /* fill the output so that "no output" can be seen */
-  float sentinel[N * D];
-  for (int i = 0; i < N * D; i++) sentinel[i] = -5.0f;
-  OK(ctx, clembed_matrix_write(ctx, &o, sentinel, CLEMBED_F32));
+} bfx;
 
+static void bfx_make(clembed_context *ctx, bfx *f) {
+  memset(f, 0, sizeof *f);
+  make_table(ctx, FX_V, FX_D, &f->t, &f->th);
+  OK(ctx, clembed_ids_create(ctx, FX_IDS, FX_N, CLEMBED_I32, &f->d));
+  OK(ctx, clembed_matrix_create(ctx, FX_N, FX_D, CLEMBED_F32, &f->o));
+  OK(ctx, clembed_matrix_create(ctx, FX_N, FX_D, CLEMBED_F32, &f->g));
+  OK(ctx, clembed_matrix_create(ctx, FX_V, FX_D, CLEMBED_F32, &f->gt));
+  for (int i = 0; i < FX_N * FX_D; i++) f->sentinel[i] = -5.0f;
+  OK(ctx, clembed_matrix_write(ctx, &f->o, f->sentinel, CLEMBED_F32));
+}
+
+static void bfx_free(bfx *f) {
+  free(f->th);
+  clembed_matrix_release(&f->t);
+  clembed_matrix_release(&f->o);
+  clembed_matrix_release(&f->g);
+  clembed_matrix_release(&f->gt);
+  clembed_ids_release(&f->d);
+}
+
+TU_CASE(unknown_family_and_null_context_refused) {
   FAILS(ctx, CLEMBED_ERR_INVALID_ARGUMENT, clembed__test_override_source(ctx, "no-such-family", broken_forward));
   EXPECT(strstr(clembed_context_message(ctx), "no-such-family") != NULL, "unknown family message '%s'",
          clembed_context_message(ctx));
   EXPECT(clembed__test_override_source(NULL, "forward", NULL) == CLEMBED_ERR_INVALID_ARGUMENT, "NULL context");
+}
 
-  /* forward: a lookup, twice (a failed build is not cached) */
+/* forward: a lookup and an embed, a clear error naming the file, no output, no
+ * event (a failed build is not cached); restored, the lookup works */
+TU_CASE(forward_build_failure) {
+  enum { V = FX_V, D = FX_D, N = FX_N };
+  bfx f;
+  bfx_make(ctx, &f);
+  clembed_matrix t = f.t, o = f.o;
+  clembed_ids d = f.d;
   OK(ctx, clembed__test_override_source(ctx, "forward", broken_forward));
   cl_event ev = NULL;
   expect_build_failed(ctx, clembed_lookup(ctx, &t, &d, &o, 0, NULL, &ev), "lookup", "forward.cl");
@@ -116,11 +142,19 @@ TU_CASE(kernel_build_failures) {
   expect_build_failed(ctx, clembed_embed(ctx, &t, &d, &eo, &o, 0, NULL, NULL), "embed", "forward.cl");
   float got[N * D];
   OK(ctx, clembed_matrix_read(ctx, &o, got, CLEMBED_F32));
-  EXPECT(!memcmp(got, sentinel, sizeof got), "a failed lookup wrote its output");
+  EXPECT(!memcmp(got, f.sentinel, sizeof got), "a failed lookup wrote its output");
   OK(ctx, clembed__test_override_source(ctx, "forward", NULL));
   lookup_works(ctx, "after restoring forward");
+  bfx_free(&f);
+}
 
-  /* a deferred error pending across a build failure is still reported */
+/* a deferred error pending across a build failure is still reported */
+TU_CASE(deferred_error_survives_a_build_failure) {
+  enum { V = FX_V, D = FX_D, N = FX_N };
+  bfx f;
+  bfx_make(ctx, &f);
+  clembed_matrix t = f.t, o = f.o;
+  clembed_ids d = f.d;
   const int32_t bad_ids[N] = {0, 99, 1};
   clembed_ids bd;
   OK(ctx, clembed_ids_create(ctx, bad_ids, N, CLEMBED_I32, &bd));
@@ -133,8 +167,18 @@ TU_CASE(kernel_build_failures) {
   EXPECT(strstr(clembed_context_message(ctx), "ids[1] = 99") != NULL, "deferred message '%s'",
          clembed_context_message(ctx));
   clembed_ids_release(&bd);
+  bfx_free(&f);
+}
 
-  /* positional (clembed_positional, and the forward's sinusoid table) */
+/* positional (clembed_positional, and the forward's sinusoid table) */
+TU_CASE(positional_build_failure) {
+  enum { V = FX_V, D = FX_D, N = FX_N };
+  bfx f;
+  bfx_make(ctx, &f);
+  clembed_matrix t = f.t, o = f.o;
+  clembed_ids d = f.d;
+  clembed_embed_options eo = clembed_embed_defaults();
+  eo.positions = CLEMBED_POSITIONS_SINUSOID;
   OK(ctx, clembed__test_override_source(ctx, "positional", broken_positional));
   expect_build_failed(ctx, clembed_positional(ctx, NULL, 0, &o, 0, NULL, NULL), "positional", "positional.cl");
   eo.position_offset = 1000; /* a sinusoid table the context has not cached yet */
@@ -144,8 +188,16 @@ TU_CASE(kernel_build_failures) {
   OK(ctx, clembed_positional(ctx, NULL, 0, &o, 0, NULL, NULL));
   OK(ctx, clembed_embed(ctx, &t, &d, &eo, &o, 0, NULL, NULL));
   OK(ctx, clembed_finish(ctx));
+  bfx_free(&f);
+}
 
-  /* backward and sgd */
+/* backward and sgd; restored, the backward gives the reference sums */
+TU_CASE(backward_and_sgd_build_failure) {
+  enum { V = FX_V, D = FX_D, N = FX_N };
+  bfx f;
+  bfx_make(ctx, &f);
+  clembed_matrix t = f.t, g = f.g, gt = f.gt;
+  clembed_ids d = f.d;
   OK(ctx, clembed__test_override_source(ctx, "backward", broken_backward));
   expect_build_failed(ctx, clembed_backward(ctx, &g, &d, NULL, &gt, 0, NULL, NULL), "backward", "backward.cl");
   expect_build_failed(ctx, clembed_sgd_update(ctx, &g, &d, 0.5f, NULL, &t, 0, NULL, NULL), "sgd", "backward.cl");
@@ -157,25 +209,31 @@ TU_CASE(kernel_build_failures) {
   bo.accumulate = 0;
   OK(ctx, clembed_backward(ctx, &g, &d, &bo, &gt, 0, NULL, NULL));
   OK(ctx, clembed_matrix_read(ctx, &gt, gth, CLEMBED_F32));
+  const int64_t ids64[N] = {FX_IDS[0], FX_IDS[1], FX_IDS[2]};
+  float want[V * D];
+  ref_backward(gh, ids64, N, D, V, &bo, want);
   int bad = 0;
-  for (int r = 0; r < V; r++)
-    for (int c = 0; c < D; c++) {
-      float want = 0.0f;
-      for (int i = 0; i < N; i++)
-        if (ids[i] == r) want += gh[i * D + c];
-      bad += gth[r * D + c] != want;
-    }
+  for (int k = 0; k < V * D; k++) bad += gth[k] != want[k];
   EXPECT(bad == 0, "backward after restoring: %d elements differ", bad);
+  bfx_free(&f);
+}
 
-  /* init */
+TU_CASE(init_build_failure) {
+  enum { V = FX_V, D = FX_D, N = FX_N };
+  bfx f;
+  bfx_make(ctx, &f);
+  clembed_matrix o = f.o;
   OK(ctx, clembed__test_override_source(ctx, "init", broken_init));
   expect_build_failed(ctx, clembed_matrix_init_uniform(ctx, &o, 0.0f, 1.0f, 1, 0, NULL, NULL), "init_uniform",
                       "init.cl");
   OK(ctx, clembed__test_override_source(ctx, "init", NULL));
   OK(ctx, clembed_matrix_init_uniform(ctx, &o, 0.0f, 1.0f, 1, 0, NULL, NULL));
   OK(ctx, clembed_finish(ctx));
+  bfx_free(&f);
+}
 
-  /* util: matrix creation's zero-fill; the matrix is left untouched */
+/* util: matrix creation's zero-fill; the matrix is left untouched */
+TU_CASE(util_build_failure) {
   OK(ctx, clembed__test_override_source(ctx, "util", broken_util));
   clembed_matrix m = {(cl_mem)0, 1, 2, 3, 4, CLEMBED_F16};
   expect_build_failed(ctx, clembed_matrix_create(ctx, 2, 2, CLEMBED_F32, &m), "matrix_create", "util.cl");
@@ -183,9 +241,16 @@ TU_CASE(kernel_build_failures) {
   OK(ctx, clembed__test_override_source(ctx, "util", NULL));
   OK(ctx, clembed_matrix_create(ctx, 2, 2, CLEMBED_F32, &m));
   clembed_matrix_release(&m);
+}
 
-  /* a second context on the same queue shares the program cache: its broken
-   * source must not reach the first context, nor the first's programs it */
+/* a second context on the same queue shares the program cache: its broken
+ * source must not reach the first context, nor the first's programs it */
+TU_CASE(second_context_keeps_its_own_sources) {
+  enum { V = FX_V, D = FX_D, N = FX_N };
+  bfx f;
+  bfx_make(ctx, &f);
+  clembed_matrix t = f.t, o = f.o;
+  clembed_ids d = f.d;
   clembed_context *other = NULL;
   OK(ctx, clembed_context_create_from_queue(clembed_context_queue(ctx), &other));
   if (other) {
@@ -198,13 +263,7 @@ TU_CASE(kernel_build_failures) {
     clembed_context_destroy(other);
   }
   lookup_works(ctx, "after all build failures");
-
-  free(th);
-  clembed_matrix_release(&t);
-  clembed_matrix_release(&o);
-  clembed_matrix_release(&g);
-  clembed_matrix_release(&gt);
-  clembed_ids_release(&d);
+  bfx_free(&f);
 }
 
 /* ------------------------------------------------- destroy with work in flight */
