@@ -192,9 +192,9 @@ static inline float tu_rand(uint64_t *state) {
 
 /* TU_CASE(name) { ... } defines a case: a function of the suite's context
  * (`ctx`: the test device's for device suites, NULL otherwise), registered
- * under `name` before main runs. Cases run in the order they are written. A
- * case must check something: one that makes no check fails, unless it calls
- * tu_skip() to say why it checks nothing here. */
+ * under `name` before main runs (by a GCC/Clang constructor). Cases run in
+ * the order they are written. A case must check something: one that makes no
+ * check fails, unless it calls tu_skip() to say why it checks nothing here. */
 typedef void (*tu_case_fn)(clembed_context *ctx);
 typedef struct tu_case_entry {
   const char *name;
@@ -259,6 +259,10 @@ static inline int tu_find_case(const char *name) {
  * any failed, 2 for an unknown argument; 77 from tu_context() when no device
  * and CLEMBED_ALLOW_NO_DEVICE=1. */
 static inline int tu_main(int argc, char **argv, tu_suite suite) {
+  if (tu_ncases == 0) { /* a suite that runs nothing must not pass */
+    fprintf(stderr, "%s: no case is registered\n", suite.name);
+    return 1;
+  }
   qsort(tu_cases, (size_t)tu_ncases, sizeof tu_cases[0], tu_case_order);
   char *selected = calloc((size_t)tu_ncases + 1, 1);
   int any = 0, list = 0;
