@@ -385,8 +385,8 @@ TU_CASE(bad_ids_give_no_gradient_and_a_named_error) {
       size_t first = 0;
       while (first < n && ref_resolve(ids[first], (int64_t)V, p, -1, NULL) >= 0) first++;
       char want[128];
-      snprintf(want, sizeof want, "clembed_backward: ids[%zu] = %lld is outside [0, %zu)", first,
-               (long long)ids[first], V);
+      snprintf(want, sizeof want, "clembed_backward: ids[%zu] = %lld is outside [%s%zu, %zu)", first,
+               (long long)ids[first], p == CLEMBED_INDEX_WRAP ? "-" : "", p == CLEMBED_INDEX_WRAP ? V : 0, V);
       EXPECT(strstr(clembed_context_message(ctx), want) != NULL, "message '%s', want '%s'",
              clembed_context_message(ctx), want);
       OK(ctx, clembed_finish(ctx)); /* cleared */
