@@ -2,22 +2,9 @@
  * counted from the end (CLEMBED_NO_PADDING is INT64_MIN), failed device work
  * reported by finish and blocking reads, buffers and events of another
  * cl_context refused, joining a queue held back by a user event, and the WRAP
- * policy's range in messages. Each case is named; `test_api NAME` runs one. */
+ * policy's range in messages. Each case is named; `test_api NAME` runs one. A
+ * case that blocks for 120 s (a deadlock) fails the test instead of hanging it. */
 #include "test_util.h"
-
-#include <signal.h>
-#include <unistd.h>
-
-/* A case that blocks (a deadlock) fails the test instead of hanging it. */
-static const char *current_case = "";
-static void on_alarm(int sig) {
-  (void)sig;
-  static const char msg[] = "FAILED: a case blocked for 120 s (deadlock): ";
-  if (write(2, msg, sizeof msg - 1) < 0) _exit(1);
-  if (write(2, current_case, strlen(current_case)) < 0) _exit(1);
-  if (write(2, "\n", 1) < 0) _exit(1);
-  _exit(1);
-}
 
 typedef struct fixture {
   clembed_matrix table, out;
@@ -81,7 +68,7 @@ static cl_device_id cl_device_of(clembed_context *ctx) {
 }
 
 
-static void case_version(clembed_context *ctx) {
+TU_CASE(version) {
   (void)ctx;
   EXPECT(CLEMBED_VERSION_MAJOR == 0 && CLEMBED_VERSION_MINOR == 2 && CLEMBED_VERSION_PATCH == 0,
          "header version %d.%d.%d, expected 0.2.0", CLEMBED_VERSION_MAJOR, CLEMBED_VERSION_MINOR,
@@ -89,7 +76,7 @@ static void case_version(clembed_context *ctx) {
   EXPECT(clembed_version_number() == 200, "library version %u, expected 200", clembed_version_number());
 }
 
-static void case_devices(clembed_context *ctx) {
+TU_CASE(devices) {
   size_t count = 12345;
   OK(ctx, clembed_devices(NULL, 0, &count));
   EXPECT(count >= 1 && count < 12345, "count %zu", count);
@@ -142,7 +129,7 @@ static void case_devices(clembed_context *ctx) {
   free(list);
 }
 
-static void case_detail_arguments(clembed_context *ctx) {
+TU_CASE(detail_arguments) {
   int32_t ids[4] = {0, 1, 2, 3};
   fixture f;
   if (!fixture_make(ctx, &f, 8, 5, ids, 4)) return;
@@ -187,7 +174,7 @@ static void case_detail_arguments(clembed_context *ctx) {
   fixture_release(&f);
 }
 
-static void case_detail_deferred(clembed_context *ctx) {
+TU_CASE(detail_deferred) {
   int32_t ids[6] = {1, 2, 3, 42, 4, -77};
   fixture f;
   if (!fixture_make(ctx, &f, 8, 5, ids, 6)) return;
@@ -251,7 +238,7 @@ static void case_detail_deferred(clembed_context *ctx) {
   fixture_release(&f);
 }
 
-static void case_padding(clembed_context *ctx) {
+TU_CASE(padding) {
   EXPECT(CLEMBED_NO_PADDING == INT64_MIN, "CLEMBED_NO_PADDING is %lld", (long long)CLEMBED_NO_PADDING);
   EXPECT(clembed_embed_defaults().padding_idx == INT64_MIN && clembed_backward_defaults().padding_idx == INT64_MIN,
          "defaults are not CLEMBED_NO_PADDING");
@@ -295,7 +282,7 @@ static void case_padding(clembed_context *ctx) {
   fixture_release(&f);
 }
 
-static void case_failed_device_work(clembed_context *ctx) {
+TU_CASE(failed_device_work) {
   int32_t ids[4] = {1, 2, 3, 4};
   fixture f;
   if (!fixture_make(ctx, &f, 8, 5, ids, 4)) return;
@@ -343,7 +330,7 @@ static void case_failed_device_work(clembed_context *ctx) {
   fixture_release(&f);
 }
 
-static void case_foreign_objects(clembed_context *ctx) {
+TU_CASE(foreign_objects) {
   int32_t ids[4] = {1, 2, 3, 4};
   fixture f;
   if (!fixture_make(ctx, &f, 8, 5, ids, 4)) return;
@@ -379,7 +366,7 @@ static void case_foreign_objects(clembed_context *ctx) {
   fixture_release(&f);
 }
 
-static void case_gated_queue(clembed_context *ctx) {
+TU_CASE(gated_queue) {
   cl_device_id dev = cl_device_of(ctx);
   cl_int err;
   cl_context c = clCreateContext(NULL, 1, &dev, NULL, NULL, &err);
@@ -424,39 +411,6 @@ static void case_gated_queue(clembed_context *ctx) {
   clReleaseContext(c);
 }
 
-typedef struct named_case {
-  const char *name;
-  void (*run)(clembed_context *);
-} named_case;
-
-static const named_case cases[] = {
-    {"version", case_version},
-    {"devices", case_devices},
-    {"detail_arguments", case_detail_arguments},
-    {"detail_deferred", case_detail_deferred},
-    {"padding", case_padding},
-    {"failed_device_work", case_failed_device_work},
-    {"foreign_objects", case_foreign_objects},
-    {"gated_queue", case_gated_queue},
-};
-
 int main(int argc, char **argv) {
-  /* "small" (the Oclgrind runs' argument) runs every case, as no argument does */
-  const char *only = argc > 1 && strcmp(argv[1], "small") ? argv[1] : NULL;
-  signal(SIGALRM, on_alarm);
-  clembed_context *ctx = tu_context();
-  int ran = 0;
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    if (only && strcmp(only, cases[i].name)) continue;
-    current_case = cases[i].name;
-    printf("case %s\n", cases[i].name);
-    fflush(stdout);
-    alarm(120);
-    cases[i].run(ctx);
-    alarm(0);
-    ran++;
-  }
-  EXPECT(ran > 0, "no case named '%s'", only ? only : "");
-  clembed_context_destroy(ctx);
-  return tu_finish("test_api");
+  return tu_main(argc, argv, (tu_suite){.name = "test_api", .device = 1, .case_timeout_s = 120});
 }

@@ -18,10 +18,12 @@
 #include "reference.h"
 
 #include <math.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static int tu_failures = 0;
 static int tu_checks = 0;
@@ -233,15 +235,28 @@ static inline void tu_skip(const char *why) {
 }
 
 /* A suite: its name, whether its cases need the test device (a context from
- * tu_context(), passed to every case and destroyed at the end), and optional
+ * tu_context(), passed to every case and destroyed at the end), optional
  * set-up and tear-down around the cases (their checks count as a case
- * "setup"/"teardown" when they fail). */
+ * "setup"/"teardown" when they fail), and optionally the seconds a case may
+ * take before the test fails naming it (a deadlock fails instead of hanging). */
 typedef struct tu_suite {
   const char *name;
   int device;
   void (*setup)(clembed_context *ctx);
   void (*teardown)(clembed_context *ctx);
+  unsigned case_timeout_s;
 } tu_suite;
+
+static const char *tu_running = ""; /* the running case's name, for tu_on_alarm */
+
+static void tu_on_alarm(int sig) {
+  (void)sig;
+  static const char msg[] = "FAILED: a case blocked past its time limit (deadlock): ";
+  if (write(2, msg, sizeof msg - 1) < 0) _exit(1);
+  if (write(2, tu_running, strlen(tu_running)) < 0) _exit(1);
+  if (write(2, "\n", 1) < 0) _exit(1);
+  _exit(1);
+}
 
 static int tu_case_order(const void *a, const void *b) {
   return ((const tu_case_entry *)a)->line - ((const tu_case_entry *)b)->line;
@@ -288,6 +303,7 @@ static inline int tu_main(int argc, char **argv, tu_suite suite) {
     return 0;
   }
   clembed_context *ctx = suite.device ? tu_context() : NULL;
+  if (suite.case_timeout_s) signal(SIGALRM, tu_on_alarm);
   int passed = 0, failed = 0;
   if (suite.setup) {
     int before = tu_failures;
@@ -303,7 +319,10 @@ static inline int tu_main(int argc, char **argv, tu_suite suite) {
     tu_skipped = NULL;
     printf("case %s\n", tu_cases[i].name);
     fflush(stdout);
+    tu_running = tu_cases[i].name;
+    if (suite.case_timeout_s) alarm(suite.case_timeout_s);
     tu_cases[i].fn(ctx);
+    if (suite.case_timeout_s) alarm(0);
     fflush(stderr);
     checks = tu_checks - checks;
     failures = tu_failures - failures;
