@@ -562,6 +562,7 @@ TU_CASE(bad_event_wait_lists) {
 
 /* --------------------------------------------------- enums and scalars */
 
+/* unknown dtypes, index types, policies, positions, exponents, layouts */
 TU_CASE(out_of_range_enums) {
   fx *f = &g_fx;
   clembed_matrix m;
@@ -608,7 +609,11 @@ TU_CASE(out_of_range_enums) {
   clembed_sinusoid ih = {10000.0, CLEMBED_EXPONENT_INDEX, CLEMBED_LAYOUT_HALVES};
   FAILS_MSG(ctx, INVALID, "HALVES", clembed_positional(ctx, &ih, 0, &f->out, 0, NULL, NULL));
 
-  /* non-finite and out-of-range scalars */
+}
+
+/* non-finite and out-of-range scalars */
+TU_CASE(non_finite_and_out_of_range_scalars) {
+  fx *f = &g_fx;
   const double bases[] = {0.0, -1.0, NAN, INFINITY, -INFINITY};
   for (size_t k = 0; k < sizeof bases / sizeof bases[0]; k++) {
     clembed_sinusoid s = {bases[k], CLEMBED_EXPONENT_PAIR, CLEMBED_LAYOUT_INTERLEAVED};
@@ -632,7 +637,11 @@ TU_CASE(out_of_range_enums) {
   FAILS(ctx, INVALID, clembed_matrix_init_normal(ctx, &f->out, 0.0f, NAN, 0, 0, NULL, NULL));
   FAILS(ctx, INVALID, clembed_matrix_init_normal(ctx, &f->out, INFINITY, 1.0f, 0, 0, NULL, NULL));
 
-  /* padding ids outside the table (-rows .. -1 count from the end; INT64_MIN is "no padding") */
+}
+
+/* padding ids outside the table (-rows .. -1 count from the end; INT64_MIN is "no padding") */
+TU_CASE(padding_idx_outside_the_table) {
+  fx *f = &g_fx;
   const int64_t pads[] = {FV, -FV - 1, INT64_MAX, INT64_MIN + 1, (int64_t)1 << 32};
   for (size_t k = 0; k < sizeof pads / sizeof pads[0]; k++) {
     clembed_embed_options eo = clembed_embed_defaults();
@@ -645,7 +654,11 @@ TU_CASE(out_of_range_enums) {
               clembed_sgd_update(ctx, &f->grad, &f->ids, 0.5f, &bo, &f->table, 0, NULL, NULL));
   }
 
-  /* mismatched shapes and dtypes */
+}
+
+/* mismatched shapes and dtypes */
+TU_CASE(mismatched_shapes_and_dtypes) {
+  fx *f = &g_fx;
   clembed_matrix wrong = f->out;
   wrong.rows = FN - 1;
   FAILS_MSG(ctx, INVALID, "out is", clembed_lookup(ctx, &f->table, &f->ids, &wrong, 0, NULL, NULL));
@@ -673,7 +686,10 @@ TU_CASE(out_of_range_enums) {
   bo.position_grad = &pgc;
   FAILS_MSG(ctx, INVALID, "position_grad has", clembed_backward(ctx, &f->grad, &f->ids, &bo, &f->gtab, 0, NULL, NULL));
 
-  /* unknown status codes still have a string */
+}
+
+/* unknown status codes still have a string */
+TU_CASE(unknown_status_codes_have_strings) {
   const int codes[] = {1, -1, -999, -1000, -1001, -2000, -2007, -3000, INT_MIN, INT_MAX};
   for (size_t k = 0; k < sizeof codes / sizeof codes[0]; k++) {
     const char *s = clembed_status_string((clembed_status)codes[k]);
