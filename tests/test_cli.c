@@ -173,17 +173,18 @@ TU_CASE(help_names_every_subcommand) {
 }
 
 /* embed equals W[ids] bit for bit: every table dtype, index type and rank. */
-TU_CASE(embed_exact) {
-  enum { V = 37, D = 13, N = 60 };
-  static float w[V * D];
-  static uint16_t w16[V * D];
+/* The inputs of embed_exact, which the error cases read too: a 37 x 13 table
+ * with special values (w32.npy, w16.npy) and 60 ids (i32_1d.npy, i64_1d.npy,
+ * and as 6 x 10 i32_2d.npy, i64_2d.npy). */
+enum { EX_V = 37, EX_D = 13, EX_N = 60 };
+
+static void exact_inputs(float *w, uint16_t *w16, int32_t *i32, int64_t *i64) {
+  enum { V = EX_V, D = EX_D, N = EX_N };
   fill_table(w, V, D, 1);
   for (size_t i = 0; i < V * D; i++) w16[i] = h16(w[i]);
   size_t ts[2] = {V, D};
   write_npy(P("w32.npy"), NPY_F4, 2, ts, w);
   write_npy(P("w16.npy"), NPY_F2, 2, ts, w16);
-  int32_t i32[N];
-  int64_t i64[N];
   uint64_t st = 7;
   for (int i = 0; i < N; i++) {
     i32[i] = (int32_t)((tu_rand(&st) + 1.0f) * 0.5f * V) % V;
@@ -198,6 +199,15 @@ TU_CASE(embed_exact) {
   write_npy(P("i64_1d.npy"), NPY_I8, 1, s1, i64);
   write_npy(P("i32_2d.npy"), NPY_I4, 2, s2, i32);
   write_npy(P("i64_2d.npy"), NPY_I8, 2, s2, i64);
+}
+
+TU_CASE(embed_exact) {
+  enum { V = EX_V, D = EX_D, N = EX_N };
+  static float w[V * D];
+  static uint16_t w16[V * D];
+  int32_t i32[N];
+  int64_t i64[N];
+  exact_inputs(w, w16, i32, i64);
   static const char *const ids_files[] = {"i32_1d.npy", "i64_1d.npy", "i32_2d.npy", "i64_2d.npy"};
   for (int f16 = 0; f16 < 2; f16++)
     for (int k = 0; k < 4; k++) {
@@ -280,17 +290,29 @@ TU_CASE(positional) {
 }
 
 /* embed --scale sqrt --positions sinusoid --offset, and a learned position table. */
-TU_CASE(embed_with_positions) {
-  enum { V = 11, D = 8, B = 2, S = 5, OFF = 7, L = 12 };
-  float w[V * D], pt[L * D];
+/* The inputs of embed_with_positions, which embed_options reads too: an
+ * 11 x 8 table (wp.npy), 2 sequences of 5 ids (ip.npy), a 12-row position
+ * table (pt.npy). */
+enum { PS_V = 11, PS_D = 8, PS_B = 2, PS_S = 5, PS_L = 12 };
+
+static void positions_inputs(float *w, float *pt, int32_t *ids) {
+  enum { V = PS_V, D = PS_D, B = PS_B, S = PS_S, L = PS_L };
   uint64_t st = 3;
   for (int i = 0; i < V * D; i++) w[i] = tu_rand(&st);
   for (int i = 0; i < L * D; i++) pt[i] = tu_rand(&st);
-  int32_t ids[B * S] = {1, 4, 4, 10, 0, 3, 3, 9, 2, 7};
+  const int32_t ids0[B * S] = {1, 4, 4, 10, 0, 3, 3, 9, 2, 7};
+  memcpy(ids, ids0, sizeof ids0);
   size_t ts[2] = {V, D}, is[2] = {B, S}, ps[2] = {L, D};
   write_npy(P("wp.npy"), NPY_F4, 2, ts, w);
   write_npy(P("ip.npy"), NPY_I4, 2, is, ids);
   write_npy(P("pt.npy"), NPY_F4, 2, ps, pt);
+}
+
+TU_CASE(embed_with_positions) {
+  enum { V = PS_V, D = PS_D, B = PS_B, S = PS_S, OFF = 7, L = PS_L };
+  float w[V * D], pt[L * D];
+  int32_t ids[B * S];
+  positions_inputs(w, pt, ids);
   RUNS(0, "embed", "--table", P("wp.npy"), "--ids", P("ip.npy"), "--scale", "sqrt", "--positions", "sinusoid",
        "--offset", "7", "-o", P("ep.npy"));
   npy_array a = {0};
@@ -326,11 +348,12 @@ TU_CASE(embed_with_positions) {
 
 /* Dropout (forward and backward agree on the mask), padding, wrap, bf16, huge ids. */
 TU_CASE(embed_options) {
-  enum { V = 11, D = 8, N = 10 };
-  float w[V * D];
+  enum { V = PS_V, D = PS_D, N = PS_B * PS_S };
+  float w[V * D], pt[PS_L * D];
+  int32_t ids[N];
+  positions_inputs(w, pt, ids);
   uint64_t st = 3;
-  for (int i = 0; i < V * D; i++) w[i] = tu_rand(&st); /* as wp.npy */
-  const int32_t ids[N] = {1, 4, 4, 10, 0, 3, 3, 9, 2, 7};
+  for (int i = 0; i < V * D; i++) (void)tu_rand(&st); /* the generator past wp.npy's values */
   const float keep = ref_dropout_scale(0.25f);
   npy_array a = {0};
   RUNS(0, "embed", "--table", P("wp.npy"), "--ids", P("ip.npy"), "--dropout", "0.25", "--seed", "9", "-o",
@@ -535,6 +558,13 @@ TU_CASE(init) {
 }
 
 TU_CASE(errors_exit_codes_and_no_partial_output) {
+  {
+    static float w[EX_V * EX_D];
+    static uint16_t w16[EX_V * EX_D];
+    int32_t i32[EX_N];
+    int64_t i64[EX_N];
+    exact_inputs(w, w16, i32, i64); /* w32.npy, i32_1d.npy */
+  }
   enum { V = 37, D = 13, N = 60 };
   /* a bad id at position 23 */
   int32_t ids[N];
