@@ -177,7 +177,7 @@ static void test_help(void) {
   RUNS(0, "help");
   EXPECT(strstr(g_out, "positional") != NULL, "help: %s", g_out);
   RUNS(0, "--version");
-  EXPECT(strstr(g_out, "0.1.0") != NULL, "version: %s", g_out);
+  EXPECT(strstr(g_out, "0.2.0") != NULL, "version: %s", g_out);
   RUNS(1, "x");
   ERR_HAS("unknown subcommand 'x'");
   for (size_t i = 0; i < sizeof subs / sizeof subs[0]; i++) {
@@ -935,6 +935,43 @@ static void test_memory_budget(void) {
   EXPECT(!exists(P("huge.npy")) && leftover_temps() == 0, "a refused run left a file");
 }
 
+
+/* POCL lists no device when it cannot create its kernel cache directory (a
+ * home that is not writable): the message says so and names POCL_CACHE_DIR,
+ * not a package to install; with POCL_CACHE_DIR set the same run works.
+ * Only where POCL is the registered platform (not under OCL_ICD_VENDORS). */
+static void test_pocl_cache_message(void) {
+  const char *vendors = getenv("OCL_ICD_VENDORS");
+  if ((vendors && *vendors) || !exists("/etc/OpenCL/vendors/pocl.icd")) return;
+  char *home = getenv("HOME") ? strdup(getenv("HOME")) : NULL;
+  char *xdg = getenv("XDG_CACHE_HOME") ? strdup(getenv("XDG_CACHE_HOME")) : NULL;
+  char *pcd = getenv("POCL_CACHE_DIR") ? strdup(getenv("POCL_CACHE_DIR")) : NULL;
+  setenv("HOME", "/proc/clembed-no-such-home", 1);
+  unsetenv("XDG_CACHE_HOME");
+  unsetenv("POCL_CACHE_DIR");
+  RUNS(2, "devices");
+  ERR_HAS("POCL_CACHE_DIR");
+  ERR_HAS("/proc/clembed-no-such-home/.cache/pocl/kcache");
+  EXPECT(strstr(g_err, "apt-get") == NULL, "the message points to a package: %s", g_err);
+  RUNS(2, "positional", "--length", "2", "--dim", "4", "-o", P("pocl_bad.npy"));
+  ERR_HAS("POCL_CACHE_DIR");
+  mkdir(P("pocl_cache"), 0755);
+  setenv("POCL_CACHE_DIR", P("pocl_cache"), 1);
+  RUNS(0, "positional", "--length", "2", "--dim", "4", "-o", P("pocl_ok.npy"));
+  if (home) setenv("HOME", home, 1);
+  else unsetenv("HOME");
+  if (xdg) setenv("XDG_CACHE_HOME", xdg, 1);
+  if (pcd) setenv("POCL_CACHE_DIR", pcd, 1);
+  else unsetenv("POCL_CACHE_DIR");
+  free(home);
+  free(xdg);
+  free(pcd);
+  /* the cache POCL made there */
+  char cmd[700];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", P("pocl_cache"));
+  if (system(cmd) != 0) EXPECT(0, "%s failed", cmd);
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) {
     fprintf(stderr, "usage: test_cli PATH/TO/clembed\n");
@@ -969,6 +1006,7 @@ int main(int argc, char **argv) {
   test_signals();
   test_mapped_input();
   test_memory_budget();
+  test_pocl_cache_message();
   RUNS(0, "demo");
   EXPECT(strstr(g_out, "0.84147") != NULL, "demo output lacks 0.84147");
   int failed = tu_finish("test_cli");

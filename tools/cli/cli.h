@@ -51,6 +51,8 @@ void cli_open_device(const char *spec);
 /* Why no OpenCL device is found when clembed can say more than the library
  * (POCL without a writable kernel cache directory), else NULL. */
 const char *cli_no_device_reason(void);
+/* The entry of list (clembed_devices) that is the context's device, or -1. */
+long cli_context_device(const clembed_device_info *list, size_t n);
 /* Exits on a failed library call: 1 for bad input (naming the file or flag
  * that clembed_context_error's argument points to), 2 for a device failure. */
 void cli_check(clembed_status s);

@@ -179,24 +179,35 @@ static int pocl_cache_problem(char *buf, size_t len) {
   return 1;
 }
 
-/* Why no device was found, when clembed can say more than the library. */
-static const char *no_device_reason(void) {
+const char *cli_no_device_reason(void) {
   static char buf[8192];
-  if (pocl_registered() && pocl_cache_problem(buf, sizeof buf)) return buf;
-  return NULL;
+  size_t n = 0;
+  clembed_status st = clembed_devices(NULL, 0, &n);
+  if (st != CLEMBED_OK) {
+    snprintf(buf, sizeof buf, "%s (%s)", clembed_last_error_message(), clembed_status_string(st));
+    return buf;
+  }
+  if (n > 0) return NULL; /* devices exist: the library's message says what failed */
+  if (pocl_registered()) {
+    if (!pocl_cache_problem(buf, sizeof buf))
+      snprintf(buf, sizeof buf, "POCL is installed but lists no device (POCL_DEBUG=all shows why)");
+    return buf;
+  }
+  snprintf(buf, sizeof buf,
+           "no installed OpenCL platform lists a device (for the CPU, on Debian: apt-get install pocl-opencl-icd)");
+  return buf;
 }
-
-const char *cli_no_device_reason(void) { return no_device_reason(); }
 
 void cli_open_device(const char *spec) {
   clembed_status s = clembed_context_create(spec, &cli_ctx);
   if (s == CLEMBED_OK) return;
   cli_ctx = NULL;
-  const char *m = clembed_last_error_message();
-  const char *why = s == CLEMBED_ERR_NO_DEVICE ? no_device_reason() : NULL;
+  char m[4096];
+  snprintf(m, sizeof m, "%s", clembed_last_error_message());
+  const char *why = s == CLEMBED_ERR_NO_DEVICE ? cli_no_device_reason() : NULL;
+  if (why) cli_fail(2, "no OpenCL device found: %s", why);
   /* a bad setting (CLEMBED_TUNING) is bad input; the rest is the device's */
   int code = s == CLEMBED_ERR_INVALID_ARGUMENT ? 1 : 2;
-  if (why) cli_fail(code, "no OpenCL device found: %s", why);
   if (spec && *spec) cli_fail(code, "--device %s: %s (%s)", spec, m, clembed_status_string(s));
   cli_fail(code, "%s (%s)", m, clembed_status_string(s));
 }
@@ -221,30 +232,44 @@ void cli_blame(const char *ids_what, const char *positions_what) {
 void cli_check(clembed_status s) {
   if (s == CLEMBED_OK) return;
   const char *m = strip_prefix(clembed_context_message(cli_ctx));
-  if (s == CLEMBED_ERR_INDEX_OUT_OF_RANGE) {
-    if (!strstr(m, "ids[") && strstr(m, "position") && g_pos_what) cli_fail(1, "%s: %s", g_pos_what, m);
-    cli_fail(1, "%s: %s", g_ids_what, m);
+  /* the file or flag to blame, from the structured detail (never the message text) */
+  clembed_error_detail d;
+  const char *what = NULL;
+  if (clembed_context_error(cli_ctx, &d) == CLEMBED_OK && d.argument) {
+    if (!strcmp(d.argument, "ids")) what = g_ids_what;
+    else if (!strcmp(d.argument, "position_table") || !strcmp(d.argument, "positions")) what = g_pos_what;
   }
-  if (s == CLEMBED_ERR_INVALID_ARGUMENT) cli_fail(1, "%s", *m ? m : clembed_status_string(s));
+  if (s == CLEMBED_ERR_INDEX_OUT_OF_RANGE || s == CLEMBED_ERR_INVALID_ARGUMENT) {
+    if (what) cli_fail(1, "%s: %s", what, *m ? m : clembed_status_string(s));
+    cli_fail(1, "%s", *m ? m : clembed_status_string(s));
+  }
   cli_fail(2, "%s%s%s", clembed_status_string(s), *m ? ": " : "", m);
+}
+
+/* The list entry of the context's device (matched by its "platform / device"
+ * name; the first of identical ones, which is the one a spec picks), or -1. */
+long cli_context_device(const clembed_device_info *list, size_t n) {
+  const char *full = clembed_context_device_name(cli_ctx);
+  for (size_t i = 0; i < n; i++) {
+    size_t pl = strlen(list[i].platform), nl = strlen(list[i].name);
+    if (!strncmp(full, list[i].platform, pl) && !strncmp(full + pl, " / ", 3) && !strncmp(full + pl + 3, list[i].name, nl))
+      return (long)i;
+  }
+  return -1;
 }
 
 /* ------------------------------------------------------- memory budget */
 
-/* The device's memory and whether it is the host's (a CPU device, or one
- * that says its memory is unified with the host's). */
+/* The device's memory (clembed_devices) and whether it is the host's (a CPU device). */
 static int device_memory(uint64_t *global, int *shared) {
-  cl_device_id dev = NULL;
-  cl_ulong mem = 0;
-  cl_device_type type = 0;
-  cl_bool unified = CL_FALSE;
-  if (clGetCommandQueueInfo(clembed_context_queue(cli_ctx), CL_QUEUE_DEVICE, sizeof dev, &dev, NULL) != CL_SUCCESS ||
-      clGetDeviceInfo(dev, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof mem, &mem, NULL) != CL_SUCCESS)
-    return 0;
-  clGetDeviceInfo(dev, CL_DEVICE_TYPE, sizeof type, &type, NULL);
-  clGetDeviceInfo(dev, CL_DEVICE_HOST_UNIFIED_MEMORY, sizeof unified, &unified, NULL);
-  *global = mem;
-  *shared = (type & CL_DEVICE_TYPE_CPU) || unified;
+  size_t n = 0;
+  if (clembed_devices(NULL, 0, &n) != CLEMBED_OK || n == 0) return 0;
+  clembed_device_info *list = cli_malloc(n * sizeof *list);
+  if (clembed_devices(list, n, &n) != CLEMBED_OK) return 0;
+  long i = cli_context_device(list, n);
+  if (i < 0 || list[i].global_mem_bytes == 0) return 0;
+  *global = list[i].global_mem_bytes;
+  *shared = (list[i].type & CL_DEVICE_TYPE_CPU) != 0;
   return 1;
 }
 
