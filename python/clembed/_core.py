@@ -71,6 +71,11 @@ def _ocl():
         o.clWaitForEvents.argtypes = [ctypes.c_uint, ctypes.POINTER(ctypes.c_void_p)]
         o.clGetEventInfo.argtypes = [ctypes.c_void_p, ctypes.c_uint, ctypes.c_size_t,
                                      ctypes.c_void_p, ctypes.c_void_p]
+        o.clGetCommandQueueInfo.argtypes = [ctypes.c_void_p, ctypes.c_uint, ctypes.c_size_t,
+                                            ctypes.c_void_p, ctypes.c_void_p]
+        o.clCreateBuffer.restype = ctypes.c_void_p
+        o.clCreateBuffer.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_size_t,
+                                     ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)]
         _opencl = o
     return _opencl
 
@@ -474,15 +479,15 @@ class Context:
         return m
 
     def ids(self, array):
-        """Uploads token ids (int32 stays int32, other integers become int64), any shape."""
+        """Uploads token ids (int32 stays int32, other integers become int64), any shape.
+        The copy is made when the buffer is created, without the queue (so it never
+        waits behind gated work on a shared queue)."""
         a = np.asarray(array)
         if a.dtype.kind not in "iu" and not (a.size == 0 and a.dtype.kind == "f"):
             raise TypeError("clembed: ids must be integers, not %s" % a.dtype)
         host = np.ascontiguousarray(a, dtype=np.int32 if a.dtype == np.int32 else np.int64)
-        i = Ids_t()
-        st = lib.clembed_ids_create(self._h, host.ctypes.data_as(ctypes.c_void_p) if host.size else None,
-                                    host.size, 0 if host.dtype == np.int32 else 1, byref(i))
-        self._check(st, "clembed_ids_create")
+        i = Ids_t(buffer=self._buffer(host.nbytes, host if host.size else None), offset=0,
+                  count=host.size, type=0 if host.dtype == np.int32 else 1)
         return Ids(self, i, owned=True, shape=a.shape)
 
     def _as_matrix(self, x, what):
@@ -498,9 +503,40 @@ class Context:
             return x
         return self.ids(x)
 
+    def _cl_context(self):
+        c = ctypes.c_void_p()
+        st = _ocl().clGetCommandQueueInfo(self.queue, 0x1090, ctypes.sizeof(c), byref(c), None)
+        if st != 0:
+            raise make(st, "clGetCommandQueueInfo(CL_QUEUE_CONTEXT) failed", "clGetCommandQueueInfo")
+        return c.value
+
+    def _buffer(self, nbytes, host=None):
+        """A new cl_mem on the context's cl_context, made without enqueueing anything
+        (so it never waits behind work on a shared queue); host: bytes copied in."""
+        err = ctypes.c_int()
+        flags = 1 | (0x20 if host is not None else 0)    # CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR
+        b = _ocl().clCreateBuffer(self._cl_context(), flags, max(int(nbytes), 4),
+                                  host.ctypes.data_as(ctypes.c_void_p) if host is not None else None,
+                                  byref(err))
+        if err.value != 0 or not b:
+            raise make(err.value or -2005, "clCreateBuffer of %d bytes failed" % nbytes, "clCreateBuffer")
+        return b
+
+    def _alloc(self, rows, cols, dtype):
+        """An output matrix, not initialised (every operation writes all of its output)."""
+        code = _dtype_code(dtype)
+        vals, nbytes = _BLOCK[DTYPE_NAMES[code]]
+        if _lib.has("clembed_dtype_row_bytes"):
+            row = lib.clembed_dtype_row_bytes(code, int(cols))
+        else:
+            row = int(cols) * lib.clembed_dtype_size(code)
+        m = Matrix_t(buffer=self._buffer(row * int(rows)), offset=0, rows=int(rows), cols=int(cols),
+                     ld=0, dtype=code)
+        return Matrix(self, m, owned=True)
+
     def _out(self, out, rows, cols, out_dtype, shape):
         if out is None:
-            out = self.empty(rows, cols, out_dtype)
+            out = self._alloc(rows, cols, out_dtype)
         elif not isinstance(out, Matrix):
             raise TypeError("clembed: out must be a clembed.Matrix")
         if shape is not None and out.rows == rows and out.cols == cols:
@@ -623,9 +659,12 @@ class Context:
                  wait_for=None):
         """The table gradient (vocab x cols, F32): out[v] (+)= scale * sum of grad[i] over
         ids[i] == v. grad has ids.shape + (cols,) (or ids.count rows). With out None a
-        new zero matrix; with out given, added into it (accumulate=False overwrites)."""
+        new matrix (rows no id touches are 0); with out given, added into it
+        (accumulate=False overwrites it)."""
         ids = self._as_ids(ids)
         grad = self._grad(grad)
+        if out is None:   # a new matrix, overwritten whole (untouched rows become 0)
+            accumulate = False
         out = self._out(out, vocab, grad.cols, "f32", None)
         keep = []
         o = self._backward_options(out.rows, scale, padding_idx, scale_grad_by_freq, deterministic,
