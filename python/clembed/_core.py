@@ -328,6 +328,25 @@ def _mptr(m):
 
 # ------------------------------------------------------------------ context
 
+def _detail(handle, operation):
+    """(operation, argument, index, value) of the last failure, from
+    clembed_context_error (handle None: the thread's last failure without a context)."""
+    op, arg, index, value = operation, "", -1, 0
+    if _lib.has("clembed_context_error"):
+        d = _lib.ErrorDetail_t()
+        if lib.clembed_context_error(handle, byref(d)) == 0 and d.status != 0:
+            if d.operation:
+                op = d.operation.decode(errors="replace")
+            arg = d.argument.decode(errors="replace") if d.argument else ""
+            index, value = int(d.index), int(d.value)
+    return op, arg, index, value
+
+
+def _no_context_error(status, operation):
+    msg = lib.clembed_last_error_message()
+    return make(status, msg.decode(errors="replace") if msg else "", *_detail(None, operation))
+
+
 class Context:
     """A clembed context: a device, its queue and the compiled kernels.
 
@@ -341,9 +360,7 @@ class Context:
         h = ctypes.c_void_p()
         st = lib.clembed_context_create(device.encode() if device else None, byref(h))
         if st != 0:
-            msg = lib.clembed_last_error_message()
-            raise make(st, msg.decode(errors="replace") if msg else "", "clembed_context_create",
-                       "device" if st == -2003 or device else "")
+            raise _no_context_error(st, "clembed_context_create")
         self._h = h
         self._queue_obj = None
 
@@ -355,9 +372,7 @@ class Context:
         h = ctypes.c_void_p()
         st = lib.clembed_context_create_from_queue(_handle(queue, "queue"), byref(h))
         if st != 0:
-            msg = lib.clembed_last_error_message()
-            raise make(st, msg.decode(errors="replace") if msg else "",
-                       "clembed_context_create_from_queue", "queue")
+            raise _no_context_error(st, "clembed_context_create_from_queue")
         self._h = h
         self._queue_obj = queue
         return self
@@ -410,17 +425,7 @@ class Context:
 
     # --- errors
     def _error(self, status, operation):
-        msg = self.message
-        op, arg, index, value = operation, "", -1, 0
-        if _lib.has("clembed_context_error"):
-            d = _lib.ErrorDetail_t()
-            if lib.clembed_context_error(self._h, byref(d)) == 0 and d.status != 0:
-                if d.operation:
-                    op = d.operation.decode(errors="replace")
-                arg = d.argument.decode(errors="replace") if d.argument else ""
-                index, value = int(d.index), int(d.value)
-                status = d.status if status in (0, None) else status
-        return make(status, msg, op, arg, index, value)
+        return make(status, self.message, *_detail(self._h, operation))
 
     def _check(self, status, operation):
         if status != 0:
@@ -880,11 +885,11 @@ def devices():
     n = ctypes.c_size_t()
     st = fn(None, 0, byref(n))
     if st != 0:
-        raise make(st, "clembed_devices failed", "clembed_devices")
+        raise _no_context_error(st, "clembed_devices")
     arr = (_lib.DeviceInfo_t * max(n.value, 1))()
     st = fn(arr, n.value, byref(n))
     if st != 0:
-        raise make(st, "clembed_devices failed", "clembed_devices")
+        raise _no_context_error(st, "clembed_devices")
     return [Device(d.spec.decode(), d.platform.decode(errors="replace"), d.name.decode(errors="replace"),
                    int(d.type), bool(d.is_default), int(d.global_mem_bytes), int(d.max_alloc_bytes))
             for d in arr[:n.value]]
