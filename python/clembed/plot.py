@@ -82,6 +82,7 @@ def pca(table, labels=None, annotate_max=200):
     for i in range(min(n, annotate_max)):
         ax.annotate(labels[i], (points[i, 0], points[i, 1]), textcoords="offset points",
                     xytext=(4, 3), fontsize=8)
+    ax.margins(0.1)   # room for the labels of the outermost points
     ax.axhline(0, color="0.85", lw=0.8, zorder=1)
     ax.axvline(0, color="0.85", lw=0.8, zorder=1)
     ax.set_xlabel("PC 1 (%.1f%% of variance)" % (100 * ratio[0]))
