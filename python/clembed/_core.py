@@ -231,6 +231,20 @@ class Matrix:
         self.ctx._check(st, "clembed_matrix_read")
         return out.astype(d, copy=False).reshape(self.shape)
 
+    def raw(self):
+        """The matrix as stored, dense: uint8 blocks of shape (rows, row bytes) for a
+        block-quantized dtype, uint16 bits for f16/bf16, float32 for f32. Blocking."""
+        name = self.dtype
+        vals, nbytes = _BLOCK[name]
+        if vals > 1:
+            out = np.empty((self.rows, self.cols // vals * nbytes), np.uint8)
+        else:
+            out = np.empty((self.rows, self.cols), np.float32 if name == "f32" else np.uint16)
+        st = lib.clembed_matrix_read(self.ctx._h, byref(self._m), out.ctypes.data_as(ctypes.c_void_p),
+                                     self._m.dtype)
+        self.ctx._check(st, "clembed_matrix_read")
+        return out
+
     def write(self, array):
         """Writes rows*cols host values (float32 or float16; others are converted to
         float32) into the matrix, converting to its dtype. Blocking."""
