@@ -812,6 +812,21 @@ class Context:
             return Matrix(self, m, owned=True)
 
 
+    def load_ids(self, path, name=None):
+        """Loads an integer tensor (int32 or int64, any shape) of a .npy, .safetensors or
+        .gguf file as Ids (shape kept). name None: the file's only tensor."""
+        load = require("clembed_ids_load", "Context.load_ids")
+        with _File(path) as f:
+            shape = None
+            if name is not None or f.count() == 1:
+                t = f.info(f.index(name))
+                shape = tuple(int(t.shape[k]) for k in range(t.ndim))
+            i = Ids_t()
+            st = load(self._h, f.h, name.encode() if name is not None else None, byref(i))
+            self._check(st, "clembed_ids_load")
+            return Ids(self, i, owned=True, shape=shape if shape is not None else (i.count,))
+
+
 class _File:
     def __init__(self, path):
         opener = require("clembed_file_open", "reading model files")

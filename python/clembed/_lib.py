@@ -191,6 +191,7 @@ _PROTOTYPES = {
     "clembed_file_tensor_info": (c_int, [c_void_p, c_size_t, POINTER(TensorInfo_t)]),
     "clembed_file_find": (c_int, [c_void_p, c_char_p, POINTER(c_size_t)]),
     "clembed_matrix_load": (c_int, [CTX, c_void_p, c_char_p, c_int, PM]),
+    "clembed_ids_load": (c_int, [CTX, c_void_p, c_char_p, PI]),
 }
 
 lib, path = load_library()

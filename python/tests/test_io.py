@@ -50,3 +50,51 @@ def test_missing_function_is_named(ctx, monkeypatch, tmp_path):
         ctx.load(tmp_path / "x.npy")
     with pytest.raises(clembed.MissingFunctionError, match="clembed_file_open"):
         clembed.inspect(tmp_path / "x.npy")
+
+
+def test_load_ids(ctx, tmp_path):
+    need("clembed_ids_load")
+    ids = np.random.default_rng(1).integers(0, 50, size=(3, 4))
+    for dt in (np.int32, np.int64):
+        p = tmp_path / ("ids_%s.npy" % np.dtype(dt).name)
+        np.save(p, ids.astype(dt))
+        i = ctx.load_ids(p)
+        assert i.shape == (3, 4) and i.dtype == ("i32" if dt == np.int32 else "i64")
+        assert np.array_equal(i.numpy(), ids)
+    W = np.random.default_rng(2).standard_normal((50, 3)).astype(np.float32)
+    out = ctx.lookup(W, ctx.load_ids(tmp_path / "ids_int64.npy"))
+    assert out.shape == (3, 4, 3) and np.array_equal(out.numpy(), W[ids])
+
+
+def write_safetensors(path, tensors):
+    import json
+    import struct
+    header, blobs, off = {}, [], 0
+    for name, (dtype, a) in tensors.items():
+        b = np.ascontiguousarray(a).tobytes()
+        header[name] = {"dtype": dtype, "shape": list(a.shape), "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    path.write_bytes(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+
+
+def test_safetensors_inspect_and_load(ctx, tmp_path):
+    need("clembed_matrix_load")
+    W = np.random.default_rng(3).standard_normal((4, 2, 3)).astype(np.float32)
+    ids = np.array([3, 0, 2, 2, 1], np.int64)
+    p = tmp_path / "model.safetensors"
+    write_safetensors(p, {"emb": ("F32", W), "ids": ("I64", ids)})
+    info = clembed.inspect(p)
+    assert [d["name"] for d in info] == ["emb", "ids"]
+    assert info[0]["dtype"] == "f32" and info[0]["shape"] == (4, 2, 3) and info[0]["bytes"] == 96
+    assert info[1]["shape"] == (5,) and info[1]["bytes"] == 40
+    m = ctx.load(p, name="emb")
+    assert m.shape == (4, 6) and np.array_equal(m.numpy(), W.reshape(4, 6))
+    if clembed.has_function("clembed_ids_load"):
+        i = ctx.load_ids(p, name="ids")
+        assert i.shape == (5,) and np.array_equal(i.numpy(), ids)
+    with pytest.raises(clembed.Error) as e:
+        ctx.load(p, name="missing")
+    assert e.value.status == clembed.ERR_INVALID_ARGUMENT and "emb" in str(e.value)
