@@ -368,3 +368,10 @@ def test_init_normal(ctx):
     assert not np.array_equal(a, c)
     with pytest.raises(ValueError):
         ctx.init(m, "cauchy")
+
+
+def test_raw_bits(ctx):
+    a = rng.standard_normal((3, 5)).astype(np.float32)
+    assert np.array_equal(ctx.matrix(a).raw(), a)
+    assert np.array_equal(ctx.matrix(a, "f16").raw(), a.astype(np.float16).view(np.uint16))
+    assert np.array_equal(ctx.matrix(a, "bf16").raw(), (bf16_round(a).view(np.uint32) >> 16).astype(np.uint16))

@@ -150,3 +150,10 @@ def test_event_from_another_context_refused(pcl):
         ctx.positional(4, 4, wait_for=[gate])
     assert e.value.status == clembed.ERR_INVALID_ARGUMENT
     gate.set_status(cl.command_execution_status.COMPLETE)
+
+
+def test_pyopencl_queue_of_a_context(ctx, pcl):
+    q = ctx.pyopencl_queue()
+    assert isinstance(q, cl.CommandQueue) and q.int_ptr == ctx.queue
+    pctx, pq = pcl
+    assert clembed.Context.from_queue(pq).pyopencl_queue() is pq
