@@ -346,16 +346,52 @@ def test_sgd_touches_only_its_rows(ctx, tdt):
 
 # ---------------------------------------------------------------- init
 
+def four_per_counter():
+    """The Philox mapping of the library: one counter per four consecutive elements
+    (element e is word e % 4 of counter e // 4) came with clembed_optimizer_step;
+    before it, element e was word 0 (and 1) of counter e."""
+    return clembed.has_function("clembed_optimizer_step")
+
+
+def init_words(seed, n):
+    e = np.arange(n)
+    if four_per_counter():
+        x = philox(seed, e // 4)
+        return np.choose(e % 4, x), x, e
+    x = philox(seed, e)
+    return x[0], x, e
+
+
 def test_init_uniform_exact(ctx):
     m = ctx.empty(17, 9)
     for seed, low, high in [(0, -1.0, 1.0), (2 ** 33 + 5, 2.0, 3.5)]:
         ctx.init(m, "uniform", low=low, high=high, seed=seed)
-        e = np.arange(17 * 9)
-        u = unit(philox(seed, e)[0]).astype(np.float32)
+        xj, _, _ = init_words(seed, 17 * 9)
+        u = unit(xj).astype(np.float32)
         lo, hi = np.float32(low), np.float32(high)
         h = np.float32(2)
         ref = h * (lo / h + (hi / h - lo / h) * u)
         assert_same_bits(m.numpy(), ref.reshape(17, 9))
+
+
+def test_init_normal_transform(ctx):
+    if not four_per_counter():
+        pytest.skip("the exact Box-Muller mapping came with clembed_optimizer_step (not in %s)"
+                    % clembed.library_path)
+    n = 33 * 7
+    m = ctx.init(ctx.empty(33, 7), "normal", mean=0.5, std=3.0, seed=2 ** 40 + 9).numpy().reshape(-1)
+    _, x, e = init_words(2 ** 40 + 9, n)
+    j = e % 4
+    a, b = np.where(j < 2, x[0], x[2]), np.where(j < 2, x[1], x[3])
+    v = ((a.astype(np.uint64) >> np.uint64(8)).astype(np.float64) + 1) / 16777216.0
+    t = unit(b)
+    R = np.sqrt(-2 * np.log(v))
+    z = np.where(j % 2 == 0, R * np.cos(2 * np.pi * t), R * np.sin(2 * np.pi * t))
+    ref = 0.5 + 3.0 * z
+    # z within 4 ulp of the exact transform, then mean + std * z in float32
+    tol = 3.0 * 4 * np.spacing(np.abs(z).astype(np.float32)).astype(np.float64) + 2 * np.spacing(
+        np.abs(ref).astype(np.float32)).astype(np.float64)
+    assert np.all(np.abs(m - ref) <= tol)
 
 
 def test_init_normal(ctx):

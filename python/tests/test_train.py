@@ -103,8 +103,10 @@ def test_optimizer_adam(ctx):
     w, m, u = W.copy(), np.zeros_like(W), np.zeros_like(W)
     for t in range(1, 4):
         opt.step(table, grad, ids)
-        one_b1, one_b2 = np.float32(1 - b1), np.float32(1 - b2)
-        step = np.float32(lr * np.sqrt(1 - b2 ** t) / (1 - b1 ** t))
+        # in float64 from the float32 fields, each rounded to float32 once
+        f1, f2, flr = float(np.float32(b1)), float(np.float32(b2)), float(np.float32(lr))
+        one_b1, one_b2 = np.float32(1 - f1), np.float32(1 - f2)
+        step = np.float32(flr * np.sqrt(1 - f2 ** t) / (1 - f1 ** t))
         m2 = m + (g - m) * one_b1
         u2 = u + (g * g - u) * one_b2
         w2 = w - step * (m2 / (np.sqrt(u2) + np.float32(eps)))
