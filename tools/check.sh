@@ -76,6 +76,9 @@ esac
 
 # Tests ON whatever the cache holds (quickstart.sh configures build/ with them
 # OFF); a run that executes no test is a failure.
+# The Python package's tests (label python) need NumPy and pytest; pyopencl and
+# matplotlib for its interop and plot tests.
+CLEMBED_OPTIONAL_PACKAGES+=(python3-numpy python3-pytest python3-pyopencl python3-matplotlib)
 clembed_setup build -DCLEMBED_BUILD_TESTS=ON -DCLEMBED_BUILD_TOOLS=ON
 status=0
 (cd build && ctest --no-tests=error --output-on-failure -j "$jobs") || status=1
