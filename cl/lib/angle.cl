@@ -1,0 +1,79 @@
+/* angle.cl: exact angles p*w for positions p < 2^32 on a float32 device, and
+ * sin/cos from them with clembed's own polynomials (the accuracy does not rest
+ * on the device's sin/cos, which OpenCL allows 4 ulp). No fma, no fp64:
+ * every product below is exact in float because its factors have few bits,
+ * and every reduction modulo one turn is exact (x - rint(x) always is).
+ *
+ * A frequency w comes from the host (src/ops/rope_freq.c, ce_angle_pieces) as
+ * 8 floats in turns: A1..A4 for frac(2^16 * w / 2pi), B1..B4 for frac(w / 2pi).
+ * A1, A2, A3 are 8-bit digits (multiples of 2^-8, 2^-16, 2^-24 below 1), A4 the
+ * rest (|A4| <= 2^-25, within 2^-49). With p = h*2^16 + l (h, l < 2^16):
+ *   p*w/2pi = h*2^16*w/2pi + l*w/2pi = h*(A1+A2+A3+A4) + l*(B1+B2+B3+B4)  (mod 1)
+ * h*Ai and l*Bi for i <= 3 are exact (16 + 8 bits) and are reduced modulo 1
+ * digit by digit; the sums stay on a grid fine enough to be exact. h*A4 + l*B4
+ * (below 2^-8) is the only rounded part. The result, in turns, is within
+ * 2^-31 of exact; the quadrant is taken in turns (exact), and the rest (at
+ * most 1/8 turn) becomes radians with an exact split product and a single
+ * rounding. */
+
+#pragma OPENCL FP_CONTRACT OFF
+
+inline float ce_frac1(float x) { return x - rint(x); } /* exact: x - round(x), in [-1/2, 1/2] */
+
+/* Reduces p*w (p < 2^32; a, b: A1..A4 and B1..B4) to y in radians, |y| <= pi/4
+ * (+2^-30), and a quadrant: p*w = 2pi*n + quadrant*pi/2 + y. */
+inline float ce_angle_reduce(uint p, float4 a, float4 b, int *quadrant) {
+  float h = (float)(p >> 16), l = (float)(p & 0xFFFFu);
+  /* digit 1: multiples of 2^-8 in [-1, 1], exact */
+  float s = ce_frac1(h * a.x) + ce_frac1(l * b.x);
+  /* digit 2: multiples of 2^-16, |s| <= 2, exact; back to [-1/2, 1/2] */
+  s = s + ce_frac1(h * a.y);
+  s = s + ce_frac1(l * b.y);
+  s = ce_frac1(s);
+  /* digit 3: multiples of 2^-24, each sum within [-1, 1], exact */
+  s = ce_frac1(s + ce_frac1(h * a.z));
+  s = ce_frac1(s + ce_frac1(l * b.z));
+  float t = h * a.w + l * b.w; /* |t| <= 2^-8 */
+  /* quadrant in turns: r = s - q/4 is exact (multiples of 2^-24, |r| < 1/4) */
+  float q = rint((s + t) * 4.0f);
+  float r = s - q * 0.25f;
+  /* radians: r = rh + rl with rh on a 2^-12 grid (10 bits), rl on 2^-24 (11
+   * bits); C1 = 2pi to 13 bits, so rh*C1 and rl*C1 are exact */
+  const float C1 = 0x1.922p+2f;                  /* 6.28320312 */
+  const float C2 = -0x1.2aeef4p-16f;             /* 2pi - C1, to float */
+  const float TWO_PI = 0x1.921fb6p+2f;
+  float rh = rint(r * 4096.0f) * 0x1p-12f, rl = r - rh;
+  float yh = rh * C1;
+  float yl = rl * C1 + (r * C2 + t * TWO_PI);
+  *quadrant = (int)q & 3;
+  return yh + yl;
+}
+
+/* sin(y) and cos(y) for |y| <= pi/4 (Cephes' sinf/cosf polynomials, within
+ * about 6e-8, evaluated in float). */
+inline float ce_sin_poly(float y) {
+  float z = y * y;
+  return y + y * z * ((-1.9515295891e-4f * z + 8.3321608736e-3f) * z - 1.6666654611e-1f);
+}
+inline float ce_cos_poly(float y) {
+  float z = y * y;
+  return 1.0f - 0.5f * z + z * z * ((2.443315711809948e-5f * z - 1.388731625493765e-3f) * z + 4.166664568298827e-2f);
+}
+
+/* sin(p*w) (phase 0) or cos(p*w) (phase 1): sin of the next quadrant. */
+inline float ce_angle_sin(uint p, float4 a, float4 b, int phase) {
+  int quad;
+  float y = ce_angle_reduce(p, a, b, &quad);
+  quad = (quad + phase) & 3;
+  float v = (quad & 1) ? ce_cos_poly(y) : ce_sin_poly(y);
+  return (quad & 2) ? -v : v;
+}
+
+/* cos(p*w) and sin(p*w) together. */
+inline float2 ce_angle_cos_sin(uint p, float4 a, float4 b) {
+  int quad;
+  float y = ce_angle_reduce(p, a, b, &quad);
+  float sy = ce_sin_poly(y), cy = ce_cos_poly(y);
+  float c = (quad & 1) ? -sy : cy, s = (quad & 1) ? cy : sy;
+  return (quad & 2) ? (float2)(-c, -s) : (float2)(c, s);
+}
