@@ -33,7 +33,7 @@
 __kernel void ce_embed(__global const TABLE_T *table, ulong t_off, ulong t_ld, ulong t_rows,
                        __global const int *ids32, __global const long *ids64, ulong id_off, int id64, ulong n,
                        __global OUT_T *out, ulong o_off, ulong o_ld, ulong cols, float scale, int policy,
-                       long padding, __global const float2 *freq, __global const POS_T *ptab, ulong p_off,
+                       long padding, __global const float *freq, __global const POS_T *ptab, ulong p_off,
                        ulong p_ld, ulong p_rows, ulong seq_len, ulong pos_offset, __global const int *so32,
                        __global const long *so64, ulong so_off, int so64f, int has_so, float dropout,
                        uint seed_lo, uint seed_hi, float keep_scale, __global uint *err, uint slot) {
@@ -84,7 +84,7 @@ __kernel void ce_embed(__global const TABLE_T *table, ulong t_off, ulong t_ld, u
     long first = has_so ? ce_load_id(so32, so64, so64f, so_off + b) : (long)pos_offset;
     ulong p = (ulong)first + jj;
 #if POSITIONS == 1
-    pok[k] = first >= 0;
+    pok[k] = first >= 0 && p < CE_POSITION_END; /* the sinusoid's positions: [0, 2^32) */
     pp[k] = p;
 #else
     pok[k] = first >= 0 && p < p_rows;
@@ -95,20 +95,15 @@ __kernel void ce_embed(__global const TABLE_T *table, ulong t_off, ulong t_ld, u
   }
   ulong cv = cols / VEC * VEC;
   for (ulong c = 0; c < cv; c += VEC) {
-#if POSITIONS == 1
-    /* the columns' (w_hi, w_lo) pairs, split into w_hi and w_lo lanes */
-    __global const float *f = (__global const float *)(freq + c);
-    FV fa = vloadV(0, f), fb = vloadV(0, f + VEC), fx = (FV)(fa.even, fb.even), fy = (FV)(fa.odd, fb.odd);
-#if STRIDED
-    FV pe = ce_sinusoidv(pp[0], fx, fy); /* one position for all the item's tokens */
-#endif
+#if POSITIONS == 1 && STRIDED
+    FV pe = ce_sinusoidv(pp[0], freq, cols, c); /* one position for all the item's tokens */
 #endif
     for (int k = 0; k < ROWS && k < live; k++) {
       FV v = has[k] ? scale * load_tablev(trow[k], c) : (FV)(0.0f);
 #if POSITIONS == 1 && STRIDED
       if (pok[k]) v += pe;
 #elif POSITIONS == 1
-      if (pok[k]) v += ce_sinusoidv(pp[k], fx, fy);
+      if (pok[k]) v += ce_sinusoidv(pp[k], freq, cols, c);
 #elif POSITIONS == 2
       if (pok[k]) v += load_posv(prow[k], c);
 #endif
@@ -125,7 +120,7 @@ __kernel void ce_embed(__global const TABLE_T *table, ulong t_off, ulong t_ld, u
     for (int k = 0; k < ROWS && k < live; k++) {
       float v = has[k] ? scale * load_table(trow[k], c) : 0.0f;
 #if POSITIONS == 1
-      if (pok[k]) v += ce_sinusoid(pp[k], freq[c]);
+      if (pok[k]) v += ce_sinusoid(pp[k], freq, cols, c);
 #elif POSITIONS == 2
       if (pok[k]) v += load_pos(prow[k], c);
 #endif
@@ -150,7 +145,7 @@ __kernel void ce_embed(__global const TABLE_T *table, ulong t_off, ulong t_ld, u
   long first = has_so ? ce_load_id(so32, so64, so64f, so_off + b) : (long)pos_offset;
   ulong p = (ulong)first + jj;
 #if POSITIONS == 1
-  int pos_ok = first >= 0;
+  int pos_ok = first >= 0 && p < CE_POSITION_END;
 #else
   int pos_ok = first >= 0 && p < p_rows;
   __global const POS_T *prow = ptab + p_off + (pos_ok ? p : 0) * p_ld;
@@ -163,8 +158,8 @@ __kernel void ce_embed(__global const TABLE_T *table, ulong t_off, ulong t_ld, u
     float4 v = row >= 0 ? scale * load4_table(trow, 0, j) : (float4)(0.0f);
 #if POSITIONS == 1
     if (pos_ok)
-      v += (float4)(ce_sinusoid(p, freq[c]), ce_sinusoid(p, freq[c + 1]), ce_sinusoid(p, freq[c + 2]),
-                    ce_sinusoid(p, freq[c + 3]));
+      v += (float4)(ce_sinusoid(p, freq, cols, c), ce_sinusoid(p, freq, cols, c + 1),
+                    ce_sinusoid(p, freq, cols, c + 2), ce_sinusoid(p, freq, cols, c + 3));
 #elif POSITIONS == 2
     if (pos_ok) v += load4_pos(prow, 0, j);
 #endif
@@ -190,8 +185,8 @@ __kernel void ce_embed(__global const TABLE_T *table, ulong t_off, ulong t_ld, u
   long first = has_so ? ce_load_id(so32, so64, so64f, so_off + b) : (long)pos_offset;
   ulong p = (ulong)first + j;
 #if POSITIONS == 1
-  if (first >= 0)
-    v += ce_sinusoid(p, freq[c]);
+  if (first >= 0 && p < CE_POSITION_END)
+    v += ce_sinusoid(p, freq, cols, c);
   else if (c == 0)
     ce_report(err, slot, 1, i, first);
 #else

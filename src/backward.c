@@ -392,7 +392,7 @@ static clembed_status run(clembed_context *ctx, const char *what, int sgd, const
   /* CHECK and WRAP report bad ids; CLAMP has nowhere to send an id of an empty table. */
   if (token_work && (opt->policy == CLEMBED_INDEX_CHECK || opt->policy == CLEMBED_INDEX_WRAP ||
                      (opt->policy == CLEMBED_INDEX_CLAMP && rows == 0) || pg)) {
-    ce_slot_info info = {what, rows, p_rows, opt->seq_len, opt->position_offset, b.so != NULL};
+    ce_slot_info info = {what, NULL, rows, p_rows, opt->seq_len, opt->position_offset, b.so != NULL, 0};
     CHECK(ce_slot_reserve(ctx, &info, &b.slot));
   }
 

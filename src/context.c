@@ -453,8 +453,8 @@ static void slots_scan(clembed_context *ctx, const cl_uint *s, const ce_slot_inf
     if (r[0] <= r[1]) {
       int64_t v = (int64_t)((uint64_t)r[2] | ((uint64_t)r[3] << 32));
       snprintf(ctx->deferred_message, sizeof ctx->deferred_message,
-               "%s: ids[%u] = %lld is outside [0, %llu)", in->op, r[0], (long long)v,
-               (unsigned long long)in->id_rows);
+               "%s: %s[%u] = %lld is outside [0, %llu)", in->op, in->id_name ? in->id_name : "ids", r[0],
+               (long long)v, (unsigned long long)in->id_rows);
     } else {
       uint64_t i = r[1];
       uint64_t first = in->position_offset;
@@ -468,6 +468,12 @@ static void slots_scan(clembed_context *ctx, const cl_uint *s, const ce_slot_inf
         snprintf(ctx->deferred_message, sizeof ctx->deferred_message,
                  "%s: token %llu is at position %llu: position_offset %llu is beyond 2^63 - 1", in->op,
                  (unsigned long long)i, (unsigned long long)(first + inseq), (unsigned long long)first);
+      else if (in->sinusoid)
+        snprintf(ctx->deferred_message, sizeof ctx->deferred_message,
+                 "%s: token %llu is at position %llu (sequence_offsets[%llu] = %llu): the sinusoid takes positions "
+                 "below 2^32",
+                 in->op, (unsigned long long)i, (unsigned long long)(first + inseq),
+                 (unsigned long long)(in->seq_len ? i / in->seq_len : 0), (unsigned long long)first);
       else
         snprintf(ctx->deferred_message, sizeof ctx->deferred_message,
                  "%s: token %llu is at position %llu, outside the position table [0, %llu)", in->op,

@@ -118,6 +118,12 @@ clembed_status clembed_embed(clembed_context *ctx, const clembed_matrix *table, 
        * them from the context's cached table (the same float values) rather than
        * computing sin/cos per element. */
       size_t span = opt->seq_len && opt->seq_len < ids->count ? opt->seq_len : ids->count, end;
+      /* positions below 2^32 (those from sequence_offsets are checked on the device) */
+      if (!opt->sequence_offsets && ce_positions_past_end(opt->position_offset, span))
+        FAIL(CLEMBED_ERR_INVALID_ARGUMENT,
+             "clembed_embed: position_offset %zu + %zu positions is past 2^32 (the sinusoid takes positions below "
+             "2^32)",
+             opt->position_offset, span);
       if (!opt->sequence_offsets && !ce_add_overflows(opt->position_offset, span, &end))
         CHECK(ce_sinusoid_table(ctx, &opt->sinusoid, table->cols, end, ids->count, &pt));
       if (pt) {
@@ -172,8 +178,8 @@ clembed_status clembed_embed(clembed_context *ctx, const clembed_matrix *table, 
                  (opt->policy == CLEMBED_INDEX_CLAMP && table->rows == 0) || (pt && !cached_pe) || so ||
                  (opt->positions != CLEMBED_POSITIONS_NONE && opt->position_offset > (size_t)INT64_MAX);
   if (ids->count && can_fail) {
-    ce_slot_info info = {"clembed_embed", table->rows, pt ? pt->rows : 0, opt->seq_len, opt->position_offset,
-                         so != NULL};
+    ce_slot_info info = {"clembed_embed", NULL, table->rows, pt ? pt->rows : 0, opt->seq_len, opt->position_offset,
+                         so != NULL, opt->positions == CLEMBED_POSITIONS_SINUSOID && !cached_pe};
     CHECK(ce_slot_reserve(ctx, &info, &slot));
   }
   cl_mem none = NULL, idb = ids->buffer, sob = so ? so->buffer : none, ptb = pt ? pt->buffer : none;

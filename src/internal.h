@@ -30,6 +30,7 @@ typedef enum ce_family {
   CE_FAMILY_BACKWARD,
   CE_FAMILY_INIT,
   CE_FAMILY_UTIL,
+  CE_FAMILY_ROPE,
   CE_FAMILY_COUNT
 } ce_family;
 
@@ -43,11 +44,13 @@ typedef enum ce_family {
 #define CE_SLOTS 256
 typedef struct ce_slot_info {
   const char *op;        /* "embed", "backward", ... */
+  const char *id_name;   /* what the ids are called in messages; NULL: "ids" */
   uint64_t id_rows;      /* ids must be in [0, id_rows) */
   uint64_t pos_rows;     /* positions must be in [0, pos_rows); 0 when no table */
   uint64_t seq_len;
   uint64_t position_offset;
   int has_sequence_offsets;
+  int sinusoid;          /* positions are the sinusoid's (below 2^32), not a table's */
 } ce_slot_info;
 
 /* Slots read aside (without waiting) when every slot was taken before a finish. */
@@ -69,6 +72,21 @@ typedef struct ce_freq_cache {
   unsigned stamp;
 } ce_freq_cache;
 #define CE_FREQ_CACHE 4
+
+/* RoPE frequencies as angle pieces (8 planes of R/2 floats), per parameter set. */
+typedef struct ce_rope_freq_cache {
+  clembed_rope key; /* head_dim and rotary_dim replaced by R */
+  cl_mem buffer;
+  float attention;
+  unsigned stamp;
+} ce_rope_freq_cache;
+
+/* Positions (sinusoid and RoPE) are below 2^32: the exact angle splits them into two 16-bit halves. */
+#define CE_POSITION_END ((uint64_t)1 << 32)
+/* first + count > 2^32, without overflow */
+static inline int ce_positions_past_end(uint64_t first, uint64_t count) {
+  return first > CE_POSITION_END || count > CE_POSITION_END - first;
+}
 
 struct clembed_context {
   cl_platform_id platform;
@@ -109,6 +127,7 @@ struct clembed_context {
 
   ce_freq_cache freq[CE_FREQ_CACHE];
   unsigned freq_stamp;
+  ce_rope_freq_cache rope_freq[CE_FREQ_CACHE];
   /* The sinusoid table for positions [0, pe_rows) of the last sinusoid used by
    * the forward (F32, cols wide), so that the forward reads it instead of
    * recomputing sin/cos per element. */
@@ -175,7 +194,7 @@ int ce_add_overflows(size_t a, size_t b, size_t *out);
 clembed_status ce_sinusoid_check(clembed_context *ctx, const clembed_sinusoid *s);
 clembed_status ce_sinusoid_freq(clembed_context *ctx, const clembed_sinusoid *s, size_t cols,
                                 cl_mem *buffer);
-void ce_freq_release(clembed_context *ctx);
+void ce_freq_release(clembed_context *ctx); /* the sinusoid's and RoPE's caches */
 /* The cached sinusoid table covering positions [0, end) for cols columns, or
  * NULL in *table (not an error) when building it is not worth it for a call of
  * `tokens` tokens. */

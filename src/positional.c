@@ -1,5 +1,6 @@
 /* Sinusoid parameters (frequencies in double on the host) and the positional table. */
 #include "internal.h"
+#include "ops/rope_freq.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -36,12 +37,16 @@ void ce_freq_release(clembed_context *ctx) {
   for (int i = 0; i < CE_FREQ_CACHE; i++) {
     if (ctx->freq[i].buffer) clReleaseMemObject(ctx->freq[i].buffer);
     ctx->freq[i].buffer = NULL;
+    if (ctx->rope_freq[i].buffer) clReleaseMemObject(ctx->rope_freq[i].buffer);
+    ctx->rope_freq[i].buffer = NULL;
   }
   clembed_matrix_release(&ctx->pe);
 }
 
-/* A device buffer of cols float2 (w_hi, w_lo), negated for cos columns; cached
- * per context (the least recently used of CE_FREQ_CACHE entries is replaced). */
+/* A device buffer of 9 planes of cols floats: the columns' angle pieces
+ * (ce_angle_pieces: planes 0-7, plane j holding piece j of every column) and
+ * their phase (plane 8: 0 for sin, 1 for cos); cached per context (the least
+ * recently used of CE_FREQ_CACHE entries is replaced). */
 clembed_status ce_sinusoid_freq(clembed_context *ctx, const clembed_sinusoid *s, size_t cols, cl_mem *buffer) {
   clembed_status status = CLEMBED_OK;
   float *host = NULL;
@@ -57,15 +62,17 @@ clembed_status ce_sinusoid_freq(clembed_context *ctx, const clembed_sinusoid *s,
     }
     if (!e->buffer || e->stamp < slot->stamp) slot = e;
   }
-  size_t bytes = 2 * sizeof(float) * (cols ? cols : 1);
-  host = calloc(cols ? cols : 1, 2 * sizeof(float));
+  size_t n = cols ? cols : 1, bytes;
+  if (ce_mul_overflows(n, (CE_ANGLE_PIECES + 1) * sizeof(float), &bytes))
+    FAIL(CLEMBED_ERR_INVALID_ARGUMENT, "sinusoid frequencies: %zu columns overflow a size", cols);
+  host = calloc(n, (CE_ANGLE_PIECES + 1) * sizeof(float));
   if (!host) FAIL(CLEMBED_ERR_OUT_OF_MEMORY, "sinusoid frequencies: out of host memory");
   for (size_t c = 0; c < cols; c++) {
     int is_cos;
-    double w = column_freq(s, cols, c, &is_cos);
-    float hi = (float)w, lo = (float)(w - (double)hi);
-    host[2 * c] = is_cos ? -hi : hi;
-    host[2 * c + 1] = is_cos ? -lo : lo;
+    float pieces[CE_ANGLE_PIECES];
+    ce_angle_pieces(column_freq(s, cols, c, &is_cos), pieces);
+    for (int j = 0; j < CE_ANGLE_PIECES; j++) host[(size_t)j * cols + c] = pieces[j];
+    host[(size_t)CE_ANGLE_PIECES * cols + c] = is_cos ? 1.0f : 0.0f;
   }
   cl_int err;
   b = clCreateBuffer(ctx->context, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, bytes, host, &err);
@@ -148,10 +155,10 @@ clembed_status clembed_positional(clembed_context *ctx, const clembed_sinusoid *
   CHECK(ce_check_events(ctx, nwait, wait));
   CHECK(ce_check_matrix(ctx, out, "clembed_positional: out", &ld));
   CHECK(ce_sinusoid_check(ctx, s));
-  size_t last;
-  if (out->rows && ce_add_overflows(first_position, out->rows - 1, &last))
-    FAIL(CLEMBED_ERR_INVALID_ARGUMENT, "clembed_positional: first_position %zu + rows %zu overflows", first_position,
-         out->rows);
+  if (ce_positions_past_end(first_position, out->rows))
+    FAIL(CLEMBED_ERR_INVALID_ARGUMENT,
+         "clembed_positional: first_position %zu + rows %zu is past 2^32 (the sinusoid takes positions below 2^32)",
+         first_position, out->rows);
   CHECK(ce_sinusoid_freq(ctx, s, out->cols, &freq));
   /* CPU shapes: a row per work-item, 16 columns at a time (measured on POCL:
    * 18x the one-element shape) */

@@ -15,7 +15,7 @@ extern const size_t ce_cl_sizes[];
 extern const size_t ce_cl_count;
 
 static const char *const family_file[CE_FAMILY_COUNT] = {"forward", "positional", "backward", "init",
-                                                         "util"};
+                                                         "util", "rope"};
 
 static const char *embedded(const char *name, size_t *length) {
   for (size_t i = 0; i < ce_cl_count; i++)
@@ -136,15 +136,16 @@ static clembed_status build(clembed_context *ctx, ce_family family, const char *
   clembed_status status = CLEMBED_OK;
   cl_program prog = NULL;
   char *log = NULL, *opts = NULL;
-  size_t common_len = 0, fam_len = 0;
-  const char *common = embedded("common", &common_len);
+  size_t common_len = 0, angle_len = 0, fam_len = 0;
+  const char *common = embedded("common", &common_len), *angle = embedded("angle", &angle_len);
   const char *fam = use_test_source ? ctx->test_source_override : ce_family_source(family, &fam_len);
   if (use_test_source) fam_len = strlen(fam);
-  if (!common || !fam) FAIL(CLEMBED_ERR_BUILD_FAILED, "kernel source for family %d is not embedded", (int)family);
-  const char *srcs[2] = {common, fam};
-  size_t lens[2] = {common_len, fam_len};
+  if (!common || !angle || !fam)
+    FAIL(CLEMBED_ERR_BUILD_FAILED, "kernel source for family %d is not embedded", (int)family);
+  const char *srcs[3] = {common, angle, fam};
+  size_t lens[3] = {common_len, angle_len, fam_len};
   cl_int err;
-  prog = clCreateProgramWithSource(ctx->context, 2, srcs, lens, &err);
+  prog = clCreateProgramWithSource(ctx->context, 3, srcs, lens, &err);
   if (err != CL_SUCCESS) {
     status = ce_cl_fail(ctx, err, "clCreateProgramWithSource");
     goto cleanup;

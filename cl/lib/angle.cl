@@ -18,6 +18,9 @@
 
 #pragma OPENCL FP_CONTRACT OFF
 
+/* Positions are below 2^32. */
+#define CE_POSITION_END ((ulong)1 << 32)
+
 inline float ce_frac1(float x) { return x - rint(x); } /* exact: x - round(x), in [-1/2, 1/2] */
 
 /* Reduces p*w (p < 2^32; a, b: A1..A4 and B1..B4) to y in radians, |y| <= pi/4
@@ -77,3 +80,54 @@ inline float2 ce_angle_cos_sin(uint p, float4 a, float4 b) {
   float c = (quad & 1) ? -sy : cy, s = (quad & 1) ? cy : sy;
   return (quad & 2) ? (float2)(-c, -s) : (float2)(c, s);
 }
+
+/* ------------------------------------------------------------- sinusoid */
+
+/* The sinusoid's frequencies come as 9 planes of `cols` floats: planes 0-3 the
+ * columns' A1..A4, 4-7 their B1..B4, plane 8 the phase (0: sin, 1: cos).
+ * Column c of position p (p < 2^32, checked by the caller). */
+inline float ce_sinusoid(ulong p, __global const float *f, ulong cols, ulong c) {
+  float4 a = (float4)(f[c], f[cols + c], f[2 * cols + c], f[3 * cols + c]);
+  float4 b = (float4)(f[4 * cols + c], f[5 * cols + c], f[6 * cols + c], f[7 * cols + c]);
+  return ce_angle_sin((uint)p, a, b, (int)f[8 * cols + c]);
+}
+
+#ifdef VEC
+/* ce_sinusoid for VEC consecutive columns c .. c + VEC - 1 of one position:
+ * the same operations lane by lane, so the same bits. */
+#define IV CE_XCAT(int, VEC)
+#define convert_IV CE_XCAT(convert_int, VEC)
+inline FV ce_frac1v(FV x) { return x - rint(x); }
+inline FV ce_sin_polyv(FV y) {
+  FV z = y * y;
+  return y + y * z * (((FV)(-1.9515295891e-4f) * z + (FV)(8.3321608736e-3f)) * z - (FV)(1.6666654611e-1f));
+}
+inline FV ce_cos_polyv(FV y) {
+  FV z = y * y;
+  return (FV)(1.0f) - (FV)(0.5f) * z +
+         z * z * (((FV)(2.443315711809948e-5f) * z - (FV)(1.388731625493765e-3f)) * z + (FV)(4.166664568298827e-2f));
+}
+inline FV ce_sinusoidv(ulong p, __global const float *f, ulong cols, ulong c) {
+  FV a1 = vloadV(0, f + c), a2 = vloadV(0, f + cols + c), a3 = vloadV(0, f + 2 * cols + c);
+  FV a4 = vloadV(0, f + 3 * cols + c), b1 = vloadV(0, f + 4 * cols + c), b2 = vloadV(0, f + 5 * cols + c);
+  FV b3 = vloadV(0, f + 6 * cols + c), b4 = vloadV(0, f + 7 * cols + c);
+  IV phase = convert_IV(vloadV(0, f + 8 * cols + c));
+  FV h = (FV)((float)((uint)p >> 16)), l = (FV)((float)((uint)p & 0xFFFFu));
+  FV s = ce_frac1v(h * a1) + ce_frac1v(l * b1);
+  s = s + ce_frac1v(h * a2);
+  s = s + ce_frac1v(l * b2);
+  s = ce_frac1v(s);
+  s = ce_frac1v(s + ce_frac1v(h * a3));
+  s = ce_frac1v(s + ce_frac1v(l * b3));
+  FV t = h * a4 + l * b4;
+  FV q = rint((s + t) * (FV)(4.0f));
+  FV r = s - q * (FV)(0.25f);
+  FV rh = rint(r * (FV)(4096.0f)) * (FV)(0x1p-12f), rl = r - rh;
+  FV yh = rh * (FV)(0x1.922p+2f);
+  FV yl = rl * (FV)(0x1.922p+2f) + (r * (FV)(-0x1.2aeef4p-16f) + t * (FV)(0x1.921fb6p+2f));
+  FV y = yh + yl;
+  IV quad = (convert_IV(q) + phase) & 3;
+  FV v = select(ce_sin_polyv(y), ce_cos_polyv(y), (quad & 1) != 0);
+  return select(v, -v, (quad & 2) != 0);
+}
+#endif
