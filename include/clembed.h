@@ -214,12 +214,19 @@ typedef enum clembed_layout { CLEMBED_LAYOUT_INTERLEAVED = 0, CLEMBED_LAYOUT_HAL
  *                w = base^(-2*floor(i/2)/d) (PAIR) or w = base^(-i/d) (INDEX);
  *   HALVES:      sin(p*w_i) for i < h, cos(p*w_(i-h)) for i >= h, w_k = base^(-2k/d);
  *                INDEX with HALVES is CLEMBED_ERR_INVALID_ARGUMENT.
- * base must be finite and > 0. For base >= 1 (every frequency at most 1) every
- * value is within 1e-6 of the float64 value for every position below 2^20
- * (float32 output; measured worst 1.7e-7): the frequencies are computed in double
- * on the host, and the angle is carried in float-float and reduced modulo 2*pi in
- * extended precision on the device. A base below 1 gives frequencies above 1, and
- * the error grows with the angle p*w (about 1e-6 at 2^26, unbounded past 2^36). */
+ * base must be finite and > 0. Every value is within 1e-6 of the exact value
+ * (the frequency w in double, the product p*w and its reduction modulo 2*pi
+ * done exactly) for every position below 2^32 and every base (float32
+ * output), and never outside [-1, 1]: w is prepared on the host as exact
+ * fractions of a turn (in double-double), the position is split into two
+ * 16-bit halves so that every product on the device is exact in float32, the
+ * angle is reduced modulo one turn exactly, and sin/cos come from clembed's own
+ * polynomials (no fma, no fp64, not the device's sin/cos). Positions at or past
+ * 2^32 are refused: CLEMBED_ERR_INVALID_ARGUMENT for first_position + rows
+ * (clembed_positional) and position_offset + min(seq_len, count) (clembed_embed),
+ * a deferred CLEMBED_ERR_INDEX_OUT_OF_RANGE naming the token and its sequence's
+ * start when the position comes from sequence_offsets (that token's positional
+ * part is zero). */
 typedef struct clembed_sinusoid {
   double base; /* 10000 in the original Transformer */
   clembed_exponent exponent;
@@ -278,7 +285,8 @@ CLEMBED_API clembed_status clembed_lookup(clembed_context *ctx, const clembed_ma
  * sinusoid, or position_table (a position past its rows is a deferred
  * CLEMBED_ERR_INDEX_OUT_OF_RANGE and that row's positional part is zero). The
  * padding id's token row is zero; its positional part is still added.
- * A position_offset past 2^63 - 1 is a bad position too. With 0 columns there is nothing to
+ * With the sinusoid, positions must be below 2^32 (see clembed_sinusoid); with a
+ * position table, a position_offset past 2^63 - 1 is a bad position too. With 0 columns there is nothing to
  * compute: no kernel runs and the ids are not checked (likewise in the backward).
  * opt NULL means clembed_embed_defaults(). */
 CLEMBED_API clembed_status clembed_embed(clembed_context *ctx, const clembed_matrix *table,

@@ -1,17 +1,20 @@
-/* clembed_positional against a float64 reference written from API.md:
+/* clembed_positional against the exact float64 reference of reference_rope.h
+ * (p*w formed and reduced exactly) for the formula of API.md:
  *   d = cols, h = ceil(d/2); column i of position p is
  *   INTERLEAVED: sin(p*w) for even i, cos(p*w) for odd i, with
  *                w = base^(-2*floor(i/2)/d) (PAIR) or base^(-i/d) (INDEX);
  *   HALVES:      sin(p*w_i) for i < h, cos(p*w_(i-h)) for i >= h, w_k = base^(-2k/d).
  * Tolerances:
- *   F32 output: |got - exact| <= 1e-6 for every position below 2^20 (the contract);
+ *   F32 output: |got - exact| <= 1e-6 for every position below 2^32 (the contract);
  *   F16/BF16:   got is within one ulp (of that dtype) of the dtype's rounding of
  *               the exact value, or is the rounding of a value within 1e-6 of it
  *               (the F32 contract followed by one rounding; this matters only for
  *               tiny values, where a BF16 ulp is below 1e-6).
  * Covered: every variant, odd d (1, 3, 7, 37), base 10000, 5 and 2.5, first
  * position 0, 1000 and far positions up to 2^20-1 (every position below 2^20 for
- * d = 8 in the normal run; full rows of d = 4096 at sampled positions), ld and
+ * d = 8 in the normal run; full rows of d = 4096 at sampled positions), positions
+ * near 2^24, 2^28, 2^31 and up to 2^32 - 1 for bases 1, 2, 10000, 500000 and
+ * 1e6 (float32's p*w error printed beside), the refusal at 2^32, ld and
  * offset windows, the tutorial's numbers, the frequency cache, events and wait
  * lists, and every argument error; and the CPU shapes (a row per work-item,
  * the vector sinusoid) give the same bits as the GPU shapes (one element per
