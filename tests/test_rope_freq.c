@@ -8,8 +8,8 @@
  *                bit, over a sweep of every scaling, base and dimension (so the
  *                device tests' exact values use the library's own doubles);
  *   errors:      every parameter the contract refuses gives a message;
- *   pieces:      the angle pieces are 8-bit digits and a remainder, and they
- *                add up to frac(2^16 w/2pi) and frac(w/2pi) within 2^-48. */
+ *   pieces:      the angle pieces are 7-bit digits and a remainder, and they
+ *                add up to frac(2^16 w/2pi) and frac(w/2pi) within 2^-45. */
 #include "../src/ops/rope_freq.h"
 #include "reference_rope.h"
 
@@ -192,10 +192,10 @@ static void errors(void) {
   }
 }
 
-/* v is a multiple of 2^-bits in [0, 1) with at most 8 significant bits: a digit at that place */
+/* v is a multiple of 2^-bits in [0, 1) with at most 7 significant bits: a digit at that place */
 static int is_digit_grid(float v, int bits) {
   double m = ldexp((double)v, bits);
-  return v >= 0.0f && m == floor(m) && m < 256.0;
+  return v >= 0.0f && m == floor(m) && m < 128.0;
 }
 
 static void pieces(void) {
@@ -210,21 +210,21 @@ static void pieces(void) {
     ce_angle_pieces(w, p);
     for (int h = 0; h < 2; h++) {
       const float *d = p + 4 * h;
-      EXPECT(is_digit_grid(d[0], 8), "w %a: digit 1 %a", w, d[0]);
-      EXPECT(is_digit_grid(d[1], 16), "w %a: digit 2 %a", w, d[1]);
-      EXPECT(is_digit_grid(d[2], 24), "w %a: digit 3 %a", w, d[2]);
-      EXPECT(fabs(d[3]) <= 0x1p-25 + 0x1p-45, "w %a: rest %a", w, d[3]);
+      EXPECT(is_digit_grid(d[0], 7), "w %a: digit 1 %a", w, d[0]);
+      EXPECT(is_digit_grid(d[1], 14), "w %a: digit 2 %a", w, d[1]);
+      EXPECT(is_digit_grid(d[2], 21), "w %a: digit 3 %a", w, d[2]);
+      EXPECT(fabs(d[3]) <= 0x1p-22 + 0x1p-45, "w %a: rest %a", w, d[3]);
       /* the fraction it stands for, from the reference: r = p*w mod 2pi */
       ref_dd r = ref_angle(h == 0 ? 65536u : 1u, w);
       double t = r.hi / REF_2PI_1;
       double sum = (double)d[0] + (double)d[1] + (double)d[2] + (double)d[3];
       double diff = fabs((sum - t) - nearbyint(sum - t));
       if (diff > worst) worst = diff;
-      EXPECT(diff <= 0x1p-48, "w %a (%s): pieces %a, fraction %a", w, h ? "w" : "2^16 w", sum, t);
+      EXPECT(diff <= 0x1p-45, "w %a (%s): pieces %a, fraction %a", w, h ? "w" : "2^16 w", sum, t);
       n++;
     }
   }
-  printf("pieces: %zu fractions, worst %.3g turns (bound 2^-48 = %.3g)\n", n, worst, 0x1p-48);
+  printf("pieces: %zu fractions, worst %.3g turns (bound 2^-45 = %.3g)\n", n, worst, 0x1p-45);
 }
 
 int main(int argc, char **argv) {

@@ -2,50 +2,51 @@
  * sin/cos from them with clembed's own polynomials (the accuracy does not rest
  * on the device's sin/cos, which OpenCL allows 4 ulp). No fma, no fp64:
  * every product below is exact in float because its factors have few bits,
- * and every reduction modulo one turn is exact (x - rint(x) always is).
+ * and every reduction modulo one turn is exact (x - round(x) always is).
  *
  * A frequency w comes from the host (src/ops/rope_freq.c, ce_angle_pieces) as
  * 8 floats in turns: A1..A4 for frac(2^16 * w / 2pi), B1..B4 for frac(w / 2pi).
- * A1, A2, A3 are 8-bit digits (multiples of 2^-8, 2^-16, 2^-24 below 1), A4 the
- * rest (|A4| <= 2^-25, within 2^-49). With p = h*2^16 + l (h, l < 2^16):
+ * A1, A2, A3 are 7-bit digits (multiples of 2^-7, 2^-14, 2^-21 below 1), A4 the
+ * rest (|A4| <= 2^-22, within 2^-46). With p = h*2^16 + l (h, l < 2^16):
  *   p*w/2pi = h*2^16*w/2pi + l*w/2pi = h*(A1+A2+A3+A4) + l*(B1+B2+B3+B4)  (mod 1)
- * h*Ai and l*Bi for i <= 3 are exact (16 + 8 bits) and are reduced modulo 1
- * digit by digit; the sums stay on a grid fine enough to be exact. h*A4 + l*B4
- * (below 2^-8) is the only rounded part. The result, in turns, is within
- * 2^-31 of exact; the quadrant is taken in turns (exact), and the rest (at
- * most 1/8 turn) becomes radians with an exact split product and a single
- * rounding. */
+ * For each digit, h*Ai + l*Bi is exact (two 23-bit products on the same grid,
+ * their sum within 24 bits) and is reduced modulo 1 exactly; the reduced
+ * digits add up exactly. h*A4 + l*B4 (below 2^-5) is the only rounded part.
+ * The result, in turns, is within 2^-28 of exact; the quadrant is taken in
+ * turns (exact), and the rest (at most 1/8 turn) becomes radians with an exact
+ * split product and a single rounding. */
 
 #pragma OPENCL FP_CONTRACT OFF
 
 /* Positions are below 2^32. */
 #define CE_POSITION_END ((ulong)1 << 32)
 
-inline float ce_frac1(float x) { return x - rint(x); } /* exact: x - round(x), in [-1/2, 1/2] */
+/* round to nearest even for |x| <= 2^22: x + 1.5*2^23 lands where the ulp is 1
+ * (FP_CONTRACT OFF and no fast-math keep both additions); the same value as
+ * rint(x), in two additions rather than a call some compilers do not vectorize */
+#define CE_RINT_MAGIC 0x1.8p23f
+inline float ce_rint22(float x) { return (x + CE_RINT_MAGIC) - CE_RINT_MAGIC; }
+inline float ce_frac1(float x) { return x - ce_rint22(x); } /* exact: x - round(x), in [-1/2, 1/2] */
 
 /* Reduces p*w (p < 2^32; a, b: A1..A4 and B1..B4) to y in radians, |y| <= pi/4
  * (+2^-30), and a quadrant: p*w = 2pi*n + quadrant*pi/2 + y. */
 inline float ce_angle_reduce(uint p, float4 a, float4 b, int *quadrant) {
   float h = (float)(p >> 16), l = (float)(p & 0xFFFFu);
-  /* digit 1: multiples of 2^-8 in [-1, 1], exact */
-  float s = ce_frac1(h * a.x) + ce_frac1(l * b.x);
-  /* digit 2: multiples of 2^-16, |s| <= 2, exact; back to [-1/2, 1/2] */
-  s = s + ce_frac1(h * a.y);
-  s = s + ce_frac1(l * b.y);
-  s = ce_frac1(s);
-  /* digit 3: multiples of 2^-24, each sum within [-1, 1], exact */
-  s = ce_frac1(s + ce_frac1(h * a.z));
-  s = ce_frac1(s + ce_frac1(l * b.z));
-  float t = h * a.w + l * b.w; /* |t| <= 2^-8 */
-  /* quadrant in turns: r = s - q/4 is exact (multiples of 2^-24, |r| < 1/4) */
-  float q = rint((s + t) * 4.0f);
+  /* digits 1 and 2: multiples of 2^-7 and 2^-14, reduced, their sum exact in [-1, 1] */
+  float s = ce_frac1(h * a.x + l * b.x) + ce_frac1(h * a.y + l * b.y);
+  /* digit 3: multiples of 2^-21; |s| <= 3/2, exact */
+  s = s + ce_frac1(h * a.z + l * b.z);
+  float t = h * a.w + l * b.w; /* |t| <= 2^-5 */
+  /* quadrant in turns: r = s - q/4 is exact (multiples of 2^-21, |r| < 1/4);
+   * q may be -6 .. 6, a whole number of quarter turns */
+  float q = ce_rint22((s + t) * 4.0f);
   float r = s - q * 0.25f;
-  /* radians: r = rh + rl with rh on a 2^-12 grid (10 bits), rl on 2^-24 (11
-   * bits); C1 = 2pi to 13 bits, so rh*C1 and rl*C1 are exact */
-  const float C1 = 0x1.922p+2f;                  /* 6.28320312 */
-  const float C2 = -0x1.2aeef4p-16f;             /* 2pi - C1, to float */
+  /* radians: r = rh + rl with rh on a 2^-12 grid (10 bits), rl on 2^-21 (8
+   * bits); C1 = 2pi to 12 bits, so rh*C1 and rl*C1 are exact */
+  const float C1 = 0x1.922p+2f;      /* 6.28320312 */
+  const float C2 = -0x1.2aeef4p-16f; /* 2pi - C1, to float */
   const float TWO_PI = 0x1.921fb6p+2f;
-  float rh = rint(r * 4096.0f) * 0x1p-12f, rl = r - rh;
+  float rh = ce_rint22(r * 4096.0f) * 0x1p-12f, rl = r - rh;
   float yh = rh * C1;
   float yl = rl * C1 + (r * C2 + t * TWO_PI);
   *quadrant = (int)q & 3;
@@ -97,7 +98,8 @@ inline float ce_sinusoid(ulong p, __global const float *f, ulong cols, ulong c) 
  * the same operations lane by lane, so the same bits. */
 #define IV CE_XCAT(int, VEC)
 #define convert_IV CE_XCAT(convert_int, VEC)
-inline FV ce_frac1v(FV x) { return x - rint(x); }
+inline FV ce_rint22v(FV x) { return (x + (FV)(CE_RINT_MAGIC)) - (FV)(CE_RINT_MAGIC); }
+inline FV ce_frac1v(FV x) { return x - ce_rint22v(x); }
 inline FV ce_sin_polyv(FV y) {
   FV z = y * y;
   return y + y * z * (((FV)(-1.9515295891e-4f) * z + (FV)(8.3321608736e-3f)) * z - (FV)(1.6666654611e-1f));
@@ -113,16 +115,12 @@ inline FV ce_sinusoidv(ulong p, __global const float *f, ulong cols, ulong c) {
   FV b3 = vloadV(0, f + 6 * cols + c), b4 = vloadV(0, f + 7 * cols + c);
   IV phase = convert_IV(vloadV(0, f + 8 * cols + c));
   FV h = (FV)((float)((uint)p >> 16)), l = (FV)((float)((uint)p & 0xFFFFu));
-  FV s = ce_frac1v(h * a1) + ce_frac1v(l * b1);
-  s = s + ce_frac1v(h * a2);
-  s = s + ce_frac1v(l * b2);
-  s = ce_frac1v(s);
-  s = ce_frac1v(s + ce_frac1v(h * a3));
-  s = ce_frac1v(s + ce_frac1v(l * b3));
+  FV s = ce_frac1v(h * a1 + l * b1) + ce_frac1v(h * a2 + l * b2);
+  s = s + ce_frac1v(h * a3 + l * b3);
   FV t = h * a4 + l * b4;
-  FV q = rint((s + t) * (FV)(4.0f));
+  FV q = ce_rint22v((s + t) * (FV)(4.0f));
   FV r = s - q * (FV)(0.25f);
-  FV rh = rint(r * (FV)(4096.0f)) * (FV)(0x1p-12f), rl = r - rh;
+  FV rh = ce_rint22v(r * (FV)(4096.0f)) * (FV)(0x1p-12f), rl = r - rh;
   FV yh = rh * (FV)(0x1.922p+2f);
   FV yl = rl * (FV)(0x1.922p+2f) + (r * (FV)(-0x1.2aeef4p-16f) + t * (FV)(0x1.921fb6p+2f));
   FV y = yh + yl;

@@ -45,14 +45,14 @@ static void turns_fraction(double w, double scale, double *f, double *lo) {
   *lo = e;
 }
 
-/* Three 8-bit digits and a remainder of the fraction f + lo. */
+/* Three 7-bit digits and a remainder of the fraction f + lo. */
 static void digits(double f, double lo, float *out) {
-  double m = rint(f * 0x1p24);        /* 0 .. 2^24 */
-  double rest = (f - m * 0x1p-24) + lo; /* the subtraction is exact; |rest| <= 2^-25 + |lo| */
-  unsigned long mi = (unsigned long)m & 0xFFFFFFul; /* 2^24 is 0 turns modulo 1 */
-  out[0] = (float)((double)(mi >> 16) * 0x1p-8);
-  out[1] = (float)((double)((mi >> 8) & 0xFFul) * 0x1p-16);
-  out[2] = (float)((double)(mi & 0xFFul) * 0x1p-24);
+  double m = rint(f * 0x1p21);          /* 0 .. 2^21 */
+  double rest = (f - m * 0x1p-21) + lo; /* the subtraction is exact; |rest| <= 2^-22 + |lo| */
+  unsigned long mi = (unsigned long)m & 0x1FFFFFul; /* 2^21 is 0 turns modulo 1 */
+  out[0] = (float)((double)(mi >> 14) * 0x1p-7);
+  out[1] = (float)((double)((mi >> 7) & 0x7Ful) * 0x1p-14);
+  out[2] = (float)((double)(mi & 0x7Ful) * 0x1p-21);
   out[3] = (float)rest;
 }
 

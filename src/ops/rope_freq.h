@@ -10,11 +10,11 @@
 /* A frequency w (radians per position) as the device's exact-angle code wants
  * it (cl/lib/angle.cl): 8 floats, A1..A4 for frac(2^16 * w / 2pi) and B1..B4
  * for frac(w / 2pi), both in turns. A1, A2, A3 (B1..B3) are the three leading
- * 8-bit digits of the fraction (multiples of 2^-8, 2^-16, 2^-24, below 1), so
- * that their products with a 16-bit integer are exact in float; A4 (B4) is the
- * rest, |A4| <= 2^-25, rounded to float (within 2^-49). w / 2pi is formed in
- * double-double from the double w (its exact value), so the pieces are within
- * 2^-49 of the exact fractions. */
+ * 7-bit digits of the fraction (multiples of 2^-7, 2^-14, 2^-21, below 1), so
+ * that h*A_i + l*B_i is exact in float for 16-bit integers h and l; A4 (B4) is
+ * the rest, |A4| <= 2^-22, rounded to float (within 2^-46). w / 2pi is formed
+ * in double-double from the double w (its exact value), so the pieces are
+ * within 2^-46 of the exact fractions. */
 #define CE_ANGLE_PIECES 8
 void ce_angle_pieces(double w, float out[CE_ANGLE_PIECES]);
 
