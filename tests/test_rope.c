@@ -388,6 +388,12 @@ static void bad_positions(clembed_context *ctx) {
     EXPECT(s == CLEMBED_ERR_INDEX_OUT_OF_RANGE, "bad position gave %s", clembed_status_string(s));
     const char *msg = clembed_context_message(ctx);
     EXPECT(strstr(msg, "positions[1]") && strstr(msg, t == 0 ? "4294967296" : "-1"), "message: %s", msg);
+    clembed_error_detail d;
+    OK(ctx, clembed_context_error(ctx, &d));
+    EXPECT(d.status == CLEMBED_ERR_INDEX_OUT_OF_RANGE && !strcmp(d.operation, "clembed_rope_apply") &&
+               !strcmp(d.argument, "positions") && d.index == 1 && d.value == (t == 0 ? ((int64_t)1 << 32) : -1),
+           "detail: %s %s %s [%lld] = %lld", clembed_status_string(d.status), d.operation, d.argument,
+           (long long)d.index, (long long)d.value);
     float g[32];
     OK(ctx, clembed_matrix_read(ctx, &o, g, CLEMBED_F32));
     EXPECT(memcmp(g + 8, x + 8, 8 * sizeof *g) == 0, "the bad row is not a copy of its input");
@@ -450,6 +456,11 @@ static void errors(clembed_context *ctx) {
   size_t end = (size_t)1 << 32;
   FAILS(ctx, INV, clembed_rope_cache(ctx, &r, end - 3, &cs, 0, NULL, NULL));
   EXPECT(strstr(clembed_context_message(ctx), "2^32") != NULL, "%s", clembed_context_message(ctx));
+  clembed_error_detail d;
+  OK(ctx, clembed_context_error(ctx, &d));
+  EXPECT(!strcmp(d.operation, "clembed_rope_cache") && !strcmp(d.argument, "first_position") &&
+             d.value == (int64_t)(end - 3),
+         "detail: %s %s = %lld", d.operation, d.argument, (long long)d.value);
   OK(ctx, clembed_rope_cache(ctx, &r, end - 4, &cs, 0, NULL, NULL));
   FAILS(ctx, INV, clembed_rope_cache(ctx, &r, SIZE_MAX, &cs, 0, NULL, NULL));
   FAILS(ctx, INV, clembed_rope_apply(ctx, &r, &x, NULL, 0, end - 3, 0, &o, 0, NULL, NULL));

@@ -43,10 +43,16 @@ static clembed_status rope_prepare(clembed_context *ctx, const char *op, const c
   float *host = NULL;
   cl_mem b = NULL;
   const char *why;
-  if (!r) FAIL(CLEMBED_ERR_INVALID_ARGUMENT, "%s: r is NULL", op);
+  if (!r) {
+    status = ce_fail_arg(ctx, CLEMBED_ERR_INVALID_ARGUMENT, NULL, "r", -1, 0, "%s: r is NULL", op);
+    goto cleanup;
+  }
   size_t R = ce_rope_rotary_dim(r, &why);
-  if (!R) FAIL(CLEMBED_ERR_INVALID_ARGUMENT, "%s: %s (head_dim %zu, rotary_dim %zu)", op, why, r->head_dim,
-               r->rotary_dim);
+  if (!R) {
+    status = ce_fail_arg(ctx, CLEMBED_ERR_INVALID_ARGUMENT, NULL, "r", -1, 0, "%s: %s (head_dim %zu, rotary_dim %zu)",
+                         op, why, r->head_dim, r->rotary_dim);
+    goto cleanup;
+  }
   clembed_rope key = *r;
   key.head_dim = R;
   key.rotary_dim = R;
@@ -71,7 +77,10 @@ static clembed_status rope_prepare(clembed_context *ctx, const char *op, const c
   if (!w || !host) FAIL(CLEMBED_ERR_OUT_OF_MEMORY, "%s: frequencies: out of host memory", op);
   double a;
   const char *msg = ce_rope_frequencies(r, R, w, &a);
-  if (msg) FAIL(CLEMBED_ERR_INVALID_ARGUMENT, "%s: %s", op, msg);
+  if (msg) {
+    status = ce_fail_arg(ctx, CLEMBED_ERR_INVALID_ARGUMENT, NULL, "r", -1, 0, "%s: %s", op, msg);
+    goto cleanup;
+  }
   if (!((float)a < INFINITY)) FAIL(CLEMBED_ERR_INVALID_ARGUMENT, "%s: attention factor %g overflows float", op, a);
   for (size_t k = 0; k < half; k++) {
     float p[CE_ANGLE_PIECES];
@@ -102,15 +111,39 @@ cleanup:
   return status;
 }
 
+static clembed_status cache_run(clembed_context *ctx, const clembed_rope *r, size_t first_position,
+                                clembed_matrix *cos_sin, cl_uint nwait, const cl_event *wait, cl_event *event);
+static clembed_status apply_run(clembed_context *ctx, const clembed_rope *r, const clembed_matrix *x,
+                                const clembed_ids *positions, size_t seq_len, size_t position_offset, int inverse,
+                                clembed_matrix *out, cl_uint nwait, const cl_event *wait, cl_event *event);
+
 clembed_status clembed_rope_cache(clembed_context *ctx, const clembed_rope *r, size_t first_position,
                                   clembed_matrix *cos_sin, cl_uint nwait, const cl_event *wait, cl_event *event) {
+  cl_event own;
+  CE_ENTER(ctx, "clembed_rope_cache");
+  cl_event *ev = CE_EVENT_BEGIN(event, own);
+  clembed_status status = cache_run(ctx, r, first_position, cos_sin, nwait, wait, ev);
+  return ce_track_end(ctx, status, event, &own);
+}
+
+clembed_status clembed_rope_apply(clembed_context *ctx, const clembed_rope *r, const clembed_matrix *x,
+                                  const clembed_ids *positions, size_t seq_len, size_t position_offset, int inverse,
+                                  clembed_matrix *out, cl_uint nwait, const cl_event *wait, cl_event *event) {
+  cl_event own;
+  CE_ENTER(ctx, "clembed_rope_apply");
+  cl_event *ev = CE_EVENT_BEGIN(event, own);
+  clembed_status status = apply_run(ctx, r, x, positions, seq_len, position_offset, inverse, out, nwait, wait, ev);
+  return ce_track_end(ctx, status, event, &own);
+}
+
+static clembed_status cache_run(clembed_context *ctx, const clembed_rope *r, size_t first_position,
+                                clembed_matrix *cos_sin, cl_uint nwait, const cl_event *wait, cl_event *event) {
   clembed_status status = CLEMBED_OK;
   size_t ld, R = 0;
   cl_mem freq = NULL;
   float attention = 1.0f;
   cl_kernel k;
   char opts[64];
-  if (!ctx) return CLEMBED_ERR_INVALID_ARGUMENT;
   CHECK(ce_check_events(ctx, nwait, wait));
   CHECK(ce_check_matrix(ctx, cos_sin, "clembed_rope_cache: cos_sin", &ld));
   if (!is_float(cos_sin->dtype))
@@ -119,10 +152,13 @@ clembed_status clembed_rope_cache(clembed_context *ctx, const clembed_rope *r, s
   if (cos_sin->cols != R)
     FAIL(CLEMBED_ERR_INVALID_ARGUMENT, "clembed_rope_cache: cos_sin has %zu cols but the rotary dimension is %zu",
          cos_sin->cols, R);
-  if (ce_positions_past_end(first_position, cos_sin->rows))
-    FAIL(CLEMBED_ERR_INVALID_ARGUMENT,
-         "clembed_rope_cache: first_position %zu + rows %zu is past 2^32 (RoPE takes positions below 2^32)",
-         first_position, cos_sin->rows);
+  if (ce_positions_past_end(first_position, cos_sin->rows)) {
+    status = ce_fail_arg(ctx, CLEMBED_ERR_INVALID_ARGUMENT, NULL, "first_position", -1, (int64_t)first_position,
+                         "clembed_rope_cache: first_position %zu + rows %zu is past 2^32 (RoPE takes positions "
+                         "below 2^32)",
+                         first_position, cos_sin->rows);
+    goto cleanup;
+  }
   snprintf(opts, sizeof opts, "-DOUT_DT=%d", (int)cos_sin->dtype);
   CHECK(ce_kernel(ctx, CE_FAMILY_ROPE, opts, "ce_rope_cache", &k));
   cl_ulong o_off = cos_sin->offset, o_ld = ld, rows = cos_sin->rows, half = R / 2, first = first_position;
@@ -141,16 +177,15 @@ static void span_bytes(const clembed_matrix *m, size_t ld, size_t *lo, size_t *h
   *hi = (m->offset + (m->rows - 1) * ld + m->cols) * es;
 }
 
-clembed_status clembed_rope_apply(clembed_context *ctx, const clembed_rope *r, const clembed_matrix *x,
-                                  const clembed_ids *positions, size_t seq_len, size_t position_offset, int inverse,
-                                  clembed_matrix *out, cl_uint nwait, const cl_event *wait, cl_event *event) {
+static clembed_status apply_run(clembed_context *ctx, const clembed_rope *r, const clembed_matrix *x,
+                                const clembed_ids *positions, size_t seq_len, size_t position_offset, int inverse,
+                                clembed_matrix *out, cl_uint nwait, const cl_event *wait, cl_event *event) {
   clembed_status status = CLEMBED_OK;
   size_t x_ld, o_ld, R = 0;
   cl_mem freq = NULL;
   float attention = 1.0f;
   cl_kernel k;
   char opts[96];
-  if (!ctx) return CLEMBED_ERR_INVALID_ARGUMENT;
   CHECK(ce_check_events(ctx, nwait, wait));
   CHECK(ce_check_matrix(ctx, x, "clembed_rope_apply: x", &x_ld));
   CHECK(ce_check_matrix(ctx, out, "clembed_rope_apply: out", &o_ld));
@@ -171,10 +206,13 @@ clembed_status clembed_rope_apply(clembed_context *ctx, const clembed_rope *r, c
            x->rows);
   } else {
     size_t span = seq_len && seq_len < x->rows ? seq_len : x->rows;
-    if (ce_positions_past_end(position_offset, span))
-      FAIL(CLEMBED_ERR_INVALID_ARGUMENT,
-           "clembed_rope_apply: position_offset %zu + %zu positions is past 2^32 (RoPE takes positions below 2^32)",
-           position_offset, span);
+    if (ce_positions_past_end(position_offset, span)) {
+      status = ce_fail_arg(ctx, CLEMBED_ERR_INVALID_ARGUMENT, NULL, "position_offset", -1, (int64_t)position_offset,
+                           "clembed_rope_apply: position_offset %zu + %zu positions is past 2^32 (RoPE takes "
+                           "positions below 2^32)",
+                           position_offset, span);
+      goto cleanup;
+    }
   }
   /* in place (the same elements), or no overlap at all */
   int in_place = 0;
@@ -191,7 +229,7 @@ clembed_status clembed_rope_apply(clembed_context *ctx, const clembed_rope *r, c
   CHECK(ce_kernel(ctx, CE_FAMILY_ROPE, opts, "ce_rope_apply", &k));
   cl_uint slot = CE_NO_SLOT;
   if (positions && x->rows && x->cols) {
-    ce_slot_info info = {"clembed_rope_apply", "positions", CE_POSITION_END, 0, 0, 0, 0, 0};
+    ce_slot_info info = {"clembed_rope_apply", NULL, 0, CE_POSITION_END, 0, 0, 0, 0, 0, "positions"};
     CHECK(ce_slot_reserve(ctx, &info, &slot));
   }
   size_t half = R / 2, heads = x->cols / r->head_dim, rest = r->head_dim - R;
