@@ -493,6 +493,58 @@ static void errors(clembed_context *ctx) {
   clembed_matrix_release(&x);
 }
 
+/* The CPU shape (a row per work-item, 16 pairs at a time) and the GPU shape (a
+ * pair per work-item) give the same bits: every layout, dtype, partial rotary,
+ * pair counts that are and are not multiples of 16, in place, bad positions. */
+static void both_shapes(clembed_context *unused) {
+  (void)unused;
+  clembed_context *cpu, *gpu;
+  if (!tu_shaped_pair(&cpu, &gpu)) return;
+  config cf[16];
+  size_t nc = configs(cf), same = 0, cases = 0;
+  int64_t pos[NFAR + 1];
+  for (size_t f = 0; f < NFAR; f++) pos[f] = (int64_t)FAR[f];
+  pos[NFAR] = -5; /* a bad row: copied by both */
+  for (size_t c = 0; c < nc; c++)
+    for (int layout = 0; layout < 2; layout++)
+      for (int t = 0; t < 3; t++) {
+        if (small_mode && (c + t) % 3) continue;
+        clembed_rope r = cf[c].r;
+        r.layout = (clembed_rope_layout)layout;
+        if (c == 2) r.head_dim = r.rotary_dim = 36; /* 18 pairs: one vector of 16 and a tail */
+        size_t rows = NFAR + 1, cols = 3 * r.head_dim, n = rows * cols;
+        float *x = random_x(n), *res[2][2];
+        clembed_context *cx[2] = {cpu, gpu};
+        for (int k = 0; k < 2; k++) {
+          clembed_ids ids = {0};
+          OK(cx[k], clembed_ids_create(cx[k], pos, rows, CLEMBED_I64, &ids));
+          for (int inplace = 0; inplace < 2; inplace++) {
+            clembed_matrix m = upload(cx[k], rows, cols, (clembed_dtype)t, x), o = m;
+            if (!inplace) o = upload(cx[k], rows, cols, (clembed_dtype)((t + 1) % 3), NULL);
+            OK(cx[k], clembed_rope_apply(cx[k], &r, &m, &ids, 0, 0, (int)(c % 2), &o, 0, NULL, NULL));
+            EXPECT(clembed_finish(cx[k]) == CLEMBED_ERR_INDEX_OUT_OF_RANGE, "the bad row was not reported");
+            res[k][inplace] = download(cx[k], &o);
+            if (!inplace) clembed_matrix_release(&o);
+            clembed_matrix_release(&m);
+          }
+          clembed_ids_release(&ids);
+        }
+        for (int inplace = 0; inplace < 2; inplace++) {
+          int eq = memcmp(res[0][inplace], res[1][inplace], n * sizeof(float)) == 0;
+          EXPECT(eq, "%s %s %s%s: CPU and GPU shapes differ", cf[c].name, layout ? "GPTJ" : "NEOX", DN[t],
+                 inplace ? " in place" : "");
+          same += eq;
+          cases++;
+        }
+        for (int k = 0; k < 2; k++)
+          for (int inplace = 0; inplace < 2; inplace++) free(res[k][inplace]);
+        free(x);
+      }
+  printf("CPU and GPU shapes: %zu of %zu results identical bit for bit\n", same, cases);
+  clembed_context_destroy(cpu);
+  clembed_context_destroy(gpu);
+}
+
 int main(int argc, char **argv) {
   const char *only = NULL;
   for (int i = 1; i < argc; i++) {
@@ -506,7 +558,7 @@ int main(int argc, char **argv) {
     void (*fn)(clembed_context *);
   } cases[] = {{"cache_exact", cache_exact}, {"apply_exact", apply_exact}, {"offset_positions", offset_positions},
                {"inverse", inverse_roundtrip}, {"dtypes", dtypes},         {"bad_positions", bad_positions},
-               {"errors", errors}};
+               {"errors", errors},           {"both_shapes", both_shapes}};
   clembed_context *ctx = tu_context();
   int ran = 0;
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {

@@ -109,12 +109,13 @@ inline FV ce_cos_polyv(FV y) {
   return (FV)(1.0f) - (FV)(0.5f) * z +
          z * z * (((FV)(2.443315711809948e-5f) * z - (FV)(1.388731625493765e-3f)) * z + (FV)(4.166664568298827e-2f));
 }
-inline FV ce_sinusoidv(ulong p, __global const float *f, ulong cols, ulong c) {
-  FV a1 = vloadV(0, f + c), a2 = vloadV(0, f + cols + c), a3 = vloadV(0, f + 2 * cols + c);
-  FV a4 = vloadV(0, f + 3 * cols + c), b1 = vloadV(0, f + 4 * cols + c), b2 = vloadV(0, f + 5 * cols + c);
-  FV b3 = vloadV(0, f + 6 * cols + c), b4 = vloadV(0, f + 7 * cols + c);
-  IV phase = convert_IV(vloadV(0, f + 8 * cols + c));
-  FV h = (FV)((float)((uint)p >> 16)), l = (FV)((float)((uint)p & 0xFFFFu));
+/* ce_angle_reduce lane by lane (the same operations, so the same bits) for
+ * VEC frequencies whose pieces are at f + j*stride + c, j = 0..7. */
+inline FV ce_angle_reducev(uint p, __global const float *f, ulong stride, ulong c, IV *quad) {
+  FV a1 = vloadV(0, f + c), a2 = vloadV(0, f + stride + c), a3 = vloadV(0, f + 2 * stride + c);
+  FV a4 = vloadV(0, f + 3 * stride + c), b1 = vloadV(0, f + 4 * stride + c), b2 = vloadV(0, f + 5 * stride + c);
+  FV b3 = vloadV(0, f + 6 * stride + c), b4 = vloadV(0, f + 7 * stride + c);
+  FV h = (FV)((float)(p >> 16)), l = (FV)((float)(p & 0xFFFFu));
   FV s = ce_frac1v(h * a1 + l * b1) + ce_frac1v(h * a2 + l * b2);
   s = s + ce_frac1v(h * a3 + l * b3);
   FV t = h * a4 + l * b4;
@@ -123,9 +124,27 @@ inline FV ce_sinusoidv(ulong p, __global const float *f, ulong cols, ulong c) {
   FV rh = ce_rint22v(r * (FV)(4096.0f)) * (FV)(0x1p-12f), rl = r - rh;
   FV yh = rh * (FV)(0x1.922p+2f);
   FV yl = rl * (FV)(0x1.922p+2f) + (r * (FV)(-0x1.2aeef4p-16f) + t * (FV)(0x1.921fb6p+2f));
-  FV y = yh + yl;
-  IV quad = (convert_IV(q) + phase) & 3;
+  *quad = convert_IV(q) & 3;
+  return yh + yl;
+}
+
+/* ce_sinusoid for VEC consecutive columns c .. c + VEC - 1 of one position. */
+inline FV ce_sinusoidv(ulong p, __global const float *f, ulong cols, ulong c) {
+  IV quad;
+  FV y = ce_angle_reducev((uint)p, f, cols, c, &quad);
+  quad = (quad + convert_IV(vloadV(0, f + 8 * cols + c))) & 3;
   FV v = select(ce_sin_polyv(y), ce_cos_polyv(y), (quad & 1) != 0);
   return select(v, -v, (quad & 2) != 0);
+}
+
+/* ce_angle_cos_sin for VEC frequencies (pieces at f + j*stride + c). */
+inline void ce_angle_cos_sinv(uint p, __global const float *f, ulong stride, ulong c, FV *cv, FV *sv) {
+  IV quad;
+  FV y = ce_angle_reducev(p, f, stride, c, &quad);
+  FV sy = ce_sin_polyv(y), cy = ce_cos_polyv(y);
+  IV odd = (quad & 1) != 0, neg = (quad & 2) != 0;
+  FV co = select(cy, -sy, odd), si = select(sy, cy, odd);
+  *cv = select(co, -co, neg);
+  *sv = select(si, -si, neg);
 }
 #endif

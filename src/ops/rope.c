@@ -225,7 +225,12 @@ static clembed_status apply_run(clembed_context *ctx, const clembed_rope *r, con
       FAIL(CLEMBED_ERR_INVALID_ARGUMENT,
            "clembed_rope_apply: out overlaps x without being x (same buffer, offset, ld and dtype) in place");
   }
-  snprintf(opts, sizeof opts, "-DOUT_DT=%d -DX_DT=%d -DPOS=%d", (int)out->dtype, (int)x->dtype, positions != NULL);
+  /* CPU shapes: a row per work-item, 16 pairs at a time (the vector angle and
+   * vector loads over every head); GPU shapes: a pair of every head per
+   * work-item, consecutive work-items on consecutive pairs */
+  int rowwise = ctx->cpu_shapes;
+  snprintf(opts, sizeof opts, "-DOUT_DT=%d -DX_DT=%d -DPOS=%d -DROWWISE=%d -DVEC=16", (int)out->dtype,
+           (int)x->dtype, positions != NULL, rowwise);
   CHECK(ce_kernel(ctx, CE_FAMILY_ROPE, opts, "ce_rope_apply", &k));
   cl_uint slot = CE_NO_SLOT;
   if (positions && x->rows && x->cols) {
@@ -243,8 +248,8 @@ static clembed_status apply_run(clembed_context *ctx, const clembed_rope *r, con
                     CE_ARG(oo), CE_ARG(ol), CE_ARG(rows), CE_ARG(nh), CE_ARG(hd), CE_ARG(hf), CE_ARG(gptj),
                     CE_ARG(copy_rest), CE_ARG(freq), CE_ARG(attn), CE_ARG(sign), CE_ARG(pb), CE_ARG(pb), CE_ARG(po),
                     CE_ARG(p64), CE_ARG(sl), CE_ARG(poff), CE_ARG(ctx->errbuf), CE_ARG(slot_arg), CE_END));
-  size_t nx = heads ? half + rest : 0;
-  CHECK(ce_enqueue_checked(ctx, k, "ce_rope_apply", 0, nx, x->rows, CE_FAMILY_ROPE, opts, slot, positions, NULL, 0,
+  size_t nx = heads ? half + rest : 0, ny = heads ? x->rows : 0;
+  CHECK(ce_enqueue_checked(ctx, k, "ce_rope_apply", rowwise, nx, ny, CE_FAMILY_ROPE, opts, slot, positions, NULL, 0,
                            nwait, wait, event));
 cleanup:
   return status;
