@@ -1,11 +1,10 @@
-/* common.cl: prepended to every kernel family. OpenCL C 1.2 only.
- * dtype load/store, index policy, Philox4x32-10 and the error-recording
- * kernel. */
+/* dtype.cl: the first of the helpers every program starts with (cl/lib/, in
+ * the order dtype, report, ids, philox, angle). OpenCL C 1.2 only.
+ * Loads and stores of each dtype (scalar, 4-wide, and VEC-wide when the
+ * program is built with -DVEC=4, 8 or 16), F16 and BF16 by their bits, the
+ * streaming stores, and the load of an id of either index type. */
 
 #pragma OPENCL FP_CONTRACT OFF
-#if CE_ATOM64
-#pragma OPENCL EXTENSION cl_khr_int64_base_atomics : enable
-#endif
 
 /* dtype codes (clembed_dtype): 0 F32, 1 F16 (IEEE half), 2 BF16 (top half of a float).
  * A family file picks a storage type and loaders for each role with e.g.
@@ -74,103 +73,14 @@ inline void ce_store4_2(__global ushort *p, ulong base, ulong j, float4 v) {
   vstore4((ushort4)(ce_to_bf16(v.x), ce_to_bf16(v.y), ce_to_bf16(v.z), ce_to_bf16(v.w)), (size_t)j, p + base);
 }
 
-/* ------------------------------------------------------------------- ids */
-
 /* An ids buffer is passed twice (as int and as long); `is64` picks the view. */
 inline long ce_load_id(__global const int *p32, __global const long *p64, int is64, ulong i) {
   return is64 ? p64[i] : (long)p32[i];
 }
 
-#define CE_POLICY_CHECK 0
-#define CE_POLICY_CLAMP 1
-#define CE_POLICY_ZERO 2
-#define CE_POLICY_WRAP 3
-#define CE_NONE 0xFFFFFFFFu
-#define CE_SLOT_UINTS 8
 
-/* The table row for `id` under `policy`, or -1 for a zero row. *bad is set when
- * the id must be reported (CHECK, and WRAP beyond -rows). */
-inline long ce_resolve(long id, ulong rows, int policy, long padding, int *bad) {
-  long r = (long)rows;
-  *bad = 0;
-  if (policy == CE_POLICY_WRAP && id < 0 && id >= -r) id += r;
-  if (id < 0 || id >= r) {
-    if (policy == CE_POLICY_CLAMP && r > 0) {
-      id = id < 0 ? 0 : r - 1;
-    } else {
-      *bad = policy != CE_POLICY_ZERO;
-      return -1;
-    }
-  }
-  return id == padding ? -1 : id;
-}
-
-/* Records token i as the first bad one of its kind (0 id, 1 position), with
- * `value` (the id, or the start of the token's sequence).
- * With 64-bit atomics (CE_ATOM64, from cl_khr_int64_base_atomics) the slot holds
- * two minima per kind, (i << 32 | low word of value) and (i << 32 | high word),
- * so the first token and its value land together and no second kernel is
- * needed. Without, only the token index is kept here and ce_record_error
- * fetches the value after the operation. */
-inline void ce_report(__global uint *err, uint slot, int kind, ulong i, long value) {
-  ulong key = min(i, (ulong)0xFFFFFFFEu);
-#if CE_ATOM64
-  __global ulong *s = (__global ulong *)(err + slot * CE_SLOT_UINTS) + 2 * kind;
-  atom_min(&s[0], (key << 32) | (ulong)(uint)value);
-  atom_min(&s[1], (key << 32) | ((ulong)value >> 32));
-#else
-  atomic_min(&err[slot * CE_SLOT_UINTS + kind], (uint)key);
-#endif
-}
-
-/* After an operation: stores the value of the first bad id and the sequence
- * start of the first bad position next to their token indices. One work-item. */
-__kernel void ce_record_error(__global uint *err, uint slot, __global const int *ids32,
-                              __global const long *ids64, ulong id_off, int id64, __global const int *so32,
-                              __global const long *so64, ulong so_off, int so64f, int has_so, ulong seq_len) {
-  if (get_global_id(0) != 0) return;
-  __global uint *s = err + slot * CE_SLOT_UINTS;
-  uint bi = s[0], bp = s[1];
-  if (bi != CE_NONE) {
-    long v = ce_load_id(ids32, ids64, id64, id_off + bi);
-    s[2] = (uint)v;
-    s[3] = (uint)((ulong)v >> 32);
-  }
-  if (bp != CE_NONE && has_so) {
-    ulong b = seq_len ? (ulong)bp / seq_len : 0;
-    long f = ce_load_id(so32, so64, so64f, so_off + b);
-    s[4] = (uint)f;
-    s[5] = (uint)((ulong)f >> 32);
-  }
-}
-
-/* --------------------------------------------------------------- Philox */
-
-/* Philox4x32-10 (Salmon et al., Random123): counter ctr, key key. */
-inline uint4 ce_philox(uint2 key, uint4 ctr) {
-  for (int r = 0; r < 10; r++) {
-    if (r) key += (uint2)(0x9E3779B9u, 0xBB67AE85u);
-    uint hi0 = mul_hi(0xD2511F53u, ctr.x), lo0 = 0xD2511F53u * ctr.x;
-    uint hi1 = mul_hi(0xCD9E8D57u, ctr.z), lo1 = 0xCD9E8D57u * ctr.z;
-    ctr = (uint4)(hi1 ^ ctr.y ^ key.x, lo1, hi0 ^ ctr.w ^ key.y, lo0);
-  }
-  return ctr;
-}
-
-/* The words for element e with seed (lo, hi). */
-inline uint4 ce_philox_element(uint seed_lo, uint seed_hi, ulong e) {
-  return ce_philox((uint2)(seed_lo, seed_hi), (uint4)((uint)e, (uint)(e >> 32), 0u, 0u));
-}
-
-/* u(x) = (x >> 8) * 2^-24 in [0, 1). */
-inline float ce_unit(uint x) { return (float)(x >> 8) * 0x1p-24f; }
-
-/* The sinusoid (exact angles) is in angle.cl, built after this file. */
-
-/* ------------------------------------------------- VEC-wide dtype access */
-
-/* Families built with -DVEC=4, 8 or 16 get VEC-wide loads and stores of each
- * dtype (as float32 vectors) and the dropout mask VEC elements at a time. */
+/* Programs built with -DVEC=4, 8 or 16 get VEC-wide loads and stores of each
+ * dtype (as float32 vectors); philox.cl and angle.cl add their VEC-wide forms. */
 #ifdef VEC
 #define FV CE_XCAT(float, VEC)
 #define UV CE_XCAT(uint, VEC)
@@ -251,37 +161,5 @@ inline void ce_streamv_2(__global ushort *p, ulong o, FV v) {
 #define ce_streamv_1 ce_storev_1
 #define ce_streamv_2 ce_storev_2
 #endif
-
-/* x0 of Philox(seed, e0 + lane) for each lane: ce_philox_element(...).x, lane-wise. */
-inline UV ce_philox_xv(uint seed_lo, uint seed_hi, ulong e0) {
-  ULV e = (ULV)(e0) + CE_LANES;
-  UV c0 = convert_UV(e), c1 = convert_UV(e >> 32), c2 = (UV)(0u), c3 = (UV)(0u);
-  uint k0 = seed_lo, k1 = seed_hi;
-  for (int r = 0; r < 10; r++) {
-    if (r) {
-      k0 += 0x9E3779B9u;
-      k1 += 0xBB67AE85u;
-    }
-    UV hi0 = mul_hi((UV)(0xD2511F53u), c0), lo0 = (UV)(0xD2511F53u) * c0;
-    UV hi1 = mul_hi((UV)(0xCD9E8D57u), c2), lo1 = (UV)(0xCD9E8D57u) * c2;
-    UV n0 = hi1 ^ c1 ^ (UV)(k0), n2 = hi0 ^ c3 ^ (UV)(k1);
-    c0 = n0;
-    c1 = lo1;
-    c2 = n2;
-    c3 = lo0;
-  }
-  return c0;
-}
-
-/* The dropout mask on element e (row i, column c: e = i*cols + c), as the
- * forward applies it and the backward replays it on the gradient: kept
- * elements are multiplied by keep, dropped ones become exactly 0. */
-inline float ce_mask1(float g, ulong e, float dropout, float keep, uint seed_lo, uint seed_hi) {
-  return ce_unit(ce_philox_element(seed_lo, seed_hi, e).x) >= dropout ? g * keep : 0.0f;
-}
-inline FV ce_maskv(FV g, ulong e0, float dropout, float keep, uint seed_lo, uint seed_hi) {
-  FV u = convert_FV(ce_philox_xv(seed_lo, seed_hi, e0) >> 8) * 0x1p-24f;
-  return select((FV)(0.0f), g * keep, u >= (FV)(dropout));
-}
 
 #endif /* VEC */
