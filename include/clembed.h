@@ -437,8 +437,10 @@ CLEMBED_API clembed_status clembed_matrix_init_uniform(clembed_context *ctx, cle
  * double on the host: w_k = base^(-2k/R); LINEAR divides every w_k by factor;
  * NTK uses the base base * factor^(R/(R-2)); YARN and LLAMA3 follow Hugging
  * Face transformers' _compute_yarn_parameters (with truncation of the
- * correction range, and the ramp over k) and _compute_llama3_parameters. The
- * attention factor a multiplies cos and sin: attention_factor if > 0, else
+ * correction range, and the ramp over k) and _compute_llama3_parameters; YARN
+ * takes factor as given (transformers replaces it by max_position_embeddings /
+ * original_max_position_embeddings when a config has both: pass that ratio).
+ * The attention factor a multiplies cos and sin: attention_factor if > 0, else
  * 0.1*ln(factor) + 1 for YARN (1 when factor <= 1), else 1.
  *
  * Accuracy: cos and sin are within 1e-6 * a of the exact value (the double
