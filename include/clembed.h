@@ -259,12 +259,19 @@ typedef enum clembed_layout { CLEMBED_LAYOUT_INTERLEAVED = 0, CLEMBED_LAYOUT_HAL
  *                w = base^(-2*floor(i/2)/d) (PAIR) or w = base^(-i/d) (INDEX);
  *   HALVES:      sin(p*w_i) for i < h, cos(p*w_(i-h)) for i >= h, w_k = base^(-2k/d);
  *                INDEX with HALVES is CLEMBED_ERR_INVALID_ARGUMENT.
- * base must be finite and > 0. For base >= 1 (every frequency at most 1) every
- * value is within 1e-6 of the float64 value for every position below 2^20
- * (float32 output; docs/performance.md has the measured worst case): the frequencies are computed in double
- * on the host, and the angle is carried in float-float and reduced modulo 2*pi in
- * extended precision on the device. A base below 1 gives frequencies above 1, and
- * the error grows with the angle p*w (about 1e-6 at 2^26, unbounded past 2^36). */
+ * base must be finite and > 0. Every value is within 1e-6 of the exact value
+ * (the frequency w in double, the product p*w and its reduction modulo 2*pi
+ * done exactly) for every position below 2^32 and every base (float32
+ * output), and never outside [-1, 1]: w is prepared on the host as exact
+ * fractions of a turn (in double-double), the position is split into two
+ * 16-bit halves so that every product on the device is exact in float32, the
+ * angle is reduced modulo one turn exactly, and sin/cos come from clembed's own
+ * polynomials (no fma, no fp64, not the device's sin/cos). Positions at or past
+ * 2^32 are refused: CLEMBED_ERR_INVALID_ARGUMENT for first_position + rows
+ * (clembed_positional) and position_offset + min(seq_len, count) (clembed_embed),
+ * a deferred CLEMBED_ERR_INDEX_OUT_OF_RANGE naming the token and its sequence's
+ * start when the position comes from sequence_offsets (that token's positional
+ * part is zero). */
 typedef struct clembed_sinusoid {
   double base; /* 10000 in the original Transformer */
   clembed_exponent exponent;
@@ -324,7 +331,8 @@ CLEMBED_API clembed_status clembed_lookup(clembed_context *ctx, const clembed_ma
  * sinusoid, or position_table (a position past its rows is a deferred
  * CLEMBED_ERR_INDEX_OUT_OF_RANGE and that row's positional part is zero). The
  * padding id's token row is zero; its positional part is still added.
- * A position_offset past 2^63 - 1 is a bad position too. With 0 columns there is nothing to
+ * With the sinusoid, positions must be below 2^32 (see clembed_sinusoid); with a
+ * position table, a position_offset past 2^63 - 1 is a bad position too. With 0 columns there is nothing to
  * compute: no kernel runs and the ids are not checked (likewise in the backward).
  * opt NULL means clembed_embed_defaults(). */
 CLEMBED_API clembed_status clembed_embed(clembed_context *ctx, const clembed_matrix *table,
@@ -421,6 +429,83 @@ CLEMBED_API clembed_status clembed_matrix_init_uniform(clembed_context *ctx, cle
 /* Dropout mask: output element e = i*cols + c of the forward is kept when
  * u(x0) >= dropout for Philox(dropout_seed, e) as above, and then multiplied by
  * 1 / (1 - dropout). */
+
+/* ------------------------------------------------------------------------
+ * Rotary position embeddings (RoPE)
+ *
+ * With R = rotary_dim and k = 0 .. R/2-1, the frequencies are computed in
+ * double on the host: w_k = base^(-2k/R); LINEAR divides every w_k by factor;
+ * NTK uses the base base * factor^(R/(R-2)); YARN and LLAMA3 follow Hugging
+ * Face transformers' _compute_yarn_parameters (with truncation of the
+ * correction range, and the ramp over k) and _compute_llama3_parameters; YARN
+ * takes factor as given (transformers replaces it by max_position_embeddings /
+ * original_max_position_embeddings when a config has both: pass that ratio).
+ * The attention factor a multiplies cos and sin: attention_factor if > 0, else
+ * 0.1*ln(factor) + 1 for YARN (1 when factor <= 1), else 1.
+ *
+ * Accuracy: cos and sin are within 1e-6 * a of the exact value (the double
+ * frequency, the product p*w_k and its reduction done exactly) for every
+ * position below 2^32; the angle is split and reduced exactly as for the
+ * sinusoid. Positions at or past 2^32 are refused (see below). Every output of
+ * clembed_rope_apply is within 2e-6 * a * (|x_a| + |x_b|) of the exact rotation
+ * of the same inputs, plus half an ulp of an F16/BF16 output.
+ * ------------------------------------------------------------------------ */
+typedef enum { CLEMBED_ROPE_NEOX = 0, CLEMBED_ROPE_GPTJ = 1 } clembed_rope_layout;
+typedef enum {
+  CLEMBED_ROPE_SCALING_NONE = 0,
+  CLEMBED_ROPE_SCALING_LINEAR,
+  CLEMBED_ROPE_SCALING_NTK,
+  CLEMBED_ROPE_SCALING_YARN,
+  CLEMBED_ROPE_SCALING_LLAMA3
+} clembed_rope_scaling;
+
+typedef struct clembed_rope {
+  double base;                  /* rope_theta: 10000; Llama 3: 500000 (finite, > 0) */
+  size_t head_dim;              /* columns per head */
+  size_t rotary_dim;            /* leading columns of each head that rotate (even, <= head_dim);
+                                   0 means head_dim */
+  clembed_rope_layout layout;   /* NEOX: pairs (k, k + R/2); GPTJ: pairs (2k, 2k + 1) */
+  clembed_rope_scaling scaling;
+  double factor;                /* LINEAR, NTK, YARN, LLAMA3 (finite, > 0) */
+  size_t original_max_position; /* YARN, LLAMA3 (> 0) */
+  double low_freq_factor, high_freq_factor; /* LLAMA3 (defaults 1, 4; high > low) */
+  double beta_fast, beta_slow;  /* YARN (defaults 32, 1; 0 means the default, as in transformers) */
+  double attention_factor;      /* cos and sin are multiplied by it; 0 means 1, or
+                                   0.1*ln(factor) + 1 for YARN */
+} clembed_rope;
+
+/* base 10000, head_dim 0 (the caller sets it), rotary_dim 0, NEOX, no scaling,
+ * factor 1, original_max_position 8192, low/high_freq_factor 1 and 4,
+ * beta_fast/slow 32 and 1, attention_factor 0. */
+CLEMBED_API clembed_rope clembed_rope_defaults(void);
+
+/* The cos/sin cache for positions first_position .. first_position + rows - 1:
+ * cos_sin has R columns (any float dtype), a*cos(p*w_k) in column k and
+ * a*sin(p*w_k) in column R/2 + k (vLLM's cos_sin_cache). first_position + rows
+ * past 2^32 is CLEMBED_ERR_INVALID_ARGUMENT. The frequencies are cached per
+ * context. */
+CLEMBED_API clembed_status clembed_rope_cache(clembed_context *ctx, const clembed_rope *r,
+                                              size_t first_position, clembed_matrix *cos_sin,
+                                              cl_uint num_events_in_wait_list,
+                                              const cl_event *event_wait_list, cl_event *event);
+
+/* RoPE applied to x (rows x cols, cols a multiple of head_dim): row i is at
+ * position positions[i] (I32 or I64, count >= rows), or, with positions NULL,
+ * position_offset + i % seq_len (seq_len 0: one sequence). In each head, each
+ * pair (a, b) of the first R columns becomes (a*c - b*s, b*c + a*s) with
+ * c = a_f*cos(p*w_k), s = a_f*sin(p*w_k) (a_f the attention factor); inverse
+ * uses -s (the backward, and undoing a rotation). Columns R .. head_dim-1 are
+ * copied. out has x's shape, any float dtype, and may be x itself (in place;
+ * a partial overlap is not allowed). A position from `positions` that is
+ * negative or >= 2^32 makes that row a copy of its input and a deferred
+ * CLEMBED_ERR_INDEX_OUT_OF_RANGE naming the first such row (index) and its
+ * position (value), argument "positions"; position_offset + min(rows, seq_len)
+ * past 2^32 is CLEMBED_ERR_INVALID_ARGUMENT. */
+CLEMBED_API clembed_status clembed_rope_apply(clembed_context *ctx, const clembed_rope *r,
+                                              const clembed_matrix *x, const clembed_ids *positions,
+                                              size_t seq_len, size_t position_offset, int inverse,
+                                              clembed_matrix *out, cl_uint num_events_in_wait_list,
+                                              const cl_event *event_wait_list, cl_event *event);
 
 #ifdef __cplusplus
 }

@@ -694,9 +694,11 @@ static void check_sizes(clembed_context *ctx, fx *f) {
   FAILS_MSG(ctx, CLEMBED_ERR_OUT_OF_MEMORY, "largest allocation",
             clembed_ids_create(ctx, h, (size_t)1 << 50, CLEMBED_I64, &d));
   EXPECT(d.buffer == NULL, "a failed ids_create wrote its ids");
-  /* the last position overflows size_t */
-  FAILS_MSG(ctx, INVALID, "overflows", clembed_positional(ctx, NULL, SIZE_MAX - 1, &f->out, 0, NULL, NULL));
-  OK(ctx, clembed_positional(ctx, NULL, SIZE_MAX - (FN - 1), &f->out, 0, NULL, NULL)); /* fits exactly */
+  /* positions end at 2^32 (and nothing overflows size_t on the way) */
+  FAILS_MSG(ctx, INVALID, "2^32", clembed_positional(ctx, NULL, SIZE_MAX - 1, &f->out, 0, NULL, NULL));
+  FAILS_MSG(ctx, INVALID, "2^32", clembed_positional(ctx, NULL, SIZE_MAX - (FN - 1), &f->out, 0, NULL, NULL));
+  FAILS_MSG(ctx, INVALID, "2^32", clembed_positional(ctx, NULL, ((size_t)1 << 32) - (FN - 1), &f->out, 0, NULL, NULL));
+  OK(ctx, clembed_positional(ctx, NULL, ((size_t)1 << 32) - FN, &f->out, 0, NULL, NULL)); /* fits exactly */
   OK(ctx, clembed_finish(ctx));
 }
 
@@ -1062,16 +1064,45 @@ static void check_bad_positions(clembed_context *ctx) {
       got = read_guarded(ctx, &pgrad, what);
       free(got);
     }
-    /* the largest position offset with a sinusoid: no crash */
+    /* the sinusoid takes positions below 2^32: an offset that reaches 2^32 is refused on the host */
     o = clembed_embed_defaults();
     o.positions = CLEMBED_POSITIONS_SINUSOID;
-    o.position_offset = SIZE_MAX;
+    o.seq_len = L;
+    const size_t end32 = (size_t)1 << 32;
+    const size_t refused[] = {SIZE_MAX, (size_t)1 << 63, end32, end32 - L + 1};
+    for (size_t k = 0; k < sizeof refused / sizeof *refused; k++) {
+      o.position_offset = refused[k];
+      FAILS_MSG(ctx, INVALID, "2^32", clembed_embed(ctx, &table.m, &d, &o, &out.m, 0, NULL, NULL));
+    }
+    o.position_offset = end32 - L; /* the last sequence ends at 2^32 - 1 */
     OK(ctx, clembed_embed(ctx, &table.m, &d, &o, &out.m, 0, NULL, NULL));
-    s = clembed_finish(ctx);
-    EXPECT(s == CLEMBED_OK || s == CLEMBED_ERR_INDEX_OUT_OF_RANGE, "%s: sinusoid at position offset 2^64-1: %s", what,
-           clembed_status_string(s));
+    OK(ctx, clembed_finish(ctx));
     got = read_guarded(ctx, &out, what);
     free(got);
+    /* ...and one that reaches it through sequence_offsets is a deferred error naming the token and sequence */
+    {
+      const int64_t so_far[NSEQ] = {0, (int64_t)end32 - 2, (int64_t)end32 - 1, 5, 6, 7};
+      clembed_ids sf;
+      OK(ctx, clembed_ids_create(ctx, so_far, NSEQ, CLEMBED_I64, &sf));
+      o.position_offset = 0;
+      o.sequence_offsets = &sf;
+      OK(ctx, clembed_embed(ctx, &table.m, &d, &o, &out.m, 0, NULL, NULL));
+      FAILS_MSG(ctx, CLEMBED_ERR_INDEX_OUT_OF_RANGE, "token 5 is at position 4294967296 (sequence_offsets[2]",
+                clembed_finish(ctx));
+      clembed_error_detail det;
+      OK(ctx, clembed_context_error(ctx, &det));
+      EXPECT(!strcmp(det.argument, "sequence_offsets") && det.index == 2 && det.value == (int64_t)end32 - 1,
+             "%s: detail of a sequence reaching 2^32: %s[%lld] = %lld", what, det.argument, (long long)det.index,
+             (long long)det.value);
+      got = read_guarded(ctx, &out, what);
+      /* token 5's positional part is zero; tokens 2, 3 and 4 (positions 2^32 - 2, 2^32 - 1) carry theirs */
+      for (int c = 0; c < D; c++)
+        EXPECT(got[5 * D + c] == tv[ids[5] * D + c], "%s: token at 2^32: out[5][%d] = %g, want the token row %g", what,
+               c, (double)got[5 * D + c], (double)tv[ids[5] * D + c]);
+      EXPECT(got[4 * D] != tv[ids[4] * D], "%s: token at 2^32 - 1 got no sinusoid", what);
+      free(got);
+      clembed_ids_release(&sf);
+    }
 
     clembed_ids_release(&d);
     clembed_ids_release(&so);

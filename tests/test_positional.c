@@ -1,22 +1,26 @@
-/* clembed_positional against a float64 reference written from API.md:
+/* clembed_positional against the exact float64 reference of reference_rope.h
+ * (p*w formed and reduced exactly) for the formula of API.md:
  *   d = cols, h = ceil(d/2); column i of position p is
  *   INTERLEAVED: sin(p*w) for even i, cos(p*w) for odd i, with
  *                w = base^(-2*floor(i/2)/d) (PAIR) or base^(-i/d) (INDEX);
  *   HALVES:      sin(p*w_i) for i < h, cos(p*w_(i-h)) for i >= h, w_k = base^(-2k/d).
  * Tolerances:
- *   F32 output: |got - exact| <= 1e-6 for every position below 2^20 (the contract);
+ *   F32 output: |got - exact| <= 1e-6 for every position below 2^32 (the contract);
  *   F16/BF16:   got is within one ulp (of that dtype) of the dtype's rounding of
  *               the exact value, or is the rounding of a value within 1e-6 of it
  *               (the F32 contract followed by one rounding; this matters only for
  *               tiny values, where a BF16 ulp is below 1e-6).
  * Covered: every variant, odd d (1, 3, 7, 37), base 10000, 5 and 2.5, first
  * position 0, 1000 and far positions up to 2^20-1 (every position below 2^20 for
- * d = 8 in the normal run; full rows of d = 4096 at sampled positions), ld and
+ * d = 8 in the normal run; full rows of d = 4096 at sampled positions), positions
+ * near 2^24, 2^28, 2^31 and up to 2^32 - 1 for bases 1, 2, 10000, 500000 and
+ * 1e6 (float32's p*w error printed beside), the refusal at 2^32, ld and
  * offset windows, the tutorial's numbers, the frequency cache, events and wait
  * lists, and every argument error; and the CPU shapes (a row per work-item,
  * the vector sinusoid) give the same bits as the GPU shapes (one element per
  * work-item). */
 #include "test_util.h"
+#include "reference_rope.h"
 
 static int small_mode = 0;
 static const char *DN[3] = {"F32", "F16", "BF16"};
@@ -24,21 +28,10 @@ static const char *DN[3] = {"F32", "F16", "BF16"};
 
 /* ------------------------------------------------------------ reference */
 
+/* The exact value: p*w formed and reduced exactly (reference_rope.h). */
 static double ref_value(double base, clembed_exponent e, clembed_layout l, size_t d, size_t p, size_t i) {
-  double w;
-  int is_cos;
-  if (l == CLEMBED_LAYOUT_HALVES) {
-    size_t h = (d + 1) / 2;
-    size_t k = i < h ? i : i - h;
-    w = pow(base, -2.0 * (double)k / (double)d);
-    is_cos = i >= h;
-  } else {
-    if (e == CLEMBED_EXPONENT_PAIR) w = pow(base, -2.0 * floor((double)i / 2.0) / (double)d);
-    else w = pow(base, -(double)i / (double)d);
-    is_cos = (int)(i % 2);
-  }
-  double a = (double)p * w;
-  return is_cos ? cos(a) : sin(a);
+  clembed_sinusoid s = {base, e, l};
+  return ref_sinusoid(&s, d, (uint64_t)p, i);
 }
 
 /* One ulp of dtype t at the magnitude of v. */
@@ -163,6 +156,41 @@ static void far_positions(clembed_context *ctx, stats *st) {
       if (small_mode && v && k % 2) continue;
       run(ctx, &VARIANTS[v], starts[k], rows, d, CLEMBED_F32, 0, 0, st);
     }
+  /* up to 2^32 - 1 (the last position), for bases 1, 2, 10000, 500000 and 1e6 */
+  const size_t big[] = {P20 - 3,
+                        ((size_t)1 << 24) - 3,
+                        ((size_t)1 << 28) - 3,
+                        ((size_t)1 << 31) - 3,
+                        ((size_t)1 << 31) + 77777,
+                        ((size_t)1 << 32) - 6,
+                        3141592653u,
+                        4000000000u};
+  const double bases[] = {1.0, 2.0, 10000.0, 500000.0, 1e6};
+  stats far = {0};
+  for (int v = 0; v < 3; v++)
+    for (size_t b = 0; b < 5; b++)
+      for (size_t k = 0; k < sizeof big / sizeof *big; k++) {
+        clembed_sinusoid s = VARIANTS[v];
+        s.base = bases[b];
+        run(ctx, &s, big[k], 6, small_mode ? 64 : 333, CLEMBED_F32, 0, 0, &far);
+      }
+  /* what float32 p*w (as most libraries compute it) gives at those positions, for comparison */
+  double f32_worst = 0.0;
+  for (size_t k = 0; k < sizeof big / sizeof *big; k++)
+    for (size_t i = 0; i < 64; i++) {
+      int is_cos;
+      clembed_sinusoid s = {10000.0, CLEMBED_EXPONENT_PAIR, CLEMBED_LAYOUT_INTERLEAVED};
+      double w = ref_sinusoid_freq(&s, 64, i, &is_cos);
+      float a = (float)big[k] * (float)w;
+      double e = fabs((is_cos ? (double)cosf(a) : (double)sinf(a)) - ref_sinusoid(&s, 64, big[k], i));
+      if (e > f32_worst) f32_worst = e;
+    }
+  printf("positions up to 2^32 - 1, bases 1 to 1e6: %zu values, max error %.3g (limit 1e-6); float32 p*w: max "
+         "error %.3g\n",
+         far.checked, far.max_err, f32_worst);
+  st->checked += far.checked;
+  st->bad += far.bad;
+  if (far.max_err > st->max_err) st->max_err = far.max_err;
 }
 
 /* Every position below 2^20 for a few frequencies (d = 8: w = 1, 0.1, 0.01, 0.001
@@ -383,7 +411,11 @@ static void errors(clembed_context *ctx) {
   int nz = 0;
   for (int i = 0; i < 24; i++) nz += g[i] != 0.0f;
   EXPECT(nz == 0, "a failed call wrote %d elements", nz);
-  OK(ctx, clembed_positional(ctx, &s, SIZE_MAX - 3, &m, 0, NULL, NULL)); /* the last position fits */
+  /* positions end at 2^32: the last one (2^32 - 1) is accepted, one past it refused */
+  OK(ctx, clembed_positional(ctx, &s, ((size_t)1 << 32) - 4, &m, 0, NULL, NULL));
+  FAILS(ctx, INV, clembed_positional(ctx, &s, ((size_t)1 << 32) - 3, &m, 0, NULL, NULL));
+  FAILS(ctx, INV, clembed_positional(ctx, &s, (size_t)1 << 32, &m, 0, NULL, NULL));
+  FAILS(ctx, INV, clembed_positional(ctx, &s, SIZE_MAX - 3, &m, 0, NULL, NULL));
   OK(ctx, clembed_finish(ctx));
   clembed_matrix_release(&m);
 }
@@ -401,7 +433,7 @@ static void both_shapes(void) {
   clembed_context *cpu, *gpu;
   if (!tu_shaped_pair(&cpu, &gpu)) return;
   const size_t ds[] = {1, 16, 37, 1024};
-  const size_t firsts[] = {0, 123457, P20 - 50, ((size_t)1 << 32) + 5};
+  const size_t firsts[] = {0, 123457, P20 - 50, ((size_t)1 << 32) - 64};
   const double bases[] = {10000.0, 5.0, 0.5};
   size_t rows = small_mode ? 8 : 64, same = 0, cases = 0;
   for (int v = 0; v < 3; v++)

@@ -46,7 +46,7 @@
 #define CE_EMBED_ARGS                                                                                          \
   __global const TABLE_T *table, ulong t_off, ulong t_ld, ulong t_rows, __global const int *ids32,           \
       __global const long *ids64, ulong id_off, int id64, ulong n, __global OUT_T *out, ulong o_off,          \
-      ulong o_ld, ulong cols, float scale, int policy, long padding, __global const float2 *freq,             \
+      ulong o_ld, ulong cols, float scale, int policy, long padding, __global const float *freq,              \
       __global const POS_T *ptab, ulong p_off, ulong p_ld, ulong p_rows, ulong seq_len, ulong pos_offset,     \
       __global const int *so32, __global const long *so64, ulong so_off, int so64f, int has_so, float dropout, \
       uint seed_lo, uint seed_hi, float keep_scale, __global uint *err, uint slot
@@ -71,7 +71,7 @@ __kernel void ce_embed(CE_EMBED_ARGS) {
   int ok;
   ulong p = TOKEN_POSITION(i, c == 0, &ok);
 #if POSITIONS == 1
-  if (ok) v += ce_sinusoid(p, freq[c]);
+  if (ok) v += ce_sinusoid(p, freq, cols, c);
 #else
   if (ok) v += load_pos(ptab, p_off + p * p_ld + c);
 #endif
@@ -101,8 +101,8 @@ __kernel void ce_embed_vec4(CE_EMBED_ARGS) {
     float4 v = row >= 0 ? scale * load4_table(trow, 0, j) : (float4)(0.0f);
 #if POSITIONS == 1
     if (pos_ok)
-      v += (float4)(ce_sinusoid(p, freq[c]), ce_sinusoid(p, freq[c + 1]), ce_sinusoid(p, freq[c + 2]),
-                    ce_sinusoid(p, freq[c + 3]));
+      v += (float4)(ce_sinusoid(p, freq, cols, c), ce_sinusoid(p, freq, cols, c + 1),
+                    ce_sinusoid(p, freq, cols, c + 2), ce_sinusoid(p, freq, cols, c + 3));
 #elif POSITIONS == 2
     if (pos_ok) v += load4_pos(prow, 0, j);
 #endif
@@ -154,15 +154,12 @@ inline void ce_embed_row_tokens(CE_EMBED_ARGS, ulong t0, ulong tstep, int shared
   ulong cv = cols / VEC * VEC;
   for (ulong c = 0; c < cv; c += VEC) {
 #if POSITIONS == 1
-    /* the columns' (w_hi, w_lo) pairs, split into w_hi and w_lo lanes */
-    __global const float *f = (__global const float *)(freq + c);
-    FV fa = vloadV(0, f), fb = vloadV(0, f + VEC), fx = (FV)(fa.even, fb.even), fy = (FV)(fa.odd, fb.odd);
-    FV pe = shared ? ce_sinusoidv(pp[0], fx, fy) : (FV)(0.0f); /* one position for all the item's tokens */
+    FV pe = shared ? ce_sinusoidv(pp[0], freq, cols, c) : (FV)(0.0f); /* one position for all the item's tokens */
 #endif
     for (int k = 0; k < ROWS && k < live; k++) {
       FV v = has[k] ? scale * load_tablev(trow[k], c) : (FV)(0.0f);
 #if POSITIONS == 1
-      if (pok[k]) v += shared ? pe : ce_sinusoidv(pp[k], fx, fy);
+      if (pok[k]) v += shared ? pe : ce_sinusoidv(pp[k], freq, cols, c);
 #elif POSITIONS == 2
       if (pok[k]) v += load_posv(prow[k], c);
 #endif
@@ -179,7 +176,7 @@ inline void ce_embed_row_tokens(CE_EMBED_ARGS, ulong t0, ulong tstep, int shared
     for (int k = 0; k < ROWS && k < live; k++) {
       float v = has[k] ? scale * load_table(trow[k], c) : 0.0f;
 #if POSITIONS == 1
-      if (pok[k]) v += ce_sinusoid(pp[k], freq[c]);
+      if (pok[k]) v += ce_sinusoid(pp[k], freq, cols, c);
 #elif POSITIONS == 2
       if (pok[k]) v += load_pos(prow[k], c);
 #endif

@@ -15,9 +15,20 @@ void ce_convert(void *dst, clembed_dtype dt, const void *src, clembed_dtype st, 
 
 /* ----- angles (angle.c): frequencies in double, cached on the device */
 clembed_status ce_sinusoid_check(clembed_context *ctx, const clembed_sinusoid *s);
-/* A device buffer of cols float2 (w_hi, w_lo), negated for cos columns, owned
- * by the context's cache. */
+/* A device buffer of the columns' angle pieces and phases (9 planes of cols
+ * floats, see cl/lib/angle.cl), owned by the context's cache. */
 clembed_status ce_sinusoid_freq(clembed_context *ctx, const clembed_sinusoid *s, size_t cols, cl_mem *buffer);
+/* Checks r and gives its rotary dimension R, a device buffer of its
+ * frequencies' angle pieces (8 planes of R/2 floats, owned by the context's
+ * cache) and its attention factor. */
+clembed_status ce_rope_freq(clembed_context *ctx, const clembed_rope *r, size_t *R, cl_mem *buffer, float *attention);
+
+/* Positions (the sinusoid's and RoPE's) are below 2^32: the exact angle splits
+ * them into two 16-bit halves. first + count > 2^32, without overflow: */
+#define CE_POSITION_END ((uint64_t)1 << 32)
+static inline int ce_positions_past_end(uint64_t first, uint64_t count) {
+  return first > CE_POSITION_END || count > CE_POSITION_END - first;
+}
 
 /* ----- the sinusoid table (positional.c) */
 /* clembed_positional without the public entry (no tracking of its event). */

@@ -64,6 +64,8 @@ typedef struct ce_tuning {
   /* positional table */
   int positional_rowwise;      /* a row per work-item */
   unsigned positional_vec;
+  /* RoPE */
+  int rope_rowwise;            /* a row per work-item, 16 pairs at a time (else a pair per work-item) */
   /* sort */
   size_t sort_chunk;           /* entries per work-item, at least */
   size_t sort_max_chunks;      /* the scan is one work-group */
@@ -107,6 +109,8 @@ typedef struct ce_slot_info {
   uint64_t seq_len;
   uint64_t position_offset;
   int has_sequence_offsets;
+  int sinusoid;          /* positions are the sinusoid's (below 2^32), not a table's */
+  const char *id_arg;    /* what the ids are called in messages and error detail; NULL: "ids" */
 } ce_slot_info;
 
 /* Slots read aside (without waiting) when every slot was taken before a finish. */
@@ -238,6 +242,7 @@ typedef enum ce_family {
   CE_FAMILY_BACKWARD,
   CE_FAMILY_INIT,
   CE_FAMILY_UTIL,
+  CE_FAMILY_ROPE,
   CE_FAMILY_COUNT
 } ce_family;
 

@@ -154,6 +154,8 @@ int64_t cli_arg_padding(const char *s, size_t rows);
 
 int cli_cmd_devices(int argc, char **argv);
 int cli_cmd_positional(int argc, char **argv);
+int cli_cmd_rope_cache(int argc, char **argv);
+int cli_cmd_rope(int argc, char **argv);
 int cli_cmd_embed(int argc, char **argv);
 int cli_cmd_backward(int argc, char **argv);
 int cli_cmd_sgd(int argc, char **argv);

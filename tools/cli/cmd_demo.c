@@ -1,13 +1,15 @@
 /* clembed demo: the tutorial end to end on the default device. */
 #include "cli.h"
 
+#include <math.h>
 #include <stdio.h>
 
 static const char usage[] =
     "usage: clembed demo [--device SPEC]\n"
     "\n"
     "The tutorial end to end: token embedding, positional encodings, their sum, the\n"
-    "backward step and one SGD step, printed as small matrices.\n";
+    "backward step and one SGD step, printed as small matrices, and a rotary embedding\n"
+    "(RoPE) far into a sequence beside what float32's p*w gives.\n";
 
 static void print_matrix(const char *title, const float *m, size_t rows, size_t cols) {
   printf("  %s (%zu x %zu):\n", title, rows, cols);
@@ -101,6 +103,39 @@ int cli_cmd_demo(int argc, char **argv) {
   print_matrix("table before (uniform in [-1, 1), seed 42)", demo_read(w4), V4, D4);
   cli_check(clembed_sgd_update(cli_ctx, grad, d_ids4, 0.1f, &bo, w4, 0, NULL, NULL));
   print_matrix("table after", demo_read(w4), V4, D4);
+
+  /* 5. RoPE far into a sequence */
+  enum { H5 = 8, T5 = 3 };
+  const int64_t pos5[T5] = {1, (int64_t)1 << 17, (int64_t)1 << 31};
+  float q[T5 * H5];
+  for (int t = 0; t < T5; t++)
+    for (int c = 0; c < H5; c++) q[t * H5 + c] = c < H5 / 2 ? 1.0f : 0.0f;
+  printf("\n5. Rotary embeddings (RoPE, NEOX pairs (k, k + 4), head_dim %d, base 10000): the query\n"
+         "   (1, 1, 1, 1, 0, 0, 0, 0) at positions 1, 2^17 and 2^31 becomes (cos p*w_k | sin p*w_k)\n",
+         H5);
+  clembed_rope r = clembed_rope_defaults();
+  r.head_dim = H5;
+  clembed_matrix *dq = cli_upload(q, CLEMBED_F32, T5, H5, CLEMBED_F32);
+  npy_array pa = {NPY_I8, 1, {T5}, T5, (void *)pos5};
+  clembed_ids *dp = cli_upload_ids(&pa);
+  cli_check(clembed_rope_apply(cli_ctx, &r, dq, dp, 0, 0, 0, dq, 0, NULL, NULL));
+  float *hq = demo_read(dq);
+  print_matrix("rotated query", hq, T5, H5);
+  printf("  pair 0 (w = 1, p*w exact in float32 too):\n  position      clembed (exact angle)        float32 p*w (as most frameworks)   double\n");
+  for (int t = 0; t < T5; t++) {
+    double p = (double)pos5[t];
+    float a32 = (float)pos5[t] * 1.0f;
+    printf("  p = %-10.0f  cos %9.6f sin %9.6f   cos %9.6f sin %9.6f        cos %9.6f sin %9.6f\n", p,
+           (double)hq[t * H5], (double)hq[t * H5 + H5 / 2], (double)cosf(a32), (double)sinf(a32), cos(p), sin(p));
+  }
+  printf("  pair 1 (w = 0.1):\n");
+  for (int t = 0; t < T5; t++) {
+    double p = (double)pos5[t], w = pow(10000.0, -0.25);
+    float a32 = (float)pos5[t] * (float)w;
+    printf("  p = %-10.0f  cos %9.6f sin %9.6f   cos %9.6f sin %9.6f        cos %9.6f sin %9.6f\n", p,
+           (double)hq[t * H5 + 1], (double)hq[t * H5 + H5 / 2 + 1], (double)cosf(a32), (double)sinf(a32), cos(p * w),
+           sin(p * w));
+  }
   cli_release_all();
   return equal ? 0 : 2;
 }

@@ -12,6 +12,8 @@ static const char usage_main[] =
     "subcommands:\n"
     "  devices     list the OpenCL platforms and devices, mark the default\n"
     "  positional  sinusoidal positional table, shape (L, D)\n"
+    "  rope-cache  the RoPE cos/sin cache, shape (L, R)\n"
+    "  rope        RoPE applied to queries or keys (T, C), (T, heads, H) or (B, S, heads, H)\n"
     "  embed       fused forward: scale * W[ids] + positions (+ dropout)\n"
     "  backward    dense table gradient (V, D)\n"
     "  sgd         one fused sparse SGD step on a table\n"
@@ -43,6 +45,7 @@ typedef struct command {
 
 static const command commands[] = {
     {"devices", cli_cmd_devices}, {"positional", cli_cmd_positional}, {"embed", cli_cmd_embed},
+    {"rope-cache", cli_cmd_rope_cache}, {"rope", cli_cmd_rope},
     {"backward", cli_cmd_backward}, {"sgd", cli_cmd_sgd},             {"init", cli_cmd_init},
     {"bench", cli_cmd_bench},     {"demo", cli_cmd_demo},
 };
