@@ -150,9 +150,21 @@ inline float4 ce_load4_4(__global const uchar *p, ulong base, ulong j) { return 
 inline float4 ce_load4_5(__global const uchar *p, ulong base, ulong j) { return ce_q4_k_load4(p, base + 4 * j); }
 inline float4 ce_load4_6(__global const uchar *p, ulong base, ulong j) { return ce_q6_k_load4(p, base + 4 * j); }
 
-#ifdef VEC
-#define ce_loadv_3 CE_XCAT(ce_q8_0_load, VEC)
-#define ce_loadv_4 CE_XCAT(ce_q4_0_load, VEC)
-#define ce_loadv_5 CE_XCAT(ce_q4_k_load, VEC)
-#define ce_loadv_6 CE_XCAT(ce_q6_k_load, VEC)
+/* (spelled out: a name built with CE_XCAT here would not expand inside the
+ * families' own CE_XCAT(ce_loadv_, TABLE_DT)) */
+#if defined(VEC) && VEC == 4
+#define ce_loadv_3 ce_q8_0_load4
+#define ce_loadv_4 ce_q4_0_load4
+#define ce_loadv_5 ce_q4_k_load4
+#define ce_loadv_6 ce_q6_k_load4
+#elif defined(VEC) && VEC == 8
+#define ce_loadv_3 ce_q8_0_load8
+#define ce_loadv_4 ce_q4_0_load8
+#define ce_loadv_5 ce_q4_k_load8
+#define ce_loadv_6 ce_q6_k_load8
+#elif defined(VEC) && VEC == 16
+#define ce_loadv_3 ce_q8_0_load16
+#define ce_loadv_4 ce_q4_0_load16
+#define ce_loadv_5 ce_q4_k_load16
+#define ce_loadv_6 ce_q6_k_load16
 #endif
