@@ -15,7 +15,11 @@
  * STREAM (an output larger than the device's cache) writes the row shapes'
  * output with streaming stores. Every shape resolves a token and its position
  * with ids.cl's ce_token_row and ce_token_position and computes the same float
- * operations in the same order, so the results are identical bit for bit. */
+ * operations in the same order, so the results are identical bit for bit.
+ * The table (and a learned position table) may be of a block-quantized dtype
+ * (cl/lib/quant.cl): rows then start at ce_ptr_T(base, value offset), loads
+ * are value-indexed from a row's first block, and the row shapes' VEC and the
+ * vec4 shape's 4 divide every block's runs (cols is a multiple of 32). */
 
 #ifndef ROWS
 #define ROWS 4
