@@ -171,11 +171,56 @@ CLEMBED_API clembed_status clembed_context_error(const clembed_context *ctx, cle
 
 /* ------------------------------------------------------------- device data */
 
-typedef enum clembed_dtype { CLEMBED_F32 = 0, CLEMBED_F16 = 1, CLEMBED_BF16 = 2 } clembed_dtype;
+typedef enum clembed_dtype { CLEMBED_F32 = 0, CLEMBED_F16 = 1, CLEMBED_BF16 = 2,
+                             CLEMBED_Q8_0 = 3, CLEMBED_Q4_0 = 4, CLEMBED_Q4_K = 5, CLEMBED_Q6_K = 6 } clembed_dtype;
 typedef enum clembed_index_type { CLEMBED_I32 = 0, CLEMBED_I64 = 1 } clembed_index_type;
 
-/* Bytes of one element: 4, 2, 2 (0 for an unknown value). */
+/* Bytes of one element: 4, 2, 2 for F32, F16, BF16; 0 for the block-quantized
+ * dtypes (see clembed_dtype_row_bytes) and for an unknown value. */
 CLEMBED_API size_t clembed_dtype_size(clembed_dtype dtype);
+
+/* Values per block: 1 for F32, F16, BF16; 32 for Q8_0 and Q4_0; 256 for Q4_K
+ * and Q6_K; 0 for an unknown value. */
+CLEMBED_API size_t clembed_dtype_block_values(clembed_dtype dtype);
+
+/* Bytes of a row of `cols` values: 4*cols (F32), 2*cols (F16, BF16), and
+ * cols/32*34 (Q8_0), cols/32*18 (Q4_0), cols/256*144 (Q4_K), cols/256*210
+ * (Q6_K). 0 for an unknown dtype, for cols not a multiple of the block size,
+ * and when the size overflows size_t. */
+CLEMBED_API size_t clembed_dtype_row_bytes(clembed_dtype dtype, size_t cols);
+
+/* Block-quantized tables use ggml's (GGUF's) block layouts byte for byte, so a
+ * table from a GGUF file is used as it lies (little-endian, f16 scales):
+ *   Q8_0  32 values, 34 bytes: d, int8 q[32]; value j = q[j]*d
+ *   Q4_0  32 values, 18 bytes: d, uint8 q[16]; value j = ((q[j] & 15) - 8)*d,
+ *         value j+16 = ((q[j] >> 4) - 8)*d
+ *   Q4_K 256 values, 144 bytes: d, dmin, 12 bytes of 6-bit scales and mins,
+ *         128 bytes of 4-bit quants
+ *   Q6_K 256 values, 210 bytes: 128 bytes of low 4 bits, 64 of high 2 bits,
+ *         int8 scales[16], d
+ * Values are dequantized exactly as ggml's dequantize_row_* (the same integer
+ * operations and float32 products in the same order, none fused), on the host
+ * and in every kernel. For these dtypes cols, offset and ld count values and
+ * must be multiples of the block size (clembed_dtype_block_values), else
+ * CLEMBED_ERR_INVALID_ARGUMENT; row r of a matrix starts at byte
+ * clembed_dtype_row_bytes(dtype, offset + r*ld) of its buffer.
+ * clembed_matrix_write takes host blocks of the matrix's own dtype (rows rows
+ * of clembed_dtype_row_bytes(dtype, cols) bytes, dense), or for Q8_0 and Q4_0
+ * F32 values (F16 and BF16 ones are converted exactly to F32 first), quantized
+ * on the host bit for bit as ggml's quantize_row_q8_0_ref and
+ * quantize_row_q4_0_ref (as their C source reads, no contraction; where ggml's
+ * float-to-int8 conversion is out of range, which happens only in a block whose
+ * scale rounds to 0, the quants are 0, as on x86-64). Q4_K and Q6_K have no
+ * quantizer here: writing floats into them is CLEMBED_ERR_UNSUPPORTED.
+ * clembed_matrix_read gives the blocks (host_dtype = the matrix's dtype) or the
+ * values dequantized to F32, F16 or BF16. A float matrix may also be written
+ * from host blocks of any of the four (dequantized on the host) and read into
+ * Q8_0 or Q4_0 blocks (quantized on the host). Between two block types there is
+ * no conversion (CLEMBED_ERR_UNSUPPORTED).
+ * Quantized matrices are tables to read: the table and the position_table of
+ * clembed_lookup and clembed_embed. As an output, a gradient, or a table to
+ * train or to initialise they are CLEMBED_ERR_UNSUPPORTED, the message and the
+ * error detail naming the argument. */
 
 typedef struct clembed_matrix { /* row-major rows x cols in a cl_mem */
   cl_mem buffer;

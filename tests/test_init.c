@@ -312,7 +312,7 @@ static void events_and_errors(clembed_context *ctx) {
   bad.buffer = NULL;
   FAILS(ctx, INV, clembed_matrix_init_uniform(ctx, &bad, 0.0f, 1.0f, 1, 0, NULL, NULL));
   bad = m;
-  bad.dtype = (clembed_dtype)3;
+  bad.dtype = (clembed_dtype)7;
   FAILS(ctx, INV, clembed_matrix_init_normal(ctx, &bad, 0.0f, 1.0f, 1, 0, NULL, NULL));
   bad = m;
   bad.ld = 4;

@@ -394,7 +394,7 @@ static void errors(clembed_context *ctx) {
   bad.buffer = NULL;
   FAILS(ctx, INV, clembed_positional(ctx, &s, 0, &bad, 0, NULL, NULL));
   bad = m;
-  bad.dtype = (clembed_dtype)3;
+  bad.dtype = (clembed_dtype)7;
   FAILS(ctx, INV, clembed_positional(ctx, &s, 0, &bad, 0, NULL, NULL));
   bad = m;
   bad.ld = 5;

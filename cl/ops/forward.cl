@@ -15,7 +15,11 @@
  * STREAM (an output larger than the device's cache) writes the row shapes'
  * output with streaming stores. Every shape resolves a token and its position
  * with ids.cl's ce_token_row and ce_token_position and computes the same float
- * operations in the same order, so the results are identical bit for bit. */
+ * operations in the same order, so the results are identical bit for bit.
+ * The table (and a learned position table) may be of a block-quantized dtype
+ * (cl/lib/quant.cl): rows then start at ce_ptr_T(base, value offset), loads
+ * are value-indexed from a row's first block, and the row shapes' VEC and the
+ * vec4 shape's 4 divide every block's runs (cols is a multiple of 32). */
 
 #ifndef ROWS
 #define ROWS 4
@@ -27,10 +31,12 @@
 #define TABLE_T CE_XCAT(CE_STORE_, TABLE_DT)
 #define OUT_T CE_XCAT(CE_STORE_, OUT_DT)
 #define load_table CE_XCAT(ce_load_, TABLE_DT)
+#define table_ptr CE_XCAT(ce_ptr_, TABLE_DT) /* a row's start (its first block, for the block types) */
 #define store_out CE_XCAT(ce_store_, OUT_DT)
 #if POSITIONS == 2
 #define POS_T CE_XCAT(CE_STORE_, POS_DT)
 #define load_pos CE_XCAT(ce_load_, POS_DT)
+#define pos_ptr CE_XCAT(ce_ptr_, POS_DT)
 #else
 #define POS_T float
 #endif
@@ -86,13 +92,13 @@ __kernel void ce_embed_vec4(CE_EMBED_ARGS) {
   ulong i = get_global_id(1), j0 = get_global_id(0) * 4;
   if (4 * j0 >= cols || i >= n) return;
   long row = TOKEN_ROW(i, j0 == 0);
-  __global const TABLE_T *trow = table + t_off + (ulong)(row >= 0 ? row : 0) * t_ld;
+  __global const TABLE_T *trow = table_ptr(table, t_off + (ulong)(row >= 0 ? row : 0) * t_ld);
   __global OUT_T *orow = out + o_off + i * o_ld;
 #if POSITIONS != 0
   int pos_ok;
   ulong p = TOKEN_POSITION(i, j0 == 0, &pos_ok);
 #if POSITIONS == 2
-  __global const POS_T *prow = ptab + p_off + (pos_ok ? p : 0) * p_ld;
+  __global const POS_T *prow = pos_ptr(ptab, p_off + (pos_ok ? p : 0) * p_ld);
 #endif
 #endif
   ulong jend = min(j0 + 4, cols / 4);
@@ -140,7 +146,7 @@ inline void ce_embed_row_tokens(CE_EMBED_ARGS, ulong t0, ulong tstep, int shared
     ulong t = t0 + k * tstep, i = min(t, n - 1);
     long row = TOKEN_ROW(i, t < n);
     has[k] = row >= 0;
-    trow[k] = table + t_off + (ulong)(row >= 0 ? row : 0) * t_ld;
+    trow[k] = table_ptr(table, t_off + (ulong)(row >= 0 ? row : 0) * t_ld);
     orow[k] = out + o_off + i * o_ld;
     nt[k] = STREAM && CE_STREAMING && ((ulong)orow[k] & (VEC * sizeof(OUT_T) - 1)) == 0;
     e0[k] = i * cols;
@@ -148,7 +154,7 @@ inline void ce_embed_row_tokens(CE_EMBED_ARGS, ulong t0, ulong tstep, int shared
     pp[k] = TOKEN_POSITION(i, t < n, &pok[k]);
 #endif
 #if POSITIONS == 2
-    prow[k] = ptab + p_off + (pok[k] ? pp[k] : 0) * p_ld;
+    prow[k] = pos_ptr(ptab, p_off + (pok[k] ? pp[k] : 0) * p_ld);
 #endif
   }
   ulong cv = cols / VEC * VEC;

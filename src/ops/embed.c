@@ -60,7 +60,7 @@ static clembed_status resolve_positions(clembed_context *ctx, const clembed_matr
     }
     case CLEMBED_POSITIONS_TABLE:
       p->pt = opt->position_table;
-      CHECK(ce_check_matrix(ctx, p->pt, "position_table", &p->p_ld));
+      CHECK(ce_check_table(ctx, p->pt, "position_table", &p->p_ld));
       if (p->pt->cols != table->cols)
         FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "position_table", -1, (int64_t)p->pt->cols,
                  "position_table has %zu cols but the table has %zu", p->pt->cols, table->cols);
@@ -167,7 +167,7 @@ static clembed_status embed_run(clembed_context *ctx, const clembed_matrix *tabl
     opt = &defaults;
   }
   CHECK(ce_check_events(ctx, nwait, wait));
-  CHECK(ce_check_matrix(ctx, table, "table", &t_ld));
+  CHECK(ce_check_table(ctx, table, "table", &t_ld));
   CHECK(ce_check_ids(ctx, ids, "ids"));
   CHECK(ce_check_matrix(ctx, out, "out", &o_ld));
   if (out->rows != ids->count || out->cols != table->cols)

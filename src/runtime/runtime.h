@@ -342,6 +342,11 @@ clembed_status ce_check_events(clembed_context *ctx, cl_uint n, const cl_event *
 /* Checks a matrix against its buffer; `what` names it in messages (the text
  * after its last ": " is the detail's argument). Fills *ld. */
 clembed_status ce_check_matrix(clembed_context *ctx, const clembed_matrix *m, const char *what, size_t *ld);
+/* The same for a matrix that is only read as a table (lookup and embed, a
+ * learned position table, transfers): the block-quantized dtypes are allowed
+ * (offset, cols and ld multiples of the block size, extent in whole blocks);
+ * ce_check_matrix refuses them with CLEMBED_ERR_UNSUPPORTED naming `what`. */
+clembed_status ce_check_table(clembed_context *ctx, const clembed_matrix *m, const char *what, size_t *ld);
 clembed_status ce_check_ids(clembed_context *ctx, const clembed_ids *ids, const char *what);
 size_t ce_index_size(clembed_index_type t);
 int ce_mul_overflows(size_t a, size_t b, size_t *out);
