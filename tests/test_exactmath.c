@@ -12,9 +12,11 @@
  *                  2^20 random word pairs within 4 ulp of float64 Box-Muller;
  *                  the square root of 2^16 other floats within 1 ulp.
  *   device_bits    the device's bits equal the host's for every input (small:
- *                  every 61st), so every device gives the same bits as every
- *                  other (the suite runs this on POCL, rusticl and Oclgrind).
- *   box_muller     the device's Box-Muller pairs equal the host's, bit for bit. */
+ *                  every 61st), from the scalar functions and from the 16-lane
+ *                  ones, so every device gives the same bits as every other (the
+ *                  suite runs this on POCL, rusticl and Oclgrind).
+ *   box_muller     the device's Box-Muller pairs (scalar and 16-lane) equal the
+ *                  host's, bit for bit. */
 #include "test_util.h"
 
 #include <CL/cl.h>
@@ -156,6 +158,36 @@ static const char *eval_source =
     "  out[4 * (ulong)i + 2] = as_uint(s);\n"
     "  out[4 * (ulong)i + 3] = as_uint(c);\n"
     "}\n"
+    "__kernel void xm_eval16(__global uint *out, uint stride, uint n) {\n"
+    "  uint i0 = get_global_id(0) * 16;\n"
+    "  if (i0 >= n) return;\n"
+    "  uint16 i = (uint16)(i0) + (uint16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);\n"
+    "  uint16 k = (i * stride) & (uint16)(0xFFFFFFu);\n"
+    "  uint16 a = k << 8 | (k & (uint16)(0xFFu));\n"
+    "  float16 l = ce_xm_neg2log16(ce_xm_unit_open016(a)), s, c;\n"
+    "  ce_xm_sincos_turns16(ce_xm_unit16(a), &s, &c);\n"
+    "  uint16 r = as_uint16(ce_xm_sqrt16(l)), lb = as_uint16(l), sb = as_uint16(s), cb = as_uint16(c);\n"
+    "  for (uint j = 0; j < 16 && i0 + j < n; j++) {\n"
+    "    ulong o = 4 * (ulong)(i0 + j);\n"
+    "    uint lv[16], rv[16], sv[16], cv[16];\n"
+    "    vstore16(lb, 0, lv); vstore16(r, 0, rv); vstore16(sb, 0, sv); vstore16(cb, 0, cv);\n"
+    "    out[o] = lv[j]; out[o + 1] = rv[j]; out[o + 2] = sv[j]; out[o + 3] = cv[j];\n"
+    "  }\n"
+    "}\n"
+    "__kernel void xm_box_muller16(__global const uint *in, __global float *out, uint n) {\n"
+    "  uint i0 = get_global_id(0) * 16;\n"
+    "  if (i0 >= n) return;\n"
+    "  uint a[16], b[16];\n"
+    "  for (uint j = 0; j < 16; j++) {\n"
+    "    a[j] = i0 + j < n ? in[2 * (i0 + j)] : 0u;\n"
+    "    b[j] = i0 + j < n ? in[2 * (i0 + j) + 1] : 0u;\n"
+    "  }\n"
+    "  float16 z0, z1;\n"
+    "  ce_xm_box_muller16(vload16(0, a), vload16(0, b), &z0, &z1);\n"
+    "  float x0[16], x1[16];\n"
+    "  vstore16(z0, 0, x0); vstore16(z1, 0, x1);\n"
+    "  for (uint j = 0; j < 16 && i0 + j < n; j++) { out[2 * (i0 + j)] = x0[j]; out[2 * (i0 + j) + 1] = x1[j]; }\n"
+    "}\n"
     "__kernel void xm_box_muller(__global const uint2 *in, __global float2 *out, uint n) {\n"
     "  uint i = get_global_id(0);\n"
     "  if (i >= n) return;\n"
@@ -213,25 +245,35 @@ static void device_close(device *d) {
   if (d->program) clReleaseProgram(d->program);
 }
 
+static void device_bits_kernel(device *dd, const char *kernel_name, size_t per_item);
+
 static void device_bits(clembed_context *ctx) {
   device d;
   if (device_open(ctx, &d)) {
     device_close(&d);
     return;
   }
+  device_bits_kernel(&d, "xm_eval", 1);
+  device_bits_kernel(&d, "xm_eval16", 16);
+  device_close(&d);
+}
+
+/* Runs kernel_name (one input per work-item, or 16) and compares with the host. */
+static void device_bits_kernel(device *dd, const char *kernel_name, size_t per_item) {
+  device d = *dd;
   cl_uint stride = small_mode ? 61 : 1, n = small_mode ? (1u << 24) / 61 + 1 : (1u << 24);
   size_t bytes = (size_t)n * 16;
   cl_int e;
   cl_mem out = clCreateBuffer(d.cl, CL_MEM_WRITE_ONLY, bytes, NULL, &e);
-  cl_kernel k = e == CL_SUCCESS ? clCreateKernel(d.program, "xm_eval", &e) : NULL;
+  cl_kernel k = e == CL_SUCCESS ? clCreateKernel(d.program, kernel_name, &e) : NULL;
   uint32_t *got = malloc(bytes);
   if (e == CL_SUCCESS) e = clSetKernelArg(k, 0, sizeof out, &out);
   if (e == CL_SUCCESS) e = clSetKernelArg(k, 1, sizeof stride, &stride);
   if (e == CL_SUCCESS) e = clSetKernelArg(k, 2, sizeof n, &n);
-  size_t local = 64, global = (n + local - 1) / local * local;
+  size_t local = 64, items = (n + per_item - 1) / per_item, global = (items + local - 1) / local * local;
   if (e == CL_SUCCESS) e = clEnqueueNDRangeKernel(d.queue, k, 1, NULL, &global, &local, 0, NULL, NULL);
   if (e == CL_SUCCESS && got) e = clEnqueueReadBuffer(d.queue, out, CL_TRUE, 0, bytes, got, 0, NULL, NULL);
-  EXPECT(e == CL_SUCCESS && got, "running xm_eval: %d", e);
+  EXPECT(e == CL_SUCCESS && got, "running %s: %d", kernel_name, e);
   if (e == CL_SUCCESS && got) {
     size_t bad[4] = {0, 0, 0, 0};
     const char *what[4] = {"-2 ln u", "radius", "sin", "cos"};
@@ -248,14 +290,16 @@ static void device_bits(clembed_context *ctx) {
           bad[j]++;
         }
     }
-    for (int j = 0; j < 4; j++) EXPECT(bad[j] == 0, "%s: %zu of %u inputs differ from the host's bits", what[j], bad[j], n);
-    printf("device_bits: %u inputs, each of 4 functions\n", n);
+    for (int j = 0; j < 4; j++)
+      EXPECT(bad[j] == 0, "%s: %s: %zu of %u inputs differ from the host's bits", kernel_name, what[j], bad[j], n);
+    printf("device_bits: %s: %u inputs, each of 4 functions\n", kernel_name, n);
   }
   free(got);
   if (k) clReleaseKernel(k);
   if (out) clReleaseMemObject(out);
-  device_close(&d);
 }
+
+static void box_muller_kernel(device *dd, const char *kernel_name, size_t per_item);
 
 static void box_muller(clembed_context *ctx) {
   device d;
@@ -263,6 +307,13 @@ static void box_muller(clembed_context *ctx) {
     device_close(&d);
     return;
   }
+  box_muller_kernel(&d, "xm_box_muller", 1);
+  box_muller_kernel(&d, "xm_box_muller16", 16);
+  device_close(&d);
+}
+
+static void box_muller_kernel(device *dd, const char *kernel_name, size_t per_item) {
+  device d = *dd;
   cl_uint n = small_mode ? 4096 : (1u << 20);
   uint32_t *in = malloc((size_t)n * 8);
   float *got = malloc((size_t)n * 8);
@@ -283,14 +334,14 @@ static void box_muller(clembed_context *ctx) {
   cl_kernel k = NULL;
   if (e == CL_SUCCESS) bin = clCreateBuffer(d.cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, (size_t)n * 8, in, &e);
   if (e == CL_SUCCESS) bout = clCreateBuffer(d.cl, CL_MEM_WRITE_ONLY, (size_t)n * 8, NULL, &e);
-  if (e == CL_SUCCESS) k = clCreateKernel(d.program, "xm_box_muller", &e);
+  if (e == CL_SUCCESS) k = clCreateKernel(d.program, kernel_name, &e);
   if (e == CL_SUCCESS) e = clSetKernelArg(k, 0, sizeof bin, &bin);
   if (e == CL_SUCCESS) e = clSetKernelArg(k, 1, sizeof bout, &bout);
   if (e == CL_SUCCESS) e = clSetKernelArg(k, 2, sizeof n, &n);
-  size_t local = 64, global = (n + local - 1) / local * local;
+  size_t local = 64, items = (n + per_item - 1) / per_item, global = (items + local - 1) / local * local;
   if (e == CL_SUCCESS) e = clEnqueueNDRangeKernel(d.queue, k, 1, NULL, &global, &local, 0, NULL, NULL);
   if (e == CL_SUCCESS) e = clEnqueueReadBuffer(d.queue, bout, CL_TRUE, 0, (size_t)n * 8, got, 0, NULL, NULL);
-  EXPECT(e == CL_SUCCESS, "running xm_box_muller: %d", e);
+  EXPECT(e == CL_SUCCESS, "running %s: %d", kernel_name, e);
   if (e == CL_SUCCESS) {
     size_t bad = 0;
     for (cl_uint i = 0; i < n; i++) {
@@ -303,15 +354,14 @@ static void box_muller(clembed_context *ctx) {
         bad++;
       }
     }
-    EXPECT(bad == 0, "%zu of %u Box-Muller pairs differ from the host's bits", bad, n);
-    printf("box_muller: %u pairs\n", n);
+    EXPECT(bad == 0, "%s: %zu of %u Box-Muller pairs differ from the host's bits", kernel_name, bad, n);
+    printf("box_muller: %s: %u pairs\n", kernel_name, n);
   }
   free(in);
   free(got);
   if (k) clReleaseKernel(k);
   if (bin) clReleaseMemObject(bin);
   if (bout) clReleaseMemObject(bout);
-  device_close(&d);
 }
 
 int main(int argc, char **argv) {

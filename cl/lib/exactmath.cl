@@ -117,3 +117,90 @@ CE_XM_FN void ce_xm_box_muller(unsigned int a, unsigned int b, float *z0, float 
   *z0 = ce_xm_plus_zero(radius * c);
   *z1 = ce_xm_plus_zero(radius * s);
 }
+
+#ifdef __OPENCL_VERSION__
+/* The same functions on 16 lanes (explicit vectors: a CPU device's compiler
+ * keeps them in SIMD registers, where it would not vectorise the scalar ones
+ * across work-items). Lane for lane the same operations in the same order, so
+ * the same bits: test_exactmath checks every input against the scalar ones. */
+inline float16 ce_xm_neg2log16(float16 u) {
+  uint16 ix = as_uint16(u);
+  int16 e = convert_int16(ix >> 23) - (int16)(126);
+  float16 m = as_float16((ix & (uint16)(0x007FFFFFu)) | (uint16)(0x3F000000u));
+  int16 lower = m < (float16)(0.70710678f);
+  float16 x = select(m, m + m, lower) - (float16)(1.0f);
+  float16 fe = convert_float16(select(e, e - (int16)(1), lower));
+  float16 z = x * x;
+  float16 p = (float16)(7.0376836292e-2f);
+  p = fma(p, x, (float16)(-1.1514610310e-1f));
+  p = fma(p, x, (float16)(1.1676998740e-1f));
+  p = fma(p, x, (float16)(-1.2420140846e-1f));
+  p = fma(p, x, (float16)(1.4249322787e-1f));
+  p = fma(p, x, (float16)(-1.6668057665e-1f));
+  p = fma(p, x, (float16)(2.0000714765e-1f));
+  p = fma(p, x, (float16)(-2.4999993993e-1f));
+  p = fma(p, x, (float16)(3.3333331174e-1f));
+  float16 y = (x * z) * p;
+  y = fma(fe, (float16)(-2.12194440e-4f), y);
+  y = fma((float16)(-0.5f), z, y);
+  float16 l = x + y;
+  l = fma(fe, (float16)(0.693359375f), l);
+  return as_float16(as_uint16((float16)(-2.0f) * l) & (uint16)(0x7FFFFFFFu));
+}
+
+inline float16 ce_xm_sqrt16(float16 v) {
+  int16 pos = v > (float16)(0.0f);
+  float16 w = select((float16)(1.0f), v, pos);
+  float16 y = as_float16((uint16)(0x5F3759DFu) - (as_uint16(w) >> 1));
+  float16 hw = (float16)(0.5f) * w;
+  y = y * ((float16)(1.5f) - hw * (y * y));
+  y = y * ((float16)(1.5f) - hw * (y * y));
+  y = y * ((float16)(1.5f) - hw * (y * y));
+  float16 r = w * y;
+  float16 d = fma(-r, r, w);
+  r = fma((float16)(0.5f) * y, d, r);
+  return select((float16)(0.0f), r, pos);
+}
+
+inline void ce_xm_sincos_turns16(float16 t, float16 *s_out, float16 *c_out) {
+  float16 q = (float16)(4.0f) * t;
+  float16 n = rint(q);
+  float16 f = q - n;
+  uint16 fsign = as_uint16(f) & (uint16)(0x80000000u);
+  float16 af = as_float16(as_uint16(f) & (uint16)(0x7FFFFFFFu));
+  float16 a = fma(af, (float16)(1.57079637050628662109375f), af * (float16)(-4.37113900018624283e-8f));
+  float16 a2 = a * a;
+  float16 sp = fma(fma((float16)(-1.9515295891e-4f), a2, (float16)(8.3321608736e-3f)), a2,
+                   (float16)(-1.6666654611e-1f));
+  float16 s = fma(a * a2, sp, a);
+  float16 cp = fma(fma((float16)(2.443315711809948e-5f), a2, (float16)(-1.388731625493765e-3f)), a2,
+                   (float16)(4.166664568298827e-2f));
+  float16 c = fma(a2 * a2, cp, fma((float16)(-0.5f), a2, (float16)(1.0f)));
+  uint16 sb = as_uint16(s) & (uint16)(0x7FFFFFFFu), cb = as_uint16(c) & (uint16)(0x7FFFFFFFu);
+  uint16 quadrant = convert_uint16(convert_int16(n) & (int16)(3));
+  uint16 sign = (uint16)(0x80000000u), zero = (uint16)(0u);
+  uint16 odd_sign = select(zero, sign, quadrant == (uint16)(1u));
+  uint16 even_sign = select(zero, sign, quadrant == (uint16)(2u));
+  uint16 sin_s = select(zero, sb | (fsign ^ even_sign), sb != zero);
+  uint16 cos_s = select(zero, sb | (fsign ^ odd_sign), sb != zero);
+  int16 odd = convert_int16(quadrant & (uint16)(1u)) != (int16)(0);
+  *s_out = as_float16(select(sin_s, cb | select(zero, sign, quadrant == (uint16)(3u)), odd));
+  *c_out = as_float16(select(cb | even_sign, cos_s, odd));
+}
+
+inline float16 ce_xm_plus_zero16(float16 v) {
+  uint16 b = as_uint16(v);
+  return as_float16(select((uint16)(0u), b, (b << 1) != (uint16)(0u)));
+}
+
+inline float16 ce_xm_unit16(uint16 x) { return convert_float16(x >> 8) * (float16)(0x1p-24f); }
+inline float16 ce_xm_unit_open016(uint16 x) { return convert_float16((x >> 8) + (uint16)(1u)) * (float16)(0x1p-24f); }
+
+inline void ce_xm_box_muller16(uint16 a, uint16 b, float16 *z0, float16 *z1) {
+  float16 radius = ce_xm_sqrt16(ce_xm_neg2log16(ce_xm_unit_open016(a)));
+  float16 s, c;
+  ce_xm_sincos_turns16(ce_xm_unit16(b), &s, &c);
+  *z0 = ce_xm_plus_zero16(radius * c);
+  *z1 = ce_xm_plus_zero16(radius * s);
+}
+#endif
