@@ -174,7 +174,7 @@ static void test_help(void) {
   RUNS(0, "help");
   EXPECT(strstr(g_out, "positional") != NULL, "help: %s", g_out);
   RUNS(0, "--version");
-  EXPECT(strstr(g_out, "0.1.0") != NULL, "version: %s", g_out);
+  EXPECT(strstr(g_out, "0.2.0") != NULL, "version: %s", g_out);
   RUNS(1, "x");
   ERR_HAS("unknown subcommand 'x'");
   for (size_t i = 0; i < sizeof subs / sizeof subs[0]; i++) {
