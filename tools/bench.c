@@ -442,7 +442,8 @@ static const char *copy_name(const reference *r, int kind, char *buf, size_t len
 typedef struct bench_state {
   clembed_context *ctx;
   size_t n, d, V;
-  clembed_matrix table, out, ptable, grad, dW;
+  clembed_matrix table, out, ptable, grad, dW, s1, s2;
+  clembed_optimizer optim;
   clembed_ids ids;
   clembed_embed_options eopt;
   clembed_backward_options bopt;
@@ -465,6 +466,10 @@ static clembed_status op_backward(bench_state *s) {
 }
 static clembed_status op_sgd(bench_state *s) {
   return clembed_sgd_update(s->ctx, &s->grad, &s->ids, 1e-9f, &s->bopt, &s->table, 0, NULL, NULL);
+}
+static clembed_status op_optim(bench_state *s) {
+  s->optim.step++;
+  return clembed_optimizer_step(s->ctx, &s->grad, &s->ids, &s->bopt, &s->optim, &s->table, 0, NULL, NULL);
 }
 static clembed_status op_init_normal(bench_state *s) {
   return clembed_matrix_init_normal(s->ctx, &s->table, 0.0f, 1.0f, 7, 0, NULL, NULL);
@@ -562,6 +567,8 @@ static void state_release(bench_state *s) {
   clembed_matrix_release(&s->ptable);
   clembed_matrix_release(&s->grad);
   clembed_matrix_release(&s->dW);
+  clembed_matrix_release(&s->s1);
+  clembed_matrix_release(&s->s2);
   clembed_ids_release(&s->ids);
 }
 
@@ -748,6 +755,27 @@ int clembed_bench_main(int argc, char **argv) {
   ROW("backward (accumulate, atomic)", op_backward, n * 4 + n * d * 4 + 2 * unique * d * 4, 0);
   s.bopt.deterministic = 1;
   ROW("sgd_update", op_sgd, n * 4 + n * d * 4 + 2 * unique * d * 4, 0);
+  /* optimizer steps: ids + gradient + touched rows of the table and of each
+   * state, read and written (F32 table; lr tiny so the table stays put) */
+  {
+    const clembed_optimizer_kind kinds[4] = {CLEMBED_SGD, CLEMBED_ADAGRAD, CLEMBED_ROWWISE_ADAGRAD, CLEMBED_ADAM};
+    const char *onames[4] = {"optimizer SGD", "optimizer ADAGRAD", "optimizer ROWWISE_ADAGRAD", "optimizer ADAM"};
+    const size_t state_cols[4] = {0, d, 1, 2 * d}; /* state columns read and written per touched row */
+    name = "optimizer states";
+    if ((st = clembed_matrix_create(s.ctx, V, d, CLEMBED_F32, &s.s1)) != CLEMBED_OK) goto fail_status;
+    if ((st = clembed_matrix_create(s.ctx, V, d, CLEMBED_F32, &s.s2)) != CLEMBED_OK) goto fail_status;
+    clembed_matrix rowwise = s.s1;
+    rowwise.cols = 1;
+    rowwise.ld = d;
+    for (int k = 0; k < 4; k++) {
+      s.optim = clembed_optimizer_defaults(kinds[k]);
+      s.optim.learning_rate = 1e-9f;
+      s.optim.state = kinds[k] == CLEMBED_ROWWISE_ADAGRAD ? &rowwise : &s.s1;
+      s.optim.state2 = &s.s2;
+      s.optim.step = 0;
+      ROW(onames[k], op_optim, n * 4 + n * d * 4 + 2 * unique * (d + state_cols[k]) * 4, 0);
+    }
+  }
   /* initialisation of the V x d table: output written */
   ROW("init normal f32 (V x d)", op_init_normal, V * d * 4, 0);
   ROW("init uniform f32 (V x d)", op_init_uniform, V * d * 4, 0);
