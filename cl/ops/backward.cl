@@ -333,9 +333,10 @@ __kernel void ce_bwd_rows_grouped(CE_ROWS_ARGS) {
  * column o - tb (tb = the row's first element) places it in the state rows
  * s1b and s2b. Each touched element of the table and the states is read once
  * and written once, by one work-item. */
+#ifndef CE_STORE_ADAM /* given by the host with every build */
 #define CE_STORE_ADAGRAD 3
-#define CE_STORE_ROWWISE_ADAGRAD 4
 #define CE_STORE_ADAM 5
+#endif
 #define CE_OPT_PARAMS                                                                                      \
   __global TABLE_T *tab, float scale, int freq, float cnt, ulong tb, __global float *s1, ulong s1b,        \
       __global float *s2, ulong s2b, float lr, float eps, float wd, float b1c, float b2c, float step_size, \
