@@ -86,6 +86,19 @@ def torch_rows(reps, threads, n, d, V):
     dW = torch.zeros(V, d)
     rows["backward (accumulate, deterministic)"] = median_ms(lambda: dW.index_add_(0, ids, grad), reps)
     rows["sgd_update"] = median_ms(lambda: W.index_add_(0, ids, grad, alpha=-1e-9), reps)
+    # sparse optimizer steps from the same gradient rows: the sparse gradient
+    # tensor PyTorch's embedding backward makes, then the optimizer's step
+    # (coalescing the repeated ids included, as clembed folds them)
+    Wp = torch.nn.Parameter(W.clone())
+    idx = ids.unsqueeze(0)
+    optims = {"optimizer SGD": torch.optim.SGD([Wp], lr=1e-9),
+              "optimizer ADAGRAD": torch.optim.Adagrad([Wp], lr=1e-9),
+              "optimizer ADAM": torch.optim.SparseAdam([Wp], lr=1e-9)}
+    for name, opt in optims.items():
+        def step(opt=opt):
+            Wp.grad = torch.sparse_coo_tensor(idx, grad, (V, d))
+            opt.step()
+        rows[name] = median_ms(step, reps)
     # initialisation of the V x d float32 table, in place
     rows["init normal f32 (V x d)"] = median_ms(lambda: W.normal_(0.0, 1.0), reps)
     rows["init uniform f32 (V x d)"] = median_ms(lambda: W.uniform_(-1.0, 1.0), reps)
@@ -166,7 +179,8 @@ def main():
     for prefix in ["lookup f32", "lookup f16 table, f16 out", "lookup bf16 table, bf16 out",
                    "lookup f16 table, f32 out", "lookup bf16 table, f32 out", "embed sqrt + sinusoid",
                    "embed + learned positions", "positional table", "backward (accumulate, deterministic)",
-                   "sgd_update", "init normal f32 (V x d)", "init uniform f32 (V x d)"]:
+                   "sgd_update", "optimizer SGD", "optimizer ADAGRAD", "optimizer ROWWISE_ADAGRAD",
+                   "optimizer ADAM", "init normal f32 (V x d)", "init uniform f32 (V x d)"]:
         r = find(prefix)
         if r is None:
             continue
