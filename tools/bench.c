@@ -618,12 +618,12 @@ static void usage(FILE *f) {
   fprintf(f,
           "usage: clembed bench [--quick] [--json] [--reps N] [--device SPEC]\n"
           "  Times each operation against the fastest copy the device has (a copy\n"
-          "  kernel, clEnqueueCopyBuffer, and on a CPU device a memcpy over as many\n"
-          "  threads as it has compute units; each copy buffer at least twice the\n"
-          "  largest cache), alternately in the same run, and prints the median ratio\n"
-          "  of the rates (1.0 = copy speed). The one-token row is lookup + finish\n"
-          "  latency in one-kernel round trips (lower is better), over 40 times as\n"
-          "  many pairs.\n"
+          "  kernel, clEnqueueCopyBuffer, and on a CPU device a memcpy and a\n"
+          "  streaming-store copy over as many threads as it has compute units; each\n"
+          "  copy buffer at least twice the largest cache), alternately in the same\n"
+          "  run, and prints the median ratio of the rates (1.0 = copy speed). The\n"
+          "  one-token row is lookup + finish latency in one-kernel round trips\n"
+          "  (lower is better), over 40 times as many pairs.\n"
           "  --quick     3 timed pairs per row\n"
           "  --reps N    timed pairs per row (default 15; the latency row 40 times as many)\n"
           "  --json      one JSON object per row, after one for the reference\n");
