@@ -149,6 +149,10 @@ static void values(clembed_context *ctx) {
   check_values(ctx, 1, R, 7, CLEMBED_F32, 0.0f, 0.02f, 9);       /* a typical embedding init */
   check_values(ctx, 1, 50, 7, CLEMBED_F32, 3.0f, 0.5f, 10);
   check_values(ctx, 1, 10, 10, CLEMBED_F32, -1.0f, 0.0f, 11);    /* std 0: all mean */
+  if (!small_mode) { /* larger than a 32 MiB cache: the CPU shape's streaming stores */
+    check_values(ctx, 1, 2900, 3001, CLEMBED_F32, 0.5f, 2.0f, 77);
+    check_values(ctx, 0, 2900, 3001, CLEMBED_F32, -1.0f, 1.0f, 78);
+  }
   check_values(ctx, 0, 0, 5, CLEMBED_F32, 0.0f, 1.0f, 1);        /* empty */
   check_values(ctx, 1, 5, 0, CLEMBED_F32, 0.0f, 1.0f, 1);
   for (int t = 1; t < 3; t++) {

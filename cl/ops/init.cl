@@ -19,6 +19,10 @@
 #define OUT_T CE_XCAT(CE_STORE_, OUT_DT)
 #define store_out CE_XCAT(ce_store_, OUT_DT)
 #define store_outv CE_XCAT(ce_storev_, OUT_DT)
+#define stream_outv CE_XCAT(ce_streamv_, OUT_DT)
+#ifndef STREAM
+#define STREAM 0
+#endif
 
 /* The four elements from e (a multiple of 4) on, those below total, at
  * (r, c) = (e div cols, e mod cols) and on, row by row. */
@@ -77,7 +81,12 @@ inline void ce_init_store64(__global OUT_T *out, ulong o_off, ulong e0, ulong to
   float16 w0 = shuffle2(a0, b0, p_lo), w1 = shuffle2(a0, b0, p_hi);
   float16 w2 = shuffle2(a1, b1, p_lo), w3 = shuffle2(a1, b1, p_hi);
   ulong o = o_off + e0;
-  if (e0 + 64 <= total) {
+  if (e0 + 64 <= total && STREAM && CE_STREAMING && ((ulong)(out + o) & (16 * sizeof(OUT_T) - 1)) == 0) {
+    stream_outv(out, o, w0);
+    stream_outv(out, o + 16, w1);
+    stream_outv(out, o + 32, w2);
+    stream_outv(out, o + 48, w3);
+  } else if (e0 + 64 <= total) {
     store_outv(out, o, w0);
     store_outv(out, o + 16, w1);
     store_outv(out, o + 32, w2);

@@ -12,7 +12,9 @@
 /* Two kernel shapes (cl/ops/init.cl), the same bits: with the CPU shapes and a
  * dense matrix (ld == cols, or one row) 16 Philox counters (64 elements) per
  * work-item in 16-lane vectors (`kernel` + "16"); otherwise one counter (4
- * elements, any ld) per work-item. Mesa's rusticl gets the one-counter shape
+ * elements, any ld) per work-item; the 16-counter shape writes a matrix
+ * larger than the device's cache with streaming stores (the tuning's
+ * embed_stream, as the forward). Mesa's rusticl gets the one-counter shape
  * on its CPU device too: its compiler spends minutes on the 16-lane kernel. */
 static clembed_status init(clembed_context *ctx, const char *fn, const char *kernel, clembed_matrix *m, float a,
                            float b, uint64_t seed, cl_uint nwait, const cl_event *wait, cl_event *event) {
@@ -25,8 +27,11 @@ static clembed_status init(clembed_context *ctx, const char *fn, const char *ker
   const char *what = !strcmp(kernel, "ce_init_uniform") ? "clembed_matrix_init_uniform: m" : "clembed_matrix_init_normal: m";
   (void)fn;
   CHECK(ce_check_matrix(ctx, m, what, &ld));
-  snprintf(opts, sizeof opts, "-DOUT_DT=%d -DVEC=16", (int)m->dtype);
   int wide = ctx->tune->cpu_shapes && (ld == m->cols || m->rows == 1) && !strstr(ctx->device_name, "rusticl");
+  /* a matrix larger than the device's cache goes out with streaming stores */
+  size_t bytes = m->rows * m->cols * (m->dtype == CLEMBED_F32 ? 4 : 2);
+  int stream = wide && ctx->tune->embed_stream && ctx->cache_bytes && bytes > ctx->cache_bytes;
+  snprintf(opts, sizeof opts, "-DOUT_DT=%d -DVEC=16 -DSTREAM=%d", (int)m->dtype, stream);
   snprintf(name, sizeof name, "%s%s", kernel, wide ? "16" : "");
   CHECK(ce_kernel(ctx, CE_FAMILY_INIT, opts, name, &k));
   size_t total = m->rows * m->cols; /* the matrix lies in a buffer: no overflow */
