@@ -451,15 +451,23 @@ CLEMBED_API clembed_status clembed_sgd_update(clembed_context *ctx, const clembe
 
 /* ------------------------------------------------------------ initialisation */
 
-/* Counter-based Philox4x32-10 with key (seed low 32 bits, seed high 32 bits) and
- * counter (e low 32 bits, e high 32 bits, 0, 0) for element e = r*cols + c,
- * giving words x0..x3. With u(x) = (x >> 8) * 2^-24 in [0, 1):
- *   uniform: low + (high - low) * u(x0), evaluated as 2 * (low/2 + (high/2 - low/2) * u(x0))
- *            (the same float32 result for normal bounds, and no overflow for any finite ones);
- *   normal:  mean + std * sqrt(-2 ln(1 - u(x0))) * cos(2 pi u(x1)) (Box-Muller).
- * computed in float32 on the device (uniform: the same bits on every device, as
- * it uses only correctly rounded operations; normal: within the device's
- * log/sqrt/cospi accuracy, a few ulp). Every work size gives the same numbers. */
+/* Counter-based Philox4x32-10 with key (seed low 32 bits, seed high 32 bits).
+ * One counter serves four consecutive elements: element e = r*cols + c is word
+ * x_j, j = e mod 4, of the counter (q low 32 bits, q high 32 bits, 0, 0) with
+ * q = e div 4 (words x0..x3). With u(x) = (x >> 8) * 2^-24 in [0, 1):
+ *   uniform: low + (high - low) * u(x_j), evaluated in float32 as
+ *            2 * (low/2 + (high/2 - low/2) * u(x_j)) (the same result for normal
+ *            bounds, and no overflow for any finite ones);
+ *   normal:  Box-Muller on the word pairs (x0, x1) and (x2, x3), both the cosine
+ *            and the sine: with v = ((x0 >> 8) + 1) * 2^-24 in (0, 1], t = u(x1),
+ *            R = sqrt(-2 ln v): z0 = R cos(2 pi t), z1 = R sin(2 pi t), and z2, z3
+ *            the same from (x2, x3); the element is mean + std * z_j.
+ * The logarithm, square root, cosine and sine are computed from operations that
+ * OpenCL rounds correctly (+, -, *, fma; cl/lib/exactmath.cl), never from the
+ * device's built-ins, with no contraction: every device and every work size
+ * gives the same bits, uniform and normal. Accuracy: R within 1 ulp, cos and sin
+ * within 2 ulp, z within 4 ulp of the exact transform of the same v and t; an
+ * exact zero z is +0. */
 CLEMBED_API clembed_status clembed_matrix_init_normal(clembed_context *ctx, clembed_matrix *m,
                                                       float mean, float std, uint64_t seed,
                                                       cl_uint num_events_in_wait_list,
@@ -472,8 +480,76 @@ CLEMBED_API clembed_status clembed_matrix_init_uniform(clembed_context *ctx, cle
                                                        cl_event *event);
 
 /* Dropout mask: output element e = i*cols + c of the forward is kept when
- * u(x0) >= dropout for Philox(dropout_seed, e) as above, and then multiplied by
- * 1 / (1 - dropout). */
+ * u(x0) >= dropout, x0 the first word of Philox4x32-10 with key (dropout_seed low
+ * 32 bits, high 32 bits) and counter (e low 32 bits, e high 32 bits, 0, 0), and
+ * then multiplied by 1 / (1 - dropout). */
+
+/* ---------------------------------------------------- sparse optimizer steps */
+
+typedef enum {
+  CLEMBED_SGD = 0,
+  CLEMBED_ADAGRAD = 1,
+  CLEMBED_ROWWISE_ADAGRAD = 2,
+  CLEMBED_ADAM = 3
+} clembed_optimizer_kind;
+
+typedef struct clembed_optimizer {
+  clembed_optimizer_kind kind;
+  float learning_rate;
+  float eps;               /* ADAGRAD 1e-10, ROWWISE_ADAGRAD 1e-8, ADAM 1e-8 */
+  float beta1, beta2;      /* ADAM: 0.9, 0.999 */
+  float weight_decay;      /* L2: g = g + weight_decay * w before the step; default 0 */
+  uint64_t step;           /* ADAM: this step's number t >= 1, counted by the caller */
+  clembed_matrix *state;   /* ADAGRAD: sum of squares (rows x cols); ROWWISE_ADAGRAD: (rows x 1);
+                              ADAM: 1st moment (rows x cols). F32; the caller creates it (zeros) */
+  clembed_matrix *state2;  /* ADAM: 2nd moment (rows x cols), F32 */
+} clembed_optimizer;
+
+/* learning_rate 0.01 (SGD 0.1), eps 1e-10 (ADAGRAD) or 1e-8, beta1 0.9, beta2
+ * 0.999, weight_decay 0, step 0, no states. */
+CLEMBED_API clembed_optimizer clembed_optimizer_defaults(clembed_optimizer_kind kind);
+
+/* One fused sparse step, like clembed_sgd_update: for every row v that occurs in
+ * ids (after the policy; not the padding row), g is the row gradient exactly as
+ * clembed_backward computes it (the same bits: ascending token order, scale,
+ * scale_grad_by_freq, dropout), then in float32, per column, in this order (w the
+ * table element read as float32; s, m, u the state elements):
+ *   weight decay (when weight_decay != 0): g = g + weight_decay * w
+ *   SGD:             w = w - lr * g  (clembed_sgd_update is this with weight_decay 0)
+ *   ADAGRAD:         s = s + g * g;  w = w - lr * (g / (sqrt(s) + eps))   (PyTorch's Adagrad
+ *                    on a sparse gradient)
+ *   ROWWISE_ADAGRAD: m = m + (sum over columns c ascending of g_c * g_c) / cols, one value
+ *                    per row; then w = w - (lr / (sqrt(m) + eps)) * g      (FBGEMM's
+ *                    EXACT_ROWWISE_ADAGRAD)
+ *   ADAM:            m = m + (g - m) * (1 - beta1);  u = u + (g * g - u) * (1 - beta2);
+ *                    w = w - step_size * (m / (sqrt(u) + eps))            (PyTorch's SparseAdam:
+ *                    rows not in ids are not decayed)
+ * where 1 - beta1, 1 - beta2 and step_size = lr * sqrt(1 - beta2^t) / (1 - beta1^t), t = step,
+ * are computed in float64 on the host and each rounded to float32 once. The table is F32,
+ * F16 or BF16 (written back rounded to nearest even); the states are F32 with the table's
+ * rows. sqrt and / are correctly rounded where the device says it can
+ * (CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT), else the device's (a few ulp).
+ *
+ * One pass after the sort of clembed_backward: each touched row of the table and of each
+ * state is read once and written once, in the kernel that folds its gradient; no dense
+ * gradient is made; rows not in ids and their state rows are not touched (not even
+ * rewritten). ROWWISE_ADAGRAD folds a row's gradient twice (its sum of squares comes before
+ * its first step) and, with weight decay, reads the table row twice. Deterministic:
+ * bit-identical on every run, work size and kernel shape. opt NULL means the backward
+ * defaults (its deterministic and accumulate fields are ignored; a position_grad is added
+ * into as by clembed_backward).
+ *
+ * Refused with CLEMBED_ERR_INVALID_ARGUMENT naming the field: a NULL optimizer, an unknown
+ * kind, a missing state, a state of the wrong shape or dtype, learning_rate negative or not
+ * finite, eps negative or not finite, beta1 or beta2 outside [0, 1), weight_decay negative
+ * or not finite, step 0 for ADAM. A quantized table: CLEMBED_ERR_UNSUPPORTED. Bad ids as in
+ * the backward (deferred; they add nothing and no row is stepped for them). */
+CLEMBED_API clembed_status clembed_optimizer_step(clembed_context *ctx, const clembed_matrix *grad_out,
+                                                  const clembed_ids *ids,
+                                                  const clembed_backward_options *opt,
+                                                  const clembed_optimizer *o, clembed_matrix *table,
+                                                  cl_uint num_events_in_wait_list,
+                                                  const cl_event *event_wait_list, cl_event *event);
 
 /* ------------------------------------------------------------------------
  * Rotary position embeddings (RoPE)

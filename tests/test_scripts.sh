@@ -79,7 +79,7 @@ rc=$?
 # ------------------------------------------- 2. quickstart then check
 copy=$work/src
 mkdir -p "$copy"
-for f in CMakeLists.txt cmake cl include src tools tests; do cp -R "$src/$f" "$copy/"; done
+for f in CMakeLists.txt cmake cl include src tools tests examples python; do cp -R "$src/$f" "$copy/"; done
 rm -rf "$copy/build" "$copy/build-"*
 bin=$work/bin
 mkdir -p "$bin"

@@ -71,8 +71,19 @@ unsigned ce_bit_width(uint64_t v);
 typedef enum ce_store_mode {
   CE_STORE_OVERWRITE = 0,  /* grad_table[v] = r */
   CE_STORE_ACCUMULATE = 1, /* grad_table[v] += r */
-  CE_STORE_SGD = 2         /* table[v] -= lr * r, rounded to the table's dtype */
+  CE_STORE_SGD = 2,        /* table[v] -= lr * r, rounded to the table's dtype */
+  /* clembed_optimizer_step (optim.c): the optimizer's kind, with its states */
+  CE_STORE_ADAGRAD = 3,
+  CE_STORE_ROWWISE_ADAGRAD = 4,
+  CE_STORE_ADAM = 5
 } ce_store_mode;
+
+/* An optimizer step's checked fields (optim.c), for the fold. */
+typedef struct ce_optim_step {
+  const clembed_matrix *state, *state2;
+  size_t s1_ld, s2_ld;
+  float eps, weight_decay, b1c, b2c, step_size; /* b1c = 1 - beta1, b2c = 1 - beta2 (ADAM) */
+} ce_optim_step;
 
 /* One fused step over the rows the ids touch: the sort, the fold and the
  * store; the operation's checks, slot and chain included. */
@@ -81,6 +92,7 @@ typedef struct ce_step {
   ce_store_mode mode;
   float lr;                       /* CE_STORE_SGD */
   int atomic;                     /* the atomic path (clembed_backward with deterministic 0) */
+  const ce_optim_step *optim;     /* clembed_optimizer_step: the kernels with states (else NULL) */
 } ce_step;
 clembed_status ce_segment_step(clembed_context *ctx, const ce_step *step, const clembed_matrix *grad_out,
                                const clembed_ids *ids, const clembed_backward_options *opt,
