@@ -97,6 +97,13 @@ static void lastf(const char *fmt, ...) {
   va_end(ap);
 }
 
+void ce_set_last_error(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(ce_last_error, sizeof ce_last_error, fmt, ap);
+  va_end(ap);
+}
+
 /* Lists every device; returns the count (0 with *list NULL when none). */
 static clembed_status list_devices(ce_device_entry **list, size_t *count) {
   cl_uint np = 0;

@@ -124,6 +124,8 @@ clembed_status ce_fail(clembed_context *ctx, clembed_status code, const char *fm
 void ce_set_message(clembed_context *ctx, const char *fmt, ...);
 void ce_vset_message(clembed_context *ctx, const char *fmt, va_list ap);
 void ce_append_message(clembed_context *ctx, const char *text);
+/* The calling thread's clembed_last_error_message(), for failures without a context. */
+void ce_set_last_error(const char *fmt, ...);
 /* OpenCL call failed: records "what: CL_XXX" and returns the code. */
 clembed_status ce_cl_fail(clembed_context *ctx, cl_int err, const char *what);
 
