@@ -210,15 +210,18 @@ int ce_io_parse_gguf(const uint8_t *data, size_t size, ce_io_table *table) {
     if (u32(&r, &ndim, "its dimension count")) return -1;
     if (ndim > GGUF_MAX_DIMS)
       return ce_io_fail(table, "tensor %s: %u dimensions (at most %d)", q, ndim, GGUF_MAX_DIMS);
-    uint64_t elements = 1;
+    uint64_t elements, nonzero;
     for (uint32_t d = 0; d < ndim; d++) {
       if (u64(&r, &dims[d], "its dimensions")) return -1;
       if (dims[d] > (uint64_t)INT64_MAX)
         return ce_io_fail(table, "tensor %s: dimension %u is %llu (negative as ggml's int64)", q, d,
                           (unsigned long long)dims[d]);
-      if (!ce_io_mul(elements, dims[d], &elements) || elements > (uint64_t)INT64_MAX)
-        return ce_io_fail(table, "tensor %s: the element count overflows", q);
     }
+    uint64_t ones[GGUF_MAX_DIMS];
+    for (uint32_t d = 0; d < ndim; d++) ones[d] = dims[d] ? dims[d] : 1;
+    if (!ce_io_elements(dims, (int)ndim, &elements) || !ce_io_elements(ones, (int)ndim, &nonzero) ||
+        nonzero > (uint64_t)INT64_MAX)
+      return ce_io_fail(table, "tensor %s: the element count overflows", q);
     uint64_t offset;
     if (u32(&r, &tnum, "its type") || u64(&r, &offset, "its offset")) return -1;
     if (tnum >= GGML_TYPE_COUNT || !ggml_types[tnum].name)

@@ -64,6 +64,10 @@ ce_io_tensor *ce_io_add(ce_io_table *table);
 size_t ce_io_string(ce_io_table *table, const char *s, size_t len);
 /* Checked products: 0 on overflow of uint64_t. */
 int ce_io_mul(uint64_t a, uint64_t b, uint64_t *out);
+/* The element count of a shape; 0 (failure) when the product of its non-zero
+ * dimensions overflows, even if a zero makes the count 0, so that any subset of
+ * the dimensions can be multiplied safely. */
+int ce_io_elements(const uint64_t *shape, int ndim, uint64_t *elements);
 /* Sets the string pointers, checks that names are unique and that every
  * tensor's [offset, offset + bytes) lies inside the file. */
 int ce_io_finish(ce_io_table *table, uint64_t file_size);

@@ -255,10 +255,9 @@ int ce_io_parse_npy(const uint8_t *data, size_t size, ce_io_table *table) {
     return ce_io_fail(table, "unsupported .npy dtype %s (not a simple type such as '<f4')", q);
   }
 
-  uint64_t elements = 1, bytes;
-  for (int i = 0; i < h.ndim; i++)
-    if (!ce_io_mul(elements, h.shape[i], &elements))
-      return ce_io_fail(table, "the .npy shape is too large: its element count overflows");
+  uint64_t elements, bytes;
+  if (!ce_io_elements(h.shape, h.ndim, &elements))
+    return ce_io_fail(table, "the .npy shape is too large: its element count overflows");
   if (!ce_io_mul(elements, isize, &bytes))
     return ce_io_fail(table, "the .npy shape is too large: its byte count overflows");
   size_t have = size - pre - hlen;

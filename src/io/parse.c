@@ -79,6 +79,17 @@ int ce_io_mul(uint64_t a, uint64_t b, uint64_t *out) {
   return 1;
 }
 
+int ce_io_elements(const uint64_t *shape, int ndim, uint64_t *elements) {
+  uint64_t p = 1;
+  int zero = 0;
+  for (int i = 0; i < ndim; i++) {
+    if (!shape[i]) zero = 1;
+    else if (!ce_io_mul(p, shape[i], &p)) return 0;
+  }
+  *elements = zero ? 0 : p;
+  return 1;
+}
+
 void ce_io_quote(char *out, size_t cap, const char *s, size_t len) {
   size_t o = 0;
   if (cap < 8) {

@@ -342,9 +342,8 @@ static int tensor(json *j, const char *name, uint64_t data_len, uint64_t data_st
   if (!have_dtype) return ce_io_fail(table, "tensor %s: no 'dtype'", q);
   if (!have_shape) return ce_io_fail(table, "tensor %s: no 'shape'", q);
   if (!have_offsets) return ce_io_fail(table, "tensor %s: no 'data_offsets'", q);
-  uint64_t elements = 1, bytes;
-  for (int i = 0; i < ndim; i++)
-    if (!ce_io_mul(elements, shape[i], &elements)) return ce_io_fail(table, "tensor %s: the element count overflows", q);
+  uint64_t elements, bytes;
+  if (!ce_io_elements(shape, ndim, &elements)) return ce_io_fail(table, "tensor %s: the element count overflows", q);
   if (!ce_io_mul(elements, type->size, &bytes)) return ce_io_fail(table, "tensor %s: the byte count overflows", q);
   if (begin > end)
     return ce_io_fail(table, "tensor %s: data_offsets [%llu, %llu] begin after they end", q, (unsigned long long)begin,
@@ -475,7 +474,7 @@ int ce_io_parse_safetensors(const uint8_t *data, size_t size, ce_io_table *table
     goto done;
   }
   /* the data section covered exactly: no gap, no overlap */
-  qsort(spans, nspans, sizeof *spans, by_offsets);
+  if (nspans) qsort(spans, nspans, sizeof *spans, by_offsets);
   uint64_t at = 0;
   for (size_t i = 0; i < nspans; i++) {
     if (spans[i].begin != at) {

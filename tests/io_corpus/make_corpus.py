@@ -58,6 +58,7 @@ bad("npy_object.npy", npy(npy_dict("'|O'")), "unsupported .npy dtype")
 bad("npy_fortran.npy", npy(npy_dict(fortran="True", shape="(2, 3)"), b"\x00" * 24), "fortran_order True")
 bad("npy_negative_dim.npy", npy(npy_dict(shape="(-3,)")), "negative")
 bad("npy_overflow.npy", npy(npy_dict(shape="(4294967296, 4294967296, 16)")), "overflows")
+bad("npy_zero_dim_overflow.npy", npy(npy_dict(shape="(0, 4294967296, 4294967296, 16)")), "overflows")
 bad("npy_huge_claim.npy", npy(npy_dict(shape="(1099511627776,)")), "truncated .npy data")
 bad("npy_five_dims.npy", npy(npy_dict(shape="(1, 1, 1, 1, 1)"), b"\x00" * 4), "more than 4 dimensions")
 bad("npy_missing_shape.npy", npy("{'descr': '<f4', 'fortran_order': False}"), "missing key 'shape'")
@@ -93,6 +94,8 @@ bad("st_end_past_data.safetensors", st("{%s}" % entry("a", offsets="[0, 1000]"),
 bad("st_size_mismatch.safetensors", st("{%s}" % entry("a", shape="[2, 2]", offsets="[0, 12]"), b"\x00" * 12),
     "hold 12 bytes, but 4 F32 values take 16")
 bad("st_shape_overflow.safetensors", st("{%s}" % entry("a", shape="[4294967296, 4294967296, 16]")), "overflows")
+bad("st_zero_dim_overflow.safetensors", st("{%s}" % entry("a", shape="[0, 4294967296, 4294967296]", offsets="[0, 0]")),
+    "overflows")
 bad("st_offset_overflow.safetensors", st("{%s}" % entry("a", offsets="[0, 99999999999999999999999]")),
     "overflows 64 bits")
 bad("st_negative_dim.safetensors", st("{%s}" % entry("a", shape="[-1]")), "negative")
@@ -185,6 +188,7 @@ bad("gguf_name_nul.gguf", gguf([], [tinfo("a\x00b", [2])], b"\x00" * 8), "NUL by
 bad("gguf_five_dims.gguf", gguf([], [tinfo("a", [1, 1, 1, 1, 2])], b"\x00" * 8), "5 dimensions (at most 4)")
 bad("gguf_negative_dim.gguf", gguf([], [tinfo("a", [2**63])]), "negative as ggml's int64")
 bad("gguf_elements_overflow.gguf", gguf([], [tinfo("a", [2**32, 2**32, 16])]), "element count overflows")
+bad("gguf_zero_dim_overflow.gguf", gguf([], [tinfo("a", [0, 2**40, 2**40])]), "element count overflows")
 bad("gguf_unknown_type.gguf", gguf([], [tinfo("a", [2], 99)], b"\x00" * 8), "unknown ggml type 99")
 bad("gguf_removed_type.gguf", gguf([], [tinfo("a", [2], 4)], b"\x00" * 8), "unknown ggml type 4")
 bad("gguf_row_not_block.gguf", gguf([], [tinfo("a", [33], 8)], b"\x00" * 64), "not a multiple of q8_0's block of 32")
