@@ -42,7 +42,7 @@ extern "C" {
 #endif
 
 #define CLEMBED_VERSION_MAJOR 0
-#define CLEMBED_VERSION_MINOR 1
+#define CLEMBED_VERSION_MINOR 2
 #define CLEMBED_VERSION_PATCH 0
 #define CLEMBED_VERSION_NUMBER \
   (CLEMBED_VERSION_MAJOR * 10000 + CLEMBED_VERSION_MINOR * 100 + CLEMBED_VERSION_PATCH)
@@ -100,11 +100,14 @@ CLEMBED_API clembed_status clembed_context_create(const char *device, clembed_co
  * way (the atomic backward aside, whose order of additions is unspecified). */
 
 /* Joins an existing pipeline: retains `queue` (released by destroy) and uses its
- * context and device. */
+ * context and device. Enqueues nothing and waits for nothing on the queue (a
+ * queue held back by a user event does not block it). */
 CLEMBED_API clembed_status clembed_context_create_from_queue(cl_command_queue queue,
                                                              clembed_context **ctx);
 
-/* Waits for the context's work, releases everything it owns. NULL is a no-op. */
+/* Waits for the context's work, releases everything it owns. NULL is a no-op.
+ * On a caller's queue (create_from_queue) it waits only for the commands clembed
+ * enqueued, never for the caller's (no clFinish of a shared queue). */
 CLEMBED_API void clembed_context_destroy(clembed_context *ctx);
 
 /* The queue the context enqueues on (owned by the context; do not release). NULL for NULL. */
@@ -123,8 +126,48 @@ CLEMBED_API const char *clembed_last_error_message(void);
 
 /* Waits for all work enqueued through this context and returns the first
  * deferred error (an out-of-range id or position, recorded on the device), then
- * clears it. */
+ * clears it. Device work that failed is reported first: a command of this
+ * context whose event ended with a negative status (for instance one that
+ * waited on a user event set to a negative status) gives that OpenCL status
+ * (CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST for a failed wait list), as do
+ * the blocking reads, which return it rather than data the failed command did
+ * not write. */
 CLEMBED_API clembed_status clembed_finish(clembed_context *ctx);
+
+/* ------------------------------------------------- devices and error detail */
+
+typedef struct clembed_device_info {
+  char spec[16];              /* "P:D", usable as a device spec */
+  char platform[128], name[128];
+  cl_device_type type;
+  int is_default;             /* the device that a NULL spec picks (CLEMBED_DEVICE included) */
+  uint64_t global_mem_bytes, max_alloc_bytes;
+} clembed_device_info;
+
+/* Lists the OpenCL devices in the order `clembed devices` shows them: *count
+ * receives the number of devices, and the first min(capacity, *count) entries
+ * of list are filled. list may be NULL with capacity 0 (to count). No device is
+ * not an error (*count = 0). */
+CLEMBED_API clembed_status clembed_devices(clembed_device_info *list, size_t capacity, size_t *count);
+
+typedef struct clembed_error_detail {
+  clembed_status status;      /* CLEMBED_OK when nothing has failed */
+  const char *operation;      /* "clembed_embed", ... ("" if none) */
+  const char *argument;       /* "ids", "sequence_offsets", "positions", "position_table", ... ("" if none) */
+  int64_t index;              /* the element of that argument, -1 if none */
+  int64_t value;              /* the bad value (0 if none) */
+} clembed_error_detail;
+
+/* The structured detail of the last failure on ctx (the one that
+ * clembed_context_message describes), the deferred errors that clembed_finish
+ * returns included: a bad id is argument "ids", index = the token, value = the
+ * id; a position outside a learned table is "position_table" (or
+ * "position_grad" in the backward), index = the token, value = the position; a
+ * negative sequence start is "sequence_offsets", index = the sequence, value =
+ * its start. With ctx NULL: the last failure in this thread of a call that had
+ * no context (context creation, clembed_devices, a NULL ctx). The strings are
+ * static. CLEMBED_ERR_INVALID_ARGUMENT only when d is NULL. */
+CLEMBED_API clembed_status clembed_context_error(const clembed_context *ctx, clembed_error_detail *d);
 
 /* ------------------------------------------------------------- device data */
 
@@ -150,7 +193,9 @@ typedef struct clembed_ids {    /* token ids in a cl_mem */
 } clembed_ids;
 
 /* A user's own buffers are used by filling the structs directly; every call
- * checks that offset, ld and the extent fit in the buffer (CL_MEM_SIZE).
+ * checks that offset, ld and the extent fit in the buffer (CL_MEM_SIZE), and
+ * refuses a buffer or a wait-list event of another cl_context
+ * (CLEMBED_ERR_INVALID_ARGUMENT naming it).
  *
  * F16 is IEEE binary16, BF16 the top 16 bits of binary32; conversions to them
  * round to nearest even (a NaN stays a NaN, made quiet, with its sign and the
@@ -232,14 +277,15 @@ typedef enum clembed_positions {
   CLEMBED_POSITIONS_TABLE
 } clembed_positions;
 
-#define CLEMBED_NO_PADDING (-1)
+/* No padding id. Before 0.2 this was -1; -1 now means the last row, as in PyTorch. */
+#define CLEMBED_NO_PADDING INT64_MIN
 
 typedef struct clembed_embed_options {
   float scale;                          /* token row multiplier, e.g. sqrt(d_model) */
   clembed_index_policy policy;
-  int64_t padding_idx;                  /* this id's token row counts as zero; CLEMBED_NO_PADDING.
-                                           A negative value other than -1 means padding_idx + rows,
-                                           as in PyTorch */
+  int64_t padding_idx;                  /* this id's token row counts as zero; a negative value
+                                           counts from the end (-1 = rows-1, as nn.Embedding);
+                                           CLEMBED_NO_PADDING for none */
   clembed_positions positions;
   clembed_sinusoid sinusoid;            /* for POSITIONS_SINUSOID */
   const clembed_matrix *position_table; /* for POSITIONS_TABLE (learned positions), rows = positions,

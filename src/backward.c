@@ -336,7 +336,6 @@ static clembed_status run(clembed_context *ctx, const char *what, int sgd, const
   cl_long padding;
   memset(&b, 0, sizeof b);
   memset(&srt, 0, sizeof srt);
-  if (!ctx) return CLEMBED_ERR_INVALID_ARGUMENT;
   if (!opt) {
     defaults = clembed_backward_defaults();
     opt = &defaults;
@@ -392,7 +391,8 @@ static clembed_status run(clembed_context *ctx, const char *what, int sgd, const
   /* CHECK and WRAP report bad ids; CLAMP has nowhere to send an id of an empty table. */
   if (token_work && (opt->policy == CLEMBED_INDEX_CHECK || opt->policy == CLEMBED_INDEX_WRAP ||
                      (opt->policy == CLEMBED_INDEX_CLAMP && rows == 0) || pg)) {
-    ce_slot_info info = {what, rows, p_rows, opt->seq_len, opt->position_offset, b.so != NULL};
+    ce_slot_info info = {what, "position_grad", opt->policy == CLEMBED_INDEX_WRAP, rows, p_rows, opt->seq_len,
+                         opt->position_offset, b.so != NULL};
     CHECK(ce_slot_reserve(ctx, &info, &b.slot));
   }
 
@@ -520,11 +520,19 @@ cleanup:
 clembed_status clembed_backward(clembed_context *ctx, const clembed_matrix *grad_out, const clembed_ids *ids,
                                 const clembed_backward_options *opt, clembed_matrix *grad_table, cl_uint nwait,
                                 const cl_event *wait, cl_event *event) {
-  return run(ctx, "clembed_backward", 0, grad_out, ids, 0.0f, opt, grad_table, nwait, wait, event);
+  cl_event own;
+  CE_ENTER(ctx, "clembed_backward");
+  cl_event *ev = CE_EVENT_BEGIN(event, own);
+  return ce_track_end(ctx, run(ctx, "clembed_backward", 0, grad_out, ids, 0.0f, opt, grad_table, nwait, wait, ev),
+                      event, &own);
 }
 
 clembed_status clembed_sgd_update(clembed_context *ctx, const clembed_matrix *grad_out, const clembed_ids *ids,
                                   float learning_rate, const clembed_backward_options *opt, clembed_matrix *table,
                                   cl_uint nwait, const cl_event *wait, cl_event *event) {
-  return run(ctx, "clembed_sgd_update", 1, grad_out, ids, learning_rate, opt, table, nwait, wait, event);
+  cl_event own;
+  CE_ENTER(ctx, "clembed_sgd_update");
+  cl_event *ev = CE_EVENT_BEGIN(event, own);
+  return ce_track_end(ctx, run(ctx, "clembed_sgd_update", 1, grad_out, ids, learning_rate, opt, table, nwait, wait, ev),
+                      event, &own);
 }

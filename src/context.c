@@ -12,8 +12,32 @@
 /* ------------------------------------------------------------- messages */
 
 static _Thread_local char ce_last_error[2048];
+static _Thread_local clembed_error_detail ce_last_detail;
 
 const char *clembed_last_error_message(void) { return ce_last_error; }
+
+static void detail_fill(clembed_error_detail *d, clembed_status code, const char *op, const char *argument,
+                        int64_t index, int64_t value) {
+  d->status = code;
+  d->operation = op ? op : "";
+  d->argument = argument ? argument : "";
+  d->index = index;
+  d->value = value;
+}
+
+void ce_set_detail(clembed_context *ctx, clembed_status code, const char *op, const char *argument, int64_t index,
+                   int64_t value) {
+  if (!ctx) return;
+  detail_fill(&ctx->detail, code, op ? op : ctx->op, argument, index, value);
+}
+
+clembed_status clembed_context_error(const clembed_context *ctx, clembed_error_detail *d) {
+  if (!d) return CLEMBED_ERR_INVALID_ARGUMENT;
+  *d = ctx ? ctx->detail : ce_last_detail;
+  if (!d->operation) d->operation = "";
+  if (!d->argument) d->argument = "";
+  return CLEMBED_OK;
+}
 
 void ce_vset_message(clembed_context *ctx, const char *fmt, va_list ap) {
   if (!ctx) return;
@@ -59,6 +83,17 @@ clembed_status ce_fail(clembed_context *ctx, clembed_status code, const char *fm
   va_start(ap, fmt);
   ce_vset_message(ctx, fmt, ap);
   va_end(ap);
+  ce_set_detail(ctx, code, NULL, "", -1, 0);
+  return code;
+}
+
+clembed_status ce_fail_arg(clembed_context *ctx, clembed_status code, const char *op, const char *argument,
+                           int64_t index, int64_t value, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  ce_vset_message(ctx, fmt, ap);
+  va_end(ap);
+  ce_set_detail(ctx, code, op, argument, index, value);
   return code;
 }
 
@@ -67,8 +102,112 @@ clembed_status ce_cl_fail(clembed_context *ctx, cl_int err, const char *what) {
   if (err == CL_MEM_OBJECT_ALLOCATION_FAILURE || err == CL_OUT_OF_HOST_MEMORY || err == CL_OUT_OF_RESOURCES)
     s = CLEMBED_ERR_OUT_OF_MEMORY; /* the OpenCL code stays in the message */
   ce_set_message(ctx, "%s: %s", what, clembed_status_string((clembed_status)err));
+  ce_set_detail(ctx, s, NULL, "", -1, (int64_t)err);
   return s;
 }
+
+clembed_status ce_no_context(const char *op) {
+  snprintf(ce_last_error, sizeof ce_last_error, "%s: ctx is NULL", op);
+  detail_fill(&ce_last_detail, CLEMBED_ERR_INVALID_ARGUMENT, op, "ctx", -1, 0);
+  return CLEMBED_ERR_INVALID_ARGUMENT;
+}
+
+/* ------------------------------------------------------- tracked commands */
+
+/* Records a failed command's status in ctx->failed (the first one wins). */
+static void tracked_note(clembed_context *ctx, const ce_tracked *t, cl_int st) {
+  if (st >= 0 || ctx->failed.status != CLEMBED_OK) return;
+  clembed_status code = st > -1000 ? (clembed_status)st : (clembed_status)CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST;
+  detail_fill(&ctx->failed, code, t->op, st == CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST ? "event_wait_list" : "",
+              -1, (int64_t)st);
+}
+
+static cl_int event_status(cl_event e) {
+  cl_int st = CL_COMPLETE;
+  if (clGetEventInfo(e, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof st, &st, NULL) != CL_SUCCESS) st = CL_COMPLETE;
+  return st;
+}
+
+/* Drops the commands that have completed (noting failures); with `wait`, waits
+ * for every one first. */
+static void tracked_sweep(clembed_context *ctx, int wait) {
+  size_t keep = 0;
+  for (size_t i = 0; i < ctx->ntracked; i++) {
+    ce_tracked *t = &ctx->tracked[i];
+    cl_int st = event_status(t->event);
+    if (wait && st > CL_COMPLETE) { /* (a wait on a failed event is itself an error on some implementations) */
+      clWaitForEvents(1, &t->event);
+      st = event_status(t->event);
+    }
+    if (st > CL_COMPLETE) { /* still queued or running */
+      ctx->tracked[keep++] = *t;
+      continue;
+    }
+    tracked_note(ctx, t, st);
+    clReleaseEvent(t->event);
+  }
+  ctx->ntracked = keep;
+}
+
+static void tracked_wait_release(clembed_context *ctx) {
+  tracked_sweep(ctx, 1);
+  for (size_t i = 0; i < ctx->ntracked; i++) clReleaseEvent(ctx->tracked[i].event);
+  ctx->ntracked = 0;
+}
+
+/* Keeps `ev` (a reference the context owns) for the next finish. */
+static clembed_status track(clembed_context *ctx, cl_event ev, const char *op) {
+  if (ctx->ntracked == ctx->tracked_cap) tracked_sweep(ctx, 0);
+  if (ctx->ntracked == ctx->tracked_cap) {
+    size_t cap = ctx->tracked_cap ? 2 * ctx->tracked_cap : 64;
+    ce_tracked *t = realloc(ctx->tracked, cap * sizeof *t);
+    if (!t) { /* cannot keep it: wait for it now */
+      clWaitForEvents(1, &ev);
+      ce_tracked one = {ev, op};
+      tracked_note(ctx, &one, event_status(ev));
+      clReleaseEvent(ev);
+      return CLEMBED_OK;
+    }
+    ctx->tracked = t;
+    ctx->tracked_cap = cap;
+  }
+  ctx->tracked[ctx->ntracked].event = ev;
+  ctx->tracked[ctx->ntracked++].op = op;
+  return CLEMBED_OK;
+}
+
+clembed_status ce_track_end(clembed_context *ctx, clembed_status status, cl_event *event, const cl_event *ownp) {
+  cl_event own = *ownp;
+  if (status != CLEMBED_OK) {
+    if (own) clReleaseEvent(own);
+    return status;
+  }
+  if (event && *event) {
+    clRetainEvent(*event);
+    track(ctx, *event, ctx->op);
+  } else if (own) {
+    track(ctx, own, ctx->op);
+  }
+  return status;
+}
+
+/* After a clFinish: the first failed command since the last check, as a
+ * status with its message and detail (and forgotten). */
+static clembed_status tracked_collect(clembed_context *ctx) {
+  tracked_sweep(ctx, 1);
+  clembed_error_detail f = ctx->failed;
+  if (f.status == CLEMBED_OK) return CLEMBED_OK;
+  memset(&ctx->failed, 0, sizeof ctx->failed);
+  ce_set_message(ctx, "%s: a command on the device failed with %s (%lld)%s", f.operation,
+                 clembed_status_string((clembed_status)f.value), (long long)f.value,
+                 f.value == CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST
+                     ? ": an event in its wait list failed; its output was not written"
+                     : "; its output was not written");
+  ctx->detail = f;
+  return f.status;
+}
+
+/* ---------------------------------------------------------- accessors */
 
 const char *clembed_context_message(const clembed_context *ctx) {
   return ctx && ctx->message ? ctx->message : "";
@@ -88,8 +227,10 @@ typedef struct ce_device_entry {
   cl_uint pi, di;
   cl_device_type type;
   char name[512]; /* "platform name device name" */
+  char pname[128], dname[128];
 } ce_device_entry;
 
+/* The message of a call that has no context (per thread). */
 static void lastf(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
@@ -97,11 +238,18 @@ static void lastf(const char *fmt, ...) {
   va_end(ap);
 }
 
-void ce_set_last_error(const char *fmt, ...) {
+void ce_set_last_error(clembed_status code, const char *op, const char *argument, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(ce_last_error, sizeof ce_last_error, fmt, ap);
   va_end(ap);
+  detail_fill(&ce_last_detail, code, op, argument, -1, 0);
+}
+
+/* The detail of a context creation that failed (per thread). */
+static clembed_status create_failed(clembed_status status, const char *op, const char *argument) {
+  detail_fill(&ce_last_detail, status, op, argument, -1, 0);
+  return status;
 }
 
 /* Lists every device; returns the count (0 with *list NULL when none). */
@@ -156,6 +304,8 @@ static clembed_status list_devices(ce_device_entry **list, size_t *count) {
       clGetDeviceInfo(devs[d], CL_DEVICE_NAME, sizeof dname - 1, dname, NULL);
       clGetDeviceInfo(devs[d], CL_DEVICE_TYPE, sizeof e->type, &e->type, NULL);
       snprintf(e->name, sizeof e->name, "%s %s", pname, dname);
+      snprintf(e->pname, sizeof e->pname, "%s", pname);
+      snprintf(e->dname, sizeof e->dname, "%s", dname);
     }
     free(devs);
   }
@@ -230,7 +380,7 @@ clembed_status clembed_context_create(const char *device, clembed_context **out)
   ce_last_error[0] = '\0';
   if (!out) {
     lastf("clembed_context_create: ctx is NULL");
-    return CLEMBED_ERR_INVALID_ARGUMENT;
+    return create_failed(CLEMBED_ERR_INVALID_ARGUMENT, "clembed_context_create", "ctx");
   }
   *out = NULL;
   const char *spec = device;
@@ -285,12 +435,13 @@ clembed_status clembed_context_create(const char *device, clembed_context **out)
     status = (clembed_status)err;
     goto cleanup;
   }
+  ctx->own_queue = 1;
   status = context_init(ctx);
 cleanup:
   free(list);
   if (status != CLEMBED_OK) {
     clembed_context_destroy(ctx);
-    return status;
+    return create_failed(status, "clembed_context_create", status == CLEMBED_ERR_NO_DEVICE ? "device" : "");
   }
   *out = ctx;
   return CLEMBED_OK;
@@ -299,19 +450,20 @@ cleanup:
 clembed_status clembed_context_create_from_queue(cl_command_queue queue, clembed_context **out) {
   clembed_status status = CLEMBED_OK;
   ce_last_error[0] = '\0';
+  const char *op = "clembed_context_create_from_queue";
   if (!out) {
     lastf("clembed_context_create_from_queue: ctx is NULL");
-    return CLEMBED_ERR_INVALID_ARGUMENT;
+    return create_failed(CLEMBED_ERR_INVALID_ARGUMENT, op, "ctx");
   }
   *out = NULL;
   if (!queue) {
     lastf("clembed_context_create_from_queue: queue is NULL");
-    return CLEMBED_ERR_INVALID_ARGUMENT;
+    return create_failed(CLEMBED_ERR_INVALID_ARGUMENT, op, "queue");
   }
   clembed_context *ctx = context_alloc();
   if (!ctx) {
     lastf("clembed_context_create_from_queue: out of host memory");
-    return CLEMBED_ERR_OUT_OF_MEMORY;
+    return create_failed(CLEMBED_ERR_OUT_OF_MEMORY, op, "");
   }
   cl_int err = clGetCommandQueueInfo(queue, CL_QUEUE_CONTEXT, sizeof ctx->context, &ctx->context, NULL);
   if (err == CL_SUCCESS)
@@ -323,7 +475,7 @@ clembed_status clembed_context_create_from_queue(cl_command_queue queue, clembed
           clembed_status_string((clembed_status)err));
     ctx->context = NULL;
     free(ctx);
-    return (clembed_status)err;
+    return create_failed((clembed_status)err, op, "queue");
   }
   clRetainContext(ctx->context);
   clRetainCommandQueue(queue);
@@ -331,7 +483,7 @@ clembed_status clembed_context_create_from_queue(cl_command_queue queue, clembed
   status = context_init(ctx);
   if (status != CLEMBED_OK) {
     clembed_context_destroy(ctx);
-    return status;
+    return create_failed(status, op, "");
   }
   *out = ctx;
   return CLEMBED_OK;
@@ -402,19 +554,17 @@ static clembed_status context_init(clembed_context *ctx) {
     return CLEMBED_ERR_UNSUPPORTED;
   }
 
-  /* Deferred-error slots: 0xFF bytes mean "no error". */
-  ctx->errbuf = clCreateBuffer(ctx->context, CL_MEM_READ_WRITE, CE_ERRBUF_BYTES, NULL, &err);
+  /* Deferred-error slots: 0xFF bytes mean "no error". Initialised from host
+   * memory when created, not by a command: nothing is enqueued on (or waits
+   * for) a caller's queue, which may be held back by a user event. */
+  memset(ctx->clean_slots, 0xFF, sizeof ctx->clean_slots);
+  ctx->errbuf = clCreateBuffer(ctx->context, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, CE_ERRBUF_BYTES,
+                               ctx->clean_slots, &err);
   if (err != CL_SUCCESS) {
+    ctx->errbuf = NULL;
     lastf("allocating the error record on %s: %s", ctx->device_name,
           clembed_status_string((clembed_status)err));
     return CLEMBED_ERR_OUT_OF_MEMORY;
-  }
-  memset(ctx->clean_slots, 0xFF, sizeof ctx->clean_slots);
-  err = clEnqueueWriteBuffer(ctx->queue, ctx->errbuf, CL_TRUE, 0, CE_ERRBUF_BYTES, ctx->clean_slots, 0, NULL, NULL);
-  if (err != CL_SUCCESS) {
-    lastf("initialising the error record on %s: %s", ctx->device_name,
-          clembed_status_string((clembed_status)err));
-    return (clembed_status)err;
   }
   clembed_status status = ce_program_set_acquire(ctx);
   if (status != CLEMBED_OK) lastf("%s", clembed_context_message(ctx));
@@ -423,7 +573,12 @@ static clembed_status context_init(clembed_context *ctx) {
 
 void clembed_context_destroy(clembed_context *ctx) {
   if (!ctx) return;
-  if (ctx->queue) clFinish(ctx->queue);
+  /* A queue of its own is finished; a caller's queue is never finished (it
+   * may hold the caller's work, or wait on a user event): only the context's
+   * own commands are waited for, those that write into its host memory among
+   * them. */
+  if (ctx->queue && ctx->own_queue) clFinish(ctx->queue);
+  tracked_wait_release(ctx);
   ce_kernels_release(ctx);
   ce_program_set_release(ctx);
   ce_freq_release(ctx);
@@ -432,6 +587,7 @@ void clembed_context_destroy(clembed_context *ctx) {
   if (ctx->queue) clReleaseCommandQueue(ctx->queue);
   if (ctx->context) clReleaseContext(ctx->context);
   free(ctx->message);
+  free(ctx->tracked);
   free(ctx);
 }
 
@@ -459,26 +615,39 @@ static void slots_scan(clembed_context *ctx, const cl_uint *s, const ce_slot_inf
     ctx->deferred = CLEMBED_ERR_INDEX_OUT_OF_RANGE;
     if (r[0] <= r[1]) {
       int64_t v = (int64_t)((uint64_t)r[2] | ((uint64_t)r[3] << 32));
-      snprintf(ctx->deferred_message, sizeof ctx->deferred_message,
-               "%s: ids[%u] = %lld is outside [0, %llu)", in->op, r[0], (long long)v,
-               (unsigned long long)in->id_rows);
+      unsigned long long rows = (unsigned long long)in->id_rows;
+      if (in->wrap)
+        snprintf(ctx->deferred_message, sizeof ctx->deferred_message, "%s: ids[%u] = %lld is outside [-%llu, %llu)",
+                 in->op, r[0], (long long)v, rows, rows);
+      else
+        snprintf(ctx->deferred_message, sizeof ctx->deferred_message, "%s: ids[%u] = %lld is outside [0, %llu)",
+                 in->op, r[0], (long long)v, rows);
+      detail_fill(&ctx->deferred_detail, CLEMBED_ERR_INDEX_OUT_OF_RANGE, in->op, "ids", (int64_t)r[0], v);
     } else {
       uint64_t i = r[1];
       uint64_t first = in->position_offset;
       uint64_t inseq = in->seq_len ? i % in->seq_len : i;
       if (in->has_sequence_offsets) first = (uint64_t)r[4] | ((uint64_t)r[5] << 32);
-      if ((int64_t)first < 0 && in->has_sequence_offsets)
+      if ((int64_t)first < 0 && in->has_sequence_offsets) {
+        uint64_t b = in->seq_len ? i / in->seq_len : 0;
         snprintf(ctx->deferred_message, sizeof ctx->deferred_message,
                  "%s: token %llu is at position %lld: sequence_offsets gives its sequence a negative start",
                  in->op, (unsigned long long)i, (long long)(first + inseq));
-      else if ((int64_t)first < 0)
+        detail_fill(&ctx->deferred_detail, CLEMBED_ERR_INDEX_OUT_OF_RANGE, in->op, "sequence_offsets", (int64_t)b,
+                    (int64_t)first);
+      } else if ((int64_t)first < 0) {
         snprintf(ctx->deferred_message, sizeof ctx->deferred_message,
                  "%s: token %llu is at position %llu: position_offset %llu is beyond 2^63 - 1", in->op,
                  (unsigned long long)i, (unsigned long long)(first + inseq), (unsigned long long)first);
-      else
+        detail_fill(&ctx->deferred_detail, CLEMBED_ERR_INDEX_OUT_OF_RANGE, in->op, "positions", (int64_t)i,
+                    (int64_t)(first + inseq));
+      } else {
         snprintf(ctx->deferred_message, sizeof ctx->deferred_message,
                  "%s: token %llu is at position %llu, outside the position table [0, %llu)", in->op,
                  (unsigned long long)i, (unsigned long long)(first + inseq), (unsigned long long)in->pos_rows);
+        detail_fill(&ctx->deferred_detail, CLEMBED_ERR_INDEX_OUT_OF_RANGE, in->op,
+                    in->pos_arg ? in->pos_arg : "positions", (int64_t)i, (int64_t)(first + inseq));
+      }
     }
   }
 }
@@ -489,11 +658,18 @@ static void slots_scan(clembed_context *ctx, const cl_uint *s, const ce_slot_inf
 static cl_int slots_read_and_reset(clembed_context *ctx, size_t used, cl_uint *host, int reset) {
   size_t bytes = used * CE_SLOT_UINTS * sizeof(cl_uint);
   cl_int err = CL_SUCCESS;
+  cl_event last = NULL, ev = NULL;
   if (!ctx->in_order) err = clEnqueueBarrierWithWaitList(ctx->queue, 0, NULL, NULL);
-  if (err == CL_SUCCESS && host) err = clEnqueueReadBuffer(ctx->queue, ctx->errbuf, CL_FALSE, 0, bytes, host, 0, NULL, NULL);
-  if (err == CL_SUCCESS && reset)
-    err = clEnqueueWriteBuffer(ctx->queue, ctx->errbuf, CL_FALSE, 0, bytes, ctx->clean_slots, 0, NULL, NULL);
+  if (err == CL_SUCCESS && host) err = clEnqueueReadBuffer(ctx->queue, ctx->errbuf, CL_FALSE, 0, bytes, host, 0, NULL, &last);
+  if (err == CL_SUCCESS && reset) {
+    err = clEnqueueWriteBuffer(ctx->queue, ctx->errbuf, CL_FALSE, 0, bytes, ctx->clean_slots, 0, NULL, &ev);
+    if (err == CL_SUCCESS && last) clReleaseEvent(last);
+    if (err == CL_SUCCESS) last = ev;
+  }
   if (err == CL_SUCCESS && reset && !ctx->in_order) err = clEnqueueBarrierWithWaitList(ctx->queue, 0, NULL, NULL);
+  /* they read from and write into the context's memory: destroy waits for them */
+  if (last && err == CL_SUCCESS) track(ctx, last, "clembed_finish");
+  else if (last) clReleaseEvent(last);
   return err;
 }
 
@@ -562,9 +738,12 @@ clembed_status ce_slot_reserve(clembed_context *ctx, const ce_slot_info *info, c
 clembed_status ce_collect(clembed_context *ctx) {
   clembed_status s = slots_drain(ctx);
   if (s != CLEMBED_OK) return s;
+  s = tracked_collect(ctx);
+  if (s != CLEMBED_OK) return s;
   s = ctx->deferred;
   if (s != CLEMBED_OK) {
     ce_set_message(ctx, "%s", ctx->deferred_message);
+    ctx->detail = ctx->deferred_detail;
     ctx->deferred = CLEMBED_OK;
     ctx->deferred_message[0] = '\0';
   }
@@ -572,6 +751,42 @@ clembed_status ce_collect(clembed_context *ctx) {
 }
 
 clembed_status clembed_finish(clembed_context *ctx) {
-  if (!ctx) return CLEMBED_ERR_INVALID_ARGUMENT;
+  CE_ENTER(ctx, "clembed_finish");
   return ce_collect(ctx);
+}
+
+/* ------------------------------------------------------------ devices */
+
+clembed_status clembed_devices(clembed_device_info *list, size_t capacity, size_t *count) {
+  ce_device_entry *l = NULL;
+  size_t n = 0;
+  if (!count || (capacity && !list)) {
+    lastf("clembed_devices: %s", !count ? "count is NULL" : "list is NULL with a non-zero capacity");
+    return create_failed(CLEMBED_ERR_INVALID_ARGUMENT, "clembed_devices", !count ? "count" : "list");
+  }
+  *count = 0;
+  clembed_status status = list_devices(&l, &n);
+  if (status != CLEMBED_OK) {
+    lastf("clembed_devices: listing OpenCL platforms failed: %s", clembed_status_string(status));
+    return create_failed(status, "clembed_devices", "");
+  }
+  const char *env = getenv("CLEMBED_DEVICE");
+  long def = match_spec(l, n, env && *env ? env : NULL);
+  for (size_t i = 0; i < n && i < capacity; i++) {
+    clembed_device_info *d = &list[i];
+    memset(d, 0, sizeof *d);
+    snprintf(d->spec, sizeof d->spec, "%u:%u", l[i].pi, l[i].di);
+    snprintf(d->platform, sizeof d->platform, "%s", l[i].pname);
+    snprintf(d->name, sizeof d->name, "%s", l[i].dname);
+    d->type = l[i].type;
+    d->is_default = (long)i == def;
+    cl_ulong g = 0, a = 0;
+    clGetDeviceInfo(l[i].device, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof g, &g, NULL);
+    clGetDeviceInfo(l[i].device, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof a, &a, NULL);
+    d->global_mem_bytes = g;
+    d->max_alloc_bytes = a;
+  }
+  *count = n;
+  free(l);
+  return CLEMBED_OK;
 }

@@ -116,33 +116,59 @@ int ce_add_overflows(size_t a, size_t b, size_t *out) {
 }
 
 clembed_status ce_check_events(clembed_context *ctx, cl_uint n, const cl_event *list) {
+  const char *arg = "event_wait_list";
   if (n > 0 && !list)
-    return ce_fail(ctx, CLEMBED_ERR_INVALID_ARGUMENT,
-                   "event_wait_list is NULL but num_events_in_wait_list is %u", (unsigned)n);
+    return ce_fail_arg(ctx, CLEMBED_ERR_INVALID_ARGUMENT, NULL, arg, -1, (int64_t)n,
+                       "event_wait_list is NULL but num_events_in_wait_list is %u", (unsigned)n);
   if (n == 0 && list)
-    return ce_fail(ctx, CLEMBED_ERR_INVALID_ARGUMENT,
-                   "event_wait_list is not NULL but num_events_in_wait_list is 0");
-  for (cl_uint i = 0; i < n; i++)
-    if (!list[i]) return ce_fail(ctx, CLEMBED_ERR_INVALID_ARGUMENT, "event_wait_list[%u] is NULL", (unsigned)i);
+    return ce_fail_arg(ctx, CLEMBED_ERR_INVALID_ARGUMENT, NULL, arg, -1, 0,
+                       "event_wait_list is not NULL but num_events_in_wait_list is 0");
+  for (cl_uint i = 0; i < n; i++) {
+    if (!list[i])
+      return ce_fail_arg(ctx, CLEMBED_ERR_INVALID_ARGUMENT, NULL, arg, (int64_t)i, 0, "event_wait_list[%u] is NULL",
+                         (unsigned)i);
+    cl_context c = NULL;
+    cl_int err = clGetEventInfo(list[i], CL_EVENT_CONTEXT, sizeof c, &c, NULL);
+    if (err != CL_SUCCESS)
+      return ce_fail_arg(ctx, CLEMBED_ERR_INVALID_ARGUMENT, NULL, arg, (int64_t)i, 0,
+                         "event_wait_list[%u] is not a valid event (%s)", (unsigned)i,
+                         clembed_status_string((clembed_status)err));
+    if (c != ctx->context)
+      return ce_fail_arg(ctx, CLEMBED_ERR_INVALID_ARGUMENT, NULL, arg, (int64_t)i, 0,
+                         "event_wait_list[%u] belongs to another cl_context than the context's", (unsigned)i);
+  }
   return CLEMBED_OK;
 }
+
+/* The argument's name in `what` ("clembed_matrix_write: m" names "m"). */
+static const char *arg_name(const char *what) {
+  const char *a = what;
+  for (const char *p = what; *p; p++)
+    if (p[0] == ':' && p[1] == ' ') a = p + 2;
+  return a;
+}
+
+#define ARG_FAIL(value, ...) \
+  ce_fail_arg(ctx, CLEMBED_ERR_INVALID_ARGUMENT, NULL, arg_name(what), -1, (int64_t)(value), __VA_ARGS__)
 
 static clembed_status buffer_size(clembed_context *ctx, cl_mem b, const char *what, size_t *size) {
   cl_int err = clGetMemObjectInfo(b, CL_MEM_SIZE, sizeof *size, size, NULL);
   if (err != CL_SUCCESS)
-    return ce_fail(ctx, CLEMBED_ERR_INVALID_ARGUMENT, "%s: its buffer is not a valid cl_mem (%s)", what,
-                   clembed_status_string((clembed_status)err));
+    return ARG_FAIL(0, "%s: its buffer is not a valid cl_mem (%s)", what, clembed_status_string((clembed_status)err));
+  cl_context c = NULL;
+  err = clGetMemObjectInfo(b, CL_MEM_CONTEXT, sizeof c, &c, NULL);
+  if (err != CL_SUCCESS || c != ctx->context)
+    return ARG_FAIL(0, "%s: its buffer belongs to another cl_context than the context's", what);
   return CLEMBED_OK;
 }
 
 clembed_status ce_check_matrix(clembed_context *ctx, const clembed_matrix *m, const char *what, size_t *ld) {
-  if (!m) return ce_fail(ctx, CLEMBED_ERR_INVALID_ARGUMENT, "%s is NULL", what);
-  if (!m->buffer) return ce_fail(ctx, CLEMBED_ERR_INVALID_ARGUMENT, "%s has a NULL buffer", what);
+  if (!m) return ARG_FAIL(0, "%s is NULL", what);
+  if (!m->buffer) return ARG_FAIL(0, "%s has a NULL buffer", what);
   size_t es = clembed_dtype_size(m->dtype);
-  if (!es) return ce_fail(ctx, CLEMBED_ERR_INVALID_ARGUMENT, "%s has an unknown dtype %d", what, (int)m->dtype);
+  if (!es) return ARG_FAIL(m->dtype, "%s has an unknown dtype %d", what, (int)m->dtype);
   size_t l = m->ld ? m->ld : m->cols;
-  if (l < m->cols)
-    return ce_fail(ctx, CLEMBED_ERR_INVALID_ARGUMENT, "%s: ld %zu is less than cols %zu", what, l, m->cols);
+  if (l < m->cols) return ARG_FAIL(l, "%s: ld %zu is less than cols %zu", what, l, m->cols);
   size_t size;
   clembed_status s = buffer_size(ctx, m->buffer, what, &size);
   if (s != CLEMBED_OK) return s;
@@ -150,16 +176,13 @@ clembed_status ce_check_matrix(clembed_context *ctx, const clembed_matrix *m, co
   if (m->rows && m->cols) {
     if (ce_mul_overflows(m->rows - 1, l, &t) || ce_add_overflows(end, t, &end) ||
         ce_add_overflows(end, m->cols, &end))
-      return ce_fail(ctx, CLEMBED_ERR_INVALID_ARGUMENT,
-                     "%s: offset %zu + (rows %zu - 1) * ld %zu + cols %zu overflows size_t", what, m->offset,
-                     m->rows, l, m->cols);
+      return ARG_FAIL(m->offset, "%s: offset %zu + (rows %zu - 1) * ld %zu + cols %zu overflows size_t", what,
+                      m->offset, m->rows, l, m->cols);
   }
-  if (ce_mul_overflows(end, es, &t))
-    return ce_fail(ctx, CLEMBED_ERR_INVALID_ARGUMENT, "%s: its extent in bytes overflows size_t", what);
+  if (ce_mul_overflows(end, es, &t)) return ARG_FAIL(0, "%s: its extent in bytes overflows size_t", what);
   if (t > size)
-    return ce_fail(ctx, CLEMBED_ERR_INVALID_ARGUMENT,
-                   "%s: %zu x %zu (offset %zu, ld %zu) needs %zu bytes but its buffer holds %zu", what, m->rows,
-                   m->cols, m->offset, l, t, size);
+    return ARG_FAIL(t, "%s: %zu x %zu (offset %zu, ld %zu) needs %zu bytes but its buffer holds %zu", what, m->rows,
+                    m->cols, m->offset, l, t, size);
   if (ld) *ld = l;
   return CLEMBED_OK;
 }
@@ -169,23 +192,21 @@ static size_t index_size(clembed_index_type t) {
 }
 
 clembed_status ce_check_ids(clembed_context *ctx, const clembed_ids *ids, const char *what) {
-  if (!ids) return ce_fail(ctx, CLEMBED_ERR_INVALID_ARGUMENT, "%s is NULL", what);
+  if (!ids) return ARG_FAIL(0, "%s is NULL", what);
   size_t es = index_size(ids->type);
-  if (!es) return ce_fail(ctx, CLEMBED_ERR_INVALID_ARGUMENT, "%s has an unknown index type %d", what, (int)ids->type);
+  if (!es) return ARG_FAIL(ids->type, "%s has an unknown index type %d", what, (int)ids->type);
   if (!ids->buffer) {
     if (ids->count == 0) return CLEMBED_OK;
-    return ce_fail(ctx, CLEMBED_ERR_INVALID_ARGUMENT, "%s has a NULL buffer", what);
+    return ARG_FAIL(0, "%s has a NULL buffer", what);
   }
   size_t size, end, bytes;
   clembed_status s = buffer_size(ctx, ids->buffer, what, &size);
   if (s != CLEMBED_OK) return s;
   if (ce_add_overflows(ids->offset, ids->count, &end) || ce_mul_overflows(end, es, &bytes))
-    return ce_fail(ctx, CLEMBED_ERR_INVALID_ARGUMENT, "%s: offset %zu + count %zu overflows size_t", what,
-                   ids->offset, ids->count);
+    return ARG_FAIL(ids->count, "%s: offset %zu + count %zu overflows size_t", what, ids->offset, ids->count);
   if (bytes > size)
-    return ce_fail(ctx, CLEMBED_ERR_INVALID_ARGUMENT,
-                   "%s: offset %zu + count %zu ids need %zu bytes but its buffer holds %zu", what, ids->offset,
-                   ids->count, bytes, size);
+    return ARG_FAIL(ids->count, "%s: offset %zu + count %zu ids need %zu bytes but its buffer holds %zu", what,
+                    ids->offset, ids->count, bytes, size);
   return CLEMBED_OK;
 }
 
@@ -272,7 +293,7 @@ clembed_status clembed_matrix_create(clembed_context *ctx, size_t rows, size_t c
                                      clembed_matrix *m) {
   clembed_status status = CLEMBED_OK;
   cl_mem b = NULL;
-  if (!ctx) return CLEMBED_ERR_INVALID_ARGUMENT;
+  CE_ENTER(ctx, "clembed_matrix_create");
   if (!m) FAIL(CLEMBED_ERR_INVALID_ARGUMENT, "clembed_matrix_create: m is NULL");
   size_t es = clembed_dtype_size(dtype), n, bytes;
   if (!es) FAIL(CLEMBED_ERR_INVALID_ARGUMENT, "clembed_matrix_create: unknown dtype %d", (int)dtype);
@@ -337,7 +358,7 @@ clembed_status clembed_matrix_write(clembed_context *ctx, clembed_matrix *m, con
   clembed_status status = CLEMBED_OK;
   void *tmp = NULL;
   size_t ld = 0;
-  if (!ctx) return CLEMBED_ERR_INVALID_ARGUMENT;
+  CE_ENTER(ctx, "clembed_matrix_write");
   CHECK(ce_check_matrix(ctx, m, "clembed_matrix_write: m", &ld));
   if (!clembed_dtype_size(host_dtype))
     FAIL(CLEMBED_ERR_INVALID_ARGUMENT, "clembed_matrix_write: unknown host dtype %d", (int)host_dtype);
@@ -362,7 +383,7 @@ clembed_status clembed_matrix_read(clembed_context *ctx, const clembed_matrix *m
   clembed_status status = CLEMBED_OK;
   void *tmp = NULL;
   size_t ld = 0;
-  if (!ctx) return CLEMBED_ERR_INVALID_ARGUMENT;
+  CE_ENTER(ctx, "clembed_matrix_read");
   CHECK(ce_check_matrix(ctx, m, "clembed_matrix_read: m", &ld));
   if (!clembed_dtype_size(host_dtype))
     FAIL(CLEMBED_ERR_INVALID_ARGUMENT, "clembed_matrix_read: unknown host dtype %d", (int)host_dtype);
@@ -398,7 +419,7 @@ clembed_status clembed_ids_create(clembed_context *ctx, const void *host, size_t
                                   clembed_ids *ids) {
   clembed_status status = CLEMBED_OK;
   cl_mem b = NULL;
-  if (!ctx) return CLEMBED_ERR_INVALID_ARGUMENT;
+  CE_ENTER(ctx, "clembed_ids_create");
   if (!ids) FAIL(CLEMBED_ERR_INVALID_ARGUMENT, "clembed_ids_create: ids is NULL");
   size_t es = index_size(type), bytes;
   if (!es) FAIL(CLEMBED_ERR_INVALID_ARGUMENT, "clembed_ids_create: unknown index type %d", (int)type);
@@ -425,7 +446,7 @@ cleanup:
 
 clembed_status clembed_ids_read(clembed_context *ctx, const clembed_ids *ids, void *host) {
   clembed_status status = CLEMBED_OK;
-  if (!ctx) return CLEMBED_ERR_INVALID_ARGUMENT;
+  CE_ENTER(ctx, "clembed_ids_read");
   CHECK(ce_check_ids(ctx, ids, "clembed_ids_read: ids"));
   if (ids->count && !host) FAIL(CLEMBED_ERR_INVALID_ARGUMENT, "clembed_ids_read: host is NULL");
   if (ids->count) {

@@ -21,10 +21,11 @@ clembed_status ce_padding(clembed_context *ctx, int64_t padding_idx, size_t rows
     *out = -1;
     return CLEMBED_OK;
   }
+  /* negative: counted from the end (-1 is the last row, as nn.Embedding) */
   int64_t p = padding_idx < 0 ? padding_idx + (int64_t)rows : padding_idx;
   if (p < 0 || (uint64_t)p >= (uint64_t)rows)
-    return ce_fail(ctx, CLEMBED_ERR_INVALID_ARGUMENT, "%s: padding_idx %lld is outside the table of %zu rows", what,
-                   (long long)padding_idx, rows);
+    return ce_fail_arg(ctx, CLEMBED_ERR_INVALID_ARGUMENT, NULL, "padding_idx", -1, padding_idx,
+                       "%s: padding_idx %lld is outside the table of %zu rows", what, (long long)padding_idx, rows);
   *out = p;
   return CLEMBED_OK;
 }
@@ -32,15 +33,17 @@ clembed_status ce_padding(clembed_context *ctx, int64_t padding_idx, size_t rows
 clembed_status ce_check_common(clembed_context *ctx, const char *what, clembed_index_policy policy, float dropout,
                                size_t count, size_t seq_len, const clembed_ids *seq_offsets) {
   if ((unsigned)policy > CLEMBED_INDEX_WRAP)
-    return ce_fail(ctx, CLEMBED_ERR_INVALID_ARGUMENT, "%s: unknown index policy %d", what, (int)policy);
+    return ce_fail_arg(ctx, CLEMBED_ERR_INVALID_ARGUMENT, NULL, "policy", -1, (int64_t)policy,
+                       "%s: unknown index policy %d", what, (int)policy);
   if (!(dropout >= 0.0f && dropout < 1.0f))
-    return ce_fail(ctx, CLEMBED_ERR_INVALID_ARGUMENT, "%s: dropout %g is outside [0, 1)", what, (double)dropout);
+    return ce_fail_arg(ctx, CLEMBED_ERR_INVALID_ARGUMENT, NULL, "dropout", -1, 0, "%s: dropout %g is outside [0, 1)",
+                       what, (double)dropout);
   if (seq_offsets) {
     clembed_status s = ce_check_ids(ctx, seq_offsets, "sequence_offsets");
     if (s != CLEMBED_OK) return s;
     size_t nseq = seq_len ? count / seq_len + (count % seq_len != 0) : 1;
     if (count && seq_offsets->count < nseq)
-      return ce_fail(ctx, CLEMBED_ERR_INVALID_ARGUMENT,
+      return ce_fail_arg(ctx, CLEMBED_ERR_INVALID_ARGUMENT, NULL, "sequence_offsets", -1, (int64_t)seq_offsets->count,
                      "%s: sequence_offsets has %zu entries but %zu ids in sequences of %zu need %zu", what,
                      seq_offsets->count, count, seq_len, nseq);
   }
@@ -72,11 +75,16 @@ clembed_status ce_enqueue_checked(clembed_context *ctx, cl_kernel k, const char 
                     CE_ARG(id_off), CE_ARG(id64), CE_ARG(sob), CE_ARG(sob), CE_ARG(so_off), CE_ARG(so64),
                     CE_ARG(has_so), CE_ARG(sl), CE_END));
   CHECK(launch(ctx, k, name, one_d, nx, ny, nwait, wait, ctx->in_order ? NULL : &main_ev));
-  CHECK(ce_enqueue_1d(ctx, r, "ce_record_error", 1, 1, main_ev ? 1 : 0, main_ev ? &main_ev : NULL, event));
+  /* in order: it waits on the caller's list too, so that its event fails when the list does */
+  CHECK(ce_enqueue_1d(ctx, r, "ce_record_error", 1, 1, main_ev ? 1 : nwait, main_ev ? &main_ev : wait, event));
 cleanup:
   if (main_ev) clReleaseEvent(main_ev);
   return status;
 }
+
+static clembed_status embed_run(clembed_context *ctx, const clembed_matrix *table, const clembed_ids *ids,
+                                const clembed_embed_options *opt, clembed_matrix *out, cl_uint nwait,
+                                const cl_event *wait, cl_event *event);
 
 clembed_status clembed_lookup(clembed_context *ctx, const clembed_matrix *table, const clembed_ids *ids,
                               clembed_matrix *out, cl_uint nwait, const cl_event *wait, cl_event *event) {
@@ -86,6 +94,16 @@ clembed_status clembed_lookup(clembed_context *ctx, const clembed_matrix *table,
 clembed_status clembed_embed(clembed_context *ctx, const clembed_matrix *table, const clembed_ids *ids,
                              const clembed_embed_options *opt, clembed_matrix *out, cl_uint nwait,
                              const cl_event *wait, cl_event *event) {
+  cl_event own;
+  CE_ENTER(ctx, "clembed_embed");
+  cl_event *ev = CE_EVENT_BEGIN(event, own);
+  clembed_status status = embed_run(ctx, table, ids, opt, out, nwait, wait, ev);
+  return ce_track_end(ctx, status, event, &own);
+}
+
+static clembed_status embed_run(clembed_context *ctx, const clembed_matrix *table, const clembed_ids *ids,
+                                const clembed_embed_options *opt, clembed_matrix *out, cl_uint nwait,
+                                const cl_event *wait, cl_event *event) {
   clembed_status status = CLEMBED_OK;
   clembed_embed_options defaults;
   size_t t_ld, o_ld, p_ld = 0;
@@ -93,7 +111,6 @@ clembed_status clembed_embed(clembed_context *ctx, const clembed_matrix *table, 
   cl_mem freq = NULL;
   cl_kernel k;
   char opts[192];
-  if (!ctx) return CLEMBED_ERR_INVALID_ARGUMENT;
   if (!opt) {
     defaults = clembed_embed_defaults();
     opt = &defaults;
@@ -103,7 +120,8 @@ clembed_status clembed_embed(clembed_context *ctx, const clembed_matrix *table, 
   CHECK(ce_check_ids(ctx, ids, "ids"));
   CHECK(ce_check_matrix(ctx, out, "out", &o_ld));
   if (out->rows != ids->count || out->cols != table->cols)
-    FAIL(CLEMBED_ERR_INVALID_ARGUMENT, "out is %zu x %zu but %zu ids of a table with %zu cols need %zu x %zu",
+    FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "out", -1, (int64_t)out->rows,
+             "out is %zu x %zu but %zu ids of a table with %zu cols need %zu x %zu",
          out->rows, out->cols, ids->count, table->cols, ids->count, table->cols);
   CHECK(ce_check_common(ctx, "clembed_embed", opt->policy, opt->dropout, ids->count, opt->seq_len,
                         opt->sequence_offsets));
@@ -132,10 +150,13 @@ clembed_status clembed_embed(clembed_context *ctx, const clembed_matrix *table, 
       pt = opt->position_table;
       CHECK(ce_check_matrix(ctx, pt, "position_table", &p_ld));
       if (pt->cols != table->cols)
-        FAIL(CLEMBED_ERR_INVALID_ARGUMENT, "position_table has %zu cols but the table has %zu", pt->cols,
+        FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "position_table", -1, (int64_t)pt->cols,
+                 "position_table has %zu cols but the table has %zu", pt->cols,
              table->cols);
       break;
-    default: FAIL(CLEMBED_ERR_INVALID_ARGUMENT, "clembed_embed: unknown positions %d", (int)opt->positions);
+    default:
+      FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "positions", -1, (int64_t)opt->positions,
+               "clembed_embed: unknown positions %d", (int)opt->positions);
   }
   const clembed_ids *so = opt->positions != CLEMBED_POSITIONS_NONE ? opt->sequence_offsets : NULL;
   int positions = cached_pe ? (int)CLEMBED_POSITIONS_TABLE : (int)opt->positions, dropout = opt->dropout > 0.0f;
@@ -172,8 +193,8 @@ clembed_status clembed_embed(clembed_context *ctx, const clembed_matrix *table, 
                  (opt->policy == CLEMBED_INDEX_CLAMP && table->rows == 0) || (pt && !cached_pe) || so ||
                  (opt->positions != CLEMBED_POSITIONS_NONE && opt->position_offset > (size_t)INT64_MAX);
   if (ids->count && can_fail) {
-    ce_slot_info info = {"clembed_embed", table->rows, pt ? pt->rows : 0, opt->seq_len, opt->position_offset,
-                         so != NULL};
+    ce_slot_info info = {"clembed_embed", "position_table", opt->policy == CLEMBED_INDEX_WRAP, table->rows,
+                         pt ? pt->rows : 0, opt->seq_len, opt->position_offset, so != NULL};
     CHECK(ce_slot_reserve(ctx, &info, &slot));
   }
   cl_mem none = NULL, idb = ids->buffer, sob = so ? so->buffer : none, ptb = pt ? pt->buffer : none;

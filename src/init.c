@@ -10,7 +10,6 @@ static clembed_status init(clembed_context *ctx, const char *fn, const char *ker
   size_t ld;
   cl_kernel k;
   char opts[32];
-  if (!ctx) return CLEMBED_ERR_INVALID_ARGUMENT;
   CHECK(ce_check_events(ctx, nwait, wait));
   char what[64];
   snprintf(what, sizeof what, "%s: m", fn);
@@ -29,21 +28,29 @@ cleanup:
 clembed_status clembed_matrix_init_uniform(clembed_context *ctx, clembed_matrix *m, float low, float high,
                                            uint64_t seed, cl_uint nwait, const cl_event *wait, cl_event *event) {
   const char *fn = "clembed_matrix_init_uniform";
-  if (ctx && (!isfinite(low) || !isfinite(high)))
-    return ce_fail(ctx, CLEMBED_ERR_INVALID_ARGUMENT, "%s: low %g and high %g must be finite", fn, (double)low,
+  cl_event own;
+  CE_ENTER(ctx, fn);
+  cl_event *ev = CE_EVENT_BEGIN(event, own);
+  if ((!isfinite(low) || !isfinite(high)))
+    return ce_fail_arg(ctx, CLEMBED_ERR_INVALID_ARGUMENT, NULL, isfinite(low) ? "high" : "low", -1, 0, "%s: low %g and high %g must be finite", fn, (double)low,
                    (double)high);
-  if (ctx && !(low <= high))
-    return ce_fail(ctx, CLEMBED_ERR_INVALID_ARGUMENT, "%s: low %g > high %g", fn, (double)low, (double)high);
-  return init(ctx, fn, "ce_init_uniform", m, low, high, seed, nwait, wait, event);
+  if (!(low <= high))
+    return ce_fail_arg(ctx, CLEMBED_ERR_INVALID_ARGUMENT, NULL, "low", -1, 0, "%s: low %g > high %g", fn, (double)low, (double)high);
+  clembed_status status = init(ctx, fn, "ce_init_uniform", m, low, high, seed, nwait, wait, ev);
+  return ce_track_end(ctx, status, event, &own);
 }
 
 clembed_status clembed_matrix_init_normal(clembed_context *ctx, clembed_matrix *m, float mean, float std,
                                           uint64_t seed, cl_uint nwait, const cl_event *wait, cl_event *event) {
   const char *fn = "clembed_matrix_init_normal";
-  if (ctx && (!isfinite(mean) || !isfinite(std)))
-    return ce_fail(ctx, CLEMBED_ERR_INVALID_ARGUMENT, "%s: mean %g and std %g must be finite", fn, (double)mean,
+  cl_event own;
+  CE_ENTER(ctx, fn);
+  cl_event *ev = CE_EVENT_BEGIN(event, own);
+  if ((!isfinite(mean) || !isfinite(std)))
+    return ce_fail_arg(ctx, CLEMBED_ERR_INVALID_ARGUMENT, NULL, isfinite(mean) ? "std" : "mean", -1, 0, "%s: mean %g and std %g must be finite", fn, (double)mean,
                    (double)std);
-  if (ctx && !(std >= 0.0f))
-    return ce_fail(ctx, CLEMBED_ERR_INVALID_ARGUMENT, "%s: std %g is negative", fn, (double)std);
-  return init(ctx, fn, "ce_init_normal", m, mean, std, seed, nwait, wait, event);
+  if (!(std >= 0.0f))
+    return ce_fail_arg(ctx, CLEMBED_ERR_INVALID_ARGUMENT, NULL, "std", -1, 0, "%s: std %g is negative", fn, (double)std);
+  clembed_status status = init(ctx, fn, "ce_init_normal", m, mean, std, seed, nwait, wait, ev);
+  return ce_track_end(ctx, status, event, &own);
 }

@@ -23,6 +23,21 @@
     goto cleanup;                                        \
   } while (0)
 
+/* Fail naming an argument (and the element and value, -1 and 0 when none). */
+#define FAIL_ARG(code, arg, index, value, ...)                                         \
+  do {                                                                                 \
+    status = ce_fail_arg(ctx, (code), NULL, (arg), (index), (value), __VA_ARGS__);     \
+    goto cleanup;                                                                      \
+  } while (0)
+
+/* The first lines of a public function: names the operation for error details;
+ * a NULL context fails with CLEMBED_ERR_INVALID_ARGUMENT (detail per thread). */
+#define CE_ENTER(ctx, name)                                  \
+  do {                                                       \
+    if (!(ctx)) return ce_no_context(name);                  \
+    (ctx)->op = (name);                                      \
+  } while (0)
+
 /* Kernel families: one .cl file each (common.cl is prepended to all). */
 typedef enum ce_family {
   CE_FAMILY_FORWARD = 0,
@@ -42,7 +57,9 @@ typedef enum ce_family {
 #define CE_SLOT_UINTS 8
 #define CE_SLOTS 256
 typedef struct ce_slot_info {
-  const char *op;        /* "embed", "backward", ... */
+  const char *op;        /* "clembed_embed", "clembed_backward", ... */
+  const char *pos_arg;   /* what a bad position is reported against: "position_table", "position_grad" */
+  int wrap;              /* CLEMBED_INDEX_WRAP: ids in [-id_rows, id_rows) are valid */
   uint64_t id_rows;      /* ids must be in [0, id_rows) */
   uint64_t pos_rows;     /* positions must be in [0, pos_rows); 0 when no table */
   uint64_t seq_len;
@@ -70,6 +87,13 @@ typedef struct ce_freq_cache {
 } ce_freq_cache;
 #define CE_FREQ_CACHE 4
 
+/* A command of this context whose completion is checked by the next finish
+ * (and waited for by destroy on a shared queue). */
+typedef struct ce_tracked {
+  cl_event event;
+  const char *op;
+} ce_tracked;
+
 struct clembed_context {
   cl_platform_id platform;
   cl_device_id device;
@@ -94,6 +118,13 @@ struct clembed_context {
 
   char *message; /* last failure */
   size_t message_cap;
+  const char *op;               /* the public function running, for error details */
+  clembed_error_detail detail;  /* the last failure's structured detail */
+  int own_queue;                /* the queue was created by clembed (not a caller's) */
+
+  ce_tracked *tracked;          /* commands not yet checked by a finish */
+  size_t ntracked, tracked_cap;
+  clembed_error_detail failed;  /* the first failed command found (status 0: none) */
 
   ce_program_set *programs; /* shared with contexts on the same cl_context and device */
   ce_kernel_entry *kernels; /* this context's kernel objects */
@@ -106,6 +137,7 @@ struct clembed_context {
   ce_slot_info slot_info[CE_SLOTS];
   clembed_status deferred;
   char deferred_message[512];
+  clembed_error_detail deferred_detail;
 
   ce_freq_cache freq[CE_FREQ_CACHE];
   unsigned freq_stamp;
@@ -121,11 +153,27 @@ struct clembed_context {
 
 /* ----- messages (context.c) */
 clembed_status ce_fail(clembed_context *ctx, clembed_status code, const char *fmt, ...);
+/* As ce_fail, with the detail's fields (op NULL: the running operation). */
+clembed_status ce_fail_arg(clembed_context *ctx, clembed_status code, const char *op, const char *argument,
+                           int64_t index, int64_t value, const char *fmt, ...);
+/* Records a detail on the context (the message is left as it is). */
+void ce_set_detail(clembed_context *ctx, clembed_status code, const char *op, const char *argument, int64_t index,
+                   int64_t value);
+/* A public function called with a NULL context. */
+clembed_status ce_no_context(const char *op);
+
+/* ----- tracked commands (context.c) */
+/* Ends a device operation: on success keeps its last command's event (the
+ * caller's `event`, retained, or *own) for the next finish to check; on
+ * failure releases `own`. Returns status. */
+clembed_status ce_track_end(clembed_context *ctx, clembed_status status, cl_event *event, const cl_event *own);
+#define CE_EVENT_BEGIN(event, own) ((own) = NULL, (event) ? (event) : &(own))
 void ce_set_message(clembed_context *ctx, const char *fmt, ...);
 void ce_vset_message(clembed_context *ctx, const char *fmt, va_list ap);
 void ce_append_message(clembed_context *ctx, const char *text);
-/* The calling thread's clembed_last_error_message(), for failures without a context. */
-void ce_set_last_error(const char *fmt, ...);
+/* The calling thread's clembed_last_error_message() and error detail, for
+ * failures without a context (CLEMBED_OK and "" to clear them). */
+void ce_set_last_error(clembed_status code, const char *op, const char *argument, const char *fmt, ...);
 /* OpenCL call failed: records "what: CL_XXX" and returns the code. */
 clembed_status ce_cl_fail(clembed_context *ctx, cl_int err, const char *what);
 

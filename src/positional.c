@@ -7,13 +7,13 @@
 
 clembed_status ce_sinusoid_check(clembed_context *ctx, const clembed_sinusoid *s) {
   if (!(s->base > 0.0) || !isfinite(s->base))
-    return ce_fail(ctx, CLEMBED_ERR_INVALID_ARGUMENT, "sinusoid base %g must be finite and > 0", s->base);
+    return ce_fail_arg(ctx, CLEMBED_ERR_INVALID_ARGUMENT, NULL, "sinusoid", -1, 0, "sinusoid base %g must be finite and > 0", s->base);
   if (s->exponent != CLEMBED_EXPONENT_PAIR && s->exponent != CLEMBED_EXPONENT_INDEX)
-    return ce_fail(ctx, CLEMBED_ERR_INVALID_ARGUMENT, "unknown sinusoid exponent %d", (int)s->exponent);
+    return ce_fail_arg(ctx, CLEMBED_ERR_INVALID_ARGUMENT, NULL, "sinusoid", -1, (int64_t)s->exponent, "unknown sinusoid exponent %d", (int)s->exponent);
   if (s->layout != CLEMBED_LAYOUT_INTERLEAVED && s->layout != CLEMBED_LAYOUT_HALVES)
-    return ce_fail(ctx, CLEMBED_ERR_INVALID_ARGUMENT, "unknown sinusoid layout %d", (int)s->layout);
+    return ce_fail_arg(ctx, CLEMBED_ERR_INVALID_ARGUMENT, NULL, "sinusoid", -1, (int64_t)s->layout, "unknown sinusoid layout %d", (int)s->layout);
   if (s->exponent == CLEMBED_EXPONENT_INDEX && s->layout == CLEMBED_LAYOUT_HALVES)
-    return ce_fail(ctx, CLEMBED_ERR_INVALID_ARGUMENT,
+    return ce_fail_arg(ctx, CLEMBED_ERR_INVALID_ARGUMENT, NULL, "sinusoid", -1, 0,
                    "the INDEX exponent has no HALVES layout (use PAIR with HALVES, or INTERLEAVED)");
   return CLEMBED_OK;
 }
@@ -89,6 +89,9 @@ cleanup:
   return status;
 }
 
+static clembed_status positional_run(clembed_context *ctx, const clembed_sinusoid *s, size_t first_position,
+                                     clembed_matrix *out, cl_uint nwait, const cl_event *wait, cl_event *event);
+
 /* Largest cached table, in elements (64 MiB of float). */
 #define CE_PE_MAX_ELEMENTS ((size_t)16 << 20)
 
@@ -123,7 +126,7 @@ clembed_status ce_sinusoid_table(clembed_context *ctx, const clembed_sinusoid *s
   m.cols = cols;
   m.ld = cols;
   m.dtype = CLEMBED_F32;
-  CHECK(clembed_positional(ctx, s, 0, &m, 0, NULL, NULL));
+  CHECK(positional_run(ctx, s, 0, &m, 0, NULL, NULL));
   clembed_matrix_release(&ctx->pe);
   ctx->pe = m;
   ctx->pe_sinusoid = *s;
@@ -138,12 +141,20 @@ static const clembed_sinusoid default_sinusoid = {10000.0, CLEMBED_EXPONENT_PAIR
 
 clembed_status clembed_positional(clembed_context *ctx, const clembed_sinusoid *s, size_t first_position,
                                   clembed_matrix *out, cl_uint nwait, const cl_event *wait, cl_event *event) {
+  cl_event own;
+  CE_ENTER(ctx, "clembed_positional");
+  cl_event *ev = CE_EVENT_BEGIN(event, own);
+  clembed_status status = positional_run(ctx, s, first_position, out, nwait, wait, ev);
+  return ce_track_end(ctx, status, event, &own);
+}
+
+static clembed_status positional_run(clembed_context *ctx, const clembed_sinusoid *s, size_t first_position,
+                                     clembed_matrix *out, cl_uint nwait, const cl_event *wait, cl_event *event) {
   clembed_status status = CLEMBED_OK;
   size_t ld;
   cl_mem freq = NULL;
   cl_kernel k;
   char opts[64];
-  if (!ctx) return CLEMBED_ERR_INVALID_ARGUMENT;
   if (!s) s = &default_sinusoid;
   CHECK(ce_check_events(ctx, nwait, wait));
   CHECK(ce_check_matrix(ctx, out, "clembed_positional: out", &ld));

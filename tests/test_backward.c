@@ -445,8 +445,8 @@ static void test_options(clembed_context *ctx) {
       size_t first = 0;
       while (first < n && ref_resolve(ids[first], V, p, -1) >= 0) first++;
       char want[128];
-      snprintf(want, sizeof want, "clembed_backward: ids[%zu] = %lld is outside [0, %zu)", first,
-               (long long)ids[first], V);
+      snprintf(want, sizeof want, "clembed_backward: ids[%zu] = %lld is outside [%s%zu, %zu)", first,
+               (long long)ids[first], p == CLEMBED_INDEX_WRAP ? "-" : "", p == CLEMBED_INDEX_WRAP ? V : 0, V);
       EXPECT(strstr(clembed_context_message(ctx), want) != NULL, "message '%s', want '%s'",
              clembed_context_message(ctx), want);
       OK(ctx, clembed_finish(ctx)); /* cleared */

@@ -625,8 +625,8 @@ static void check_enums(clembed_context *ctx, fx *f) {
   FAILS(ctx, INVALID, clembed_matrix_init_normal(ctx, &f->out, 0.0f, NAN, 0, 0, NULL, NULL));
   FAILS(ctx, INVALID, clembed_matrix_init_normal(ctx, &f->out, INFINITY, 1.0f, 0, 0, NULL, NULL));
 
-  /* padding ids outside the table (-1 is "no padding"; -rows .. -2 count from the end) */
-  const int64_t pads[] = {FV, -FV - 1, INT64_MAX, INT64_MIN, (int64_t)1 << 32};
+  /* padding ids outside the table (-rows .. -1 count from the end; INT64_MIN is "no padding") */
+  const int64_t pads[] = {FV, -FV - 1, INT64_MAX, INT64_MIN + 1, (int64_t)1 << 32};
   for (size_t k = 0; k < sizeof pads / sizeof pads[0]; k++) {
     clembed_embed_options eo = clembed_embed_defaults();
     eo.padding_idx = pads[k];
@@ -729,7 +729,9 @@ static void expect_deferred(clembed_context *ctx, const char *what, long first, 
     return;
   }
   char want[128];
-  snprintf(want, sizeof want, "ids[%ld] = %lld is outside [0, %zu)", first, (long long)value, rows);
+  int wrap = strstr(what, " WRAP ") != NULL; /* WRAP's range is [-rows, rows) */
+  snprintf(want, sizeof want, "ids[%ld] = %lld is outside [%s%zu, %zu)", first, (long long)value, wrap ? "-" : "",
+           wrap ? rows : 0, rows);
   EXPECT(s == CLEMBED_ERR_INDEX_OUT_OF_RANGE, "%s: finish: %s (%s), expected INDEX_OUT_OF_RANGE", what,
          clembed_status_string(s), clembed_context_message(ctx));
   EXPECT(strstr(clembed_context_message(ctx), want) != NULL, "%s: message '%s' lacks '%s'", what,

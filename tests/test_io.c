@@ -303,8 +303,8 @@ static void expect_load(const clembed_file *f, const char *name, clembed_dtype d
   clembed_matrix_release(&m);
 }
 
-static void expect_load_fails(const clembed_file *f, const char *name, int dtype, clembed_status code,
-                              const char *needle) {
+static void expect_load_fails_arg(const clembed_file *f, const char *name, int dtype, clembed_status code,
+                                  const char *needle, const char *argument) {
   clembed_context *ctx = device();
   clembed_matrix m;
   memset(&m, 0x5A, sizeof m);
@@ -316,6 +316,17 @@ static void expect_load_fails(const clembed_file *f, const char *name, int dtype
   EXPECT(strstr(msg, needle) != NULL, "loading '%s': the message '%s' does not say '%s'", name ? name : "(NULL)", msg,
          needle);
   EXPECT(!memcmp(&m, &before, sizeof m), "a failed load changed *m");
+  clembed_error_detail d;
+  OK(ctx, clembed_context_error(ctx, &d));
+  EXPECT(d.status == code && !strcmp(d.operation, "clembed_matrix_load") && !strcmp(d.argument, argument),
+         "detail: %s %s '%s', expected clembed_matrix_load '%s'", clembed_status_string(d.status), d.operation,
+         d.argument, argument);
+}
+
+static void expect_load_fails(const clembed_file *f, const char *name, int dtype, clembed_status code,
+                              const char *needle) {
+  const char *argument = code == CLEMBED_ERR_UNSUPPORTED || dtype > 6 || strstr(needle, "cannot be loaded as") ? "dtype" : "name";
+  expect_load_fails_arg(f, name, dtype, code, needle, argument);
 }
 
 static void expect_open_fails(const char *path, const char *needle) {
@@ -328,6 +339,9 @@ static void expect_open_fails(const char *path, const char *needle) {
   EXPECT(strstr(msg, path) != NULL, "%s: the message '%s' does not name the file", path, msg);
   EXPECT(strstr(msg, needle) != NULL, "%s: the message '%s' does not say '%s'", path, msg, needle);
   if (s == CLEMBED_OK) clembed_file_close(f);
+  clembed_error_detail d;
+  EXPECT(clembed_context_error(NULL, &d) == CLEMBED_OK && d.status == s && !strcmp(d.operation, "clembed_file_open"),
+         "%s: the thread's error detail: %s %s", path, clembed_status_string(d.status), d.operation);
 }
 
 /* ------------------------------------------------------------------- cases */

@@ -93,7 +93,8 @@ static void run_case(clembed_context *ctx, const lcase *c) {
          bad_elems);
   if (first_bad >= 0) {
     char want[128];
-    snprintf(want, sizeof want, "ids[%lld] = %lld is outside [0, %zu)", first_bad, first_bad_val, V);
+    snprintf(want, sizeof want, "ids[%lld] = %lld is outside [%s%zu, %zu)", first_bad, first_bad_val,
+             c->policy == CLEMBED_INDEX_WRAP ? "-" : "", c->policy == CLEMBED_INDEX_WRAP ? V : 0, V);
     EXPECT(fin == CLEMBED_ERR_INDEX_OUT_OF_RANGE, "finish returned %s", clembed_status_string(fin));
     EXPECT(strstr(clembed_context_message(ctx), want) != NULL, "message '%s' lacks '%s'",
            clembed_context_message(ctx), want);

@@ -13,61 +13,65 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#define OPEN "clembed_file_open"
+
 clembed_status clembed_file_open(const char *path, clembed_file **out) {
   clembed_file *f = NULL;
   int fd = -1;
   if (out) *out = NULL;
   if (!path || !out) {
-    ce_set_last_error("clembed_file_open: %s is NULL", path ? "f" : "path");
+    ce_set_last_error(CLEMBED_ERR_INVALID_ARGUMENT, OPEN, path ? "f" : "path", "clembed_file_open: %s is NULL",
+                      path ? "f" : "path");
     return CLEMBED_ERR_INVALID_ARGUMENT;
   }
   clembed_status status = CLEMBED_ERR_INVALID_ARGUMENT;
   f = calloc(1, sizeof *f);
   if (!f || !(f->path = strdup(path))) {
-    ce_set_last_error("%s: out of host memory", path);
+    ce_set_last_error(CLEMBED_ERR_OUT_OF_MEMORY, OPEN, "", "%s: out of host memory", path);
     status = CLEMBED_ERR_OUT_OF_MEMORY;
     goto cleanup;
   }
   fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO must not block the open */
   if (fd < 0) {
-    ce_set_last_error("%s: cannot open: %s", path, strerror(errno));
+    ce_set_last_error(CLEMBED_ERR_INVALID_ARGUMENT, OPEN, "path", "%s: cannot open: %s", path, strerror(errno));
     goto cleanup;
   }
   struct stat st;
   if (fstat(fd, &st) != 0) {
-    ce_set_last_error("%s: cannot stat: %s", path, strerror(errno));
+    ce_set_last_error(CLEMBED_ERR_INVALID_ARGUMENT, OPEN, "path", "%s: cannot stat: %s", path, strerror(errno));
     goto cleanup;
   }
   if (S_ISDIR(st.st_mode)) {
-    ce_set_last_error("%s: is a directory, not a .npy, .safetensors or .gguf file", path);
+    ce_set_last_error(CLEMBED_ERR_INVALID_ARGUMENT, OPEN, "path", "%s: is a directory, not a .npy, .safetensors or .gguf file", path);
     goto cleanup;
   }
   if (!S_ISREG(st.st_mode)) {
-    ce_set_last_error("%s: not a regular file (a pipe or a device cannot be mapped)", path);
+    ce_set_last_error(CLEMBED_ERR_INVALID_ARGUMENT, OPEN, "path", "%s: not a regular file (a pipe or a device cannot be mapped)", path);
     goto cleanup;
   }
   if (st.st_size < 0 || (uintmax_t)st.st_size > (uintmax_t)SIZE_MAX) {
-    ce_set_last_error("%s: too large to map in this process", path);
+    ce_set_last_error(CLEMBED_ERR_INVALID_ARGUMENT, OPEN, "path", "%s: too large to map in this process", path);
     goto cleanup;
   }
   f->size = (size_t)st.st_size;
   if (f->size) {
     void *p = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
     if (p == MAP_FAILED) {
-      ce_set_last_error("%s: cannot map %zu bytes: %s", path, f->size, strerror(errno));
-      status = errno == ENOMEM ? CLEMBED_ERR_OUT_OF_MEMORY : CLEMBED_ERR_INVALID_ARGUMENT;
+      int e = errno;
+      status = e == ENOMEM ? CLEMBED_ERR_OUT_OF_MEMORY : CLEMBED_ERR_INVALID_ARGUMENT;
+      ce_set_last_error(status, OPEN, "path", "%s: cannot map %zu bytes: %s", path, f->size, strerror(e));
       goto cleanup;
     }
     f->map = p;
   }
   if (ce_io_parse(f->map, f->size, &f->table) != 0) {
-    ce_set_last_error("%s: %s", path, f->table.message);
+    ce_set_last_error(CLEMBED_ERR_INVALID_ARGUMENT, OPEN, "path", "%s: %s", path, f->table.message);
     goto cleanup;
   }
   *out = f;
   f = NULL;
   status = CLEMBED_OK;
-  ce_set_last_error("%s", "");
+  ce_set_last_error(CLEMBED_OK, "", "", "%s", "");
 cleanup:
   if (fd >= 0) close(fd);
   clembed_file_close(f);
@@ -86,11 +90,13 @@ size_t clembed_file_tensor_count(const clembed_file *f) { return f ? f->table.co
 
 clembed_status clembed_file_tensor_info(const clembed_file *f, size_t i, clembed_tensor_info *info) {
   if (!f || !info) {
-    ce_set_last_error("clembed_file_tensor_info: %s is NULL", f ? "info" : "f");
+    ce_set_last_error(CLEMBED_ERR_INVALID_ARGUMENT, "clembed_file_tensor_info", f ? "info" : "f",
+                      "clembed_file_tensor_info: %s is NULL", f ? "info" : "f");
     return CLEMBED_ERR_INVALID_ARGUMENT;
   }
   if (i >= f->table.count) {
-    ce_set_last_error("%s: tensor %zu does not exist (the file has %zu)", f->path, i, f->table.count);
+    ce_set_last_error(CLEMBED_ERR_INVALID_ARGUMENT, "clembed_file_tensor_info", "i",
+                      "%s: tensor %zu does not exist (the file has %zu)", f->path, i, f->table.count);
     return CLEMBED_ERR_INVALID_ARGUMENT;
   }
   *info = f->table.t[i].info;
@@ -144,11 +150,12 @@ clembed_status ce_file_lookup(const clembed_file *f, const char *name, size_t *i
 
 clembed_status clembed_file_find(const clembed_file *f, const char *name, size_t *i) {
   if (!f || !name || !i) {
-    ce_set_last_error("clembed_file_find: %s is NULL", !f ? "f" : !name ? "name" : "i");
+    const char *arg = !f ? "f" : !name ? "name" : "i";
+    ce_set_last_error(CLEMBED_ERR_INVALID_ARGUMENT, "clembed_file_find", arg, "clembed_file_find: %s is NULL", arg);
     return CLEMBED_ERR_INVALID_ARGUMENT;
   }
   char msg[1400];
   clembed_status s = ce_file_lookup(f, name, i, msg, sizeof msg);
-  if (s != CLEMBED_OK) ce_set_last_error("%s", msg);
+  if (s != CLEMBED_OK) ce_set_last_error(s, "clembed_file_find", "name", "%s", msg);
   return s;
 }

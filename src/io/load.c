@@ -58,6 +58,13 @@ static void convert(void *out, clembed_dtype dtype, const uint8_t *p, ce_io_kind
   }
 }
 
+/* Fails naming the operation (a call made inside it names itself) and the argument. */
+#define LFAIL(code, arg, ...)                                                \
+  do {                                                                       \
+    status = ce_fail_arg(ctx, (code), op, (arg), -1, 0, __VA_ARGS__);        \
+    goto cleanup;                                                            \
+  } while (0)
+
 static ce_io_kind kind_of(int dtype) {
   return dtype == CLEMBED_F32 ? CE_IO_F32 : dtype == CLEMBED_F16 ? CE_IO_F16 : dtype == CLEMBED_BF16 ? CE_IO_BF16 : CE_IO_BLOCKS;
 }
@@ -69,33 +76,31 @@ clembed_status clembed_matrix_load(clembed_context *ctx, const clembed_file *f, 
   void *tmp = NULL;
   char msg[1400];
   size_t i;
-  if (!ctx) {
-    ce_set_last_error("clembed_matrix_load: ctx is NULL");
-    return CLEMBED_ERR_INVALID_ARGUMENT;
-  }
-  if (!f || !m) FAIL(CLEMBED_ERR_INVALID_ARGUMENT, "clembed_matrix_load: %s is NULL", f ? "m" : "f");
+  const char *op = "clembed_matrix_load";
+  CE_ENTER(ctx, op);
+  if (!f || !m) LFAIL(CLEMBED_ERR_INVALID_ARGUMENT, f ? "m" : "f", "clembed_matrix_load: %s is NULL", f ? "m" : "f");
   if (!is_float((int)dtype) && !is_block((int)dtype))
-    FAIL(CLEMBED_ERR_INVALID_ARGUMENT, "clembed_matrix_load: unknown dtype %d", (int)dtype);
-  if (ce_file_lookup(f, name, &i, msg, sizeof msg) != CLEMBED_OK) FAIL(CLEMBED_ERR_INVALID_ARGUMENT, "%s", msg);
+    LFAIL(CLEMBED_ERR_INVALID_ARGUMENT, "dtype", "clembed_matrix_load: unknown dtype %d", (int)dtype);
+  if (ce_file_lookup(f, name, &i, msg, sizeof msg) != CLEMBED_OK) LFAIL(CLEMBED_ERR_INVALID_ARGUMENT, "name", "%s", msg);
   const ce_io_tensor *e = &f->table.t[i];
   const char *tn = e->info.name, *ty = e->info.type_name;
   if (e->kind != CE_IO_F32 && e->kind != CE_IO_F16 && e->kind != CE_IO_BF16 && e->kind != CE_IO_BLOCKS)
-    FAIL(CLEMBED_ERR_INVALID_ARGUMENT,
+    LFAIL(CLEMBED_ERR_INVALID_ARGUMENT, "name",
          "%s: tensor '%s' is of type %s, which cannot be loaded as a matrix (the float types F32, F16, BF16 and "
          "ggml's q8_0, q4_0, q4_K, q6_K can)", f->path, tn, ty);
   if (e->kind == CE_IO_BLOCKS && (int)dtype != e->info.dtype) {
     if (is_float((int)dtype))
-      FAIL(CLEMBED_ERR_UNSUPPORTED, "%s: tensor '%s' is %s: dequantizing it to %s on loading is not available in "
+      LFAIL(CLEMBED_ERR_UNSUPPORTED, "dtype", "%s: tensor '%s' is %s: dequantizing it to %s on loading is not available in "
                                     "this version (load it as %s)", f->path, tn, ty, dtype_name((int)dtype),
            dtype_name(e->info.dtype));
-    FAIL(CLEMBED_ERR_INVALID_ARGUMENT, "%s: tensor '%s' is %s and cannot be loaded as %s", f->path, tn, ty,
+    LFAIL(CLEMBED_ERR_INVALID_ARGUMENT, "dtype", "%s: tensor '%s' is %s and cannot be loaded as %s", f->path, tn, ty,
          dtype_name((int)dtype));
   }
   if (e->kind != CE_IO_BLOCKS && is_block((int)dtype))
-    FAIL(CLEMBED_ERR_UNSUPPORTED, "%s: tensor '%s' is %s: quantizing it to %s on loading is not available in this "
+    LFAIL(CLEMBED_ERR_UNSUPPORTED, "dtype", "%s: tensor '%s' is %s: quantizing it to %s on loading is not available in this "
                                   "version", f->path, tn, ty, dtype_name((int)dtype));
   if (e->kind == CE_IO_BLOCKS && !CE_IO_BLOCK_MATRICES)
-    FAIL(CLEMBED_ERR_UNSUPPORTED, "%s: tensor '%s' is %s: this version of clembed has no block-quantized matrices "
+    LFAIL(CLEMBED_ERR_UNSUPPORTED, "dtype", "%s: tensor '%s' is %s: this version of clembed has no block-quantized matrices "
                                   "to load it into", f->path, tn, ty);
 
   /* rows = the first dimension, cols = the product of the others */
@@ -104,13 +109,19 @@ clembed_status clembed_matrix_load(clembed_context *ctx, const clembed_file *f, 
   if (e->info.ndim >= 2) rows = e->info.shape[0];
   for (int d = 1; d < e->info.ndim; d++)
     if (!ce_io_mul(cols, e->info.shape[d], &cols)) /* only when rows is 0 */
-      FAIL(CLEMBED_ERR_INVALID_ARGUMENT, "%s: tensor '%s': its column count overflows", f->path, tn);
+      LFAIL(CLEMBED_ERR_INVALID_ARGUMENT, "name", "%s: tensor '%s': its column count overflows", f->path, tn);
   if (rows > SIZE_MAX || cols > SIZE_MAX || e->elements > SIZE_MAX || e->info.bytes > SIZE_MAX)
-    FAIL(CLEMBED_ERR_INVALID_ARGUMENT, "%s: tensor '%s' is too large for this process", f->path, tn);
+    LFAIL(CLEMBED_ERR_INVALID_ARGUMENT, "name", "%s: tensor '%s' is too large for this process", f->path, tn);
   if (e->kind == CE_IO_BLOCKS && cols % e->block_values)
-    FAIL(CLEMBED_ERR_INVALID_ARGUMENT, "%s: tensor '%s': %llu columns, not a multiple of %s's block of %u", f->path,
+    LFAIL(CLEMBED_ERR_INVALID_ARGUMENT, "name", "%s: tensor '%s': %llu columns, not a multiple of %s's block of %u", f->path,
          tn, (unsigned long long)cols, ty, e->block_values);
-  CHECK(clembed_matrix_create(ctx, (size_t)rows, (size_t)cols, dtype, &out));
+  status = clembed_matrix_create(ctx, (size_t)rows, (size_t)cols, dtype, &out);
+  if (status != CLEMBED_OK) {
+    char detail[512];
+    snprintf(detail, sizeof detail, "%s", clembed_context_message(ctx));
+    LFAIL(status, "", "%s: tensor '%s' (%llu x %llu): %s", f->path, tn, (unsigned long long)rows,
+          (unsigned long long)cols, detail);
+  }
 
   /* a piece of whole blocks at a time, at most CE_IO_CHUNK_BYTES of the file */
   const uint8_t *src = f->map + e->offset;
@@ -121,7 +132,7 @@ clembed_status clembed_matrix_load(clembed_context *ctx, const clembed_file *f, 
   if (!same && units) {
     size_t n = per < units ? per : units;
     tmp = malloc(n * clembed_dtype_size(dtype));
-    if (!tmp) FAIL(CLEMBED_ERR_OUT_OF_MEMORY, "clembed_matrix_load: out of host memory for a %zu-value piece", n);
+    if (!tmp) LFAIL(CLEMBED_ERR_OUT_OF_MEMORY, "", "clembed_matrix_load: out of host memory for a %zu-value piece", n);
   }
   for (size_t u = 0; u < units; u += per) {
     size_t n = units - u < per ? units - u : per;
@@ -140,11 +151,12 @@ clembed_status clembed_matrix_load(clembed_context *ctx, const clembed_file *f, 
     if (status != CLEMBED_OK) {
       char detail[512];
       snprintf(detail, sizeof detail, "%s", clembed_context_message(ctx));
-      FAIL(status, "%s: loading tensor '%s': %s", f->path, tn, detail);
+      LFAIL(status, "", "%s: loading tensor '%s': %s", f->path, tn, detail);
     }
   }
   *m = out;
   out.buffer = NULL;
+  ctx->op = op;
 cleanup:
   free(tmp);
   clembed_matrix_release(&out);
@@ -155,20 +167,23 @@ clembed_status clembed_ids_load(clembed_context *ctx, const clembed_file *f, con
   clembed_status status = CLEMBED_OK;
   char msg[1400];
   size_t i;
-  if (!ctx) {
-    ce_set_last_error("clembed_ids_load: ctx is NULL");
-    return CLEMBED_ERR_INVALID_ARGUMENT;
-  }
-  if (!f || !ids) FAIL(CLEMBED_ERR_INVALID_ARGUMENT, "clembed_ids_load: %s is NULL", f ? "ids" : "f");
-  if (ce_file_lookup(f, name, &i, msg, sizeof msg) != CLEMBED_OK) FAIL(CLEMBED_ERR_INVALID_ARGUMENT, "%s", msg);
+  const char *op = "clembed_ids_load";
+  CE_ENTER(ctx, op);
+  if (!f || !ids) LFAIL(CLEMBED_ERR_INVALID_ARGUMENT, f ? "ids" : "f", "clembed_ids_load: %s is NULL", f ? "ids" : "f");
+  if (ce_file_lookup(f, name, &i, msg, sizeof msg) != CLEMBED_OK) LFAIL(CLEMBED_ERR_INVALID_ARGUMENT, "name", "%s", msg);
   const ce_io_tensor *e = &f->table.t[i];
   if (e->kind != CE_IO_I32 && e->kind != CE_IO_I64)
-    FAIL(CLEMBED_ERR_INVALID_ARGUMENT, "%s: tensor '%s' is of type %s; ids must be 32- or 64-bit integers", f->path,
+    LFAIL(CLEMBED_ERR_INVALID_ARGUMENT, "name", "%s: tensor '%s' is of type %s; ids must be 32- or 64-bit integers", f->path,
          e->info.name, e->info.type_name);
   if (e->elements > SIZE_MAX)
-    FAIL(CLEMBED_ERR_INVALID_ARGUMENT, "%s: tensor '%s' is too large for this process", f->path, e->info.name);
-  CHECK(clembed_ids_create(ctx, e->elements ? f->map + e->offset : NULL, (size_t)e->elements,
-                           e->kind == CE_IO_I32 ? CLEMBED_I32 : CLEMBED_I64, ids));
+    LFAIL(CLEMBED_ERR_INVALID_ARGUMENT, "name", "%s: tensor '%s' is too large for this process", f->path, e->info.name);
+  status = clembed_ids_create(ctx, e->elements ? f->map + e->offset : NULL, (size_t)e->elements,
+                              e->kind == CE_IO_I32 ? CLEMBED_I32 : CLEMBED_I64, ids);
+  if (status != CLEMBED_OK) {
+    snprintf(msg, sizeof msg, "%s", clembed_context_message(ctx));
+    LFAIL(status, "", "%s: tensor '%s': %s", f->path, e->info.name, msg);
+  }
+  ctx->op = op;
 cleanup:
   return status;
 }

@@ -1,0 +1,58 @@
+/* clembed sgd: one fused sparse SGD step. */
+#include "cli.h"
+
+#include <stdio.h>
+
+static const char usage[] =
+    "usage: clembed sgd --table W.npy --ids IDS.npy --grad G.npy --lr LR [--scale S|sqrt]\n"
+    "                   [--padding-idx V] [--scale-grad-by-freq] [--on-bad-id check|clamp|zero|wrap]\n"
+    "                   [--dropout P --seed S] [--device SPEC] -o W2.npy\n"
+    "\n"
+    "One fused sparse SGD step: W[v] -= LR * dW[v] for the rows v that occur in the ids;\n"
+    "the output has the table file's dtype. Flags as in `clembed backward`.\n";
+
+clembed_backward_options cli_backward_flags(cli_flag *fl, size_t nf, size_t rows, size_t dim);
+
+int cli_cmd_sgd(int argc, char **argv) {
+  cli_flag fl[] = {FV("--table"),       FV("--ids"),     FV("--grad"), FV("--lr"),
+                   FV("--scale"),       FV("--padding-idx"), FS("--scale-grad-by-freq"), FV("--on-bad-id"),
+                   FV("--dropout"),     FV("--seed"),    FV("--device"), FA("--output", "-o")};
+  cli_parse_flags(argc, argv, fl, NFLAGS(fl), usage);
+  static const char *const req[] = {"--table", "--ids", "--grad", "--lr", "--output", NULL};
+  cli_require(fl, NFLAGS(fl), req);
+  float lr = cli_arg_float("--lr", VAL("--lr"));
+  cli_check_scale(VAL("--scale"));
+  cli_arg_policy(VAL("--on-bad-id"));
+  cli_arg_dropout(VAL("--dropout"));
+  cli_output_open(VAL("--output"));
+
+  const char *tpath = VAL("--table"), *ipath = VAL("--ids");
+  const npy_array *w = cli_load_table("--table", tpath);
+  const npy_array *ids = cli_load_ids("--ids", ipath);
+  const npy_array *g = cli_load_grad(VAL("--grad"), ids, ipath);
+  size_t rows = w->shape[0], dim = w->shape[1], n = ids->count;
+  if (g->shape[g->ndim - 1] != dim)
+    cli_fail(1, "--grad %s: has %zu columns but --table %s has %zu", VAL("--grad"), g->shape[g->ndim - 1], tpath,
+             dim);
+  clembed_backward_options o = cli_backward_flags(fl, NFLAGS(fl), rows, dim);
+  o.seq_len = ids->ndim == 2 ? ids->shape[1] : 0;
+  char ids_what[1100];
+  snprintf(ids_what, sizeof ids_what, "--ids %s", ipath);
+  cli_blame(ids_what, NULL);
+  if (dim == 0) cli_check_ids_host(ids, rows, o.policy, ids_what);
+  size_t table_bytes = cli_array_bytes(w);
+  uint64_t device = (uint64_t)table_bytes + cli_mul3(n, dim, sizeof(float), "--grad") + cli_array_bytes(ids) +
+                    (uint64_t)n * 32u;
+
+  cli_open_device(VAL("--device"));
+  cli_memory_budget(table_bytes, device);
+  clembed_dtype dt = cli_host_dtype(w->dtype);
+  clembed_matrix *table = cli_upload(w->data, dt, rows, dim, dt);
+  clembed_matrix *grad = cli_upload(g->data, cli_host_dtype(g->dtype), n, dim, CLEMBED_F32);
+  clembed_ids *d_ids = cli_upload_ids(ids);
+  cli_check(clembed_sgd_update(cli_ctx, grad, d_ids, lr, &o, table, 0, NULL, NULL));
+  void *h = cli_download(table, dt);
+  cli_output_npy(w->dtype, 2, w->shape, h);
+  cli_release_all();
+  return 0;
+}
