@@ -73,6 +73,12 @@ CLEMBED_API clembed_status clembed_file_tensor_info(const clembed_file *f, size_
  * clembed_last_error_message(), lists the tensors). */
 CLEMBED_API clembed_status clembed_file_find(const clembed_file *f, const char *name, size_t *i);
 
+/* The tensor's bytes as the file stores them (little-endian; a block type's
+ * blocks), inside the read-only mapping: valid until clembed_file_close, never
+ * to be written. Not aligned in general (a safetensors tensor may start at any
+ * byte). *data is NULL for a tensor of 0 bytes. */
+CLEMBED_API clembed_status clembed_file_tensor_data(const clembed_file *f, size_t i, const void **data);
+
 /* Creates *m (the caller owns it; release with clembed_matrix_release) and
  * uploads the tensor into it, straight from the file's mapping. Blocking.
  * - `name` NULL means the file's only tensor; for a GGUF file with several

@@ -270,6 +270,9 @@ static void expect_info(const clembed_file *f, size_t i, const char *name, int d
   }
   EXPECT(in.bytes == bytes, "tensor %zu: bytes %llu, expected %llu", i, (unsigned long long)in.bytes,
          (unsigned long long)bytes);
+  const void *data = (const void *)&data;
+  EXPECT(clembed_file_tensor_data(f, i, &data) == CLEMBED_OK && (bytes ? data != NULL : data == NULL),
+         "tensor %zu: data %p for %llu bytes", i, data, (unsigned long long)bytes);
   if (name[0]) {
     size_t k = 999;
     EXPECT(clembed_file_find(f, name, &k) == CLEMBED_OK && k == i, "find '%s' gave %zu, expected %zu", name, k, i);
@@ -414,6 +417,11 @@ static void case_safetensors(void) {
     expect_info(f, 3, "ids", -1, "I64", 2, s3, 32);
     expect_info(f, 4, "mask", -1, "U8", 1, s4, 3);
     expect_info(f, 5, "empty", CLEMBED_F32, "F32", 2, s5, 0);
+    const void *p1 = NULL, *p2 = NULL;
+    EXPECT(clembed_file_tensor_data(f, 1, &p1) == CLEMBED_OK && p1 && !memcmp(p1, d16.p, d16.n) &&
+               clembed_file_tensor_data(f, 3, &p2) == CLEMBED_OK && p2 && !memcmp(p2, dids.p, dids.n),
+           "the data of 'caf\\u00e9.h' and 'ids' are the bytes written");
+    EXPECT(clembed_file_tensor_data(f, 6, &p1) == CLEMBED_ERR_INVALID_ARGUMENT, "data of tensor 6 of 6");
     size_t i = 77;
     EXPECT(clembed_file_find(f, "W", &i) == CLEMBED_ERR_INVALID_ARGUMENT && i == 77, "find is case-sensitive");
     EXPECT(strstr(clembed_last_error_message(), "'mask'") != NULL, "the message lists the tensors: %s",

@@ -103,6 +103,21 @@ clembed_status clembed_file_tensor_info(const clembed_file *f, size_t i, clembed
   return CLEMBED_OK;
 }
 
+clembed_status clembed_file_tensor_data(const clembed_file *f, size_t i, const void **data) {
+  if (!f || !data) {
+    ce_set_last_error(CLEMBED_ERR_INVALID_ARGUMENT, "clembed_file_tensor_data", f ? "data" : "f",
+                      "clembed_file_tensor_data: %s is NULL", f ? "data" : "f");
+    return CLEMBED_ERR_INVALID_ARGUMENT;
+  }
+  if (i >= f->table.count) {
+    ce_set_last_error(CLEMBED_ERR_INVALID_ARGUMENT, "clembed_file_tensor_data", "i",
+                      "%s: tensor %zu does not exist (the file has %zu)", f->path, i, f->table.count);
+    return CLEMBED_ERR_INVALID_ARGUMENT;
+  }
+  *data = f->table.t[i].info.bytes ? (const void *)(f->map + f->table.t[i].offset) : NULL;
+  return CLEMBED_OK;
+}
+
 void ce_file_list(const clembed_file *f, char *buf, size_t cap) {
   size_t o = 0;
   if (!cap) return;

@@ -88,6 +88,9 @@ const npy_array *cli_load_grad(const char *path, const npy_array *ids, const cha
  * position and the value of the first bad id. */
 void cli_check_ids_host(const npy_array *ids, size_t rows, clembed_index_policy policy, const char *what);
 clembed_dtype cli_host_dtype(npy_dtype t);
+/* The device dtype an input defaults to: its own (BF16 for a BF16 tensor, which
+ * the tool holds widened to <f4). */
+clembed_dtype cli_input_dtype(const npy_array *a);
 size_t cli_array_bytes(const npy_array *a);
 
 /* --------------------------------------------------------- output.c */
@@ -160,5 +163,6 @@ int cli_cmd_sgd(int argc, char **argv);
 int cli_cmd_init(int argc, char **argv);
 int cli_cmd_bench(int argc, char **argv);
 int cli_cmd_demo(int argc, char **argv);
+int cli_cmd_inspect(int argc, char **argv);
 
 #endif

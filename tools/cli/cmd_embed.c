@@ -21,7 +21,7 @@ static const char usage[] =
     "  --offset P        position of each sequence's first token (default 0)\n"
     "  --padding-idx V   this id's token row counts as zero (negative: counts from the end)\n"
     "  --on-bad-id       check (default: exit 1 naming the position), clamp, zero, wrap\n"
-    "  --dtype           the table's device dtype (default f16 for a <f2 file, else f32)\n"
+    "  --dtype           the table's device dtype (default: the table's own, f32 f16 or bf16)\n"
     "  --dropout P       zero each output element with probability P (inverted dropout)\n"
     "  --seed S          the dropout seed (default 0)\n"
     "  -o, --output      the output (- for standard output): <f2 for a <f2 table with\n"
@@ -82,7 +82,7 @@ int cli_cmd_embed(int argc, char **argv) {
                pt->shape[0]);
   }
 
-  clembed_dtype table_dt = dtype_flag >= 0 ? (clembed_dtype)dtype_flag : cli_host_dtype(w->dtype);
+  clembed_dtype table_dt = dtype_flag >= 0 ? (clembed_dtype)dtype_flag : cli_input_dtype(w);
   int f16_out = w->dtype == NPY_F2 && (dtype_flag < 0 || dtype_flag == CLEMBED_F16);
   clembed_dtype out_dt = f16_out ? CLEMBED_F16 : CLEMBED_F32;
   size_t out_bytes = cli_mul3(n, dim, clembed_dtype_size(out_dt), "the output");

@@ -7,7 +7,9 @@
 static const char usage_main[] =
     "usage: clembed <subcommand> [flags]   (clembed <subcommand> --help for its flags)\n"
     "\n"
-    "The embedding layer of a transformer on any OpenCL device. Arrays are .npy files.\n"
+    "The embedding layer of a transformer on any OpenCL device. Arrays are .npy files, or\n"
+    "tensors of .safetensors and .gguf files (recognised by content): FILE:NAME picks one\n"
+    "(a file with one tensor needs no name; --table of a GGUF file: token_embd.weight).\n"
     "\n"
     "subcommands:\n"
     "  devices     list the OpenCL platforms and devices, mark the default\n"
@@ -18,6 +20,7 @@ static const char usage_main[] =
     "  init        table initialisation (Philox normal or uniform)\n"
     "  bench       the benchmark against the device's own copy\n"
     "  demo        the tutorial end to end on the default device\n"
+    "  inspect     the tensors of a .npy, .safetensors or .gguf file\n"
     "  help        this text (help SUBCOMMAND: that subcommand's)\n"
     "\n"
     "Every subcommand takes --device SPEC (\"P:D\" as `clembed devices` lists, gpu, cpu,\n"
@@ -45,6 +48,7 @@ static const command commands[] = {
     {"devices", cli_cmd_devices}, {"positional", cli_cmd_positional}, {"embed", cli_cmd_embed},
     {"backward", cli_cmd_backward}, {"sgd", cli_cmd_sgd},             {"init", cli_cmd_init},
     {"bench", cli_cmd_bench},     {"demo", cli_cmd_demo},
+    {"inspect", cli_cmd_inspect},
 };
 
 static const command *find(const char *name) {
