@@ -9,8 +9,9 @@
 extern "C" {
 #endif
 
-/* Replaces the source of kernel family `family` ("forward", "positional",
- * "backward", "init", "util") for this context's next builds with `source`
+/* Replaces the source of kernel family `family` (its cl/ops/ file's name:
+ * "forward", "positional", "sort", "backward", "init", "util") for this
+ * context's next builds with `source` (cl/lib/ still comes first)
  * (kept by pointer: it must outlive its use); NULL restores the embedded one.
  * Lets a test inject a build failure. */
 CLEMBED_API clembed_status clembed__test_override_source(clembed_context *ctx, const char *family,

@@ -343,25 +343,27 @@ static void check_exhaustion(clembed_context *ctx) {
 
 /* ------------------------------------------------------ the Oclgrind proof */
 
-/* ce_embed with the forward's arguments (see src/forward.c) for an F32 table
- * and output: a plain lookup, all of it by work-item 0 whatever the launch
- * shape (CPU or GPU shapes), that also writes one element past the end of the
- * output buffer. */
+/* The forward's kernels (every shape: ce_embed, ce_embed_vec4, ce_embed_rows,
+ * ce_embed_strided, with the same arguments; see cl/ops/forward.cl) for an
+ * F32 table and output: a plain lookup, all of it by work-item 0 whatever the
+ * launch shape, that also writes one element past the end of the output
+ * buffer. */
 static const char *const oob_forward =
-    "__kernel void ce_embed(__global const float *table, ulong t_off, ulong t_ld, ulong t_rows,\n"
-    "    __global const int *ids32, __global const long *ids64, ulong id_off, int id64, ulong n,\n"
-    "    __global float *out, ulong o_off, ulong o_ld, ulong cols, float scale, int policy,\n"
-    "    long padding, __global const float2 *freq, __global const float *ptab, ulong p_off,\n"
-    "    ulong p_ld, ulong p_rows, ulong seq_len, ulong pos_offset, __global const int *so32,\n"
-    "    __global const long *so64, ulong so_off, int so64f, int has_so, float dropout,\n"
-    "    uint seed_lo, uint seed_hi, float keep_scale, __global uint *err, uint slot) {\n"
-    "  if (get_global_id(0) != 0 || get_global_id(1) != 0) return;\n"
-    "  for (ulong i = 0; i < n; i++) {\n"
-    "    long row = ce_load_id(ids32, ids64, id64, id_off + i);\n"
-    "    for (ulong c = 0; c < cols; c++) out[o_off + i * o_ld + c] = table[t_off + (ulong)row * t_ld + c];\n"
-    "  }\n"
-    "  out[o_off + n * o_ld] = 42.0f; /* one past the end */\n"
-    "}\n";
+    "#define OOB_KERNEL(name) __kernel void name(__global const float *table, ulong t_off, ulong t_ld, \\\n"
+    "    ulong t_rows, __global const int *ids32, __global const long *ids64, ulong id_off, int id64, ulong n, \\\n"
+    "    __global float *out, ulong o_off, ulong o_ld, ulong cols, float scale, int policy, \\\n"
+    "    long padding, __global const float2 *freq, __global const float *ptab, ulong p_off, \\\n"
+    "    ulong p_ld, ulong p_rows, ulong seq_len, ulong pos_offset, __global const int *so32, \\\n"
+    "    __global const long *so64, ulong so_off, int so64f, int has_so, float dropout, \\\n"
+    "    uint seed_lo, uint seed_hi, float keep_scale, __global uint *err, uint slot) { \\\n"
+    "  if (get_global_id(0) != 0 || get_global_id(1) != 0) return; \\\n"
+    "  for (ulong i = 0; i < n; i++) { \\\n"
+    "    long row = ce_load_id(ids32, ids64, id64, id_off + i); \\\n"
+    "    for (ulong c = 0; c < cols; c++) out[o_off + i * o_ld + c] = table[t_off + (ulong)row * t_ld + c]; \\\n"
+    "  } \\\n"
+    "  out[o_off + n * o_ld] = 42.0f; /* one past the end */ \\\n"
+    "}\n"
+    "OOB_KERNEL(ce_embed) OOB_KERNEL(ce_embed_vec4) OOB_KERNEL(ce_embed_rows) OOB_KERNEL(ce_embed_strided)\n";
 
 static int oob_demo(void) {
   clembed_context *ctx = tu_context();

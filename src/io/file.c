@@ -2,9 +2,10 @@
 #define _POSIX_C_SOURCE 200809L
 #include "file.h"
 
-#include "../internal.h" /* ce_set_last_error: the message when there is no context */
+#include "../runtime/runtime.h" /* the message and detail of a call without a context */
 
 #include <errno.h>
+#include <stdarg.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +15,17 @@
 #include <unistd.h>
 
 #define OPEN "clembed_file_open"
+
+/* The calling thread's clembed_last_error_message() and error detail. */
+static void ce_set_last_error(clembed_status code, const char *op, const char *argument, const char *fmt, ...) {
+  char msg[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  ce_last_message("%s", msg);
+  ce_last_fail(code, op, argument);
+}
 
 clembed_status clembed_file_open(const char *path, clembed_file **out) {
   clembed_file *f = NULL;

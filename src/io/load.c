@@ -1,11 +1,11 @@
 /* clembed_matrix_load, clembed_ids_load: a tensor from a file's mapping to the
  * device, through the public data functions (a piece of the matrix at a time,
  * written as a 1 x k view), so no host copy is made when the stored type is
- * the device dtype. The one file of src/io that uses library internals: the
- * context's message and the host dtype conversions. */
+ * the device dtype. Of the library's internals, src/io uses only the messages
+ * (here and in file.c) and the host dtype conversions (here). */
 #include "file.h"
 
-#include "../internal.h"
+#include "../ops/ops.h" /* the context's message and detail; the host dtype conversions */
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,7 +1,16 @@
-/* Status strings: one list (an X-macro) gives every code its fixed string. */
-#include "internal.h"
+/* The one status list (an X-macro): every code clembed returns, its own
+ * (OWN) and OpenCL's (X), with its value. The header's enum is the contract's text; the list is
+ * checked against it at compile time, and gives each code its fixed string. */
+#include "runtime.h"
 
-#define CE_OPENCL_STATUSES(X)                       \
+#define CE_STATUS_LIST(OWN, X)                      \
+  OWN(CLEMBED_OK, 0)                                  \
+  OWN(CLEMBED_ERR_INVALID_ARGUMENT, -2001)            \
+  OWN(CLEMBED_ERR_INDEX_OUT_OF_RANGE, -2002)          \
+  OWN(CLEMBED_ERR_NO_DEVICE, -2003)                   \
+  OWN(CLEMBED_ERR_BUILD_FAILED, -2004)                \
+  OWN(CLEMBED_ERR_OUT_OF_MEMORY, -2005)               \
+  OWN(CLEMBED_ERR_UNSUPPORTED, -2006)                 \
   X(CL_DEVICE_NOT_FOUND, -1)                        \
   X(CL_DEVICE_NOT_AVAILABLE, -2)                    \
   X(CL_COMPILER_NOT_AVAILABLE, -3)                  \
@@ -66,22 +75,20 @@
   X(CL_MAX_SIZE_RESTRICTION_EXCEEDED, -72)          \
   X(CL_PLATFORM_NOT_FOUND_KHR, -1001) /* cl_khr_icd */
 
-#define CE_CLEMBED_STATUSES(X)                      \
-  X(CLEMBED_OK, 0)                                  \
-  X(CLEMBED_ERR_INVALID_ARGUMENT, -2001)            \
-  X(CLEMBED_ERR_INDEX_OUT_OF_RANGE, -2002)          \
-  X(CLEMBED_ERR_NO_DEVICE, -2003)                   \
-  X(CLEMBED_ERR_BUILD_FAILED, -2004)                \
-  X(CLEMBED_ERR_OUT_OF_MEMORY, -2005)               \
-  X(CLEMBED_ERR_UNSUPPORTED, -2006)
+/* clembed's own codes (OWN) agree with the header's enum; the others (X) are
+ * OpenCL's, some newer than the headers this builds with. */
+#define CE_STATUS_AGREES(name, value) _Static_assert((int)(name) == (value), #name " is " #value);
+#define CE_STATUS_IGNORE(name, value)
+CE_STATUS_LIST(CE_STATUS_AGREES, CE_STATUS_IGNORE)
+#undef CE_STATUS_AGREES
+#undef CE_STATUS_IGNORE
 
 const char *clembed_status_string(clembed_status s) {
   switch ((int)s) {
 #define CE_STATUS_CASE(name, value) \
   case value:                       \
     return #name;
-    CE_OPENCL_STATUSES(CE_STATUS_CASE)
-    CE_CLEMBED_STATUSES(CE_STATUS_CASE)
+    CE_STATUS_LIST(CE_STATUS_CASE, CE_STATUS_CASE)
 #undef CE_STATUS_CASE
     default:
       return "CLEMBED_UNKNOWN_STATUS";

@@ -1,15 +1,13 @@
 /* backward.cl: the embedding backward (table and position gradients) and the
- * fused sparse SGD step. OpenCL C 1.2; common.cl is prepended.
+ * fused sparse steps. OpenCL C 1.2; cl/lib/ files come first.
  *
  * Deterministic path (sort and segment, as PyTorch's EmbeddingBackwardKernel.cu):
  *   ce_bwd_keys / ce_bwd_pos_keys  key[i] = the row token i adds to (its resolved
  *                                  id, or its position), or `none` (the number of
  *                                  rows, which sorts last) when it adds nothing;
  *                                  idx[i] = i. Bad ids and positions are reported.
- *   ce_bwd_hist, ce_bwd_scan,      one pass of a stable LSD radix sort of
- *   ce_bwd_scatter                 (key, idx), 8 bits a pass; one work-item per
- *                                  chunk of consecutive entries, so equal keys
- *                                  keep ascending token order.
+ *   (cl/ops/sort.cl)               the stable radix sort of (key, idx), so equal
+ *                                  keys keep ascending token order.
  *   ce_bwd_rows / ce_bwd_pos       each segment of equal keys is folded, column
  *                                  by column, in ascending token order in
  *                                  float32 and its row stored once (rows: the
@@ -26,8 +24,13 @@
  * ce_bwd_count counts each row's tokens for scale_grad_by_freq.
  *
  * Build options: GRAD_DT, TABLE_DT (dtype codes), DROPOUT (0/1), KEY64 (0: uint
- * keys, 1: ulong keys), VEC (4, 8 or 16) and TILE (1 on GPUs), which shape the
- * segment kernels: a work-item folds TILE vectors of VEC columns at once. */
+ * keys, 1: ulong keys), VEC (4, 8 or 16), TILE and CE_GROUP (the tuning
+ * table's): a work-item of the grouped shapes folds TILE vectors of VEC
+ * columns at once over CE_GROUP sorted positions. */
+
+#ifndef TILE
+#define TILE 1
+#endif
 
 #define GRAD_T CE_XCAT(CE_STORE_, GRAD_DT)
 #define TABLE_T CE_XCAT(CE_STORE_, TABLE_DT)
@@ -54,10 +57,7 @@ __kernel void ce_bwd_keys(__global const int *ids32, __global const long *ids64,
                           __global uint *err, uint slot) {
   ulong i = get_global_id(0);
   if (i >= n) return;
-  int bad;
-  long id = ce_load_id(ids32, ids64, id64, id_off + i);
-  long r = ce_resolve(id, rows, policy, padding, &bad);
-  if (bad) ce_report(err, slot, 0, i, id);
+  long r = ce_token_row(ids32, ids64, id64, id_off, i, rows, policy, padding, err, slot, 1);
   keys[i] = r >= 0 ? (KEY_T)r : (KEY_T)rows;
   idx[i] = (uint)i;
 }
@@ -73,77 +73,13 @@ __kernel void ce_bwd_pos_keys(ulong n, ulong len, ulong pos_offset, __global con
                               __global KEY_T *keys, __global uint *idx, __global uint *err, uint slot) {
   ulong b = get_global_id(1);
   if (b * len >= n) return;
-  long first = has_so ? ce_load_id(so32, so64, so64f, so_off + b) : (long)pos_offset;
+  long first = ce_sequence_first(b, pos_offset, so32, so64, so_off, so64f, has_so);
   for (ulong j = get_global_id(0); j < len && b * len + j < n; j += get_global_size(0)) {
     ulong i = b * len + j, p = (ulong)first + j;
     int ok = first >= 0 && p < p_rows;
     if (!ok) ce_report(err, slot, 1, i, first);
     keys[i] = ok ? (KEY_T)p : (KEY_T)p_rows;
     idx[i] = (uint)i;
-  }
-}
-
-/* ------------------------------------------------------------ radix sort */
-
-/* Entries [g*chunk, min((g+1)*chunk, n)) form chunk g. hist is digit-major:
- * hist[d * nchunks + g] = entries of chunk g whose digit is d, so its exclusive
- * prefix sum is, for each (d, g), where chunk g's first d-entry goes. */
-#define CE_RADIX 256
-
-__kernel void ce_bwd_hist(__global const KEY_T *keys, ulong n, ulong chunk, uint nchunks, uint shift,
-                          __global uint *hist) {
-  uint g = get_global_id(0);
-  if (g >= nchunks) return;
-  /* The work-item owns column g of hist: no races, no private array. */
-  for (uint d = 0; d < CE_RADIX; d++) hist[(ulong)d * nchunks + g] = 0;
-  ulong lo = (ulong)g * chunk, hi = min(lo + chunk, n);
-  for (ulong i = lo; i < hi; i++) hist[(ulong)((uint)(keys[i] >> shift) & (CE_RADIX - 1)) * nchunks + g]++;
-}
-
-/* Exclusive prefix sum of hist[0, m) in place; one work-group of at most 256. */
-__kernel void ce_bwd_scan(__global uint *hist, uint m) {
-  __local uint part[256];
-  uint l = get_local_id(0), L = get_local_size(0);
-  if (get_group_id(0) != 0 || L > 256) return;
-  uint per = (m + L - 1) / L, lo = min(l * per, m), hi = min(lo + per, m);
-  uint s = 0;
-  for (uint i = lo; i < hi; i++) s += hist[i];
-  part[l] = s;
-  barrier(CLK_LOCAL_MEM_FENCE);
-  if (l == 0) {
-    uint acc = 0;
-    for (uint k = 0; k < L; k++) {
-      uint t = part[k];
-      part[k] = acc;
-      acc += t;
-    }
-  }
-  barrier(CLK_LOCAL_MEM_FENCE);
-  uint acc = part[l];
-  for (uint i = lo; i < hi; i++) {
-    uint t = hist[i];
-    hist[i] = acc;
-    acc += t;
-  }
-}
-
-/* Chunk g writes its entries, in order, after those of smaller digits and of
- * the same digit in earlier chunks: a stable scatter. */
-__kernel void ce_bwd_scatter(__global const KEY_T *keys, __global const uint *idx, ulong n, ulong chunk,
-                             uint nchunks, uint shift, __global uint *hist, __global KEY_T *keys_out,
-                             __global uint *idx_out) {
-  uint g = get_global_id(0);
-  if (g >= nchunks) return;
-  ulong lo = (ulong)g * chunk, hi = min(lo + chunk, n);
-  for (ulong i = lo; i < hi; i++) {
-    KEY_T k = keys[i];
-    ulong h = (ulong)((uint)(k >> shift) & (CE_RADIX - 1)) * nchunks + g; /* column g is this item's */
-    uint p = hist[h];
-    hist[h] = p + 1;
-    if (p < n) {
-      keys_out[p] = k;
-      idx_out[p] = idx[i];
-    }
   }
 }
 
@@ -183,7 +119,6 @@ inline float ce_fold1(__global const GRAD_T *grad, ulong g_off, ulong g_ld, ulon
 /* TILE (CPU) vectors of consecutive columns from c folded at once, so that
  * each gradient row is read TILE * VEC columns at a time. Every column is still
  * the same left fold in ascending token order. */
-#if TILE > 1
 inline void ce_fold_tile(FV *acc, __global const GRAD_T *grad, ulong g_off, ulong g_ld, ulong cols,
                          __global const uint *sidx, ulong j, ulong end, ulong c, float dropout, uint seed_lo,
                          uint seed_hi, float keep) {
@@ -199,7 +134,6 @@ inline void ce_fold_tile(FV *acc, __global const GRAD_T *grad, ulong g_off, ulon
     }
   }
 }
-#endif
 
 /* The work of the segment kernels. Work-item (x, y), y = block * 2^slice_bits
  * + slice, takes the segments that start at sorted positions slice,
@@ -241,8 +175,8 @@ inline void ce_fold_tile(FV *acc, __global const GRAD_T *grad, ulong g_off, ulon
  * ...) and STORE1(o, sum of one column, ...) with o = base + column. */
 #define CE_FOLD_ARGS grad, g_off, g_ld, cols, sidx, j, end
 #define CE_MASK_ARGS dropout, seed_lo, seed_hi, keep
-#if TILE > 1
-#define CE_COLUMNS(STOREV, STORE1, base, ...)                                                 \
+/* The grouped shapes' columns: in order, TILE * VEC at a time. */
+#define CE_COLUMNS_TILED(STOREV, STORE1, base, ...)                                           \
   {                                                                                          \
     ulong c = lo_;                                                                           \
     for (; c + TILE * VEC <= hi_; c += TILE * VEC) {                                         \
@@ -253,17 +187,15 @@ inline void ce_fold_tile(FV *acc, __global const GRAD_T *grad, ulong g_off, ulon
     for (; c + VEC <= hi_; c += VEC) STOREV((base) + c, ce_foldv(CE_FOLD_ARGS, c, CE_MASK_ARGS), __VA_ARGS__); \
     for (; c < hi_; c++) STORE1((base) + c, ce_fold1(CE_FOLD_ARGS, c, CE_MASK_ARGS), __VA_ARGS__);           \
   }
-#else
-#define CE_COLUMNS(STOREV, STORE1, base, ...)                                                 \
+/* The segment shapes' columns: VEC at lo_, lo_ + cstep_, ... */
+#define CE_COLUMNS_STRIDED(STOREV, STORE1, base, ...)                                         \
   for (ulong c = lo_; c < hi_; c += cstep_) {                                                \
     if (c + VEC <= hi_)                                                                      \
       STOREV((base) + c, ce_foldv(CE_FOLD_ARGS, c, CE_MASK_ARGS), __VA_ARGS__);              \
     else                                                                                     \
       for (ulong k = c; k < hi_; k++) STORE1((base) + k, ce_fold1(CE_FOLD_ARGS, k, CE_MASK_ARGS), __VA_ARGS__); \
   }
-#endif
 
-#if TILE > 1
 /* CPU shapes: the segments are taken in groups, so that one work-item reads
  * several gradient rows and table rows at once (a CPU's prefetchers follow
  * several streams; one row at a time leaves the memory system idle between
@@ -276,7 +208,9 @@ inline void ce_fold_tile(FV *acc, __global const GRAD_T *grad, ulong g_off, ulon
  * lo_, hi_ and cnt_ = end - j as a float defined); CE_GROUPS_SHORT ends that
  * body and CE_COLUMNS_GROUP folds the group's short segments (m_ of them,
  * starts sj_, ends se_, keys sk_); CE_GROUPS_END closes the loop. */
-#define CE_GROUP 4
+#ifndef CE_GROUP
+#define CE_GROUP 4 /* the tuning table's fold_group */
+#endif
 #define CE_GROUPS(skeys, n, none, slice_bits, bw, split, cols)                        \
   ulong y_ = get_global_id(1), nslices_ = (ulong)1 << (slice_bits);                 \
   ulong block_ = y_ >> (slice_bits);                                                \
@@ -321,24 +255,27 @@ inline void ce_fold_tile(FV *acc, __global const GRAD_T *grad, ulong g_off, ulon
       ulong j = sj_[s_], end = se_[s_], lo_ = c, hi_ = cols;                                 \
       KEY_T key = sk_[s_];                                                                   \
       float cnt_ = (float)(end - j);                                                         \
-      CE_COLUMNS(STOREV, STORE1, base, __VA_ARGS__)                                          \
+      CE_COLUMNS_TILED(STOREV, STORE1, base, __VA_ARGS__)                                    \
     }                                                                                        \
   }
-#endif
 
-/* The row gradient r = (scale * S) / count (the division only with freq):
- * mode 0 stores r, mode 1 adds r (grad_table, F32), mode 2 (SGD) stores
- * w - lr * r rounded to the table's dtype. */
+/* The store modes (src/ops/ops.h's ce_store_mode), a kernel argument: one
+ * program serves them all. The row gradient r = (scale * S) / count (the
+ * division only with freq): OVERWRITE stores r, ACCUMULATE adds r
+ * (grad_table, F32), SGD stores w - lr * r rounded to the table's dtype. */
+#define CE_STORE_OVERWRITE 0
+#define CE_STORE_ACCUMULATE 1
+#define CE_STORE_SGD 2
 inline void ce_rows_storev(ulong o, FV s, __global TABLE_T *tab, float scale, int freq, float cnt, float lr,
                            int mode) {
   FV r = scale * s;
   if (freq) r = r / cnt;
-  if (mode == 2) {
+  if (mode == CE_STORE_SGD) {
     FV w = load_tablev(tab, o), d = lr * r;
     store_tablev(tab, o, w - d);
   } else {
     __global float *f = (__global float *)tab; /* grad_table is F32 */
-    ce_storev_0(f, o, mode ? ce_loadv_0(f, o) + r : r);
+    ce_storev_0(f, o, mode == CE_STORE_ACCUMULATE ? ce_loadv_0(f, o) + r : r);
   }
 }
 
@@ -346,54 +283,61 @@ inline void ce_rows_store1(ulong o, float s, __global TABLE_T *tab, float scale,
                            int mode) {
   float r = scale * s;
   if (freq) r = r / cnt;
-  if (mode == 2) {
+  if (mode == CE_STORE_SGD) {
     float w = load_table(tab, o), d = lr * r;
     store_table(tab, o, w - d);
   } else {
     __global float *f = (__global float *)tab;
-    ce_store_0(f, o, mode ? ce_load_0(f, o) + r : r);
+    ce_store_0(f, o, mode == CE_STORE_ACCUMULATE ? ce_load_0(f, o) + r : r);
   }
 }
 
-/* Each (row, column) is written by exactly one work-item. */
-__kernel void ce_bwd_rows(__global const GRAD_T *grad, ulong g_off, ulong g_ld, ulong cols,
-                          __global const KEY_T *skeys, __global const uint *sidx, ulong n, KEY_T none,
-                          uint slice_bits, ulong bw, ulong split, float scale, int freq, __global TABLE_T *tab,
-                          ulong t_off, ulong t_ld, float lr, int mode, float dropout, uint seed_lo, uint seed_hi,
-                          float keep) {
-#if TILE > 1
+/* Each (row, column) is written by exactly one work-item, in one of two shapes:
+ * ce_bwd_rows (segments, consecutive work-items on consecutive columns) and
+ * ce_bwd_rows_grouped (groups of segments, whole rows, TILE * VEC columns at
+ * a time). */
+#define CE_ROWS_ARGS                                                                                           \
+  __global const GRAD_T *grad, ulong g_off, ulong g_ld, ulong cols, __global const KEY_T *skeys,              \
+      __global const uint *sidx, ulong n, KEY_T none, uint slice_bits, ulong bw, ulong split, float scale,     \
+      int freq, __global TABLE_T *tab, ulong t_off, ulong t_ld, float lr, int mode, float dropout, uint seed_lo, \
+      uint seed_hi, float keep
+
+__kernel void ce_bwd_rows(CE_ROWS_ARGS) {
+  CE_SEGMENTS(skeys, n, none, slice_bits, bw, split, cols)
+  float cnt = (float)(end - j);
+  CE_COLUMNS_STRIDED(ce_rows_storev, ce_rows_store1, t_off + (ulong)key * t_ld, tab, scale, freq, cnt, lr, mode)
+  CE_SEGMENTS_END
+}
+
+__kernel void ce_bwd_rows_grouped(CE_ROWS_ARGS) {
   CE_GROUPS(skeys, n, none, slice_bits, bw, split, cols)
-  CE_COLUMNS(ce_rows_storev, ce_rows_store1, t_off + (ulong)key * t_ld, tab, scale, freq, cnt_, lr, mode)
+  CE_COLUMNS_TILED(ce_rows_storev, ce_rows_store1, t_off + (ulong)key * t_ld, tab, scale, freq, cnt_, lr, mode)
   CE_GROUPS_SHORT
   CE_COLUMNS_GROUP(ce_rows_storev, ce_rows_store1, t_off + (ulong)key * t_ld, tab, scale, freq, cnt_, lr, mode)
   CE_GROUPS_END
-#else
-  CE_SEGMENTS(skeys, n, none, slice_bits, bw, split, cols)
-  float cnt = (float)(end - j);
-  CE_COLUMNS(ce_rows_storev, ce_rows_store1, t_off + (ulong)key * t_ld, tab, scale, freq, cnt, lr, mode)
-  CE_SEGMENTS_END
-#endif
 }
 
 /* position_grad[p] += S (F32): the positional part of the forward is not scaled. */
 inline void ce_pos_storev(ulong o, FV s, __global float *pg) { ce_storev_0(pg, o, ce_loadv_0(pg, o) + s); }
 inline void ce_pos_store1(ulong o, float s, __global float *pg) { ce_store_0(pg, o, ce_load_0(pg, o) + s); }
 
-__kernel void ce_bwd_pos(__global const GRAD_T *grad, ulong g_off, ulong g_ld, ulong cols,
-                         __global const KEY_T *skeys, __global const uint *sidx, ulong n, KEY_T none,
-                         uint slice_bits, ulong bw, ulong split, __global float *pg, ulong p_off, ulong p_ld,
-                         float dropout, uint seed_lo, uint seed_hi, float keep) {
-#if TILE > 1
+#define CE_POS_ARGS                                                                                       \
+  __global const GRAD_T *grad, ulong g_off, ulong g_ld, ulong cols, __global const KEY_T *skeys,         \
+      __global const uint *sidx, ulong n, KEY_T none, uint slice_bits, ulong bw, ulong split,             \
+      __global float *pg, ulong p_off, ulong p_ld, float dropout, uint seed_lo, uint seed_hi, float keep
+
+__kernel void ce_bwd_pos(CE_POS_ARGS) {
+  CE_SEGMENTS(skeys, n, none, slice_bits, bw, split, cols)
+  CE_COLUMNS_STRIDED(ce_pos_storev, ce_pos_store1, p_off + (ulong)key * p_ld, pg)
+  CE_SEGMENTS_END
+}
+
+__kernel void ce_bwd_pos_grouped(CE_POS_ARGS) {
   CE_GROUPS(skeys, n, none, slice_bits, bw, split, cols)
-  CE_COLUMNS(ce_pos_storev, ce_pos_store1, p_off + (ulong)key * p_ld, pg)
+  CE_COLUMNS_TILED(ce_pos_storev, ce_pos_store1, p_off + (ulong)key * p_ld, pg)
   CE_GROUPS_SHORT
   CE_COLUMNS_GROUP(ce_pos_storev, ce_pos_store1, p_off + (ulong)key * p_ld, pg)
   CE_GROUPS_END
-#else
-  CE_SEGMENTS(skeys, n, none, slice_bits, bw, split, cols)
-  CE_COLUMNS(ce_pos_storev, ce_pos_store1, p_off + (ulong)key * p_ld, pg)
-  CE_SEGMENTS_END
-#endif
 }
 
 /* ------------------------------------------------------------- helpers */
@@ -426,8 +370,7 @@ __kernel void ce_bwd_count(__global const int *ids32, __global const long *ids64
                            ulong rows, int policy, long padding, __global uint *counts) {
   ulong i = get_global_id(0);
   if (i >= n) return;
-  int bad;
-  long r = ce_resolve(ce_load_id(ids32, ids64, id64, id_off + i), rows, policy, padding, &bad);
+  long r = ce_token_row(ids32, ids64, id64, id_off, i, rows, policy, padding, (__global uint *)0, 0, 0);
   if (r >= 0) atomic_inc(&counts[r]);
 }
 
@@ -440,10 +383,7 @@ __kernel void ce_bwd_atomic(__global const GRAD_T *grad, ulong g_off, ulong g_ld
                             float dropout, uint seed_lo, uint seed_hi, float keep, __global uint *err, uint slot) {
   ulong i = get_global_id(1);
   if (i >= n) return;
-  int bad;
-  long id = ce_load_id(ids32, ids64, id64, id_off + i);
-  long r = ce_resolve(id, rows, policy, padding, &bad);
-  if (bad && get_global_id(0) == 0) ce_report(err, slot, 0, i, id);
+  long r = ce_token_row(ids32, ids64, id64, id_off, i, rows, policy, padding, err, slot, get_global_id(0) == 0);
   if (r < 0) return;
   for (ulong c = get_global_id(0); c < cols; c += get_global_size(0)) {
     float g = load_grad(grad, g_off + i * g_ld + c);

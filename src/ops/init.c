@@ -1,8 +1,10 @@
-/* Philox initialisation: clembed_matrix_init_uniform / _normal. */
-#include "internal.h"
+/* Philox initialisation: clembed_matrix_init_uniform / _normal (cl/ops/init.cl,
+ * on cl/lib/philox.cl). */
+#include "ops.h"
 
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 static clembed_status init(clembed_context *ctx, const char *fn, const char *kernel, clembed_matrix *m, float a,
                            float b, uint64_t seed, cl_uint nwait, const cl_event *wait, cl_event *event) {
@@ -11,8 +13,9 @@ static clembed_status init(clembed_context *ctx, const char *fn, const char *ker
   cl_kernel k;
   char opts[32];
   CHECK(ce_check_events(ctx, nwait, wait));
-  char what[64];
-  snprintf(what, sizeof what, "%s: m", fn);
+  /* a literal: the error detail keeps a pointer into it */
+  const char *what = !strcmp(kernel, "ce_init_uniform") ? "clembed_matrix_init_uniform: m" : "clembed_matrix_init_normal: m";
+  (void)fn;
   CHECK(ce_check_matrix(ctx, m, what, &ld));
   snprintf(opts, sizeof opts, "-DOUT_DT=%d", (int)m->dtype);
   CHECK(ce_kernel(ctx, CE_FAMILY_INIT, opts, kernel, &k));

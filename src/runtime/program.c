@@ -1,7 +1,9 @@
-/* Embedded sources, build options, build log, program cache, kernel launch. */
+/* Embedded kernel sources, build options, the build log, the program cache
+ * (shared by the contexts on one cl_context and device) and each context's
+ * kernel objects. A program is cl/lib/ files followed by one cl/ops/ file. */
 #define _POSIX_C_SOURCE 200809L
-#include "internal.h"
-#include "test_hooks.h"
+#include "runtime.h"
+#include "../test_hooks.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -14,8 +16,11 @@ extern const unsigned char *const ce_cl_data[];
 extern const size_t ce_cl_sizes[];
 extern const size_t ce_cl_count;
 
-static const char *const family_file[CE_FAMILY_COUNT] = {"forward", "positional", "backward", "init",
+static const char *const family_file[CE_FAMILY_COUNT] = {"forward", "positional", "sort", "backward", "init",
                                                          "util"};
+/* The helpers every program starts with, in this order. */
+static const char *const lib_files[] = {"dtype", "report", "ids", "philox", "angle"};
+#define CE_LIB_FILES (sizeof lib_files / sizeof lib_files[0])
 
 static const char *embedded(const char *name, size_t *length) {
   for (size_t i = 0; i < ce_cl_count; i++)
@@ -27,7 +32,7 @@ static const char *embedded(const char *name, size_t *length) {
   return NULL;
 }
 
-const char *ce_family_source(ce_family family, size_t *length) {
+static const char *family_source(ce_family family, size_t *length) {
   if ((unsigned)family >= CE_FAMILY_COUNT) {
     *length = 0;
     return NULL;
@@ -129,23 +134,44 @@ static char *dupstr(const char *s) {
   return d;
 }
 
-/* Builds common.cl + the family's file with `options`; on failure the build log
- * goes into the context message. Called with the set's lock held. */
-static clembed_status build(clembed_context *ctx, ce_family family, const char *options,
-                            int use_test_source, cl_program *out) {
+/* The failure of clBuildProgram: the build log into the context message. */
+static clembed_status build_failed(clembed_context *ctx, cl_program prog, ce_family family, const char *opts,
+                                   cl_int err) {
+  size_t n = 0;
+  clGetProgramBuildInfo(prog, ctx->device, CL_PROGRAM_BUILD_LOG, 0, NULL, &n);
+  char *log = calloc(n + 1, 1);
+  if (log && n) clGetProgramBuildInfo(prog, ctx->device, CL_PROGRAM_BUILD_LOG, n, log, NULL);
+  ce_set_message(ctx, "building cl/ops/%s.cl (%s) for %s failed: %s\nbuild log:\n", family_file[family], opts,
+                 ctx->device_name, clembed_status_string((clembed_status)err));
+  ce_append_message(ctx, log ? log : "(no log)");
+  free(log);
+  clembed_status s = (err == CL_BUILD_PROGRAM_FAILURE || err == CL_INVALID_BUILD_OPTIONS ||
+                      err == CL_COMPILER_NOT_AVAILABLE)
+                         ? CLEMBED_ERR_BUILD_FAILED
+                         : (clembed_status)err;
+  ce_set_detail(ctx, s, NULL, "", -1, (int64_t)err);
+  return s;
+}
+
+/* Builds cl/lib/ files + the family's file with `options`; on failure the build
+ * log goes into the context message. Called with the set's lock held. */
+static clembed_status build(clembed_context *ctx, ce_family family, const char *options, int use_test_source,
+                            cl_program *out) {
   clembed_status status = CLEMBED_OK;
   cl_program prog = NULL;
-  char *log = NULL, *opts = NULL;
-  size_t common_len = 0, fam_len = 0;
-  const char *common = embedded("common", &common_len);
-  const char *fam = use_test_source ? ctx->test_source_override : ce_family_source(family, &fam_len);
-  if (use_test_source) fam_len = strlen(fam);
-  if (!common || !fam) FAIL(CLEMBED_ERR_BUILD_FAILED, "kernel source for family %d is not embedded", (int)family);
-  const char *srcs[2] = {common, fam};
-  size_t lens[2] = {common_len, fam_len};
+  char *opts = NULL;
+  const char *srcs[CE_LIB_FILES + 1];
+  size_t lens[CE_LIB_FILES + 1];
+  for (size_t i = 0; i < CE_LIB_FILES; i++)
+    if (!(srcs[i] = embedded(lib_files[i], &lens[i])))
+      FAIL(CLEMBED_ERR_BUILD_FAILED, "kernel source cl/lib/%s.cl is not embedded", lib_files[i]);
+  srcs[CE_LIB_FILES] = use_test_source ? ctx->test_source_override : family_source(family, &lens[CE_LIB_FILES]);
+  if (!srcs[CE_LIB_FILES]) FAIL(CLEMBED_ERR_BUILD_FAILED, "kernel source for family %d is not embedded", (int)family);
+  if (use_test_source) lens[CE_LIB_FILES] = strlen(srcs[CE_LIB_FILES]);
   cl_int err;
-  prog = clCreateProgramWithSource(ctx->context, 2, srcs, lens, &err);
+  prog = clCreateProgramWithSource(ctx->context, CE_LIB_FILES + 1, srcs, lens, &err);
   if (err != CL_SUCCESS) {
+    prog = NULL;
     status = ce_cl_fail(ctx, err, "clCreateProgramWithSource");
     goto cleanup;
   }
@@ -158,24 +184,13 @@ static clembed_status build(clembed_context *ctx, ce_family family, const char *
   strcat(opts, options);
   err = clBuildProgram(prog, 1, &ctx->device, opts, NULL, NULL);
   if (err != CL_SUCCESS) {
-    size_t n = 0;
-    clGetProgramBuildInfo(prog, ctx->device, CL_PROGRAM_BUILD_LOG, 0, NULL, &n);
-    log = calloc(n + 1, 1);
-    if (log && n) clGetProgramBuildInfo(prog, ctx->device, CL_PROGRAM_BUILD_LOG, n, log, NULL);
-    ce_set_message(ctx, "building %s.cl (%s) for %s failed: %s\nbuild log:\n", family_file[family], opts,
-                   ctx->device_name, clembed_status_string((clembed_status)err));
-    ce_append_message(ctx, log ? log : "(no log)");
-    status = (err == CL_BUILD_PROGRAM_FAILURE || err == CL_INVALID_BUILD_OPTIONS ||
-              err == CL_COMPILER_NOT_AVAILABLE)
-                 ? CLEMBED_ERR_BUILD_FAILED
-                 : (clembed_status)err;
+    status = build_failed(ctx, prog, family, opts, err);
     goto cleanup;
   }
   *out = prog;
   prog = NULL;
 cleanup:
   if (prog) clReleaseProgram(prog);
-  free(log);
   free(opts);
   return status;
 }
@@ -245,103 +260,11 @@ cleanup:
   return status;
 }
 
-clembed_status ce_set_args(clembed_context *ctx, cl_kernel k, const char *name, ...) {
-  va_list ap;
-  va_start(ap, name);
-  clembed_status status = CLEMBED_OK;
-  for (int i = 0;; i++) {
-    size_t size = va_arg(ap, size_t);
-    const void *value = va_arg(ap, const void *);
-    if (size == 0) break;
-    cl_int err = clSetKernelArg(k, (cl_uint)i, size, value);
-    if (err != CL_SUCCESS) {
-      char what[160];
-      snprintf(what, sizeof what, "%s: setting argument %d", name, i);
-      status = ce_cl_fail(ctx, err, what);
-      break;
-    }
-  }
-  va_end(ap);
-  return status;
-}
-
-static size_t round_up(size_t n, size_t m) { return m ? (n + m - 1) / m * m : n; }
-
-static size_t kernel_wg(clembed_context *ctx, cl_kernel k, size_t *multiple) {
-  size_t wg = 0, mul = 0;
-  if (clGetKernelWorkGroupInfo(k, ctx->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof wg, &wg, NULL) != CL_SUCCESS ||
-      wg == 0)
-    wg = ctx->max_work_group;
-  if (clGetKernelWorkGroupInfo(k, ctx->device, CL_KERNEL_PREFERRED_WORK_GROUP_SIZE_MULTIPLE, sizeof mul, &mul,
-                               NULL) != CL_SUCCESS ||
-      mul == 0)
-    mul = 1;
-  *multiple = mul;
-  return wg;
-}
-
-static clembed_status enqueue(clembed_context *ctx, cl_kernel k, const char *name, cl_uint dims,
-                              const size_t *global, const size_t *local, cl_uint nwait, const cl_event *wait,
-                              cl_event *event) {
-  cl_int err = clEnqueueNDRangeKernel(ctx->queue, k, dims, NULL, global, local, nwait, wait, event);
-  if (err != CL_SUCCESS) return ce_cl_fail(ctx, err, name);
-  return CLEMBED_OK;
-}
-
-/* The local size for n work-items that each do a large piece of work (the CPU
- * shapes), for a kernel allowing wg: POCL runs a work-group's items in one
- * thread, so at most 16 of these items to a group, and at least 8 groups per
- * compute unit where n allows. */
-static size_t cpu_local(const clembed_context *ctx, size_t wg, size_t n) {
-  size_t local = 1;
-  while (local * 2 <= 16 && local * 2 <= wg && n >= local * 2 * 8 * ctx->units) local *= 2;
-  return local;
-}
-
-clembed_status ce_enqueue_2d(clembed_context *ctx, cl_kernel k, const char *name, size_t nx, size_t ny,
-                             cl_uint nwait, const cl_event *wait, cl_event *event) {
-  size_t mul, wg = kernel_wg(ctx, k, &mul);
-  size_t target = wg < 256 ? wg : 256;
-  /* x covers the columns (a power of two up to the target), y the rest. */
-  size_t lx = 1;
-  while (lx < nx && lx * 2 <= target && lx * 2 <= ctx->max_items[0]) lx *= 2;
-  size_t ly = 1;
-  while (ly * 2 * lx <= target && ly * 2 <= ctx->max_items[1] && ly < ny) ly *= 2;
-  /* CPU shapes, one work-item across: each item does a whole row's work (the
-   * segment kernels), so small groups spread the work evenly over the compute
-   * units (measured on POCL: 16 rather than 256 per group, backward 1.7x) */
-  if (ctx->cpu_shapes && nx == 1) ly = cpu_local(ctx, wg, ny);
-  if (nx == 0 || ny == 0) { /* nothing to run; the event still completes after the wait list */
-    if (!event) return CLEMBED_OK;
-    cl_int err = clEnqueueMarkerWithWaitList(ctx->queue, nwait, wait, event);
-    return err == CL_SUCCESS ? CLEMBED_OK : ce_cl_fail(ctx, err, name);
-  }
-  size_t local[2] = {lx, ly};
-  size_t global[2] = {round_up(nx, lx), round_up(ny, ly)};
-  return enqueue(ctx, k, name, 2, global, local, nwait, wait, event);
-}
-
-clembed_status ce_enqueue_1d(clembed_context *ctx, cl_kernel k, const char *name, size_t n, size_t local,
-                             cl_uint nwait, const cl_event *wait, cl_event *event) {
-  size_t mul, wg = kernel_wg(ctx, k, &mul);
-  if (local == CE_LOCAL_CPU) {
-    local = cpu_local(ctx, wg, n);
-  } else if (local == 0) {
-    local = wg < 256 ? wg : 256;
-    if (local > mul) local = local / mul * mul;
-  }
-  if (local > wg) return ce_fail(ctx, CLEMBED_ERR_UNSUPPORTED, "%s: needs a work-group of %zu, the device allows %zu",
-                                 name, local, wg);
-  size_t global = round_up(n ? n : 1, local);
-  return enqueue(ctx, k, name, 1, &global, &local, nwait, wait, event);
-}
-
-int clembed__test_cpu_shapes(const clembed_context *ctx) { return ctx ? ctx->cpu_shapes : -1; }
 
 clembed_status clembed__test_override_source(clembed_context *ctx, const char *family, const char *source) {
   if (!ctx || !family) return CLEMBED_ERR_INVALID_ARGUMENT;
   for (int f = 0; f < CE_FAMILY_COUNT; f++)
-    if (!strcmp(family_file[f], family)) {
+    if (!strcmp(family_file[f], family)) { /* its cl/ops/ file's name */
       ctx->test_source_override = source;
       ctx->test_source_family = f;
       return CLEMBED_OK;

@@ -1,4 +1,4 @@
-/* init.cl: Philox4x32-10 table initialisation. Element (r, c) uses counter
+/* init.cl: Philox4x32-10 table initialisation (cl/lib/philox.cl). Element (r, c) uses counter
  * e = r*cols + c only, so every device and work size gives the same numbers.
  * Build option: OUT_DT. */
 

@@ -1,0 +1,165 @@
+/* dtype.cl: the first of the helpers every program starts with (cl/lib/, in
+ * the order dtype, report, ids, philox, angle). OpenCL C 1.2 only.
+ * Loads and stores of each dtype (scalar, 4-wide, and VEC-wide when the
+ * program is built with -DVEC=4, 8 or 16), F16 and BF16 by their bits, the
+ * streaming stores, and the load of an id of either index type. */
+
+#pragma OPENCL FP_CONTRACT OFF
+
+/* dtype codes (clembed_dtype): 0 F32, 1 F16 (IEEE half), 2 BF16 (top half of a float).
+ * A family file picks a storage type and loaders for each role with e.g.
+ *   #define TABLE_T CE_XCAT(CE_STORE_, TABLE_DT)  and  CE_XCAT(ce_load_, TABLE_DT). */
+#define CE_CAT(a, b) a##b
+#define CE_XCAT(a, b) CE_CAT(a, b)
+#define CE_STORE_0 float
+#define CE_STORE_1 half
+#define CE_STORE_2 ushort
+
+/* F16 is converted by its bits (not vload_half / vstore_half_rte), so that
+ * every device, every kernel shape and the host give the same bits: the
+ * OpenCL functions leave a NaN's payload to the implementation (POCL's
+ * vstore_half_rte makes some NaNs 0x7FFF and keeps others' payloads). Exact
+ * for loads; stores round to nearest even, overflow to infinity, and keep a
+ * NaN's sign and the top 10 bits of its payload, made quiet. */
+inline float ce_half_to_float(uint h) {
+  uint em = h & 0x7FFFu;
+  float normal = as_float((em << 13) + (112u << 23)); /* rebias 15 -> 127 */
+  float sub = (float)em * 0x1p-24f;                   /* exponent 0: em * 2^-24 */
+  float special = as_float((em << 13) | 0x7F800000u); /* inf, nan */
+  float m = em >= 0x7C00u ? special : em < 0x400u ? sub : normal;
+  return as_float(as_uint(m) | ((h & 0x8000u) << 16));
+}
+inline ushort ce_float_to_half(float v) {
+  uint x = as_uint(v), a = x & 0x7FFFFFFFu, sign = (x >> 16) & 0x8000u, h;
+  if (a > 0x7F800000u)
+    h = 0x7E00u | ((a >> 13) & 0x3FFu); /* nan */
+  else if (a >= 0x477FF000u)
+    h = 0x7C00u; /* 65520 and up: inf */
+  else if (a < 0x38800000u)
+    h = (uint)rint(as_float(a) * 0x1p24f); /* below 2^-14: units of 2^-24 */
+  else
+    h = ((a - 0x38000000u) + 0x0FFFu + ((a >> 13) & 1u)) >> 13; /* rebias 127 -> 15, round */
+  return (ushort)(h | sign);
+}
+
+inline float ce_load_0(__global const float *p, ulong i) { return p[i]; }
+inline float ce_load_1(__global const half *p, ulong i) { return ce_half_to_float(((__global const ushort *)p)[i]); }
+inline float ce_load_2(__global const ushort *p, ulong i) { return as_float((uint)p[i] << 16); }
+
+inline void ce_store_0(__global float *p, ulong i, float v) { p[i] = v; }
+inline void ce_store_1(__global half *p, ulong i, float v) { ((__global ushort *)p)[i] = ce_float_to_half(v); }
+inline ushort ce_to_bf16(float v) {
+  uint x = as_uint(v);
+  if ((x & 0x7FFFFFFFu) > 0x7F800000u) return (ushort)((x >> 16) | 0x40u); /* quiet nan */
+  return (ushort)((x + 0x7FFFu + ((x >> 16) & 1u)) >> 16);                /* nearest even */
+}
+inline void ce_store_2(__global ushort *p, ulong i, float v) { p[i] = ce_to_bf16(v); }
+
+/* Four consecutive elements p[base + 4j .. base + 4j + 3] (element alignment only). */
+inline float4 ce_load4_0(__global const float *p, ulong base, ulong j) { return vload4((size_t)j, p + base); }
+inline float4 ce_load4_1(__global const half *p, ulong base, ulong j) {
+  ushort4 h = vload4((size_t)j, (__global const ushort *)p + base);
+  return (float4)(ce_half_to_float(h.x), ce_half_to_float(h.y), ce_half_to_float(h.z), ce_half_to_float(h.w));
+}
+inline float4 ce_load4_2(__global const ushort *p, ulong base, ulong j) {
+  return as_float4(convert_uint4(vload4((size_t)j, p + base)) << 16);
+}
+inline void ce_store4_0(__global float *p, ulong base, ulong j, float4 v) { vstore4(v, (size_t)j, p + base); }
+inline void ce_store4_1(__global half *p, ulong base, ulong j, float4 v) {
+  vstore4((ushort4)(ce_float_to_half(v.x), ce_float_to_half(v.y), ce_float_to_half(v.z), ce_float_to_half(v.w)),
+          (size_t)j, (__global ushort *)p + base);
+}
+inline void ce_store4_2(__global ushort *p, ulong base, ulong j, float4 v) {
+  vstore4((ushort4)(ce_to_bf16(v.x), ce_to_bf16(v.y), ce_to_bf16(v.z), ce_to_bf16(v.w)), (size_t)j, p + base);
+}
+
+/* An ids buffer is passed twice (as int and as long); `is64` picks the view. */
+inline long ce_load_id(__global const int *p32, __global const long *p64, int is64, ulong i) {
+  return is64 ? p64[i] : (long)p32[i];
+}
+
+
+/* Programs built with -DVEC=4, 8 or 16 get VEC-wide loads and stores of each
+ * dtype (as float32 vectors); philox.cl and angle.cl add their VEC-wide forms. */
+#ifdef VEC
+#define FV CE_XCAT(float, VEC)
+#define UV CE_XCAT(uint, VEC)
+#define ULV CE_XCAT(ulong, VEC)
+#define USV CE_XCAT(ushort, VEC)
+#define as_FV CE_XCAT(as_float, VEC)
+#define as_UV CE_XCAT(as_uint, VEC)
+#define convert_FV CE_XCAT(convert_float, VEC)
+#define convert_UV CE_XCAT(convert_uint, VEC)
+#define convert_USV CE_XCAT(convert_ushort, VEC)
+#define vloadV CE_XCAT(vload, VEC)
+#define vstoreV CE_XCAT(vstore, VEC)
+#if VEC == 4
+#define CE_LANES ((ULV)(0, 1, 2, 3))
+#elif VEC == 8
+#define CE_LANES ((ULV)(0, 1, 2, 3, 4, 5, 6, 7))
+#elif VEC == 16
+#define CE_LANES ((ULV)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15))
+#else
+#error "VEC must be 4, 8 or 16"
+#endif
+
+/* VEC consecutive elements of each dtype, as float32. */
+inline FV ce_loadv_0(__global const float *p, ulong o) { return vloadV(0, p + o); }
+/* F16 by its bits, as ce_half_to_float lane by lane (and some POCL versions
+ * compile vload_half8/16 to 16-byte-aligned loads, which fault at an odd
+ * column). */
+inline FV ce_loadv_1(__global const half *p, ulong o) {
+  UV h = convert_UV(vloadV(0, (__global const ushort *)p + o)), em = h & 0x7FFFu;
+  FV normal = as_FV((em << 13) + (UV)(112u << 23));            /* rebias 15 -> 127 */
+  FV sub = convert_FV(em) * 0x1p-24f;                          /* exponent 0: em * 2^-24 */
+  FV special = as_FV((em << 13) | 0x7F800000u);                /* inf, nan */
+  FV m = select(select(normal, sub, em < 0x400u), special, em >= 0x7C00u);
+  return as_FV(as_UV(m) | ((h & 0x8000u) << 16));
+}
+inline FV ce_loadv_2(__global const ushort *p, ulong o) { return as_FV(convert_UV(vloadV(0, p + o)) << 16); }
+inline void ce_storev_0(__global float *p, ulong o, FV v) { vstoreV(v, 0, p + o); }
+/* F16 stores by their bits too: ce_float_to_half lane by lane. */
+inline USV ce_f16_bitsv(FV v) {
+  UV x = as_UV(v), a = x & 0x7FFFFFFFu, sign = (x >> 16) & 0x8000u;
+  UV normal = ((a - 0x38000000u) + 0x0FFFu + ((a >> 13) & 1u)) >> 13; /* rebias 127 -> 15, round */
+  UV sub = convert_UV(rint(as_FV(a) * 0x1p24f));                      /* below 2^-14: units of 2^-24 */
+  UV h = select(normal, sub, a < 0x38800000u);
+  h = select(h, (UV)(0x7C00u), a >= 0x477FF000u); /* 65520 and up: inf */
+  h = select(h, (UV)(0x7E00u) | ((a >> 13) & 0x3FFu), a > 0x7F800000u); /* nan: quiet, top payload bits */
+  return convert_USV(h | sign);
+}
+inline USV ce_bf16_bitsv(FV v) { /* ce_to_bf16, lane-wise */
+  UV x = as_UV(v);
+  UV rne = (x + 0x7FFFu + ((x >> 16) & 1u)) >> 16, qnan = (x >> 16) | 0x40u;
+  return convert_USV(select(rne, qnan, (x & 0x7FFFFFFFu) > 0x7F800000u));
+}
+inline void ce_storev_1(__global half *p, ulong o, FV v) { vstoreV(ce_f16_bitsv(v), 0, (__global ushort *)p + o); }
+inline void ce_storev_2(__global ushort *p, ulong o, FV v) { vstoreV(ce_bf16_bitsv(v), 0, p + o); }
+
+/* Streaming stores (the compiler's non-temporal store: the data goes to memory
+ * without first reading the line into the cache, like memcpy's large copies)
+ * for a CPU writing more than its cache holds. CE_STREAMING is 1 where the
+ * compiler has __builtin_nontemporal_store (clang, so POCL); elsewhere these
+ * are the plain stores. p + o must be aligned to the vector's size (the
+ * caller checks). */
+#ifdef __has_builtin
+#if __has_builtin(__builtin_nontemporal_store)
+#define CE_STREAMING 1
+#endif
+#endif
+#if CE_STREAMING
+inline void ce_streamv_0(__global float *p, ulong o, FV v) { __builtin_nontemporal_store(v, (__global FV *)(p + o)); }
+inline void ce_streamv_1(__global half *p, ulong o, FV v) {
+  __builtin_nontemporal_store(ce_f16_bitsv(v), (__global USV *)((__global ushort *)p + o));
+}
+inline void ce_streamv_2(__global ushort *p, ulong o, FV v) {
+  __builtin_nontemporal_store(ce_bf16_bitsv(v), (__global USV *)(p + o));
+}
+#else
+#define CE_STREAMING 0
+#define ce_streamv_0 ce_storev_0
+#define ce_streamv_1 ce_storev_1
+#define ce_streamv_2 ce_storev_2
+#endif
+
+#endif /* VEC */

@@ -1,0 +1,60 @@
+/* philox.cl: the counter-based Philox4x32-10 generator (table initialisation)
+ * and the dropout mask the forward applies and the backward replays. */
+
+/* Philox4x32-10 (Salmon et al., Random123): counter ctr, key key. */
+inline uint4 ce_philox(uint2 key, uint4 ctr) {
+  for (int r = 0; r < 10; r++) {
+    if (r) key += (uint2)(0x9E3779B9u, 0xBB67AE85u);
+    uint hi0 = mul_hi(0xD2511F53u, ctr.x), lo0 = 0xD2511F53u * ctr.x;
+    uint hi1 = mul_hi(0xCD9E8D57u, ctr.z), lo1 = 0xCD9E8D57u * ctr.z;
+    ctr = (uint4)(hi1 ^ ctr.y ^ key.x, lo1, hi0 ^ ctr.w ^ key.y, lo0);
+  }
+  return ctr;
+}
+
+/* The words for element e with seed (lo, hi). */
+inline uint4 ce_philox_element(uint seed_lo, uint seed_hi, ulong e) {
+  return ce_philox((uint2)(seed_lo, seed_hi), (uint4)((uint)e, (uint)(e >> 32), 0u, 0u));
+}
+
+/* u(x) = (x >> 8) * 2^-24 in [0, 1). */
+inline float ce_unit(uint x) { return (float)(x >> 8) * 0x1p-24f; }
+
+/* The dropout mask on element e (row i, column c: e = i*cols + c), as the
+ * forward applies it and the backward replays it on the gradient: kept
+ * elements are multiplied by keep, dropped ones become exactly 0. */
+inline float ce_mask1(float g, ulong e, float dropout, float keep, uint seed_lo, uint seed_hi) {
+  return ce_unit(ce_philox_element(seed_lo, seed_hi, e).x) >= dropout ? g * keep : 0.0f;
+}
+
+#ifdef VEC
+/* x0 of Philox(seed, e0 + lane) for each lane: ce_philox_element(...).x, lane-wise. */
+inline UV ce_philox_xv(uint seed_lo, uint seed_hi, ulong e0) {
+  ULV e = (ULV)(e0) + CE_LANES;
+  UV c0 = convert_UV(e), c1 = convert_UV(e >> 32), c2 = (UV)(0u), c3 = (UV)(0u);
+  uint k0 = seed_lo, k1 = seed_hi;
+  for (int r = 0; r < 10; r++) {
+    if (r) {
+      k0 += 0x9E3779B9u;
+      k1 += 0xBB67AE85u;
+    }
+    UV hi0 = mul_hi((UV)(0xD2511F53u), c0), lo0 = (UV)(0xD2511F53u) * c0;
+    UV hi1 = mul_hi((UV)(0xCD9E8D57u), c2), lo1 = (UV)(0xCD9E8D57u) * c2;
+    UV n0 = hi1 ^ c1 ^ (UV)(k0), n2 = hi0 ^ c3 ^ (UV)(k1);
+    c0 = n0;
+    c1 = lo1;
+    c2 = n2;
+    c3 = lo0;
+  }
+  return c0;
+}
+
+/* The dropout mask on element e (row i, column c: e = i*cols + c), as the
+ * forward applies it and the backward replays it on the gradient: kept
+ * elements are multiplied by keep, dropped ones become exactly 0. */
+inline FV ce_maskv(FV g, ulong e0, float dropout, float keep, uint seed_lo, uint seed_hi) {
+  FV u = convert_FV(ce_philox_xv(seed_lo, seed_hi, e0) >> 8) * 0x1p-24f;
+  return select((FV)(0.0f), g * keep, u >= (FV)(dropout));
+}
+
+#endif /* VEC */

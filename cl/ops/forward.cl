@@ -1,0 +1,203 @@
+/* forward.cl: the fused embedding forward, one kernel per shape.
+ *   out[i][c] = dropout(scale * table[row(ids[i])][c] + P[p(i)][c])
+ * Build options: TABLE_DT, OUT_DT (dtype codes), POSITIONS (0 none, 1 sinusoid,
+ * 2 table), POS_DT (for POSITIONS 2), DROPOUT (0/1), VEC, and for the row
+ * shapes ROWS and STREAM. The host picks the shape (src/ops/embed.c):
+ *   ce_embed          work-item (c, i): column c of token i;
+ *   ce_embed_vec4     work-item (x, i): the float4 chunks 4x .. 4x + 3 of token
+ *                     i's row (cols % 4 == 0);
+ *   ce_embed_rows     work-item g: the whole output rows of tokens
+ *                     g*ROWS .. g*ROWS + ROWS - 1, VEC columns at a time, the
+ *                     rows side by side (a CPU's prefetchers need several
+ *                     streams when rows are gathered from random places);
+ *   ce_embed_strided  as ce_embed_rows, for the same position of ROWS
+ *                     consecutive sequences (each position row read once).
+ * STREAM (an output larger than the device's cache) writes the row shapes'
+ * output with streaming stores. Every shape resolves a token and its position
+ * with ids.cl's ce_token_row and ce_token_position and computes the same float
+ * operations in the same order, so the results are identical bit for bit. */
+
+#ifndef ROWS
+#define ROWS 4
+#endif
+#ifndef STREAM
+#define STREAM 0
+#endif
+
+#define TABLE_T CE_XCAT(CE_STORE_, TABLE_DT)
+#define OUT_T CE_XCAT(CE_STORE_, OUT_DT)
+#define load_table CE_XCAT(ce_load_, TABLE_DT)
+#define store_out CE_XCAT(ce_store_, OUT_DT)
+#if POSITIONS == 2
+#define POS_T CE_XCAT(CE_STORE_, POS_DT)
+#define load_pos CE_XCAT(ce_load_, POS_DT)
+#else
+#define POS_T float
+#endif
+#define load4_table CE_XCAT(ce_load4_, TABLE_DT)
+#define store4_out CE_XCAT(ce_store4_, OUT_DT)
+#define load4_pos CE_XCAT(ce_load4_, POS_DT)
+#define load_tablev CE_XCAT(ce_loadv_, TABLE_DT)
+#define store_outv CE_XCAT(ce_storev_, OUT_DT)
+#define stream_outv CE_XCAT(ce_streamv_, OUT_DT)
+#define load_posv CE_XCAT(ce_loadv_, POS_DT)
+
+/* The arguments of every shape (src/ops/embed.c sets them once for all). */
+#define CE_EMBED_ARGS                                                                                          \
+  __global const TABLE_T *table, ulong t_off, ulong t_ld, ulong t_rows, __global const int *ids32,           \
+      __global const long *ids64, ulong id_off, int id64, ulong n, __global OUT_T *out, ulong o_off,          \
+      ulong o_ld, ulong cols, float scale, int policy, long padding, __global const float2 *freq,             \
+      __global const POS_T *ptab, ulong p_off, ulong p_ld, ulong p_rows, ulong seq_len, ulong pos_offset,     \
+      __global const int *so32, __global const long *so64, ulong so_off, int so64f, int has_so, float dropout, \
+      uint seed_lo, uint seed_hi, float keep_scale, __global uint *err, uint slot
+#define CE_EMBED_PASS                                                                                          \
+  table, t_off, t_ld, t_rows, ids32, ids64, id_off, id64, n, out, o_off, o_ld, cols, scale, policy, padding,   \
+      freq, ptab, p_off, p_ld, p_rows, seq_len, pos_offset, so32, so64, so_off, so64f, has_so, dropout, seed_lo, \
+      seed_hi, keep_scale, err, slot
+
+/* Token i's row (reported by the work-item that speaks for it) and position. */
+#define TOKEN_ROW(i, report) \
+  ce_token_row(ids32, ids64, id64, id_off, (i), t_rows, policy, padding, err, slot, (report))
+#define TOKEN_POSITION(i, report, ok)                                                                       \
+  ce_token_position((i), seq_len, pos_offset, so32, so64, so_off, so64f, has_so, POSITIONS == 2, p_rows, err, \
+                    slot, (report), (ok))
+
+__kernel void ce_embed(CE_EMBED_ARGS) {
+  ulong c = get_global_id(0), i = get_global_id(1);
+  if (c >= cols || i >= n) return;
+  long row = TOKEN_ROW(i, c == 0);
+  float v = row >= 0 ? scale * load_table(table, t_off + (ulong)row * t_ld + c) : 0.0f;
+#if POSITIONS != 0
+  int ok;
+  ulong p = TOKEN_POSITION(i, c == 0, &ok);
+#if POSITIONS == 1
+  if (ok) v += ce_sinusoid(p, freq[c]);
+#else
+  if (ok) v += load_pos(ptab, p_off + p * p_ld + c);
+#endif
+#endif
+#if DROPOUT
+  v = ce_mask1(v, i * cols + c, dropout, keep_scale, seed_lo, seed_hi);
+#endif
+  store_out(out, o_off + i * o_ld + c, v);
+}
+
+__kernel void ce_embed_vec4(CE_EMBED_ARGS) {
+  ulong i = get_global_id(1), j0 = get_global_id(0) * 4;
+  if (4 * j0 >= cols || i >= n) return;
+  long row = TOKEN_ROW(i, j0 == 0);
+  __global const TABLE_T *trow = table + t_off + (ulong)(row >= 0 ? row : 0) * t_ld;
+  __global OUT_T *orow = out + o_off + i * o_ld;
+#if POSITIONS != 0
+  int pos_ok;
+  ulong p = TOKEN_POSITION(i, j0 == 0, &pos_ok);
+#if POSITIONS == 2
+  __global const POS_T *prow = ptab + p_off + (pos_ok ? p : 0) * p_ld;
+#endif
+#endif
+  ulong jend = min(j0 + 4, cols / 4);
+  for (ulong j = j0; j < jend; j++) {
+    ulong c = 4 * j;
+    float4 v = row >= 0 ? scale * load4_table(trow, 0, j) : (float4)(0.0f);
+#if POSITIONS == 1
+    if (pos_ok)
+      v += (float4)(ce_sinusoid(p, freq[c]), ce_sinusoid(p, freq[c + 1]), ce_sinusoid(p, freq[c + 2]),
+                    ce_sinusoid(p, freq[c + 3]));
+#elif POSITIONS == 2
+    if (pos_ok) v += load4_pos(prow, 0, j);
+#endif
+#if DROPOUT
+    ulong e = i * cols + c;
+    v.x = ce_mask1(v.x, e, dropout, keep_scale, seed_lo, seed_hi);
+    v.y = ce_mask1(v.y, e + 1, dropout, keep_scale, seed_lo, seed_hi);
+    v.z = ce_mask1(v.z, e + 2, dropout, keep_scale, seed_lo, seed_hi);
+    v.w = ce_mask1(v.w, e + 3, dropout, keep_scale, seed_lo, seed_hi);
+#endif
+    store4_out(orow, 0, j, v);
+  }
+}
+
+/* The row shapes' work: tokens t0, t0 + tstep, ... (ROWS of them, fewer for
+ * the last work-item: `live`), whole rows side by side. With `shared` (the
+ * strided shape) every token is at the same position, whose sinusoid is
+ * computed once per column chunk. */
+inline void ce_embed_row_tokens(CE_EMBED_ARGS, ulong t0, ulong tstep, int shared) {
+  if (t0 >= n) return;
+  /* the missing tokens stand in as token n - 1 in the set-up below and are skipped after it */
+  int live = (int)min((ulong)ROWS, (n - t0 + tstep - 1) / tstep);
+  __global const TABLE_T *trow[ROWS];
+  __global OUT_T *orow[ROWS];
+  int has[ROWS], nt[ROWS]; /* nt: streaming stores (STREAM, and the row aligned to a vector) */
+  ulong e0[ROWS];          /* element index of the row's column 0 (the dropout counter) */
+#if POSITIONS != 0
+  ulong pp[ROWS]; /* the token's position */
+  int pok[ROWS];
+#endif
+#if POSITIONS == 2
+  __global const POS_T *prow[ROWS];
+#endif
+  for (int k = 0; k < ROWS; k++) {
+    ulong t = t0 + k * tstep, i = min(t, n - 1);
+    long row = TOKEN_ROW(i, t < n);
+    has[k] = row >= 0;
+    trow[k] = table + t_off + (ulong)(row >= 0 ? row : 0) * t_ld;
+    orow[k] = out + o_off + i * o_ld;
+    nt[k] = STREAM && CE_STREAMING && ((ulong)orow[k] & (VEC * sizeof(OUT_T) - 1)) == 0;
+    e0[k] = i * cols;
+#if POSITIONS != 0
+    pp[k] = TOKEN_POSITION(i, t < n, &pok[k]);
+#endif
+#if POSITIONS == 2
+    prow[k] = ptab + p_off + (pok[k] ? pp[k] : 0) * p_ld;
+#endif
+  }
+  ulong cv = cols / VEC * VEC;
+  for (ulong c = 0; c < cv; c += VEC) {
+#if POSITIONS == 1
+    /* the columns' (w_hi, w_lo) pairs, split into w_hi and w_lo lanes */
+    __global const float *f = (__global const float *)(freq + c);
+    FV fa = vloadV(0, f), fb = vloadV(0, f + VEC), fx = (FV)(fa.even, fb.even), fy = (FV)(fa.odd, fb.odd);
+    FV pe = shared ? ce_sinusoidv(pp[0], fx, fy) : (FV)(0.0f); /* one position for all the item's tokens */
+#endif
+    for (int k = 0; k < ROWS && k < live; k++) {
+      FV v = has[k] ? scale * load_tablev(trow[k], c) : (FV)(0.0f);
+#if POSITIONS == 1
+      if (pok[k]) v += shared ? pe : ce_sinusoidv(pp[k], fx, fy);
+#elif POSITIONS == 2
+      if (pok[k]) v += load_posv(prow[k], c);
+#endif
+#if DROPOUT
+      v = ce_maskv(v, e0[k] + c, dropout, keep_scale, seed_lo, seed_hi);
+#endif
+      if (nt[k])
+        stream_outv(orow[k], c, v);
+      else
+        store_outv(orow[k], c, v);
+    }
+  }
+  for (ulong c = cv; c < cols; c++)
+    for (int k = 0; k < ROWS && k < live; k++) {
+      float v = has[k] ? scale * load_table(trow[k], c) : 0.0f;
+#if POSITIONS == 1
+      if (pok[k]) v += ce_sinusoid(pp[k], freq[c]);
+#elif POSITIONS == 2
+      if (pok[k]) v += load_pos(prow[k], c);
+#endif
+#if DROPOUT
+      v = ce_mask1(v, e0[k] + c, dropout, keep_scale, seed_lo, seed_hi);
+#endif
+      store_out(orow[k], c, v);
+    }
+}
+
+__kernel void ce_embed_rows(CE_EMBED_ARGS) {
+  ulong g = get_global_id(0);
+  ce_embed_row_tokens(CE_EMBED_PASS, g * ROWS, 1, 0);
+}
+
+/* Several sequences of seq_len, positions shared: item g takes position x of
+ * sequences ROWS*q .. ROWS*q + ROWS - 1, q = g / seq_len. */
+__kernel void ce_embed_strided(CE_EMBED_ARGS) {
+  ulong g = get_global_id(0), q = g / seq_len, x = g - q * seq_len;
+  ce_embed_row_tokens(CE_EMBED_PASS, q * ROWS * seq_len + x, seq_len, 1);
+}

@@ -1,0 +1,374 @@
+/* The backward: clembed_backward, and the segment fold every sparse step
+ * shares (ce_segment_step; clembed_sgd_update is in optim.c).
+ *
+ * What is computed, in this order of float32 operations, for every table row v
+ * and column c (tokens i in ascending order; m_i = grad_out[i][c] as float32,
+ * or with dropout m_i = g * keep when the forward kept element i*cols + c and
+ * exactly 0.0f when it dropped it, keep = 1.0f / (1.0f - dropout) computed on
+ * the host in float as the forward does):
+ *     S = 0.0f;  S = S + m_i  for each token i whose id resolves to v
+ *     r = scale * S;   r = r / (float)count_v   (scale_grad_by_freq only)
+ * and then the store mode (ce_store_mode): grad_table[v][c] = r (OVERWRITE),
+ * grad_table[v][c] + r (ACCUMULATE), or table[v][c] = round_to_dtype(table[v][c]
+ * - learning_rate * r) (SGD). count_v is the number of tokens of this call
+ * whose id resolves to v (after the policy: with WRAP, -1 and rows-1 count
+ * together; with CLAMP, clamped ids count for the row they go to). The padding
+ * row, dropped ids (ZERO) and bad ids (CHECK, and WRAP beyond -rows; reported
+ * as a deferred CLEMBED_ERR_INDEX_OUT_OF_RANGE) add nothing. No FP contraction
+ * anywhere. With position_grad: position_grad[p][c] = position_grad[p][c] + S_p,
+ * where S_p folds m_i (dropout-masked, not scaled: the forward does not scale
+ * the positional part) over the tokens at position p in ascending token order;
+ * every token counts, padding and bad ids included (the forward adds their
+ * positional part). A position outside [0, position_grad->rows) is a deferred
+ * error and adds nothing.
+ *
+ * Deterministic path (the default), as PyTorch's EmbeddingBackwardKernel.cu:
+ *   1. ce_bwd_keys: key[i] = resolved row (or `none` = rows, sorting last),
+ *      idx[i] = i; reports bad ids into the operation's error slot.
+ *   2. the stable radix sort of (key, idx) (sort.c).
+ *   3. ce_bwd_rows: each segment of equal keys (one table row) is folded in
+ *      sorted = ascending token order and its row stored once (no atomics).
+ *      A segment is a strict left fold, so a long one (one id repeated 20,000
+ *      times) is never split over its tokens (a split and recombined sum would
+ *      change the bits); it is split over column blocks instead, which go to
+ *      different work-groups, so it stays parallel over its columns. The
+ *      shapes (segment_grid) come from the tuning table: on a GPU consecutive
+ *      work-items take consecutive columns; with the CPU shapes a work-item
+ *      takes groups of sorted positions and folds the short segments that
+ *      start there side by side over their whole rows.
+ *   4. with position_grad: the same with ce_bwd_pos_keys and ce_bwd_pos.
+ * So the result is bit-identical from run to run, whatever the local size or
+ * the number of compute units, and equals the sequential float32 sum above.
+ * Temporaries (created per call, released after enqueueing) are O(ids), never
+ * O(vocabulary).
+ *
+ * Atomic path (deterministic = 0, clembed_backward only, never the default):
+ * ce_bwd_atomic adds (scale * m_i) / count_v into grad_table with a
+ * compare-and-swap loop on the 32-bit word (OpenCL 1.2 atomic_cmpxchg). The
+ * order of the additions, and so the last bits, vary from run to run; it skips
+ * the sort, and so can win on a GPU when ids repeat little. scale_grad_by_freq
+ * counts rows with atomic_inc into a temporary of rows x 4 bytes. position_grad
+ * is always summed by the deterministic path. */
+#include "ops.h"
+
+#include <stdio.h>
+#include <string.h>
+
+clembed_backward_options clembed_backward_defaults(void) {
+  clembed_backward_options o = {0};
+  o.scale = 1.0f;
+  o.policy = CLEMBED_INDEX_CHECK;
+  o.padding_idx = CLEMBED_NO_PADDING;
+  o.scale_grad_by_freq = 0;
+  o.deterministic = 1;
+  o.accumulate = 1;
+  return o;
+}
+
+/* One call of a sparse step. */
+typedef struct seg_call {
+  clembed_context *ctx;
+  const ce_step *step;
+  const clembed_matrix *grad, *target, *pg;
+  const clembed_ids *ids;
+  const clembed_backward_options *opt;
+  size_t g_ld, t_ld, p_ld;
+  cl_long padding;
+  int key64;
+  char opts[256];
+  ce_chain ch;
+  ce_record rec;
+  ce_sort srt;
+  cl_mem counts;
+} seg_call;
+
+static clembed_status check_args(seg_call *b) {
+  clembed_status status = CLEMBED_OK;
+  clembed_context *ctx = b->ctx;
+  const char *what = b->step->what, *tname = b->step->mode == CE_STORE_SGD ? "table" : "grad_table";
+  const clembed_matrix *g = b->grad, *t = b->target;
+  const clembed_backward_options *opt = b->opt;
+  CHECK(ce_check_matrix(ctx, g, "grad_out", &b->g_ld));
+  CHECK(ce_check_ids(ctx, b->ids, "ids"));
+  CHECK(ce_check_matrix(ctx, t, tname, &b->t_ld));
+  if (g->rows != b->ids->count || g->cols != t->cols)
+    FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "grad_out", -1, (int64_t)g->rows,
+             "%s: grad_out is %zu x %zu but %zu ids of a %s with %zu cols need %zu x %zu", what, g->rows, g->cols,
+             b->ids->count, tname, t->cols, b->ids->count, t->cols);
+  if (b->step->mode != CE_STORE_SGD && t->dtype != CLEMBED_F32)
+    FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, tname, -1, (int64_t)t->dtype, "%s: grad_table must be F32 (dtype %d)",
+             what, (int)t->dtype);
+  if ((uint64_t)b->ids->count >= 0xFFFFFFFFu)
+    FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "ids", -1, (int64_t)b->ids->count,
+             "%s: %zu ids; at most 4294967294 per call", what, b->ids->count);
+  CHECK(ce_check_common(ctx, what, opt->policy, opt->dropout, b->ids->count, opt->seq_len, opt->sequence_offsets));
+  CHECK(ce_padding(ctx, opt->padding_idx, t->rows, what, &b->padding));
+  if (b->pg) {
+    CHECK(ce_check_matrix(ctx, b->pg, "position_grad", &b->p_ld));
+    if (b->pg->dtype != CLEMBED_F32)
+      FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "position_grad", -1, (int64_t)b->pg->dtype,
+               "%s: position_grad must be F32 (dtype %d)", what, (int)b->pg->dtype);
+    if (b->pg->cols != t->cols)
+      FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "position_grad", -1, (int64_t)b->pg->cols,
+               "%s: position_grad has %zu cols but the %s has %zu", what, b->pg->cols, tname, t->cols);
+  }
+cleanup:
+  return status;
+}
+
+/* The kernels' options and the error slot (CHECK and WRAP report bad ids;
+ * CLAMP has nowhere to send an id of an empty table; positions may be bad). */
+static clembed_status prepare(seg_call *b) {
+  clembed_context *ctx = b->ctx;
+  const ce_tuning *t = ctx->tune;
+  const clembed_backward_options *opt = b->opt;
+  size_t rows = b->target->rows, p_rows = b->pg ? b->pg->rows : 0;
+  /* keys hold rows (or positions) and their `none` value, rows itself */
+  b->key64 = (uint64_t)rows > 0xFFFFFFFFu || (uint64_t)p_rows > 0xFFFFFFFFu;
+  /* exact (correctly rounded) division for scale_grad_by_freq where the device can */
+  const char *div = ctx->exact_div ? " -cl-fp32-correctly-rounded-divide-sqrt" : "";
+  snprintf(b->opts, sizeof b->opts,
+           "-DGRAD_DT=%d -DTABLE_DT=%d -DDROPOUT=%d -DKEY64=%d -DVEC=%u -DTILE=%u -DCE_GROUP=%u%s",
+           (int)b->grad->dtype, (int)b->target->dtype, opt->dropout > 0.0f, b->key64, t->fold_vec, t->fold_tile,
+           t->fold_group, div);
+  const clembed_ids *so = b->pg ? opt->sequence_offsets : NULL;
+  b->rec = (ce_record){CE_NO_SLOT, CE_FAMILY_BACKWARD, b->opts, b->ids, so, opt->seq_len};
+  int token_work = b->ids->count > 0 && b->target->cols > 0;
+  if (token_work && (opt->policy == CLEMBED_INDEX_CHECK || opt->policy == CLEMBED_INDEX_WRAP ||
+                     (opt->policy == CLEMBED_INDEX_CLAMP && rows == 0) || b->pg)) {
+    ce_slot_info info = {b->step->what, "position_grad", opt->policy == CLEMBED_INDEX_WRAP, rows, p_rows,
+                         opt->seq_len, opt->position_offset, so != NULL};
+    return ce_slot_reserve(ctx, &info, &b->rec.slot);
+  }
+  return CLEMBED_OK;
+}
+
+/* Zeroes a rows x cols F32 matrix (fixed-width range: the work-group shape
+ * does not depend on cols). */
+static clembed_status zero_rows(seg_call *b, cl_mem m, cl_ulong off, cl_ulong ld, cl_ulong rows, cl_ulong cols,
+                                size_t ny) {
+  clembed_status status = CLEMBED_OK;
+  cl_kernel k;
+  CHECK(ce_kernel(b->ctx, CE_FAMILY_BACKWARD, b->opts, "ce_bwd_zero", &k));
+  CHECK(ce_set_args(b->ctx, k, "ce_bwd_zero", CE_ARG(m), CE_ARG(off), CE_ARG(ld), CE_ARG(rows), CE_ARG(cols), CE_END));
+  CHECK(ce_chain_2d(&b->ch, k, "ce_bwd_zero", b->ctx->tune->row_items, ny));
+cleanup:
+  return status;
+}
+
+/* The shape of a segment kernel's range (see CE_SEGMENTS and CE_GROUPS in
+ * cl/ops/backward.cl): nx = work-items across a column block (a power of two,
+ * so the launch does not round it), bw = a block's width in columns, ny =
+ * blocks * 2^slice_bits, and split = the segment length from which a segment
+ * is split into blocks. Slices: enough for the tuning's work-items per compute
+ * unit, but no more than the positions (or groups of them) to start from. */
+typedef struct seg_grid {
+  size_t nx, ny;
+  cl_ulong bw, split;
+  cl_uint slice_bits;
+} seg_grid;
+
+static seg_grid segment_grid(const clembed_context *ctx, size_t cols, size_t n) {
+  const ce_tuning *t = ctx->tune;
+  int cpu = t->cpu_shapes;
+  seg_grid g;
+  size_t vec = t->fold_vec, items = (cols + vec - 1) / vec, bx = 1;
+  while (!cpu && bx < items && bx * 2 <= t->fold_block_columns / vec) bx *= 2;
+  g.bw = cpu ? t->fold_block_columns : bx * vec;
+  g.split = t->fold_split;
+  size_t blocks = (cols + g.bw - 1) / g.bw;
+  if (blocks == 0) blocks = 1;
+  /* the items that share the ordinary segments: bx per slice (block 0 on a CPU) */
+  size_t sharing = cpu ? bx : bx * blocks;
+  size_t want = ((size_t)ctx->units * t->fold_slices_per_unit + sharing - 1) / sharing, slices = 1;
+  size_t starts = cpu ? n / t->fold_group + (n % t->fold_group != 0) : n; /* a CPU item takes groups of positions */
+  if (want > starts) want = starts;
+  if (want < t->fold_min_slices) want = t->fold_min_slices;
+  g.slice_bits = 0;
+  while (slices < want) {
+    slices *= 2;
+    g.slice_bits++;
+  }
+  g.nx = bx;
+  g.ny = blocks * slices;
+  return g;
+}
+
+/* The token keys, the sort, and the fold of each row's segment with the store mode. */
+static clembed_status fold_rows(seg_call *b) {
+  clembed_status status = CLEMBED_OK;
+  clembed_context *ctx = b->ctx;
+  const clembed_backward_options *opt = b->opt;
+  const clembed_ids *ids = b->ids;
+  cl_kernel k;
+  int which;
+  cl_mem idb = ids->buffer;
+  cl_ulong id_off = ids->offset, nl = ids->count, rows_l = b->target->rows, colsl = b->target->cols;
+  cl_int id64 = ids->type == CLEMBED_I64, policy = (cl_int)opt->policy, freq_i = opt->scale_grad_by_freq != 0;
+  cl_uint slot_arg = b->rec.slot == CE_NO_SLOT ? 0 : b->rec.slot;
+  CHECK(ce_kernel(ctx, CE_FAMILY_BACKWARD, b->opts, "ce_bwd_keys", &k));
+  CHECK(ce_set_args(ctx, k, "ce_bwd_keys", CE_ARG(idb), CE_ARG(idb), CE_ARG(id_off), CE_ARG(id64), CE_ARG(nl),
+                    CE_ARG(rows_l), CE_ARG(policy), CE_ARG(b->padding), CE_ARG(b->srt.keys[0]),
+                    CE_ARG(b->srt.idx[0]), CE_ARG(ctx->errbuf), CE_ARG(slot_arg), CE_END));
+  CHECK(ce_chain_1d(&b->ch, k, "ce_bwd_keys", ids->count, 0));
+  CHECK(ce_sort_run(&b->ch, &b->srt, ce_bit_width(rows_l), &which));
+  seg_grid grid = segment_grid(ctx, b->target->cols, ids->count);
+  cl_uint none32 = (cl_uint)rows_l;
+  cl_ulong none64 = rows_l, g_off = b->grad->offset, g_ldl = b->g_ld, t_off = b->target->offset, t_ldl = b->t_ld;
+  cl_float scale = opt->scale, lr = b->step->lr, drop = opt->dropout;
+  cl_float keep = opt->dropout > 0.0f ? 1.0f / (1.0f - opt->dropout) : 1.0f;
+  cl_uint seed_lo = (cl_uint)opt->dropout_seed, seed_hi = (cl_uint)(opt->dropout_seed >> 32);
+  cl_int mode = (cl_int)b->step->mode; /* a kernel argument: one program for every store mode */
+  size_t none_size = b->key64 ? sizeof none64 : sizeof none32;
+  const void *none = b->key64 ? (const void *)&none64 : (const void *)&none32;
+  /* one kernel per shape: segments over columns, or groups of segments over whole rows */
+  const char *name = ctx->tune->cpu_shapes ? "ce_bwd_rows_grouped" : "ce_bwd_rows";
+  CHECK(ce_kernel(ctx, CE_FAMILY_BACKWARD, b->opts, name, &k));
+  CHECK(ce_set_args(ctx, k, name, CE_ARG(b->grad->buffer), CE_ARG(g_off), CE_ARG(g_ldl), CE_ARG(colsl),
+                    CE_ARG(b->srt.keys[which]), CE_ARG(b->srt.idx[which]), CE_ARG(nl), none_size, none,
+                    CE_ARG(grid.slice_bits), CE_ARG(grid.bw), CE_ARG(grid.split), CE_ARG(scale), CE_ARG(freq_i),
+                    CE_ARG(b->target->buffer), CE_ARG(t_off), CE_ARG(t_ldl), CE_ARG(lr), CE_ARG(mode), CE_ARG(drop),
+                    CE_ARG(seed_lo), CE_ARG(seed_hi), CE_ARG(keep), CE_END));
+  CHECK(ce_chain_2d(&b->ch, k, name, grid.nx, grid.ny));
+cleanup:
+  return status;
+}
+
+/* The position keys (as the forward computes positions), the sort, and the
+ * fold of each position's segment added into position_grad. */
+static clembed_status fold_positions(seg_call *b) {
+  clembed_status status = CLEMBED_OK;
+  clembed_context *ctx = b->ctx;
+  const clembed_backward_options *opt = b->opt;
+  const clembed_ids *so = b->rec.sequence_offsets;
+  const clembed_matrix *pg = b->pg;
+  size_t n = b->ids->count;
+  cl_kernel k;
+  int which;
+  cl_mem none_mem = NULL, sob = so ? so->buffer : none_mem;
+  /* token i = b * len + j, len = seq_len (0: one sequence of n) */
+  size_t len = opt->seq_len ? opt->seq_len : n, nseq = n / len + (n % len != 0);
+  cl_ulong nl = n, len_l = len, pos_offset = opt->position_offset, so_off = so ? so->offset : 0;
+  cl_ulong p_rows = pg->rows, p_off = pg->offset, p_ldl = b->p_ld, colsl = pg->cols;
+  cl_ulong g_off = b->grad->offset, g_ldl = b->g_ld;
+  cl_int so64 = so && so->type == CLEMBED_I64, has_so = so != NULL;
+  cl_uint slot_arg = b->rec.slot == CE_NO_SLOT ? 0 : b->rec.slot;
+  CHECK(ce_kernel(ctx, CE_FAMILY_BACKWARD, b->opts, "ce_bwd_pos_keys", &k));
+  CHECK(ce_set_args(ctx, k, "ce_bwd_pos_keys", CE_ARG(nl), CE_ARG(len_l), CE_ARG(pos_offset), CE_ARG(sob),
+                    CE_ARG(sob), CE_ARG(so_off), CE_ARG(so64), CE_ARG(has_so), CE_ARG(p_rows),
+                    CE_ARG(b->srt.keys[0]), CE_ARG(b->srt.idx[0]), CE_ARG(ctx->errbuf), CE_ARG(slot_arg), CE_END));
+  CHECK(ce_chain_2d(&b->ch, k, "ce_bwd_pos_keys", ctx->tune->row_items, nseq));
+  CHECK(ce_sort_run(&b->ch, &b->srt, ce_bit_width(p_rows), &which));
+  seg_grid grid = segment_grid(ctx, pg->cols, n);
+  cl_uint none32 = (cl_uint)p_rows;
+  cl_ulong none64 = p_rows;
+  cl_float drop = opt->dropout, keep = opt->dropout > 0.0f ? 1.0f / (1.0f - opt->dropout) : 1.0f;
+  cl_uint seed_lo = (cl_uint)opt->dropout_seed, seed_hi = (cl_uint)(opt->dropout_seed >> 32);
+  size_t none_size = b->key64 ? sizeof none64 : sizeof none32;
+  const void *none = b->key64 ? (const void *)&none64 : (const void *)&none32;
+  const char *name = ctx->tune->cpu_shapes ? "ce_bwd_pos_grouped" : "ce_bwd_pos";
+  CHECK(ce_kernel(ctx, CE_FAMILY_BACKWARD, b->opts, name, &k));
+  CHECK(ce_set_args(ctx, k, name, CE_ARG(b->grad->buffer), CE_ARG(g_off), CE_ARG(g_ldl), CE_ARG(colsl),
+                    CE_ARG(b->srt.keys[which]), CE_ARG(b->srt.idx[which]), CE_ARG(nl), none_size, none,
+                    CE_ARG(grid.slice_bits), CE_ARG(grid.bw), CE_ARG(grid.split), CE_ARG(pg->buffer), CE_ARG(p_off),
+                    CE_ARG(p_ldl), CE_ARG(drop), CE_ARG(seed_lo), CE_ARG(seed_hi), CE_ARG(keep), CE_END));
+  CHECK(ce_chain_2d(&b->ch, k, name, grid.nx, grid.ny));
+cleanup:
+  return status;
+}
+
+/* The atomic path: row counts (scale_grad_by_freq) and the compare-and-swap adds. */
+static clembed_status atomic_rows(seg_call *b) {
+  clembed_status status = CLEMBED_OK;
+  clembed_context *ctx = b->ctx;
+  const clembed_backward_options *opt = b->opt;
+  const clembed_ids *ids = b->ids;
+  size_t rows = b->target->rows;
+  cl_kernel k;
+  cl_mem none_mem = NULL, idb = ids->buffer;
+  cl_ulong id_off = ids->offset, nl = ids->count, rows_l = rows, colsl = b->target->cols;
+  cl_int id64 = ids->type == CLEMBED_I64, policy = (cl_int)opt->policy, freq_i = opt->scale_grad_by_freq != 0;
+  if (freq_i) {
+    CHECK(ce_buffer(ctx, CE_BUFFER_TEMP, rows * sizeof(cl_uint), NULL, "backward: row counts", &b->counts));
+    /* zeroed by ce_bwd_zero (0.0f has the bits of 0u) as a 1 x rows matrix */
+    CHECK(zero_rows(b, b->counts, 0, rows_l, 1, rows_l, rows ? 1 : 0));
+    CHECK(ce_kernel(ctx, CE_FAMILY_BACKWARD, b->opts, "ce_bwd_count", &k));
+    CHECK(ce_set_args(ctx, k, "ce_bwd_count", CE_ARG(idb), CE_ARG(idb), CE_ARG(id_off), CE_ARG(id64), CE_ARG(nl),
+                      CE_ARG(rows_l), CE_ARG(policy), CE_ARG(b->padding), CE_ARG(b->counts), CE_END));
+    CHECK(ce_chain_1d(&b->ch, k, "ce_bwd_count", ids->count, 0));
+  }
+  cl_mem cnt = b->counts ? b->counts : none_mem;
+  cl_ulong g_off = b->grad->offset, g_ldl = b->g_ld, t_off = b->target->offset, t_ldl = b->t_ld;
+  cl_float scale = opt->scale, drop = opt->dropout, keep = opt->dropout > 0.0f ? 1.0f / (1.0f - opt->dropout) : 1.0f;
+  cl_uint seed_lo = (cl_uint)opt->dropout_seed, seed_hi = (cl_uint)(opt->dropout_seed >> 32);
+  cl_uint slot_arg = b->rec.slot == CE_NO_SLOT ? 0 : b->rec.slot;
+  CHECK(ce_kernel(ctx, CE_FAMILY_BACKWARD, b->opts, "ce_bwd_atomic", &k));
+  CHECK(ce_set_args(ctx, k, "ce_bwd_atomic", CE_ARG(b->grad->buffer), CE_ARG(g_off), CE_ARG(g_ldl), CE_ARG(colsl),
+                    CE_ARG(idb), CE_ARG(idb), CE_ARG(id_off), CE_ARG(id64), CE_ARG(nl), CE_ARG(rows_l),
+                    CE_ARG(policy), CE_ARG(b->padding), CE_ARG(scale), CE_ARG(freq_i), CE_ARG(cnt),
+                    CE_ARG(b->target->buffer), CE_ARG(t_off), CE_ARG(t_ldl), CE_ARG(drop), CE_ARG(seed_lo),
+                    CE_ARG(seed_hi), CE_ARG(keep), CE_ARG(ctx->errbuf), CE_ARG(slot_arg), CE_END));
+  CHECK(ce_chain_2d(&b->ch, k, "ce_bwd_atomic", ctx->tune->row_items, ids->count));
+cleanup:
+  return status;
+}
+
+static clembed_status segment_commands(seg_call *b) {
+  clembed_status status = CLEMBED_OK;
+  const clembed_matrix *t = b->target;
+  /* OVERWRITE: every row becomes 0 first (the fold then overwrites the touched ones) */
+  if (b->step->mode == CE_STORE_OVERWRITE && t->rows > 0 && t->cols > 0)
+    CHECK(zero_rows(b, t->buffer, t->offset, b->t_ld, t->rows, t->cols, t->rows));
+  if (b->ids->count == 0 || t->cols == 0) return CLEMBED_OK;
+  if (!b->step->atomic || b->pg) CHECK(ce_sort_alloc(b->ctx, b->ids->count, b->key64, &b->srt));
+  CHECK(b->step->atomic ? atomic_rows(b) : fold_rows(b));
+  if (b->pg) CHECK(fold_positions(b));
+cleanup:
+  return status;
+}
+
+clembed_status ce_segment_step(clembed_context *ctx, const ce_step *step, const clembed_matrix *grad_out,
+                               const clembed_ids *ids, const clembed_backward_options *opt,
+                               clembed_matrix *target, cl_uint nwait, const cl_event *wait, cl_event *event) {
+  clembed_status status = CLEMBED_OK;
+  clembed_backward_options defaults;
+  seg_call b;
+  memset(&b, 0, sizeof b);
+  ce_chain_init(&b.ch, ctx, nwait, wait);
+  if (!opt) {
+    defaults = clembed_backward_defaults();
+    opt = &defaults;
+  }
+  b.ctx = ctx;
+  b.step = step;
+  b.grad = grad_out;
+  b.ids = ids;
+  b.target = target;
+  b.opt = opt;
+  CHECK(ce_check_events(ctx, nwait, wait));
+  b.pg = opt->position_grad; /* checked with the rest */
+  CHECK(check_args(&b));
+  CHECK(prepare(&b));
+  CHECK(segment_commands(&b));
+  CHECK(ce_chain_close_checked(&b.ch, &b.rec, event));
+cleanup:
+  /* released after enqueueing: OpenCL keeps them until the commands finish */
+  ce_sort_release(&b.srt);
+  if (b.counts) clReleaseMemObject(b.counts);
+  ce_chain_release(&b.ch);
+  return status;
+}
+
+clembed_status clembed_backward(clembed_context *ctx, const clembed_matrix *grad_out, const clembed_ids *ids,
+                                const clembed_backward_options *opt, clembed_matrix *grad_table, cl_uint nwait,
+                                const cl_event *wait, cl_event *event) {
+  cl_event own;
+  CE_ENTER(ctx, "clembed_backward");
+  cl_event *ev = CE_EVENT_BEGIN(event, own);
+  clembed_backward_options defaults = clembed_backward_defaults();
+  const clembed_backward_options *o = opt ? opt : &defaults;
+  ce_step step = {"clembed_backward", o->accumulate ? CE_STORE_ACCUMULATE : CE_STORE_OVERWRITE, 0.0f,
+                  !o->deterministic};
+  clembed_status status = ce_segment_step(ctx, &step, grad_out, ids, opt, grad_table, nwait, wait, ev);
+  return ce_track_end(ctx, status, event, &own);
+}

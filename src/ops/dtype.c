@@ -1,0 +1,96 @@
+/* Host-side dtype code: element sizes and the F16/BF16 conversions, bit for
+ * bit the kernels' (cl/lib/dtype.cl). */
+#include "ops.h"
+
+#include <math.h>
+#include <string.h>
+
+static uint32_t f2u(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  return u;
+}
+static float u2f(uint32_t u) {
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+uint16_t ce_f32_to_f16(float f) {
+  uint32_t x = f2u(f);
+  uint32_t sign = (x >> 16) & 0x8000u;
+  uint32_t ax = x & 0x7FFFFFFFu;
+  if (ax >= 0x7F800000u) /* inf or nan (quiet, keeping the top payload bits) */
+    return (uint16_t)(sign | 0x7C00u | (ax > 0x7F800000u ? (0x200u | ((ax >> 13) & 0x3FFu)) : 0));
+  if (ax >= 0x477FF000u) return (uint16_t)(sign | 0x7C00u); /* rounds to >= 65520: inf */
+  if (ax < 0x38800000u) {                                   /* below 2^-14: subnormal half or zero */
+    if (ax < 0x33000000u) return (uint16_t)sign;            /* below 2^-25: rounds to 0 */
+    uint32_t e = ax >> 23;
+    uint32_t m = (ax & 0x7FFFFFu) | 0x800000u;
+    uint32_t shift = 126 - e; /* 14..24 */
+    uint32_t h = m >> shift;
+    uint32_t rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (h & 1))) h++;
+    return (uint16_t)(sign | h);
+  }
+  uint32_t h = ((ax - 0x38000000u) >> 13); /* rebias exponent 127 -> 15 */
+  uint32_t rem = ax & 0x1FFFu;
+  if (rem > 0x1000u || (rem == 0x1000u && (h & 1))) h++;
+  return (uint16_t)(sign | h);
+}
+
+float ce_f16_to_f32(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+  uint32_t e = (h >> 10) & 0x1Fu, m = h & 0x3FFu;
+  if (e == 0x1F) return u2f(sign | 0x7F800000u | (m << 13));
+  if (e == 0) {
+    if (m == 0) return u2f(sign);
+    float v = ldexpf((float)m, -24);
+    return sign ? -v : v;
+  }
+  return u2f(sign | ((e + 112u) << 23) | (m << 13));
+}
+
+uint16_t ce_f32_to_bf16(float f) {
+  uint32_t x = f2u(f);
+  if ((x & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((x >> 16) | 0x40u); /* quiet nan */
+  x += 0x7FFFu + ((x >> 16) & 1u);
+  return (uint16_t)(x >> 16);
+}
+
+float ce_bf16_to_f32(uint16_t b) { return u2f((uint32_t)b << 16); }
+
+size_t clembed_dtype_size(clembed_dtype dtype) {
+  switch (dtype) {
+    case CLEMBED_F32: return 4;
+    case CLEMBED_F16:
+    case CLEMBED_BF16: return 2;
+  }
+  return 0;
+}
+
+static float load_as_f32(const void *p, size_t i, clembed_dtype t) {
+  switch (t) {
+    case CLEMBED_F32: return ((const float *)p)[i];
+    case CLEMBED_F16: return ce_f16_to_f32(((const uint16_t *)p)[i]);
+    case CLEMBED_BF16: return ce_bf16_to_f32(((const uint16_t *)p)[i]);
+  }
+  return 0.0f;
+}
+
+static void store_from_f32(void *p, size_t i, clembed_dtype t, float v) {
+  switch (t) {
+    case CLEMBED_F32: ((float *)p)[i] = v; break;
+    case CLEMBED_F16: ((uint16_t *)p)[i] = ce_f32_to_f16(v); break;
+    case CLEMBED_BF16: ((uint16_t *)p)[i] = ce_f32_to_bf16(v); break;
+  }
+}
+
+void ce_convert(void *dst, clembed_dtype dt, const void *src, clembed_dtype st, size_t n) {
+  if (dt == st) {
+    memcpy(dst, src, n * clembed_dtype_size(dt));
+    return;
+  }
+  for (size_t i = 0; i < n; i++) store_from_f32(dst, i, dt, load_as_f32(src, i, st));
+}
+

@@ -1,0 +1,206 @@
+/* The forward: clembed_lookup and clembed_embed. The arguments are checked,
+ * the positions resolved (nothing, the cached sinusoid table, the sinusoid
+ * computed per element, or a learned table), and one kernel shape chosen on
+ * the host (cl/ops/forward.cl has one kernel per shape, with the same
+ * arguments). */
+#include "ops.h"
+
+#include <stdio.h>
+
+clembed_embed_options clembed_embed_defaults(void) {
+  clembed_embed_options o = {0};
+  o.scale = 1.0f;
+  o.policy = CLEMBED_INDEX_CHECK;
+  o.padding_idx = CLEMBED_NO_PADDING;
+  o.positions = CLEMBED_POSITIONS_NONE;
+  o.sinusoid.base = 10000.0;
+  o.sinusoid.exponent = CLEMBED_EXPONENT_PAIR;
+  o.sinusoid.layout = CLEMBED_LAYOUT_INTERLEAVED;
+  return o;
+}
+
+/* What the forward reads for the positional part. */
+typedef struct embed_pos {
+  int kind;                /* the kernel's POSITIONS: 0 none, 1 sinusoid per element, 2 a table */
+  const clembed_matrix *pt;/* the table (learned, or the cached sinusoid) */
+  int cached;              /* pt is the cached sinusoid table */
+  size_t p_ld;
+  cl_mem freq;             /* the sinusoid's frequencies (kind 1) */
+  const clembed_ids *so;   /* sequence offsets, when positions are added */
+} embed_pos;
+
+static clembed_status resolve_positions(clembed_context *ctx, const clembed_matrix *table, const clembed_ids *ids,
+                                        const clembed_embed_options *opt, embed_pos *p) {
+  clembed_status status = CLEMBED_OK;
+  *p = (embed_pos){(int)opt->positions, NULL, 0, 0, NULL, NULL};
+  switch (opt->positions) {
+    case CLEMBED_POSITIONS_NONE: break;
+    case CLEMBED_POSITIONS_SINUSOID: {
+      CHECK(ce_sinusoid_check(ctx, &opt->sinusoid));
+      /* Without per-sequence offsets the positions are [offset, offset + span):
+       * read them from the context's cached table (the same float values)
+       * rather than computing sin/cos per element. */
+      size_t span = opt->seq_len && opt->seq_len < ids->count ? opt->seq_len : ids->count, end;
+      if (!opt->sequence_offsets && !ce_add_overflows(opt->position_offset, span, &end))
+        CHECK(ce_sinusoid_table(ctx, &opt->sinusoid, table->cols, end, ids->count, &p->pt));
+      if (p->pt) {
+        p->cached = 1;
+        p->kind = (int)CLEMBED_POSITIONS_TABLE;
+        p->p_ld = p->pt->cols;
+      } else {
+        CHECK(ce_sinusoid_freq(ctx, &opt->sinusoid, table->cols, &p->freq));
+      }
+      break;
+    }
+    case CLEMBED_POSITIONS_TABLE:
+      p->pt = opt->position_table;
+      CHECK(ce_check_matrix(ctx, p->pt, "position_table", &p->p_ld));
+      if (p->pt->cols != table->cols)
+        FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "position_table", -1, (int64_t)p->pt->cols,
+                 "position_table has %zu cols but the table has %zu", p->pt->cols, table->cols);
+      break;
+    default:
+      FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "positions", -1, (int64_t)opt->positions,
+               "clembed_embed: unknown positions %d", (int)opt->positions);
+  }
+  p->so = opt->positions != CLEMBED_POSITIONS_NONE ? opt->sequence_offsets : NULL;
+cleanup:
+  return status;
+}
+
+/* The kernel shape and its range. */
+typedef struct embed_shape {
+  const char *name;
+  unsigned rows;   /* tokens (or sequences) per work-item; 0 for the column shapes */
+  int stream, vw;
+  size_t nx, ny;   /* the 2-D range, or (rows) the 1-D count ny */
+} embed_shape;
+
+static embed_shape choose_shape(const clembed_context *ctx, const clembed_matrix *table, const clembed_ids *ids,
+                                const clembed_embed_options *opt, const embed_pos *p, clembed_dtype out_dtype) {
+  const ce_tuning *t = ctx->tune;
+  embed_shape s = {"ce_embed", t->embed_rows, 0, table->cols % 4 == 0 ? 4 : 1, 0, 0};
+  /* with positions shared by several sequences, a work-item of the row shapes
+   * takes one position of several sequences (each position row read once) */
+  int strided = s.rows && p->kind != 0 && !p->so && opt->seq_len && ids->count / opt->seq_len >= 2;
+  if (strided) s.rows = t->embed_strided_rows;
+  /* an output larger than the device's cache goes out with streaming stores */
+  size_t out_bytes = ids->count * table->cols * clembed_dtype_size(out_dtype);
+  s.stream = s.rows && t->embed_stream && ctx->cache_bytes && out_bytes > ctx->cache_bytes;
+  s.name = strided ? "ce_embed_strided" : s.rows ? "ce_embed_rows" : s.vw == 4 ? "ce_embed_vec4" : "ce_embed";
+  /* rows: 1-D, one work-item per `rows` tokens; columns: x across a row (16
+   * columns per work-item with VW 4), y over the tokens. With 0 columns
+   * nothing runs (and no id is checked) in either shape. */
+  s.nx = s.vw == 4 ? (table->cols / 4 + 3) / 4 : table->cols;
+  s.ny = table->cols ? ids->count : 0;
+  if (strided && s.ny) { /* seq_len items for each `rows` sequences */
+    size_t nseq = ids->count / opt->seq_len + (ids->count % opt->seq_len != 0);
+    s.ny = (nseq / s.rows + (nseq % s.rows != 0)) * opt->seq_len;
+  } else if (s.rows) {
+    s.ny = s.ny / s.rows + (s.ny % s.rows != 0);
+  }
+  return s;
+}
+
+/* Reserves an error slot when the call can find a bad id or position (CLAMP
+ * cannot clamp into a table of 0 rows: those ids are reported too; positions
+ * are signed on the device, so an offset past 2^63 - 1 is a bad position). */
+static clembed_status embed_slot(clembed_context *ctx, const clembed_matrix *table, const clembed_ids *ids,
+                                 const clembed_embed_options *opt, const embed_pos *p, cl_uint *slot) {
+  *slot = CE_NO_SLOT;
+  int can_fail = opt->policy == CLEMBED_INDEX_CHECK || opt->policy == CLEMBED_INDEX_WRAP ||
+                 (opt->policy == CLEMBED_INDEX_CLAMP && table->rows == 0) || (p->pt && !p->cached) || p->so ||
+                 (opt->positions != CLEMBED_POSITIONS_NONE && opt->position_offset > (size_t)INT64_MAX);
+  if (!ids->count || !can_fail) return CLEMBED_OK;
+  ce_slot_info info = {"clembed_embed", "position_table", opt->policy == CLEMBED_INDEX_WRAP, table->rows,
+                       p->pt ? p->pt->rows : 0, opt->seq_len, opt->position_offset, p->so != NULL};
+  return ce_slot_reserve(ctx, &info, slot);
+}
+
+/* The arguments every shape takes (cl/ops/forward.cl's CE_EMBED_ARGS). */
+static clembed_status embed_args(clembed_context *ctx, cl_kernel k, const char *name, const clembed_matrix *table,
+                                 size_t t_ld, const clembed_ids *ids, const clembed_embed_options *opt,
+                                 const embed_pos *p, clembed_matrix *out, size_t o_ld, cl_long padding,
+                                 cl_uint slot) {
+  const clembed_matrix *pt = p->pt;
+  const clembed_ids *so = p->so;
+  cl_mem none = NULL, idb = ids->buffer, sob = so ? so->buffer : none, ptb = pt ? pt->buffer : none;
+  cl_ulong t_off = table->offset, t_ldl = t_ld, t_rows = table->rows, id_off = ids->offset, n = ids->count;
+  cl_ulong o_off = out->offset, o_ldl = o_ld, cols = table->cols;
+  cl_ulong p_off = pt ? pt->offset : 0, p_ldl = p->p_ld, p_rows = pt ? pt->rows : 0;
+  cl_ulong seq_len = opt->seq_len, pos_offset = opt->position_offset, so_off = so ? so->offset : 0;
+  cl_int id64 = ids->type == CLEMBED_I64, so64 = so && so->type == CLEMBED_I64, has_so = so != NULL;
+  cl_int policy = (cl_int)opt->policy;
+  int dropout = opt->dropout > 0.0f;
+  cl_float scale = opt->scale, drop = opt->dropout, keep = dropout ? 1.0f / (1.0f - opt->dropout) : 1.0f;
+  cl_uint seed_lo = (cl_uint)opt->dropout_seed, seed_hi = (cl_uint)(opt->dropout_seed >> 32);
+  cl_uint slot_arg = slot == CE_NO_SLOT ? 0 : slot;
+  return ce_set_args(ctx, k, name, CE_ARG(table->buffer), CE_ARG(t_off), CE_ARG(t_ldl), CE_ARG(t_rows), CE_ARG(idb),
+                     CE_ARG(idb), CE_ARG(id_off), CE_ARG(id64), CE_ARG(n), CE_ARG(out->buffer), CE_ARG(o_off),
+                     CE_ARG(o_ldl), CE_ARG(cols), CE_ARG(scale), CE_ARG(policy), CE_ARG(padding), CE_ARG(p->freq),
+                     CE_ARG(ptb), CE_ARG(p_off), CE_ARG(p_ldl), CE_ARG(p_rows), CE_ARG(seq_len), CE_ARG(pos_offset),
+                     CE_ARG(sob), CE_ARG(sob), CE_ARG(so_off), CE_ARG(so64), CE_ARG(has_so), CE_ARG(drop),
+                     CE_ARG(seed_lo), CE_ARG(seed_hi), CE_ARG(keep), CE_ARG(ctx->errbuf), CE_ARG(slot_arg), CE_END);
+}
+
+static clembed_status embed_run(clembed_context *ctx, const clembed_matrix *table, const clembed_ids *ids,
+                                const clembed_embed_options *opt, clembed_matrix *out, cl_uint nwait,
+                                const cl_event *wait, cl_event *event) {
+  clembed_status status = CLEMBED_OK;
+  clembed_embed_options defaults;
+  size_t t_ld, o_ld;
+  cl_long padding;
+  cl_kernel k;
+  char opts[192];
+  embed_pos p;
+  ce_chain ch;
+  ce_chain_init(&ch, ctx, nwait, wait);
+  if (!opt) {
+    defaults = clembed_embed_defaults();
+    opt = &defaults;
+  }
+  CHECK(ce_check_events(ctx, nwait, wait));
+  CHECK(ce_check_matrix(ctx, table, "table", &t_ld));
+  CHECK(ce_check_ids(ctx, ids, "ids"));
+  CHECK(ce_check_matrix(ctx, out, "out", &o_ld));
+  if (out->rows != ids->count || out->cols != table->cols)
+    FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "out", -1, (int64_t)out->rows,
+             "out is %zu x %zu but %zu ids of a table with %zu cols need %zu x %zu", out->rows, out->cols,
+             ids->count, table->cols, ids->count, table->cols);
+  CHECK(ce_check_common(ctx, "clembed_embed", opt->policy, opt->dropout, ids->count, opt->seq_len,
+                        opt->sequence_offsets));
+  CHECK(ce_padding(ctx, opt->padding_idx, table->rows, "clembed_embed", &padding));
+  CHECK(resolve_positions(ctx, table, ids, opt, &p));
+  embed_shape sh = choose_shape(ctx, table, ids, opt, &p, out->dtype);
+  int n = snprintf(opts, sizeof opts, "-DTABLE_DT=%d -DOUT_DT=%d -DPOSITIONS=%d -DPOS_DT=%d -DDROPOUT=%d -DVEC=%u",
+                   (int)table->dtype, (int)out->dtype, p.kind, p.pt ? (int)p.pt->dtype : 0, opt->dropout > 0.0f,
+                   ctx->tune->embed_vec);
+  if (sh.rows) snprintf(opts + n, sizeof opts - (size_t)n, " -DROWS=%u -DSTREAM=%d", sh.rows, sh.stream);
+  CHECK(ce_kernel(ctx, CE_FAMILY_FORWARD, opts, sh.name, &k));
+  ce_record rec = {CE_NO_SLOT, CE_FAMILY_FORWARD, opts, ids, p.so, opt->seq_len};
+  CHECK(embed_slot(ctx, table, ids, opt, &p, &rec.slot));
+  CHECK(embed_args(ctx, k, sh.name, table, t_ld, ids, opt, &p, out, o_ld, padding, rec.slot));
+  if (sh.rows && sh.ny)
+    CHECK(ce_chain_1d(&ch, k, sh.name, sh.ny, CE_LOCAL_ROWS));
+  else
+    CHECK(ce_chain_2d(&ch, k, sh.name, sh.rows ? 1 : sh.nx, sh.ny));
+  CHECK(ce_chain_close_checked(&ch, &rec, event));
+cleanup:
+  ce_chain_release(&ch);
+  return status;
+}
+
+clembed_status clembed_embed(clembed_context *ctx, const clembed_matrix *table, const clembed_ids *ids,
+                             const clembed_embed_options *opt, clembed_matrix *out, cl_uint nwait,
+                             const cl_event *wait, cl_event *event) {
+  cl_event own;
+  CE_ENTER(ctx, "clembed_embed");
+  cl_event *ev = CE_EVENT_BEGIN(event, own);
+  clembed_status status = embed_run(ctx, table, ids, opt, out, nwait, wait, ev);
+  return ce_track_end(ctx, status, event, &own);
+}
+
+clembed_status clembed_lookup(clembed_context *ctx, const clembed_matrix *table, const clembed_ids *ids,
+                              clembed_matrix *out, cl_uint nwait, const cl_event *wait, cl_event *event) {
+  return clembed_embed(ctx, table, ids, NULL, out, nwait, wait, event);
+}

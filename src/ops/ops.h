@@ -1,0 +1,67 @@
+/* What the operations share among themselves. Operations stand on the
+ * runtime only (src/runtime/runtime.h); the runtime never includes this. */
+#ifndef CLEMBED_OPS_H
+#define CLEMBED_OPS_H
+
+#include "../runtime/runtime.h"
+
+/* ----- dtypes on the host (dtype.c), bit for bit the kernels' conversions */
+uint16_t ce_f32_to_f16(float f);
+float ce_f16_to_f32(uint16_t h);
+uint16_t ce_f32_to_bf16(float f);
+float ce_bf16_to_f32(uint16_t b);
+/* n dense elements of dtype st into dtype dt. */
+void ce_convert(void *dst, clembed_dtype dt, const void *src, clembed_dtype st, size_t n);
+
+/* ----- angles (angle.c): frequencies in double, cached on the device */
+clembed_status ce_sinusoid_check(clembed_context *ctx, const clembed_sinusoid *s);
+/* A device buffer of cols float2 (w_hi, w_lo), negated for cos columns, owned
+ * by the context's cache. */
+clembed_status ce_sinusoid_freq(clembed_context *ctx, const clembed_sinusoid *s, size_t cols, cl_mem *buffer);
+
+/* ----- the sinusoid table (positional.c) */
+/* clembed_positional without the public entry (no tracking of its event). */
+clembed_status ce_positional_run(clembed_context *ctx, const clembed_sinusoid *s, size_t first_position,
+                                 clembed_matrix *out, cl_uint nwait, const cl_event *wait, cl_event *event);
+/* The cached sinusoid table covering positions [0, end) for cols columns, or
+ * NULL in *table (not an error) when building it is not worth it for a call of
+ * `tokens` tokens. */
+clembed_status ce_sinusoid_table(clembed_context *ctx, const clembed_sinusoid *s, size_t cols, size_t end,
+                                 size_t tokens, const clembed_matrix **table);
+
+/* ----- the radix sort of (key, index) (sort.c) */
+typedef struct ce_sort {
+  cl_mem keys[2], idx[2], hist; /* ping-pong buffers and the digit histograms */
+  size_t n, chunk, nchunks;
+  int key64;                    /* ulong keys (else uint) */
+  char opts[32];                /* the sort program's options */
+} ce_sort;
+/* Temporaries for n entries (O(n), never O(keys' range)). */
+clembed_status ce_sort_alloc(clembed_context *ctx, size_t n, int key64, ce_sort *s);
+/* Sorts (keys[0], idx[0]) stably by key < 2^bits, as commands of the chain;
+ * *which receives the buffer pair that holds the result. */
+clembed_status ce_sort_run(ce_chain *ch, ce_sort *s, unsigned bits, int *which);
+void ce_sort_release(ce_sort *s);
+unsigned ce_bit_width(uint64_t v);
+
+/* ----- the segment fold (backward.c) and the optimizer steps (optim.c) */
+/* What is stored for each folded row r (the row's gradient): */
+typedef enum ce_store_mode {
+  CE_STORE_OVERWRITE = 0,  /* grad_table[v] = r */
+  CE_STORE_ACCUMULATE = 1, /* grad_table[v] += r */
+  CE_STORE_SGD = 2         /* table[v] -= lr * r, rounded to the table's dtype */
+} ce_store_mode;
+
+/* One fused step over the rows the ids touch: the sort, the fold and the
+ * store; the operation's checks, slot and chain included. */
+typedef struct ce_step {
+  const char *what;               /* the public function */
+  ce_store_mode mode;
+  float lr;                       /* CE_STORE_SGD */
+  int atomic;                     /* the atomic path (clembed_backward with deterministic 0) */
+} ce_step;
+clembed_status ce_segment_step(clembed_context *ctx, const ce_step *step, const clembed_matrix *grad_out,
+                               const clembed_ids *ids, const clembed_backward_options *opt,
+                               clembed_matrix *target, cl_uint nwait, const cl_event *wait, cl_event *event);
+
+#endif

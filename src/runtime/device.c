@@ -1,0 +1,221 @@
+/* Devices: enumeration, the device spec, and the facts a context keeps. */
+#define _POSIX_C_SOURCE 200809L
+#include "runtime.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+/* Appends the devices of platform p to *out (n used of cap). */
+static clembed_status list_platform(cl_platform_id plat, cl_uint p, ce_device_entry **out, size_t *n, size_t *cap) {
+  char pname[256] = "";
+  clGetPlatformInfo(plat, CL_PLATFORM_NAME, sizeof pname - 1, pname, NULL);
+  cl_uint nd = 0;
+  if (clGetDeviceIDs(plat, CL_DEVICE_TYPE_ALL, 0, NULL, &nd) != CL_SUCCESS || nd == 0) return CLEMBED_OK;
+  cl_device_id *devs = calloc(nd, sizeof *devs);
+  if (!devs) return CLEMBED_ERR_OUT_OF_MEMORY;
+  if (clGetDeviceIDs(plat, CL_DEVICE_TYPE_ALL, nd, devs, NULL) != CL_SUCCESS) nd = 0;
+  for (cl_uint d = 0; d < nd; d++) {
+    if (*n == *cap) {
+      size_t nc = *cap ? *cap * 2 : 8;
+      ce_device_entry *g = realloc(*out, nc * sizeof *g);
+      if (!g) {
+        free(devs);
+        return CLEMBED_ERR_OUT_OF_MEMORY;
+      }
+      *out = g;
+      *cap = nc;
+    }
+    ce_device_entry *e = &(*out)[(*n)++];
+    memset(e, 0, sizeof *e);
+    e->platform = plat;
+    e->device = devs[d];
+    e->pi = p;
+    e->di = d;
+    char dname[256] = "";
+    clGetDeviceInfo(devs[d], CL_DEVICE_NAME, sizeof dname - 1, dname, NULL);
+    clGetDeviceInfo(devs[d], CL_DEVICE_TYPE, sizeof e->type, &e->type, NULL);
+    snprintf(e->name, sizeof e->name, "%s %s", pname, dname);
+    snprintf(e->pname, sizeof e->pname, "%s", pname);
+    snprintf(e->dname, sizeof e->dname, "%s", dname);
+  }
+  free(devs);
+  return CLEMBED_OK;
+}
+
+clembed_status ce_list_devices(ce_device_entry **list, size_t *count) {
+  cl_uint np = 0;
+  cl_platform_id *plats = NULL;
+  ce_device_entry *out = NULL;
+  size_t n = 0, cap = 0;
+  clembed_status status = CLEMBED_OK;
+  *list = NULL;
+  *count = 0;
+  cl_int err = clGetPlatformIDs(0, NULL, &np);
+  if (err == -1001 /* CL_PLATFORM_NOT_FOUND_KHR */ || np == 0) return CLEMBED_OK;
+  if (err != CL_SUCCESS) return (clembed_status)err;
+  plats = calloc(np, sizeof *plats);
+  if (!plats) return CLEMBED_ERR_OUT_OF_MEMORY;
+  err = clGetPlatformIDs(np, plats, NULL);
+  if (err != CL_SUCCESS) {
+    status = (clembed_status)err;
+    goto cleanup;
+  }
+  for (cl_uint p = 0; p < np; p++) CHECK(list_platform(plats[p], p, &out, &n, &cap));
+cleanup:
+  free(plats);
+  if (status != CLEMBED_OK) {
+    free(out);
+    return status;
+  }
+  *list = out;
+  *count = n;
+  return CLEMBED_OK;
+}
+
+static int contains_nocase(const char *hay, const char *needle) {
+  size_t nl = strlen(needle);
+  for (; *hay; hay++) {
+    size_t i = 0;
+    while (i < nl && hay[i] && tolower((unsigned char)hay[i]) == tolower((unsigned char)needle[i])) i++;
+    if (i == nl) return 1;
+  }
+  return nl == 0;
+}
+
+static long pick_type(const ce_device_entry *l, size_t n, cl_device_type t) {
+  for (size_t i = 0; i < n; i++)
+    if (l[i].type & t) return (long)i;
+  return -1;
+}
+
+long ce_match_spec(const ce_device_entry *l, size_t n, const char *spec) {
+  if (!spec || !*spec) {
+    long i = pick_type(l, n, CL_DEVICE_TYPE_GPU);
+    if (i < 0) i = pick_type(l, n, CL_DEVICE_TYPE_ACCELERATOR);
+    if (i < 0) i = pick_type(l, n, CL_DEVICE_TYPE_CPU);
+    if (i < 0 && n > 0) i = 0;
+    return i;
+  }
+  /* "P:D": two decimal indices, nothing else */
+  const char *colon = strchr(spec, ':');
+  if (colon && colon > spec && colon[1] && strspn(spec, "0123456789") == (size_t)(colon - spec) &&
+      strspn(colon + 1, "0123456789") == strlen(colon + 1)) {
+    errno = 0;
+    unsigned long long p = strtoull(spec, NULL, 10), d = strtoull(colon + 1, NULL, 10);
+    if (errno) return -1; /* out of range: names no device */
+    for (size_t i = 0; i < n; i++)
+      if (l[i].pi == p && l[i].di == d) return (long)i;
+    return -1;
+  }
+  if (!strcasecmp(spec, "gpu")) return pick_type(l, n, CL_DEVICE_TYPE_GPU);
+  if (!strcasecmp(spec, "cpu")) return pick_type(l, n, CL_DEVICE_TYPE_CPU);
+  if (!strcasecmp(spec, "accelerator")) return pick_type(l, n, CL_DEVICE_TYPE_ACCELERATOR);
+  for (size_t i = 0; i < n; i++)
+    if (contains_nocase(l[i].name, spec)) return (long)i;
+  return -1;
+}
+
+static void fill_info(clembed_device_info *d, const ce_device_entry *e, int is_default) {
+  memset(d, 0, sizeof *d);
+  snprintf(d->spec, sizeof d->spec, "%u:%u", e->pi, e->di);
+  snprintf(d->platform, sizeof d->platform, "%s", e->pname);
+  snprintf(d->name, sizeof d->name, "%s", e->dname);
+  d->type = e->type;
+  d->is_default = is_default;
+  cl_ulong g = 0, a = 0;
+  clGetDeviceInfo(e->device, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof g, &g, NULL);
+  clGetDeviceInfo(e->device, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof a, &a, NULL);
+  d->global_mem_bytes = g;
+  d->max_alloc_bytes = a;
+}
+
+clembed_status clembed_devices(clembed_device_info *list, size_t capacity, size_t *count) {
+  ce_device_entry *l = NULL;
+  size_t n = 0;
+  if (!count || (capacity && !list)) {
+    ce_last_message("clembed_devices: %s", !count ? "count is NULL" : "list is NULL with a non-zero capacity");
+    return ce_last_fail(CLEMBED_ERR_INVALID_ARGUMENT, "clembed_devices", !count ? "count" : "list");
+  }
+  *count = 0;
+  clembed_status status = ce_list_devices(&l, &n);
+  if (status != CLEMBED_OK) {
+    ce_last_message("clembed_devices: listing OpenCL platforms failed: %s", clembed_status_string(status));
+    return ce_last_fail(status, "clembed_devices", "");
+  }
+  const char *env = getenv("CLEMBED_DEVICE");
+  long def = ce_match_spec(l, n, env && *env ? env : NULL);
+  for (size_t i = 0; i < n && i < capacity; i++) fill_info(&list[i], &l[i], (long)i == def);
+  *count = n;
+  free(l);
+  return CLEMBED_OK;
+}
+
+/* Work-group limits, 64-bit atomics, the device's name. */
+static void limits(clembed_context *ctx) {
+  char pname[256] = "", dname[256] = "";
+  clGetPlatformInfo(ctx->platform, CL_PLATFORM_NAME, sizeof pname - 1, pname, NULL);
+  clGetDeviceInfo(ctx->device, CL_DEVICE_NAME, sizeof dname - 1, dname, NULL);
+  snprintf(ctx->device_name, sizeof ctx->device_name, "%.250s / %.250s", pname, dname);
+  clGetDeviceInfo(ctx->device, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof ctx->max_work_group, &ctx->max_work_group, NULL);
+  if (ctx->max_work_group == 0) ctx->max_work_group = 1;
+  size_t items[3] = {1, 1, 1};
+  if (clGetDeviceInfo(ctx->device, CL_DEVICE_MAX_WORK_ITEM_SIZES, sizeof items, items, NULL) != CL_SUCCESS)
+    items[0] = items[1] = 1;
+  ctx->max_items[0] = items[0] ? items[0] : 1;
+  ctx->max_items[1] = items[1] ? items[1] : 1;
+  clGetDeviceInfo(ctx->device, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof ctx->max_alloc, &ctx->max_alloc, NULL);
+  size_t ext_len = 0;
+  if (clGetDeviceInfo(ctx->device, CL_DEVICE_EXTENSIONS, 0, NULL, &ext_len) == CL_SUCCESS && ext_len) {
+    char *ext = malloc(ext_len + 1);
+    if (ext && clGetDeviceInfo(ctx->device, CL_DEVICE_EXTENSIONS, ext_len, ext, NULL) == CL_SUCCESS) {
+      ext[ext_len] = '\0';
+      ctx->atom64 = strstr(ext, "cl_khr_int64_base_atomics") != NULL && !getenv("CLEMBED_NO_ATOM64");
+    }
+    free(ext);
+  }
+  /* Oclgrind 21.10's uninitialised-value checker keeps the shadow state of a
+   * released buffer for the next buffer that gets its id: temporaries are
+   * created zeroed there */
+  ctx->zero_temporaries = strstr(ctx->device_name, "Oclgrind") != NULL;
+}
+
+clembed_status ce_device_facts(clembed_context *ctx) {
+  limits(ctx);
+  cl_device_type type = 0;
+  clGetDeviceInfo(ctx->device, CL_DEVICE_TYPE, sizeof type, &type, NULL);
+  const char *env = getenv("CLEMBED_TUNING");
+  ctx->tune = ce_tuning_choose((type & CL_DEVICE_TYPE_CPU) != 0, env);
+  if (!ctx->tune) {
+    ce_last_message("CLEMBED_TUNING is '%.100s'; it must be cpu, gpu, or unset", env);
+    return CLEMBED_ERR_INVALID_ARGUMENT;
+  }
+  ctx->cpu_shapes = ctx->tune->cpu_shapes;
+  if (clGetDeviceInfo(ctx->device, CL_DEVICE_GLOBAL_MEM_CACHE_SIZE, sizeof ctx->cache_bytes, &ctx->cache_bytes,
+                      NULL) != CL_SUCCESS)
+    ctx->cache_bytes = 0;
+  cl_device_fp_config fp = 0;
+  clGetDeviceInfo(ctx->device, CL_DEVICE_SINGLE_FP_CONFIG, sizeof fp, &fp, NULL);
+  ctx->exact_div = (fp & CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT) != 0;
+  cl_bool unified = CL_FALSE;
+  clGetDeviceInfo(ctx->device, CL_DEVICE_HOST_UNIFIED_MEMORY, sizeof unified, &unified, NULL);
+  ctx->host_pages = (type & CL_DEVICE_TYPE_CPU) && unified;
+  if (clGetDeviceInfo(ctx->device, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof ctx->units, &ctx->units, NULL) !=
+          CL_SUCCESS ||
+      ctx->units == 0)
+    ctx->units = 1;
+  cl_command_queue_properties qp = 0;
+  clGetCommandQueueInfo(ctx->queue, CL_QUEUE_PROPERTIES, sizeof qp, &qp, NULL);
+  ctx->in_order = !(qp & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE);
+  char version[128] = "";
+  clGetDeviceInfo(ctx->device, CL_DEVICE_VERSION, sizeof version - 1, version, NULL);
+  int major = 0, minor = 0;
+  if (sscanf(version, "OpenCL %d.%d", &major, &minor) != 2 || major * 10 + minor < 12) {
+    ce_last_message("%s supports '%s'; clembed needs OpenCL 1.2", ctx->device_name, version);
+    return CLEMBED_ERR_UNSUPPORTED;
+  }
+  return CLEMBED_OK;
+}

@@ -1,0 +1,351 @@
+/* The runtime: what every operation stands on (messages, status strings,
+ * devices, tuning, programs, buffers, launches, deferred errors, argument
+ * checks, the context). It knows no operation: nothing here includes
+ * src/ops/, and the caches an operation keeps on a context are released
+ * through the function the operation registers (ce_cache_add). */
+#ifndef CLEMBED_RUNTIME_H
+#define CLEMBED_RUNTIME_H
+
+#include "clembed.h"
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ------------------------------------------------------------- check macros */
+
+/* Jump to the function's single cleanup label with `status` set when `expr`
+ * (an OpenCL or clembed status) is not success. */
+#define CHECK(expr)                    \
+  do {                                 \
+    status = (clembed_status)(expr);   \
+    if (status != CLEMBED_OK) goto cleanup; \
+  } while (0)
+
+/* Fail with a message on the context. */
+#define FAIL(code, ...)                                  \
+  do {                                                   \
+    status = ce_fail(ctx, (code), __VA_ARGS__);          \
+    goto cleanup;                                        \
+  } while (0)
+
+/* Fail naming an argument (and the element and value, -1 and 0 when none). */
+#define FAIL_ARG(code, arg, index, value, ...)                                         \
+  do {                                                                                 \
+    status = ce_fail_arg(ctx, (code), NULL, (arg), (index), (value), __VA_ARGS__);     \
+    goto cleanup;                                                                      \
+  } while (0)
+
+/* The first lines of a public function: names the operation for error details;
+ * a NULL context fails with CLEMBED_ERR_INVALID_ARGUMENT (detail per thread). */
+#define CE_ENTER(ctx, name)                                  \
+  do {                                                       \
+    if (!(ctx)) return ce_no_context(name);                  \
+    (ctx)->op = (name);                                      \
+  } while (0)
+
+/* ------------------------------------------------------------------ tuning */
+
+/* Every kernel-shape number, one table per kind of device (tuning.c). Kernels
+ * receive theirs as -D options and keep #ifndef defaults equal to the GPU
+ * table's. */
+typedef struct ce_tuning {
+  const char *name;            /* "cpu", "gpu": CLEMBED_TUNING's values */
+  int cpu_shapes;              /* whole rows per work-item, wide vectors */
+  /* launches */
+  size_t group_target;         /* work-items per work-group the 1-D/2-D launches aim for */
+  size_t row_items_max;        /* CPU shapes: work-items per group for items doing a row's work */
+  size_t row_groups_per_unit;  /* ...and at least this many groups per compute unit */
+  /* forward */
+  unsigned embed_rows;         /* tokens per work-item (0: the column shapes) */
+  unsigned embed_strided_rows; /* sequences per work-item that share a position */
+  unsigned embed_vec;          /* columns per vector in the row shapes */
+  int embed_stream;            /* streaming stores for an output larger than the device's cache */
+  /* positional table */
+  int positional_rowwise;      /* a row per work-item */
+  unsigned positional_vec;
+  /* sort */
+  size_t sort_chunk;           /* entries per work-item, at least */
+  size_t sort_max_chunks;      /* the scan is one work-group */
+  unsigned sort_radix_bits;
+  size_t sort_local;           /* local size of the histogram and scatter launches */
+  /* segment fold (backward, optimizer steps) */
+  unsigned fold_vec, fold_tile;
+  size_t fold_block_columns;   /* a column block's width */
+  size_t fold_split;           /* segments of at least this many tokens are split into blocks */
+  unsigned fold_group;         /* CPU shapes: sorted positions per work-item group */
+  size_t fold_slices_per_unit; /* work-items per compute unit the slices aim for */
+  size_t fold_min_slices;
+  size_t row_items;            /* work-items across a row for the row-looping helper kernels */
+  /* caches and buffers */
+  size_t sinusoid_table_max_elements;
+  size_t sinusoid_table_min_rows;
+  size_t sinusoid_table_inline_rows; /* above this, a table four times the call's tokens is not built */
+  size_t huge_page_bytes;            /* host pages for large buffers on CPU devices sharing host memory */
+} ce_tuning;
+
+/* The table for a device (cpu: its type is CPU), overridden by CLEMBED_TUNING;
+ * NULL for a CLEMBED_TUNING value other than cpu or gpu. */
+const ce_tuning *ce_tuning_choose(int is_cpu, const char *env);
+
+/* ---------------------------------------------------------- error records */
+
+/* One error slot on the device per checked operation (8 uints, all 0xFF when
+ * clean). With 64-bit atomics (ctx->atom64): 4 ulongs, minima of
+ * (token << 32 | value word): [0] id low word, [1] id high word, [2] sequence
+ * start low word, [3] high word. Without: [0] first bad-id token, [1] first
+ * bad-position token, [2,3] the id (lo, hi), [4,5] that token's sequence start,
+ * the values filled in by ce_record_error. The host keeps what the message needs. */
+#define CE_SLOT_UINTS 8
+#define CE_SLOTS 256
+typedef struct ce_slot_info {
+  const char *op;        /* "clembed_embed", "clembed_backward", ... */
+  const char *pos_arg;   /* what a bad position is reported against: "position_table", "position_grad" */
+  int wrap;              /* CLEMBED_INDEX_WRAP: ids in [-id_rows, id_rows) are valid */
+  uint64_t id_rows;      /* ids must be in [0, id_rows) */
+  uint64_t pos_rows;     /* positions must be in [0, pos_rows); 0 when no table */
+  uint64_t seq_len;
+  uint64_t position_offset;
+  int has_sequence_offsets;
+} ce_slot_info;
+
+/* Slots read aside (without waiting) when every slot was taken before a finish. */
+typedef struct ce_slot_batch {
+  struct ce_slot_batch *next;
+  size_t used;
+  cl_uint host[CE_SLOTS * CE_SLOT_UINTS];
+  ce_slot_info info[CE_SLOTS];
+} ce_slot_batch;
+
+/* A command of this context whose completion is checked by the next finish
+ * (and waited for by destroy on a shared queue). */
+typedef struct ce_tracked {
+  cl_event event;
+  const char *op;
+} ce_tracked;
+
+/* ------------------------------------------------------------------- context */
+
+typedef struct ce_kernel_entry ce_kernel_entry;
+typedef struct ce_program_set ce_program_set;
+
+/* A cache an operation keeps on the context, released with it. */
+typedef void (*ce_release_fn)(clembed_context *ctx, void *data);
+typedef struct ce_cache {
+  const void *key;
+  void *data;
+  ce_release_fn release;
+} ce_cache;
+#define CE_CACHES 8
+
+struct clembed_context {
+  cl_platform_id platform;
+  cl_device_id device;
+  cl_context context;
+  cl_command_queue queue;
+  int own_queue;  /* the queue was created by clembed (not a caller's) */
+  int in_order;
+  int atom64;     /* cl_khr_int64_base_atomics: error records need no second kernel */
+  const ce_tuning *tune;
+  int cpu_shapes; /* tune->cpu_shapes */
+  cl_uint units;  /* CL_DEVICE_MAX_COMPUTE_UNITS */
+  cl_ulong cache_bytes; /* CL_DEVICE_GLOBAL_MEM_CACHE_SIZE (0: unknown) */
+  int exact_div;  /* CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT in CL_DEVICE_SINGLE_FP_CONFIG */
+  int host_pages; /* a CPU device on the host's memory: large buffers on huge pages */
+  int zero_temporaries; /* create temporaries zeroed (Oclgrind's shadow-memory checker) */
+  char device_name[512];
+  size_t max_work_group;
+  size_t max_items[2]; /* CL_DEVICE_MAX_WORK_ITEM_SIZES in x and y */
+  cl_ulong max_alloc;
+
+  char *message; /* last failure */
+  size_t message_cap;
+  const char *op;              /* the public function running, for error details */
+  clembed_error_detail detail; /* the last failure's structured detail */
+
+  ce_program_set *programs; /* shared with contexts on the same cl_context and device */
+  ce_kernel_entry *kernels; /* this context's kernel objects */
+
+  cl_mem errbuf;
+  size_t slots_used;
+  cl_uint clean_slots[CE_SLOTS * CE_SLOT_UINTS]; /* all 0xFF: the reset pattern */
+  cl_uint slot_host[CE_SLOTS * CE_SLOT_UINTS];   /* the slots as last read */
+  ce_slot_batch *batches, *batches_tail;         /* set aside, oldest first */
+  ce_slot_info slot_info[CE_SLOTS];
+  clembed_status deferred;
+  char deferred_message[512];
+  clembed_error_detail deferred_detail;
+
+  ce_tracked *tracked; /* commands not yet checked by a finish */
+  size_t ntracked, tracked_cap;
+  clembed_error_detail failed; /* the first failed command found (status 0: none) */
+
+  ce_cache caches[CE_CACHES];
+
+  const char *test_source_override; /* test hook: replaces one family's source */
+  int test_source_family;
+};
+
+/* ----- caches of operations (context.c) */
+void *ce_cache_find(const clembed_context *ctx, const void *key);
+/* Keeps `data` under `key` until the context is destroyed, when release(ctx, data) runs. */
+clembed_status ce_cache_add(clembed_context *ctx, const void *key, void *data, ce_release_fn release);
+
+/* ----- messages (message.c) */
+clembed_status ce_fail(clembed_context *ctx, clembed_status code, const char *fmt, ...);
+/* As ce_fail, with the detail's fields (op NULL: the running operation). */
+clembed_status ce_fail_arg(clembed_context *ctx, clembed_status code, const char *op, const char *argument,
+                           int64_t index, int64_t value, const char *fmt, ...);
+/* Records a detail on the context (the message is left as it is). */
+void ce_set_detail(clembed_context *ctx, clembed_status code, const char *op, const char *argument, int64_t index,
+                   int64_t value);
+void ce_detail_fill(clembed_error_detail *d, clembed_status code, const char *op, const char *argument,
+                    int64_t index, int64_t value);
+void ce_set_message(clembed_context *ctx, const char *fmt, ...);
+void ce_vset_message(clembed_context *ctx, const char *fmt, va_list ap);
+void ce_append_message(clembed_context *ctx, const char *text);
+/* OpenCL call failed: records "what: CL_XXX" and returns the code. */
+clembed_status ce_cl_fail(clembed_context *ctx, cl_int err, const char *what);
+/* A public function called with a NULL context. */
+clembed_status ce_no_context(const char *op);
+/* The message and detail of a call that has no context (per thread). */
+void ce_last_message(const char *fmt, ...);
+clembed_status ce_last_fail(clembed_status status, const char *op, const char *argument);
+
+/* ----- devices (device.c) */
+typedef struct ce_device_entry {
+  cl_platform_id platform;
+  cl_device_id device;
+  cl_uint pi, di;
+  cl_device_type type;
+  char name[512]; /* "platform name device name" */
+  char pname[128], dname[128];
+} ce_device_entry;
+/* Every device of every platform (*list NULL and *count 0 when none). */
+clembed_status ce_list_devices(ce_device_entry **list, size_t *count);
+/* Index of the device a spec names (NULL or "": the default), or -1. */
+long ce_match_spec(const ce_device_entry *list, size_t n, const char *spec);
+/* Reads the device's facts into the context and chooses its tuning table; the
+ * message of a failure goes to ce_last_message. */
+clembed_status ce_device_facts(clembed_context *ctx);
+
+/* ----- programs and kernels (program.c) */
+/* Kernel families: cl/lib/ files followed by one cl/ops/ file. */
+typedef enum ce_family {
+  CE_FAMILY_FORWARD = 0,
+  CE_FAMILY_POSITIONAL,
+  CE_FAMILY_SORT,
+  CE_FAMILY_BACKWARD,
+  CE_FAMILY_INIT,
+  CE_FAMILY_UTIL,
+  CE_FAMILY_COUNT
+} ce_family;
+
+/* Returns the context's kernel `name` of `family` built with `options`
+ * (-D definitions such as "-DTABLE_DT=0"). Builds once per cl_context, device
+ * and options. */
+clembed_status ce_kernel(clembed_context *ctx, ce_family family, const char *options, const char *name,
+                         cl_kernel *kernel);
+clembed_status ce_program_set_acquire(clembed_context *ctx);
+void ce_program_set_release(clembed_context *ctx);
+void ce_kernels_release(clembed_context *ctx);
+
+/* ----- buffers (buffer.c): the one allocator */
+typedef enum ce_buffer_kind {
+  CE_BUFFER_DATA,     /* a matrix or ids: on huge pages where the device uses host memory */
+  CE_BUFFER_TEMP,     /* a temporary, written by a kernel before it is read */
+  CE_BUFFER_CONST,    /* copied from `host` when created, read-only on the device */
+  CE_BUFFER_COPY      /* copied from `host` when created, read-write */
+} ce_buffer_kind;
+/* A buffer of `bytes` (0 counts as 4); `what` names it in messages. */
+clembed_status ce_buffer(clembed_context *ctx, ce_buffer_kind kind, size_t bytes, const void *host,
+                         const char *what, cl_mem *out);
+
+/* ----- launches (launch.c) */
+/* Sets kernel arguments 0, 1, ... from CE_ARG(x) pairs ending with CE_END. */
+clembed_status ce_set_args(clembed_context *ctx, cl_kernel k, const char *name, ...);
+#define CE_ARG(x) sizeof(x), (const void *)&(x)
+#define CE_END (size_t)0, (const void *)0
+
+/* Enqueues a 2-D range: x = columns, y = rows, rounded up to the local size. An
+ * empty range runs nothing (a marker gives `event`). */
+clembed_status ce_enqueue_2d(clembed_context *ctx, cl_kernel k, const char *name, size_t nx, size_t ny,
+                             cl_uint nwait, const cl_event *wait, cl_event *event);
+/* Enqueues a 1-D range of n work-items, rounded up to the local size (local 0:
+ * chosen from the kernel and device; CE_LOCAL_ROWS: for items that each do a
+ * large piece of work, the CPU shapes: small work-groups, enough of them to
+ * keep every compute unit busy). */
+#define CE_LOCAL_ROWS ((size_t)-1)
+clembed_status ce_enqueue_1d(clembed_context *ctx, cl_kernel k, const char *name, size_t n, size_t local,
+                             cl_uint nwait, const cl_event *wait, cl_event *event);
+/* A 1-D local size of `want` when the kernel allows it, else 0 (the default). */
+size_t ce_local_if_allowed(clembed_context *ctx, cl_kernel k, size_t want);
+
+/* The commands of one operation, in order: each waits on the previous one's
+ * event (the first on the caller's wait list); ce_chain_close gives the
+ * caller's event, which completes after the last. */
+typedef struct ce_chain {
+  clembed_context *ctx;
+  cl_uint nwait;
+  const cl_event *wait;
+  cl_event prev;
+} ce_chain;
+void ce_chain_init(ce_chain *ch, clembed_context *ctx, cl_uint nwait, const cl_event *wait);
+clembed_status ce_chain_1d(ce_chain *ch, cl_kernel k, const char *name, size_t n, size_t local);
+clembed_status ce_chain_2d(ce_chain *ch, cl_kernel k, const char *name, size_t nx, size_t ny);
+/* The wait list of the next command. */
+cl_uint ce_chain_nwait(const ce_chain *ch);
+const cl_event *ce_chain_wait(const ce_chain *ch);
+/* Hands the last command's event to `event` (a marker when nothing ran) and
+ * releases the chain. */
+clembed_status ce_chain_close(ce_chain *ch, cl_event *event);
+void ce_chain_release(ce_chain *ch);
+
+/* ----- deferred errors and tracked commands (deferred.c) */
+/* Reserves an error slot for an operation (never waits: when all are in use,
+ * their contents are read aside first). Returns the slot index in *slot. */
+clembed_status ce_slot_reserve(clembed_context *ctx, const ce_slot_info *info, cl_uint *slot);
+#define CE_NO_SLOT 0xFFFFFFFFu
+/* What the error-recording kernel needs after a checked operation. */
+typedef struct ce_record {
+  cl_uint slot; /* CE_NO_SLOT: nothing to record */
+  ce_family family;
+  const char *options; /* the operation's program (ce_record_error is in cl/lib/report.cl) */
+  const clembed_ids *ids, *sequence_offsets;
+  size_t seq_len;
+} ce_record;
+/* Closes a checked operation's chain: on a device without 64-bit atomics the
+ * error-recording kernel runs after it; `event` completes after both. */
+clembed_status ce_chain_close_checked(ce_chain *ch, const ce_record *rec, cl_event *event);
+/* Waits, reads the slots, and returns (and clears) the first failed command or
+ * deferred error. */
+clembed_status ce_collect(clembed_context *ctx);
+void ce_slot_batches_free(clembed_context *ctx);
+/* Ends a device operation: on success keeps its last command's event (the
+ * caller's `event`, retained, or *own) for the next finish to check; on
+ * failure releases *own. Returns status. */
+clembed_status ce_track_end(clembed_context *ctx, clembed_status status, cl_event *event, const cl_event *own);
+#define CE_EVENT_BEGIN(event, own) ((own) = NULL, (event) ? (event) : &(own))
+/* Waits for every tracked command (destroy on a shared queue) and forgets them. */
+void ce_tracked_wait_release(clembed_context *ctx);
+/* Blocking calls wait for the work enqueued before them: implicit on an
+ * in-order queue, a barrier on an out-of-order one. */
+cl_int ce_after_earlier_work(clembed_context *ctx);
+
+/* ----- argument checks (check.c) */
+clembed_status ce_check_events(clembed_context *ctx, cl_uint n, const cl_event *list);
+/* Checks a matrix against its buffer; `what` names it in messages (the text
+ * after its last ": " is the detail's argument). Fills *ld. */
+clembed_status ce_check_matrix(clembed_context *ctx, const clembed_matrix *m, const char *what, size_t *ld);
+clembed_status ce_check_ids(clembed_context *ctx, const clembed_ids *ids, const char *what);
+size_t ce_index_size(clembed_index_type t);
+int ce_mul_overflows(size_t a, size_t b, size_t *out);
+int ce_add_overflows(size_t a, size_t b, size_t *out);
+/* The padding id normalised against `rows` (-1: none); fails for one outside the table. */
+clembed_status ce_padding(clembed_context *ctx, int64_t padding_idx, size_t rows, const char *what, cl_long *out);
+/* Checks the options shared by forward and backward: policy, dropout, sequence
+ * offsets (enough for every sequence). */
+clembed_status ce_check_common(clembed_context *ctx, const char *what, clembed_index_policy policy, float dropout,
+                               size_t count, size_t seq_len, const clembed_ids *seq_offsets);
+
+#endif
