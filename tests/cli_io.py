@@ -132,6 +132,61 @@ def main():
         p = run("embed", "--table", st + ":w", "--ids", st, "-o", out)
         check(p.returncode == 1 and "(w, wh, wb, ids, odd)" in p.stderr, "--ids of several tensors lists them: %r" % p.stderr)
 
+        # outputs: .safetensors (one tensor "output") and --out-dtype; bf16 only into .safetensors
+        def read_st(path):
+            with open(path, "rb") as f:
+                raw = f.read()
+            n = struct.unpack("<Q", raw[:8])[0]
+            h = json.loads(raw[8:8 + n])
+            check(list(h) == ["output"], "%s: tensors %s" % (path, list(h)))
+            t = h["output"]
+            b, e = t["data_offsets"]
+            check(8 + n + e == len(raw), "%s: data end at %d of %d bytes" % (path, 8 + n + e, len(raw)))
+            body = raw[8 + n + b:8 + n + e]
+            if t["dtype"] == "BF16":
+                a = (np.frombuffer(body, "<u2").astype(np.uint32) << 16).view("<f4")
+            else:
+                a = np.frombuffer(body, {"F32": "<f4", "F16": "<f2"}[t["dtype"]])
+            return t["dtype"], a.reshape(t["shape"])
+
+        sto = os.path.join(d, "out.safetensors")
+        rows = w[ids]
+        for od, want_dt, want in [(None, "F32", rows), ("f16", "F16", rows.astype("<f2")), ("bf16", "BF16", bf16_bytes(rows)[1])]:
+            args = ["embed", "--table", st + ":w", "--ids", st + ":ids", "-o", sto] + (["--out-dtype", od] if od else [])
+            p = run(*args)
+            check(p.returncode == 0, "%s: %s" % (" ".join(args), p.stderr))
+            if p.returncode == 0:
+                dt, got = read_st(sto)
+                check(dt == want_dt and got.shape == ids.shape + (6,) and
+                      np.array_equal(got.astype("<f4").view("<u4"), np.asarray(want, "<f4").reshape(got.shape).view("<u4")),
+                      "embed -o .safetensors --out-dtype %s: %s %s" % (od, dt, got.shape))
+        if os.path.exists(out):
+            os.remove(out)
+        p = run("embed", "--table", st + ":w", "--ids", st + ":ids", "--out-dtype", "bf16", "-o", out)
+        check(p.returncode == 1 and ".safetensors" in p.stderr and not os.path.exists(out),
+              "bf16 into .npy: exit %d %r, file left: %s" % (p.returncode, p.stderr, os.path.exists(out)))
+        p32, p16 = run("positional", "--length", "7", "--dim", "6", "-o", out), None
+        if p32.returncode == 0:
+            pe = np.load(out)
+            p16 = run("positional", "--length", "7", "--dim", "6", "--out-dtype", "f16", "-o", out)
+            check(p16.returncode == 0 and np.load(out).dtype == np.dtype("<f2") and
+                  np.array_equal(np.load(out), pe.astype("<f2")), "positional --out-dtype f16: %s" % p16.stderr)
+        check(p32.returncode == 0, "positional: %s" % p32.stderr)
+        # sgd on a bf16 table: the step in float32 on the table's own dtype, rounded to bf16
+        uids = np.array([4, 1, 7], dtype="<i8")
+        g = rng.standard_normal((3, 6)).astype("<f4")
+        step = os.path.join(d, "step.safetensors")
+        safetensors(step, [("w", "BF16", w.shape, wb_raw), ("ids", "I64", (3,), uids.tobytes()),
+                           ("g", "F32", g.shape, g.tobytes())])
+        p = run("sgd", "--table", step + ":w", "--ids", step + ":ids", "--grad", step + ":g", "--lr", "0.5", "-o", sto)
+        check(p.returncode == 0, "sgd on a bf16 table: %s" % p.stderr)
+        if p.returncode == 0:
+            dt, got = read_st(sto)
+            want = wb.reshape(w.shape).copy()
+            want[uids] = want[uids] - np.float32(0.5) * g
+            check(dt == "BF16" and np.array_equal(got.view("<u4"), bf16_bytes(want)[1].reshape(w.shape).view("<u4")),
+                  "sgd on a bf16 table: %s, wrong values" % dt)
+
         # inspect, as text and as JSON
         p = run("inspect", gg)
         check(p.returncode == 0 and p.stdout.splitlines() == [

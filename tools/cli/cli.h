@@ -103,6 +103,13 @@ void cli_output_open(const char *arg);
 /* Writes the .npy and puts it in place (rename over the target, keeping an
  * existing file's mode). */
 void cli_output_npy(npy_dtype dtype, int ndim, const size_t *shape, const void *data);
+/* The output dtype: --out-dtype f32|f16|bf16 (`value`, NULL: `dflt`); bf16 into
+ * a .npy output is exit 1 naming .safetensors. Call after cli_output_open,
+ * before the work. */
+clembed_dtype cli_output_dtype(const char *value, clembed_dtype dflt);
+/* Writes dense host values of `dtype`: a .safetensors file holding one tensor
+ * named "output" when -o ends in .safetensors, else a .npy (<f4 or <f2). */
+void cli_output_array(clembed_dtype dtype, int ndim, const size_t *shape, const void *data);
 /* Removes the temporary file, if any (cli_release_all calls it). */
 void cli_output_abort(void);
 
