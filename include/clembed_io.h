@@ -53,7 +53,9 @@ typedef struct clembed_tensor_info {
 
 /* Opens and checks a file (mapped read-only; the mapping lives until
  * clembed_file_close). *f receives NULL on failure; the reason is in
- * clembed_last_error_message(). */
+ * clembed_last_error_message() (and clembed_context_error(NULL, ...)). A bad
+ * file, a missing one, a directory or a pipe is CLEMBED_ERR_INVALID_ARGUMENT;
+ * a big-endian host is CLEMBED_ERR_UNSUPPORTED. */
 CLEMBED_API clembed_status clembed_file_open(const char *path, clembed_file **f);
 
 /* Unmaps and frees. NULL is a no-op. Matrices loaded from the file stay valid. */

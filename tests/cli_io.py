@@ -24,6 +24,7 @@ except ImportError:  # pragma: no cover
     sys.exit(77)
 
 TOOL = sys.argv[1]
+CORPUS = sys.argv[2] if len(sys.argv) > 2 else None  # tests/io_corpus
 failures = 0
 checks = 0
 
@@ -212,6 +213,20 @@ def main():
         check(p.returncode == 1 and bad in p.stderr and "tensors, more than" in p.stderr, "inspect bad: %r" % p.stderr)
         p = run("inspect")
         check(p.returncode == 1, "inspect without FILE: exit %d" % p.returncode)
+
+    # every hostile file of the readers' corpus, in every role: exit 1 naming the file, no output
+    if CORPUS:
+        with tempfile.TemporaryDirectory() as d:
+            out = os.path.join(d, "out.npy")
+            names = sorted(n for n in os.listdir(CORPUS) if n.startswith("bad_"))
+            check(len(names) >= 40, "only %d hostile files in %s" % (len(names), CORPUS))
+            for n in names:
+                path = os.path.join(CORPUS, n)
+                for args in (["inspect", path], ["embed", "--table", path, "--ids", path, "-o", out],
+                             ["backward", "--ids", path, "--grad", path, "--vocab", "4", "-o", out]):
+                    p = run(*args)
+                    check(p.returncode == 1 and path in p.stderr and not os.path.exists(out),
+                          "%s: exit %d, message %r" % (" ".join(args), p.returncode, p.stderr))
 
     print("cli_io: %d checks, %d failed" % (checks, failures))
     return 1 if failures else 0

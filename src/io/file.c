@@ -36,6 +36,11 @@ clembed_status clembed_file_open(const char *path, clembed_file **out) {
                       path ? "f" : "path");
     return CLEMBED_ERR_INVALID_ARGUMENT;
   }
+  const uint16_t one = 1;
+  if (*(const unsigned char *)&one != 1) { /* the formats are little-endian; tensors are used as they lie */
+    ce_set_last_error(CLEMBED_ERR_UNSUPPORTED, OPEN, "", "%s: the file readers need a little-endian host", path);
+    return CLEMBED_ERR_UNSUPPORTED;
+  }
   clembed_status status = CLEMBED_ERR_INVALID_ARGUMENT;
   f = calloc(1, sizeof *f);
   if (!f || !(f->path = strdup(path))) {
