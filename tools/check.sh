@@ -50,9 +50,11 @@ case "${1:-}" in
   --sanitize)
     clembed_setup build-sanitize -DCLEMBED_SANITIZE=ON -DCLEMBED_BUILD_TESTS=ON -DCLEMBED_BUILD_TOOLS=ON
     cd build-sanitize
-    # POCL's own allocations are not clembed's: leak checking stays on for
-    # clembed's code through the suppression file, which names only the runtime.
-    export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0"
+    # The OpenCL runtimes' own allocations are not clembed's: leak checking stays
+    # on for clembed's code through the suppression file, which names only the
+    # runtimes. Full unwinding, so that a leak inside a runtime built without
+    # frame pointers (Mesa's rusticl, loaded by the ICD loader) shows its library.
+    export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:fast_unwind_on_malloc=0"
     export LSAN_OPTIONS="suppressions=$CLEMBED_ROOT/tests/lsan.supp:print_suppressions=0"
     export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
     exec ctest --no-tests=error --output-on-failure -j "$jobs" -L "host|cli|leaks|robust"

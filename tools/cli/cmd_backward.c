@@ -70,7 +70,9 @@ int cli_cmd_backward(int argc, char **argv) {
                     (uint64_t)n * 32u;
 
   cli_open_device(VAL("--device"));
-  cli_memory_budget(out_bytes, device);
+  /* an <f2 gradient goes to the device as F32 through a host buffer */
+  uint64_t convert = g->dtype == NPY_F2 ? (uint64_t)n * dim * sizeof(float) : 0;
+  cli_memory_budget(out_bytes + convert, device);
   clembed_matrix *grad = cli_upload(g->data, cli_host_dtype(g->dtype), n, dim, CLEMBED_F32);
   clembed_ids *d_ids = cli_upload_ids(ids);
   clembed_matrix *dw = cli_zeros(vocab, dim, CLEMBED_F32);

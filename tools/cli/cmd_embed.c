@@ -93,7 +93,9 @@ int cli_cmd_embed(int argc, char **argv) {
                     cli_array_bytes(ids) + (pt ? cli_array_bytes(pt) : 0) + out_bytes;
 
   cli_open_device(VAL("--device"));
-  cli_memory_budget(out_bytes, device);
+  /* the library converts a table whose file dtype is not its device dtype through a host buffer */
+  uint64_t convert = table_dt != cli_host_dtype(w->dtype) ? (uint64_t)rows * dim * clembed_dtype_size(table_dt) : 0;
+  cli_memory_budget(out_bytes + convert, device);
   clembed_matrix *table = cli_upload(w->data, cli_host_dtype(w->dtype), rows, dim, table_dt);
   clembed_ids *d_ids = cli_upload_ids(ids);
   clembed_matrix *ptab = NULL;

@@ -50,7 +50,9 @@ int cli_cmd_sgd(int argc, char **argv) {
                     (uint64_t)n * 32u;
 
   cli_open_device(VAL("--device"));
-  cli_memory_budget(table_bytes, device);
+  /* an <f2 gradient goes to the device as F32 through a host buffer */
+  uint64_t convert = g->dtype == NPY_F2 ? (uint64_t)n * dim * sizeof(float) : 0;
+  cli_memory_budget(table_bytes + convert, device);
   clembed_dtype dt = cli_input_dtype(w); /* the table's own: bf16 for a BF16 tensor */
   clembed_matrix *table = cli_upload(w->data, cli_host_dtype(w->dtype), rows, dim, dt);
   clembed_matrix *grad = cli_upload(g->data, cli_host_dtype(g->dtype), n, dim, CLEMBED_F32);
