@@ -328,7 +328,8 @@ static void expect_load_fails_arg(const clembed_file *f, const char *name, int d
 
 static void expect_load_fails(const clembed_file *f, const char *name, int dtype, clembed_status code,
                               const char *needle) {
-  const char *argument = code == CLEMBED_ERR_UNSUPPORTED || dtype > 6 || strstr(needle, "cannot be loaded as") ? "dtype" : "name";
+  int on_dtype = code == CLEMBED_ERR_UNSUPPORTED || dtype > 6 || strstr(needle, "cannot be loaded as");
+  const char *argument = on_dtype ? "dtype" : "name";
   expect_load_fails_arg(f, name, dtype, code, needle, argument);
 }
 

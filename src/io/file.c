@@ -59,11 +59,13 @@ clembed_status clembed_file_open(const char *path, clembed_file **out) {
     goto cleanup;
   }
   if (S_ISDIR(st.st_mode)) {
-    ce_set_last_error(CLEMBED_ERR_INVALID_ARGUMENT, OPEN, "path", "%s: is a directory, not a .npy, .safetensors or .gguf file", path);
+    ce_set_last_error(CLEMBED_ERR_INVALID_ARGUMENT, OPEN, "path",
+                      "%s: is a directory, not a .npy, .safetensors or .gguf file", path);
     goto cleanup;
   }
   if (!S_ISREG(st.st_mode)) {
-    ce_set_last_error(CLEMBED_ERR_INVALID_ARGUMENT, OPEN, "path", "%s: not a regular file (a pipe or a device cannot be mapped)", path);
+    ce_set_last_error(CLEMBED_ERR_INVALID_ARGUMENT, OPEN, "path",
+                      "%s: not a regular file (a pipe or a device cannot be mapped)", path);
     goto cleanup;
   }
   if (st.st_size < 0 || (uintmax_t)st.st_size > (uintmax_t)SIZE_MAX) {

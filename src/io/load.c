@@ -66,7 +66,9 @@ static void convert(void *out, clembed_dtype dtype, const uint8_t *p, ce_io_kind
   } while (0)
 
 static ce_io_kind kind_of(int dtype) {
-  return dtype == CLEMBED_F32 ? CE_IO_F32 : dtype == CLEMBED_F16 ? CE_IO_F16 : dtype == CLEMBED_BF16 ? CE_IO_BF16 : CE_IO_BLOCKS;
+  if (dtype == CLEMBED_F32) return CE_IO_F32;
+  if (dtype == CLEMBED_F16) return CE_IO_F16;
+  return dtype == CLEMBED_BF16 ? CE_IO_BF16 : CE_IO_BLOCKS;
 }
 
 clembed_status clembed_matrix_load(clembed_context *ctx, const clembed_file *f, const char *name, clembed_dtype dtype,
@@ -81,27 +83,30 @@ clembed_status clembed_matrix_load(clembed_context *ctx, const clembed_file *f, 
   if (!f || !m) LFAIL(CLEMBED_ERR_INVALID_ARGUMENT, f ? "m" : "f", "clembed_matrix_load: %s is NULL", f ? "m" : "f");
   if (!is_float((int)dtype) && !is_block((int)dtype))
     LFAIL(CLEMBED_ERR_INVALID_ARGUMENT, "dtype", "clembed_matrix_load: unknown dtype %d", (int)dtype);
-  if (ce_file_lookup(f, name, &i, msg, sizeof msg) != CLEMBED_OK) LFAIL(CLEMBED_ERR_INVALID_ARGUMENT, "name", "%s", msg);
+  if (ce_file_lookup(f, name, &i, msg, sizeof msg) != CLEMBED_OK)
+    LFAIL(CLEMBED_ERR_INVALID_ARGUMENT, "name", "%s", msg);
   const ce_io_tensor *e = &f->table.t[i];
   const char *tn = e->info.name, *ty = e->info.type_name;
   if (e->kind != CE_IO_F32 && e->kind != CE_IO_F16 && e->kind != CE_IO_BF16 && e->kind != CE_IO_BLOCKS)
     LFAIL(CLEMBED_ERR_INVALID_ARGUMENT, "name",
-         "%s: tensor '%s' is of type %s, which cannot be loaded as a matrix (the float types F32, F16, BF16 and "
-         "ggml's q8_0, q4_0, q4_K, q6_K can)", f->path, tn, ty);
+          "%s: tensor '%s' is of type %s, which cannot be loaded as a matrix (the float types F32, F16, BF16 and "
+          "ggml's q8_0, q4_0, q4_K, q6_K can)", f->path, tn, ty);
   if (e->kind == CE_IO_BLOCKS && (int)dtype != e->info.dtype) {
     if (is_float((int)dtype))
-      LFAIL(CLEMBED_ERR_UNSUPPORTED, "dtype", "%s: tensor '%s' is %s: dequantizing it to %s on loading is not available in "
-                                    "this version (load it as %s)", f->path, tn, ty, dtype_name((int)dtype),
-           dtype_name(e->info.dtype));
+      LFAIL(CLEMBED_ERR_UNSUPPORTED, "dtype",
+            "%s: tensor '%s' is %s: dequantizing it to %s on loading is not available in this version (load it as %s)",
+            f->path, tn, ty, dtype_name((int)dtype), dtype_name(e->info.dtype));
     LFAIL(CLEMBED_ERR_INVALID_ARGUMENT, "dtype", "%s: tensor '%s' is %s and cannot be loaded as %s", f->path, tn, ty,
-         dtype_name((int)dtype));
+          dtype_name((int)dtype));
   }
   if (e->kind != CE_IO_BLOCKS && is_block((int)dtype))
-    LFAIL(CLEMBED_ERR_UNSUPPORTED, "dtype", "%s: tensor '%s' is %s: quantizing it to %s on loading is not available in this "
-                                  "version", f->path, tn, ty, dtype_name((int)dtype));
+    LFAIL(CLEMBED_ERR_UNSUPPORTED, "dtype",
+          "%s: tensor '%s' is %s: quantizing it to %s on loading is not available in this version", f->path, tn, ty,
+          dtype_name((int)dtype));
   if (e->kind == CE_IO_BLOCKS && !CE_IO_BLOCK_MATRICES)
-    LFAIL(CLEMBED_ERR_UNSUPPORTED, "dtype", "%s: tensor '%s' is %s: this version of clembed has no block-quantized matrices "
-                                  "to load it into", f->path, tn, ty);
+    LFAIL(CLEMBED_ERR_UNSUPPORTED, "dtype",
+          "%s: tensor '%s' is %s: this version of clembed has no block-quantized matrices to load it into", f->path, tn,
+          ty);
 
   /* rows = the first dimension, cols = the product of the others */
   uint64_t rows = 1, cols = 1;
@@ -113,8 +118,8 @@ clembed_status clembed_matrix_load(clembed_context *ctx, const clembed_file *f, 
   if (rows > SIZE_MAX || cols > SIZE_MAX || e->elements > SIZE_MAX || e->info.bytes > SIZE_MAX)
     LFAIL(CLEMBED_ERR_INVALID_ARGUMENT, "name", "%s: tensor '%s' is too large for this process", f->path, tn);
   if (e->kind == CE_IO_BLOCKS && cols % e->block_values)
-    LFAIL(CLEMBED_ERR_INVALID_ARGUMENT, "name", "%s: tensor '%s': %llu columns, not a multiple of %s's block of %u", f->path,
-         tn, (unsigned long long)cols, ty, e->block_values);
+    LFAIL(CLEMBED_ERR_INVALID_ARGUMENT, "name", "%s: tensor '%s': %llu columns, not a multiple of %s's block of %u",
+          f->path, tn, (unsigned long long)cols, ty, e->block_values);
   status = clembed_matrix_create(ctx, (size_t)rows, (size_t)cols, dtype, &out);
   if (status != CLEMBED_OK) {
     char detail[512];
@@ -126,9 +131,11 @@ clembed_status clembed_matrix_load(clembed_context *ctx, const clembed_file *f, 
   /* a piece of whole blocks at a time, at most CE_IO_CHUNK_BYTES of the file */
   const uint8_t *src = f->map + e->offset;
   size_t unit_values = e->block_values, unit_bytes = e->block_bytes, units = (size_t)e->elements / unit_values;
-  size_t per = CE_IO_CHUNK_BYTES / unit_bytes;
-  if (per == 0) per = 1;
   int same = kind_of((int)dtype) == e->kind;
+  /* a plain type converted: the temporary's elements may be wider than the file's */
+  size_t widest = !same && clembed_dtype_size(dtype) > unit_bytes ? clembed_dtype_size(dtype) : unit_bytes;
+  size_t per = CE_IO_CHUNK_BYTES / widest;
+  if (per == 0) per = 1;
   if (!same && units) {
     size_t n = per < units ? per : units;
     tmp = malloc(n * clembed_dtype_size(dtype));

@@ -294,7 +294,8 @@ static int tensor(json *j, const char *name, uint64_t data_len, uint64_t data_st
   uint64_t shape[ST_MAX_DIMS] = {0}, begin = 0, end = 0;
   if (expect(j, '{', "expected an object for a tensor")) return -1;
   ws(j);
-  if (j->p < j->end && *j->p == '}') return ce_io_fail(table, "tensor %s: an empty object (no dtype, shape or data_offsets)", q);
+  if (j->p < j->end && *j->p == '}')
+    return ce_io_fail(table, "tensor %s: an empty object (no dtype, shape or data_offsets)", q);
   for (;;) {
     size_t klen;
     if (string(j, &klen) || expect(j, ':', "expected ':' after a key")) return -1;
