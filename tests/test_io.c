@@ -492,6 +492,13 @@ static void case_gguf(void) {
         expect_info(f, 6, "q6k", 6, "q6_K", 4, s6, 630);
         expect_info(f, 7, "q5k", -1, "q5_K", 1, s7, 176);
         expect_info(f, 8, "ids", -1, "i32", 1, s8, 20);
+        /* the data of each tensor are the bytes written, where the offsets (aligned) say */
+        for (size_t k = 0; k < 9; k++) {
+          const void *p = NULL;
+          EXPECT(clembed_file_tensor_data(f, k, &p) == CLEMBED_OK && p && !memcmp(p, t[k].data, t[k].bytes) &&
+                     (uintptr_t)p % (alignment ? alignment : 32) == 0, /* the mapping starts on a page */
+                 "tensor %zu's data", k);
+        }
         clembed_file_close(f);
       }
       /* the data really are where the offsets say: cut one byte of the last tensor's data (not of its padding) */
