@@ -261,7 +261,7 @@ typedef enum clembed_layout { CLEMBED_LAYOUT_INTERLEAVED = 0, CLEMBED_LAYOUT_HAL
  *                INDEX with HALVES is CLEMBED_ERR_INVALID_ARGUMENT.
  * base must be finite and > 0. For base >= 1 (every frequency at most 1) every
  * value is within 1e-6 of the float64 value for every position below 2^20
- * (float32 output; measured worst 1.7e-7): the frequencies are computed in double
+ * (float32 output; docs/performance.md has the measured worst case): the frequencies are computed in double
  * on the host, and the angle is carried in float-float and reduced modulo 2*pi in
  * extended precision on the device. A base below 1 gives frequencies above 1, and
  * the error grows with the angle p*w (about 1e-6 at 2^26, unbounded past 2^36). */

@@ -20,8 +20,8 @@ inline float ce_cos_poly(float y) {
  * three-part 2*pi, then to a quadrant and |y| <= pi/4; cos is the next quadrant
  * of sin, and both are short polynomials: the accuracy does not depend on the
  * device's sin/cos (OpenCL allows them 4 ulp), and every column takes the same
- * branch-free path. The error is about 2e-7 for angles below 2^20 (measured
- * worst 1.7e-7 over every position below 2^20). */
+ * branch-free path. The error is about 2e-7 for angles below 2^20 (the
+ * measurement is in docs/performance.md). */
 inline float ce_sinusoid(ulong p, float2 f) {
   const float C1 = 0x1.921fb6p+2f, C2 = -0x1.777a5cp-23f, C3 = -0x1p-47f; /* 2*pi = C1 + C2 + C3 */
   const float H1 = 0x1.921fb6p+0f, H2 = -0x1.777a5cp-25f;                 /* pi/2 = H1 + H2 */

@@ -1,14 +1,16 @@
 /* report.cl: the device side of deferred errors. A checked operation reports
  * the first bad id and the first bad position into its slot of the error
  * record; on devices without 64-bit atomics ce_record_error fetches their
- * values afterwards. CE_SLOT_UINTS is the host's (src/runtime/runtime.h). */
+ * values afterwards. CE_SLOT_UINTS comes from the host (src/runtime/runtime.h). */
 
 #if CE_ATOM64
 #pragma OPENCL EXTENSION cl_khr_int64_base_atomics : enable
 #endif
 
-#define CE_NONE 0xFFFFFFFFu
-#define CE_SLOT_UINTS 8
+#define CE_NONE 0xFFFFFFFFu /* a clean slot word (the host resets slots to all 0xFF bytes) */
+#ifndef CE_SLOT_UINTS
+#define CE_SLOT_UINTS 8 /* given by the host with every build */
+#endif
 
 /* Records token i as the first bad one of its kind (0 id, 1 position), with
  * `value` (the id, or the start of the token's sequence).

@@ -263,9 +263,11 @@ inline void ce_fold_tile(FV *acc, __global const GRAD_T *grad, ulong g_off, ulon
  * program serves them all. The row gradient r = (scale * S) / count (the
  * division only with freq): OVERWRITE stores r, ACCUMULATE adds r
  * (grad_table, F32), SGD stores w - lr * r rounded to the table's dtype. */
+#ifndef CE_STORE_SGD /* given by the host with every build */
 #define CE_STORE_OVERWRITE 0
 #define CE_STORE_ACCUMULATE 1
 #define CE_STORE_SGD 2
+#endif
 inline void ce_rows_storev(ulong o, FV s, __global TABLE_T *tab, float scale, int freq, float cnt, float lr,
                            int mode) {
   FV r = scale * s;

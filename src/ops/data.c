@@ -12,11 +12,11 @@ clembed_status clembed_matrix_create(clembed_context *ctx, size_t rows, size_t c
   clembed_status status = CLEMBED_OK;
   cl_mem b = NULL;
   CE_ENTER(ctx, "clembed_matrix_create");
-  if (!m) FAIL(CLEMBED_ERR_INVALID_ARGUMENT, "clembed_matrix_create: m is NULL");
+  if (!m) FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "m", -1, 0, "clembed_matrix_create: m is NULL");
   size_t es = clembed_dtype_size(dtype), n, bytes;
-  if (!es) FAIL(CLEMBED_ERR_INVALID_ARGUMENT, "clembed_matrix_create: unknown dtype %d", (int)dtype);
+  if (!es) FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "dtype", -1, (int64_t)dtype, "clembed_matrix_create: unknown dtype %d", (int)dtype);
   if (ce_mul_overflows(rows, cols, &n) || ce_mul_overflows(n, es, &bytes))
-    FAIL(CLEMBED_ERR_INVALID_ARGUMENT, "clembed_matrix_create: %zu x %zu x %zu bytes overflows size_t", rows, cols,
+    FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "rows", -1, (int64_t)rows, "clembed_matrix_create: %zu x %zu x %zu bytes overflows size_t", rows, cols,
          es);
   /* rounded up to whole words, zeroed by a kernel */
   size_t words = bytes / 4 + (bytes % 4 != 0);
@@ -73,9 +73,9 @@ clembed_status clembed_matrix_write(clembed_context *ctx, clembed_matrix *m, con
   CE_ENTER(ctx, "clembed_matrix_write");
   CHECK(ce_check_matrix(ctx, m, "clembed_matrix_write: m", &ld));
   if (!clembed_dtype_size(host_dtype))
-    FAIL(CLEMBED_ERR_INVALID_ARGUMENT, "clembed_matrix_write: unknown host dtype %d", (int)host_dtype);
+    FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "host_dtype", -1, (int64_t)host_dtype, "clembed_matrix_write: unknown host dtype %d", (int)host_dtype);
   size_t n = m->rows * m->cols;
-  if (n && !host) FAIL(CLEMBED_ERR_INVALID_ARGUMENT, "clembed_matrix_write: host is NULL");
+  if (n && !host) FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "host", -1, 0, "clembed_matrix_write: host is NULL");
   const void *src = host;
   if (host_dtype != m->dtype && n) {
     tmp = malloc(n * clembed_dtype_size(m->dtype));
@@ -98,9 +98,9 @@ clembed_status clembed_matrix_read(clembed_context *ctx, const clembed_matrix *m
   CE_ENTER(ctx, "clembed_matrix_read");
   CHECK(ce_check_matrix(ctx, m, "clembed_matrix_read: m", &ld));
   if (!clembed_dtype_size(host_dtype))
-    FAIL(CLEMBED_ERR_INVALID_ARGUMENT, "clembed_matrix_read: unknown host dtype %d", (int)host_dtype);
+    FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "host_dtype", -1, (int64_t)host_dtype, "clembed_matrix_read: unknown host dtype %d", (int)host_dtype);
   size_t n = m->rows * m->cols;
-  if (n && !host) FAIL(CLEMBED_ERR_INVALID_ARGUMENT, "clembed_matrix_read: host is NULL");
+  if (n && !host) FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "host", -1, 0, "clembed_matrix_read: host is NULL");
   void *dst = host;
   if (host_dtype != m->dtype && n) {
     tmp = malloc(n * clembed_dtype_size(m->dtype));
@@ -132,12 +132,12 @@ clembed_status clembed_ids_create(clembed_context *ctx, const void *host, size_t
   clembed_status status = CLEMBED_OK;
   cl_mem b = NULL;
   CE_ENTER(ctx, "clembed_ids_create");
-  if (!ids) FAIL(CLEMBED_ERR_INVALID_ARGUMENT, "clembed_ids_create: ids is NULL");
+  if (!ids) FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "ids", -1, 0, "clembed_ids_create: ids is NULL");
   size_t es = ce_index_size(type), bytes;
-  if (!es) FAIL(CLEMBED_ERR_INVALID_ARGUMENT, "clembed_ids_create: unknown index type %d", (int)type);
-  if (count && !host) FAIL(CLEMBED_ERR_INVALID_ARGUMENT, "clembed_ids_create: host is NULL with count %zu", count);
+  if (!es) FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "type", -1, (int64_t)type, "clembed_ids_create: unknown index type %d", (int)type);
+  if (count && !host) FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "host", -1, 0, "clembed_ids_create: host is NULL with count %zu", count);
   if (ce_mul_overflows(count, es, &bytes))
-    FAIL(CLEMBED_ERR_INVALID_ARGUMENT, "clembed_ids_create: count %zu overflows size_t", count);
+    FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "count", -1, (int64_t)count, "clembed_ids_create: count %zu overflows size_t", count);
   CHECK(ce_buffer(ctx, CE_BUFFER_DATA, bytes, NULL, "clembed_ids_create", &b));
   if (bytes) {
     cl_int err = clEnqueueWriteBuffer(ctx->queue, b, CL_TRUE, 0, bytes, host, 0, NULL, NULL);
@@ -160,7 +160,7 @@ clembed_status clembed_ids_read(clembed_context *ctx, const clembed_ids *ids, vo
   clembed_status status = CLEMBED_OK;
   CE_ENTER(ctx, "clembed_ids_read");
   CHECK(ce_check_ids(ctx, ids, "clembed_ids_read: ids"));
-  if (ids->count && !host) FAIL(CLEMBED_ERR_INVALID_ARGUMENT, "clembed_ids_read: host is NULL");
+  if (ids->count && !host) FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "host", -1, 0, "clembed_ids_read: host is NULL");
   if (ids->count) {
     size_t es = ce_index_size(ids->type);
     cl_int err = ce_after_earlier_work(ctx);
