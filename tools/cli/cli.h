@@ -88,6 +88,9 @@ const npy_array *cli_load_grad(const char *path, const npy_array *ids, const cha
  * position and the value of the first bad id. */
 void cli_check_ids_host(const npy_array *ids, size_t rows, clembed_index_policy policy, const char *what);
 clembed_dtype cli_host_dtype(npy_dtype t);
+/* The device dtype an input defaults to: its own (BF16 for a BF16 tensor, which
+ * the tool holds widened to <f4). */
+clembed_dtype cli_input_dtype(const npy_array *a);
 size_t cli_array_bytes(const npy_array *a);
 
 /* --------------------------------------------------------- output.c */
@@ -100,6 +103,13 @@ void cli_output_open(const char *arg);
 /* Writes the .npy and puts it in place (rename over the target, keeping an
  * existing file's mode). */
 void cli_output_npy(npy_dtype dtype, int ndim, const size_t *shape, const void *data);
+/* The output dtype: --out-dtype f32|f16|bf16 (`value`, NULL: `dflt`); bf16 into
+ * a .npy output is exit 1 naming .safetensors. Call after cli_output_open,
+ * before the work. */
+clembed_dtype cli_output_dtype(const char *value, clembed_dtype dflt);
+/* Writes dense host values of `dtype`: a .safetensors file holding one tensor
+ * named "output" when -o ends in .safetensors, else a .npy (<f4 or <f2). */
+void cli_output_array(clembed_dtype dtype, int ndim, const size_t *shape, const void *data);
 /* Removes the temporary file, if any (cli_release_all calls it). */
 void cli_output_abort(void);
 
@@ -162,5 +172,6 @@ int cli_cmd_sgd(int argc, char **argv);
 int cli_cmd_init(int argc, char **argv);
 int cli_cmd_bench(int argc, char **argv);
 int cli_cmd_demo(int argc, char **argv);
+int cli_cmd_inspect(int argc, char **argv);
 
 #endif

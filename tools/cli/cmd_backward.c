@@ -7,7 +7,7 @@ static const char usage[] =
     "usage: clembed backward --ids IDS.npy --grad G.npy --vocab V [--scale S|sqrt]\n"
     "                        [--padding-idx V] [--scale-grad-by-freq] [--atomic]\n"
     "                        [--on-bad-id check|clamp|zero|wrap] [--dropout P --seed S]\n"
-    "                        [--device SPEC] -o DW.npy\n"
+    "                        [--out-dtype f32|f16|bf16] [--device SPEC] -o DW.npy|DW.safetensors\n"
     "\n"
     "Writes the dense table gradient dW (V, D) <f4: dW[v] = scale * sum of G[i] over ids[i] == v.\n"
     "  --ids IDS.npy         <i4 or <i8 ids, (n,) or (batch, seq)\n"
@@ -19,7 +19,9 @@ static const char usage[] =
     "  --atomic              float atomics instead of the deterministic sorted sum\n"
     "  --on-bad-id           check (default), clamp, zero, wrap\n"
     "  --dropout P, --seed S the forward's dropout and seed\n"
-    "  -o, --output          the output file, or - for standard output\n";
+    "  --out-dtype           f32 (default), f16 or bf16 (bf16 only into .safetensors)\n"
+    "  -o, --output          the output file (.npy, or .safetensors: one tensor \"output\"), or -\n"
+    "                        for standard output (.npy)\n";
 
 /* Shared with sgd: the options from the flags. */
 clembed_backward_options cli_backward_flags(cli_flag *fl, size_t nf, size_t rows, size_t dim);
@@ -38,7 +40,8 @@ clembed_backward_options cli_backward_flags(cli_flag *fl, size_t nf, size_t rows
 int cli_cmd_backward(int argc, char **argv) {
   cli_flag fl[] = {FV("--ids"),       FV("--grad"),    FV("--vocab"), FV("--scale"),
                    FV("--padding-idx"), FS("--scale-grad-by-freq"), FS("--atomic"), FV("--on-bad-id"),
-                   FV("--dropout"),   FV("--seed"),    FV("--device"), FA("--output", "-o")};
+                   FV("--dropout"),   FV("--seed"),    FV("--device"), FA("--output", "-o"),
+                   FV("--out-dtype")};
   cli_parse_flags(argc, argv, fl, NFLAGS(fl), usage);
   static const char *const req[] = {"--ids", "--grad", "--vocab", "--output", NULL};
   cli_require(fl, NFLAGS(fl), req);
@@ -47,6 +50,7 @@ int cli_cmd_backward(int argc, char **argv) {
   cli_arg_policy(VAL("--on-bad-id"));
   cli_arg_dropout(VAL("--dropout"));
   cli_output_open(VAL("--output"));
+  clembed_dtype out_dt = cli_output_dtype(VAL("--out-dtype"), CLEMBED_F32);
 
   const char *ipath = VAL("--ids");
   const npy_array *ids = cli_load_ids("--ids", ipath);
@@ -73,9 +77,9 @@ int cli_cmd_backward(int argc, char **argv) {
   clembed_ids *d_ids = cli_upload_ids(ids);
   clembed_matrix *dw = cli_zeros(vocab, dim, CLEMBED_F32);
   cli_check(clembed_backward(cli_ctx, grad, d_ids, &o, dw, 0, NULL, NULL));
-  float *h = cli_download(dw, CLEMBED_F32);
+  void *h = cli_download(dw, out_dt);
   size_t shape[2] = {vocab, dim};
-  cli_output_npy(NPY_F4, 2, shape, h);
+  cli_output_array(out_dt, 2, shape, h);
   cli_release_all();
   return 0;
 }

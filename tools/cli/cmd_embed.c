@@ -10,7 +10,8 @@ static const char usage[] =
     "                     [--positions none|sinusoid|P.npy] [--base B] [--exponent pair|index]\n"
     "                     [--layout interleaved|halves] [--offset P] [--padding-idx V]\n"
     "                     [--on-bad-id check|clamp|zero|wrap] [--dtype f32|f16|bf16]\n"
-    "                     [--dropout P --seed S] [--device SPEC] -o OUT.npy\n"
+    "                     [--dropout P --seed S] [--out-dtype f32|f16|bf16] [--device SPEC]\n"
+    "                     -o OUT.npy|OUT.safetensors\n"
     "\n"
     "out[i] = dropout(scale * W[ids[i]] + P[position of i]); output shape ids.shape + (D,).\n"
     "  --table W.npy     <f4 or <f2 table (V, D)\n"
@@ -21,16 +22,18 @@ static const char usage[] =
     "  --offset P        position of each sequence's first token (default 0)\n"
     "  --padding-idx V   this id's token row counts as zero (negative: counts from the end)\n"
     "  --on-bad-id       check (default: exit 1 naming the position), clamp, zero, wrap\n"
-    "  --dtype           the table's device dtype (default f16 for a <f2 file, else f32)\n"
+    "  --dtype           the table's device dtype (default: the table's own, f32 f16 or bf16)\n"
     "  --dropout P       zero each output element with probability P (inverted dropout)\n"
     "  --seed S          the dropout seed (default 0)\n"
-    "  -o, --output      the output (- for standard output): <f2 for a <f2 table with\n"
-    "                    --dtype f16 or none, else <f4\n";
+    "  -o, --output      the output (- for standard output: .npy): by default <f2 for a <f2\n"
+    "                    table with --dtype f16 or none, else <f4; .safetensors: one tensor \"output\"\n"
+    "  --out-dtype       f32, f16 or bf16 (bf16 only into .safetensors)\n";
 
 int cli_cmd_embed(int argc, char **argv) {
   cli_flag fl[] = {FV("--table"),    FV("--ids"),     FV("--scale"),  FV("--positions"),   FV("--base"),
                    FV("--exponent"), FV("--layout"),  FV("--offset"), FV("--padding-idx"), FV("--on-bad-id"),
-                   FV("--dtype"),    FV("--dropout"), FV("--seed"),   FV("--device"),      FA("--output", "-o")};
+                   FV("--dtype"),    FV("--dropout"), FV("--seed"),   FV("--device"),      FA("--output", "-o"),
+                   FV("--out-dtype")};
   cli_parse_flags(argc, argv, fl, NFLAGS(fl), usage);
   static const char *const req[] = {"--table", "--ids", "--output", NULL};
   cli_require(fl, NFLAGS(fl), req);
@@ -82,9 +85,9 @@ int cli_cmd_embed(int argc, char **argv) {
                pt->shape[0]);
   }
 
-  clembed_dtype table_dt = dtype_flag >= 0 ? (clembed_dtype)dtype_flag : cli_host_dtype(w->dtype);
+  clembed_dtype table_dt = dtype_flag >= 0 ? (clembed_dtype)dtype_flag : cli_input_dtype(w);
   int f16_out = w->dtype == NPY_F2 && (dtype_flag < 0 || dtype_flag == CLEMBED_F16);
-  clembed_dtype out_dt = f16_out ? CLEMBED_F16 : CLEMBED_F32;
+  clembed_dtype out_dt = cli_output_dtype(VAL("--out-dtype"), f16_out ? CLEMBED_F16 : CLEMBED_F32);
   size_t out_bytes = cli_mul3(n, dim, clembed_dtype_size(out_dt), "the output");
   uint64_t device = (uint64_t)cli_mul3(rows, dim, clembed_dtype_size(table_dt), "--table") +
                     cli_array_bytes(ids) + (pt ? cli_array_bytes(pt) : 0) + out_bytes;
@@ -103,7 +106,7 @@ int cli_cmd_embed(int argc, char **argv) {
   void *h = cli_download(out, out_dt);
 
   size_t shape[3] = {ids->shape[0], ids->ndim == 2 ? ids->shape[1] : dim, dim};
-  cli_output_npy(f16_out ? NPY_F2 : NPY_F4, ids->ndim + 1, shape, h);
+  cli_output_array(out_dt, ids->ndim + 1, shape, h);
   cli_release_all();
   return 0;
 }

@@ -5,14 +5,18 @@
 
 static const char usage[] =
     "usage: clembed init --rows V --dim D (--normal MEAN,STD | --uniform LOW,HIGH) [--seed S]\n"
-    "                    [--dtype f32|f16] [--device SPEC] -o W.npy\n"
+    "                    [--dtype f32|f16] [--out-dtype f32|f16|bf16] [--device SPEC]\n"
+    "                    -o W.npy|W.safetensors\n"
     "\n"
     "A (V, D) table from the counter-based Philox generator: the same numbers on every device.\n"
-    "D is at least 1; -o - writes to standard output.\n";
+    "D is at least 1; -o - writes to standard output (.npy); -o W.safetensors writes one\n"
+    "tensor named \"output\". --out-dtype (default: --dtype's) converts the table when written;\n"
+    "bf16 only into .safetensors.\n";
 
 int cli_cmd_init(int argc, char **argv) {
   cli_flag fl[] = {FV("--rows"), FV("--dim"),   FV("--normal"), FV("--uniform"),
-                   FV("--seed"), FV("--dtype"), FV("--device"), FA("--output", "-o")};
+                   FV("--seed"), FV("--dtype"), FV("--device"), FA("--output", "-o"),
+                   FV("--out-dtype")};
   cli_parse_flags(argc, argv, fl, NFLAGS(fl), usage);
   static const char *const req[] = {"--rows", "--dim", "--output", NULL};
   cli_require(fl, NFLAGS(fl), req);
@@ -34,6 +38,7 @@ int cli_cmd_init(int argc, char **argv) {
   clembed_dtype dt = f16 ? CLEMBED_F16 : CLEMBED_F32;
   size_t bytes = cli_mul3(rows, dim, clembed_dtype_size(dt), "--rows x --dim");
   cli_output_open(VAL("--output"));
+  clembed_dtype out_dt = cli_output_dtype(VAL("--out-dtype"), dt);
 
   cli_open_device(VAL("--device"));
   cli_memory_budget(bytes, bytes);
@@ -42,9 +47,9 @@ int cli_cmd_init(int argc, char **argv) {
     if (normal) cli_check(clembed_matrix_init_normal(cli_ctx, m, a, b, seed, 0, NULL, NULL));
     else cli_check(clembed_matrix_init_uniform(cli_ctx, m, a, b, seed, 0, NULL, NULL));
   }
-  void *h = cli_download(m, dt);
+  void *h = cli_download(m, out_dt);
   size_t shape[2] = {rows, dim};
-  cli_output_npy(f16 ? NPY_F2 : NPY_F4, 2, shape, h);
+  cli_output_array(out_dt, 2, shape, h);
   cli_release_all();
   return 0;
 }

@@ -7,7 +7,9 @@
 static const char usage_main[] =
     "usage: clembed <subcommand> [flags]   (clembed <subcommand> --help for its flags)\n"
     "\n"
-    "The embedding layer of a transformer on any OpenCL device. Arrays are .npy files.\n"
+    "The embedding layer of a transformer on any OpenCL device. Arrays are .npy files, or\n"
+    "tensors of .safetensors and .gguf files (recognised by content): FILE:NAME picks one\n"
+    "(a file with one tensor needs no name; --table of a GGUF file: token_embd.weight).\n"
     "\n"
     "subcommands:\n"
     "  devices     list the OpenCL platforms and devices, mark the default\n"
@@ -20,6 +22,7 @@ static const char usage_main[] =
     "  init        table initialisation (Philox normal or uniform)\n"
     "  bench       the benchmark against the device's own copy\n"
     "  demo        the tutorial end to end on the default device\n"
+    "  inspect     the tensors of a .npy, .safetensors or .gguf file\n"
     "  help        this text (help SUBCOMMAND: that subcommand's)\n"
     "\n"
     "Every subcommand takes --device SPEC (\"P:D\" as `clembed devices` lists, gpu, cpu,\n"
@@ -28,9 +31,10 @@ static const char usage_main[] =
     "kernel shapes (default: cpu on a CPU device, gpu elsewhere; the same results but\n"
     "for the atomic backward's order; another value is bad input, exit 1).\n"
     "\n"
-    "Output (-o OUT.npy) is checked before the work starts and written to a temporary\n"
-    "file renamed into place, so a failed or killed run (SIGINT, SIGTERM, SIGHUP) leaves\n"
-    "no output and never damages an existing file; an existing file keeps its mode, a\n"
+    "Output (-o OUT.npy, or OUT.safetensors: one tensor \"output\"; --out-dtype f32|f16|bf16)\n"
+    "is checked before the work starts and written to a temporary file renamed into place,\n"
+    "so a failed or killed run (SIGINT, SIGTERM, SIGHUP) leaves no output and never\n"
+    "damages an existing file; an existing file keeps its mode, a\n"
     "symlink's target is replaced (not the link), a device node or FIFO is written\n"
     "directly, and -o - writes the .npy to standard output. Input files are mapped, not\n"
     "copied; a run whose host plus device memory exceeds the machine's is refused.\n"
@@ -48,6 +52,7 @@ static const command commands[] = {
     {"rope-cache", cli_cmd_rope_cache}, {"rope", cli_cmd_rope},
     {"backward", cli_cmd_backward}, {"sgd", cli_cmd_sgd},             {"init", cli_cmd_init},
     {"bench", cli_cmd_bench},     {"demo", cli_cmd_demo},
+    {"inspect", cli_cmd_inspect},
 };
 
 static const command *find(const char *name) {

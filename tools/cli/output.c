@@ -217,11 +217,69 @@ static void sync_dir(const char *path) {
   free(dir);
 }
 
+/* The output is a .safetensors file: -o names one (standard output is .npy). */
+static int to_safetensors(void) {
+  size_t n = O.arg ? strlen(O.arg) : 0;
+  return !O.to_stdout && n >= 12 && !strcmp(O.arg + n - 12, ".safetensors");
+}
+
+clembed_dtype cli_output_dtype(const char *value, clembed_dtype dflt) {
+  static const char *const names[] = {"f32", "f16", "bf16", NULL};
+  clembed_dtype d = value ? (clembed_dtype)cli_arg_choice("--out-dtype", value, names) : dflt;
+  if (!value && d == CLEMBED_BF16 && !to_safetensors()) d = CLEMBED_F32; /* a bf16 table's default, into .npy */
+  if (d == CLEMBED_BF16 && !to_safetensors())
+    cli_fail(1, "--out-dtype bf16: a .npy file cannot hold bfloat16; write -o OUT.safetensors");
+  return d;
+}
+
+static void finish_output(void);
+
+static int write_all(int fd, const void *p, size_t n) {
+  const unsigned char *b = p;
+  while (n) {
+    ssize_t w = write(fd, b, n > ((size_t)1 << 30) ? ((size_t)1 << 30) : n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return -1;
+    b += w;
+    n -= (size_t)w;
+  }
+  return 0;
+}
+
+void cli_output_array(clembed_dtype dtype, int ndim, const size_t *shape, const void *data) {
+  if (!to_safetensors()) {
+    if (dtype == CLEMBED_BF16) cli_fail(1, "-o %s: a .npy file cannot hold bfloat16; write .safetensors", O.arg);
+    cli_output_npy(dtype == CLEMBED_F16 ? NPY_F2 : NPY_F4, ndim, shape, data);
+    return;
+  }
+  if (O.fd < 0) cli_fail(2, "internal error: the output is not open");
+  /* one tensor, "output": {"dtype", "shape", "data_offsets"}, the header padded to 8 bytes */
+  size_t count = 1;
+  for (int i = 0; i < ndim; i++) count = cli_mul3(count, shape[i], 1, "the output");
+  size_t bytes = cli_mul3(count, clembed_dtype_size(dtype), 1, "the output");
+  char header[512];
+  int n = snprintf(header, sizeof header, "{\"output\":{\"dtype\":\"%s\",\"shape\":[",
+                   dtype == CLEMBED_F32 ? "F32" : dtype == CLEMBED_F16 ? "F16" : "BF16");
+  for (int i = 0; i < ndim; i++) n += snprintf(header + n, sizeof header - (size_t)n, "%s%zu", i ? "," : "", shape[i]);
+  n += snprintf(header + n, sizeof header - (size_t)n, "],\"data_offsets\":[0,%zu]}}", bytes);
+  while (n % 8) header[n++] = ' ';
+  unsigned char len[8];
+  for (int i = 0; i < 8; i++) len[i] = (unsigned char)((uint64_t)n >> (8 * i));
+  if (write_all(O.fd, len, 8) || write_all(O.fd, header, (size_t)n) || (bytes && write_all(O.fd, data, bytes)))
+    cli_fail(1, "-o %s: write: %s", O.arg, strerror(errno));
+  finish_output();
+}
+
 void cli_output_npy(npy_dtype dtype, int ndim, const size_t *shape, const void *data) {
   char err[1024];
   if (O.fd < 0) cli_fail(2, "internal error: the output is not open");
   const char *name = O.to_stdout ? "standard output" : O.arg;
   if (npy_write_fd(O.fd, name, dtype, ndim, shape, data, err, sizeof err) != 0) cli_fail(1, "-o %s", err);
+  finish_output();
+}
+
+/* fsync, close, rename into place. */
+static void finish_output(void) {
   if (O.to_stdout) {
     O.fd = -1;
     return;
