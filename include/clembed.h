@@ -171,11 +171,56 @@ CLEMBED_API clembed_status clembed_context_error(const clembed_context *ctx, cle
 
 /* ------------------------------------------------------------- device data */
 
-typedef enum clembed_dtype { CLEMBED_F32 = 0, CLEMBED_F16 = 1, CLEMBED_BF16 = 2 } clembed_dtype;
+typedef enum clembed_dtype { CLEMBED_F32 = 0, CLEMBED_F16 = 1, CLEMBED_BF16 = 2,
+                             CLEMBED_Q8_0 = 3, CLEMBED_Q4_0 = 4, CLEMBED_Q4_K = 5, CLEMBED_Q6_K = 6 } clembed_dtype;
 typedef enum clembed_index_type { CLEMBED_I32 = 0, CLEMBED_I64 = 1 } clembed_index_type;
 
-/* Bytes of one element: 4, 2, 2 (0 for an unknown value). */
+/* Bytes of one element: 4, 2, 2 for F32, F16, BF16; 0 for the block-quantized
+ * dtypes (see clembed_dtype_row_bytes) and for an unknown value. */
 CLEMBED_API size_t clembed_dtype_size(clembed_dtype dtype);
+
+/* Values per block: 1 for F32, F16, BF16; 32 for Q8_0 and Q4_0; 256 for Q4_K
+ * and Q6_K; 0 for an unknown value. */
+CLEMBED_API size_t clembed_dtype_block_values(clembed_dtype dtype);
+
+/* Bytes of a row of `cols` values: 4*cols (F32), 2*cols (F16, BF16), and
+ * cols/32*34 (Q8_0), cols/32*18 (Q4_0), cols/256*144 (Q4_K), cols/256*210
+ * (Q6_K). 0 for an unknown dtype, for cols not a multiple of the block size,
+ * and when the size overflows size_t. */
+CLEMBED_API size_t clembed_dtype_row_bytes(clembed_dtype dtype, size_t cols);
+
+/* Block-quantized tables use ggml's (GGUF's) block layouts byte for byte, so a
+ * table from a GGUF file is used as it lies (little-endian, f16 scales):
+ *   Q8_0  32 values, 34 bytes: d, int8 q[32]; value j = q[j]*d
+ *   Q4_0  32 values, 18 bytes: d, uint8 q[16]; value j = ((q[j] & 15) - 8)*d,
+ *         value j+16 = ((q[j] >> 4) - 8)*d
+ *   Q4_K 256 values, 144 bytes: d, dmin, 12 bytes of 6-bit scales and mins,
+ *         128 bytes of 4-bit quants
+ *   Q6_K 256 values, 210 bytes: 128 bytes of low 4 bits, 64 of high 2 bits,
+ *         int8 scales[16], d
+ * Values are dequantized exactly as ggml's dequantize_row_* (the same integer
+ * operations and float32 products in the same order, none fused), on the host
+ * and in every kernel. For these dtypes cols, offset and ld count values and
+ * must be multiples of the block size (clembed_dtype_block_values), else
+ * CLEMBED_ERR_INVALID_ARGUMENT; row r of a matrix starts at byte
+ * clembed_dtype_row_bytes(dtype, offset + r*ld) of its buffer.
+ * clembed_matrix_write takes host blocks of the matrix's own dtype (rows rows
+ * of clembed_dtype_row_bytes(dtype, cols) bytes, dense), or for Q8_0 and Q4_0
+ * F32 values (F16 and BF16 ones are converted exactly to F32 first), quantized
+ * on the host bit for bit as ggml's quantize_row_q8_0_ref and
+ * quantize_row_q4_0_ref (as their C source reads, no contraction; where ggml's
+ * float-to-int8 conversion is out of range, which happens only in a block whose
+ * scale rounds to 0, the quants are 0, as on x86-64). Q4_K and Q6_K have no
+ * quantizer here: writing floats into them is CLEMBED_ERR_UNSUPPORTED.
+ * clembed_matrix_read gives the blocks (host_dtype = the matrix's dtype) or the
+ * values dequantized to F32, F16 or BF16. A float matrix may also be written
+ * from host blocks of any of the four (dequantized on the host) and read into
+ * Q8_0 or Q4_0 blocks (quantized on the host). Between two block types there is
+ * no conversion (CLEMBED_ERR_UNSUPPORTED).
+ * Quantized matrices are tables to read: the table and the position_table of
+ * clembed_lookup and clembed_embed. As an output, a gradient, or a table to
+ * train or to initialise they are CLEMBED_ERR_UNSUPPORTED, the message and the
+ * error detail naming the argument. */
 
 typedef struct clembed_matrix { /* row-major rows x cols in a cl_mem */
   cl_mem buffer;
@@ -259,12 +304,19 @@ typedef enum clembed_layout { CLEMBED_LAYOUT_INTERLEAVED = 0, CLEMBED_LAYOUT_HAL
  *                w = base^(-2*floor(i/2)/d) (PAIR) or w = base^(-i/d) (INDEX);
  *   HALVES:      sin(p*w_i) for i < h, cos(p*w_(i-h)) for i >= h, w_k = base^(-2k/d);
  *                INDEX with HALVES is CLEMBED_ERR_INVALID_ARGUMENT.
- * base must be finite and > 0. For base >= 1 (every frequency at most 1) every
- * value is within 1e-6 of the float64 value for every position below 2^20
- * (float32 output; docs/performance.md has the measured worst case): the frequencies are computed in double
- * on the host, and the angle is carried in float-float and reduced modulo 2*pi in
- * extended precision on the device. A base below 1 gives frequencies above 1, and
- * the error grows with the angle p*w (about 1e-6 at 2^26, unbounded past 2^36). */
+ * base must be finite and > 0. Every value is within 1e-6 of the exact value
+ * (the frequency w in double, the product p*w and its reduction modulo 2*pi
+ * done exactly) for every position below 2^32 and every base (float32
+ * output), and never outside [-1, 1]: w is prepared on the host as exact
+ * fractions of a turn (in double-double), the position is split into two
+ * 16-bit halves so that every product on the device is exact in float32, the
+ * angle is reduced modulo one turn exactly, and sin/cos come from clembed's own
+ * polynomials (no fma, no fp64, not the device's sin/cos). Positions at or past
+ * 2^32 are refused: CLEMBED_ERR_INVALID_ARGUMENT for first_position + rows
+ * (clembed_positional) and position_offset + min(seq_len, count) (clembed_embed),
+ * a deferred CLEMBED_ERR_INDEX_OUT_OF_RANGE naming the token and its sequence's
+ * start when the position comes from sequence_offsets (that token's positional
+ * part is zero). */
 typedef struct clembed_sinusoid {
   double base; /* 10000 in the original Transformer */
   clembed_exponent exponent;
@@ -324,7 +376,8 @@ CLEMBED_API clembed_status clembed_lookup(clembed_context *ctx, const clembed_ma
  * sinusoid, or position_table (a position past its rows is a deferred
  * CLEMBED_ERR_INDEX_OUT_OF_RANGE and that row's positional part is zero). The
  * padding id's token row is zero; its positional part is still added.
- * A position_offset past 2^63 - 1 is a bad position too. With 0 columns there is nothing to
+ * With the sinusoid, positions must be below 2^32 (see clembed_sinusoid); with a
+ * position table, a position_offset past 2^63 - 1 is a bad position too. With 0 columns there is nothing to
  * compute: no kernel runs and the ids are not checked (likewise in the backward).
  * opt NULL means clembed_embed_defaults(). */
 CLEMBED_API clembed_status clembed_embed(clembed_context *ctx, const clembed_matrix *table,
@@ -398,15 +451,23 @@ CLEMBED_API clembed_status clembed_sgd_update(clembed_context *ctx, const clembe
 
 /* ------------------------------------------------------------ initialisation */
 
-/* Counter-based Philox4x32-10 with key (seed low 32 bits, seed high 32 bits) and
- * counter (e low 32 bits, e high 32 bits, 0, 0) for element e = r*cols + c,
- * giving words x0..x3. With u(x) = (x >> 8) * 2^-24 in [0, 1):
- *   uniform: low + (high - low) * u(x0), evaluated as 2 * (low/2 + (high/2 - low/2) * u(x0))
- *            (the same float32 result for normal bounds, and no overflow for any finite ones);
- *   normal:  mean + std * sqrt(-2 ln(1 - u(x0))) * cos(2 pi u(x1)) (Box-Muller).
- * computed in float32 on the device (uniform: the same bits on every device, as
- * it uses only correctly rounded operations; normal: within the device's
- * log/sqrt/cospi accuracy, a few ulp). Every work size gives the same numbers. */
+/* Counter-based Philox4x32-10 with key (seed low 32 bits, seed high 32 bits).
+ * One counter serves four consecutive elements: element e = r*cols + c is word
+ * x_j, j = e mod 4, of the counter (q low 32 bits, q high 32 bits, 0, 0) with
+ * q = e div 4 (words x0..x3). With u(x) = (x >> 8) * 2^-24 in [0, 1):
+ *   uniform: low + (high - low) * u(x_j), evaluated in float32 as
+ *            2 * (low/2 + (high/2 - low/2) * u(x_j)) (the same result for normal
+ *            bounds, and no overflow for any finite ones);
+ *   normal:  Box-Muller on the word pairs (x0, x1) and (x2, x3), both the cosine
+ *            and the sine: with v = ((x0 >> 8) + 1) * 2^-24 in (0, 1], t = u(x1),
+ *            R = sqrt(-2 ln v): z0 = R cos(2 pi t), z1 = R sin(2 pi t), and z2, z3
+ *            the same from (x2, x3); the element is mean + std * z_j.
+ * The logarithm, square root, cosine and sine are computed from operations that
+ * OpenCL rounds correctly (+, -, *, fma; cl/lib/exactmath.cl), never from the
+ * device's built-ins, with no contraction: every device and every work size
+ * gives the same bits, uniform and normal. Accuracy: R within 1 ulp, cos and sin
+ * within 2 ulp, z within 4 ulp of the exact transform of the same v and t; an
+ * exact zero z is +0. */
 CLEMBED_API clembed_status clembed_matrix_init_normal(clembed_context *ctx, clembed_matrix *m,
                                                       float mean, float std, uint64_t seed,
                                                       cl_uint num_events_in_wait_list,
@@ -419,8 +480,153 @@ CLEMBED_API clembed_status clembed_matrix_init_uniform(clembed_context *ctx, cle
                                                        cl_event *event);
 
 /* Dropout mask: output element e = i*cols + c of the forward is kept when
- * u(x0) >= dropout for Philox(dropout_seed, e) as above, and then multiplied by
- * 1 / (1 - dropout). */
+ * u(x0) >= dropout, x0 the first word of Philox4x32-10 with key (dropout_seed low
+ * 32 bits, high 32 bits) and counter (e low 32 bits, e high 32 bits, 0, 0), and
+ * then multiplied by 1 / (1 - dropout). */
+
+/* ---------------------------------------------------- sparse optimizer steps */
+
+typedef enum {
+  CLEMBED_SGD = 0,
+  CLEMBED_ADAGRAD = 1,
+  CLEMBED_ROWWISE_ADAGRAD = 2,
+  CLEMBED_ADAM = 3
+} clembed_optimizer_kind;
+
+typedef struct clembed_optimizer {
+  clembed_optimizer_kind kind;
+  float learning_rate;
+  float eps;               /* ADAGRAD 1e-10, ROWWISE_ADAGRAD 1e-8, ADAM 1e-8 */
+  float beta1, beta2;      /* ADAM: 0.9, 0.999 */
+  float weight_decay;      /* L2: g = g + weight_decay * w before the step; default 0 */
+  uint64_t step;           /* ADAM: this step's number t >= 1, counted by the caller */
+  clembed_matrix *state;   /* ADAGRAD: sum of squares (rows x cols); ROWWISE_ADAGRAD: (rows x 1);
+                              ADAM: 1st moment (rows x cols). F32; the caller creates it (zeros) */
+  clembed_matrix *state2;  /* ADAM: 2nd moment (rows x cols), F32 */
+} clembed_optimizer;
+
+/* learning_rate 0.01 (SGD 0.1), eps 1e-10 (ADAGRAD) or 1e-8, beta1 0.9, beta2
+ * 0.999, weight_decay 0, step 0, no states. */
+CLEMBED_API clembed_optimizer clembed_optimizer_defaults(clembed_optimizer_kind kind);
+
+/* One fused sparse step, like clembed_sgd_update: for every row v that occurs in
+ * ids (after the policy; not the padding row), g is the row gradient exactly as
+ * clembed_backward computes it (the same bits: ascending token order, scale,
+ * scale_grad_by_freq, dropout), then in float32, per column, in this order (w the
+ * table element read as float32; s, m, u the state elements):
+ *   weight decay (when weight_decay != 0): g = g + weight_decay * w
+ *   SGD:             w = w - lr * g  (clembed_sgd_update is this with weight_decay 0)
+ *   ADAGRAD:         s = s + g * g;  w = w - lr * (g / (sqrt(s) + eps))   (PyTorch's Adagrad
+ *                    on a sparse gradient)
+ *   ROWWISE_ADAGRAD: m = m + (sum over columns c ascending of g_c * g_c) / cols, one value
+ *                    per row; then w = w - (lr / (sqrt(m) + eps)) * g      (FBGEMM's
+ *                    EXACT_ROWWISE_ADAGRAD)
+ *   ADAM:            m = m + (g - m) * (1 - beta1);  u = u + (g * g - u) * (1 - beta2);
+ *                    w = w - step_size * (m / (sqrt(u) + eps))            (PyTorch's SparseAdam:
+ *                    rows not in ids are not decayed)
+ * where 1 - beta1, 1 - beta2 and step_size = lr * sqrt(1 - beta2^t) / (1 - beta1^t), t = step,
+ * are computed in float64 on the host and each rounded to float32 once. The table is F32,
+ * F16 or BF16 (written back rounded to nearest even); the states are F32 with the table's
+ * rows. sqrt and / are correctly rounded where the device says it can
+ * (CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT), else the device's (a few ulp).
+ *
+ * One pass after the sort of clembed_backward: each touched row of the table and of each
+ * state is read once and written once, in the kernel that folds its gradient; no dense
+ * gradient is made; rows not in ids and their state rows are not touched (not even
+ * rewritten). ROWWISE_ADAGRAD folds a row's gradient twice (its sum of squares comes before
+ * its first step) and, with weight decay, reads the table row twice. Deterministic:
+ * bit-identical on every run, work size and kernel shape. opt NULL means the backward
+ * defaults (its deterministic and accumulate fields are ignored; a position_grad is added
+ * into as by clembed_backward).
+ *
+ * Refused with CLEMBED_ERR_INVALID_ARGUMENT naming the field: a NULL optimizer, an unknown
+ * kind, a missing state, a state of the wrong shape or dtype, learning_rate negative or not
+ * finite, eps negative or not finite, beta1 or beta2 outside [0, 1), weight_decay negative
+ * or not finite, step 0 for ADAM. A quantized table: CLEMBED_ERR_UNSUPPORTED. Bad ids as in
+ * the backward (deferred; they add nothing and no row is stepped for them). */
+CLEMBED_API clembed_status clembed_optimizer_step(clembed_context *ctx, const clembed_matrix *grad_out,
+                                                  const clembed_ids *ids,
+                                                  const clembed_backward_options *opt,
+                                                  const clembed_optimizer *o, clembed_matrix *table,
+                                                  cl_uint num_events_in_wait_list,
+                                                  const cl_event *event_wait_list, cl_event *event);
+
+/* ------------------------------------------------------------------------
+ * Rotary position embeddings (RoPE)
+ *
+ * With R = rotary_dim and k = 0 .. R/2-1, the frequencies are computed in
+ * double on the host: w_k = base^(-2k/R); LINEAR divides every w_k by factor;
+ * NTK uses the base base * factor^(R/(R-2)); YARN and LLAMA3 follow Hugging
+ * Face transformers' _compute_yarn_parameters (with truncation of the
+ * correction range, and the ramp over k) and _compute_llama3_parameters; YARN
+ * takes factor as given (transformers replaces it by max_position_embeddings /
+ * original_max_position_embeddings when a config has both: pass that ratio).
+ * The attention factor a multiplies cos and sin: attention_factor if > 0, else
+ * 0.1*ln(factor) + 1 for YARN (1 when factor <= 1), else 1.
+ *
+ * Accuracy: cos and sin are within 1e-6 * a of the exact value (the double
+ * frequency, the product p*w_k and its reduction done exactly) for every
+ * position below 2^32; the angle is split and reduced exactly as for the
+ * sinusoid. Positions at or past 2^32 are refused (see below). Every output of
+ * clembed_rope_apply is within 2e-6 * a * (|x_a| + |x_b|) of the exact rotation
+ * of the same inputs, plus half an ulp of an F16/BF16 output.
+ * ------------------------------------------------------------------------ */
+typedef enum { CLEMBED_ROPE_NEOX = 0, CLEMBED_ROPE_GPTJ = 1 } clembed_rope_layout;
+typedef enum {
+  CLEMBED_ROPE_SCALING_NONE = 0,
+  CLEMBED_ROPE_SCALING_LINEAR,
+  CLEMBED_ROPE_SCALING_NTK,
+  CLEMBED_ROPE_SCALING_YARN,
+  CLEMBED_ROPE_SCALING_LLAMA3
+} clembed_rope_scaling;
+
+typedef struct clembed_rope {
+  double base;                  /* rope_theta: 10000; Llama 3: 500000 (finite, > 0) */
+  size_t head_dim;              /* columns per head */
+  size_t rotary_dim;            /* leading columns of each head that rotate (even, <= head_dim);
+                                   0 means head_dim */
+  clembed_rope_layout layout;   /* NEOX: pairs (k, k + R/2); GPTJ: pairs (2k, 2k + 1) */
+  clembed_rope_scaling scaling;
+  double factor;                /* LINEAR, NTK, YARN, LLAMA3 (finite, > 0) */
+  size_t original_max_position; /* YARN, LLAMA3 (> 0) */
+  double low_freq_factor, high_freq_factor; /* LLAMA3 (defaults 1, 4; high > low) */
+  double beta_fast, beta_slow;  /* YARN (defaults 32, 1; 0 means the default, as in transformers) */
+  double attention_factor;      /* cos and sin are multiplied by it; 0 means 1, or
+                                   0.1*ln(factor) + 1 for YARN */
+} clembed_rope;
+
+/* base 10000, head_dim 0 (the caller sets it), rotary_dim 0, NEOX, no scaling,
+ * factor 1, original_max_position 8192, low/high_freq_factor 1 and 4,
+ * beta_fast/slow 32 and 1, attention_factor 0. */
+CLEMBED_API clembed_rope clembed_rope_defaults(void);
+
+/* The cos/sin cache for positions first_position .. first_position + rows - 1:
+ * cos_sin has R columns (any float dtype), a*cos(p*w_k) in column k and
+ * a*sin(p*w_k) in column R/2 + k (vLLM's cos_sin_cache). first_position + rows
+ * past 2^32 is CLEMBED_ERR_INVALID_ARGUMENT. The frequencies are cached per
+ * context. */
+CLEMBED_API clembed_status clembed_rope_cache(clembed_context *ctx, const clembed_rope *r,
+                                              size_t first_position, clembed_matrix *cos_sin,
+                                              cl_uint num_events_in_wait_list,
+                                              const cl_event *event_wait_list, cl_event *event);
+
+/* RoPE applied to x (rows x cols, cols a multiple of head_dim): row i is at
+ * position positions[i] (I32 or I64, count >= rows), or, with positions NULL,
+ * position_offset + i % seq_len (seq_len 0: one sequence). In each head, each
+ * pair (a, b) of the first R columns becomes (a*c - b*s, b*c + a*s) with
+ * c = a_f*cos(p*w_k), s = a_f*sin(p*w_k) (a_f the attention factor); inverse
+ * uses -s (the backward, and undoing a rotation). Columns R .. head_dim-1 are
+ * copied. out has x's shape, any float dtype, and may be x itself (in place;
+ * a partial overlap is not allowed). A position from `positions` that is
+ * negative or >= 2^32 makes that row a copy of its input and a deferred
+ * CLEMBED_ERR_INDEX_OUT_OF_RANGE naming the first such row (index) and its
+ * position (value), argument "positions"; position_offset + min(rows, seq_len)
+ * past 2^32 is CLEMBED_ERR_INVALID_ARGUMENT. */
+CLEMBED_API clembed_status clembed_rope_apply(clembed_context *ctx, const clembed_rope *r,
+                                              const clembed_matrix *x, const clembed_ids *positions,
+                                              size_t seq_len, size_t position_offset, int inverse,
+                                              clembed_matrix *out, cl_uint num_events_in_wait_list,
+                                              const cl_event *event_wait_list, cl_event *event);
 
 #ifdef __cplusplus
 }

@@ -103,26 +103,84 @@ static inline int64_t ref_resolve(int64_t id, int64_t rows, clembed_index_policy
 
 /* ------------------------------------------------------------ sinusoid */
 
-/* Column i of position p in a d-column table (API.md), in float64:
- *   INTERLEAVED: sin(p*w) for even i, cos(p*w) for odd i, with
- *                w = base^(-2*floor(i/2)/d) (PAIR) or base^(-i/d) (INDEX);
- *   HALVES:      sin(p*w_i) for i < h, cos(p*w_(i-h)) for i >= h, h = ceil(d/2),
- *                w_k = base^(-2k/d). */
-static inline double ref_sinusoid(double base, clembed_exponent e, clembed_layout l, size_t d, int64_t p, size_t i) {
-  double w;
-  int is_cos;
-  if (l == CLEMBED_LAYOUT_HALVES) {
+/* The exact sinusoid: the angle p*w (p an integer below 2^53, w a double) is
+ * formed exactly as a double-double, reduced modulo 2*pi with a three-double
+ * 2*pi, and sin/cos of the reduced angle (hi + lo) are taken in double: within
+ * about 1e-16 of the exact values. RoPE (reference_rope.h) uses the same angle. */
+
+/* 2*pi = REF_2PI_1 + REF_2PI_2 + REF_2PI_3 (to about 2^-160) */
+#define REF_2PI_1 0x1.921fb54442d18p+2
+#define REF_2PI_2 0x1.1a62633145c07p-52
+#define REF_2PI_3 (-0x1.f1976b7ed8fbcp-108)
+
+typedef struct ref_dd {
+  double hi, lo;
+} ref_dd;
+
+static inline ref_dd ref_two_sum(double a, double b) {
+  double s = a + b, bb = s - a;
+  ref_dd r = {s, (a - (s - bb)) + (b - bb)};
+  return r;
+}
+static inline ref_dd ref_two_prod(double a, double b) {
+  double p = a * b;
+  ref_dd r = {p, fma(a, b, -p)};
+  return r;
+}
+/* a + b for double-doubles (accurate to about 2^-104 of the larger). */
+static inline ref_dd ref_dd_add(ref_dd a, ref_dd b) {
+  ref_dd s = ref_two_sum(a.hi, b.hi);
+  ref_dd t = ref_two_sum(a.lo, b.lo);
+  s.lo += t.hi;
+  s = ref_two_sum(s.hi, s.lo);
+  s.lo += t.lo;
+  return ref_two_sum(s.hi, s.lo);
+}
+static inline ref_dd ref_dd_neg(ref_dd a) {
+  ref_dd r = {-a.hi, -a.lo};
+  return r;
+}
+
+/* p*w - 2*pi*k for the nearest k, as a double-double in [-pi, pi] (about). */
+static inline ref_dd ref_angle(uint64_t p, double w) {
+  ref_dd x = ref_two_prod((double)p, w); /* exact: p < 2^53, so p*w fits 106 bits */
+  double k = nearbyint(x.hi / REF_2PI_1);
+  ref_dd t1 = ref_two_prod(k, REF_2PI_1), t2 = ref_two_prod(k, REF_2PI_2);
+  ref_dd t3 = {k * REF_2PI_3, 0.0};
+  ref_dd r = ref_dd_add(x, ref_dd_neg(t1));
+  r = ref_dd_add(r, ref_dd_neg(t2));
+  r = ref_dd_add(r, ref_dd_neg(t3));
+  return r;
+}
+/* sin(hi + lo) and cos(hi + lo) for |lo| << |hi| */
+static inline double ref_sin_exact(uint64_t p, double w) {
+  ref_dd r = ref_angle(p, w);
+  return sin(r.hi) + r.lo * cos(r.hi);
+}
+static inline double ref_cos_exact(uint64_t p, double w) {
+  ref_dd r = ref_angle(p, w);
+  return cos(r.hi) - r.lo * sin(r.hi);
+}
+
+/* ------------------------------------------------------------- sinusoid */
+
+/* Column c's frequency and kind (1: cos) for d columns (API.md, sinusoid). */
+static inline double ref_sinusoid_freq(const clembed_sinusoid *s, size_t d, size_t c, int *is_cos) {
+  double num;
+  if (s->layout == CLEMBED_LAYOUT_HALVES) {
     size_t h = (d + 1) / 2;
-    size_t k = i < h ? i : i - h;
-    w = pow(base, -2.0 * (double)k / (double)d);
-    is_cos = i >= h;
+    *is_cos = c >= h;
+    num = 2.0 * (double)(c >= h ? c - h : c);
   } else {
-    if (e == CLEMBED_EXPONENT_PAIR) w = pow(base, -2.0 * floor((double)i / 2.0) / (double)d);
-    else w = pow(base, -(double)i / (double)d);
-    is_cos = (int)(i % 2);
+    *is_cos = (int)(c % 2);
+    num = s->exponent == CLEMBED_EXPONENT_PAIR ? 2.0 * (double)(c / 2) : (double)c;
   }
-  double a = (double)p * w;
-  return is_cos ? cos(a) : sin(a);
+  return pow(s->base, -num / (double)d);
+}
+static inline double ref_sinusoid(const clembed_sinusoid *s, size_t d, uint64_t p, size_t c) {
+  int is_cos;
+  double w = ref_sinusoid_freq(s, d, c, &is_cos);
+  return is_cos ? ref_cos_exact(p, w) : ref_sin_exact(p, w);
 }
 
 /* ------------------------------------------------------------ Philox */
@@ -155,23 +213,31 @@ static inline int ref_dropout_kept(uint64_t seed, uint64_t e, float p) {
 /* What dropout multiplies a kept value by: 1 / (1 - p), in float. */
 static inline float ref_dropout_scale(float p) { return 1.0f / (1.0f - p); }
 
-/* init_uniform's element e: low + (high - low) * u(x0), in float32 in this order. */
+/* Initialisation draws (include/clembed.h): one Philox counter serves four
+ * consecutive elements: element e takes word j = e % 4 of counter q = e / 4. */
+
+/* init_uniform's element e: low + (high - low) * u(x_j), in float32 in this order. */
 static inline float ref_uniform(uint64_t seed, uint64_t e, float low, float high) {
   uint32_t x[4];
-  ref_philox(seed, e, x);
-  float u = (float)ref_unit(x[0]); /* exact: 24 bits */
+  ref_philox(seed, e / 4, x);
+  float u = (float)ref_unit(x[e % 4]); /* exact: 24 bits */
   float span = high - low;
   float scaled = span * u;
   return low + scaled;
 }
 
-/* init_normal's standard normal value z of element e (Box-Muller, float64):
- * sqrt(-2 ln(1 - u(x0))) * cos(2 pi u(x1)). */
+/* init_normal's standard normal value z of element e (float64 Box-Muller of
+ * the same 24-bit uniforms): the pair (x0, x1) or (x2, x3) that j falls in,
+ * v = ((x_p >> 8) + 1) 2^-24, t = u(x_(p+1)), R = sqrt(-2 ln v); z = R cos 2 pi t
+ * for even j, R sin 2 pi t for odd j. */
 static inline double ref_normal_z(uint64_t seed, uint64_t e) {
   uint32_t x[4];
-  ref_philox(seed, e, x);
+  ref_philox(seed, e / 4, x);
   const double pi = 3.14159265358979323846;
-  return sqrt(-2.0 * log(1.0 - ref_unit(x[0]))) * cos(2.0 * pi * ref_unit(x[1]));
+  int j = (int)(e % 4), p = j & 2;
+  double v = ((double)(x[p] >> 8) + 1.0) / 16777216.0, t = ref_unit(x[p + 1]);
+  double r = sqrt(-2.0 * log(v));
+  return (j & 1) ? r * sin(2.0 * pi * t) : r * cos(2.0 * pi * t);
 }
 
 /* ------------------------------------------------------------ forward */

@@ -3,9 +3,12 @@
 #   tests/run_fuzz.sh BUILD_DIR [SECONDS]   (default 60, shared between the targets)
 #
 # The targets are built by configuring with clang and -DCLEMBED_FUZZ=ON (as
-# ./tools/check.sh --fuzz does in build-fuzz/). Each one starts from a copy of
-# tests/npy_corpus and tests/cli_corpus (kept in BUILD_DIR/fuzz/corpus-NAME, so
-# what one run finds seeds the next) with a dictionary of .npy tokens. Exits
+# ./tools/check.sh --fuzz does in build-fuzz/): fuzz_npy (the tool's .npy
+# reader) and the library's readers fuzz_npy_lib, fuzz_safetensors and
+# fuzz_gguf, the seconds split between them. Each one starts from a copy of the
+# corpus files of its format (tests/npy_corpus, tests/cli_corpus,
+# tests/io_corpus; kept in BUILD_DIR/fuzz/corpus-NAME, so what one run finds
+# seeds the next) with a dictionary of its format's tokens. Exits
 # non-zero when a target finds a crash, a leak, undefined behaviour, a broken
 # contract (the targets abort on one), a timeout or an allocation over the
 # limit; the input is left in BUILD_DIR/fuzz/artifacts-NAME/ and the message
@@ -56,6 +59,45 @@ long="L"
 big="99999999999999999999"
 EOF
 
+json_dict=$work/safetensors.dict
+cat >"$json_dict" <<'EOF'
+open="{"
+close="}"
+list_open="["
+list_close="]"
+colon=":"
+comma=","
+dtype="\"dtype\""
+shape="\"shape\""
+offsets="\"data_offsets\""
+meta="\"__metadata__\""
+f32="\"F32\""
+f16="\"F16\""
+bf16="\"BF16\""
+i64="\"I64\""
+escape="\\u00e9"
+surrogate="\\ud83d\\ude00"
+nul="\\u0000"
+big="18446744073709551616"
+zero="0"
+EOF
+gguf_dict=$work/gguf.dict
+cat >"$gguf_dict" <<'EOF'
+magic="GGUF"
+v3="\x03\x00\x00\x00"
+v2="\x02\x00\x00\x00"
+one64="\x01\x00\x00\x00\x00\x00\x00\x00"
+huge64="\xff\xff\xff\xff\xff\xff\xff\x7f"
+alignment="general.alignment"
+embd="token_embd.weight"
+t_u32="\x04\x00\x00\x00"
+t_string="\x08\x00\x00\x00"
+t_array="\x09\x00\x00\x00"
+t_q4_k="\x0c\x00\x00\x00"
+t_bf16="\x1e\x00\x00\x00"
+align64="\x40\x00\x00\x00"
+EOF
+
 status=0
 for t in "${targets[@]}"; do
   name=$(basename "$t")
@@ -65,13 +107,19 @@ for t in "${targets[@]}"; do
   mkdir -p "$corpus"
   rm -rf "$artifacts"
   mkdir -p "$artifacts"
-  cp "$root"/tests/npy_corpus/*.npy "$root"/tests/cli_corpus/*.npy "$corpus"/
+  # seeds and tokens of the target's format
+  case "$name" in
+    fuzz_safetensors) cp "$root"/tests/io_corpus/*.safetensors "$corpus"/; tdict=$json_dict ;;
+    fuzz_gguf) cp "$root"/tests/io_corpus/*.gguf "$corpus"/; tdict=$gguf_dict ;;
+    fuzz_npy_lib) cp "$root"/tests/npy_corpus/*.npy "$root"/tests/io_corpus/*.npy "$corpus"/; tdict=$dict ;;
+    *) cp "$root"/tests/npy_corpus/*.npy "$root"/tests/cli_corpus/*.npy "$corpus"/; tdict=$dict ;;
+  esac
   echo "run_fuzz: $name for ${per} s, corpus $corpus ($(find "$corpus" -type f | wc -l) files)"
   rc=0
   # LeakSanitizer runs inside libFuzzer (-detect_leaks=1 is its default)
   ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=1" UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
     "$t" -max_total_time="$per" -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=512 -max_len=4096 \
-    -dict="$dict" -artifact_prefix="$artifacts/" -print_final_stats=1 "$corpus" >"$log" 2>&1 || rc=$?
+    -dict="$tdict" -artifact_prefix="$artifacts/" -print_final_stats=1 "$corpus" >"$log" 2>&1 || rc=$?
   grep -E '^(stat::number_of_executed_units|stat::new_units_added|stat::peak_rss_mb)|^Done [0-9]+ runs' "$log" |
     sed "s/^/run_fuzz: $name: /" || true
   found=$(find "$artifacts" -type f | head -5)
@@ -80,7 +128,7 @@ for t in "${targets[@]}"; do
     echo "run_fuzz: $name FAILED (exit status $rc); the end of $log:" >&2
     tail -40 "$log" >&2
     for f in $found; do
-      echo "run_fuzz: replay with: $t $f   (or: fuzz_npy_replay $f in a normal build)" >&2
+      echo "run_fuzz: replay with: $t $f   (or: ${name}_replay $f in a normal build)" >&2
     done
   fi
 done

@@ -11,6 +11,9 @@
 #include "test_util.h"
 
 #include <dirent.h>
+#include <errno.h>
+#include <signal.h>
+#include <time.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -137,6 +140,12 @@ static int leftover_temps(void) {
 static uint16_t h16(float f) { return ref_f32_to_f16(f); }
 
 /* A table of V x D floats with a few special values (-0, inf, a subnormal). */
+/* The exact sinusoid (reference.h) for a base, exponent and layout. */
+static double sin_ref(double base, clembed_exponent e, clembed_layout l, size_t d, size_t p, size_t i) {
+  clembed_sinusoid s = {base, e, l};
+  return ref_sinusoid(&s, d, (uint64_t)p, i);
+}
+
 static void fill_table(float *w, size_t v, size_t d, uint64_t seed) {
   uint64_t st = seed;
   for (size_t i = 0; i < v * d; i++) w[i] = tu_rand(&st) * 3.0f;
@@ -266,7 +275,7 @@ TU_CASE(positional) {
              "row 1 begins %.5f %.5f %.5f", (double)pe[10], (double)pe[11], (double)pe[12]);
       double worst = 0;
       for (size_t p = 0; p < 5; p++)
-        for (size_t i = 0; i < 10; i++) worst = fmax(worst, fabs(pe[p * 10 + i] - ref_sinusoid(5.0, CLEMBED_EXPONENT_INDEX, CLEMBED_LAYOUT_INTERLEAVED, 10, (int64_t)p, i)));
+        for (size_t i = 0; i < 10; i++) worst = fmax(worst, fabs(pe[p * 10 + i] - sin_ref(5.0, CLEMBED_EXPONENT_INDEX, CLEMBED_LAYOUT_INTERLEAVED, 10, (int64_t)p, i)));
       EXPECT(worst <= 1e-6, "positional base 5 index: worst error %g", worst);
     }
     npy_free(&a);
@@ -281,7 +290,7 @@ TU_CASE(positional) {
       if (a.count == 60)
         for (size_t p = 0; p < 4; p++)
           for (size_t i = 0; i < 15; i++)
-            worst = fmax(worst, fabs(((float *)a.data)[p * 15 + i] - ref_sinusoid(10000.0, CLEMBED_EXPONENT_PAIR, h ? CLEMBED_LAYOUT_HALVES : CLEMBED_LAYOUT_INTERLEAVED, 15,
+            worst = fmax(worst, fabs(((float *)a.data)[p * 15 + i] - sin_ref(10000.0, CLEMBED_EXPONENT_PAIR, h ? CLEMBED_LAYOUT_HALVES : CLEMBED_LAYOUT_INTERLEAVED, 15,
                                                      (int64_t)(100000 + p), i)));
       EXPECT(a.count == 60 && worst <= 1e-6, "positional --first 100000 %s: worst error %g", layouts[h], worst);
       npy_free(&a);
@@ -322,7 +331,7 @@ TU_CASE(embed_with_positions) {
     if (a.count == B * S * D)
       for (int i = 0; i < B * S; i++)
         for (int c = 0; c < D; c++) {
-          double want = (double)(scale * w[ids[i] * D + c]) + ref_sinusoid(10000.0, CLEMBED_EXPONENT_PAIR, CLEMBED_LAYOUT_INTERLEAVED, D,
+          double want = (double)(scale * w[ids[i] * D + c]) + sin_ref(10000.0, CLEMBED_EXPONENT_PAIR, CLEMBED_LAYOUT_INTERLEAVED, D,
                                                                          (int64_t)(OFF + i % S), (size_t)c);
           worst = fmax(worst, fabs(((float *)a.data)[i * D + c] - want));
         }
@@ -656,6 +665,364 @@ TU_CASE(errors_exit_codes_and_no_partial_output) {
   RUNS(2, "demo", "--device", "nonexistent-device-xyz");
   EXPECT(!exists(P("out_bad.npy")), "a failed run wrote its output");
   EXPECT(leftover_temps() == 0, "temporary files left behind");
+}
+
+
+/* ------------------------------------------- usage, settings, 0 columns */
+
+TU_CASE(usage_fixes) {
+  RUNS(0, "help", "--help");
+  EXPECT(strstr(g_out, "subcommands") != NULL, "help --help: %s", g_out);
+  RUNS(0, "help", "-h");
+  RUNS(0, "help", "embed");
+  EXPECT(strstr(g_out, "--table") != NULL, "help embed: %s", g_out);
+  RUNS(1, "help", "nosuch");
+  /* a bad setting is bad input (exit 1) naming it */
+  setenv("CLEMBED_TUNING", "foo", 1);
+  RUNS(1, "positional", "--length", "2", "--dim", "4", "-o", P("tun_bad.npy"));
+  ERR_HAS("CLEMBED_TUNING");
+  unsetenv("CLEMBED_TUNING");
+  EXPECT(!exists(P("tun_bad.npy")), "output written after a bad CLEMBED_TUNING");
+  /* --dim 0 is refused by init as by positional */
+  RUNS(1, "init", "--rows", "3", "--dim", "0", "--normal", "0,1", "-o", P("dim0.npy"));
+  ERR_HAS("--dim");
+  RUNS(1, "positional", "--length", "3", "--dim", "0", "-o", P("dim0.npy"));
+  ERR_HAS("--dim");
+  EXPECT(!exists(P("dim0.npy")), "output written for --dim 0");
+  /* a table of 0 columns: a bad id is still bad input (exit 1 naming the file) */
+  size_t t0[2] = {4, 0}, g0[2] = {3, 0}, is[1] = {3};
+  int32_t ids[3] = {1, 9, 2};
+  float dummy = 0;
+  write_npy(P("w0col.npy"), NPY_F4, 2, t0, &dummy);
+  write_npy(P("g0col.npy"), NPY_F4, 2, g0, &dummy);
+  write_npy(P("i0col.npy"), NPY_I4, 1, is, ids);
+  RUNS(1, "embed", "--table", P("w0col.npy"), "--ids", P("i0col.npy"), "-o", P("o0col.npy"));
+  ERR_HAS("i0col.npy");
+  ERR_HAS("ids[1] = 9");
+  RUNS(1, "backward", "--ids", P("i0col.npy"), "--grad", P("g0col.npy"), "--vocab", "4", "-o", P("o0col.npy"));
+  ERR_HAS("ids[1] = 9");
+  RUNS(1, "sgd", "--table", P("w0col.npy"), "--ids", P("i0col.npy"), "--grad", P("g0col.npy"), "--lr", "0.1", "-o",
+       P("o0col.npy"));
+  ERR_HAS("ids[1] = 9");
+  EXPECT(!exists(P("o0col.npy")), "output written after a bad id in a 0-column table");
+  /* the policies that accept the id, and good ids */
+  RUNS(0, "embed", "--table", P("w0col.npy"), "--ids", P("i0col.npy"), "--on-bad-id", "zero", "-o", P("o0col.npy"));
+  npy_array a = {0};
+  if (read_npy(P("o0col.npy"), &a)) {
+    EXPECT(a.ndim == 2 && a.shape[0] == 3 && a.shape[1] == 0, "0-column embed: shape");
+    npy_free(&a);
+  }
+  ids[1] = 3;
+  write_npy(P("i0col.npy"), NPY_I4, 1, is, ids);
+  RUNS(0, "embed", "--table", P("w0col.npy"), "--ids", P("i0col.npy"), "-o", P("o0col.npy"));
+}
+
+/* --------------------------------------------------------------- output */
+
+static int is_type(const char *path, mode_t type, int follow) {
+  struct stat st;
+  if ((follow ? stat(path, &st) : lstat(path, &st)) != 0) return 0;
+  return (st.st_mode & S_IFMT) == type;
+}
+
+/* A positional (3, 4) table read back from `path`. */
+static void expect_positional(const char *path, const char *what) {
+  npy_array a = {0};
+  if (!read_npy(path, &a)) return;
+  int ok = a.dtype == NPY_F4 && a.ndim == 2 && a.shape[0] == 3 && a.shape[1] == 4;
+  for (size_t p = 0; ok && p < 3; p++)
+    for (size_t i = 0; ok && i < 4; i++) ok = fabs(((float *)a.data)[p * 4 + i] - sin_ref(10000.0, CLEMBED_EXPONENT_PAIR, CLEMBED_LAYOUT_INTERLEAVED, 4, p, i)) <= 1e-6;
+  EXPECT(ok, "%s: not the (3, 4) positional table", what);
+  npy_free(&a);
+}
+
+#define POS34 "positional", "--length", "3", "--dim", "4"
+
+TU_CASE(output) {
+  /* a symlink: its target is replaced, the link stays */
+  float keep[2] = {7, 8};
+  size_t ks[1] = {2};
+  write_npy(P("real.npy"), NPY_F4, 1, ks, keep);
+  unlink(P("link.npy"));
+  EXPECT(symlink("real.npy", P("link.npy")) == 0, "symlink: %s", strerror(errno));
+  RUNS(0, POS34, "-o", P("link.npy"));
+  EXPECT(is_type(P("link.npy"), S_IFLNK, 0), "-o onto a symlink replaced the link");
+  expect_positional(P("real.npy"), "the symlink's target");
+  /* a dangling symlink: the file it names is created */
+  unlink(P("dangling.npy"));
+  EXPECT(symlink("made_by_link.npy", P("dangling.npy")) == 0, "symlink: %s", strerror(errno));
+  RUNS(0, POS34, "-o", P("dangling.npy"));
+  EXPECT(is_type(P("dangling.npy"), S_IFLNK, 0), "-o onto a dangling symlink replaced the link");
+  expect_positional(P("made_by_link.npy"), "a dangling symlink's target");
+  /* an existing file keeps its mode */
+  write_npy(P("mode.npy"), NPY_F4, 1, ks, keep);
+  chmod(P("mode.npy"), 0640);
+  RUNS(0, POS34, "-o", P("mode.npy"));
+  struct stat st;
+  EXPECT(stat(P("mode.npy"), &st) == 0 && (st.st_mode & 07777) == 0640, "the output's mode is %o, was 640",
+         (unsigned)(st.st_mode & 07777));
+  expect_positional(P("mode.npy"), "a file with mode 640");
+  /* -o - : the .npy on standard output */
+  RUNS(0, POS34, "-o", "-");
+  expect_positional(P(".stdout"), "-o -");
+  /* a FIFO is written directly, and stays a FIFO */
+  unlink(P("out.fifo"));
+  int fifo_ok = mkfifo(P("out.fifo"), 0600) == 0;
+  EXPECT(fifo_ok, "mkfifo: %s", strerror(errno));
+  if (fifo_ok) {
+    pid_t reader = fork();
+    if (reader == 0) { /* copies the FIFO into a file */
+      int in = open(P("out.fifo"), O_RDONLY), out = open(P("fifo_copy.npy"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      char buf[4096];
+      ssize_t n;
+      while (in >= 0 && out >= 0 && (n = read(in, buf, sizeof buf)) > 0)
+        if (write(out, buf, (size_t)n) != n) _exit(1);
+      _exit(in >= 0 && out >= 0 ? 0 : 1);
+    }
+    int r = CLI(POS34, "-o", P("out.fifo"));
+    int rst = 0, waited = 0;
+    /* the reader ends with the writer; a tool that never opened the FIFO leaves it waiting */
+    while (waitpid(reader, &rst, WNOHANG) == 0) {
+      if (waited >= 5000) {
+        kill(reader, SIGKILL);
+        waitpid(reader, &rst, 0);
+        break;
+      }
+      struct timespec t = {0, 10000000L};
+      nanosleep(&t, NULL);
+      waited += 10;
+    }
+    EXPECT(r == 0, "-o FIFO exits %d: %s", r, g_err);
+    fifo_ok = r == 0 && is_type(P("out.fifo"), S_IFIFO, 0);
+    EXPECT(fifo_ok, "-o onto a FIFO replaced it");
+    expect_positional(P("fifo_copy.npy"), "the FIFO's reader");
+  }
+  /* a device node is written directly (only after the FIFO worked: a tool that
+     renames over its output would replace /dev/null when run as root) */
+  if (fifo_ok && is_type("/dev/null", S_IFCHR, 0)) {
+    RUNS(0, POS34, "-o", "/dev/null");
+    EXPECT(is_type("/dev/null", S_IFCHR, 0), "/dev/null is no longer a character device");
+  }
+  /* the output path is checked before the work: exit 1 even with no device */
+  mkdir(P("a_dir"), 0755);
+  RUNS(1, POS34, "--device", "nonexistent-device-xyz", "-o", P("a_dir"));
+  ERR_HAS("is a directory");
+  RUNS(1, POS34, "--device", "nonexistent-device-xyz", "-o", P("no_such_dir/x.npy"));
+  ERR_HAS("no_such_dir");
+  EXPECT(leftover_temps() == 0, "temporary files left behind");
+}
+
+/* ------------------------------------------------- signals and mapping */
+
+/* Starts the tool without waiting (stdout and stderr to files); returns its pid. */
+static pid_t spawn(const char *const *args) {
+  char *argv[64];
+  int n = 0;
+  argv[n++] = (char *)g_exe;
+  for (; *args && n < 63; args++) argv[n++] = (char *)*args;
+  argv[n] = NULL;
+  const char *outp = P(".stdout"), *errp = P(".stderr");
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = fork();
+  if (pid == 0) {
+    int fo = open(outp, O_WRONLY | O_CREAT | O_TRUNC, 0644), fe = open(errp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fo < 0 || fe < 0) _exit(126);
+    dup2(fo, 1);
+    dup2(fe, 2);
+    close(fo);
+    close(fe);
+    execv(g_exe, argv);
+    _exit(127);
+  }
+  return pid;
+}
+#define SPAWN(...) spawn((const char *const[]){__VA_ARGS__, NULL})
+
+static void sleep_ms(long ms) {
+  struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
+  nanosleep(&t, NULL);
+}
+
+/* A run killed while it waits for its input (a FIFO) leaves no temporary file. */
+TU_CASE(signals) {
+  {
+    static float w[EX_V * EX_D];
+    static uint16_t w16[EX_V * EX_D];
+    int32_t i32[EX_N];
+    int64_t i64[EX_N];
+    exact_inputs(w, w16, i32, i64); /* i32_1d.npy */
+  }
+  static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+  static const char *const names[] = {"SIGINT", "SIGTERM", "SIGHUP"};
+  unlink(P("in.fifo"));
+  if (mkfifo(P("in.fifo"), 0600) != 0) {
+    EXPECT(0, "mkfifo: %s", strerror(errno));
+    return;
+  }
+  for (int k = 0; k < 3; k++) {
+    pid_t pid = SPAWN("embed", "--table", P("in.fifo"), "--ids", P("i32_1d.npy"), "-o", P("killed.npy"));
+    int waited = 0;
+    while (leftover_temps() == 0 && waited < 20000) sleep_ms(10), waited += 10;
+    EXPECT(leftover_temps() == 1, "%s: no temporary output file while the run waits for its input", names[k]);
+    kill(pid, sigs[k]);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    EXPECT(WIFSIGNALED(st) && WTERMSIG(st) == sigs[k], "%s: the run did not die of it (status %d)", names[k], st);
+    EXPECT(leftover_temps() == 0, "%s: the temporary output file is left behind", names[k]);
+    EXPECT(!exists(P("killed.npy")), "%s: an output file was written", names[k]);
+  }
+  unlink(P("in.fifo"));
+}
+
+static long proc_status_kib(pid_t pid, const char *key) {
+  char path[64], line[256];
+  snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+  FILE *f = fopen(path, "r");
+  long v = -1;
+  size_t kl = strlen(key);
+  while (f && fgets(line, sizeof line, f))
+    if (!strncmp(line, key, kl) && line[kl] == ':') v = atol(line + kl + 1);
+  if (f) fclose(f);
+  return v;
+}
+
+/* The table is mapped, not copied: while the run waits for its ids (a FIFO),
+ * the table file is in its mappings and its anonymous memory is far below the
+ * table's size. Then the ids arrive and the output is W[ids]. */
+TU_CASE(mapped_input) {
+  enum { V = 8192, D = 1024 }; /* 32 MiB */
+  float *w = malloc((size_t)V * D * sizeof *w);
+  if (!w) {
+    EXPECT(0, "out of memory");
+    return;
+  }
+  for (size_t i = 0; i < (size_t)V * D; i++) w[i] = (float)(i % 1000003) * 0.5f;
+  size_t ts[2] = {V, D}, is[1] = {3};
+  write_npy(P("big_table.npy"), NPY_F4, 2, ts, w);
+  const int32_t ids[3] = {V - 1, 0, 4321};
+  write_npy(P("ids3.npy"), NPY_I4, 1, is, ids);
+  unlink(P("ids.fifo"));
+  if (mkfifo(P("ids.fifo"), 0600) != 0) {
+    EXPECT(0, "mkfifo: %s", strerror(errno));
+    free(w);
+    return;
+  }
+  pid_t pid = SPAWN("embed", "--table", P("big_table.npy"), "--ids", P("ids.fifo"), "-o", P("mapped_out.npy"));
+  /* wait until it has the table and blocks on the FIFO */
+  char maps_path[64], line[1024];
+  snprintf(maps_path, sizeof maps_path, "/proc/%d/maps", (int)pid);
+  int mapped = 0;
+  for (int waited = 0; !mapped && waited < 20000; waited += 10) {
+    FILE *f = fopen(maps_path, "r");
+    while (f && fgets(line, sizeof line, f))
+      if (strstr(line, "big_table.npy")) mapped = 1;
+    if (f) fclose(f);
+    if (!mapped) sleep_ms(10);
+  }
+  long anon = proc_status_kib(pid, "RssAnon");
+  EXPECT(mapped, "the table file is not mapped while the run waits for its ids");
+  EXPECT(anon >= 0 && anon < (long)((size_t)V * D * 4 / 1024 / 2), "the run holds %ld KiB of anonymous memory",
+         anon);
+  /* feed the ids */
+  int fd = open(P("ids.fifo"), O_WRONLY);
+  static unsigned char buf[4096];
+  long n = file_bytes(P("ids3.npy"), buf, sizeof buf);
+  if (fd >= 0 && n > 0 && write(fd, buf, (size_t)n) != n) EXPECT(0, "write to the FIFO failed");
+  if (fd >= 0) close(fd);
+  int st = 0;
+  waitpid(pid, &st, 0);
+  slurp(P(".stderr"), g_err, sizeof g_err);
+  EXPECT(WIFEXITED(st) && WEXITSTATUS(st) == 0, "embed with a mapped table: status %d: %s", st, g_err);
+  npy_array a = {0};
+  if (read_npy(P("mapped_out.npy"), &a)) {
+    int ok = a.count == 3 * D;
+    for (int i = 0; i < 3 && ok; i++) ok = !memcmp((float *)a.data + (size_t)i * D, w + (size_t)ids[i] * D, D * 4);
+    EXPECT(ok, "embed with a mapped table differs from W[ids]");
+    npy_free(&a);
+  }
+  unlink(P("ids.fifo"));
+  unlink(P("big_table.npy"));
+  free(w);
+}
+
+/* A run that needs more memory than the machine has is refused before any
+ * allocation (exit 1, naming memory). */
+TU_CASE(memory_budget) {
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0) {
+    tu_skip("the machine's memory size is unknown");
+    return;
+  }
+  {
+    static float w[EX_V * EX_D], g[EX_N * EX_D];
+    static uint16_t w16[EX_V * EX_D];
+    int32_t i32[EX_N];
+    int64_t i64[EX_N];
+    exact_inputs(w, w16, i32, i64); /* i32_1d.npy */
+    size_t gs[2] = {EX_N, EX_D};
+    write_npy(P("e.npy"), NPY_F4, 2, gs, g); /* a gradient for those ids */
+  }
+  double phys = (double)pages * (double)page, global = 0;
+  /* the default device's memory: a device of its own is refused past it */
+  size_t n = 0;
+  clembed_device_info list[64];
+  if (clembed_devices(list, 64, &n) == CLEMBED_OK)
+    for (size_t i = 0; i < n && i < 64; i++)
+      if (list[i].is_default) global = (double)list[i].global_mem_bytes;
+  /* on a CPU device, host copy plus device copy are 1.2 times the machine (each
+     alone 0.6); elsewhere the device copy is past the device's memory */
+  double bytes = fmax(phys * 0.6, global * 1.1);
+  char rows[64];
+  snprintf(rows, sizeof rows, "%.0f", bytes / 4.0 / 1024.0);
+  RUNS(1, "init", "--rows", rows, "--dim", "1024", "--uniform", "0,1", "-o", P("huge.npy"));
+  ERR_HAS("this run needs");
+  RUNS(1, "init", "--rows", "1000000000", "--dim", "1000000", "--uniform", "0,1", "-o", P("huge.npy"));
+  ERR_HAS("this run needs");
+  RUNS(1, "backward", "--ids", P("i32_1d.npy"), "--grad", P("e.npy"), "--vocab", "100000000000", "-o",
+       P("huge.npy"));
+  ERR_HAS("this run needs");
+  EXPECT(!exists(P("huge.npy")) && leftover_temps() == 0, "a refused run left a file");
+}
+
+
+/* POCL lists no device when it cannot create its kernel cache directory (a
+ * home that is not writable): the message says so and names POCL_CACHE_DIR,
+ * not a package to install; with POCL_CACHE_DIR set the same run works.
+ * Only where POCL is the registered platform (not under OCL_ICD_VENDORS). */
+TU_CASE(pocl_cache_message) {
+  const char *vendors = getenv("OCL_ICD_VENDORS");
+  if ((vendors && *vendors) || !exists("/etc/OpenCL/vendors/pocl.icd")) {
+    tu_skip("POCL is not the registered platform (OCL_ICD_VENDORS set or no pocl.icd)");
+    return;
+  }
+  char *home = getenv("HOME") ? strdup(getenv("HOME")) : NULL;
+  char *xdg = getenv("XDG_CACHE_HOME") ? strdup(getenv("XDG_CACHE_HOME")) : NULL;
+  char *pcd = getenv("POCL_CACHE_DIR") ? strdup(getenv("POCL_CACHE_DIR")) : NULL;
+  setenv("HOME", "/proc/clembed-no-such-home", 1);
+  unsetenv("XDG_CACHE_HOME");
+  unsetenv("POCL_CACHE_DIR");
+  RUNS(2, "devices");
+  ERR_HAS("POCL_CACHE_DIR");
+  ERR_HAS("/proc/clembed-no-such-home/.cache/pocl/kcache");
+  EXPECT(strstr(g_err, "apt-get") == NULL, "the message points to a package: %s", g_err);
+  RUNS(2, "positional", "--length", "2", "--dim", "4", "-o", P("pocl_bad.npy"));
+  ERR_HAS("POCL_CACHE_DIR");
+  mkdir(P("pocl_cache"), 0755);
+  setenv("POCL_CACHE_DIR", P("pocl_cache"), 1);
+  RUNS(0, "positional", "--length", "2", "--dim", "4", "-o", P("pocl_ok.npy"));
+  if (home) setenv("HOME", home, 1);
+  else unsetenv("HOME");
+  if (xdg) setenv("XDG_CACHE_HOME", xdg, 1);
+  if (pcd) setenv("POCL_CACHE_DIR", pcd, 1);
+  else unsetenv("POCL_CACHE_DIR");
+  free(home);
+  free(xdg);
+  free(pcd);
+  /* the cache POCL made there */
+  char cmd[700];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", P("pocl_cache"));
+  if (system(cmd) != 0) EXPECT(0, "%s failed", cmd);
 }
 
 TU_CASE(demo) {

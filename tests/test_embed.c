@@ -151,7 +151,7 @@ static eresult run_case(clembed_context *ctx, const ecase *c) {
       int ok;
       double err = 0.0;
       if (c->positions == CLEMBED_POSITIONS_SINUSOID && pos_ok) {
-        double ref = (double)tok + ref_sinusoid(c->sin.base, c->sin.exponent, c->sin.layout, d, p, k), before = ref;
+        double ref = (double)tok + ref_sinusoid(&c->sin, d, (uint64_t)p, k), before = ref;
         double tol = 4e-6;
         if (c->dropout > 0.0f) {
           ref = keep_it ? ref * (double)keep : 0.0;
@@ -395,7 +395,7 @@ TU_CASE(decode_one_token_at_growing_positions) {
     size_t bad = 0;
     for (size_t c = 0; c < d; c++) {
       double ref = (double)w[(size_t)(k % V) * d + c] +
-                   ref_sinusoid(sins[k].base, sins[k].exponent, sins[k].layout, d, (int64_t)steps[k], c);
+                   ref_sinusoid(&sins[k], d, (uint64_t)steps[k], c);
       if (!(fabs(g[c] - ref) <= 4e-6)) bad++;
     }
     EXPECT(bad == 0, "decode step %d (position %zu, base %g): %zu of %zu wrong", k, steps[k], sins[k].base, bad, d);

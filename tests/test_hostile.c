@@ -260,7 +260,7 @@ TU_CASE(bad_matrix_arguments) {
   } bad[] = {
       {"NULL pointer", "is NULL", 1, {0}},
       {"NULL buffer", "NULL buffer", 0, {NULL, 0, 3, 4, 0, CLEMBED_F32}},
-      {"unknown dtype 3", "unknown dtype", 0, {b, 0, 3, 4, 0, (clembed_dtype)3}},
+      {"unknown dtype 7", "unknown dtype", 0, {b, 0, 3, 4, 0, (clembed_dtype)7}},
       {"unknown dtype -1", "unknown dtype", 0, {b, 0, 3, 4, 0, (clembed_dtype)-1}},
       {"ld < cols", "less than cols", 0, {b, 0, 3, 4, 3, CLEMBED_F32}},
       {"one element past the end (offset)", "buffer holds 48", 0, {b, 1, 3, 4, 0, CLEMBED_F32}},
@@ -568,17 +568,17 @@ TU_CASE(out_of_range_enums) {
   clembed_matrix m;
   int32_t h[2] = {0, 1};
   clembed_ids d;
-  const int bad_values[] = {3, -1, 1000, INT_MAX};
+  const int bad_values[] = {7, -1, 1000, INT_MAX};
   for (size_t k = 0; k < sizeof bad_values / sizeof bad_values[0]; k++) {
     int v = bad_values[k];
     EXPECT(clembed_dtype_size((clembed_dtype)v) == 0, "dtype_size(%d)", v);
     FAILS_MSG(ctx, INVALID, "unknown dtype", clembed_matrix_create(ctx, 2, 2, (clembed_dtype)v, &m));
     FAILS_MSG(ctx, INVALID, "unknown host dtype", clembed_matrix_write(ctx, &f->out, h, (clembed_dtype)v));
     FAILS_MSG(ctx, INVALID, "unknown host dtype", clembed_matrix_read(ctx, &f->out, h, (clembed_dtype)v));
-    int iv = v == 3 ? 2 : v; /* 2 is the first unknown index type */
+    int iv = v == 7 ? 2 : v; /* 2 is the first unknown index type */
     FAILS_MSG(ctx, INVALID, "unknown index type", clembed_ids_create(ctx, h, 2, (clembed_index_type)iv, &d));
 
-    int pv = v == 3 ? 4 : v; /* 4 is the first unknown policy */
+    int pv = v == 7 ? 4 : v; /* 4 is the first unknown policy */
     clembed_embed_options eo = clembed_embed_defaults();
     eo.policy = (clembed_index_policy)pv;
     FAILS_MSG(ctx, INVALID, "unknown index policy", clembed_embed(ctx, &f->table, &f->ids, &eo, &f->out, 0, NULL, NULL));
@@ -593,7 +593,7 @@ TU_CASE(out_of_range_enums) {
     eo.positions = (clembed_positions)v;
     FAILS_MSG(ctx, INVALID, "unknown positions", clembed_embed(ctx, &f->table, &f->ids, &eo, &f->out, 0, NULL, NULL));
 
-    int sv = v == 3 ? 2 : v; /* 2 is the first unknown exponent and layout */
+    int sv = v == 7 ? 2 : v; /* 2 is the first unknown exponent and layout */
     clembed_sinusoid s = {10000.0, (clembed_exponent)sv, CLEMBED_LAYOUT_INTERLEAVED};
     FAILS_MSG(ctx, INVALID, "exponent", clembed_positional(ctx, &s, 0, &f->out, 0, NULL, NULL));
     eo = clembed_embed_defaults();
@@ -718,9 +718,11 @@ TU_CASE(overflowing_sizes) {
   FAILS_MSG(ctx, CLEMBED_ERR_OUT_OF_MEMORY, "largest allocation",
             clembed_ids_create(ctx, h, (size_t)1 << 50, CLEMBED_I64, &d));
   EXPECT(d.buffer == NULL, "a failed ids_create wrote its ids");
-  /* the last position overflows size_t */
-  FAILS_MSG(ctx, INVALID, "overflows", clembed_positional(ctx, NULL, SIZE_MAX - 1, &f->out, 0, NULL, NULL));
-  OK(ctx, clembed_positional(ctx, NULL, SIZE_MAX - (FN - 1), &f->out, 0, NULL, NULL)); /* fits exactly */
+  /* positions end at 2^32 (and nothing overflows size_t on the way) */
+  FAILS_MSG(ctx, INVALID, "2^32", clembed_positional(ctx, NULL, SIZE_MAX - 1, &f->out, 0, NULL, NULL));
+  FAILS_MSG(ctx, INVALID, "2^32", clembed_positional(ctx, NULL, SIZE_MAX - (FN - 1), &f->out, 0, NULL, NULL));
+  FAILS_MSG(ctx, INVALID, "2^32", clembed_positional(ctx, NULL, ((size_t)1 << 32) - (FN - 1), &f->out, 0, NULL, NULL));
+  OK(ctx, clembed_positional(ctx, NULL, ((size_t)1 << 32) - FN, &f->out, 0, NULL, NULL)); /* fits exactly */
   OK(ctx, clembed_finish(ctx));
 }
 
@@ -1076,16 +1078,45 @@ TU_CASE(bad_positions_forward_and_backward) {
       got = read_guarded(ctx, &pgrad, what);
       free(got);
     }
-    /* the largest position offset with a sinusoid: no crash */
+    /* the sinusoid takes positions below 2^32: an offset that reaches 2^32 is refused on the host */
     o = clembed_embed_defaults();
     o.positions = CLEMBED_POSITIONS_SINUSOID;
-    o.position_offset = SIZE_MAX;
+    o.seq_len = L;
+    const size_t end32 = (size_t)1 << 32;
+    const size_t refused[] = {SIZE_MAX, (size_t)1 << 63, end32, end32 - L + 1};
+    for (size_t k = 0; k < sizeof refused / sizeof *refused; k++) {
+      o.position_offset = refused[k];
+      FAILS_MSG(ctx, INVALID, "2^32", clembed_embed(ctx, &table.m, &d, &o, &out.m, 0, NULL, NULL));
+    }
+    o.position_offset = end32 - L; /* the last sequence ends at 2^32 - 1 */
     OK(ctx, clembed_embed(ctx, &table.m, &d, &o, &out.m, 0, NULL, NULL));
-    s = clembed_finish(ctx);
-    EXPECT(s == CLEMBED_OK || s == CLEMBED_ERR_INDEX_OUT_OF_RANGE, "%s: sinusoid at position offset 2^64-1: %s", what,
-           clembed_status_string(s));
+    OK(ctx, clembed_finish(ctx));
     got = read_guarded(ctx, &out, what);
     free(got);
+    /* ...and one that reaches it through sequence_offsets is a deferred error naming the token and sequence */
+    {
+      const int64_t so_far[NSEQ] = {0, (int64_t)end32 - 2, (int64_t)end32 - 1, 5, 6, 7};
+      clembed_ids sf;
+      OK(ctx, clembed_ids_create(ctx, so_far, NSEQ, CLEMBED_I64, &sf));
+      o.position_offset = 0;
+      o.sequence_offsets = &sf;
+      OK(ctx, clembed_embed(ctx, &table.m, &d, &o, &out.m, 0, NULL, NULL));
+      FAILS_MSG(ctx, CLEMBED_ERR_INDEX_OUT_OF_RANGE, "token 5 is at position 4294967296 (sequence_offsets[2]",
+                clembed_finish(ctx));
+      clembed_error_detail det;
+      OK(ctx, clembed_context_error(ctx, &det));
+      EXPECT(!strcmp(det.argument, "sequence_offsets") && det.index == 2 && det.value == (int64_t)end32 - 1,
+             "%s: detail of a sequence reaching 2^32: %s[%lld] = %lld", what, det.argument, (long long)det.index,
+             (long long)det.value);
+      got = read_guarded(ctx, &out, what);
+      /* token 5's positional part is zero; tokens 2, 3 and 4 (positions 2^32 - 2, 2^32 - 1) carry theirs */
+      for (int c = 0; c < D; c++)
+        EXPECT(got[5 * D + c] == tv[ids[5] * D + c], "%s: token at 2^32: out[5][%d] = %g, want the token row %g", what,
+               c, (double)got[5 * D + c], (double)tv[ids[5] * D + c]);
+      EXPECT(got[4 * D] != tv[ids[4] * D], "%s: token at 2^32 - 1 got no sinusoid", what);
+      free(got);
+      clembed_ids_release(&sf);
+    }
 
     clembed_ids_release(&d);
     clembed_ids_release(&so);

@@ -14,6 +14,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdint.h>
@@ -841,6 +842,81 @@ TU_CASE(corpus_files)
     for (i = 0; i < NBAD; i++)
         CHECK(seen_bad[i], "corpus file %s missing", bad_files[i].name);
     printf("corpus: %d good and %d bad files checked\n", ngood, nbad);
+}
+
+/* npy_map gives what npy_read gives (the same refusals and messages, the same
+ * arrays), maps a regular file whose data are aligned, and npy_write_fd writes
+ * the bytes npy_write writes. */
+TU_CASE(map_and_write_fd)
+{
+    const char *corpus = g_corpus;
+    DIR *d = opendir(corpus);
+    struct dirent *e;
+    int compared = 0, mapped = 0;
+
+    CHECK(d != NULL, "cannot open corpus directory %s: %s", corpus, strerror(errno));
+    while (d && (e = readdir(d)) != NULL) {
+        char path[PATH_MAX], err1[512], err2[512];
+        npy_array a;
+        npy_mapping m;
+        int r1, r2;
+        if (strncmp(e->d_name, "good_", 5) != 0 && strncmp(e->d_name, "bad_", 4) != 0)
+            continue;
+        join(path, sizeof path, corpus, e->d_name);
+        r1 = npy_read(path, &a, err1, sizeof err1);
+        r2 = npy_map(path, &m, err2, sizeof err2);
+        compared++;
+        CHECK(r1 == r2, "%s: npy_read %d, npy_map %d", e->d_name, r1, r2);
+        if (r1 != 0 && r2 != 0)
+            CHECK(strcmp(err1, err2) == 0, "%s: messages differ: '%s' / '%s'", e->d_name, err1, err2);
+        if (r1 == 0 && r2 == 0) {
+            size_t bytes = a.count * npy_itemsize(a.dtype);
+            CHECK(a.dtype == m.array.dtype && a.ndim == m.array.ndim && a.count == m.array.count &&
+                      !memcmp(a.shape, m.array.shape, sizeof a.shape) &&
+                      (bytes == 0 || !memcmp(a.data, m.array.data, bytes)),
+                  "%s: npy_map's array differs from npy_read's", e->d_name);
+            if (m.map != NULL)
+                mapped++;
+        }
+        if (r1 == 0)
+            npy_free(&a);
+        if (r2 == 0)
+            npy_unmap(&m);
+    }
+    if (d)
+        closedir(d);
+    CHECK(compared > 10 && (!host_little_endian() || mapped > 0),
+          "npy_map: %d files compared, %d mapped", compared, mapped);
+
+    /* npy_write_fd == npy_write, byte for byte */
+    {
+        char p1[PATH_MAX], p2[PATH_MAX];
+        const size_t shape[2] = {3, 5};
+        float v[15];
+        size_t n1 = 0, n2 = 0;
+        unsigned char *b1, *b2;
+        int fd, rc;
+        char err[512];
+        for (int i = 0; i < 15; i++)
+            v[i] = (float)i * 0.25f - 1.0f;
+        join(p1, sizeof p1, g_tmpdir, "write_path.npy");
+        join(p2, sizeof p2, g_tmpdir, "write_fd.npy");
+        CHECK(npy_write(p1, NPY_F4, 2, shape, v, err, sizeof err) == 0, "npy_write: %s", err);
+        fd = open(p2, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        CHECK(fd >= 0, "open %s: %s", p2, strerror(errno));
+        rc = fd >= 0 ? npy_write_fd(fd, "write_fd.npy", NPY_F4, 2, shape, v, err, sizeof err) : -1;
+        CHECK(rc == 0, "npy_write_fd: %s", err);
+        if (fd >= 0)
+            close(fd);
+        b1 = slurp(p1, &n1);
+        b2 = slurp(p2, &n2);
+        CHECK(b1 && b2 && n1 == n2 && !memcmp(b1, b2, n1), "npy_write_fd and npy_write differ");
+        free(b1);
+        free(b2);
+        /* a closed descriptor: -1 and a message naming it */
+        rc = npy_write_fd(-1, "closed", NPY_F4, 2, shape, v, err, sizeof err);
+        CHECK(rc == -1 && strstr(err, "closed") != NULL, "npy_write_fd(-1): %d '%s'", rc, err);
+    }
 }
 
 static void setup(clembed_context *unused)

@@ -1,17 +1,20 @@
-/* clembed_positional against a float64 reference written from API.md:
+/* clembed_positional against the exact float64 reference of reference_rope.h
+ * (p*w formed and reduced exactly) for the formula of API.md:
  *   d = cols, h = ceil(d/2); column i of position p is
  *   INTERLEAVED: sin(p*w) for even i, cos(p*w) for odd i, with
  *                w = base^(-2*floor(i/2)/d) (PAIR) or base^(-i/d) (INDEX);
  *   HALVES:      sin(p*w_i) for i < h, cos(p*w_(i-h)) for i >= h, w_k = base^(-2k/d).
  * Tolerances:
- *   F32 output: |got - exact| <= 1e-6 for every position below 2^20 (the contract);
+ *   F32 output: |got - exact| <= 1e-6 for every position below 2^32 (the contract);
  *   F16/BF16:   got is within one ulp (of that dtype) of the dtype's rounding of
  *               the exact value, or is the rounding of a value within 1e-6 of it
  *               (the F32 contract followed by one rounding; this matters only for
  *               tiny values, where a BF16 ulp is below 1e-6).
  * Covered: every variant, odd d (1, 3, 7, 37), base 10000, 5 and 2.5, first
  * position 0, 1000 and far positions up to 2^20-1 (every position below 2^20 for
- * d = 8 in the normal run; full rows of d = 4096 at sampled positions), ld and
+ * d = 8 in the normal run; full rows of d = 4096 at sampled positions), positions
+ * near 2^24, 2^28, 2^31 and up to 2^32 - 1 for bases 1, 2, 10000, 500000 and
+ * 1e6 (float32's p*w error printed beside), the refusal at 2^32, ld and
  * offset windows, the tutorial's numbers, the frequency cache, events and wait
  * lists, and every argument error; and the CPU shapes (a row per work-item,
  * the vector sinusoid) give the same bits as the GPU shapes (one element per
@@ -78,7 +81,7 @@ static void run(clembed_context *ctx, const clembed_sinusoid *s, size_t first, s
       continue;
     }
     size_t r = (e - off) / ld, c = (e - off) % ld;
-    double ref = ref_sinusoid(rs->base, rs->exponent, rs->layout, d, first + r, c), err;
+    double ref = ref_sinusoid(rs, d, first + r, c), err;
     if (!acceptable(all[e], ref, t, &err)) {
       if (bad < 3)
         fprintf(stderr, "  base %g exp %d layout %d d %zu %s: position %zu column %zu: got %.9g want %.12g (err %.3g)\n",
@@ -149,6 +152,41 @@ TU_CASE(far_positions_full_rows) {
       if (tu_small && v && k % 2) continue;
       run(ctx, &VARIANTS[v], starts[k], rows, d, CLEMBED_F32, 0, 0, st);
     }
+  /* up to 2^32 - 1 (the last position), for bases 1, 2, 10000, 500000 and 1e6 */
+  const size_t big[] = {P20 - 3,
+                        ((size_t)1 << 24) - 3,
+                        ((size_t)1 << 28) - 3,
+                        ((size_t)1 << 31) - 3,
+                        ((size_t)1 << 31) + 77777,
+                        ((size_t)1 << 32) - 6,
+                        3141592653u,
+                        4000000000u};
+  const double bases[] = {1.0, 2.0, 10000.0, 500000.0, 1e6};
+  stats far = {0};
+  for (int v = 0; v < 3; v++)
+    for (size_t b = 0; b < 5; b++)
+      for (size_t k = 0; k < sizeof big / sizeof *big; k++) {
+        clembed_sinusoid s = VARIANTS[v];
+        s.base = bases[b];
+        run(ctx, &s, big[k], 6, tu_small ? 64 : 333, CLEMBED_F32, 0, 0, &far);
+      }
+  /* what float32 p*w (as most libraries compute it) gives at those positions, for comparison */
+  double f32_worst = 0.0;
+  for (size_t k = 0; k < sizeof big / sizeof *big; k++)
+    for (size_t i = 0; i < 64; i++) {
+      int is_cos;
+      clembed_sinusoid s = {10000.0, CLEMBED_EXPONENT_PAIR, CLEMBED_LAYOUT_INTERLEAVED};
+      double w = ref_sinusoid_freq(&s, 64, i, &is_cos);
+      float a = (float)big[k] * (float)w;
+      double e = fabs((is_cos ? (double)cosf(a) : (double)sinf(a)) - ref_sinusoid(&s, 64, big[k], i));
+      if (e > f32_worst) f32_worst = e;
+    }
+  printf("positions up to 2^32 - 1, bases 1 to 1e6: %zu values, max error %.3g (limit 1e-6); float32 p*w: max "
+         "error %.3g\n",
+         far.checked, far.max_err, f32_worst);
+  st->checked += far.checked;
+  st->bad += far.bad;
+  if (far.max_err > st->max_err) st->max_err = far.max_err;
 }
 
 /* Every position below 2^20 for a few frequencies (d = 8: w = 1, 0.1, 0.01, 0.001
@@ -178,7 +216,7 @@ TU_CASE(every_position_below_2_to_the_20) {
       OK(ctx, clembed_matrix_read(ctx, &m, g, CLEMBED_F32));
       for (size_t r = 0; r < chunk; r++)
         for (size_t c = 0; c < d; c++) {
-          double ref = ref_sinusoid(cfg[k].s.base, cfg[k].s.exponent, cfg[k].s.layout, d, first + r, c);
+          double ref = ref_sinusoid(&cfg[k].s, d, first + r, c);
           double err = fabs((double)g[r * d + c] - ref);
           if (!(err <= 1e-6)) bad++;
           if (err > worst || isnan(err)) {
@@ -259,7 +297,7 @@ TU_CASE(queued_configurations) {
     size_t bad = 0;
     for (size_t r = 0; r < 20; r++)
       for (size_t c = 0; c < d[k]; c++) {
-        double ref = ref_sinusoid(s[k].base, s[k].exponent, s[k].layout, d[k], 100 * (size_t)k + r, c);
+        double ref = ref_sinusoid(&s[k], d[k], 100 * (size_t)k + r, c);
         if (!(fabs(g[r * d[k] + c] - ref) <= 1e-6)) bad++;
       }
     EXPECT(bad == 0, "queued configuration %d (base %g, d %zu): %zu wrong", k, s[k].base, d[k], bad);
@@ -358,7 +396,7 @@ TU_CASE(argument_errors) {
   bad.buffer = NULL;
   FAILS(ctx, INV, clembed_positional(ctx, &s, 0, &bad, 0, NULL, NULL));
   bad = m;
-  bad.dtype = (clembed_dtype)3;
+  bad.dtype = (clembed_dtype)7;
   FAILS(ctx, INV, clembed_positional(ctx, &s, 0, &bad, 0, NULL, NULL));
   bad = m;
   bad.ld = 5;
@@ -375,7 +413,11 @@ TU_CASE(argument_errors) {
   int nz = 0;
   for (int i = 0; i < 24; i++) nz += g[i] != 0.0f;
   EXPECT(nz == 0, "a failed call wrote %d elements", nz);
-  OK(ctx, clembed_positional(ctx, &s, SIZE_MAX - 3, &m, 0, NULL, NULL)); /* the last position fits */
+  /* positions end at 2^32: the last one (2^32 - 1) is accepted, one past it refused */
+  OK(ctx, clembed_positional(ctx, &s, ((size_t)1 << 32) - 4, &m, 0, NULL, NULL));
+  FAILS(ctx, INV, clembed_positional(ctx, &s, ((size_t)1 << 32) - 3, &m, 0, NULL, NULL));
+  FAILS(ctx, INV, clembed_positional(ctx, &s, (size_t)1 << 32, &m, 0, NULL, NULL));
+  FAILS(ctx, INV, clembed_positional(ctx, &s, SIZE_MAX - 3, &m, 0, NULL, NULL));
   OK(ctx, clembed_finish(ctx));
   clembed_matrix_release(&m);
 }
@@ -393,7 +435,7 @@ TU_CASE(cpu_and_gpu_shapes_agree) {
   clembed_context *cpu, *gpu;
   if (!tu_shaped_pair(&cpu, &gpu)) return;
   const size_t ds[] = {1, 16, 37, 1024};
-  const size_t firsts[] = {0, 123457, P20 - 50, ((size_t)1 << 32) + 5};
+  const size_t firsts[] = {0, 123457, P20 - 50, ((size_t)1 << 32) - 64};
   const double bases[] = {10000.0, 5.0, 0.5};
   size_t rows = tu_small ? 8 : 64, same = 0, cases = 0;
   for (int v = 0; v < 3; v++)

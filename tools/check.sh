@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test command: installs what is missing, builds, and runs the whole test
-# suite (POCL and, when installed, Oclgrind) with ctest.
+# suite (POCL and, when installed, Oclgrind and Mesa's rusticl) with ctest;
+# always with the tests configured ON, and a run of no test fails.
 #   ./tools/check.sh              build in build/ and run every test; with CI=true
 #                                 (as .ci/run does) then also --sanitize and --fuzz
 #   ./tools/check.sh --sanitize   build in build-sanitize/ with -fsanitize=address,undefined
@@ -47,14 +48,16 @@ fuzz_tools() {
 
 case "${1:-}" in
   --sanitize)
-    clembed_setup build-sanitize -DCLEMBED_SANITIZE=ON
+    clembed_setup build-sanitize -DCLEMBED_SANITIZE=ON -DCLEMBED_BUILD_TESTS=ON -DCLEMBED_BUILD_TOOLS=ON
     cd build-sanitize
-    # POCL's own allocations are not clembed's: leak checking stays on for
-    # clembed's code through the suppression file, which names only the runtime.
-    export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0"
+    # The OpenCL runtimes' own allocations are not clembed's: leak checking stays
+    # on for clembed's code through the suppression file, which names only the
+    # runtimes. Full unwinding, so that a leak inside a runtime built without
+    # frame pointers (Mesa's rusticl, loaded by the ICD loader) shows its library.
+    export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:fast_unwind_on_malloc=0"
     export LSAN_OPTIONS="suppressions=$CLEMBED_ROOT/tests/lsan.supp:print_suppressions=0"
     export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
-    exec ctest --output-on-failure -j "$jobs" -L "host|cli|leaks|robust"
+    exec ctest --no-tests=error --output-on-failure -j "$jobs" -L "host|cli|leaks|robust"
     ;;
   --fuzz)
     clembed_install_packages
@@ -71,9 +74,14 @@ case "${1:-}" in
     ;;
 esac
 
-clembed_setup build
+# Tests ON whatever the cache holds (quickstart.sh configures build/ with them
+# OFF); a run that executes no test is a failure.
+# The Python package's tests (label python) need NumPy and pytest; pyopencl and
+# matplotlib for its interop and plot tests.
+CLEMBED_OPTIONAL_PACKAGES+=(python3-numpy python3-pytest python3-pyopencl python3-matplotlib)
+clembed_setup build -DCLEMBED_BUILD_TESTS=ON -DCLEMBED_BUILD_TOOLS=ON
 status=0
-(cd build && ctest --output-on-failure -j "$jobs") || status=1
+(cd build && ctest --no-tests=error --output-on-failure -j "$jobs") || status=1
 if [ "${CI:-}" = true ]; then
   # Each in its own process, so that a failure in one still lets the other run.
   echo "check: CI: the sanitizer build's host, CLI, leak and hostile-input tests"

@@ -31,12 +31,11 @@ def median_ms(fn, reps):
     return statistics.median(times)
 
 
-def torch_rows(reps, threads):
+def torch_rows(reps, threads, n, d, V):
     import torch
 
     if threads:
         torch.set_num_threads(threads)
-    n, d, V = 16384, 1024, 32000
     g = torch.Generator().manual_seed(1)
     W = torch.rand(V, d, generator=g) * 2 - 1
     ids = torch.randint(0, V, (n,), generator=g)
@@ -44,19 +43,21 @@ def torch_rows(reps, threads):
     rows = {}
     rows["copy (same bytes as the f32 lookup)"] = median_ms(lambda: out.copy_(W[:n]), reps)
     rows["lookup f32"] = median_ms(lambda: torch.index_select(W, 0, ids, out=out), reps)
+    # half tables: PyTorch's embedding of an f16 (bf16) weight gives f16 (bf16),
+    # so these compare with clembed's f16 -> f16 and bf16 -> bf16 rows
     Wh = W.half()
     outh = torch.empty(n, d, dtype=torch.half)
-    rows["lookup f16 table"] = median_ms(lambda: torch.index_select(Wh, 0, ids, out=outh), reps)
+    rows["lookup f16 table, f16 out"] = median_ms(lambda: torch.index_select(Wh, 0, ids, out=outh), reps)
     Wb = W.bfloat16()
     outb = torch.empty(n, d, dtype=torch.bfloat16)
-    rows["lookup bf16 table"] = median_ms(lambda: torch.index_select(Wb, 0, ids, out=outb), reps)
-    # sqrt(d) * W[ids] + PE, batch 8 x 2048, in three in-place passes
+    rows["lookup bf16 table, bf16 out"] = median_ms(lambda: torch.index_select(Wb, 0, ids, out=outb), reps)
+    # sqrt(d) * W[ids] + PE, sequences of 2048, in three in-place passes
     pos = torch.arange(2048, dtype=torch.float32).unsqueeze(1)
     div = torch.exp(torch.arange(0, d, 2, dtype=torch.float32) * (-math.log(10000.0) / d))
     pe = torch.zeros(2048, d)
     pe[:, 0::2] = torch.sin(pos * div)
     pe[:, 1::2] = torch.cos(pos * div)
-    out3 = out.view(8, 2048, d)
+    out3 = out.view(n // 2048, 2048, d)
     scale = math.sqrt(d)
 
     def fused():
@@ -85,18 +86,38 @@ def torch_rows(reps, threads):
     dW = torch.zeros(V, d)
     rows["backward (accumulate, deterministic)"] = median_ms(lambda: dW.index_add_(0, ids, grad), reps)
     rows["sgd_update"] = median_ms(lambda: W.index_add_(0, ids, grad, alpha=-1e-9), reps)
+    # sparse optimizer steps from the same gradient rows: the sparse gradient
+    # tensor PyTorch's embedding backward makes, then the optimizer's step
+    # (coalescing the repeated ids included, as clembed folds them)
+    Wp = torch.nn.Parameter(W.clone())
+    idx = ids.unsqueeze(0)
+    optims = {"optimizer SGD": torch.optim.SGD([Wp], lr=1e-9),
+              "optimizer ADAGRAD": torch.optim.Adagrad([Wp], lr=1e-9),
+              "optimizer ADAM": torch.optim.SparseAdam([Wp], lr=1e-9)}
+    for name, opt in optims.items():
+        def step(opt=opt):
+            Wp.grad = torch.sparse_coo_tensor(idx, grad, (V, d))
+            opt.step()
+        rows[name] = median_ms(step, reps)
+    # initialisation of the V x d float32 table, in place
+    rows["init normal f32 (V x d)"] = median_ms(lambda: W.normal_(0.0, 1.0), reps)
+    rows["init uniform f32 (V x d)"] = median_ms(lambda: W.uniform_(-1.0, 1.0), reps)
     return rows, torch.__version__, torch.get_num_threads()
 
 
 def clembed_rows(binary, reps):
+    """clembed's rows by name, and the reference line (the copy every ratio uses)."""
     res = subprocess.run([binary, "bench", "--json", "--reps", str(reps)], check=True, capture_output=True, text=True)
-    rows = {}
+    rows, reference = {}, None
     for line in res.stdout.splitlines():
         line = line.strip()
         if line.startswith("{"):
             r = json.loads(line)
-            rows[r["operation"]] = r
-    return rows
+            if "operation" in r:
+                rows[r["operation"]] = r
+            elif "reference" in r:
+                reference = r
+    return rows, reference
 
 
 def main():
@@ -109,19 +130,24 @@ def main():
                     help="torch threads (default: the number of CPUs, as OpenCL's CPU devices use)")
     args = ap.parse_args()
 
-    rounds_ours, rounds_theirs = [], []
+    rounds_ours, rounds_theirs, references = [], [], []
     version, threads, have_torch = None, None, True
     for _ in range(max(1, args.rounds)):
-        rounds_ours.append(clembed_rows(args.clembed, args.reps))
+        rows, reference = clembed_rows(args.clembed, args.reps)
+        rounds_ours.append(rows)
+        references.append(reference)
+        shape = reference or {"n": 16384, "d": 1024, "V": 32000}
         if have_torch:
             try:
-                t, version, threads = torch_rows(args.reps, args.threads)
+                t, version, threads = torch_rows(args.reps, args.threads, shape["n"], shape["d"], shape["V"])
                 rounds_theirs.append(t)
             except ImportError:
                 have_torch = False
                 print("PyTorch is not installed (Debian: apt-get install python3-torch): clembed's figures only")
 
     def find_in(rows, prefix):
+        if prefix in rows:
+            return rows[prefix]
         for name, r in rows.items():
             if name.startswith(prefix):
                 return r
@@ -145,13 +171,20 @@ def main():
         theirs = {k: statistics.median(t[k] for t in rounds_theirs) for k in rounds_theirs[0]}
 
     print(f"{'operation':38s} {'clembed ms':>11s} {'vs copy':>8s} {'torch ms':>9s} {'clembed speed-up':>17s}")
-    for prefix in ["lookup f32", "lookup f16 table", "lookup bf16 table", "embed sqrt + sinusoid",
+    for ref in references:
+        if ref:
+            print(f"reference copy: {ref['reference']} at {ref['reference_gb_per_s']:.1f} GB/s "
+                  f"(n {ref['n']}, d {ref['d']}, V {ref['V']}; caches: host {ref['host_llc_bytes'] / 2**20:.0f} MiB, "
+                  f"device {ref['device_cache_bytes'] / 2**20:.0f} MiB)")
+    for prefix in ["lookup f32", "lookup f16 table, f16 out", "lookup bf16 table, bf16 out",
+                   "lookup f16 table, f32 out", "lookup bf16 table, f32 out", "embed sqrt + sinusoid",
                    "embed + learned positions", "positional table", "backward (accumulate, deterministic)",
-                   "sgd_update"]:
+                   "sgd_update", "optimizer SGD", "optimizer ADAGRAD", "optimizer ROWWISE_ADAGRAD",
+                   "optimizer ADAM", "init normal f32 (V x d)", "init uniform f32 (V x d)"]:
         r = find(prefix)
         if r is None:
             continue
-        t = theirs.get(prefix) if theirs else None
+        t = theirs.get(prefix) if theirs else None  # None: PyTorch has no like-for-like operation
         ratio = r.get("copy_ratio", float("nan"))
         tcol = f"{t:9.2f}" if t else f"{'-':>9s}"
         speedup = None

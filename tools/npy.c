@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <time.h>
@@ -490,7 +491,41 @@ void npy_free(npy_array *a)
     memset(a, 0, sizeof *a);
 }
 
+/* npy_read and npy_map: with `map` non-NULL, a regular file on a
+ * little-endian host is mapped read-only instead of read into memory. */
+static int read_or_map(const char *path, npy_array *out, npy_mapping *map, char *err,
+                       size_t errlen);
+
 int npy_read(const char *path, npy_array *out, char *err, size_t errlen)
+{
+    return read_or_map(path, out, NULL, err, errlen);
+}
+
+int npy_map(const char *path, npy_mapping *out, char *err, size_t errlen)
+{
+    if (out == NULL) {
+        if (err && errlen)
+            err[0] = '\0';
+        set_err(err, errlen, path ? path : "(null path)", "invalid argument (NULL output)");
+        return -1;
+    }
+    memset(out, 0, sizeof *out);
+    return read_or_map(path, &out->array, out, err, errlen);
+}
+
+void npy_unmap(npy_mapping *m)
+{
+    if (m == NULL)
+        return;
+    if (m->map != NULL)
+        munmap(m->map, m->map_bytes);
+    else
+        free(m->array.data);
+    memset(m, 0, sizeof *m);
+}
+
+static int read_or_map(const char *path, npy_array *out, npy_mapping *map, char *err,
+                       size_t errlen)
 {
     FILE *fp = NULL;
     unsigned char pre[12];
@@ -648,6 +683,24 @@ int npy_read(const char *path, npy_array *out, char *err, size_t errlen)
             goto fail;
         }
     }
+    if (map != NULL && size_known && !host_is_big_endian() && fsize <= (uintmax_t)SIZE_MAX &&
+        (prelen + hlen) % itemsize == 0) {
+        /* read-only mapping of the whole file; the data start after the header */
+        void *base = mmap(NULL, (size_t)fsize, PROT_READ, MAP_PRIVATE, fileno(fp), 0);
+        if (base == MAP_FAILED) {
+            set_err(err, errlen, path, "cannot map %ju bytes: %s", fsize, strerror(errno));
+            goto fail;
+        }
+        fclose(fp);
+        out->dtype = dtype;
+        out->ndim = h.ndim;
+        memcpy(out->shape, h.shape, sizeof out->shape);
+        out->count = count;
+        out->data = (unsigned char *)base + prelen + hlen;
+        map->map = base;
+        map->map_bytes = (size_t)fsize;
+        return 0;
+    }
     data = malloc(bytes ? bytes : 1);
     if (data == NULL) {
         set_err(err, errlen, path, "out of memory allocating %zu bytes of data", bytes);
@@ -790,77 +843,78 @@ static void fsync_parent_dir(const char *path)
     free(dir);
 }
 
-static int write_all(FILE *fp, const void *buf, size_t n)
+static int write_all(int fd, const void *buf, size_t n)
 {
     const unsigned char *p = buf;
     while (n > 0) {
         size_t want = n < NPY_IO_CHUNK ? n : NPY_IO_CHUNK;
-        if (fwrite(p, 1, want, fp) != want)
+        ssize_t w = write(fd, p, want);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            if (w == 0)
+                errno = EIO;
             return -1;
-        p += want;
-        n -= want;
+        }
+        p += (size_t)w;
+        n -= (size_t)w;
     }
     return 0;
 }
 
-static int write_body(FILE *fp, const unsigned char *data, size_t count, size_t itemsize)
+static int write_body(int fd, const unsigned char *data, size_t count, size_t itemsize)
 {
     unsigned char buf[65536];
     size_t per, done = 0;
 
     if (!host_is_big_endian())
-        return write_all(fp, data, count * itemsize);
+        return write_all(fd, data, count * itemsize);
     per = sizeof buf / itemsize;
     while (done < count) {
         size_t k = count - done < per ? count - done : per;
         memcpy(buf, data + done * itemsize, k * itemsize);
         swap_items(buf, k, itemsize);
-        if (write_all(fp, buf, k * itemsize) != 0)
+        if (write_all(fd, buf, k * itemsize) != 0)
             return -1;
         done += k;
     }
     return 0;
 }
 
-int npy_write(const char *path, npy_dtype dtype, int ndim, const size_t *shape,
-              const void *data, char *err, size_t errlen)
+/* The preamble and header as numpy.save writes them (malloc'd, *total bytes),
+ * after checking the arguments; NULL with a message in err. */
+static unsigned char *make_header(const char *name, npy_dtype dtype, int ndim, const size_t *shape,
+                                  const void *data, size_t *total_out, size_t *count_out,
+                                  char *err, size_t errlen)
 {
     char dict[64 + NPY_MAX_DIMS * 24];
-    unsigned char *hdr = NULL;
+    unsigned char *hdr;
     size_t dlen, prelen, total, hlen, count, bytes, itemsize;
-    char *tmp = NULL;
-    FILE *fp = NULL;
-    int fd, e, i, n;
+    int n;
 
-    if (err && errlen)
-        err[0] = '\0';
-    if (path == NULL || path[0] == '\0') {
-        set_err(err, errlen, path ? path : "(null path)", "invalid argument: empty path");
-        return -1;
-    }
     if (!dtype_valid(dtype)) {
-        set_err(err, errlen, path, "invalid dtype %d", (int)dtype);
-        return -1;
+        set_err(err, errlen, name, "invalid dtype %d", (int)dtype);
+        return NULL;
     }
     if (ndim < 0 || ndim > NPY_MAX_DIMS) {
-        set_err(err, errlen, path, "ndim %d out of range (0..%d)", ndim, NPY_MAX_DIMS);
-        return -1;
+        set_err(err, errlen, name, "ndim %d out of range (0..%d)", ndim, NPY_MAX_DIMS);
+        return NULL;
     }
     if (ndim > 0 && shape == NULL) {
-        set_err(err, errlen, path, "invalid argument: shape is NULL but ndim is %d", ndim);
-        return -1;
+        set_err(err, errlen, name, "invalid argument: shape is NULL but ndim is %d", ndim);
+        return NULL;
     }
     itemsize = npy_itemsize(dtype);
     if (shape_sizes(ndim, shape, itemsize, &count, &bytes) != 0) {
         char s[200];
         shape_str(s, sizeof s, ndim, shape);
-        set_err(err, errlen, path, "shape %s is too large: size overflows size_t", s);
-        return -1;
+        set_err(err, errlen, name, "shape %s is too large: size overflows size_t", s);
+        return NULL;
     }
     if (data == NULL && count > 0) {
-        set_err(err, errlen, path, "invalid argument: data is NULL but the array has %zu elements",
-                count);
-        return -1;
+        set_err(err, errlen, name,
+                "invalid argument: data is NULL but the array has %zu elements", count);
+        return NULL;
     }
 
     /* Header dict exactly as numpy.save writes it (keys sorted). */
@@ -886,8 +940,8 @@ int npy_write(const char *path, npy_dtype dtype, int ndim, const size_t *shape,
     hlen = total - prelen;
     hdr = malloc(total);
     if (hdr == NULL) {
-        set_err(err, errlen, path, "out of memory");
-        return -1;
+        set_err(err, errlen, name, "out of memory");
+        return NULL;
     }
     memcpy(hdr, NPY_MAGIC, NPY_MAGIC_LEN);
     hdr[6] = prelen == 10 ? 1 : 2;
@@ -901,6 +955,59 @@ int npy_write(const char *path, npy_dtype dtype, int ndim, const size_t *shape,
     memcpy(hdr + prelen, dict, dlen);
     memset(hdr + prelen + dlen, ' ', total - prelen - dlen - 1);
     hdr[total - 1] = '\n';
+    *total_out = total;
+    *count_out = count;
+    return hdr;
+
+header_bug:
+    set_err(err, errlen, name, "internal error: header does not fit");
+    return NULL;
+}
+
+int npy_write_fd(int fd, const char *name, npy_dtype dtype, int ndim, const size_t *shape,
+                 const void *data, char *err, size_t errlen)
+{
+    size_t total, count;
+    unsigned char *hdr;
+    int e;
+
+    if (err && errlen)
+        err[0] = '\0';
+    if (name == NULL)
+        name = "(unnamed)";
+    hdr = make_header(name, dtype, ndim, shape, data, &total, &count, err, errlen);
+    if (hdr == NULL)
+        return -1;
+    errno = 0;
+    if (write_all(fd, hdr, total) != 0 ||
+        write_body(fd, (const unsigned char *)data, count, npy_itemsize(dtype)) != 0) {
+        e = errno;
+        set_err(err, errlen, name, "write failed: %s", e ? strerror(e) : "I/O error");
+        free(hdr);
+        return -1;
+    }
+    free(hdr);
+    return 0;
+}
+
+int npy_write(const char *path, npy_dtype dtype, int ndim, const size_t *shape,
+              const void *data, char *err, size_t errlen)
+{
+    char *tmp = NULL;
+    int fd = -1, e;
+    size_t total, count;
+    unsigned char *hdr;
+
+    if (err && errlen)
+        err[0] = '\0';
+    if (path == NULL || path[0] == '\0') {
+        set_err(err, errlen, path ? path : "(null path)", "invalid argument: empty path");
+        return -1;
+    }
+    /* the arguments are checked before a temporary file exists */
+    hdr = make_header(path, dtype, ndim, shape, data, &total, &count, err, errlen);
+    if (hdr == NULL)
+        return -1;
 
     fd = create_temp(path, &tmp, &e);
     if (fd < 0) {
@@ -908,30 +1015,22 @@ int npy_write(const char *path, npy_dtype dtype, int ndim, const size_t *shape,
         free(hdr);
         return -1;
     }
-    fp = fdopen(fd, "wb");
-    if (fp == NULL) {
-        e = errno;
-        close(fd);
-        set_err(err, errlen, path, "cannot open temporary file '%s': %s", tmp, strerror(e));
-        goto fail;
-    }
     errno = 0;
-    if (write_all(fp, hdr, total) != 0 ||
-        write_body(fp, (const unsigned char *)data, count, itemsize) != 0 ||
-        fflush(fp) != 0) {
+    if (write_all(fd, hdr, total) != 0 ||
+        write_body(fd, (const unsigned char *)data, count, npy_itemsize(dtype)) != 0) {
         e = errno;
         set_err(err, errlen, path, "write to temporary file '%s' failed: %s", tmp,
                 e ? strerror(e) : "I/O error");
         goto fail;
     }
-    if (fsync(fileno(fp)) != 0) {
+    if (fsync(fd) != 0) {
         e = errno;
         set_err(err, errlen, path, "fsync of temporary file '%s' failed: %s", tmp, strerror(e));
         goto fail;
     }
-    i = fclose(fp);
-    fp = NULL;
-    if (i != 0) {
+    e = close(fd);
+    fd = -1;
+    if (e != 0) {
         e = errno;
         set_err(err, errlen, path, "closing temporary file '%s' failed: %s", tmp, strerror(e));
         goto fail;
@@ -948,16 +1047,10 @@ int npy_write(const char *path, npy_dtype dtype, int ndim, const size_t *shape,
     return 0;
 
 fail:
-    if (fp)
-        fclose(fp);
-    if (tmp) {
-        unlink(tmp);
-        free(tmp);
-    }
+    if (fd >= 0)
+        close(fd);
+    unlink(tmp);
+    free(tmp);
     free(hdr);
-    return -1;
-
-header_bug:
-    set_err(err, errlen, path, "internal error: header does not fit");
     return -1;
 }

@@ -57,6 +57,28 @@ const char *npy_dtype_name(npy_dtype dtype);
  */
 int npy_read(const char *path, npy_array *out, char *err, size_t errlen);
 
+/*
+ * A .npy file mapped read-only: array.data points into the mapping (after
+ * the header) and must not be written.  Files that are not mapped (pipes,
+ * FIFOs, data not aligned to the item size, and every file on a big-endian
+ * host) are read as npy_read reads them.
+ */
+typedef struct {
+    npy_array array;
+    void *map;         /* the mapping, or NULL when the file was read */
+    size_t map_bytes;
+} npy_mapping;
+
+/*
+ * Map a .npy file with the checks of npy_read (the same messages).  Returns 0
+ * (release with npy_unmap, never npy_free) or -1 with *out zeroed and a
+ * message in err.  The file must not shrink while it is mapped.
+ */
+int npy_map(const char *path, npy_mapping *out, char *err, size_t errlen);
+
+/* Unmap (or free) and zero the struct.  Accepts NULL and a zeroed struct. */
+void npy_unmap(npy_mapping *m);
+
 /* Free a's data and zero the struct.  Accepts NULL. */
 void npy_free(npy_array *a);
 
@@ -70,6 +92,15 @@ void npy_free(npy_array *a);
  */
 int npy_write(const char *path, npy_dtype dtype, int ndim, const size_t *shape,
               const void *data, char *err, size_t errlen);
+
+/*
+ * Write a .npy file (header and data, as npy_write writes them) to an open
+ * file descriptor: a pipe, a device, a FIFO or a file.  `name` names it in
+ * messages.  Returns 0, or -1 with a message in err (some bytes may have been
+ * written).
+ */
+int npy_write_fd(int fd, const char *name, npy_dtype dtype, int ndim, const size_t *shape,
+                 const void *data, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

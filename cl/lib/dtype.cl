@@ -1,5 +1,5 @@
 /* dtype.cl: the first of the helpers every program starts with (cl/lib/, in
- * the order dtype, report, ids, philox, angle). OpenCL C 1.2 only.
+ * the order dtype, quant, report, ids, philox, angle). OpenCL C 1.2 only.
  * Loads and stores of each dtype (scalar, 4-wide, and VEC-wide when the
  * program is built with -DVEC=4, 8 or 16), F16 and BF16 by their bits, the
  * streaming stores, and the load of an id of either index type. */
@@ -41,6 +41,12 @@ inline ushort ce_float_to_half(float v) {
     h = ((a - 0x38000000u) + 0x0FFFu + ((a >> 13) & 1u)) >> 13; /* rebias 127 -> 15, round */
   return (ushort)(h | sign);
 }
+
+/* The pointer to element i (for the block types, cl/lib/quant.cl: to the block
+ * holding value i; a row's start when i is its first value). */
+#define ce_ptr_0(p, i) ((p) + (i))
+#define ce_ptr_1(p, i) ((p) + (i))
+#define ce_ptr_2(p, i) ((p) + (i))
 
 inline float ce_load_0(__global const float *p, ulong i) { return p[i]; }
 inline float ce_load_1(__global const half *p, ulong i) { return ce_half_to_float(((__global const ushort *)p)[i]); }

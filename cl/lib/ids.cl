@@ -44,7 +44,8 @@ inline long ce_token_row(__global const int *ids32, __global const long *ids64, 
 
 /* Token i's position p = first_b + (i - b * seq_len), b = i / seq_len (seq_len
  * 0: one sequence). *ok is 0 for a bad one (a negative start; with `bounded`,
- * a position at or past p_rows), which is reported when `report`. */
+ * a position at or past p_rows, without it (the sinusoid) one at or past
+ * 2^32), which is reported when `report`. */
 inline ulong ce_token_position(ulong i, ulong seq_len, ulong pos_offset, __global const int *so32,
                                __global const long *so64, ulong so_off, int so64f, int has_so, int bounded,
                                ulong p_rows, __global uint *err, uint slot, int report, int *ok) {
@@ -52,7 +53,7 @@ inline ulong ce_token_position(ulong i, ulong seq_len, ulong pos_offset, __globa
   ulong b = seq_len ? i / seq_len : 0, j = i - b * seq_len;
   long first = ce_sequence_first(b, pos_offset, so32, so64, so_off, so64f, has_so);
   ulong p = (ulong)first + j;
-  *ok = first >= 0 && (!bounded || p < p_rows);
+  *ok = first >= 0 && (bounded ? p < p_rows : p < ((ulong)1 << 32));
   if (!*ok && report) ce_report(err, slot, 1, i, first);
   return p;
 }

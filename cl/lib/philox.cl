@@ -58,3 +58,27 @@ inline FV ce_maskv(FV g, ulong e0, float dropout, float keep, uint seed_lo, uint
 }
 
 #endif /* VEC */
+
+/* Philox4x32-10 of the 16 counters q0 .. q0 + 15: ce_philox lane by lane
+ * (mul_hi as the top half of the 64-bit product: the same bits). */
+inline void ce_philox16(uint seed_lo, uint seed_hi, ulong q0, uint16 *x0, uint16 *x1, uint16 *x2, uint16 *x3) {
+  ulong16 q = (ulong16)(q0) + (ulong16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  uint16 c0 = convert_uint16(q), c1 = convert_uint16(q >> 32), c2 = (uint16)(0u), c3 = (uint16)(0u);
+  uint k0 = seed_lo, k1 = seed_hi;
+  for (int r = 0; r < 10; r++) {
+    if (r) {
+      k0 += 0x9E3779B9u;
+      k1 += 0xBB67AE85u;
+    }
+    ulong16 p0 = convert_ulong16(c0) * (ulong16)(0xD2511F53u), p1 = convert_ulong16(c2) * (ulong16)(0xCD9E8D57u);
+    uint16 n0 = convert_uint16(p1 >> 32) ^ c1 ^ (uint16)(k0), n2 = convert_uint16(p0 >> 32) ^ c3 ^ (uint16)(k1);
+    c1 = convert_uint16(p1);
+    c3 = convert_uint16(p0);
+    c0 = n0;
+    c2 = n2;
+  }
+  *x0 = c0;
+  *x1 = c1;
+  *x2 = c2;
+  *x3 = c3;
+}

@@ -13,6 +13,8 @@
  *                                  float32 and its row stored once (rows: the
  *                                  table gradient, set or added, or the fused
  *                                  SGD step; pos: position_grad, added).
+ *   ce_bwd_optim, ce_bwd_rowwise   the same fold with an optimizer's step
+ *                                  (clembed_optimizer_step) and its state rows.
  * The fold is a strict left fold s = ((0 + g0) + g1) + ..., so a long segment
  * (one id repeated 20,000 times) cannot be split and combined without changing
  * the bits; it stays parallel over its columns instead (d is 512..4096 in
@@ -317,6 +319,190 @@ __kernel void ce_bwd_rows_grouped(CE_ROWS_ARGS) {
   CE_GROUPS_SHORT
   CE_COLUMNS_GROUP(ce_rows_storev, ce_rows_store1, t_off + (ulong)key * t_ld, tab, scale, freq, cnt_, lr, mode)
   CE_GROUPS_END
+}
+
+/* The optimizer store modes (clembed_optimizer_step; src/ops/optim.c checks
+ * the fields): the row gradient g of ce_rows_store* (the same operations),
+ * then per element, in the contract's order, weight decay (when wd != 0:
+ * g = g + wd * w) and the step:
+ *   SGD      w = w - lr * g
+ *   ADAGRAD  s = s + g * g; w = w - lr * (g / (sqrt(s) + eps))
+ *   ADAM     m = m + (g - m) * b1c; u = u + (g * g - u) * b2c;
+ *            w = w - step_size * (m / (sqrt(u) + eps))
+ * (ROWWISE_ADAGRAD is ce_bwd_rowwise below). o is the table element; its
+ * column o - tb (tb = the row's first element) places it in the state rows
+ * s1b and s2b. Each touched element of the table and the states is read once
+ * and written once, by one work-item. */
+#ifndef CE_STORE_ADAM /* given by the host with every build */
+#define CE_STORE_ADAGRAD 3
+#define CE_STORE_ADAM 5
+#endif
+#define CE_OPT_PARAMS                                                                                      \
+  __global TABLE_T *tab, float scale, int freq, float cnt, ulong tb, __global float *s1, ulong s1b,        \
+      __global float *s2, ulong s2b, float lr, float eps, float wd, float b1c, float b2c, float step_size, \
+      int mode
+
+inline void ce_opt_storev(ulong o, FV s, CE_OPT_PARAMS) {
+  FV g = scale * s;
+  if (freq) g = g / cnt;
+  FV w = load_tablev(tab, o), d;
+  if (wd != 0.0f) {
+    FV dec = wd * w;
+    g = g + dec;
+  }
+  ulong c = o - tb;
+  if (mode == CE_STORE_ADAGRAD) {
+    FV sq = g * g, acc = ce_loadv_0(s1, s1b + c) + sq;
+    ce_storev_0(s1, s1b + c, acc);
+    FV den = sqrt(acc) + eps, q = g / den;
+    d = lr * q;
+  } else if (mode == CE_STORE_ADAM) {
+    FV m = ce_loadv_0(s1, s1b + c), u = ce_loadv_0(s2, s2b + c);
+    FV dm = g - m, sq = g * g;
+    dm = dm * b1c;
+    m = m + dm;
+    FV du = sq - u;
+    du = du * b2c;
+    u = u + du;
+    ce_storev_0(s1, s1b + c, m);
+    ce_storev_0(s2, s2b + c, u);
+    FV den = sqrt(u) + eps, q = m / den;
+    d = step_size * q;
+  } else {
+    d = lr * g;
+  }
+  store_tablev(tab, o, w - d);
+}
+
+inline void ce_opt_store1(ulong o, float s, CE_OPT_PARAMS) {
+  float g = scale * s;
+  if (freq) g = g / cnt;
+  float w = load_table(tab, o), d;
+  if (wd != 0.0f) {
+    float dec = wd * w;
+    g = g + dec;
+  }
+  ulong c = o - tb;
+  if (mode == CE_STORE_ADAGRAD) {
+    float sq = g * g, acc = s1[s1b + c] + sq;
+    s1[s1b + c] = acc;
+    float den = sqrt(acc) + eps, q = g / den;
+    d = lr * q;
+  } else if (mode == CE_STORE_ADAM) {
+    float m = s1[s1b + c], u = s2[s2b + c];
+    float dm = g - m, sq = g * g;
+    dm = dm * b1c;
+    m = m + dm;
+    float du = sq - u;
+    du = du * b2c;
+    u = u + du;
+    s1[s1b + c] = m;
+    s2[s2b + c] = u;
+    float den = sqrt(u) + eps, q = m / den;
+    d = step_size * q;
+  } else {
+    d = lr * g;
+  }
+  store_table(tab, o, w - d);
+}
+
+#define CE_OPT_ARGS                                                                                          \
+  __global const GRAD_T *grad, ulong g_off, ulong g_ld, ulong cols, __global const KEY_T *skeys,              \
+      __global const uint *sidx, ulong n, KEY_T none, uint slice_bits, ulong bw, ulong split, float scale,     \
+      int freq, __global TABLE_T *tab, ulong t_off, ulong t_ld, __global float *s1, ulong s1_off, ulong s1_ld, \
+      __global float *s2, ulong s2_off, ulong s2_ld, float lr, float eps, float wd, float b1c, float b2c,     \
+      float step_size, int mode, float dropout, uint seed_lo, uint seed_hi, float keep
+#define CE_OPT_STORE_ARGS(cnt)                                                                               \
+  tab, scale, freq, cnt, t_off + (ulong)key * t_ld, s1, s1_off + (ulong)key * s1_ld, s2,                     \
+      s2_off + (ulong)key * s2_ld, lr, eps, wd, b1c, b2c, step_size, mode
+
+/* The two shapes of ce_bwd_rows, with the optimizer store modes. */
+__kernel void ce_bwd_optim(CE_OPT_ARGS) {
+  CE_SEGMENTS(skeys, n, none, slice_bits, bw, split, cols)
+  float cnt = (float)(end - j);
+  CE_COLUMNS_STRIDED(ce_opt_storev, ce_opt_store1, t_off + (ulong)key * t_ld, CE_OPT_STORE_ARGS(cnt))
+  CE_SEGMENTS_END
+}
+
+__kernel void ce_bwd_optim_grouped(CE_OPT_ARGS) {
+  CE_GROUPS(skeys, n, none, slice_bits, bw, split, cols)
+  CE_COLUMNS_TILED(ce_opt_storev, ce_opt_store1, t_off + (ulong)key * t_ld, CE_OPT_STORE_ARGS(cnt_))
+  CE_GROUPS_SHORT
+  CE_COLUMNS_GROUP(ce_opt_storev, ce_opt_store1, t_off + (ulong)key * t_ld, CE_OPT_STORE_ARGS(cnt_))
+  CE_GROUPS_END
+}
+
+/* ROWWISE_ADAGRAD, one shape: a work-item per row (slices of sorted positions
+ * as CE_SEGMENTS; launched one item across, and a segment is never split over
+ * columns), because the row's sum of squares is one left fold over its columns
+ * in ascending order. Pass 1 folds the row gradient (with weight decay) and
+ * adds g_c * g_c column by column; then m = m + sum / cols and rate = lr /
+ * (sqrt(m) + eps); pass 2 folds the gradient again (the same bits) and stores
+ * w - rate * g. The gradient rows are read twice, and with weight decay the
+ * table row too (from the cache, on a CPU). */
+#define CE_RW_PARAMS __global TABLE_T *tab, float scale, int freq, float cnt, float wd, float rate, float *sum
+
+inline void ce_rw_storev(ulong o, FV s, CE_RW_PARAMS) {
+  FV g = scale * s;
+  if (freq) g = g / cnt;
+  FV w = (FV)(0.0f);
+  if (wd != 0.0f || !sum) w = load_tablev(tab, o);
+  if (wd != 0.0f) {
+    FV dec = wd * w;
+    g = g + dec;
+  }
+  if (sum) { /* pass 1: the squares, added one column after the other */
+    float sq[VEC];
+    vstoreV(g * g, 0, sq);
+    for (int k = 0; k < VEC; k++) *sum = *sum + sq[k];
+  } else {
+    FV d = rate * g;
+    store_tablev(tab, o, w - d);
+  }
+}
+
+inline void ce_rw_store1(ulong o, float s, CE_RW_PARAMS) {
+  float g = scale * s;
+  if (freq) g = g / cnt;
+  float w = 0.0f;
+  if (wd != 0.0f || !sum) w = load_table(tab, o);
+  if (wd != 0.0f) {
+    float dec = wd * w;
+    g = g + dec;
+  }
+  if (sum) {
+    float sq = g * g;
+    *sum = *sum + sq;
+  } else {
+    float d = rate * g;
+    store_table(tab, o, w - d);
+  }
+}
+
+/* Every column of the segment, VEC at a time, in order. */
+#define CE_COLUMNS_ALL(STOREV, STORE1, base, ...)                                             \
+  for (ulong c = 0; c < cols; c += VEC) {                                                    \
+    if (c + VEC <= cols)                                                                     \
+      STOREV((base) + c, ce_foldv(CE_FOLD_ARGS, c, CE_MASK_ARGS), __VA_ARGS__);              \
+    else                                                                                     \
+      for (ulong k = c; k < cols; k++) STORE1((base) + k, ce_fold1(CE_FOLD_ARGS, k, CE_MASK_ARGS), __VA_ARGS__); \
+  }
+
+__kernel void ce_bwd_rowwise(__global const GRAD_T *grad, ulong g_off, ulong g_ld, ulong cols,
+                             __global const KEY_T *skeys, __global const uint *sidx, ulong n, KEY_T none,
+                             uint slice_bits, float scale, int freq, __global TABLE_T *tab, ulong t_off, ulong t_ld,
+                             __global float *s1, ulong s1_off, ulong s1_ld, float lr, float eps, float wd,
+                             float dropout, uint seed_lo, uint seed_hi, float keep) {
+  if (get_global_id(0) != 0) return; /* one item across: columns VEC at a time, in order */
+  CE_SEGMENTS(skeys, n, none, slice_bits, cols, n + 1, cols)
+  float cnt = (float)(end - j), sum = 0.0f;
+  ulong tb = t_off + (ulong)key * t_ld, om = s1_off + (ulong)key * s1_ld;
+  CE_COLUMNS_ALL(ce_rw_storev, ce_rw_store1, tb, tab, scale, freq, cnt, wd, 0.0f, &sum)
+  float mean = sum / (float)cols, m = s1[om] + mean;
+  s1[om] = m;
+  float den = sqrt(m) + eps, rate = lr / den;
+  CE_COLUMNS_ALL(ce_rw_storev, ce_rw_store1, tb, tab, scale, freq, cnt, wd, rate, (float *)0)
+  CE_SEGMENTS_END
 }
 
 /* position_grad[p] += S (F32): the positional part of the forward is not scaled. */

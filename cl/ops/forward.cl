@@ -15,7 +15,11 @@
  * STREAM (an output larger than the device's cache) writes the row shapes'
  * output with streaming stores. Every shape resolves a token and its position
  * with ids.cl's ce_token_row and ce_token_position and computes the same float
- * operations in the same order, so the results are identical bit for bit. */
+ * operations in the same order, so the results are identical bit for bit.
+ * The table (and a learned position table) may be of a block-quantized dtype
+ * (cl/lib/quant.cl): rows then start at ce_ptr_T(base, value offset), loads
+ * are value-indexed from a row's first block, and the row shapes' VEC and the
+ * vec4 shape's 4 divide every block's runs (cols is a multiple of 32). */
 
 #ifndef ROWS
 #define ROWS 4
@@ -27,10 +31,12 @@
 #define TABLE_T CE_XCAT(CE_STORE_, TABLE_DT)
 #define OUT_T CE_XCAT(CE_STORE_, OUT_DT)
 #define load_table CE_XCAT(ce_load_, TABLE_DT)
+#define table_ptr CE_XCAT(ce_ptr_, TABLE_DT) /* a row's start (its first block, for the block types) */
 #define store_out CE_XCAT(ce_store_, OUT_DT)
 #if POSITIONS == 2
 #define POS_T CE_XCAT(CE_STORE_, POS_DT)
 #define load_pos CE_XCAT(ce_load_, POS_DT)
+#define pos_ptr CE_XCAT(ce_ptr_, POS_DT)
 #else
 #define POS_T float
 #endif
@@ -46,7 +52,7 @@
 #define CE_EMBED_ARGS                                                                                          \
   __global const TABLE_T *table, ulong t_off, ulong t_ld, ulong t_rows, __global const int *ids32,           \
       __global const long *ids64, ulong id_off, int id64, ulong n, __global OUT_T *out, ulong o_off,          \
-      ulong o_ld, ulong cols, float scale, int policy, long padding, __global const float2 *freq,             \
+      ulong o_ld, ulong cols, float scale, int policy, long padding, __global const float *freq,              \
       __global const POS_T *ptab, ulong p_off, ulong p_ld, ulong p_rows, ulong seq_len, ulong pos_offset,     \
       __global const int *so32, __global const long *so64, ulong so_off, int so64f, int has_so, float dropout, \
       uint seed_lo, uint seed_hi, float keep_scale, __global uint *err, uint slot
@@ -71,7 +77,7 @@ __kernel void ce_embed(CE_EMBED_ARGS) {
   int ok;
   ulong p = TOKEN_POSITION(i, c == 0, &ok);
 #if POSITIONS == 1
-  if (ok) v += ce_sinusoid(p, freq[c]);
+  if (ok) v += ce_sinusoid(p, freq, cols, c);
 #else
   if (ok) v += load_pos(ptab, p_off + p * p_ld + c);
 #endif
@@ -86,13 +92,13 @@ __kernel void ce_embed_vec4(CE_EMBED_ARGS) {
   ulong i = get_global_id(1), j0 = get_global_id(0) * 4;
   if (4 * j0 >= cols || i >= n) return;
   long row = TOKEN_ROW(i, j0 == 0);
-  __global const TABLE_T *trow = table + t_off + (ulong)(row >= 0 ? row : 0) * t_ld;
+  __global const TABLE_T *trow = table_ptr(table, t_off + (ulong)(row >= 0 ? row : 0) * t_ld);
   __global OUT_T *orow = out + o_off + i * o_ld;
 #if POSITIONS != 0
   int pos_ok;
   ulong p = TOKEN_POSITION(i, j0 == 0, &pos_ok);
 #if POSITIONS == 2
-  __global const POS_T *prow = ptab + p_off + (pos_ok ? p : 0) * p_ld;
+  __global const POS_T *prow = pos_ptr(ptab, p_off + (pos_ok ? p : 0) * p_ld);
 #endif
 #endif
   ulong jend = min(j0 + 4, cols / 4);
@@ -101,8 +107,8 @@ __kernel void ce_embed_vec4(CE_EMBED_ARGS) {
     float4 v = row >= 0 ? scale * load4_table(trow, 0, j) : (float4)(0.0f);
 #if POSITIONS == 1
     if (pos_ok)
-      v += (float4)(ce_sinusoid(p, freq[c]), ce_sinusoid(p, freq[c + 1]), ce_sinusoid(p, freq[c + 2]),
-                    ce_sinusoid(p, freq[c + 3]));
+      v += (float4)(ce_sinusoid(p, freq, cols, c), ce_sinusoid(p, freq, cols, c + 1),
+                    ce_sinusoid(p, freq, cols, c + 2), ce_sinusoid(p, freq, cols, c + 3));
 #elif POSITIONS == 2
     if (pos_ok) v += load4_pos(prow, 0, j);
 #endif
@@ -140,7 +146,7 @@ inline void ce_embed_row_tokens(CE_EMBED_ARGS, ulong t0, ulong tstep, int shared
     ulong t = t0 + k * tstep, i = min(t, n - 1);
     long row = TOKEN_ROW(i, t < n);
     has[k] = row >= 0;
-    trow[k] = table + t_off + (ulong)(row >= 0 ? row : 0) * t_ld;
+    trow[k] = table_ptr(table, t_off + (ulong)(row >= 0 ? row : 0) * t_ld);
     orow[k] = out + o_off + i * o_ld;
     nt[k] = STREAM && CE_STREAMING && ((ulong)orow[k] & (VEC * sizeof(OUT_T) - 1)) == 0;
     e0[k] = i * cols;
@@ -148,21 +154,18 @@ inline void ce_embed_row_tokens(CE_EMBED_ARGS, ulong t0, ulong tstep, int shared
     pp[k] = TOKEN_POSITION(i, t < n, &pok[k]);
 #endif
 #if POSITIONS == 2
-    prow[k] = ptab + p_off + (pok[k] ? pp[k] : 0) * p_ld;
+    prow[k] = pos_ptr(ptab, p_off + (pok[k] ? pp[k] : 0) * p_ld);
 #endif
   }
   ulong cv = cols / VEC * VEC;
   for (ulong c = 0; c < cv; c += VEC) {
 #if POSITIONS == 1
-    /* the columns' (w_hi, w_lo) pairs, split into w_hi and w_lo lanes */
-    __global const float *f = (__global const float *)(freq + c);
-    FV fa = vloadV(0, f), fb = vloadV(0, f + VEC), fx = (FV)(fa.even, fb.even), fy = (FV)(fa.odd, fb.odd);
-    FV pe = shared ? ce_sinusoidv(pp[0], fx, fy) : (FV)(0.0f); /* one position for all the item's tokens */
+    FV pe = shared ? ce_sinusoidv(pp[0], freq, cols, c) : (FV)(0.0f); /* one position for all the item's tokens */
 #endif
     for (int k = 0; k < ROWS && k < live; k++) {
       FV v = has[k] ? scale * load_tablev(trow[k], c) : (FV)(0.0f);
 #if POSITIONS == 1
-      if (pok[k]) v += shared ? pe : ce_sinusoidv(pp[k], fx, fy);
+      if (pok[k]) v += shared ? pe : ce_sinusoidv(pp[k], freq, cols, c);
 #elif POSITIONS == 2
       if (pok[k]) v += load_posv(prow[k], c);
 #endif
@@ -179,7 +182,7 @@ inline void ce_embed_row_tokens(CE_EMBED_ARGS, ulong t0, ulong tstep, int shared
     for (int k = 0; k < ROWS && k < live; k++) {
       float v = has[k] ? scale * load_table(trow[k], c) : 0.0f;
 #if POSITIONS == 1
-      if (pok[k]) v += ce_sinusoid(pp[k], freq[c]);
+      if (pok[k]) v += ce_sinusoid(pp[k], freq, cols, c);
 #elif POSITIONS == 2
       if (pok[k]) v += load_pos(prow[k], c);
 #endif

@@ -1,27 +1,126 @@
-/* init.cl: Philox4x32-10 table initialisation (cl/lib/philox.cl). Element (r, c) uses counter
- * e = r*cols + c only, so every device and work size gives the same numbers.
- * Build option: OUT_DT. */
+/* init.cl: clembed_matrix_init_uniform and clembed_matrix_init_normal.
+ * cl/lib/philox.cl and cl/lib/exactmath.cl. Build options: OUT_DT, VEC=16.
+ *
+ * Element e = r*cols + c of the matrix is word j = e mod 4 of
+ * Philox4x32-10(key (seed lo, seed hi), counter (q lo, q hi, 0, 0)), q = e div 4
+ * (one counter serves four consecutive elements), with u(x) = (x >> 8) 2^-24:
+ *   uniform: 2 * (low/2 + (high/2 - low/2) * u(x_j))  (halved so high - low
+ *            cannot overflow; doubling is exact);
+ *   normal:  (z0, z1) = ce_xm_box_muller(x0, x1), (z2, z3) = ce_xm_box_muller(x2, x3)
+ *            (exactmath.cl: cosine and sine of one pair), value mean + std * z_j.
+ * Every operation is correctly rounded and nothing is contracted, so every
+ * device and both kernel shapes give the same bits.
+ *
+ * Two shapes: ce_init_* takes one counter (4 elements, any ld) per work-item
+ * (GPUs, and strided matrices); ce_init_*16 takes 16 counters (64 consecutive
+ * elements) per work-item in 16-lane vectors, for a dense matrix (ld == cols)
+ * on a CPU, whose compiler does not vectorise Philox across work-items. */
 
 #define OUT_T CE_XCAT(CE_STORE_, OUT_DT)
 #define store_out CE_XCAT(ce_store_, OUT_DT)
+#define store_outv CE_XCAT(ce_storev_, OUT_DT)
+#define stream_outv CE_XCAT(ce_streamv_, OUT_DT)
+#ifndef STREAM
+#define STREAM 0
+#endif
+
+/* The four elements from e (a multiple of 4) on, those below total, at
+ * (r, c) = (e div cols, e mod cols) and on, row by row. */
+inline void ce_init_store4(__global OUT_T *out, ulong o_off, ulong o_ld, ulong cols, ulong e, ulong total,
+                           float4 v) {
+  ulong r = e / cols, c = e - r * cols;
+  float w[4] = {v.x, v.y, v.z, v.w};
+  for (int j = 0; j < 4 && e + (ulong)j < total; j++) {
+    store_out(out, o_off + r * o_ld + c, w[j]);
+    if (++c == cols) {
+      c = 0;
+      r++;
+    }
+  }
+}
+
+inline float4 ce_init_uniform_values(uint4 x, float low, float high) {
+  float hl = 0.5f * low, span = 0.5f * high - hl;
+  return (float4)(2.0f * (hl + span * ce_xm_unit(x.x)), 2.0f * (hl + span * ce_xm_unit(x.y)),
+                  2.0f * (hl + span * ce_xm_unit(x.z)), 2.0f * (hl + span * ce_xm_unit(x.w)));
+}
+
+inline float4 ce_init_normal_values(uint4 x, float mean, float stddev) {
+  float z0, z1, z2, z3;
+  ce_xm_box_muller(x.x, x.y, &z0, &z1);
+  ce_xm_box_muller(x.z, x.w, &z2, &z3);
+  return (float4)(mean + stddev * z0, mean + stddev * z1, mean + stddev * z2, mean + stddev * z3);
+}
 
 __kernel void ce_init_uniform(__global OUT_T *out, ulong o_off, ulong o_ld, ulong rows, ulong cols, float low,
                               float high, uint seed_lo, uint seed_hi) {
-  ulong c = get_global_id(0), r = get_global_id(1);
-  if (c >= cols || r >= rows) return;
-  uint4 x = ce_philox_element(seed_lo, seed_hi, r * cols + c);
-  /* low + (high - low) * u evaluated at half scale and doubled: the same bits
-   * (scaling by 2 is exact), and no overflow when high - low exceeds the float range */
-  float hl = 0.5f * low;
-  store_out(out, o_off + r * o_ld + c, 2.0f * (hl + (0.5f * high - hl) * ce_unit(x.x)));
+  ulong q = get_global_id(0), e = q * 4, total = rows * cols;
+  if (e >= total) return;
+  uint4 x = ce_philox((uint2)(seed_lo, seed_hi), (uint4)((uint)q, (uint)(q >> 32), 0u, 0u));
+  ce_init_store4(out, o_off, o_ld, cols, e, total, ce_init_uniform_values(x, low, high));
 }
 
 __kernel void ce_init_normal(__global OUT_T *out, ulong o_off, ulong o_ld, ulong rows, ulong cols, float mean,
                              float stddev, uint seed_lo, uint seed_hi) {
-  ulong c = get_global_id(0), r = get_global_id(1);
-  if (c >= cols || r >= rows) return;
-  uint4 x = ce_philox_element(seed_lo, seed_hi, r * cols + c);
-  float radius = sqrt(-2.0f * log(1.0f - ce_unit(x.x))); /* 1 - u is in (0, 1] */
-  float z = radius * cospi(2.0f * ce_unit(x.y));
-  store_out(out, o_off + r * o_ld + c, mean + stddev * z);
+  ulong q = get_global_id(0), e = q * 4, total = rows * cols;
+  if (e >= total) return;
+  uint4 x = ce_philox((uint2)(seed_lo, seed_hi), (uint4)((uint)q, (uint)(q >> 32), 0u, 0u));
+  ce_init_store4(out, o_off, o_ld, cols, e, total, ce_init_normal_values(x, mean, stddev));
+}
+
+/* ------------------------------------------------------- 16 counters */
+
+/* Elements e0 .. e0 + 63 (those below total) from the words' values v0..v3
+ * (lane l of v_j is element e0 + 4l + j): interleaved, then 16 at a time. */
+inline void ce_init_store64(__global OUT_T *out, ulong o_off, ulong e0, ulong total, float16 v0, float16 v1,
+                            float16 v2, float16 v3) {
+  uint16 m_lo = (uint16)(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23), m_hi = m_lo + (uint16)(8u);
+  uint16 p_lo = (uint16)(0, 1, 16, 17, 2, 3, 18, 19, 4, 5, 20, 21, 6, 7, 22, 23), p_hi = p_lo + (uint16)(8u);
+  float16 a0 = shuffle2(v0, v1, m_lo), a1 = shuffle2(v0, v1, m_hi); /* (v0, v1) pairs */
+  float16 b0 = shuffle2(v2, v3, m_lo), b1 = shuffle2(v2, v3, m_hi); /* (v2, v3) pairs */
+  float16 w0 = shuffle2(a0, b0, p_lo), w1 = shuffle2(a0, b0, p_hi);
+  float16 w2 = shuffle2(a1, b1, p_lo), w3 = shuffle2(a1, b1, p_hi);
+  ulong o = o_off + e0;
+  if (e0 + 64 <= total && STREAM && CE_STREAMING && ((ulong)(out + o) & (16 * sizeof(OUT_T) - 1)) == 0) {
+    stream_outv(out, o, w0);
+    stream_outv(out, o + 16, w1);
+    stream_outv(out, o + 32, w2);
+    stream_outv(out, o + 48, w3);
+  } else if (e0 + 64 <= total) {
+    store_outv(out, o, w0);
+    store_outv(out, o + 16, w1);
+    store_outv(out, o + 32, w2);
+    store_outv(out, o + 48, w3);
+  } else {
+    float t[64];
+    vstore16(w0, 0, t);
+    vstore16(w1, 1, t);
+    vstore16(w2, 2, t);
+    vstore16(w3, 3, t);
+    for (ulong j = 0; e0 + j < total; j++) store_out(out, o + j, t[j]);
+  }
+}
+
+__kernel void ce_init_uniform16(__global OUT_T *out, ulong o_off, ulong total, float low, float high, uint seed_lo,
+                                uint seed_hi) {
+  ulong q0 = get_global_id(0) * 16, e0 = q0 * 4;
+  if (e0 >= total) return;
+  uint16 x0, x1, x2, x3;
+  ce_philox16(seed_lo, seed_hi, q0, &x0, &x1, &x2, &x3);
+  float hl = 0.5f * low, span = 0.5f * high - hl;
+  ce_init_store64(out, o_off, e0, total, 2.0f * (hl + span * ce_xm_unit16(x0)), 2.0f * (hl + span * ce_xm_unit16(x1)),
+                  2.0f * (hl + span * ce_xm_unit16(x2)), 2.0f * (hl + span * ce_xm_unit16(x3)));
+}
+
+__kernel void ce_init_normal16(__global OUT_T *out, ulong o_off, ulong total, float mean, float stddev, uint seed_lo,
+                               uint seed_hi) {
+  ulong q0 = get_global_id(0) * 16, e0 = q0 * 4;
+  if (e0 >= total) return;
+  uint16 x0, x1, x2, x3;
+  ce_philox16(seed_lo, seed_hi, q0, &x0, &x1, &x2, &x3);
+  float16 z0, z1, z2, z3;
+  ce_xm_box_muller16(x0, x1, &z0, &z1);
+  ce_xm_box_muller16(x2, x3, &z2, &z3);
+  ce_init_store64(out, o_off, e0, total, mean + stddev * z0, mean + stddev * z1, mean + stddev * z2,
+                  mean + stddev * z3);
 }

@@ -1,5 +1,7 @@
 /* positional.cl: the sinusoid table, out[r][c] = sinusoid(first + r, column c)
- * (cl/lib/angle.cl), one kernel per shape. Build options: OUT_DT, VEC.
+ * (cl/lib/angle.cl; first + rows <= 2^32, checked on the host), one kernel per
+ * shape. Build options: OUT_DT, VEC. freq: the columns' angle pieces and
+ * phases, 9 planes of cols floats.
  *   ce_positional       work-item (c, r) writes one element;
  *   ce_positional_rows  work-item r writes row r, VEC columns at a time with
  *                       the vector sinusoid (the same bits as one at a time). */
@@ -9,22 +11,17 @@
 #define store_outv CE_XCAT(ce_storev_, OUT_DT)
 
 __kernel void ce_positional(__global OUT_T *out, ulong o_off, ulong o_ld, ulong rows, ulong cols, ulong first,
-                            __global const float2 *freq) {
+                            __global const float *freq) {
   ulong c = get_global_id(0), r = get_global_id(1);
   if (c >= cols || r >= rows) return;
-  store_out(out, o_off + r * o_ld + c, ce_sinusoid(first + r, freq[c]));
+  store_out(out, o_off + r * o_ld + c, ce_sinusoid(first + r, freq, cols, c));
 }
 
 __kernel void ce_positional_rows(__global OUT_T *out, ulong o_off, ulong o_ld, ulong rows, ulong cols, ulong first,
-                                 __global const float2 *freq) {
+                                 __global const float *freq) {
   ulong r = get_global_id(0);
   if (r >= rows) return;
   ulong c = 0, o = o_off + r * o_ld;
-  for (; c + VEC <= cols; c += VEC) {
-    /* VEC (w_hi, w_lo) pairs, split into the w_hi and the w_lo lanes */
-    __global const float *f = (__global const float *)(freq + c);
-    FV a = vloadV(0, f), b = vloadV(0, f + VEC);
-    store_outv(out, o + c, ce_sinusoidv(first + r, (FV)(a.even, b.even), (FV)(a.odd, b.odd)));
-  }
-  for (; c < cols; c++) store_out(out, o + c, ce_sinusoid(first + r, freq[c]));
+  for (; c + VEC <= cols; c += VEC) store_outv(out, o + c, ce_sinusoidv(first + r, freq, cols, c));
+  for (; c < cols; c++) store_out(out, o + c, ce_sinusoid(first + r, freq, cols, c));
 }

@@ -1,6 +1,8 @@
-/* Angles: the sinusoid's frequencies in double on the host, cached on the
- * device per context (the kernels' angle reduction is cl/lib/angle.cl). */
+/* Angles: the sinusoid's and RoPE's frequencies in double on the host, as the
+ * exact-angle pieces of rope_freq.c, cached on the device per context (the
+ * kernels' angle reduction is cl/lib/angle.cl). */
 #include "ops.h"
+#include "rope_freq.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -39,7 +41,7 @@ typedef struct freq_entry {
   double base;
   int exponent, layout;
   size_t cols;
-  cl_mem buffer; /* cols float2 (hi, lo); a negative hi marks a cos column */
+  cl_mem buffer; /* 9 planes of cols floats: the angle pieces, then the phase */
   unsigned stamp;
 } freq_entry;
 typedef struct freq_cache {
@@ -70,8 +72,10 @@ static clembed_status freq_cache_get(clembed_context *ctx, freq_cache **out) {
   return CLEMBED_OK;
 }
 
-/* A device buffer of cols float2 (w_hi, w_lo), negated for cos columns; cached
- * per context (the least recently used of CE_FREQ_CACHE entries is replaced). */
+/* A device buffer of 9 planes of cols floats: the columns' angle pieces
+ * (ce_angle_pieces: plane j holds piece j of every column) and their phase
+ * (plane 8: 0 for sin, 1 for cos); cached per context (the least recently used
+ * of CE_FREQ_CACHE entries is replaced). */
 clembed_status ce_sinusoid_freq(clembed_context *ctx, const clembed_sinusoid *s, size_t cols, cl_mem *buffer) {
   clembed_status status = CLEMBED_OK;
   float *host = NULL;
@@ -89,15 +93,17 @@ clembed_status ce_sinusoid_freq(clembed_context *ctx, const clembed_sinusoid *s,
     }
     if (!e->buffer || e->stamp < slot->stamp) slot = e;
   }
-  size_t bytes = 2 * sizeof(float) * (cols ? cols : 1);
-  host = calloc(cols ? cols : 1, 2 * sizeof(float));
+  size_t n = cols ? cols : 1, bytes;
+  if (ce_mul_overflows(n, (CE_ANGLE_PIECES + 1) * sizeof(float), &bytes))
+    FAIL(CLEMBED_ERR_INVALID_ARGUMENT, "sinusoid frequencies: %zu columns overflow a size", cols);
+  host = calloc(n, (CE_ANGLE_PIECES + 1) * sizeof(float));
   if (!host) FAIL(CLEMBED_ERR_OUT_OF_MEMORY, "sinusoid frequencies: out of host memory");
   for (size_t c = 0; c < cols; c++) {
     int is_cos;
-    double w = column_freq(s, cols, c, &is_cos);
-    float hi = (float)w, lo = (float)(w - (double)hi);
-    host[2 * c] = is_cos ? -hi : hi;
-    host[2 * c + 1] = is_cos ? -lo : lo;
+    float pieces[CE_ANGLE_PIECES];
+    ce_angle_pieces(column_freq(s, cols, c, &is_cos), pieces);
+    for (int j = 0; j < CE_ANGLE_PIECES; j++) host[(size_t)j * cols + c] = pieces[j];
+    host[(size_t)CE_ANGLE_PIECES * cols + c] = is_cos ? 1.0f : 0.0f;
   }
   CHECK(ce_buffer(ctx, CE_BUFFER_CONST, bytes, host, "sinusoid frequencies", &b));
   if (slot->buffer) clReleaseMemObject(slot->buffer);
@@ -116,3 +122,105 @@ cleanup:
 }
 
 
+
+/* ------------------------------------------------------------------ RoPE */
+
+/* The frequency buffers of the last few RoPE parameter sets, per context. */
+typedef struct rope_entry {
+  clembed_rope key; /* head_dim and rotary_dim both R, layout NEOX */
+  cl_mem buffer;    /* 8 planes of R/2 floats: the angle pieces of w_k */
+  float attention;
+  unsigned stamp;
+} rope_entry;
+typedef struct rope_cache {
+  rope_entry e[CE_FREQ_CACHE];
+  unsigned stamp;
+} rope_cache;
+static const char rope_key = 0;
+
+static void rope_release(clembed_context *ctx, void *data) {
+  (void)ctx;
+  rope_cache *c = data;
+  for (int i = 0; i < CE_FREQ_CACHE; i++)
+    if (c->e[i].buffer) clReleaseMemObject(c->e[i].buffer);
+  free(c);
+}
+
+static int same_rope(const clembed_rope *a, const clembed_rope *b) {
+  return a->base == b->base && a->rotary_dim == b->rotary_dim && a->scaling == b->scaling &&
+         a->factor == b->factor && a->original_max_position == b->original_max_position &&
+         a->low_freq_factor == b->low_freq_factor && a->high_freq_factor == b->high_freq_factor &&
+         a->beta_fast == b->beta_fast && a->beta_slow == b->beta_slow && a->attention_factor == b->attention_factor;
+}
+
+clembed_status ce_rope_freq(clembed_context *ctx, const clembed_rope *r, size_t *R_out, cl_mem *buffer,
+                            float *attention) {
+  clembed_status status = CLEMBED_OK;
+  double *w = NULL;
+  float *host = NULL;
+  cl_mem b = NULL;
+  const char *why;
+  if (!r) FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "r", -1, 0, "%s: r is NULL", ctx->op);
+  size_t R = ce_rope_rotary_dim(r, &why);
+  if (!R)
+    FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "r", -1, 0, "%s: %s (head_dim %zu, rotary_dim %zu)", ctx->op, why,
+             r->head_dim, r->rotary_dim);
+  if (r->layout != CLEMBED_ROPE_NEOX && r->layout != CLEMBED_ROPE_GPTJ)
+    FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "r", -1, (int64_t)r->layout, "%s: unknown layout %d", ctx->op,
+             (int)r->layout);
+  clembed_rope key = *r;
+  key.head_dim = R;
+  key.rotary_dim = R;
+  key.layout = CLEMBED_ROPE_NEOX; /* the frequencies do not depend on the layout */
+  rope_cache *rc = ce_cache_find(ctx, &rope_key);
+  if (!rc) {
+    rc = calloc(1, sizeof *rc);
+    if (!rc) FAIL(CLEMBED_ERR_OUT_OF_MEMORY, "RoPE frequencies: out of host memory");
+    status = ce_cache_add(ctx, &rope_key, rc, rope_release);
+    if (status != CLEMBED_OK) {
+      free(rc);
+      goto cleanup;
+    }
+  }
+  rope_entry *slot = &rc->e[0];
+  for (int i = 0; i < CE_FREQ_CACHE; i++) {
+    rope_entry *e = &rc->e[i];
+    if (e->buffer && same_rope(&e->key, &key)) {
+      e->stamp = ++rc->stamp;
+      *R_out = R;
+      *buffer = e->buffer;
+      *attention = e->attention;
+      return CLEMBED_OK;
+    }
+    if (!e->buffer || e->stamp < slot->stamp) slot = e;
+  }
+  size_t half = R / 2;
+  w = malloc(half * sizeof *w);
+  host = malloc(half * CE_ANGLE_PIECES * sizeof *host);
+  if (!w || !host) FAIL(CLEMBED_ERR_OUT_OF_MEMORY, "RoPE frequencies: out of host memory");
+  double a;
+  const char *msg = ce_rope_frequencies(r, R, w, &a);
+  if (msg) FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "r", -1, 0, "%s: %s", ctx->op, msg);
+  if (!((float)a < INFINITY))
+    FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "r", -1, 0, "%s: attention factor %g overflows float", ctx->op, a);
+  for (size_t k = 0; k < half; k++) {
+    float p[CE_ANGLE_PIECES];
+    ce_angle_pieces(w[k], p);
+    for (int j = 0; j < CE_ANGLE_PIECES; j++) host[(size_t)j * half + k] = p[j];
+  }
+  CHECK(ce_buffer(ctx, CE_BUFFER_CONST, half * CE_ANGLE_PIECES * sizeof *host, host, "RoPE frequencies", &b));
+  if (slot->buffer) clReleaseMemObject(slot->buffer);
+  slot->buffer = b;
+  slot->key = key;
+  slot->attention = (float)a;
+  slot->stamp = ++rc->stamp;
+  *R_out = R;
+  *buffer = b;
+  *attention = (float)a;
+  b = NULL;
+cleanup:
+  if (b) clReleaseMemObject(b);
+  free(w);
+  free(host);
+  return status;
+}

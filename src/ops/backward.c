@@ -75,7 +75,7 @@ typedef struct seg_call {
   size_t g_ld, t_ld, p_ld;
   cl_long padding;
   int key64;
-  char opts[256];
+  char opts[320];
   ce_chain ch;
   ce_record rec;
   ce_sort srt;
@@ -85,7 +85,8 @@ typedef struct seg_call {
 static clembed_status check_args(seg_call *b) {
   clembed_status status = CLEMBED_OK;
   clembed_context *ctx = b->ctx;
-  const char *what = b->step->what, *tname = b->step->mode == CE_STORE_SGD ? "table" : "grad_table";
+  int training = b->step->mode >= CE_STORE_SGD; /* the target is a table to step */
+  const char *what = b->step->what, *tname = training ? "table" : "grad_table";
   const clembed_matrix *g = b->grad, *t = b->target;
   const clembed_backward_options *opt = b->opt;
   CHECK(ce_check_matrix(ctx, g, "grad_out", &b->g_ld));
@@ -95,9 +96,12 @@ static clembed_status check_args(seg_call *b) {
     FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "grad_out", -1, (int64_t)g->rows,
              "%s: grad_out is %zu x %zu but %zu ids of a %s with %zu cols need %zu x %zu", what, g->rows, g->cols,
              b->ids->count, tname, t->cols, b->ids->count, t->cols);
-  if (b->step->mode != CE_STORE_SGD && t->dtype != CLEMBED_F32)
+  if (!training && t->dtype != CLEMBED_F32)
     FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, tname, -1, (int64_t)t->dtype, "%s: grad_table must be F32 (dtype %d)",
              what, (int)t->dtype);
+  if (training && (unsigned)t->dtype > (unsigned)CLEMBED_BF16)
+    FAIL_ARG(CLEMBED_ERR_UNSUPPORTED, "table", -1, (int64_t)t->dtype,
+             "%s: table: a quantized table (dtype %d) cannot be trained; F32, F16 or BF16 can", what, (int)t->dtype);
   if ((uint64_t)b->ids->count >= 0xFFFFFFFFu)
     FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "ids", -1, (int64_t)b->ids->count,
              "%s: %zu ids; at most 4294967294 per call", what, b->ids->count);
@@ -129,16 +133,17 @@ static clembed_status prepare(seg_call *b) {
   const char *div = ctx->exact_div ? " -cl-fp32-correctly-rounded-divide-sqrt" : "";
   snprintf(b->opts, sizeof b->opts,
            "-DGRAD_DT=%d -DTABLE_DT=%d -DDROPOUT=%d -DKEY64=%d -DVEC=%u -DTILE=%u -DCE_GROUP=%u "
-           "-DCE_STORE_OVERWRITE=%d -DCE_STORE_ACCUMULATE=%d -DCE_STORE_SGD=%d%s",
+           "-DCE_STORE_OVERWRITE=%d -DCE_STORE_ACCUMULATE=%d -DCE_STORE_SGD=%d -DCE_STORE_ADAGRAD=%d "
+           "-DCE_STORE_ADAM=%d%s",
            (int)b->grad->dtype, (int)b->target->dtype, opt->dropout > 0.0f, b->key64, t->fold_vec, t->fold_tile,
-           t->fold_group, CE_STORE_OVERWRITE, CE_STORE_ACCUMULATE, CE_STORE_SGD, div);
+           t->fold_group, CE_STORE_OVERWRITE, CE_STORE_ACCUMULATE, CE_STORE_SGD, CE_STORE_ADAGRAD, CE_STORE_ADAM, div);
   const clembed_ids *so = b->pg ? opt->sequence_offsets : NULL;
   b->rec = (ce_record){CE_NO_SLOT, CE_FAMILY_BACKWARD, b->opts, b->ids, so, opt->seq_len};
   int token_work = b->ids->count > 0 && b->target->cols > 0;
   if (token_work && (opt->policy == CLEMBED_INDEX_CHECK || opt->policy == CLEMBED_INDEX_WRAP ||
                      (opt->policy == CLEMBED_INDEX_CLAMP && rows == 0) || b->pg)) {
     ce_slot_info info = {b->step->what, "position_grad", opt->policy == CLEMBED_INDEX_WRAP, rows, p_rows,
-                         opt->seq_len, opt->position_offset, so != NULL};
+                         opt->seq_len, opt->position_offset, so != NULL, 0, NULL};
     return ce_slot_reserve(ctx, &info, &b->rec.slot);
   }
   return CLEMBED_OK;
@@ -195,6 +200,60 @@ static seg_grid segment_grid(const clembed_context *ctx, size_t cols, size_t n) 
   return g;
 }
 
+/* An optimizer's fold (clembed_optimizer_step): ce_bwd_optim in the shape of
+ * ce_bwd_rows with the state rows beside the table's, or for ROWWISE_ADAGRAD
+ * ce_bwd_rowwise, a work-item per row (its sum of squares is a fold over the
+ * columns in order), the rows spread over slices of sorted positions. */
+static clembed_status fold_optim(seg_call *b, seg_grid grid, int which, const void *none, size_t none_size) {
+  clembed_status status = CLEMBED_OK;
+  clembed_context *ctx = b->ctx;
+  const clembed_backward_options *opt = b->opt;
+  const ce_optim_step *o = b->step->optim;
+  const clembed_matrix *t = b->target;
+  /* SGD has no state: the table stands in (never read or written as a state) */
+  const clembed_matrix *s1 = o->state ? o->state : t, *s2 = o->state2 ? o->state2 : s1;
+  cl_ulong s1_ld = o->state ? o->s1_ld : b->t_ld, s2_ld = o->state2 ? o->s2_ld : s1_ld;
+  cl_ulong s1_off = s1->offset, s2_off = s2->offset;
+  cl_ulong nl = b->ids->count, colsl = t->cols, g_off = b->grad->offset, g_ldl = b->g_ld, t_off = t->offset;
+  cl_ulong t_ldl = b->t_ld;
+  cl_int freq_i = opt->scale_grad_by_freq != 0, mode = (cl_int)b->step->mode;
+  cl_float scale = opt->scale, lr = b->step->lr, drop = opt->dropout;
+  cl_float keep = opt->dropout > 0.0f ? 1.0f / (1.0f - opt->dropout) : 1.0f;
+  cl_float eps = o->eps, wd = o->weight_decay, b1c = o->b1c, b2c = o->b2c, step_size = o->step_size;
+  cl_uint seed_lo = (cl_uint)opt->dropout_seed, seed_hi = (cl_uint)(opt->dropout_seed >> 32);
+  cl_kernel k;
+  if (b->step->mode == CE_STORE_ROWWISE_ADAGRAD) {
+    /* slices: a power of two, the tuning's work-items per compute unit, at most the positions */
+    size_t want = (size_t)ctx->units * ctx->tune->fold_slices_per_unit, slices = 1;
+    cl_uint slice_bits = 0;
+    if (want > b->ids->count) want = b->ids->count;
+    while (slices < want) {
+      slices *= 2;
+      slice_bits++;
+    }
+    CHECK(ce_kernel(ctx, CE_FAMILY_BACKWARD, b->opts, "ce_bwd_rowwise", &k));
+    CHECK(ce_set_args(ctx, k, "ce_bwd_rowwise", CE_ARG(b->grad->buffer), CE_ARG(g_off), CE_ARG(g_ldl),
+                      CE_ARG(colsl), CE_ARG(b->srt.keys[which]), CE_ARG(b->srt.idx[which]), CE_ARG(nl), none_size,
+                      none, CE_ARG(slice_bits), CE_ARG(scale), CE_ARG(freq_i), CE_ARG(t->buffer), CE_ARG(t_off),
+                      CE_ARG(t_ldl), CE_ARG(s1->buffer), CE_ARG(s1_off), CE_ARG(s1_ld), CE_ARG(lr), CE_ARG(eps),
+                      CE_ARG(wd), CE_ARG(drop), CE_ARG(seed_lo), CE_ARG(seed_hi), CE_ARG(keep), CE_END));
+    CHECK(ce_chain_2d(&b->ch, k, "ce_bwd_rowwise", 1, slices));
+  } else {
+    const char *name = ctx->tune->cpu_shapes ? "ce_bwd_optim_grouped" : "ce_bwd_optim";
+    CHECK(ce_kernel(ctx, CE_FAMILY_BACKWARD, b->opts, name, &k));
+    CHECK(ce_set_args(ctx, k, name, CE_ARG(b->grad->buffer), CE_ARG(g_off), CE_ARG(g_ldl), CE_ARG(colsl),
+                      CE_ARG(b->srt.keys[which]), CE_ARG(b->srt.idx[which]), CE_ARG(nl), none_size, none,
+                      CE_ARG(grid.slice_bits), CE_ARG(grid.bw), CE_ARG(grid.split), CE_ARG(scale), CE_ARG(freq_i),
+                      CE_ARG(t->buffer), CE_ARG(t_off), CE_ARG(t_ldl), CE_ARG(s1->buffer), CE_ARG(s1_off),
+                      CE_ARG(s1_ld), CE_ARG(s2->buffer), CE_ARG(s2_off), CE_ARG(s2_ld), CE_ARG(lr), CE_ARG(eps),
+                      CE_ARG(wd), CE_ARG(b1c), CE_ARG(b2c), CE_ARG(step_size), CE_ARG(mode), CE_ARG(drop),
+                      CE_ARG(seed_lo), CE_ARG(seed_hi), CE_ARG(keep), CE_END));
+    CHECK(ce_chain_2d(&b->ch, k, name, grid.nx, grid.ny));
+  }
+cleanup:
+  return status;
+}
+
 /* The token keys, the sort, and the fold of each row's segment with the store mode. */
 static clembed_status fold_rows(seg_call *b) {
   clembed_status status = CLEMBED_OK;
@@ -222,6 +281,10 @@ static clembed_status fold_rows(seg_call *b) {
   cl_int mode = (cl_int)b->step->mode; /* a kernel argument: one program for every store mode */
   size_t none_size = b->key64 ? sizeof none64 : sizeof none32;
   const void *none = b->key64 ? (const void *)&none64 : (const void *)&none32;
+  if (b->step->optim) {
+    CHECK(fold_optim(b, grid, which, none, none_size));
+    goto cleanup;
+  }
   /* one kernel per shape: segments over columns, or groups of segments over whole rows */
   const char *name = ctx->tune->cpu_shapes ? "ce_bwd_rows_grouped" : "ce_bwd_rows";
   CHECK(ce_kernel(ctx, CE_FAMILY_BACKWARD, b->opts, name, &k));
@@ -369,7 +432,7 @@ clembed_status clembed_backward(clembed_context *ctx, const clembed_matrix *grad
   clembed_backward_options defaults = clembed_backward_defaults();
   const clembed_backward_options *o = opt ? opt : &defaults;
   ce_step step = {"clembed_backward", o->accumulate ? CE_STORE_ACCUMULATE : CE_STORE_OVERWRITE, 0.0f,
-                  !o->deterministic};
+                  !o->deterministic, NULL};
   clembed_status status = ce_segment_step(ctx, &step, grad_out, ids, opt, grad_table, nwait, wait, ev);
   return ce_track_end(ctx, status, event, &own);
 }

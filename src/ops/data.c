@@ -13,11 +13,18 @@ clembed_status clembed_matrix_create(clembed_context *ctx, size_t rows, size_t c
   cl_mem b = NULL;
   CE_ENTER(ctx, "clembed_matrix_create");
   if (!m) FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "m", -1, 0, "clembed_matrix_create: m is NULL");
-  size_t es = clembed_dtype_size(dtype), n, bytes;
-  if (!es) FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "dtype", -1, (int64_t)dtype, "clembed_matrix_create: unknown dtype %d", (int)dtype);
-  if (ce_mul_overflows(rows, cols, &n) || ce_mul_overflows(n, es, &bytes))
-    FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "rows", -1, (int64_t)rows, "clembed_matrix_create: %zu x %zu x %zu bytes overflows size_t", rows, cols,
-         es);
+  size_t qk = clembed_dtype_block_values(dtype), bytes;
+  if (!qk)
+    FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "dtype", -1, (int64_t)dtype, "clembed_matrix_create: unknown dtype %d",
+             (int)dtype);
+  if (cols % qk)
+    FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "cols", -1, (int64_t)cols,
+             "clembed_matrix_create: cols %zu is not a multiple of the %s block size %zu", cols, ce_dtype_name(dtype),
+             qk);
+  size_t row_bytes = clembed_dtype_row_bytes(dtype, cols);
+  if ((cols && !row_bytes) || ce_mul_overflows(rows, row_bytes, &bytes))
+    FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "rows", -1, (int64_t)rows,
+             "clembed_matrix_create: %zu x %zu %s overflows size_t", rows, cols, ce_dtype_name(dtype));
   /* rounded up to whole words, zeroed by a kernel */
   size_t words = bytes / 4 + (bytes % 4 != 0);
   if (words == 0) words = 1;
@@ -46,41 +53,74 @@ cleanup:
   return status;
 }
 
-/* Copies between a dense host block (in the matrix's dtype) and the matrix. */
+/* Copies between a dense host block (in the matrix's dtype: elements, or rows
+ * of blocks) and the matrix. */
 static cl_int transfer(clembed_context *ctx, const clembed_matrix *m, size_t ld, void *host, int write) {
-  size_t es = clembed_dtype_size(m->dtype);
   cl_int berr = ce_after_earlier_work(ctx);
   if (berr != CL_SUCCESS) return berr;
   if (m->rows == 0 || m->cols == 0) return CL_SUCCESS;
+  /* in bytes (values / block size * block bytes for the block types) */
+  size_t off = clembed_dtype_row_bytes(m->dtype, m->offset), rb = clembed_dtype_row_bytes(m->dtype, m->cols);
+  size_t lb = clembed_dtype_row_bytes(m->dtype, ld);
   if (ld == m->cols) {
-    size_t bytes = m->rows * m->cols * es;
-    return write ? clEnqueueWriteBuffer(ctx->queue, m->buffer, CL_TRUE, m->offset * es, bytes, host, 0, NULL, NULL)
-                 : clEnqueueReadBuffer(ctx->queue, m->buffer, CL_TRUE, m->offset * es, bytes, host, 0, NULL, NULL);
+    size_t bytes = m->rows * rb;
+    return write ? clEnqueueWriteBuffer(ctx->queue, m->buffer, CL_TRUE, off, bytes, host, 0, NULL, NULL)
+                 : clEnqueueReadBuffer(ctx->queue, m->buffer, CL_TRUE, off, bytes, host, 0, NULL, NULL);
   }
-  size_t borigin[3] = {m->offset * es, 0, 0}, horigin[3] = {0, 0, 0};
-  size_t region[3] = {m->cols * es, m->rows, 1};
-  return write ? clEnqueueWriteBufferRect(ctx->queue, m->buffer, CL_TRUE, borigin, horigin, region, ld * es, 0,
-                                          m->cols * es, 0, host, 0, NULL, NULL)
-               : clEnqueueReadBufferRect(ctx->queue, m->buffer, CL_TRUE, borigin, horigin, region, ld * es, 0,
-                                         m->cols * es, 0, host, 0, NULL, NULL);
+  size_t borigin[3] = {off, 0, 0}, horigin[3] = {0, 0, 0};
+  size_t region[3] = {rb, m->rows, 1};
+  return write ? clEnqueueWriteBufferRect(ctx->queue, m->buffer, CL_TRUE, borigin, horigin, region, lb, 0, rb, 0,
+                                          host, 0, NULL, NULL)
+               : clEnqueueReadBufferRect(ctx->queue, m->buffer, CL_TRUE, borigin, horigin, region, lb, 0, rb, 0, host,
+                                         0, NULL, NULL);
+}
+
+/* The host side of a write (or a read) between `host_dtype` and m's dtype. The
+ * conversions there are: among the float dtypes; float values into Q8_0 or
+ * Q4_0 blocks (ggml's reference quantizers); blocks into float values (ggml's
+ * dequantizers). *temp_bytes: the size of the matrix-side copy (0 when host and
+ * matrix share the dtype). */
+static clembed_status plan_transfer(clembed_context *ctx, const char *fn, const clembed_matrix *m,
+                                    clembed_dtype host_dtype, int write, size_t *temp_bytes) {
+  size_t hqk = clembed_dtype_block_values(host_dtype);
+  *temp_bytes = 0;
+  if (!hqk)
+    return ce_fail_arg(ctx, CLEMBED_ERR_INVALID_ARGUMENT, NULL, "host_dtype", -1, (int64_t)host_dtype,
+                       "%s: unknown host dtype %d", fn, (int)host_dtype);
+  if (host_dtype == m->dtype) return CLEMBED_OK;
+  clembed_dtype into = write ? m->dtype : host_dtype; /* the side the values are converted into */
+  if (ce_dtype_is_block(host_dtype) && ce_dtype_is_block(m->dtype))
+    return ce_fail_arg(ctx, CLEMBED_ERR_UNSUPPORTED, NULL, "host_dtype", -1, (int64_t)host_dtype,
+                       "%s: a %s matrix and %s host blocks: there is no conversion between block types", fn,
+                       ce_dtype_name(m->dtype), ce_dtype_name(host_dtype));
+  if (ce_dtype_is_block(into) && into != CLEMBED_Q8_0 && into != CLEMBED_Q4_0)
+    return ce_fail_arg(ctx, CLEMBED_ERR_UNSUPPORTED, NULL, write ? "m" : "host_dtype", -1, (int64_t)into,
+                       "%s: float values cannot be quantized into %s here (Q8_0 and Q4_0 only, as ggml's reference "
+                       "quantizers); write %s blocks", fn, ce_dtype_name(into), ce_dtype_name(into));
+  if (m->cols % hqk)
+    return ce_fail_arg(ctx, CLEMBED_ERR_INVALID_ARGUMENT, NULL, "host_dtype", -1, (int64_t)host_dtype,
+                       "%s: host %s blocks need cols a multiple of %zu, not %zu", fn, ce_dtype_name(host_dtype), hqk,
+                       m->cols);
+  if (ce_mul_overflows(m->rows, clembed_dtype_row_bytes(m->dtype, m->cols), temp_bytes))
+    return ce_fail(ctx, CLEMBED_ERR_INVALID_ARGUMENT, "%s: %zu x %zu overflows size_t", fn, m->rows, m->cols);
+  return CLEMBED_OK;
 }
 
 clembed_status clembed_matrix_write(clembed_context *ctx, clembed_matrix *m, const void *host,
                                     clembed_dtype host_dtype) {
   clembed_status status = CLEMBED_OK;
   void *tmp = NULL;
-  size_t ld = 0;
+  size_t ld = 0, temp_bytes;
   CE_ENTER(ctx, "clembed_matrix_write");
-  CHECK(ce_check_matrix(ctx, m, "clembed_matrix_write: m", &ld));
-  if (!clembed_dtype_size(host_dtype))
-    FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "host_dtype", -1, (int64_t)host_dtype, "clembed_matrix_write: unknown host dtype %d", (int)host_dtype);
+  CHECK(ce_check_table(ctx, m, "clembed_matrix_write: m", &ld));
+  CHECK(plan_transfer(ctx, "clembed_matrix_write", m, host_dtype, 1, &temp_bytes));
   size_t n = m->rows * m->cols;
   if (n && !host) FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "host", -1, 0, "clembed_matrix_write: host is NULL");
   const void *src = host;
-  if (host_dtype != m->dtype && n) {
-    tmp = malloc(n * clembed_dtype_size(m->dtype));
-    if (!tmp) FAIL(CLEMBED_ERR_OUT_OF_MEMORY, "clembed_matrix_write: out of host memory");
-    ce_convert(tmp, m->dtype, host, host_dtype, n);
+  if (temp_bytes && n) {
+    tmp = malloc(temp_bytes);
+    if (!tmp || ce_convert_values(tmp, m->dtype, host, host_dtype, n) != 0)
+      FAIL(CLEMBED_ERR_OUT_OF_MEMORY, "clembed_matrix_write: out of host memory");
     src = tmp;
   }
   cl_int err = transfer(ctx, m, ld, (void *)src, 1);
@@ -94,16 +134,15 @@ clembed_status clembed_matrix_read(clembed_context *ctx, const clembed_matrix *m
                                    clembed_dtype host_dtype) {
   clembed_status status = CLEMBED_OK;
   void *tmp = NULL;
-  size_t ld = 0;
+  size_t ld = 0, temp_bytes;
   CE_ENTER(ctx, "clembed_matrix_read");
-  CHECK(ce_check_matrix(ctx, m, "clembed_matrix_read: m", &ld));
-  if (!clembed_dtype_size(host_dtype))
-    FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "host_dtype", -1, (int64_t)host_dtype, "clembed_matrix_read: unknown host dtype %d", (int)host_dtype);
+  CHECK(ce_check_table(ctx, m, "clembed_matrix_read: m", &ld));
+  CHECK(plan_transfer(ctx, "clembed_matrix_read", m, host_dtype, 0, &temp_bytes));
   size_t n = m->rows * m->cols;
   if (n && !host) FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "host", -1, 0, "clembed_matrix_read: host is NULL");
   void *dst = host;
-  if (host_dtype != m->dtype && n) {
-    tmp = malloc(n * clembed_dtype_size(m->dtype));
+  if (temp_bytes && n) {
+    tmp = malloc(temp_bytes);
     if (!tmp) FAIL(CLEMBED_ERR_OUT_OF_MEMORY, "clembed_matrix_read: out of host memory");
     dst = tmp;
   }
@@ -112,7 +151,8 @@ clembed_status clembed_matrix_read(clembed_context *ctx, const clembed_matrix *m
     status = ce_cl_fail(ctx, err, "clembed_matrix_read");
     goto cleanup;
   }
-  if (tmp) ce_convert(host, host_dtype, tmp, m->dtype, n);
+  if (tmp && ce_convert_values(host, host_dtype, tmp, m->dtype, n) != 0)
+    FAIL(CLEMBED_ERR_OUT_OF_MEMORY, "clembed_matrix_read: out of host memory");
   status = ce_collect(ctx);
 cleanup:
   free(tmp);

@@ -1,6 +1,10 @@
 /* Host-side dtype code: element sizes and the F16/BF16 conversions, bit for
- * bit the kernels' (cl/lib/dtype.cl). */
+ * bit the kernels' (cl/lib/dtype.cl); the block-quantized types through
+ * quant.c (ggml's formats, bit for bit cl/lib/quant.cl). */
 #include "ops.h"
+#include "quant.h"
+
+#include <stdlib.h>
 
 #include <math.h>
 #include <string.h>
@@ -65,8 +69,19 @@ size_t clembed_dtype_size(clembed_dtype dtype) {
     case CLEMBED_F32: return 4;
     case CLEMBED_F16:
     case CLEMBED_BF16: return 2;
+    default: return 0; /* unknown, or a block type (no element size) */
   }
-  return 0;
+}
+
+size_t clembed_dtype_block_values(clembed_dtype dtype) { return ce_quant_block_values((int)dtype); }
+
+size_t clembed_dtype_row_bytes(clembed_dtype dtype, size_t cols) { return ce_quant_row_bytes((int)dtype, cols); }
+
+int ce_dtype_is_block(clembed_dtype t) { return ce_quant_is_block((int)t); }
+
+const char *ce_dtype_name(clembed_dtype t) {
+  static const char *const names[] = {"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_K", "Q6_K"};
+  return (int)t >= 0 && (int)t <= 6 ? names[t] : "unknown";
 }
 
 static float load_as_f32(const void *p, size_t i, clembed_dtype t) {
@@ -74,8 +89,8 @@ static float load_as_f32(const void *p, size_t i, clembed_dtype t) {
     case CLEMBED_F32: return ((const float *)p)[i];
     case CLEMBED_F16: return ce_f16_to_f32(((const uint16_t *)p)[i]);
     case CLEMBED_BF16: return ce_bf16_to_f32(((const uint16_t *)p)[i]);
+    default: return 0.0f;
   }
-  return 0.0f;
 }
 
 static void store_from_f32(void *p, size_t i, clembed_dtype t, float v) {
@@ -83,6 +98,7 @@ static void store_from_f32(void *p, size_t i, clembed_dtype t, float v) {
     case CLEMBED_F32: ((float *)p)[i] = v; break;
     case CLEMBED_F16: ((uint16_t *)p)[i] = ce_f32_to_f16(v); break;
     case CLEMBED_BF16: ((uint16_t *)p)[i] = ce_f32_to_bf16(v); break;
+    default: break;
   }
 }
 
@@ -94,3 +110,35 @@ void ce_convert(void *dst, clembed_dtype dt, const void *src, clembed_dtype st, 
   for (size_t i = 0; i < n; i++) store_from_f32(dst, i, dt, load_as_f32(src, i, st));
 }
 
+
+int ce_convert_values(void *dst, clembed_dtype dt, const void *src, clembed_dtype st, size_t n) {
+  int sq = ce_quant_is_block((int)st), dq = ce_quant_is_block((int)dt);
+  if (!sq && !dq) {
+    ce_convert(dst, dt, src, st, n);
+    return 0;
+  }
+  if (sq && dq) return dt == st ? (memcpy(dst, src, ce_quant_row_bytes((int)dt, n)), 0) : -1;
+  if (dq && dt != CLEMBED_Q8_0 && dt != CLEMBED_Q4_0) return -1;
+  /* F32 in between: blocks -> F32 -> dt, or st -> F32 -> blocks */
+  float *f = NULL;
+  int direct = sq ? dt == CLEMBED_F32 : st == CLEMBED_F32;
+  if (!direct) {
+    if (n > SIZE_MAX / sizeof(float) || !(f = malloc(n ? n * sizeof(float) : 1))) return -2;
+  }
+  if (sq) {
+    ce_quant_dequantize((int)st, src, direct ? (float *)dst : f, n);
+    if (!direct) ce_convert(dst, dt, f, CLEMBED_F32, n);
+  } else {
+    const float *x = src;
+    if (!direct) {
+      ce_convert(f, CLEMBED_F32, src, st, n);
+      x = f;
+    }
+    if (dt == CLEMBED_Q8_0)
+      ce_quant_quantize_q8_0(x, dst, n);
+    else
+      ce_quant_quantize_q4_0(x, dst, n);
+  }
+  free(f);
+  return 0;
+}

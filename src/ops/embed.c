@@ -41,6 +41,12 @@ static clembed_status resolve_positions(clembed_context *ctx, const clembed_matr
        * read them from the context's cached table (the same float values)
        * rather than computing sin/cos per element. */
       size_t span = opt->seq_len && opt->seq_len < ids->count ? opt->seq_len : ids->count, end;
+      /* positions below 2^32 (those from sequence_offsets are checked on the device) */
+      if (!opt->sequence_offsets && ce_positions_past_end(opt->position_offset, span))
+        FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "position_offset", -1, (int64_t)opt->position_offset,
+                 "clembed_embed: position_offset %zu + %zu positions is past 2^32 (the sinusoid takes positions "
+                 "below 2^32)",
+                 opt->position_offset, span);
       if (!opt->sequence_offsets && !ce_add_overflows(opt->position_offset, span, &end))
         CHECK(ce_sinusoid_table(ctx, &opt->sinusoid, table->cols, end, ids->count, &p->pt));
       if (p->pt) {
@@ -54,7 +60,7 @@ static clembed_status resolve_positions(clembed_context *ctx, const clembed_matr
     }
     case CLEMBED_POSITIONS_TABLE:
       p->pt = opt->position_table;
-      CHECK(ce_check_matrix(ctx, p->pt, "position_table", &p->p_ld));
+      CHECK(ce_check_table(ctx, p->pt, "position_table", &p->p_ld));
       if (p->pt->cols != table->cols)
         FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "position_table", -1, (int64_t)p->pt->cols,
                  "position_table has %zu cols but the table has %zu", p->pt->cols, table->cols);
@@ -113,7 +119,8 @@ static clembed_status embed_slot(clembed_context *ctx, const clembed_matrix *tab
                  (opt->positions != CLEMBED_POSITIONS_NONE && opt->position_offset > (size_t)INT64_MAX);
   if (!ids->count || !can_fail) return CLEMBED_OK;
   ce_slot_info info = {"clembed_embed", "position_table", opt->policy == CLEMBED_INDEX_WRAP, table->rows,
-                       p->pt ? p->pt->rows : 0, opt->seq_len, opt->position_offset, p->so != NULL};
+                       p->pt ? p->pt->rows : 0, opt->seq_len, opt->position_offset, p->so != NULL,
+                       opt->positions == CLEMBED_POSITIONS_SINUSOID && !p->cached, NULL};
   return ce_slot_reserve(ctx, &info, slot);
 }
 
@@ -160,7 +167,7 @@ static clembed_status embed_run(clembed_context *ctx, const clembed_matrix *tabl
     opt = &defaults;
   }
   CHECK(ce_check_events(ctx, nwait, wait));
-  CHECK(ce_check_matrix(ctx, table, "table", &t_ld));
+  CHECK(ce_check_table(ctx, table, "table", &t_ld));
   CHECK(ce_check_ids(ctx, ids, "ids"));
   CHECK(ce_check_matrix(ctx, out, "out", &o_ld));
   if (out->rows != ids->count || out->cols != table->cols)

@@ -10,14 +10,36 @@ uint16_t ce_f32_to_f16(float f);
 float ce_f16_to_f32(uint16_t h);
 uint16_t ce_f32_to_bf16(float f);
 float ce_bf16_to_f32(uint16_t b);
-/* n dense elements of dtype st into dtype dt. */
+/* n dense elements of dtype st into dtype dt (float dtypes). */
 void ce_convert(void *dst, clembed_dtype dt, const void *src, clembed_dtype st, size_t n);
+/* 1 for a block-quantized dtype (Q8_0, Q4_0, Q4_K, Q6_K). */
+int ce_dtype_is_block(clembed_dtype t);
+/* "F32", ..., "Q6_K", or "unknown". */
+const char *ce_dtype_name(clembed_dtype t);
+/* n dense values (a multiple of any block type's block size) of dtype st, as
+ * elements or blocks, into dtype dt: among float dtypes, float values into
+ * Q8_0/Q4_0 blocks (through F32, ggml's reference quantizers), blocks into
+ * float values (ggml's dequantizers, through F32). Returns 0, -1 for a pair
+ * with no conversion (two block types, or floats into Q4_K/Q6_K), -2 when host
+ * memory runs out. */
+int ce_convert_values(void *dst, clembed_dtype dt, const void *src, clembed_dtype st, size_t n);
 
 /* ----- angles (angle.c): frequencies in double, cached on the device */
 clembed_status ce_sinusoid_check(clembed_context *ctx, const clembed_sinusoid *s);
-/* A device buffer of cols float2 (w_hi, w_lo), negated for cos columns, owned
- * by the context's cache. */
+/* A device buffer of the columns' angle pieces and phases (9 planes of cols
+ * floats, see cl/lib/angle.cl), owned by the context's cache. */
 clembed_status ce_sinusoid_freq(clembed_context *ctx, const clembed_sinusoid *s, size_t cols, cl_mem *buffer);
+/* Checks r and gives its rotary dimension R, a device buffer of its
+ * frequencies' angle pieces (8 planes of R/2 floats, owned by the context's
+ * cache) and its attention factor. */
+clembed_status ce_rope_freq(clembed_context *ctx, const clembed_rope *r, size_t *R, cl_mem *buffer, float *attention);
+
+/* Positions (the sinusoid's and RoPE's) are below 2^32: the exact angle splits
+ * them into two 16-bit halves. first + count > 2^32, without overflow: */
+#define CE_POSITION_END ((uint64_t)1 << 32)
+static inline int ce_positions_past_end(uint64_t first, uint64_t count) {
+  return first > CE_POSITION_END || count > CE_POSITION_END - first;
+}
 
 /* ----- the sinusoid table (positional.c) */
 /* clembed_positional without the public entry (no tracking of its event). */
@@ -49,8 +71,19 @@ unsigned ce_bit_width(uint64_t v);
 typedef enum ce_store_mode {
   CE_STORE_OVERWRITE = 0,  /* grad_table[v] = r */
   CE_STORE_ACCUMULATE = 1, /* grad_table[v] += r */
-  CE_STORE_SGD = 2         /* table[v] -= lr * r, rounded to the table's dtype */
+  CE_STORE_SGD = 2,        /* table[v] -= lr * r, rounded to the table's dtype */
+  /* clembed_optimizer_step (optim.c): the optimizer's kind, with its states */
+  CE_STORE_ADAGRAD = 3,
+  CE_STORE_ROWWISE_ADAGRAD = 4,
+  CE_STORE_ADAM = 5
 } ce_store_mode;
+
+/* An optimizer step's checked fields (optim.c), for the fold. */
+typedef struct ce_optim_step {
+  const clembed_matrix *state, *state2;
+  size_t s1_ld, s2_ld;
+  float eps, weight_decay, b1c, b2c, step_size; /* b1c = 1 - beta1, b2c = 1 - beta2 (ADAM) */
+} ce_optim_step;
 
 /* One fused step over the rows the ids touch: the sort, the fold and the
  * store; the operation's checks, slot and chain included. */
@@ -59,6 +92,7 @@ typedef struct ce_step {
   ce_store_mode mode;
   float lr;                       /* CE_STORE_SGD */
   int atomic;                     /* the atomic path (clembed_backward with deterministic 0) */
+  const ce_optim_step *optim;     /* clembed_optimizer_step: the kernels with states (else NULL) */
 } ce_step;
 clembed_status ce_segment_step(clembed_context *ctx, const ce_step *step, const clembed_matrix *grad_out,
                                const clembed_ids *ids, const clembed_backward_options *opt,

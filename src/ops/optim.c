@@ -5,9 +5,15 @@
  * learning_rate * r, in float32, rounded to the table's dtype (F32, F16 or
  * BF16) when written back; always the sorted, deterministic path. A
  * position_grad in the options is added into as by clembed_backward (the
- * position table's step is the caller's). Further steps (Adagrad, Adam) are
- * further store modes, with their state rows beside the table's. */
+ * position table's step is the caller's). clembed_optimizer_step's kinds are
+ * further store modes (ADAGRAD, ROWWISE_ADAGRAD, ADAM; SGD with weight decay),
+ * with their state rows beside the table's: this file checks the optimizer's
+ * fields and states and computes the step's float32 constants; backward.c
+ * folds and stores. */
 #include "ops.h"
+
+#include <math.h>
+#include <string.h>
 
 clembed_status clembed_sgd_update(clembed_context *ctx, const clembed_matrix *grad_out, const clembed_ids *ids,
                                   float learning_rate, const clembed_backward_options *opt, clembed_matrix *table,
@@ -15,7 +21,113 @@ clembed_status clembed_sgd_update(clembed_context *ctx, const clembed_matrix *gr
   cl_event own;
   CE_ENTER(ctx, "clembed_sgd_update");
   cl_event *ev = CE_EVENT_BEGIN(event, own);
-  ce_step step = {"clembed_sgd_update", CE_STORE_SGD, learning_rate, 0};
+  ce_step step = {"clembed_sgd_update", CE_STORE_SGD, learning_rate, 0, NULL};
   clembed_status status = ce_segment_step(ctx, &step, grad_out, ids, opt, table, nwait, wait, ev);
+  return ce_track_end(ctx, status, event, &own);
+}
+
+/* ------------------------------------------------- clembed_optimizer_step */
+
+clembed_optimizer clembed_optimizer_defaults(clembed_optimizer_kind kind) {
+  clembed_optimizer o;
+  memset(&o, 0, sizeof o);
+  o.kind = kind;
+  o.learning_rate = kind == CLEMBED_SGD ? 0.1f : 0.01f;
+  o.eps = kind == CLEMBED_ADAGRAD ? 1e-10f : 1e-8f;
+  o.beta1 = 0.9f;
+  o.beta2 = 0.999f;
+  return o;
+}
+
+static const char *const kind_names[4] = {"SGD", "ADAGRAD", "ROWWISE_ADAGRAD", "ADAM"};
+
+/* A state: present, F32, rows x cols. */
+static clembed_status check_state(clembed_context *ctx, const char *what, const clembed_matrix *st, const char *name,
+                                  const char *kind, size_t rows, size_t cols, size_t *ld) {
+  clembed_status status = CLEMBED_OK;
+  if (!st)
+    FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, name, -1, 0, "%s: %s is NULL; %s needs it (F32, %zu x %zu)", what, name,
+             kind, rows, cols);
+  CHECK(ce_check_matrix(ctx, st, name, ld));
+  if (st->dtype != CLEMBED_F32)
+    FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, name, -1, (int64_t)st->dtype, "%s: %s must be F32 (dtype %d)", what, name,
+             (int)st->dtype);
+  if (st->rows != rows || st->cols != cols)
+    FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, name, -1, (int64_t)st->rows,
+             "%s: %s is %zu x %zu; %s on this table needs %zu x %zu", what, name, st->rows, st->cols, kind, rows,
+             cols);
+cleanup:
+  return status;
+}
+
+/* The optimizer's fields and states, checked against the table; the float32
+ * constants of the step (ADAM's from float64, each rounded once). */
+static clembed_status check_optimizer(clembed_context *ctx, const char *what, const clembed_optimizer *o,
+                                      const clembed_matrix *table, ce_optim_step *p) {
+  clembed_status status = CLEMBED_OK;
+  memset(p, 0, sizeof *p);
+  if (!o) FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "optimizer", -1, 0, "%s: the optimizer is NULL", what);
+  if ((unsigned)o->kind > (unsigned)CLEMBED_ADAM)
+    FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "kind", -1, (int64_t)o->kind, "%s: unknown optimizer kind %d", what,
+             (int)o->kind);
+  const char *kind = kind_names[o->kind];
+  if (!(o->learning_rate >= 0.0f) || isinf(o->learning_rate))
+    FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "learning_rate", -1, 0, "%s: learning_rate %g must be finite and >= 0",
+             what, (double)o->learning_rate);
+  if (!(o->weight_decay >= 0.0f) || isinf(o->weight_decay))
+    FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "weight_decay", -1, 0, "%s: weight_decay %g must be finite and >= 0",
+             what, (double)o->weight_decay);
+  if (o->kind != CLEMBED_SGD && (!(o->eps >= 0.0f) || isinf(o->eps)))
+    FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "eps", -1, 0, "%s: eps %g must be finite and >= 0", what,
+             (double)o->eps);
+  if (o->kind == CLEMBED_ADAM) {
+    if (!(o->beta1 >= 0.0f && o->beta1 < 1.0f))
+      FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "beta1", -1, 0, "%s: beta1 %g must be in [0, 1)", what,
+               (double)o->beta1);
+    if (!(o->beta2 >= 0.0f && o->beta2 < 1.0f))
+      FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "beta2", -1, 0, "%s: beta2 %g must be in [0, 1)", what,
+               (double)o->beta2);
+    if (o->step == 0)
+      FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "step", -1, 0, "%s: step is 0; ADAM's step t counts from 1", what);
+  }
+  if (o->kind != CLEMBED_SGD) {
+    CHECK(check_state(ctx, what, o->state, "state", kind, table->rows,
+                      o->kind == CLEMBED_ROWWISE_ADAGRAD ? 1 : table->cols, &p->s1_ld));
+    p->state = o->state;
+  }
+  if (o->kind == CLEMBED_ADAM) {
+    CHECK(check_state(ctx, what, o->state2, "state2", kind, table->rows, table->cols, &p->s2_ld));
+    p->state2 = o->state2;
+  }
+  p->eps = o->eps;
+  p->weight_decay = o->weight_decay;
+  if (o->kind == CLEMBED_ADAM) {
+    double t = (double)o->step, b1 = (double)o->beta1, b2 = (double)o->beta2;
+    p->b1c = (float)(1.0 - b1);
+    p->b2c = (float)(1.0 - b2);
+    p->step_size = (float)((double)o->learning_rate * sqrt(1.0 - pow(b2, t)) / (1.0 - pow(b1, t)));
+  }
+cleanup:
+  return status;
+}
+
+clembed_status clembed_optimizer_step(clembed_context *ctx, const clembed_matrix *grad_out, const clembed_ids *ids,
+                                      const clembed_backward_options *opt, const clembed_optimizer *o,
+                                      clembed_matrix *table, cl_uint nwait, const cl_event *wait, cl_event *event) {
+  const char *what = "clembed_optimizer_step";
+  clembed_status status = CLEMBED_OK;
+  cl_event own;
+  CE_ENTER(ctx, what);
+  cl_event *ev = CE_EVENT_BEGIN(event, own);
+  ce_optim_step p;
+  size_t t_ld;
+  CHECK(ce_check_matrix(ctx, table, "table", &t_ld)); /* before its rows and cols are used */
+  CHECK(check_optimizer(ctx, what, o, table, &p));
+  {
+    static const ce_store_mode modes[4] = {CE_STORE_SGD, CE_STORE_ADAGRAD, CE_STORE_ROWWISE_ADAGRAD, CE_STORE_ADAM};
+    ce_step step = {what, modes[o->kind], o->learning_rate, 0, &p};
+    status = ce_segment_step(ctx, &step, grad_out, ids, opt, table, nwait, wait, ev);
+  }
+cleanup:
   return ce_track_end(ctx, status, event, &own);
 }

@@ -103,10 +103,11 @@ clembed_status ce_positional_run(clembed_context *ctx, const clembed_sinusoid *s
   CHECK(ce_check_events(ctx, nwait, wait));
   CHECK(ce_check_matrix(ctx, out, "clembed_positional: out", &ld));
   CHECK(ce_sinusoid_check(ctx, s));
-  size_t last;
-  if (out->rows && ce_add_overflows(first_position, out->rows - 1, &last))
+  if (ce_positions_past_end(first_position, out->rows))
     FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "first_position", -1, (int64_t)first_position,
-             "clembed_positional: first_position %zu + rows %zu overflows", first_position, out->rows);
+             "clembed_positional: first_position %zu + rows %zu is past 2^32 (the sinusoid takes positions below "
+             "2^32)",
+             first_position, out->rows);
   CHECK(ce_sinusoid_freq(ctx, s, out->cols, &freq));
   const ce_tuning *t = ctx->tune;
   /* one kernel per shape: a row per work-item (VEC columns at a time), or an element */

@@ -64,13 +64,32 @@ static clembed_status buffer_size(clembed_context *ctx, cl_mem b, const char *wh
   return CLEMBED_OK;
 }
 
-clembed_status ce_check_matrix(clembed_context *ctx, const clembed_matrix *m, const char *what, size_t *ld) {
+static const char *block_name(clembed_dtype t) {
+  static const char *const names[] = {"Q8_0", "Q4_0", "Q4_K", "Q6_K"};
+  return (int)t >= 3 && (int)t <= 6 ? names[(int)t - 3] : "?";
+}
+
+/* A matrix against its buffer. The block-quantized dtypes (allowed only with
+ * `blocks`) count offset, cols and ld in values, each a multiple of the block
+ * size, and their extent in whole blocks. */
+static clembed_status check_matrix(clembed_context *ctx, const clembed_matrix *m, const char *what, size_t *ld,
+                                   int blocks) {
   if (!m) return ARG_FAIL(0, "%s is NULL", what);
   if (!m->buffer) return ARG_FAIL(0, "%s has a NULL buffer", what);
-  size_t es = clembed_dtype_size(m->dtype);
-  if (!es) return ARG_FAIL(m->dtype, "%s has an unknown dtype %d", what, (int)m->dtype);
+  size_t qk = clembed_dtype_block_values(m->dtype);
+  if (!qk) return ARG_FAIL(m->dtype, "%s has an unknown dtype %d", what, (int)m->dtype);
+  if (qk > 1 && !blocks)
+    return ce_fail_arg(ctx, CLEMBED_ERR_UNSUPPORTED, NULL, arg_name(what), -1, (int64_t)m->dtype,
+                       "%s is %s: block-quantized matrices are tables to read, never an output, a gradient or a "
+                       "table to train or initialise", what, block_name(m->dtype));
   size_t l = m->ld ? m->ld : m->cols;
   if (l < m->cols) return ARG_FAIL(l, "%s: ld %zu is less than cols %zu", what, l, m->cols);
+  if (m->cols % qk || m->offset % qk || l % qk) {
+    const char *f = m->cols % qk ? "cols" : m->offset % qk ? "offset" : "ld";
+    size_t v = m->cols % qk ? m->cols : m->offset % qk ? m->offset : l;
+    return ARG_FAIL(v, "%s: %s is %zu, not a multiple of the %s block size %zu", what, f, v, block_name(m->dtype),
+                    qk);
+  }
   size_t size;
   clembed_status s = buffer_size(ctx, m->buffer, what, &size);
   if (s != CLEMBED_OK) return s;
@@ -81,12 +100,22 @@ clembed_status ce_check_matrix(clembed_context *ctx, const clembed_matrix *m, co
       return ARG_FAIL(m->offset, "%s: offset %zu + (rows %zu - 1) * ld %zu + cols %zu overflows size_t", what,
                       m->offset, m->rows, l, m->cols);
   }
-  if (ce_mul_overflows(end, es, &t)) return ARG_FAIL(0, "%s: its extent in bytes overflows size_t", what);
+  /* bytes up to the extent's end: elements, or whole blocks, times their size */
+  t = clembed_dtype_row_bytes(m->dtype, end);
+  if (end && !t) return ARG_FAIL(0, "%s: its extent in bytes overflows size_t", what);
   if (t > size)
     return ARG_FAIL(t, "%s: %zu x %zu (offset %zu, ld %zu) needs %zu bytes but its buffer holds %zu", what, m->rows,
                     m->cols, m->offset, l, t, size);
   if (ld) *ld = l;
   return CLEMBED_OK;
+}
+
+clembed_status ce_check_matrix(clembed_context *ctx, const clembed_matrix *m, const char *what, size_t *ld) {
+  return check_matrix(ctx, m, what, ld, 0);
+}
+
+clembed_status ce_check_table(clembed_context *ctx, const clembed_matrix *m, const char *what, size_t *ld) {
+  return check_matrix(ctx, m, what, ld, 1);
 }
 
 size_t ce_index_size(clembed_index_type t) {

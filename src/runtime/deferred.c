@@ -127,13 +127,14 @@ static void slots_scan(clembed_context *ctx, const cl_uint *s, const ce_slot_inf
     if (r[0] <= r[1]) {
       int64_t v = (int64_t)((uint64_t)r[2] | ((uint64_t)r[3] << 32));
       unsigned long long rows = (unsigned long long)in->id_rows;
+      const char *idn = in->id_arg ? in->id_arg : "ids";
       if (in->wrap)
-        snprintf(ctx->deferred_message, sizeof ctx->deferred_message, "%s: ids[%u] = %lld is outside [-%llu, %llu)",
-                 in->op, r[0], (long long)v, rows, rows);
+        snprintf(ctx->deferred_message, sizeof ctx->deferred_message, "%s: %s[%u] = %lld is outside [-%llu, %llu)",
+                 in->op, idn, r[0], (long long)v, rows, rows);
       else
-        snprintf(ctx->deferred_message, sizeof ctx->deferred_message, "%s: ids[%u] = %lld is outside [0, %llu)",
-                 in->op, r[0], (long long)v, rows);
-      ce_detail_fill(&ctx->deferred_detail, CLEMBED_ERR_INDEX_OUT_OF_RANGE, in->op, "ids", (int64_t)r[0], v);
+        snprintf(ctx->deferred_message, sizeof ctx->deferred_message, "%s: %s[%u] = %lld is outside [0, %llu)",
+                 in->op, idn, r[0], (long long)v, rows);
+      ce_detail_fill(&ctx->deferred_detail, CLEMBED_ERR_INDEX_OUT_OF_RANGE, in->op, idn, (int64_t)r[0], v);
     } else {
       uint64_t i = r[1];
       uint64_t first = in->position_offset;
@@ -152,6 +153,16 @@ static void slots_scan(clembed_context *ctx, const cl_uint *s, const ce_slot_inf
                  (unsigned long long)i, (unsigned long long)(first + inseq), (unsigned long long)first);
         ce_detail_fill(&ctx->deferred_detail, CLEMBED_ERR_INDEX_OUT_OF_RANGE, in->op, "positions", (int64_t)i,
                     (int64_t)(first + inseq));
+      } else if (in->sinusoid) {
+        /* a sequence start from sequence_offsets that takes the sinusoid to 2^32 or past */
+        uint64_t b = in->seq_len ? i / in->seq_len : 0;
+        snprintf(ctx->deferred_message, sizeof ctx->deferred_message,
+                 "%s: token %llu is at position %llu (sequence_offsets[%llu] = %llu): the sinusoid takes positions "
+                 "below 2^32",
+                 in->op, (unsigned long long)i, (unsigned long long)(first + inseq), (unsigned long long)b,
+                 (unsigned long long)first);
+        ce_detail_fill(&ctx->deferred_detail, CLEMBED_ERR_INDEX_OUT_OF_RANGE, in->op, "sequence_offsets", (int64_t)b,
+                       (int64_t)first);
       } else {
         snprintf(ctx->deferred_message, sizeof ctx->deferred_message,
                  "%s: token %llu is at position %llu, outside the position table [0, %llu)", in->op,

@@ -17,9 +17,9 @@ extern const size_t ce_cl_sizes[];
 extern const size_t ce_cl_count;
 
 static const char *const family_file[CE_FAMILY_COUNT] = {"forward", "positional", "sort", "backward", "init",
-                                                         "util"};
+                                                         "util", "rope"};
 /* The helpers every program starts with, in this order. */
-static const char *const lib_files[] = {"dtype", "report", "ids", "philox", "angle"};
+static const char *const lib_files[] = {"dtype", "quant", "report", "ids", "philox", "angle", "exactmath"};
 #define CE_LIB_FILES (sizeof lib_files / sizeof lib_files[0])
 
 static const char *embedded(const char *name, size_t *length) {

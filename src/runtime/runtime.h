@@ -64,6 +64,8 @@ typedef struct ce_tuning {
   /* positional table */
   int positional_rowwise;      /* a row per work-item */
   unsigned positional_vec;
+  /* RoPE */
+  int rope_rowwise;            /* a row per work-item, 16 pairs at a time (else a pair per work-item) */
   /* sort */
   size_t sort_chunk;           /* entries per work-item, at least */
   size_t sort_max_chunks;      /* the scan is one work-group */
@@ -107,6 +109,8 @@ typedef struct ce_slot_info {
   uint64_t seq_len;
   uint64_t position_offset;
   int has_sequence_offsets;
+  int sinusoid;          /* positions are the sinusoid's (below 2^32), not a table's */
+  const char *id_arg;    /* what the ids are called in messages and error detail; NULL: "ids" */
 } ce_slot_info;
 
 /* Slots read aside (without waiting) when every slot was taken before a finish. */
@@ -238,6 +242,7 @@ typedef enum ce_family {
   CE_FAMILY_BACKWARD,
   CE_FAMILY_INIT,
   CE_FAMILY_UTIL,
+  CE_FAMILY_ROPE,
   CE_FAMILY_COUNT
 } ce_family;
 
@@ -337,6 +342,11 @@ clembed_status ce_check_events(clembed_context *ctx, cl_uint n, const cl_event *
 /* Checks a matrix against its buffer; `what` names it in messages (the text
  * after its last ": " is the detail's argument). Fills *ld. */
 clembed_status ce_check_matrix(clembed_context *ctx, const clembed_matrix *m, const char *what, size_t *ld);
+/* The same for a matrix that is only read as a table (lookup and embed, a
+ * learned position table, transfers): the block-quantized dtypes are allowed
+ * (offset, cols and ld multiples of the block size, extent in whole blocks);
+ * ce_check_matrix refuses them with CLEMBED_ERR_UNSUPPORTED naming `what`. */
+clembed_status ce_check_table(clembed_context *ctx, const clembed_matrix *m, const char *what, size_t *ld);
 clembed_status ce_check_ids(clembed_context *ctx, const clembed_ids *ids, const char *what);
 size_t ce_index_size(clembed_index_type t);
 int ce_mul_overflows(size_t a, size_t b, size_t *out);

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# Installs clembed into a temporary prefix and builds and runs a consumer
-# project against it with find_package(clembed), as a user would:
+# Installs clembed (library, header, CMake package, clembed.pc and the clembed
+# tool) into a temporary prefix, then, with the build tree gone, as a user would:
+# runs the installed tool (it finds its library through its relative RPATH,
+# with no LD_LIBRARY_PATH), and builds and runs a consumer with
+# find_package(clembed) and another with `pkg-config --cflags --libs clembed`.
 #   run.sh SOURCE_DIR
 # Exit status: 0 ok, 77 skipped (the consumer found no device and
 # CLEMBED_ALLOW_NO_DEVICE=1), anything else a failure.
@@ -14,14 +17,14 @@ jobs=$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)
 
 echo "== configure, build and install clembed into $work/prefix"
 "$cmake" -S "$src" -B "$work/build" -DCMAKE_BUILD_TYPE=Release \
-  -DCLEMBED_BUILD_TESTS=OFF -DCLEMBED_BUILD_TOOLS=OFF \
+  -DCLEMBED_BUILD_TESTS=OFF -DCLEMBED_BUILD_TOOLS=ON \
   -DCMAKE_INSTALL_PREFIX="$work/prefix" >"$work/configure.log" 2>&1 ||
   { cat "$work/configure.log"; exit 1; }
 "$cmake" --build "$work/build" -j "$jobs" >"$work/build.log" 2>&1 || { cat "$work/build.log"; exit 1; }
 "$cmake" --install "$work/build" >"$work/install.log" 2>&1 || { cat "$work/install.log"; exit 1; }
 
 # the installed files a consumer needs
-for f in include/clembed.h; do
+for f in include/clembed.h bin/clembed; do
   [ -f "$work/prefix/$f" ] || { echo "missing $f in the prefix"; exit 1; }
 done
 cfg=$(find "$work/prefix" -name clembedConfig.cmake | head -n 1)
@@ -43,4 +46,30 @@ set +e
 rc=$?
 set -e
 echo "consumer exit status $rc"
+[ "$rc" -eq 0 ] || exit $rc
+
+echo "== run the installed clembed (no LD_LIBRARY_PATH)"
+unset LD_LIBRARY_PATH
+"$work/prefix/bin/clembed" --version || { echo "the installed clembed does not start"; exit 1; }
+"$work/prefix/bin/clembed" positional --length 3 --dim 4 -o "$work/pe.npy" ||
+  { echo "the installed clembed positional failed"; exit 1; }
+[ -s "$work/pe.npy" ] || { echo "the installed clembed wrote no output"; exit 1; }
+
+echo "== build and run a consumer with pkg-config"
+pc=$(find "$work/prefix" -name clembed.pc | head -n 1)
+[ -n "$pc" ] || { echo "no clembed.pc in the prefix"; find "$work/prefix"; exit 1; }
+export PKG_CONFIG_PATH="$(dirname "$pc")${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
+flags=$(pkg-config --cflags --libs clembed) || { echo "pkg-config --cflags --libs clembed failed"; exit 1; }
+echo "pkg-config --cflags --libs clembed: $flags"
+[ "$(pkg-config --modversion clembed)" = "$(sed -n 's/^project(clembed VERSION \([0-9.]*\).*/\1/p' "$src/CMakeLists.txt")" ] ||
+  { echo "clembed.pc has the wrong version: $(pkg-config --modversion clembed)"; exit 1; }
+# shellcheck disable=SC2086
+${CC:-cc} -std=c11 -o "$work/pc_consumer" "$here/main.c" $flags ||
+  { echo "compiling against pkg-config's flags failed"; exit 1; }
+libdir=$(pkg-config --variable=libdir clembed)
+set +e
+LD_LIBRARY_PATH="$libdir" "$work/pc_consumer"
+rc=$?
+set -e
+echo "pkg-config consumer exit status $rc"
 exit $rc

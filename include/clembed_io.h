@@ -1,0 +1,118 @@
+/*
+ * clembed_io: model and array files (.npy, .safetensors, .gguf) for clembed.
+ *
+ * Part of the clembed library (link with clembed). A file is recognised by its
+ * content, not by its name:
+ *   .npy          NumPy format 1.0, 2.0 or 3.0, one array, C order. "<f4" and
+ *                 "<f2" load as tables; "<i4" and "<i8" are ids
+ *                 (clembed_ids_load); any other simple type ("<f8", ">f4",
+ *                 "|u1", ...) is listed with dtype -1. Structured and object
+ *                 arrays and fortran_order True are refused.
+ *   .safetensors  an 8-byte little-endian header length, a JSON header
+ *                 ({name: {"dtype", "shape", "data_offsets"}}, plus an optional
+ *                 "__metadata__" map of strings, which is skipped) and the data.
+ *                 F32, F16 and BF16 load as tables; I32 and I64 are ids; the
+ *                 other safetensors types are listed with dtype -1.
+ *   .gguf         versions 2 and 3. The key/value section is checked and
+ *                 skipped except for general.alignment (uint32, a power of two,
+ *                 default 32). ggml types f32, f16, bf16, q8_0, q4_0, q4_K and
+ *                 q6_K are usable; i32 and i64 are ids; every other ggml type
+ *                 is listed with dtype -1 and ggml's name for it ("q5_K", ...).
+ *
+ * Files are mapped read-only, never read whole. Every offset, length, count and
+ * shape in a file is checked against the file before use (with overflow-safe
+ * arithmetic; allocations are bounded by the file's size): a bad file is
+ * CLEMBED_ERR_INVALID_ARGUMENT with a message naming the file and what is
+ * wrong, from clembed_last_error_message() (clembed_file_open has no context),
+ * or from the context's message for clembed_matrix_load. Data are read as
+ * little-endian (the files' byte order); a big-endian host is not supported.
+ */
+#ifndef CLEMBED_IO_H
+#define CLEMBED_IO_H
+
+#include "clembed.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct clembed_file clembed_file; /* opaque: an opened .npy, .safetensors or .gguf file */
+
+typedef struct clembed_tensor_info {
+  const char *name;      /* owned by the file; "" for .npy */
+  int dtype;             /* a clembed_dtype (CLEMBED_Q8_0 = 3, CLEMBED_Q4_0 = 4, CLEMBED_Q4_K = 5,
+                            CLEMBED_Q6_K = 6 for the block types), or -1 for a type clembed cannot
+                            use as a table (ids included: see type_name) */
+  const char *type_name; /* the file's own name for the type: "F32", "BF16", "q4_K", "<f4", ...
+                            (owned by the file) */
+  int ndim;              /* 0 to 4 */
+  uint64_t shape[4];     /* outermost first, as NumPy (a GGUF file's dims are reversed); unused
+                            entries are 0 */
+  uint64_t bytes;        /* the tensor's data in the file */
+} clembed_tensor_info;
+
+/* Opens and checks a file (mapped read-only; the mapping lives until
+ * clembed_file_close). *f receives NULL on failure; the reason is in
+ * clembed_last_error_message() (and clembed_context_error(NULL, ...)). A bad
+ * file, a missing one, a directory or a pipe is CLEMBED_ERR_INVALID_ARGUMENT;
+ * a big-endian host is CLEMBED_ERR_UNSUPPORTED. */
+CLEMBED_API clembed_status clembed_file_open(const char *path, clembed_file **f);
+
+/* Unmaps and frees. NULL is a no-op. Matrices loaded from the file stay valid. */
+CLEMBED_API void clembed_file_close(clembed_file *f);
+
+/* The number of tensors (1 for .npy; may be 0 for the others). 0 for NULL. */
+CLEMBED_API size_t clembed_file_tensor_count(const clembed_file *f);
+
+/* Tensor i, in the file's order (GGUF: the order of its tensor infos;
+ * safetensors: the order of the JSON header). The strings are owned by the
+ * file. */
+CLEMBED_API clembed_status clembed_file_tensor_info(const clembed_file *f, size_t i,
+                                                    clembed_tensor_info *info);
+
+/* The index of the tensor called `name` (exact, case-sensitive), or
+ * CLEMBED_ERR_INVALID_ARGUMENT when there is none (the message, from
+ * clembed_last_error_message(), lists the tensors). */
+CLEMBED_API clembed_status clembed_file_find(const clembed_file *f, const char *name, size_t *i);
+
+/* The tensor's bytes as the file stores them (little-endian; a block type's
+ * blocks), inside the read-only mapping: valid until clembed_file_close, never
+ * to be written. Not aligned in general (a safetensors tensor may start at any
+ * byte). *data is NULL for a tensor of 0 bytes. */
+CLEMBED_API clembed_status clembed_file_tensor_data(const clembed_file *f, size_t i, const void **data);
+
+/* Creates *m (the caller owns it; release with clembed_matrix_release) and
+ * uploads the tensor into it, straight from the file's mapping. Blocking.
+ * - `name` NULL means the file's only tensor; for a GGUF file with several
+ *   tensors, "token_embd.weight".
+ * - Shape: a tensor of 2 or more dimensions has rows = the first dimension and
+ *   cols = the product of the others; 1 dimension (n,) loads as 1 x n; 0
+ *   dimensions as 1 x 1.
+ * - `dtype` is the device dtype: F32, F16 or BF16 from a stored F32, F16 or
+ *   BF16 tensor (converted on the host, a bounded piece at a time, rounding to
+ *   nearest even); a block type (Q8_0, Q4_0, Q4_K, Q6_K) from a stored tensor
+ *   of that same type, uploaded as its blocks. Loading a block-quantized
+ *   tensor is CLEMBED_ERR_UNSUPPORTED in this version (the library's matrices
+ *   do not yet hold block types); so are a dequantization to a float dtype and
+ *   a quantization of a float tensor.
+ * - When the stored type is the device dtype, the data go from the mapping to
+ *   the buffer with no host copy in between (on a device that shares the
+ *   host's memory too); otherwise through a temporary of at most 16 MiB.
+ * - A missing name, an unknown name (the message lists the file's tensors), a
+ *   type that cannot be loaded as `dtype`: CLEMBED_ERR_INVALID_ARGUMENT with
+ *   the detail in the context's message. *m is untouched on failure. */
+CLEMBED_API clembed_status clembed_matrix_load(clembed_context *ctx, const clembed_file *f, const char *name,
+                                               clembed_dtype dtype, clembed_matrix *m);
+
+/* Creates *ids from an integer tensor (.npy "<i4"/"<i8", safetensors I32/I64,
+ * GGUF i32/i64) of any shape, all its elements in C order; the index type is
+ * the stored one. `name` as for clembed_matrix_load (NULL: the only tensor).
+ * Blocking; the caller releases *ids with clembed_ids_release. */
+CLEMBED_API clembed_status clembed_ids_load(clembed_context *ctx, const clembed_file *f, const char *name,
+                                            clembed_ids *ids);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

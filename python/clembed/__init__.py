@@ -1,0 +1,51 @@
+"""clembed: the embedding layer of a transformer on any OpenCL device (Python binding).
+
+A ctypes binding of libclembed. NumPy is required, pyopencl optional (for sharing
+queues, buffers and events with a pyopencl program), matplotlib optional (clembed.plot).
+
+    import numpy as np, clembed
+    ctx = clembed.Context()                      # default device (CLEMBED_DEVICE, GPU, ..., CPU)
+    W = ctx.matrix(np.random.rand(1000, 64).astype(np.float32))
+    out = ctx.embed(W, np.array([[1, 2, 3]]), scale="sqrt", positions="sinusoid")
+    print(out.numpy().shape)                     # (1, 3, 64)
+
+Asynchrony: device calls enqueue and return; every one takes wait_for=[events] and
+sets .event on the Matrix it writes (pyopencl.Event with pyopencl, else clembed.Event).
+Errors are clembed.Error (with .status .operation .argument .index .value); a bad id
+found on the device is raised as IndexOutOfRangeError by the next read or finish().
+"""
+from . import _lib
+from ._lib import LibraryNotFoundError
+from ._errors import (Error, IndexOutOfRangeError, NoDeviceError, MissingFunctionError,
+                      ERR_INVALID_ARGUMENT, ERR_INDEX_OUT_OF_RANGE, ERR_NO_DEVICE,
+                      ERR_BUILD_FAILED, ERR_OUT_OF_MEMORY, ERR_UNSUPPORTED)
+from ._core import (Context, Matrix, Ids, Event, Device, devices, inspect, embed, default_context,
+                    DTYPES)
+from .nn import Optimizer, Embedding
+
+__version__ = "0.2.0"
+
+library_path = _lib.path
+
+
+def library_version():
+    """CLEMBED_VERSION_NUMBER of the loaded library (major*10000 + minor*100 + patch)."""
+    return _lib.version_number()
+
+
+def has_function(name):
+    """True when the loaded libclembed exports the C function `name`."""
+    return _lib.has(name)
+
+
+def __getattr__(name):  # clembed.plot imported on first use (matplotlib is optional)
+    if name == "plot":
+        import importlib
+        return importlib.import_module(".plot", __name__)
+    raise AttributeError("module 'clembed' has no attribute %r" % name)
+
+
+__all__ = ["Context", "Matrix", "Ids", "Event", "Device", "devices", "inspect", "embed",
+           "Optimizer", "Embedding", "Error", "IndexOutOfRangeError", "NoDeviceError",
+           "MissingFunctionError", "LibraryNotFoundError", "default_context", "library_path",
+           "library_version", "has_function", "DTYPES"]

@@ -1,0 +1,100 @@
+"""Shared fixtures and float64 references for the clembed Python tests.
+
+The library is the one named by CLEMBED_LIBRARY (ctest sets it to the built
+library). A missing OpenCL device fails the tests unless CLEMBED_ALLOW_NO_DEVICE=1.
+"""
+import os
+
+import numpy as np
+import pytest
+
+import clembed
+
+
+@pytest.fixture(scope="session")
+def ctx():
+    try:
+        c = clembed.Context()
+    except clembed.NoDeviceError as e:
+        if os.environ.get("CLEMBED_ALLOW_NO_DEVICE") == "1":
+            pytest.skip("no OpenCL device (CLEMBED_ALLOW_NO_DEVICE=1): %s" % e)
+        raise
+    yield c
+    c.finish()
+
+
+def need(name):
+    """Skips the calling test when the loaded library lacks the C function `name`."""
+    if not clembed.has_function(name):
+        pytest.skip("%s is not in the loaded library (%s)" % (name, clembed.library_path))
+
+
+# ----------------------------------------------------------------- references
+
+def philox(seed, e):
+    """Philox4x32-10 of API.md: key (seed lo, seed hi), counter (e lo, e hi, 0, 0);
+    e an array of element indices. Returns the four words (uint32 arrays)."""
+    e = np.asarray(e, dtype=np.uint64)
+    M32 = np.uint64(0xFFFFFFFF)
+    k0 = np.uint64(seed & 0xFFFFFFFF)
+    k1 = np.uint64((seed >> 32) & 0xFFFFFFFF)
+    c0 = e & M32
+    c1 = e >> np.uint64(32)
+    c2 = np.zeros_like(e)
+    c3 = np.zeros_like(e)
+    for r in range(10):
+        if r:
+            k0 = (k0 + np.uint64(0x9E3779B9)) & M32
+            k1 = (k1 + np.uint64(0xBB67AE85)) & M32
+        p0 = np.uint64(0xD2511F53) * c0
+        p1 = np.uint64(0xCD9E8D57) * c2
+        n0 = (p1 >> np.uint64(32)) ^ c1 ^ k0
+        n1 = p1 & M32
+        n2 = (p0 >> np.uint64(32)) ^ c3 ^ k1
+        n3 = p0 & M32
+        c0, c1, c2, c3 = n0, n1, n2, n3
+    return [c.astype(np.uint32) for c in (c0, c1, c2, c3)]
+
+
+def unit(x):
+    """u(x) = (x >> 8) * 2^-24 in float64 (exact)."""
+    return (np.asarray(x, dtype=np.uint64) >> np.uint64(8)).astype(np.float64) / 16777216.0
+
+
+def sinusoid_ref(length, dim, first=0, base=10000.0, exponent="pair", layout="interleaved"):
+    """The float64 sinusoid of API.md, shape (length, dim)."""
+    p = (first + np.arange(length, dtype=np.float64))[:, None]
+    i = np.arange(dim)
+    if layout == "halves":
+        h = (dim + 1) // 2
+        k = np.where(i < h, i, i - h)
+        w = base ** (-2.0 * k / dim)
+        is_cos = i >= h
+    else:
+        if exponent == "pair":
+            w = base ** (-2.0 * np.floor(i / 2) / dim)
+        else:
+            w = base ** (-i / dim)
+        is_cos = (i % 2) == 1
+    a = p * w[None, :]
+    return np.where(is_cos[None, :], np.cos(a), np.sin(a))
+
+
+def bf16_round(x):
+    """float32 -> bfloat16 (round to nearest even), returned as float32."""
+    b = np.asarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    b = (b + np.uint64(0x7FFF) + ((b >> np.uint64(16)) & np.uint64(1))) >> np.uint64(16)
+    return (b.astype(np.uint32) << np.uint32(16)).view(np.float32)
+
+
+def backward_ref(grad, ids, vocab, scale=1.0, padding_idx=None, scale_grad_by_freq=False):
+    """float64 table gradient."""
+    g = np.asarray(grad, dtype=np.float64).reshape(-1, np.asarray(grad).shape[-1])
+    ids = np.asarray(ids).reshape(-1)
+    out = np.zeros((vocab, g.shape[1]))
+    count = np.bincount(ids, minlength=vocab)
+    for i, v in enumerate(ids):
+        if padding_idx is not None and v == padding_idx:
+            continue
+        out[v] += scale * g[i] / (count[v] if scale_grad_by_freq else 1)
+    return out

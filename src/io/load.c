@@ -1,0 +1,196 @@
+/* clembed_matrix_load, clembed_ids_load: a tensor from a file's mapping to the
+ * device, through the public data functions (a piece of the matrix at a time,
+ * written as a 1 x k view), so no host copy is made when the stored type is
+ * the device dtype. Of the library's internals, src/io uses only the messages
+ * (here and in file.c) and the host dtype conversions (here). */
+#include "file.h"
+
+#include "../ops/ops.h" /* the context's message and detail; the host dtype conversions */
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The most bytes one write takes from the mapping (and the size of the
+ * conversion temporary). */
+#define CE_IO_CHUNK_BYTES ((size_t)16 << 20)
+
+/* Whether clembed_matrix_create and clembed_matrix_write take the block types
+ * (a Q8_0 ... Q6_K matrix written from host blocks of its own type). Until they
+ * do, loading a block-quantized tensor is CLEMBED_ERR_UNSUPPORTED; the upload
+ * below needs nothing else. */
+#define CE_IO_BLOCK_MATRICES 0
+
+static const char *dtype_name(int d) {
+  switch (d) {
+    case CLEMBED_F32: return "f32";
+    case CLEMBED_F16: return "f16";
+    case CLEMBED_BF16: return "bf16";
+    case CE_IO_Q8_0: return "q8_0";
+    case CE_IO_Q4_0: return "q4_0";
+    case CE_IO_Q4_K: return "q4_k";
+    case CE_IO_Q6_K: return "q6_k";
+  }
+  return "an unknown dtype";
+}
+
+static int is_float(int d) { return d == CLEMBED_F32 || d == CLEMBED_F16 || d == CLEMBED_BF16; }
+static int is_block(int d) { return d == CE_IO_Q8_0 || d == CE_IO_Q4_0 || d == CE_IO_Q4_K || d == CE_IO_Q6_K; }
+
+/* n stored values at p (unaligned, little-endian) to `dtype` in out. */
+static void convert(void *out, clembed_dtype dtype, const uint8_t *p, ce_io_kind kind, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    float v;
+    if (kind == CE_IO_F32) {
+      uint32_t u = ce_io_le32(p + 4 * i);
+      memcpy(&v, &u, 4);
+    } else if (kind == CE_IO_F16) {
+      v = ce_f16_to_f32(ce_io_le16(p + 2 * i));
+    } else {
+      v = ce_bf16_to_f32(ce_io_le16(p + 2 * i));
+    }
+    if (dtype == CLEMBED_F32)
+      ((float *)out)[i] = v;
+    else if (dtype == CLEMBED_F16)
+      ((uint16_t *)out)[i] = ce_f32_to_f16(v);
+    else
+      ((uint16_t *)out)[i] = ce_f32_to_bf16(v);
+  }
+}
+
+/* Fails naming the operation (a call made inside it names itself) and the argument. */
+#define LFAIL(code, arg, ...)                                                \
+  do {                                                                       \
+    status = ce_fail_arg(ctx, (code), op, (arg), -1, 0, __VA_ARGS__);        \
+    goto cleanup;                                                            \
+  } while (0)
+
+static ce_io_kind kind_of(int dtype) {
+  if (dtype == CLEMBED_F32) return CE_IO_F32;
+  if (dtype == CLEMBED_F16) return CE_IO_F16;
+  return dtype == CLEMBED_BF16 ? CE_IO_BF16 : CE_IO_BLOCKS;
+}
+
+clembed_status clembed_matrix_load(clembed_context *ctx, const clembed_file *f, const char *name, clembed_dtype dtype,
+                                   clembed_matrix *m) {
+  clembed_status status = CLEMBED_OK;
+  clembed_matrix out = {0};
+  void *tmp = NULL;
+  char msg[1400];
+  size_t i;
+  const char *op = "clembed_matrix_load";
+  CE_ENTER(ctx, op);
+  if (!f || !m) LFAIL(CLEMBED_ERR_INVALID_ARGUMENT, f ? "m" : "f", "clembed_matrix_load: %s is NULL", f ? "m" : "f");
+  if (!is_float((int)dtype) && !is_block((int)dtype))
+    LFAIL(CLEMBED_ERR_INVALID_ARGUMENT, "dtype", "clembed_matrix_load: unknown dtype %d", (int)dtype);
+  if (ce_file_lookup(f, name, &i, msg, sizeof msg) != CLEMBED_OK)
+    LFAIL(CLEMBED_ERR_INVALID_ARGUMENT, "name", "%s", msg);
+  const ce_io_tensor *e = &f->table.t[i];
+  const char *tn = e->info.name, *ty = e->info.type_name;
+  if (e->kind != CE_IO_F32 && e->kind != CE_IO_F16 && e->kind != CE_IO_BF16 && e->kind != CE_IO_BLOCKS)
+    LFAIL(CLEMBED_ERR_INVALID_ARGUMENT, "name",
+          "%s: tensor '%s' is of type %s, which cannot be loaded as a matrix (the float types F32, F16, BF16 and "
+          "ggml's q8_0, q4_0, q4_K, q6_K can)", f->path, tn, ty);
+  if (e->kind == CE_IO_BLOCKS && (int)dtype != e->info.dtype) {
+    if (is_float((int)dtype))
+      LFAIL(CLEMBED_ERR_UNSUPPORTED, "dtype",
+            "%s: tensor '%s' is %s: dequantizing it to %s on loading is not available in this version (load it as %s)",
+            f->path, tn, ty, dtype_name((int)dtype), dtype_name(e->info.dtype));
+    LFAIL(CLEMBED_ERR_INVALID_ARGUMENT, "dtype", "%s: tensor '%s' is %s and cannot be loaded as %s", f->path, tn, ty,
+          dtype_name((int)dtype));
+  }
+  if (e->kind != CE_IO_BLOCKS && is_block((int)dtype))
+    LFAIL(CLEMBED_ERR_UNSUPPORTED, "dtype",
+          "%s: tensor '%s' is %s: quantizing it to %s on loading is not available in this version", f->path, tn, ty,
+          dtype_name((int)dtype));
+  if (e->kind == CE_IO_BLOCKS && !CE_IO_BLOCK_MATRICES)
+    LFAIL(CLEMBED_ERR_UNSUPPORTED, "dtype",
+          "%s: tensor '%s' is %s: this version of clembed has no block-quantized matrices to load it into", f->path, tn,
+          ty);
+
+  /* rows = the first dimension, cols = the product of the others */
+  uint64_t rows = 1, cols = 1;
+  if (e->info.ndim == 1) cols = e->info.shape[0];
+  if (e->info.ndim >= 2) rows = e->info.shape[0];
+  for (int d = 1; d < e->info.ndim; d++)
+    if (!ce_io_mul(cols, e->info.shape[d], &cols)) /* only when rows is 0 */
+      LFAIL(CLEMBED_ERR_INVALID_ARGUMENT, "name", "%s: tensor '%s': its column count overflows", f->path, tn);
+  if (rows > SIZE_MAX || cols > SIZE_MAX || e->elements > SIZE_MAX || e->info.bytes > SIZE_MAX)
+    LFAIL(CLEMBED_ERR_INVALID_ARGUMENT, "name", "%s: tensor '%s' is too large for this process", f->path, tn);
+  if (e->kind == CE_IO_BLOCKS && cols % e->block_values)
+    LFAIL(CLEMBED_ERR_INVALID_ARGUMENT, "name", "%s: tensor '%s': %llu columns, not a multiple of %s's block of %u",
+          f->path, tn, (unsigned long long)cols, ty, e->block_values);
+  status = clembed_matrix_create(ctx, (size_t)rows, (size_t)cols, dtype, &out);
+  if (status != CLEMBED_OK) {
+    char detail[512];
+    snprintf(detail, sizeof detail, "%s", clembed_context_message(ctx));
+    LFAIL(status, "", "%s: tensor '%s' (%llu x %llu): %s", f->path, tn, (unsigned long long)rows,
+          (unsigned long long)cols, detail);
+  }
+
+  /* a piece of whole blocks at a time, at most CE_IO_CHUNK_BYTES of the file */
+  const uint8_t *src = f->map + e->offset;
+  size_t unit_values = e->block_values, unit_bytes = e->block_bytes, units = (size_t)e->elements / unit_values;
+  int same = kind_of((int)dtype) == e->kind;
+  /* a plain type converted: the temporary's elements may be wider than the file's */
+  size_t widest = !same && clembed_dtype_size(dtype) > unit_bytes ? clembed_dtype_size(dtype) : unit_bytes;
+  size_t per = CE_IO_CHUNK_BYTES / widest;
+  if (per == 0) per = 1;
+  if (!same && units) {
+    size_t n = per < units ? per : units;
+    tmp = malloc(n * clembed_dtype_size(dtype));
+    if (!tmp) LFAIL(CLEMBED_ERR_OUT_OF_MEMORY, "", "clembed_matrix_load: out of host memory for a %zu-value piece", n);
+  }
+  for (size_t u = 0; u < units; u += per) {
+    size_t n = units - u < per ? units - u : per;
+    clembed_matrix view = out;
+    view.offset = u * unit_values;
+    view.rows = 1;
+    view.cols = n * unit_values;
+    view.ld = 0;
+    const uint8_t *p = src + u * unit_bytes;
+    if (same) {
+      status = clembed_matrix_write(ctx, &view, p, dtype);
+    } else {
+      convert(tmp, dtype, p, e->kind, n);
+      status = clembed_matrix_write(ctx, &view, tmp, dtype);
+    }
+    if (status != CLEMBED_OK) {
+      char detail[512];
+      snprintf(detail, sizeof detail, "%s", clembed_context_message(ctx));
+      LFAIL(status, "", "%s: loading tensor '%s': %s", f->path, tn, detail);
+    }
+  }
+  *m = out;
+  out.buffer = NULL;
+  ctx->op = op;
+cleanup:
+  free(tmp);
+  clembed_matrix_release(&out);
+  return status;
+}
+
+clembed_status clembed_ids_load(clembed_context *ctx, const clembed_file *f, const char *name, clembed_ids *ids) {
+  clembed_status status = CLEMBED_OK;
+  char msg[1400];
+  size_t i;
+  const char *op = "clembed_ids_load";
+  CE_ENTER(ctx, op);
+  if (!f || !ids) LFAIL(CLEMBED_ERR_INVALID_ARGUMENT, f ? "ids" : "f", "clembed_ids_load: %s is NULL", f ? "ids" : "f");
+  if (ce_file_lookup(f, name, &i, msg, sizeof msg) != CLEMBED_OK) LFAIL(CLEMBED_ERR_INVALID_ARGUMENT, "name", "%s", msg);
+  const ce_io_tensor *e = &f->table.t[i];
+  if (e->kind != CE_IO_I32 && e->kind != CE_IO_I64)
+    LFAIL(CLEMBED_ERR_INVALID_ARGUMENT, "name", "%s: tensor '%s' is of type %s; ids must be 32- or 64-bit integers", f->path,
+         e->info.name, e->info.type_name);
+  if (e->elements > SIZE_MAX)
+    LFAIL(CLEMBED_ERR_INVALID_ARGUMENT, "name", "%s: tensor '%s' is too large for this process", f->path, e->info.name);
+  status = clembed_ids_create(ctx, e->elements ? f->map + e->offset : NULL, (size_t)e->elements,
+                              e->kind == CE_IO_I32 ? CLEMBED_I32 : CLEMBED_I64, ids);
+  if (status != CLEMBED_OK) {
+    snprintf(msg, sizeof msg, "%s", clembed_context_message(ctx));
+    LFAIL(status, "", "%s: tensor '%s': %s", f->path, e->info.name, msg);
+  }
+  ctx->op = op;
+cleanup:
+  return status;
+}

@@ -1,0 +1,61 @@
+/* quant.h: host-side code for ggml's (GGUF's) block-quantized formats.
+ *
+ * Block layouts, byte for byte as ggml's ggml-common.h (little-endian):
+ *   Q8_0  32 values, 34 bytes: f16 d; int8 qs[32].            value j = qs[j]*d
+ *   Q4_0  32 values, 18 bytes: f16 d; uint8 qs[16].           value j < 16 = ((qs[j] & 15) - 8)*d,
+ *                                                              value j + 16 = ((qs[j] >> 4) - 8)*d
+ *   Q4_K 256 values, 144 bytes: f16 d; f16 dmin; uint8 scales[12] (eight 6-bit scales and
+ *                               eight 6-bit mins); uint8 qs[128] (4-bit quants)
+ *   Q6_K 256 values, 210 bytes: uint8 ql[128] (low 4 bits); uint8 qh[64] (high 2 bits);
+ *                               int8 scales[16]; f16 d
+ * Dequantization is ggml's dequantize_row_* in float32, operation for operation
+ * (no contraction into fused multiply-adds); quantization of F32 rows is ggml's
+ * quantize_row_q8_0_ref and quantize_row_q4_0_ref, bit for bit.
+ *
+ * Self-contained: depends on nothing else in the library. The dtype codes are
+ * clembed_dtype's (3 Q8_0, 4 Q4_0, 5 Q4_K, 6 Q6_K; 0..2 are the float types). */
+#ifndef CLEMBED_OPS_QUANT_H
+#define CLEMBED_OPS_QUANT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define CE_Q8_0 3
+#define CE_Q4_0 4
+#define CE_Q4_K 5
+#define CE_Q6_K 6
+
+#define CE_QK8_0 32
+#define CE_QK4_0 32
+#define CE_QK_K 256
+#define CE_Q8_0_BYTES 34
+#define CE_Q4_0_BYTES 18
+#define CE_Q4_K_BYTES 144
+#define CE_Q6_K_BYTES 210
+
+/* 1 for a block-quantized dtype code (3..6), else 0. */
+int ce_quant_is_block(int dtype);
+/* Values per block (32 or 256) of a block dtype; 1 for F32/F16/BF16; 0 for an unknown code. */
+size_t ce_quant_block_values(int dtype);
+/* Bytes per block of a block dtype; the element size (4, 2, 2) of F32/F16/BF16; 0 for an unknown code. */
+size_t ce_quant_block_bytes(int dtype);
+/* Bytes of a row of `cols` values; 0 when the dtype is unknown, cols is not a
+ * multiple of the block size, or the size overflows size_t. */
+size_t ce_quant_row_bytes(int dtype, size_t cols);
+
+/* ggml's GGML_FP16_TO_FP32 and GGML_FP32_TO_FP16 (exact; round to nearest even,
+ * NaN becomes 0x7E00 with its sign). */
+float ce_quant_f16_to_f32(uint16_t h);
+uint16_t ce_quant_f32_to_f16(float f);
+
+/* Quantizes n values (a multiple of 32) into n/32 blocks, as ggml's
+ * quantize_row_q8_0_ref / quantize_row_q4_0_ref. Returns 0, or -1 when n is
+ * not a multiple of 32. */
+int ce_quant_quantize_q8_0(const float *x, void *blocks, size_t n);
+int ce_quant_quantize_q4_0(const float *x, void *blocks, size_t n);
+
+/* Dequantizes n values (a multiple of the block size) of `dtype` (3..6) into
+ * y, as ggml's dequantize_row_*. Returns 0, or -1 for a bad dtype or n. */
+int ce_quant_dequantize(int dtype, const void *blocks, float *y, size_t n);
+
+#endif

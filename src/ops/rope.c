@@ -1,0 +1,173 @@
+/* Rotary position embeddings: the cos/sin cache and the rotation, on exact
+ * angles (cl/lib/angle.cl), with frequencies from angle.c (ce_rope_freq). */
+#include "ops.h"
+
+#include <stdio.h>
+#include <string.h>
+
+clembed_rope clembed_rope_defaults(void) {
+  clembed_rope r;
+  memset(&r, 0, sizeof r);
+  r.base = 10000.0;
+  r.layout = CLEMBED_ROPE_NEOX;
+  r.scaling = CLEMBED_ROPE_SCALING_NONE;
+  r.factor = 1.0;
+  r.original_max_position = 8192;
+  r.low_freq_factor = 1.0;
+  r.high_freq_factor = 4.0;
+  r.beta_fast = 32.0;
+  r.beta_slow = 1.0;
+  r.attention_factor = 0.0;
+  return r;
+}
+
+static int is_float(clembed_dtype t) { return t == CLEMBED_F32 || t == CLEMBED_F16 || t == CLEMBED_BF16; }
+
+static clembed_status cache_run(clembed_context *ctx, const clembed_rope *r, size_t first_position,
+                                clembed_matrix *cos_sin, cl_uint nwait, const cl_event *wait, cl_event *event);
+static clembed_status apply_run(clembed_context *ctx, const clembed_rope *r, const clembed_matrix *x,
+                                const clembed_ids *positions, size_t seq_len, size_t position_offset, int inverse,
+                                clembed_matrix *out, cl_uint nwait, const cl_event *wait, cl_event *event);
+
+clembed_status clembed_rope_cache(clembed_context *ctx, const clembed_rope *r, size_t first_position,
+                                  clembed_matrix *cos_sin, cl_uint nwait, const cl_event *wait, cl_event *event) {
+  cl_event own;
+  CE_ENTER(ctx, "clembed_rope_cache");
+  cl_event *ev = CE_EVENT_BEGIN(event, own);
+  clembed_status status = cache_run(ctx, r, first_position, cos_sin, nwait, wait, ev);
+  return ce_track_end(ctx, status, event, &own);
+}
+
+clembed_status clembed_rope_apply(clembed_context *ctx, const clembed_rope *r, const clembed_matrix *x,
+                                  const clembed_ids *positions, size_t seq_len, size_t position_offset, int inverse,
+                                  clembed_matrix *out, cl_uint nwait, const cl_event *wait, cl_event *event) {
+  cl_event own;
+  CE_ENTER(ctx, "clembed_rope_apply");
+  cl_event *ev = CE_EVENT_BEGIN(event, own);
+  clembed_status status = apply_run(ctx, r, x, positions, seq_len, position_offset, inverse, out, nwait, wait, ev);
+  return ce_track_end(ctx, status, event, &own);
+}
+
+static clembed_status cache_run(clembed_context *ctx, const clembed_rope *r, size_t first_position,
+                                clembed_matrix *cos_sin, cl_uint nwait, const cl_event *wait, cl_event *event) {
+  clembed_status status = CLEMBED_OK;
+  size_t ld, R = 0;
+  cl_mem freq = NULL;
+  float attention = 1.0f;
+  cl_kernel k;
+  char opts[64];
+  CHECK(ce_check_events(ctx, nwait, wait));
+  CHECK(ce_check_matrix(ctx, cos_sin, "clembed_rope_cache: cos_sin", &ld));
+  if (!is_float(cos_sin->dtype))
+    FAIL_ARG(CLEMBED_ERR_UNSUPPORTED, "cos_sin", -1, (int64_t)cos_sin->dtype,
+             "clembed_rope_cache: cos_sin must be F32, F16 or BF16 (not a quantized type)");
+  CHECK(ce_rope_freq(ctx, r, &R, &freq, &attention));
+  if (cos_sin->cols != R)
+    FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "cos_sin", -1, (int64_t)cos_sin->cols,
+             "clembed_rope_cache: cos_sin has %zu cols but the rotary dimension is %zu", cos_sin->cols, R);
+  if (ce_positions_past_end(first_position, cos_sin->rows))
+    FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "first_position", -1, (int64_t)first_position,
+             "clembed_rope_cache: first_position %zu + rows %zu is past 2^32 (RoPE takes positions below 2^32)",
+             first_position, cos_sin->rows);
+  snprintf(opts, sizeof opts, "-DOUT_DT=%d", (int)cos_sin->dtype);
+  CHECK(ce_kernel(ctx, CE_FAMILY_ROPE, opts, "ce_rope_cache", &k));
+  cl_ulong o_off = cos_sin->offset, o_ld = ld, rows = cos_sin->rows, half = R / 2, first = first_position;
+  cl_float attn = attention;
+  CHECK(ce_set_args(ctx, k, "ce_rope_cache", CE_ARG(cos_sin->buffer), CE_ARG(o_off), CE_ARG(o_ld), CE_ARG(rows),
+                    CE_ARG(half), CE_ARG(first), CE_ARG(freq), CE_ARG(attn), CE_END));
+  CHECK(ce_enqueue_2d(ctx, k, "ce_rope_cache", R / 2, cos_sin->rows, nwait, wait, event));
+cleanup:
+  return status;
+}
+
+/* The byte range [lo, hi) a matrix's elements span (rows > 0, cols > 0). */
+static void span_bytes(const clembed_matrix *m, size_t ld, size_t *lo, size_t *hi) {
+  size_t es = clembed_dtype_size(m->dtype);
+  *lo = m->offset * es;
+  *hi = (m->offset + (m->rows - 1) * ld + m->cols) * es;
+}
+
+static clembed_status apply_run(clembed_context *ctx, const clembed_rope *r, const clembed_matrix *x,
+                                const clembed_ids *positions, size_t seq_len, size_t position_offset, int inverse,
+                                clembed_matrix *out, cl_uint nwait, const cl_event *wait, cl_event *event) {
+  clembed_status status = CLEMBED_OK;
+  size_t x_ld, o_ld, R = 0;
+  cl_mem freq = NULL;
+  float attention = 1.0f;
+  cl_kernel k;
+  char opts[96];
+  ce_chain ch;
+  ce_chain_init(&ch, ctx, nwait, wait);
+  CHECK(ce_check_events(ctx, nwait, wait));
+  CHECK(ce_check_matrix(ctx, x, "clembed_rope_apply: x", &x_ld));
+  CHECK(ce_check_matrix(ctx, out, "clembed_rope_apply: out", &o_ld));
+  if (!is_float(x->dtype) || !is_float(out->dtype))
+    FAIL_ARG(CLEMBED_ERR_UNSUPPORTED, is_float(x->dtype) ? "out" : "x", -1,
+             (int64_t)(is_float(x->dtype) ? out->dtype : x->dtype),
+             "clembed_rope_apply: %s must be F32, F16 or BF16 (not a quantized type)", is_float(x->dtype) ? "out" : "x");
+  CHECK(ce_rope_freq(ctx, r, &R, &freq, &attention));
+  if (x->cols % r->head_dim)
+    FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "x", -1, (int64_t)x->cols,
+             "clembed_rope_apply: x has %zu cols, not a multiple of head_dim %zu", x->cols, r->head_dim);
+  if (out->rows != x->rows || out->cols != x->cols)
+    FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "out", -1, (int64_t)out->rows,
+             "clembed_rope_apply: out is %zu x %zu but x is %zu x %zu", out->rows, out->cols, x->rows, x->cols);
+  if (positions) {
+    CHECK(ce_check_ids(ctx, positions, "clembed_rope_apply: positions"));
+    if (positions->count < x->rows)
+      FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "positions", -1, (int64_t)positions->count,
+               "clembed_rope_apply: %zu positions for %zu rows", positions->count, x->rows);
+  } else {
+    size_t span = seq_len && seq_len < x->rows ? seq_len : x->rows;
+    if (ce_positions_past_end(position_offset, span))
+      FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "position_offset", -1, (int64_t)position_offset,
+               "clembed_rope_apply: position_offset %zu + %zu positions is past 2^32 (RoPE takes positions below "
+               "2^32)",
+               position_offset, span);
+  }
+  /* in place (the same elements), or no overlap at all */
+  int in_place = 0;
+  if (x->buffer == out->buffer && x->rows && x->cols) {
+    in_place = x->offset == out->offset && x_ld == o_ld && x->dtype == out->dtype;
+    size_t xl, xh, ol, oh;
+    span_bytes(x, x_ld, &xl, &xh);
+    span_bytes(out, o_ld, &ol, &oh);
+    if (!in_place && xl < oh && ol < xh)
+      FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "out", -1, 0,
+               "clembed_rope_apply: out overlaps x without being x (the same buffer, offset, ld and dtype: in place)");
+  }
+  /* one kernel per shape: a row per work-item, 16 pairs at a time (the vector
+   * angle and vector loads over every head), or a pair of every head per
+   * work-item (consecutive work-items on consecutive pairs) */
+  int rowwise = ctx->tune->rope_rowwise;
+  const char *name = rowwise ? "ce_rope_apply_rows" : "ce_rope_apply";
+  snprintf(opts, sizeof opts, "-DOUT_DT=%d -DX_DT=%d -DPOS=%d -DVEC=16", (int)out->dtype, (int)x->dtype,
+           positions != NULL);
+  CHECK(ce_kernel(ctx, CE_FAMILY_ROPE, opts, name, &k));
+  ce_record rec = {CE_NO_SLOT, CE_FAMILY_ROPE, opts, positions, NULL, 0};
+  size_t half = R / 2, heads = x->cols / r->head_dim, rest = r->head_dim - R;
+  if (positions && x->rows && heads) {
+    ce_slot_info info = {"clembed_rope_apply", NULL, 0, CE_POSITION_END, 0, 0, 0, 0, 0, "positions"};
+    CHECK(ce_slot_reserve(ctx, &info, &rec.slot));
+  }
+  cl_mem none = NULL, pb = positions ? positions->buffer : none;
+  cl_ulong xo = x->offset, xl = x_ld, oo = out->offset, ol = o_ld, rows = x->rows, nh = heads, hd = r->head_dim;
+  cl_ulong hf = half, po = positions ? positions->offset : 0, sl = seq_len, poff = position_offset;
+  cl_int gptj = r->layout == CLEMBED_ROPE_GPTJ, copy_rest = !in_place;
+  cl_int p64 = positions && positions->type == CLEMBED_I64;
+  cl_float attn = attention, sign = inverse ? -1.0f : 1.0f;
+  cl_uint slot_arg = rec.slot == CE_NO_SLOT ? 0 : rec.slot;
+  CHECK(ce_set_args(ctx, k, name, CE_ARG(x->buffer), CE_ARG(xo), CE_ARG(xl), CE_ARG(out->buffer), CE_ARG(oo),
+                    CE_ARG(ol), CE_ARG(rows), CE_ARG(nh), CE_ARG(hd), CE_ARG(hf), CE_ARG(gptj), CE_ARG(copy_rest),
+                    CE_ARG(freq), CE_ARG(attn), CE_ARG(sign), CE_ARG(pb), CE_ARG(pb), CE_ARG(po), CE_ARG(p64),
+                    CE_ARG(sl), CE_ARG(poff), CE_ARG(ctx->errbuf), CE_ARG(slot_arg), CE_END));
+  size_t ny = heads ? x->rows : 0;
+  if (rowwise && ny)
+    CHECK(ce_chain_1d(&ch, k, name, ny, CE_LOCAL_ROWS));
+  else
+    CHECK(ce_chain_2d(&ch, k, name, rowwise ? 1 : half + rest, ny));
+  CHECK(ce_chain_close_checked(&ch, &rec, event));
+cleanup:
+  ce_chain_release(&ch);
+  return status;
+}

@@ -1,0 +1,236 @@
+#!/usr/bin/env python3
+"""The command-line tool with .safetensors and .gguf inputs and `clembed inspect`.
+
+    python3 tests/cli_io.py CLEMBED_BINARY
+
+Writes its files (a small writer of each format, as in tests/test_io.c) in a
+temporary directory, runs the tool and compares with NumPy: a lookup is exact,
+so every output must equal the table's rows bit for bit. Exit 0 when every
+check holds, 1 otherwise, 77 (skip) without NumPy or when the tool finds no
+device and CLEMBED_ALLOW_NO_DEVICE=1.
+"""
+
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+
+try:
+    import numpy as np
+except ImportError:  # pragma: no cover
+    print("cli_io: NumPy is not installed: skipped")
+    sys.exit(77)
+
+TOOL = sys.argv[1]
+CORPUS = sys.argv[2] if len(sys.argv) > 2 else None  # tests/io_corpus
+failures = 0
+checks = 0
+
+
+def check(cond, what):
+    global failures, checks
+    checks += 1
+    if not cond:
+        failures += 1
+        print("FAILED: " + what)
+
+
+def run(*args):
+    p = subprocess.run([TOOL] + list(args), capture_output=True, text=True)
+    if p.returncode == 2 and "no OpenCL device" in p.stderr and os.environ.get("CLEMBED_ALLOW_NO_DEVICE") == "1":
+        print("cli_io: no device: skipped")
+        sys.exit(77)
+    return p
+
+
+def safetensors(path, tensors):
+    """tensors: list of (name, dtype name, shape, raw bytes)."""
+    header, at, data = {"__metadata__": {"format": "pt"}}, 0, b""
+    for name, dt, shape, raw in tensors:
+        header[name] = {"dtype": dt, "shape": list(shape), "data_offsets": [at, at + len(raw)]}
+        at += len(raw)
+        data += raw
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + data)
+
+
+def gstr(s):
+    b = s.encode()
+    return struct.pack("<Q", len(b)) + b
+
+
+def gguf(path, tensors, alignment=32):
+    """tensors: list of (name, ggml type, NumPy shape, raw bytes)."""
+    kv = gstr("general.architecture") + struct.pack("<I", 8) + gstr("llama")
+    kv += gstr("general.alignment") + struct.pack("<II", 4, alignment)
+    out = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), 2) + kv
+    off = 0
+    for name, gt, shape, raw in tensors:
+        dims = list(reversed(shape))
+        out += gstr(name) + struct.pack("<I", len(dims)) + b"".join(struct.pack("<Q", d) for d in dims)
+        out += struct.pack("<IQ", gt, off)
+        off += -(-len(raw) // alignment) * alignment
+    out += b"\0" * (-len(out) % alignment)
+    for _, _, _, raw in tensors:
+        out += raw + b"\0" * (-len(raw) % alignment)
+    with open(path, "wb") as f:
+        f.write(out)
+
+
+def bf16_bytes(a):
+    """float32 -> bfloat16 (round to nearest even) as raw little-endian bytes, and the values as float32."""
+    u = a.astype("<f4").view("<u4").astype(np.uint64)
+    r = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype("<u2")
+    return r.tobytes(), (r.astype(np.uint32) << 16).view("<f4")
+
+
+def main():
+    rng = np.random.default_rng(7)
+    w = (rng.standard_normal((9, 6)) * 3).astype("<f4")
+    wh = w.astype("<f2")
+    wb_raw, wb = bf16_bytes(w)
+    ids = np.array([[3, 0, 8], [8, 1, 2]], dtype="<i8")
+    with tempfile.TemporaryDirectory() as d:
+        st = os.path.join(d, "model.safetensors")
+        safetensors(st, [("w", "F32", w.shape, w.tobytes()), ("wh", "F16", wh.shape, wh.tobytes()),
+                         ("wb", "BF16", w.shape, wb_raw), ("ids", "I64", ids.shape, ids.tobytes()),
+                         ("odd", "U8", (3,), b"\1\2\3")])
+        gg = os.path.join(d, "model.gguf")
+        gguf(gg, [("output_norm.weight", 0, (6,), w[0].tobytes()), ("token_embd.weight", 0, w.shape, w.tobytes()),
+                  ("ids", 27, ids.shape, ids.tobytes())], alignment=64)
+        out = os.path.join(d, "out.npy")
+
+        # FILE:NAME for tables and ids; the output matches the rows bit for bit
+        for table, want, dt in [(st + ":w", w, "<f4"), (st + ":wh", wh, "<f2"), (st + ":wb", wb, "<f4"),
+                                (gg, w, "<f4"), (gg + ":token_embd.weight", w, "<f4")]:
+            for idarg in (st + ":ids", gg + ":ids"):
+                p = run("embed", "--table", table, "--ids", idarg, "-o", out)
+                check(p.returncode == 0, "embed --table %s --ids %s: exit %d: %s" % (table, idarg, p.returncode, p.stderr))
+                if p.returncode == 0:
+                    got = np.load(out)
+                    check(got.dtype == np.dtype(dt) and got.shape == ids.shape + (6,),
+                          "%s: dtype %s shape %s" % (table, got.dtype, got.shape))
+                    check(np.array_equal(got.astype("<f4").view("<u4"), want[ids].astype("<f4").view("<u4")),
+                          "%s: the output is not the table's rows" % table)
+
+        # a learned position table from a safetensors file
+        p = run("embed", "--table", st + ":w", "--ids", st + ":ids", "--positions", st + ":w", "-o", out)
+        check(p.returncode == 0, "embed --positions FILE:NAME: %s" % p.stderr)
+        if p.returncode == 0:
+            want = (w[ids].astype(np.float64) + w[np.arange(3)][None, :, :]).astype("<f4")
+            check(np.array_equal(np.load(out), want), "embed --positions FILE:NAME: wrong values")
+
+        # a file of several tensors needs a name; unknown names and unusable types are exit 1
+        for table, needle in [(st, "pick one with"), (st + ":nope", "no tensor named 'nope'"),
+                              (st + ":odd", "of type U8"), (gg + ":output_norm.weight", "must be 2-D")]:
+            p = run("embed", "--table", table, "--ids", st + ":ids", "-o", out)
+            check(p.returncode == 1 and needle in p.stderr and "--table" in p.stderr,
+                  "embed --table %s: exit %d, message %r (expected %r)" % (table, p.returncode, p.stderr, needle))
+        p = run("embed", "--table", st + ":w", "--ids", st, "-o", out)
+        check(p.returncode == 1 and "(w, wh, wb, ids, odd)" in p.stderr, "--ids of several tensors lists them: %r" % p.stderr)
+
+        # outputs: .safetensors (one tensor "output") and --out-dtype; bf16 only into .safetensors
+        def read_st(path):
+            with open(path, "rb") as f:
+                raw = f.read()
+            n = struct.unpack("<Q", raw[:8])[0]
+            h = json.loads(raw[8:8 + n])
+            check(list(h) == ["output"], "%s: tensors %s" % (path, list(h)))
+            t = h["output"]
+            b, e = t["data_offsets"]
+            check(8 + n + e == len(raw), "%s: data end at %d of %d bytes" % (path, 8 + n + e, len(raw)))
+            body = raw[8 + n + b:8 + n + e]
+            if t["dtype"] == "BF16":
+                a = (np.frombuffer(body, "<u2").astype(np.uint32) << 16).view("<f4")
+            else:
+                a = np.frombuffer(body, {"F32": "<f4", "F16": "<f2"}[t["dtype"]])
+            return t["dtype"], a.reshape(t["shape"])
+
+        sto = os.path.join(d, "out.safetensors")
+        rows = w[ids]
+        for od, want_dt, want in [(None, "F32", rows), ("f16", "F16", rows.astype("<f2")), ("bf16", "BF16", bf16_bytes(rows)[1])]:
+            args = ["embed", "--table", st + ":w", "--ids", st + ":ids", "-o", sto] + (["--out-dtype", od] if od else [])
+            p = run(*args)
+            check(p.returncode == 0, "%s: %s" % (" ".join(args), p.stderr))
+            if p.returncode == 0:
+                dt, got = read_st(sto)
+                check(dt == want_dt and got.shape == ids.shape + (6,) and
+                      np.array_equal(got.astype("<f4").view("<u4"), np.asarray(want, "<f4").reshape(got.shape).view("<u4")),
+                      "embed -o .safetensors --out-dtype %s: %s %s" % (od, dt, got.shape))
+        if os.path.exists(out):
+            os.remove(out)
+        p = run("embed", "--table", st + ":w", "--ids", st + ":ids", "--out-dtype", "bf16", "-o", out)
+        check(p.returncode == 1 and ".safetensors" in p.stderr and not os.path.exists(out),
+              "bf16 into .npy: exit %d %r, file left: %s" % (p.returncode, p.stderr, os.path.exists(out)))
+        p32, p16 = run("positional", "--length", "7", "--dim", "6", "-o", out), None
+        if p32.returncode == 0:
+            pe = np.load(out)
+            p16 = run("positional", "--length", "7", "--dim", "6", "--out-dtype", "f16", "-o", out)
+            check(p16.returncode == 0 and np.load(out).dtype == np.dtype("<f2") and
+                  np.array_equal(np.load(out), pe.astype("<f2")), "positional --out-dtype f16: %s" % p16.stderr)
+        check(p32.returncode == 0, "positional: %s" % p32.stderr)
+        # sgd on a bf16 table: the step in float32 on the table's own dtype, rounded to bf16
+        uids = np.array([4, 1, 7], dtype="<i8")
+        g = rng.standard_normal((3, 6)).astype("<f4")
+        step = os.path.join(d, "step.safetensors")
+        safetensors(step, [("w", "BF16", w.shape, wb_raw), ("ids", "I64", (3,), uids.tobytes()),
+                           ("g", "F32", g.shape, g.tobytes())])
+        p = run("sgd", "--table", step + ":w", "--ids", step + ":ids", "--grad", step + ":g", "--lr", "0.5", "-o", sto)
+        check(p.returncode == 0, "sgd on a bf16 table: %s" % p.stderr)
+        if p.returncode == 0:
+            dt, got = read_st(sto)
+            want = wb.reshape(w.shape).copy()
+            want[uids] = want[uids] - np.float32(0.5) * g
+            check(dt == "BF16" and np.array_equal(got.view("<u4"), bf16_bytes(want)[1].reshape(w.shape).view("<u4")),
+                  "sgd on a bf16 table: %s, wrong values" % dt)
+
+        # inspect, as text and as JSON
+        p = run("inspect", gg)
+        check(p.returncode == 0 and p.stdout.splitlines() == [
+            "output_norm.weight f32 6", "token_embd.weight f32 9x6", "ids i64 2x3"], "inspect gguf: %r" % p.stdout)
+        p = run("inspect", st, "--json")
+        check(p.returncode == 0, "inspect --json: %s" % p.stderr)
+        if p.returncode == 0:
+            got = json.loads(p.stdout)
+            want = [{"name": "w", "dtype": "f32", "shape": [9, 6], "bytes": 216},
+                    {"name": "wh", "dtype": "f16", "shape": [9, 6], "bytes": 108},
+                    {"name": "wb", "dtype": "bf16", "shape": [9, 6], "bytes": 108},
+                    {"name": "ids", "dtype": "I64", "shape": [2, 3], "bytes": 48},
+                    {"name": "odd", "dtype": "U8", "shape": [3], "bytes": 3}]
+            check(got == want, "inspect --json: %r" % got)
+        npy = os.path.join(d, "a.npy")
+        np.save(npy, w)
+        p = run("inspect", npy)
+        check(p.returncode == 0 and p.stdout == "- f32 9x6\n", "inspect npy: %r" % p.stdout)
+        bad = os.path.join(d, "bad.gguf")
+        with open(bad, "wb") as f:
+            f.write(b"GGUF" + struct.pack("<IQQ", 3, 1 << 40, 0))
+        p = run("inspect", bad)
+        check(p.returncode == 1 and bad in p.stderr and "tensors, more than" in p.stderr, "inspect bad: %r" % p.stderr)
+        p = run("inspect")
+        check(p.returncode == 1, "inspect without FILE: exit %d" % p.returncode)
+
+    # every hostile file of the readers' corpus, in every role: exit 1 naming the file, no output
+    if CORPUS:
+        with tempfile.TemporaryDirectory() as d:
+            out = os.path.join(d, "out.npy")
+            names = sorted(n for n in os.listdir(CORPUS) if n.startswith("bad_"))
+            check(len(names) >= 40, "only %d hostile files in %s" % (len(names), CORPUS))
+            for n in names:
+                path = os.path.join(CORPUS, n)
+                for args in (["inspect", path], ["embed", "--table", path, "--ids", path, "-o", out],
+                             ["backward", "--ids", path, "--grad", path, "--vocab", "4", "-o", out]):
+                    p = run(*args)
+                    check(p.returncode == 1 and path in p.stderr and not os.path.exists(out),
+                          "%s: exit %d, message %r" % (" ".join(args), p.returncode, p.stderr))
+
+    print("cli_io: %d checks, %d failed" % (checks, failures))
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,146 @@
+/* Shared by the fuzz targets of the library's file readers (fuzz_npy_lib.c,
+ * fuzz_safetensors.c, fuzz_gguf.c): each one shapes its input into the format
+ * it fuzzes (FUZZ_SHAPE), parses it with the reader (src/io, compiled into the
+ * target with the sanitizers) and checks the contract, aborting (a crash for
+ * the fuzzer) when it breaks:
+ * - failure: a message saying what is wrong, the table freed (LeakSanitizer);
+ * - success: for every tensor, a name and a type name, 0 to 4 dimensions with
+ *   the unused ones 0, a dtype of -1 or a clembed dtype, its data inside the
+ *   input (every byte is read, so AddressSanitizer sees an overrun), bytes =
+ *   elements times the type's size (per block for block types), and the
+ *   names unique (each found at its own index).
+ * Built with CLEMBED_FUZZ_REPLAY, a main() feeds every file of the directories
+ * or files on its command line through the same checks (a CTest over the
+ * corpora, and the way to replay a crash file). */
+#ifndef CLEMBED_FUZZ_IO_H
+#define CLEMBED_FUZZ_IO_H
+#define _GNU_SOURCE
+#include "io/io.h"
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define REQUIRE(cond, ...)                                                                     \
+  do {                                                                                         \
+    if (!(cond)) {                                                                             \
+      fprintf(stderr, "%s: %s:%d: contract broken: %s: ", FUZZ_NAME, __FILE__, __LINE__, #cond); \
+      fprintf(stderr, __VA_ARGS__);                                                            \
+      fputc('\n', stderr);                                                                     \
+      abort();                                                                                 \
+    }                                                                                          \
+  } while (0)
+
+/* Makes the input a file of the target's format: *out (malloc'd, exactly
+ * *n bytes) or NULL to skip the input. */
+static uint8_t *FUZZ_SHAPE(const uint8_t *data, size_t size, size_t *n);
+
+static volatile unsigned fuzz_sink;
+
+static void fuzz_check(const uint8_t *file, size_t size) {
+  ce_io_table t;
+  memset(&t, 0xA5, sizeof t);
+  if (ce_io_parse(file, size, &t) != 0) {
+    REQUIRE(memchr(t.message, '\0', sizeof t.message) && t.message[0], "no message on a failure");
+    REQUIRE(t.t == NULL && t.strings == NULL && t.count == 0, "a failed parse kept its table");
+    return;
+  }
+  for (size_t i = 0; i < t.count; i++) {
+    const ce_io_tensor *e = &t.t[i];
+    const clembed_tensor_info *in = &e->info;
+    REQUIRE(in->name && in->type_name && in->type_name[0], "tensor %zu: no name or type name", i);
+    REQUIRE(in->ndim >= 0 && in->ndim <= 4, "tensor %zu: ndim %d", i, in->ndim);
+    uint64_t elements = 1, nonzero = 1; /* the product of the non-zero dimensions fits too */
+    for (int d = 0; d < 4; d++) {
+      if (d >= in->ndim) {
+        REQUIRE(in->shape[d] == 0, "tensor %zu: unused shape[%d] = %llu", i, d, (unsigned long long)in->shape[d]);
+        continue;
+      }
+      elements *= in->shape[d];
+      if (in->shape[d]) REQUIRE(ce_io_mul(nonzero, in->shape[d], &nonzero), "tensor %zu: the shape overflows", i);
+    }
+    REQUIRE(elements == e->elements, "tensor %zu: %llu elements, the shape gives %llu", i,
+            (unsigned long long)e->elements, (unsigned long long)elements);
+    REQUIRE(in->dtype >= -1 && in->dtype <= 6, "tensor %zu: dtype %d", i, in->dtype);
+    REQUIRE(e->block_values >= 1 && e->block_bytes >= 1 && elements % e->block_values == 0,
+            "tensor %zu: blocks of %u values, %u bytes, for %llu elements", i, e->block_values, e->block_bytes,
+            (unsigned long long)elements);
+    REQUIRE(in->bytes == elements / e->block_values * e->block_bytes, "tensor %zu: %llu bytes for %llu elements", i,
+            (unsigned long long)in->bytes, (unsigned long long)elements);
+    REQUIRE(e->offset <= size && in->bytes <= size - e->offset, "tensor %zu: data [%llu, +%llu) outside %zu bytes", i,
+            (unsigned long long)e->offset, (unsigned long long)in->bytes, size);
+    unsigned sum = 0;
+    for (uint64_t k = 0; k < in->bytes; k++) sum += file[e->offset + k];
+    fuzz_sink += sum;
+    for (size_t k = 0; k < i; k++) REQUIRE(strcmp(t.t[k].info.name, in->name), "tensors %zu and %zu share a name", k, i);
+    if (i > 64) break; /* the quadratic name check: enough */
+  }
+  ce_io_table_free(&t);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  size_t n = 0;
+  uint8_t *file = FUZZ_SHAPE(data, size, &n);
+  if (!file) return 0;
+  fuzz_check(file, n);
+  free(file);
+  return 0;
+}
+
+#ifdef CLEMBED_FUZZ_REPLAY
+static int replay_file(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return 0;
+  size_t cap = 4096, n = 0;
+  uint8_t *buf = malloc(cap);
+  for (;;) {
+    if (n == cap) {
+      uint8_t *g = realloc(buf, cap *= 2);
+      if (!g) break;
+      buf = g;
+    }
+    size_t r = fread(buf + n, 1, cap - n, f);
+    if (r == 0) break;
+    n += r;
+  }
+  fclose(f);
+  uint8_t *exact = malloc(n ? n : 1); /* exactly n bytes: an overrun is AddressSanitizer's to see */
+  if (n) memcpy(exact, buf, n);
+  free(buf);
+  LLVMFuzzerTestOneInput(exact, n);
+  free(exact);
+  return 1;
+}
+
+int main(int argc, char **argv) {
+  int files = 0;
+  for (int i = 1; i < argc; i++) {
+    struct stat st;
+    if (stat(argv[i], &st) != 0) {
+      fprintf(stderr, "%s_replay: no such file or directory: %s\n", FUZZ_NAME, argv[i]);
+      return 1;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+      files += replay_file(argv[i]);
+      continue;
+    }
+    DIR *d = opendir(argv[i]);
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL) {
+      char p[8192];
+      if (e->d_name[0] == '.') continue;
+      snprintf(p, sizeof p, "%s/%s", argv[i], e->d_name);
+      if (stat(p, &st) == 0 && S_ISREG(st.st_mode)) files += replay_file(p);
+    }
+    if (d) closedir(d);
+  }
+  LLVMFuzzerTestOneInput((const uint8_t *)"", 0);
+  printf("%s_replay: %d files, every reader contract held\n", FUZZ_NAME, files);
+  return files > 0 ? 0 : 1;
+}
+#endif
+#endif

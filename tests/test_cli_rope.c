@@ -1,0 +1,258 @@
+/* clembed rope-cache and clembed rope end to end (runs the built tool), against
+ * reference_rope.h: cos/sin within 1e-6*a, rotations within
+ * 2e-6*a*(|x_a| + |x_b|) (+ half an F16 ulp), shapes kept, positions from a
+ * file or an offset (per sequence for (B, S, heads, H)), near 2^32, scalings
+ * from the flags, and the refusals (exit 1 naming the flag or file, no output
+ * file left). Usage: test_cli_rope PATH/TO/clembed [CASE...] (--list names them) */
+#include "test_util.h"
+#include "reference_rope.h"
+#include "npy.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static const char *g_exe;
+static char g_dir[512];
+static char g_err[1 << 16];
+
+static const char *P(const char *name) {
+  static char ring[16][640];
+  static int next = 0;
+  char *b = ring[next++ % 16];
+  snprintf(b, sizeof ring[0], "%s/%s", g_dir, name);
+  return b;
+}
+
+/* Runs the tool; returns its exit status, stderr in g_err. */
+static int cli(const char *const *args) {
+  char *argv[64];
+  int n = 0;
+  argv[n++] = (char *)g_exe;
+  for (; *args && n < 63; args++) argv[n++] = (char *)*args;
+  argv[n] = NULL;
+  const char *errp = P(".stderr");
+  fflush(stdout);
+  pid_t pid = fork();
+  if (pid < 0) exit(1);
+  if (pid == 0) {
+    int fe = open(errp, O_WRONLY | O_CREAT | O_TRUNC, 0644), fo = open("/dev/null", O_WRONLY);
+    if (fe < 0 || fo < 0) _exit(126);
+    dup2(fo, 1);
+    dup2(fe, 2);
+    execv(g_exe, argv);
+    _exit(127);
+  }
+  int st = 0;
+  while (waitpid(pid, &st, 0) < 0) {
+  }
+  FILE *f = fopen(errp, "rb");
+  size_t k = f ? fread(g_err, 1, sizeof g_err - 1, f) : 0;
+  if (f) fclose(f);
+  g_err[k] = 0;
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+#define CLI(...) cli((const char *const[]){__VA_ARGS__, NULL})
+#define RUNS(rc, ...)                                                                                        \
+  do {                                                                                                       \
+    int r_ = CLI(__VA_ARGS__);                                                                               \
+    EXPECT(r_ == (rc), "exit %d, expected %d; stderr: %s", r_, (rc), g_err);                                 \
+  } while (0)
+#define ERR_HAS(s) EXPECT(strstr(g_err, (s)) != NULL, "stderr lacks \"%s\": %s", (s), g_err)
+
+static void write_npy(const char *path, npy_dtype t, int ndim, const size_t *shape, const void *data) {
+  char err[512];
+  if (npy_write(path, t, ndim, shape, data, err, sizeof err) != 0) {
+    fprintf(stderr, "npy_write: %s\n", err);
+    exit(1);
+  }
+}
+static int read_npy(const char *path, npy_array *a) {
+  char err[512];
+  int ok = npy_read(path, a, err, sizeof err) == 0;
+  EXPECT(ok, "%s", err);
+  return ok;
+}
+static float elem(const npy_array *a, size_t i) {
+  return a->dtype == NPY_F2 ? ref_f16_to_f32(((const uint16_t *)a->data)[i]) : ((const float *)a->data)[i];
+}
+
+TU_CASE(cache) {
+  /* Llama 3.1's scaling near 2^32 */
+  RUNS(0, "rope-cache", "--length", "4", "--head-dim", "128", "--first", "4294967292", "--base", "500000", "--scaling",
+       "llama3", "--factor", "8", "--original-max-position", "8192", "-o", P("cs.npy"));
+  npy_array a;
+  if (!read_npy(P("cs.npy"), &a)) return;
+  EXPECT(a.ndim == 2 && a.shape[0] == 4 && a.shape[1] == 128 && a.dtype == NPY_F4, "cache shape");
+  clembed_rope r = clembed_rope_defaults();
+  r.head_dim = 128;
+  r.base = 500000.0;
+  r.scaling = CLEMBED_ROPE_SCALING_LLAMA3;
+  r.factor = 8.0;
+  double w[64], at;
+  ref_rope_freq(&r, 128, w, &at);
+  double worst = 0.0;
+  for (size_t i = 0; i < 4; i++)
+    for (size_t k = 0; k < 64; k++) {
+      uint64_t p = 4294967292ull + i;
+      worst = fmax(worst, fabs(elem(&a, i * 128 + k) - ref_cos_exact(p, w[k])));
+      worst = fmax(worst, fabs(elem(&a, i * 128 + 64 + k) - ref_sin_exact(p, w[k])));
+    }
+  EXPECT(worst <= 1e-6, "rope-cache: error %g", worst);
+  npy_free(&a);
+  /* YaRN's attention factor, partial rotary: (L, R) */
+  RUNS(0, "rope-cache", "--length", "3", "--head-dim", "64", "--rotary-dim", "32", "--scaling", "yarn", "--factor",
+       "4", "--original-max-position", "4096", "-o", P("cs2.npy"));
+  if (!read_npy(P("cs2.npy"), &a)) return;
+  EXPECT(a.shape[1] == 32, "partial rotary cache has %zu columns", a.shape[1]);
+  double at2 = 0.1 * log(4.0) + 1.0;
+  EXPECT(fabs(elem(&a, 0) - at2) <= 1e-6 * at2, "yarn: cos(0) * a = %g, want %g", elem(&a, 0), at2);
+  npy_free(&a);
+}
+
+/* X of `shape` (ndim 2, 3 or 4) through `clembed rope` with extra flags; checked against the reference */
+static void rope_case(const char *name, int ndim, const size_t *shape, size_t head_dim, size_t rotary, int gptj,
+                      int inverse, const int64_t *pos, size_t offset, int f16_out) {
+  size_t n = 1;
+  for (int d = 0; d < ndim; d++) n *= shape[d];
+  size_t cols = ndim == 2 ? shape[1] : shape[ndim - 2] * shape[ndim - 1];
+  size_t rows = n / cols, seq = ndim == 4 ? shape[1] : 0;
+  float *x = malloc(n * sizeof *x);
+  for (size_t i = 0; i < n; i++) x[i] = (float)sin(0.37 * (double)i + 1.0) * (i % 5 ? 1.0f : 30.0f);
+  write_npy(P("x.npy"), NPY_F4, ndim, shape, x);
+  char hd[32], rd[32], off[32];
+  snprintf(hd, sizeof hd, "%zu", head_dim);
+  snprintf(rd, sizeof rd, "%zu", rotary);
+  snprintf(off, sizeof off, "%zu", offset);
+  const char *args[40] = {"rope", "--input", P("x.npy"), "--head-dim", hd, "--rotary-dim", rd, "--layout",
+                          gptj ? "gptj" : "neox", "-o", P("y.npy")};
+  int na = 11;
+  if (inverse) args[na++] = "--inverse";
+  if (f16_out) args[na++] = "--out-dtype", args[na++] = "f16";
+  if (pos) {
+    write_npy(P("pos.npy"), NPY_I8, 1, &rows, pos);
+    args[na++] = "--positions", args[na++] = P("pos.npy");
+  } else {
+    args[na++] = "--offset", args[na++] = off;
+  }
+  args[na] = NULL;
+  int rc = cli(args);
+  EXPECT(rc == 0, "%s: exit %d: %s", name, rc, g_err);
+  npy_array y;
+  if (rc || !read_npy(P("y.npy"), &y)) {
+    free(x);
+    return;
+  }
+  EXPECT(y.ndim == ndim && !memcmp(y.shape, shape, (size_t)ndim * sizeof *shape), "%s: shape differs", name);
+  EXPECT(y.dtype == (f16_out ? NPY_F2 : NPY_F4), "%s: dtype", name);
+  clembed_rope r = clembed_rope_defaults();
+  r.head_dim = head_dim;
+  r.rotary_dim = rotary;
+  double w[256], a;
+  ref_rope_freq(&r, rotary, w, &a);
+  size_t bad = 0;
+  for (size_t i = 0; i < rows; i++) {
+    uint64_t p = pos ? (uint64_t)pos[i] : offset + (seq ? i % seq : i);
+    for (size_t h = 0; h < cols / head_dim; h++) {
+      size_t o = i * cols + h * head_dim;
+      for (size_t k = 0; k < rotary / 2; k++) {
+        size_t ca, cb;
+        ref_rope_columns(gptj ? CLEMBED_ROPE_GPTJ : CLEMBED_ROPE_NEOX, rotary, k, &ca, &cb);
+        double ya, yb;
+        ref_rope_pair(p, w[k], a, inverse, x[o + ca], x[o + cb], &ya, &yb);
+        double bnd = 2e-6 * (fabs(x[o + ca]) + fabs(x[o + cb]));
+        double ta = bnd + (f16_out ? ldexp(1.0, ilogb(fabs(ya) + bnd) - 11) : 0.0);
+        double tb = bnd + (f16_out ? ldexp(1.0, ilogb(fabs(yb) + bnd) - 11) : 0.0);
+        if ((fabs(elem(&y, o + ca) - ya) > ta || fabs(elem(&y, o + cb) - yb) > tb) && bad++ < 4)
+          fprintf(stderr, "%s: row %zu head %zu pair %zu: (%g, %g), exact (%g, %g)\n", name, i, h, k,
+                  elem(&y, o + ca), elem(&y, o + cb), ya, yb);
+      }
+      for (size_t c = rotary; c < head_dim; c++)
+        if (elem(&y, o + c) != (f16_out ? ref_round(x[o + c], CLEMBED_F16) : x[o + c]) && bad++ < 4)
+          fprintf(stderr, "%s: column %zu past R not copied\n", name, c);
+    }
+  }
+  EXPECT(bad == 0, "%s: %zu values off", name, bad);
+  npy_free(&y);
+  free(x);
+}
+
+TU_CASE(apply) {
+  const size_t s2[2] = {5, 64}, s3[3] = {4, 3, 16}, s4[4] = {2, 3, 2, 32};
+  const int64_t pos5[5] = {0, 131075, 2147483649ll, 4294967294ll, 4294967295ll};
+  const int64_t pos4[4] = {7, 1048577, 268435461, 4000000000ll};
+  rope_case("2-D, positions near 2^32", 2, s2, 32, 32, 0, 0, pos5, 0, 0);
+  rope_case("3-D, GPT-J, inverse, partial rotary", 3, s3, 16, 8, 1, 1, pos4, 0, 0);
+  rope_case("4-D, offset per sequence", 4, s4, 32, 32, 0, 0, NULL, 4294967293u, 0);
+  rope_case("2-D, f16 output", 2, s2, 64, 64, 0, 0, pos5, 0, 1);
+}
+
+TU_CASE(refusals) {
+  const size_t s2[2] = {2, 8};
+  const float x[16] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+  write_npy(P("x2.npy"), NPY_F4, 2, s2, x);
+  const size_t two = 2;
+  const int64_t badpos[2] = {3, 4294967296ll};
+  write_npy(P("badpos.npy"), NPY_I8, 1, &two, badpos);
+  unlink(P("z.npy"));
+  RUNS(1, "rope", "--input", P("x2.npy"), "--head-dim", "8", "--positions", P("badpos.npy"), "-o", P("z.npy"));
+  ERR_HAS("--positions");
+  ERR_HAS("4294967296");
+  RUNS(1, "rope", "--input", P("x2.npy"), "--head-dim", "8", "--offset", "4294967295", "-o", P("z.npy"));
+  ERR_HAS("2^32");
+  RUNS(1, "rope", "--input", P("x2.npy"), "--head-dim", "8", "--offset", "1", "--positions", P("badpos.npy"), "-o",
+       P("z.npy"));
+  RUNS(1, "rope", "--input", P("x2.npy"), "--head-dim", "3", "-o", P("z.npy"));
+  RUNS(1, "rope", "--input", P("x2.npy"), "--head-dim", "8", "--scaling", "yarn", "-o", P("z.npy"));
+  ERR_HAS("--factor");
+  RUNS(1, "rope", "--input", P("x2.npy"), "--head-dim", "8", "--out-dtype", "bf16", "-o", P("z.npy"));
+  RUNS(1, "rope-cache", "--length", "5", "--head-dim", "8", "--first", "4294967292", "-o", P("z.npy"));
+  ERR_HAS("2^32");
+  RUNS(1, "positional", "--length", "2", "--dim", "4", "--first", "4503599627370496", "-o", P("z.npy"));
+  ERR_HAS("2^32");
+  struct stat st;
+  EXPECT(stat(P("z.npy"), &st) != 0, "a refused run left an output file");
+  RUNS(0, "rope", "--help");
+  RUNS(0, "rope-cache", "--help");
+}
+
+/* A temporary directory, and `clembed devices` must find a device. */
+static void setup(clembed_context *unused) {
+  (void)unused;
+  if (!g_exe) {
+    fprintf(stderr, "usage: test_cli_rope PATH/TO/clembed [CASE...]\n");
+    exit(2);
+  }
+  const char *tmp = getenv("TMPDIR");
+  snprintf(g_dir, sizeof g_dir, "%s/test_cli_rope.XXXXXX", tmp && *tmp ? tmp : "/tmp");
+  if (!mkdtemp(g_dir)) exit(1);
+  if (CLI("devices") != 0) {
+    const char *allow = getenv("CLEMBED_ALLOW_NO_DEVICE");
+    fprintf(stderr, "clembed devices fails: %s", g_err);
+    exit(allow && !strcmp(allow, "1") ? 77 : 1);
+  }
+}
+
+/* The directory is removed when every case passed, kept otherwise. */
+static void teardown(clembed_context *unused) {
+  (void)unused;
+  if (tu_failures) {
+    printf("files kept in %s\n", g_dir);
+    return;
+  }
+  const char *names[] = {"cs.npy", "cs2.npy", "x.npy", "y.npy", "pos.npy", "x2.npy", "badpos.npy", ".stderr"};
+  for (size_t i = 0; i < sizeof names / sizeof *names; i++) unlink(P(names[i]));
+  rmdir(g_dir);
+}
+
+int main(int argc, char **argv) {
+  /* the tool's path comes first (but --list needs none) */
+  if (argc > 1 && strncmp(argv[1], "--", 2) != 0) {
+    g_exe = argv[1];
+    argv[1] = argv[0];
+    argc--;
+    argv++;
+  }
+  return tu_main(argc, argv, (tu_suite){.name = "test_cli_rope", .setup = setup, .teardown = teardown});
+}

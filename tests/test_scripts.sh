@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# The set-up scripts (tools/setup.sh, quickstart.sh, check.sh), with stand-ins
+# for the commands that change the machine:
+# 1. a user who is not root, whose sudo asks for a password, and who lacks only
+#    the optional packages (clinfo, oclgrind, mesa-opencl-icd): set-up goes on
+#    without them, calling neither apt-get nor a sudo that would prompt; a
+#    missing required package still stops it;
+# 2. quickstart.sh then check.sh in one copy of the sources: check.sh configures
+#    the tests ON although quickstart's cache has them OFF, and runs ctest with
+#    --no-tests=error; and ctest --no-tests=error really fails where no test is
+#    configured.
+#   test_scripts.sh SOURCE_DIR
+set -u
+src=$(cd "${1:?usage: test_scripts.sh SOURCE_DIR}" && pwd)
+cmake_real=${CMAKE_COMMAND:-$(command -v cmake)}
+ctest_real=$(dirname "$cmake_real")/ctest
+[ -x "$ctest_real" ] || ctest_real=$(command -v ctest)
+work=$(mktemp -d "${TMPDIR:-/tmp}/clembed-scripts.XXXXXX")
+trap '[ -n "${KEEP:-}" ] || rm -rf "$work"' EXIT
+failures=0
+fail() {
+  failures=$((failures + 1))
+  echo "FAILED: $*" >&2
+}
+
+# ------------------------------------------------ 1. optional packages
+shims=$work/shims
+mkdir -p "$shims"
+cat >"$shims/id" <<'SH'
+#!/bin/sh
+if [ "${1:-}" = -u ]; then echo 1000; else exec /usr/bin/id "$@"; fi
+SH
+cat >"$shims/dpkg-query" <<'SH'
+#!/bin/sh
+# the last argument is the package; those in $FAKE_MISSING are not installed
+for p; do :; done
+for m in $FAKE_MISSING; do [ "$m" = "$p" ] && exit 1; done
+printf 'install ok installed'
+SH
+cat >"$shims/sudo" <<'SH'
+#!/bin/sh
+echo "sudo $*" >>"$SHIM_LOG"
+echo "sudo: a password is required" >&2
+exit 1
+SH
+cat >"$shims/apt-get" <<'SH'
+#!/bin/sh
+echo "apt-get $*" >>"$SHIM_LOG"
+exit 1
+SH
+chmod +x "$shims"/*
+export SHIM_LOG=$work/shim.log
+
+setup_run() { # FAKE_MISSING value; prints stderr to $work/setup.err; returns the status
+  : >"$SHIM_LOG"
+  FAKE_MISSING="$1" PATH="$shims:$PATH" bash -c 'source "$1/tools/setup.sh"; clembed_install_packages' _ "$src" \
+    >"$work/setup.out" 2>"$work/setup.err"
+}
+
+setup_run "clinfo oclgrind mesa-opencl-icd"
+rc=$?
+[ "$rc" -eq 0 ] || fail "non-root without clinfo/oclgrind: set-up refused (status $rc): $(cat "$work/setup.err")"
+grep -q "clinfo" "$work/setup.err" || fail "the missing optional packages are not named: $(cat "$work/setup.err")"
+if grep -q "apt-get" "$SHIM_LOG"; then fail "apt-get was run for optional packages: $(cat "$SHIM_LOG")"; fi
+if grep -v "^sudo -n true" "$SHIM_LOG" | grep -q sudo; then
+  fail "sudo was asked (a password prompt) for optional packages: $(cat "$SHIM_LOG")"
+fi
+
+setup_run "pocl-opencl-icd clinfo"
+rc=$?
+[ "$rc" -ne 0 ] || fail "a missing required package (pocl-opencl-icd) did not stop the set-up"
+grep -q "pocl-opencl-icd" "$work/setup.err" || fail "the missing required package is not named: $(cat "$work/setup.err")"
+
+setup_run ""
+rc=$?
+[ "$rc" -eq 0 ] || fail "nothing missing: set-up failed (status $rc): $(cat "$work/setup.err")"
+[ ! -s "$SHIM_LOG" ] || fail "nothing missing, yet: $(cat "$SHIM_LOG")"
+
+# ------------------------------------------- 2. quickstart then check
+copy=$work/src
+mkdir -p "$copy"
+for f in CMakeLists.txt cmake cl include src tools tests examples python; do cp -R "$src/$f" "$copy/"; done
+rm -rf "$copy/build" "$copy/build-"*
+bin=$work/bin
+mkdir -p "$bin"
+# cmake configures for real, skips builds; ctest records its arguments
+cat >"$bin/cmake" <<SH
+#!/bin/sh
+for a; do [ "\$a" = --build ] && { echo "cmake \$*" >>"$work/cmake.log"; exit 0; }; done
+exec "$cmake_real" "\$@"
+SH
+cat >"$bin/ctest" <<SH
+#!/bin/sh
+echo "ctest \$*" >>"$work/ctest.log"
+exit 0
+SH
+chmod +x "$bin"/*
+# quickstart stops at running the tool, which is not built here
+(cd "$copy" && PATH="$bin:$PATH" bash tools/quickstart.sh >"$work/quickstart.log" 2>&1)
+cache=$copy/build/CMakeCache.txt
+grep -q '^CLEMBED_BUILD_TESTS:BOOL=OFF' "$cache" 2>/dev/null ||
+  fail "quickstart.sh did not configure build/ with the tests OFF: $(tail -5 "$work/quickstart.log")"
+(cd "$copy/build" && "$ctest_real" --no-tests=error >"$work/ctest_none.log" 2>&1)
+rc=$?
+[ "$rc" -ne 0 ] || fail "ctest --no-tests=error ran no test and exited 0: $(cat "$work/ctest_none.log")"
+
+(cd "$copy" && env -u CI PATH="$bin:$PATH" bash tools/check.sh >"$work/check.log" 2>&1)
+rc=$?
+[ "$rc" -eq 0 ] || fail "check.sh (with builds skipped) exited $rc: $(tail -20 "$work/check.log")"
+grep -q '^CLEMBED_BUILD_TESTS:BOOL=ON' "$cache" ||
+  fail "check.sh left CLEMBED_BUILD_TESTS OFF in the cache quickstart.sh made"
+grep -q -- '--no-tests=error' "$work/ctest.log" 2>/dev/null ||
+  fail "check.sh ran ctest without --no-tests=error: $(cat "$work/ctest.log" 2>/dev/null)"
+n=$(cd "$copy/build" && "$ctest_real" -N 2>/dev/null | sed -n 's/^Total Tests: //p')
+[ "${n:-0}" -gt 0 ] || fail "after check.sh, build/ has no test configured"
+
+if [ "$failures" -ne 0 ]; then
+  echo "test_scripts: $failures failed"
+  exit 1
+fi
+echo "test_scripts: all passed (build/ holds ${n} tests after quickstart.sh then check.sh)"

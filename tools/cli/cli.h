@@ -1,0 +1,177 @@
+/* clembed, the command-line tool: what its files share (API.md, "Command-line tool").
+ *
+ *   main.c     dispatch to the subcommands, the top-level help
+ *   args.c     flag parsing and the values of flags
+ *   run.c      resources, failures and exit codes, the device, the memory budget
+ *   input.c    .npy inputs (mapped read-only, checked for their role)
+ *   output.c   the one output: checked before the work, written at the end
+ *   cmd_*.c    one file per subcommand
+ *
+ * Built on the public header alone. Exit status: 0 success; 1 bad usage or
+ * bad input (the message names the file, flag or position); 2 device or
+ * OpenCL failure. Every resource is registered in run.c so that a failure
+ * anywhere (cli_fail -> exit) releases everything and removes a temporary
+ * output file. */
+#ifndef CLEMBED_CLI_H
+#define CLEMBED_CLI_H
+
+#include "clembed.h"
+#include "npy.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(__GNUC__) || defined(__clang__)
+#define CLI_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#else
+#define CLI_PRINTF(f, a)
+#endif
+
+/* ------------------------------------------------------------ run.c */
+
+/* "clembed embed" etc., the prefix of every message. */
+extern char cli_cmd[64];
+/* The context of this run (NULL until cli_open_device). */
+extern clembed_context *cli_ctx;
+
+/* Prints "clembed SUB: message", releases everything, exits with `code`. */
+_Noreturn void cli_fail(int code, const char *fmt, ...) CLI_PRINTF(2, 3);
+/* A usage error (exit 1): the message and a pointer to --help. */
+_Noreturn void cli_fail_usage(const char *fmt, ...) CLI_PRINTF(1, 2);
+/* Releases every registered resource and removes a temporary output. */
+void cli_release_all(void);
+
+void *cli_malloc(size_t bytes);
+/* a * b * c, or a bad-input failure naming `what` when it overflows. */
+size_t cli_mul3(size_t a, size_t b, size_t c, const char *what);
+
+/* Opens the device (--device SPEC, or the default); exits 2 when there is
+ * none, 1 when the environment is bad (CLEMBED_TUNING). */
+void cli_open_device(const char *spec);
+/* Why no OpenCL device is found when clembed can say more than the library
+ * (POCL without a writable kernel cache directory), else NULL. */
+const char *cli_no_device_reason(void);
+/* The entry of list (clembed_devices) that is the context's device, or -1. */
+long cli_context_device(const clembed_device_info *list, size_t n);
+/* Exits on a failed library call: 1 for bad input (naming the file or flag
+ * that clembed_context_error's argument points to), 2 for a device failure. */
+void cli_check(clembed_status s);
+/* What a failure of the argument "ids" or "positions"/"position_table" names:
+ * "--ids FILE" and "--positions FILE". */
+void cli_blame(const char *ids_what, const char *positions_what);
+
+/* Refuses (exit 1) a run whose host memory (buffers of the tool) plus device
+ * memory exceeds what the machine has; on a device with its own memory each
+ * side is compared with its own size. Call after cli_open_device. */
+void cli_memory_budget(uint64_t host_bytes, uint64_t device_bytes);
+
+clembed_matrix *cli_upload(const void *host, clembed_dtype host_dtype, size_t rows, size_t cols,
+                           clembed_dtype dtype);
+clembed_matrix *cli_zeros(size_t rows, size_t cols, clembed_dtype dtype);
+clembed_ids *cli_upload_ids(const npy_array *a);
+clembed_ids *cli_new_ids(void);
+/* Reads m into a new host buffer of `host_dtype`; fails on pending deferred errors. */
+void *cli_download(const clembed_matrix *m, clembed_dtype host_dtype);
+
+/* ---------------------------------------------------------- input.c */
+
+/* A .npy file, mapped (no copy in memory), for the role `flagname`. */
+const npy_array *cli_load(const char *flagname, const char *path);
+/* A 2-D <f4 or <f2 array: a table, a position table. */
+const npy_array *cli_load_table(const char *flagname, const char *path);
+/* <i4 or <i8 ids of shape (n,) or (batch, seq). */
+const npy_array *cli_load_ids(const char *flagname, const char *path);
+/* A <f4 or <f2 gradient whose shape is ids.shape + (D,). */
+const npy_array *cli_load_grad(const char *path, const npy_array *ids, const char *ids_path);
+/* The checks of an index policy done on the host, for tables of no columns
+ * (where the device has nothing to look up): exit 1 naming `what`, the
+ * position and the value of the first bad id. */
+void cli_check_ids_host(const npy_array *ids, size_t rows, clembed_index_policy policy, const char *what);
+clembed_dtype cli_host_dtype(npy_dtype t);
+/* The device dtype an input defaults to: its own (BF16 for a BF16 tensor, which
+ * the tool holds widened to <f4). */
+clembed_dtype cli_input_dtype(const npy_array *a);
+size_t cli_array_bytes(const npy_array *a);
+
+/* --------------------------------------------------------- output.c */
+
+/* Checks -o (ARG, or "-" for standard output) before the work starts and
+ * makes it ready: a regular file (new or existing, or a symlink's target) gets
+ * a temporary file beside it, removed on failure and on SIGINT, SIGTERM and
+ * SIGHUP; a device node or FIFO is opened to be written directly. */
+void cli_output_open(const char *arg);
+/* Writes the .npy and puts it in place (rename over the target, keeping an
+ * existing file's mode). */
+void cli_output_npy(npy_dtype dtype, int ndim, const size_t *shape, const void *data);
+/* The output dtype: --out-dtype f32|f16|bf16 (`value`, NULL: `dflt`); bf16 into
+ * a .npy output is exit 1 naming .safetensors. Call after cli_output_open,
+ * before the work. */
+clembed_dtype cli_output_dtype(const char *value, clembed_dtype dflt);
+/* Writes dense host values of `dtype`: a .safetensors file holding one tensor
+ * named "output" when -o ends in .safetensors, else a .npy (<f4 or <f2). */
+void cli_output_array(clembed_dtype dtype, int ndim, const size_t *shape, const void *data);
+/* Removes the temporary file, if any (cli_release_all calls it). */
+void cli_output_abort(void);
+
+/* ----------------------------------------------------------- args.c */
+
+typedef struct cli_flag {
+  const char *name;  /* "--table" */
+  const char *alias; /* "-o", or NULL */
+  int has_value;     /* 0: a switch */
+  const char *value; /* the value given */
+  int given;
+} cli_flag;
+
+#define FV(n) {n, NULL, 1, NULL, 0}
+#define FA(n, a) {n, a, 1, NULL, 0}
+#define FS(n) {n, NULL, 0, NULL, 0}
+#define NFLAGS(f) (sizeof(f) / sizeof((f)[0]))
+
+/* Parses argv[1..argc-1] (argv[0] is the subcommand) into f. --help or -h
+ * anywhere (not as a flag's value) prints `usage` and exits 0. */
+void cli_parse_flags(int argc, char **argv, cli_flag *f, size_t nf, const char *usage);
+cli_flag *cli_flag_get(cli_flag *f, size_t nf, const char *name);
+/* Fails naming every flag of the NULL-terminated list that is missing. */
+void cli_require(cli_flag *f, size_t nf, const char *const *names);
+
+#define VAL(n) (cli_flag_get(fl, NFLAGS(fl), n)->value)
+#define GIVEN(n) (cli_flag_get(fl, NFLAGS(fl), n)->given)
+
+int cli_parse_double(const char *s, double *out);
+float cli_arg_float(const char *flagname, const char *s);
+uint64_t cli_arg_u64(const char *flagname, const char *s);
+size_t cli_arg_size(const char *flagname, const char *s);
+/* A size of at least 1 (a dimension). */
+size_t cli_arg_dim(const char *flagname, const char *s);
+int64_t cli_arg_i64(const char *flagname, const char *s);
+/* One of the NULL-terminated `names`; returns its index. */
+int cli_arg_choice(const char *flagname, const char *s, const char *const *names);
+/* "A,B" -> two finite floats; `form` names them in a message ("MEAN,STD"). */
+void cli_arg_pair(const char *flagname, const char *s, const char *form, float *a, float *b);
+clembed_index_policy cli_arg_policy(const char *s);
+/* The sinusoid from --base, --exponent, --layout (each optional). */
+clembed_sinusoid cli_arg_sinusoid(const char *base, const char *exponent, const char *layout);
+/* --scale S or sqrt (sqrt(D) as float). */
+float cli_arg_scale(const char *s, size_t d);
+/* Checks --scale without knowing D. */
+void cli_check_scale(const char *s);
+float cli_arg_dropout(const char *s);
+/* --padding-idx V for a table of `rows` rows; negative values count from the end. */
+int64_t cli_arg_padding(const char *s, size_t rows);
+
+/* --------------------------------------------------------- commands */
+
+int cli_cmd_devices(int argc, char **argv);
+int cli_cmd_positional(int argc, char **argv);
+int cli_cmd_rope_cache(int argc, char **argv);
+int cli_cmd_rope(int argc, char **argv);
+int cli_cmd_embed(int argc, char **argv);
+int cli_cmd_backward(int argc, char **argv);
+int cli_cmd_sgd(int argc, char **argv);
+int cli_cmd_init(int argc, char **argv);
+int cli_cmd_bench(int argc, char **argv);
+int cli_cmd_demo(int argc, char **argv);
+int cli_cmd_inspect(int argc, char **argv);
+
+#endif

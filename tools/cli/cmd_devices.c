@@ -1,0 +1,66 @@
+/* clembed devices: the devices (clembed_devices) by platform, the default marked. */
+#include "cli.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char usage[] =
+    "usage: clembed devices [--device SPEC]\n"
+    "\n"
+    "Lists the OpenCL devices, by platform, as P:D pairs for --device, and marks with\n"
+    "'*' the device that a run with no --device (or with this --device) uses.\n";
+
+static const char *type_name(cl_device_type t) {
+  return (t & CL_DEVICE_TYPE_GPU)           ? "GPU"
+         : (t & CL_DEVICE_TYPE_ACCELERATOR) ? "accelerator"
+         : (t & CL_DEVICE_TYPE_CPU)         ? "CPU"
+                                            : "other";
+}
+
+int cli_cmd_devices(int argc, char **argv) {
+  cli_flag fl[] = {FV("--device")};
+  cli_parse_flags(argc, argv, fl, NFLAGS(fl), usage);
+  const char *spec = VAL("--device");
+
+  size_t n = 0;
+  clembed_status s = clembed_devices(NULL, 0, &n);
+  if (s != CLEMBED_OK) cli_fail(2, "%s (%s)", clembed_last_error_message(), clembed_status_string(s));
+  if (n == 0) cli_fail(2, "no OpenCL device found: %s", cli_no_device_reason());
+  clembed_device_info *list = cli_malloc(n * sizeof *list);
+  s = clembed_devices(list, n, &n);
+  if (s != CLEMBED_OK) cli_fail(2, "%s (%s)", clembed_last_error_message(), clembed_status_string(s));
+
+  /* with --device, the device that spec picks (a context on it) */
+  long chosen = -1;
+  if (spec && *spec) {
+    cli_open_device(spec);
+    chosen = cli_context_device(list, n);
+  } else {
+    for (size_t i = 0; i < n; i++)
+      if (list[i].is_default) chosen = (long)i;
+  }
+  const char *last_platform = "";
+  for (size_t i = 0; i < n; i++) {
+    if (strcmp(list[i].platform, last_platform)) {
+      unsigned p = (unsigned)strtoul(list[i].spec, NULL, 10);
+      printf("platform %u: %s\n", p, list[i].platform);
+      last_platform = list[i].platform;
+    }
+    printf("  %c %-5s %s  [%s, %.1f GiB, largest buffer %.1f GiB]\n", (long)i == chosen ? '*' : ' ', list[i].spec,
+           list[i].name, type_name(list[i].type), (double)list[i].global_mem_bytes / (1024.0 * 1024.0 * 1024.0),
+           (double)list[i].max_alloc_bytes / (1024.0 * 1024.0 * 1024.0));
+  }
+  if (chosen >= 0) {
+    printf("* %s: %s / %s\n", spec && *spec ? "--device" : "default", list[chosen].platform, list[chosen].name);
+  } else if (!(spec && *spec)) {
+    /* devices exist, yet none is the default: what a context on it says */
+    clembed_context *ctx = NULL;
+    clembed_status c = clembed_context_create(NULL, &ctx);
+    clembed_context_destroy(ctx);
+    fprintf(stderr, "%s: no default device%s%s\n", cli_cmd, c != CLEMBED_OK ? ": " : "",
+            c != CLEMBED_OK ? clembed_last_error_message() : "");
+  }
+  cli_release_all();
+  return 0;
+}

@@ -1,0 +1,112 @@
+/* clembed embed: the fused forward. */
+#include "cli.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+static const char usage[] =
+    "usage: clembed embed --table W.npy --ids IDS.npy [--scale S|sqrt]\n"
+    "                     [--positions none|sinusoid|P.npy] [--base B] [--exponent pair|index]\n"
+    "                     [--layout interleaved|halves] [--offset P] [--padding-idx V]\n"
+    "                     [--on-bad-id check|clamp|zero|wrap] [--dtype f32|f16|bf16]\n"
+    "                     [--dropout P --seed S] [--out-dtype f32|f16|bf16] [--device SPEC]\n"
+    "                     -o OUT.npy|OUT.safetensors\n"
+    "\n"
+    "out[i] = dropout(scale * W[ids[i]] + P[position of i]); output shape ids.shape + (D,).\n"
+    "  --table W.npy     <f4 or <f2 table (V, D)\n"
+    "  --ids IDS.npy     <i4 or <i8 ids, (n,) or (batch, seq); 2-D ids are sequences of seq tokens\n"
+    "  --scale           token row multiplier, or sqrt for sqrt(D) (default 1)\n"
+    "  --positions       none (default), sinusoid, or a learned <f4/<f2 table (L, D)\n"
+    "  --base, --exponent, --layout   the sinusoid (as in `clembed positional`)\n"
+    "  --offset P        position of each sequence's first token (default 0)\n"
+    "  --padding-idx V   this id's token row counts as zero (negative: counts from the end)\n"
+    "  --on-bad-id       check (default: exit 1 naming the position), clamp, zero, wrap\n"
+    "  --dtype           the table's device dtype (default: the table's own, f32 f16 or bf16)\n"
+    "  --dropout P       zero each output element with probability P (inverted dropout)\n"
+    "  --seed S          the dropout seed (default 0)\n"
+    "  -o, --output      the output (- for standard output: .npy): by default <f2 for a <f2\n"
+    "                    table with --dtype f16 or none, else <f4; .safetensors: one tensor \"output\"\n"
+    "  --out-dtype       f32, f16 or bf16 (bf16 only into .safetensors)\n";
+
+int cli_cmd_embed(int argc, char **argv) {
+  cli_flag fl[] = {FV("--table"),    FV("--ids"),     FV("--scale"),  FV("--positions"),   FV("--base"),
+                   FV("--exponent"), FV("--layout"),  FV("--offset"), FV("--padding-idx"), FV("--on-bad-id"),
+                   FV("--dtype"),    FV("--dropout"), FV("--seed"),   FV("--device"),      FA("--output", "-o"),
+                   FV("--out-dtype")};
+  cli_parse_flags(argc, argv, fl, NFLAGS(fl), usage);
+  static const char *const req[] = {"--table", "--ids", "--output", NULL};
+  cli_require(fl, NFLAGS(fl), req);
+
+  const char *pos = VAL("--positions") ? VAL("--positions") : "none";
+  clembed_positions positions = !strcmp(pos, "none")       ? CLEMBED_POSITIONS_NONE
+                                : !strcmp(pos, "sinusoid") ? CLEMBED_POSITIONS_SINUSOID
+                                                           : CLEMBED_POSITIONS_TABLE;
+  if (positions != CLEMBED_POSITIONS_SINUSOID) {
+    const char *const sin_flags[] = {"--base", "--exponent", "--layout"};
+    for (int i = 0; i < 3; i++)
+      if (GIVEN(sin_flags[i])) cli_fail(1, "%s needs --positions sinusoid", sin_flags[i]);
+  }
+  clembed_embed_options o = clembed_embed_defaults();
+  o.positions = positions;
+  o.sinusoid = cli_arg_sinusoid(VAL("--base"), VAL("--exponent"), VAL("--layout"));
+  o.position_offset = VAL("--offset") ? cli_arg_size("--offset", VAL("--offset")) : 0;
+  o.policy = cli_arg_policy(VAL("--on-bad-id"));
+  o.dropout = cli_arg_dropout(VAL("--dropout"));
+  o.dropout_seed = VAL("--seed") ? cli_arg_u64("--seed", VAL("--seed")) : 0;
+  static const char *const dtype_names[] = {"f32", "f16", "bf16", NULL};
+  int dtype_flag = VAL("--dtype") ? cli_arg_choice("--dtype", VAL("--dtype"), dtype_names) : -1;
+  cli_check_scale(VAL("--scale"));
+  cli_output_open(VAL("--output"));
+
+  const char *tpath = VAL("--table"), *ipath = VAL("--ids");
+  const npy_array *w = cli_load_table("--table", tpath);
+  const npy_array *ids = cli_load_ids("--ids", ipath);
+  size_t rows = w->shape[0], dim = w->shape[1], n = ids->count;
+  o.scale = cli_arg_scale(VAL("--scale"), dim);
+  o.padding_idx = cli_arg_padding(VAL("--padding-idx"), rows);
+  o.seq_len = ids->ndim == 2 ? ids->shape[1] : 0;
+  const npy_array *pt = NULL;
+  char pos_what[1100], ids_what[1100];
+  if (positions == CLEMBED_POSITIONS_TABLE) {
+    pt = cli_load_table("--positions", pos);
+    if (pt->shape[1] != dim)
+      cli_fail(1, "--positions %s: has %zu columns but --table %s has %zu", pos, pt->shape[1], tpath, dim);
+    snprintf(pos_what, sizeof pos_what, "--positions %s", pos);
+  }
+  snprintf(ids_what, sizeof ids_what, "--ids %s", ipath);
+  cli_blame(ids_what, pt ? pos_what : NULL);
+  if (dim == 0) {
+    /* no columns: nothing is looked up on the device, the ids are checked here */
+    cli_check_ids_host(ids, rows, o.policy, ids_what);
+    size_t per = o.seq_len ? o.seq_len : n;
+    if (pt && n && o.position_offset + (per < n ? per : n) > pt->shape[0])
+      cli_fail(1, "%s: position %zu is past its %zu rows", pos_what, o.position_offset + (per < n ? per : n) - 1,
+               pt->shape[0]);
+  }
+
+  clembed_dtype table_dt = dtype_flag >= 0 ? (clembed_dtype)dtype_flag : cli_input_dtype(w);
+  int f16_out = w->dtype == NPY_F2 && (dtype_flag < 0 || dtype_flag == CLEMBED_F16);
+  clembed_dtype out_dt = cli_output_dtype(VAL("--out-dtype"), f16_out ? CLEMBED_F16 : CLEMBED_F32);
+  size_t out_bytes = cli_mul3(n, dim, clembed_dtype_size(out_dt), "the output");
+  uint64_t device = (uint64_t)cli_mul3(rows, dim, clembed_dtype_size(table_dt), "--table") +
+                    cli_array_bytes(ids) + (pt ? cli_array_bytes(pt) : 0) + out_bytes;
+
+  cli_open_device(VAL("--device"));
+  /* the library converts a table whose file dtype is not its device dtype through a host buffer */
+  uint64_t convert = table_dt != cli_host_dtype(w->dtype) ? (uint64_t)rows * dim * clembed_dtype_size(table_dt) : 0;
+  cli_memory_budget(out_bytes + convert, device);
+  clembed_matrix *table = cli_upload(w->data, cli_host_dtype(w->dtype), rows, dim, table_dt);
+  clembed_ids *d_ids = cli_upload_ids(ids);
+  clembed_matrix *ptab = NULL;
+  if (pt) ptab = cli_upload(pt->data, cli_host_dtype(pt->dtype), pt->shape[0], dim, cli_host_dtype(pt->dtype));
+  o.position_table = ptab;
+  clembed_matrix *out = cli_zeros(n, dim, out_dt);
+  cli_check(clembed_embed(cli_ctx, table, d_ids, &o, out, 0, NULL, NULL));
+  void *h = cli_download(out, out_dt);
+
+  size_t shape[3] = {ids->shape[0], ids->ndim == 2 ? ids->shape[1] : dim, dim};
+  cli_output_array(out_dt, ids->ndim + 1, shape, h);
+  cli_release_all();
+  return 0;
+}
