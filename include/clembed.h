@@ -250,7 +250,13 @@ typedef struct clembed_ids {    /* token ids in a cl_mem */
 
 /* Allocates a zero-filled rows x cols matrix (ld = cols, offset 0); the caller
  * owns it and releases it with clembed_matrix_release. A matrix with 0 rows or
- * 0 cols is allowed (its buffer holds one element). Blocking.
+ * 0 cols is allowed (its buffer holds one element). It does not wait for the
+ * device: the zero fill is enqueued on the context's queue (ordered before
+ * every later command of that queue, by a barrier on an out-of-order one), so
+ * creating a matrix on a queue gated by a caller's user event does not block,
+ * and clembed's later operations and blocking reads and writes see the zeros.
+ * A caller using the buffer on another queue first waits for clembed_finish
+ * (which also reports a failed fill).
  * On Linux, on a CPU device that shares the host's memory, a buffer of 4 MiB
  * or more that clembed allocates (a matrix here, or ids) lives in host memory
  * of its own, aligned to 2 MiB and advised for transparent huge pages, which
