@@ -383,8 +383,10 @@ CLEMBED_API clembed_status clembed_lookup(clembed_context *ctx, const clembed_ma
  * CLEMBED_ERR_INDEX_OUT_OF_RANGE and that row's positional part is zero). The
  * padding id's token row is zero; its positional part is still added.
  * With the sinusoid, positions must be below 2^32 (see clembed_sinusoid); with a
- * position table, a position_offset past 2^63 - 1 is a bad position too. With 0 columns there is nothing to
- * compute: no kernel runs and the ids are not checked (likewise in the backward).
+ * position table, a position_offset past 2^63 - 1 is a bad position too. With 0 columns nothing is
+ * written, but every id and position is still checked (the deferred error as above). The backward
+ * steps (clembed_backward, clembed_sgd_update, clembed_optimizer_step) with 0 columns run nothing
+ * and do not check the ids.
  * opt NULL means clembed_embed_defaults(). */
 CLEMBED_API clembed_status clembed_embed(clembed_context *ctx, const clembed_matrix *table,
                                          const clembed_ids *ids, const clembed_embed_options *opt,
