@@ -13,6 +13,8 @@
 
 #include <ctype.h>
 #include <pthread.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static int small_mode = 0;
 static int oclgrind = 0; /* the test device is Oclgrind's: no threads */
@@ -681,7 +683,100 @@ static void check_tuning(void) {
   }
 }
 
+/* ------------------------------ the message when no platform lists a device */
+
+/* `test_context no_device_child`: a fresh process (the ICD loader reads its
+ * environment once) prints the status and message of a default create. */
+static int no_device_child(void) {
+  clembed_context *c = NULL;
+  clembed_status s = clembed_context_create(NULL, &c);
+  printf("%d\n%s\n", (int)s, clembed_last_error_message());
+  clembed_context_destroy(c);
+  return 0;
+}
+
+/* Runs the child with `env` (arguments of env(1)); returns its status, its
+ * output in out. */
+static int run_no_device_child(const char *self, const char *env, char *out, size_t len) {
+  char cmd[4096];
+  snprintf(cmd, sizeof cmd,
+           "env -u POCL_CACHE_DIR -u XDG_CACHE_HOME -u OCL_ICD_FILENAMES -u CLEMBED_DEVICE -u RUSTICL_ENABLE "
+           "%s '%s' no_device_child 2>/dev/null", env, self);
+  out[0] = '\0';
+  FILE *f = popen(cmd, "r");
+  if (!f) return 1;
+  size_t n = fread(out, 1, len - 1, f);
+  out[n] = '\0';
+  pclose(f);
+  return atoi(out);
+}
+
+static void write_file(const char *path, const char *text) {
+  FILE *f = fopen(path, "w");
+  EXPECT(f != NULL, "cannot write %s", path);
+  if (!f) return;
+  fputs(text, f);
+  fclose(f);
+}
+
+/* No platform at all: the package to install. Only POCL, which cannot create
+ * its kernel cache (HOME under a regular file, so even root cannot): the
+ * platform named, POCL_CACHE_DIR and the directory, no package; and with
+ * POCL_CACHE_DIR set, a device. */
+static void check_no_device_message(void) {
+  char self[1024], dir[] = "/tmp/clembed-nodev-XXXXXX", path[1200], env[3000], out[4096];
+  ssize_t sl = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (sl <= 0 || !mkdtemp(dir)) {
+    EXPECT(0, "no device message: cannot set up (/proc/self/exe, mkdtemp)");
+    return;
+  }
+  self[sl] = '\0';
+  snprintf(path, sizeof path, "%s/none", dir);
+  mkdir(path, 0755);
+  snprintf(env, sizeof env, "OCL_ICD_VENDORS='%s/none'", dir);
+  int st = run_no_device_child(self, env, out, sizeof out);
+  EXPECT(st == CLEMBED_ERR_NO_DEVICE, "no platform: status %d: %s", st, out);
+  EXPECT(strstr(out, "no OpenCL platform is installed") && strstr(out, "apt-get install pocl-opencl-icd"),
+         "no platform: the message does not say so: %s", out);
+
+  char icd[512] = "";
+  FILE *f = fopen("/etc/OpenCL/vendors/pocl.icd", "r");
+  if (f) {
+    if (!fgets(icd, sizeof icd, f)) icd[0] = '\0';
+    fclose(f);
+  }
+  if (!icd[0]) {
+    printf("POCL is not installed: its no-device message is not tested\n");
+  } else {
+    snprintf(path, sizeof path, "%s/pocl", dir);
+    mkdir(path, 0755);
+    snprintf(path, sizeof path, "%s/pocl/pocl.icd", dir);
+    write_file(path, icd);
+    snprintf(path, sizeof path, "%s/homefile", dir);
+    write_file(path, "not a directory\n");
+    snprintf(env, sizeof env, "OCL_ICD_VENDORS='%s/pocl' HOME='%s/homefile/home'", dir, dir);
+    st = run_no_device_child(self, env, out, sizeof out);
+    char want[1400];
+    snprintf(want, sizeof want, "%s/homefile/home/.cache/pocl/kcache", dir);
+    EXPECT(st == CLEMBED_ERR_NO_DEVICE, "POCL without a cache: status %d: %s", st, out);
+    EXPECT(strstr(out, "1 platform (Portable Computing Language) lists no device") != NULL,
+           "POCL without a cache: the platform is not named: %s", out);
+    EXPECT(strstr(out, "POCL_CACHE_DIR") && strstr(out, want), "POCL without a cache: no POCL_CACHE_DIR or %s: %s",
+           want, out);
+    EXPECT(strstr(out, "apt-get") == NULL, "POCL without a cache: the message points to a package: %s", out);
+    snprintf(path, sizeof path, "%s/cache", dir);
+    mkdir(path, 0755);
+    snprintf(env, sizeof env, "OCL_ICD_VENDORS='%s/pocl' HOME='%s/homefile/home' POCL_CACHE_DIR='%s/cache'", dir, dir,
+             dir);
+    st = run_no_device_child(self, env, out, sizeof out);
+    EXPECT(st == CLEMBED_OK, "POCL with POCL_CACHE_DIR set: status %d: %s", st, out);
+  }
+  snprintf(path, sizeof path, "rm -rf '%s'", dir);
+  EXPECT(system(path) == 0, "%s failed", path);
+}
+
 int main(int argc, char **argv) {
+  if (argc > 1 && !strcmp(argv[1], "no_device_child")) return no_device_child();
   small_mode = argc > 1 && !strcmp(argv[1], "small");
   clembed_context *ctx = tu_context();
   enumerate();
@@ -715,6 +810,7 @@ int main(int argc, char **argv) {
   else
     printf("threads: not tested on this platform\n");
   check_loop(spec);
+  check_no_device_message();
   clembed_context_destroy(ctx);
   return tu_finish("test_context");
 }

@@ -938,6 +938,11 @@ static void check_bad_ids(clembed_context *ctx) {
     backward_case(ctx, CLEMBED_I32, (clembed_index_policy)p, 0, 4, CLEMBED_F32, 0, 0, 0, 1, CLEMBED_NO_PADDING);
     backward_case(ctx, CLEMBED_I32, (clembed_index_policy)p, 0, 4, CLEMBED_F16, 1, 1, 1, 0, CLEMBED_NO_PADDING);
   }
+  /* a table of 0 columns: nothing is written, but every id is still checked */
+  for (int p = 0; p < 4; p++) {
+    forward_case(ctx, CLEMBED_I32, (clembed_index_policy)p, 5, 0, CLEMBED_F32, CLEMBED_NO_PADDING);
+    forward_case(ctx, CLEMBED_I64, (clembed_index_policy)p, 5, 0, CLEMBED_F16, 3);
+  }
   /* a one-row table */
   for (int p = 0; p < 4; p++) {
     forward_case(ctx, CLEMBED_I64, (clembed_index_policy)p, 1, 5, CLEMBED_F32, CLEMBED_NO_PADDING);
