@@ -385,8 +385,8 @@ CLEMBED_API clembed_status clembed_lookup(clembed_context *ctx, const clembed_ma
  * With the sinusoid, positions must be below 2^32 (see clembed_sinusoid); with a
  * position table, a position_offset past 2^63 - 1 is a bad position too. With 0 columns nothing is
  * written, but every id and position is still checked (the deferred error as above). The backward
- * steps (clembed_backward, clembed_sgd_update, clembed_optimizer_step) with 0 columns run nothing
- * and do not check the ids.
+ * steps (clembed_backward, clembed_sgd_update, clembed_optimizer_step) with 0 columns add and step
+ * nothing but check every id the same way.
  * opt NULL means clembed_embed_defaults(). */
 CLEMBED_API clembed_status clembed_embed(clembed_context *ctx, const clembed_matrix *table,
                                          const clembed_ids *ids, const clembed_embed_options *opt,

@@ -942,6 +942,9 @@ static void check_bad_ids(clembed_context *ctx) {
   for (int p = 0; p < 4; p++) {
     forward_case(ctx, CLEMBED_I32, (clembed_index_policy)p, 5, 0, CLEMBED_F32, CLEMBED_NO_PADDING);
     forward_case(ctx, CLEMBED_I64, (clembed_index_policy)p, 5, 0, CLEMBED_F16, 3);
+    backward_case(ctx, CLEMBED_I32, (clembed_index_policy)p, 5, 0, CLEMBED_F32, 0, 1, 1, 0, CLEMBED_NO_PADDING);
+    backward_case(ctx, CLEMBED_I64, (clembed_index_policy)p, 5, 0, CLEMBED_F32, 0, 0, 0, 1, 3);
+    backward_case(ctx, CLEMBED_I64, (clembed_index_policy)p, 5, 0, CLEMBED_F16, 1, 1, 1, 0, CLEMBED_NO_PADDING);
   }
   /* a one-row table */
   for (int p = 0; p < 4; p++) {
