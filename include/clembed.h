@@ -250,7 +250,13 @@ typedef struct clembed_ids {    /* token ids in a cl_mem */
 
 /* Allocates a zero-filled rows x cols matrix (ld = cols, offset 0); the caller
  * owns it and releases it with clembed_matrix_release. A matrix with 0 rows or
- * 0 cols is allowed (its buffer holds one element). Blocking.
+ * 0 cols is allowed (its buffer holds one element). It does not wait for the
+ * device: the zero fill is enqueued on the context's queue (ordered before
+ * every later command of that queue, by a barrier on an out-of-order one), so
+ * creating a matrix on a queue gated by a caller's user event does not block,
+ * and clembed's later operations and blocking reads and writes see the zeros.
+ * A caller using the buffer on another queue first waits for clembed_finish
+ * (which also reports a failed fill).
  * On Linux, on a CPU device that shares the host's memory, a buffer of 4 MiB
  * or more that clembed allocates (a matrix here, or ids) lives in host memory
  * of its own, aligned to 2 MiB and advised for transparent huge pages, which
@@ -377,8 +383,10 @@ CLEMBED_API clembed_status clembed_lookup(clembed_context *ctx, const clembed_ma
  * CLEMBED_ERR_INDEX_OUT_OF_RANGE and that row's positional part is zero). The
  * padding id's token row is zero; its positional part is still added.
  * With the sinusoid, positions must be below 2^32 (see clembed_sinusoid); with a
- * position table, a position_offset past 2^63 - 1 is a bad position too. With 0 columns there is nothing to
- * compute: no kernel runs and the ids are not checked (likewise in the backward).
+ * position table, a position_offset past 2^63 - 1 is a bad position too. With 0 columns nothing is
+ * written, but every id and position is still checked (the deferred error as above). The backward
+ * steps (clembed_backward, clembed_sgd_update, clembed_optimizer_step) with 0 columns add and step
+ * nothing but check every id the same way.
  * opt NULL means clembed_embed_defaults(). */
 CLEMBED_API clembed_status clembed_embed(clembed_context *ctx, const clembed_matrix *table,
                                          const clembed_ids *ids, const clembed_embed_options *opt,

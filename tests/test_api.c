@@ -414,6 +414,66 @@ TU_CASE(gated_queue) {
   clReleaseContext(c);
 }
 
+/* Creating a matrix on a joined queue held back by a user event returns at
+ * once (its zero fill is enqueued behind the caller's work); once the gate
+ * opens the matrix reads as zeros. Also on an out-of-order queue, where the
+ * fill must still come before a later read. */
+static void gated_create(clembed_context *ctx, cl_command_queue_properties props, const char *what) {
+  cl_device_id dev = cl_device_of(ctx);
+  cl_int err;
+  cl_context c = clCreateContext(NULL, 1, &dev, NULL, NULL, &err);
+  cl_command_queue q = clCreateCommandQueue(c, dev, props, &err);
+  if (props && err == CL_INVALID_QUEUE_PROPERTIES) { /* the device has no out-of-order queues */
+    printf("%s: not supported by the device\n", what);
+    clReleaseContext(c);
+    return;
+  }
+  EXPECT(err == CL_SUCCESS, "%s: queue: %d", what, err);
+  if (err != CL_SUCCESS) return;
+  cl_event gate = clCreateUserEvent(c, &err), held = NULL;
+  err = clEnqueueMarkerWithWaitList(q, 1, &gate, &held);
+  EXPECT(err == CL_SUCCESS, "%s: marker: %d", what, err);
+  clembed_context *joined = NULL;
+  OK(NULL, clembed_context_create_from_queue(q, &joined));
+  clembed_matrix m = {0}, m2 = {0};
+  enum { R = 37, C = 29 };
+  if (joined) {
+    /* must return while the gate is closed (a wait would deadlock: the alarm fails it) */
+    OK(joined, clembed_matrix_create(joined, R, C, CLEMBED_F32, &m));
+    OK(joined, clembed_matrix_create(joined, 1, 12, CLEMBED_F16, &m2));
+    cl_int st = 0;
+    clGetEventInfo(held, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof st, &st, NULL);
+    EXPECT(st > CL_COMPLETE, "%s: the caller's held command completed (%d) before its gate", what, st);
+  }
+  clSetUserEventStatus(gate, CL_COMPLETE);
+  if (joined) {
+    float *got = malloc(R * C * sizeof *got), h[12];
+    for (size_t i = 0; i < R * C; i++) got[i] = 777.0f;
+    for (size_t i = 0; i < 12; i++) h[i] = 777.0f;
+    OK(joined, clembed_matrix_read(joined, &m, got, CLEMBED_F32));
+    OK(joined, clembed_matrix_read(joined, &m2, h, CLEMBED_F32));
+    size_t nonzero = 0;
+    for (size_t i = 0; i < R * C; i++) nonzero += got[i] != 0.0f;
+    for (size_t i = 0; i < 12; i++) nonzero += h[i] != 0.0f;
+    EXPECT(nonzero == 0, "%s: %zu elements of the created matrices are not zero", what, nonzero);
+    OK(joined, clembed_finish(joined));
+    free(got);
+  }
+  clembed_matrix_release(&m);
+  clembed_matrix_release(&m2);
+  clembed_context_destroy(joined);
+  clWaitForEvents(1, &held);
+  clReleaseEvent(held);
+  clReleaseEvent(gate);
+  clReleaseCommandQueue(q);
+  clReleaseContext(c);
+}
+
+TU_CASE(gated_create) {
+  gated_create(ctx, 0, "in-order queue");
+  gated_create(ctx, CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE, "out-of-order queue");
+}
+
 int main(int argc, char **argv) {
   return tu_main(argc, argv, (tu_suite){.name = "test_api", .device = 1, .case_timeout_s = 120});
 }

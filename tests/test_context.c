@@ -13,6 +13,8 @@
 
 #include <ctype.h>
 #include <pthread.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static int oclgrind = 0; /* the test device is Oclgrind's: no threads */
 
@@ -680,6 +682,98 @@ static void check_tuning(void) {
   }
 }
 
+/* ------------------------------ the message when no platform lists a device */
+
+/* `test_context no_device_child`: a fresh process (the ICD loader reads its
+ * environment once) prints the status and message of a default create. */
+static int no_device_child(void) {
+  clembed_context *c = NULL;
+  clembed_status s = clembed_context_create(NULL, &c);
+  printf("%d\n%s\n", (int)s, clembed_last_error_message());
+  clembed_context_destroy(c);
+  return 0;
+}
+
+/* Runs the child with `env` (arguments of env(1)); returns its status, its
+ * output in out. */
+static int run_no_device_child(const char *self, const char *env, char *out, size_t len) {
+  char cmd[4096];
+  snprintf(cmd, sizeof cmd,
+           "env -u POCL_CACHE_DIR -u XDG_CACHE_HOME -u OCL_ICD_FILENAMES -u CLEMBED_DEVICE -u RUSTICL_ENABLE "
+           "%s '%s' no_device_child 2>/dev/null", env, self);
+  out[0] = '\0';
+  FILE *f = popen(cmd, "r");
+  if (!f) return 1;
+  size_t n = fread(out, 1, len - 1, f);
+  out[n] = '\0';
+  pclose(f);
+  return atoi(out);
+}
+
+static void write_file(const char *path, const char *text) {
+  FILE *f = fopen(path, "w");
+  EXPECT(f != NULL, "cannot write %s", path);
+  if (!f) return;
+  fputs(text, f);
+  fclose(f);
+}
+
+/* No platform at all: the package to install. Only POCL, which cannot create
+ * its kernel cache (HOME under a regular file, so even root cannot): the
+ * platform named, POCL_CACHE_DIR and the directory, no package; and with
+ * POCL_CACHE_DIR set, a device. */
+static void check_no_device_message(void) {
+  char self[1024], dir[] = "/tmp/clembed-nodev-XXXXXX", path[1200], env[3000], out[4096];
+  ssize_t sl = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (sl <= 0 || !mkdtemp(dir)) {
+    EXPECT(0, "no device message: cannot set up (/proc/self/exe, mkdtemp)");
+    return;
+  }
+  self[sl] = '\0';
+  snprintf(path, sizeof path, "%s/none", dir);
+  mkdir(path, 0755);
+  snprintf(env, sizeof env, "OCL_ICD_VENDORS='%s/none'", dir);
+  int st = run_no_device_child(self, env, out, sizeof out);
+  EXPECT(st == CLEMBED_ERR_NO_DEVICE, "no platform: status %d: %s", st, out);
+  EXPECT(strstr(out, "no OpenCL platform is installed") && strstr(out, "apt-get install pocl-opencl-icd"),
+         "no platform: the message does not say so: %s", out);
+
+  char icd[512] = "";
+  FILE *f = fopen("/etc/OpenCL/vendors/pocl.icd", "r");
+  if (f) {
+    if (!fgets(icd, sizeof icd, f)) icd[0] = '\0';
+    fclose(f);
+  }
+  if (!icd[0]) {
+    printf("POCL is not installed: its no-device message is not tested\n");
+  } else {
+    snprintf(path, sizeof path, "%s/pocl", dir);
+    mkdir(path, 0755);
+    snprintf(path, sizeof path, "%s/pocl/pocl.icd", dir);
+    write_file(path, icd);
+    snprintf(path, sizeof path, "%s/homefile", dir);
+    write_file(path, "not a directory\n");
+    snprintf(env, sizeof env, "OCL_ICD_VENDORS='%s/pocl' HOME='%s/homefile/home'", dir, dir);
+    st = run_no_device_child(self, env, out, sizeof out);
+    char want[1400];
+    snprintf(want, sizeof want, "%s/homefile/home/.cache/pocl/kcache", dir);
+    EXPECT(st == CLEMBED_ERR_NO_DEVICE, "POCL without a cache: status %d: %s", st, out);
+    EXPECT(strstr(out, "1 platform (Portable Computing Language) lists no device") != NULL,
+           "POCL without a cache: the platform is not named: %s", out);
+    EXPECT(strstr(out, "POCL_CACHE_DIR") && strstr(out, want), "POCL without a cache: no POCL_CACHE_DIR or %s: %s",
+           want, out);
+    EXPECT(strstr(out, "apt-get") == NULL, "POCL without a cache: the message points to a package: %s", out);
+    snprintf(path, sizeof path, "%s/cache", dir);
+    mkdir(path, 0755);
+    snprintf(env, sizeof env, "OCL_ICD_VENDORS='%s/pocl' HOME='%s/homefile/home' POCL_CACHE_DIR='%s/cache'", dir, dir,
+             dir);
+    st = run_no_device_child(self, env, out, sizeof out);
+    EXPECT(st == CLEMBED_OK, "POCL with POCL_CACHE_DIR set: status %d: %s", st, out);
+  }
+  snprintf(path, sizeof path, "rm -rf '%s'", dir);
+  EXPECT(system(path) == 0, "%s failed", path);
+}
+
 /* ------------------------------------------------------------ the cases */
 
 static char g_spec[32] = "0:0"; /* the test device as "P:D" */
@@ -734,6 +828,9 @@ TU_CASE(contexts_in_threads) {
 
 TU_CASE(create_and_destroy_in_a_loop) { check_loop(g_spec); }
 
+TU_CASE(no_device_message) { check_no_device_message(); }
+
 int main(int argc, char **argv) {
+  if (argc > 1 && !strcmp(argv[1], "no_device_child")) return no_device_child();
   return tu_main(argc, argv, (tu_suite){.name = "test_context", .device = 1, .setup = setup});
 }

@@ -952,6 +952,17 @@ TU_CASE(bad_ids_empty_table) {
   }
 }
 
+/* a table of 0 columns: nothing is written, but every id is still checked */
+TU_CASE(bad_ids_zero_column_table) {
+  for (int p = 0; p < 4; p++) {
+    forward_case(ctx, CLEMBED_I32, (clembed_index_policy)p, 5, 0, CLEMBED_F32, CLEMBED_NO_PADDING);
+    forward_case(ctx, CLEMBED_I64, (clembed_index_policy)p, 5, 0, CLEMBED_F16, 3);
+    backward_case(ctx, CLEMBED_I32, (clembed_index_policy)p, 5, 0, CLEMBED_F32, 0, 1, 1, 0, CLEMBED_NO_PADDING);
+    backward_case(ctx, CLEMBED_I64, (clembed_index_policy)p, 5, 0, CLEMBED_F32, 0, 0, 0, 1, 3);
+    backward_case(ctx, CLEMBED_I64, (clembed_index_policy)p, 5, 0, CLEMBED_F16, 1, 1, 1, 0, CLEMBED_NO_PADDING);
+  }
+}
+
 TU_CASE(bad_ids_one_row_table) {
   for (int p = 0; p < 4; p++) {
     forward_case(ctx, CLEMBED_I64, (clembed_index_policy)p, 1, 5, CLEMBED_F32, CLEMBED_NO_PADDING);

@@ -19,8 +19,7 @@ class Optimizer:
 
     kind: 'sgd', 'adagrad', 'rowwise_adagrad' or 'adam'. The optimizer owns its state
     matrices (F32, made zero on first use, one set per table) and counts Adam's step
-    number per table. 'sgd' without weight decay runs clembed_sgd_update, so it works
-    with every library version; the other kinds need clembed_optimizer_step.
+    number per table. Every kind runs clembed_optimizer_step.
     """
 
     def __init__(self, ctx, kind, lr, eps=None, betas=(0.9, 0.999), weight_decay=0.0):
@@ -58,12 +57,8 @@ class Optimizer:
         scale_grad_by_freq, on_bad_id, dropout, seed, ...). Returns table."""
         ctx = self.ctx
         lr = self.lr if lr is None else float(lr)
-        have_step = _lib.has("clembed_optimizer_step")
-        if not have_step:
-            if self.kind == "sgd" and self.weight_decay == 0.0:
-                return ctx.sgd(table, grad, ids, lr, wait_for=wait_for, **backward_options)
-            raise missing("clembed_optimizer_step", "Optimizer(%r%s).step" % (
-                self.kind, ", weight_decay" if self.kind == "sgd" else ""))
+        if not _lib.has("clembed_optimizer_step"):
+            raise missing("clembed_optimizer_step", "Optimizer(%r).step" % self.kind)
         ids = ctx._as_ids(ids)
         grad = ctx._grad(grad)
         keep = []

@@ -82,6 +82,9 @@ def test_missing_function_error_names_it(monkeypatch):
     assert "clembed_devices" in str(e.value) and e.value.operation == "clembed_devices"
     with pytest.raises(clembed.MissingFunctionError, match="clembed_optimizer_step"):
         clembed.Optimizer(clembed.default_context(), "adam", 0.01).step(None, None, None)
+    # every kind runs clembed_optimizer_step, SGD included (no other path)
+    with pytest.raises(clembed.MissingFunctionError, match="clembed_optimizer_step"):
+        clembed.Optimizer(clembed.default_context(), "sgd", 0.01).step(None, None, None)
 
 
 def _run_import(env):

@@ -346,20 +346,12 @@ def test_sgd_touches_only_its_rows(ctx, tdt):
 
 # ---------------------------------------------------------------- init
 
-def four_per_counter():
-    """The Philox mapping of the library: one counter per four consecutive elements
-    (element e is word e % 4 of counter e // 4) came with clembed_optimizer_step;
-    before it, element e was word 0 (and 1) of counter e."""
-    return clembed.has_function("clembed_optimizer_step")
-
-
 def init_words(seed, n):
+    """The Philox words of elements 0 .. n-1 (include/clembed.h): one counter per
+    four consecutive elements, element e is word e % 4 of counter e // 4."""
     e = np.arange(n)
-    if four_per_counter():
-        x = philox(seed, e // 4)
-        return np.choose(e % 4, x), x, e
-    x = philox(seed, e)
-    return x[0], x, e
+    x = philox(seed, e // 4)
+    return np.choose(e % 4, x), x, e
 
 
 def test_init_uniform_exact(ctx):
@@ -375,9 +367,6 @@ def test_init_uniform_exact(ctx):
 
 
 def test_init_normal_transform(ctx):
-    if not four_per_counter():
-        pytest.skip("the exact Box-Muller mapping came with clembed_optimizer_step (not in %s)"
-                    % clembed.library_path)
     n = 33 * 7
     m = ctx.init(ctx.empty(33, 7), "normal", mean=0.5, std=3.0, seed=2 ** 40 + 9).numpy().reshape(-1)
     _, x, e = init_words(2 ** 40 + 9, n)

@@ -139,7 +139,7 @@ static clembed_status prepare(seg_call *b) {
            t->fold_group, CE_STORE_OVERWRITE, CE_STORE_ACCUMULATE, CE_STORE_SGD, CE_STORE_ADAGRAD, CE_STORE_ADAM, div);
   const clembed_ids *so = b->pg ? opt->sequence_offsets : NULL;
   b->rec = (ce_record){CE_NO_SLOT, CE_FAMILY_BACKWARD, b->opts, b->ids, so, opt->seq_len};
-  int token_work = b->ids->count > 0 && b->target->cols > 0;
+  int token_work = b->ids->count > 0; /* with 0 columns the ids are still checked */
   if (token_work && (opt->policy == CLEMBED_INDEX_CHECK || opt->policy == CLEMBED_INDEX_WRAP ||
                      (opt->policy == CLEMBED_INDEX_CLAMP && rows == 0) || b->pg)) {
     ce_slot_info info = {b->step->what, "position_grad", opt->policy == CLEMBED_INDEX_WRAP, rows, p_rows,
@@ -255,6 +255,26 @@ cleanup:
 }
 
 /* The token keys, the sort, and the fold of each row's segment with the store mode. */
+/* The sort keys of the ids (the row each token adds to, or none), which also
+ * checks every id against the table and records the first bad one. */
+static clembed_status make_keys(seg_call *b) {
+  clembed_status status = CLEMBED_OK;
+  clembed_context *ctx = b->ctx;
+  const clembed_ids *ids = b->ids;
+  cl_kernel k;
+  cl_mem idb = ids->buffer;
+  cl_ulong id_off = ids->offset, nl = ids->count, rows_l = b->target->rows;
+  cl_int id64 = ids->type == CLEMBED_I64, policy = (cl_int)b->opt->policy;
+  cl_uint slot_arg = b->rec.slot == CE_NO_SLOT ? 0 : b->rec.slot;
+  CHECK(ce_kernel(ctx, CE_FAMILY_BACKWARD, b->opts, "ce_bwd_keys", &k));
+  CHECK(ce_set_args(ctx, k, "ce_bwd_keys", CE_ARG(idb), CE_ARG(idb), CE_ARG(id_off), CE_ARG(id64), CE_ARG(nl),
+                    CE_ARG(rows_l), CE_ARG(policy), CE_ARG(b->padding), CE_ARG(b->srt.keys[0]),
+                    CE_ARG(b->srt.idx[0]), CE_ARG(ctx->errbuf), CE_ARG(slot_arg), CE_END));
+  CHECK(ce_chain_1d(&b->ch, k, "ce_bwd_keys", ids->count, 0));
+cleanup:
+  return status;
+}
+
 static clembed_status fold_rows(seg_call *b) {
   clembed_status status = CLEMBED_OK;
   clembed_context *ctx = b->ctx;
@@ -262,15 +282,9 @@ static clembed_status fold_rows(seg_call *b) {
   const clembed_ids *ids = b->ids;
   cl_kernel k;
   int which;
-  cl_mem idb = ids->buffer;
-  cl_ulong id_off = ids->offset, nl = ids->count, rows_l = b->target->rows, colsl = b->target->cols;
-  cl_int id64 = ids->type == CLEMBED_I64, policy = (cl_int)opt->policy, freq_i = opt->scale_grad_by_freq != 0;
-  cl_uint slot_arg = b->rec.slot == CE_NO_SLOT ? 0 : b->rec.slot;
-  CHECK(ce_kernel(ctx, CE_FAMILY_BACKWARD, b->opts, "ce_bwd_keys", &k));
-  CHECK(ce_set_args(ctx, k, "ce_bwd_keys", CE_ARG(idb), CE_ARG(idb), CE_ARG(id_off), CE_ARG(id64), CE_ARG(nl),
-                    CE_ARG(rows_l), CE_ARG(policy), CE_ARG(b->padding), CE_ARG(b->srt.keys[0]),
-                    CE_ARG(b->srt.idx[0]), CE_ARG(ctx->errbuf), CE_ARG(slot_arg), CE_END));
-  CHECK(ce_chain_1d(&b->ch, k, "ce_bwd_keys", ids->count, 0));
+  cl_ulong nl = ids->count, rows_l = b->target->rows, colsl = b->target->cols;
+  cl_int freq_i = opt->scale_grad_by_freq != 0;
+  CHECK(make_keys(b));
   CHECK(ce_sort_run(&b->ch, &b->srt, ce_bit_width(rows_l), &which));
   seg_grid grid = segment_grid(ctx, b->target->cols, ids->count);
   cl_uint none32 = (cl_uint)rows_l;
@@ -383,7 +397,12 @@ static clembed_status segment_commands(seg_call *b) {
   /* OVERWRITE: every row becomes 0 first (the fold then overwrites the touched ones) */
   if (b->step->mode == CE_STORE_OVERWRITE && t->rows > 0 && t->cols > 0)
     CHECK(zero_rows(b, t->buffer, t->offset, b->t_ld, t->rows, t->cols, t->rows));
-  if (b->ids->count == 0 || t->cols == 0) return CLEMBED_OK;
+  if (b->ids->count == 0) return CLEMBED_OK;
+  if (t->cols == 0) { /* nothing to add or step, but every id is still checked */
+    CHECK(ce_sort_alloc(b->ctx, b->ids->count, b->key64, &b->srt));
+    CHECK(make_keys(b));
+    goto cleanup;
+  }
   if (!b->step->atomic || b->pg) CHECK(ce_sort_alloc(b->ctx, b->ids->count, b->key64, &b->srt));
   CHECK(b->step->atomic ? atomic_rows(b) : fold_rows(b));
   if (b->pg) CHECK(fold_positions(b));

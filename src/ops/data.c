@@ -25,7 +25,11 @@ clembed_status clembed_matrix_create(clembed_context *ctx, size_t rows, size_t c
   if ((cols && !row_bytes) || ce_mul_overflows(rows, row_bytes, &bytes))
     FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "rows", -1, (int64_t)rows,
              "clembed_matrix_create: %zu x %zu %s overflows size_t", rows, cols, ce_dtype_name(dtype));
-  /* rounded up to whole words, zeroed by a kernel */
+  /* rounded up to whole words, zeroed by a kernel that is enqueued, not
+   * waited for: creating a matrix on a queue gated by a caller's user event
+   * must not block. The queue orders it before later commands (an in-order
+   * queue by itself, an out-of-order one by a barrier on the fill), and the
+   * fill is tracked, so clembed_finish reports it if it fails. */
   size_t words = bytes / 4 + (bytes % 4 != 0);
   if (words == 0) words = 1;
   CHECK(ce_buffer(ctx, CE_BUFFER_DATA, words * 4, NULL, "clembed_matrix_create", &b));
@@ -35,10 +39,10 @@ clembed_status clembed_matrix_create(clembed_context *ctx, size_t rows, size_t c
   CHECK(ce_kernel(ctx, CE_FAMILY_UTIL, "", "ce_zero", &k));
   CHECK(ce_set_args(ctx, k, "ce_zero", CE_ARG(b), CE_ARG(nw), CE_END));
   CHECK(ce_enqueue_1d(ctx, k, "ce_zero", words, 0, 0, NULL, &ev));
-  cl_int err = clWaitForEvents(1, &ev);
-  clReleaseEvent(ev);
+  cl_int err = ctx->in_order ? CL_SUCCESS : clEnqueueBarrierWithWaitList(ctx->queue, 1, &ev, NULL);
+  CHECK(ce_track_end(ctx, CLEMBED_OK, NULL, &ev)); /* the context keeps ev */
   if (err != CL_SUCCESS) {
-    status = ce_cl_fail(ctx, err, "clembed_matrix_create: zero-filling");
+    status = ce_cl_fail(ctx, err, "clembed_matrix_create: ordering the zero fill");
     goto cleanup;
   }
   m->buffer = b;

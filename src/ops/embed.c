@@ -86,6 +86,13 @@ static embed_shape choose_shape(const clembed_context *ctx, const clembed_matrix
                                 const clembed_embed_options *opt, const embed_pos *p, clembed_dtype out_dtype) {
   const ce_tuning *t = ctx->tune;
   embed_shape s = {"ce_embed", t->embed_rows, 0, table->cols % 4 == 0 ? 4 : 1, 0, 0};
+  if (table->cols == 0) { /* no column to write, but every id and position is still checked: the
+                             row shape, one token per work-item, reads them and writes nothing */
+    s.rows = 1;
+    s.name = "ce_embed_rows";
+    s.ny = ids->count;
+    return s;
+  }
   /* with positions shared by several sequences, a work-item of the row shapes
    * takes one position of several sequences (each position row read once) */
   int strided = s.rows && p->kind != 0 && !p->so && opt->seq_len && ids->count / opt->seq_len >= 2;
@@ -95,10 +102,9 @@ static embed_shape choose_shape(const clembed_context *ctx, const clembed_matrix
   s.stream = s.rows && t->embed_stream && ctx->cache_bytes && out_bytes > ctx->cache_bytes;
   s.name = strided ? "ce_embed_strided" : s.rows ? "ce_embed_rows" : s.vw == 4 ? "ce_embed_vec4" : "ce_embed";
   /* rows: 1-D, one work-item per `rows` tokens; columns: x across a row (16
-   * columns per work-item with VW 4), y over the tokens. With 0 columns
-   * nothing runs (and no id is checked) in either shape. */
+   * columns per work-item with VW 4), y over the tokens. */
   s.nx = s.vw == 4 ? (table->cols / 4 + 3) / 4 : table->cols;
-  s.ny = table->cols ? ids->count : 0;
+  s.ny = ids->count;
   if (strided && s.ny) { /* seq_len items for each `rows` sequences */
     size_t nseq = ids->count / opt->seq_len + (ids->count % opt->seq_len != 0);
     s.ny = (nseq / s.rows + (nseq % s.rows != 0)) * opt->seq_len;

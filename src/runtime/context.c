@@ -72,10 +72,11 @@ clembed_status clembed_context_create(const char *device, clembed_context **out)
       used += (size_t)w;
       if (used >= sizeof buf) used = sizeof buf - 1;
     }
-    if (n == 0)
-      ce_last_message("no OpenCL device found (no platform or no device is installed; on Debian: apt-get install "
-            "pocl-opencl-icd)");
-    else
+    if (n == 0) {
+      char why[1536];
+      ce_no_device_reason(why, sizeof why);
+      ce_last_message("no OpenCL device found: %s", why);
+    } else
       ce_last_message("no OpenCL device matches '%s'%s; the devices are:\n%s", spec ? spec : "",
             (spec == device) ? "" : " (from CLEMBED_DEVICE)", buf);
     status = CLEMBED_ERR_NO_DEVICE;

@@ -46,6 +46,80 @@ static clembed_status list_platform(cl_platform_id plat, cl_uint p, ce_device_en
   return CLEMBED_OK;
 }
 
+static int contains_nocase(const char *hay, const char *needle) {
+  size_t nl = strlen(needle);
+  for (; *hay; hay++) {
+    size_t i = 0;
+    while (i < nl && hay[i] && tolower((unsigned char)hay[i]) == tolower((unsigned char)needle[i])) i++;
+    if (i == nl) return 1;
+  }
+  return nl == 0;
+}
+
+/* POCL's kernel cache directory (POCL lists no device when it cannot create
+ * it) and the variable it comes from. */
+static void pocl_cache_dir(char *dir, size_t len, const char **from) {
+  const char *env = getenv("POCL_CACHE_DIR"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+  if (env && *env) {
+    snprintf(dir, len, "%s", env);
+    *from = "$POCL_CACHE_DIR";
+  } else if (xdg && *xdg) {
+    snprintf(dir, len, "%s/pocl/kcache", xdg);
+    *from = "$XDG_CACHE_HOME";
+  } else if (home && *home) {
+    snprintf(dir, len, "%s/.cache/pocl/kcache", home);
+    *from = "$HOME";
+  } else {
+    snprintf(dir, len, "/tmp/pocl/kcache");
+    *from = "no $HOME";
+  }
+}
+
+void ce_no_device_reason(char *buf, size_t len) {
+  cl_uint np = 0;
+  cl_platform_id *plats = NULL;
+  cl_int err = clGetPlatformIDs(0, NULL, &np);
+  if (err != CL_SUCCESS || np == 0 || !(plats = calloc(np, sizeof *plats)) ||
+      clGetPlatformIDs(np, plats, NULL) != CL_SUCCESS) {
+    free(plats);
+    snprintf(buf, len, "no OpenCL platform is installed (for the CPU, on Debian: apt-get install pocl-opencl-icd)");
+    return;
+  }
+  char names[1024] = "";
+  size_t used = 0;
+  cl_uint empty = 0;
+  int pocl = 0, rusticl = 0;
+  for (cl_uint p = 0; p < np; p++) {
+    cl_uint nd = 0;
+    if (clGetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, 0, NULL, &nd) == CL_SUCCESS && nd > 0) continue;
+    char pname[128] = "";
+    clGetPlatformInfo(plats[p], CL_PLATFORM_NAME, sizeof pname - 1, pname, NULL);
+    pocl |= contains_nocase(pname, "Portable Computing Language") || contains_nocase(pname, "pocl");
+    rusticl |= contains_nocase(pname, "rusticl");
+    int w = snprintf(names + used, sizeof names - used, "%s%s", empty ? ", " : "", pname);
+    if (w > 0) used = used + (size_t)w < sizeof names ? used + (size_t)w : sizeof names - 1;
+    empty++;
+  }
+  free(plats);
+  int n = snprintf(buf, len, "%u platform%s (%s) list%s no device", empty, empty == 1 ? "" : "s", names,
+                   empty == 1 ? "s" : "");
+  if (n < 0 || (size_t)n >= len) return;
+  if (pocl) {
+    char dir[1024];
+    const char *from;
+    pocl_cache_dir(dir, sizeof dir, &from);
+    int m = snprintf(buf + n, len - (size_t)n,
+                     "; POCL lists none when it cannot create its kernel cache directory %s (from %s): set "
+                     "POCL_CACHE_DIR to a writable directory",
+                     dir, from);
+    if (m < 0 || (size_t)(n + m) >= len) return;
+    n += m;
+  }
+  if (rusticl)
+    snprintf(buf + n, len - (size_t)n, "; Mesa's rusticl lists devices only when RUSTICL_ENABLE names a driver "
+             "(RUSTICL_ENABLE=llvmpipe for the CPU)");
+}
+
 clembed_status ce_list_devices(ce_device_entry **list, size_t *count) {
   cl_uint np = 0;
   cl_platform_id *plats = NULL;
@@ -76,15 +150,6 @@ cleanup:
   return CLEMBED_OK;
 }
 
-static int contains_nocase(const char *hay, const char *needle) {
-  size_t nl = strlen(needle);
-  for (; *hay; hay++) {
-    size_t i = 0;
-    while (i < nl && hay[i] && tolower((unsigned char)hay[i]) == tolower((unsigned char)needle[i])) i++;
-    if (i == nl) return 1;
-  }
-  return nl == 0;
-}
 
 static long pick_type(const ce_device_entry *l, size_t n, cl_device_type t) {
   for (size_t i = 0; i < n; i++)

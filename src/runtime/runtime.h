@@ -229,6 +229,10 @@ typedef struct ce_device_entry {
 clembed_status ce_list_devices(ce_device_entry **list, size_t *count);
 /* Index of the device a spec names (NULL or "": the default), or -1. */
 long ce_match_spec(const ce_device_entry *list, size_t n, const char *spec);
+/* Why no platform lists a device, for the message of CLEMBED_ERR_NO_DEVICE:
+ * no platform at all (the package to install), or the platforms that list
+ * none, with POCL's kernel cache directory when POCL is among them. */
+void ce_no_device_reason(char *buf, size_t len);
 /* Reads the device's facts into the context and chooses its tuning table; the
  * message of a failure goes to ce_last_message. */
 clembed_status ce_device_facts(clembed_context *ctx);

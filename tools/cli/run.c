@@ -3,7 +3,6 @@
 #include "cli.h"
 
 #include <ctype.h>
-#include <dirent.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -98,89 +97,11 @@ size_t cli_mul3(size_t a, size_t b, size_t c, const char *what) {
 
 /* ------------------------------------------------------------ the device */
 
-/* 1 when POCL is among the registered OpenCL implementations (ocl-icd's
- * OCL_ICD_FILENAMES, or the .icd files of OCL_ICD_VENDORS or /etc/OpenCL/vendors). */
-static int pocl_registered(void) {
-  const char *files = getenv("OCL_ICD_FILENAMES");
-  if (files && strstr(files, "pocl")) return 1;
-  const char *dir = getenv("OCL_ICD_VENDORS");
-  if (!dir || !*dir) dir = "/etc/OpenCL/vendors";
-  DIR *d = opendir(dir);
-  if (!d) return 0;
-  int found = 0;
-  struct dirent *e;
-  while (!found && (e = readdir(d))) {
-    size_t n = strlen(e->d_name);
-    if (n < 4 || strcmp(e->d_name + n - 4, ".icd")) continue;
-    char path[4096], line[512] = "";
-    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-    FILE *f = fopen(path, "r");
-    if (!f) continue;
-    if (fgets(line, sizeof line, f) && strstr(line, "pocl")) found = 1;
-    fclose(f);
-  }
-  closedir(d);
-  return found;
-}
-
-/* POCL lists no device when it cannot create its kernel cache directory:
- * $POCL_CACHE_DIR if that exists, else $XDG_CACHE_HOME/pocl/kcache, else
- * $HOME/.cache/pocl/kcache, else /tmp/pocl/kcache. Writes a message into
- * `buf` and returns 1 when that directory cannot be created. */
-static int pocl_cache_problem(char *buf, size_t len) {
-  char dir[4096];
-  const char *from;
-  struct stat st;
-  const char *env = getenv("POCL_CACHE_DIR"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-  if (env && *env && stat(env, &st) == 0) {
-    snprintf(dir, sizeof dir, "%s", env);
-    from = "$POCL_CACHE_DIR";
-  } else if (xdg && *xdg) {
-    snprintf(dir, sizeof dir, "%s/pocl/kcache", xdg);
-    from = "$XDG_CACHE_HOME";
-  } else if (home) {
-    snprintf(dir, sizeof dir, "%s/.cache/pocl/kcache", home);
-    from = "$HOME";
-  } else {
-    snprintf(dir, sizeof dir, "/tmp/pocl/kcache");
-    from = "no $HOME";
-  }
-  /* the nearest existing ancestor must be a directory we can create in */
-  char probe[4200];
-  snprintf(probe, sizeof probe, "%s", dir);
-  for (;;) {
-    if (stat(probe, &st) == 0) break;
-    char *slash = strrchr(probe, '/');
-    if (!slash) {
-      snprintf(probe, sizeof probe, ".");
-      break;
-    }
-    if (slash == probe) {
-      probe[1] = '\0';
-      break;
-    }
-    *slash = '\0';
-  }
-  int ok = 0;
-  if (stat(probe, &st) == 0 && S_ISDIR(st.st_mode)) {
-    /* a real test (access() says yes to root on /proc) */
-    char t[4300];
-    snprintf(t, sizeof t, "%s/.clembed-probe-XXXXXX", probe);
-    if (mkdtemp(t)) {
-      rmdir(t);
-      ok = 1;
-    }
-  }
-  if (ok) return 0;
-  snprintf(buf, len,
-           "POCL lists no device because it cannot create its kernel cache directory %s (from %s): "
-           "set POCL_CACHE_DIR to an existing writable directory",
-           dir, from);
-  return 1;
-}
-
+/* Why no device is listed: the library's message (no platform installed, or
+ * the platforms that list no device and, for POCL, its kernel cache
+ * directory), or NULL when devices exist. */
 const char *cli_no_device_reason(void) {
-  static char buf[8192];
+  static char buf[4096];
   size_t n = 0;
   clembed_status st = clembed_devices(NULL, 0, &n);
   if (st != CLEMBED_OK) {
@@ -188,13 +109,12 @@ const char *cli_no_device_reason(void) {
     return buf;
   }
   if (n > 0) return NULL; /* devices exist: the library's message says what failed */
-  if (pocl_registered()) {
-    if (!pocl_cache_problem(buf, sizeof buf))
-      snprintf(buf, sizeof buf, "POCL is installed but lists no device (POCL_DEBUG=all shows why)");
-    return buf;
-  }
-  snprintf(buf, sizeof buf,
-           "no installed OpenCL platform lists a device (for the CPU, on Debian: apt-get install pocl-opencl-icd)");
+  clembed_context *c = NULL;
+  st = clembed_context_create("", &c); /* fails with the reason (with no device, any spec does) */
+  clembed_context_destroy(c);
+  if (st == CLEMBED_OK) return "no platform listed a device a moment ago";
+  const char *m = clembed_last_error_message(), *p = "no OpenCL device found: ";
+  snprintf(buf, sizeof buf, "%s", strncmp(m, p, strlen(p)) ? m : m + strlen(p));
   return buf;
 }
 
