@@ -120,7 +120,7 @@ TU_CASE(f16) {
   for (uint32_t h = 0; h < 65536; h++)
     if (bits_of(ce_quant_f16_to_f32((uint16_t)h)) != bits_of(ref_ggml_compute_fp16_to_fp32((uint16_t)h))) bad++;
   EXPECT(bad == 0, "%zu halves convert to other floats than ggml's", bad);
-  /* every half against the plain conversion of test_util.h (finite and infinite) */
+  /* every half against the plain conversion of reference.h (finite and infinite) */
   bad = 0;
   for (uint32_t h = 0; h < 65536; h++)
     if (((h >> 10) & 31) != 31 || (h & 1023) == 0)
@@ -687,21 +687,6 @@ typedef struct qopt {
   uint64_t seed;
 } qopt;
 
-static long ref_row(int64_t id, size_t rows, clembed_index_policy policy, int64_t padding, int *bad) {
-  int64_t r = (int64_t)rows, pad = padding == CLEMBED_NO_PADDING ? INT64_MIN : padding < 0 ? padding + r : padding;
-  *bad = 0;
-  if (policy == CLEMBED_INDEX_WRAP && id < 0 && id >= -r) id += r;
-  if (id < 0 || id >= r) {
-    if (policy == CLEMBED_INDEX_CLAMP && r > 0) {
-      id = id < 0 ? 0 : r - 1;
-    } else {
-      *bad = policy != CLEMBED_INDEX_ZERO;
-      return -1;
-    }
-  }
-  return id == pad ? -1 : (long)id;
-}
-
 static void run_embed(clembed_context *ctx, const char *shape, int t, clembed_dtype odt, const qopt *o) {
   size_t qk = tq_qk(t), rows = tu_small ? 7 : 60, cols = qk * (tu_small || qk == 256 ? 1 : 2);
   size_t n = tu_small ? 19 : 403, prow = 50;
@@ -748,24 +733,18 @@ static void run_embed(clembed_context *ctx, const char *shape, int t, clembed_dt
   eo.dropout_seed = o->seed;
   /* the reference, in the forward's float32 order */
   float *want = malloc(n * cols * sizeof(float));
-  float keep = o->dropout > 0.0f ? 1.0f / (1.0f - o->dropout) : 1.0f;
   int64_t first_bad = -1, first_bad_id = 0, first_bad_pos = -1;
   for (size_t i = 0; i < n; i++) {
     int bad;
-    long r = ref_row(ids[i], rows, o->policy, o->padding, &bad);
+    long r = ref_resolve(ids[i], (int64_t)rows, o->policy, ref_padding_row(o->padding, (int64_t)rows), &bad);
     if (bad && first_bad < 0) first_bad = (int64_t)i, first_bad_id = ids[i];
     size_t b = o->seq_len ? i / o->seq_len : 0, p = o->pos_offset + (i - b * o->seq_len);
     int pok = o->learned && p < prow;
     if (o->learned && !pok && first_bad_pos < 0) first_bad_pos = (int64_t)i;
     for (size_t c = 0; c < cols; c++) {
-      float v = r >= 0 ? o->scale * q.ref[(size_t)r * cols + c] : 0.0f;
-      if (pok) v = v + pos[p * cols + c];
-      if (o->dropout > 0.0f) {
-        uint32_t x[4];
-        ref_philox(o->seed, (uint64_t)(i * cols + c), x);
-        v = ref_unit(x[0]) >= (double)o->dropout ? v * keep : 0.0f;
-      }
-      want[i * cols + c] = v;
+      int kept = o->dropout > 0.0f && ref_dropout_kept(o->seed, (uint64_t)(i * cols + c), o->dropout);
+      want[i * cols + c] = ref_forward(o->scale, r >= 0 ? &q.ref[(size_t)r * cols + c] : NULL,
+                                       pok ? &pos[p * cols + c] : NULL, o->dropout, kept);
     }
   }
   OK(ctx, clembed_embed(ctx, &table, &dids, &eo, &out, 0, NULL, NULL));
@@ -899,7 +878,7 @@ TU_CASE(dev_edges) {
         int anybad = 0;
         for (size_t i = 0; i < n; i++) {
           int bad;
-          long r = ref_row(ids[i], rows, (clembed_index_policy)policy, CLEMBED_NO_PADDING, &bad);
+          long r = ref_resolve(ids[i], (int64_t)rows, (clembed_index_policy)policy, -1, &bad); /* no padding */
           anybad |= bad;
           for (size_t c = 0; c < cols; c++) want[i * cols + c] = r >= 0 ? 1.0f * q.ref[(size_t)r * cols + c] : 0.0f;
         }
