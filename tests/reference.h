@@ -1,7 +1,9 @@
 /* The references every test compares against, written plainly from API.md and
  * from the published definitions, independent of src/ (nothing here calls the
  * library): dtype conversions and rounding, id resolution under each policy and
- * padding, the sinusoid, Philox4x32-10 with its uniform/normal/dropout draws,
+ * padding, the exact sinusoid (p*w formed and reduced exactly; RoPE in
+ * reference_rope.h shares its angle), Philox4x32-10 with its uniform/normal/
+ * dropout draws (init: four elements per counter),
  * the forward element, the backward's row and position sums, and the SGD step.
  * Where the contract says exact, a reference does the device's float32
  * operations in the same order (sums in ascending token order); elsewhere it

@@ -1,7 +1,7 @@
 /* The exact-angle code (cl/lib/angle.cl with the host preparation in
  * src/ops/rope_freq.c) on its own, through a small test kernel: sin and cos of
  * p*w for positions near 2^20, 2^24, 2^28, 2^31 and 2^32-1 and random ones
- * below 2^32, against reference_rope.h (p*w formed exactly, reduced with a
+ * below 2^32, against reference.h (p*w formed exactly, reduced with a
  * three-double 2*pi, sin/cos in double). Frequencies: the sinusoid's and
  * RoPE's base^(-k/d) for bases 1, 2, 10000, 500000 and 1e6 with d = 128 and 37
  * (every column), scaled ones (w/8, w/32, 1/(2pi), 1/3), and random ones in
@@ -11,7 +11,6 @@
 #define CL_TARGET_OPENCL_VERSION 120
 #include "test_util.h"
 #include "../src/ops/rope_freq.h"
-#include "reference_rope.h"
 
 #include <CL/cl.h>
 #include <stdio.h>

@@ -1,4 +1,4 @@
-/* clembed_positional against the exact float64 reference of reference_rope.h
+/* clembed_positional against the exact float64 reference of reference.h
  * (p*w formed and reduced exactly) for the formula of API.md:
  *   d = cols, h = ceil(d/2); column i of position p is
  *   INTERLEAVED: sin(p*w) for even i, cos(p*w) for odd i, with
