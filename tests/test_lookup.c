@@ -336,6 +336,57 @@ TU_CASE(outputs_larger_than_the_cache) {
   lcase bf = {3000, d + 5, n16, CLEMBED_F32, CLEMBED_BF16, CLEMBED_I32, 0, 0, 11, 0, 0,
               1.0f, CLEMBED_INDEX_CHECK, CLEMBED_NO_PADDING, 0};
   run_case(ctx, &bf);
+  lcase same = {3000, d, n16, CLEMBED_F16, CLEMBED_F16, CLEMBED_I32, 0, 0, 0, 0, 0,
+                1.0f, CLEMBED_INDEX_ZERO, 5, 1};
+  run_case(ctx, &same);
+}
+
+/* A same-dtype F16 or BF16 lookup (scale 1, no positions) gives every 16-bit
+ * pattern back as converting through float32 does: the same bits, a NaN made
+ * quiet (F16 bit 9, BF16 bit 6) with its sign and payload; padding and
+ * zeroed ids give +0. All 65536 patterns, d = 1024 (whole vectors) and
+ * d = 1027 (a tail). */
+TU_CASE(same_dtype_bits) {
+  const clembed_dtype dts[2] = {CLEMBED_F16, CLEMBED_BF16};
+  const size_t ds[2] = {1024, 1027};
+  for (int t = 0; t < 2; t++)
+    for (int k = 0; k < 2; k++) {
+      size_t d = ds[k], V = 65536 / d + 1, n = V + 3;
+      uint16_t *w = calloc(V * d, 2), *got = calloc(n * d, 2);
+      int32_t *ids = calloc(n, sizeof *ids);
+      for (size_t i = 0; i < V * d; i++) w[i] = (uint16_t)(i * 40503u);
+      for (size_t i = 0; i < n; i++) ids[i] = (int32_t)((i * 7) % V);
+      ids[1] = (int32_t)V + 4; /* out of range: zeroed */
+      ids[2] = -2;             /* out of range: zeroed */
+      clembed_matrix table = {0}, out = {0};
+      clembed_ids did = {0};
+      OK(ctx, clembed_matrix_create(ctx, V, d, dts[t], &table));
+      OK(ctx, clembed_matrix_write(ctx, &table, w, dts[t]));
+      OK(ctx, clembed_matrix_create(ctx, n, d, dts[t], &out));
+      OK(ctx, clembed_ids_create(ctx, ids, n, CLEMBED_I32, &did));
+      clembed_embed_options o = clembed_embed_defaults();
+      o.policy = CLEMBED_INDEX_ZERO;
+      o.padding_idx = 3;
+      OK(ctx, clembed_embed(ctx, &table, &did, &o, &out, 0, NULL, NULL));
+      OK(ctx, clembed_matrix_read(ctx, &out, got, dts[t]));
+      uint16_t inf = dts[t] == CLEMBED_F16 ? 0x7C00 : 0x7F80, quiet = dts[t] == CLEMBED_F16 ? 0x0200 : 0x0040;
+      size_t bad = 0, first = 0;
+      for (size_t i = 0; i < n; i++)
+        for (size_t c = 0; c < d; c++) {
+          int zero = ids[i] < 0 || ids[i] >= (int32_t)V || ids[i] == 3;
+          uint16_t h = zero ? 0 : w[(size_t)ids[i] * d + c];
+          if ((h & 0x7FFF) > inf) h |= quiet;
+          if (got[i * d + c] != h && !bad++) first = i * d + c;
+        }
+      EXPECT(bad == 0, "%s lookup, d %zu: %zu of %zu outputs differ in their bits (first at %zu: %04x)",
+             dts[t] == CLEMBED_F16 ? "F16" : "BF16", d, bad, n * d, first, got[first]);
+      clembed_matrix_release(&table);
+      clembed_matrix_release(&out);
+      clembed_ids_release(&did);
+      free(w);
+      free(got);
+      free(ids);
+    }
 }
 
 int main(int argc, char **argv) { return tu_main(argc, argv, (tu_suite){.name = "test_lookup", .device = 1}); }

@@ -448,6 +448,8 @@ typedef struct bench_state {
   clembed_embed_options eopt;
   clembed_backward_options bopt;
   clembed_sinusoid sin;
+  clembed_rope rope;
+  clembed_matrix rx; /* RoPE: the input (out is the output, table the cos/sin cache) */
 } bench_state;
 
 typedef clembed_status (*op_fn)(bench_state *s);
@@ -470,6 +472,12 @@ static clembed_status op_sgd(bench_state *s) {
 static clembed_status op_optim(bench_state *s) {
   s->optim.step++;
   return clembed_optimizer_step(s->ctx, &s->grad, &s->ids, &s->bopt, &s->optim, &s->table, 0, NULL, NULL);
+}
+static clembed_status op_rope_cache(bench_state *s) {
+  return clembed_rope_cache(s->ctx, &s->rope, 0, &s->table, 0, NULL, NULL);
+}
+static clembed_status op_rope_apply(bench_state *s) {
+  return clembed_rope_apply(s->ctx, &s->rope, &s->rx, NULL, 0, 0, 0, &s->out, 0, NULL, NULL);
 }
 static clembed_status op_init_normal(bench_state *s) {
   return clembed_matrix_init_normal(s->ctx, &s->table, 0.0f, 1.0f, 7, 0, NULL, NULL);
@@ -569,7 +577,54 @@ static void state_release(bench_state *s) {
   clembed_matrix_release(&s->dW);
   clembed_matrix_release(&s->s1);
   clembed_matrix_release(&s->s2);
+  clembed_matrix_release(&s->rx);
   clembed_ids_release(&s->ids);
+}
+
+static uint64_t xorshift(uint64_t *x) {
+  *x ^= *x << 13;
+  *x ^= *x >> 7;
+  *x ^= *x << 17;
+  return *x;
+}
+
+/* Fills a table: uniform in [-1, 1) for the float dtypes; for Q8_0 and Q4_0
+ * such values quantized on the host; for the K types random bytes with every
+ * f16 scale (Q4_K's d and dmin, Q6_K's d) finite, in [2^-10, 2^-2). */
+static clembed_status fill_table(clembed_context *ctx, clembed_matrix *m) {
+  clembed_dtype dt = m->dtype;
+  if (dt == CLEMBED_F32 || dt == CLEMBED_F16 || dt == CLEMBED_BF16)
+    return clembed_matrix_init_uniform(ctx, m, -1.0f, 1.0f, 1, 0, NULL, NULL);
+  uint64_t x = 0x9E3779B97F4A7C15ULL;
+  clembed_status st;
+  if (dt == CLEMBED_Q8_0 || dt == CLEMBED_Q4_0) {
+    size_t count = m->rows * m->cols;
+    float *v = malloc((count ? count : 1) * sizeof *v);
+    if (!v) return CLEMBED_ERR_OUT_OF_MEMORY;
+    for (size_t i = 0; i < count; i++) v[i] = (float)((double)(xorshift(&x) >> 11) * 0x1p-52 - 1.0);
+    st = clembed_matrix_write(ctx, m, v, CLEMBED_F32);
+    free(v);
+    return st;
+  }
+  size_t rb = clembed_dtype_row_bytes(dt, m->cols), bytes = m->rows * rb, bb = dt == CLEMBED_Q4_K ? 144 : 210;
+  unsigned char *b = malloc(bytes ? bytes : 1);
+  if (!b) return CLEMBED_ERR_OUT_OF_MEMORY;
+  for (size_t i = 0; i < bytes; i++) b[i] = (unsigned char)(xorshift(&x) >> 56);
+  for (size_t o = 0; o + bb <= bytes; o += bb) {
+    /* f16 with exponent field 5..12: finite, normal */
+    uint16_t h1 = (uint16_t)((5 + xorshift(&x) % 8) << 10 | (xorshift(&x) & 0x3FF));
+    uint16_t h2 = (uint16_t)((5 + xorshift(&x) % 8) << 10 | (xorshift(&x) & 0x3FF));
+    size_t at = dt == CLEMBED_Q4_K ? o : o + 208; /* Q4_K: d, dmin first; Q6_K: d last */
+    b[at] = (unsigned char)h1;
+    b[at + 1] = (unsigned char)(h1 >> 8);
+    if (dt == CLEMBED_Q4_K) {
+      b[at + 2] = (unsigned char)h2;
+      b[at + 3] = (unsigned char)(h2 >> 8);
+    }
+  }
+  st = clembed_matrix_write(ctx, m, b, dt);
+  free(b);
+  return st;
 }
 
 /* Tables of V x d in `dt`, n ids drawn from [0, V) (or 0, 1, ..., n-1 with
@@ -593,7 +648,7 @@ static clembed_status state_init(bench_state *s, size_t V, size_t d, size_t n, c
   st = clembed_ids_create(s->ctx, ids, n, CLEMBED_I32, &s->ids);
   free(ids);
   if (st == CLEMBED_OK) st = clembed_matrix_create(s->ctx, V, d, dt, &s->table);
-  if (st == CLEMBED_OK) st = clembed_matrix_init_uniform(s->ctx, &s->table, -1.0f, 1.0f, 1, 0, NULL, NULL);
+  if (st == CLEMBED_OK) st = fill_table(s->ctx, &s->table);
   if (st == CLEMBED_OK) st = clembed_matrix_create(s->ctx, n, d, out_dt, &s->out);
   if (st == CLEMBED_OK) st = clembed_finish(s->ctx);
   return st;
@@ -720,6 +775,23 @@ int clembed_bench_main(int argc, char **argv) {
       ROW(lnames[t], op_lookup, n * 4 + n * d * clembed_dtype_size(tdt[t]) + n * d * clembed_dtype_size(odt[t]), 0);
     }
   }
+  /* lookups from block-quantized and BF16 tables: ids + blocks read + output written */
+  {
+    const clembed_dtype tdt[4] = {CLEMBED_Q8_0, CLEMBED_Q4_0, CLEMBED_Q4_K, CLEMBED_BF16};
+    const clembed_dtype odt[2] = {CLEMBED_F16, CLEMBED_F32};
+    const char *tn[4] = {"q8_0", "q4_0", "q4_k", "bf16"}, *on[2] = {"f16", "f32"};
+    static char qnames[8][48];
+    for (int t = 0; t < 4; t++)
+      for (int o = 0; o < 2; o++) {
+        if (tdt[t] == CLEMBED_BF16 && odt[o] == CLEMBED_F32) continue; /* a row above */
+        char *label = qnames[2 * t + o];
+        snprintf(label, sizeof qnames[0], "lookup %s table, %s out", tn[t], on[o]);
+        name = label;
+        if ((st = state_init(&s, V, d, n, tdt[t], odt[o], 0)) != CLEMBED_OK) goto fail_status;
+        ROW(label, op_lookup,
+            n * 4 + n * clembed_dtype_row_bytes(tdt[t], d) + n * d * clembed_dtype_size(odt[o]), 0);
+      }
+  }
   /* the same lookup with ids 0, 1, ..., n-1: the access pattern of a copy, which
    * separates the kernel's efficiency from the cost of gathering random rows */
   name = "lookup f32, ids 0..n-1";
@@ -742,6 +814,34 @@ int clembed_bench_main(int argc, char **argv) {
   s.sin.exponent = CLEMBED_EXPONENT_PAIR;
   s.sin.layout = CLEMBED_LAYOUT_INTERLEAVED;
   ROW("positional table", op_positional, n * d * 4, 0);
+  /* RoPE (head_dim 128): the cos/sin cache of positions 0..8191 (output
+   * written), and the rotation of 4096 tokens of 32 heads (input read + output
+   * written; positions 0..4095 from position_offset, no position ids) */
+  {
+    const size_t rope_pos = 8192, rope_tokens = 4096, rope_cols = 32 * 128;
+    name = "rope";
+    state_release(&s);
+    s.rope = clembed_rope_defaults();
+    s.rope.head_dim = 128;
+    s.n = rope_tokens; /* the JSON rows' n, d, V: tokens, columns, cached positions */
+    s.d = rope_cols;
+    s.V = rope_pos;
+    if ((st = clembed_matrix_create(s.ctx, rope_pos, 128, CLEMBED_F32, &s.table)) != CLEMBED_OK) goto fail_status;
+    ROW("rope cache f32 (8192 positions, R 128)", op_rope_cache, rope_pos * 128 * 4, 0);
+    const clembed_dtype rdt[2] = {CLEMBED_F32, CLEMBED_F16};
+    const char *rnames[2] = {"rope apply f32 (4096 x 32 heads x 128)", "rope apply f16 (4096 x 32 heads x 128)"};
+    for (int t = 0; t < 2; t++) {
+      name = rnames[t];
+      clembed_matrix_release(&s.rx);
+      clembed_matrix_release(&s.out);
+      if ((st = clembed_matrix_create(s.ctx, rope_tokens, rope_cols, rdt[t], &s.rx)) != CLEMBED_OK) goto fail_status;
+      if ((st = fill_table(s.ctx, &s.rx)) != CLEMBED_OK) goto fail_status;
+      if ((st = clembed_matrix_create(s.ctx, rope_tokens, rope_cols, rdt[t], &s.out)) != CLEMBED_OK) goto fail_status;
+      ROW(rnames[t], op_rope_apply, 2.0 * rope_tokens * rope_cols * clembed_dtype_size(rdt[t]), 0);
+    }
+    /* the rows below use the lookup state again */
+    if ((st = state_init(&s, V, d, n, CLEMBED_F32, CLEMBED_F32, 0)) != CLEMBED_OK) goto fail_status;
+  }
   /* backward and sgd: ids + gradient read + touched rows read and written */
   name = "backward";
   if ((st = clembed_matrix_create(s.ctx, n, d, CLEMBED_F32, &s.grad)) != CLEMBED_OK) goto fail_status;

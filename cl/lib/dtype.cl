@@ -128,7 +128,9 @@ inline void ce_storev_0(__global float *p, ulong o, FV v) { vstoreV(v, 0, p + o)
 inline USV ce_f16_bitsv(FV v) {
   UV x = as_UV(v), a = x & 0x7FFFFFFFu, sign = (x >> 16) & 0x8000u;
   UV normal = ((a - 0x38000000u) + 0x0FFFu + ((a >> 13) & 1u)) >> 13; /* rebias 127 -> 15, round */
-  UV sub = convert_UV(rint(as_FV(a) * 0x1p24f));                      /* below 2^-14: units of 2^-24 */
+  /* below 2^-14: units of 2^-24, rounded to nearest even by adding and
+   * taking away 2^23 (what rint gives for 0 <= x < 2^10, without a call) */
+  UV sub = convert_UV((as_FV(a) * 0x1p24f + 0x1p23f) - 0x1p23f);
   UV h = select(normal, sub, a < 0x38800000u);
   h = select(h, (UV)(0x7C00u), a >= 0x477FF000u); /* 65520 and up: inf */
   h = select(h, (UV)(0x7E00u) | ((a >> 13) & 0x3FFu), a > 0x7F800000u); /* nan: quiet, top payload bits */

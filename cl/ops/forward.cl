@@ -27,6 +27,14 @@
 #ifndef STREAM
 #define STREAM 0
 #endif
+/* COPY (the host sets it for a same-dtype F16 or BF16 lookup: scale 1, no
+ * positions, no dropout): the row shapes move each row's 16-bit words as they
+ * are, a NaN made quiet (F16: bit 9, BF16: bit 6 set), which are the bits the
+ * conversion through float32 gives (an exact load, 1*v, a store of a value it
+ * represents), without converting. */
+#ifndef COPY
+#define COPY 0
+#endif
 
 #define TABLE_T CE_XCAT(CE_STORE_, TABLE_DT)
 #define OUT_T CE_XCAT(CE_STORE_, OUT_DT)
@@ -47,6 +55,13 @@
 #define store_outv CE_XCAT(ce_storev_, OUT_DT)
 #define stream_outv CE_XCAT(ce_streamv_, OUT_DT)
 #define load_posv CE_XCAT(ce_loadv_, POS_DT)
+#if COPY && TABLE_DT == 1
+#define CE_COPY_QUIET 0x0200 /* F16: exponent 0x7C00, quiet bit 9 */
+#define CE_COPY_INF 0x7C00
+#elif COPY
+#define CE_COPY_QUIET 0x0040 /* BF16: exponent 0x7F80, quiet bit 6 */
+#define CE_COPY_INF 0x7F80
+#endif
 
 /* The arguments of every shape (src/ops/embed.c sets them once for all). */
 #define CE_EMBED_ARGS                                                                                          \
@@ -161,6 +176,19 @@ inline void ce_embed_row_tokens(CE_EMBED_ARGS, ulong t0, ulong tstep, int shared
   for (ulong c = 0; c < cv; c += VEC) {
 #if POSITIONS == 1
     FV pe = shared ? ce_sinusoidv(pp[0], freq, cols, c) : (FV)(0.0f); /* one position for all the item's tokens */
+#endif
+#if COPY
+    for (int k = 0; k < ROWS && k < live; k++) {
+      USV h = has[k] ? vloadV(0, (__global const ushort *)trow[k] + c) : (USV)(0);
+      h = select(h, h | (USV)(CE_COPY_QUIET), (h & (USV)(0x7FFF)) > (USV)(CE_COPY_INF));
+#if CE_STREAMING
+      if (nt[k])
+        __builtin_nontemporal_store(h, (__global USV *)((__global ushort *)orow[k] + c));
+      else
+#endif
+        vstoreV(h, 0, (__global ushort *)orow[k] + c);
+    }
+    continue;
 #endif
     for (int k = 0; k < ROWS && k < live; k++) {
       FV v = has[k] ? scale * load_tablev(trow[k], c) : (FV)(0.0f);

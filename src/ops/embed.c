@@ -188,7 +188,11 @@ static clembed_status embed_run(clembed_context *ctx, const clembed_matrix *tabl
   int n = snprintf(opts, sizeof opts, "-DTABLE_DT=%d -DOUT_DT=%d -DPOSITIONS=%d -DPOS_DT=%d -DDROPOUT=%d -DVEC=%u",
                    (int)table->dtype, (int)out->dtype, p.kind, p.pt ? (int)p.pt->dtype : 0, opt->dropout > 0.0f,
                    ctx->tune->embed_vec);
-  if (sh.rows) snprintf(opts + n, sizeof opts - (size_t)n, " -DROWS=%u -DSTREAM=%d", sh.rows, sh.stream);
+  /* a same-dtype F16 or BF16 lookup: the row shapes copy the 16-bit words (forward.cl's COPY) */
+  int copy = table->dtype == out->dtype && (table->dtype == CLEMBED_F16 || table->dtype == CLEMBED_BF16) &&
+             opt->scale == 1.0f && p.kind == 0 && !(opt->dropout > 0.0f);
+  if (sh.rows)
+    snprintf(opts + n, sizeof opts - (size_t)n, " -DROWS=%u -DSTREAM=%d -DCOPY=%d", sh.rows, sh.stream, copy);
   CHECK(ce_kernel(ctx, CE_FAMILY_FORWARD, opts, sh.name, &k));
   ce_record rec = {CE_NO_SLOT, CE_FAMILY_FORWARD, opts, ids, p.so, opt->seq_len};
   CHECK(embed_slot(ctx, table, ids, opt, &p, &rec.slot));
