@@ -311,6 +311,8 @@ void cli_memory_budget(uint64_t host_bytes, uint64_t device_bytes) {
 
 /* ------------------------------------------------------- device buffers */
 
+clembed_matrix *cli_new_matrix(void) { return new_matrix(); }
+
 clembed_matrix *cli_upload(const void *host, clembed_dtype hd, size_t rows, size_t cols, clembed_dtype dt) {
   clembed_matrix *m = new_matrix();
   cli_check(clembed_matrix_create(cli_ctx, rows, cols, dt, m));
