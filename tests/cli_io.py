@@ -165,6 +165,24 @@ def quantize_dequantize(kind, x):
         return ((q - 8).astype(F32) * d.astype(np.float16).astype(F32)).reshape(x.shape)
 
 
+def demo_model(path, want, kind):
+    """`clembed demo model FILE`: the file's tensors listed, the table's rows (first 8 values, %.9g: exact
+    float32) for the default ids and for --ids."""
+    rows = want.shape[0]
+    for extra, ids in (([], [i * (rows - 1) // 4 for i in range(5)]), (["--ids", "3,1"], [3, 1])):
+        p = run("demo", "model", path, *extra)
+        check(p.returncode == 0 and p.stdout.startswith(path.rsplit(":", 1)[0] if ":" in os.path.basename(path) else path),
+              "demo model %s: exit %d %r" % (path, p.returncode, p.stderr))
+        lines = [l.split() for l in p.stdout.splitlines() if l.startswith("  id ")]
+        check(("table: %d x %d, %s" % (rows, want.shape[1], kind)) in p.stdout and len(lines) == len(ids),
+              "demo model %s: %r" % (path, p.stdout))
+        for l, i in zip(lines, ids):
+            vals = np.array([float(v) for v in l[2:] if v != "..."], dtype=F32)
+            check(l[1] == str(i) and len(vals) == min(8, want.shape[1]) and
+                  np.array_equal(vals.view("<u4"), want[i, :len(vals)].astype(F32).view("<u4")),
+                  "demo model %s: row %d printed as %r" % (path, i, " ".join(l)))
+
+
 def main():
     rng = np.random.default_rng(7)
     w = (rng.standard_normal((9, 6)) * 3).astype("<f4")
@@ -244,6 +262,11 @@ def main():
                     got = np.load(out).astype("<f4")
                     check(np.array_equal(got.view("<u4"), qd[qids].view("<u4")),
                           "embed --table %s --dtype %s: not ggml's quantized rows" % (table, kind))
+        demo_model(fs + ":h", wq.astype("<f2").astype("<f4"), "f16")
+        for args in (["--help"], ["demo", "--help"]):
+            p = run(*args)
+            check(p.returncode == 0 and "demo model FILE" in p.stdout.replace("`", ""), "%s: %r" % (args, p.stdout))
+        demo_model(fg, wq, "f32")
         p = run("embed", "--table", fg, "--ids", idsf, "--dtype", "q4_k", "-o", out)
         check(p.returncode == 1 and "--dtype" in p.stderr, "--dtype q4_k: exit %d %r" % (p.returncode, p.stderr))
 
