@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 /* The most bytes one write takes from the mapping (and the size of the
  * conversion temporary). */
@@ -65,6 +67,61 @@ static ce_io_kind kind_of(int dtype) {
   return dtype == CLEMBED_BF16 ? CE_IO_BF16 : CE_IO_BLOCKS;
 }
 
+/* A mapping of a file's pages owned by a buffer (freed when the buffer is). */
+typedef struct ce_io_pages {
+  void *base;
+  size_t len;
+} ce_io_pages;
+
+static void CL_CALLBACK unmap_pages(cl_mem mem, void *user) {
+  ce_io_pages *p = user;
+  (void)mem;
+  munmap(p->base, p->len);
+  free(p);
+}
+
+/* On a CPU device that shares host memory, a tensor stored as the device dtype
+ * becomes a buffer over its own copy-on-write mapping of the file's pages
+ * (CL_MEM_USE_HOST_PTR): nothing is copied, only the pages that the work
+ * touches are read, and what the device writes stays private to the buffer
+ * (the file is never written). The mapping starts on a page, so the matrix's
+ * offset is the tensor's place in its first page (in values). The buffer holds
+ * the mapping until it is released, whether or not the file is closed.
+ * 1: done; 0: not possible here (the caller uploads a copy). */
+static int map_pages(clembed_context *ctx, const clembed_file *f, const ce_io_tensor *e, clembed_dtype dtype,
+                     size_t rows, size_t cols, clembed_matrix *out) {
+  if (!ctx->host_pages || f->fd < 0 || e->info.bytes == 0 || getenv("CLEMBED_NO_FILE_PAGES")) return 0;
+  long page = sysconf(_SC_PAGESIZE);
+  if (page <= 0) return 0;
+  uint64_t start = e->offset / (uint64_t)page * (uint64_t)page, lead = e->offset - start;
+  if (lead % e->block_bytes || start > (uint64_t)INT64_MAX) return 0;
+  size_t len = (size_t)(lead + e->info.bytes);
+  ce_io_pages *pages = malloc(sizeof *pages);
+  if (!pages) return 0;
+  void *base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE, f->fd, (off_t)start);
+  if (base == MAP_FAILED) {
+    free(pages);
+    return 0;
+  }
+  pages->base = base;
+  pages->len = len;
+  cl_int err = CL_SUCCESS;
+  cl_mem buf = clCreateBuffer(ctx->context, CL_MEM_READ_WRITE | CL_MEM_USE_HOST_PTR, len, base, &err);
+  if (err == CL_SUCCESS && buf && clSetMemObjectDestructorCallback(buf, unmap_pages, pages) == CL_SUCCESS) {
+    out->buffer = buf;
+    out->offset = (size_t)(lead / e->block_bytes) * e->block_values;
+    out->rows = rows;
+    out->cols = cols;
+    out->ld = 0;
+    out->dtype = dtype;
+    return 1;
+  }
+  if (buf) clReleaseMemObject(buf);
+  munmap(base, len);
+  free(pages);
+  return 0;
+}
+
 clembed_status clembed_matrix_load(clembed_context *ctx, const clembed_file *f, const char *name, clembed_dtype dtype,
                                    clembed_matrix *m) {
   clembed_status status = CLEMBED_OK;
@@ -112,6 +169,12 @@ clembed_status clembed_matrix_load(clembed_context *ctx, const clembed_file *f, 
     LFAIL(CLEMBED_ERR_INVALID_ARGUMENT, "dtype",
           "%s: tensor '%s': %llu columns, not a multiple of %s's block of %zu values, cannot be quantized to it",
           f->path, tn, (unsigned long long)cols, dtype_name((int)dtype), clembed_dtype_block_values(dtype));
+  if ((int)dtype == e->info.dtype && map_pages(ctx, f, e, dtype, (size_t)rows, (size_t)cols, &out)) {
+    *m = out;
+    out.buffer = NULL;
+    ctx->op = op;
+    goto cleanup;
+  }
   status = clembed_matrix_create(ctx, (size_t)rows, (size_t)cols, dtype, &out);
   if (status != CLEMBED_OK) {
     char detail[512];

@@ -187,7 +187,8 @@ const npy_array *cli_load(const char *flagname, const char *path) {
     if (!is_npy(file)) return load_tensor(flagname, path, file, colon + 1);
     if (stat(file, &st) == 0)
       cli_fail(1, "%s %s: %s is a .npy file, which holds one array without a name", flagname, path, file);
-  } else if (!is_npy(path)) {
+  } else if (!is_npy(path) || (g_table_file && stat(path, &st) == 0 && S_ISREG(st.st_mode))) {
+    /* a .npy table (a regular file) too: loaded by clembed_matrix_load from its file */
     return load_tensor(flagname, path, path, NULL);
   }
   if (g_nin == IN_MAX) cli_fail(2, "internal error: too many inputs");
