@@ -3,6 +3,9 @@
  * written as a 1 x k view), so no host copy is made when the stored type is
  * the device dtype. Of the library's internals, src/io uses only the messages
  * (here and in file.c) and the host dtype conversions (here). */
+#ifndef _POSIX_C_SOURCE
+#define _POSIX_C_SOURCE 200809L
+#endif
 #include "file.h"
 
 #include "../ops/ops.h" /* the context's message and detail; the host dtype conversions */
@@ -103,6 +106,8 @@ static int map_pages(clembed_context *ctx, const clembed_file *f, const ce_io_te
     free(pages);
     return 0;
   }
+  /* rows are read where ids point: no read-ahead around them */
+  posix_madvise(base, len, POSIX_MADV_RANDOM);
   pages->base = base;
   pages->len = len;
   cl_int err = CL_SUCCESS;
