@@ -88,6 +88,101 @@ def bf16_bytes(a):
     return r.tobytes(), (r.astype(np.uint32) << 16).view("<f4")
 
 
+# ggml's block layouts: (ggml type, values per block, bytes per block)
+QTYPES = {"q8_0": (8, 32, 34), "q4_0": (2, 32, 18), "q4_k": (12, 256, 144), "q6_k": (14, 256, 210)}
+F32 = np.float32
+
+
+def random_blocks(rng, kind, nblocks):
+    """Random block bytes whose f16 scales (d, and dmin for q4_K) are finite."""
+    _, _, nbytes = QTYPES[kind]
+    b = rng.integers(0, 256, size=(nblocks, nbytes), dtype=np.uint8)
+    def half():
+        r = rng.integers(0, 1 << 16, size=nblocks, dtype=np.uint32)
+        return ((r & 0x83FF) | ((5 + r % 16) << 10)).astype("<u2").view(np.uint8).reshape(nblocks, 2)
+    at = 208 if kind == "q6_k" else 0
+    b[:, at:at + 2] = half()
+    if kind == "q4_k":
+        b[:, 2:4] = half()
+    return b
+
+
+def dequantize(kind, raw):
+    """ggml's dequantize_row_* (a transcription in float32, operation for operation): (blocks, values)."""
+    _, qk, nbytes = QTYPES[kind]
+    b = np.frombuffer(raw, np.uint8).reshape(-1, nbytes)
+    def half(lo):
+        return b[:, lo:lo + 2].copy().view("<f2").astype(F32)  # (blocks, 1)
+    if kind == "q8_0":
+        return b[:, 2:].view(np.int8).astype(F32) * half(0)
+    if kind == "q4_0":
+        d, qs = half(0), b[:, 2:].astype(np.int32)
+        return np.concatenate([((qs & 15) - 8).astype(F32) * d, ((qs >> 4) - 8).astype(F32) * d], axis=1)
+    if kind == "q4_k":
+        d, dmin, sc, qs = half(0), half(2), b[:, 4:16].astype(np.int32), b[:, 16:144].astype(np.int32)
+        def scale_min(j):
+            if j < 4:
+                return sc[:, j:j + 1] & 63, sc[:, j + 4:j + 5] & 63
+            return ((sc[:, j + 4:j + 5] & 15) | ((sc[:, j - 4:j - 3] >> 6) << 4),
+                    (sc[:, j + 4:j + 5] >> 4) | ((sc[:, j:j + 1] >> 6) << 4))
+        out = []
+        for j in range(4):
+            s1, m1 = scale_min(2 * j)
+            s2, m2 = scale_min(2 * j + 1)
+            q = qs[:, 32 * j:32 * j + 32]
+            out.append((d * s1.astype(F32)) * (q & 15).astype(F32) - dmin * m1.astype(F32))
+            out.append((d * s2.astype(F32)) * (q >> 4).astype(F32) - dmin * m2.astype(F32))
+        return np.concatenate(out, axis=1)
+    d, ql, qh = half(208), b[:, 0:128].astype(np.int32), b[:, 128:192].astype(np.int32)
+    sc = b[:, 192:208].view(np.int8).astype(F32)
+    out = []
+    isc = np.arange(32) // 16
+    for n in range(2):
+        l0, h0, s0 = ql[:, 64 * n:64 * n + 64], qh[:, 32 * n:32 * n + 32], sc[:, 8 * n:8 * n + 8]
+        q1 = ((l0[:, :32] & 15) | (((h0 >> 0) & 3) << 4)) - 32
+        q2 = ((l0[:, 32:] & 15) | (((h0 >> 2) & 3) << 4)) - 32
+        q3 = ((l0[:, :32] >> 4) | (((h0 >> 4) & 3) << 4)) - 32
+        q4 = ((l0[:, 32:] >> 4) | (((h0 >> 6) & 3) << 4)) - 32
+        for k, q in ((0, q1), (2, q2), (4, q3), (6, q4)):
+            out.append((d * s0[:, isc + k]) * q.astype(F32))
+    return np.concatenate(out, axis=1)
+
+
+def quantize_dequantize(kind, x):
+    """ggml's quantize_row_q8_0_ref / quantize_row_q4_0_ref of float32 rows, then dequantized."""
+    blocks = x.astype(F32).reshape(-1, 32)
+    with np.errstate(divide="ignore"):
+        if kind == "q8_0":
+            d = (np.abs(blocks).max(axis=1, keepdims=True) / F32(127)).astype(F32)
+            idv = np.where(d != 0, F32(1) / d, F32(0)).astype(F32)
+            v = (blocks * idv).astype(np.float64)
+            q = np.sign(v) * np.floor(np.abs(v) + 0.5)  # roundf: half away from zero
+            return (q.astype(F32) * d.astype(np.float16).astype(F32)).reshape(x.shape)
+        first = np.argmax(np.abs(blocks), axis=1)  # the first of the largest magnitude
+        d = (blocks[np.arange(len(blocks)), first][:, None] / F32(-8)).astype(F32)
+        idv = np.where(d != 0, F32(1) / d, F32(0)).astype(F32)
+        q = np.minimum(15, np.trunc(blocks * idv + F32(8.5)).astype(np.int32))
+        return ((q - 8).astype(F32) * d.astype(np.float16).astype(F32)).reshape(x.shape)
+
+
+def demo_model(path, want, kind):
+    """`clembed demo model FILE`: the file's tensors listed, the table's rows (first 8 values, %.9g: exact
+    float32) for the default ids and for --ids."""
+    rows = want.shape[0]
+    for extra, ids in (([], [i * (rows - 1) // 4 for i in range(5)]), (["--ids", "3,1"], [3, 1])):
+        p = run("demo", "model", path, *extra)
+        check(p.returncode == 0 and p.stdout.startswith(path.rsplit(":", 1)[0] if ":" in os.path.basename(path) else path),
+              "demo model %s: exit %d %r" % (path, p.returncode, p.stderr))
+        lines = [l.split() for l in p.stdout.splitlines() if l.startswith("  id ")]
+        check(("table: %d x %d, %s" % (rows, want.shape[1], kind)) in p.stdout and len(lines) == len(ids),
+              "demo model %s: %r" % (path, p.stdout))
+        for l, i in zip(lines, ids):
+            vals = np.array([float(v) for v in l[2:] if v != "..."], dtype=F32)
+            check(l[1] == str(i) and len(vals) == min(8, want.shape[1]) and
+                  np.array_equal(vals.view("<u4"), want[i, :len(vals)].astype(F32).view("<u4")),
+                  "demo model %s: row %d printed as %r" % (path, i, " ".join(l)))
+
+
 def main():
     rng = np.random.default_rng(7)
     w = (rng.standard_normal((9, 6)) * 3).astype("<f4")
@@ -116,6 +211,64 @@ def main():
                           "%s: dtype %s shape %s" % (table, got.dtype, got.shape))
                     check(np.array_equal(got.astype("<f4").view("<u4"), want[ids].astype("<f4").view("<u4")),
                           "%s: the output is not the table's rows" % table)
+
+        # quantized GGUF tables, each loaded as it lies: ggml's dequantized rows bit for bit; and float tables
+        # of each type from .gguf and .safetensors
+        qids = np.array([[5, 0, 2], [1, 5, 3]], dtype="<i4")
+        idsf = os.path.join(d, "qids.npy")
+        np.save(idsf, qids)
+        for kind, (gt, qk, nbytes) in QTYPES.items():
+            cols, nrows = 2 * qk, 6
+            blocks = random_blocks(rng, kind, nrows * cols // qk)
+            qg = os.path.join(d, kind + ".gguf")
+            gguf(qg, [("token_embd.weight", gt, (nrows, cols), blocks.tobytes())])
+            want = dequantize(kind, blocks.tobytes()).reshape(nrows, cols)
+            p = run("embed", "--table", qg, "--ids", idsf, "-o", out)
+            check(p.returncode == 0, "embed --table %s: %s" % (kind, p.stderr))
+            if p.returncode == 0:
+                got = np.load(out)
+                check(got.dtype == np.dtype("<f4") and got.shape == qids.shape + (cols,) and
+                      np.array_equal(got.view("<u4"), want[qids].view("<u4")),
+                      "embed --table %s.gguf: not ggml's dequantized rows" % kind)
+            p = run("inspect", qg)
+            check(p.returncode == 0 and p.stdout == "token_embd.weight %s %dx%d\n" % (kind, nrows, cols),
+                  "inspect %s: %r" % (kind, p.stdout))
+            p = run("sgd", "--table", qg, "--ids", idsf, "--grad", out, "--lr", "0.1", "-o", out + ".w.npy")
+            check(p.returncode == 1 and "block-quantized" in p.stderr and not os.path.exists(out + ".w.npy"),
+                  "sgd on a %s table: exit %d %r" % (kind, p.returncode, p.stderr))
+        wq = (rng.standard_normal((6, 64)) * 2).astype("<f4")
+        wq[1, :32] = 0  # an all-zero block
+        wqb_raw, wqb = bf16_bytes(wq)
+        fg, fs = os.path.join(d, "float.gguf"), os.path.join(d, "float.safetensors")
+        gguf(fg, [("token_embd.weight", 0, wq.shape, wq.tobytes()), ("h", 1, wq.shape, wq.astype("<f2").tobytes()),
+                  ("b", 30, wq.shape, wqb_raw)])
+        safetensors(fs, [("f", "F32", wq.shape, wq.tobytes()), ("h", "F16", wq.shape, wq.astype("<f2").tobytes()),
+                         ("b", "BF16", wq.shape, wqb_raw)])
+        for table, want, dt in [(fg, wq, "<f4"), (fg + ":h", wq.astype("<f2"), "<f2"), (fg + ":b", wqb.reshape(wq.shape), "<f4"),
+                                (fs + ":f", wq, "<f4"), (fs + ":h", wq.astype("<f2"), "<f2"), (fs + ":b", wqb.reshape(wq.shape), "<f4")]:
+            p = run("embed", "--table", table, "--ids", idsf, "-o", out)
+            check(p.returncode == 0, "embed --table %s: %s" % (table, p.stderr))
+            if p.returncode == 0:
+                got = np.load(out)
+                check(got.dtype == np.dtype(dt) and np.array_equal(got.astype("<f4").view("<u4"),
+                                                                   want[qids].astype("<f4").view("<u4")),
+                      "embed --table %s: not the table's rows" % table)
+            # --dtype q8_0 / q4_0: quantized as ggml's reference quantizers, rows dequantized
+            for kind in ("q8_0", "q4_0"):
+                p = run("embed", "--table", table, "--ids", idsf, "--dtype", kind, "-o", out)
+                check(p.returncode == 0, "embed --table %s --dtype %s: %s" % (table, kind, p.stderr))
+                if p.returncode == 0:
+                    qd = quantize_dequantize(kind, want.astype("<f4"))
+                    got = np.load(out).astype("<f4")
+                    check(np.array_equal(got.view("<u4"), qd[qids].view("<u4")),
+                          "embed --table %s --dtype %s: not ggml's quantized rows" % (table, kind))
+        demo_model(fs + ":h", wq.astype("<f2").astype("<f4"), "f16")
+        for args in (["--help"], ["demo", "--help"]):
+            p = run(*args)
+            check(p.returncode == 0 and "demo model FILE" in p.stdout.replace("`", ""), "%s: %r" % (args, p.stdout))
+        demo_model(fg, wq, "f32")
+        p = run("embed", "--table", fg, "--ids", idsf, "--dtype", "q4_k", "-o", out)
+        check(p.returncode == 1 and "--dtype" in p.stderr, "--dtype q4_k: exit %d %r" % (p.returncode, p.stderr))
 
         # a learned position table from a safetensors file
         p = run("embed", "--table", st + ":w", "--ids", st + ":ids", "--positions", st + ":w", "-o", out)

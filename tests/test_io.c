@@ -6,6 +6,7 @@
  * The cases that load need a device; the others do not open one. */
 #define _GNU_SOURCE
 #include "clembed_io.h"
+#include "reference_ggml.h"
 #include "test_util.h"
 
 #include <dirent.h>
@@ -290,7 +291,8 @@ static void expect_load(const clembed_file *f, const char *name, clembed_dtype d
   EXPECT(s == CLEMBED_OK, "loading '%s' as dtype %d: %s: %s", name ? name : "(NULL)", (int)dtype,
          clembed_status_string(s), clembed_context_message(ctx));
   if (s != CLEMBED_OK) return;
-  EXPECT(m.rows == rows && m.cols == cols && m.dtype == dtype && m.offset == 0,
+  /* offset: 0 for a copy; a tensor mapped in place (CPU devices) starts where it lies in its first page */
+  EXPECT(m.rows == rows && m.cols == cols && m.dtype == dtype && (m.ld == 0 || m.ld == cols) && m.offset < 4096,
          "'%s': %zu x %zu dtype %d, expected %zu x %zu dtype %d", name ? name : "(NULL)", m.rows, m.cols, (int)m.dtype,
          rows, cols, (int)dtype);
   size_t n = rows * cols, bad = 0, first = 0;
@@ -346,6 +348,203 @@ static void expect_open_fails(const char *path, const char *needle) {
   clembed_error_detail d;
   EXPECT(clembed_context_error(NULL, &d) == CLEMBED_OK && d.status == s && !strcmp(d.operation, "clembed_file_open"),
          "%s: the thread's error detail: %s %s", path, clembed_status_string(d.status), d.operation);
+}
+
+
+/* ------------------------------------------------- block-quantized tensors */
+
+static uint64_t qrng = 0x9e3779b97f4a7c15ull;
+static uint32_t qrand(void) {
+  qrng ^= qrng << 13, qrng ^= qrng >> 7, qrng ^= qrng << 17;
+  return (uint32_t)(qrng >> 11);
+}
+/* A finite f16 of either sign, 2^-10 .. 2^5 in magnitude (never Inf or NaN). */
+static uint16_t finite_half(void) {
+  return (uint16_t)((qrand() & 0x83FFu) | ((5u + qrand() % 16u) << 10));
+}
+
+typedef struct qtype {
+  clembed_dtype dtype;
+  uint32_t ggml_type;
+  size_t qk, bytes;
+} qtype;
+static const qtype qtypes[] = {
+    {CLEMBED_Q8_0, 8, 32, 34}, {CLEMBED_Q4_0, 2, 32, 18}, {CLEMBED_Q4_K, 12, 256, 144}, {CLEMBED_Q6_K, 14, 256, 210}};
+
+/* n blocks of random bytes with finite f16 scales (d, and dmin for Q4_K). */
+static uint8_t *random_blocks(const qtype *q, size_t n) {
+  uint8_t *p = malloc(n * q->bytes);
+  for (size_t i = 0; i < n * q->bytes; i++) p[i] = (uint8_t)qrand();
+  for (size_t b = 0; b < n; b++) {
+    uint8_t *blk = p + b * q->bytes;
+    size_t at = q->dtype == CLEMBED_Q6_K ? 208 : 0;
+    uint16_t d = finite_half();
+    memcpy(blk + at, &d, 2);
+    if (q->dtype == CLEMBED_Q4_K) {
+      d = finite_half();
+      memcpy(blk + 2, &d, 2);
+    }
+  }
+  return p;
+}
+
+/* ggml's dequantize_row_* of n values (whole blocks) at p. */
+static void ref_dequant(clembed_dtype t, const uint8_t *p, float *y, size_t n) {
+  if (t == CLEMBED_Q8_0) ref_dequantize_row_q8_0((const ref_block_q8_0 *)p, y, (int64_t)n);
+  if (t == CLEMBED_Q4_0) ref_dequantize_row_q4_0((const ref_block_q4_0 *)p, y, (int64_t)n);
+  if (t == CLEMBED_Q4_K) ref_dequantize_row_q4_K((const ref_block_q4_K *)p, y, (int64_t)n);
+  if (t == CLEMBED_Q6_K) ref_dequantize_row_q6_K((const ref_block_q6_K *)p, y, (int64_t)n);
+}
+
+static clembed_matrix load_ok(const clembed_file *f, const char *name, clembed_dtype dtype) {
+  clembed_context *ctx = device();
+  clembed_matrix m;
+  memset(&m, 0, sizeof m);
+  clembed_status s = clembed_matrix_load(ctx, f, name, dtype, &m);
+  EXPECT(s == CLEMBED_OK, "loading %s as dtype %d: %s: %s", name ? name : "(NULL)", (int)dtype, clembed_status_string(s),
+         clembed_context_message(ctx));
+  return m;
+}
+
+/* Counts values whose bits differ from the float32 reference rounded to dtype. */
+static size_t differ(const void *host, clembed_dtype dtype, const float *want, size_t n, size_t *first) {
+  size_t bad = 0;
+  for (size_t i = 0; i < n; i++) {
+    float w = ref_round(want[i], dtype), g = tu_elem(host, i, dtype);
+    if (memcmp(&w, &g, 4) && !bad++) *first = i;
+  }
+  return bad;
+}
+
+/* A GGUF tensor of each block type: loaded as its own type (the blocks read
+ * back bit for bit), dequantized to F32/F16/BF16 (ggml's dequantizers, bit for
+ * bit), and rows looked up from both tables equal to the dequantized rows. One
+ * Q4_0 tensor spans more than one upload piece. */
+TU_CASE(load_blocks) {
+  ctx = device();
+  for (size_t k = 0; k < 5; k++) {
+    const qtype *q = &qtypes[k < 4 ? k : 1];
+    size_t rows = k < 4 ? 7 : 4375, cols = k < 4 ? 2 * q->qk : 1024; /* the last: 140000 blocks */
+    size_t n = rows * cols, nb = n / q->qk;
+    uint8_t *data = random_blocks(q, nb);
+    g_tensor g[] = {{"token_embd.weight", q->ggml_type, 2, {cols, rows}, nb * q->bytes, data}};
+    buf b = {0};
+    gguf(&b, 3, 0, g, 1);
+    const char *path = tmp_path("blocks.gguf");
+    write_file(path, &b);
+    free(b.p);
+    float *want = malloc(n * sizeof(float));
+    ref_dequant(q->dtype, data, want, n);
+    clembed_file *f = open_ok(path);
+    if (!f) continue;
+    /* as stored */
+    clembed_matrix m = load_ok(f, NULL, q->dtype);
+    if (m.buffer) {
+      EXPECT(m.rows == rows && m.cols == cols && m.dtype == q->dtype, "%s: %zu x %zu dtype %d", path, m.rows, m.cols,
+             (int)m.dtype);
+      uint8_t *back = malloc(nb * q->bytes);
+      OK(ctx, clembed_matrix_read(ctx, &m, back, q->dtype));
+      EXPECT(!memcmp(back, data, nb * q->bytes), "type %d: the blocks read back differ from the file's", (int)q->dtype);
+      free(back);
+    }
+    /* dequantized on loading */
+    static const clembed_dtype fl[] = {CLEMBED_F32, CLEMBED_F16, CLEMBED_BF16};
+    for (int d = 0; d < 3; d++) {
+      clembed_matrix fm = load_ok(f, NULL, fl[d]);
+      if (!fm.buffer) continue;
+      void *host = tu_alloc_elems(n, fl[d]);
+      OK(ctx, clembed_matrix_read(ctx, &fm, host, fl[d]));
+      size_t first = 0, bad = differ(host, fl[d], want, n, &first);
+      EXPECT(bad == 0, "type %d dequantized to dtype %d: %zu of %zu values differ from ggml's, the first at %zu",
+             (int)q->dtype, (int)fl[d], bad, n, first);
+      free(host);
+      clembed_matrix_release(&fm);
+    }
+    /* lookups from the loaded (quantized) table: ggml's dequantized rows */
+    if (m.buffer) {
+      int32_t idv[5] = {0, (int32_t)rows - 1, 3 % (int32_t)rows, 1, (int32_t)rows / 2};
+      clembed_ids ids;
+      clembed_matrix out;
+      OK(ctx, clembed_ids_create(ctx, idv, 5, CLEMBED_I32, &ids));
+      OK(ctx, clembed_matrix_create(ctx, 5, cols, CLEMBED_F32, &out));
+      OK(ctx, clembed_lookup(ctx, &m, &ids, &out, 0, NULL, NULL));
+      float *got = malloc(5 * cols * sizeof(float)), *rw = malloc(5 * cols * sizeof(float));
+      OK(ctx, clembed_matrix_read(ctx, &out, got, CLEMBED_F32));
+      for (int r = 0; r < 5; r++) memcpy(rw + r * cols, want + (size_t)idv[r] * cols, cols * sizeof(float));
+      size_t first = 0, bad = differ(got, CLEMBED_F32, rw, 5 * cols, &first);
+      EXPECT(bad == 0, "type %d: lookup of the loaded table: %zu values differ from ggml's rows, the first at %zu",
+             (int)q->dtype, bad, first);
+      free(got), free(rw);
+      clembed_ids_release(&ids);
+      clembed_matrix_release(&out);
+    }
+    clembed_matrix_release(&m);
+    clembed_file_close(f);
+    unlink(path);
+    free(want), free(data);
+  }
+}
+
+/* An F32 (and an F16) tensor quantized to Q8_0 and Q4_0 on loading: the blocks
+ * are ggml's quantize_row_*_ref of the stored values, bit for bit; the large
+ * one spans more than one upload piece. */
+TU_CASE(load_quantize) {
+  ctx = device();
+  for (int big = 0; big < 2; big++) {
+    size_t rows = big ? 4375 : 5, cols = big ? 1024 : 96, n = rows * cols;
+    for (int st = 0; st < 2; st++) {
+      const char *t = st ? "f2" : "f4";
+      buf e = {0};
+      put_values(&e, t, n, 61 + st);
+      float *x = malloc(n * sizeof(float));
+      for (size_t i = 0; i < n; i++) x[i] = stored(i, 61 + st, t);
+      x[3] = 0; /* an all-zero block, and one with a single value */
+      for (size_t i = 0; i < 32; i++) x[32 + i] = i == 5 ? -3.25f : 0.0f;
+      for (size_t i = 0; i < 64; i++) {
+        uint8_t *p = e.p + i * (st ? 2 : 4);
+        if (i == 3 || i >= 32) memset(p, 0, st ? 2 : 4);
+        if (i == 37) {
+          if (st) {
+            uint16_t h = ref_f32_to_f16(-3.25f);
+            memcpy(p, &h, 2);
+          } else {
+            float v = -3.25f;
+            memcpy(p, &v, 4);
+          }
+        }
+      }
+      g_tensor g[] = {{"token_embd.weight", st ? 1u : 0u, 2, {cols, rows}, e.n, e.p}};
+      buf b = {0};
+      gguf(&b, 3, 0, g, 1);
+      const char *path = tmp_path("quantize.gguf");
+      write_file(path, &b);
+      free(b.p);
+      clembed_file *f = open_ok(path);
+      for (int k = 0; f && k < 2; k++) {
+        const qtype *q = &qtypes[k];
+        size_t nb = n / 32;
+        uint8_t *want = malloc(nb * q->bytes), *got = malloc(nb * q->bytes);
+        if (k == 0)
+          ref_quantize_row_q8_0_ref(x, (ref_block_q8_0 *)want, (int64_t)n);
+        else
+          ref_quantize_row_q4_0_ref(x, (ref_block_q4_0 *)want, (int64_t)n);
+        clembed_matrix m = load_ok(f, NULL, q->dtype);
+        if (m.buffer) {
+          OK(ctx, clembed_matrix_read(ctx, &m, got, q->dtype));
+          size_t bad = 0, first = 0;
+          for (size_t i = 0; i < nb; i++)
+            if (memcmp(got + i * q->bytes, want + i * q->bytes, q->bytes) && !bad++) first = i;
+          EXPECT(bad == 0, "%s (%s) quantized to type %d: %zu of %zu blocks differ from ggml's, the first %zu", path, t,
+                 (int)q->dtype, bad, nb, first);
+        }
+        clembed_matrix_release(&m);
+        free(want), free(got);
+      }
+      clembed_file_close(f);
+      unlink(path);
+      free(e.p), free(x);
+    }
+  }
 }
 
 /* ------------------------------------------------------------------- cases */
@@ -545,7 +744,7 @@ TU_CASE(load) {
   expect_load_fails(f, NULL, CLEMBED_F32, CLEMBED_ERR_INVALID_ARGUMENT, "name one of them");
   expect_load_fails(f, "nope", CLEMBED_F32, CLEMBED_ERR_INVALID_ARGUMENT, "'four'");
   expect_load_fails(f, "i", CLEMBED_F32, CLEMBED_ERR_INVALID_ARGUMENT, "I32");
-  expect_load_fails(f, "a", 3, CLEMBED_ERR_UNSUPPORTED, "quantizing");
+  expect_load_fails(f, "a", CLEMBED_Q6_K, CLEMBED_ERR_UNSUPPORTED, "quantizing");
   expect_load_fails(f, "a", 99, CLEMBED_ERR_INVALID_ARGUMENT, "unknown dtype");
   clembed_matrix m;
   EXPECT(clembed_matrix_load(NULL, f, "a", CLEMBED_F32, &m) == CLEMBED_ERR_INVALID_ARGUMENT, "NULL ctx");
@@ -586,14 +785,63 @@ TU_CASE(load) {
   if (f) {
     expect_load(f, NULL, CLEMBED_F32, 10, 8, 41, "f4");
     expect_load(f, "output_norm.weight", CLEMBED_F16, 3, 8, 42, "bf");
-    /* quantized tables wait for block-quantized matrices */
-    expect_load_fails(f, "q8", 3, CLEMBED_ERR_UNSUPPORTED, "q8_0");
-    expect_load_fails(f, "q8", CLEMBED_F32, CLEMBED_ERR_UNSUPPORTED, "dequantizing");
+    /* no conversion between block types; no quantization into the K types */
     expect_load_fails(f, "q8", 4, CLEMBED_ERR_INVALID_ARGUMENT, "cannot be loaded as q4_0");
+    expect_load_fails(f, NULL, CLEMBED_Q4_K, CLEMBED_ERR_UNSUPPORTED, "quantizing");
+    /* 10 x 8: columns not a multiple of Q8_0's 32 */
+    expect_load_fails_arg(f, NULL, CLEMBED_Q8_0, CLEMBED_ERR_INVALID_ARGUMENT, "not a multiple", "dtype");
     expect_load_fails(f, "q5k", CLEMBED_F32, CLEMBED_ERR_INVALID_ARGUMENT, "q5_K");
     clembed_file_close(f);
   }
   free(e32.p), free(ebf.p), free(q8), free(q5k);
+}
+
+/* On a CPU device sharing host memory, a tensor loaded as its own dtype is a
+ * buffer over its own copy-on-write mapping of the file: usable after the file
+ * is closed, writable, and what the device writes never reaches the file. */
+TU_CASE(load_pages) {
+  ctx = device();
+  size_t rows = 300, cols = 40, n = rows * cols;
+  buf b = {0};
+  npy(&b, 1, "<f4", "(300, 40)");
+  put_values(&b, "f4", n, 71);
+  const char *path = tmp_path("pages.npy");
+  write_file(path, &b);
+  clembed_file *f = open_ok(path);
+  if (!f) return;
+  clembed_matrix m = load_ok(f, NULL, CLEMBED_F32);
+  clembed_file_close(f); /* the matrix keeps what it needs */
+  if (m.buffer) {
+    float *h = malloc(n * sizeof(float)), *w = malloc(n * sizeof(float));
+    OK(ctx, clembed_matrix_read(ctx, &m, h, CLEMBED_F32));
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) bad += h[i] != stored(i, 71, "f4");
+    EXPECT(bad == 0, "a table read after its file was closed: %zu values differ", bad);
+    /* written on the device (sgd-like use), then a lookup: the new values; the file unchanged */
+    for (size_t i = 0; i < n; i++) w[i] = (float)i * 0.5f;
+    OK(ctx, clembed_matrix_write(ctx, &m, w, CLEMBED_F32));
+    int32_t idv[3] = {299, 0, 150};
+    clembed_ids ids;
+    clembed_matrix out;
+    OK(ctx, clembed_ids_create(ctx, idv, 3, CLEMBED_I32, &ids));
+    OK(ctx, clembed_matrix_create(ctx, 3, cols, CLEMBED_F32, &out));
+    OK(ctx, clembed_lookup(ctx, &m, &ids, &out, 0, NULL, NULL));
+    OK(ctx, clembed_matrix_read(ctx, &out, h, CLEMBED_F32));
+    bad = 0;
+    for (size_t r = 0; r < 3; r++)
+      for (size_t c = 0; c < cols; c++) bad += h[r * cols + c] != w[(size_t)idv[r] * cols + c];
+    EXPECT(bad == 0, "lookup after a write: %zu values differ", bad);
+    clembed_ids_release(&ids);
+    clembed_matrix_release(&out);
+    clembed_matrix_release(&m);
+    FILE *fp = fopen(path, "rb");
+    uint8_t *again = malloc(b.n);
+    EXPECT(fp && fread(again, 1, b.n, fp) == b.n && !memcmp(again, b.p, b.n), "%s changed on the disk", path);
+    if (fp) fclose(fp);
+    free(again), free(h), free(w);
+  }
+  free(b.p);
+  unlink(path);
 }
 
 /* A tensor larger than one upload piece (16 MiB), same type and converted. */

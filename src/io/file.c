@@ -43,6 +43,7 @@ clembed_status clembed_file_open(const char *path, clembed_file **out) {
   }
   clembed_status status = CLEMBED_ERR_INVALID_ARGUMENT;
   f = calloc(1, sizeof *f);
+  if (f) f->fd = -1;
   if (!f || !(f->path = strdup(path))) {
     ce_set_last_error(CLEMBED_ERR_OUT_OF_MEMORY, OPEN, "", "%s: out of host memory", path);
     status = CLEMBED_ERR_OUT_OF_MEMORY;
@@ -87,6 +88,8 @@ clembed_status clembed_file_open(const char *path, clembed_file **out) {
     ce_set_last_error(CLEMBED_ERR_INVALID_ARGUMENT, OPEN, "path", "%s: %s", path, f->table.message);
     goto cleanup;
   }
+  f->fd = fd; /* load.c maps a table's pages again from it */
+  fd = -1;
   *out = f;
   f = NULL;
   status = CLEMBED_OK;
@@ -100,6 +103,7 @@ cleanup:
 void clembed_file_close(clembed_file *f) {
   if (!f) return;
   if (f->map) munmap((void *)f->map, f->size);
+  if (f->fd >= 0) close(f->fd);
   ce_io_table_free(&f->table);
   free(f->path);
   free(f);

@@ -8,6 +8,7 @@ struct clembed_file {
   char *path;
   const uint8_t *map; /* the whole file, read-only; NULL when it is empty */
   size_t size;
+  int fd;             /* kept open for the loaders' own mappings (load.c); -1 when none */
   ce_io_table table;
 };
 

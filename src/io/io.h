@@ -13,8 +13,8 @@
 /* The formats, recognised by content. */
 typedef enum ce_io_format { CE_IO_NPY = 0, CE_IO_SAFETENSORS, CE_IO_GGUF } ce_io_format;
 
-/* clembed_dtype values of the block types (shared/API.md's contract). */
-enum { CE_IO_Q8_0 = 3, CE_IO_Q4_0 = 4, CE_IO_Q4_K = 5, CE_IO_Q6_K = 6 };
+/* The block types are clembed_dtype's CLEMBED_Q8_0 ... CLEMBED_Q6_K
+ * (clembed.h, included by clembed_io.h). */
 
 /* How a tensor's elements are stored, as far as loading is concerned. */
 typedef enum ce_io_kind {

@@ -3,6 +3,9 @@
  * written as a 1 x k view), so no host copy is made when the stored type is
  * the device dtype. Of the library's internals, src/io uses only the messages
  * (here and in file.c) and the host dtype conversions (here). */
+#ifndef _POSIX_C_SOURCE
+#define _POSIX_C_SOURCE 200809L
+#endif
 #include "file.h"
 
 #include "../ops/ops.h" /* the context's message and detail; the host dtype conversions */
@@ -10,32 +13,28 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 /* The most bytes one write takes from the mapping (and the size of the
  * conversion temporary). */
 #define CE_IO_CHUNK_BYTES ((size_t)16 << 20)
-
-/* Whether clembed_matrix_create and clembed_matrix_write take the block types
- * (a Q8_0 ... Q6_K matrix written from host blocks of its own type). Until they
- * do, loading a block-quantized tensor is CLEMBED_ERR_UNSUPPORTED; the upload
- * below needs nothing else. */
-#define CE_IO_BLOCK_MATRICES 0
 
 static const char *dtype_name(int d) {
   switch (d) {
     case CLEMBED_F32: return "f32";
     case CLEMBED_F16: return "f16";
     case CLEMBED_BF16: return "bf16";
-    case CE_IO_Q8_0: return "q8_0";
-    case CE_IO_Q4_0: return "q4_0";
-    case CE_IO_Q4_K: return "q4_k";
-    case CE_IO_Q6_K: return "q6_k";
+    case CLEMBED_Q8_0: return "q8_0";
+    case CLEMBED_Q4_0: return "q4_0";
+    case CLEMBED_Q4_K: return "q4_k";
+    case CLEMBED_Q6_K: return "q6_k";
   }
   return "an unknown dtype";
 }
 
 static int is_float(int d) { return d == CLEMBED_F32 || d == CLEMBED_F16 || d == CLEMBED_BF16; }
-static int is_block(int d) { return d == CE_IO_Q8_0 || d == CE_IO_Q4_0 || d == CE_IO_Q4_K || d == CE_IO_Q6_K; }
+static int is_block(int d) { return d == CLEMBED_Q8_0 || d == CLEMBED_Q4_0 || d == CLEMBED_Q4_K || d == CLEMBED_Q6_K; }
 
 /* n stored values at p (unaligned, little-endian) to `dtype` in out. */
 static void convert(void *out, clembed_dtype dtype, const uint8_t *p, ce_io_kind kind, size_t n) {
@@ -71,6 +70,63 @@ static ce_io_kind kind_of(int dtype) {
   return dtype == CLEMBED_BF16 ? CE_IO_BF16 : CE_IO_BLOCKS;
 }
 
+/* A mapping of a file's pages owned by a buffer (freed when the buffer is). */
+typedef struct ce_io_pages {
+  void *base;
+  size_t len;
+} ce_io_pages;
+
+static void CL_CALLBACK unmap_pages(cl_mem mem, void *user) {
+  ce_io_pages *p = user;
+  (void)mem;
+  munmap(p->base, p->len);
+  free(p);
+}
+
+/* On a CPU device that shares host memory, a tensor stored as the device dtype
+ * becomes a buffer over its own copy-on-write mapping of the file's pages
+ * (CL_MEM_USE_HOST_PTR): nothing is copied, only the pages that the work
+ * touches are read, and what the device writes stays private to the buffer
+ * (the file is never written). The mapping starts on a page, so the matrix's
+ * offset is the tensor's place in its first page (in values). The buffer holds
+ * the mapping until it is released, whether or not the file is closed.
+ * 1: done; 0: not possible here (the caller uploads a copy). */
+static int map_pages(clembed_context *ctx, const clembed_file *f, const ce_io_tensor *e, clembed_dtype dtype,
+                     size_t rows, size_t cols, clembed_matrix *out) {
+  if (!ctx->host_pages || f->fd < 0 || e->info.bytes == 0 || getenv("CLEMBED_NO_FILE_PAGES")) return 0;
+  long page = sysconf(_SC_PAGESIZE);
+  if (page <= 0) return 0;
+  uint64_t start = e->offset / (uint64_t)page * (uint64_t)page, lead = e->offset - start;
+  if (lead % e->block_bytes || start > (uint64_t)INT64_MAX) return 0;
+  size_t len = (size_t)(lead + e->info.bytes);
+  ce_io_pages *pages = malloc(sizeof *pages);
+  if (!pages) return 0;
+  void *base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE, f->fd, (off_t)start);
+  if (base == MAP_FAILED) {
+    free(pages);
+    return 0;
+  }
+  /* rows are read where ids point: no read-ahead around them */
+  posix_madvise(base, len, POSIX_MADV_RANDOM);
+  pages->base = base;
+  pages->len = len;
+  cl_int err = CL_SUCCESS;
+  cl_mem buf = clCreateBuffer(ctx->context, CL_MEM_READ_WRITE | CL_MEM_USE_HOST_PTR, len, base, &err);
+  if (err == CL_SUCCESS && buf && clSetMemObjectDestructorCallback(buf, unmap_pages, pages) == CL_SUCCESS) {
+    out->buffer = buf;
+    out->offset = (size_t)(lead / e->block_bytes) * e->block_values;
+    out->rows = rows;
+    out->cols = cols;
+    out->ld = 0;
+    out->dtype = dtype;
+    return 1;
+  }
+  if (buf) clReleaseMemObject(buf);
+  munmap(base, len);
+  free(pages);
+  return 0;
+}
+
 clembed_status clembed_matrix_load(clembed_context *ctx, const clembed_file *f, const char *name, clembed_dtype dtype,
                                    clembed_matrix *m) {
   clembed_status status = CLEMBED_OK;
@@ -91,22 +147,16 @@ clembed_status clembed_matrix_load(clembed_context *ctx, const clembed_file *f, 
     LFAIL(CLEMBED_ERR_INVALID_ARGUMENT, "name",
           "%s: tensor '%s' is of type %s, which cannot be loaded as a matrix (the float types F32, F16, BF16 and "
           "ggml's q8_0, q4_0, q4_K, q6_K can)", f->path, tn, ty);
-  if (e->kind == CE_IO_BLOCKS && (int)dtype != e->info.dtype) {
-    if (is_float((int)dtype))
-      LFAIL(CLEMBED_ERR_UNSUPPORTED, "dtype",
-            "%s: tensor '%s' is %s: dequantizing it to %s on loading is not available in this version (load it as %s)",
-            f->path, tn, ty, dtype_name((int)dtype), dtype_name(e->info.dtype));
-    LFAIL(CLEMBED_ERR_INVALID_ARGUMENT, "dtype", "%s: tensor '%s' is %s and cannot be loaded as %s", f->path, tn, ty,
-          dtype_name((int)dtype));
-  }
-  if (e->kind != CE_IO_BLOCKS && is_block((int)dtype))
+  if (e->kind == CE_IO_BLOCKS && is_block((int)dtype) && (int)dtype != e->info.dtype)
+    LFAIL(CLEMBED_ERR_INVALID_ARGUMENT, "dtype",
+          "%s: tensor '%s' is %s and cannot be loaded as %s (load it as %s, or dequantize it to f32, f16 or bf16)",
+          f->path, tn, ty, dtype_name((int)dtype), dtype_name(e->info.dtype));
+  if (e->kind != CE_IO_BLOCKS && is_block((int)dtype) && dtype != CLEMBED_Q8_0 && dtype != CLEMBED_Q4_0)
     LFAIL(CLEMBED_ERR_UNSUPPORTED, "dtype",
-          "%s: tensor '%s' is %s: quantizing it to %s on loading is not available in this version", f->path, tn, ty,
-          dtype_name((int)dtype));
-  if (e->kind == CE_IO_BLOCKS && !CE_IO_BLOCK_MATRICES)
-    LFAIL(CLEMBED_ERR_UNSUPPORTED, "dtype",
-          "%s: tensor '%s' is %s: this version of clembed has no block-quantized matrices to load it into", f->path, tn,
-          ty);
+          "%s: tensor '%s' is %s: quantizing it to %s on loading is not available (q8_0 and q4_0 are)", f->path, tn,
+          ty, dtype_name((int)dtype));
+  /* a float tensor quantized: pieces of whole blocks of the device dtype */
+  int quantize = e->kind != CE_IO_BLOCKS && is_block((int)dtype);
 
   /* rows = the first dimension, cols = the product of the others */
   uint64_t rows = 1, cols = 1;
@@ -120,6 +170,16 @@ clembed_status clembed_matrix_load(clembed_context *ctx, const clembed_file *f, 
   if (e->kind == CE_IO_BLOCKS && cols % e->block_values)
     LFAIL(CLEMBED_ERR_INVALID_ARGUMENT, "name", "%s: tensor '%s': %llu columns, not a multiple of %s's block of %u",
           f->path, tn, (unsigned long long)cols, ty, e->block_values);
+  if (quantize && cols % clembed_dtype_block_values(dtype))
+    LFAIL(CLEMBED_ERR_INVALID_ARGUMENT, "dtype",
+          "%s: tensor '%s': %llu columns, not a multiple of %s's block of %zu values, cannot be quantized to it",
+          f->path, tn, (unsigned long long)cols, dtype_name((int)dtype), clembed_dtype_block_values(dtype));
+  if ((int)dtype == e->info.dtype && map_pages(ctx, f, e, dtype, (size_t)rows, (size_t)cols, &out)) {
+    *m = out;
+    out.buffer = NULL;
+    ctx->op = op;
+    goto cleanup;
+  }
   status = clembed_matrix_create(ctx, (size_t)rows, (size_t)cols, dtype, &out);
   if (status != CLEMBED_OK) {
     char detail[512];
@@ -128,17 +188,32 @@ clembed_status clembed_matrix_load(clembed_context *ctx, const clembed_file *f, 
           (unsigned long long)cols, detail);
   }
 
-  /* a piece of whole blocks at a time, at most CE_IO_CHUNK_BYTES of the file */
+  /* A piece of whole blocks (whole values of a float type) at a time, at most
+   * CE_IO_CHUNK_BYTES of the file or of the float values it becomes:
+   *  - the stored type: written from the mapping as it lies;
+   *  - blocks to a float dtype: written from the mapping as host blocks
+   *    (clembed_matrix_write dequantizes them, ggml's dequantize_row_*);
+   *  - a float type to another: converted here;
+   *  - a float type to Q8_0/Q4_0: converted here to F32, written as F32
+   *    (clembed_matrix_write quantizes, ggml's quantize_row_*_ref). */
   const uint8_t *src = f->map + e->offset;
-  size_t unit_values = e->block_values, unit_bytes = e->block_bytes, units = (size_t)e->elements / unit_values;
-  int same = kind_of((int)dtype) == e->kind;
-  /* a plain type converted: the temporary's elements may be wider than the file's */
-  size_t widest = !same && clembed_dtype_size(dtype) > unit_bytes ? clembed_dtype_size(dtype) : unit_bytes;
+  size_t unit_values = e->block_values, unit_bytes = e->block_bytes;
+  if (quantize) {
+    unit_values = clembed_dtype_block_values(dtype);
+    unit_bytes = unit_values * e->block_bytes;
+  }
+  size_t units = (size_t)e->elements / unit_values;
+  int same = kind_of((int)dtype) == e->kind && (e->kind != CE_IO_BLOCKS || (int)dtype == e->info.dtype);
+  int from_blocks = e->kind == CE_IO_BLOCKS && !same;
+  int convert_here = !same && !from_blocks;
+  clembed_dtype tmp_dtype = quantize ? CLEMBED_F32 : dtype;
+  size_t widest = unit_bytes; /* the most bytes a unit takes in the file or as float values */
+  if (!same && unit_values * 4 > widest) widest = unit_values * 4;
   size_t per = CE_IO_CHUNK_BYTES / widest;
   if (per == 0) per = 1;
-  if (!same && units) {
+  if (convert_here && units) {
     size_t n = per < units ? per : units;
-    tmp = malloc(n * clembed_dtype_size(dtype));
+    tmp = malloc(n * unit_values * clembed_dtype_size(tmp_dtype));
     if (!tmp) LFAIL(CLEMBED_ERR_OUT_OF_MEMORY, "", "clembed_matrix_load: out of host memory for a %zu-value piece", n);
   }
   for (size_t u = 0; u < units; u += per) {
@@ -151,9 +226,11 @@ clembed_status clembed_matrix_load(clembed_context *ctx, const clembed_file *f, 
     const uint8_t *p = src + u * unit_bytes;
     if (same) {
       status = clembed_matrix_write(ctx, &view, p, dtype);
+    } else if (from_blocks) {
+      status = clembed_matrix_write(ctx, &view, p, (clembed_dtype)e->info.dtype);
     } else {
-      convert(tmp, dtype, p, e->kind, n);
-      status = clembed_matrix_write(ctx, &view, tmp, dtype);
+      convert(tmp, tmp_dtype, p, e->kind, n * unit_values);
+      status = clembed_matrix_write(ctx, &view, tmp, tmp_dtype);
     }
     if (status != CLEMBED_OK) {
       char detail[512];

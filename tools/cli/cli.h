@@ -68,6 +68,8 @@ void cli_memory_budget(uint64_t host_bytes, uint64_t device_bytes);
 clembed_matrix *cli_upload(const void *host, clembed_dtype host_dtype, size_t rows, size_t cols,
                            clembed_dtype dtype);
 clembed_matrix *cli_zeros(size_t rows, size_t cols, clembed_dtype dtype);
+/* A new registered matrix (zeroed struct), released by cli_release_all. */
+clembed_matrix *cli_new_matrix(void);
 clembed_ids *cli_upload_ids(const npy_array *a);
 clembed_ids *cli_new_ids(void);
 /* Reads m into a new host buffer of `host_dtype`; fails on pending deferred errors. */
@@ -79,6 +81,14 @@ void *cli_download(const clembed_matrix *m, clembed_dtype host_dtype);
 const npy_array *cli_load(const char *flagname, const char *path);
 /* A 2-D <f4 or <f2 array: a table, a position table. */
 const npy_array *cli_load_table(const char *flagname, const char *path);
+/* The same for a table uploaded with cli_upload_table: a .safetensors or .gguf
+ * tensor (BF16 and block-quantized ones too) stays in its file, data NULL. */
+const npy_array *cli_load_table_file(const char *flagname, const char *path);
+/* Whether a (from cli_load_table_file) has no host data: it is read from its file. */
+int cli_input_in_file(const npy_array *a);
+/* The table as a device matrix of `dtype`: clembed_matrix_load from its file,
+ * or from the host array. */
+clembed_matrix *cli_upload_table(const npy_array *a, clembed_dtype dtype);
 /* <i4 or <i8 ids of shape (n,) or (batch, seq). */
 const npy_array *cli_load_ids(const char *flagname, const char *path);
 /* A <f4 or <f2 gradient whose shape is ids.shape + (D,). */
@@ -89,7 +99,7 @@ const npy_array *cli_load_grad(const char *path, const npy_array *ids, const cha
 void cli_check_ids_host(const npy_array *ids, size_t rows, clembed_index_policy policy, const char *what);
 clembed_dtype cli_host_dtype(npy_dtype t);
 /* The device dtype an input defaults to: its own (BF16 for a BF16 tensor, which
- * the tool holds widened to <f4). */
+ * the tool holds widened to <f4; a block type for a table left in its file). */
 clembed_dtype cli_input_dtype(const npy_array *a);
 size_t cli_array_bytes(const npy_array *a);
 

@@ -1,15 +1,123 @@
-/* clembed demo: the tutorial end to end on the default device. */
+/* clembed demo: the tutorial end to end on the default device; demo model:
+ * a model file's embedding table looked up. */
 #include "cli.h"
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 static const char usage[] =
     "usage: clembed demo [--device SPEC]\n"
+    "       clembed demo model FILE[:NAME] [--ids I,J,...] [--dtype f32|f16|bf16|q8_0|q4_0] [--device SPEC]\n"
     "\n"
     "The tutorial end to end: token embedding, positional encodings, their sum, the\n"
     "backward step and one SGD step, printed as small matrices, and a rotary embedding\n"
-    "(RoPE) far into a sequence beside what float32's p*w gives.\n";
+    "(RoPE) far into a sequence beside what float32's p*w gives.\n"
+    "\n"
+    "demo model FILE: lists the tensors of a .npy, .safetensors or .gguf file (as `clembed\n"
+    "inspect`), loads its embedding table (a .gguf file's token_embd.weight, a file's only\n"
+    "tensor, or NAME), quantized or float, onto the device as it lies (or as --dtype), looks\n"
+    "up a short sentence of ids (--ids, default five ids spread over the vocabulary) and\n"
+    "prints the first values of each row.\n";
+
+static const char model_usage[] =
+    "usage: clembed demo model FILE[:NAME] [--ids I,J,...] [--dtype f32|f16|bf16|q8_0|q4_0] [--device SPEC]\n"
+    "\n"
+    "Lists the tensors of a .npy, .safetensors or .gguf file (as `clembed inspect`), loads\n"
+    "its embedding table (a .gguf file's token_embd.weight, a file's only tensor, or NAME),\n"
+    "quantized or float, onto the device as it lies (or as --dtype), looks up a short\n"
+    "sentence of ids and prints the first values of each row (as float32).\n"
+    "  --ids I,J,...   the ids (default: five ids spread over the vocabulary)\n"
+    "  --dtype         the table's device dtype (default: the file's own)\n";
+
+enum { DEMO_MAX_IDS = 64, DEMO_SHOWN = 8 };
+
+static int demo_model(int argc, char **argv) {
+  cli_flag fl[] = {FV("--ids"), FV("--dtype"), FV("--device")};
+  const char *path = NULL;
+  char *rest[64];
+  int nrest = 0;
+  rest[nrest++] = argv[0];
+  for (int i = 1; i < argc; i++) {
+    if (argv[i][0] != '-') {
+      if (path) cli_fail_usage("one FILE only ('%s' and '%s' given)", path, argv[i]);
+      path = argv[i];
+    } else if (nrest < 62) {
+      rest[nrest++] = argv[i];
+      if (i + 1 < argc && strchr(argv[i], '=') == NULL && strcmp(argv[i], "--help") && strcmp(argv[i], "-h"))
+        rest[nrest++] = argv[++i]; /* every flag here takes a value */
+    } else {
+      cli_fail_usage("too many flags");
+    }
+  }
+  rest[nrest] = NULL;
+  cli_parse_flags(nrest, rest, fl, NFLAGS(fl), model_usage);
+  if (!path) cli_fail_usage("demo model: no FILE given");
+  static const char *const dtype_names[] = {"f32", "f16", "bf16", "q8_0", "q4_0", NULL}; /* clembed_dtype order */
+  int dtype_flag = VAL("--dtype") ? cli_arg_choice("--dtype", VAL("--dtype"), dtype_names) : -1;
+
+  /* the file's tensors (a FILE:NAME argument lists FILE) */
+  char *file = cli_malloc(strlen(path) + 1);
+  strcpy(file, path);
+  FILE *probe = fopen(file, "rb");
+  if (!probe) {
+    char *colon = strrchr(file, ':');
+    if (colon) *colon = '\0';
+  } else {
+    fclose(probe);
+  }
+  printf("%s:\n", file);
+  fflush(stdout);
+  char *inspect_argv[] = {"inspect", file, NULL};
+  int rc = cli_cmd_inspect(2, inspect_argv);
+  if (rc != 0) return rc;
+
+  const npy_array *w = cli_load_table_file("--table", path);
+  size_t rows = w->shape[0], dim = w->shape[1];
+  if (rows == 0) cli_fail(1, "demo model %s: the table has no rows", path);
+  int64_t ids[DEMO_MAX_IDS];
+  size_t n = 0;
+  if (VAL("--ids")) {
+    const char *s = VAL("--ids");
+    while (*s) {
+      char *end;
+      long long v = strtoll(s, &end, 10);
+      if (end == s || (*end && *end != ',')) cli_fail(1, "--ids %s: not a comma-separated list of integers", VAL("--ids"));
+      if (n == DEMO_MAX_IDS) cli_fail(1, "--ids: at most %d ids", DEMO_MAX_IDS);
+      if (v < 0 || (unsigned long long)v >= rows)
+        cli_fail(1, "--ids: id %lld is outside the table of %zu rows", v, rows);
+      ids[n++] = v;
+      s = *end ? end + 1 : end;
+    }
+    if (n == 0) cli_fail(1, "--ids: no id given");
+  } else {
+    for (size_t i = 0; i < 5 && i < rows; i++) ids[n++] = (int64_t)(rows < 5 ? i : i * (rows - 1) / 4);
+  }
+  clembed_dtype dt = dtype_flag >= 0 ? (clembed_dtype)dtype_flag : cli_input_dtype(w);
+  static const char *const all_names[] = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q6_k"};
+
+  cli_open_device(VAL("--device"));
+  clembed_matrix *table = cli_upload_table(w, dt);
+  npy_array pa = {NPY_I8, 1, {n}, n, ids};
+  clembed_ids *d_ids = cli_upload_ids(&pa);
+  clembed_matrix *out = cli_zeros(n, dim, CLEMBED_F32);
+  cli_check(clembed_lookup(cli_ctx, table, d_ids, out, 0, NULL, NULL));
+  float *h = cli_download(out, CLEMBED_F32);
+  printf("\nthe table: %zu x %zu, %s on %s\n", rows, dim, all_names[dt], clembed_context_device_name(cli_ctx));
+  if (dim > DEMO_SHOWN)
+    printf("a sentence of %zu ids, the first %d of each row's %zu values:\n", n, DEMO_SHOWN, dim);
+  else
+    printf("a sentence of %zu ids, the rows' %zu values:\n", n, dim);
+  for (size_t i = 0; i < n; i++) {
+    printf("  id %-8lld", (long long)ids[i]);
+    for (size_t c = 0; c < dim && c < DEMO_SHOWN; c++) printf(" %.9g", (double)h[i * dim + c]);
+    printf("%s\n", dim > DEMO_SHOWN ? " ..." : "");
+  }
+  cli_release_all();
+  if (fflush(stdout) != 0 || ferror(stdout)) cli_fail(1, "writing to standard output failed");
+  return 0;
+}
 
 static void print_matrix(const char *title, const float *m, size_t rows, size_t cols) {
   printf("  %s (%zu x %zu):\n", title, rows, cols);
@@ -26,6 +134,7 @@ static float *demo_read(const clembed_matrix *m) {
 }
 
 int cli_cmd_demo(int argc, char **argv) {
+  if (argc > 1 && !strcmp(argv[1], "model")) return demo_model(argc - 1, argv + 1);
   cli_flag fl[] = {FV("--device")};
   cli_parse_flags(argc, argv, fl, NFLAGS(fl), usage);
   cli_blame("demo", NULL);

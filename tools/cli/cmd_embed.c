@@ -9,12 +9,14 @@ static const char usage[] =
     "usage: clembed embed --table W.npy --ids IDS.npy [--scale S|sqrt]\n"
     "                     [--positions none|sinusoid|P.npy] [--base B] [--exponent pair|index]\n"
     "                     [--layout interleaved|halves] [--offset P] [--padding-idx V]\n"
-    "                     [--on-bad-id check|clamp|zero|wrap] [--dtype f32|f16|bf16]\n"
+    "                     [--on-bad-id check|clamp|zero|wrap] [--dtype f32|f16|bf16|q8_0|q4_0]\n"
     "                     [--dropout P --seed S] [--out-dtype f32|f16|bf16] [--device SPEC]\n"
     "                     -o OUT.npy|OUT.safetensors\n"
     "\n"
     "out[i] = dropout(scale * W[ids[i]] + P[position of i]); output shape ids.shape + (D,).\n"
-    "  --table W.npy     <f4 or <f2 table (V, D)\n"
+    "  --table W         table (V, D): .npy (<f4, <f2), .safetensors or .gguf (F32, F16, BF16, and\n"
+    "                    ggml's q8_0, q4_0, q4_K, q6_K; a .gguf defaults to token_embd.weight;\n"
+    "                    FILE:NAME picks a tensor)\n"
     "  --ids IDS.npy     <i4 or <i8 ids, (n,) or (batch, seq); 2-D ids are sequences of seq tokens\n"
     "  --scale           token row multiplier, or sqrt for sqrt(D) (default 1)\n"
     "  --positions       none (default), sinusoid, or a learned <f4/<f2 table (L, D)\n"
@@ -22,7 +24,9 @@ static const char usage[] =
     "  --offset P        position of each sequence's first token (default 0)\n"
     "  --padding-idx V   this id's token row counts as zero (negative: counts from the end)\n"
     "  --on-bad-id       check (default: exit 1 naming the position), clamp, zero, wrap\n"
-    "  --dtype           the table's device dtype (default: the table's own, f32 f16 or bf16)\n"
+    "  --dtype           the table's device dtype (default: the table's own): f32, f16, bf16, or\n"
+    "                    q8_0, q4_0 (quantized as ggml's reference quantizers); a quantized\n"
+    "                    table is dequantized exactly as ggml's dequantize_row_*\n"
     "  --dropout P       zero each output element with probability P (inverted dropout)\n"
     "  --seed S          the dropout seed (default 0)\n"
     "  -o, --output      the output (- for standard output: .npy): by default <f2 for a <f2\n"
@@ -54,13 +58,13 @@ int cli_cmd_embed(int argc, char **argv) {
   o.policy = cli_arg_policy(VAL("--on-bad-id"));
   o.dropout = cli_arg_dropout(VAL("--dropout"));
   o.dropout_seed = VAL("--seed") ? cli_arg_u64("--seed", VAL("--seed")) : 0;
-  static const char *const dtype_names[] = {"f32", "f16", "bf16", NULL};
+  static const char *const dtype_names[] = {"f32", "f16", "bf16", "q8_0", "q4_0", NULL}; /* clembed_dtype order */
   int dtype_flag = VAL("--dtype") ? cli_arg_choice("--dtype", VAL("--dtype"), dtype_names) : -1;
   cli_check_scale(VAL("--scale"));
   cli_output_open(VAL("--output"));
 
   const char *tpath = VAL("--table"), *ipath = VAL("--ids");
-  const npy_array *w = cli_load_table("--table", tpath);
+  const npy_array *w = cli_load_table_file("--table", tpath);
   const npy_array *ids = cli_load_ids("--ids", ipath);
   size_t rows = w->shape[0], dim = w->shape[1], n = ids->count;
   o.scale = cli_arg_scale(VAL("--scale"), dim);
@@ -89,14 +93,17 @@ int cli_cmd_embed(int argc, char **argv) {
   int f16_out = w->dtype == NPY_F2 && (dtype_flag < 0 || dtype_flag == CLEMBED_F16);
   clembed_dtype out_dt = cli_output_dtype(VAL("--out-dtype"), f16_out ? CLEMBED_F16 : CLEMBED_F32);
   size_t out_bytes = cli_mul3(n, dim, clembed_dtype_size(out_dt), "the output");
-  uint64_t device = (uint64_t)cli_mul3(rows, dim, clembed_dtype_size(table_dt), "--table") +
+  uint64_t device = (uint64_t)cli_mul3(rows, clembed_dtype_row_bytes(table_dt, dim), 1, "--table") +
                     cli_array_bytes(ids) + (pt ? cli_array_bytes(pt) : 0) + out_bytes;
 
   cli_open_device(VAL("--device"));
-  /* the library converts a table whose file dtype is not its device dtype through a host buffer */
-  uint64_t convert = table_dt != cli_host_dtype(w->dtype) ? (uint64_t)rows * dim * clembed_dtype_size(table_dt) : 0;
+  /* the library converts a .npy table whose dtype is not its device dtype through a host buffer; a
+   * tensor of a .safetensors or .gguf file is loaded from its mapping in bounded pieces */
+  uint64_t convert = table_dt != cli_host_dtype(w->dtype) && !cli_input_in_file(w)
+                         ? (uint64_t)rows * clembed_dtype_row_bytes(table_dt, dim)
+                         : 0;
   cli_memory_budget(out_bytes + convert, device);
-  clembed_matrix *table = cli_upload(w->data, cli_host_dtype(w->dtype), rows, dim, table_dt);
+  clembed_matrix *table = cli_upload_table(w, table_dt);
   clembed_ids *d_ids = cli_upload_ids(ids);
   clembed_matrix *ptab = NULL;
   if (pt) ptab = cli_upload(pt->data, cli_host_dtype(pt->dtype), pt->shape[0], dim, cli_host_dtype(pt->dtype));

@@ -2,7 +2,10 @@
  * (recognised by content; FILE:NAME picks a tensor), mapped read-only (no
  * second copy in host memory, except a BF16 tensor, widened to <f4, and a
  * tensor whose data are not aligned to its item size) and checked for their
- * role; every message names the flag and the file. */
+ * role; every message names the flag and the file. A table loaded with
+ * cli_load_table_file stays in its file (BF16 and block-quantized tensors
+ * included) and goes to the device with cli_upload_table (clembed_matrix_load,
+ * in bounded pieces). */
 #define _POSIX_C_SOURCE 200809L
 #include "cli.h"
 #include "clembed_io.h"
@@ -22,7 +25,11 @@ static int g_nin;
 static clembed_file *g_files[IN_MAX];
 static npy_array g_arrays[IN_MAX];
 static int g_bf16[IN_MAX]; /* g_arrays[i] came from a BF16 tensor */
+static int g_kind[IN_MAX];  /* g_arrays[i]'s stored clembed_dtype (-1: an integer type) */
+static const char *g_name[IN_MAX]; /* g_arrays[i]'s tensor name (owned by its file) */
+static int g_lazy[IN_MAX]; /* g_arrays[i] stays in its file (cli_upload_table) */
 static int g_nfiles;
+static int g_table_file; /* loading a table for cli_upload_table: no host data made */
 
 void cli_input_release(void) {
   for (int i = g_nin - 1; i >= 0; i--) npy_unmap(&g_in[i]);
@@ -78,7 +85,11 @@ static const npy_array *load_tensor(const char *flagname, const char *arg, const
   npy_array *a = &g_arrays[g_nfiles - 1];
   memset(a, 0, sizeof *a);
   int bf16 = t.dtype == CLEMBED_BF16;
+  int lazy = g_table_file && t.dtype >= 0; /* left in the file for cli_upload_table */
   g_bf16[g_nfiles - 1] = bf16;
+  g_kind[g_nfiles - 1] = t.dtype;
+  g_lazy[g_nfiles - 1] = lazy;
+  g_name[g_nfiles - 1] = t.name;
   if (t.dtype == CLEMBED_F32)
     a->dtype = NPY_F4;
   else if (t.dtype == CLEMBED_F16)
@@ -89,9 +100,11 @@ static const npy_array *load_tensor(const char *flagname, const char *arg, const
     a->dtype = NPY_I4;
   else if (!strcmp(t.type_name, "I64") || !strcmp(t.type_name, "i64"))
     a->dtype = NPY_I8;
+  else if (lazy)
+    a->dtype = NPY_F4; /* a block-quantized table: its values, never read on the host */
   else if (t.dtype >= 0)
-    cli_fail(1, "%s %s: tensor '%s' is block-quantized (%s); this version of the tool takes F32, F16, BF16, "
-                "I32 and I64 tensors", flagname, arg, t.name, t.type_name);
+    cli_fail(1, "%s %s: tensor '%s' is block-quantized (%s): a quantized table is for looking up only (embed's "
+                "--table); here the tool takes F32, F16, BF16, I32 and I64 tensors", flagname, arg, t.name, t.type_name);
   else
     cli_fail(1, "%s %s: tensor '%s' is of type %s; the tool takes F32, F16, BF16, I32 and I64 tensors", flagname,
              arg, t.name, t.type_name);
@@ -104,7 +117,9 @@ static const npy_array *load_tensor(const char *flagname, const char *arg, const
   }
   a->count = count;
   size_t item = npy_itemsize(a->dtype);
-  if (bf16) { /* widened to float32, exactly */
+  if (lazy) {
+    a->data = NULL; /* cli_upload_table loads it from the file */
+  } else if (bf16) { /* widened to float32, exactly */
     float *w = cli_malloc(cli_mul3(count, sizeof(float), 1, flagname));
     const unsigned char *p = data;
     for (size_t k = 0; k < count; k++) {
@@ -119,7 +134,7 @@ static const npy_array *load_tensor(const char *flagname, const char *arg, const
   } else {
     a->data = (void *)(uintptr_t)data; /* read-only: the tool never writes its inputs */
   }
-  if (!a->data) a->data = (void *)"";
+  if (!a->data && !lazy) a->data = (void *)"";
   return a;
 }
 
@@ -127,8 +142,24 @@ clembed_dtype cli_host_dtype(npy_dtype t) { return t == NPY_F2 ? CLEMBED_F16 : C
 
 clembed_dtype cli_input_dtype(const npy_array *a) {
   for (int i = 0; i < g_nfiles; i++)
-    if (a == &g_arrays[i] && g_bf16[i]) return CLEMBED_BF16;
+    if (a == &g_arrays[i] && g_kind[i] >= 0) return (clembed_dtype)g_kind[i];
   return cli_host_dtype(a->dtype);
+}
+
+int cli_input_in_file(const npy_array *a) {
+  for (int i = 0; i < g_nfiles; i++)
+    if (a == &g_arrays[i] && g_lazy[i]) return 1;
+  return 0;
+}
+
+clembed_matrix *cli_upload_table(const npy_array *a, clembed_dtype dtype) {
+  for (int i = 0; i < g_nfiles; i++)
+    if (a == &g_arrays[i] && g_lazy[i]) {
+      clembed_matrix *m = cli_new_matrix();
+      cli_check(clembed_matrix_load(cli_ctx, g_files[i], g_name[i], dtype, m));
+      return m;
+    }
+  return cli_upload(a->data, cli_host_dtype(a->dtype), a->shape[0], a->ndim > 1 ? a->shape[1] : 0, dtype);
 }
 
 size_t cli_array_bytes(const npy_array *a) { return a->count * npy_itemsize(a->dtype); }
@@ -156,7 +187,8 @@ const npy_array *cli_load(const char *flagname, const char *path) {
     if (!is_npy(file)) return load_tensor(flagname, path, file, colon + 1);
     if (stat(file, &st) == 0)
       cli_fail(1, "%s %s: %s is a .npy file, which holds one array without a name", flagname, path, file);
-  } else if (!is_npy(path)) {
+  } else if (!is_npy(path) || (g_table_file && stat(path, &st) == 0 && S_ISREG(st.st_mode))) {
+    /* a .npy table (a regular file) too: loaded by clembed_matrix_load from its file */
     return load_tensor(flagname, path, path, NULL);
   }
   if (g_nin == IN_MAX) cli_fail(2, "internal error: too many inputs");
@@ -173,6 +205,13 @@ const npy_array *cli_load_table(const char *flagname, const char *path) {
     cli_fail(1, "%s %s: dtype %s; a table must be <f4 or <f2", flagname, path, npy_dtype_name(a->dtype));
   if (a->ndim != 2)
     cli_fail(1, "%s %s: shape %s; a table must be 2-D (rows, dim)", flagname, path, shape_str(a, sh, sizeof sh));
+  return a;
+}
+
+const npy_array *cli_load_table_file(const char *flagname, const char *path) {
+  g_table_file = 1;
+  const npy_array *a = cli_load_table(flagname, path);
+  g_table_file = 0;
   return a;
 }
 

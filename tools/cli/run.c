@@ -25,6 +25,9 @@ static struct {
   int nmats;
   clembed_ids ids[R_MAX];
   int nids;
+  cl_mem mapped[R_MAX]; /* buffers mapped by cli_download, unmapped before the matrices go */
+  void *maps[R_MAX];
+  int nmaps;
 } R;
 
 /* input.c's mappings */
@@ -32,6 +35,12 @@ void cli_input_release(void);
 
 void cli_release_all(void) {
   cli_output_abort();
+  if (cli_ctx && R.nmaps) {
+    cl_command_queue q = clembed_context_queue(cli_ctx);
+    for (int i = R.nmaps - 1; i >= 0; i--) clEnqueueUnmapMemObject(q, R.mapped[i], R.maps[i], 0, NULL, NULL);
+    clFinish(q);
+  }
+  R.nmaps = 0;
   for (int i = R.nmats - 1; i >= 0; i--) clembed_matrix_release(&R.mats[i]);
   for (int i = R.nids - 1; i >= 0; i--) clembed_ids_release(&R.ids[i]);
   R.nmats = R.nids = 0;
@@ -231,6 +240,8 @@ void cli_memory_budget(uint64_t host_bytes, uint64_t device_bytes) {
 
 /* ------------------------------------------------------- device buffers */
 
+clembed_matrix *cli_new_matrix(void) { return new_matrix(); }
+
 clembed_matrix *cli_upload(const void *host, clembed_dtype hd, size_t rows, size_t cols, clembed_dtype dt) {
   clembed_matrix *m = new_matrix();
   cli_check(clembed_matrix_create(cli_ctx, rows, cols, dt, m));
@@ -250,7 +261,35 @@ clembed_ids *cli_upload_ids(const npy_array *a) {
   return d;
 }
 
+/* Whether the context's device is a CPU that shares host memory: there a
+ * buffer is mapped rather than copied. */
+static int host_unified_cpu(void) {
+  cl_device_id dev = NULL;
+  cl_device_type type = 0;
+  cl_bool unified = CL_FALSE;
+  cl_command_queue q = clembed_context_queue(cli_ctx);
+  if (!q || clGetCommandQueueInfo(q, CL_QUEUE_DEVICE, sizeof dev, &dev, NULL) != CL_SUCCESS ||
+      clGetDeviceInfo(dev, CL_DEVICE_TYPE, sizeof type, &type, NULL) != CL_SUCCESS ||
+      clGetDeviceInfo(dev, CL_DEVICE_HOST_UNIFIED_MEMORY, sizeof unified, &unified, NULL) != CL_SUCCESS)
+    return 0;
+  return (type & CL_DEVICE_TYPE_CPU) && unified;
+}
+
 void *cli_download(const clembed_matrix *m, clembed_dtype hd) {
+  /* a dense matrix of the wanted dtype on a CPU device: mapped, not copied (read-only use) */
+  size_t bytes = cli_mul3(m->rows, m->cols, clembed_dtype_size(hd), "the output");
+  if (bytes && m->dtype == hd && m->offset == 0 && (m->ld == 0 || m->ld == m->cols) && R.nmaps < R_MAX &&
+      host_unified_cpu()) {
+    cli_check(clembed_finish(cli_ctx));
+    cl_int err = CL_SUCCESS;
+    void *p = clEnqueueMapBuffer(clembed_context_queue(cli_ctx), m->buffer, CL_TRUE, CL_MAP_READ, 0, bytes, 0, NULL,
+                                 NULL, &err);
+    if (err == CL_SUCCESS && p) {
+      R.mapped[R.nmaps] = m->buffer;
+      R.maps[R.nmaps++] = p;
+      return p;
+    }
+  }
   void *h = cli_malloc(cli_mul3(m->rows, m->cols, clembed_dtype_size(hd), "the output"));
   if (m->rows && m->cols) cli_check(clembed_matrix_read(cli_ctx, m, h, hd));
   cli_check(clembed_finish(cli_ctx));
