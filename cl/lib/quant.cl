@@ -42,10 +42,8 @@
 /* the f16 at b[0], b[1] (little-endian), as float32 */
 inline float ce_q_half(__global const uchar *b) { return ce_half_to_float((uint)b[0] | ((uint)b[1] << 8)); }
 
-/* Q4_K: get_scale_min_k4(s, scales) with d*sc and dmin*m, as ggml's d1 (d2) and m1 (m2).
- * Always inlined: POCL otherwise calls it once per vector, and the call spills
- * every vector register of the caller's loop. */
-__attribute__((always_inline)) inline float2 ce_q4_k_scale_min(__global const uchar *blk, uint s) {
+/* Q4_K: get_scale_min_k4(s, scales) with d*sc and dmin*m, as ggml's d1 (d2) and m1 (m2) */
+inline float2 ce_q4_k_scale_min(__global const uchar *blk, uint s) {
   __global const uchar *q = blk + 4;
   uint sc, m;
   if (s < 4) {
