@@ -141,8 +141,16 @@ inline USV ce_bf16_bitsv(FV v) { /* ce_to_bf16, lane-wise */
   UV rne = (x + 0x7FFFu + ((x >> 16) & 1u)) >> 16, qnan = (x >> 16) | 0x40u;
   return convert_USV(select(rne, qnan, (x & 0x7FFFFFFFu) > 0x7F800000u));
 }
-inline void ce_storev_1(__global half *p, ulong o, FV v) { vstoreV(ce_f16_bitsv(v), 0, (__global ushort *)p + o); }
-inline void ce_storev_2(__global ushort *p, ulong o, FV v) { vstoreV(ce_bf16_bitsv(v), 0, p + o); }
+/* A 16-bit vector is stored whole when p + o is aligned to the vector's size:
+ * POCL compiles vstoreV of ushort to one 2-byte store per lane. */
+inline void ce_storev_us(__global ushort *q, USV h) {
+  if (((ulong)q & (sizeof(USV) - 1)) == 0)
+    *(__global USV *)q = h;
+  else
+    vstoreV(h, 0, q);
+}
+inline void ce_storev_1(__global half *p, ulong o, FV v) { ce_storev_us((__global ushort *)p + o, ce_f16_bitsv(v)); }
+inline void ce_storev_2(__global ushort *p, ulong o, FV v) { ce_storev_us(p + o, ce_bf16_bitsv(v)); }
 
 /* Streaming stores (the compiler's non-temporal store: the data goes to memory
  * without first reading the line into the cache, like memcpy's large copies)

@@ -186,7 +186,7 @@ inline void ce_embed_row_tokens(CE_EMBED_ARGS, ulong t0, ulong tstep, int shared
         __builtin_nontemporal_store(h, (__global USV *)((__global ushort *)orow[k] + c));
       else
 #endif
-        vstoreV(h, 0, (__global ushort *)orow[k] + c);
+        ce_storev_us((__global ushort *)orow[k] + c, h);
     }
     continue;
 #endif
