@@ -14,63 +14,10 @@ static cl_command_queue cl_queue;
 
 /* ------------------------------------------------------------ device data */
 
-/* A rows x cols matrix in its own buffer with `off` elements before it and
- * ld = cols + extra; every other byte holds 0xA5 so gaps can be checked. The
- * whole buffer is written in one host write (Oclgrind 21.10 tracks only the
- * last host write of a buffer as initialised, so a write at an offset would
- * make it report the rest). */
 static clembed_matrix mk_matrix(clembed_context *ctx, size_t rows, size_t cols, clembed_dtype dt, size_t extra,
                                 size_t off, const float *host) {
-  clembed_matrix m = {0};
-  size_t ld = cols + extra, es = clembed_dtype_size(dt);
-  size_t elems = off + (rows ? (rows - 1) * ld + cols : 0) + 1;
-  cl_int err;
-  unsigned char *img = malloc(elems * es);
-  memset(img, 0xA5, elems * es);
-  for (size_t r = 0; r < rows && host; r++)
-    for (size_t c = 0; c < cols; c++) {
-      unsigned char *p = img + (off + r * ld + c) * es;
-      float v = host[r * cols + c];
-      uint16_t h = dt == CLEMBED_F16 ? ref_f32_to_f16(v) : ref_f32_to_bf16(v);
-      if (dt == CLEMBED_F32) memcpy(p, &v, 4);
-      else memcpy(p, &h, 2);
-    }
-  m.buffer = clCreateBuffer(cl_ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, elems * es, img, &err);
-  EXPECT(err == CL_SUCCESS, "clCreateBuffer %d", err);
-  free(img);
-  m.offset = off;
-  m.rows = rows;
-  m.cols = cols;
-  m.ld = extra ? ld : 0;
-  m.dtype = dt;
   (void)ctx;
-  return m;
-}
-
-static float *rd(clembed_context *ctx, const clembed_matrix *m) {
-  float *h = malloc((m->rows * m->cols + 1) * sizeof(float));
-  OK(ctx, clembed_matrix_read(ctx, m, h, CLEMBED_F32));
-  return h;
-}
-
-/* Checks that the bytes of m's buffer outside the matrix still hold 0xA5. */
-static void check_gaps(const clembed_matrix *m, const char *what) {
-  size_t size;
-  clGetMemObjectInfo(m->buffer, CL_MEM_SIZE, sizeof size, &size, NULL);
-  unsigned char *b = malloc(size);
-  clEnqueueReadBuffer(cl_queue, m->buffer, CL_TRUE, 0, size, b, 0, NULL, NULL);
-  size_t es = clembed_dtype_size(m->dtype), ld = m->ld ? m->ld : m->cols, bad = 0;
-  for (size_t e = 0; e < size / es; e++) {
-    int inside = 0;
-    if (e >= m->offset && m->cols) {
-      size_t r = (e - m->offset) / ld, c = (e - m->offset) % ld;
-      inside = r < m->rows && c < m->cols;
-    }
-    if (!inside)
-      for (size_t k = 0; k < es; k++) bad += b[e * es + k] != 0xA5;
-  }
-  EXPECT(bad == 0, "%s: %zu bytes outside the matrix changed", what, bad);
-  free(b);
+  return tu_gapped_matrix(cl_ctx, rows, cols, dt, extra, off, host);
 }
 
 static clembed_ids mk_ids(clembed_context *ctx, const int64_t *host, size_t n, clembed_index_type t, size_t off) {
@@ -151,7 +98,7 @@ static void run_case(clembed_context *ctx, const bcase *bc) {
   clembed_ids im = mk_ids(ctx, ids, n, bc->it, bc->id_off);
   OK(ctx, clembed_backward(ctx, &gm, &im, &bc->o, &tm, 0, NULL, NULL));
   OK(ctx, clembed_finish(ctx));
-  float *got = rd(ctx, &tm);
+  float *got = tu_read_f32(ctx, &tm);
   float *want = malloc((V * d + 1) * sizeof(float));
   memcpy(want, t0, V * d * sizeof(float));
   ref_backward(g, ids, n, d, V, &bc->o, want);
@@ -180,7 +127,7 @@ static void run_case(clembed_context *ctx, const bcase *bc) {
     free(cnt);
     free(ga);
   }
-  check_gaps(&tm, bc->name);
+  tu_check_gaps(cl_queue, &tm, bc->name);
   free(got);
   free(want);
   free(g);
@@ -262,7 +209,7 @@ TU_CASE(one_id_repeated_twenty_thousand_times) {
   clembed_backward_options o = clembed_backward_defaults();
   o.accumulate = 0;
   OK(ctx, clembed_backward(ctx, &gm, &im, &o, &tm, 0, NULL, NULL));
-  float *got = rd(ctx, &tm);
+  float *got = tu_read_f32(ctx, &tm);
   int pairwise_differs = 0;
   size_t m = 0;
   float *vals = malloc(n * sizeof(float));
@@ -283,7 +230,7 @@ TU_CASE(one_id_repeated_twenty_thousand_times) {
 
   /* Identical bytes across runs. */
   OK(ctx, clembed_backward(ctx, &gm, &im, &o, &tm, 0, NULL, NULL));
-  float *again = rd(ctx, &tm);
+  float *again = tu_read_f32(ctx, &tm);
   EXPECT(memcmp(got, again, V * d * sizeof(float)) == 0, "two runs differ");
   free(again);
   free(vals);
@@ -390,7 +337,7 @@ TU_CASE(bad_ids_give_no_gradient_and_a_named_error) {
       EXPECT(strstr(clembed_context_message(ctx), want) != NULL, "message '%s', want '%s'",
              clembed_context_message(ctx), want);
       OK(ctx, clembed_finish(ctx)); /* cleared */
-      float *got = rd(ctx, &tm), *ref = calloc(V * d + 1, sizeof(float));
+      float *got = tu_read_f32(ctx, &tm), *ref = calloc(V * d + 1, sizeof(float));
       ref_backward(g, ids, n, d, V, &o, ref);
       if (det) EXPECT_BITS(got, ref, V * d, "check policy");
       else {
@@ -428,7 +375,7 @@ TU_CASE(zero_ids_accumulate_and_overwrite) {
       EXPECT(clWaitForEvents(1, &ev) == CL_SUCCESS, "wait");
       clReleaseEvent(ev);
     }
-    float *got = rd(ctx, &tm);
+    float *got = tu_read_f32(ctx, &tm);
     EXPECT_BITS(got, t0, V * d, "empty, accumulate");
     free(got);
     o.accumulate = 0;
@@ -436,7 +383,7 @@ TU_CASE(zero_ids_accumulate_and_overwrite) {
     OK(ctx, clembed_backward(ctx, &gm, &im, &o, &tm, 0, NULL, &ev));
     EXPECT(ev != NULL, "no event");
     if (ev) clReleaseEvent(ev);
-    got = rd(ctx, &tm);
+    got = tu_read_f32(ctx, &tm);
     size_t nz = 0;
     for (size_t k = 0; k < V * d; k++) nz += got[k] != 0.0f;
     EXPECT(nz == 0, "empty, overwrite: %zu nonzero", nz);
@@ -445,11 +392,11 @@ TU_CASE(zero_ids_accumulate_and_overwrite) {
     tm = mk_matrix(ctx, V, d, CLEMBED_F32, 2, 1, t0);
     /* sgd with no ids touches nothing */
     OK(ctx, clembed_sgd_update(ctx, &gm, &im, 0.5f, &o, &tm, 0, NULL, NULL));
-    got = rd(ctx, &tm);
+    got = tu_read_f32(ctx, &tm);
     EXPECT_BITS(got, t0, V * d, "empty sgd");
     free(got);
   }
-  check_gaps(&tm, "empty");
+  tu_check_gaps(cl_queue, &tm, "empty");
   free(t0);
   clembed_matrix_release(&gm);
   clembed_matrix_release(&tm);
@@ -494,12 +441,12 @@ TU_CASE(learned_position_gradient) {
     } else {
       EXPECT(fs == CLEMBED_OK, "variant %d: %s: %s", variant, clembed_status_string(fs), clembed_context_message(ctx));
     }
-    float *pt = rd(ctx, &pm), *pw = malloc(P * d * sizeof(float));
+    float *pt = tu_read_f32(ctx, &pm), *pw = malloc(P * d * sizeof(float));
     memcpy(pw, p0, P * d * sizeof(float));
     ref_backward_positions(g, n, d, P, &o, o.sequence_offsets ? so : NULL, pw);
     EXPECT_BITS(pt, pw, P * d, "position_grad");
-    check_gaps(&pm, "position_grad");
-    float *tt = rd(ctx, &tm), *tw = malloc(V * d * sizeof(float));
+    tu_check_gaps(cl_queue, &pm, "position_grad");
+    float *tt = tu_read_f32(ctx, &tm), *tw = malloc(V * d * sizeof(float));
     memcpy(tw, t0, V * d * sizeof(float));
     ref_backward(g, ids, n, d, V, &o, tw);
     if (!o.deterministic) {
@@ -552,7 +499,7 @@ TU_CASE(dropout_mask_matches_the_forward) {
   for (int det = 1; det >= 0; det--) {
     o.deterministic = det;
     OK(ctx, clembed_backward(ctx, &gm, &im, &o, &dm, 0, NULL, NULL));
-    float *out = rd(ctx, &om), *dw = rd(ctx, &dm);
+    float *out = tu_read_f32(ctx, &om), *dw = tu_read_f32(ctx, &dm);
     size_t mismatch = 0, zeros = 0, wrong = 0;
     for (size_t i = 0; i < n; i++)
       for (size_t c = 0; c < d; c++) {
@@ -611,7 +558,7 @@ TU_CASE(sgd_touched_rows_rounded_untouched_kept) {
       OK(ctx, clembed_sgd_update(ctx, &gm, &im, lr, &o, &tm, 0, NULL, NULL));
       OK(ctx, clembed_finish(ctx));
       clEnqueueReadBuffer(cl_queue, tm.buffer, CL_TRUE, 0, bytes, after, 0, NULL, NULL);
-      float *got = rd(ctx, &tm);
+      float *got = tu_read_f32(ctx, &tm);
       float *r = malloc(V * d * sizeof(float));
       uint32_t *cnt = malloc(V * sizeof(uint32_t));
       ref_backward_rows(g, ids, n, d, V, &o, r, cnt);
@@ -634,7 +581,7 @@ TU_CASE(sgd_touched_rows_rounded_untouched_kept) {
       EXPECT(untouched_changed == 0, "sgd dtype %d var %d: %zu untouched rows changed", dt, var, untouched_changed);
       EXPECT(far == 0, "sgd dtype %d var %d: %zu elements off W - lr*dW by more than 1e-5", dt, var, far);
       EXPECT(not_rounded == 0, "sgd dtype %d var %d: %zu elements are not round(w - lr*r)", dt, var, not_rounded);
-      check_gaps(&tm, "sgd table");
+      tu_check_gaps(cl_queue, &tm, "sgd table");
       free(before);
       free(after);
       free(got);
@@ -677,18 +624,18 @@ TU_CASE(f16_gradients_and_table_by_their_bits) {
   clembed_matrix tm = mk_matrix(ctx, V, d, CLEMBED_F16, 3, 1, zeros);
   clembed_backward_options o = clembed_backward_defaults();
   OK(ctx, clembed_sgd_update(ctx, &gm, &im, 1.0f, &o, &tm, 0, NULL, NULL));
-  got = rd(ctx, &tm);
+  got = tu_read_f32(ctx, &tm);
   for (size_t i = 0; i < n; i++)
     for (size_t c = 0; c < d; c++) want[(size_t)ids[i] * d + c] = ref_round(t[i * d + c], CLEMBED_F16);
   EXPECT_BITS(got, want, V * d, "f16 table rounding");
   free(got);
-  check_gaps(&tm, "f16 table");
+  tu_check_gaps(cl_queue, &tm, "f16 table");
   /* gradient read: F16 gradient of the same values, F32 grad_table, overwrite */
   clembed_matrix g16 = mk_matrix(ctx, n, d, CLEMBED_F16, 1, 5, t);
   clembed_matrix dm = mk_matrix(ctx, V, d, CLEMBED_F32, 0, 0, NULL);
   o.accumulate = 0;
   OK(ctx, clembed_backward(ctx, &g16, &im, &o, &dm, 0, NULL, NULL));
-  got = rd(ctx, &dm);
+  got = tu_read_f32(ctx, &dm);
   for (size_t k = 0; k < V * d; k++) want[k] = 0.0f + want[k]; /* S = 0 + g: -0 becomes +0 */
   EXPECT_BITS(got, want, V * d, "f16 gradient read");
   free(got);
@@ -749,7 +696,7 @@ TU_CASE(out_of_order_queue) {
   clReleaseEvent(done);
   clReleaseEvent(gate);
   OK(oq, clembed_finish(oq));
-  float *got = rd(oq, &tm), *pt = rd(oq, &pm);
+  float *got = tu_read_f32(oq, &tm), *pt = tu_read_f32(oq, &pm);
   float *pw = calloc(P * d, sizeof(float));
   ref_backward(g, ids, n, d, V, &o, t0);
   ref_backward_positions(g, n, d, P, &o, NULL, pw);

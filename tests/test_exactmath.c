@@ -22,26 +22,7 @@
 #include <CL/cl.h>
 #include <float.h>
 
-#if FLT_EVAL_METHOD != 0
-#error "test_exactmath needs float arithmetic in float (SSE2 on x86: -mfpmath=sse)"
-#endif
-
-static inline unsigned int as_uint(float f) {
-  unsigned int u;
-  memcpy(&u, &f, 4);
-  return u;
-}
-static inline float as_float(unsigned int u) {
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-#define fma(a, b, c) fmaf(a, b, c)
-#define rint(x) rintf(x)
-#define CE_XM_FN static inline
-#include "../cl/lib/exactmath.cl"
-#undef fma
-#undef rint
+#include "exactmath_host.h"
 
 
 /* ulp of a float64 value as a float32 (the spacing of floats at |x|). */

@@ -19,27 +19,7 @@
 #include "test_util.h"
 
 #include <float.h>
-#if FLT_EVAL_METHOD != 0
-#error "test_init needs float arithmetic in float (SSE2 on x86: -mfpmath=sse)"
-#endif
-
-/* cl/lib/exactmath.cl compiled for the host: the bits every device must give. */
-static inline unsigned int as_uint(float f) {
-  unsigned int u;
-  memcpy(&u, &f, 4);
-  return u;
-}
-static inline float as_float(unsigned int u) {
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-#define fma(a, b, c) fmaf(a, b, c)
-#define rint(x) rintf(x)
-#define CE_XM_FN static inline
-#include "../cl/lib/exactmath.cl"
-#undef fma
-#undef rint
+#include "exactmath_host.h"
 
 static const clembed_dtype DT[3] = {CLEMBED_F32, CLEMBED_F16, CLEMBED_BF16};
 static const char *DN[3] = {"F32", "F16", "BF16"};

@@ -39,63 +39,14 @@ static const char *DN[3] = {"F32", "F16", "BF16"};
 
 /* ------------------------------------------------------------ device data */
 
-/* rows x cols at offset `off`, ld = cols + extra, every other byte 0xA5. */
 static clembed_matrix mk_matrix(size_t rows, size_t cols, clembed_dtype dt, size_t extra, size_t off,
                                 const float *host) {
-  clembed_matrix m = {0};
-  size_t ld = cols + extra, es = clembed_dtype_size(dt);
-  size_t elems = off + (rows ? (rows - 1) * ld + cols : 0) + 1;
-  cl_int err;
-  unsigned char *img = malloc(elems * es);
-  memset(img, 0xA5, elems * es);
-  for (size_t r = 0; r < rows && host; r++)
-    for (size_t c = 0; c < cols; c++) {
-      unsigned char *p = img + (off + r * ld + c) * es;
-      float v = host[r * cols + c];
-      uint16_t h = dt == CLEMBED_F16 ? ref_f32_to_f16(v) : ref_f32_to_bf16(v);
-      if (dt == CLEMBED_F32) memcpy(p, &v, 4);
-      else memcpy(p, &h, 2);
-    }
-  m.buffer = clCreateBuffer(cl_ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, elems * es, img, &err);
-  EXPECT(err == CL_SUCCESS, "clCreateBuffer %d", err);
-  free(img);
-  m.offset = off;
-  m.rows = rows;
-  m.cols = cols;
-  m.ld = extra ? ld : 0;
-  m.dtype = dt;
-  return m;
+  return tu_gapped_matrix(cl_ctx, rows, cols, dt, extra, off, host);
 }
 
 static void rel(clembed_matrix *m) {
   if (m->buffer) clReleaseMemObject(m->buffer);
   memset(m, 0, sizeof *m);
-}
-
-static float *rd(clembed_context *ctx, const clembed_matrix *m) {
-  float *h = malloc((m->rows * m->cols + 1) * sizeof(float));
-  OK(ctx, clembed_matrix_read(ctx, m, h, CLEMBED_F32));
-  return h;
-}
-
-/* The bytes of m's buffer outside the matrix still hold 0xA5. */
-static void check_gaps(const clembed_matrix *m, const char *what) {
-  size_t size;
-  clGetMemObjectInfo(m->buffer, CL_MEM_SIZE, sizeof size, &size, NULL);
-  unsigned char *b = malloc(size);
-  clEnqueueReadBuffer(cl_queue, m->buffer, CL_TRUE, 0, size, b, 0, NULL, NULL);
-  size_t es = clembed_dtype_size(m->dtype), ld = m->ld ? m->ld : m->cols, bad = 0;
-  for (size_t e = 0; e < size / es; e++) {
-    int inside = 0;
-    if (e >= m->offset && m->cols) {
-      size_t r = (e - m->offset) / ld, c = (e - m->offset) % ld;
-      inside = r < m->rows && c < m->cols;
-    }
-    if (!inside)
-      for (size_t k = 0; k < es; k++) bad += b[e * es + k] != 0xA5;
-  }
-  EXPECT(bad == 0, "%s: %zu bytes outside the matrix changed", what, bad);
-  free(b);
 }
 
 static clembed_ids mk_ids(clembed_context *ctx, const int64_t *host, size_t n, clembed_index_type t) {
@@ -259,7 +210,7 @@ static void check_problem(clembed_context *ctx, problem *p, int steps, const cha
   bo.accumulate = 0;
   bo.deterministic = 1;
   OK(ctx, clembed_backward(ctx, &grad, &ids, &bo, &G, 0, NULL, NULL));
-  float *Gh = rd(ctx, &G);
+  float *Gh = tu_read_f32(ctx, &G);
   unsigned char *stepped = stepped_rows(p);
   float *w = malloc(V * d * sizeof *w);
   for (size_t e = 0; e < V * d; e++) w[e] = ref_round(p->table[e], p->dt);
@@ -280,7 +231,7 @@ static void check_problem(clembed_context *ctx, problem *p, int steps, const cha
     for (size_t e = 0; e < V * d; e++) acc_tol[e] = acc_tol[e] * 2.0 + tol[e]; /* earlier steps' slack carries on */
   }
   OK(ctx, clembed_finish(ctx));
-  float *wg = rd(ctx, &table);
+  float *wg = tu_read_f32(ctx, &table);
   size_t bad = 0, bad_s = 0, bad_u = 0;
   double worst = 0.0;
   for (size_t e = 0; e < V * d; e++) {
@@ -296,7 +247,7 @@ static void check_problem(clembed_context *ctx, problem *p, int steps, const cha
   }
   EXPECT(bad == 0, "%s: %zu table elements off", label, bad);
   if (st1.buffer) {
-    float *sg = rd(ctx, &st1);
+    float *sg = tu_read_f32(ctx, &st1);
     int exact = p->o.kind != CLEMBED_ROWWISE_ADAGRAD;
     for (size_t e = 0; e < s1n; e++) {
       size_t row = p->o.kind == CLEMBED_ROWWISE_ADAGRAD ? e : e / d;
@@ -309,21 +260,21 @@ static void check_problem(clembed_context *ctx, problem *p, int steps, const cha
       }
     }
     EXPECT(bad_s == 0, "%s: %zu state elements off", label, bad_s);
-    check_gaps(&st1, "state");
+    tu_check_gaps(cl_queue, &st1, "state");
     free(sg);
   }
   if (st2.buffer) {
-    float *ug = rd(ctx, &st2);
+    float *ug = tu_read_f32(ctx, &st2);
     for (size_t e = 0; e < V * d; e++)
       if (memcmp(&ug[e], &s2[e], 4) != 0) {
         if (bad_u < 5) fprintf(stderr, "%s: state2[%zu] = %.9g, reference %.9g\n", label, e, ug[e], s2[e]);
         bad_u++;
       }
     EXPECT(bad_u == 0, "%s: %zu state2 elements off", label, bad_u);
-    check_gaps(&st2, "state2");
+    tu_check_gaps(cl_queue, &st2, "state2");
     free(ug);
   }
-  check_gaps(&table, "table");
+  tu_check_gaps(cl_queue, &table, "table");
   free(wg);
   free(Gh);
   free(stepped);
@@ -418,7 +369,7 @@ TU_CASE(sgd_equals_update) {
     p.o.learning_rate = 0.3f;
     OK(ctx, clembed_optimizer_step(ctx, &grad, &ids, &p.bo, &p.o, &a, 0, NULL, NULL));
     OK(ctx, clembed_sgd_update(ctx, &grad, &ids, 0.3f, &p.bo, &b, 0, NULL, NULL));
-    float *ha = rd(ctx, &a), *hb = rd(ctx, &b);
+    float *ha = tu_read_f32(ctx, &a), *hb = tu_read_f32(ctx, &b);
     EXPECT(memcmp(ha, hb, p.V * p.d * 4) == 0, "SGD step and clembed_sgd_update differ (%s)", DN[t]);
     size_t changed = 0;
     for (size_t e = 0; e < p.V * p.d; e++) changed += ha[e] != ref_round(p.table[e], p.dt);
@@ -452,7 +403,7 @@ TU_CASE(untouched) {
     OK(ctx, clembed_context_error(ctx, &det));
     EXPECT(det.index == 4 && det.value == 5000, "bad id reported at %lld value %lld", (long long)det.index,
            (long long)det.value);
-    float *w = rd(ctx, &table), *s = st1.buffer ? rd(ctx, &st1) : NULL, *u = st2.buffer ? rd(ctx, &st2) : NULL;
+    float *w = tu_read_f32(ctx, &table), *s = st1.buffer ? tu_read_f32(ctx, &st1) : NULL, *u = st2.buffer ? tu_read_f32(ctx, &st2) : NULL;
     size_t scols = k == CLEMBED_ROWWISE_ADAGRAD ? 1 : p.d, kept = 0, moved = 0;
     for (size_t v = 0; v < p.V; v++) {
       int hit = v % 3 == 0 && v <= 18 && v != 6;
@@ -468,7 +419,7 @@ TU_CASE(untouched) {
     }
     EXPECT(kept == 0, "%s: %zu elements of rows not stepped changed", KN[k], kept);
     EXPECT(moved > 0, "%s: no stepped row changed", KN[k]);
-    check_gaps(&table, "table");
+    tu_check_gaps(cl_queue, &table, "table");
     free(w);
     free(s);
     free(u);
@@ -502,16 +453,16 @@ static unsigned char *run_bytes(clembed_context *ctx, const problem *p, int step
   size_t a = p->V * p->d, b = st1.buffer ? st1.rows * st1.cols : 0, c = st2.buffer ? a : 0;
   *len = (a + b + c) * 4;
   unsigned char *out = malloc(*len + 1);
-  float *w = rd(ctx, &table);
+  float *w = tu_read_f32(ctx, &table);
   memcpy(out, w, a * 4);
   free(w);
   if (b) {
-    float *s = rd(ctx, &st1);
+    float *s = tu_read_f32(ctx, &st1);
     memcpy(out + a * 4, s, b * 4);
     free(s);
   }
   if (c) {
-    float *u = rd(ctx, &st2);
+    float *u = tu_read_f32(ctx, &st2);
     memcpy(out + (a + b) * 4, u, c * 4);
     free(u);
   }

@@ -161,6 +161,67 @@ static inline size_t tu_written_outside(clembed_context *ctx, const clembed_matr
   return touched;
 }
 
+/* ------------------------------------------------ matrices with guarded gaps */
+
+/* A rows x cols matrix in its own buffer of cl_context c, with `off` elements
+ * before it and ld = cols + extra; every other byte holds 0xA5 so gaps can be
+ * checked (tu_check_gaps). The whole buffer is written in one host write
+ * (Oclgrind 21.10 tracks only the last host write of a buffer as initialised,
+ * so a write at an offset would make it report the rest). */
+static inline clembed_matrix tu_gapped_matrix(cl_context c, size_t rows, size_t cols, clembed_dtype dt, size_t extra,
+                                              size_t off, const float *host) {
+  clembed_matrix m = {0};
+  size_t ld = cols + extra, es = clembed_dtype_size(dt);
+  size_t elems = off + (rows ? (rows - 1) * ld + cols : 0) + 1;
+  cl_int err;
+  unsigned char *img = malloc(elems * es);
+  memset(img, 0xA5, elems * es);
+  for (size_t r = 0; r < rows && host; r++)
+    for (size_t col = 0; col < cols; col++) {
+      unsigned char *p = img + (off + r * ld + col) * es;
+      float v = host[r * cols + col];
+      uint16_t h = dt == CLEMBED_F16 ? ref_f32_to_f16(v) : ref_f32_to_bf16(v);
+      if (dt == CLEMBED_F32) memcpy(p, &v, 4);
+      else memcpy(p, &h, 2);
+    }
+  m.buffer = clCreateBuffer(c, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, elems * es, img, &err);
+  EXPECT(err == CL_SUCCESS, "clCreateBuffer %d", err);
+  free(img);
+  m.offset = off;
+  m.rows = rows;
+  m.cols = cols;
+  m.ld = extra ? ld : 0;
+  m.dtype = dt;
+  return m;
+}
+
+/* The matrix read back as F32, in a new allocation (at least one element). */
+static inline float *tu_read_f32(clembed_context *ctx, const clembed_matrix *m) {
+  float *h = malloc((m->rows * m->cols + 1) * sizeof(float));
+  OK(ctx, clembed_matrix_read(ctx, m, h, CLEMBED_F32));
+  return h;
+}
+
+/* Checks that the bytes of m's buffer outside the matrix still hold 0xA5. */
+static inline void tu_check_gaps(cl_command_queue q, const clembed_matrix *m, const char *what) {
+  size_t size;
+  clGetMemObjectInfo(m->buffer, CL_MEM_SIZE, sizeof size, &size, NULL);
+  unsigned char *b = malloc(size);
+  clEnqueueReadBuffer(q, m->buffer, CL_TRUE, 0, size, b, 0, NULL, NULL);
+  size_t es = clembed_dtype_size(m->dtype), ld = m->ld ? m->ld : m->cols, bad = 0;
+  for (size_t e = 0; e < size / es; e++) {
+    int inside = 0;
+    if (e >= m->offset && m->cols) {
+      size_t r = (e - m->offset) / ld, c = (e - m->offset) % ld;
+      inside = r < m->rows && c < m->cols;
+    }
+    if (!inside)
+      for (size_t k = 0; k < es; k++) bad += b[e * es + k] != 0xA5;
+  }
+  EXPECT(bad == 0, "%s: %zu bytes outside the matrix changed", what, bad);
+  free(b);
+}
+
 /* A device matrix inside a larger buffer: `pad` extra columns per row and `off`
  * leading elements, all holding TU_FILL, with `host` (dense, dtype t) written
  * into the rows x cols window. The caller releases m->buffer. */
