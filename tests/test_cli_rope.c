@@ -13,67 +13,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static const char *g_exe;
-static char g_dir[512];
-static char g_err[1 << 16];
+#include "cli_run.h"
 
-static const char *P(const char *name) {
-  static char ring[16][640];
-  static int next = 0;
-  char *b = ring[next++ % 16];
-  snprintf(b, sizeof ring[0], "%s/%s", g_dir, name);
-  return b;
-}
-
-/* Runs the tool; returns its exit status, stderr in g_err. */
-static int cli(const char *const *args) {
-  char *argv[64];
-  int n = 0;
-  argv[n++] = (char *)g_exe;
-  for (; *args && n < 63; args++) argv[n++] = (char *)*args;
-  argv[n] = NULL;
-  const char *errp = P(".stderr");
-  fflush(stdout);
-  pid_t pid = fork();
-  if (pid < 0) exit(1);
-  if (pid == 0) {
-    int fe = open(errp, O_WRONLY | O_CREAT | O_TRUNC, 0644), fo = open("/dev/null", O_WRONLY);
-    if (fe < 0 || fo < 0) _exit(126);
-    dup2(fo, 1);
-    dup2(fe, 2);
-    execv(g_exe, argv);
-    _exit(127);
-  }
-  int st = 0;
-  while (waitpid(pid, &st, 0) < 0) {
-  }
-  FILE *f = fopen(errp, "rb");
-  size_t k = f ? fread(g_err, 1, sizeof g_err - 1, f) : 0;
-  if (f) fclose(f);
-  g_err[k] = 0;
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-#define CLI(...) cli((const char *const[]){__VA_ARGS__, NULL})
-#define RUNS(rc, ...)                                                                                        \
-  do {                                                                                                       \
-    int r_ = CLI(__VA_ARGS__);                                                                               \
-    EXPECT(r_ == (rc), "exit %d, expected %d; stderr: %s", r_, (rc), g_err);                                 \
-  } while (0)
-#define ERR_HAS(s) EXPECT(strstr(g_err, (s)) != NULL, "stderr lacks \"%s\": %s", (s), g_err)
-
-static void write_npy(const char *path, npy_dtype t, int ndim, const size_t *shape, const void *data) {
-  char err[512];
-  if (npy_write(path, t, ndim, shape, data, err, sizeof err) != 0) {
-    fprintf(stderr, "npy_write: %s\n", err);
-    exit(1);
-  }
-}
-static int read_npy(const char *path, npy_array *a) {
-  char err[512];
-  int ok = npy_read(path, a, err, sizeof err) == 0;
-  EXPECT(ok, "%s", err);
-  return ok;
-}
 static float elem(const npy_array *a, size_t i) {
   return a->dtype == NPY_F2 ? ref_f16_to_f32(((const uint16_t *)a->data)[i]) : ((const float *)a->data)[i];
 }
@@ -241,7 +182,7 @@ static void teardown(clembed_context *unused) {
     printf("files kept in %s\n", g_dir);
     return;
   }
-  const char *names[] = {"cs.npy", "cs2.npy", "x.npy", "y.npy", "pos.npy", "x2.npy", "badpos.npy", ".stderr"};
+  const char *names[] = {"cs.npy", "cs2.npy", "x.npy", "y.npy", "pos.npy", "x2.npy", "badpos.npy", ".stdout", ".stderr"};
   for (size_t i = 0; i < sizeof names / sizeof *names; i++) unlink(P(names[i]));
   rmdir(g_dir);
 }

@@ -1,0 +1,99 @@
+/* Running the built `clembed` tool from a test: the temporary directory's
+ * paths, the run itself (stdout and stderr kept for the checks), and the .npy
+ * files it reads and writes. Shared by test_cli and test_cli_rope. */
+#ifndef CLEMBED_CLI_RUN_H
+#define CLEMBED_CLI_RUN_H
+
+#include "npy.h"
+#include "test_util.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static const char *g_exe;
+static char g_dir[512];
+static char g_out[1 << 16], g_err[1 << 16]; /* the last run's stdout and stderr */
+
+/* dir/name, from a ring of buffers. */
+static const char *P(const char *name) {
+  static char ring[32][640];
+  static int next = 0;
+  char *b = ring[next++ % 32];
+  snprintf(b, sizeof ring[0], "%s/%s", g_dir, name);
+  return b;
+}
+
+static void slurp(const char *path, char *buf, size_t cap) {
+  FILE *f = fopen(path, "rb");
+  size_t n = 0;
+  if (f) {
+    n = fread(buf, 1, cap - 1, f);
+    fclose(f);
+  }
+  buf[n] = '\0';
+}
+
+/* Runs the tool with the NULL-terminated arguments; returns its exit status
+ * (-1 when it did not exit normally). */
+static int cli(const char *const *args) {
+  char *argv[64];
+  int n = 0;
+  argv[n++] = (char *)g_exe;
+  for (; *args && n < 63; args++) argv[n++] = (char *)*args;
+  argv[n] = NULL;
+  const char *outp = P(".stdout"), *errp = P(".stderr");
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = fork();
+  if (pid < 0) {
+    perror("fork");
+    exit(1);
+  }
+  if (pid == 0) {
+    int fo = open(outp, O_WRONLY | O_CREAT | O_TRUNC, 0644), fe = open(errp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fo < 0 || fe < 0) _exit(126);
+    dup2(fo, 1);
+    dup2(fe, 2);
+    close(fo);
+    close(fe);
+    execv(g_exe, argv);
+    _exit(127);
+  }
+  int st = 0;
+  while (waitpid(pid, &st, 0) < 0) {
+  }
+  slurp(outp, g_out, sizeof g_out);
+  slurp(errp, g_err, sizeof g_err);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+#define CLI(...) cli((const char *const[]){__VA_ARGS__, NULL})
+
+/* A run that must exit with `rc`; prints its stderr otherwise. */
+#define RUNS(rc, ...)                                                                           \
+  do {                                                                                          \
+    int r_ = CLI(__VA_ARGS__);                                                                  \
+    EXPECT(r_ == (rc), "exit %d, expected %d; stderr: %s", r_, (rc), g_err);                    \
+  } while (0)
+
+/* The last run's stderr contains s. */
+#define ERR_HAS(s) EXPECT(strstr(g_err, (s)) != NULL, "stderr lacks \"%s\": %s", (s), g_err)
+
+static void write_npy(const char *path, npy_dtype t, int ndim, const size_t *shape, const void *data) {
+  char err[512];
+  if (npy_write(path, t, ndim, shape, data, err, sizeof err) != 0) {
+    fprintf(stderr, "npy_write: %s\n", err);
+    exit(1);
+  }
+}
+
+/* Reads an output; a failure counts as a failed check and gives a zeroed array. */
+static int read_npy(const char *path, npy_array *a) {
+  char err[512];
+  int ok = npy_read(path, a, err, sizeof err) == 0;
+  EXPECT(ok, "%s", err);
+  return ok;
+}
+
+#endif
