@@ -35,9 +35,9 @@ static void slurp(const char *path, char *buf, size_t cap) {
   buf[n] = '\0';
 }
 
-/* Runs the tool with the NULL-terminated arguments; returns its exit status
- * (-1 when it did not exit normally). */
-static int cli(const char *const *args) {
+/* Starts the tool with the NULL-terminated arguments, its stdout and stderr
+ * going to files in the directory, without waiting; returns its pid. */
+static inline pid_t cli_spawn(const char *const *args) {
   char *argv[64];
   int n = 0;
   argv[n++] = (char *)g_exe;
@@ -61,11 +61,18 @@ static int cli(const char *const *args) {
     execv(g_exe, argv);
     _exit(127);
   }
+  return pid;
+}
+
+/* Runs the tool with the NULL-terminated arguments; returns its exit status
+ * (-1 when it did not exit normally), its stdout in g_out, stderr in g_err. */
+static int cli(const char *const *args) {
+  pid_t pid = cli_spawn(args);
   int st = 0;
   while (waitpid(pid, &st, 0) < 0) {
   }
-  slurp(outp, g_out, sizeof g_out);
-  slurp(errp, g_err, sizeof g_err);
+  slurp(P(".stdout"), g_out, sizeof g_out);
+  slurp(P(".stderr"), g_err, sizeof g_err);
   return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 #define CLI(...) cli((const char *const[]){__VA_ARGS__, NULL})

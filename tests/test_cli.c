@@ -732,30 +732,7 @@ TU_CASE(output) {
 
 /* ------------------------------------------------- signals and mapping */
 
-/* Starts the tool without waiting (stdout and stderr to files); returns its pid. */
-static pid_t spawn(const char *const *args) {
-  char *argv[64];
-  int n = 0;
-  argv[n++] = (char *)g_exe;
-  for (; *args && n < 63; args++) argv[n++] = (char *)*args;
-  argv[n] = NULL;
-  const char *outp = P(".stdout"), *errp = P(".stderr");
-  fflush(stdout);
-  fflush(stderr);
-  pid_t pid = fork();
-  if (pid == 0) {
-    int fo = open(outp, O_WRONLY | O_CREAT | O_TRUNC, 0644), fe = open(errp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fo < 0 || fe < 0) _exit(126);
-    dup2(fo, 1);
-    dup2(fe, 2);
-    close(fo);
-    close(fe);
-    execv(g_exe, argv);
-    _exit(127);
-  }
-  return pid;
-}
-#define SPAWN(...) spawn((const char *const[]){__VA_ARGS__, NULL})
+#define SPAWN(...) cli_spawn((const char *const[]){__VA_ARGS__, NULL})
 
 static void sleep_ms(long ms) {
   struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
