@@ -671,7 +671,7 @@ static size_t count_unique(bench_state *s) {
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: clembed bench [--quick] [--json] [--reps N] [--device SPEC]\n"
+          "usage: clembed bench [--quick] [--json] [--reps N] [--only TEXT] [--device SPEC]\n"
           "  Times each operation against the fastest copy the device has (a copy\n"
           "  kernel, clEnqueueCopyBuffer, and on a CPU device a memcpy and a\n"
           "  streaming-store copy over as many threads as it has compute units; each\n"
@@ -681,14 +681,16 @@ static void usage(FILE *f) {
           "  (lower is better), over 40 times as many pairs.\n"
           "  --quick     3 timed pairs per row\n"
           "  --reps N    timed pairs per row (default 15; the latency row 40 times as many)\n"
+          "  --only TEXT only the rows whose name contains TEXT\n"
           "  --json      one JSON object per row, after one for the reference\n");
 }
 
 int clembed_bench_main(int argc, char **argv) {
   int json = 0, reps = 15;
-  const char *device = NULL;
+  const char *device = NULL, *only = NULL;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--json")) json = 1;
+    else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
     else if (!strcmp(argv[i], "--quick")) reps = 3;
     else if (!strcmp(argv[i], "--reps") && i + 1 < argc) {
       char *end;
@@ -756,6 +758,7 @@ int clembed_bench_main(int argc, char **argv) {
 #define ROW(LABEL, FN, BYTES, LAT)                                                                      \
   do {                                                                                                  \
     name = LABEL;                                                                                       \
+    if (only && !strstr(LABEL, only)) break;                                                            \
     memset(&r, 0, sizeof r);                                                                            \
     if (measure(&s, &ref, FN, (double)(BYTES), reps, LAT, &r, err, sizeof err)) goto fail;              \
     r.name = LABEL;                                                                                     \

@@ -15,6 +15,10 @@
 #define CE_STORE_1 half
 #define CE_STORE_2 ushort
 
+/* A helper called inside a vector loop is inlined whatever the compiler's
+ * own estimate: a call there makes the caller spill every vector register. */
+#define CE_INLINE __attribute__((always_inline)) inline
+
 /* F16 is converted by its bits (not vload_half / vstore_half_rte), so that
  * every device, every kernel shape and the host give the same bits: the
  * OpenCL functions leave a NaN's payload to the implementation (POCL's
@@ -79,6 +83,16 @@ inline void ce_store4_2(__global ushort *p, ulong base, ulong j, float4 v) {
   vstore4((ushort4)(ce_to_bf16(v.x), ce_to_bf16(v.y), ce_to_bf16(v.z), ce_to_bf16(v.w)), (size_t)j, p + base);
 }
 
+/* A hint to bring the cache line at p in (CE_PREFETCH, set by the host where
+ * the compiler lowers __builtin_prefetch to the CPU's prefetch instruction);
+ * elsewhere nothing. Gathered rows are short streams that a CPU's own
+ * prefetchers see too late. */
+#if CE_PREFETCH
+#define ce_prefetch(p) __builtin_prefetch((p), 0, 3)
+#else
+#define ce_prefetch(p) ((void)0)
+#endif
+
 /* An ids buffer is passed twice (as int and as long); `is64` picks the view. */
 inline long ce_load_id(__global const int *p32, __global const long *p64, int is64, ulong i) {
   return is64 ? p64[i] : (long)p32[i];
@@ -123,6 +137,11 @@ inline FV ce_loadv_1(__global const half *p, ulong o) {
   return as_FV(as_UV(m) | ((h & 0x8000u) << 16));
 }
 inline FV ce_loadv_2(__global const ushort *p, ulong o) { return as_FV(convert_UV(vloadV(0, p + o)) << 16); }
+/* 2 * VEC consecutive elements from o, as two vectors (the block types, in
+ * quant.cl, decode a block's scales once for both). */
+#define ce_loadw_0(p, o, a, b) ((a) = ce_loadv_0(p, o), (b) = ce_loadv_0(p, (o) + VEC))
+#define ce_loadw_1(p, o, a, b) ((a) = ce_loadv_1(p, o), (b) = ce_loadv_1(p, (o) + VEC))
+#define ce_loadw_2(p, o, a, b) ((a) = ce_loadv_2(p, o), (b) = ce_loadv_2(p, (o) + VEC))
 inline void ce_storev_0(__global float *p, ulong o, FV v) { vstoreV(v, 0, p + o); }
 /* F16 stores by their bits too: ce_float_to_half lane by lane. */
 inline USV ce_f16_bitsv(FV v) {
@@ -163,19 +182,44 @@ inline void ce_storev_2(__global ushort *p, ulong o, FV v) { ce_storev_us(p + o,
 #define CE_STREAMING 1
 #endif
 #endif
+/* Two 16-bit vectors side by side as one vector of 32-bit words (a cache
+ * line for VEC 16), for one streaming store: stored as two halves, the line
+ * went out several times slower (seen on an AMD EPYC under POCL). */
+#if VEC == 4
+#define CE_US2 uint4
+#define ce_us2(a, b) ((uint4)(as_uint2(a), as_uint2(b)))
+#elif VEC == 8
+#define CE_US2 uint8
+#define ce_us2(a, b) ((uint8)(as_uint4(a), as_uint4(b)))
+#else
+#define CE_US2 uint16
+#define ce_us2(a, b) ((uint16)(as_uint8(a), as_uint8(b)))
+#endif
 #if CE_STREAMING
+inline void ce_stream_us(__global ushort *q, USV h) { __builtin_nontemporal_store(h, (__global USV *)q); }
+inline void ce_stream2_us(__global ushort *q, USV a, USV b) { __builtin_nontemporal_store(ce_us2(a, b), (__global CE_US2 *)q); }
 inline void ce_streamv_0(__global float *p, ulong o, FV v) { __builtin_nontemporal_store(v, (__global FV *)(p + o)); }
-inline void ce_streamv_1(__global half *p, ulong o, FV v) {
-  __builtin_nontemporal_store(ce_f16_bitsv(v), (__global USV *)((__global ushort *)p + o));
-}
-inline void ce_streamv_2(__global ushort *p, ulong o, FV v) {
-  __builtin_nontemporal_store(ce_bf16_bitsv(v), (__global USV *)(p + o));
-}
 #else
 #define CE_STREAMING 0
+#define ce_stream_us ce_storev_us
 #define ce_streamv_0 ce_storev_0
-#define ce_streamv_1 ce_storev_1
-#define ce_streamv_2 ce_storev_2
+inline void ce_stream2_us(__global ushort *q, USV a, USV b) {
+  ce_storev_us(q, a);
+  ce_storev_us(q + VEC, b);
+}
 #endif
+inline void ce_streamv_1(__global half *p, ulong o, FV v) { ce_stream_us((__global ushort *)p + o, ce_f16_bitsv(v)); }
+inline void ce_streamv_2(__global ushort *p, ulong o, FV v) { ce_stream_us(p + o, ce_bf16_bitsv(v)); }
+/* 2 * VEC elements from o: p + o aligned to twice the vector's size */
+inline void ce_stream2v_0(__global float *p, ulong o, FV a, FV b) {
+  ce_streamv_0(p, o, a);
+  ce_streamv_0(p, o + VEC, b);
+}
+inline void ce_stream2v_1(__global half *p, ulong o, FV a, FV b) {
+  ce_stream2_us((__global ushort *)p + o, ce_f16_bitsv(a), ce_f16_bitsv(b));
+}
+inline void ce_stream2v_2(__global ushort *p, ulong o, FV a, FV b) {
+  ce_stream2_us(p + o, ce_bf16_bitsv(a), ce_bf16_bitsv(b));
+}
 
 #endif /* VEC */

@@ -42,17 +42,14 @@
 /* the f16 at b[0], b[1] (little-endian), as float32 */
 inline float ce_q_half(__global const uchar *b) { return ce_half_to_float((uint)b[0] | ((uint)b[1] << 8)); }
 
-/* Q4_K: get_scale_min_k4(s, scales) with d*sc and dmin*m, as ggml's d1 (d2) and m1 (m2) */
-inline float2 ce_q4_k_scale_min(__global const uchar *blk, uint s) {
-  __global const uchar *q = blk + 4;
-  uint sc, m;
-  if (s < 4) {
-    sc = q[s] & 63u;
-    m = q[s + 4] & 63u;
-  } else {
-    sc = (q[s + 4] & 0xFu) | ((uint)(q[s - 4] >> 6) << 4);
-    m = (q[s + 4] >> 4) | ((uint)(q[s - 0] >> 6) << 4);
-  }
+/* Q4_K: get_scale_min_k4(s, scales) with d*sc and dmin*m, as ggml's d1 (d2) and
+ * m1 (m2). Without a branch, as three byte loads (a = q[s & 3], b = q[(s & 3) + 4],
+ * c = q[(s & 3) + 8]) and selects. */
+CE_INLINE float2 ce_q4_k_scale_min(__global const uchar *blk, uint s) {
+  __global const uchar *q = blk + 4 + (s & 3u);
+  const uint a = q[0], b = q[4], c = q[8];
+  const uint sc = s < 4 ? a & 63u : (c & 0xFu) | ((a >> 6) << 4);
+  const uint m = s < 4 ? b & 63u : (c >> 4) | ((b >> 6) << 4);
   const float d = ce_q_half(blk), min = ce_q_half(blk + 2);
   const float d1 = d * (float)sc;
   const float m1 = min * (float)m;
@@ -145,6 +142,60 @@ CE_Q_VECTOR_LOADS(4)
 CE_Q_VECTOR_LOADS(8)
 CE_Q_VECTOR_LOADS(16)
 
+/* 2N consecutive values from i (i a multiple of 2N; 2N divides 32, so they
+ * share a block, Q4_K's sub-block scale and Q6_K's quarter) as two vectors,
+ * a block's f16 scales and Q4_K's scale and min decoded once for both. The
+ * values, and the operations giving them, are those of the N-value loads. */
+#define CE_Q_PAIR_LOADS(N)                                                                            \
+  CE_INLINE void ce_q8_0_load2x##N(__global const uchar *p, ulong i, float##N *a, float##N *z) {       \
+    __global const uchar *b = ce_ptr_3(p, i);                                                       \
+    const float d = ce_q_half(b);                                                                   \
+    __global const char *q = (__global const char *)b + 2 + (i & 31);                               \
+    *a = convert_float##N(vload##N(0, q)) * d;                                                      \
+    *z = convert_float##N(vload##N(0, q + N)) * d;                                                  \
+  }                                                                                                 \
+  CE_INLINE void ce_q4_0_load2x##N(__global const uchar *p, ulong i, float##N *a, float##N *z) {       \
+    __global const uchar *b = ce_ptr_4(p, i);                                                       \
+    const float d = ce_q_half(b);                                                                   \
+    uint j = (uint)(i & 31), k = j + N;                                                             \
+    uchar##N q = vload##N(0, b + 2 + (j & 15)), r = vload##N(0, b + 2 + (k & 15));                  \
+    q = j < 16 ? q & (uchar)0x0F : q >> (uchar)4;                                                   \
+    r = k < 16 ? r & (uchar)0x0F : r >> (uchar)4;                                                   \
+    *a = convert_float##N(convert_int##N(q) - 8) * d;                                               \
+    *z = convert_float##N(convert_int##N(r) - 8) * d;                                               \
+  }                                                                                                 \
+  CE_INLINE void ce_q4_k_load2x##N(__global const uchar *p, ulong i, float##N *a, float##N *z) {       \
+    __global const uchar *b = ce_ptr_5(p, i);                                                       \
+    uint j = (uint)(i & 255), g = j >> 6, hi = (j >> 5) & 1u, l = j & 31u;                          \
+    const float2 dm = ce_q4_k_scale_min(b, 2 * g + hi);                                             \
+    uchar##N q = vload##N(0, b + 16 + 32 * g + l), r = vload##N(0, b + 16 + 32 * g + l + N);        \
+    q = hi ? q >> (uchar)4 : q & (uchar)0x0F;                                                       \
+    r = hi ? r >> (uchar)4 : r & (uchar)0x0F;                                                       \
+    *a = dm.x * convert_float##N(q) - dm.y;                                                         \
+    *z = dm.x * convert_float##N(r) - dm.y;                                                         \
+  }                                                                                                 \
+  CE_INLINE void ce_q6_k_load2x##N(__global const uchar *p, ulong i, float##N *a, float##N *z) {       \
+    __global const uchar *b = ce_ptr_6(p, i);                                                       \
+    uint j = (uint)(i & 255), n = j >> 7, t = (j >> 5) & 3u, l = j & 31u;                           \
+    const float d = ce_q_half(b + 208);                                                             \
+    __global const uchar *ql = b + 64 * n + l + 32 * (t & 1u), *qh = b + 128 + 32 * n + l;         \
+    uchar##N lo = vload##N(0, ql), lo2 = vload##N(0, ql + N);                                       \
+    lo = (t >> 1) ? lo >> (uchar)4 : lo & (uchar)0x0F;                                              \
+    lo2 = (t >> 1) ? lo2 >> (uchar)4 : lo2 & (uchar)0x0F;                                           \
+    uchar##N hi = (vload##N(0, qh) >> (uchar)(2 * t)) & (uchar)3;                                   \
+    uchar##N hi2 = (vload##N(0, qh + N) >> (uchar)(2 * t)) & (uchar)3;                              \
+    const int##N q = convert_int##N(lo | (hi << (uchar)4)) - 32;                                    \
+    const int##N q2 = convert_int##N(lo2 | (hi2 << (uchar)4)) - 32;                                 \
+    __global const char *sc = (__global const char *)b + 192 + 8 * n + 2 * t;                      \
+    const float dsc = d * (float)sc[l >> 4], dsc2 = d * (float)sc[(l + N) >> 4];                    \
+    *a = dsc * convert_float##N(q);                                                                 \
+    *z = dsc2 * convert_float##N(q2);                                                               \
+  }
+
+CE_Q_PAIR_LOADS(4)
+CE_Q_PAIR_LOADS(8)
+CE_Q_PAIR_LOADS(16)
+
 inline float4 ce_load4_3(__global const uchar *p, ulong base, ulong j) { return ce_q8_0_load4(p, base + 4 * j); }
 inline float4 ce_load4_4(__global const uchar *p, ulong base, ulong j) { return ce_q4_0_load4(p, base + 4 * j); }
 inline float4 ce_load4_5(__global const uchar *p, ulong base, ulong j) { return ce_q4_k_load4(p, base + 4 * j); }
@@ -152,6 +203,12 @@ inline float4 ce_load4_6(__global const uchar *p, ulong base, ulong j) { return 
 
 /* (spelled out: a name built with CE_XCAT here would not expand inside the
  * families' own CE_XCAT(ce_loadv_, TABLE_DT)) */
+#if defined(VEC)
+#define ce_loadw_3(p, o, a, b) CE_XCAT(ce_q8_0_load2x, VEC)(p, o, &(a), &(b))
+#define ce_loadw_4(p, o, a, b) CE_XCAT(ce_q4_0_load2x, VEC)(p, o, &(a), &(b))
+#define ce_loadw_5(p, o, a, b) CE_XCAT(ce_q4_k_load2x, VEC)(p, o, &(a), &(b))
+#define ce_loadw_6(p, o, a, b) CE_XCAT(ce_q6_k_load2x, VEC)(p, o, &(a), &(b))
+#endif
 #if defined(VEC) && VEC == 4
 #define ce_loadv_3 ce_q8_0_load4
 #define ce_loadv_4 ce_q4_0_load4

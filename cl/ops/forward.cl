@@ -52,8 +52,10 @@
 #define store4_out CE_XCAT(ce_store4_, OUT_DT)
 #define load4_pos CE_XCAT(ce_load4_, POS_DT)
 #define load_tablev CE_XCAT(ce_loadv_, TABLE_DT)
+#define load_tablew CE_XCAT(ce_loadw_, TABLE_DT)
 #define store_outv CE_XCAT(ce_storev_, OUT_DT)
 #define stream_outv CE_XCAT(ce_streamv_, OUT_DT)
+#define stream2_outv CE_XCAT(ce_stream2v_, OUT_DT)
 #define load_posv CE_XCAT(ce_loadv_, POS_DT)
 #if COPY && TABLE_DT == 1
 #define CE_COPY_QUIET 0x0200 /* F16: exponent 0x7C00, quiet bit 9 */
@@ -138,17 +140,71 @@ __kernel void ce_embed_vec4(CE_EMBED_ARGS) {
   }
 }
 
+/* The row shapes' steps for VEC columns of row k from column c. COPY: the
+ * 16-bit words moved as they are. Otherwise v (the scaled table values)
+ * gets its position (pe: the shared one), dropout, and is stored. */
+#define CE_COPY_VEC(k, c)                                                                          \
+  do {                                                                                             \
+    USV h = has[k] ? vloadV(0, (__global const ushort *)trow[k] + (c)) : (USV)(0);                 \
+    h = select(h, h | (USV)(CE_COPY_QUIET), (h & (USV)(0x7FFF)) > (USV)(CE_COPY_INF));             \
+    if (nt[k])                                                                                     \
+      ce_stream_us((__global ushort *)orow[k] + (c), h);                                           \
+    else                                                                                           \
+      ce_storev_us((__global ushort *)orow[k] + (c), h);                                           \
+  } while (0)
+#if POSITIONS == 1
+#define CE_ADD_POS(k, c, v, pe) \
+  if (pok[k]) v += shared ? pe : ce_sinusoidv(pp[k], freq, cols, (c))
+#elif POSITIONS == 2
+#define CE_ADD_POS(k, c, v, pe) \
+  if (pok[k]) v += load_posv(prow[k], (c))
+#else
+#define CE_ADD_POS(k, c, v, pe)
+#endif
+#if DROPOUT
+#define CE_DROP(k, c, v) v = ce_maskv(v, e0[k] + (c), dropout, keep_scale, seed_lo, seed_hi)
+#else
+#define CE_DROP(k, c, v)
+#endif
+#define CE_FINISH_VEC(k, c, v, pe)  \
+  do {                              \
+    CE_ADD_POS(k, c, v, pe);        \
+    CE_DROP(k, c, v);               \
+    if (nt[k])                      \
+      stream_outv(orow[k], (c), v); \
+    else                            \
+      store_outv(orow[k], (c), v);  \
+  } while (0)
+
+/* With CE_PREFETCH: asks for the table rows of tokens t0, t0 + tstep, ...
+ * (ROWS of them; valid ids only) a cache line at a time. */
+inline void ce_prefetch_rows(CE_EMBED_ARGS, ulong t0, ulong tstep) {
+#if CE_PREFETCH
+  const ulong bytes = (ulong)((__global const uchar *)table_ptr(table, cols) - (__global const uchar *)table);
+  for (int k = 0; k < ROWS; k++) {
+    ulong t = t0 + k * tstep;
+    if (t >= n) return;
+    long id = ce_load_id(ids32, ids64, id64, id_off + t);
+    if (id < 0 || (ulong)id >= t_rows) continue;
+    __global const uchar *r = (__global const uchar *)table_ptr(table, t_off + (ulong)id * t_ld);
+    for (ulong o = 0; o < bytes; o += 64) ce_prefetch(r + o);
+  }
+#endif
+}
+
 /* The row shapes' work: tokens t0, t0 + tstep, ... (ROWS of them, fewer for
  * the last work-item: `live`), whole rows side by side. With `shared` (the
  * strided shape) every token is at the same position, whose sinusoid is
- * computed once per column chunk. */
-inline void ce_embed_row_tokens(CE_EMBED_ARGS, ulong t0, ulong tstep, int shared) {
+ * computed once per column chunk. The rows of the tokens that the next
+ * work-item takes (from t0 + tnext) are prefetched first. */
+inline void ce_embed_row_tokens(CE_EMBED_ARGS, ulong t0, ulong tstep, ulong tnext, int shared) {
   if (t0 >= n) return;
+  ce_prefetch_rows(CE_EMBED_PASS, t0 + tnext, tstep);
   /* the missing tokens stand in as token n - 1 in the set-up below and are skipped after it */
   int live = (int)min((ulong)ROWS, (n - t0 + tstep - 1) / tstep);
   __global const TABLE_T *trow[ROWS];
   __global OUT_T *orow[ROWS];
-  int has[ROWS], nt[ROWS]; /* nt: streaming stores (STREAM, and the row aligned to a vector) */
+  int has[ROWS], nt[ROWS], nt2[ROWS]; /* streaming stores (STREAM, and the row aligned to a vector, to two) */
   ulong e0[ROWS];          /* element index of the row's column 0 (the dropout counter) */
 #if POSITIONS != 0
   ulong pp[ROWS]; /* the token's position */
@@ -164,6 +220,7 @@ inline void ce_embed_row_tokens(CE_EMBED_ARGS, ulong t0, ulong tstep, int shared
     trow[k] = table_ptr(table, t_off + (ulong)(row >= 0 ? row : 0) * t_ld);
     orow[k] = out + o_off + i * o_ld;
     nt[k] = STREAM && CE_STREAMING && ((ulong)orow[k] & (VEC * sizeof(OUT_T) - 1)) == 0;
+    nt2[k] = STREAM && CE_STREAMING && ((ulong)orow[k] & (2 * VEC * sizeof(OUT_T) - 1)) == 0;
     e0[k] = i * cols;
 #if POSITIONS != 0
     pp[k] = TOKEN_POSITION(i, t < n, &pok[k]);
@@ -172,38 +229,53 @@ inline void ce_embed_row_tokens(CE_EMBED_ARGS, ulong t0, ulong tstep, int shared
     prow[k] = pos_ptr(ptab, p_off + (pok[k] ? pp[k] : 0) * p_ld);
 #endif
   }
-  ulong cv = cols / VEC * VEC;
-  for (ulong c = 0; c < cv; c += VEC) {
+  /* 2 * VEC columns of each row at a time (a block's scales decoded once for
+   * both vectors; a 16-bit output's cache line written whole, back to back),
+   * then a last VEC, then single columns */
+  ulong cw = cols / (2 * VEC) * (2 * VEC), cv = cols / VEC * VEC;
+  for (ulong c = 0; c < cw; c += 2 * VEC) {
 #if POSITIONS == 1
-    FV pe = shared ? ce_sinusoidv(pp[0], freq, cols, c) : (FV)(0.0f); /* one position for all the item's tokens */
-#endif
-#if COPY
-    for (int k = 0; k < ROWS && k < live; k++) {
-      USV h = has[k] ? vloadV(0, (__global const ushort *)trow[k] + c) : (USV)(0);
-      h = select(h, h | (USV)(CE_COPY_QUIET), (h & (USV)(0x7FFF)) > (USV)(CE_COPY_INF));
-#if CE_STREAMING
-      if (nt[k])
-        __builtin_nontemporal_store(h, (__global USV *)((__global ushort *)orow[k] + c));
-      else
-#endif
-        ce_storev_us((__global ushort *)orow[k] + c, h);
+    FV pe0 = (FV)(0.0f), pe1 = (FV)(0.0f); /* one position for all the item's tokens */
+    if (shared) {
+      pe0 = ce_sinusoidv(pp[0], freq, cols, c);
+      pe1 = ce_sinusoidv(pp[0], freq, cols, c + VEC);
     }
-    continue;
 #endif
     for (int k = 0; k < ROWS && k < live; k++) {
-      FV v = has[k] ? scale * load_tablev(trow[k], c) : (FV)(0.0f);
+#if COPY
+      CE_COPY_VEC(k, c);
+      CE_COPY_VEC(k, c + VEC);
+#else
+      FV v0 = (FV)(0.0f), v1 = (FV)(0.0f);
+      if (has[k]) {
+        load_tablew(trow[k], c, v0, v1);
+        v0 = scale * v0;
+        v1 = scale * v1;
+      }
+      CE_ADD_POS(k, c, v0, pe0);
+      CE_ADD_POS(k, c + VEC, v1, pe1);
+      CE_DROP(k, c, v0);
+      CE_DROP(k, c + VEC, v1);
+      if (nt2[k]) {
+        stream2_outv(orow[k], c, v0, v1);
+      } else {
+        store_outv(orow[k], c, v0);
+        store_outv(orow[k], c + VEC, v1);
+      }
+#endif
+    }
+  }
+  for (ulong c = cw; c < cv; c += VEC) {
 #if POSITIONS == 1
-      if (pok[k]) v += shared ? pe : ce_sinusoidv(pp[k], freq, cols, c);
-#elif POSITIONS == 2
-      if (pok[k]) v += load_posv(prow[k], c);
+    FV pe0 = shared ? ce_sinusoidv(pp[0], freq, cols, c) : (FV)(0.0f);
 #endif
-#if DROPOUT
-      v = ce_maskv(v, e0[k] + c, dropout, keep_scale, seed_lo, seed_hi);
+    for (int k = 0; k < ROWS && k < live; k++) {
+#if COPY
+      CE_COPY_VEC(k, c);
+#else
+      FV v0 = has[k] ? scale * load_tablev(trow[k], c) : (FV)(0.0f);
+      CE_FINISH_VEC(k, c, v0, pe0);
 #endif
-      if (nt[k])
-        stream_outv(orow[k], c, v);
-      else
-        store_outv(orow[k], c, v);
     }
   }
   for (ulong c = cv; c < cols; c++)
@@ -223,12 +295,12 @@ inline void ce_embed_row_tokens(CE_EMBED_ARGS, ulong t0, ulong tstep, int shared
 
 __kernel void ce_embed_rows(CE_EMBED_ARGS) {
   ulong g = get_global_id(0);
-  ce_embed_row_tokens(CE_EMBED_PASS, g * ROWS, 1, 0);
+  ce_embed_row_tokens(CE_EMBED_PASS, g * ROWS, 1, ROWS, 0);
 }
 
 /* Several sequences of seq_len, positions shared: item g takes position x of
  * sequences ROWS*q .. ROWS*q + ROWS - 1, q = g / seq_len. */
 __kernel void ce_embed_strided(CE_EMBED_ARGS) {
   ulong g = get_global_id(0), q = g / seq_len, x = g - q * seq_len;
-  ce_embed_row_tokens(CE_EMBED_PASS, q * ROWS * seq_len + x, seq_len, 1);
+  ce_embed_row_tokens(CE_EMBED_PASS, q * ROWS * seq_len + x, seq_len, 1, 1);
 }

@@ -246,6 +246,12 @@ static void limits(clembed_context *ctx) {
    * released buffer for the next buffer that gets its id: temporaries are
    * created zeroed there */
   ctx->zero_temporaries = strstr(ctx->device_name, "Oclgrind") != NULL;
+  /* POCL compiles a CPU kernel with clang for the host, where
+   * __builtin_prefetch is the CPU's prefetch instruction; compilers that go
+   * through SPIR-V (rusticl) reject it, so it is used on POCL's CPU devices only */
+  cl_device_type type = 0;
+  clGetDeviceInfo(ctx->device, CL_DEVICE_TYPE, sizeof type, &type, NULL);
+  ctx->prefetch = (type & CL_DEVICE_TYPE_CPU) && !strcmp(pname, "Portable Computing Language");
 }
 
 clembed_status ce_device_facts(clembed_context *ctx) {

@@ -157,6 +157,7 @@ struct clembed_context {
   int exact_div;  /* CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT in CL_DEVICE_SINGLE_FP_CONFIG */
   int host_pages; /* a CPU device on the host's memory: large buffers on huge pages */
   int zero_temporaries; /* create temporaries zeroed (Oclgrind's shadow-memory checker) */
+  int prefetch;   /* kernels may use __builtin_prefetch (-DCE_PREFETCH=1): POCL's CPU devices */
   char device_name[512];
   size_t max_work_group;
   size_t max_items[2]; /* CL_DEVICE_MAX_WORK_ITEM_SIZES in x and y */
