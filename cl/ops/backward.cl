@@ -241,10 +241,40 @@ inline void ce_fold_tile(FV *acc, __global const GRAD_T *grad, ulong g_off, ulon
 #define CE_GROUPS_SHORT }
 #define CE_GROUPS_END }
 
+/* With CE_PREFETCH (ce_bwd_rowwise_grouped, whose row-wise sums leave the
+ * memory system idle): the positions after the group (the next work-item's,
+ * which a CPU runtime runs next in the same thread), their gradient rows
+ * (pfg_, element offsets) and keys (pfk_), pfm_ of them. CE_PREFETCH_COLUMNS(c,
+ * w, PF) asks for w columns from c of each of those gradient rows, and PF(key,
+ * c) for the rows a key steps, while the group's own columns are done: the
+ * rows arrive a line at a time ahead of their use, never in a burst (a burst
+ * of whole rows filled the CPU's miss buffers and stalled it). The shapes
+ * that run at the memory's rate went slower with it. */
+#if CE_PREFETCH
+#define CE_NEXT_GROUP(skeys, n, none)                                                \
+  ulong pfg_[CE_GROUP];                                                             \
+  KEY_T pfk_[CE_GROUP];                                                             \
+  int pfm_ = 0;                                                                     \
+  for (ulong p_ = g_ + CE_GROUP; p_ < g_ + 2 * CE_GROUP && p_ < (n); p_++) {        \
+    KEY_T k_ = skeys[p_];                                                           \
+    if (k_ == (none)) break;                                                        \
+    pfg_[pfm_] = g_off + (ulong)sidx[p_] * g_ld;                                    \
+    pfk_[pfm_++] = k_;                                                              \
+  }
+#define CE_PREFETCH_COLUMNS(c, w, PF)                                                \
+  for (int q_ = 0; q_ < pfm_; q_++) {                                               \
+    for (ulong l_ = 0; l_ < (w); l_ += 64 / sizeof(GRAD_T)) ce_prefetch(grad + pfg_[q_] + (c) + l_); \
+    PF(pfk_[q_], c);                                                                \
+  }
+#else
+#define CE_NEXT_GROUP(skeys, n, none)
+#define CE_PREFETCH_COLUMNS(c, w, PF)
+#endif
+
 #define CE_COLUMNS_GROUP(STOREV, STORE1, base, ...)                                           \
   {                                                                                          \
     ulong c = 0;                                                                             \
-    for (; c + TILE * VEC <= cols; c += TILE * VEC)                                          \
+    for (; c + TILE * VEC <= cols; c += TILE * VEC) {                                        \
       for (int s_ = 0; s_ < m_; s_++) {                                                      \
         ulong j = sj_[s_], end = se_[s_];                                                    \
         KEY_T key = sk_[s_];                                                                 \
@@ -253,6 +283,7 @@ inline void ce_fold_tile(FV *acc, __global const GRAD_T *grad, ulong g_off, ulon
         ce_fold_tile(acc, CE_FOLD_ARGS, c, CE_MASK_ARGS);                                    \
         for (int k = 0; k < TILE; k++) STOREV((base) + c + (ulong)k * VEC, acc[k], __VA_ARGS__); \
       }                                                                                      \
+    }                                                                                        \
     for (int s_ = 0; s_ < m_; s_++) { /* the columns past the last whole tile */            \
       ulong j = sj_[s_], end = se_[s_], lo_ = c, hi_ = cols;                                 \
       KEY_T key = sk_[s_];                                                                   \
@@ -442,15 +473,23 @@ __kernel void ce_bwd_optim_grouped(CE_OPT_ARGS) {
  * table row too (from the cache, on a CPU). */
 #define CE_RW_PARAMS __global TABLE_T *tab, float scale, int freq, float cnt, float wd, float rate, float *sum
 
-inline void ce_rw_storev(ulong o, FV s, CE_RW_PARAMS) {
+/* The row gradient of VEC columns at table element o (with weight decay), as
+ * both passes compute it; w: the table's values there (read when needed). */
+inline FV ce_rw_gradv(ulong o, FV s, __global TABLE_T *tab, float scale, int freq, float cnt, float wd, int need_w,
+                      FV *w) {
   FV g = scale * s;
   if (freq) g = g / cnt;
-  FV w = (FV)(0.0f);
-  if (wd != 0.0f || !sum) w = load_tablev(tab, o);
+  *w = (FV)(0.0f);
+  if (wd != 0.0f || need_w) *w = load_tablev(tab, o);
   if (wd != 0.0f) {
-    FV dec = wd * w;
+    FV dec = wd * *w;
     g = g + dec;
   }
+  return g;
+}
+
+inline void ce_rw_storev(ulong o, FV s, CE_RW_PARAMS) {
+  FV w, g = ce_rw_gradv(o, s, tab, scale, freq, cnt, wd, !sum, &w);
   if (sum) { /* pass 1: the squares, added one column after the other */
     float sq[VEC];
     vstoreV(g * g, 0, sq);
@@ -503,6 +542,65 @@ __kernel void ce_bwd_rowwise(__global const GRAD_T *grad, ulong g_off, ulong g_l
   float den = sqrt(m) + eps, rate = lr / den;
   CE_COLUMNS_ALL(ce_rw_storev, ce_rw_store1, tb, tab, scale, freq, cnt, wd, rate, (float *)0)
   CE_SEGMENTS_END
+}
+
+#define CE_PF_TABLE(key, c) ce_prefetch(tab + t_off + (ulong)(key) * t_ld + (c))
+/* ROWWISE_ADAGRAD, the CPU shape: a work-item takes groups of CE_GROUP sorted
+ * positions (CE_GROUPS; a segment is never split) and does the rows of the
+ * segments that start there together, so that their sums of squares, each
+ * still one left fold over the columns in ascending order with the same bits
+ * as ce_bwd_rowwise's, are independent chains the CPU runs side by side (one
+ * row's chain is a float add's latency per column). */
+__kernel void ce_bwd_rowwise_grouped(__global const GRAD_T *grad, ulong g_off, ulong g_ld, ulong cols,
+                                     __global const KEY_T *skeys, __global const uint *sidx, ulong n, KEY_T none,
+                                     uint slice_bits, float scale, int freq, __global TABLE_T *tab, ulong t_off,
+                                     ulong t_ld, __global float *s1, ulong s1_off, ulong s1_ld, float lr, float eps,
+                                     float wd, float dropout, uint seed_lo, uint seed_hi, float keep) {
+  CE_GROUPS(skeys, n, none, slice_bits, cols, n + 1, cols)
+  CE_GROUPS_SHORT
+  CE_NEXT_GROUP(skeys, n, none)
+  float sum[CE_GROUP], rate[CE_GROUP], sq[CE_GROUP][VEC];
+  for (int s_ = 0; s_ < CE_GROUP; s_++) {
+    sum[s_] = 0.0f;
+    for (int k = 0; k < VEC; k++) sq[s_][k] = 0.0f; /* the rows past m_ add zeros */
+  }
+  ulong c = 0;
+  for (; c + VEC <= cols; c += VEC) { /* pass 1: the squares of VEC columns of each row, then added */
+    for (int s_ = 0; s_ < m_; s_++) {
+      ulong j = sj_[s_], end = se_[s_];
+      CE_PF_TABLE(sk_[s_], c); /* for pass 2, a line at a time */
+      FV w, g = ce_rw_gradv(t_off + (ulong)sk_[s_] * t_ld + c, ce_foldv(CE_FOLD_ARGS, c, CE_MASK_ARGS), tab, scale,
+                            freq, (float)(end - j), wd, 0, &w);
+      vstoreV(g * g, 0, sq[s_]);
+    }
+    for (int k = 0; k < VEC; k++)
+      for (int s_ = 0; s_ < CE_GROUP; s_++) sum[s_] = sum[s_] + sq[s_][k];
+  }
+  for (int s_ = 0; s_ < m_; s_++) {
+    ulong j = sj_[s_], end = se_[s_], tb = t_off + (ulong)sk_[s_] * t_ld, om = s1_off + (ulong)sk_[s_] * s1_ld;
+    for (ulong k = c; k < cols; k++) /* the columns past the last whole vector */
+      ce_rw_store1(tb + k, ce_fold1(CE_FOLD_ARGS, k, CE_MASK_ARGS), tab, scale, freq, (float)(end - j), wd, 0.0f,
+                   &sum[s_]);
+    float mean = sum[s_] / (float)cols, m = s1[om] + mean;
+    s1[om] = m;
+    float den = sqrt(m) + eps;
+    rate[s_] = lr / den;
+  }
+  for (c = 0; c + VEC <= cols; c += VEC) /* pass 2: the step */ {
+    CE_PREFETCH_COLUMNS(c, VEC, CE_PF_TABLE);
+    for (int s_ = 0; s_ < m_; s_++) {
+      ulong j = sj_[s_], end = se_[s_];
+      ce_rw_storev(t_off + (ulong)sk_[s_] * t_ld + c, ce_foldv(CE_FOLD_ARGS, c, CE_MASK_ARGS), tab, scale, freq,
+                   (float)(end - j), wd, rate[s_], (float *)0);
+    }
+  }
+  for (int s_ = 0; s_ < m_; s_++) {
+    ulong j = sj_[s_], end = se_[s_], tb = t_off + (ulong)sk_[s_] * t_ld;
+    for (ulong k = c; k < cols; k++)
+      ce_rw_store1(tb + k, ce_fold1(CE_FOLD_ARGS, k, CE_MASK_ARGS), tab, scale, freq, (float)(end - j), wd,
+                   rate[s_], (float *)0);
+  }
+  CE_GROUPS_END
 }
 
 /* position_grad[p] += S (F32): the positional part of the forward is not scaled. */

@@ -177,17 +177,19 @@ __kernel void ce_embed_vec4(CE_EMBED_ARGS) {
   } while (0)
 
 /* With CE_PREFETCH: asks for the table rows of tokens t0, t0 + tstep, ...
- * (ROWS of them; valid ids only) a cache line at a time. */
+ * (ROWS of them; valid ids only), their first KiB (a block-quantized row of
+ * 1024 to 2048 values, the start of a longer one, which the CPU's own
+ * prefetchers then follow) a cache line at a time. */
 inline void ce_prefetch_rows(CE_EMBED_ARGS, ulong t0, ulong tstep) {
 #if CE_PREFETCH
-  const ulong bytes = (ulong)((__global const uchar *)table_ptr(table, cols) - (__global const uchar *)table);
+  const ulong bytes =
+      min((ulong)1024, (ulong)((__global const uchar *)table_ptr(table, cols) - (__global const uchar *)table));
   for (int k = 0; k < ROWS; k++) {
     ulong t = t0 + k * tstep;
     if (t >= n) return;
     long id = ce_load_id(ids32, ids64, id64, id_off + t);
     if (id < 0 || (ulong)id >= t_rows) continue;
-    __global const uchar *r = (__global const uchar *)table_ptr(table, t_off + (ulong)id * t_ld);
-    for (ulong o = 0; o < bytes; o += 64) ce_prefetch(r + o);
+    ce_prefetch_bytes(table_ptr(table, t_off + (ulong)id * t_ld), bytes);
   }
 #endif
 }

@@ -203,7 +203,8 @@ static seg_grid segment_grid(const clembed_context *ctx, size_t cols, size_t n) 
 /* An optimizer's fold (clembed_optimizer_step): ce_bwd_optim in the shape of
  * ce_bwd_rows with the state rows beside the table's, or for ROWWISE_ADAGRAD
  * ce_bwd_rowwise, a work-item per row (its sum of squares is a fold over the
- * columns in order), the rows spread over slices of sorted positions. */
+ * columns in order), the rows spread over slices of sorted positions; on a
+ * CPU ce_bwd_rowwise_grouped, the rows of a group of positions together. */
 static clembed_status fold_optim(seg_call *b, seg_grid grid, int which, const void *none, size_t none_size) {
   clembed_status status = CLEMBED_OK;
   clembed_context *ctx = b->ctx;
@@ -223,21 +224,25 @@ static clembed_status fold_optim(seg_call *b, seg_grid grid, int which, const vo
   cl_uint seed_lo = (cl_uint)opt->dropout_seed, seed_hi = (cl_uint)(opt->dropout_seed >> 32);
   cl_kernel k;
   if (b->step->mode == CE_STORE_ROWWISE_ADAGRAD) {
-    /* slices: a power of two, the tuning's work-items per compute unit, at most the positions */
-    size_t want = (size_t)ctx->units * ctx->tune->fold_slices_per_unit, slices = 1;
+    /* slices: a power of two, the tuning's work-items per compute unit, at
+     * most the positions (a CPU's ce_bwd_rowwise_grouped: groups of them) */
+    int cpu = ctx->tune->cpu_shapes;
+    const char *name = cpu ? "ce_bwd_rowwise_grouped" : "ce_bwd_rowwise";
+    size_t want = (size_t)ctx->units * ctx->tune->fold_slices_per_unit, slices = 1, group = ctx->tune->fold_group;
+    size_t starts = cpu ? b->ids->count / group + (b->ids->count % group != 0) : b->ids->count;
     cl_uint slice_bits = 0;
-    if (want > b->ids->count) want = b->ids->count;
+    if (want > starts) want = starts;
     while (slices < want) {
       slices *= 2;
       slice_bits++;
     }
-    CHECK(ce_kernel(ctx, CE_FAMILY_BACKWARD, b->opts, "ce_bwd_rowwise", &k));
-    CHECK(ce_set_args(ctx, k, "ce_bwd_rowwise", CE_ARG(b->grad->buffer), CE_ARG(g_off), CE_ARG(g_ldl),
+    CHECK(ce_kernel(ctx, CE_FAMILY_BACKWARD, b->opts, name, &k));
+    CHECK(ce_set_args(ctx, k, name, CE_ARG(b->grad->buffer), CE_ARG(g_off), CE_ARG(g_ldl),
                       CE_ARG(colsl), CE_ARG(b->srt.keys[which]), CE_ARG(b->srt.idx[which]), CE_ARG(nl), none_size,
                       none, CE_ARG(slice_bits), CE_ARG(scale), CE_ARG(freq_i), CE_ARG(t->buffer), CE_ARG(t_off),
                       CE_ARG(t_ldl), CE_ARG(s1->buffer), CE_ARG(s1_off), CE_ARG(s1_ld), CE_ARG(lr), CE_ARG(eps),
                       CE_ARG(wd), CE_ARG(drop), CE_ARG(seed_lo), CE_ARG(seed_hi), CE_ARG(keep), CE_END));
-    CHECK(ce_chain_2d(&b->ch, k, "ce_bwd_rowwise", 1, slices));
+    CHECK(ce_chain_2d(&b->ch, k, name, 1, slices));
   } else {
     const char *name = ctx->tune->cpu_shapes ? "ce_bwd_optim_grouped" : "ce_bwd_optim";
     CHECK(ce_kernel(ctx, CE_FAMILY_BACKWARD, b->opts, name, &k));
