@@ -925,6 +925,17 @@ TU_CASE(demo) {
   EXPECT(strstr(g_out, "0.84147") != NULL, "demo output lacks 0.84147");
 }
 
+/* bench --only runs the rows whose name contains the text, and no other;
+ * a bad --reps is refused. (Timings are not checked: only which rows ran.) */
+TU_CASE(bench_only) {
+  RUNS(0, "bench", "--quick", "--only", "one-token");
+  EXPECT(strstr(g_out, "reference:") != NULL, "bench printed no reference: %s", g_out);
+  EXPECT(strstr(g_out, "one-token lookup + finish") != NULL, "the one-token row is missing: %s", g_out);
+  EXPECT(strstr(g_out, "lookup f32") == NULL && strstr(g_out, "backward") == NULL, "other rows ran: %s", g_out);
+  RUNS(1, "bench", "--reps", "0");
+  ERR_HAS("--reps: '0'");
+}
+
 /* A temporary directory, and `clembed devices` must find a device. */
 static void setup(clembed_context *unused) {
   if (!g_exe) {

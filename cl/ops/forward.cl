@@ -177,13 +177,14 @@ __kernel void ce_embed_vec4(CE_EMBED_ARGS) {
   } while (0)
 
 /* With CE_PREFETCH: asks for the table rows of tokens t0, t0 + tstep, ...
- * (ROWS of them; valid ids only), their first KiB (a block-quantized row of
- * 1024 to 2048 values, the start of a longer one, which the CPU's own
- * prefetchers then follow) a cache line at a time. */
+ * (ROWS of them; valid ids only) a cache line at a time, when a row is at
+ * most 1 KiB (a block-quantized row of 1024 to 2048 values): the CPU's own
+ * prefetchers follow a longer row once it has started, and asking for those
+ * too made F32 lookups slower. */
 inline void ce_prefetch_rows(CE_EMBED_ARGS, ulong t0, ulong tstep) {
 #if CE_PREFETCH
-  const ulong bytes =
-      min((ulong)1024, (ulong)((__global const uchar *)table_ptr(table, cols) - (__global const uchar *)table));
+  const ulong bytes = (ulong)((__global const uchar *)table_ptr(table, cols) - (__global const uchar *)table);
+  if (bytes > 1024) return;
   for (int k = 0; k < ROWS; k++) {
     ulong t = t0 + k * tstep;
     if (t >= n) return;
