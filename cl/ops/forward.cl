@@ -261,6 +261,9 @@ inline void ce_embed_row_tokens(CE_EMBED_ARGS, ulong t0, ulong tstep, ulong tnex
       CE_DROP(k, c + VEC, v1);
       if (nt2[k]) {
         stream2_outv(orow[k], c, v0, v1);
+      } else if (nt[k]) { /* a row aligned to one vector only */
+        stream_outv(orow[k], c, v0);
+        stream_outv(orow[k], c + VEC, v1);
       } else {
         store_outv(orow[k], c, v0);
         store_outv(orow[k], c + VEC, v1);
