@@ -17,6 +17,7 @@
  *   ce_load_T(p, i)       value i
  *   ce_load4_T(p, b, j)   values b + 4j .. b + 4j + 3 (b a multiple of the block size)
  *   ce_loadv_T(p, o)      values o .. o + VEC - 1 (o a multiple of VEC; VEC 4, 8 or 16)
+ *   ce_loadw_T(p, o, a, b) values o .. o + 2 VEC - 1 as two vectors (o a multiple of 2 VEC)
  * Vector loads never straddle a block: 4, 8 and 16 divide the runs of values
  * that share a block, a sub-block scale (Q4_K: 32, Q6_K: 16) and a nibble half
  * (Q4_0: 16).
@@ -103,98 +104,89 @@ inline float ce_load_6(__global const uchar *p, ulong i) {
 
 /* ----------------------------------------- N consecutive values (4, 8, 16) */
 
+/* ce_T_atN(b, j, scales): the N values of block b from its value j, with the
+ * block's scales already decoded (Q8_0, Q4_0: d; Q4_K: the sub-block's d1 and
+ * m1 from ce_q4_k_scale_min; Q6_K: d). ce_T_loadN(p, i): value i and the next
+ * N - 1. ce_T_load2xN(p, i, a, z): 2N values from i (i a multiple of 2N; 2N
+ * divides 32, so they share a block, Q4_K's sub-block scale and Q6_K's
+ * quarter) as two vectors, the scales decoded once for both: the same
+ * operations as two loadN, so the same bits. */
 #define CE_Q_VECTOR_LOADS(N)                                                                        \
-  inline float##N ce_q8_0_load##N(__global const uchar *p, ulong i) {                              \
-    __global const uchar *b = ce_ptr_3(p, i);                                                       \
-    const float d = ce_q_half(b);                                                                   \
-    return convert_float##N(vload##N(0, (__global const char *)b + 2 + (i & 31))) * d;              \
+  CE_INLINE float##N ce_q8_0_at##N(__global const uchar *b, uint j, float d) {                     \
+    return convert_float##N(vload##N(0, (__global const char *)b + 2 + j)) * d;                     \
   }                                                                                                 \
-  inline float##N ce_q4_0_load##N(__global const uchar *p, ulong i) {                              \
-    __global const uchar *b = ce_ptr_4(p, i);                                                       \
-    const float d = ce_q_half(b);                                                                   \
-    uint j = (uint)(i & 31);                                                                        \
+  CE_INLINE float##N ce_q4_0_at##N(__global const uchar *b, uint j, float d) {                     \
     uchar##N q = vload##N(0, b + 2 + (j & 15));                                                     \
     q = j < 16 ? q & (uchar)0x0F : q >> (uchar)4;                                                   \
     return convert_float##N(convert_int##N(q) - 8) * d;                                             \
   }                                                                                                 \
-  inline float##N ce_q4_k_load##N(__global const uchar *p, ulong i) {                              \
-    __global const uchar *b = ce_ptr_5(p, i);                                                       \
-    uint j = (uint)(i & 255), g = j >> 6, hi = (j >> 5) & 1u, l = j & 31u;                          \
-    const float2 dm = ce_q4_k_scale_min(b, 2 * g + hi);                                             \
+  /* value j: 64-value group g = j/64, sub-block 2g + hi; y = d1*q - m1 */                          \
+  CE_INLINE float##N ce_q4_k_at##N(__global const uchar *b, uint j, float2 dm) {                   \
+    uint g = j >> 6, hi = (j >> 5) & 1u, l = j & 31u;                                               \
     uchar##N q = vload##N(0, b + 16 + 32 * g + l);                                                  \
     q = hi ? q >> (uchar)4 : q & (uchar)0x0F;                                                       \
     return dm.x * convert_float##N(q) - dm.y;                                                       \
   }                                                                                                 \
-  inline float##N ce_q6_k_load##N(__global const uchar *p, ulong i) {                              \
-    __global const uchar *b = ce_ptr_6(p, i);                                                       \
-    uint j = (uint)(i & 255), n = j >> 7, t = (j >> 5) & 3u, l = j & 31u;                           \
+  /* value j: half n, quarter t, l as ce_load_6 */                                                  \
+  CE_INLINE float##N ce_q6_k_at##N(__global const uchar *b, uint j, float d) {                     \
+    uint n = j >> 7, t = (j >> 5) & 3u, l = j & 31u;                                                \
     uchar##N lo = vload##N(0, b + 64 * n + l + 32 * (t & 1u));                                      \
     lo = (t >> 1) ? lo >> (uchar)4 : lo & (uchar)0x0F;                                              \
     uchar##N hi = (vload##N(0, b + 128 + 32 * n + l) >> (uchar)(2 * t)) & (uchar)3;                 \
     const int##N q = convert_int##N(lo | (hi << (uchar)4)) - 32;                                    \
-    const float d = ce_q_half(b + 208);                                                             \
     const int sc = (char)b[192 + 8 * n + (l >> 4) + 2 * t];                                         \
     const float dsc = d * (float)sc;                                                                \
     return dsc * convert_float##N(q);                                                               \
+  }                                                                                                 \
+  inline float##N ce_q8_0_load##N(__global const uchar *p, ulong i) {                              \
+    __global const uchar *b = ce_ptr_3(p, i);                                                       \
+    return ce_q8_0_at##N(b, (uint)(i & 31), ce_q_half(b));                                          \
+  }                                                                                                 \
+  inline float##N ce_q4_0_load##N(__global const uchar *p, ulong i) {                              \
+    __global const uchar *b = ce_ptr_4(p, i);                                                       \
+    return ce_q4_0_at##N(b, (uint)(i & 31), ce_q_half(b));                                          \
+  }                                                                                                 \
+  inline float##N ce_q4_k_load##N(__global const uchar *p, ulong i) {                              \
+    __global const uchar *b = ce_ptr_5(p, i);                                                       \
+    uint j = (uint)(i & 255);                                                                       \
+    return ce_q4_k_at##N(b, j, ce_q4_k_scale_min(b, j >> 5));                                      \
+  }                                                                                                 \
+  inline float##N ce_q6_k_load##N(__global const uchar *p, ulong i) {                              \
+    __global const uchar *b = ce_ptr_6(p, i);                                                       \
+    return ce_q6_k_at##N(b, (uint)(i & 255), ce_q_half(b + 208));                                  \
+  }                                                                                                 \
+  CE_INLINE void ce_q8_0_load2x##N(__global const uchar *p, ulong i, float##N *a, float##N *z) {   \
+    __global const uchar *b = ce_ptr_3(p, i);                                                       \
+    const uint j = (uint)(i & 31);                                                                  \
+    const float d = ce_q_half(b);                                                                   \
+    *a = ce_q8_0_at##N(b, j, d);                                                                    \
+    *z = ce_q8_0_at##N(b, j + N, d);                                                                \
+  }                                                                                                 \
+  CE_INLINE void ce_q4_0_load2x##N(__global const uchar *p, ulong i, float##N *a, float##N *z) {   \
+    __global const uchar *b = ce_ptr_4(p, i);                                                       \
+    const uint j = (uint)(i & 31);                                                                  \
+    const float d = ce_q_half(b);                                                                   \
+    *a = ce_q4_0_at##N(b, j, d);                                                                    \
+    *z = ce_q4_0_at##N(b, j + N, d);                                                                \
+  }                                                                                                 \
+  CE_INLINE void ce_q4_k_load2x##N(__global const uchar *p, ulong i, float##N *a, float##N *z) {   \
+    __global const uchar *b = ce_ptr_5(p, i);                                                       \
+    const uint j = (uint)(i & 255);                                                                 \
+    const float2 dm = ce_q4_k_scale_min(b, j >> 5);                                                 \
+    *a = ce_q4_k_at##N(b, j, dm);                                                                   \
+    *z = ce_q4_k_at##N(b, j + N, dm);                                                               \
+  }                                                                                                 \
+  CE_INLINE void ce_q6_k_load2x##N(__global const uchar *p, ulong i, float##N *a, float##N *z) {   \
+    __global const uchar *b = ce_ptr_6(p, i);                                                       \
+    const uint j = (uint)(i & 255);                                                                 \
+    const float d = ce_q_half(b + 208);                                                             \
+    *a = ce_q6_k_at##N(b, j, d);                                                                    \
+    *z = ce_q6_k_at##N(b, j + N, d);                                                                \
   }
 
 CE_Q_VECTOR_LOADS(4)
 CE_Q_VECTOR_LOADS(8)
 CE_Q_VECTOR_LOADS(16)
-
-/* 2N consecutive values from i (i a multiple of 2N; 2N divides 32, so they
- * share a block, Q4_K's sub-block scale and Q6_K's quarter) as two vectors,
- * a block's f16 scales and Q4_K's scale and min decoded once for both. The
- * values, and the operations giving them, are those of the N-value loads. */
-#define CE_Q_PAIR_LOADS(N)                                                                            \
-  CE_INLINE void ce_q8_0_load2x##N(__global const uchar *p, ulong i, float##N *a, float##N *z) {       \
-    __global const uchar *b = ce_ptr_3(p, i);                                                       \
-    const float d = ce_q_half(b);                                                                   \
-    __global const char *q = (__global const char *)b + 2 + (i & 31);                               \
-    *a = convert_float##N(vload##N(0, q)) * d;                                                      \
-    *z = convert_float##N(vload##N(0, q + N)) * d;                                                  \
-  }                                                                                                 \
-  CE_INLINE void ce_q4_0_load2x##N(__global const uchar *p, ulong i, float##N *a, float##N *z) {       \
-    __global const uchar *b = ce_ptr_4(p, i);                                                       \
-    const float d = ce_q_half(b);                                                                   \
-    uint j = (uint)(i & 31), k = j + N;                                                             \
-    uchar##N q = vload##N(0, b + 2 + (j & 15)), r = vload##N(0, b + 2 + (k & 15));                  \
-    q = j < 16 ? q & (uchar)0x0F : q >> (uchar)4;                                                   \
-    r = k < 16 ? r & (uchar)0x0F : r >> (uchar)4;                                                   \
-    *a = convert_float##N(convert_int##N(q) - 8) * d;                                               \
-    *z = convert_float##N(convert_int##N(r) - 8) * d;                                               \
-  }                                                                                                 \
-  CE_INLINE void ce_q4_k_load2x##N(__global const uchar *p, ulong i, float##N *a, float##N *z) {       \
-    __global const uchar *b = ce_ptr_5(p, i);                                                       \
-    uint j = (uint)(i & 255), g = j >> 6, hi = (j >> 5) & 1u, l = j & 31u;                          \
-    const float2 dm = ce_q4_k_scale_min(b, 2 * g + hi);                                             \
-    uchar##N q = vload##N(0, b + 16 + 32 * g + l), r = vload##N(0, b + 16 + 32 * g + l + N);        \
-    q = hi ? q >> (uchar)4 : q & (uchar)0x0F;                                                       \
-    r = hi ? r >> (uchar)4 : r & (uchar)0x0F;                                                       \
-    *a = dm.x * convert_float##N(q) - dm.y;                                                         \
-    *z = dm.x * convert_float##N(r) - dm.y;                                                         \
-  }                                                                                                 \
-  CE_INLINE void ce_q6_k_load2x##N(__global const uchar *p, ulong i, float##N *a, float##N *z) {       \
-    __global const uchar *b = ce_ptr_6(p, i);                                                       \
-    uint j = (uint)(i & 255), n = j >> 7, t = (j >> 5) & 3u, l = j & 31u;                           \
-    const float d = ce_q_half(b + 208);                                                             \
-    __global const uchar *ql = b + 64 * n + l + 32 * (t & 1u), *qh = b + 128 + 32 * n + l;         \
-    uchar##N lo = vload##N(0, ql), lo2 = vload##N(0, ql + N);                                       \
-    lo = (t >> 1) ? lo >> (uchar)4 : lo & (uchar)0x0F;                                              \
-    lo2 = (t >> 1) ? lo2 >> (uchar)4 : lo2 & (uchar)0x0F;                                           \
-    uchar##N hi = (vload##N(0, qh) >> (uchar)(2 * t)) & (uchar)3;                                   \
-    uchar##N hi2 = (vload##N(0, qh + N) >> (uchar)(2 * t)) & (uchar)3;                              \
-    const int##N q = convert_int##N(lo | (hi << (uchar)4)) - 32;                                    \
-    const int##N q2 = convert_int##N(lo2 | (hi2 << (uchar)4)) - 32;                                 \
-    __global const char *sc = (__global const char *)b + 192 + 8 * n + 2 * t;                      \
-    const float dsc = d * (float)sc[l >> 4], dsc2 = d * (float)sc[(l + N) >> 4];                    \
-    *a = dsc * convert_float##N(q);                                                                 \
-    *z = dsc2 * convert_float##N(q2);                                                               \
-  }
-
-CE_Q_PAIR_LOADS(4)
-CE_Q_PAIR_LOADS(8)
-CE_Q_PAIR_LOADS(16)
 
 inline float4 ce_load4_3(__global const uchar *p, ulong base, ulong j) { return ce_q8_0_load4(p, base + 4 * j); }
 inline float4 ce_load4_4(__global const uchar *p, ulong base, ulong j) { return ce_q4_0_load4(p, base + 4 * j); }
@@ -203,25 +195,31 @@ inline float4 ce_load4_6(__global const uchar *p, ulong base, ulong j) { return 
 
 /* (spelled out: a name built with CE_XCAT here would not expand inside the
  * families' own CE_XCAT(ce_loadv_, TABLE_DT)) */
-#if defined(VEC)
-#define ce_loadw_3(p, o, a, b) CE_XCAT(ce_q8_0_load2x, VEC)(p, o, &(a), &(b))
-#define ce_loadw_4(p, o, a, b) CE_XCAT(ce_q4_0_load2x, VEC)(p, o, &(a), &(b))
-#define ce_loadw_5(p, o, a, b) CE_XCAT(ce_q4_k_load2x, VEC)(p, o, &(a), &(b))
-#define ce_loadw_6(p, o, a, b) CE_XCAT(ce_q6_k_load2x, VEC)(p, o, &(a), &(b))
-#endif
 #if defined(VEC) && VEC == 4
 #define ce_loadv_3 ce_q8_0_load4
 #define ce_loadv_4 ce_q4_0_load4
 #define ce_loadv_5 ce_q4_k_load4
 #define ce_loadv_6 ce_q6_k_load4
+#define ce_loadw_3(p, o, a, b) ce_q8_0_load2x4(p, o, &(a), &(b))
+#define ce_loadw_4(p, o, a, b) ce_q4_0_load2x4(p, o, &(a), &(b))
+#define ce_loadw_5(p, o, a, b) ce_q4_k_load2x4(p, o, &(a), &(b))
+#define ce_loadw_6(p, o, a, b) ce_q6_k_load2x4(p, o, &(a), &(b))
 #elif defined(VEC) && VEC == 8
 #define ce_loadv_3 ce_q8_0_load8
 #define ce_loadv_4 ce_q4_0_load8
 #define ce_loadv_5 ce_q4_k_load8
 #define ce_loadv_6 ce_q6_k_load8
+#define ce_loadw_3(p, o, a, b) ce_q8_0_load2x8(p, o, &(a), &(b))
+#define ce_loadw_4(p, o, a, b) ce_q4_0_load2x8(p, o, &(a), &(b))
+#define ce_loadw_5(p, o, a, b) ce_q4_k_load2x8(p, o, &(a), &(b))
+#define ce_loadw_6(p, o, a, b) ce_q6_k_load2x8(p, o, &(a), &(b))
 #elif defined(VEC) && VEC == 16
 #define ce_loadv_3 ce_q8_0_load16
 #define ce_loadv_4 ce_q4_0_load16
 #define ce_loadv_5 ce_q4_k_load16
 #define ce_loadv_6 ce_q6_k_load16
+#define ce_loadw_3(p, o, a, b) ce_q8_0_load2x16(p, o, &(a), &(b))
+#define ce_loadw_4(p, o, a, b) ce_q4_0_load2x16(p, o, &(a), &(b))
+#define ce_loadw_5(p, o, a, b) ce_q4_k_load2x16(p, o, &(a), &(b))
+#define ce_loadw_6(p, o, a, b) ce_q6_k_load2x16(p, o, &(a), &(b))
 #endif

@@ -168,6 +168,23 @@ cleanup:
  * blocks * 2^slice_bits, and split = the segment length from which a segment
  * is split into blocks. Slices: enough for the tuning's work-items per compute
  * unit, but no more than the positions (or groups of them) to start from. */
+/* The least power of two 2^bits >= want (1 for want 0 or 1). */
+static size_t pow2_at_least(size_t want, cl_uint *bits) {
+  size_t p = 1;
+  *bits = 0;
+  while (p < want) {
+    p *= 2;
+    (*bits)++;
+  }
+  return p;
+}
+
+/* The sorted positions a segment kernel's work-items start from: every one on
+ * a GPU, groups of fold_group on a CPU (a CPU item takes groups of positions). */
+static size_t fold_starts(const ce_tuning *t, size_t n) {
+  return t->cpu_shapes ? n / t->fold_group + (n % t->fold_group != 0) : n;
+}
+
 typedef struct seg_grid {
   size_t nx, ny;
   cl_ulong bw, split;
@@ -186,15 +203,11 @@ static seg_grid segment_grid(const clembed_context *ctx, size_t cols, size_t n) 
   if (blocks == 0) blocks = 1;
   /* the items that share the ordinary segments: bx per slice (block 0 on a CPU) */
   size_t sharing = cpu ? bx : bx * blocks;
-  size_t want = ((size_t)ctx->units * t->fold_slices_per_unit + sharing - 1) / sharing, slices = 1;
-  size_t starts = cpu ? n / t->fold_group + (n % t->fold_group != 0) : n; /* a CPU item takes groups of positions */
+  size_t want = ((size_t)ctx->units * t->fold_slices_per_unit + sharing - 1) / sharing;
+  size_t starts = fold_starts(t, n);
   if (want > starts) want = starts;
   if (want < t->fold_min_slices) want = t->fold_min_slices;
-  g.slice_bits = 0;
-  while (slices < want) {
-    slices *= 2;
-    g.slice_bits++;
-  }
+  size_t slices = pow2_at_least(want, &g.slice_bits);
   g.nx = bx;
   g.ny = blocks * slices;
   return g;
@@ -226,16 +239,12 @@ static clembed_status fold_optim(seg_call *b, seg_grid grid, int which, const vo
   if (b->step->mode == CE_STORE_ROWWISE_ADAGRAD) {
     /* slices: a power of two, the tuning's work-items per compute unit, at
      * most the positions (a CPU's ce_bwd_rowwise_grouped: groups of them) */
-    int cpu = ctx->tune->cpu_shapes;
-    const char *name = cpu ? "ce_bwd_rowwise_grouped" : "ce_bwd_rowwise";
-    size_t want = (size_t)ctx->units * ctx->tune->fold_slices_per_unit, slices = 1, group = ctx->tune->fold_group;
-    size_t starts = cpu ? b->ids->count / group + (b->ids->count % group != 0) : b->ids->count;
-    cl_uint slice_bits = 0;
+    const char *name = ctx->tune->cpu_shapes ? "ce_bwd_rowwise_grouped" : "ce_bwd_rowwise";
+    size_t want = (size_t)ctx->units * ctx->tune->fold_slices_per_unit;
+    size_t starts = fold_starts(ctx->tune, b->ids->count);
+    cl_uint slice_bits;
     if (want > starts) want = starts;
-    while (slices < want) {
-      slices *= 2;
-      slice_bits++;
-    }
+    size_t slices = pow2_at_least(want, &slice_bits);
     CHECK(ce_kernel(ctx, CE_FAMILY_BACKWARD, b->opts, name, &k));
     CHECK(ce_set_args(ctx, k, name, CE_ARG(b->grad->buffer), CE_ARG(g_off), CE_ARG(g_ldl),
                       CE_ARG(colsl), CE_ARG(b->srt.keys[which]), CE_ARG(b->srt.idx[which]), CE_ARG(nl), none_size,

@@ -219,8 +219,8 @@ clembed_status clembed_devices(clembed_device_info *list, size_t capacity, size_
   return CLEMBED_OK;
 }
 
-/* Work-group limits, 64-bit atomics, the device's name. */
-static void limits(clembed_context *ctx) {
+/* Work-group limits, 64-bit atomics, the device's name, the prefetch hint. */
+static void limits(clembed_context *ctx, cl_device_type type) {
   char pname[256] = "", dname[256] = "";
   clGetPlatformInfo(ctx->platform, CL_PLATFORM_NAME, sizeof pname - 1, pname, NULL);
   clGetDeviceInfo(ctx->device, CL_DEVICE_NAME, sizeof dname - 1, dname, NULL);
@@ -249,15 +249,13 @@ static void limits(clembed_context *ctx) {
   /* POCL compiles a CPU kernel with clang for the host, where
    * __builtin_prefetch is the CPU's prefetch instruction; compilers that go
    * through SPIR-V (rusticl) reject it, so it is used on POCL's CPU devices only */
-  cl_device_type type = 0;
-  clGetDeviceInfo(ctx->device, CL_DEVICE_TYPE, sizeof type, &type, NULL);
   ctx->prefetch = (type & CL_DEVICE_TYPE_CPU) && !strcmp(pname, "Portable Computing Language");
 }
 
 clembed_status ce_device_facts(clembed_context *ctx) {
-  limits(ctx);
   cl_device_type type = 0;
   clGetDeviceInfo(ctx->device, CL_DEVICE_TYPE, sizeof type, &type, NULL);
+  limits(ctx, type);
   const char *env = getenv("CLEMBED_TUNING");
   ctx->tune = ce_tuning_choose((type & CL_DEVICE_TYPE_CPU) != 0, env);
   if (!ctx->tune) {
