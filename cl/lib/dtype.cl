@@ -148,7 +148,14 @@ inline FV ce_loadv_2(__global const ushort *p, ulong o) { return as_FV(convert_U
 #define ce_loadw_0(p, o, a, b) ((a) = ce_loadv_0(p, o), (b) = ce_loadv_0(p, (o) + VEC))
 #define ce_loadw_1(p, o, a, b) ((a) = ce_loadv_1(p, o), (b) = ce_loadv_1(p, (o) + VEC))
 #define ce_loadw_2(p, o, a, b) ((a) = ce_loadv_2(p, o), (b) = ce_loadv_2(p, (o) + VEC))
-inline void ce_storev_0(__global float *p, ulong o, FV v) { vstoreV(v, 0, p + o); }
+/* A float vector is stored whole when p + o is aligned to the vector's size:
+ * POCL compiles vstore16 of float to five stores of 16 and 8 bytes. */
+inline void ce_storev_0(__global float *p, ulong o, FV v) {
+  if (((ulong)(p + o) & (sizeof(FV) - 1)) == 0)
+    *(__global FV *)(p + o) = v;
+  else
+    vstoreV(v, 0, p + o);
+}
 /* F16 stores by their bits too: ce_float_to_half lane by lane. */
 inline USV ce_f16_bitsv(FV v) {
   UV x = as_UV(v), a = x & 0x7FFFFFFFu, sign = (x >> 16) & 0x8000u;

@@ -90,7 +90,7 @@ __kernel void ce_bwd_pos_keys(ulong n, ulong len, ulong pos_offset, __global con
 /* The sum, in ascending token order, of the gradient rows of the segment
  * [j, end) of the sorted order, at VEC columns from c (or one column):
  * s = ((0 + g[i_j]) + g[i_j+1]) + ... in float32. */
-inline FV ce_foldv(__global const GRAD_T *grad, ulong g_off, ulong g_ld, ulong cols, __global const uint *sidx,
+CE_INLINE FV ce_foldv(__global const GRAD_T *grad, ulong g_off, ulong g_ld, ulong cols, __global const uint *sidx,
                    ulong j, ulong end, ulong c, float dropout, uint seed_lo, uint seed_hi, float keep) {
   FV s = (FV)(0.0f);
   for (ulong t = j; t < end; t++) {
@@ -121,7 +121,7 @@ inline float ce_fold1(__global const GRAD_T *grad, ulong g_off, ulong g_ld, ulon
 /* TILE (CPU) vectors of consecutive columns from c folded at once, so that
  * each gradient row is read TILE * VEC columns at a time. Every column is still
  * the same left fold in ascending token order. */
-inline void ce_fold_tile(FV *acc, __global const GRAD_T *grad, ulong g_off, ulong g_ld, ulong cols,
+CE_INLINE void ce_fold_tile(FV *acc, __global const GRAD_T *grad, ulong g_off, ulong g_ld, ulong cols,
                          __global const uint *sidx, ulong j, ulong end, ulong c, float dropout, uint seed_lo,
                          uint seed_hi, float keep) {
   for (int k = 0; k < TILE; k++) acc[k] = (FV)(0.0f);
@@ -213,13 +213,16 @@ inline void ce_fold_tile(FV *acc, __global const GRAD_T *grad, ulong g_off, ulon
 #ifndef CE_GROUP
 #define CE_GROUP 4 /* the tuning table's fold_group */
 #endif
-#define CE_GROUPS(skeys, n, none, slice_bits, bw, split, cols)                        \
+#define CE_GROUPS(skeys, n, none, slice_bits, bw, split, cols) \
+  CE_GROUPS_OF(CE_GROUP, skeys, n, none, slice_bits, bw, split, cols)
+/* The same with groups of G positions (ce_bwd_rowwise_grouped: VEC). */
+#define CE_GROUPS_OF(G, skeys, n, none, slice_bits, bw, split, cols)                  \
   ulong y_ = get_global_id(1), nslices_ = (ulong)1 << (slice_bits);                 \
   ulong block_ = y_ >> (slice_bits);                                                \
   if (block_ * (bw) >= (cols)) return;                                              \
-  for (ulong g_ = (y_ & (nslices_ - 1)) * CE_GROUP; g_ < (n); g_ += nslices_ * CE_GROUP) { \
-    ulong sj_[CE_GROUP], se_[CE_GROUP], gend_ = min(g_ + CE_GROUP, (ulong)(n));      \
-    KEY_T sk_[CE_GROUP];                                                            \
+  for (ulong g_ = (y_ & (nslices_ - 1)) * (G); g_ < (n); g_ += nslices_ * (G)) {    \
+    ulong sj_[G], se_[G], gend_ = min(g_ + (G), (ulong)(n));                        \
+    KEY_T sk_[G];                                                                   \
     int m_ = 0;                                                                     \
     for (ulong j = g_; j < gend_; j++) {                                            \
       KEY_T key = skeys[j];                                                         \
@@ -240,36 +243,6 @@ inline void ce_fold_tile(FV *acc, __global const GRAD_T *grad, ulong g_off, ulon
       float cnt_ = (float)(end - j);
 #define CE_GROUPS_SHORT }
 #define CE_GROUPS_END }
-
-/* With CE_PREFETCH (ce_bwd_rowwise_grouped, whose row-wise sums leave the
- * memory system idle): the positions after the group (the next work-item's,
- * which a CPU runtime runs next in the same thread), their gradient rows
- * (pfg_, element offsets) and keys (pfk_), pfm_ of them. CE_PREFETCH_COLUMNS(c,
- * w, PF) asks for w columns from c of each of those gradient rows, and PF(key,
- * c) for the rows a key steps, while the group's own columns are done: the
- * rows arrive a line at a time ahead of their use, never in a burst (a burst
- * of whole rows filled the CPU's miss buffers and stalled it). The shapes
- * that run at the memory's rate went slower with it. */
-#if CE_PREFETCH
-#define CE_NEXT_GROUP(skeys, n, none)                                                \
-  ulong pfg_[CE_GROUP];                                                             \
-  KEY_T pfk_[CE_GROUP];                                                             \
-  int pfm_ = 0;                                                                     \
-  for (ulong p_ = g_ + CE_GROUP; p_ < g_ + 2 * CE_GROUP && p_ < (n); p_++) {        \
-    KEY_T k_ = skeys[p_];                                                           \
-    if (k_ == (none)) break;                                                        \
-    pfg_[pfm_] = g_off + (ulong)sidx[p_] * g_ld;                                    \
-    pfk_[pfm_++] = k_;                                                              \
-  }
-#define CE_PREFETCH_COLUMNS(c, w, PF)                                                \
-  for (int q_ = 0; q_ < pfm_; q_++) {                                               \
-    for (ulong l_ = 0; l_ < (w); l_ += 64 / sizeof(GRAD_T)) ce_prefetch(grad + pfg_[q_] + (c) + l_); \
-    PF(pfk_[q_], c);                                                                \
-  }
-#else
-#define CE_NEXT_GROUP(skeys, n, none)
-#define CE_PREFETCH_COLUMNS(c, w, PF)
-#endif
 
 #define CE_COLUMNS_GROUP(STOREV, STORE1, base, ...)                                           \
   {                                                                                          \
@@ -301,7 +274,7 @@ inline void ce_fold_tile(FV *acc, __global const GRAD_T *grad, ulong g_off, ulon
 #define CE_STORE_ACCUMULATE 1
 #define CE_STORE_SGD 2
 #endif
-inline void ce_rows_storev(ulong o, FV s, __global TABLE_T *tab, float scale, int freq, float cnt, float lr,
+CE_INLINE void ce_rows_storev(ulong o, FV s, __global TABLE_T *tab, float scale, int freq, float cnt, float lr,
                            int mode) {
   FV r = scale * s;
   if (freq) r = r / cnt;
@@ -373,7 +346,7 @@ __kernel void ce_bwd_rows_grouped(CE_ROWS_ARGS) {
       __global float *s2, ulong s2b, float lr, float eps, float wd, float b1c, float b2c, float step_size, \
       int mode
 
-inline void ce_opt_storev(ulong o, FV s, CE_OPT_PARAMS) {
+CE_INLINE void ce_opt_storev(ulong o, FV s, CE_OPT_PARAMS) {
   FV g = scale * s;
   if (freq) g = g / cnt;
   FV w = load_tablev(tab, o), d;
@@ -475,7 +448,7 @@ __kernel void ce_bwd_optim_grouped(CE_OPT_ARGS) {
 
 /* The row gradient of VEC columns at table element o (with weight decay), as
  * both passes compute it; w: the table's values there (read when needed). */
-inline FV ce_rw_gradv(ulong o, FV s, __global TABLE_T *tab, float scale, int freq, float cnt, float wd, int need_w,
+CE_INLINE FV ce_rw_gradv(ulong o, FV s, __global TABLE_T *tab, float scale, int freq, float cnt, float wd, int need_w,
                       FV *w) {
   FV g = scale * s;
   if (freq) g = g / cnt;
@@ -488,7 +461,7 @@ inline FV ce_rw_gradv(ulong o, FV s, __global TABLE_T *tab, float scale, int fre
   return g;
 }
 
-inline void ce_rw_storev(ulong o, FV s, CE_RW_PARAMS) {
+CE_INLINE void ce_rw_storev(ulong o, FV s, CE_RW_PARAMS) {
   FV w, g = ce_rw_gradv(o, s, tab, scale, freq, cnt, wd, !sum, &w);
   if (sum) { /* pass 1: the squares, added one column after the other */
     float sq[VEC];
@@ -544,38 +517,93 @@ __kernel void ce_bwd_rowwise(__global const GRAD_T *grad, ulong g_off, ulong g_l
   CE_SEGMENTS_END
 }
 
-#define CE_PF_TABLE(key, c) ce_prefetch(tab + t_off + (ulong)(key) * t_ld + (c))
-/* ROWWISE_ADAGRAD, the CPU shape: a work-item takes groups of CE_GROUP sorted
- * positions (CE_GROUPS; a segment is never split) and does the rows of the
- * segments that start there together, so that their sums of squares, each
- * still one left fold over the columns in ascending order with the same bits
- * as ce_bwd_rowwise's, are independent chains the CPU runs side by side (one
- * row's chain is a float add's latency per column). */
+/* The transpose of a VEC x VEC matrix held as VEC row vectors: in stages of
+ * block size b = VEC/2, ..., 1, rows i and i + b ((i & b) == 0) swap their
+ * off-diagonal b x b blocks, two shuffles each: lane c of row i takes
+ * CE_LO_b[c] and of row i + b CE_HI_b[c] (an index < VEC picks row i's lane,
+ * VEC + k row i + b's lane k). Clang's __builtin_shufflevector gives the
+ * compiler the constant masks (POCL's shuffle2 went lane by lane through
+ * memory); other compilers get shuffle2. */
+#if VEC == 4
+#define CE_LO_2 0, 1, 4, 5
+#define CE_HI_2 2, 3, 6, 7
+#define CE_LO_1 0, 4, 2, 6
+#define CE_HI_1 1, 5, 3, 7
+#elif VEC == 8
+#define CE_LO_4 0, 1, 2, 3, 8, 9, 10, 11
+#define CE_HI_4 4, 5, 6, 7, 12, 13, 14, 15
+#define CE_LO_2 0, 1, 8, 9, 4, 5, 12, 13
+#define CE_HI_2 2, 3, 10, 11, 6, 7, 14, 15
+#define CE_LO_1 0, 8, 2, 10, 4, 12, 6, 14
+#define CE_HI_1 1, 9, 3, 11, 5, 13, 7, 15
+#elif VEC == 16
+#define CE_LO_8 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23
+#define CE_HI_8 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31
+#define CE_LO_4 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27
+#define CE_HI_4 4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31
+#define CE_LO_2 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29
+#define CE_HI_2 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31
+#define CE_LO_1 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30
+#define CE_HI_1 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31
+#endif
+#if defined(__clang__)
+#define CE_SHUFFLE(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
+#else
+#define CE_SHUFFLE(a, b, ...) shuffle2(a, b, (UV)(__VA_ARGS__))
+#endif
+#define CE_SWAP_BLOCKS(q, B)                                           \
+  _Pragma("unroll") for (int i_ = 0; i_ < VEC; i_++)                   \
+    if ((i_ & (B)) == 0) {                                             \
+      FV a_ = q[i_], b_ = q[i_ + (B)];                                 \
+      q[i_] = CE_SHUFFLE(a_, b_, CE_LO_##B);                           \
+      q[i_ + (B)] = CE_SHUFFLE(a_, b_, CE_HI_##B);                     \
+    }
+CE_INLINE void ce_transpose(FV *q) {
+#if VEC == 16
+  CE_SWAP_BLOCKS(q, 8)
+#endif
+#if VEC >= 8
+  CE_SWAP_BLOCKS(q, 4)
+#endif
+  CE_SWAP_BLOCKS(q, 2)
+  CE_SWAP_BLOCKS(q, 1)
+}
+
+/* ROWWISE_ADAGRAD, the CPU shape: a work-item takes groups of VEC sorted
+ * positions (CE_GROUPS_OF; a segment is never split) and does the rows of the
+ * segments that start there together, lane s of a vector for row s: pass 1
+ * squares VEC columns of each row, transposes the VEC x VEC squares so that
+ * vector k holds column c + k of every row, and adds the VEC vectors in column
+ * order. Each lane is still its row's left fold over the columns in ascending
+ * order, with the same bits as ce_bwd_rowwise's, but VEC rows advance with
+ * each add (one row's chain is a float add's latency per column). */
 __kernel void ce_bwd_rowwise_grouped(__global const GRAD_T *grad, ulong g_off, ulong g_ld, ulong cols,
                                      __global const KEY_T *skeys, __global const uint *sidx, ulong n, KEY_T none,
                                      uint slice_bits, float scale, int freq, __global TABLE_T *tab, ulong t_off,
                                      ulong t_ld, __global float *s1, ulong s1_off, ulong s1_ld, float lr, float eps,
                                      float wd, float dropout, uint seed_lo, uint seed_hi, float keep) {
-  CE_GROUPS(skeys, n, none, slice_bits, cols, n + 1, cols)
+  CE_GROUPS_OF(VEC, skeys, n, none, slice_bits, cols, n + 1, cols)
   CE_GROUPS_SHORT
-  CE_NEXT_GROUP(skeys, n, none)
-  float sum[CE_GROUP], rate[CE_GROUP], sq[CE_GROUP][VEC];
-  for (int s_ = 0; s_ < CE_GROUP; s_++) {
-    sum[s_] = 0.0f;
-    for (int k = 0; k < VEC; k++) sq[s_][k] = 0.0f; /* the rows past m_ add zeros */
-  }
+  float sum[VEC], rate[VEC];
+  FV acc = (FV)(0.0f);
   ulong c = 0;
-  for (; c + VEC <= cols; c += VEC) { /* pass 1: the squares of VEC columns of each row, then added */
-    for (int s_ = 0; s_ < m_; s_++) {
-      ulong j = sj_[s_], end = se_[s_];
-      CE_PF_TABLE(sk_[s_], c); /* for pass 2, a line at a time */
-      FV w, g = ce_rw_gradv(t_off + (ulong)sk_[s_] * t_ld + c, ce_foldv(CE_FOLD_ARGS, c, CE_MASK_ARGS), tab, scale,
-                            freq, (float)(end - j), wd, 0, &w);
-      vstoreV(g * g, 0, sq[s_]);
+  for (; c + VEC <= cols; c += VEC) { /* pass 1: VEC columns of every row */
+    FV q[VEC];
+#pragma unroll
+    for (int s_ = 0; s_ < VEC; s_++) {
+      q[s_] = (FV)(0.0f); /* the rows past m_ add zeros */
+      if (s_ < m_) {
+        ulong j = sj_[s_], end = se_[s_];
+        FV w, g = ce_rw_gradv(t_off + (ulong)sk_[s_] * t_ld + c, ce_foldv(CE_FOLD_ARGS, c, CE_MASK_ARGS), tab,
+                              scale, freq, (float)(end - j), wd, 0, &w);
+        q[s_] = g * g;
+      }
     }
-    for (int k = 0; k < VEC; k++)
-      for (int s_ = 0; s_ < CE_GROUP; s_++) sum[s_] = sum[s_] + sq[s_][k];
+    ce_transpose(q);
+#pragma unroll
+    for (int k = 0; k < VEC; k++) acc = acc + q[k];
   }
+  vstoreV(acc, 0, sum);
   for (int s_ = 0; s_ < m_; s_++) {
     ulong j = sj_[s_], end = se_[s_], tb = t_off + (ulong)sk_[s_] * t_ld, om = s1_off + (ulong)sk_[s_] * s1_ld;
     for (ulong k = c; k < cols; k++) /* the columns past the last whole vector */
@@ -587,7 +615,6 @@ __kernel void ce_bwd_rowwise_grouped(__global const GRAD_T *grad, ulong g_off, u
     rate[s_] = lr / den;
   }
   for (c = 0; c + VEC <= cols; c += VEC) /* pass 2: the step */ {
-    CE_PREFETCH_COLUMNS(c, VEC, CE_PF_TABLE);
     for (int s_ = 0; s_ < m_; s_++) {
       ulong j = sj_[s_], end = se_[s_];
       ce_rw_storev(t_off + (ulong)sk_[s_] * t_ld + c, ce_foldv(CE_FOLD_ARGS, c, CE_MASK_ARGS), tab, scale, freq,
@@ -604,7 +631,7 @@ __kernel void ce_bwd_rowwise_grouped(__global const GRAD_T *grad, ulong g_off, u
 }
 
 /* position_grad[p] += S (F32): the positional part of the forward is not scaled. */
-inline void ce_pos_storev(ulong o, FV s, __global float *pg) { ce_storev_0(pg, o, ce_loadv_0(pg, o) + s); }
+CE_INLINE void ce_pos_storev(ulong o, FV s, __global float *pg) { ce_storev_0(pg, o, ce_loadv_0(pg, o) + s); }
 inline void ce_pos_store1(ulong o, float s, __global float *pg) { ce_store_0(pg, o, ce_load_0(pg, o) + s); }
 
 #define CE_POS_ARGS                                                                                       \

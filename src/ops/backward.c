@@ -180,9 +180,10 @@ static size_t pow2_at_least(size_t want, cl_uint *bits) {
 }
 
 /* The sorted positions a segment kernel's work-items start from: every one on
- * a GPU, groups of fold_group on a CPU (a CPU item takes groups of positions). */
-static size_t fold_starts(const ce_tuning *t, size_t n) {
-  return t->cpu_shapes ? n / t->fold_group + (n % t->fold_group != 0) : n;
+ * a GPU, groups of `group` on a CPU (a CPU item takes groups of positions:
+ * fold_group, or fold_vec for ce_bwd_rowwise_grouped). */
+static size_t fold_starts(const ce_tuning *t, size_t n, size_t group) {
+  return t->cpu_shapes ? n / group + (n % group != 0) : n;
 }
 
 typedef struct seg_grid {
@@ -204,7 +205,7 @@ static seg_grid segment_grid(const clembed_context *ctx, size_t cols, size_t n) 
   /* the items that share the ordinary segments: bx per slice (block 0 on a CPU) */
   size_t sharing = cpu ? bx : bx * blocks;
   size_t want = ((size_t)ctx->units * t->fold_slices_per_unit + sharing - 1) / sharing;
-  size_t starts = fold_starts(t, n);
+  size_t starts = fold_starts(t, n, t->fold_group);
   if (want > starts) want = starts;
   if (want < t->fold_min_slices) want = t->fold_min_slices;
   size_t slices = pow2_at_least(want, &g.slice_bits);
@@ -217,7 +218,7 @@ static seg_grid segment_grid(const clembed_context *ctx, size_t cols, size_t n) 
  * ce_bwd_rows with the state rows beside the table's, or for ROWWISE_ADAGRAD
  * ce_bwd_rowwise, a work-item per row (its sum of squares is a fold over the
  * columns in order), the rows spread over slices of sorted positions; on a
- * CPU ce_bwd_rowwise_grouped, the rows of a group of positions together. */
+ * CPU ce_bwd_rowwise_grouped, the rows of a group of fold_vec positions together. */
 static clembed_status fold_optim(seg_call *b, seg_grid grid, int which, const void *none, size_t none_size) {
   clembed_status status = CLEMBED_OK;
   clembed_context *ctx = b->ctx;
@@ -241,7 +242,7 @@ static clembed_status fold_optim(seg_call *b, seg_grid grid, int which, const vo
      * most the positions (a CPU's ce_bwd_rowwise_grouped: groups of them) */
     const char *name = ctx->tune->cpu_shapes ? "ce_bwd_rowwise_grouped" : "ce_bwd_rowwise";
     size_t want = (size_t)ctx->units * ctx->tune->fold_slices_per_unit;
-    size_t starts = fold_starts(ctx->tune, b->ids->count);
+    size_t starts = fold_starts(ctx->tune, b->ids->count, ctx->tune->fold_vec);
     cl_uint slice_bits;
     if (want > starts) want = starts;
     size_t slices = pow2_at_least(want, &slice_bits);
