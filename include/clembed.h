@@ -257,13 +257,13 @@ typedef struct clembed_ids {    /* token ids in a cl_mem */
  * and clembed's later operations and blocking reads and writes see the zeros.
  * A caller using the buffer on another queue first waits for clembed_finish
  * (which also reports a failed fill).
- * On Linux, on a CPU device that shares the host's memory, a buffer of 4 MiB
- * or more that clembed allocates (a matrix here, or ids) lives in host memory
+ * On Linux, on POCL's CPU devices (which share the host's memory), a buffer of
+ * 4 MiB or more that clembed allocates (a matrix here, or ids) lives in host memory
  * of its own, aligned to 2 MiB and advised for transparent huge pages, which
  * the device uses in place (CL_MEM_USE_HOST_PTR): rows gathered at random then
  * cost fewer TLB misses. That memory is freed when the buffer is (a destructor
  * callback), so a buffer the caller retains stays valid. Elsewhere it is an
- * ordinary buffer. */
+ * ordinary buffer (Mesa 22's rusticl, for one, never calls that callback). */
 CLEMBED_API clembed_status clembed_matrix_create(clembed_context *ctx, size_t rows, size_t cols,
                                                  clembed_dtype dtype, clembed_matrix *m);
 

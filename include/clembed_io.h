@@ -88,16 +88,20 @@ CLEMBED_API clembed_status clembed_file_tensor_data(const clembed_file *f, size_
  * - Shape: a tensor of 2 or more dimensions has rows = the first dimension and
  *   cols = the product of the others; 1 dimension (n,) loads as 1 x n; 0
  *   dimensions as 1 x 1.
- * - `dtype` is the device dtype: F32, F16 or BF16 from a stored F32, F16 or
- *   BF16 tensor (converted on the host, a bounded piece at a time, rounding to
- *   nearest even); a block type (Q8_0, Q4_0, Q4_K, Q6_K) from a stored tensor
- *   of that same type, uploaded as its blocks. Loading a block-quantized
- *   tensor is CLEMBED_ERR_UNSUPPORTED in this version (the library's matrices
- *   do not yet hold block types); so are a dequantization to a float dtype and
- *   a quantization of a float tensor.
+ * - `dtype` is the device dtype, from any stored F32, F16, BF16, Q8_0, Q4_0,
+ *   Q4_K or Q6_K tensor: F32, F16 or BF16 from a float tensor (converted on
+ *   the host, rounding to nearest even) or from a block-quantized one
+ *   (dequantized exactly as ggml's dequantize_row_*); a block type from a
+ *   tensor of that same type (its blocks as they lie); Q8_0 or Q4_0 from a
+ *   float tensor (quantized as ggml's reference quantizers, whose cols must
+ *   be a multiple of the block: CLEMBED_ERR_INVALID_ARGUMENT otherwise).
+ *   Quantizing a float tensor to Q4_K or Q6_K: CLEMBED_ERR_UNSUPPORTED; a
+ *   block type from another block type: CLEMBED_ERR_INVALID_ARGUMENT.
  * - When the stored type is the device dtype, the data go from the mapping to
- *   the buffer with no host copy in between (on a device that shares the
- *   host's memory too); otherwise through a temporary of at most 16 MiB.
+ *   the buffer with no host copy in between; on POCL's CPU devices the matrix
+ *   is a buffer over its own copy-on-write mapping of the file's pages (no
+ *   copy at all; CLEMBED_NO_FILE_PAGES=1 makes it a copy). Otherwise through
+ *   a temporary of at most 16 MiB, a piece of whole blocks at a time.
  * - A missing name, an unknown name (the message lists the file's tensors), a
  *   type that cannot be loaded as `dtype`: CLEMBED_ERR_INVALID_ARGUMENT with
  *   the detail in the context's message. *m is untouched on failure. */

@@ -927,14 +927,10 @@ TU_CASE(demo) {
 
 /* bench --only runs the rows whose name contains the text, and no other;
  * a bad --reps is refused. (Timings are not checked: only which rows ran.)
- * On POCL only: under Mesa 22's rusticl the bench process dies during its
- * set-up (an open problem, docs/performance.md). */
+ * The set-up of every row still runs, releasing buffers while kernels that
+ * use them are queued (under Mesa 22's rusticl that crashed the bench while
+ * such buffers were on host pages; they are on POCL only now). */
 TU_CASE(bench_only) {
-  const char *vendors = getenv("OCL_ICD_VENDORS");
-  if ((vendors && *vendors) || !exists("/etc/OpenCL/vendors/pocl.icd")) {
-    tu_skip("POCL is not the registered platform (OCL_ICD_VENDORS set or no pocl.icd)");
-    return;
-  }
   RUNS(0, "bench", "--quick", "--only", "one-token");
   EXPECT(strstr(g_out, "reference:") != NULL, "bench printed no reference: %s", g_out);
   EXPECT(strstr(g_out, "one-token lookup + finish") != NULL, "the one-token row is missing: %s", g_out);

@@ -83,7 +83,7 @@ static void CL_CALLBACK unmap_pages(cl_mem mem, void *user) {
   free(p);
 }
 
-/* On a CPU device that shares host memory, a tensor stored as the device dtype
+/* On POCL's CPU devices (ctx->host_pages), a tensor stored as the device dtype
  * becomes a buffer over its own copy-on-write mapping of the file's pages
  * (CL_MEM_USE_HOST_PTR): nothing is copied, only the pages that the work
  * touches are read, and what the device writes stays private to the buffer

@@ -125,7 +125,10 @@ clembed_status clembed_optimizer_step(clembed_context *ctx, const clembed_matrix
   CHECK(check_optimizer(ctx, what, o, table, &p));
   {
     static const ce_store_mode modes[4] = {CE_STORE_SGD, CE_STORE_ADAGRAD, CE_STORE_ROWWISE_ADAGRAD, CE_STORE_ADAM};
-    ce_step step = {what, modes[o->kind], o->learning_rate, 0, &p};
+    /* SGD without weight decay is clembed_sgd_update's fold (the same
+     * operations, and its kernel has no state arguments to carry) */
+    int plain = o->kind == CLEMBED_SGD && o->weight_decay == 0.0f;
+    ce_step step = {what, modes[o->kind], o->learning_rate, 0, plain ? NULL : &p};
     status = ce_segment_step(ctx, &step, grad_out, ids, opt, table, nwait, wait, ev);
   }
 cleanup:

@@ -1,5 +1,5 @@
 /* The one allocator: every cl_mem clembed makes comes from ce_buffer. Matrices
- * and ids on a CPU device that shares the host's memory go on huge pages;
+ * and ids on POCL's CPU devices (ctx->host_pages, device.c) go on huge pages;
  * temporaries are created zeroed where a checker needs it; constants are
  * copied from the host when created (no command on the queue). */
 #define _DEFAULT_SOURCE /* mmap's MAP_ANONYMOUS, madvise, MADV_HUGEPAGE */

@@ -219,7 +219,8 @@ clembed_status clembed_devices(clembed_device_info *list, size_t capacity, size_
   return CLEMBED_OK;
 }
 
-/* Work-group limits, 64-bit atomics, the device's name, the prefetch hint. */
+/* Work-group limits, 64-bit atomics, the device's name, the prefetch hint,
+ * buffers on host pages. */
 static void limits(clembed_context *ctx, cl_device_type type) {
   char pname[256] = "", dname[256] = "";
   clGetPlatformInfo(ctx->platform, CL_PLATFORM_NAME, sizeof pname - 1, pname, NULL);
@@ -249,7 +250,17 @@ static void limits(clembed_context *ctx, cl_device_type type) {
   /* POCL compiles a CPU kernel with clang for the host, where
    * __builtin_prefetch is the CPU's prefetch instruction; compilers that go
    * through SPIR-V (rusticl) reject it, so it is used on POCL's CPU devices only */
-  ctx->prefetch = (type & CL_DEVICE_TYPE_CPU) && !strcmp(pname, "Portable Computing Language");
+  int pocl_cpu = (type & CL_DEVICE_TYPE_CPU) && !strcmp(pname, "Portable Computing Language");
+  ctx->prefetch = pocl_cpu;
+  /* Buffers over host memory that clembed frees when OpenCL deletes the
+   * buffer (huge pages, a file's pages): on POCL's CPU devices, which share
+   * the host's memory. Mesa 22's rusticl never calls a buffer's destructor
+   * callback (the memory would never be freed), and its kernels crashed when
+   * such a buffer was released while they ran (clembed bench); there, and on
+   * other devices, buffers are ordinary. */
+  cl_bool unified = CL_FALSE;
+  clGetDeviceInfo(ctx->device, CL_DEVICE_HOST_UNIFIED_MEMORY, sizeof unified, &unified, NULL);
+  ctx->host_pages = pocl_cpu && unified;
 }
 
 clembed_status ce_device_facts(clembed_context *ctx) {
@@ -269,9 +280,6 @@ clembed_status ce_device_facts(clembed_context *ctx) {
   cl_device_fp_config fp = 0;
   clGetDeviceInfo(ctx->device, CL_DEVICE_SINGLE_FP_CONFIG, sizeof fp, &fp, NULL);
   ctx->exact_div = (fp & CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT) != 0;
-  cl_bool unified = CL_FALSE;
-  clGetDeviceInfo(ctx->device, CL_DEVICE_HOST_UNIFIED_MEMORY, sizeof unified, &unified, NULL);
-  ctx->host_pages = (type & CL_DEVICE_TYPE_CPU) && unified;
   if (clGetDeviceInfo(ctx->device, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof ctx->units, &ctx->units, NULL) !=
           CL_SUCCESS ||
       ctx->units == 0)

@@ -155,7 +155,7 @@ struct clembed_context {
   cl_uint units;  /* CL_DEVICE_MAX_COMPUTE_UNITS */
   cl_ulong cache_bytes; /* CL_DEVICE_GLOBAL_MEM_CACHE_SIZE (0: unknown) */
   int exact_div;  /* CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT in CL_DEVICE_SINGLE_FP_CONFIG */
-  int host_pages; /* a CPU device on the host's memory: large buffers on huge pages */
+  int host_pages; /* POCL's CPU devices: large buffers on huge pages, files used in place */
   int zero_temporaries; /* create temporaries zeroed (Oclgrind's shadow-memory checker) */
   int prefetch;   /* kernels may use __builtin_prefetch (-DCE_PREFETCH=1): POCL's CPU devices */
   char device_name[512];
