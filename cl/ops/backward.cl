@@ -28,7 +28,8 @@
  * Build options: GRAD_DT, TABLE_DT (dtype codes), DROPOUT (0/1), KEY64 (0: uint
  * keys, 1: ulong keys), VEC (4, 8 or 16), TILE and CE_GROUP (the tuning
  * table's): a work-item of the grouped shapes folds TILE vectors of VEC
- * columns at once over CE_GROUP sorted positions. */
+ * columns at once over CE_GROUP sorted positions (ce_bwd_rowwise_grouped:
+ * one vector at a time over VEC positions). */
 
 #ifndef TILE
 #define TILE 1
