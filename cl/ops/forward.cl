@@ -178,13 +178,14 @@ __kernel void ce_embed_vec4(CE_EMBED_ARGS) {
 
 /* With CE_PREFETCH: asks for the table rows of tokens t0, t0 + tstep, ...
  * (ROWS of them; valid ids only) a cache line at a time, when a row is at
- * most 1 KiB (a block-quantized row of 1024 to 2048 values): the CPU's own
- * prefetchers follow a longer row once it has started, and asking for those
- * too made F32 lookups slower. */
+ * most 2 KiB (a block-quantized row of up to a few thousand values, a 16-bit
+ * row of up to 1024): such a row ends before the CPU's own prefetchers have
+ * got going. They follow a 4 KiB row (F32, 1024 values) once it has started,
+ * and asking for those too made F32 lookups slower. */
 inline void ce_prefetch_rows(CE_EMBED_ARGS, ulong t0, ulong tstep) {
 #if CE_PREFETCH
   const ulong bytes = (ulong)((__global const uchar *)table_ptr(table, cols) - (__global const uchar *)table);
-  if (bytes > 1024) return;
+  if (bytes > 2048) return;
   for (int k = 0; k < ROWS; k++) {
     ulong t = t0 + k * tstep;
     if (t >= n) return;
