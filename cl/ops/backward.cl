@@ -585,6 +585,7 @@ __kernel void ce_bwd_rowwise_grouped(__global const GRAD_T *grad, ulong g_off, u
                                      float wd, float dropout, uint seed_lo, uint seed_hi, float keep) {
   CE_GROUPS_OF(VEC, skeys, n, none, slice_bits, cols, n + 1, cols)
   CE_GROUPS_SHORT
+  if (m_ == 0) continue; /* no row starts here (inside a long segment) */
   float sum[VEC], rate[VEC];
   FV acc = (FV)(0.0f);
   ulong c = 0;
