@@ -347,68 +347,45 @@ __kernel void ce_bwd_rows_grouped(CE_ROWS_ARGS) {
       __global float *s2, ulong s2b, float lr, float eps, float wd, float b1c, float b2c, float step_size, \
       int mode
 
+/* One body for a vector of VEC columns (T = FV) and for one column (T =
+ * float): the same operations in the same order, so the same bits. */
+#define CE_OPT_STORE_BODY(T, LOAD_TABLE, STORE_TABLE, LOAD_STATE, STORE_STATE) \
+  T g = scale * s;                                                             \
+  if (freq) g = g / cnt;                                                       \
+  T w = LOAD_TABLE(tab, o), d;                                                 \
+  if (wd != 0.0f) {                                                            \
+    T dec = wd * w;                                                            \
+    g = g + dec;                                                               \
+  }                                                                            \
+  ulong c = o - tb;                                                            \
+  if (mode == CE_STORE_ADAGRAD) {                                              \
+    T sq = g * g, acc = LOAD_STATE(s1, s1b + c) + sq;                          \
+    STORE_STATE(s1, s1b + c, acc);                                             \
+    T den = sqrt(acc) + eps, q = g / den;                                      \
+    d = lr * q;                                                                \
+  } else if (mode == CE_STORE_ADAM) {                                          \
+    T m = LOAD_STATE(s1, s1b + c), u = LOAD_STATE(s2, s2b + c);                \
+    T dm = g - m, sq = g * g;                                                  \
+    dm = dm * b1c;                                                             \
+    m = m + dm;                                                                \
+    T du = sq - u;                                                             \
+    du = du * b2c;                                                             \
+    u = u + du;                                                                \
+    STORE_STATE(s1, s1b + c, m);                                               \
+    STORE_STATE(s2, s2b + c, u);                                               \
+    T den = sqrt(u) + eps, q = m / den;                                        \
+    d = step_size * q;                                                         \
+  } else {                                                                     \
+    d = lr * g;                                                                \
+  }                                                                            \
+  STORE_TABLE(tab, o, w - d);
+
 CE_INLINE void ce_opt_storev(ulong o, FV s, CE_OPT_PARAMS) {
-  FV g = scale * s;
-  if (freq) g = g / cnt;
-  FV w = load_tablev(tab, o), d;
-  if (wd != 0.0f) {
-    FV dec = wd * w;
-    g = g + dec;
-  }
-  ulong c = o - tb;
-  if (mode == CE_STORE_ADAGRAD) {
-    FV sq = g * g, acc = ce_loadv_0(s1, s1b + c) + sq;
-    ce_storev_0(s1, s1b + c, acc);
-    FV den = sqrt(acc) + eps, q = g / den;
-    d = lr * q;
-  } else if (mode == CE_STORE_ADAM) {
-    FV m = ce_loadv_0(s1, s1b + c), u = ce_loadv_0(s2, s2b + c);
-    FV dm = g - m, sq = g * g;
-    dm = dm * b1c;
-    m = m + dm;
-    FV du = sq - u;
-    du = du * b2c;
-    u = u + du;
-    ce_storev_0(s1, s1b + c, m);
-    ce_storev_0(s2, s2b + c, u);
-    FV den = sqrt(u) + eps, q = m / den;
-    d = step_size * q;
-  } else {
-    d = lr * g;
-  }
-  store_tablev(tab, o, w - d);
+  CE_OPT_STORE_BODY(FV, load_tablev, store_tablev, ce_loadv_0, ce_storev_0)
 }
 
 inline void ce_opt_store1(ulong o, float s, CE_OPT_PARAMS) {
-  float g = scale * s;
-  if (freq) g = g / cnt;
-  float w = load_table(tab, o), d;
-  if (wd != 0.0f) {
-    float dec = wd * w;
-    g = g + dec;
-  }
-  ulong c = o - tb;
-  if (mode == CE_STORE_ADAGRAD) {
-    float sq = g * g, acc = s1[s1b + c] + sq;
-    s1[s1b + c] = acc;
-    float den = sqrt(acc) + eps, q = g / den;
-    d = lr * q;
-  } else if (mode == CE_STORE_ADAM) {
-    float m = s1[s1b + c], u = s2[s2b + c];
-    float dm = g - m, sq = g * g;
-    dm = dm * b1c;
-    m = m + dm;
-    float du = sq - u;
-    du = du * b2c;
-    u = u + du;
-    s1[s1b + c] = m;
-    s2[s2b + c] = u;
-    float den = sqrt(u) + eps, q = m / den;
-    d = step_size * q;
-  } else {
-    d = lr * g;
-  }
-  store_table(tab, o, w - d);
+  CE_OPT_STORE_BODY(float, load_table, store_table, ce_load_0, ce_store_0)
 }
 
 #define CE_OPT_ARGS                                                                                          \
