@@ -239,6 +239,62 @@ TU_CASE(kernel_conversions_of_special_values) {
     }
 }
 
+/* The F16 stores of the row shapes (whole vectors: on an x86 CPU under POCL
+ * the CPU's conversion instruction, elsewhere the bit formula) against the
+ * reference, bit for bit, NaNs included: a NaN keeps its sign and the top 10
+ * bits of its payload, made quiet. A 64 x 64 F32 table of the special values
+ * and of random bit patterns (every exponent, NaN payloads), looked up into
+ * F16 rows of 64 columns. */
+TU_CASE(f16_vector_stores_bit_for_bit) {
+  enum { R = 64, C = 64 };
+  float v[64], *w = malloc(R * C * sizeof *w);
+  uint16_t *got = malloc(R * C * sizeof *got);
+  int32_t id[R];
+  int denorms = device_has_denorms(ctx);
+  size_t n = special_f32(v, 64, denorms);
+  uint64_t rng = 0x5EED;
+  for (size_t i = 0; i < (size_t)R * C; i++) {
+    uint32_t b;
+    if (i < 2 * n) {
+      w[i] = i < n ? v[i] : -v[i - n];
+      continue;
+    }
+    rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
+    b = (uint32_t)(rng >> 32);
+    if (i % 2) b = (b & 0x807FFFFFu) | ((uint32_t)(96 + (rng >> 20) % 48) << 23); /* near F16's range */
+    memcpy(&w[i], &b, 4);
+    if (!denorms && fpclassify(w[i]) == FP_SUBNORMAL) w[i] = 0.0f;
+  }
+  for (int r = 0; r < R; r++) id[r] = (r * 37) % R;
+  clembed_matrix tab = {0}, out = {0};
+  clembed_ids ids = {0};
+  OK(ctx, clembed_matrix_create(ctx, R, C, CLEMBED_F32, &tab));
+  OK(ctx, clembed_matrix_write(ctx, &tab, w, CLEMBED_F32));
+  OK(ctx, clembed_matrix_create(ctx, R, C, CLEMBED_F16, &out));
+  OK(ctx, clembed_ids_create(ctx, id, R, CLEMBED_I32, &ids));
+  OK(ctx, clembed_lookup(ctx, &tab, &ids, &out, 0, NULL, NULL));
+  OK(ctx, clembed_matrix_read(ctx, &out, got, CLEMBED_F16));
+  size_t bad = 0;
+  for (size_t r = 0; r < R; r++)
+    for (size_t c = 0; c < C; c++) {
+      float x = w[(size_t)id[r] * C + c];
+      uint32_t xb = to_bits(x);
+      uint16_t want = isnan(x) ? (uint16_t)(((xb >> 16) & 0x8000u) | 0x7E00u | ((xb >> 13) & 0x3FFu))
+                               : ref_f32_to_f16(x);
+      if (got[r * C + c] != want) {
+        if (bad < 5)
+          fprintf(stderr, "  F32 0x%08x -> F16: got 0x%04x want 0x%04x\n", xb, got[r * C + c], want);
+        bad++;
+      }
+    }
+  EXPECT(bad == 0, "F16 vector stores: %zu of %d wrong", bad, R * C);
+  clembed_matrix_release(&tab);
+  clembed_matrix_release(&out);
+  clembed_ids_release(&ids);
+  free(w);
+  free(got);
+}
+
 /* ------------------------------------------------------------ windows */
 
 /* A rows x cols window at `off` with leading dimension ld in a buffer of
