@@ -755,6 +755,9 @@ int clembed_bench_main(int argc, char **argv) {
   }
   fflush(stdout);
   row r;
+  /* a row is measured when its name contains --only's text; the set-up of a
+   * group of rows is skipped when none of them is */
+#define WANTED(LABEL) (!only || strstr((LABEL), only) != NULL)
 #define ROW(LABEL, FN, BYTES, LAT)                                                                      \
   do {                                                                                                  \
     name = LABEL;                                                                                       \
@@ -774,6 +777,7 @@ int clembed_bench_main(int argc, char **argv) {
                              "lookup f16 table, f16 out", "lookup bf16 table, bf16 out"};
     for (int t = 0; t < 5; t++) {
       name = lnames[t];
+      if (!WANTED(name)) continue;
       if ((st = state_init(&s, V, d, n, tdt[t], odt[t], 0)) != CLEMBED_OK) goto fail_status;
       ROW(lnames[t], op_lookup, n * 4 + n * d * clembed_dtype_size(tdt[t]) + n * d * clembed_dtype_size(odt[t]), 0);
     }
@@ -790,6 +794,7 @@ int clembed_bench_main(int argc, char **argv) {
         char *label = qnames[2 * t + o];
         snprintf(label, sizeof qnames[0], "lookup %s table, %s out", tn[t], on[o]);
         name = label;
+        if (!WANTED(name)) continue;
         if ((st = state_init(&s, V, d, n, tdt[t], odt[o], 0)) != CLEMBED_OK) goto fail_status;
         ROW(label, op_lookup,
             n * 4 + n * clembed_dtype_row_bytes(tdt[t], d) + n * d * clembed_dtype_size(odt[o]), 0);
@@ -797,30 +802,36 @@ int clembed_bench_main(int argc, char **argv) {
   }
   /* the same lookup with ids 0, 1, ..., n-1: the access pattern of a copy, which
    * separates the kernel's efficiency from the cost of gathering random rows */
-  name = "lookup f32, ids 0..n-1";
-  if ((st = state_init(&s, n, d, n, CLEMBED_F32, CLEMBED_F32, 1)) != CLEMBED_OK) goto fail_status;
-  ROW("lookup f32, ids 0..n-1 (copy pattern)", op_lookup, n * 4 + n * d * 4 + n * d * 4, 0);
+  name = "lookup f32, ids 0..n-1 (copy pattern)";
+  if (WANTED(name)) {
+    if ((st = state_init(&s, n, d, n, CLEMBED_F32, CLEMBED_F32, 1)) != CLEMBED_OK) goto fail_status;
+    ROW("lookup f32, ids 0..n-1 (copy pattern)", op_lookup, n * 4 + n * d * 4 + n * d * 4, 0);
+  }
   /* fused forward: sequences of 2048 */
   name = "embed sqrt + sinusoid";
-  if ((st = state_init(&s, V, d, n, CLEMBED_F32, CLEMBED_F32, 0)) != CLEMBED_OK) goto fail_status;
-  s.eopt = clembed_embed_defaults();
-  s.eopt.scale = sqrtf((float)d);
-  s.eopt.positions = CLEMBED_POSITIONS_SINUSOID;
-  s.eopt.seq_len = 2048;
-  ROW("embed sqrt + sinusoid (seq 2048)", op_embed, n * 4 + n * d * 4 + n * d * 4, 0);
-  name = "embed + learned positions";
-  if ((st = clembed_matrix_create(s.ctx, 2048, d, CLEMBED_F32, &s.ptable)) != CLEMBED_OK) goto fail_status;
-  s.eopt.positions = CLEMBED_POSITIONS_TABLE;
-  s.eopt.position_table = &s.ptable;
-  ROW("embed + learned positions", op_embed, n * 4 + 2 * n * d * 4 + n * d * 4, 0);
-  s.sin.base = 10000.0;
-  s.sin.exponent = CLEMBED_EXPONENT_PAIR;
-  s.sin.layout = CLEMBED_LAYOUT_INTERLEAVED;
-  ROW("positional table", op_positional, n * d * 4, 0);
+  if (WANTED("embed sqrt + sinusoid (seq 2048)") || WANTED("embed + learned positions") ||
+      WANTED("positional table")) {
+    if ((st = state_init(&s, V, d, n, CLEMBED_F32, CLEMBED_F32, 0)) != CLEMBED_OK) goto fail_status;
+    s.eopt = clembed_embed_defaults();
+    s.eopt.scale = sqrtf((float)d);
+    s.eopt.positions = CLEMBED_POSITIONS_SINUSOID;
+    s.eopt.seq_len = 2048;
+    ROW("embed sqrt + sinusoid (seq 2048)", op_embed, n * 4 + n * d * 4 + n * d * 4, 0);
+    name = "embed + learned positions";
+    if ((st = clembed_matrix_create(s.ctx, 2048, d, CLEMBED_F32, &s.ptable)) != CLEMBED_OK) goto fail_status;
+    s.eopt.positions = CLEMBED_POSITIONS_TABLE;
+    s.eopt.position_table = &s.ptable;
+    ROW("embed + learned positions", op_embed, n * 4 + 2 * n * d * 4 + n * d * 4, 0);
+    s.sin.base = 10000.0;
+    s.sin.exponent = CLEMBED_EXPONENT_PAIR;
+    s.sin.layout = CLEMBED_LAYOUT_INTERLEAVED;
+    ROW("positional table", op_positional, n * d * 4, 0);
+  }
   /* RoPE (head_dim 128): the cos/sin cache of positions 0..8191 (output
    * written), and the rotation of 4096 tokens of 32 heads (input read + output
    * written; positions 0..4095 from position_offset, no position ids) */
-  {
+  if (WANTED("rope cache f32 (8192 positions, R 128)") || WANTED("rope apply f32 (4096 x 32 heads x 128)") ||
+      WANTED("rope apply f16 (4096 x 32 heads x 128)")) {
     const size_t rope_pos = 8192, rope_tokens = 4096, rope_cols = 32 * 128;
     name = "rope";
     state_release(&s);
@@ -842,50 +853,58 @@ int clembed_bench_main(int argc, char **argv) {
       if ((st = clembed_matrix_create(s.ctx, rope_tokens, rope_cols, rdt[t], &s.out)) != CLEMBED_OK) goto fail_status;
       ROW(rnames[t], op_rope_apply, 2.0 * rope_tokens * rope_cols * clembed_dtype_size(rdt[t]), 0);
     }
-    /* the rows below use the lookup state again */
-    if ((st = state_init(&s, V, d, n, CLEMBED_F32, CLEMBED_F32, 0)) != CLEMBED_OK) goto fail_status;
   }
   /* backward and sgd: ids + gradient read + touched rows read and written */
-  name = "backward";
-  if ((st = clembed_matrix_create(s.ctx, n, d, CLEMBED_F32, &s.grad)) != CLEMBED_OK) goto fail_status;
-  if ((st = clembed_matrix_init_uniform(s.ctx, &s.grad, -1.0f, 1.0f, 2, 0, NULL, NULL)) != CLEMBED_OK)
-    goto fail_status;
-  if ((st = clembed_matrix_create(s.ctx, V, d, CLEMBED_F32, &s.dW)) != CLEMBED_OK) goto fail_status;
-  s.bopt = clembed_backward_defaults();
-  size_t unique = count_unique(&s);
-  ROW("backward (accumulate, deterministic)", op_backward, n * 4 + n * d * 4 + 2 * unique * d * 4, 0);
-  s.bopt.deterministic = 0;
-  ROW("backward (accumulate, atomic)", op_backward, n * 4 + n * d * 4 + 2 * unique * d * 4, 0);
-  s.bopt.deterministic = 1;
-  ROW("sgd_update", op_sgd, n * 4 + n * d * 4 + 2 * unique * d * 4, 0);
-  /* optimizer steps: ids + gradient + touched rows of the table and of each
-   * state, read and written (F32 table; lr tiny so the table stays put) */
-  {
-    const clembed_optimizer_kind kinds[4] = {CLEMBED_SGD, CLEMBED_ADAGRAD, CLEMBED_ROWWISE_ADAGRAD, CLEMBED_ADAM};
-    const char *onames[4] = {"optimizer SGD", "optimizer ADAGRAD", "optimizer ROWWISE_ADAGRAD", "optimizer ADAM"};
-    const size_t state_cols[4] = {0, d, 1, 2 * d}; /* state columns read and written per touched row */
-    name = "optimizer states";
-    if ((st = clembed_matrix_create(s.ctx, V, d, CLEMBED_F32, &s.s1)) != CLEMBED_OK) goto fail_status;
-    if ((st = clembed_matrix_create(s.ctx, V, d, CLEMBED_F32, &s.s2)) != CLEMBED_OK) goto fail_status;
-    clembed_matrix rowwise = s.s1;
-    rowwise.cols = 1;
-    rowwise.ld = d;
-    for (int k = 0; k < 4; k++) {
-      s.optim = clembed_optimizer_defaults(kinds[k]);
-      s.optim.learning_rate = 1e-9f;
-      s.optim.state = kinds[k] == CLEMBED_ROWWISE_ADAGRAD ? &rowwise : &s.s1;
-      s.optim.state2 = &s.s2;
-      s.optim.step = 0;
-      ROW(onames[k], op_optim, n * 4 + n * d * 4 + 2 * unique * (d + state_cols[k]) * 4, 0);
+  const char *tnames[9] = {"backward (accumulate, deterministic)", "backward (accumulate, atomic)", "sgd_update",
+                            "optimizer SGD", "optimizer ADAGRAD", "optimizer ROWWISE_ADAGRAD", "optimizer ADAM",
+                            "init normal f32 (V x d)", "init uniform f32 (V x d)"};
+  int training = 0;
+  for (int k = 0; k < 9; k++) training |= WANTED(tnames[k]);
+  if (training) {
+    name = "backward";
+    if ((st = state_init(&s, V, d, n, CLEMBED_F32, CLEMBED_F32, 0)) != CLEMBED_OK) goto fail_status;
+    if ((st = clembed_matrix_create(s.ctx, n, d, CLEMBED_F32, &s.grad)) != CLEMBED_OK) goto fail_status;
+    if ((st = clembed_matrix_init_uniform(s.ctx, &s.grad, -1.0f, 1.0f, 2, 0, NULL, NULL)) != CLEMBED_OK)
+      goto fail_status;
+    if ((st = clembed_matrix_create(s.ctx, V, d, CLEMBED_F32, &s.dW)) != CLEMBED_OK) goto fail_status;
+    s.bopt = clembed_backward_defaults();
+    size_t unique = count_unique(&s);
+    ROW("backward (accumulate, deterministic)", op_backward, n * 4 + n * d * 4 + 2 * unique * d * 4, 0);
+    s.bopt.deterministic = 0;
+    ROW("backward (accumulate, atomic)", op_backward, n * 4 + n * d * 4 + 2 * unique * d * 4, 0);
+    s.bopt.deterministic = 1;
+    ROW("sgd_update", op_sgd, n * 4 + n * d * 4 + 2 * unique * d * 4, 0);
+    /* optimizer steps: ids + gradient + touched rows of the table and of each
+     * state, read and written (F32 table; lr tiny so the table stays put) */
+    {
+      const clembed_optimizer_kind kinds[4] = {CLEMBED_SGD, CLEMBED_ADAGRAD, CLEMBED_ROWWISE_ADAGRAD, CLEMBED_ADAM};
+      const char *const *onames = tnames + 3;
+      const size_t state_cols[4] = {0, d, 1, 2 * d}; /* state columns read and written per touched row */
+      name = "optimizer states";
+      if ((st = clembed_matrix_create(s.ctx, V, d, CLEMBED_F32, &s.s1)) != CLEMBED_OK) goto fail_status;
+      if ((st = clembed_matrix_create(s.ctx, V, d, CLEMBED_F32, &s.s2)) != CLEMBED_OK) goto fail_status;
+      clembed_matrix rowwise = s.s1;
+      rowwise.cols = 1;
+      rowwise.ld = d;
+      for (int k = 0; k < 4; k++) {
+        s.optim = clembed_optimizer_defaults(kinds[k]);
+        s.optim.learning_rate = 1e-9f;
+        s.optim.state = kinds[k] == CLEMBED_ROWWISE_ADAGRAD ? &rowwise : &s.s1;
+        s.optim.state2 = &s.s2;
+        s.optim.step = 0;
+        ROW(onames[k], op_optim, n * 4 + n * d * 4 + 2 * unique * (d + state_cols[k]) * 4, 0);
+      }
     }
+    /* initialisation of the V x d table: output written */
+    ROW("init normal f32 (V x d)", op_init_normal, V * d * 4, 0);
+    ROW("init uniform f32 (V x d)", op_init_uniform, V * d * 4, 0);
   }
-  /* initialisation of the V x d table: output written */
-  ROW("init normal f32 (V x d)", op_init_normal, V * d * 4, 0);
-  ROW("init uniform f32 (V x d)", op_init_uniform, V * d * 4, 0);
   /* one token */
-  name = "one-token lookup + finish";
-  if ((st = state_init(&s, V, 4096, 1, CLEMBED_F32, CLEMBED_F32, 0)) != CLEMBED_OK) goto fail_status;
-  ROW("one-token lookup + finish (d 4096)", op_lookup, 4 + 2 * 4096 * 4, 1);
+  name = "one-token lookup + finish (d 4096)";
+  if (WANTED(name)) {
+    if ((st = state_init(&s, V, 4096, 1, CLEMBED_F32, CLEMBED_F32, 0)) != CLEMBED_OK) goto fail_status;
+    ROW("one-token lookup + finish (d 4096)", op_lookup, 4 + 2 * 4096 * 4, 1);
+  }
   goto done;
 fail_status:
   snprintf(err, sizeof err, "%s: %s", clembed_status_string(st), clembed_context_message(s.ctx));
