@@ -92,12 +92,6 @@ inline void ce_store4_2(__global ushort *p, ulong base, ulong j, float4 v) {
 #else
 #define ce_prefetch(p) ((void)0)
 #endif
-/* the `bytes` from p (e.g. a row), a cache line at a time */
-inline void ce_prefetch_bytes(__global const void *p, ulong bytes) {
-#if CE_PREFETCH
-  for (ulong o = 0; o < bytes; o += 64) ce_prefetch((__global const uchar *)p + o);
-#endif
-}
 
 /* An ids buffer is passed twice (as int and as long); `is64` picks the view. */
 inline long ce_load_id(__global const int *p32, __global const long *p64, int is64, ulong i) {

@@ -176,34 +176,41 @@ __kernel void ce_embed_vec4(CE_EMBED_ARGS) {
       store_outv(orow[k], (c), v);  \
   } while (0)
 
-/* With CE_PREFETCH: asks for the table rows of tokens t0, t0 + tstep, ...
- * (ROWS of them; valid ids only) a cache line at a time, when a row is at
- * most 2 KiB (a block-quantized row of up to a few thousand values, a 16-bit
- * row of up to 1024): such a row ends before the CPU's own prefetchers have
- * got going. They follow a 4 KiB row (F32, 1024 values) once it has started,
- * and asking for those too made F32 lookups slower. */
-inline void ce_prefetch_rows(CE_EMBED_ARGS, ulong t0, ulong tstep) {
+/* With CE_PREFETCH: the table rows of the tokens t0, t0 + tstep, ... (ROWS
+ * of them, valid ids only; NULL for the others) to be asked for a cache line
+ * at a time, when a row is at most 2 KiB (a block-quantized row of up to a
+ * few thousand values, a 16-bit row of up to 1024): such a row ends before
+ * the CPU's own prefetchers have got going. They follow a 4 KiB row (F32,
+ * 1024 values) once it has started, and asking for those too made F32
+ * lookups slower. Returns the row's bytes, 0 when rows are not prefetched. */
+inline ulong ce_prefetch_plan(CE_EMBED_ARGS, ulong t0, ulong tstep, __global const uchar **pf) {
+  ulong bytes = 0;
 #if CE_PREFETCH
-  const ulong bytes = (ulong)((__global const uchar *)table_ptr(table, cols) - (__global const uchar *)table);
-  if (bytes > 2048) return;
+  bytes = (ulong)((__global const uchar *)table_ptr(table, cols) - (__global const uchar *)table);
+  if (bytes > 2048) bytes = 0;
+#endif
   for (int k = 0; k < ROWS; k++) {
     ulong t = t0 + k * tstep;
-    if (t >= n) return;
-    long id = ce_load_id(ids32, ids64, id64, id_off + t);
-    if (id < 0 || (ulong)id >= t_rows) continue;
-    ce_prefetch_bytes(table_ptr(table, t_off + (ulong)id * t_ld), bytes);
+    long id = bytes && t < n ? ce_load_id(ids32, ids64, id64, id_off + t) : -1;
+    pf[k] = id >= 0 && (ulong)id < t_rows ? (__global const uchar *)table_ptr(table, t_off + (ulong)id * t_ld) : 0;
   }
-#endif
+  return bytes;
 }
 
 /* The row shapes' work: tokens t0, t0 + tstep, ... (ROWS of them, fewer for
  * the last work-item: `live`), whole rows side by side. With `shared` (the
  * strided shape) every token is at the same position, whose sinusoid is
- * computed once per column chunk. The rows of the tokens that the next
- * work-item takes (from t0 + tnext) are prefetched first. */
+ * computed once per column chunk. The work-item after the next one takes the
+ * tokens from t0 + 2 tnext: their rows are prefetched during this one's work. */
 inline void ce_embed_row_tokens(CE_EMBED_ARGS, ulong t0, ulong tstep, ulong tnext, int shared) {
   if (t0 >= n) return;
-  ce_prefetch_rows(CE_EMBED_PASS, t0 + tnext, tstep);
+  /* line s of each of those rows is asked for at step s of the column loop
+   * below (a line a step covers a row of up to 2 bytes a value): requests
+   * spread over the work, rather than all queued at its start, let the
+   * loads of this item's rows through (and two items ahead rather than one
+   * gave Q8_0 a little more) */
+  __global const uchar *pf[ROWS];
+  const ulong pf_bytes = ce_prefetch_plan(CE_EMBED_PASS, t0 + 2 * tnext, tstep, pf);
   /* the missing tokens stand in as token n - 1 in the set-up below and are skipped after it */
   int live = (int)min((ulong)ROWS, (n - t0 + tstep - 1) / tstep);
   __global const TABLE_T *trow[ROWS];
@@ -238,6 +245,10 @@ inline void ce_embed_row_tokens(CE_EMBED_ARGS, ulong t0, ulong tstep, ulong tnex
    * then a last VEC, then single columns */
   ulong cw = cols / (2 * VEC) * (2 * VEC), cv = cols / VEC * VEC;
   for (ulong c = 0; c < cw; c += 2 * VEC) {
+    const ulong line = c / (2 * VEC) * 64;
+    if (line < pf_bytes)
+      for (int k = 0; k < ROWS; k++)
+        if (pf[k]) ce_prefetch(pf[k] + line);
 #if POSITIONS == 1
     FV pe0 = (FV)(0.0f), pe1 = (FV)(0.0f); /* one position for all the item's tokens */
     if (shared) {
