@@ -27,6 +27,12 @@
 #ifndef STREAM
 #define STREAM 0
 #endif
+/* AHEAD (the row shapes; the host sets it for short table rows where
+ * CE_PREFETCH is 1): the table rows of the work-item AHEAD items on are asked
+ * for during this one's work; 0: none */
+#ifndef AHEAD
+#define AHEAD 0
+#endif
 /* COPY (the host sets it for a same-dtype F16 or BF16 lookup: scale 1, no
  * positions, no dropout): the row shapes move each row's 16-bit words as they
  * are, a NaN made quiet (F16: bit 9, BF16: bit 6 set), which are the bits the
@@ -176,19 +182,15 @@ __kernel void ce_embed_vec4(CE_EMBED_ARGS) {
       store_outv(orow[k], (c), v);  \
   } while (0)
 
-/* With CE_PREFETCH: the table rows of the tokens t0, t0 + tstep, ... (ROWS
- * of them, valid ids only; NULL for the others) to be asked for a cache line
- * at a time, when a row is at most 2 KiB (a block-quantized row of up to a
- * few thousand values, a 16-bit row of up to 1024): such a row ends before
- * the CPU's own prefetchers have got going. They follow a 4 KiB row (F32,
- * 1024 values) once it has started, and asking for those too made F32
- * lookups slower. Returns the row's bytes, 0 when rows are not prefetched. */
+/* The table rows of the tokens t0, t0 + tstep, ... (ROWS of them; NULL for
+ * invalid ids and missing tokens), to be asked for a cache line at a time.
+ * Returns a row's bytes, 0 when rows are not prefetched (AHEAD 0). Short
+ * rows (the host's choice: quantized rows, 16-bit rows of up to 1024 values)
+ * end before the CPU's own prefetchers have got going; they follow a 4 KiB
+ * row (F32, 1024 values) once it has started. */
 inline ulong ce_prefetch_plan(CE_EMBED_ARGS, ulong t0, ulong tstep, __global const uchar **pf) {
-  ulong bytes = 0;
-#if CE_PREFETCH
-  bytes = (ulong)((__global const uchar *)table_ptr(table, cols) - (__global const uchar *)table);
-  if (bytes > 2048) bytes = 0;
-#endif
+  const ulong bytes =
+      AHEAD ? (ulong)((__global const uchar *)table_ptr(table, cols) - (__global const uchar *)table) : 0;
   for (int k = 0; k < ROWS; k++) {
     ulong t = t0 + k * tstep;
     long id = bytes && t < n ? ce_load_id(ids32, ids64, id64, id_off + t) : -1;
@@ -200,17 +202,17 @@ inline ulong ce_prefetch_plan(CE_EMBED_ARGS, ulong t0, ulong tstep, __global con
 /* The row shapes' work: tokens t0, t0 + tstep, ... (ROWS of them, fewer for
  * the last work-item: `live`), whole rows side by side. With `shared` (the
  * strided shape) every token is at the same position, whose sinusoid is
- * computed once per column chunk. The work-item after the next one takes the
- * tokens from t0 + 2 tnext: their rows are prefetched during this one's work. */
+ * computed once per column chunk. The work-item AHEAD items on takes the
+ * tokens from t0 + AHEAD tnext: their rows are prefetched during this one's
+ * work. */
 inline void ce_embed_row_tokens(CE_EMBED_ARGS, ulong t0, ulong tstep, ulong tnext, int shared) {
   if (t0 >= n) return;
   /* line s of each of those rows is asked for at step s of the column loop
    * below (a line a step covers a row of up to 2 bytes a value): requests
-   * spread over the work, rather than all queued at its start, let the
-   * loads of this item's rows through (and two items ahead rather than one
-   * gave Q8_0 a little more) */
+   * spread over the work, rather than all queued at its start, let the loads
+   * of this item's rows through */
   __global const uchar *pf[ROWS];
-  const ulong pf_bytes = ce_prefetch_plan(CE_EMBED_PASS, t0 + 2 * tnext, tstep, pf);
+  const ulong pf_bytes = ce_prefetch_plan(CE_EMBED_PASS, t0 + AHEAD * tnext, tstep, pf);
   /* the missing tokens stand in as token n - 1 in the set-up below and are skipped after it */
   int live = (int)min((ulong)ROWS, (n - t0 + tstep - 1) / tstep);
   __global const TABLE_T *trow[ROWS];

@@ -61,6 +61,11 @@ typedef struct ce_tuning {
   unsigned embed_strided_rows; /* sequences per work-item that share a position */
   unsigned embed_vec;          /* columns per vector in the row shapes */
   int embed_stream;            /* streaming stores for an output larger than the device's cache */
+  size_t embed_prefetch_bytes; /* where the device takes prefetch hints (ctx->prefetch): table rows of
+                                  at most this many bytes are asked for ahead of use... */
+  unsigned embed_prefetch_rows;   /* ...with this many tokens per work-item (not shared positions), */
+  unsigned embed_prefetch_ahead;  /* ...the rows of the work-item this many items ahead, */
+  unsigned embed_strided_ahead;   /* ...or, positions shared, this many items ahead */
   /* positional table */
   int positional_rowwise;      /* a row per work-item */
   unsigned positional_vec;
