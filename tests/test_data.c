@@ -268,8 +268,7 @@ TU_CASE(f16_vector_stores_bit_for_bit) {
   for (int r = 0; r < R; r++) id[r] = (r * 37) % R;
   clembed_matrix tab = {0}, out = {0};
   clembed_ids ids = {0};
-  OK(ctx, clembed_matrix_create(ctx, R, C, CLEMBED_F32, &tab));
-  OK(ctx, clembed_matrix_write(ctx, &tab, w, CLEMBED_F32));
+  OK(ctx, tu_make_strided(ctx, R, C, 0, 0, CLEMBED_F32, w, &tab));
   OK(ctx, clembed_matrix_create(ctx, R, C, CLEMBED_F16, &out));
   OK(ctx, clembed_ids_create(ctx, id, R, CLEMBED_I32, &ids));
   OK(ctx, clembed_lookup(ctx, &tab, &ids, &out, 0, NULL, NULL));
