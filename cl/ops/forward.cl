@@ -213,6 +213,8 @@ inline void ce_embed_row_tokens(CE_EMBED_ARGS, ulong t0, ulong tstep, ulong tnex
    * of this item's rows through */
   __global const uchar *pf[ROWS];
   const ulong pf_bytes = ce_prefetch_plan(CE_EMBED_PASS, t0 + AHEAD * tnext, tstep, pf);
+  const ulong pf_steps = max(cols / (2 * VEC), (ulong)1);
+  const ulong pf_step = ((pf_bytes + 63) / 64 + pf_steps - 1) / pf_steps * 64; /* whole lines a step */
   /* the missing tokens stand in as token n - 1 in the set-up below and are skipped after it */
   int live = (int)min((ulong)ROWS, (n - t0 + tstep - 1) / tstep);
   __global const TABLE_T *trow[ROWS];
@@ -247,10 +249,11 @@ inline void ce_embed_row_tokens(CE_EMBED_ARGS, ulong t0, ulong tstep, ulong tnex
    * then a last VEC, then single columns */
   ulong cw = cols / (2 * VEC) * (2 * VEC), cv = cols / VEC * VEC;
   for (ulong c = 0; c < cw; c += 2 * VEC) {
-    const ulong line = c / (2 * VEC) * 64;
+    const ulong line = c / (2 * VEC) * pf_step;
     if (line < pf_bytes)
       for (int k = 0; k < ROWS; k++)
-        if (pf[k]) ce_prefetch(pf[k] + line);
+        if (pf[k])
+          for (ulong o = line; o < line + pf_step && o < pf_bytes; o += 64) ce_prefetch(pf[k] + o);
 #if POSITIONS == 1
     FV pe0 = (FV)(0.0f), pe1 = (FV)(0.0f); /* one position for all the item's tokens */
     if (shared) {

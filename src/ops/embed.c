@@ -99,10 +99,14 @@ static embed_shape choose_shape(const clembed_context *ctx, const clembed_matrix
   int strided = s.rows && p->kind != 0 && !p->so && opt->seq_len && ids->count / opt->seq_len >= 2;
   if (strided) s.rows = t->embed_strided_rows;
   /* short table rows, where the device takes prefetch hints: asked for a few
-   * tokens ahead (forward.cl), one token per work-item */
-  if (s.rows && ctx->prefetch && clembed_dtype_row_bytes(table->dtype, table->cols) <= t->embed_prefetch_bytes) {
-    if (!strided) s.rows = t->embed_prefetch_rows;
-    s.ahead = strided ? t->embed_strided_ahead : t->embed_prefetch_ahead;
+   * work-items ahead (forward.cl), one token per work-item unless positions
+   * are shared */
+  size_t row_bytes = clembed_dtype_row_bytes(table->dtype, table->cols);
+  if (s.rows && ctx->prefetch && !strided && row_bytes <= t->embed_prefetch_bytes) {
+    s.rows = t->embed_prefetch_rows;
+    s.ahead = t->embed_prefetch_ahead;
+  } else if (s.rows && ctx->prefetch && strided && row_bytes <= t->embed_strided_prefetch_bytes) {
+    s.ahead = t->embed_strided_ahead;
   }
   /* an output larger than the device's cache goes out with streaming stores */
   size_t out_bytes = ids->count * table->cols * clembed_dtype_size(out_dtype);

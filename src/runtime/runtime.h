@@ -61,11 +61,13 @@ typedef struct ce_tuning {
   unsigned embed_strided_rows; /* sequences per work-item that share a position */
   unsigned embed_vec;          /* columns per vector in the row shapes */
   int embed_stream;            /* streaming stores for an output larger than the device's cache */
-  size_t embed_prefetch_bytes; /* where the device takes prefetch hints (ctx->prefetch): table rows of
-                                  at most this many bytes are asked for ahead of use... */
-  unsigned embed_prefetch_rows;   /* ...with this many tokens per work-item (not shared positions), */
-  unsigned embed_prefetch_ahead;  /* ...the rows of the work-item this many items ahead, */
-  unsigned embed_strided_ahead;   /* ...or, positions shared, this many items ahead */
+  /* where the device takes prefetch hints (ctx->prefetch), the row shapes ask
+   * for the table rows of a later work-item during their work: */
+  size_t embed_prefetch_bytes;         /* rows of at most this many bytes, */
+  unsigned embed_prefetch_rows;        /* then this many tokens per work-item, */
+  unsigned embed_prefetch_ahead;       /* and the rows this many work-items on; */
+  size_t embed_strided_prefetch_bytes; /* positions shared: rows of at most this many bytes, */
+  unsigned embed_strided_ahead;        /* this many work-items (positions) on */
   /* positional table */
   int positional_rowwise;      /* a row per work-item */
   unsigned positional_vec;
