@@ -28,8 +28,8 @@
 #define STREAM 0
 #endif
 /* AHEAD (the row shapes; the host sets it for short table rows where
- * CE_PREFETCH is 1): the table rows of the work-item AHEAD items on are asked
- * for during this one's work; 0: none */
+ * CE_PREFETCH is 1): the rows are written one after another, and the table
+ * row AHEAD rows on is asked for while one is written; 0: none */
 #ifndef AHEAD
 #define AHEAD 0
 #endif
@@ -182,39 +182,78 @@ __kernel void ce_embed_vec4(CE_EMBED_ARGS) {
       store_outv(orow[k], (c), v);  \
   } while (0)
 
-/* The table rows of the tokens t0, t0 + tstep, ... (ROWS of them; NULL for
- * invalid ids and missing tokens), to be asked for a cache line at a time.
- * Returns a row's bytes, 0 when rows are not prefetched (AHEAD 0). Short
- * rows (the host's choice: quantized rows, 16-bit rows of up to 1024 values)
- * end before the CPU's own prefetchers have got going; they follow a 4 KiB
- * row (F32, 1024 values) once it has started. */
-inline ulong ce_prefetch_plan(CE_EMBED_ARGS, ulong t0, ulong tstep, __global const uchar **pf) {
-  const ulong bytes =
-      AHEAD ? (ulong)((__global const uchar *)table_ptr(table, cols) - (__global const uchar *)table) : 0;
-  for (int k = 0; k < ROWS; k++) {
-    ulong t = t0 + k * tstep;
-    long id = bytes && t < n ? ce_load_id(ids32, ids64, id64, id_off + t) : -1;
-    pf[k] = id >= 0 && (ulong)id < t_rows ? (__global const uchar *)table_ptr(table, t_off + (ulong)id * t_ld) : 0;
-  }
-  return bytes;
-}
+/* The row shapes' steps for row k from column c: 2 * VEC columns (pe0, pe1:
+ * the shared position's sinusoid), VEC columns, one column. */
+#if COPY
+#define CE_STEP2(k, c, pe0, pe1) \
+  do {                           \
+    CE_COPY_VEC(k, c);           \
+    CE_COPY_VEC(k, (c) + VEC);   \
+  } while (0)
+#define CE_STEP1(k, c, pe0) CE_COPY_VEC(k, c)
+#else
+#define CE_STEP2(k, c, pe0, pe1)                              \
+  do {                                                        \
+    FV v0 = (FV)(0.0f), v1 = (FV)(0.0f);                      \
+    if (has[k]) {                                             \
+      load_tablew(trow[k], (c), v0, v1);                      \
+      v0 = scale * v0;                                        \
+      v1 = scale * v1;                                        \
+    }                                                         \
+    CE_ADD_POS(k, (c), v0, pe0);                              \
+    CE_ADD_POS(k, (c) + VEC, v1, pe1);                        \
+    CE_DROP(k, (c), v0);                                      \
+    CE_DROP(k, (c) + VEC, v1);                                \
+    if (nt2[k]) {                                             \
+      stream2_outv(orow[k], (c), v0, v1);                     \
+    } else if (nt[k]) { /* a row aligned to one vector only */ \
+      stream_outv(orow[k], (c), v0);                          \
+      stream_outv(orow[k], (c) + VEC, v1);                    \
+    } else {                                                  \
+      store_outv(orow[k], (c), v0);                           \
+      store_outv(orow[k], (c) + VEC, v1);                     \
+    }                                                         \
+  } while (0)
+#define CE_STEP1(k, c, pe0)                                                \
+  do {                                                                     \
+    FV v0 = has[k] ? scale * load_tablev(trow[k], (c)) : (FV)(0.0f);       \
+    CE_FINISH_VEC(k, (c), v0, pe0);                                        \
+  } while (0)
+#endif
+#if POSITIONS == 1
+#define CE_POS0(k, c, v) \
+  if (pok[k]) v += ce_sinusoid(pp[k], freq, cols, (c))
+#elif POSITIONS == 2
+#define CE_POS0(k, c, v) \
+  if (pok[k]) v += load_pos(prow[k], (c))
+#else
+#define CE_POS0(k, c, v)
+#endif
+#if DROPOUT
+#define CE_DROP0(k, c, v) v = ce_mask1(v, e0[k] + (c), dropout, keep_scale, seed_lo, seed_hi)
+#else
+#define CE_DROP0(k, c, v)
+#endif
+#define CE_STEP0(k, c)                                             \
+  do {                                                             \
+    float v = has[k] ? scale * load_table(trow[k], (c)) : 0.0f;    \
+    CE_POS0(k, c, v);                                              \
+    CE_DROP0(k, c, v);                                             \
+    store_out(orow[k], (c), v);                                    \
+  } while (0)
 
 /* The row shapes' work: tokens t0, t0 + tstep, ... (ROWS of them, fewer for
- * the last work-item: `live`), whole rows side by side. With `shared` (the
- * strided shape) every token is at the same position, whose sinusoid is
- * computed once per column chunk. The work-item AHEAD items on takes the
- * tokens from t0 + AHEAD tnext: their rows are prefetched during this one's
- * work. */
+ * the last work-item: `live`). With `shared` (the strided shape) every token
+ * is at the same position. Without AHEAD the rows go side by side, a chunk of
+ * columns of each in turn (a CPU's prefetchers get several streams; a shared
+ * position's sinusoid is computed once per chunk). With AHEAD (short rows,
+ * where CE_PREFETCH is 1) they go one after another, and while row k is
+ * written the table row AHEAD rows on (in the order the rows are taken: this
+ * item's, then the next items' from t0 + tnext) is asked for, line s at
+ * column step s (whole lines a step): requests spread over the work, rather
+ * than all queued at once, let the loads of the row being written through. */
 inline void ce_embed_row_tokens(CE_EMBED_ARGS, ulong t0, ulong tstep, ulong tnext, int shared) {
   if (t0 >= n) return;
-  /* line s of each of those rows is asked for at step s of the column loop
-   * below (a line a step covers a row of up to 2 bytes a value): requests
-   * spread over the work, rather than all queued at its start, let the loads
-   * of this item's rows through */
-  __global const uchar *pf[ROWS];
-  const ulong pf_bytes = ce_prefetch_plan(CE_EMBED_PASS, t0 + AHEAD * tnext, tstep, pf);
-  const ulong pf_steps = max(cols / (2 * VEC), (ulong)1);
-  const ulong pf_step = ((pf_bytes + 63) / 64 + pf_steps - 1) / pf_steps * 64; /* whole lines a step */
   /* the missing tokens stand in as token n - 1 in the set-up below and are skipped after it */
   int live = (int)min((ulong)ROWS, (n - t0 + tstep - 1) / tstep);
   __global const TABLE_T *trow[ROWS];
@@ -244,16 +283,37 @@ inline void ce_embed_row_tokens(CE_EMBED_ARGS, ulong t0, ulong tstep, ulong tnex
     prow[k] = pos_ptr(ptab, p_off + (pok[k] ? pp[k] : 0) * p_ld);
 #endif
   }
-  /* 2 * VEC columns of each row at a time (a block's scales decoded once for
-   * both vectors; a 16-bit output's cache line written whole, back to back),
-   * then a last VEC, then single columns */
-  ulong cw = cols / (2 * VEC) * (2 * VEC), cv = cols / VEC * VEC;
+  /* 2 * VEC columns at a time (a block's scales decoded once for both
+   * vectors; a 16-bit output's cache line written whole, back to back), then
+   * a last VEC, then single columns */
+  const ulong cw = cols / (2 * VEC) * (2 * VEC), cv = cols / VEC * VEC;
+#if AHEAD
+  const ulong bytes = (ulong)((__global const uchar *)table_ptr(table, cols) - (__global const uchar *)table);
+  const ulong steps = max(cols / (2 * VEC), (ulong)1), step = ((bytes + 63) / 64 + steps - 1) / steps * 64;
+  for (int k = 0; k < live; k++) {
+    const ulong ta = t0 + (ulong)((k + AHEAD) / ROWS) * tnext + (ulong)((k + AHEAD) % ROWS) * tstep;
+    const long id = ta < n ? ce_load_id(ids32, ids64, id64, id_off + ta) : -1;
+    __global const uchar *pf =
+        id >= 0 && (ulong)id < t_rows ? (__global const uchar *)table_ptr(table, t_off + (ulong)id * t_ld) : 0;
+    for (ulong c = 0, line = 0; c < cw; c += 2 * VEC, line += step) {
+      if (pf)
+        for (ulong o = line; o < line + step && o < bytes; o += 64) ce_prefetch(pf + o);
+#if POSITIONS == 1
+      FV pe0 = shared ? ce_sinusoidv(pp[k], freq, cols, c) : (FV)(0.0f);
+      FV pe1 = shared ? ce_sinusoidv(pp[k], freq, cols, c + VEC) : (FV)(0.0f);
+#endif
+      CE_STEP2(k, c, pe0, pe1);
+    }
+    for (ulong c = cw; c < cv; c += VEC) {
+#if POSITIONS == 1
+      FV pe0 = shared ? ce_sinusoidv(pp[k], freq, cols, c) : (FV)(0.0f);
+#endif
+      CE_STEP1(k, c, pe0);
+    }
+    for (ulong c = cv; c < cols; c++) CE_STEP0(k, c);
+  }
+#else
   for (ulong c = 0; c < cw; c += 2 * VEC) {
-    const ulong line = c / (2 * VEC) * pf_step;
-    if (line < pf_bytes)
-      for (int k = 0; k < ROWS; k++)
-        if (pf[k])
-          for (ulong o = line; o < line + pf_step && o < pf_bytes; o += 64) ce_prefetch(pf[k] + o);
 #if POSITIONS == 1
     FV pe0 = (FV)(0.0f), pe1 = (FV)(0.0f); /* one position for all the item's tokens */
     if (shared) {
@@ -261,59 +321,17 @@ inline void ce_embed_row_tokens(CE_EMBED_ARGS, ulong t0, ulong tstep, ulong tnex
       pe1 = ce_sinusoidv(pp[0], freq, cols, c + VEC);
     }
 #endif
-    for (int k = 0; k < ROWS && k < live; k++) {
-#if COPY
-      CE_COPY_VEC(k, c);
-      CE_COPY_VEC(k, c + VEC);
-#else
-      FV v0 = (FV)(0.0f), v1 = (FV)(0.0f);
-      if (has[k]) {
-        load_tablew(trow[k], c, v0, v1);
-        v0 = scale * v0;
-        v1 = scale * v1;
-      }
-      CE_ADD_POS(k, c, v0, pe0);
-      CE_ADD_POS(k, c + VEC, v1, pe1);
-      CE_DROP(k, c, v0);
-      CE_DROP(k, c + VEC, v1);
-      if (nt2[k]) {
-        stream2_outv(orow[k], c, v0, v1);
-      } else if (nt[k]) { /* a row aligned to one vector only */
-        stream_outv(orow[k], c, v0);
-        stream_outv(orow[k], c + VEC, v1);
-      } else {
-        store_outv(orow[k], c, v0);
-        store_outv(orow[k], c + VEC, v1);
-      }
-#endif
-    }
+    for (int k = 0; k < ROWS && k < live; k++) CE_STEP2(k, c, pe0, pe1);
   }
   for (ulong c = cw; c < cv; c += VEC) {
 #if POSITIONS == 1
     FV pe0 = shared ? ce_sinusoidv(pp[0], freq, cols, c) : (FV)(0.0f);
 #endif
-    for (int k = 0; k < ROWS && k < live; k++) {
-#if COPY
-      CE_COPY_VEC(k, c);
-#else
-      FV v0 = has[k] ? scale * load_tablev(trow[k], c) : (FV)(0.0f);
-      CE_FINISH_VEC(k, c, v0, pe0);
-#endif
-    }
+    for (int k = 0; k < ROWS && k < live; k++) CE_STEP1(k, c, pe0);
   }
   for (ulong c = cv; c < cols; c++)
-    for (int k = 0; k < ROWS && k < live; k++) {
-      float v = has[k] ? scale * load_table(trow[k], c) : 0.0f;
-#if POSITIONS == 1
-      if (pok[k]) v += ce_sinusoid(pp[k], freq, cols, c);
-#elif POSITIONS == 2
-      if (pok[k]) v += load_pos(prow[k], c);
+    for (int k = 0; k < ROWS && k < live; k++) CE_STEP0(k, c);
 #endif
-#if DROPOUT
-      v = ce_mask1(v, e0[k] + c, dropout, keep_scale, seed_lo, seed_hi);
-#endif
-      store_out(orow[k], c, v);
-    }
 }
 
 __kernel void ce_embed_rows(CE_EMBED_ARGS) {

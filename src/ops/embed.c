@@ -78,7 +78,7 @@ cleanup:
 typedef struct embed_shape {
   const char *name;
   unsigned rows;   /* tokens (or sequences) per work-item; 0 for the column shapes */
-  unsigned ahead;  /* the row shapes: work-items ahead whose table rows are prefetched (0: none) */
+  unsigned ahead;  /* the row shapes: rows on whose table row is prefetched (forward.cl's AHEAD; 0: none) */
   int stream, vw;
   size_t nx, ny;   /* the 2-D range, or (rows) the 1-D count ny */
 } embed_shape;
@@ -98,14 +98,15 @@ static embed_shape choose_shape(const clembed_context *ctx, const clembed_matrix
    * takes one position of several sequences (each position row read once) */
   int strided = s.rows && p->kind != 0 && !p->so && opt->seq_len && ids->count / opt->seq_len >= 2;
   if (strided) s.rows = t->embed_strided_rows;
-  /* short table rows, where the device takes prefetch hints: asked for a few
-   * work-items ahead (forward.cl), one token per work-item unless positions
-   * are shared */
+  /* short table rows, where the device takes prefetch hints: written one
+   * after another, a later row's table row asked for during each (forward.cl),
+   * one token per work-item unless positions are shared */
   size_t row_bytes = clembed_dtype_row_bytes(table->dtype, table->cols);
   if (s.rows && ctx->prefetch && !strided && row_bytes <= t->embed_prefetch_bytes) {
     s.rows = t->embed_prefetch_rows;
     s.ahead = t->embed_prefetch_ahead;
-  } else if (s.rows && ctx->prefetch && strided && row_bytes <= t->embed_strided_prefetch_bytes) {
+  } else if (s.rows && ctx->prefetch && strided && row_bytes <= t->embed_strided_prefetch_bytes &&
+             p->kind != (int)CLEMBED_POSITIONS_SINUSOID) { /* (a sinusoid computed, not cached: once per position) */
     s.ahead = t->embed_strided_ahead;
   }
   /* an output larger than the device's cache goes out with streaming stores */

@@ -61,13 +61,14 @@ typedef struct ce_tuning {
   unsigned embed_strided_rows; /* sequences per work-item that share a position */
   unsigned embed_vec;          /* columns per vector in the row shapes */
   int embed_stream;            /* streaming stores for an output larger than the device's cache */
-  /* where the device takes prefetch hints (ctx->prefetch), the row shapes ask
-   * for the table rows of a later work-item during their work: */
-  size_t embed_prefetch_bytes;         /* rows of at most this many bytes, */
+  /* where the device takes prefetch hints (ctx->prefetch), the row shapes
+   * write their rows one after another and ask for a later row's table row
+   * during each (forward.cl's AHEAD): */
+  size_t embed_prefetch_bytes;         /* table rows of at most this many bytes, */
   unsigned embed_prefetch_rows;        /* then this many tokens per work-item, */
-  unsigned embed_prefetch_ahead;       /* and the rows this many work-items on; */
+  unsigned embed_prefetch_ahead;       /* and the table row this many rows on; */
   size_t embed_strided_prefetch_bytes; /* positions shared: rows of at most this many bytes, */
-  unsigned embed_strided_ahead;        /* this many work-items (positions) on */
+  unsigned embed_strided_ahead;        /* this many rows on */
   /* positional table */
   int positional_rowwise;      /* a row per work-item */
   unsigned positional_vec;
