@@ -202,7 +202,8 @@ CE_INLINE void ce_fold_tile(FV *acc, __global const GRAD_T *grad, ulong g_off, u
 /* CPU shapes: the segments are taken in groups, so that one work-item reads
  * several gradient rows and table rows at once (a CPU's prefetchers follow
  * several streams; one row at a time leaves the memory system idle between
- * rows). Work-item (0, y), y = block * 2^slice_bits + slice, takes the groups
+ * rows), or, where the device takes prefetch hints, one after another with
+ * the rows of later positions asked for (CE_COLUMNS_GROUP below). Work-item (0, y), y = block * 2^slice_bits + slice, takes the groups
  * of CE_GROUP sorted positions [g, g + CE_GROUP), g = CE_GROUP * (slice,
  * slice + 2^slice_bits, ...). Of the segments that start there, a long one (at
  * least `split` tokens) is done by every block, bw columns each, as
@@ -245,7 +246,53 @@ CE_INLINE void ce_fold_tile(FV *acc, __global const GRAD_T *grad, ulong g_off, u
 #define CE_GROUPS_SHORT }
 #define CE_GROUPS_END }
 
-#define CE_COLUMNS_GROUP(STOREV, STORE1, base, ...)                                           \
+#ifndef CE_AHEAD
+#define CE_AHEAD 4 /* the tuning table's fold_ahead */
+#endif
+#if CE_PREFETCH
+/* With prefetch hints (a CPU under POCL): the segments one after another,
+ * whole rows, and while one is folded, the gradient row and the TABP row
+ * (TABP + base) of the sorted position CE_AHEAD on from its start are asked
+ * for, whole lines at each column step. Requests spread over the work let the
+ * loads of the rows being folded through; rows side by side without them left
+ * the fold waiting on memory. The same folds and stores as the other order:
+ * each (row, column) is written once. */
+#define CE_PF_STEP(p, at, step, bytes) \
+  for (ulong o_ = (at); o_ < (at) + (step) && o_ < (bytes); o_ += 64) ce_prefetch((p) + o_)
+#define CE_COLUMNS_GROUP(STOREV, STORE1, TABP, base, ...)                                         \
+  {                                                                                              \
+    const ulong steps_ = max((ulong)(cols) / (TILE * VEC), (ulong)1);                            \
+    const ulong gb_ = (ulong)(cols) * sizeof(GRAD_T), tb_ = (ulong)(cols) * sizeof(*(TABP));     \
+    const ulong gs_ = ((gb_ + 63) / 64 + steps_ - 1) / steps_ * 64;                              \
+    const ulong ts_ = ((tb_ + 63) / 64 + steps_ - 1) / steps_ * 64;                              \
+    for (int s_ = 0; s_ < m_; s_++) {                                                            \
+      ulong j = sj_[s_], end = se_[s_], q_ = j + CE_AHEAD;                                       \
+      __global const uchar *pg_ = 0, *pt_ = 0;                                                   \
+      if (q_ < (n)) {                                                                            \
+        KEY_T key = skeys[q_];                                                                   \
+        if (key != none) {                                                                       \
+          pg_ = (__global const uchar *)(grad + g_off + (ulong)sidx[q_] * g_ld);                 \
+          pt_ = (__global const uchar *)((TABP) + (base));                                       \
+        }                                                                                        \
+      }                                                                                          \
+      KEY_T key = sk_[s_];                                                                       \
+      float cnt_ = (float)(end - j);                                                             \
+      ulong c = 0, gl_ = 0, tl_ = 0;                                                             \
+      for (; c + TILE * VEC <= cols; c += TILE * VEC, gl_ += gs_, tl_ += ts_) {                  \
+        if (pg_) {                                                                               \
+          CE_PF_STEP(pg_, gl_, gs_, gb_);                                                        \
+          CE_PF_STEP(pt_, tl_, ts_, tb_);                                                        \
+        }                                                                                        \
+        FV acc[TILE];                                                                            \
+        ce_fold_tile(acc, CE_FOLD_ARGS, c, CE_MASK_ARGS);                                        \
+        for (int k = 0; k < TILE; k++) STOREV((base) + c + (ulong)k * VEC, acc[k], __VA_ARGS__); \
+      }                                                                                          \
+      ulong lo_ = c, hi_ = cols;                                                                 \
+      CE_COLUMNS_TILED(STOREV, STORE1, base, __VA_ARGS__)                                        \
+    }                                                                                            \
+  }
+#else
+#define CE_COLUMNS_GROUP(STOREV, STORE1, TABP, base, ...)                                           \
   {                                                                                          \
     ulong c = 0;                                                                             \
     for (; c + TILE * VEC <= cols; c += TILE * VEC) {                                        \
@@ -265,6 +312,7 @@ CE_INLINE void ce_fold_tile(FV *acc, __global const GRAD_T *grad, ulong g_off, u
       CE_COLUMNS_TILED(STOREV, STORE1, base, __VA_ARGS__)                                    \
     }                                                                                        \
   }
+#endif
 
 /* The store modes (src/ops/ops.h's ce_store_mode), a kernel argument: one
  * program serves them all. The row gradient r = (scale * S) / count (the
@@ -322,7 +370,7 @@ __kernel void ce_bwd_rows_grouped(CE_ROWS_ARGS) {
   CE_GROUPS(skeys, n, none, slice_bits, bw, split, cols)
   CE_COLUMNS_TILED(ce_rows_storev, ce_rows_store1, t_off + (ulong)key * t_ld, tab, scale, freq, cnt_, lr, mode)
   CE_GROUPS_SHORT
-  CE_COLUMNS_GROUP(ce_rows_storev, ce_rows_store1, t_off + (ulong)key * t_ld, tab, scale, freq, cnt_, lr, mode)
+  CE_COLUMNS_GROUP(ce_rows_storev, ce_rows_store1, tab, t_off + (ulong)key * t_ld, tab, scale, freq, cnt_, lr, mode)
   CE_GROUPS_END
 }
 
@@ -410,7 +458,7 @@ __kernel void ce_bwd_optim_grouped(CE_OPT_ARGS) {
   CE_GROUPS(skeys, n, none, slice_bits, bw, split, cols)
   CE_COLUMNS_TILED(ce_opt_storev, ce_opt_store1, t_off + (ulong)key * t_ld, CE_OPT_STORE_ARGS(cnt_))
   CE_GROUPS_SHORT
-  CE_COLUMNS_GROUP(ce_opt_storev, ce_opt_store1, t_off + (ulong)key * t_ld, CE_OPT_STORE_ARGS(cnt_))
+  CE_COLUMNS_GROUP(ce_opt_storev, ce_opt_store1, tab, t_off + (ulong)key * t_ld, CE_OPT_STORE_ARGS(cnt_))
   CE_GROUPS_END
 }
 
@@ -628,7 +676,7 @@ __kernel void ce_bwd_pos_grouped(CE_POS_ARGS) {
   CE_GROUPS(skeys, n, none, slice_bits, bw, split, cols)
   CE_COLUMNS_TILED(ce_pos_storev, ce_pos_store1, p_off + (ulong)key * p_ld, pg)
   CE_GROUPS_SHORT
-  CE_COLUMNS_GROUP(ce_pos_storev, ce_pos_store1, p_off + (ulong)key * p_ld, pg)
+  CE_COLUMNS_GROUP(ce_pos_storev, ce_pos_store1, pg, p_off + (ulong)key * p_ld, pg)
   CE_GROUPS_END
 }
 

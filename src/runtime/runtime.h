@@ -84,6 +84,8 @@ typedef struct ce_tuning {
   size_t fold_block_columns;   /* a column block's width */
   size_t fold_split;           /* segments of at least this many tokens are split into blocks */
   unsigned fold_group;         /* CPU shapes: sorted positions per work-item group */
+  unsigned fold_ahead;         /* ...and, with prefetch hints, the rows this many sorted positions on
+                                  asked for while a segment is folded (backward.cl's CE_AHEAD) */
   size_t fold_slices_per_unit; /* work-items per compute unit the slices aim for */
   size_t fold_min_slices;
   size_t row_items;            /* work-items across a row for the row-looping helper kernels */
