@@ -91,8 +91,10 @@ typedef struct clembed_context clembed_context; /* opaque */
 CLEMBED_API clembed_status clembed_context_create(const char *device, clembed_context **ctx);
 
 /* Kernel shapes. A context on a CPU device uses the CPU shapes (a work-item
- * writes whole rows, several side by side, with wide vectors; streaming stores
- * for an output larger than the device's cache); other devices use the GPU
+ * writes whole rows with wide vectors, several side by side or, where the
+ * device takes prefetch hints (POCL), one after another with later rows asked
+ * for ahead; streaming stores for an output larger than the device's cache);
+ * other devices use the GPU
  * shapes (consecutive work-items on consecutive columns). The environment
  * variable CLEMBED_TUNING=cpu or =gpu, read when a context is created,
  * overrides the choice (another non-empty value makes the context creation fail
