@@ -150,12 +150,13 @@ inline void ce_storev_0(__global float *p, ulong o, FV v) {
   else
     vstoreV(v, 0, p + o);
 }
-/* F16 stores by their bits too: ce_float_to_half lane by lane. On an x86 CPU with F16C (POCL compiles for the host CPU, and clang defines
- * __F16C__ there; compilers for other devices do not), the conversion is the
- * CPU's own instruction (vcvtps2ph, rounding to nearest even): its bits are
- * those of the formula below for every float32, NaNs included (a NaN: sign,
- * quiet bit set, the top 10 payload bits), and it is one instruction instead
- * of a dozen (F16 outputs of the lookups were bound by them). */
+/* F16 stores by their bits too: ce_float_to_half lane by lane. On an x86
+ * CPU with F16C (POCL compiles for the host CPU, and clang defines __F16C__
+ * there; compilers for other devices do not), the conversion is the CPU's own
+ * instruction (vcvtps2ph, rounding to nearest even): its bits are those of the
+ * formula below for every float32, NaNs included (a NaN: sign, quiet bit set,
+ * the top 10 payload bits), and it is one instruction instead of a dozen (F16
+ * outputs of the lookups were bound by them). */
 #if defined(__F16C__) && defined(__has_builtin)
 #if VEC == 16 && defined(__AVX512F__) && __has_builtin(__builtin_ia32_vcvtps2ph512_mask)
 #define CE_F16C 1

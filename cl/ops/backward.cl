@@ -203,8 +203,9 @@ CE_INLINE void ce_fold_tile(FV *acc, __global const GRAD_T *grad, ulong g_off, u
  * several gradient rows and table rows at once (a CPU's prefetchers follow
  * several streams; one row at a time leaves the memory system idle between
  * rows), or, where the device takes prefetch hints, one after another with
- * the rows of later positions asked for (CE_COLUMNS_GROUP below). Work-item (0, y), y = block * 2^slice_bits + slice, takes the groups
- * of CE_GROUP sorted positions [g, g + CE_GROUP), g = CE_GROUP * (slice,
+ * the rows of later positions asked for (CE_COLUMNS_GROUP below). Work-item
+ * (0, y), y = block * 2^slice_bits + slice, takes the groups of CE_GROUP
+ * sorted positions [g, g + CE_GROUP), g = CE_GROUP * (slice,
  * slice + 2^slice_bits, ...). Of the segments that start there, a long one (at
  * least `split` tokens) is done by every block, bw columns each, as
  * CE_SEGMENTS does; the short ones by block 0, whole rows, side by side.
