@@ -250,6 +250,9 @@ CE_INLINE void ce_fold_tile(FV *acc, __global const GRAD_T *grad, ulong g_off, u
 #ifndef CE_AHEAD
 #define CE_AHEAD 4 /* the tuning table's fold_ahead */
 #endif
+#ifndef CE_RW_AHEAD
+#define CE_RW_AHEAD 2 /* the tuning table's rowwise_ahead */
+#endif
 #if CE_PREFETCH
 /* With prefetch hints (a CPU under POCL): the segments one after another,
  * whole rows, and while one is folded, the gradient row and the TABP row
@@ -642,6 +645,21 @@ __kernel void ce_bwd_rowwise_grouped(__global const GRAD_T *grad, ulong g_off, u
     float den = sqrt(m) + eps;
     rate[s_] = lr / den;
   }
+#if CE_PREFETCH
+  /* pass 2, with prefetch hints: the step row after row, the table row
+   * CE_RW_AHEAD segments on asked for a line at each vector of columns */
+  for (int s_ = 0; s_ < m_; s_++) {
+    ulong j = sj_[s_], end = se_[s_];
+    __global const uchar *pt_ =
+        s_ + CE_RW_AHEAD < m_ ? (__global const uchar *)(tab + t_off + (ulong)sk_[s_ + CE_RW_AHEAD] * t_ld) : 0;
+    for (c = 0; c + VEC <= cols; c += VEC) {
+      if (pt_) ce_prefetch(pt_ + c * sizeof(TABLE_T));
+      ce_rw_storev(t_off + (ulong)sk_[s_] * t_ld + c, ce_foldv(CE_FOLD_ARGS, c, CE_MASK_ARGS), tab, scale, freq,
+                   (float)(end - j), wd, rate[s_], (float *)0);
+    }
+  }
+  c = cols / VEC * VEC;
+#else
   for (c = 0; c + VEC <= cols; c += VEC) /* pass 2: the step */ {
     for (int s_ = 0; s_ < m_; s_++) {
       ulong j = sj_[s_], end = se_[s_];
@@ -649,6 +667,7 @@ __kernel void ce_bwd_rowwise_grouped(__global const GRAD_T *grad, ulong g_off, u
                    (float)(end - j), wd, rate[s_], (float *)0);
     }
   }
+#endif
   for (int s_ = 0; s_ < m_; s_++) {
     ulong j = sj_[s_], end = se_[s_], tb = t_off + (ulong)sk_[s_] * t_ld;
     for (ulong k = c; k < cols; k++)

@@ -86,6 +86,8 @@ typedef struct ce_tuning {
   unsigned fold_group;         /* CPU shapes: sorted positions per work-item group */
   unsigned fold_ahead;         /* ...and, with prefetch hints, the rows this many sorted positions on
                                   asked for while a segment is folded (backward.cl's CE_AHEAD) */
+  unsigned rowwise_ahead;      /* row-wise Adagrad's step, with prefetch hints: the table row this many
+                                  segments on asked for (backward.cl's CE_RW_AHEAD) */
   size_t fold_slices_per_unit; /* work-items per compute unit the slices aim for */
   size_t fold_min_slices;
   size_t row_items;            /* work-items across a row for the row-looping helper kernels */
