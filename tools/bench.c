@@ -669,6 +669,15 @@ static size_t count_unique(bench_state *s) {
   return u;
 }
 
+/* Whether a row is measured: --only's text (NULL: every row) is in its name;
+ * any_wanted: in any of n names (a group's set-up is skipped when none is). */
+static int wanted(const char *only, const char *name) { return !only || strstr(name, only) != NULL; }
+static int any_wanted(const char *only, const char *const *names, int n) {
+  for (int k = 0; k < n; k++)
+    if (wanted(only, names[k])) return 1;
+  return 0;
+}
+
 static void usage(FILE *f) {
   fprintf(f,
           "usage: clembed bench [--quick] [--json] [--reps N] [--only TEXT] [--device SPEC]\n"
@@ -755,13 +764,10 @@ int clembed_bench_main(int argc, char **argv) {
   }
   fflush(stdout);
   row r;
-  /* a row is measured when its name contains --only's text; the set-up of a
-   * group of rows is skipped when none of them is */
-#define WANTED(LABEL) (!only || strstr((LABEL), only) != NULL)
 #define ROW(LABEL, FN, BYTES, LAT)                                                                      \
   do {                                                                                                  \
     name = LABEL;                                                                                       \
-    if (only && !strstr(LABEL, only)) break;                                                            \
+    if (!wanted(only, LABEL)) break;                                                                    \
     memset(&r, 0, sizeof r);                                                                            \
     if (measure(&s, &ref, FN, (double)(BYTES), reps, LAT, &r, err, sizeof err)) goto fail;              \
     r.name = LABEL;                                                                                     \
@@ -777,7 +783,7 @@ int clembed_bench_main(int argc, char **argv) {
                              "lookup f16 table, f16 out", "lookup bf16 table, bf16 out"};
     for (int t = 0; t < 5; t++) {
       name = lnames[t];
-      if (!WANTED(name)) continue;
+      if (!wanted(only, name)) continue;
       if ((st = state_init(&s, V, d, n, tdt[t], odt[t], 0)) != CLEMBED_OK) goto fail_status;
       ROW(lnames[t], op_lookup, n * 4 + n * d * clembed_dtype_size(tdt[t]) + n * d * clembed_dtype_size(odt[t]), 0);
     }
@@ -794,7 +800,7 @@ int clembed_bench_main(int argc, char **argv) {
         char *label = qnames[2 * t + o];
         snprintf(label, sizeof qnames[0], "lookup %s table, %s out", tn[t], on[o]);
         name = label;
-        if (!WANTED(name)) continue;
+        if (!wanted(only, name)) continue;
         if ((st = state_init(&s, V, d, n, tdt[t], odt[o], 0)) != CLEMBED_OK) goto fail_status;
         ROW(label, op_lookup,
             n * 4 + n * clembed_dtype_row_bytes(tdt[t], d) + n * d * clembed_dtype_size(odt[o]), 0);
@@ -803,35 +809,36 @@ int clembed_bench_main(int argc, char **argv) {
   /* the same lookup with ids 0, 1, ..., n-1: the access pattern of a copy, which
    * separates the kernel's efficiency from the cost of gathering random rows */
   name = "lookup f32, ids 0..n-1 (copy pattern)";
-  if (WANTED(name)) {
+  if (wanted(only, name)) {
     if ((st = state_init(&s, n, d, n, CLEMBED_F32, CLEMBED_F32, 1)) != CLEMBED_OK) goto fail_status;
-    ROW("lookup f32, ids 0..n-1 (copy pattern)", op_lookup, n * 4 + n * d * 4 + n * d * 4, 0);
+    ROW(name, op_lookup, n * 4 + n * d * 4 + n * d * 4, 0);
   }
   /* fused forward: sequences of 2048 */
-  name = "embed sqrt + sinusoid";
-  if (WANTED("embed sqrt + sinusoid (seq 2048)") || WANTED("embed + learned positions") ||
-      WANTED("positional table")) {
+  const char *enames[3] = {"embed sqrt + sinusoid (seq 2048)", "embed + learned positions", "positional table"};
+  name = enames[0];
+  if (any_wanted(only, enames, 3)) {
     if ((st = state_init(&s, V, d, n, CLEMBED_F32, CLEMBED_F32, 0)) != CLEMBED_OK) goto fail_status;
     s.eopt = clembed_embed_defaults();
     s.eopt.scale = sqrtf((float)d);
     s.eopt.positions = CLEMBED_POSITIONS_SINUSOID;
     s.eopt.seq_len = 2048;
-    ROW("embed sqrt + sinusoid (seq 2048)", op_embed, n * 4 + n * d * 4 + n * d * 4, 0);
-    name = "embed + learned positions";
+    ROW(enames[0], op_embed, n * 4 + n * d * 4 + n * d * 4, 0);
+    name = enames[1];
     if ((st = clembed_matrix_create(s.ctx, 2048, d, CLEMBED_F32, &s.ptable)) != CLEMBED_OK) goto fail_status;
     s.eopt.positions = CLEMBED_POSITIONS_TABLE;
     s.eopt.position_table = &s.ptable;
-    ROW("embed + learned positions", op_embed, n * 4 + 2 * n * d * 4 + n * d * 4, 0);
+    ROW(enames[1], op_embed, n * 4 + 2 * n * d * 4 + n * d * 4, 0);
     s.sin.base = 10000.0;
     s.sin.exponent = CLEMBED_EXPONENT_PAIR;
     s.sin.layout = CLEMBED_LAYOUT_INTERLEAVED;
-    ROW("positional table", op_positional, n * d * 4, 0);
+    ROW(enames[2], op_positional, n * d * 4, 0);
   }
   /* RoPE (head_dim 128): the cos/sin cache of positions 0..8191 (output
    * written), and the rotation of 4096 tokens of 32 heads (input read + output
    * written; positions 0..4095 from position_offset, no position ids) */
-  if (WANTED("rope cache f32 (8192 positions, R 128)") || WANTED("rope apply f32 (4096 x 32 heads x 128)") ||
-      WANTED("rope apply f16 (4096 x 32 heads x 128)")) {
+  const char *pnames[3] = {"rope cache f32 (8192 positions, R 128)", "rope apply f32 (4096 x 32 heads x 128)",
+                           "rope apply f16 (4096 x 32 heads x 128)"};
+  if (any_wanted(only, pnames, 3)) {
     const size_t rope_pos = 8192, rope_tokens = 4096, rope_cols = 32 * 128;
     name = "rope";
     state_release(&s);
@@ -841,9 +848,9 @@ int clembed_bench_main(int argc, char **argv) {
     s.d = rope_cols;
     s.V = rope_pos;
     if ((st = clembed_matrix_create(s.ctx, rope_pos, 128, CLEMBED_F32, &s.table)) != CLEMBED_OK) goto fail_status;
-    ROW("rope cache f32 (8192 positions, R 128)", op_rope_cache, rope_pos * 128 * 4, 0);
+    ROW(pnames[0], op_rope_cache, rope_pos * 128 * 4, 0);
     const clembed_dtype rdt[2] = {CLEMBED_F32, CLEMBED_F16};
-    const char *rnames[2] = {"rope apply f32 (4096 x 32 heads x 128)", "rope apply f16 (4096 x 32 heads x 128)"};
+    const char *const *rnames = pnames + 1;
     for (int t = 0; t < 2; t++) {
       name = rnames[t];
       clembed_matrix_release(&s.rx);
@@ -858,9 +865,7 @@ int clembed_bench_main(int argc, char **argv) {
   const char *tnames[9] = {"backward (accumulate, deterministic)", "backward (accumulate, atomic)", "sgd_update",
                             "optimizer SGD", "optimizer ADAGRAD", "optimizer ROWWISE_ADAGRAD", "optimizer ADAM",
                             "init normal f32 (V x d)", "init uniform f32 (V x d)"};
-  int training = 0;
-  for (int k = 0; k < 9; k++) training |= WANTED(tnames[k]);
-  if (training) {
+  if (any_wanted(only, tnames, 9)) {
     name = "backward";
     if ((st = state_init(&s, V, d, n, CLEMBED_F32, CLEMBED_F32, 0)) != CLEMBED_OK) goto fail_status;
     if ((st = clembed_matrix_create(s.ctx, n, d, CLEMBED_F32, &s.grad)) != CLEMBED_OK) goto fail_status;
@@ -869,11 +874,11 @@ int clembed_bench_main(int argc, char **argv) {
     if ((st = clembed_matrix_create(s.ctx, V, d, CLEMBED_F32, &s.dW)) != CLEMBED_OK) goto fail_status;
     s.bopt = clembed_backward_defaults();
     size_t unique = count_unique(&s);
-    ROW("backward (accumulate, deterministic)", op_backward, n * 4 + n * d * 4 + 2 * unique * d * 4, 0);
+    ROW(tnames[0], op_backward, n * 4 + n * d * 4 + 2 * unique * d * 4, 0);
     s.bopt.deterministic = 0;
-    ROW("backward (accumulate, atomic)", op_backward, n * 4 + n * d * 4 + 2 * unique * d * 4, 0);
+    ROW(tnames[1], op_backward, n * 4 + n * d * 4 + 2 * unique * d * 4, 0);
     s.bopt.deterministic = 1;
-    ROW("sgd_update", op_sgd, n * 4 + n * d * 4 + 2 * unique * d * 4, 0);
+    ROW(tnames[2], op_sgd, n * 4 + n * d * 4 + 2 * unique * d * 4, 0);
     /* optimizer steps: ids + gradient + touched rows of the table and of each
      * state, read and written (F32 table; lr tiny so the table stays put) */
     {
@@ -896,14 +901,14 @@ int clembed_bench_main(int argc, char **argv) {
       }
     }
     /* initialisation of the V x d table: output written */
-    ROW("init normal f32 (V x d)", op_init_normal, V * d * 4, 0);
-    ROW("init uniform f32 (V x d)", op_init_uniform, V * d * 4, 0);
+    ROW(tnames[7], op_init_normal, V * d * 4, 0);
+    ROW(tnames[8], op_init_uniform, V * d * 4, 0);
   }
   /* one token */
   name = "one-token lookup + finish (d 4096)";
-  if (WANTED(name)) {
+  if (wanted(only, name)) {
     if ((st = state_init(&s, V, 4096, 1, CLEMBED_F32, CLEMBED_F32, 0)) != CLEMBED_OK) goto fail_status;
-    ROW("one-token lookup + finish (d 4096)", op_lookup, 4 + 2 * 4096 * 4, 1);
+    ROW(name, op_lookup, 4 + 2 * 4096 * 4, 1);
   }
   goto done;
 fail_status:

@@ -178,15 +178,18 @@ CE_INLINE void ce_fold_tile(FV *acc, __global const GRAD_T *grad, ulong g_off, u
  * ...) and STORE1(o, sum of one column, ...) with o = base + column. */
 #define CE_FOLD_ARGS grad, g_off, g_ld, cols, sidx, j, end
 #define CE_MASK_ARGS dropout, seed_lo, seed_hi, keep
+/* The TILE * VEC columns from c of the segment [j, end), folded and stored. */
+#define CE_TILE_STORE(STOREV, base, c, ...)                                                 \
+  {                                                                                        \
+    FV acc[TILE];                                                                          \
+    ce_fold_tile(acc, CE_FOLD_ARGS, c, CE_MASK_ARGS);                                      \
+    for (int k = 0; k < TILE; k++) STOREV((base) + (c) + (ulong)k * VEC, acc[k], __VA_ARGS__); \
+  }
 /* The grouped shapes' columns: in order, TILE * VEC at a time. */
 #define CE_COLUMNS_TILED(STOREV, STORE1, base, ...)                                           \
   {                                                                                          \
     ulong c = lo_;                                                                           \
-    for (; c + TILE * VEC <= hi_; c += TILE * VEC) {                                         \
-      FV acc[TILE];                                                                          \
-      ce_fold_tile(acc, CE_FOLD_ARGS, c, CE_MASK_ARGS);                                      \
-      for (int k = 0; k < TILE; k++) STOREV((base) + c + (ulong)k * VEC, acc[k], __VA_ARGS__); \
-    }                                                                                        \
+    for (; c + TILE * VEC <= hi_; c += TILE * VEC) CE_TILE_STORE(STOREV, base, c, __VA_ARGS__) \
     for (; c + VEC <= hi_; c += VEC) STOREV((base) + c, ce_foldv(CE_FOLD_ARGS, c, CE_MASK_ARGS), __VA_ARGS__); \
     for (; c < hi_; c++) STORE1((base) + c, ce_fold1(CE_FOLD_ARGS, c, CE_MASK_ARGS), __VA_ARGS__);           \
   }
@@ -261,14 +264,11 @@ CE_INLINE void ce_fold_tile(FV *acc, __global const GRAD_T *grad, ulong g_off, u
  * loads of the rows being folded through; rows side by side without them left
  * the fold waiting on memory. The same folds and stores as the other order:
  * each (row, column) is written once. */
-#define CE_PF_STEP(p, at, step, bytes) \
-  for (ulong o_ = (at); o_ < (at) + (step) && o_ < (bytes); o_ += 64) ce_prefetch((p) + o_)
 #define CE_COLUMNS_GROUP(STOREV, STORE1, TABP, base, ...)                                         \
   {                                                                                              \
-    const ulong steps_ = max((ulong)(cols) / (TILE * VEC), (ulong)1);                            \
     const ulong gb_ = (ulong)(cols) * sizeof(GRAD_T), tb_ = (ulong)(cols) * sizeof(*(TABP));     \
-    const ulong gs_ = ((gb_ + 63) / 64 + steps_ - 1) / steps_ * 64;                              \
-    const ulong ts_ = ((tb_ + 63) / 64 + steps_ - 1) / steps_ * 64;                              \
+    const ulong gs_ = ce_prefetch_step(gb_, (ulong)(cols) / (TILE * VEC));                       \
+    const ulong ts_ = ce_prefetch_step(tb_, (ulong)(cols) / (TILE * VEC));                       \
     for (int s_ = 0; s_ < m_; s_++) {                                                            \
       ulong j = sj_[s_], end = se_[s_], q_ = j + CE_AHEAD;                                       \
       __global const uchar *pg_ = 0, *pt_ = 0;                                                   \
@@ -284,12 +284,10 @@ CE_INLINE void ce_fold_tile(FV *acc, __global const GRAD_T *grad, ulong g_off, u
       ulong c = 0, gl_ = 0, tl_ = 0;                                                             \
       for (; c + TILE * VEC <= cols; c += TILE * VEC, gl_ += gs_, tl_ += ts_) {                  \
         if (pg_) {                                                                               \
-          CE_PF_STEP(pg_, gl_, gs_, gb_);                                                        \
-          CE_PF_STEP(pt_, tl_, ts_, tb_);                                                        \
+          ce_prefetch_part(pg_, gl_, gs_, gb_);                                                  \
+          ce_prefetch_part(pt_, tl_, ts_, tb_);                                                  \
         }                                                                                        \
-        FV acc[TILE];                                                                            \
-        ce_fold_tile(acc, CE_FOLD_ARGS, c, CE_MASK_ARGS);                                        \
-        for (int k = 0; k < TILE; k++) STOREV((base) + c + (ulong)k * VEC, acc[k], __VA_ARGS__); \
+        CE_TILE_STORE(STOREV, base, c, __VA_ARGS__)                                              \
       }                                                                                          \
       ulong lo_ = c, hi_ = cols;                                                                 \
       CE_COLUMNS_TILED(STOREV, STORE1, base, __VA_ARGS__)                                        \
@@ -304,9 +302,7 @@ CE_INLINE void ce_fold_tile(FV *acc, __global const GRAD_T *grad, ulong g_off, u
         ulong j = sj_[s_], end = se_[s_];                                                    \
         KEY_T key = sk_[s_];                                                                 \
         float cnt_ = (float)(end - j);                                                       \
-        FV acc[TILE];                                                                        \
-        ce_fold_tile(acc, CE_FOLD_ARGS, c, CE_MASK_ARGS);                                    \
-        for (int k = 0; k < TILE; k++) STOREV((base) + c + (ulong)k * VEC, acc[k], __VA_ARGS__); \
+        CE_TILE_STORE(STOREV, base, c, __VA_ARGS__)                                          \
       }                                                                                      \
     }                                                                                        \
     for (int s_ = 0; s_ < m_; s_++) { /* the columns past the last whole tile */            \
@@ -645,6 +641,10 @@ __kernel void ce_bwd_rowwise_grouped(__global const GRAD_T *grad, ulong g_off, u
     float den = sqrt(m) + eps;
     rate[s_] = lr / den;
   }
+/* pass 2's step for VEC columns from c of row s_ (j, end: its segment) */
+#define CE_RW_STEP(c)                                                                                           \
+  ce_rw_storev(t_off + (ulong)sk_[s_] * t_ld + (c), ce_foldv(CE_FOLD_ARGS, (c), CE_MASK_ARGS), tab, scale, freq, \
+               (float)(end - j), wd, rate[s_], (float *)0)
 #if CE_PREFETCH
   /* pass 2, with prefetch hints: the step row after row, the table row
    * CE_RW_AHEAD segments on asked for a line at each vector of columns */
@@ -654,8 +654,7 @@ __kernel void ce_bwd_rowwise_grouped(__global const GRAD_T *grad, ulong g_off, u
         s_ + CE_RW_AHEAD < m_ ? (__global const uchar *)(tab + t_off + (ulong)sk_[s_ + CE_RW_AHEAD] * t_ld) : 0;
     for (c = 0; c + VEC <= cols; c += VEC) {
       if (pt_) ce_prefetch(pt_ + c * sizeof(TABLE_T));
-      ce_rw_storev(t_off + (ulong)sk_[s_] * t_ld + c, ce_foldv(CE_FOLD_ARGS, c, CE_MASK_ARGS), tab, scale, freq,
-                   (float)(end - j), wd, rate[s_], (float *)0);
+      CE_RW_STEP(c);
     }
   }
   c = cols / VEC * VEC;
@@ -663,8 +662,7 @@ __kernel void ce_bwd_rowwise_grouped(__global const GRAD_T *grad, ulong g_off, u
   for (c = 0; c + VEC <= cols; c += VEC) /* pass 2: the step */ {
     for (int s_ = 0; s_ < m_; s_++) {
       ulong j = sj_[s_], end = se_[s_];
-      ce_rw_storev(t_off + (ulong)sk_[s_] * t_ld + c, ce_foldv(CE_FOLD_ARGS, c, CE_MASK_ARGS), tab, scale, freq,
-                   (float)(end - j), wd, rate[s_], (float *)0);
+      CE_RW_STEP(c);
     }
   }
 #endif

@@ -289,15 +289,14 @@ inline void ce_embed_row_tokens(CE_EMBED_ARGS, ulong t0, ulong tstep, ulong tnex
   const ulong cw = cols / (2 * VEC) * (2 * VEC), cv = cols / VEC * VEC;
 #if AHEAD
   const ulong bytes = (ulong)((__global const uchar *)table_ptr(table, cols) - (__global const uchar *)table);
-  const ulong steps = max(cols / (2 * VEC), (ulong)1), step = ((bytes + 63) / 64 + steps - 1) / steps * 64;
+  const ulong step = ce_prefetch_step(bytes, cols / (2 * VEC));
   for (int k = 0; k < live; k++) {
     const ulong ta = t0 + (ulong)((k + AHEAD) / ROWS) * tnext + (ulong)((k + AHEAD) % ROWS) * tstep;
     const long id = ta < n ? ce_load_id(ids32, ids64, id64, id_off + ta) : -1;
     __global const uchar *pf =
         id >= 0 && (ulong)id < t_rows ? (__global const uchar *)table_ptr(table, t_off + (ulong)id * t_ld) : 0;
     for (ulong c = 0, line = 0; c < cw; c += 2 * VEC, line += step) {
-      if (pf)
-        for (ulong o = line; o < line + step && o < bytes; o += 64) ce_prefetch(pf + o);
+      if (pf) ce_prefetch_part(pf, line, step, bytes);
 #if POSITIONS == 1
       FV pe0 = shared ? ce_sinusoidv(pp[k], freq, cols, c) : (FV)(0.0f);
       FV pe1 = shared ? ce_sinusoidv(pp[k], freq, cols, c + VEC) : (FV)(0.0f);
