@@ -95,11 +95,11 @@ inline void ce_store4_2(__global ushort *p, ulong base, ulong j, float4 v) {
 /* A row of `bytes` asked for while another is worked on in `steps` column
  * steps, spread over them: ce_prefetch_step gives the bytes a step asks for
  * (whole lines), ce_prefetch_part asks for the `step` bytes from `at`. */
-inline ulong ce_prefetch_step(ulong bytes, ulong steps) {
+CE_INLINE ulong ce_prefetch_step(ulong bytes, ulong steps) {
   steps = max(steps, (ulong)1);
   return ((bytes + 63) / 64 + steps - 1) / steps * 64;
 }
-inline void ce_prefetch_part(__global const uchar *p, ulong at, ulong step, ulong bytes) {
+CE_INLINE void ce_prefetch_part(__global const uchar *p, ulong at, ulong step, ulong bytes) {
   for (ulong o = at; o < at + step && o < bytes; o += 64) ce_prefetch(p + o);
 }
 
