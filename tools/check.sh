@@ -54,7 +54,13 @@ case "${1:-}" in
     # on for clembed's code through the suppression file, which names only the
     # runtimes. Full unwinding, so that a leak inside a runtime built without
     # frame pointers (Mesa's rusticl, loaded by the ICD loader) shows its library.
-    export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:fast_unwind_on_malloc=0"
+    # intercept_tls_get_addr=0: the sanitizer runtimes of GCC up to 13 and LLVM up
+    # to 16 take a dynamic TLS block that happens to start 16 bytes into a page
+    # for an old glibc's header and read the words before it; with POCL's
+    # in-process compiler such a block turns up (test_faults' forward build
+    # failure, every run), and LeakSanitizer's tracer dies at exit with
+    # "Tracer caught signal 11" before checking anything. Leaks are still found.
+    export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:fast_unwind_on_malloc=0:intercept_tls_get_addr=0"
     export LSAN_OPTIONS="suppressions=$CLEMBED_ROOT/tests/lsan.supp:print_suppressions=0"
     export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
     exec ctest --no-tests=error --output-on-failure -j "$jobs" -L "host|cli|leaks|robust"
