@@ -925,11 +925,12 @@ TU_CASE(demo) {
   EXPECT(strstr(g_out, "0.84147") != NULL, "demo output lacks 0.84147");
 }
 
-/* bench --only runs the rows whose name contains the text, and no other;
- * a bad --reps is refused. (Timings are not checked: only which rows ran.)
- * The set-up of every row still runs, releasing buffers while kernels that
- * use them are queued (under Mesa 22's rusticl that crashed the bench while
- * such buffers were on host pages; they are on POCL only now). */
+/* bench --only runs the rows whose name contains the text, and no other (a
+ * group of rows none of which is named is not even set up); a bad --reps is
+ * refused. (Timings are not checked: only which rows ran.) It runs on every
+ * registered platform, rusticl included: under Mesa 22's rusticl the bench
+ * crashed while its buffers were on host pages, which are on POCL only now
+ * (device.c's host_pages). */
 TU_CASE(bench_only) {
   RUNS(0, "bench", "--quick", "--only", "one-token");
   EXPECT(strstr(g_out, "reference:") != NULL, "bench printed no reference: %s", g_out);
