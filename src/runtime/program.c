@@ -16,10 +16,13 @@ extern const unsigned char *const ce_cl_data[];
 extern const size_t ce_cl_sizes[];
 extern const size_t ce_cl_count;
 
-static const char *const family_file[CE_FAMILY_COUNT] = {"forward", "positional", "sort", "backward", "init",
-                                                         "util", "rope"};
-/* The helpers every program starts with, in this order. */
-static const char *const lib_files[] = {"dtype", "quant", "report", "ids", "philox", "angle", "exactmath"};
+#define CE_FAMILY_FILE(ID, file) #file,
+static const char *const family_file[CE_FAMILY_COUNT] = {CE_FAMILIES(CE_FAMILY_FILE)};
+#undef CE_FAMILY_FILE
+/* The helpers every program starts with, in this order (families.h). */
+#define CE_LIB_FILE(file) #file,
+static const char *const lib_files[] = {CE_LIB_SOURCES(CE_LIB_FILE)};
+#undef CE_LIB_FILE
 #define CE_LIB_FILES (sizeof lib_files / sizeof lib_files[0])
 
 static const char *embedded(const char *name, size_t *length) {

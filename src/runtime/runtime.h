@@ -7,6 +7,7 @@
 #define CLEMBED_RUNTIME_H
 
 #include "clembed.h"
+#include "families.h"
 
 #include <stdarg.h>
 #include <stddef.h>
@@ -251,17 +252,11 @@ void ce_no_device_reason(char *buf, size_t len);
 clembed_status ce_device_facts(clembed_context *ctx);
 
 /* ----- programs and kernels (program.c) */
-/* Kernel families: cl/lib/ files followed by one cl/ops/ file. */
-typedef enum ce_family {
-  CE_FAMILY_FORWARD = 0,
-  CE_FAMILY_POSITIONAL,
-  CE_FAMILY_SORT,
-  CE_FAMILY_BACKWARD,
-  CE_FAMILY_INIT,
-  CE_FAMILY_UTIL,
-  CE_FAMILY_ROPE,
-  CE_FAMILY_COUNT
-} ce_family;
+/* Kernel families: cl/lib/ files followed by one cl/ops/ file (families.h is
+ * the list). */
+#define CE_FAMILY_ENUM(ID, file) CE_FAMILY_##ID,
+typedef enum ce_family { CE_FAMILIES(CE_FAMILY_ENUM) CE_FAMILY_COUNT } ce_family;
+#undef CE_FAMILY_ENUM
 
 /* Returns the context's kernel `name` of `family` built with `options`
  * (-D definitions such as "-DTABLE_DT=0"). Builds once per cl_context, device

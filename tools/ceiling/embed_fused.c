@@ -2,8 +2,8 @@
  * `clembed bench`'s row "embed sqrt + sinusoid (seq 2048)" does, written by
  * hand, against a streaming copy of 64 MiB run just before each timing.
  *
- *   gcc -O2 -march=native -pthread tools/ceiling_embed.c -o /tmp/ceiling_embed
- *   /tmp/ceiling_embed [ROUNDS]       (default 15)
+ *   gcc -O2 -march=native -pthread tools/ceiling/embed_fused.c -o /tmp/ceiling_embed_fused
+ *   /tmp/ceiling_embed_fused [ROUNDS]       (default 15)
  *
  * The work is the bench's: out[i] = 32 * W[id_i] + P[i % 2048] in F32, a
  * 32000 x 1024 table, 16384 random ids, 8 sequences of 2048 sharing a
