@@ -1,15 +1,18 @@
 #!/usr/bin/env python3
-"""Runs `clembed bench --json` and the same shapes with PyTorch on the CPU, and
-prints the two side by side (median milliseconds, and how many times faster
-clembed is). Regenerates the README's performance table:
+"""Runs `clembed bench --json` and, row by row, the same work with PyTorch on
+the CPU (the same shapes, dtypes and output dtype, as a PyTorch user would
+write it), and prints the two side by side (median milliseconds, and how many
+times faster clembed is). Regenerates the README's performance table:
 
-    python3 tools/compare_torch.py [--clembed build/clembed] [--reps 15] [--rounds 3] [--threads N]
+    python3 tools/compare_torch.py [--clembed build/clembed] [--reps 15] [--rounds 3]
+                                   [--threads N] [--only TEXT] [--ceiling]
 
 The two are run alternately, --rounds times (a shared machine's speed drifts
 from minute to minute); each figure is the median over the rounds, and the
 speed-up is the median of the per-round ratios (PyTorch ms / clembed ms).
 PyTorch is only a point of comparison, never a dependency: without it the
-script prints clembed's figures and says so.
+script prints clembed's figures and says so. Rows PyTorch has no like-for-like
+operation for (ggml's block types, row-wise Adagrad) show "-".
 """
 import argparse
 import json
@@ -31,90 +34,144 @@ def median_ms(fn, reps):
     return statistics.median(times)
 
 
-def torch_rows(reps, threads, n, d, V):
-    import torch
-
-    if threads:
-        torch.set_num_threads(threads)
-    g = torch.Generator().manual_seed(1)
-    W = torch.rand(V, d, generator=g) * 2 - 1
-    ids = torch.randint(0, V, (n,), generator=g)
-    out = torch.empty(n, d)
-    rows = {}
-    rows["copy (same bytes as the f32 lookup)"] = median_ms(lambda: out.copy_(W[:n]), reps)
-    rows["lookup f32"] = median_ms(lambda: torch.index_select(W, 0, ids, out=out), reps)
-    # half tables: PyTorch's embedding of an f16 (bf16) weight gives f16 (bf16),
-    # so these compare with clembed's f16 -> f16 and bf16 -> bf16 rows
-    Wh = W.half()
-    outh = torch.empty(n, d, dtype=torch.half)
-    rows["lookup f16 table, f16 out"] = median_ms(lambda: torch.index_select(Wh, 0, ids, out=outh), reps)
-    Wb = W.bfloat16()
-    outb = torch.empty(n, d, dtype=torch.bfloat16)
-    rows["lookup bf16 table, bf16 out"] = median_ms(lambda: torch.index_select(Wb, 0, ids, out=outb), reps)
-    # sqrt(d) * W[ids] + PE, sequences of 2048, in three in-place passes
-    pos = torch.arange(2048, dtype=torch.float32).unsqueeze(1)
-    div = torch.exp(torch.arange(0, d, 2, dtype=torch.float32) * (-math.log(10000.0) / d))
-    pe = torch.zeros(2048, d)
-    pe[:, 0::2] = torch.sin(pos * div)
-    pe[:, 1::2] = torch.cos(pos * div)
-    out3 = out.view(n // 2048, 2048, d)
-    scale = math.sqrt(d)
-
-    def fused():
-        torch.index_select(W, 0, ids, out=out)
-        out.mul_(scale)
-        out3.add_(pe)
-
-    rows["embed sqrt + sinusoid"] = median_ms(fused, reps)
-    learned = torch.rand(2048, d, generator=g)
-
-    def learned_fn():
-        torch.index_select(W, 0, ids, out=out)
-        out3.add_(learned)
-
-    rows["embed + learned positions"] = median_ms(learned_fn, reps)
-
-    def positional():
-        p = torch.arange(n, dtype=torch.float32).unsqueeze(1)
-        t = torch.empty(n, d)
-        t[:, 0::2] = torch.sin(p * div)
-        t[:, 1::2] = torch.cos(p * div)
-        return t
-
-    rows["positional table"] = median_ms(positional, reps)
-    grad = torch.rand(n, d, generator=g)
-    dW = torch.zeros(V, d)
-    rows["backward (accumulate, deterministic)"] = median_ms(lambda: dW.index_add_(0, ids, grad), reps)
-    rows["sgd_update"] = median_ms(lambda: W.index_add_(0, ids, grad, alpha=-1e-9), reps)
-    # sparse optimizer steps from the same gradient rows: the sparse gradient
-    # tensor PyTorch's embedding backward makes, then the optimizer's step
-    # (coalescing the repeated ids included, as clembed folds them)
-    Wp = torch.nn.Parameter(W.clone())
-    idx = ids.unsqueeze(0)
-    optims = {"optimizer SGD": torch.optim.SGD([Wp], lr=1e-9),
-              "optimizer ADAGRAD": torch.optim.Adagrad([Wp], lr=1e-9),
-              "optimizer ADAM": torch.optim.SparseAdam([Wp], lr=1e-9)}
-    for name, opt in optims.items():
-        def step(opt=opt):
-            Wp.grad = torch.sparse_coo_tensor(idx, grad, (V, d))
-            opt.step()
-        rows[name] = median_ms(step, reps)
-    # initialisation of the V x d float32 table, in place
-    rows["init normal f32 (V x d)"] = median_ms(lambda: W.normal_(0.0, 1.0), reps)
-    rows["init uniform f32 (V x d)"] = median_ms(lambda: W.uniform_(-1.0, 1.0), reps)
-    return rows, torch.__version__, torch.get_num_threads()
+TORCH_DTYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
 
 
-def clembed_rows(binary, reps):
-    """clembed's rows by name, and the reference line (the copy every ratio uses)."""
-    res = subprocess.run([binary, "bench", "--json", "--reps", str(reps)], check=True, capture_output=True, text=True)
-    rows, reference = {}, None
+class TorchRows:
+    """PyTorch's version of each bench row, keeping the tensors a row needs
+    while the next row has the same shapes (as the bench does)."""
+
+    def __init__(self, threads):
+        import torch
+
+        self.torch = torch
+        if threads:
+            torch.set_num_threads(threads)
+        self.g = torch.Generator().manual_seed(1)
+        self.cache = {}
+
+    def table(self, V, d, dt):
+        key = ("table", V, d, dt)
+        if key not in self.cache:
+            self.cache = {k: v for k, v in self.cache.items() if k[0] != "table"}  # one table at a time
+            t = self.torch
+            self.cache[key] = (t.rand(V, d, generator=self.g) * 2 - 1).to(getattr(t, TORCH_DTYPES[dt]))
+        return self.cache[key]
+
+    def ids(self, n, V, sequential):
+        t = self.torch
+        key = ("ids", n, V, sequential)
+        if key not in self.cache:
+            self.cache[key] = t.arange(n) % V if sequential else t.randint(0, V, (n,), generator=self.g)
+        return self.cache[key]
+
+    def run(self, row, reps):
+        """Median ms of PyTorch's version of the row, or None."""
+        t = self.torch
+        kind, V, d, n, seq = row["kind"], row["V"], row["d"], row["n"], row["seq"]
+        tdt, odt = row["table_dtype"], row["out_dtype"]
+        if tdt not in TORCH_DTYPES or odt not in TORCH_DTYPES:
+            return None  # ggml's block types
+        tt, ot = getattr(t, TORCH_DTYPES[tdt]), getattr(t, TORCH_DTYPES[odt])
+        if kind in ("lookup", "latency", "embed_sinusoid", "embed_learned"):
+            W = self.table(V, d, tdt)
+            ids = self.ids(n, V, row["sequential"])
+            out = t.empty(n, d, dtype=ot)
+            if kind == "lookup" or kind == "latency":
+                if tt == ot:
+                    return median_ms(lambda: t.index_select(W, 0, ids, out=out), reps)
+                return median_ms(lambda: out.copy_(t.nn.functional.embedding(ids, W)), reps)  # gather, then convert
+            pe = self.positions(seq, d) if kind == "embed_sinusoid" else t.rand(seq, d, generator=self.g)
+            scale = math.sqrt(d) if kind == "embed_sinusoid" else 1.0
+            out3 = out.view(n // seq, seq, d)
+
+            def fused():
+                t.index_select(W, 0, ids, out=out)
+                if scale != 1.0:
+                    out.mul_(scale)
+                out3.add_(pe)
+
+            return median_ms(fused, reps)
+        if kind == "positional":
+            return median_ms(lambda: self.positions(n, d), reps)
+        if kind == "rope_cache":
+            inv = 1.0 / (10000.0 ** (t.arange(0, d, 2, dtype=t.float32) / d))
+
+            def cache():
+                f = t.outer(t.arange(V, dtype=t.float32), inv)
+                return t.cat((f.cos(), f.sin()), dim=-1)
+
+            return median_ms(cache, reps)
+        if kind == "rope_apply":  # Hugging Face's apply_rotary_pos_emb (NeoX halves), head_dim 128
+            x = (t.rand(n, d // 128, 128, generator=self.g) * 2 - 1).to(tt)
+            inv = 1.0 / (10000.0 ** (t.arange(0, 128, 2, dtype=t.float32) / 128))
+            f = t.outer(t.arange(n, dtype=t.float32), inv)
+            emb = t.cat((f, f), dim=-1)
+            cos, sin = emb.cos().to(tt)[:, None, :], emb.sin().to(tt)[:, None, :]
+
+            def rotate_half(v):
+                return t.cat((-v[..., 64:], v[..., :64]), dim=-1)
+
+            return median_ms(lambda: x * cos + rotate_half(x) * sin, reps)
+        if kind in ("backward", "backward_atomic", "sgd_update", "optimizer"):
+            W = self.table(V, d, tdt)
+            ids = self.ids(n, V, False)
+            grad = t.rand(n, d, generator=self.g)
+            if kind.startswith("backward"):
+                dW = t.zeros(V, d)
+                return median_ms(lambda: dW.index_add_(0, ids, grad), reps)
+            if kind == "sgd_update":
+                return median_ms(lambda: W.index_add_(0, ids, grad.to(tt), alpha=-1e-9), reps)
+            # the sparse gradient PyTorch's embedding backward makes, then the step
+            # (coalescing the repeated ids included, as clembed folds them)
+            name = row["operation"]
+            Wp = t.nn.Parameter(W.clone())
+            idx = ids.unsqueeze(0)
+            if "ROWWISE" in name:
+                return None  # FBGEMM's, not PyTorch's
+            if "ADAGRAD" in name:
+                opt = t.optim.Adagrad([Wp], lr=1e-9)
+            elif "ADAM" in name:
+                opt = t.optim.SparseAdam([Wp], lr=1e-9)
+            else:
+                opt = t.optim.SGD([Wp], lr=1e-9)
+
+            def step():
+                Wp.grad = t.sparse_coo_tensor(idx, grad.to(tt), (V, d))
+                opt.step()
+
+            try:
+                return median_ms(step, reps)
+            except RuntimeError:
+                return None  # this PyTorch has no such step for the dtype
+        if kind in ("init_normal", "init_uniform"):
+            W = self.table(V, d, tdt)
+            return median_ms((lambda: W.normal_(0.0, 1.0)) if kind == "init_normal" else (lambda: W.uniform_(-1.0, 1.0)),
+                             reps)
+        return None
+
+    def positions(self, length, d):
+        t = self.torch
+        p = t.arange(length, dtype=t.float32).unsqueeze(1)
+        div = t.exp(t.arange(0, d, 2, dtype=t.float32) * (-math.log(10000.0) / d))
+        pe = t.empty(length, d)
+        pe[:, 0::2] = t.sin(p * div)
+        pe[:, 1::2] = t.cos(p * div)
+        return pe
+
+
+def clembed_rows(binary, reps, only, ceiling):
+    """clembed's rows in order, and the reference line (the copy every ratio uses)."""
+    cmd = [binary, "bench", "--json", "--reps", str(reps)] + (["--only", only] if only else []) + \
+        (["--ceiling"] if ceiling else [])
+    res = subprocess.run(cmd, check=True, capture_output=True, text=True)
+    rows, reference = [], None
     for line in res.stdout.splitlines():
         line = line.strip()
         if line.startswith("{"):
             r = json.loads(line)
             if "operation" in r:
-                rows[r["operation"]] = r
+                rows.append(r)
             elif "reference" in r:
                 reference = r
     return rows, reference
@@ -128,76 +185,51 @@ def main():
     ap.add_argument("--rounds", type=int, default=3, help="alternate clembed and PyTorch this many times")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1,
                     help="torch threads (default: the number of CPUs, as OpenCL's CPU devices use)")
+    ap.add_argument("--only", default=None, help="only the bench rows whose name contains this")
+    ap.add_argument("--ceiling", action="store_true", help="also run the bench's C ceilings")
     args = ap.parse_args()
 
-    rounds_ours, rounds_theirs, references = [], [], []
-    version, threads, have_torch = None, None, True
+    ours, theirs, references = [], [], []
+    torch_rows, version = None, None
+    try:
+        torch_rows = TorchRows(args.threads)
+        version = torch_rows.torch.__version__
+    except ImportError:
+        print("PyTorch is not installed (Debian: apt-get install python3-torch): clembed's figures only")
     for _ in range(max(1, args.rounds)):
-        rows, reference = clembed_rows(args.clembed, args.reps)
-        rounds_ours.append(rows)
+        rows, reference = clembed_rows(args.clembed, args.reps, args.only, args.ceiling)
+        ours.append(rows)
         references.append(reference)
-        shape = reference or {"n": 16384, "d": 1024, "V": 32000}
-        if have_torch:
-            try:
-                t, version, threads = torch_rows(args.reps, args.threads, shape["n"], shape["d"], shape["V"])
-                rounds_theirs.append(t)
-            except ImportError:
-                have_torch = False
-                print("PyTorch is not installed (Debian: apt-get install python3-torch): clembed's figures only")
+        if torch_rows:
+            theirs.append({r["operation"]: torch_rows.run(r, args.reps) for r in rows})
+            torch_rows.cache = {}
 
-    def find_in(rows, prefix):
-        if prefix in rows:
-            return rows[prefix]
-        for name, r in rows.items():
-            if name.startswith(prefix):
-                return r
-        return None
-
-    def find(prefix):
-        """clembed's row over the rounds: median time and median ratio."""
-        found = [find_in(rows, prefix) for rows in rounds_ours]
-        found = [r for r in found if r is not None]
-        if not found:
-            return None
-        merged = dict(found[0])
-        for key in ("median_ms", "copy_ratio", "round_trips"):
-            if key in merged:
-                merged[key] = statistics.median(r[key] for r in found)
-        merged["per_round_ms"] = [r["median_ms"] for r in found]
-        return merged
-
-    theirs = None
-    if rounds_theirs:
-        theirs = {k: statistics.median(t[k] for t in rounds_theirs) for k in rounds_theirs[0]}
-
-    print(f"{'operation':38s} {'clembed ms':>11s} {'vs copy':>8s} {'torch ms':>9s} {'clembed speed-up':>17s}")
     for ref in references:
         if ref:
-            print(f"reference copy: {ref['reference']} at {ref['reference_gb_per_s']:.1f} GB/s "
-                  f"(n {ref['n']}, d {ref['d']}, V {ref['V']}; caches: host {ref['host_llc_bytes'] / 2**20:.0f} MiB, "
-                  f"device {ref['device_cache_bytes'] / 2**20:.0f} MiB)")
-    for prefix in ["lookup f32", "lookup f16 table, f16 out", "lookup bf16 table, bf16 out",
-                   "lookup f16 table, f32 out", "lookup bf16 table, f32 out", "embed sqrt + sinusoid",
-                   "embed + learned positions", "positional table", "backward (accumulate, deterministic)",
-                   "sgd_update", "optimizer SGD", "optimizer ADAGRAD", "optimizer ROWWISE_ADAGRAD",
-                   "optimizer ADAM", "init normal f32 (V x d)", "init uniform f32 (V x d)"]:
-        r = find(prefix)
-        if r is None:
+            print(f"reference copy: {ref['reference']} at {ref['reference_gb_per_s']:.1f} GB/s; largest cache "
+                  f"{ref['cache_bytes'] / 2**20:.0f} MiB from {ref['cache_source']}, copies of "
+                  f"{ref['min_copy_bytes'] / 2**20:.0f} MiB or more")
+    print(f"{'operation':52s} {'clembed ms':>10s} {'vs copy':>8s} {'vs C':>6s} {'torch ms':>9s} {'speed-up':>9s}")
+    for k, row in enumerate(ours[0]):
+        name = row["operation"]
+        found = [rows[k] for rows in ours if k < len(rows) and rows[k]["operation"] == name]
+        ms = statistics.median(r["median_ms"] for r in found)
+        if "round_trips" in row:
+            print(f"{name:52s} {ms:10.3f} {statistics.median(r['round_trips'] for r in found):6.2f} trips")
             continue
-        t = theirs.get(prefix) if theirs else None  # None: PyTorch has no like-for-like operation
-        ratio = r.get("copy_ratio", float("nan"))
-        tcol = f"{t:9.2f}" if t else f"{'-':>9s}"
-        speedup = None
-        if t:  # per round: PyTorch's time over clembed's from the same round
-            speedup = statistics.median(tr[prefix] / ms for tr, ms in zip(rounds_theirs, r["per_round_ms"]))
-        scol = f"{speedup:16.2f}x" if speedup else f"{'-':>17s}"
-        print(f"{prefix:38s} {r['median_ms']:11.2f} {ratio:7.2f}x {tcol} {scol}")
-    r = find("one-token")
-    if r:
-        print(f"{'one-token lookup + finish':38s} {r['median_ms']:11.3f} {r['round_trips']:6.2f} trips")
+        ratio = statistics.median(r["copy_ratio"] for r in found)
+        ceil = [r["ceiling_ratio"] for r in found if "ceiling_ratio" in r]
+        ccol = f"{statistics.median(ceil):5.2f}x" if ceil else f"{'-':>6s}"
+        tms = [t.get(name) for t in theirs]
+        pairs = [(tm, r["median_ms"]) for tm, r in zip(tms, found) if tm]
+        if pairs:
+            tcol = f"{statistics.median(tm for tm, _ in pairs):9.2f}"
+            scol = f"{statistics.median(tm / m for tm, m in pairs):8.2f}x"
+        else:
+            tcol, scol = f"{'-':>9s}", f"{'-':>9s}"
+        print(f"{name:52s} {ms:10.2f} {ratio:7.2f}x {ccol} {tcol} {scol}")
     if theirs:
-        print(f"(torch {version}, {threads} threads, {len(rounds_theirs)} rounds; torch copy of the same bytes: "
-              f"{theirs['copy (same bytes as the f32 lookup)']:.2f} ms)")
+        print(f"(torch {version}, {args.threads} threads, {len(theirs)} rounds)")
 
 
 if __name__ == "__main__":

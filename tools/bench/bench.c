@@ -1,27 +1,38 @@
-/* clembed bench: each operation against the fastest copy the device has.
+/* clembed bench: each operation against the fastest copy the device has, and
+ * on a CPU device (with --ceiling) against the same work written by hand in C.
  *
- * The reference: the fastest of three copies, measured at the start of the run
+ * The reference: the fastest of the copies, measured at the start of the run
  * and printed with its rate: a copy kernel (one uint4 per work-item),
- * clEnqueueCopyBuffer, and on a CPU device a memcpy split over as many host
- * threads as the device has compute units (between host arrays of the same
- * size, on huge pages where Linux gives them). Every copy buffer holds at least
- * twice the largest cache (the host's last-level cache from sysfs and the
- * device's CL_DEVICE_GLOBAL_MEM_CACHE_SIZE), and the token count grows until
- * the smallest row's working set does too.
+ * clEnqueueCopyBuffer, and on a CPU device a memcpy and a streaming-store copy
+ * split over as many host threads as the device has compute units (between
+ * host arrays of the same size, on huge pages where Linux gives them). Every
+ * copy buffer holds at least twice the largest cache: the largest of what
+ * sysfs, CPUID (sysconf) and the device (CL_DEVICE_GLOBAL_MEM_CACHE_SIZE)
+ * report, since each can under-report in a virtual machine, and 1 GiB where
+ * none reports anything. So the copy run between two runs of an operation
+ * sweeps every cache, and no run finds the last one's rows cached.
  *
- * For every row the operation and the reference copy are timed alternately,
- * pair by pair, in the same run; the figure is the median of the per-pair
- * ratios (operation bytes per second / copy bytes per second), so it holds on
- * a noisy machine and on any device. Bytes counted (DESIGN.md): forward = ids
- * + rows read + output written; backward and optimizer steps = ids + gradient
- * read + touched rows of the table and of each state read and written;
- * initialisation = output written. The one-token row is the other way round:
- * the latency of lookup + finish in units of one copy-kernel round trip.
+ * The rows have the sizes models have: a 1 GiB F32 table (262,144 x 1,024),
+ * Llama 3's token table (128,256 x 4,096) in BF16 (1 GiB), F16 and the ggml
+ * block types it ships in, and a recommendation table (1,000,000 x 128 F32),
+ * with the forward, the backward and every optimizer step at those sizes.
  *
- * Uses the public API and OpenCL only. */
+ * For every row the operation and the reference copy (and the C ceiling) are
+ * timed alternately, in the same run; the figures are the medians of the
+ * per-round ratios (operation bytes per second / copy bytes per second, and
+ * operation rate / ceiling rate on the same bytes), so they hold on a noisy
+ * machine and on any device. Bytes counted: forward = ids + rows read (blocks
+ * for block types) + output written; backward and optimizer steps = ids +
+ * gradient read + touched rows of the table and of each state read and
+ * written; RoPE = input read + output written; initialisation = output
+ * written. The one-token row is the other way round: the latency of lookup +
+ * finish in units of one copy-kernel round trip.
+ *
+ * Uses the public API, OpenCL and tools/ceiling/ only. */
 #define _DEFAULT_SOURCE
 #define _POSIX_C_SOURCE 200809L
 #include "clembed.h"
+#include "../ceiling/ceiling.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -30,9 +41,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#ifdef __linux__
-#include <sys/mman.h>
-#endif
+#include <unistd.h>
 
 int clembed_bench_main(int argc, char **argv);
 
@@ -54,26 +63,158 @@ static double median(double *v, int n) {
 
 /* ------------------------------------------------------------- caches */
 
-/* The largest cache of the host (sysfs, cpu0's highest-level cache; 0 where
- * there is no sysfs). */
-static size_t host_llc_bytes(void) {
+/* What each source says of the largest cache (0: it says nothing), and the
+ * size the bench goes by: the largest of them, or 1 GiB where all are 0. */
+typedef struct cache_facts {
+  size_t sysfs, cpuid, device, bytes;
+  const char *source;
+} cache_facts;
+
+/* The largest cache of any CPU in sysfs (0 where there is no sysfs). */
+static size_t sysfs_cache_bytes(void) {
   size_t best = 0;
-  for (int i = 0; i < 16; i++) {
-    char path[96], buf[64];
-    snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", i);
-    FILE *f = fopen(path, "r");
-    if (!f) continue;
-    size_t got = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[got] = 0;
-    char *end;
-    unsigned long long v = strtoull(buf, &end, 10);
-    if (*end == 'K') v <<= 10;
-    else if (*end == 'M') v <<= 20;
-    else if (*end == 'G') v <<= 30;
-    if (v > best) best = (size_t)v;
+  for (int cpu = 0; cpu < 4096; cpu++) {
+    int found = 0;
+    for (int i = 0; i < 16; i++) {
+      char path[96], buf[64];
+      snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%d/cache/index%d/size", cpu, i);
+      FILE *f = fopen(path, "r");
+      if (!f) continue;
+      found = 1;
+      size_t got = fread(buf, 1, sizeof buf - 1, f);
+      fclose(f);
+      buf[got] = 0;
+      char *end;
+      unsigned long long v = strtoull(buf, &end, 10);
+      if (*end == 'K') v <<= 10;
+      else if (*end == 'M') v <<= 20;
+      else if (*end == 'G') v <<= 30;
+      if (v > best) best = (size_t)v;
+    }
+    if (!found) break;
   }
   return best;
+}
+
+/* What the C library reads from CPUID (glibc's sysconf). */
+static size_t cpuid_cache_bytes(void) {
+  long best = 0;
+#ifdef _SC_LEVEL3_CACHE_SIZE
+  const int names[3] = {_SC_LEVEL2_CACHE_SIZE, _SC_LEVEL3_CACHE_SIZE, _SC_LEVEL4_CACHE_SIZE};
+  for (int i = 0; i < 3; i++) {
+    long v = sysconf(names[i]);
+    if (v > best) best = v;
+  }
+#endif
+  return (size_t)best;
+}
+
+static void cache_facts_read(cache_facts *c, size_t device_cache) {
+  c->sysfs = sysfs_cache_bytes();
+  c->cpuid = cpuid_cache_bytes();
+  c->device = device_cache;
+  c->bytes = (size_t)1 << 30;
+  c->source = "none reported: 1 GiB assumed";
+  const size_t v[3] = {c->sysfs, c->cpuid, c->device};
+  const char *name[3] = {"sysfs", "CPUID", "the device"};
+  size_t best = 0;
+  for (int i = 0; i < 3; i++)
+    if (v[i] > best) {
+      best = v[i];
+      c->bytes = v[i];
+      c->source = name[i];
+    }
+}
+
+/* --------------------------------------------------------- host threads */
+
+/* A pool of host threads: pool_run calls fn(arg, i, threads) on each (the
+ * caller's thread is 0) and returns when all have returned. */
+typedef struct pool {
+  int threads, quit;
+  unsigned generation;
+  int pending;
+  pthread_mutex_t mu;
+  pthread_cond_t go, done;
+  pthread_t tid[64];
+  int index[64];
+  ceiling_part_fn fn;
+  void *arg;
+  int ready;
+} pool;
+
+static pool *the_pool; /* the workers' pool (one per run) */
+
+static void *pool_worker(void *a) {
+  int index = *(const int *)a;
+  pool *p = the_pool;
+  unsigned seen = 0;
+  pthread_mutex_lock(&p->mu);
+  for (;;) {
+    while (p->generation == seen && !p->quit) pthread_cond_wait(&p->go, &p->mu);
+    if (p->quit) break;
+    seen = p->generation;
+    pthread_mutex_unlock(&p->mu);
+    p->fn(p->arg, index, p->threads);
+    pthread_mutex_lock(&p->mu);
+    if (--p->pending == 0) pthread_cond_signal(&p->done);
+  }
+  pthread_mutex_unlock(&p->mu);
+  return NULL;
+}
+
+/* Starts up to threads - 1 workers (fewer if the system refuses some). */
+static int pool_start(pool *p, int threads) {
+  memset(p, 0, sizeof *p);
+  if (threads < 1) threads = 1;
+  if (threads > 64) threads = 64;
+  if (pthread_mutex_init(&p->mu, NULL)) return -1;
+  if (pthread_cond_init(&p->go, NULL)) {
+    pthread_mutex_destroy(&p->mu);
+    return -1;
+  }
+  if (pthread_cond_init(&p->done, NULL)) {
+    pthread_cond_destroy(&p->go);
+    pthread_mutex_destroy(&p->mu);
+    return -1;
+  }
+  the_pool = p;
+  p->threads = 1;
+  for (int i = 1; i < threads; i++) {
+    p->index[i] = i;
+    if (pthread_create(&p->tid[i], NULL, pool_worker, &p->index[i])) break;
+    p->threads = i + 1;
+  }
+  p->ready = 1;
+  return 0;
+}
+
+static void pool_run(void *pool_arg, ceiling_part_fn fn, void *arg) {
+  pool *p = pool_arg;
+  pthread_mutex_lock(&p->mu);
+  p->fn = fn;
+  p->arg = arg;
+  p->pending = p->threads - 1;
+  p->generation++;
+  pthread_cond_broadcast(&p->go);
+  pthread_mutex_unlock(&p->mu);
+  fn(arg, 0, p->threads);
+  pthread_mutex_lock(&p->mu);
+  while (p->pending) pthread_cond_wait(&p->done, &p->mu);
+  pthread_mutex_unlock(&p->mu);
+}
+
+static void pool_stop(pool *p) {
+  if (!p->ready) return;
+  pthread_mutex_lock(&p->mu);
+  p->quit = 1;
+  pthread_cond_broadcast(&p->go);
+  pthread_mutex_unlock(&p->mu);
+  for (int i = 1; i < p->threads; i++) pthread_join(p->tid[i], NULL);
+  pthread_cond_destroy(&p->go);
+  pthread_cond_destroy(&p->done);
+  pthread_mutex_destroy(&p->mu);
+  p->ready = 0;
 }
 
 /* ---------------------------------------------------- reference copies */
@@ -85,25 +226,6 @@ static const char *copy_source =
     "  ulong i = get_global_id(0);\n"
     "  if (i < n) dst[i] = src[i];\n"
     "}\n";
-
-/* A memcpy split over `threads` host threads: the calling thread copies the
- * first part, the others wake for each copy and copy theirs. */
-typedef struct pool {
-  int threads, quit;
-  unsigned generation;
-  int pending;
-  pthread_mutex_t mu;
-  pthread_cond_t go, done;
-  pthread_t tid[64];
-  int index[64];
-  unsigned char *dst;
-  const unsigned char *src;
-  size_t bytes;
-  int stream; /* streaming stores instead of memcpy */
-  int ready;
-} pool;
-
-static pool *the_pool; /* the workers' pool (one reference per run) */
 
 /* memcpy with streaming (non-temporal) stores, which write a line without
  * first reading it: what glibc's memcpy does only past a size threshold, and
@@ -138,86 +260,22 @@ static void stream_copy(void *dst, const void *src, size_t bytes) {
 static void stream_copy(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
 #endif
 
-static void pool_part(pool *p, int index) {
-  size_t part = (p->bytes / (size_t)p->threads + 63) / 64 * 64;
+/* One host copy split over the pool's threads in 64-byte-aligned parts. */
+typedef struct host_copy {
+  unsigned char *dst;
+  const unsigned char *src;
+  size_t bytes;
+  int stream;
+} host_copy;
+
+static void host_copy_part(void *arg, int index, int threads) {
+  const host_copy *c = arg;
+  size_t part = (c->bytes / (size_t)threads + 63) / 64 * 64;
   size_t lo = part * (size_t)index, hi = lo + part;
-  if (hi > p->bytes) hi = p->bytes;
+  if (hi > c->bytes) hi = c->bytes;
   if (lo >= hi) return;
-  if (p->stream) stream_copy(p->dst + lo, p->src + lo, hi - lo);
-  else memcpy(p->dst + lo, p->src + lo, hi - lo);
-}
-
-static void *pool_worker(void *arg) {
-  int index = *(const int *)arg;
-  pool *p = the_pool;
-  unsigned seen = 0;
-  pthread_mutex_lock(&p->mu);
-  for (;;) {
-    while (p->generation == seen && !p->quit) pthread_cond_wait(&p->go, &p->mu);
-    if (p->quit) break;
-    seen = p->generation;
-    pthread_mutex_unlock(&p->mu);
-    pool_part(p, index);
-    pthread_mutex_lock(&p->mu);
-    if (--p->pending == 0) pthread_cond_signal(&p->done);
-  }
-  pthread_mutex_unlock(&p->mu);
-  return NULL;
-}
-
-/* Starts up to threads - 1 workers (fewer if the system refuses some). */
-static int pool_start(pool *p, int threads) {
-  memset(p, 0, sizeof *p);
-  if (threads < 1) threads = 1;
-  if (threads > 64) threads = 64;
-  if (pthread_mutex_init(&p->mu, NULL)) return -1;
-  if (pthread_cond_init(&p->go, NULL)) {
-    pthread_mutex_destroy(&p->mu);
-    return -1;
-  }
-  if (pthread_cond_init(&p->done, NULL)) {
-    pthread_cond_destroy(&p->go);
-    pthread_mutex_destroy(&p->mu);
-    return -1;
-  }
-  the_pool = p;
-  p->threads = 1;
-  for (int i = 1; i < threads; i++) {
-    p->index[i] = i;
-    if (pthread_create(&p->tid[i], NULL, pool_worker, &p->index[i])) break;
-    p->threads = i + 1;
-  }
-  p->ready = 1;
-  return 0;
-}
-
-static void pool_copy(pool *p, void *dst, const void *src, size_t bytes, int stream) {
-  pthread_mutex_lock(&p->mu);
-  p->stream = stream;
-  p->dst = dst;
-  p->src = src;
-  p->bytes = bytes;
-  p->pending = p->threads - 1;
-  p->generation++;
-  pthread_cond_broadcast(&p->go);
-  pthread_mutex_unlock(&p->mu);
-  pool_part(p, 0);
-  pthread_mutex_lock(&p->mu);
-  while (p->pending) pthread_cond_wait(&p->done, &p->mu);
-  pthread_mutex_unlock(&p->mu);
-}
-
-static void pool_stop(pool *p) {
-  if (!p->ready) return;
-  pthread_mutex_lock(&p->mu);
-  p->quit = 1;
-  pthread_cond_broadcast(&p->go);
-  pthread_mutex_unlock(&p->mu);
-  for (int i = 1; i < p->threads; i++) pthread_join(p->tid[i], NULL);
-  pthread_cond_destroy(&p->go);
-  pthread_cond_destroy(&p->done);
-  pthread_mutex_destroy(&p->mu);
-  p->ready = 0;
+  if (c->stream) stream_copy(c->dst + lo, c->src + lo, hi - lo);
+  else memcpy(c->dst + lo, c->src + lo, hi - lo);
 }
 
 typedef struct reference {
@@ -233,45 +291,25 @@ typedef struct reference {
   int cpu;              /* the device is a CPU: memcpy is a candidate */
   cl_uint units;        /* compute units: memcpy threads */
   pool pool;
-  size_t host_llc, device_cache, min_bytes; /* min_bytes: every copy buffer holds at least this */
+  cache_facts cache;
+  size_t min_bytes;     /* every copy buffer holds at least this: twice the largest cache */
   int kind;             /* the fastest, used by every row */
   double rate[COPY_KINDS]; /* bytes moved per second (read + written), at the start */
 } reference;
 
-static void host_free(unsigned char *p, size_t bytes) {
-  if (!p) return;
-#ifdef __linux__
-  munmap(p, bytes);
-#else
-  (void)bytes;
-  free(p);
-#endif
-}
-
 /* Host memory written once (a page never written reads as the shared zero
  * page), on transparent huge pages where Linux gives them. */
 static unsigned char *host_alloc(size_t bytes) {
-  unsigned char *p;
-#ifdef __linux__
-  void *m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (m == MAP_FAILED) return NULL;
-#ifdef MADV_HUGEPAGE
-  madvise(m, bytes, MADV_HUGEPAGE);
-#endif
-  p = m;
-#else
-  p = malloc(bytes);
-  if (!p) return NULL;
-#endif
-  memset(p, 0x3F, bytes);
+  unsigned char *p = ceiling_host_alloc(bytes);
+  if (p) memset(p, 0x3F, bytes);
   return p;
 }
 
 static void reference_release_buffers(reference *r) {
   if (r->src) clReleaseMemObject(r->src);
   if (r->dst) clReleaseMemObject(r->dst);
-  host_free(r->hsrc, r->capacity);
-  host_free(r->hdst, r->capacity);
+  ceiling_host_free(r->hsrc, r->capacity);
+  ceiling_host_free(r->hdst, r->capacity);
   r->src = r->dst = NULL;
   r->hsrc = r->hdst = NULL;
   r->capacity = 0;
@@ -301,7 +339,7 @@ static int reference_reserve(reference *r, size_t bytes, char *err, size_t errle
     r->hsrc = host_alloc(bytes);
     r->hdst = r->hsrc ? host_alloc(bytes) : NULL;
     if (!r->hdst) {
-      host_free(r->hsrc, bytes);
+      ceiling_host_free(r->hsrc, bytes);
       r->hsrc = NULL;
       e = CL_OUT_OF_HOST_MEMORY;
     }
@@ -328,7 +366,8 @@ static int reference_copy(reference *r, int kind, size_t bytes) {
     e = clEnqueueCopyBuffer(r->queue, r->src, r->dst, 0, 0, bytes, 0, NULL, NULL);
     if (e == CL_SUCCESS) e = clFinish(r->queue);
   } else {
-    pool_copy(&r->pool, r->hdst, r->hsrc, bytes, kind == COPY_STREAM);
+    host_copy c = {r->hdst, r->hsrc, bytes, kind == COPY_STREAM};
+    pool_run(&r->pool, host_copy_part, &c);
   }
   return e == CL_SUCCESS ? 0 : -1;
 }
@@ -356,12 +395,8 @@ static int reference_init(clembed_context *ctx, reference *r, int rounds, char *
   if (e == CL_SUCCESS) e = clGetDeviceInfo(r->dev, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof r->units, &r->units, NULL);
   if (e == CL_SUCCESS) e = clGetDeviceInfo(r->dev, CL_DEVICE_GLOBAL_MEM_CACHE_SIZE, sizeof cache, &cache, NULL);
   r->cpu = (type & CL_DEVICE_TYPE_CPU) != 0;
-  r->host_llc = host_llc_bytes();
-  r->device_cache = (size_t)cache;
-  size_t largest = r->host_llc > r->device_cache ? r->host_llc : r->device_cache;
-  r->min_bytes = 2 * largest;
-  if (r->min_bytes < ((size_t)16 << 20)) r->min_bytes = (size_t)16 << 20; /* no cache reported: 16 MiB */
-  r->min_bytes = (r->min_bytes + 63) / 64 * 64;
+  cache_facts_read(&r->cache, (size_t)cache);
+  r->min_bytes = (2 * r->cache.bytes + 63) / 64 * 64;
   if (e == CL_SUCCESS) r->program = clCreateProgramWithSource(r->cl, 1, &copy_source, NULL, &e);
   if (e == CL_SUCCESS) e = clBuildProgram(r->program, 1, &r->dev, "", NULL, NULL);
   if (e == CL_SUCCESS) r->kernel = clCreateKernel(r->program, "bench_copy", &e);
@@ -437,94 +472,392 @@ static const char *copy_name(const reference *r, int kind, char *buf, size_t len
   return buf;
 }
 
-/* ------------------------------------------------------------ operations */
+/* ------------------------------------------------------------------ rows */
 
+typedef enum op_kind {
+  OP_LOOKUP, OP_EMBED_SINUSOID, OP_EMBED_LEARNED, OP_POSITIONAL, OP_ROPE_CACHE, OP_ROPE_APPLY, OP_BACKWARD,
+  OP_BACKWARD_ATOMIC, OP_SGD, OP_OPTIM, OP_INIT_NORMAL, OP_INIT_UNIFORM, OP_LATENCY
+} op_kind;
+static const char *const op_names[] = {"lookup", "embed_sinusoid", "embed_learned", "positional", "rope_cache",
+                                       "rope_apply", "backward", "backward_atomic", "sgd_update", "optimizer",
+                                       "init_normal", "init_uniform", "latency"};
+
+/* One row: what it runs on which shapes. V x d is the table (RoPE: positions
+ * cached, or tokens x columns), n the ids (RoPE: tokens), seq the tokens per
+ * sequence of the fused forward. */
+typedef struct spec {
+  const char *name;
+  op_kind op;
+  clembed_dtype tdt, odt;
+  size_t V, d, n, seq;
+  clembed_optimizer_kind optim;
+  int sequential; /* ids 0, 1, ..., n-1 */
+} spec;
+
+#define LLAMA_V 128256
+#define LLAMA_D 4096
+#define GIB_V 262144
+#define GIB_D 1024
+#define REC_V 1000000
+#define REC_D 128
+#define LOOKUP_ROW(NAME, T, O) {NAME, OP_LOOKUP, CLEMBED_##T, CLEMBED_##O, LLAMA_V, LLAMA_D, 16384, 0, 0, 0}
+#define TRAIN_ROWS(WHAT, T, V, D, N)                                                                        \
+  {"backward (accumulate, deterministic), " WHAT, OP_BACKWARD, CLEMBED_##T, CLEMBED_F32, V, D, N, 0, 0, 0},  \
+  {"backward (accumulate, atomic), " WHAT, OP_BACKWARD_ATOMIC, CLEMBED_##T, CLEMBED_F32, V, D, N, 0, 0, 0},  \
+  {"sgd_update, " WHAT, OP_SGD, CLEMBED_##T, CLEMBED_F32, V, D, N, 0, 0, 0},                                 \
+  {"optimizer SGD, " WHAT, OP_OPTIM, CLEMBED_##T, CLEMBED_F32, V, D, N, 0, CLEMBED_SGD, 0},                  \
+  {"optimizer ADAGRAD, " WHAT, OP_OPTIM, CLEMBED_##T, CLEMBED_F32, V, D, N, 0, CLEMBED_ADAGRAD, 0},          \
+  {"optimizer ROWWISE_ADAGRAD, " WHAT, OP_OPTIM, CLEMBED_##T, CLEMBED_F32, V, D, N, 0, CLEMBED_ROWWISE_ADAGRAD, 0}, \
+  {"optimizer ADAM, " WHAT, OP_OPTIM, CLEMBED_##T, CLEMBED_F32, V, D, N, 0, CLEMBED_ADAM, 0}
+
+static const spec rows_table[] = {
+    /* a 1 GiB F32 table, 262144 x 1024, 65536 ids */
+    {"lookup f32 (1 GiB table 262144 x 1024)", OP_LOOKUP, CLEMBED_F32, CLEMBED_F32, GIB_V, GIB_D, 65536, 0, 0, 0},
+    {"lookup f32, ids 0..n-1 (copy pattern)", OP_LOOKUP, CLEMBED_F32, CLEMBED_F32, GIB_V, GIB_D, GIB_V, 0, 0, 1},
+    /* Llama 3's token table, 128256 x 4096, 16384 ids, in the dtypes it ships in */
+    LOOKUP_ROW("lookup bf16 table, bf16 out (Llama 3)", BF16, BF16),
+    LOOKUP_ROW("lookup bf16 table, f32 out (Llama 3)", BF16, F32),
+    LOOKUP_ROW("lookup f16 table, f16 out (Llama 3)", F16, F16),
+    LOOKUP_ROW("lookup f16 table, f32 out (Llama 3)", F16, F32),
+    LOOKUP_ROW("lookup q8_0 table, f16 out (Llama 3)", Q8_0, F16),
+    LOOKUP_ROW("lookup q8_0 table, f32 out (Llama 3)", Q8_0, F32),
+    LOOKUP_ROW("lookup q4_0 table, f16 out (Llama 3)", Q4_0, F16),
+    LOOKUP_ROW("lookup q4_0 table, f32 out (Llama 3)", Q4_0, F32),
+    LOOKUP_ROW("lookup q4_k table, f16 out (Llama 3)", Q4_K, F16),
+    LOOKUP_ROW("lookup q4_k table, f32 out (Llama 3)", Q4_K, F32),
+    /* a recommendation table, 1000000 x 128 F32, 131072 ids */
+    {"lookup f32 (recommendation 1000000 x 128)", OP_LOOKUP, CLEMBED_F32, CLEMBED_F32, REC_V, REC_D, 131072, 0, 0, 0},
+    /* the fused forward on the 1 GiB table: 16 sequences of 2048 */
+    {"embed sqrt + sinusoid (1 GiB table, seq 2048)", OP_EMBED_SINUSOID, CLEMBED_F32, CLEMBED_F32, GIB_V, GIB_D, 32768,
+     2048, 0, 0},
+    {"embed + learned positions (1 GiB table, seq 2048)", OP_EMBED_LEARNED, CLEMBED_F32, CLEMBED_F32, GIB_V, GIB_D,
+     32768, 2048, 0, 0},
+    {"positional table (32768 x 1024)", OP_POSITIONAL, CLEMBED_F32, CLEMBED_F32, 0, GIB_D, 32768, 0, 0, 0},
+    /* RoPE, head_dim 128: the cache of 8192 positions; 16384 tokens of 32 heads */
+    {"rope cache f32 (8192 positions, R 128)", OP_ROPE_CACHE, CLEMBED_F32, CLEMBED_F32, 8192, 128, 0, 0, 0, 0},
+    {"rope apply f32 (16384 x 32 heads x 128)", OP_ROPE_APPLY, CLEMBED_F32, CLEMBED_F32, 0, 4096, 16384, 0, 0, 0},
+    {"rope apply f16 (16384 x 32 heads x 128)", OP_ROPE_APPLY, CLEMBED_F16, CLEMBED_F16, 0, 4096, 16384, 0, 0, 0},
+    /* training: the backward and every optimizer step at each size */
+    TRAIN_ROWS("1 GiB f32 table", F32, GIB_V, GIB_D, 65536),
+    TRAIN_ROWS("Llama 3 bf16 table", BF16, LLAMA_V, LLAMA_D, 16384),
+    TRAIN_ROWS("recommendation", F32, REC_V, REC_D, 131072),
+    {"init normal f32 (1 GiB table)", OP_INIT_NORMAL, CLEMBED_F32, CLEMBED_F32, GIB_V, GIB_D, 0, 0, 0, 0},
+    {"init uniform f32 (1 GiB table)", OP_INIT_UNIFORM, CLEMBED_F32, CLEMBED_F32, GIB_V, GIB_D, 0, 0, 0, 0},
+    {"one-token lookup + finish (d 4096)", OP_LATENCY, CLEMBED_F32, CLEMBED_F32, 32000, 4096, 1, 0, 0, 0},
+};
+#define ROW_COUNT (sizeof rows_table / sizeof rows_table[0])
+
+/* What the rows share, kept from one row to the next while it still fits: the
+ * table, the ids, the output, the gradient and its dense target, the states. */
 typedef struct bench_state {
   clembed_context *ctx;
-  size_t n, d, V;
   clembed_matrix table, out, ptable, grad, dW, s1, s2;
-  clembed_optimizer optim;
+  size_t tV, td, tn; /* the shapes the table and ids were made for */
+  clembed_dtype tdt;
+  int tseq;
+  size_t unique;    /* distinct ids */
+  int32_t *host_ids;
   clembed_ids ids;
   clembed_embed_options eopt;
   clembed_backward_options bopt;
+  clembed_optimizer optim;
   clembed_sinusoid sin;
   clembed_rope rope;
-  clembed_matrix rx; /* RoPE: the input (out is the output, table the cos/sin cache) */
 } bench_state;
 
-typedef clembed_status (*op_fn)(bench_state *s);
-
-static clembed_status op_lookup(bench_state *s) {
-  return clembed_lookup(s->ctx, &s->table, &s->ids, &s->out, 0, NULL, NULL);
+static void release_table(bench_state *s) {
+  clembed_matrix_release(&s->table);
+  clembed_matrix_release(&s->dW);
+  clembed_matrix_release(&s->s1);
+  clembed_matrix_release(&s->s2);
+  s->tV = s->td = 0;
 }
-static clembed_status op_embed(bench_state *s) {
-  return clembed_embed(s->ctx, &s->table, &s->ids, &s->eopt, &s->out, 0, NULL, NULL);
+static void release_ids(bench_state *s) {
+  clembed_ids_release(&s->ids);
+  free(s->host_ids);
+  s->host_ids = NULL;
+  s->tn = 0;
 }
-static clembed_status op_positional(bench_state *s) {
-  return clembed_positional(s->ctx, &s->sin, 0, &s->out, 0, NULL, NULL);
-}
-static clembed_status op_backward(bench_state *s) {
-  return clembed_backward(s->ctx, &s->grad, &s->ids, &s->bopt, &s->dW, 0, NULL, NULL);
-}
-static clembed_status op_sgd(bench_state *s) {
-  return clembed_sgd_update(s->ctx, &s->grad, &s->ids, 1e-9f, &s->bopt, &s->table, 0, NULL, NULL);
-}
-static clembed_status op_optim(bench_state *s) {
-  s->optim.step++;
-  return clembed_optimizer_step(s->ctx, &s->grad, &s->ids, &s->bopt, &s->optim, &s->table, 0, NULL, NULL);
-}
-static clembed_status op_rope_cache(bench_state *s) {
-  return clembed_rope_cache(s->ctx, &s->rope, 0, &s->table, 0, NULL, NULL);
-}
-static clembed_status op_rope_apply(bench_state *s) {
-  return clembed_rope_apply(s->ctx, &s->rope, &s->rx, NULL, 0, 0, 0, &s->out, 0, NULL, NULL);
-}
-static clembed_status op_init_normal(bench_state *s) {
-  return clembed_matrix_init_normal(s->ctx, &s->table, 0.0f, 1.0f, 7, 0, NULL, NULL);
-}
-static clembed_status op_init_uniform(bench_state *s) {
-  return clembed_matrix_init_uniform(s->ctx, &s->table, -1.0f, 1.0f, 7, 0, NULL, NULL);
+static void state_release(bench_state *s) {
+  release_table(s);
+  release_ids(s);
+  clembed_matrix_release(&s->out);
+  clembed_matrix_release(&s->ptable);
+  clembed_matrix_release(&s->grad);
 }
 
-typedef struct row {
-  const char *name;
+static uint64_t xorshift(uint64_t *x) {
+  *x ^= *x << 13;
+  *x ^= *x >> 7;
+  *x ^= *x << 17;
+  return *x;
+}
+
+/* Fills a table: uniform in [-1, 1) for the float dtypes; for a block type
+ * random bytes with every f16 scale finite and normal, in [2^-10, 2^-2). */
+static clembed_status fill_table(clembed_context *ctx, clembed_matrix *m) {
+  clembed_dtype dt = m->dtype;
+  if (dt == CLEMBED_F32 || dt == CLEMBED_F16 || dt == CLEMBED_BF16)
+    return clembed_matrix_init_uniform(ctx, m, -1.0f, 1.0f, 1, 0, NULL, NULL);
+  /* where each block's f16 scales are: (offset, count) */
+  size_t at = 0, count = 1;
+  if (dt == CLEMBED_Q4_K) count = 2;                        /* d, dmin */
+  else if (dt == CLEMBED_Q6_K) at = 208;                    /* d last */
+  else if (dt != CLEMBED_Q8_0 && dt != CLEMBED_Q4_0) return CLEMBED_ERR_UNSUPPORTED;
+  size_t bb = clembed_dtype_row_bytes(dt, dt == CLEMBED_Q8_0 || dt == CLEMBED_Q4_0 ? 32 : 256);
+  size_t bytes = m->rows * clembed_dtype_row_bytes(dt, m->cols);
+  unsigned char *b = malloc(bytes ? bytes : 1);
+  if (!b) return CLEMBED_ERR_OUT_OF_MEMORY;
+  uint64_t x = 0x9E3779B97F4A7C15ULL;
+  for (size_t i = 0; i + 8 <= bytes; i += 8) {
+    uint64_t r = xorshift(&x);
+    memcpy(b + i, &r, 8);
+  }
+  for (size_t o = 0; o + bb <= bytes; o += bb)
+    for (size_t k = 0; k < count; k++) {
+      uint16_t h = (uint16_t)((5 + xorshift(&x) % 8) << 10 | (xorshift(&x) & 0x3FF));
+      b[o + at + 2 * k] = (unsigned char)h;
+      b[o + at + 2 * k + 1] = (unsigned char)(h >> 8);
+    }
+  clembed_status st = clembed_matrix_write(ctx, m, b, dt);
+  free(b);
+  return st;
+}
+
+/* The state a row needs, keeping what the last row made where it fits. */
+static clembed_status state_prepare(bench_state *s, const spec *r) {
+  clembed_status st = CLEMBED_OK;
+  const int training = r->op == OP_BACKWARD || r->op == OP_BACKWARD_ATOMIC || r->op == OP_SGD || r->op == OP_OPTIM;
+  const int uses_table = r->op != OP_POSITIONAL && r->op != OP_ROPE_CACHE && r->op != OP_ROPE_APPLY;
+  if (uses_table && (s->tV != r->V || s->td != r->d || s->tdt != r->tdt)) {
+    release_table(s);
+    if ((st = clembed_matrix_create(s->ctx, r->V, r->d, r->tdt, &s->table)) != CLEMBED_OK) return st;
+    if ((st = fill_table(s->ctx, &s->table)) != CLEMBED_OK) return st;
+    s->tV = r->V;
+    s->td = r->d;
+    s->tdt = r->tdt;
+  }
+  if (!uses_table) release_table(s);
+  if (r->n && r->op != OP_ROPE_APPLY && r->op != OP_POSITIONAL &&
+      (s->tn != r->n || s->tseq != r->sequential || s->unique == 0 || (s->host_ids && (size_t)s->host_ids[0] >= r->V))) {
+    release_ids(s);
+    if (!(s->host_ids = malloc(r->n * sizeof *s->host_ids))) return CLEMBED_ERR_OUT_OF_MEMORY;
+    uint64_t x = 88172645463325252ULL;
+    for (size_t i = 0; i < r->n; i++) s->host_ids[i] = (int32_t)(r->sequential ? i % r->V : xorshift(&x) % r->V);
+    if ((st = clembed_ids_create(s->ctx, s->host_ids, r->n, CLEMBED_I32, &s->ids)) != CLEMBED_OK) return st;
+    unsigned char *seen = calloc(r->V, 1);
+    if (!seen) return CLEMBED_ERR_OUT_OF_MEMORY;
+    s->unique = 0;
+    for (size_t i = 0; i < r->n; i++)
+      if (!seen[s->host_ids[i]]) {
+        seen[s->host_ids[i]] = 1;
+        s->unique++;
+      }
+    free(seen);
+    s->tn = r->n;
+    s->tseq = r->sequential;
+  }
+  /* the output: n x d (RoPE: the rotated tokens; the cache: positions x R) */
+  size_t orows = r->op == OP_ROPE_CACHE ? r->V : r->n, ocols = r->d;
+  if (r->op == OP_INIT_NORMAL || r->op == OP_INIT_UNIFORM || training) orows = 0;
+  if (orows && (s->out.rows != orows || s->out.cols != ocols || s->out.dtype != r->odt)) {
+    clembed_matrix_release(&s->out);
+    if ((st = clembed_matrix_create(s->ctx, orows, ocols, r->odt, &s->out)) != CLEMBED_OK) return st;
+  } else if (!orows) {
+    clembed_matrix_release(&s->out);
+  }
+  /* RoPE's input, in `grad` */
+  if (r->op == OP_ROPE_APPLY && (s->grad.rows != r->n || s->grad.cols != r->d || s->grad.dtype != r->tdt)) {
+    clembed_matrix_release(&s->grad);
+    if ((st = clembed_matrix_create(s->ctx, r->n, r->d, r->tdt, &s->grad)) != CLEMBED_OK) return st;
+    if ((st = fill_table(s->ctx, &s->grad)) != CLEMBED_OK) return st;
+  }
+  if (training && (s->grad.rows != r->n || s->grad.cols != r->d || s->grad.dtype != CLEMBED_F32)) {
+    clembed_matrix_release(&s->grad);
+    if ((st = clembed_matrix_create(s->ctx, r->n, r->d, CLEMBED_F32, &s->grad)) != CLEMBED_OK) return st;
+    if ((st = clembed_matrix_init_uniform(s->ctx, &s->grad, -1.0f, 1.0f, 2, 0, NULL, NULL)) != CLEMBED_OK) return st;
+  }
+  /* the dense gradient while backward rows run; the states while steps do */
+  if (r->op == OP_BACKWARD || r->op == OP_BACKWARD_ATOMIC) {
+    if (!s->dW.buffer && (st = clembed_matrix_create(s->ctx, r->V, r->d, CLEMBED_F32, &s->dW)) != CLEMBED_OK) return st;
+  } else {
+    clembed_matrix_release(&s->dW);
+  }
+  if (r->op == OP_OPTIM && r->optim != CLEMBED_SGD) {
+    size_t c1 = r->optim == CLEMBED_ROWWISE_ADAGRAD ? 1 : r->d;
+    if (s->s1.buffer && s->s1.cols != c1) clembed_matrix_release(&s->s1);
+    if (!s->s1.buffer && (st = clembed_matrix_create(s->ctx, r->V, c1, CLEMBED_F32, &s->s1)) != CLEMBED_OK) return st;
+    if (r->optim == CLEMBED_ADAM && !s->s2.buffer &&
+        (st = clembed_matrix_create(s->ctx, r->V, r->d, CLEMBED_F32, &s->s2)) != CLEMBED_OK)
+      return st;
+    if (r->optim != CLEMBED_ADAM) clembed_matrix_release(&s->s2);
+  } else {
+    clembed_matrix_release(&s->s1);
+    clembed_matrix_release(&s->s2);
+  }
+  if (r->op == OP_EMBED_LEARNED && (s->ptable.rows != r->seq || s->ptable.cols != r->d)) {
+    clembed_matrix_release(&s->ptable);
+    if ((st = clembed_matrix_create(s->ctx, r->seq, r->d, CLEMBED_F32, &s->ptable)) != CLEMBED_OK) return st;
+    if ((st = clembed_matrix_init_uniform(s->ctx, &s->ptable, -1.0f, 1.0f, 3, 0, NULL, NULL)) != CLEMBED_OK) return st;
+  }
+  s->eopt = clembed_embed_defaults();
+  if (r->op == OP_EMBED_SINUSOID || r->op == OP_EMBED_LEARNED) {
+    s->eopt.seq_len = r->seq;
+    s->eopt.positions = r->op == OP_EMBED_SINUSOID ? CLEMBED_POSITIONS_SINUSOID : CLEMBED_POSITIONS_TABLE;
+    s->eopt.position_table = &s->ptable;
+    if (r->op == OP_EMBED_SINUSOID) s->eopt.scale = sqrtf((float)r->d);
+  }
+  s->bopt = clembed_backward_defaults();
+  s->bopt.deterministic = r->op != OP_BACKWARD_ATOMIC;
+  s->optim = clembed_optimizer_defaults(r->optim);
+  s->optim.learning_rate = 1e-9f; /* the table stays put */
+  s->optim.state = &s->s1;
+  s->optim.state2 = &s->s2;
+  s->optim.step = 0;
+  s->sin.base = 10000.0;
+  s->sin.exponent = CLEMBED_EXPONENT_PAIR;
+  s->sin.layout = CLEMBED_LAYOUT_INTERLEAVED;
+  s->rope = clembed_rope_defaults();
+  s->rope.head_dim = 128;
+  if (st == CLEMBED_OK) st = clembed_finish(s->ctx);
+  return st;
+}
+
+static clembed_status run_op(bench_state *s, const spec *r) {
+  clembed_context *ctx = s->ctx;
+  switch (r->op) {
+  case OP_LOOKUP:
+  case OP_LATENCY: return clembed_lookup(ctx, &s->table, &s->ids, &s->out, 0, NULL, NULL);
+  case OP_EMBED_SINUSOID:
+  case OP_EMBED_LEARNED: return clembed_embed(ctx, &s->table, &s->ids, &s->eopt, &s->out, 0, NULL, NULL);
+  case OP_POSITIONAL: return clembed_positional(ctx, &s->sin, 0, &s->out, 0, NULL, NULL);
+  case OP_ROPE_CACHE: return clembed_rope_cache(ctx, &s->rope, 0, &s->out, 0, NULL, NULL);
+  case OP_ROPE_APPLY: return clembed_rope_apply(ctx, &s->rope, &s->grad, NULL, 0, 0, 0, &s->out, 0, NULL, NULL);
+  case OP_BACKWARD:
+  case OP_BACKWARD_ATOMIC: return clembed_backward(ctx, &s->grad, &s->ids, &s->bopt, &s->dW, 0, NULL, NULL);
+  case OP_SGD: return clembed_sgd_update(ctx, &s->grad, &s->ids, 1e-9f, &s->bopt, &s->table, 0, NULL, NULL);
+  case OP_OPTIM:
+    s->optim.step++;
+    return clembed_optimizer_step(ctx, &s->grad, &s->ids, &s->bopt, &s->optim, &s->table, 0, NULL, NULL);
+  case OP_INIT_NORMAL: return clembed_matrix_init_normal(ctx, &s->table, 0.0f, 1.0f, 7, 0, NULL, NULL);
+  case OP_INIT_UNIFORM: return clembed_matrix_init_uniform(ctx, &s->table, -1.0f, 1.0f, 7, 0, NULL, NULL);
+  }
+  return CLEMBED_ERR_INVALID_ARGUMENT;
+}
+
+/* The bytes a row moves (the file's header comment). */
+static double row_bytes_moved(const bench_state *s, const spec *r) {
+  const double n = (double)r->n, d = (double)r->d;
+  const double tsize = (double)clembed_dtype_row_bytes(r->tdt, r->d), osize = (double)clembed_dtype_row_bytes(r->odt, r->d);
+  const double touched = (double)s->unique;
+  switch (r->op) {
+  case OP_LOOKUP:
+  case OP_LATENCY:
+  case OP_EMBED_SINUSOID: return n * 4 + n * tsize + n * osize;
+  case OP_EMBED_LEARNED: return n * 4 + n * tsize + n * d * 4 + n * osize;
+  case OP_POSITIONAL: return n * osize;
+  case OP_ROPE_CACHE: return (double)r->V * osize;
+  case OP_ROPE_APPLY: return n * tsize + n * osize;
+  case OP_BACKWARD:
+  case OP_BACKWARD_ATOMIC: return n * 4 + n * d * 4 + 2 * touched * d * 4;
+  case OP_SGD: return n * 4 + n * d * 4 + 2 * touched * tsize;
+  case OP_OPTIM: {
+    double state = r->optim == CLEMBED_ADAGRAD ? d * 4 : r->optim == CLEMBED_ROWWISE_ADAGRAD ? 4 :
+                   r->optim == CLEMBED_ADAM ? 2 * d * 4 : 0;
+    return n * 4 + n * d * 4 + 2 * touched * (tsize + state);
+  }
+  case OP_INIT_NORMAL:
+  case OP_INIT_UNIFORM: return (double)r->V * tsize;
+  }
+  return 0;
+}
+
+/* The row's work by hand in C (NULL: none, with the reason in err). */
+static ceiling *row_ceiling(const bench_state *s, const spec *r, char *err, size_t errlen) {
+  ceiling_desc d;
+  memset(&d, 0, sizeof d);
+  d.table_dtype = r->tdt;
+  d.out_dtype = r->odt;
+  d.rows = r->V;
+  d.cols = r->d;
+  d.n = r->n;
+  d.ids = s->host_ids;
+  d.scale = 1.0f;
+  switch (r->op) {
+  case OP_LOOKUP: d.kind = CEILING_GATHER; break;
+  case OP_EMBED_SINUSOID:
+  case OP_EMBED_LEARNED: /* the sinusoid as the library reads it: a cached position table */
+    d.kind = CEILING_GATHER;
+    d.positions = 1;
+    d.seq = r->seq;
+    d.scale = s->eopt.scale;
+    break;
+  case OP_ROPE_APPLY:
+    d.kind = CEILING_ROPE;
+    d.head_dim = 128;
+    break;
+  case OP_BACKWARD:
+  case OP_BACKWARD_ATOMIC:
+    d.kind = CEILING_FOLD;
+    d.store = CEILING_ACCUMULATE;
+    d.table_dtype = CLEMBED_F32; /* the dense gradient */
+    break;
+  case OP_SGD:
+    d.kind = CEILING_FOLD;
+    d.store = CEILING_SGD;
+    break;
+  case OP_OPTIM: {
+    const ceiling_store stores[4] = {CEILING_SGD, CEILING_ADAGRAD, CEILING_ROWWISE_ADAGRAD, CEILING_ADAM};
+    d.kind = CEILING_FOLD;
+    d.store = stores[r->optim];
+    break;
+  }
+  default: snprintf(err, errlen, "no ceiling"); return NULL;
+  }
+  return ceiling_create(&d, err, errlen);
+}
+
+typedef struct result {
   double op_ms, bytes, gbs, ratio;
   double copy_gbs, copy_ms; /* the reference copy's median rate and time (latency rows: a copy kernel's round trip) */
-  int latency; /* ratio is op time / round-trip time */
-} row;
+  double ceil_ms, ceil_gbs, ceil_ratio; /* the C ceiling (0: none) */
+  int latency;              /* ratio is op time / round-trip time */
+} result;
 
 #define LATENCY_PAIRS 40 /* pairs per requested pair for the latency row */
 
-/* Times op and the reference copy alternately; returns 0 and fills r. A
- * latency row times a 16-byte copy kernel instead. */
-static int measure(bench_state *s, reference *ref, op_fn op, double bytes, int reps, int latency, row *r, char *err,
-                   size_t errlen) {
+/* Times the operation, the reference copy and (when given) the C ceiling
+ * alternately; returns 0 and fills res. A latency row times a 16-byte copy
+ * kernel instead. */
+static int measure(bench_state *s, reference *ref, const spec *r, ceiling *ceil, double bytes, int reps, result *res,
+                   char *err, size_t errlen) {
+  const int latency = r->op == OP_LATENCY;
   int kind = latency ? COPY_KERNEL : ref->kind;
   size_t cbytes = latency ? 16 : reference_bytes(ref, bytes);
   if (!latency && reference_prepare(ref, bytes, err, errlen)) return -1;
   /* a round trip is tens of microseconds, at the mercy of thread wake-ups:
    * many more pairs for a stable median, at little cost */
   if (latency) reps *= LATENCY_PAIRS;
-  double *ratios = calloc((size_t)reps, sizeof *ratios), *times = calloc((size_t)reps, sizeof *times);
-  double *copies = calloc((size_t)reps, sizeof *copies);
+  double *v = calloc((size_t)reps * 5, sizeof *v);
+  double *ratios = v, *times = v + reps, *copies = v + 2 * reps, *ctimes = v + 3 * reps, *cratios = v + 4 * reps;
   int rc = 0;
-  if (!ratios || !times || !copies) {
+  if (!v) {
     snprintf(err, errlen, "out of memory");
-    rc = -1;
-    goto done;
+    return -1;
   }
   for (int w = 0; w < 2; w++) { /* warm-up: builds kernels, touches buffers */
-    clembed_status st = op(s);
+    clembed_status st = run_op(s, r);
     if (st == CLEMBED_OK) st = clembed_finish(s->ctx);
     if (st != CLEMBED_OK || reference_copy(ref, kind, cbytes)) {
       snprintf(err, errlen, "%s: %s", clembed_status_string(st), clembed_context_message(s->ctx));
       rc = -1;
       goto done;
     }
+    if (ceil) ceiling_run(ceil, pool_run, &ref->pool);
   }
   for (int i = 0; i < reps; i++) {
     double t0 = now();
-    clembed_status st = op(s);
+    clembed_status st = run_op(s, r);
     if (st == CLEMBED_OK) st = clembed_finish(s->ctx);
     double t1 = now();
     int cr = reference_copy(ref, kind, cbytes);
@@ -538,170 +871,102 @@ static int measure(bench_state *s, reference *ref, op_fn op, double bytes, int r
     copies[i] = t2 - t1;
     /* operation rate / copy rate */
     ratios[i] = latency ? (t1 - t0) / (t2 - t1) : (bytes / (t1 - t0)) / (2.0 * (double)cbytes / (t2 - t1));
+    if (ceil) {
+      double t3 = now();
+      ceiling_run(ceil, pool_run, &ref->pool);
+      ctimes[i] = now() - t3;
+      cratios[i] = ctimes[i] / times[i]; /* the same bytes: operation rate / ceiling rate */
+    }
   }
-  r->op_ms = 1e3 * median(times, reps);
-  r->bytes = bytes;
-  r->gbs = bytes / (r->op_ms * 1e-3) / 1e9;
-  r->ratio = median(ratios, reps);
-  r->copy_ms = 1e3 * median(copies, reps);
-  r->copy_gbs = 2.0 * (double)cbytes / (r->copy_ms * 1e-3) / 1e9;
-  r->latency = latency;
+  res->op_ms = 1e3 * median(times, reps);
+  res->bytes = bytes;
+  res->gbs = bytes / (res->op_ms * 1e-3) / 1e9;
+  res->ratio = median(ratios, reps);
+  res->copy_ms = 1e3 * median(copies, reps);
+  res->copy_gbs = 2.0 * (double)cbytes / (res->copy_ms * 1e-3) / 1e9;
+  res->latency = latency;
+  if (ceil) {
+    res->ceil_ms = 1e3 * median(ctimes, reps);
+    res->ceil_gbs = bytes / (res->ceil_ms * 1e-3) / 1e9;
+    res->ceil_ratio = median(cratios, reps);
+  }
 done:
-  free(ratios);
-  free(times);
-  free(copies);
+  free(v);
   return rc;
 }
 
-static void print_row(const row *r, const bench_state *s, int json) {
-  if (json && r->latency)
-    printf("{\"operation\": \"%s\", \"median_ms\": %.4f, \"bytes\": %.0f, \"gb_per_s\": %.3f, "
-           "\"round_trip_ms\": %.4f, \"round_trips\": %.3f}\n",
-           r->name, r->op_ms, r->bytes, r->gbs, r->copy_ms, r->ratio);
-  else if (json)
-    printf("{\"operation\": \"%s\", \"median_ms\": %.4f, \"bytes\": %.0f, \"gb_per_s\": %.3f, "
-           "\"copy_gb_per_s\": %.3f, \"copy_ratio\": %.3f, \"n\": %zu, \"d\": %zu, \"V\": %zu}\n",
-           r->name, r->op_ms, r->bytes, r->gbs, r->copy_gbs, r->ratio, s->n, s->d, s->V);
-  else if (r->latency) /* the copy column makes no sense for a 16-byte copy */
-    printf("%-40s %10.3f %10.1f %8.2f %9s %7.2f trips\n", r->name, r->op_ms, r->bytes / 1e6, r->gbs, "-", r->ratio);
-  else
-    printf("%-40s %10.3f %10.1f %8.2f %9.2f %7.2fx\n", r->name, r->op_ms, r->bytes / 1e6, r->gbs, r->copy_gbs,
-           r->ratio);
+static const char *dtype_name(clembed_dtype t) {
+  static const char *const names[] = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q6_k"};
+  return (unsigned)t < sizeof names / sizeof names[0] ? names[t] : "?";
 }
 
-static void state_release(bench_state *s) {
-  clembed_matrix_release(&s->table);
-  clembed_matrix_release(&s->out);
-  clembed_matrix_release(&s->ptable);
-  clembed_matrix_release(&s->grad);
-  clembed_matrix_release(&s->dW);
-  clembed_matrix_release(&s->s1);
-  clembed_matrix_release(&s->s2);
-  clembed_matrix_release(&s->rx);
-  clembed_ids_release(&s->ids);
-}
-
-static uint64_t xorshift(uint64_t *x) {
-  *x ^= *x << 13;
-  *x ^= *x >> 7;
-  *x ^= *x << 17;
-  return *x;
-}
-
-/* Fills a table: uniform in [-1, 1) for the float dtypes; for Q8_0 and Q4_0
- * such values quantized on the host; for the K types random bytes with every
- * f16 scale (Q4_K's d and dmin, Q6_K's d) finite, in [2^-10, 2^-2). */
-static clembed_status fill_table(clembed_context *ctx, clembed_matrix *m) {
-  clembed_dtype dt = m->dtype;
-  if (dt == CLEMBED_F32 || dt == CLEMBED_F16 || dt == CLEMBED_BF16)
-    return clembed_matrix_init_uniform(ctx, m, -1.0f, 1.0f, 1, 0, NULL, NULL);
-  uint64_t x = 0x9E3779B97F4A7C15ULL;
-  clembed_status st;
-  if (dt == CLEMBED_Q8_0 || dt == CLEMBED_Q4_0) {
-    size_t count = m->rows * m->cols;
-    float *v = malloc((count ? count : 1) * sizeof *v);
-    if (!v) return CLEMBED_ERR_OUT_OF_MEMORY;
-    for (size_t i = 0; i < count; i++) v[i] = (float)((double)(xorshift(&x) >> 11) * 0x1p-52 - 1.0);
-    st = clembed_matrix_write(ctx, m, v, CLEMBED_F32);
-    free(v);
-    return st;
-  }
-  size_t rb = clembed_dtype_row_bytes(dt, m->cols), bytes = m->rows * rb, bb = dt == CLEMBED_Q4_K ? 144 : 210;
-  unsigned char *b = malloc(bytes ? bytes : 1);
-  if (!b) return CLEMBED_ERR_OUT_OF_MEMORY;
-  for (size_t i = 0; i < bytes; i++) b[i] = (unsigned char)(xorshift(&x) >> 56);
-  for (size_t o = 0; o + bb <= bytes; o += bb) {
-    /* f16 with exponent field 5..12: finite, normal */
-    uint16_t h1 = (uint16_t)((5 + xorshift(&x) % 8) << 10 | (xorshift(&x) & 0x3FF));
-    uint16_t h2 = (uint16_t)((5 + xorshift(&x) % 8) << 10 | (xorshift(&x) & 0x3FF));
-    size_t at = dt == CLEMBED_Q4_K ? o : o + 208; /* Q4_K: d, dmin first; Q6_K: d last */
-    b[at] = (unsigned char)h1;
-    b[at + 1] = (unsigned char)(h1 >> 8);
-    if (dt == CLEMBED_Q4_K) {
-      b[at + 2] = (unsigned char)h2;
-      b[at + 3] = (unsigned char)(h2 >> 8);
+static void print_row(const spec *r, const result *res, int json, int with_ceiling) {
+  if (json) {
+    printf("{\"operation\": \"%s\", \"kind\": \"%s\", \"table_dtype\": \"%s\", \"out_dtype\": \"%s\", "
+           "\"V\": %zu, \"d\": %zu, \"n\": %zu, \"seq\": %zu, \"sequential\": %d, \"median_ms\": %.4f, "
+           "\"bytes\": %.0f, \"gb_per_s\": %.3f",
+           r->name, op_names[r->op], dtype_name(r->tdt), dtype_name(r->odt), r->V, r->d, r->n, r->seq, r->sequential,
+           res->op_ms, res->bytes, res->gbs);
+    if (res->latency) printf(", \"round_trip_ms\": %.4f, \"round_trips\": %.3f}\n", res->copy_ms, res->ratio);
+    else {
+      printf(", \"copy_gb_per_s\": %.3f, \"copy_ratio\": %.3f", res->copy_gbs, res->ratio);
+      if (res->ceil_ms > 0)
+        printf(", \"ceiling_ms\": %.4f, \"ceiling_gb_per_s\": %.3f, \"ceiling_ratio\": %.3f", res->ceil_ms, res->ceil_gbs,
+               res->ceil_ratio);
+      printf("}\n");
     }
+    return;
   }
-  st = clembed_matrix_write(ctx, m, b, dt);
-  free(b);
-  return st;
-}
-
-/* Tables of V x d in `dt`, n ids drawn from [0, V) (or 0, 1, ..., n-1 with
- * `sequential`), an n x d output in `out_dt`. */
-static clembed_status state_init(bench_state *s, size_t V, size_t d, size_t n, clembed_dtype dt, clembed_dtype out_dt,
-                                 int sequential) {
-  clembed_status st;
-  state_release(s);
-  s->V = V;
-  s->d = d;
-  s->n = n;
-  int32_t *ids = malloc((n ? n : 1) * sizeof *ids);
-  if (!ids) return CLEMBED_ERR_OUT_OF_MEMORY;
-  uint64_t x = 88172645463325252ULL;
-  for (size_t i = 0; i < n; i++) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    ids[i] = sequential ? (int32_t)(i % V) : (int32_t)(x % V);
+  if (res->latency) { /* the copy column makes no sense for a 16-byte copy */
+    printf("%-52s %9.3f %9.1f %7.2f %9s %6.2f trips\n", r->name, res->op_ms, res->bytes / 1e6, res->gbs, "-", res->ratio);
+    return;
   }
-  st = clembed_ids_create(s->ctx, ids, n, CLEMBED_I32, &s->ids);
-  free(ids);
-  if (st == CLEMBED_OK) st = clembed_matrix_create(s->ctx, V, d, dt, &s->table);
-  if (st == CLEMBED_OK) st = fill_table(s->ctx, &s->table);
-  if (st == CLEMBED_OK) st = clembed_matrix_create(s->ctx, n, d, out_dt, &s->out);
-  if (st == CLEMBED_OK) st = clembed_finish(s->ctx);
-  return st;
+  printf("%-52s %9.3f %9.1f %7.2f %9.2f %6.2fx", r->name, res->op_ms, res->bytes / 1e6, res->gbs, res->copy_gbs,
+         res->ratio);
+  if (with_ceiling && res->ceil_ms > 0) printf(" %8.2f %6.2fx", res->ceil_gbs, res->ceil_ratio);
+  else if (with_ceiling) printf(" %8s %7s", "-", "-");
+  printf("\n");
 }
 
-static size_t count_unique(bench_state *s) {
-  int32_t *ids = malloc(s->n * sizeof *ids);
-  unsigned char *seen = calloc(s->V, 1);
-  size_t u = 0;
-  if (ids && seen && clembed_ids_read(s->ctx, &s->ids, ids) == CLEMBED_OK)
-    for (size_t i = 0; i < s->n; i++)
-      if (!seen[ids[i]]) {
-        seen[ids[i]] = 1;
-        u++;
-      }
-  free(ids);
-  free(seen);
-  return u;
-}
-
-/* Whether a row is measured: --only's text (NULL: every row) is in its name;
- * any_wanted: in any of n names (a group's set-up is skipped when none is). */
+/* Whether a row is measured: --only's text (NULL: every row) is in its name. */
 static int wanted(const char *only, const char *name) { return !only || strstr(name, only) != NULL; }
-static int any_wanted(const char *only, const char *const *names, int n) {
-  for (int k = 0; k < n; k++)
-    if (wanted(only, names[k])) return 1;
-  return 0;
-}
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: clembed bench [--quick] [--json] [--reps N] [--only TEXT] [--device SPEC]\n"
-          "  Times each operation against the fastest copy the device has (a copy\n"
+          "usage: clembed bench [--quick] [--json] [--reps N] [--only TEXT] [--ceiling] [--list] [--device SPEC]\n"
+          "  Times each operation at the sizes models have (a 1 GiB f32 table, Llama 3's\n"
+          "  128256 x 4096 token table in bf16, f16 and ggml's block types, a 1000000 x 128\n"
+          "  recommendation table) against the fastest copy the device has (a copy\n"
           "  kernel, clEnqueueCopyBuffer, and on a CPU device a memcpy and a\n"
           "  streaming-store copy over as many threads as it has compute units; each\n"
-          "  copy buffer at least twice the largest cache), alternately in the same\n"
-          "  run, and prints the median ratio of the rates (1.0 = copy speed). The\n"
-          "  one-token row is lookup + finish latency in one-kernel round trips\n"
-          "  (lower is better), over 40 times as many pairs.\n"
-          "  --quick     3 timed pairs per row\n"
-          "  --reps N    timed pairs per row (default 15; the latency row 40 times as many)\n"
+          "  copy buffer at least twice the largest cache that sysfs, CPUID or the\n"
+          "  device reports, 1 GiB where none does), alternately in the same run, and\n"
+          "  prints the median ratio of the rates (1.0 = copy speed). The one-token\n"
+          "  row is lookup + finish latency in one-kernel round trips (lower is\n"
+          "  better), over 40 times as many pairs. The largest rows need about 14 GiB\n"
+          "  of memory with --ceiling, 8 GiB without.\n"
+          "  --quick     3 timed rounds per row\n"
+          "  --reps N    timed rounds per row (default 15; the latency row 40 times as many)\n"
           "  --only TEXT only the rows whose name contains TEXT\n"
+          "  --ceiling   on a CPU device, also run each row's work written by hand in C\n"
+          "              (tools/ceiling/: AVX-512, AVX2 or plain C, on huge pages) in the\n"
+          "              same rounds, and print the operation's rate as a ratio to it\n"
+          "  --list      print the rows' names and exit\n"
           "  --json      one JSON object per row, after one for the reference\n");
 }
 
 int clembed_bench_main(int argc, char **argv) {
-  int json = 0, reps = 15;
+  int json = 0, reps = 15, with_ceiling = 0;
   const char *device = NULL, *only = NULL;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--json")) json = 1;
     else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
     else if (!strcmp(argv[i], "--quick")) reps = 3;
-    else if (!strcmp(argv[i], "--reps") && i + 1 < argc) {
+    else if (!strcmp(argv[i], "--ceiling")) with_ceiling = 1;
+    else if (!strcmp(argv[i], "--list")) {
+      for (size_t k = 0; k < ROW_COUNT; k++) printf("%s\n", rows_table[k].name);
+      return 0;
+    } else if (!strcmp(argv[i], "--reps") && i + 1 < argc) {
       char *end;
       long v = strtol(argv[++i], &end, 10);
       if (*end || v < 1 || v > 100000) {
@@ -719,6 +984,12 @@ int clembed_bench_main(int argc, char **argv) {
       return 1;
     }
   }
+  size_t chosen = 0;
+  for (size_t k = 0; k < ROW_COUNT; k++) chosen += wanted(only, rows_table[k].name);
+  if (!chosen) {
+    fprintf(stderr, "clembed bench: --only '%s' names no row (clembed bench --list lists them)\n", only);
+    return 1;
+  }
   bench_state s;
   memset(&s, 0, sizeof s);
   reference ref;
@@ -732,183 +1003,58 @@ int clembed_bench_main(int argc, char **argv) {
     return 2;
   }
   if (reference_init(s.ctx, &ref, reps < 11 ? 11 : reps, err, sizeof err)) goto fail;
-  /* Tokens: 16384, doubled until the smallest row's working set (an F16
-   * lookup into F16: n*d*2 read and n*d*2 written) is twice the largest cache. */
-  const size_t d = 1024, V = 32000;
-  size_t n = 16384;
-  while ((double)n * d * 4 < (double)ref.min_bytes && n < ((size_t)1 << 22)) n *= 2;
+  if (with_ceiling && !ref.cpu) {
+    fprintf(stderr, "clembed bench: --ceiling: %s is not a CPU device; no C ceiling is run\n",
+            clembed_context_device_name(s.ctx));
+    with_ceiling = 0;
+  }
   {
     char names[COPY_KINDS][48];
     for (int k = 0; k < COPY_KINDS; k++) copy_name(&ref, k, names[k], sizeof names[k]);
     if (json) {
       printf("{\"reference\": \"%s\", \"reference_gb_per_s\": %.3f, \"copy_kernel_gb_per_s\": %.3f, "
              "\"copy_buffer_gb_per_s\": %.3f, \"memcpy_gb_per_s\": %.3f, \"streaming_copy_gb_per_s\": %.3f, "
-             "\"memcpy_threads\": %d, "
-             "\"host_llc_bytes\": %zu, \"device_cache_bytes\": %zu, \"min_copy_bytes\": %zu, \"n\": %zu, "
-             "\"d\": %zu, \"V\": %zu}\n",
+             "\"memcpy_threads\": %d, \"cache_bytes\": %zu, \"cache_source\": \"%s\", \"sysfs_cache_bytes\": %zu, "
+             "\"cpuid_cache_bytes\": %zu, \"device_cache_bytes\": %zu, \"min_copy_bytes\": %zu, "
+             "\"device\": \"%s\", \"ceiling\": \"%s\"}\n",
              names[ref.kind], ref.rate[ref.kind] / 1e9, ref.rate[COPY_KERNEL] / 1e9, ref.rate[COPY_BUFFER] / 1e9,
-             ref.rate[COPY_MEMCPY] / 1e9, ref.rate[COPY_STREAM] / 1e9, ref.cpu ? ref.pool.threads : 0, ref.host_llc, ref.device_cache,
-             ref.min_bytes, n, d, V);
+             ref.rate[COPY_MEMCPY] / 1e9, ref.rate[COPY_STREAM] / 1e9, ref.cpu ? ref.pool.threads : 0,
+             ref.cache.bytes, ref.cache.source, ref.cache.sysfs, ref.cache.cpuid, ref.cache.device, ref.min_bytes,
+             clembed_context_device_name(s.ctx), with_ceiling ? ceiling_isa() : "");
     } else {
-      printf("clembed bench on %s, %d timed pairs per row (the latency row %d)\n", clembed_context_device_name(s.ctx),
+      printf("clembed bench on %s, %d timed rounds per row (the latency row %d)\n", clembed_context_device_name(s.ctx),
              reps, reps * LATENCY_PAIRS);
-      printf("caches: host last level %.1f MiB, device global memory %.1f MiB; every copy buffer >= %.1f MiB\n",
-             ref.host_llc / 1048576.0, ref.device_cache / 1048576.0, ref.min_bytes / 1048576.0);
+      printf("largest cache: %.1f MiB from %s (sysfs %.1f MiB, CPUID %.1f MiB, device %.1f MiB); every copy buffer >= "
+             "%.1f MiB\n",
+             ref.cache.bytes / 1048576.0, ref.cache.source, ref.cache.sysfs / 1048576.0, ref.cache.cpuid / 1048576.0,
+             ref.cache.device / 1048576.0, ref.min_bytes / 1048576.0);
       printf("reference: %s (read + written, %.1f MiB copies: copy kernel %.2f GB/s, clEnqueueCopyBuffer %.2f GB/s",
              names[ref.kind], ref.min_bytes / 1048576.0, ref.rate[COPY_KERNEL] / 1e9, ref.rate[COPY_BUFFER] / 1e9);
       if (ref.cpu) printf(", %s %.2f GB/s", names[COPY_MEMCPY], ref.rate[COPY_MEMCPY] / 1e9);
       if (ref.cpu && HAVE_STREAM_COPY) printf(", %s %.2f GB/s", names[COPY_STREAM], ref.rate[COPY_STREAM] / 1e9);
       printf(")\n");
-      printf("%-40s %10s %10s %8s %9s %8s\n", "operation", "median ms", "MB moved", "GB/s", "copy GB/s", "vs copy");
+      if (with_ceiling) printf("ceiling: each row's work by hand in C (%s, %d threads)\n", ceiling_isa(), ref.pool.threads);
+      printf("%-52s %9s %9s %7s %9s %7s", "operation", "median ms", "MB moved", "GB/s", "copy GB/s", "vs copy");
+      if (with_ceiling) printf(" %8s %7s", "C GB/s", "vs C");
+      printf("\n");
     }
   }
   fflush(stdout);
-  row r;
-#define ROW(LABEL, FN, BYTES, LAT)                                                                      \
-  do {                                                                                                  \
-    name = LABEL;                                                                                       \
-    if (!wanted(only, LABEL)) break;                                                                    \
-    memset(&r, 0, sizeof r);                                                                            \
-    if (measure(&s, &ref, FN, (double)(BYTES), reps, LAT, &r, err, sizeof err)) goto fail;              \
-    r.name = LABEL;                                                                                     \
-    print_row(&r, &s, json);                                                                            \
-    fflush(stdout);                                                                                     \
-  } while (0)
-
-  /* lookups: ids + rows read + output written */
-  {
-    const clembed_dtype tdt[5] = {CLEMBED_F32, CLEMBED_F16, CLEMBED_BF16, CLEMBED_F16, CLEMBED_BF16};
-    const clembed_dtype odt[5] = {CLEMBED_F32, CLEMBED_F32, CLEMBED_F32, CLEMBED_F16, CLEMBED_BF16};
-    const char *lnames[5] = {"lookup f32", "lookup f16 table, f32 out", "lookup bf16 table, f32 out",
-                             "lookup f16 table, f16 out", "lookup bf16 table, bf16 out"};
-    for (int t = 0; t < 5; t++) {
-      name = lnames[t];
-      if (!wanted(only, name)) continue;
-      if ((st = state_init(&s, V, d, n, tdt[t], odt[t], 0)) != CLEMBED_OK) goto fail_status;
-      ROW(lnames[t], op_lookup, n * 4 + n * d * clembed_dtype_size(tdt[t]) + n * d * clembed_dtype_size(odt[t]), 0);
-    }
-  }
-  /* lookups from block-quantized and BF16 tables: ids + blocks read + output written */
-  {
-    const clembed_dtype tdt[4] = {CLEMBED_Q8_0, CLEMBED_Q4_0, CLEMBED_Q4_K, CLEMBED_BF16};
-    const clembed_dtype odt[2] = {CLEMBED_F16, CLEMBED_F32};
-    const char *tn[4] = {"q8_0", "q4_0", "q4_k", "bf16"}, *on[2] = {"f16", "f32"};
-    static char qnames[8][48];
-    for (int t = 0; t < 4; t++)
-      for (int o = 0; o < 2; o++) {
-        if (tdt[t] == CLEMBED_BF16 && odt[o] == CLEMBED_F32) continue; /* a row above */
-        char *label = qnames[2 * t + o];
-        snprintf(label, sizeof qnames[0], "lookup %s table, %s out", tn[t], on[o]);
-        name = label;
-        if (!wanted(only, name)) continue;
-        if ((st = state_init(&s, V, d, n, tdt[t], odt[o], 0)) != CLEMBED_OK) goto fail_status;
-        ROW(label, op_lookup,
-            n * 4 + n * clembed_dtype_row_bytes(tdt[t], d) + n * d * clembed_dtype_size(odt[o]), 0);
-      }
-  }
-  /* the same lookup with ids 0, 1, ..., n-1: the access pattern of a copy, which
-   * separates the kernel's efficiency from the cost of gathering random rows */
-  name = "lookup f32, ids 0..n-1 (copy pattern)";
-  if (wanted(only, name)) {
-    if ((st = state_init(&s, n, d, n, CLEMBED_F32, CLEMBED_F32, 1)) != CLEMBED_OK) goto fail_status;
-    ROW(name, op_lookup, n * 4 + n * d * 4 + n * d * 4, 0);
-  }
-  /* fused forward: sequences of 2048 */
-  const char *enames[3] = {"embed sqrt + sinusoid (seq 2048)", "embed + learned positions", "positional table"};
-  name = enames[0];
-  if (any_wanted(only, enames, 3)) {
-    if ((st = state_init(&s, V, d, n, CLEMBED_F32, CLEMBED_F32, 0)) != CLEMBED_OK) goto fail_status;
-    s.eopt = clembed_embed_defaults();
-    s.eopt.scale = sqrtf((float)d);
-    s.eopt.positions = CLEMBED_POSITIONS_SINUSOID;
-    s.eopt.seq_len = 2048;
-    ROW(enames[0], op_embed, n * 4 + n * d * 4 + n * d * 4, 0);
-    name = enames[1];
-    if ((st = clembed_matrix_create(s.ctx, 2048, d, CLEMBED_F32, &s.ptable)) != CLEMBED_OK) goto fail_status;
-    s.eopt.positions = CLEMBED_POSITIONS_TABLE;
-    s.eopt.position_table = &s.ptable;
-    ROW(enames[1], op_embed, n * 4 + 2 * n * d * 4 + n * d * 4, 0);
-    s.sin.base = 10000.0;
-    s.sin.exponent = CLEMBED_EXPONENT_PAIR;
-    s.sin.layout = CLEMBED_LAYOUT_INTERLEAVED;
-    ROW(enames[2], op_positional, n * d * 4, 0);
-  }
-  /* RoPE (head_dim 128): the cos/sin cache of positions 0..8191 (output
-   * written), and the rotation of 4096 tokens of 32 heads (input read + output
-   * written; positions 0..4095 from position_offset, no position ids) */
-  const char *pnames[3] = {"rope cache f32 (8192 positions, R 128)", "rope apply f32 (4096 x 32 heads x 128)",
-                           "rope apply f16 (4096 x 32 heads x 128)"};
-  if (any_wanted(only, pnames, 3)) {
-    const size_t rope_pos = 8192, rope_tokens = 4096, rope_cols = 32 * 128;
-    name = "rope";
-    state_release(&s);
-    s.rope = clembed_rope_defaults();
-    s.rope.head_dim = 128;
-    s.n = rope_tokens; /* the JSON rows' n, d, V: tokens, columns, cached positions */
-    s.d = rope_cols;
-    s.V = rope_pos;
-    if ((st = clembed_matrix_create(s.ctx, rope_pos, 128, CLEMBED_F32, &s.table)) != CLEMBED_OK) goto fail_status;
-    ROW(pnames[0], op_rope_cache, rope_pos * 128 * 4, 0);
-    const clembed_dtype rdt[2] = {CLEMBED_F32, CLEMBED_F16};
-    const char *const *rnames = pnames + 1;
-    for (int t = 0; t < 2; t++) {
-      name = rnames[t];
-      clembed_matrix_release(&s.rx);
-      clembed_matrix_release(&s.out);
-      if ((st = clembed_matrix_create(s.ctx, rope_tokens, rope_cols, rdt[t], &s.rx)) != CLEMBED_OK) goto fail_status;
-      if ((st = fill_table(s.ctx, &s.rx)) != CLEMBED_OK) goto fail_status;
-      if ((st = clembed_matrix_create(s.ctx, rope_tokens, rope_cols, rdt[t], &s.out)) != CLEMBED_OK) goto fail_status;
-      ROW(rnames[t], op_rope_apply, 2.0 * rope_tokens * rope_cols * clembed_dtype_size(rdt[t]), 0);
-    }
-  }
-  /* backward and sgd: ids + gradient read + touched rows read and written */
-  const char *tnames[9] = {"backward (accumulate, deterministic)", "backward (accumulate, atomic)", "sgd_update",
-                            "optimizer SGD", "optimizer ADAGRAD", "optimizer ROWWISE_ADAGRAD", "optimizer ADAM",
-                            "init normal f32 (V x d)", "init uniform f32 (V x d)"};
-  if (any_wanted(only, tnames, 9)) {
-    name = "backward";
-    if ((st = state_init(&s, V, d, n, CLEMBED_F32, CLEMBED_F32, 0)) != CLEMBED_OK) goto fail_status;
-    if ((st = clembed_matrix_create(s.ctx, n, d, CLEMBED_F32, &s.grad)) != CLEMBED_OK) goto fail_status;
-    if ((st = clembed_matrix_init_uniform(s.ctx, &s.grad, -1.0f, 1.0f, 2, 0, NULL, NULL)) != CLEMBED_OK)
-      goto fail_status;
-    if ((st = clembed_matrix_create(s.ctx, V, d, CLEMBED_F32, &s.dW)) != CLEMBED_OK) goto fail_status;
-    s.bopt = clembed_backward_defaults();
-    size_t unique = count_unique(&s);
-    ROW(tnames[0], op_backward, n * 4 + n * d * 4 + 2 * unique * d * 4, 0);
-    s.bopt.deterministic = 0;
-    ROW(tnames[1], op_backward, n * 4 + n * d * 4 + 2 * unique * d * 4, 0);
-    s.bopt.deterministic = 1;
-    ROW(tnames[2], op_sgd, n * 4 + n * d * 4 + 2 * unique * d * 4, 0);
-    /* optimizer steps: ids + gradient + touched rows of the table and of each
-     * state, read and written (F32 table; lr tiny so the table stays put) */
-    {
-      const clembed_optimizer_kind kinds[4] = {CLEMBED_SGD, CLEMBED_ADAGRAD, CLEMBED_ROWWISE_ADAGRAD, CLEMBED_ADAM};
-      const char *const *onames = tnames + 3;
-      const size_t state_cols[4] = {0, d, 1, 2 * d}; /* state columns read and written per touched row */
-      name = "optimizer states";
-      if ((st = clembed_matrix_create(s.ctx, V, d, CLEMBED_F32, &s.s1)) != CLEMBED_OK) goto fail_status;
-      if ((st = clembed_matrix_create(s.ctx, V, d, CLEMBED_F32, &s.s2)) != CLEMBED_OK) goto fail_status;
-      clembed_matrix rowwise = s.s1;
-      rowwise.cols = 1;
-      rowwise.ld = d;
-      for (int k = 0; k < 4; k++) {
-        s.optim = clembed_optimizer_defaults(kinds[k]);
-        s.optim.learning_rate = 1e-9f;
-        s.optim.state = kinds[k] == CLEMBED_ROWWISE_ADAGRAD ? &rowwise : &s.s1;
-        s.optim.state2 = &s.s2;
-        s.optim.step = 0;
-        ROW(onames[k], op_optim, n * 4 + n * d * 4 + 2 * unique * (d + state_cols[k]) * 4, 0);
-      }
-    }
-    /* initialisation of the V x d table: output written */
-    ROW(tnames[7], op_init_normal, V * d * 4, 0);
-    ROW(tnames[8], op_init_uniform, V * d * 4, 0);
-  }
-  /* one token */
-  name = "one-token lookup + finish (d 4096)";
-  if (wanted(only, name)) {
-    if ((st = state_init(&s, V, 4096, 1, CLEMBED_F32, CLEMBED_F32, 0)) != CLEMBED_OK) goto fail_status;
-    ROW(name, op_lookup, 4 + 2 * 4096 * 4, 1);
+  for (size_t k = 0; k < ROW_COUNT; k++) {
+    const spec *r = &rows_table[k];
+    if (!wanted(only, r->name)) continue;
+    name = r->name;
+    if ((st = state_prepare(&s, r)) != CLEMBED_OK) goto fail_status;
+    ceiling *ceil = NULL;
+    char why[256];
+    if (with_ceiling) ceil = row_ceiling(&s, r, why, sizeof why);
+    result res;
+    memset(&res, 0, sizeof res);
+    int bad = measure(&s, &ref, r, ceil, row_bytes_moved(&s, r), reps, &res, err, sizeof err);
+    ceiling_destroy(ceil);
+    if (bad) goto fail;
+    print_row(r, &res, json, with_ceiling);
+    fflush(stdout);
   }
   goto done;
 fail_status:

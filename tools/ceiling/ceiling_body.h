@@ -1,0 +1,415 @@
+/* The ceiling's work for one instruction set, included by ceiling.c once per
+ * target with CEIL_SFX (the function-name suffix) and CEIL_ISA (2 AVX-512,
+ * 1 AVX2, 0 plain C vectors) defined, inside that target's pragma. Everything
+ * works on v16, 16 floats (one 64-byte line of F32): AVX-512 holds it in one
+ * register, AVX2 in two, plain C in what the compiler makes of it. */
+
+#define CEIL_CAT2(a, b) a##b
+#define CEIL_CAT(a, b) CEIL_CAT2(a, b)
+#define CEIL_FN(name) CEIL_CAT(name, CEIL_SFX)
+#define CEIL_INLINE static inline __attribute__((always_inline))
+
+/* ------------------------------------------------------------ primitives */
+
+CEIL_INLINE v16 CEIL_FN(splat)(float x) {
+  v16 v = {x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x};
+  return v;
+}
+
+CEIL_INLINE v16 CEIL_FN(ld_f32)(const unsigned char *p) {
+  v16 v;
+  memcpy(&v, p, 64);
+  return v;
+}
+
+CEIL_INLINE v16 CEIL_FN(ld_bf16)(const unsigned char *p) {
+  v16h h;
+  memcpy(&h, p, 32);
+  return (v16)(__builtin_convertvector(h, v16u) << 16);
+}
+
+CEIL_INLINE v16 CEIL_FN(ld_f16)(const unsigned char *p) {
+#if CEIL_ISA == 2
+  return (v16)_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+#elif CEIL_ISA == 1
+  __m256 a = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+  __m256 b = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16)));
+  v16 v;
+  memcpy(&v, &a, 32);
+  memcpy((char *)&v + 32, &b, 32);
+  return v;
+#else
+  v16 v;
+  for (int k = 0; k < 16; k++) v[k] = ceil_half_to_float((uint16_t)(p[2 * k] | p[2 * k + 1] << 8));
+  return v;
+#endif
+}
+
+CEIL_INLINE float CEIL_FN(half)(const unsigned char *p) {
+#if CEIL_ISA >= 1
+  return _cvtsh_ss((unsigned short)(p[0] | p[1] << 8));
+#else
+  return ceil_half_to_float((uint16_t)(p[0] | p[1] << 8));
+#endif
+}
+
+CEIL_INLINE v16 CEIL_FN(vsqrt)(v16 x) {
+#if CEIL_ISA == 2
+  return (v16)_mm512_sqrt_ps((__m512)x);
+#elif CEIL_ISA == 1
+  __m256 a, b;
+  memcpy(&a, &x, 32);
+  memcpy(&b, (char *)&x + 32, 32);
+  a = _mm256_sqrt_ps(a);
+  b = _mm256_sqrt_ps(b);
+  memcpy(&x, &a, 32);
+  memcpy((char *)&x + 32, &b, 32);
+  return x;
+#else
+  for (int k = 0; k < 16; k++) x[k] = sqrtf(x[k]);
+  return x;
+#endif
+}
+
+/* Stores of 16 values; `nt`: a streaming store (p aligned to the store's
+ * width: the caller checks the row). */
+CEIL_INLINE void CEIL_FN(st_f32)(unsigned char *p, v16 v, int nt) {
+#if CEIL_ISA == 2
+  if (nt) {
+    _mm512_stream_ps((float *)p, (__m512)v);
+    return;
+  }
+#elif CEIL_ISA == 1
+  if (nt) {
+    __m256 a, b;
+    memcpy(&a, &v, 32);
+    memcpy(&b, (char *)&v + 32, 32);
+    _mm256_stream_ps((float *)p, a);
+    _mm256_stream_ps((float *)(p + 32), b);
+    return;
+  }
+#endif
+  (void)nt;
+  memcpy(p, &v, 64);
+}
+
+CEIL_INLINE void CEIL_FN(st_half32)(unsigned char *p, v16h h, int nt) {
+#if CEIL_ISA == 2
+  if (nt) {
+    __m256i x;
+    memcpy(&x, &h, 32);
+    _mm256_stream_si256((__m256i *)p, x);
+    return;
+  }
+#elif CEIL_ISA == 1
+  if (nt) {
+    __m128i a, b;
+    memcpy(&a, &h, 16);
+    memcpy(&b, (char *)&h + 16, 16);
+    _mm_stream_si128((__m128i *)p, a);
+    _mm_stream_si128((__m128i *)(p + 16), b);
+    return;
+  }
+#endif
+  (void)nt;
+  memcpy(p, &h, 32);
+}
+
+CEIL_INLINE void CEIL_FN(st_f16)(unsigned char *p, v16 v, int nt) {
+  v16h h;
+#if CEIL_ISA == 2
+  __m256i x = _mm512_cvtps_ph((__m512)v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  memcpy(&h, &x, 32);
+#elif CEIL_ISA == 1
+  __m256 a, b;
+  memcpy(&a, &v, 32);
+  memcpy(&b, (char *)&v + 32, 32);
+  __m128i x = _mm256_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m128i y = _mm256_cvtps_ph(b, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  memcpy(&h, &x, 16);
+  memcpy((char *)&h + 16, &y, 16);
+#else
+  for (int k = 0; k < 16; k++) h[k] = ceil_float_to_half(v[k]);
+#endif
+  CEIL_FN(st_half32)(p, h, nt);
+}
+
+/* round to nearest even; a NaN stays a (quiet) NaN */
+CEIL_INLINE void CEIL_FN(st_bf16)(unsigned char *p, v16 v, int nt) {
+  v16u u = (v16u)v;
+  v16u r = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+  v16u nan = (v16u)((u & 0x7FFFFFFFu) > 0x7F800000u);
+  r = (nan & ((u >> 16) | 0x40u)) | (~nan & r);
+  CEIL_FN(st_half32)(p, __builtin_convertvector(r, v16h), nt);
+}
+
+/* ---------------------------------------------- a row's values 16 at a time */
+
+/* Value c (a multiple of 16) of a row, 16 values, as ggml dequantizes them. */
+CEIL_INLINE v16 CEIL_FN(ld_q8_0)(const unsigned char *row, size_t c) {
+  const unsigned char *b = row + (c / 32) * 34;
+  v16b q;
+  memcpy(&q, b + 2 + c % 32, 16);
+  return __builtin_convertvector(q, v16) * CEIL_FN(splat)(CEIL_FN(half)(b));
+}
+
+CEIL_INLINE v16 CEIL_FN(ld_q4_0)(const unsigned char *row, size_t c) {
+  const unsigned char *b = row + (c / 32) * 18;
+  v16ub q;
+  memcpy(&q, b + 2, 16);
+  q = c % 32 ? q >> 4 : q & 15;
+  return (__builtin_convertvector(q, v16) - CEIL_FN(splat)(8.0f)) * CEIL_FN(splat)(CEIL_FN(half)(b));
+}
+
+/* ggml's get_scale_min_k4 */
+CEIL_INLINE void CEIL_FN(scale_min_k4)(int j, const unsigned char *q, unsigned char *d, unsigned char *m) {
+  if (j < 4) {
+    *d = q[j] & 63;
+    *m = q[j + 4] & 63;
+  } else {
+    *d = (unsigned char)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+    *m = (unsigned char)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+  }
+}
+
+CEIL_INLINE v16 CEIL_FN(ld_q4_k)(const unsigned char *row, size_t c) {
+  const unsigned char *b = row + (c / 256) * 144;
+  size_t off = c % 256, j64 = off / 64, hi = (off / 32) & 1, l0 = off % 32;
+  unsigned char sc, m;
+  CEIL_FN(scale_min_k4)((int)(2 * j64 + hi), b + 4, &sc, &m);
+  float d1 = CEIL_FN(half)(b) * (float)sc, m1 = CEIL_FN(half)(b + 2) * (float)m;
+  v16ub q;
+  memcpy(&q, b + 16 + 32 * j64 + l0, 16);
+  q = hi ? q >> 4 : q & 15;
+  return CEIL_FN(splat)(d1) * __builtin_convertvector(q, v16) - CEIL_FN(splat)(m1);
+}
+
+/* --------------------------------------------------------------- gather */
+
+/* The k-th token of a thread's work: tokens in order, or, with a position
+ * table shared by several sequences, each position's tokens one after
+ * another (its row read once, then from L1). */
+CEIL_INLINE size_t CEIL_FN(token)(const ceiling *c, size_t first, size_t k) {
+  if (!c->by_position) return first + k;
+  size_t seqs = c->d.n / c->d.seq;
+  return (k % seqs) * c->d.seq + first + k / seqs;
+}
+
+#define CEIL_GATHER(TNAME, LOAD, ONAME, STORE)                                                                    \
+  static void CEIL_CAT(CEIL_CAT(CEIL_CAT(gather_, TNAME), ONAME), CEIL_SFX)(const ceiling * c, size_t first,       \
+                                                                            size_t count) {                       \
+    const size_t cols = c->d.cols, rb = c->row_bytes, ob = c->out_row_bytes, ahead = c->ahead;                  \
+    const int scaled = c->d.scale != 1.0f, nt = c->stream;                                                        \
+    const v16 scale = CEIL_FN(splat)(c->d.scale);                                                                 \
+    for (size_t k = 0; k < count; k++) {                                                                          \
+      size_t i = CEIL_FN(token)(c, first, k);                                                                     \
+      const unsigned char *w = c->table + (size_t)c->ids[i] * rb;                                                 \
+      const unsigned char *next = k + ahead < count                                                               \
+                                      ? c->table + (size_t)c->ids[CEIL_FN(token)(c, first, k + ahead)] * rb      \
+                                      : NULL;                                                                     \
+      const float *p = c->pos ? c->pos + (i % c->d.seq) * cols : NULL;                                            \
+      unsigned char *o = c->out + i * ob;                                                                         \
+      for (size_t col = 0, line = 0; col < cols; col += 16, line += 64) {                                         \
+        if (next && line < rb) __builtin_prefetch(next + line, 0, 3);                                             \
+        v16 v = LOAD(w, col);                                                                                     \
+        if (scaled) v *= scale;                                                                                   \
+        if (p) v += CEIL_FN(ld_f32)((const unsigned char *)(p + col));                                            \
+        STORE(o, col, v, nt);                                                                                     \
+      }                                                                                                           \
+    }                                                                                                             \
+  }
+
+#define CEIL_LD_F32(w, col) CEIL_FN(ld_f32)((w) + 4 * (col))
+#define CEIL_LD_F16(w, col) CEIL_FN(ld_f16)((w) + 2 * (col))
+#define CEIL_LD_BF16(w, col) CEIL_FN(ld_bf16)((w) + 2 * (col))
+#define CEIL_LD_Q8_0(w, col) CEIL_FN(ld_q8_0)((w), (col))
+#define CEIL_LD_Q4_0(w, col) CEIL_FN(ld_q4_0)((w), (col))
+#define CEIL_LD_Q4_K(w, col) CEIL_FN(ld_q4_k)((w), (col))
+#define CEIL_ST_F32(o, col, v, nt) CEIL_FN(st_f32)((o) + 4 * (col), (v), (nt))
+#define CEIL_ST_F16(o, col, v, nt) CEIL_FN(st_f16)((o) + 2 * (col), (v), (nt))
+#define CEIL_ST_BF16(o, col, v, nt) CEIL_FN(st_bf16)((o) + 2 * (col), (v), (nt))
+
+#define CEIL_GATHER_TO(TNAME, LOAD)                \
+  CEIL_GATHER(TNAME, LOAD, _f32, CEIL_ST_F32)      \
+  CEIL_GATHER(TNAME, LOAD, _f16, CEIL_ST_F16)      \
+  CEIL_GATHER(TNAME, LOAD, _bf16, CEIL_ST_BF16)
+CEIL_GATHER_TO(f32, CEIL_LD_F32)
+CEIL_GATHER_TO(f16, CEIL_LD_F16)
+CEIL_GATHER_TO(bf16, CEIL_LD_BF16)
+CEIL_GATHER_TO(q8_0, CEIL_LD_Q8_0)
+CEIL_GATHER_TO(q4_0, CEIL_LD_Q4_0)
+CEIL_GATHER_TO(q4_k, CEIL_LD_Q4_K)
+
+typedef void (*CEIL_FN(gather_fn))(const ceiling *c, size_t first, size_t count);
+#define CEIL_GATHER_ROW(T) {CEIL_CAT(gather_##T##_f32, CEIL_SFX), CEIL_CAT(gather_##T##_f16, CEIL_SFX), \
+                            CEIL_CAT(gather_##T##_bf16, CEIL_SFX)}
+static const CEIL_FN(gather_fn) CEIL_FN(gathers)[6][3] = {CEIL_GATHER_ROW(f32), CEIL_GATHER_ROW(f16),
+                                                           CEIL_GATHER_ROW(bf16), CEIL_GATHER_ROW(q8_0),
+                                                           CEIL_GATHER_ROW(q4_0), CEIL_GATHER_ROW(q4_k)};
+
+static void CEIL_FN(gather_part)(const ceiling *c, int index, int threads) {
+  /* by position: the thread's share of the positions; else of the tokens */
+  size_t total = c->by_position ? c->d.seq : c->d.n, lo = total * (size_t)index / (size_t)threads,
+         hi = total * (size_t)(index + 1) / (size_t)threads;
+  size_t count = c->by_position ? (hi - lo) * (c->d.n / c->d.seq) : hi - lo;
+  int o = c->d.out_dtype == CLEMBED_F32 ? 0 : c->d.out_dtype == CLEMBED_F16 ? 1 : 2;
+  CEIL_FN(gathers)[c->tcode][o](c, lo, count);
+#if CEIL_ISA >= 1
+  _mm_sfence();
+#endif
+}
+
+/* ------------------------------------------------------------------ fold */
+
+CEIL_INLINE v16 CEIL_FN(ld_w)(const ceiling *c, const unsigned char *w, size_t col) {
+  if (c->d.table_dtype == CLEMBED_F32) return CEIL_FN(ld_f32)(w + 4 * col);
+  if (c->d.table_dtype == CLEMBED_BF16) return CEIL_FN(ld_bf16)(w + 2 * col);
+  return CEIL_FN(ld_f16)(w + 2 * col);
+}
+CEIL_INLINE void CEIL_FN(st_w)(const ceiling *c, unsigned char *w, size_t col, v16 v) {
+  if (c->d.table_dtype == CLEMBED_F32) CEIL_FN(st_f32)(w + 4 * col, v, 0);
+  else if (c->d.table_dtype == CLEMBED_BF16) CEIL_FN(st_bf16)(w + 2 * col, v, 0);
+  else CEIL_FN(st_f16)(w + 2 * col, v, 0);
+}
+
+/* Asks for the rows that sorted position s needs: its gradient row, and where
+ * a row's segment starts there, the table row and its state rows. */
+CEIL_INLINE void CEIL_FN(fold_prefetch_line)(const ceiling *c, const uint32_t *keys, const uint32_t *vals, size_t s,
+                                            size_t line) {
+  const size_t cols = c->d.cols;
+  if (4 * cols > line) __builtin_prefetch((const char *)(c->grad + (size_t)vals[s] * cols) + line, 0, 3);
+  if (s && keys[s - 1] == keys[s]) return;
+  size_t v = keys[s];
+  if (line < c->row_bytes) __builtin_prefetch(c->table + v * c->row_bytes + line, 1, 3);
+  if (c->s1 && line < 4 * c->s1_cols) __builtin_prefetch((const char *)(c->s1 + v * c->s1_cols) + line, 1, 3);
+  if (c->s2 && line < 4 * cols) __builtin_prefetch((const char *)(c->s2 + v * cols) + line, 1, 3);
+}
+
+static void CEIL_FN(fold_part)(const ceiling *c, int index, int threads) {
+  const size_t n = c->d.n, cols = c->d.cols, ahead = c->ahead;
+  const uint32_t *keys = c->keys[c->sorted], *vals = c->vals[c->sorted];
+  size_t lo = n * (size_t)index / (size_t)threads, hi = n * (size_t)(index + 1) / (size_t)threads;
+  while (lo > 0 && lo < n && keys[lo - 1] == keys[lo]) lo++; /* whole segments: starts in [lo, hi) */
+  while (hi > 0 && hi < n && keys[hi - 1] == keys[hi]) hi++;
+  float *acc = c->acc[index];
+  const v16 lr = CEIL_FN(splat)(c->lr), eps = CEIL_FN(splat)(c->eps), b1c = CEIL_FN(splat)(c->b1c),
+            b2c = CEIL_FN(splat)(c->b2c);
+  for (size_t s = lo; s < hi;) {
+    size_t e = s + 1;
+    while (e < hi && keys[e] == keys[s]) e++;
+    const size_t v = keys[s];
+    /* the segment's gradient rows folded in token order (a segment of one row
+     * is used in place); the rows of the sorted position `ahead` on asked for
+     * a line per column step while a row is read */
+    const float *g = c->grad + (size_t)vals[s] * cols;
+    size_t pf = n; /* the position asked for during the store: none */
+    if (e - s > 1) {
+      for (size_t t = s; t < e; t++) {
+        const float *gt = c->grad + (size_t)vals[t] * cols;
+        for (size_t col = 0, line = 0; col < cols; col += 16, line += 64) {
+          if (t + ahead < n) CEIL_FN(fold_prefetch_line)(c, keys, vals, t + ahead, line);
+          v16 x = CEIL_FN(ld_f32)((const unsigned char *)(gt + col));
+          if (t > s) x += CEIL_FN(ld_f32)((const unsigned char *)(acc + col));
+          memcpy(acc + col, &x, 64);
+        }
+      }
+      g = acc;
+    } else {
+      pf = s + ahead;
+    }
+    unsigned char *w = c->table + v * c->row_bytes;
+    float *s1 = c->s1 ? c->s1 + v * c->s1_cols : NULL, *s2 = c->s2 ? c->s2 + v * cols : NULL;
+    v16 rate = lr;
+    if (c->d.store == CEILING_ROWWISE_ADAGRAD) {
+      v16 sq = CEIL_FN(splat)(0.0f);
+      for (size_t col = 0; col < cols; col += 16) {
+        v16 x = CEIL_FN(ld_f32)((const unsigned char *)(g + col));
+        sq += x * x;
+      }
+      float sum = 0.0f;
+      for (int k = 0; k < 16; k++) sum += sq[k];
+      s1[0] += sum / (float)cols;
+      rate = CEIL_FN(splat)(c->lr / (sqrtf(s1[0]) + c->eps));
+    }
+    for (size_t col = 0, line = 0; col < cols; col += 16, line += 64) {
+      if (pf < n) CEIL_FN(fold_prefetch_line)(c, keys, vals, pf, line);
+      v16 x = CEIL_FN(ld_f32)((const unsigned char *)(g + col));
+      if (c->d.store == CEILING_ACCUMULATE) {
+        float *dw = (float *)w + col;
+        v16 y = CEIL_FN(ld_f32)((const unsigned char *)dw) + x;
+        memcpy(dw, &y, 64);
+        continue;
+      }
+      v16 wv = CEIL_FN(ld_w)(c, w, col);
+      switch (c->d.store) {
+      case CEILING_SGD:
+      case CEILING_ROWWISE_ADAGRAD: wv -= rate * x; break;
+      case CEILING_ADAGRAD: {
+        v16 sv = CEIL_FN(ld_f32)((const unsigned char *)(s1 + col)) + x * x;
+        memcpy(s1 + col, &sv, 64);
+        wv -= lr * (x / (CEIL_FN(vsqrt)(sv) + eps));
+        break;
+      }
+      case CEILING_ADAM: {
+        v16 m = CEIL_FN(ld_f32)((const unsigned char *)(s1 + col)), u = CEIL_FN(ld_f32)((const unsigned char *)(s2 + col));
+        m += (x - m) * b1c;
+        u += (x * x - u) * b2c;
+        memcpy(s1 + col, &m, 64);
+        memcpy(s2 + col, &u, 64);
+        wv -= lr * (m / (CEIL_FN(vsqrt)(u) + eps));
+        break;
+      }
+      default: break;
+      }
+      CEIL_FN(st_w)(c, w, col, wv);
+    }
+    s = e;
+  }
+}
+
+/* ------------------------------------------------------------------ RoPE */
+
+static void CEIL_FN(rope_part)(const ceiling *c, int index, int threads) {
+  const size_t n = c->d.n, cols = c->d.cols, hd = c->d.head_dim, half = hd / 2;
+  const size_t lo = n * (size_t)index / (size_t)threads, hi = n * (size_t)(index + 1) / (size_t)threads;
+  const int f16 = c->d.table_dtype == CLEMBED_F16, nt = c->stream;
+  const size_t es = f16 ? 2 : 4;
+  for (size_t i = lo; i < hi; i++) {
+    const float *cs = c->pos + i * hd; /* half cos, then half sin */
+    const unsigned char *x = c->table + i * cols * es;
+    unsigned char *o = c->out + i * cols * es;
+    for (size_t h = 0; h < cols; h += hd)
+      for (size_t k = 0; k < half; k += 16) {
+        size_t ia = (h + k) * es, ib = (h + k + half) * es;
+        v16 a = f16 ? CEIL_FN(ld_f16)(x + ia) : CEIL_FN(ld_f32)(x + ia);
+        v16 b = f16 ? CEIL_FN(ld_f16)(x + ib) : CEIL_FN(ld_f32)(x + ib);
+        v16 co = CEIL_FN(ld_f32)((const unsigned char *)(cs + k)), si = CEIL_FN(ld_f32)((const unsigned char *)(cs + half + k));
+        v16 ra = a * co - b * si, rb = b * co + a * si;
+        if (f16) {
+          CEIL_FN(st_f16)(o + ia, ra, nt);
+          CEIL_FN(st_f16)(o + ib, rb, nt);
+        } else {
+          CEIL_FN(st_f32)(o + ia, ra, nt);
+          CEIL_FN(st_f32)(o + ib, rb, nt);
+        }
+      }
+  }
+#if CEIL_ISA >= 1
+  _mm_sfence();
+#endif
+}
+
+#undef CEIL_GATHER
+#undef CEIL_GATHER_TO
+#undef CEIL_GATHER_ROW
+#undef CEIL_LD_F32
+#undef CEIL_LD_F16
+#undef CEIL_LD_BF16
+#undef CEIL_LD_Q8_0
+#undef CEIL_LD_Q4_0
+#undef CEIL_LD_Q4_K
+#undef CEIL_ST_F32
+#undef CEIL_ST_F16
+#undef CEIL_ST_BF16
+#undef CEIL_FN
+#undef CEIL_INLINE
