@@ -91,15 +91,18 @@ typedef struct clembed_context clembed_context; /* opaque */
 CLEMBED_API clembed_status clembed_context_create(const char *device, clembed_context **ctx);
 
 /* Kernel shapes. A context on a CPU device uses the CPU shapes (a work-item
- * writes whole rows with wide vectors, several side by side or, where the
- * device takes prefetch hints (POCL), one after another with later rows asked
- * for ahead; streaming stores for an output larger than the device's cache);
- * other devices use the GPU
- * shapes (consecutive work-items on consecutive columns). The environment
- * variable CLEMBED_TUNING=cpu or =gpu, read when a context is created,
- * overrides the choice (another non-empty value makes the context creation fail
- * with CLEMBED_ERR_INVALID_ARGUMENT). Results are the same bit for bit either
- * way (the atomic backward aside, whose order of additions is unspecified). */
+ * writes whole rows with wide vectors, several side by side, and where the
+ * device takes prefetch hints (POCL) asks for the rows it will take next while
+ * it writes; streaming stores for an output larger than the device's cache);
+ * other devices use the GPU shapes (consecutive work-items on consecutive
+ * columns). The environment variable CLEMBED_TUNING=cpu or =gpu, read when a
+ * context is created, overrides the choice (another non-empty value makes the
+ * context creation fail with CLEMBED_ERR_INVALID_ARGUMENT), and
+ * CLEMBED_TUNE="name=count,..." sets single numbers of the chosen table (the
+ * fields of ce_tuning in src/runtime/runtime.h, e.g. "embed_rows=4,fold_ahead=8",
+ * for tuning a new device; an unknown name or a value that is not a count fails
+ * the same way). Results are the same bit for bit whatever the shapes (the
+ * atomic backward aside, whose order of additions is unspecified). */
 
 /* Joins an existing pipeline: retains `queue` (released by destroy) and uses its
  * context and device. Enqueues nothing and waits for nothing on the queue (a

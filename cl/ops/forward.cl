@@ -27,11 +27,18 @@
 #ifndef STREAM
 #define STREAM 0
 #endif
-/* AHEAD (the row shapes; the host sets it for short table rows where
+/* AHEAD (the strided shape; the host sets it for short table rows where
  * CE_PREFETCH is 1): the rows are written one after another, and the table
  * row AHEAD rows on is asked for while one is written; 0: none */
 #ifndef AHEAD
 #define AHEAD 0
+#endif
+/* NEXT (the row shapes without AHEAD; the host sets it where CE_PREFETCH is
+ * 1): while an item's rows are written side by side, the table rows of the
+ * next item's tokens (from t0 + tnext) are asked for, a line or more of each
+ * at every column step; 0: none */
+#ifndef NEXT
+#define NEXT 0
 #endif
 /* COPY (the host sets it for a same-dtype F16 or BF16 lookup: scale 1, no
  * positions, no dropout): the row shapes move each row's 16-bit words as they
@@ -185,10 +192,20 @@ __kernel void ce_embed_vec4(CE_EMBED_ARGS) {
 /* The row shapes' steps for row k from column c: 2 * VEC columns (pe0, pe1:
  * the shared position's sinusoid), VEC columns, one column. */
 #if COPY
-#define CE_STEP2(k, c, pe0, pe1) \
-  do {                           \
-    CE_COPY_VEC(k, c);           \
-    CE_COPY_VEC(k, (c) + VEC);   \
+/* two vectors: a whole line (VEC 16) in one streaming store where the row is
+ * aligned to it (two half-line streaming stores go out several times slower) */
+#define CE_COPY_WORDS(k, c)                                                                            \
+  (has[k] ? vloadV(0, (__global const ushort *)trow[k] + (c)) : (USV)(0))
+#define CE_QUIET(h) select((h), (h) | (USV)(CE_COPY_QUIET), ((h) & (USV)(0x7FFF)) > (USV)(CE_COPY_INF))
+#define CE_STEP2(k, c, pe0, pe1)                                         \
+  do {                                                                   \
+    if (nt2[k]) {                                                        \
+      USV h0 = CE_COPY_WORDS(k, c), h1 = CE_COPY_WORDS(k, (c) + VEC);    \
+      ce_stream2_us((__global ushort *)orow[k] + (c), CE_QUIET(h0), CE_QUIET(h1)); \
+    } else {                                                             \
+      CE_COPY_VEC(k, c);                                                 \
+      CE_COPY_VEC(k, (c) + VEC);                                         \
+    }                                                                    \
   } while (0)
 #define CE_STEP1(k, c, pe0) CE_COPY_VEC(k, c)
 #else
@@ -246,8 +263,10 @@ __kernel void ce_embed_vec4(CE_EMBED_ARGS) {
  * the last work-item: `live`). With `shared` (the strided shape) every token
  * is at the same position. Without AHEAD the rows go side by side, a chunk of
  * columns of each in turn (a CPU's prefetchers get several streams; a shared
- * position's sinusoid is computed once per chunk). With AHEAD (short rows,
- * where CE_PREFETCH is 1) they go one after another, and while row k is
+ * position's sinusoid is computed once per chunk), and with NEXT the next
+ * item's rows (from t0 + tnext) are asked for a line or so of each per chunk.
+ * With AHEAD (short rows, positions shared, where CE_PREFETCH is 1) they go
+ * one after another, and while row k is
  * written the table row AHEAD rows on (in the order the rows are taken: this
  * item's, then the next items' from t0 + tnext) is asked for, line s at
  * column step s (whole lines a step): requests spread over the work, rather
@@ -312,7 +331,19 @@ inline void ce_embed_row_tokens(CE_EMBED_ARGS, ulong t0, ulong tstep, ulong tnex
     for (ulong c = cv; c < cols; c++) CE_STEP0(k, c);
   }
 #else
+#if NEXT
+  const ulong bytes = (ulong)((__global const uchar *)table_ptr(table, cols) - (__global const uchar *)table);
+  const ulong step = ce_prefetch_step(bytes, cols / (2 * VEC));
+  __global const uchar *pf[ROWS];
+  for (int k = 0; k < ROWS; k++) {
+    const ulong ta = t0 + tnext + (ulong)k * tstep;
+    const long id = ta < n ? ce_load_id(ids32, ids64, id64, id_off + ta) : -1;
+    pf[k] = id >= 0 && (ulong)id < t_rows ? (__global const uchar *)table_ptr(table, t_off + (ulong)id * t_ld) : 0;
+  }
+  for (ulong c = 0, line = 0; c < cw; c += 2 * VEC, line += step) {
+#else
   for (ulong c = 0; c < cw; c += 2 * VEC) {
+#endif
 #if POSITIONS == 1
     FV pe0 = (FV)(0.0f), pe1 = (FV)(0.0f); /* one position for all the item's tokens */
     if (shared) {
@@ -320,7 +351,12 @@ inline void ce_embed_row_tokens(CE_EMBED_ARGS, ulong t0, ulong tstep, ulong tnex
       pe1 = ce_sinusoidv(pp[0], freq, cols, c + VEC);
     }
 #endif
-    for (int k = 0; k < ROWS && k < live; k++) CE_STEP2(k, c, pe0, pe1);
+    for (int k = 0; k < ROWS && k < live; k++) {
+#if NEXT
+      if (pf[k]) ce_prefetch_part(pf[k], line, step, bytes);
+#endif
+      CE_STEP2(k, c, pe0, pe1);
+    }
   }
   for (ulong c = cw; c < cv; c += VEC) {
 #if POSITIONS == 1

@@ -79,6 +79,7 @@ typedef struct embed_shape {
   const char *name;
   unsigned rows;   /* tokens (or sequences) per work-item; 0 for the column shapes */
   unsigned ahead;  /* the row shapes: rows on whose table row is prefetched (forward.cl's AHEAD; 0: none) */
+  int next;        /* the row shapes side by side: the next item's rows asked for (forward.cl's NEXT) */
   int stream, vw;
   size_t nx, ny;   /* the 2-D range, or (rows) the 1-D count ny */
 } embed_shape;
@@ -86,7 +87,7 @@ typedef struct embed_shape {
 static embed_shape choose_shape(const clembed_context *ctx, const clembed_matrix *table, const clembed_ids *ids,
                                 const clembed_embed_options *opt, const embed_pos *p, clembed_dtype out_dtype) {
   const ce_tuning *t = ctx->tune;
-  embed_shape s = {"ce_embed", t->embed_rows, 0, 0, table->cols % 4 == 0 ? 4 : 1, 0, 0};
+  embed_shape s = {"ce_embed", t->embed_rows, 0, 0, 0, table->cols % 4 == 0 ? 4 : 1, 0, 0};
   if (table->cols == 0) { /* no column to write, but every id and position is still checked: the
                              row shape, one token per work-item, reads them and writes nothing */
     s.rows = 1;
@@ -98,17 +99,16 @@ static embed_shape choose_shape(const clembed_context *ctx, const clembed_matrix
    * takes one position of several sequences (each position row read once) */
   int strided = s.rows && p->kind != 0 && !p->so && opt->seq_len && ids->count / opt->seq_len >= 2;
   if (strided) s.rows = t->embed_strided_rows;
-  /* short table rows, where the device takes prefetch hints: written one
-   * after another, a later row's table row asked for during each (forward.cl),
-   * one token per work-item unless positions are shared */
+  /* shared positions and short table rows, where the device takes prefetch
+   * hints: written one after another, a later row's table row asked for
+   * during each (forward.cl's AHEAD) */
   size_t row_bytes = clembed_dtype_row_bytes(table->dtype, table->cols);
-  if (s.rows && ctx->prefetch && !strided && row_bytes <= t->embed_prefetch_bytes) {
-    s.rows = t->embed_prefetch_rows;
-    s.ahead = t->embed_prefetch_ahead;
-  } else if (s.rows && ctx->prefetch && strided && row_bytes <= t->embed_strided_prefetch_bytes &&
-             p->kind != (int)CLEMBED_POSITIONS_SINUSOID) { /* (a sinusoid computed, not cached: once per position) */
+  if (s.rows && ctx->prefetch && strided && row_bytes <= t->embed_strided_prefetch_bytes &&
+      p->kind != (int)CLEMBED_POSITIONS_SINUSOID) /* (a sinusoid computed, not cached: once per position) */
     s.ahead = t->embed_strided_ahead;
-  }
+  /* rows side by side, where the device takes prefetch hints: the next
+   * item's rows asked for while the item's are written */
+  s.next = s.rows && !s.ahead && ctx->prefetch && t->embed_next;
   /* an output larger than the device's cache goes out with streaming stores */
   size_t out_bytes = ids->count * table->cols * clembed_dtype_size(out_dtype);
   s.stream = s.rows && t->embed_stream && ctx->cache_bytes && out_bytes > ctx->cache_bytes;
@@ -204,8 +204,8 @@ static clembed_status embed_run(clembed_context *ctx, const clembed_matrix *tabl
   int copy = table->dtype == out->dtype && (table->dtype == CLEMBED_F16 || table->dtype == CLEMBED_BF16) &&
              opt->scale == 1.0f && p.kind == 0 && !(opt->dropout > 0.0f);
   if (sh.rows)
-    snprintf(opts + n, sizeof opts - (size_t)n, " -DROWS=%u -DSTREAM=%d -DCOPY=%d -DAHEAD=%u", sh.rows, sh.stream,
-             copy, sh.ahead);
+    snprintf(opts + n, sizeof opts - (size_t)n, " -DROWS=%u -DSTREAM=%d -DCOPY=%d -DAHEAD=%u -DNEXT=%d", sh.rows,
+             sh.stream, copy, sh.ahead, sh.next);
   CHECK(ce_kernel(ctx, CE_FAMILY_FORWARD, opts, sh.name, &k));
   ce_record rec = {CE_NO_SLOT, CE_FAMILY_FORWARD, opts, ids, p.so, opt->seq_len};
   CHECK(embed_slot(ctx, table, ids, opt, &p, &rec.slot));

@@ -268,11 +268,14 @@ clembed_status ce_device_facts(clembed_context *ctx) {
   clGetDeviceInfo(ctx->device, CL_DEVICE_TYPE, sizeof type, &type, NULL);
   limits(ctx, type);
   const char *env = getenv("CLEMBED_TUNING");
-  ctx->tune = ce_tuning_choose((type & CL_DEVICE_TYPE_CPU) != 0, env);
-  if (!ctx->tune) {
+  const ce_tuning *table = ce_tuning_choose((type & CL_DEVICE_TYPE_CPU) != 0, env);
+  if (!table) {
     ce_last_message("CLEMBED_TUNING is '%.100s'; it must be cpu, gpu, or unset", env);
     return CLEMBED_ERR_INVALID_ARGUMENT;
   }
+  clembed_status s = ce_tuning_apply(table, getenv("CLEMBED_TUNE"), &ctx->tune_table);
+  if (s != CLEMBED_OK) return s;
+  ctx->tune = &ctx->tune_table;
   ctx->cpu_shapes = ctx->tune->cpu_shapes;
   if (clGetDeviceInfo(ctx->device, CL_DEVICE_GLOBAL_MEM_CACHE_SIZE, sizeof ctx->cache_bytes, &ctx->cache_bytes,
                       NULL) != CL_SUCCESS)

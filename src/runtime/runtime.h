@@ -62,14 +62,15 @@ typedef struct ce_tuning {
   unsigned embed_strided_rows; /* sequences per work-item that share a position */
   unsigned embed_vec;          /* columns per vector in the row shapes */
   int embed_stream;            /* streaming stores for an output larger than the device's cache */
-  /* where the device takes prefetch hints (ctx->prefetch), the row shapes
-   * write their rows one after another and ask for a later row's table row
-   * during each (forward.cl's AHEAD): */
-  size_t embed_prefetch_bytes;         /* table rows of at most this many bytes, */
-  unsigned embed_prefetch_rows;        /* then this many tokens per work-item, */
-  unsigned embed_prefetch_ahead;       /* and the table row this many rows on; */
-  size_t embed_strided_prefetch_bytes; /* positions shared: rows of at most this many bytes, */
-  unsigned embed_strided_ahead;        /* this many rows on */
+  /* where the device takes prefetch hints (ctx->prefetch): the row shapes'
+   * rows side by side ask for the next work-item's table rows, a line or two
+   * of each at a column step (forward.cl's NEXT), when embed_next is 1; */
+  int embed_next;
+  /* with positions shared (the strided shape), rows of at most this many
+   * bytes are written one after another instead, the table row this many rows
+   * on asked for during each (forward.cl's AHEAD) */
+  size_t embed_strided_prefetch_bytes;
+  unsigned embed_strided_ahead;
   /* positional table */
   int positional_rowwise;      /* a row per work-item */
   unsigned positional_vec;
@@ -102,6 +103,19 @@ typedef struct ce_tuning {
 /* The table for a device (cpu: its type is CPU), overridden by CLEMBED_TUNING;
  * NULL for a CLEMBED_TUNING value other than cpu or gpu. */
 const ce_tuning *ce_tuning_choose(int is_cpu, const char *env);
+/* The numeric fields CLEMBED_TUNE may set ("name=value,name=value"): every
+ * field of ce_tuning but its name. */
+#define CE_TUNING_FIELDS(X)                                                                                     \
+  X(cpu_shapes) X(group_target) X(row_items_max) X(row_groups_per_unit) X(embed_rows) X(embed_strided_rows)     \
+  X(embed_vec) X(embed_stream) X(embed_next) X(embed_strided_prefetch_bytes) X(embed_strided_ahead) X(positional_rowwise) X(positional_vec) X(rope_rowwise) \
+  X(sort_chunk) X(sort_max_chunks) X(sort_radix_bits) X(sort_local) X(fold_vec) X(fold_tile)                     \
+  X(fold_block_columns) X(fold_split) X(fold_group) X(fold_ahead) X(rowwise_ahead) X(fold_slices_per_unit)        \
+  X(fold_min_slices) X(row_items) X(sinusoid_table_max_elements) X(sinusoid_table_min_rows)                      \
+  X(sinusoid_table_inline_rows) X(huge_page_bytes)
+/* Copies `base` into *out with CLEMBED_TUNE's settings applied (env NULL or
+ * "": none); a name it does not know or a value that is not a count is an
+ * error whose message goes to ce_last_message. */
+clembed_status ce_tuning_apply(const ce_tuning *base, const char *env, ce_tuning *out);
 
 /* ---------------------------------------------------------- error records */
 
@@ -163,7 +177,8 @@ struct clembed_context {
   int own_queue;  /* the queue was created by clembed (not a caller's) */
   int in_order;
   int atom64;     /* cl_khr_int64_base_atomics: error records need no second kernel */
-  const ce_tuning *tune;
+  const ce_tuning *tune; /* &tune_table */
+  ce_tuning tune_table;   /* the device's table, with CLEMBED_TUNE's settings */
   int cpu_shapes; /* tune->cpu_shapes */
   cl_uint units;  /* CL_DEVICE_MAX_COMPUTE_UNITS */
   cl_ulong cache_bytes; /* CL_DEVICE_GLOBAL_MEM_CACHE_SIZE (0: unknown) */

@@ -3,6 +3,8 @@
  * table's). The figures behind these choices are in docs/performance.md. */
 #include "runtime.h"
 
+#include <stdlib.h>
+#include <string.h>
 #include <strings.h>
 
 static const ce_tuning gpu = {
@@ -15,9 +17,7 @@ static const ce_tuning gpu = {
     .embed_strided_rows = 0,
     .embed_vec = 16,
     .embed_stream = 0,
-    .embed_prefetch_bytes = 0,
-    .embed_prefetch_rows = 0,
-    .embed_prefetch_ahead = 0,
+    .embed_next = 0,
     .embed_strided_prefetch_bytes = 0,
     .embed_strided_ahead = 0,
     .positional_rowwise = 0,
@@ -49,13 +49,11 @@ static const ce_tuning cpu = {
     .group_target = 256,
     .row_items_max = 16, /* a CPU runtime runs a work-group's items in one thread */
     .row_groups_per_unit = 8,
-    .embed_rows = 4,          /* whole output rows of 4 tokens per work-item */
+    .embed_rows = 8,          /* whole output rows of 8 tokens per work-item, side by side */
     .embed_strided_rows = 8,  /* one position of 8 sequences per work-item */
     .embed_vec = 16,
     .embed_stream = 1,        /* streaming stores for an output larger than the cache */
-    .embed_prefetch_bytes = 4096, /* rows of up to 1024 F32 values, */
-    .embed_prefetch_rows = 1,     /* then one token per work-item, */
-    .embed_prefetch_ahead = 4,    /* asking for the row 4 rows on; */
+    .embed_next = 1,          /* (POCL) the next item's 8 rows asked for during the item's */
     .embed_strided_prefetch_bytes = 2048, /* positions shared: quantized rows, 16-bit rows of 1024, */
     .embed_strided_ahead = 4,     /* 4 rows on */
     .positional_rowwise = 1,  /* a row per work-item, 16 columns at a time */
@@ -88,4 +86,48 @@ const ce_tuning *ce_tuning_choose(int is_cpu, const char *env) {
     return NULL;
   }
   return is_cpu ? &cpu : &gpu;
+}
+
+static void set_int(int *f, unsigned long long v) { *f = (int)v; }
+static void set_unsigned(unsigned *f, unsigned long long v) { *f = (unsigned)v; }
+static void set_size(size_t *f, unsigned long long v) { *f = (size_t)v; }
+#define CE_SET_FIELD(f, v) _Generic((f), int *: set_int, unsigned *: set_unsigned, size_t *: set_size)((f), (v))
+
+clembed_status ce_tuning_apply(const ce_tuning *base, const char *env, ce_tuning *out) {
+  *out = *base;
+  if (!env) return CLEMBED_OK;
+  char item[128];
+  for (const char *p = env; *p;) {
+    size_t len = strcspn(p, ",");
+    if (len == 0 || len >= sizeof item) {
+      ce_last_message("CLEMBED_TUNE is '%.200s'; it must be name=count settings separated by commas", env);
+      return CLEMBED_ERR_INVALID_ARGUMENT;
+    }
+    memcpy(item, p, len);
+    item[len] = 0;
+    p += len + (p[len] == ',');
+    char *eq = strchr(item, '='), *end = NULL;
+    unsigned long long v = 0;
+    if (eq) {
+      *eq = 0;
+      v = strtoull(eq + 1, &end, 10);
+    }
+    if (!eq || !eq[1] || *end || eq[1] == '-' || v > (1ull << 40)) {
+      ce_last_message("CLEMBED_TUNE: '%.100s' must be name=count (a count from 0 to 2^40)", item);
+      return CLEMBED_ERR_INVALID_ARGUMENT;
+    }
+    int known = 0;
+#define CE_TUNE_FIELD(name)            \
+    if (!strcmp(item, #name)) {        \
+      CE_SET_FIELD(&out->name, v);     \
+      known = 1;                       \
+    }
+    CE_TUNING_FIELDS(CE_TUNE_FIELD)
+#undef CE_TUNE_FIELD
+    if (!known) {
+      ce_last_message("CLEMBED_TUNE: '%.100s' is not a tuning field (src/runtime/runtime.h lists them)", item);
+      return CLEMBED_ERR_INVALID_ARGUMENT;
+    }
+  }
+  return CLEMBED_OK;
 }

@@ -143,6 +143,42 @@ CEIL_INLINE void CEIL_FN(st_bf16)(unsigned char *p, v16 v, int nt) {
   CEIL_FN(st_half32)(p, __builtin_convertvector(r, v16h), nt);
 }
 
+/* 16 bytes as floats: signed (int8) or unsigned */
+CEIL_INLINE v16 CEIL_FN(cvt_i8)(v16b q) {
+#if CEIL_ISA == 2
+  __m128i x;
+  memcpy(&x, &q, 16);
+  return (v16)_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(x));
+#elif CEIL_ISA == 1
+  __m128i x;
+  memcpy(&x, &q, 16);
+  __m256 a = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(x)), b = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(x, 8)));
+  v16 v;
+  memcpy(&v, &a, 32);
+  memcpy((char *)&v + 32, &b, 32);
+  return v;
+#else
+  return __builtin_convertvector(q, v16);
+#endif
+}
+CEIL_INLINE v16 CEIL_FN(cvt_u8)(v16ub q) {
+#if CEIL_ISA == 2
+  __m128i x;
+  memcpy(&x, &q, 16);
+  return (v16)_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(x));
+#elif CEIL_ISA == 1
+  __m128i x;
+  memcpy(&x, &q, 16);
+  __m256 a = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(x)), b = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(x, 8)));
+  v16 v;
+  memcpy(&v, &a, 32);
+  memcpy((char *)&v + 32, &b, 32);
+  return v;
+#else
+  return __builtin_convertvector(q, v16);
+#endif
+}
+
 /* ---------------------------------------------- a row's values 16 at a time */
 
 /* Value c (a multiple of 16) of a row, 16 values, as ggml dequantizes them. */
@@ -150,7 +186,7 @@ CEIL_INLINE v16 CEIL_FN(ld_q8_0)(const unsigned char *row, size_t c) {
   const unsigned char *b = row + (c / 32) * 34;
   v16b q;
   memcpy(&q, b + 2 + c % 32, 16);
-  return __builtin_convertvector(q, v16) * CEIL_FN(splat)(CEIL_FN(half)(b));
+  return CEIL_FN(cvt_i8)(q) * CEIL_FN(splat)(CEIL_FN(half)(b));
 }
 
 CEIL_INLINE v16 CEIL_FN(ld_q4_0)(const unsigned char *row, size_t c) {
@@ -158,7 +194,7 @@ CEIL_INLINE v16 CEIL_FN(ld_q4_0)(const unsigned char *row, size_t c) {
   v16ub q;
   memcpy(&q, b + 2, 16);
   q = c % 32 ? q >> 4 : q & 15;
-  return (__builtin_convertvector(q, v16) - CEIL_FN(splat)(8.0f)) * CEIL_FN(splat)(CEIL_FN(half)(b));
+  return (CEIL_FN(cvt_u8)(q) - CEIL_FN(splat)(8.0f)) * CEIL_FN(splat)(CEIL_FN(half)(b));
 }
 
 /* ggml's get_scale_min_k4 */
@@ -172,16 +208,24 @@ CEIL_INLINE void CEIL_FN(scale_min_k4)(int j, const unsigned char *q, unsigned c
   }
 }
 
-CEIL_INLINE v16 CEIL_FN(ld_q4_k)(const unsigned char *row, size_t c) {
+/* Q4_K: a block's 8 scales and mins decoded when its first 16 values are
+ * loaded (col steps through a row 16 at a time from 0), into kd and km. */
+CEIL_INLINE v16 CEIL_FN(ld_q4_k)(const unsigned char *row, size_t c, float *kd, float *km) {
   const unsigned char *b = row + (c / 256) * 144;
   size_t off = c % 256, j64 = off / 64, hi = (off / 32) & 1, l0 = off % 32;
-  unsigned char sc, m;
-  CEIL_FN(scale_min_k4)((int)(2 * j64 + hi), b + 4, &sc, &m);
-  float d1 = CEIL_FN(half)(b) * (float)sc, m1 = CEIL_FN(half)(b + 2) * (float)m;
+  if (off == 0) {
+    float d = CEIL_FN(half)(b), dmin = CEIL_FN(half)(b + 2);
+    for (int j = 0; j < 8; j++) {
+      unsigned char sc, m;
+      CEIL_FN(scale_min_k4)(j, b + 4, &sc, &m);
+      kd[j] = d * (float)sc;
+      km[j] = dmin * (float)m;
+    }
+  }
   v16ub q;
   memcpy(&q, b + 16 + 32 * j64 + l0, 16);
   q = hi ? q >> 4 : q & 15;
-  return CEIL_FN(splat)(d1) * __builtin_convertvector(q, v16) - CEIL_FN(splat)(m1);
+  return CEIL_FN(splat)(kd[off / 32]) * CEIL_FN(cvt_u8)(q) - CEIL_FN(splat)(km[off / 32]);
 }
 
 /* --------------------------------------------------------------- gather */
@@ -195,36 +239,54 @@ CEIL_INLINE size_t CEIL_FN(token)(const ceiling *c, size_t first, size_t k) {
   return (k % seqs) * c->d.seq + first + k / seqs;
 }
 
+/* One thread's tokens: with side 1 one row after another, the row `ahead`
+ * tokens on asked for a line per column step; with side S > 1, S rows side
+ * by side, a whole output line (a whole block of a K type) of each in turn
+ * (S streams for the CPU's prefetchers, lines written whole), and where
+ * ahead > 0 the next group's rows asked for the same way. */
 #define CEIL_GATHER(TNAME, LOAD, ONAME, STORE)                                                                    \
   static void CEIL_CAT(CEIL_CAT(CEIL_CAT(gather_, TNAME), ONAME), CEIL_SFX)(const ceiling * c, size_t first,       \
                                                                             size_t count) {                       \
-    const size_t cols = c->d.cols, rb = c->row_bytes, ob = c->out_row_bytes, ahead = c->ahead;                  \
+    const size_t cols = c->d.cols, rb = c->row_bytes, ob = c->out_row_bytes, ahead = c->ahead, side = c->side;   \
     const int scaled = c->d.scale != 1.0f, nt = c->stream;                                                        \
     const v16 scale = CEIL_FN(splat)(c->d.scale);                                                                 \
-    for (size_t k = 0; k < count; k++) {                                                                          \
-      size_t i = CEIL_FN(token)(c, first, k);                                                                     \
-      const unsigned char *w = c->table + (size_t)c->ids[i] * rb;                                                 \
-      const unsigned char *next = k + ahead < count                                                               \
-                                      ? c->table + (size_t)c->ids[CEIL_FN(token)(c, first, k + ahead)] * rb      \
-                                      : NULL;                                                                     \
-      const float *p = c->pos ? c->pos + (i % c->d.seq) * cols : NULL;                                            \
-      unsigned char *o = c->out + i * ob;                                                                         \
-      for (size_t col = 0, line = 0; col < cols; col += 16, line += 64) {                                         \
-        if (next && line < rb) __builtin_prefetch(next + line, 0, 3);                                             \
-        v16 v = LOAD(w, col);                                                                                     \
-        if (scaled) v *= scale;                                                                                   \
-        if (p) v += CEIL_FN(ld_f32)((const unsigned char *)(p + col));                                            \
-        STORE(o, col, v, nt);                                                                                     \
+    /* values per step of a row: a whole output line (16, or 32 for 16 bits), a whole Q4_K block */            \
+    const size_t step = c->d.table_dtype == CLEMBED_Q4_K ? 256 : ob == 2 * cols ? 32 : 16;                        \
+    float kd[8], km[8]; /* Q4_K: the block's scales and mins */                                                  \
+    (void)kd;                                                                                                     \
+    (void)km;                                                                                                     \
+    const unsigned char *w[CEIL_MAX_SIDE], *next[CEIL_MAX_SIDE];                                                  \
+    unsigned char *o[CEIL_MAX_SIDE];                                                                              \
+    const float *p[CEIL_MAX_SIDE];                                                                                \
+    for (size_t k0 = 0; k0 < count; k0 += side) {                                                                 \
+      const size_t live = count - k0 < side ? count - k0 : side;                                                  \
+      for (size_t j = 0; j < live; j++) {                                                                         \
+        size_t i = CEIL_FN(token)(c, first, k0 + j), ka = k0 + j + (side > 1 ? side : ahead);                     \
+        w[j] = c->table + (size_t)c->ids[i] * rb;                                                                 \
+        next[j] = ahead && ka < count ? c->table + (size_t)c->ids[CEIL_FN(token)(c, first, ka)] * rb : NULL;     \
+        p[j] = c->pos ? c->pos + (i % c->d.seq) * cols : NULL;                                                    \
+        o[j] = c->out + i * ob;                                                                                   \
       }                                                                                                           \
+      /* a whole output line of each row at a time: 16 values, 32 for 16 bits */                                \
+      for (size_t col0 = 0, line = 0; col0 < cols; col0 += step)                                                  \
+        for (size_t j = 0; j < live; j++)                                                                         \
+          for (size_t col = col0, l = line; col < col0 + step && col < cols; col += 16, l += 64) {              \
+            if (next[j] && l < rb) __builtin_prefetch(next[j] + l, 0, 3);                                         \
+            v16 v = LOAD(w[j], col, j);                                                                           \
+            if (scaled) v *= scale;                                                                               \
+            if (p[j]) v += CEIL_FN(ld_f32)((const unsigned char *)(p[j] + col));                                  \
+            STORE(o[j], col, v, nt);                                                                              \
+            if (j + 1 == live) line = l + 64;                                                                     \
+          }                                                                                                       \
     }                                                                                                             \
   }
 
-#define CEIL_LD_F32(w, col) CEIL_FN(ld_f32)((w) + 4 * (col))
-#define CEIL_LD_F16(w, col) CEIL_FN(ld_f16)((w) + 2 * (col))
-#define CEIL_LD_BF16(w, col) CEIL_FN(ld_bf16)((w) + 2 * (col))
-#define CEIL_LD_Q8_0(w, col) CEIL_FN(ld_q8_0)((w), (col))
-#define CEIL_LD_Q4_0(w, col) CEIL_FN(ld_q4_0)((w), (col))
-#define CEIL_LD_Q4_K(w, col) CEIL_FN(ld_q4_k)((w), (col))
+#define CEIL_LD_F32(w, col, j) CEIL_FN(ld_f32)((w) + 4 * (col))
+#define CEIL_LD_F16(w, col, j) CEIL_FN(ld_f16)((w) + 2 * (col))
+#define CEIL_LD_BF16(w, col, j) CEIL_FN(ld_bf16)((w) + 2 * (col))
+#define CEIL_LD_Q8_0(w, col, j) CEIL_FN(ld_q8_0)((w), (col))
+#define CEIL_LD_Q4_0(w, col, j) CEIL_FN(ld_q4_0)((w), (col))
+#define CEIL_LD_Q4_K(w, col, j) CEIL_FN(ld_q4_k)((w), (col), kd, km)
 #define CEIL_ST_F32(o, col, v, nt) CEIL_FN(st_f32)((o) + 4 * (col), (v), (nt))
 #define CEIL_ST_F16(o, col, v, nt) CEIL_FN(st_f16)((o) + 2 * (col), (v), (nt))
 #define CEIL_ST_BF16(o, col, v, nt) CEIL_FN(st_bf16)((o) + 2 * (col), (v), (nt))
@@ -240,6 +302,37 @@ CEIL_GATHER_TO(q8_0, CEIL_LD_Q8_0)
 CEIL_GATHER_TO(q4_0, CEIL_LD_Q4_0)
 CEIL_GATHER_TO(q4_k, CEIL_LD_Q4_K)
 
+/* A same-dtype 16-bit lookup (scale 1, no positions): each row's words moved
+ * as they are, a NaN made quiet (the bits the conversion through float32
+ * gives), a whole line (32 values) at a time, rows as the other gathers take
+ * them. */
+static void CEIL_FN(gather_copy16)(const ceiling *c, size_t first, size_t count) {
+  const size_t rb = c->row_bytes, ahead = c->ahead, side = c->side;
+  const uint16_t inf = c->d.table_dtype == CLEMBED_F16 ? 0x7C00 : 0x7F80;
+  const uint16_t quiet = c->d.table_dtype == CLEMBED_F16 ? 0x0200 : 0x0040;
+  typedef uint16_t v32h __attribute__((vector_size(64)));
+  const unsigned char *w[CEIL_MAX_SIDE], *next[CEIL_MAX_SIDE];
+  unsigned char *o[CEIL_MAX_SIDE];
+  for (size_t k0 = 0; k0 < count; k0 += side) {
+    const size_t live = count - k0 < side ? count - k0 : side;
+    for (size_t j = 0; j < live; j++) {
+      size_t i = CEIL_FN(token)(c, first, k0 + j), ka = k0 + j + (side > 1 ? side : ahead);
+      w[j] = c->table + (size_t)c->ids[i] * rb;
+      next[j] = ahead && ka < count ? c->table + (size_t)c->ids[CEIL_FN(token)(c, first, ka)] * rb : NULL;
+      o[j] = c->out + i * rb;
+    }
+    for (size_t b = 0; b < rb; b += 64)
+      for (size_t j = 0; j < live; j++) {
+        if (next[j]) __builtin_prefetch(next[j] + b, 0, 3);
+        v32h h;
+        memcpy(&h, w[j] + b, 64);
+        v32h nan = (v32h)((h & 0x7FFF) > inf);
+        h = (nan & (h | quiet)) | (~nan & h);
+        CEIL_FN(st_f32)(o[j] + b, (v16)h, c->stream);
+      }
+  }
+}
+
 typedef void (*CEIL_FN(gather_fn))(const ceiling *c, size_t first, size_t count);
 #define CEIL_GATHER_ROW(T) {CEIL_CAT(gather_##T##_f32, CEIL_SFX), CEIL_CAT(gather_##T##_f16, CEIL_SFX), \
                             CEIL_CAT(gather_##T##_bf16, CEIL_SFX)}
@@ -253,7 +346,8 @@ static void CEIL_FN(gather_part)(const ceiling *c, int index, int threads) {
          hi = total * (size_t)(index + 1) / (size_t)threads;
   size_t count = c->by_position ? (hi - lo) * (c->d.n / c->d.seq) : hi - lo;
   int o = c->d.out_dtype == CLEMBED_F32 ? 0 : c->d.out_dtype == CLEMBED_F16 ? 1 : 2;
-  CEIL_FN(gathers)[c->tcode][o](c, lo, count);
+  if (c->copy16) CEIL_FN(gather_copy16)(c, lo, count);
+  else CEIL_FN(gathers)[c->tcode][o](c, lo, count);
 #if CEIL_ISA >= 1
   _mm_sfence();
 #endif
