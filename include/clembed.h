@@ -42,7 +42,7 @@ extern "C" {
 #endif
 
 #define CLEMBED_VERSION_MAJOR 0
-#define CLEMBED_VERSION_MINOR 2
+#define CLEMBED_VERSION_MINOR 3
 #define CLEMBED_VERSION_PATCH 0
 #define CLEMBED_VERSION_NUMBER \
   (CLEMBED_VERSION_MAJOR * 10000 + CLEMBED_VERSION_MINOR * 100 + CLEMBED_VERSION_PATCH)
@@ -373,7 +373,8 @@ CLEMBED_API clembed_status clembed_positional(clembed_context *ctx, const clembe
                                               cl_uint num_events_in_wait_list,
                                               const cl_event *event_wait_list, cl_event *event);
 
-/* clembed_embed with the defaults: out[i] = table[ids[i]]. */
+/* clembed_embed with the defaults: out[i] = table[ids[i]]. Its errors, deferred ones
+ * included, name clembed_lookup as their operation. */
 CLEMBED_API clembed_status clembed_lookup(clembed_context *ctx, const clembed_matrix *table,
                                           const clembed_ids *ids, clembed_matrix *out,
                                           cl_uint num_events_in_wait_list,

@@ -70,10 +70,10 @@ static cl_device_id cl_device_of(clembed_context *ctx) {
 
 TU_CASE(version) {
   (void)ctx;
-  EXPECT(CLEMBED_VERSION_MAJOR == 0 && CLEMBED_VERSION_MINOR == 2 && CLEMBED_VERSION_PATCH == 0,
-         "header version %d.%d.%d, expected 0.2.0", CLEMBED_VERSION_MAJOR, CLEMBED_VERSION_MINOR,
+  EXPECT(CLEMBED_VERSION_MAJOR == 0 && CLEMBED_VERSION_MINOR == 3 && CLEMBED_VERSION_PATCH == 0,
+         "header version %d.%d.%d, expected 0.3.0", CLEMBED_VERSION_MAJOR, CLEMBED_VERSION_MINOR,
          CLEMBED_VERSION_PATCH);
-  EXPECT(clembed_version_number() == 200, "library version %u, expected 200", clembed_version_number());
+  EXPECT(clembed_version_number() == 300, "library version %u, expected 300", clembed_version_number());
 }
 
 TU_CASE(devices) {
@@ -140,7 +140,7 @@ TU_CASE(detail_arguments) {
   expect_detail(ctx, CLEMBED_ERR_INVALID_ARGUMENT, "clembed_embed", "out", -1, 3, "out rows");
   /* a NULL table */
   FAILS(ctx, CLEMBED_ERR_INVALID_ARGUMENT, clembed_lookup(ctx, NULL, &f.ids, &f.out, 0, NULL, NULL));
-  expect_detail(ctx, CLEMBED_ERR_INVALID_ARGUMENT, "clembed_embed", "table", -1, 0, "table NULL");
+  expect_detail(ctx, CLEMBED_ERR_INVALID_ARGUMENT, "clembed_lookup", "table", -1, 0, "table NULL");
   /* a padding id outside the table */
   clembed_embed_options o = clembed_embed_defaults();
   o.padding_idx = 8;
@@ -153,7 +153,7 @@ TU_CASE(detail_arguments) {
   if (evs[0]) {
     clSetUserEventStatus(evs[0], CL_COMPLETE);
     FAILS(ctx, CLEMBED_ERR_INVALID_ARGUMENT, clembed_lookup(ctx, &f.table, &f.ids, &f.out, 2, evs, NULL));
-    expect_detail(ctx, CLEMBED_ERR_INVALID_ARGUMENT, "clembed_embed", "event_wait_list", 1, 0, "NULL event 1");
+    expect_detail(ctx, CLEMBED_ERR_INVALID_ARGUMENT, "clembed_lookup", "event_wait_list", 1, 0, "NULL event 1");
     clReleaseEvent(evs[0]);
   }
   /* the backward names its own operation */
@@ -181,7 +181,7 @@ TU_CASE(detail_deferred) {
   /* a bad id: argument ids, index = token, value = id */
   OK(ctx, clembed_lookup(ctx, &f.table, &f.ids, &f.out, 0, NULL, NULL));
   FAILS(ctx, CLEMBED_ERR_INDEX_OUT_OF_RANGE, clembed_finish(ctx));
-  expect_detail(ctx, CLEMBED_ERR_INDEX_OUT_OF_RANGE, "clembed_embed", "ids", 3, 42, "bad id");
+  expect_detail(ctx, CLEMBED_ERR_INDEX_OUT_OF_RANGE, "clembed_lookup", "ids", 3, 42, "bad id");
   /* with WRAP, -77 stays bad and 42 too: the first is token 3; the range is [-rows, rows) */
   clembed_embed_options o = clembed_embed_defaults();
   o.policy = CLEMBED_INDEX_WRAP;
@@ -299,7 +299,7 @@ TU_CASE(failed_device_work) {
          clembed_status_string(s), (int)s);
   clembed_error_detail d;
   clembed_context_error(ctx, &d);
-  EXPECT(d.status == s && !strcmp(d.operation, "clembed_embed"), "detail: %s in '%s'",
+  EXPECT(d.status == s && !strcmp(d.operation, "clembed_lookup"), "detail: %s in '%s'",
          clembed_status_string(d.status), d.operation);
   EXPECT(clembed_finish(ctx) == CLEMBED_OK, "a second finish still fails: %s", clembed_context_message(ctx));
   clReleaseEvent(gate);
@@ -345,18 +345,18 @@ TU_CASE(foreign_objects) {
   clembed_matrix t = f.table;
   t.buffer = b;
   FAILS(ctx, CLEMBED_ERR_INVALID_ARGUMENT, clembed_lookup(ctx, &t, &f.ids, &f.out, 0, NULL, NULL));
-  expect_detail(ctx, CLEMBED_ERR_INVALID_ARGUMENT, "clembed_embed", "table", -1, 0, "table of another context");
+  expect_detail(ctx, CLEMBED_ERR_INVALID_ARGUMENT, "clembed_lookup", "table", -1, 0, "table of another context");
   EXPECT(strstr(clembed_context_message(ctx), "cl_context") != NULL, "message: %s", clembed_context_message(ctx));
   clembed_ids i2 = f.ids;
   i2.buffer = b;
   FAILS(ctx, CLEMBED_ERR_INVALID_ARGUMENT, clembed_lookup(ctx, &f.table, &i2, &f.out, 0, NULL, NULL));
-  expect_detail(ctx, CLEMBED_ERR_INVALID_ARGUMENT, "clembed_embed", "ids", -1, 0, "ids of another context");
+  expect_detail(ctx, CLEMBED_ERR_INVALID_ARGUMENT, "clembed_lookup", "ids", -1, 0, "ids of another context");
   float host[40];
   FAILS(ctx, CLEMBED_ERR_INVALID_ARGUMENT, clembed_matrix_read(ctx, &t, host, CLEMBED_F32));
   expect_detail(ctx, CLEMBED_ERR_INVALID_ARGUMENT, "clembed_matrix_read", "m", -1, 0, "read of another context");
   FAILS(ctx, CLEMBED_ERR_INVALID_ARGUMENT, clembed_matrix_init_uniform(ctx, &t, 0.0f, 1.0f, 1, 0, NULL, NULL));
   FAILS(ctx, CLEMBED_ERR_INVALID_ARGUMENT, clembed_lookup(ctx, &f.table, &f.ids, &f.out, 1, &e, NULL));
-  expect_detail(ctx, CLEMBED_ERR_INVALID_ARGUMENT, "clembed_embed", "event_wait_list", 0, 0,
+  expect_detail(ctx, CLEMBED_ERR_INVALID_ARGUMENT, "clembed_lookup", "event_wait_list", 0, 0,
                 "event of another context");
   FAILS(ctx, CLEMBED_ERR_INVALID_ARGUMENT, clembed_positional(ctx, NULL, 0, &f.out, 1, &e, NULL));
   OK(ctx, clembed_finish(ctx));

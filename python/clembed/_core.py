@@ -1,14 +1,25 @@
-"""Context, Matrix, Ids and Event: the ctypes binding of include/clembed.h."""
+"""Context, Matrix, Ids and Event: the ctypes binding of include/clembed.h.
+
+Every public callable is wrapped by _errors.api (errors name the call) and converts its
+arguments with the helpers of _args (errors name the argument); python/README.md says
+how a new binding follows them.
+"""
 import ctypes
 import ctypes.util
 import math
 import os
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from . import _lib
 from ._lib import lib, Matrix_t, Ids_t
-from ._errors import Error, make, require, ERR_INVALID_ARGUMENT
+from ._lib import (DTYPES, INDEX_TYPES, POLICIES, EXPONENTS, LAYOUTS, POSITIONS, ROPE_LAYOUTS,
+                   ROPE_SCALINGS)
+from ._errors import (Error, NoDeviceError, api, from_status, invalid, wrong_type, out_of_range,
+                      require, PY_CALLS, ERR_NO_DEVICE, ERR_INVALID_ARGUMENT, ERR_OUT_OF_MEMORY)
+from ._args import (DTYPE_NAMES, BLOCKS, FLOAT_DTYPES, choice, dtype_code, count as _count, integer, real,
+                    seed as _seed, host_values, index_array, read_type)
 
 try:  # optional
     import pyopencl as _cl
@@ -17,50 +28,16 @@ except Exception:  # pragma: no cover - depends on the machine
 
 byref = ctypes.byref
 
-# ------------------------------------------------------------------ names
-
-DTYPES = {"f32": 0, "f16": 1, "bf16": 2, "q8_0": 3, "q4_0": 4, "q4_k": 5, "q6_k": 6}
-DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
-# values per block and bytes per block (ggml's layouts); 1 and the element size for floats
-_BLOCK = {"f32": (1, 4), "f16": (1, 2), "bf16": (1, 2), "q8_0": (32, 34), "q4_0": (32, 18),
-          "q4_k": (256, 144), "q6_k": (256, 210)}
-INDEX_TYPES = {"i32": 0, "i64": 1}
-POLICIES = {"check": 0, "clamp": 1, "zero": 2, "wrap": 3}
-EXPONENTS = {"pair": 0, "index": 1}
-LAYOUTS = {"interleaved": 0, "halves": 1}
-POSITIONS = {None: 0, "none": 0, "sinusoid": 1}
-ROPE_LAYOUTS = {"neox": 0, "gptj": 1}
-ROPE_SCALINGS = {None: 0, "none": 0, "linear": 1, "ntk": 2, "yarn": 3, "llama3": 4}
-
-
-def _choice(table, value, what):
-    key = value.lower() if isinstance(value, str) else value
-    if key not in table:
-        raise ValueError("clembed: %s must be one of %s, not %r"
-                         % (what, ", ".join(repr(k) for k in table if k is not None), value))
-    return table[key]
-
-
-def _dtype_code(dtype):
-    if isinstance(dtype, int) and dtype in DTYPE_NAMES:
-        return dtype
-    if isinstance(dtype, str):
-        return _choice(DTYPES, dtype, "dtype")
-    d = np.dtype(dtype)
-    if d == np.float32:
-        return 0
-    if d == np.float16:
-        return 1
-    raise ValueError("clembed: dtype must be one of %s (or numpy.float32 / numpy.float16), not %r"
-                     % (", ".join(DTYPES), dtype))
-
+DTypeLike = Any        # 'f32' 'f16' 'bf16' 'q8_0' ..., numpy.float16, 'float16', np.dtype(...)
+ArrayLike = Any        # a NumPy array or nested Python sequences
+WaitFor = Any          # None, an event, or a list of events (pyopencl, clembed.Event, raw ints)
 
 # ------------------------------------------------------------------ events
 
 _opencl = None
 
 
-def _ocl():
+def _ocl() -> ctypes.CDLL:
     """The OpenCL ICD loader, for releasing and waiting on raw events."""
     global _opencl
     if _opencl is None:
@@ -84,26 +61,31 @@ class Event:
     """A cl_event returned by clembed when pyopencl is not installed (with pyopencl,
     clembed returns pyopencl.Event objects instead). Owns one reference."""
 
-    def __init__(self, handle):
-        self._h = handle
+    def __init__(self, handle: int) -> None:
+        self._h: Optional[int] = handle
 
     @property
-    def int_ptr(self):
-        return self._h
+    def int_ptr(self) -> int:
+        """The cl_event as an int (what pyopencl calls int_ptr)."""
+        return self._h or 0
 
-    def wait(self):
+    @api("Event.wait", "clWaitForEvents")
+    def wait(self) -> None:
+        """Blocks until the event completes."""
         arr = (ctypes.c_void_p * 1)(self._h)
         st = _ocl().clWaitForEvents(1, arr)
         if st != 0:
-            raise make(st, "clWaitForEvents failed", "clWaitForEvents")
+            raise from_status(st, "clWaitForEvents failed", "clWaitForEvents")
 
     @property
-    def command_execution_status(self):
+    def command_execution_status(self) -> int:
+        """CL_EVENT_COMMAND_EXECUTION_STATUS: 0 complete, 1 running, 2 submitted, 3 queued,
+        negative: failed."""
         v = ctypes.c_int()
         _ocl().clGetEventInfo(self._h, 0x11D3, ctypes.sizeof(v), byref(v), None)
         return v.value
 
-    def __del__(self):
+    def __del__(self) -> None:
         if getattr(self, "_h", None):
             try:
                 _ocl().clReleaseEvent(self._h)
@@ -112,7 +94,7 @@ class Event:
             self._h = None
 
 
-def _wrap_event(handle):
+def _wrap_event(handle: Optional[int]) -> Any:
     if not handle:
         return None
     if _cl is not None:
@@ -120,27 +102,27 @@ def _wrap_event(handle):
     return Event(handle)
 
 
-def _handle(obj, what):
+def _handle(obj: Any, what: str) -> Optional[int]:
     """A raw OpenCL handle (int) from a pyopencl object, a clembed object or an int."""
     if obj is None:
         return None
-    if isinstance(obj, int):
+    if isinstance(obj, int) and not isinstance(obj, bool):
         return obj
     if isinstance(obj, ctypes.c_void_p):
         return obj.value
     p = getattr(obj, "int_ptr", None)
     if p is None:
-        raise TypeError("clembed: %s must be a pyopencl object or a raw OpenCL handle (int), not %r"
-                        % (what, type(obj).__name__))
+        raise wrong_type(what, "must be a pyopencl object or a raw OpenCL handle (int), not %s"
+                         % type(obj).__name__)
     return int(p)
 
 
-def _wait_list(wait_for):
+def _wait_list(wait_for: WaitFor) -> Tuple[int, Any]:
     if wait_for is None:
         return 0, None
     if not isinstance(wait_for, (list, tuple)):
         wait_for = [wait_for]
-    hs = [_handle(e, "each wait_for event") for e in wait_for if e is not None]
+    hs = [_handle(e, "wait_for") for e in wait_for if e is not None]
     if not hs:
         return 0, None
     return len(hs), (ctypes.c_void_p * len(hs))(*hs)
@@ -155,126 +137,153 @@ class Matrix:
     .event: the event of the last clembed operation that wrote this matrix (a
     pyopencl.Event with pyopencl installed, else a clembed.Event; None if none).
     .shape is (rows, cols), or ids.shape + (cols,) for an output of a lookup.
+    numpy() and numpy.asarray(m) read it: float16 for 'f16', float32 otherwise ('bf16'
+    and the quantized dtypes widen exactly into float32; NumPy has no bfloat16).
     """
 
-    def __init__(self, ctx, m, owned, keep=None, shape=None):
+    def __init__(self, ctx: "Context", m: Matrix_t, owned: bool, keep: Any = None,
+                 shape: Optional[Sequence[int]] = None) -> None:
         self.ctx = ctx
         self._m = m
         self._owned = owned
         self._keep = keep
         self._shape = tuple(shape) if shape is not None else None
-        self.event = None
+        self.event: Any = None
 
     # --- construction
     @classmethod
-    def from_buffer(cls, ctx, buf, rows, cols, dtype="f32", offset=0, ld=0):
+    @api("Matrix.from_buffer")
+    def from_buffer(cls, ctx: "Context", buf: Any, rows: int, cols: int, dtype: DTypeLike = "f32", *,
+                    offset: int = 0, ld: int = 0) -> "Matrix":
         """A matrix in a buffer the caller owns: a pyopencl Buffer, a pyopencl.array.Array
         (its own offset is added) or a raw cl_mem int. offset and ld count elements
         (values for block-quantized types). The buffer is kept alive, never released."""
-        code = _dtype_code(dtype)
+        code = dtype_code(dtype)
         name = DTYPE_NAMES[code]
         base = buf
         extra = 0
         if _cl is not None and hasattr(buf, "base_data") and hasattr(buf, "offset"):
             base = buf.base_data
-            vals, nbytes = _BLOCK[name]
+            vals, nbytes = BLOCKS[name]
             if buf.offset % nbytes:
-                raise ValueError("clembed: the array's offset (%d bytes) is not a whole %s element"
-                                 % (buf.offset, name))
+                raise invalid("buf", "the array's offset (%d bytes) is not a whole %s element"
+                              % (buf.offset, name))
             extra = buf.offset // nbytes * vals
-        m = Matrix_t(buffer=_handle(base, "buf"), offset=int(offset) + extra, rows=int(rows),
-                     cols=int(cols), ld=int(ld), dtype=code)
+        m = Matrix_t(buffer=_handle(base, "buf"), offset=_count(offset, "offset") + extra,
+                     rows=_count(rows, "rows"), cols=_count(cols, "cols"), ld=_count(ld, "ld"), dtype=code)
         return cls(ctx, m, owned=False, keep=buf)
 
     # --- properties
     @property
-    def rows(self):
+    def rows(self) -> int:
+        """Rows of the matrix."""
         return self._m.rows
 
     @property
-    def cols(self):
+    def cols(self) -> int:
+        """Columns (values) of each row."""
         return self._m.cols
 
     @property
-    def ld(self):
+    def ld(self) -> int:
+        """Elements between row starts."""
         return self._m.ld or self._m.cols
 
     @property
-    def offset(self):
+    def offset(self) -> int:
+        """First element in the buffer, in elements."""
         return self._m.offset
 
     @property
-    def dtype(self):
-        return DTYPE_NAMES.get(self._m.dtype, self._m.dtype)
+    def dtype(self) -> str:
+        """The device dtype's name: 'f32', 'f16', 'bf16', 'q8_0', 'q4_0', 'q4_k' or 'q6_k'."""
+        return DTYPE_NAMES.get(self._m.dtype, str(self._m.dtype))
 
     @property
-    def buffer(self):
+    def buffer(self) -> int:
+        """The cl_mem as an int."""
         return self._m.buffer
 
     @property
-    def shape(self):
+    def shape(self) -> Tuple[int, ...]:
+        """(rows, cols), or ids.shape + (cols,) for the output of a lookup."""
         return self._shape if self._shape is not None else (self.rows, self.cols)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "clembed.Matrix(shape=%s, dtype=%r)" % (self.shape, self.dtype)
 
     # --- transfers
-    def numpy(self, dtype=np.float32):
-        """Reads the matrix (blocking: waits for the context's work) into a new NumPy
-        array of .shape. dtype float32 or float16 (float64 is read as float32 and
-        widened). Raises the deferred error of earlier work, if any, after reading."""
-        d = np.dtype(dtype)
-        host_d = np.float16 if d == np.float16 else np.float32
-        out = np.empty((self.rows, self.cols), dtype=host_d)
-        st = lib.clembed_matrix_read(self.ctx._h, byref(self._m), out.ctypes.data_as(ctypes.c_void_p),
-                                     _dtype_code(host_d))
+    @api("Matrix.numpy", "clembed_matrix_read")
+    def numpy(self, dtype: Any = None) -> np.ndarray:
+        """Reads the matrix (blocking: waits for the context's work) into a new NumPy array
+        of .shape. dtype None: the matrix's own type, float16 for 'f16' and float32 for the
+        others ('bf16' values and dequantized blocks are exact in float32). Also float32,
+        float16, float64 (read as float32, then widened) or ml_dtypes.bfloat16 (when
+        installed). Raises the deferred error of earlier work, if any, after reading."""
+        d, host_code = read_type(dtype, self._m.dtype)
+        host = np.empty((self.rows, self.cols), dtype=np.float32 if d == np.float64 else d)
+        st = lib.clembed_matrix_read(self.ctx._live, byref(self._m), host.ctypes.data_as(ctypes.c_void_p),
+                                     host_code)
         self.ctx._check(st, "clembed_matrix_read")
-        return out.astype(d, copy=False).reshape(self.shape)
+        return host.astype(d, copy=False).reshape(self.shape)
 
-    def raw(self):
+    def __array__(self, dtype: Any = None, copy: Optional[bool] = None) -> np.ndarray:
+        """numpy.asarray(m): m.numpy(dtype) (always a copy of the device's data)."""
+        if copy is False:
+            raise invalid("copy", "False is impossible: the values live on the device, reading them is a copy")
+        return self.numpy(dtype)
+
+    @api("Matrix.raw", "clembed_matrix_read")
+    def raw(self) -> np.ndarray:
         """The matrix as stored, dense: uint8 blocks of shape (rows, row bytes) for a
         block-quantized dtype, uint16 bits for f16/bf16, float32 for f32. Blocking."""
         name = self.dtype
-        vals, nbytes = _BLOCK[name]
+        vals, nbytes = BLOCKS[name]
         if vals > 1:
             out = np.empty((self.rows, self.cols // vals * nbytes), np.uint8)
         else:
             out = np.empty((self.rows, self.cols), np.float32 if name == "f32" else np.uint16)
-        st = lib.clembed_matrix_read(self.ctx._h, byref(self._m), out.ctypes.data_as(ctypes.c_void_p),
+        st = lib.clembed_matrix_read(self.ctx._live, byref(self._m), out.ctypes.data_as(ctypes.c_void_p),
                                      self._m.dtype)
         self.ctx._check(st, "clembed_matrix_read")
         return out
 
-    def write(self, array):
-        """Writes rows*cols host values (float32 or float16; others are converted to
-        float32) into the matrix, converting to its dtype. Blocking."""
-        a = np.asarray(array)
-        if a.size != self.rows * self.cols:
-            raise ValueError("clembed: %d values written into a %d x %d matrix"
-                             % (a.size, self.rows, self.cols))
-        a = np.ascontiguousarray(a, dtype=np.float16 if a.dtype == np.float16 else np.float32)
-        st = lib.clembed_matrix_write(self.ctx._h, byref(self._m), a.ctypes.data_as(ctypes.c_void_p),
-                                      _dtype_code(a.dtype))
+    @api("Matrix.write", "clembed_matrix_write")
+    def write(self, array: ArrayLike) -> "Matrix":
+        """Writes rows*cols host values into the matrix, converting them to its dtype as
+        NumPy's assignment does (float64 and integers rounded to nearest; uint8 blocks for
+        a block-quantized matrix). Blocking. Returns the matrix."""
+        host, host_code, _ = host_values(array, "array", self._m.dtype)
+        if host.dtype == np.uint8 and BLOCKS[self.dtype][0] > 1:
+            want = self.rows * (self.cols // BLOCKS[self.dtype][0]) * BLOCKS[self.dtype][1]
+            if host.size != want:
+                raise invalid("array", "%d bytes written into a %d x %d %s matrix of %d bytes"
+                              % (host.size, self.rows, self.cols, self.dtype, want))
+        elif host.size != self.rows * self.cols:
+            raise invalid("array", "%d values written into a %d x %d matrix"
+                          % (host.size, self.rows, self.cols))
+        st = lib.clembed_matrix_write(self.ctx._live, byref(self._m), host.ctypes.data_as(ctypes.c_void_p),
+                                      host_code)
         self.ctx._check(st, "clembed_matrix_write")
         return self
 
-    def rows_view(self, first, count):
+    @api("Matrix.rows_view")
+    def rows_view(self, first: int, count: int) -> "Matrix":
         """A matrix over rows first .. first+count-1 of this one (same buffer)."""
-        if first < 0 or count < 0 or first + count > self.rows:
-            raise IndexError("clembed: rows %d..%d outside a matrix of %d rows"
-                             % (first, first + count, self.rows))
-        m = Matrix_t(buffer=self._m.buffer, offset=self._m.offset + first * self.ld, rows=count,
+        first = integer(first, "first", 0, self.rows + 1)
+        n = integer(count, "count", 0, self.rows - first + 1)
+        m = Matrix_t(buffer=self._m.buffer, offset=self._m.offset + first * self.ld, rows=n,
                      cols=self.cols, ld=self.ld, dtype=self._m.dtype)
         return Matrix(self.ctx, m, owned=False, keep=self)
 
-    def release(self):
+    def release(self) -> None:
         """Releases the buffer now (for a matrix clembed allocated)."""
         if self._owned and self._m.buffer:
             lib.clembed_matrix_release(byref(self._m))
         self._owned = False
         self.event = None
 
-    def __del__(self):
+    def __del__(self) -> None:
         try:
             self.release()
         except Exception:
@@ -284,7 +293,7 @@ class Matrix:
 class Ids:
     """Token ids in an OpenCL buffer (clembed_ids); .shape is the host array's shape."""
 
-    def __init__(self, ctx, ids, owned, shape, keep=None):
+    def __init__(self, ctx: "Context", ids: Ids_t, owned: bool, shape: Sequence[int], keep: Any = None) -> None:
         self.ctx = ctx
         self._ids = ids
         self._owned = owned
@@ -292,97 +301,152 @@ class Ids:
         self._keep = keep
 
     @classmethod
-    def from_buffer(cls, ctx, buf, count, dtype="i32", offset=0, shape=None):
-        """Ids in a buffer the caller owns (pyopencl Buffer or Array, or a raw cl_mem)."""
-        t = _choice(INDEX_TYPES, dtype if isinstance(dtype, str) else
-                    {np.dtype(np.int32): "i32", np.dtype(np.int64): "i64"}.get(np.dtype(dtype), dtype),
-                    "ids dtype")
+    @api("Ids.from_buffer")
+    def from_buffer(cls, ctx: "Context", buf: Any, count: int, dtype: Any = "i32", *, offset: int = 0,
+                    shape: Optional[Sequence[int]] = None) -> "Ids":
+        """Ids in a buffer the caller owns (pyopencl Buffer or Array, or a raw cl_mem).
+        dtype 'i32' or 'i64' (or numpy.int32 / numpy.int64 and their names)."""
+        if not isinstance(dtype, str):
+            try:
+                dtype = {np.dtype(np.int32): "i32", np.dtype(np.int64): "i64"}.get(np.dtype(dtype), dtype)
+            except TypeError:
+                pass
+        elif dtype.lower() in ("int32", "int64"):
+            dtype = "i" + dtype[3:]
+        t = choice(INDEX_TYPES, dtype, "dtype")
         base, extra = buf, 0
         if _cl is not None and hasattr(buf, "base_data") and hasattr(buf, "offset"):
             base, extra = buf.base_data, buf.offset // (4 if t == 0 else 8)
-        i = Ids_t(buffer=_handle(base, "buf"), offset=int(offset) + extra, count=int(count), type=t)
-        return cls(ctx, i, owned=False, shape=shape if shape is not None else (int(count),), keep=buf)
+        n = _count(count, "count")
+        i = Ids_t(buffer=_handle(base, "buf"), offset=_count(offset, "offset") + extra, count=n, type=t)
+        return cls(ctx, i, owned=False, shape=shape if shape is not None else (n,), keep=buf)
 
     @property
-    def count(self):
+    def count(self) -> int:
+        """Number of ids."""
         return self._ids.count
 
     @property
-    def dtype(self):
+    def dtype(self) -> str:
+        """'i32' or 'i64'."""
         return "i64" if self._ids.type == 1 else "i32"
 
     @property
-    def buffer(self):
+    def buffer(self) -> int:
+        """The cl_mem as an int."""
         return self._ids.buffer
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "clembed.Ids(shape=%s, dtype=%r)" % (self.shape, self.dtype)
 
-    def numpy(self):
+    @api("Ids.numpy", "clembed_ids_read")
+    def numpy(self) -> np.ndarray:
+        """Reads the ids (blocking) into a new int32 or int64 array of .shape."""
         out = np.empty(self.count, dtype=np.int64 if self._ids.type == 1 else np.int32)
-        st = lib.clembed_ids_read(self.ctx._h, byref(self._ids), out.ctypes.data_as(ctypes.c_void_p))
+        st = lib.clembed_ids_read(self.ctx._live, byref(self._ids), out.ctypes.data_as(ctypes.c_void_p))
         self.ctx._check(st, "clembed_ids_read")
         return out.reshape(self.shape)
 
-    def release(self):
+    def __array__(self, dtype: Any = None, copy: Optional[bool] = None) -> np.ndarray:
+        """numpy.asarray(ids): ids.numpy() (a copy), converted to dtype if given."""
+        if copy is False:
+            raise invalid("copy", "False is impossible: the ids live on the device, reading them is a copy")
+        a = self.numpy()
+        return a if dtype is None else a.astype(dtype)
+
+    def release(self) -> None:
+        """Releases the buffer now (for ids clembed allocated)."""
         if self._owned and self._ids.buffer:
             lib.clembed_ids_release(byref(self._ids))
         self._owned = False
 
-    def __del__(self):
+    def __del__(self) -> None:
         try:
             self.release()
         except Exception:
             pass
 
 
-def _mptr(m):
-    return byref(m._m) if m is not None else None
-
-
 # ------------------------------------------------------------------ context
 
-def _detail(handle, operation):
-    """(operation, argument, index, value) of the last failure, from
-    clembed_context_error (handle None: the thread's last failure without a context)."""
-    op, arg, index, value = operation, "", -1, 0
+def _detail(handle: Any) -> Tuple[str, str, int, int]:
+    """(operation, argument, index, value) of the last failure, from clembed_context_error
+    (handle None: the thread's last failure without a context)."""
     if _lib.has("clembed_context_error"):
         d = _lib.ErrorDetail_t()
         if lib.clembed_context_error(handle, byref(d)) == 0 and d.status != 0:
-            if d.operation:
-                op = d.operation.decode(errors="replace")
+            op = d.operation.decode(errors="replace") if d.operation else ""
             arg = d.argument.decode(errors="replace") if d.argument else ""
-            index, value = int(d.index), int(d.value)
-    return op, arg, index, value
+            return op, arg, int(d.index), int(d.value)
+    return "", "", -1, 0
 
 
-def _no_context_error(status, operation):
+def _c_error(status: int, message: str, handle: Any, operation: str) -> Error:
+    """The Error of a failed C call `operation`. An error the library found after an
+    earlier call returned (a bad id reported by a read or finish) names that call."""
+    op, arg, index, value = _detail(handle)
+    call = PY_CALLS.get(op, op) if op and op != operation else ""
+    return from_status(status, message, op or operation, arg, index, value, call)
+
+
+def _no_context_error(status: int, operation: str) -> Error:
     msg = lib.clembed_last_error_message()
-    return make(status, msg.decode(errors="replace") if msg else "", *_detail(None, operation))
+    return _c_error(status, msg.decode(errors="replace") if msg else "", None, operation)
+
+
+def _device_spec(device: Any) -> Optional[bytes]:
+    """The C device spec of Context's device argument."""
+    if device is None:
+        return None
+    if isinstance(device, Device):
+        return device.spec.encode()
+    if isinstance(device, str):
+        return device.encode()
+    if isinstance(device, (int, np.integer)) and not isinstance(device, bool):
+        devs = devices()
+        n = int(device)
+        if not 0 <= n < len(devs):
+            listing = "; ".join("%d: %s %s / %s" % (i, d.spec, d.platform, d.name) for i, d in enumerate(devs))
+            raise NoDeviceError(ERR_NO_DEVICE, "device %d: there %s %d device%s (%s)"
+                                % (n, "is" if len(devs) == 1 else "are", len(devs),
+                                   "" if len(devs) == 1 else "s", listing or "none"),
+                                "", "device", -1, n)
+        return devs[n].spec.encode()
+    raise wrong_type("device", "is a device spec ('P:D', 'gpu', 'cpu', 'accelerator' or part of a "
+                     "device's name), an index into clembed.devices(), a clembed.Device or None; not %r"
+                     % (device,))
 
 
 class Context:
     """A clembed context: a device, its queue and the compiled kernels.
 
-    Context(device=None): device spec as in C (None: CLEMBED_DEVICE, else the first
-    GPU, accelerator, CPU). Context.from_queue(q): joins a pyopencl CommandQueue (or a
-    raw cl_command_queue int). Every device call takes wait_for=[events] (pyopencl
-    events, clembed.Event or raw cl_event ints) and sets .event on the matrix it writes.
+    Context(device=None): device None (CLEMBED_DEVICE, else the first GPU, accelerator,
+    CPU), a spec as in C ('P:D', 'gpu', 'cpu', 'accelerator', or part of "platform
+    device"), an int n (the n-th of clembed.devices()) or a clembed.Device.
+    Context.from_queue(q): joins a pyopencl CommandQueue (or a raw cl_command_queue
+    int). Every device call takes wait_for=[events] (pyopencl events, clembed.Event or
+    raw cl_event ints) and sets .event on the matrix it writes. A context is also a
+    context manager: `with clembed.Context() as ctx:` closes it at the end.
     """
 
-    def __init__(self, device=None):
+    @api("Context", "clembed_context_create")
+    def __init__(self, device: Any = None) -> None:
+        self._h = ctypes.c_void_p()
+        self._queue_obj: Any = None
+        spec = _device_spec(device)
         h = ctypes.c_void_p()
-        st = lib.clembed_context_create(device.encode() if device else None, byref(h))
+        st = lib.clembed_context_create(spec, byref(h))
         if st != 0:
             raise _no_context_error(st, "clembed_context_create")
         self._h = h
-        self._queue_obj = None
 
     @classmethod
-    def from_queue(cls, queue):
+    @api("Context.from_queue", "clembed_context_create_from_queue")
+    def from_queue(cls, queue: Any) -> "Context":
         """A context on an existing queue (retained; the caller's work on it is never
         waited for by clembed)."""
         self = cls.__new__(cls)
+        self._h = ctypes.c_void_p()
         h = ctypes.c_void_p()
         st = lib.clembed_context_create_from_queue(_handle(queue, "queue"), byref(h))
         if st != 0:
@@ -392,37 +456,54 @@ class Context:
         return self
 
     # --- lifetime
-    def close(self):
-        """Destroys the context now (waits only for clembed's own commands)."""
+    def close(self) -> None:
+        """Destroys the context now (waits only for clembed's own commands). Using it (or
+        a matrix of it) afterwards raises InvalidArgumentError."""
         h = getattr(self, "_h", None)
         if h is not None and h.value:
             lib.clembed_context_destroy(h)
         self._h = ctypes.c_void_p()
 
-    def __del__(self):
+    @property
+    def closed(self) -> bool:
+        """True once close() has run."""
+        return not getattr(self, "_h", ctypes.c_void_p()).value
+
+    @property
+    def _live(self) -> ctypes.c_void_p:
+        """The C handle; InvalidArgumentError when the context is closed."""
+        h = getattr(self, "_h", None)
+        if h is None or not h.value:
+            raise invalid("", "the clembed.Context is closed (by Context.close() or the end of its with "
+                          "block): make a new one, and new matrices on it")
+        return h
+
+    def __del__(self) -> None:
         try:
             self.close()
         except Exception:
             pass
 
-    def __enter__(self):
+    def __enter__(self) -> "Context":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> None:
         self.close()
 
     # --- facts
     @property
-    def device_name(self):
+    def device_name(self) -> str:
+        """"platform name / device name" ("" once closed)."""
         s = lib.clembed_context_device_name(self._h)
         return s.decode(errors="replace") if s else ""
 
     @property
-    def queue(self):
+    def queue(self) -> int:
         """The cl_command_queue (int). With pyopencl, pyopencl_queue() wraps it."""
-        return lib.clembed_context_queue(self._h)
+        return lib.clembed_context_queue(self._live)
 
-    def pyopencl_queue(self):
+    def pyopencl_queue(self) -> Any:
+        """The context's queue as a pyopencl.CommandQueue (the one given to from_queue)."""
         if _cl is None:
             raise ImportError("clembed: pyopencl is not installed")
         if self._queue_obj is not None and not isinstance(self._queue_obj, int):
@@ -430,22 +511,23 @@ class Context:
         return _cl.CommandQueue.from_int_ptr(self.queue, retain=True)
 
     @property
-    def message(self):
+    def message(self) -> str:
+        """The library's message about the last failure on this context ("" if none)."""
         s = lib.clembed_context_message(self._h)
         return s.decode(errors="replace") if s else ""
 
-    def __repr__(self):
-        return "clembed.Context(%r)" % self.device_name
+    def __repr__(self) -> str:
+        return "clembed.Context(%r)" % (self.device_name if not self.closed else "closed")
 
-    # --- errors
-    def _error(self, status, operation):
-        return make(status, self.message, *_detail(self._h, operation))
-
-    def _check(self, status, operation):
+    # --- errors (every C call of the binding ends in _check or _run)
+    def _check(self, status: int, operation: str) -> None:
         if status != 0:
-            raise self._error(status, operation)
+            raise _c_error(status, self.message, self._h, operation)
 
-    def _run(self, operation, fn, args, wait_for, targets):
+    def _run(self, operation: str, fn: Any, args: Sequence[Any], wait_for: WaitFor,
+             targets: Sequence[Any]) -> Any:
+        """Calls the device function fn(*args, wait list, event) and sets .event on the
+        matrices in targets."""
         n, arr = _wait_list(wait_for)
         ev = ctypes.c_void_p()
         st = fn(*args, n, arr, byref(ev))
@@ -456,80 +538,96 @@ class Context:
                 t.event = e
         return e
 
-    def finish(self):
+    @api("Context.finish", "clembed_finish")
+    def finish(self) -> None:
         """Waits for the context's work; raises its first deferred error (then cleared)."""
-        self._check(lib.clembed_finish(self._h), "clembed_finish")
+        self._check(lib.clembed_finish(self._live), "clembed_finish")
 
     # --- data
-    def empty(self, rows, cols, dtype="f32"):
+    @api("Context.empty", "clembed_matrix_create")
+    def empty(self, rows: int, cols: int, dtype: DTypeLike = "f32") -> Matrix:
         """A zero-filled rows x cols matrix of dtype on the device."""
         m = Matrix_t()
-        st = lib.clembed_matrix_create(self._h, int(rows), int(cols), _dtype_code(dtype), byref(m))
+        st = lib.clembed_matrix_create(self._live, _count(rows, "rows"), _count(cols, "cols"),
+                                       dtype_code(dtype), byref(m))
         self._check(st, "clembed_matrix_create")
         return Matrix(self, m, owned=True)
 
-    def matrix(self, array, dtype=None):
-        """Uploads a 2-D NumPy array. dtype: 'f32' 'f16' 'bf16' 'q8_0' 'q4_0' (the
-        quantized ones from float values, or any block type from uint8 blocks of shape
-        (rows, row_bytes)); None: 'f16' for a float16 array, else 'f32'."""
-        a = np.asarray(array)
-        if a.ndim != 2:
-            raise ValueError("clembed: a matrix is 2-D, this array has shape %s" % (a.shape,))
-        if dtype is None:
-            dtype = "f16" if a.dtype == np.float16 else "f32"
-        code = _dtype_code(dtype)
+    @api("Context.matrix", "clembed_matrix_write")
+    def matrix(self, array: ArrayLike, dtype: DTypeLike = None) -> Matrix:
+        """Uploads a 2-D array.
+
+        dtype None: the array's own, float32 -> 'f32', float16 -> 'f16' (ml_dtypes.bfloat16
+        -> 'bf16'); a float64 or integer array is refused unless dtype says what to make of
+        it (dtype='f32' converts, rounding to nearest). Python lists are float32 values.
+        dtype: 'f32' 'f16' 'bf16' 'q8_0' 'q4_0' (the quantized ones from float values), any
+        block type from uint8 blocks of shape (rows, row_bytes), or a NumPy float type."""
+        if isinstance(array, Matrix):
+            array = array.numpy()
+        host, host_code, code = host_values(array, "array", dtype)
+        if host.ndim != 2:
+            raise invalid("array", "a matrix is 2-D, this array has shape %s" % (host.shape,))
         name = DTYPE_NAMES[code]
-        if a.dtype == np.uint8 and _BLOCK[name][0] > 1:
-            vals, nbytes = _BLOCK[name]
-            if a.shape[1] % nbytes:
-                raise ValueError("clembed: %s rows are whole blocks of %d bytes, not %d bytes"
-                                 % (name, nbytes, a.shape[1]))
-            rows, cols, host, host_code = a.shape[0], a.shape[1] // nbytes * vals, \
-                np.ascontiguousarray(a), code
-        else:
-            if a.dtype.kind not in "fiub":
-                raise TypeError("clembed: cannot upload an array of %s" % a.dtype)
-            host = np.ascontiguousarray(a, dtype=np.float16 if a.dtype == np.float16 else np.float32)
-            rows, cols, host_code = a.shape[0], a.shape[1], _dtype_code(host.dtype)
-        m = self.empty(rows, cols, name)
-        st = lib.clembed_matrix_write(self._h, byref(m._m), host.ctypes.data_as(ctypes.c_void_p),
-                                      host_code)
+        rows, cols = host.shape
+        if host.dtype == np.uint8 and BLOCKS[name][0] > 1:
+            vals, nbytes = BLOCKS[name]
+            if cols % nbytes:
+                raise invalid("array", "%s rows are whole blocks of %d bytes, not %d bytes" % (name, nbytes, cols))
+            cols = cols // nbytes * vals
+        m = self.empty(rows, cols, code)
+        st = lib.clembed_matrix_write(self._live, byref(m._m), host.ctypes.data_as(ctypes.c_void_p), host_code)
         self._check(st, "clembed_matrix_write")
         return m
 
-    def ids(self, array):
+    @api("Context.ids")
+    def ids(self, array: ArrayLike) -> Ids:
         """Uploads token ids (int32 stays int32, other integers become int64), any shape.
-        The copy is made when the buffer is created, without the queue (so it never
-        waits behind gated work on a shared queue)."""
-        a = np.asarray(array)
-        if a.dtype.kind not in "iu" and not (a.size == 0 and a.dtype.kind == "f"):
-            raise TypeError("clembed: ids must be integers, not %s" % a.dtype)
-        host = np.ascontiguousarray(a, dtype=np.int32 if a.dtype == np.int32 else np.int64)
+        uint64 ids past 2^63 - 1 are refused (IndexOutOfRangeError), never wrapped. The copy
+        is made when the buffer is created, without the queue (so it never waits behind
+        gated work on a shared queue)."""
+        return self._upload_ids(array, "ids")
+
+    def _upload_ids(self, array: ArrayLike, argument: str) -> Ids:
+        host = index_array(array, argument)
         i = Ids_t(buffer=self._buffer(host.nbytes, host if host.size else None), offset=0,
                   count=host.size, type=0 if host.dtype == np.int32 else 1)
-        return Ids(self, i, owned=True, shape=a.shape)
+        return Ids(self, i, owned=True, shape=host.shape)
 
-    def _as_matrix(self, x, what):
+    # --- argument conversion for the operations
+    def _as_matrix(self, x: Any, argument: str) -> Matrix:
+        """A Matrix as it is, or an array uploaded (host_values' rules)."""
         if isinstance(x, Matrix):
             return x
-        if isinstance(x, np.ndarray) or isinstance(x, (list, tuple)):
-            return self.matrix(x)
-        raise TypeError("clembed: %s must be a clembed.Matrix or a NumPy array, not %s"
-                        % (what, type(x).__name__))
+        if isinstance(x, (np.ndarray, list, tuple)):
+            host, _, _ = host_values(x, argument)
+            if host.ndim != 2:
+                raise invalid(argument, "is 2-D (rows x cols), not of shape %s" % (host.shape,))
+            return self.matrix(host)
+        raise wrong_type(argument, "must be a clembed.Matrix or a NumPy array, not %s" % type(x).__name__)
 
-    def _as_ids(self, x):
+    def _as_ids(self, x: Any, argument: str = "ids") -> Optional[Ids]:
         if x is None or isinstance(x, Ids):
             return x
-        return self.ids(x)
+        return self._upload_ids(x, argument)
 
-    def _cl_context(self):
+    def _grad(self, grad: Any) -> Matrix:
+        """A gradient: a Matrix, or an array of float32/float16 values of shape
+        (..., cols), uploaded as (n, cols)."""
+        if isinstance(grad, Matrix):
+            return grad
+        host, _, _ = host_values(grad, "grad")
+        if host.ndim == 0:
+            raise invalid("grad", "has at least one dimension")
+        return self.matrix(host.reshape(-1, host.shape[-1]) if host.ndim != 2 else host)
+
+    def _cl_context(self) -> int:
         c = ctypes.c_void_p()
         st = _ocl().clGetCommandQueueInfo(self.queue, 0x1090, ctypes.sizeof(c), byref(c), None)
         if st != 0:
-            raise make(st, "clGetCommandQueueInfo(CL_QUEUE_CONTEXT) failed", "clGetCommandQueueInfo")
-        return c.value
+            raise from_status(st, "clGetCommandQueueInfo(CL_QUEUE_CONTEXT) failed", "clGetCommandQueueInfo")
+        return c.value or 0
 
-    def _buffer(self, nbytes, host=None):
+    def _buffer(self, nbytes: int, host: Optional[np.ndarray] = None) -> int:
         """A new cl_mem on the context's cl_context, made without enqueueing anything
         (so it never waits behind work on a shared queue); host: bytes copied in."""
         err = ctypes.c_int()
@@ -538,68 +636,113 @@ class Context:
                                   host.ctypes.data_as(ctypes.c_void_p) if host is not None else None,
                                   byref(err))
         if err.value != 0 or not b:
-            raise make(err.value or -2005, "clCreateBuffer of %d bytes failed" % nbytes, "clCreateBuffer")
+            raise from_status(err.value or ERR_OUT_OF_MEMORY, "clCreateBuffer of %d bytes failed" % nbytes,
+                              "clCreateBuffer")
         return b
 
-    def _alloc(self, rows, cols, dtype):
+    def _alloc(self, rows: int, cols: int, code: int) -> Matrix:
         """An output matrix, not initialised (every operation writes all of its output)."""
-        code = _dtype_code(dtype)
-        vals, nbytes = _BLOCK[DTYPE_NAMES[code]]
-        if _lib.has("clembed_dtype_row_bytes"):
-            row = lib.clembed_dtype_row_bytes(code, int(cols))
-        else:
-            row = int(cols) * lib.clembed_dtype_size(code)
-        m = Matrix_t(buffer=self._buffer(row * int(rows)), offset=0, rows=int(rows), cols=int(cols),
-                     ld=0, dtype=code)
+        row = lib.clembed_dtype_row_bytes(code, cols)
+        if rows and cols and (row == 0 or row * rows >= 2 ** 64):
+            raise invalid("out", "%d x %d %s overflows the address space" % (rows, cols, DTYPE_NAMES[code]))
+        m = Matrix_t(buffer=self._buffer(row * rows), offset=0, rows=rows, cols=cols, ld=0, dtype=code)
         return Matrix(self, m, owned=True)
 
-    def _out(self, out, rows, cols, out_dtype, shape):
+    def _out(self, out: Optional[Matrix], rows: int, cols: int, out_dtype: DTypeLike,
+             shape: Optional[Sequence[int]]) -> Matrix:
+        """The output: `out` as given, or a new matrix of out_dtype (a float dtype)."""
         if out is None:
-            out = self._alloc(rows, cols, out_dtype)
+            out = self._alloc(rows, cols, dtype_code(out_dtype, "out_dtype", FLOAT_DTYPES))
         elif not isinstance(out, Matrix):
-            raise TypeError("clembed: out must be a clembed.Matrix")
+            raise wrong_type("out", "must be a clembed.Matrix, not %s" % type(out).__name__)
         if shape is not None and out.rows == rows and out.cols == cols:
             out._shape = tuple(shape)
         return out
 
     @staticmethod
-    def _padding(padding_idx, rows):
+    def _padding(padding_idx: Optional[int]) -> int:
+        """padding_idx for C: None -> CLEMBED_NO_PADDING; negative counts from the end."""
         if padding_idx is None:
             return _lib.NO_PADDING
-        p = int(padding_idx)
-        if -rows <= p < 0:
-            p += rows  # as nn.Embedding: -1 is the last row
-        return p
+        return integer(padding_idx, "padding_idx", -(2 ** 63) + 1, 2 ** 63)
 
     @staticmethod
-    def _seq_len(seq_len, ids):
+    def _seq_len(seq_len: Optional[int], ids: Ids) -> int:
         if seq_len is None:
             return ids.shape[-1] if len(ids.shape) >= 2 else 0
-        return int(seq_len)
+        return _count(seq_len, "seq_len")
 
     # --- operations
-    def positional(self, length, dim, first=0, base=10000.0, exponent="pair", layout="interleaved",
-                   out_dtype="f32", out=None, wait_for=None):
+    @api("Context.positional", "clembed_positional")
+    def positional(self, length: int, dim: int, first: int = 0, *, base: float = 10000.0,
+                   exponent: str = "pair", layout: str = "interleaved", out_dtype: DTypeLike = "f32",
+                   out: Optional[Matrix] = None, wait_for: WaitFor = None) -> Matrix:
         """The sinusoid table of positions first .. first+length-1, shape (length, dim)."""
-        s = _lib.Sinusoid_t(base=float(base), exponent=_choice(EXPONENTS, exponent, "exponent"),
-                            layout=_choice(LAYOUTS, layout, "layout"))
-        out = self._out(out, length, dim, out_dtype, None)
+        s = _lib.Sinusoid_t(base=real(base, "base"), exponent=choice(EXPONENTS, exponent, "exponent"),
+                            layout=choice(LAYOUTS, layout, "layout"))
+        out = self._out(out, _count(length, "length"), _count(dim, "dim"), out_dtype, None)
         self._run("clembed_positional", lib.clembed_positional,
-                  (self._h, byref(s), int(first), byref(out._m)), wait_for, [out])
+                  (self._live, byref(s), _count(first, "first"), byref(out._m)), wait_for, [out])
         return out
 
-    def lookup(self, table, ids, out=None, out_dtype="f32", wait_for=None):
+    @api("Context.lookup", "clembed_lookup")
+    def lookup(self, table: Any, ids: Any, *, out: Optional[Matrix] = None, out_dtype: DTypeLike = "f32",
+               wait_for: WaitFor = None) -> Matrix:
         """out[i] = table[ids[i]]; the output's shape is ids.shape + (cols,)."""
         table = self._as_matrix(table, "table")
         ids = self._as_ids(ids)
         out = self._out(out, ids.count, table.cols, out_dtype, ids.shape + (table.cols,))
         self._run("clembed_lookup", lib.clembed_lookup,
-                  (self._h, byref(table._m), byref(ids._ids), byref(out._m)), wait_for, [out])
+                  (self._live, byref(table._m), byref(ids._ids), byref(out._m)), wait_for, [out])
         return out
 
-    def embed(self, table, ids, scale=1.0, positions=None, base=10000.0, exponent="pair",
-              layout="interleaved", offset=0, seq_len=None, sequence_offsets=None, padding_idx=None,
-              on_bad_id="check", dropout=0.0, seed=0, out_dtype="f32", out=None, wait_for=None):
+    def _embed_options(self, table: Matrix, ids: Ids, keep: List[Any], scale: Any, positions: Any,
+                       base: Any, exponent: Any, layout: Any, offset: Any, seq_len: Any,
+                       sequence_offsets: Any, padding_idx: Any, on_bad_id: Any, dropout: Any,
+                       seed: Any) -> Any:
+        """clembed_embed_options from embed's arguments (uploads kept alive in `keep`)."""
+        o = lib.clembed_embed_defaults()
+        if isinstance(scale, str):
+            if scale.lower() != "sqrt":
+                raise invalid("scale", "is a number or 'sqrt', not %r" % scale)
+            scale = math.sqrt(table.cols)
+        self._common_options(o, ids, keep, scale, on_bad_id, padding_idx, seq_len, offset, sequence_offsets,
+                             dropout, seed)
+        if isinstance(positions, (Matrix, np.ndarray, list, tuple)):
+            ptab = self._as_matrix(positions, "positions")
+            keep.append(ptab)
+            o.positions = POSITIONS["table"]
+            o.position_table = ctypes.pointer(ptab._m)
+        elif isinstance(positions, str) and positions.lower() == "table":
+            raise invalid("positions", "takes the learned table itself (a Matrix or an array), not 'table'")
+        else:
+            o.positions = choice(POSITIONS, positions, "positions")
+        o.sinusoid = _lib.Sinusoid_t(base=real(base, "base"), exponent=choice(EXPONENTS, exponent, "exponent"),
+                                     layout=choice(LAYOUTS, layout, "layout"))
+        return o
+
+    def _common_options(self, o: Any, ids: Ids, keep: List[Any], scale: Any, on_bad_id: Any, padding_idx: Any,
+                        seq_len: Any, offset: Any, sequence_offsets: Any, dropout: Any, seed: Any) -> None:
+        """The fields clembed_embed_options and clembed_backward_options share (uploads kept
+        alive in `keep`)."""
+        o.scale = real(scale, "scale")
+        o.policy = choice(POLICIES, on_bad_id, "on_bad_id")
+        o.padding_idx = self._padding(padding_idx)
+        o.seq_len = self._seq_len(seq_len, ids)
+        o.position_offset = _count(offset, "offset")
+        so = self._as_ids(sequence_offsets, "sequence_offsets")
+        if so is not None:
+            keep.append(so)
+            o.sequence_offsets = ctypes.pointer(so._ids)
+        o.dropout = real(dropout, "dropout")
+        o.dropout_seed = _seed(seed)
+
+    @api("Context.embed", "clembed_embed")
+    def embed(self, table: Any, ids: Any, *, scale: Union[float, str] = 1.0, positions: Any = None,
+              base: float = 10000.0, exponent: str = "pair", layout: str = "interleaved", offset: int = 0,
+              seq_len: Optional[int] = None, sequence_offsets: Any = None, padding_idx: Optional[int] = None,
+              on_bad_id: str = "check", dropout: float = 0.0, seed: int = 0, out_dtype: DTypeLike = "f32",
+              out: Optional[Matrix] = None, wait_for: WaitFor = None) -> Matrix:
         """The fused forward out[i] = dropout(scale * table[ids[i]] + P[p]), shape ids.shape + (cols,).
 
         scale: a number or 'sqrt' (sqrt(cols)). positions: None, 'sinusoid' (base, exponent
@@ -608,74 +751,41 @@ class Context:
         sequence_offsets[b] or offset. seq_len None: the last dimension of 2-D (or more) ids,
         0 (one sequence) for 1-D ids. padding_idx: None, or a row (negative counts from the
         end). on_bad_id: 'check' (deferred IndexOutOfRangeError), 'clamp', 'zero', 'wrap'.
+        dropout, seed: inverted dropout with the Philox mask of seed. out_dtype 'f32', 'f16'
+        or 'bf16' (or out, a Matrix to write).
         """
         table = self._as_matrix(table, "table")
         ids = self._as_ids(ids)
-        o = lib.clembed_embed_defaults()
-        if isinstance(scale, str):
-            if scale.lower() != "sqrt":
-                raise ValueError("clembed: scale is a number or 'sqrt', not %r" % scale)
-            scale = math.sqrt(table.cols)
-        o.scale = float(scale)
-        o.policy = _choice(POLICIES, on_bad_id, "on_bad_id")
-        o.padding_idx = self._padding(padding_idx, table.rows)
-        ptab = None
-        if isinstance(positions, (Matrix, np.ndarray)):
-            ptab = self._as_matrix(positions, "positions")
-            o.positions = 2
-            o.position_table = ctypes.pointer(ptab._m)
-        else:
-            o.positions = _choice(POSITIONS, positions, "positions")
-        o.sinusoid = _lib.Sinusoid_t(base=float(base), exponent=_choice(EXPONENTS, exponent, "exponent"),
-                                     layout=_choice(LAYOUTS, layout, "layout"))
-        o.seq_len = self._seq_len(seq_len, ids)
-        o.position_offset = int(offset)
-        so = self._as_ids(sequence_offsets)
-        if so is not None:
-            o.sequence_offsets = ctypes.pointer(so._ids)
-        o.dropout = float(dropout)
-        o.dropout_seed = int(seed) & 0xFFFFFFFFFFFFFFFF
+        keep: List[Any] = []
+        o = self._embed_options(table, ids, keep, scale, positions, base, exponent, layout, offset, seq_len,
+                                sequence_offsets, padding_idx, on_bad_id, dropout, seed)
         out = self._out(out, ids.count, table.cols, out_dtype, ids.shape + (table.cols,))
         self._run("clembed_embed", lib.clembed_embed,
-                  (self._h, byref(table._m), byref(ids._ids), byref(o), byref(out._m)), wait_for, [out])
+                  (self._live, byref(table._m), byref(ids._ids), byref(o), byref(out._m)), wait_for, [out])
         return out
 
-    def _backward_options(self, rows, scale, padding_idx, scale_grad_by_freq, deterministic,
-                          accumulate, on_bad_id, seq_len, offset, sequence_offsets, position_grad,
-                          dropout, seed, ids, keep):
+    def _backward_options(self, scale: Any, padding_idx: Any, scale_grad_by_freq: Any, deterministic: Any,
+                          accumulate: Any, on_bad_id: Any, seq_len: Any, offset: Any, sequence_offsets: Any,
+                          position_grad: Any, dropout: Any, seed: Any, ids: Ids, keep: List[Any]) -> Any:
+        """clembed_backward_options from the backward's arguments (uploads kept in `keep`)."""
         o = lib.clembed_backward_defaults()
-        o.scale = float(scale)
-        o.policy = _choice(POLICIES, on_bad_id, "on_bad_id")
-        o.padding_idx = self._padding(padding_idx, rows)
+        self._common_options(o, ids, keep, scale, on_bad_id, padding_idx, seq_len, offset, sequence_offsets,
+                             dropout, seed)
         o.scale_grad_by_freq = 1 if scale_grad_by_freq else 0
         o.deterministic = 1 if deterministic else 0
         o.accumulate = 1 if accumulate else 0
-        o.seq_len = self._seq_len(seq_len, ids)
-        o.position_offset = int(offset)
-        so = self._as_ids(sequence_offsets)
-        if so is not None:
-            keep.append(so)
-            o.sequence_offsets = ctypes.pointer(so._ids)
         if position_grad is not None:
             if not isinstance(position_grad, Matrix):
-                raise TypeError("clembed: position_grad must be a clembed.Matrix")
+                raise wrong_type("position_grad", "must be a clembed.Matrix, not %s" % type(position_grad).__name__)
             o.position_grad = ctypes.pointer(position_grad._m)
-        o.dropout = float(dropout)
-        o.dropout_seed = int(seed) & 0xFFFFFFFFFFFFFFFF
         return o
 
-    def _grad(self, grad, cols=None):
-        if isinstance(grad, Matrix):
-            return grad
-        g = np.asarray(grad)
-        if g.ndim == 0:
-            raise ValueError("clembed: a gradient has at least one dimension")
-        return self.matrix(g.reshape(-1, g.shape[-1]) if g.ndim != 2 else g)
-
-    def backward(self, grad, ids, vocab, scale=1.0, padding_idx=None, scale_grad_by_freq=False,
-                 deterministic=True, out=None, accumulate=True, on_bad_id="check", seq_len=None,
-                 offset=0, sequence_offsets=None, position_grad=None, dropout=0.0, seed=0,
-                 wait_for=None):
+    @api("Context.backward", "clembed_backward")
+    def backward(self, grad: Any, ids: Any, vocab: int, *, scale: float = 1.0, padding_idx: Optional[int] = None,
+                 scale_grad_by_freq: bool = False, deterministic: bool = True, out: Optional[Matrix] = None,
+                 accumulate: bool = True, on_bad_id: str = "check", seq_len: Optional[int] = None,
+                 offset: int = 0, sequence_offsets: Any = None, position_grad: Optional[Matrix] = None,
+                 dropout: float = 0.0, seed: int = 0, wait_for: WaitFor = None) -> Matrix:
         """The table gradient (vocab x cols, F32): out[v] (+)= scale * sum of grad[i] over
         ids[i] == v. grad has ids.shape + (cols,) (or ids.count rows). With out None a
         new matrix (rows no id touches are 0); with out given, added into it
@@ -684,70 +794,77 @@ class Context:
         grad = self._grad(grad)
         if out is None:   # a new matrix, overwritten whole (untouched rows become 0)
             accumulate = False
-        out = self._out(out, vocab, grad.cols, "f32", None)
-        keep = []
-        o = self._backward_options(out.rows, scale, padding_idx, scale_grad_by_freq, deterministic,
-                                   accumulate, on_bad_id, seq_len, offset, sequence_offsets,
-                                   position_grad, dropout, seed, ids, keep)
+        out = self._out(out, _count(vocab, "vocab"), grad.cols, "f32", None)
+        keep: List[Any] = []
+        o = self._backward_options(scale, padding_idx, scale_grad_by_freq, deterministic, accumulate, on_bad_id,
+                                   seq_len, offset, sequence_offsets, position_grad, dropout, seed, ids, keep)
         self._run("clembed_backward", lib.clembed_backward,
-                  (self._h, byref(grad._m), byref(ids._ids), byref(o), byref(out._m)), wait_for,
+                  (self._live, byref(grad._m), byref(ids._ids), byref(o), byref(out._m)), wait_for,
                   [out, position_grad])
         return out
 
-    def sgd(self, table, grad, ids, lr, scale=1.0, padding_idx=None, scale_grad_by_freq=False,
-            on_bad_id="check", seq_len=None, offset=0, sequence_offsets=None, position_grad=None,
-            dropout=0.0, seed=0, wait_for=None):
+    @api("Context.sgd", "clembed_sgd_update")
+    def sgd(self, table: Matrix, grad: Any, ids: Any, lr: float, *, scale: float = 1.0,
+            padding_idx: Optional[int] = None, scale_grad_by_freq: bool = False, on_bad_id: str = "check",
+            seq_len: Optional[int] = None, offset: int = 0, sequence_offsets: Any = None,
+            position_grad: Optional[Matrix] = None, dropout: float = 0.0, seed: int = 0,
+            wait_for: WaitFor = None) -> Matrix:
         """In place: table[v] -= lr * grad[v] for the rows v in ids (the fused sparse
         step of clembed_sgd_update). Returns table (its .event set)."""
         if not isinstance(table, Matrix):
-            raise TypeError("clembed: sgd updates a clembed.Matrix in place")
+            raise wrong_type("table", "must be a clembed.Matrix (sgd updates it in place), not %s"
+                             % type(table).__name__)
         ids = self._as_ids(ids)
         grad = self._grad(grad)
-        keep = []
-        o = self._backward_options(table.rows, scale, padding_idx, scale_grad_by_freq, True, True,
-                                   on_bad_id, seq_len, offset, sequence_offsets, position_grad,
-                                   dropout, seed, ids, keep)
+        keep: List[Any] = []
+        o = self._backward_options(scale, padding_idx, scale_grad_by_freq, True, True, on_bad_id, seq_len,
+                                   offset, sequence_offsets, position_grad, dropout, seed, ids, keep)
         self._run("clembed_sgd_update", lib.clembed_sgd_update,
-                  (self._h, byref(grad._m), byref(ids._ids), float(lr), byref(o), byref(table._m)),
+                  (self._live, byref(grad._m), byref(ids._ids), real(lr, "lr"), byref(o), byref(table._m)),
                   wait_for, [table, position_grad])
         return table
 
-    def init(self, m, kind="normal", mean=0.0, std=1.0, low=-1.0, high=1.0, seed=0, wait_for=None):
+    @api("Context.init")
+    def init(self, m: Matrix, kind: str = "normal", *, mean: float = 0.0, std: float = 1.0, low: float = -1.0,
+             high: float = 1.0, seed: int = 0, wait_for: WaitFor = None) -> Matrix:
         """Fills m in place from Philox(seed, r*cols + c): kind 'normal' (mean, std) or
         'uniform' (low, high). Returns m."""
-        k = kind.lower() if isinstance(kind, str) else kind
-        seed = int(seed) & 0xFFFFFFFFFFFFFFFF
-        if k == "normal":
+        if not isinstance(m, Matrix):
+            raise wrong_type("m", "must be a clembed.Matrix, not %s" % type(m).__name__)
+        k = choice({"normal": 0, "uniform": 1}, kind, "kind")
+        s = _seed(seed)
+        if k == 0:
             self._run("clembed_matrix_init_normal", lib.clembed_matrix_init_normal,
-                      (self._h, byref(m._m), float(mean), float(std), seed), wait_for, [m])
-        elif k == "uniform":
-            self._run("clembed_matrix_init_uniform", lib.clembed_matrix_init_uniform,
-                      (self._h, byref(m._m), float(low), float(high), seed), wait_for, [m])
+                      (self._live, byref(m._m), real(mean, "mean"), real(std, "std"), s), wait_for, [m])
         else:
-            raise ValueError("clembed: init kind is 'normal' or 'uniform', not %r" % (kind,))
+            self._run("clembed_matrix_init_uniform", lib.clembed_matrix_init_uniform,
+                      (self._live, byref(m._m), real(low, "low"), real(high, "high"), s), wait_for, [m])
         return m
 
     # --- RoPE (clembed_rope_*)
     @staticmethod
-    def _rope(head_dim, opts):
+    def _rope(head_dim: int, opts: Dict[str, Any]) -> Any:
         r = require("clembed_rope_defaults", "RoPE")()
-        r.head_dim = int(head_dim)
+        r.head_dim = _count(head_dim, "head_dim")
         for k, v in opts.items():
             if k == "layout":
-                r.layout = _choice(ROPE_LAYOUTS, v, "layout")
+                r.layout = choice(ROPE_LAYOUTS, v, "layout")
             elif k == "scaling":
-                r.scaling = _choice(ROPE_SCALINGS, v, "scaling")
+                r.scaling = choice(ROPE_SCALINGS, v, "scaling")
             elif k in ("rotary_dim", "original_max_position"):
-                setattr(r, k, int(v))
+                setattr(r, k, _count(v, k))
             elif k in ("base", "factor", "low_freq_factor", "high_freq_factor", "beta_fast",
                        "beta_slow", "attention_factor"):
-                setattr(r, k, float(v))
+                setattr(r, k, real(v, k))
             else:
-                raise TypeError("clembed: unknown RoPE option %r" % k)
+                raise wrong_type(k, "is not a RoPE option (base, rotary_dim, layout, scaling, factor, "
+                                 "original_max_position, low_freq_factor, high_freq_factor, beta_fast, "
+                                 "beta_slow, attention_factor)")
         return r
 
-    def rope_cache(self, length, head_dim, first=0, out_dtype="f32", out=None, wait_for=None,
-                   **rope_options):
+    @api("Context.rope_cache", "clembed_rope_cache")
+    def rope_cache(self, length: int, head_dim: int, first: int = 0, *, out_dtype: DTypeLike = "f32",
+                   out: Optional[Matrix] = None, wait_for: WaitFor = None, **rope_options: Any) -> Matrix:
         """The cos/sin cache (length x rotary_dim): a*cos(p*w_k) in column k, a*sin(p*w_k)
         in column R/2 + k. rope_options: base, rotary_dim, layout ('neox'|'gptj'),
         scaling ('none'|'linear'|'ntk'|'yarn'|'llama3'), factor, original_max_position,
@@ -755,42 +872,45 @@ class Context:
         fn = require("clembed_rope_cache", "Context.rope_cache")
         r = self._rope(head_dim, rope_options)
         R = r.rotary_dim or r.head_dim
-        out = self._out(out, length, R, out_dtype, None)
-        self._run("clembed_rope_cache", fn, (self._h, byref(r), int(first), byref(out._m)),
+        out = self._out(out, _count(length, "length"), R, out_dtype, None)
+        self._run("clembed_rope_cache", fn, (self._live, byref(r), _count(first, "first"), byref(out._m)),
                   wait_for, [out])
         return out
 
-    def rope(self, x, head_dim, positions=None, offset=0, inverse=False, seq_len=None, out=None,
-             out_dtype="f32", wait_for=None, **rope_options):
+    @api("Context.rope", "clembed_rope_apply")
+    def rope(self, x: Any, head_dim: int, positions: Any = None, *, offset: int = 0, inverse: bool = False,
+             seq_len: Optional[int] = None, out: Optional[Matrix] = None, out_dtype: DTypeLike = "f32",
+             wait_for: WaitFor = None, **rope_options: Any) -> Matrix:
         """Rotary embedding applied to x: a Matrix (T x C) or an array (T, C),
         (T, heads, head_dim) or (B, S, heads, head_dim) (then seq_len = S). Row i is at
         positions[i], or offset + i % seq_len. out may be x (in place). The result has
         x's shape."""
         fn = require("clembed_rope_apply", "Context.rope")
         r = self._rope(head_dim, rope_options)
-        shape = None
         if isinstance(x, Matrix):
             xm = x
             shape = x.shape
         else:
-            a = np.asarray(x)
+            a, _, _ = host_values(x, "x")
             if a.ndim < 2:
-                raise ValueError("clembed: rope input has at least 2 dimensions")
+                raise invalid("x", "has at least 2 dimensions, not shape %s" % (a.shape,))
             shape = a.shape
             if seq_len is None and a.ndim == 4:
                 seq_len = a.shape[1]
             rows = int(np.prod(a.shape[:-2])) if a.ndim >= 3 else a.shape[0]
             xm = self.matrix(a.reshape(rows, -1))
-        pos = self._as_ids(positions)
+        pos = self._as_ids(positions, "positions")
         out = self._out(out, xm.rows, xm.cols, out_dtype, shape)
         self._run("clembed_rope_apply", fn,
-                  (self._h, byref(r), byref(xm._m), byref(pos._ids) if pos is not None else None,
-                   int(seq_len or 0), int(offset), 1 if inverse else 0, byref(out._m)),
+                  (self._live, byref(r), byref(xm._m), byref(pos._ids) if pos is not None else None,
+                   _count(seq_len or 0, "seq_len"), _count(offset, "offset"), 1 if inverse else 0, byref(out._m)),
                   wait_for, [out])
         return out
 
     # --- files (clembed_io.h)
-    def load(self, path, name=None, dtype=None):
+    @api("Context.load", "clembed_matrix_load")
+    def load(self, path: Union[str, "os.PathLike[str]"], name: Optional[str] = None,
+             dtype: DTypeLike = None) -> Matrix:
         """Loads a tensor of a .npy, .safetensors or .gguf file (by content) as a Matrix.
         name None: the file's only tensor (GGUF: token_embd.weight). dtype None: the
         stored type."""
@@ -799,20 +919,20 @@ class Context:
             if dtype is None:
                 info = f.info(f.index(name))
                 if info.dtype < 0:
-                    raise Error(-2006, "%s: tensor %r has type %s, which clembed cannot use"
-                                % (path, info.name.decode(errors="replace"),
-                                   info.type_name.decode(errors="replace")),
-                                "clembed_matrix_load", "dtype")
+                    raise from_status(-2006, "%s: tensor %r has type %s, which clembed cannot use"
+                                      % (path, info.name.decode(errors="replace"),
+                                         info.type_name.decode(errors="replace")),
+                                      "clembed_matrix_load", "dtype")
                 code = info.dtype
             else:
-                code = _dtype_code(dtype)
+                code = dtype_code(dtype)
             m = Matrix_t()
-            st = load(self._h, f.h, name.encode() if name is not None else None, code, byref(m))
+            st = load(self._live, f.h, name.encode() if name is not None else None, code, byref(m))
             self._check(st, "clembed_matrix_load")
             return Matrix(self, m, owned=True)
 
-
-    def load_ids(self, path, name=None):
+    @api("Context.load_ids", "clembed_ids_load")
+    def load_ids(self, path: Union[str, "os.PathLike[str]"], name: Optional[str] = None) -> Ids:
         """Loads an integer tensor (int32 or int64, any shape) of a .npy, .safetensors or
         .gguf file as Ids (shape kept). name None: the file's only tensor."""
         load = require("clembed_ids_load", "Context.load_ids")
@@ -822,44 +942,44 @@ class Context:
                 t = f.info(f.index(name))
                 shape = tuple(int(t.shape[k]) for k in range(t.ndim))
             i = Ids_t()
-            st = load(self._h, f.h, name.encode() if name is not None else None, byref(i))
+            st = load(self._live, f.h, name.encode() if name is not None else None, byref(i))
             self._check(st, "clembed_ids_load")
             return Ids(self, i, owned=True, shape=shape if shape is not None else (i.count,))
 
 
 class _File:
-    def __init__(self, path):
+    def __init__(self, path: Any) -> None:
         opener = require("clembed_file_open", "reading model files")
         self.path = os.fspath(path)
         self.h = ctypes.c_void_p()
         st = opener(self.path.encode(), byref(self.h))
         if st != 0:
             msg = lib.clembed_last_error_message() if _lib.has("clembed_last_error_message") else b""
-            raise make(st, msg.decode(errors="replace") if msg else "cannot open %s" % self.path,
-                       "clembed_file_open", "path")
+            raise from_status(st, msg.decode(errors="replace") if msg else "cannot open %s" % self.path,
+                              "clembed_file_open", "path")
 
-    def __enter__(self):
+    def __enter__(self) -> "_File":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> None:
         lib.clembed_file_close(self.h)
         self.h = ctypes.c_void_p()
 
-    def _fail(self, st, op):
+    def _fail(self, st: int, op: str) -> None:
         msg = lib.clembed_last_error_message()
-        raise make(st, msg.decode(errors="replace") if msg else "", op)
+        raise from_status(st, msg.decode(errors="replace") if msg else "", op)
 
-    def count(self):
+    def count(self) -> int:
         return int(lib.clembed_file_tensor_count(self.h))
 
-    def info(self, i):
+    def info(self, i: int) -> Any:
         t = _lib.TensorInfo_t()
         st = lib.clembed_file_tensor_info(self.h, i, byref(t))
         if st != 0:
             self._fail(st, "clembed_file_tensor_info")
         return t
 
-    def index(self, name):
+    def index(self, name: Optional[str]) -> int:
         if name is None:
             n = self.count()
             if n == 1:
@@ -872,7 +992,8 @@ class _File:
         return i.value
 
 
-def inspect(path):
+@api("inspect", "clembed_file_open")
+def inspect(path: Union[str, "os.PathLike[str]"]) -> List[Dict[str, Any]]:
     """The tensors of a .npy, .safetensors or .gguf file: a list of
     dict(name, dtype, shape, bytes); dtype is a clembed dtype name, or the file's own
     type name when clembed cannot use the type."""
@@ -891,26 +1012,29 @@ def inspect(path):
 class Device:
     """One OpenCL device as clembed sees it (clembed_devices)."""
 
-    def __init__(self, spec, platform, name, type, is_default, global_mem_bytes, max_alloc_bytes):
+    def __init__(self, spec: str, platform: str, name: str, type: int, is_default: bool,
+                 global_mem_bytes: int, max_alloc_bytes: int) -> None:
         self.spec, self.platform, self.name, self.type = spec, platform, name, type
         self.is_default = is_default
         self.global_mem_bytes, self.max_alloc_bytes = global_mem_bytes, max_alloc_bytes
 
     @property
-    def type_name(self):
+    def type_name(self) -> str:
+        """'cpu', 'gpu', 'accelerator', 'custom' (comma-separated when several)."""
         names = [n for bit, n in ((2, "cpu"), (4, "gpu"), (8, "accelerator"), (16, "custom"))
                  if self.type & bit]
         return ",".join(names) or "default"
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return ("Device(spec=%r, platform=%r, name=%r, type=%r, is_default=%r)"
                 % (self.spec, self.platform, self.name, self.type_name, self.is_default))
 
 
-def devices():
+@api("devices", "clembed_devices")
+def devices() -> List[Device]:
     """Every OpenCL device, in `clembed devices` order: [Device(spec, platform, name,
     type, is_default, global_mem_bytes, max_alloc_bytes)]."""
-    fn = require("clembed_devices", "clembed.devices()")
+    fn = require("clembed_devices", "devices")
     n = ctypes.c_size_t()
     st = fn(None, 0, byref(n))
     if st != 0:
@@ -924,21 +1048,27 @@ def devices():
             for d in arr[:n.value]]
 
 
-_default = None
+_default: Optional[Context] = None
 
 
-def default_context():
-    """The context clembed.embed and the plots use (made on first use, default device)."""
+def default_context() -> Context:
+    """The context clembed.embed, Embedding and the plots use when given none (made on
+    first use, on the default device; made again if it was closed)."""
     global _default
-    if _default is None:
+    if _default is None or _default.closed:
         _default = Context()
     return _default
 
 
-def embed(table, ids, **options):
-    """clembed's forward on the default context, NumPy in and out: returns a float32
-    array of shape ids.shape + (cols,). Options as Context.embed; positions may be
-    a NumPy array."""
-    ctx = default_context()
-    out = ctx.embed(ctx.matrix(np.asarray(table)), ctx.ids(ids), **options)
+@api("embed", "clembed_embed")
+def embed(table: Any, ids: Any, **options: Any) -> np.ndarray:
+    """clembed's forward, NumPy in and out: an array of shape ids.shape + (cols,), float16
+    for out_dtype='f16', float32 otherwise ('bf16' values are exact in float32).
+
+    Options as Context.embed; positions may be a NumPy array. A NumPy table is uploaded
+    on every call (nothing is cached, so a changed array is always seen): for repeated
+    calls, upload it once (W = ctx.matrix(table)) and call ctx.embed(W, ids), or pass that
+    Matrix here (then its context is used)."""
+    ctx = table.ctx if isinstance(table, Matrix) else default_context()
+    out = ctx.embed(table, ids, **options)
     return out.numpy()

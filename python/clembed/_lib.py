@@ -3,12 +3,19 @@
 The library is looked for, in this order:
   1. the path in the environment variable CLEMBED_LIBRARY (when set, only there);
   2. next to this package (a libclembed copied into the package folder);
-  3. the system loader: ctypes.util.find_library("clembed"), then "libclembed.so.0".
+  3. the system loader: ctypes.util.find_library("clembed"), then "libclembed.so.0.MINOR".
+A library of another major.minor (0.x) or major (from 1.0) than this package is passed over
+(and refused when CLEMBED_LIBRARY names it): the structs below mirror one ABI
+(docs/design.md, "Versions"). tests/abi_layout.c and tests/test_abi.py check every struct,
+enum constant and prototype here against the headers.
 """
 import ctypes
 import ctypes.util
 import os
 import sys
+from typing import Any, Dict, List, Optional, Tuple
+
+from ._version import __version__
 
 c_size_t = ctypes.c_size_t
 c_int = ctypes.c_int
@@ -21,62 +28,105 @@ c_char_p = ctypes.c_char_p
 c_uint = ctypes.c_uint
 POINTER = ctypes.POINTER
 
+MAJOR, MINOR, PATCH = (int(x) for x in __version__.split("."))
+
 
 class LibraryNotFoundError(ImportError):
     """libclembed could not be loaded; the message lists every place tried."""
 
 
-def _candidates_next_to_package():
-    here = os.path.dirname(os.path.abspath(__file__))
+def _abi(number: int) -> Tuple[int, ...]:
+    """The part of a version number (major*10000 + minor*100 + patch) that fixes the ABI."""
+    major, minor = number // 10000, number // 100 % 100
+    return (major, minor) if major == 0 else (major,)
+
+
+def _version_text(number: int) -> str:
+    return "%d.%d.%d" % (number // 10000, number // 100 % 100, number % 100)
+
+
+def _soname() -> str:
     if sys.platform == "darwin":
-        names = ["libclembed.0.dylib", "libclembed.dylib"]
+        return "libclembed.%s.dylib" % ".".join(str(v) for v in _abi(MAJOR * 10000 + MINOR * 100))
+    if sys.platform.startswith("win"):
+        return "clembed.dll"
+    return "libclembed.so." + ".".join(str(v) for v in _abi(MAJOR * 10000 + MINOR * 100))
+
+
+def _candidates_next_to_package() -> List[str]:
+    here = os.path.dirname(os.path.abspath(__file__))
+    names = [_soname()]
+    if sys.platform == "darwin":
+        names.append("libclembed.dylib")
     elif sys.platform.startswith("win"):
-        names = ["clembed.dll", "libclembed.dll"]
+        names.append("libclembed.dll")
     else:
-        names = ["libclembed.so.0", "libclembed.so"]
+        names.append("libclembed.so")
     return [os.path.join(here, n) for n in names]
 
 
-def load_library():
+def _open(name: str) -> Tuple[Optional[ctypes.CDLL], str]:
+    """(CDLL, "") when name loads and has this package's ABI, else (None, why)."""
+    try:
+        lib = ctypes.CDLL(name)
+    except OSError as e:
+        return None, str(e)
+    try:
+        fn = lib.clembed_version_number
+    except AttributeError:
+        return None, "not a libclembed (no clembed_version_number)"
+    fn.restype = c_uint
+    fn.argtypes = []
+    number = int(fn())
+    if _abi(number) != _abi(MAJOR * 10000 + MINOR * 100):
+        return None, ("libclembed %s, but this package (clembed %s) needs %s.x: each 0.x minor "
+                      "release may change the ABI" % (_version_text(number), __version__,
+                                                      ".".join(str(v) for v in _abi(MAJOR * 10000 + MINOR * 100))))
+    return lib, ""
+
+
+def load_library() -> Tuple[ctypes.CDLL, str]:
     """Returns (CDLL, path). Raises LibraryNotFoundError listing what was tried."""
     tried = []
     env = os.environ.get("CLEMBED_LIBRARY")
     if env:
-        try:
-            return ctypes.CDLL(env), env
-        except OSError as e:
-            raise LibraryNotFoundError(
-                "clembed: cannot load the library named by CLEMBED_LIBRARY=%r: %s\n"
-                "Unset CLEMBED_LIBRARY to search next to the package and on the system loader's path."
-                % (env, e)) from None
+        lib, why = _open(env)
+        if lib is not None:
+            return lib, env
+        raise LibraryNotFoundError(
+            "clembed: cannot use the library named by CLEMBED_LIBRARY=%r: %s\n"
+            "Unset CLEMBED_LIBRARY to search next to the package and on the system loader's path."
+            % (env, why)) from None
     tried.append("CLEMBED_LIBRARY (not set)")
     for path in _candidates_next_to_package():
         if not os.path.exists(path):
             tried.append("%s (no such file)" % path)
             continue
-        try:
-            return ctypes.CDLL(path), path
-        except OSError as e:
-            tried.append("%s (%s)" % (path, e))
+        lib, why = _open(path)
+        if lib is not None:
+            return lib, path
+        tried.append("%s (%s)" % (path, why))
     names = []
     found = ctypes.util.find_library("clembed")
     if found:
         names.append(found)
     else:
         tried.append('ctypes.util.find_library("clembed") (found nothing)')
-    names.append("libclembed.so.0")
+    names.append(_soname())
     for name in names:
-        try:
-            return ctypes.CDLL(name), name
-        except OSError as e:
-            tried.append("%s (%s)" % (name, e))
+        lib, why = _open(name)
+        if lib is not None:
+            return lib, name
+        tried.append("%s (%s)" % (name, why))
     raise LibraryNotFoundError(
-        "clembed: libclembed not found. Tried:\n  " + "\n  ".join(tried) +
+        "clembed: libclembed %d.%d not found. Tried:\n  " % (MAJOR, MINOR) + "\n  ".join(tried) +
         "\nBuild it (cmake -S . -B build && cmake --build build) and set "
-        "CLEMBED_LIBRARY=/path/to/libclembed.so.0, or install it where the system loader finds it.")
+        "CLEMBED_LIBRARY=/path/to/build/libclembed.so, or run tools/python_setup.sh, which installs "
+        "the package with its library.")
 
 
 # ----------------------------------------------------------------- structs
+# Mirrors of include/clembed.h and include/clembed_io.h, field for field.
 
 class Matrix_t(ctypes.Structure):
     _fields_ = [("buffer", c_void_p), ("offset", c_size_t), ("rows", c_size_t),
@@ -137,14 +187,56 @@ class TensorInfo_t(ctypes.Structure):
                 ("shape", c_uint64 * 4), ("bytes", c_uint64)]
 
 
+# C struct name -> its mirror (every public struct; test_abi.py compares the layouts)
+STRUCTS: Dict[str, Any] = {
+    "clembed_matrix": Matrix_t, "clembed_ids": Ids_t, "clembed_sinusoid": Sinusoid_t,
+    "clembed_embed_options": EmbedOptions_t, "clembed_backward_options": BackwardOptions_t,
+    "clembed_optimizer": Optimizer_t, "clembed_rope": Rope_t, "clembed_device_info": DeviceInfo_t,
+    "clembed_error_detail": ErrorDetail_t, "clembed_tensor_info": TensorInfo_t,
+}
+
+# ------------------------------------------------------------------- enums
+# The Python names of the C enum constants (lower case; the C name is the prefix in
+# ENUMS plus the name in upper case). The binding's string arguments are these names.
+
+DTYPES = {"f32": 0, "f16": 1, "bf16": 2, "q8_0": 3, "q4_0": 4, "q4_k": 5, "q6_k": 6}
+INDEX_TYPES = {"i32": 0, "i64": 1}
+POLICIES = {"check": 0, "clamp": 1, "zero": 2, "wrap": 3}
+EXPONENTS = {"pair": 0, "index": 1}
+LAYOUTS = {"interleaved": 0, "halves": 1}
+POSITIONS = {"none": 0, "sinusoid": 1, "table": 2}
+OPTIMIZERS = {"sgd": 0, "adagrad": 1, "rowwise_adagrad": 2, "adam": 3}
+ROPE_LAYOUTS = {"neox": 0, "gptj": 1}
+ROPE_SCALINGS = {"none": 0, "linear": 1, "ntk": 2, "yarn": 3, "llama3": 4}
+STATUSES = {"ok": 0, "err_invalid_argument": -2001, "err_index_out_of_range": -2002,
+            "err_no_device": -2003, "err_build_failed": -2004, "err_out_of_memory": -2005,
+            "err_unsupported": -2006}
+
+# C enum type -> (its Python table, the prefix of its constants' C names)
+ENUMS: Dict[str, Tuple[Dict[str, int], str]] = {
+    "clembed_status": (STATUSES, "CLEMBED_"),
+    "clembed_dtype": (DTYPES, "CLEMBED_"),
+    "clembed_index_type": (INDEX_TYPES, "CLEMBED_"),
+    "clembed_index_policy": (POLICIES, "CLEMBED_INDEX_"),
+    "clembed_exponent": (EXPONENTS, "CLEMBED_EXPONENT_"),
+    "clembed_layout": (LAYOUTS, "CLEMBED_LAYOUT_"),
+    "clembed_positions": (POSITIONS, "CLEMBED_POSITIONS_"),
+    "clembed_optimizer_kind": (OPTIMIZERS, "CLEMBED_"),
+    "clembed_rope_layout": (ROPE_LAYOUTS, "CLEMBED_ROPE_"),
+    "clembed_rope_scaling": (ROPE_SCALINGS, "CLEMBED_ROPE_SCALING_"),
+}
+
+NO_PADDING = -(2 ** 63)   # CLEMBED_NO_PADDING (INT64_MIN)
+
+# -------------------------------------------------------------- prototypes
+
 EV = [c_uint, POINTER(c_void_p), POINTER(c_void_p)]   # wait list count, list, event out
 CTX = c_void_p
 PM = POINTER(Matrix_t)
 PI = POINTER(Ids_t)
 
-# name -> (restype, argtypes). Functions of the 0.1 library and the later ones alike;
-# a function the loaded library lacks is simply not declared (see has()).
-_PROTOTYPES = {
+# name -> (restype, argtypes); a function the loaded library lacks is not declared (see has())
+PROTOTYPES: Dict[str, Tuple[Any, List[Any]]] = {
     "clembed_status_string": (c_char_p, [c_int]),
     "clembed_version_number": (c_uint, []),
     "clembed_context_create": (c_int, [c_char_p, POINTER(c_void_p)]),
@@ -156,6 +248,7 @@ _PROTOTYPES = {
     "clembed_last_error_message": (c_char_p, []),
     "clembed_finish": (c_int, [CTX]),
     "clembed_dtype_size": (c_size_t, [c_int]),
+    "clembed_dtype_block_values": (c_size_t, [c_int]),
     "clembed_dtype_row_bytes": (c_size_t, [c_int, c_size_t]),
     "clembed_matrix_create": (c_int, [CTX, c_size_t, c_size_t, c_int, PM]),
     "clembed_matrix_write": (c_int, [CTX, PM, c_void_p, c_int]),
@@ -196,27 +289,24 @@ _PROTOTYPES = {
 
 lib, path = load_library()
 
-for _name, (_res, _args) in _PROTOTYPES.items():
+for _name, (_res, _args) in PROTOTYPES.items():
     if hasattr(lib, _name):
         _f = getattr(lib, _name)
         _f.restype = _res
         _f.argtypes = _args
 
 
-def has(name):
+def has(name: str) -> bool:
     """True when the loaded library exports the C function `name`."""
-    return name in _PROTOTYPES and hasattr(lib, name)
+    return name in PROTOTYPES and hasattr(lib, name)
 
 
-def status_string(status):
+def status_string(status: int) -> str:
+    """clembed_status_string: the fixed name of a status code."""
     s = lib.clembed_status_string(int(status))
     return s.decode() if s else "CLEMBED_UNKNOWN_STATUS"
 
 
-def version_number():
+def version_number() -> int:
+    """clembed_version_number() of the loaded library."""
     return int(lib.clembed_version_number())
-
-
-# CLEMBED_NO_PADDING: -1 in the 0.1 library, INT64_MIN from the API that added
-# clembed_context_error (0.2), where -1 means the last row as in PyTorch.
-NO_PADDING = (-(2 ** 63)) if (version_number() >= 200 or has("clembed_context_error")) else -1

@@ -1,18 +1,48 @@
-"""Training helpers: clembed.Optimizer (sparse steps) and clembed.Embedding
-(an nn.Embedding-like layer on a clembed context)."""
+"""Training helpers: clembed.Optimizer (sparse steps), clembed.Embedding (an
+nn.Embedding-like layer on a clembed context) and clembed.manual_seed (the generator that
+draws the seeds of layers made without one, as PyTorch's global RNG does)."""
 import ctypes
 import weakref
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple, Union
 
 import numpy as np
 
 from . import _lib
-from ._lib import lib
-from ._core import Matrix, Ids, default_context, _choice
-from ._errors import missing
+from ._lib import lib, OPTIMIZERS
+from ._core import Context, Matrix, default_context, WaitFor
+from ._errors import api, invalid, wrong_type, state, missing
+from ._args import (DTYPE_NAMES, FLOAT_DTYPES, F16, BF16, choice, count, dtype_code, host_values, integer, real,
+                    seed as _seed)
 
-KINDS = {"sgd": 0, "adagrad": 1, "rowwise_adagrad": 2, "adam": 3}
+KINDS = OPTIMIZERS
 _EPS = {"sgd": 0.0, "adagrad": 1e-10, "rowwise_adagrad": 1e-8, "adam": 1e-8}
 
+# ------------------------------------------------------------------ seeds
+
+_generator: Optional[np.random.Generator] = None
+
+
+def manual_seed(seed: int) -> None:
+    """Seeds the generator that draws the Philox seed of every layer made with seed=None
+    (Embedding, and the layers that follow its convention), as torch.manual_seed does:
+    after manual_seed(s), the same sequence of layers starts from the same weights. Without
+    it, that generator starts from fresh OS entropy, so two layers differ."""
+    global _generator
+    _generator = np.random.default_rng(_seed(seed))
+
+
+def draw_seed(seed: Optional[int], argument: str = "seed") -> int:
+    """A layer's Philox seed: `seed` itself (an int, taken modulo 2^64), or, for None, a
+    fresh 64-bit draw from the generator of manual_seed."""
+    global _generator
+    if seed is not None:
+        return _seed(seed, argument)
+    if _generator is None:
+        _generator = np.random.default_rng()
+    return int(_generator.integers(0, 2 ** 64, dtype=np.uint64))
+
+
+# ------------------------------------------------------------------ optimizer
 
 class Optimizer:
     """A sparse optimizer step over the rows that occur in ids (clembed_optimizer_step).
@@ -22,22 +52,26 @@ class Optimizer:
     number per table. Every kind runs clembed_optimizer_step.
     """
 
-    def __init__(self, ctx, kind, lr, eps=None, betas=(0.9, 0.999), weight_decay=0.0):
+    @api("Optimizer")
+    def __init__(self, ctx: Optional[Context], kind: str, lr: float, *, eps: Optional[float] = None,
+                 betas: Tuple[float, float] = (0.9, 0.999), weight_decay: float = 0.0) -> None:
         self.ctx = ctx if ctx is not None else default_context()
+        choice(KINDS, kind, "kind")
         self.kind = kind.lower()
-        _choice(KINDS, self.kind, "optimizer kind")
-        self.lr = float(lr)
-        self.eps = _EPS[self.kind] if eps is None else float(eps)
-        self.betas = (float(betas[0]), float(betas[1]))
-        self.weight_decay = float(weight_decay)
-        self._state = weakref.WeakKeyDictionary()   # table -> [state, state2, t]
+        self.lr = real(lr, "lr")
+        self.eps = _EPS[self.kind] if eps is None else real(eps, "eps")
+        if not isinstance(betas, (tuple, list)) or len(betas) != 2:
+            raise wrong_type("betas", "must be a pair (beta1, beta2), not %r" % (betas,))
+        self.betas = (real(betas[0], "betas"), real(betas[1], "betas"))
+        self.weight_decay = real(weight_decay, "weight_decay")
+        self._state: "weakref.WeakKeyDictionary[Matrix, List[Any]]" = weakref.WeakKeyDictionary()
 
-    def state(self, table):
+    def state(self, table: Matrix) -> Tuple[Optional[Matrix], Optional[Matrix], int]:
         """(state, state2, t) of a table: the Matrix objects (or None) and the steps taken."""
         s = self._state.get(table)
-        return tuple(s) if s is not None else (None, None, 0)
+        return (s[0], s[1], s[2]) if s is not None else (None, None, 0)
 
-    def _states(self, table):
+    def _states(self, table: Matrix) -> List[Any]:
         s = self._state.get(table)
         if s is None:
             st = st2 = None
@@ -51,26 +85,31 @@ class Optimizer:
             s = self._state[table] = [st, st2, 0]
         return s
 
-    def step(self, table, grad, ids, lr=None, wait_for=None, **backward_options):
+    @api("Optimizer.step", "clembed_optimizer_step")
+    def step(self, table: Matrix, grad: Any, ids: Any, *, lr: Optional[float] = None, wait_for: WaitFor = None,
+             **backward_options: Any) -> Matrix:
         """One fused step of table (in place) with the gradient grad (ids.shape + (cols,))
         of the tokens ids. backward_options as Context.backward (scale, padding_idx,
-        scale_grad_by_freq, on_bad_id, dropout, seed, ...). Returns table."""
+        scale_grad_by_freq, on_bad_id, seq_len, offset, sequence_offsets, position_grad,
+        dropout, seed). Returns table."""
         ctx = self.ctx
-        lr = self.lr if lr is None else float(lr)
+        lr = self.lr if lr is None else real(lr, "lr")
         if not _lib.has("clembed_optimizer_step"):
             raise missing("clembed_optimizer_step", "Optimizer(%r).step" % self.kind)
+        if not isinstance(table, Matrix):
+            raise wrong_type("table", "must be a clembed.Matrix (stepped in place), not %s" % type(table).__name__)
         ids = ctx._as_ids(ids)
         grad = ctx._grad(grad)
-        keep = []
-        bo = ctx._backward_options(
-            table.rows, backward_options.pop("scale", 1.0), backward_options.pop("padding_idx", None),
-            backward_options.pop("scale_grad_by_freq", False), True, True,
-            backward_options.pop("on_bad_id", "check"), backward_options.pop("seq_len", None),
-            backward_options.pop("offset", 0), backward_options.pop("sequence_offsets", None),
-            backward_options.pop("position_grad", None), backward_options.pop("dropout", 0.0),
-            backward_options.pop("seed", 0), ids, keep)
-        if backward_options:
-            raise TypeError("clembed: unknown option(s) %s" % ", ".join(sorted(backward_options)))
+        keep: List[Any] = []
+        opts = dict(scale=1.0, padding_idx=None, scale_grad_by_freq=False, on_bad_id="check", seq_len=None,
+                    offset=0, sequence_offsets=None, position_grad=None, dropout=0.0, seed=0)
+        unknown = sorted(set(backward_options) - set(opts))
+        if unknown:
+            raise wrong_type(unknown[0], "is not an option of Optimizer.step (%s)" % ", ".join(opts))
+        opts.update(backward_options)
+        bo = ctx._backward_options(opts["scale"], opts["padding_idx"], opts["scale_grad_by_freq"], True, True,
+                                   opts["on_bad_id"], opts["seq_len"], opts["offset"], opts["sequence_offsets"],
+                                   opts["position_grad"], opts["dropout"], opts["seed"], ids, keep)
         s = self._states(table)
         o = lib.clembed_optimizer_defaults(KINDS[self.kind])
         o.learning_rate = lr
@@ -83,75 +122,187 @@ class Optimizer:
         if s[1] is not None:
             o.state2 = ctypes.pointer(s[1]._m)
         ctx._run("clembed_optimizer_step", lib.clembed_optimizer_step,
-                 (ctx._h, ctypes.byref(grad._m), ctypes.byref(ids._ids), ctypes.byref(bo),
+                 (ctx._live, ctypes.byref(grad._m), ctypes.byref(ids._ids), ctypes.byref(bo),
                   ctypes.byref(o), ctypes.byref(table._m)), wait_for, [table])
         s[2] += 1
         return table
 
 
+# ------------------------------------------------------------------ embedding
+
+class LoadResult(NamedTuple):
+    """What Embedding.load_state_dict did not use (as PyTorch's _IncompatibleKeys)."""
+    missing_keys: List[str]
+    unexpected_keys: List[str]
+
+
 class Embedding:
     """A token-embedding layer in the manner of torch.nn.Embedding, on a clembed context.
 
-    weight: a (num_embeddings x embedding_dim) F32 Matrix, drawn from N(0, 1) with
-    Philox(seed) (the padding row zero). forward(ids) -> ndarray of ids.shape + (dim,):
-    scale * weight[ids] (+ positions: None, 'sinusoid' or a learned (positions x dim)
-    array/Matrix, not trained). backward(grad) keeps the output gradient of the last
-    forward (several backward calls add up); step(lr) applies it with the optimizer
-    (an Optimizer, a kind name, or None for plain SGD with lr) and clears it.
+    weight: a (num_embeddings x embedding_dim) Matrix of dtype 'f32', 'f16' or 'bf16',
+    drawn from N(0, 1) with Philox(seed) (the padding row zero). seed None (the default)
+    draws a fresh seed from clembed's generator (clembed.manual_seed makes it
+    reproducible), so two layers made alike differ, as in PyTorch; an int gives the same
+    weights on every device and run. .seed is the seed used.
+    forward(ids) -> ndarray of ids.shape + (dim,) (float16 for an 'f16' weight, else
+    float32): scale * weight[ids] (+ positions: None, 'sinusoid' or a learned (positions x
+    dim) array/Matrix, not trained). backward(grad) keeps the output gradient of the last
+    forward (several backward calls add up); step(lr) applies it with the optimizer (an
+    Optimizer, a kind name, or None for plain SGD with lr) and clears it.
     """
 
-    def __init__(self, num_embeddings, embedding_dim, padding_idx=None, scale=1.0, positions=None,
-                 ctx=None, seed=0, optimizer=None):
+    @api("Embedding")
+    def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: Optional[int] = None, *,
+                 scale: Union[float, str] = 1.0, positions: Any = None, ctx: Optional[Context] = None,
+                 seed: Optional[int] = None, optimizer: Any = None, dtype: Any = "f32") -> None:
+        self._setup(num_embeddings, embedding_dim, padding_idx, scale, positions, ctx, optimizer)
+        code = dtype_code(dtype, "dtype", FLOAT_DTYPES)
+        self.seed: Optional[int] = draw_seed(seed)
+        self.freeze = False
+        self.weight = self.ctx.init(self.ctx.empty(self.num_embeddings, self.embedding_dim, code), "normal",
+                                    mean=0.0, std=1.0, seed=self.seed)
+        if self.padding_idx is not None:
+            self.weight.rows_view(self.padding_idx, 1).write(np.zeros(self.embedding_dim, np.float32))
+
+    def _setup(self, num_embeddings: Any, embedding_dim: Any, padding_idx: Any, scale: Any, positions: Any,
+               ctx: Optional[Context], optimizer: Any) -> None:
         self.ctx = ctx if ctx is not None else default_context()
-        self.num_embeddings, self.embedding_dim = int(num_embeddings), int(embedding_dim)
-        if padding_idx is not None:
-            p = int(padding_idx)
-            if not -self.num_embeddings <= p < self.num_embeddings:
-                raise ValueError("clembed: padding_idx %d outside [-%d, %d)" % (
-                    p, self.num_embeddings, self.num_embeddings))
-            padding_idx = p + self.num_embeddings if p < 0 else p
+        self.num_embeddings = count(num_embeddings, "num_embeddings")
+        self.embedding_dim = count(embedding_dim, "embedding_dim")
+        if padding_idx is not None:   # negative counts from the end, as in nn.Embedding
+            n = self.num_embeddings
+            p = integer(padding_idx, "padding_idx", -n, n)
+            padding_idx = p + n if p < 0 else p
         self.padding_idx = padding_idx
+        if isinstance(scale, str):
+            if scale.lower() != "sqrt":
+                raise invalid("scale", "is a number or 'sqrt', not %r" % scale)
+        else:
+            scale = real(scale, "scale")
         self.scale = scale
-        if isinstance(positions, np.ndarray):
-            positions = self.ctx.matrix(positions)
+        if positions is not None and not isinstance(positions, (str, Matrix)):
+            positions = self.ctx.matrix(host_values(positions, "positions")[0])
         self.positions = positions
-        self.weight = self.ctx.init(self.ctx.empty(self.num_embeddings, self.embedding_dim),
-                                    "normal", 0.0, 1.0, seed=seed)
-        if padding_idx is not None:
-            self.weight.rows_view(padding_idx, 1).write(np.zeros(self.embedding_dim, np.float32))
         if isinstance(optimizer, str):
             optimizer = Optimizer(self.ctx, optimizer, 0.01 if optimizer.lower() != "sgd" else 0.1)
+        elif optimizer is not None and not isinstance(optimizer, Optimizer):
+            raise wrong_type("optimizer", "must be a clembed.Optimizer, a kind name or None, not %s"
+                             % type(optimizer).__name__)
         self.optimizer = optimizer
-        self._ids = []
-        self._grads = []
-        self._last_ids = None
+        self._ids: List[np.ndarray] = []
+        self._grads: List[np.ndarray] = []
+        self._last_ids: Optional[np.ndarray] = None
 
-    def forward(self, ids):
+    @classmethod
+    @api("Embedding.from_pretrained")
+    def from_pretrained(cls, embeddings: Any, freeze: bool = True, padding_idx: Optional[int] = None, *,
+                        dtype: Any = None, scale: Union[float, str] = 1.0, positions: Any = None,
+                        ctx: Optional[Context] = None, optimizer: Any = None) -> "Embedding":
+        """A layer whose weight is `embeddings`, as torch.nn.Embedding.from_pretrained: a 2-D
+        NumPy array (uploaded as Context.matrix does: dtype None keeps float32/float16, a
+        float64 or integer array needs dtype) or a clembed.Matrix (used as the weight
+        itself, not copied). The padding row is kept as given. freeze=True (the default):
+        backward and step refuse (a table of any dtype, block-quantized ones included);
+        freeze=False trains it (f32, f16 or bf16)."""
+        self = cls.__new__(cls)
+        if isinstance(embeddings, Matrix):
+            if dtype is not None:
+                raise invalid("dtype", "is the Matrix's own (%s) when embeddings is a Matrix" % embeddings.dtype)
+            if ctx is not None and ctx is not embeddings.ctx:
+                raise invalid("ctx", "differs from the context of the embeddings Matrix")
+            ctx = embeddings.ctx
+            weight = embeddings
+        else:
+            ctx = ctx if ctx is not None else default_context()
+            weight = ctx.matrix(embeddings, dtype)
+        self._setup(weight.rows, weight.cols, padding_idx, scale, positions, ctx, optimizer)
+        self.seed = None
+        self.freeze = bool(freeze)
+        if not self.freeze and weight._m.dtype not in FLOAT_DTYPES:
+            raise invalid("freeze", "False needs an f32, f16 or bf16 weight to train, not %s" % weight.dtype)
+        self.weight = weight
+        return self
+
+    # --- facts
+    @property
+    def dtype(self) -> str:
+        """The weight's device dtype ('f32', 'f16', 'bf16', or a block type when frozen)."""
+        return self.weight.dtype
+
+    @property
+    def _out_dtype(self) -> str:
+        return {F16: "f16", BF16: "bf16"}.get(self.weight._m.dtype, "f32")
+
+    def __repr__(self) -> str:
+        return "clembed.Embedding(%d, %d, padding_idx=%r, dtype=%r)" % (
+            self.num_embeddings, self.embedding_dim, self.padding_idx, self.dtype)
+
+    # --- state
+    def state_dict(self) -> Dict[str, np.ndarray]:
+        """{'weight': a copy of the weight}: float32 (float16 for an 'f16' weight; 'bf16'
+        values are exact in float32), or uint8 blocks for a block-quantized weight (so
+        load_state_dict restores it bit for bit)."""
+        if DTYPE_NAMES[self.weight._m.dtype] not in ("f32", "f16", "bf16"):
+            return {"weight": self.weight.raw()}
+        return {"weight": self.weight.numpy()}
+
+    @api("Embedding.load_state_dict", "clembed_matrix_write")
+    def load_state_dict(self, state_dict: Dict[str, Any], strict: bool = True) -> LoadResult:
+        """Writes state_dict['weight'] (num_embeddings x embedding_dim values, converted to
+        the weight's dtype as Matrix.write does; uint8 blocks for a block-quantized weight)
+        into the weight, in place. strict: a missing 'weight' or another key is an error.
+        Returns (missing_keys, unexpected_keys). Recorded gradients are kept."""
+        if not isinstance(state_dict, dict):
+            raise wrong_type("state_dict", "must be a dict, not %s" % type(state_dict).__name__)
+        missing_keys = [] if "weight" in state_dict else ["weight"]
+        unexpected = sorted(k for k in state_dict if k != "weight")
+        if strict and (missing_keys or unexpected):
+            raise invalid("state_dict", "missing keys %s, unexpected keys %s" % (missing_keys, unexpected))
+        if "weight" in state_dict:
+            w = state_dict["weight"]
+            a = w.numpy() if isinstance(w, Matrix) else np.asarray(w)
+            blocks = a.dtype == np.uint8 and self.dtype not in ("f32", "f16", "bf16")
+            want = (self.num_embeddings, a.shape[-1] if blocks else self.embedding_dim)
+            if a.shape != want or (blocks and a.shape != self.weight.raw().shape):
+                raise invalid("state_dict", "['weight'] has shape %s, the layer's weight %s"
+                              % (a.shape, (self.num_embeddings, self.embedding_dim)))
+            self.weight.write(a)
+        return LoadResult(missing_keys, unexpected)
+
+    # --- forward and training
+    @api("Embedding.forward", "clembed_embed")
+    def forward(self, ids: Any) -> np.ndarray:
+        """scale * weight[ids] (+ positions), an ndarray of ids.shape + (dim,)."""
         ids = np.asarray(ids)
         out = self.ctx.embed(self.weight, ids, scale=self.scale, positions=self.positions,
-                             padding_idx=self.padding_idx)
+                             padding_idx=self.padding_idx, out_dtype=self._out_dtype)
         self._last_ids = ids
         return out.numpy()
 
     __call__ = forward
 
-    def backward(self, grad):
-        """Records d(loss)/d(output) of the last forward (shape ids.shape + (dim,))."""
+    @api("Embedding.backward")
+    def backward(self, grad: Any) -> None:
+        """Records d(loss)/d(output) of the last forward (shape ids.shape + (dim,), float32
+        or float16)."""
+        if self.freeze:
+            raise state("the weight is frozen (from_pretrained(..., freeze=True)): no gradient is kept")
         if self._last_ids is None:
-            raise RuntimeError("clembed: backward before forward")
-        g = np.asarray(grad, dtype=np.float32)
+            raise state("backward before forward")
+        g, _, _ = host_values(grad, "grad")
         if g.shape != self._last_ids.shape + (self.embedding_dim,):
-            raise ValueError("clembed: gradient of shape %s for an output of shape %s"
-                             % (g.shape, self._last_ids.shape + (self.embedding_dim,)))
+            raise invalid("grad", "has shape %s, the output of the last forward %s"
+                          % (g.shape, self._last_ids.shape + (self.embedding_dim,)))
         self._ids.append(self._last_ids.reshape(-1).astype(np.int64))
         self._grads.append(g.reshape(-1, self.embedding_dim))
 
-    def zero_grad(self):
+    def zero_grad(self) -> None:
+        """Forgets the recorded gradients."""
         self._ids, self._grads = [], []
 
     @property
-    def grad(self):
-        """The dense table gradient of the recorded backward calls (NumPy), or None."""
+    def grad(self) -> Optional[np.ndarray]:
+        """The dense table gradient of the recorded backward calls (NumPy float32), or None."""
         if not self._ids:
             return None
         g = self.ctx.backward(np.concatenate(self._grads), np.concatenate(self._ids),
@@ -159,23 +310,25 @@ class Embedding:
                               padding_idx=self.padding_idx)
         return g.numpy()
 
-    def _scale_value(self):
+    def _scale_value(self) -> float:
         if isinstance(self.scale, str):
             return float(np.sqrt(self.embedding_dim))
         return float(self.scale)
 
-    def step(self, lr=None):
+    @api("Embedding.step")
+    def step(self, lr: Optional[float] = None) -> None:
         """Applies the recorded gradient to weight (sparse: only rows that occurred) and
         clears it. lr overrides the optimizer's rate (needed without an optimizer)."""
+        if self.freeze:
+            raise state("the weight is frozen (from_pretrained(..., freeze=True)): step() changes nothing")
         if not self._ids:
             return
         ids = np.concatenate(self._ids)
         grad = np.concatenate(self._grads)
         if self.optimizer is None:
             if lr is None:
-                raise ValueError("clembed: step() needs lr when the Embedding has no optimizer")
-            self.ctx.sgd(self.weight, grad, ids, lr, scale=self._scale_value(),
-                         padding_idx=self.padding_idx)
+                raise invalid("lr", "is needed when the Embedding has no optimizer")
+            self.ctx.sgd(self.weight, grad, ids, lr, scale=self._scale_value(), padding_idx=self.padding_idx)
         else:
             self.optimizer.step(self.weight, grad, ids, lr=lr, scale=self._scale_value(),
                                 padding_idx=self.padding_idx)

@@ -5,10 +5,14 @@ pca(table, labels=None): the rows of a table on their first two principal compon
 Both return a matplotlib Figure (save it with fig.savefig("x.png")); they never
 call pyplot.show().
 """
+from typing import Any, Optional, Sequence, Tuple
+
 import numpy as np
 
+from ._errors import api, invalid
 
-def _figure(figsize):
+
+def _figure(figsize: Tuple[float, float]) -> Any:
     try:
         from matplotlib.figure import Figure
     except ImportError as e:
@@ -17,7 +21,8 @@ def _figure(figsize):
     return Figure(figsize=figsize, layout="constrained")
 
 
-def positional(length, dim, ctx=None, cmap="RdBu_r", **options):
+@api("plot.positional")
+def positional(length: int, dim: int, *, ctx: Any = None, cmap: str = "RdBu_r", **options: Any) -> Any:
     """Heatmap of the sinusoidal table computed by clembed: one row per position
     (top to bottom), one column per embedding column, values in [-1, 1] with a
     colour bar. options as Context.positional (first, base, exponent, layout).
@@ -40,13 +45,14 @@ def positional(length, dim, ctx=None, cmap="RdBu_r", **options):
     return fig
 
 
-def principal_components(table, k=2):
+@api("plot.principal_components")
+def principal_components(table: Any, k: int = 2) -> Tuple[np.ndarray, np.ndarray]:
     """The rows of table (centred) projected on their first k principal components
     (NumPy SVD, float64); each component's sign is chosen so that its largest loading
     is positive. Returns (points (rows x k), explained variance ratio (k,))."""
     x = np.asarray(table, dtype=np.float64)
     if x.ndim != 2 or x.shape[0] < 2:
-        raise ValueError("clembed: PCA needs a 2-D table of at least 2 rows, not shape %s" % (x.shape,))
+        raise invalid("table", "PCA needs a 2-D table of at least 2 rows, not shape %s" % (x.shape,))
     xc = x - x.mean(axis=0)
     u, s, vt = np.linalg.svd(xc, full_matrices=False)
     k = min(k, vt.shape[0])
@@ -62,7 +68,8 @@ def principal_components(table, k=2):
     return points, ratio
 
 
-def pca(table, labels=None, annotate_max=200):
+@api("plot.pca")
+def pca(table: Any, labels: Optional[Sequence[Any]] = None, *, annotate_max: int = 200) -> Any:
     """Scatter of the rows of table (a NumPy array or a clembed.Matrix) on their first two
     principal components, each point labelled with labels[i] (default: its row number;
     at most annotate_max labels are drawn). The points are fig.points (rows x 2)."""
@@ -75,7 +82,7 @@ def pca(table, labels=None, annotate_max=200):
         labels = [str(i) for i in range(n)]
     labels = [str(l) for l in labels]
     if len(labels) != n:
-        raise ValueError("clembed: %d labels for %d rows" % (len(labels), n))
+        raise invalid("labels", "%d labels for %d rows" % (len(labels), n))
     fig = _figure((6.0, 5.0))
     ax = fig.add_subplot()
     ax.scatter(points[:, 0], points[:, 1], s=24, color="tab:blue", zorder=2)

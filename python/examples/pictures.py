@@ -2,7 +2,7 @@
 docs/python-positional.png (the sinusoid table) and docs/python-pca.png (its rows'
 first two principal components).
 
-    CLEMBED_LIBRARY=build/libclembed.so.0 PYTHONPATH=python python3 python/examples/pictures.py docs
+    CLEMBED_LIBRARY=build/libclembed.so PYTHONPATH=python /usr/bin/python3 python/examples/pictures.py docs
 """
 import os
 import sys

@@ -45,13 +45,13 @@ def test_matrix_f16_and_bf16_round_to_nearest_even(ctx):
     m16 = ctx.matrix(a, dtype="f16")
     assert m16.dtype == "f16"
     assert_same_bits(m16.numpy(np.float16), a.astype(np.float16))
-    assert_same_bits(m16.numpy(), a.astype(np.float16).astype(np.float32))
+    assert_same_bits(m16.numpy(np.float32), a.astype(np.float16).astype(np.float32))
     mb = ctx.matrix(a, dtype="bf16")
     assert mb.dtype == "bf16"
     assert_same_bits(mb.numpy(), bf16_round(a))
-    # a float16 array uploads as f16, a float64 array as f32 (converted)
+    # a float16 array uploads as f16, a float64 array as f32 when asked (converted)
     assert ctx.matrix(a.astype(np.float16)).dtype == "f16"
-    assert_same_bits(ctx.matrix(a.astype(np.float64)).numpy(), a)
+    assert_same_bits(ctx.matrix(a.astype(np.float64), dtype="f32").numpy(), a)
 
 
 def test_empty_is_zero_and_write(ctx):

@@ -159,7 +159,7 @@ def test_optimizer_state_per_table(ctx):
 
 
 def test_optimizer_bad_kind(ctx):
-    with pytest.raises(ValueError, match="optimizer kind"):
+    with pytest.raises(ValueError, match="argument kind: must be one of 'sgd'"):
         clembed.Optimizer(ctx, "lion", 0.1)
 
 

@@ -136,7 +136,7 @@ static clembed_status embed_slot(clembed_context *ctx, const clembed_matrix *tab
                  (opt->policy == CLEMBED_INDEX_CLAMP && table->rows == 0) || (p->pt && !p->cached) || p->so ||
                  (opt->positions != CLEMBED_POSITIONS_NONE && opt->position_offset > (size_t)INT64_MAX);
   if (!ids->count || !can_fail) return CLEMBED_OK;
-  ce_slot_info info = {"clembed_embed", "position_table", opt->policy == CLEMBED_INDEX_WRAP, table->rows,
+  ce_slot_info info = {ctx->op, "position_table", opt->policy == CLEMBED_INDEX_WRAP, table->rows,
                        p->pt ? p->pt->rows : 0, opt->seq_len, opt->position_offset, p->so != NULL,
                        opt->positions == CLEMBED_POSITIONS_SINUSOID && !p->cached, NULL};
   return ce_slot_reserve(ctx, &info, slot);
@@ -192,9 +192,9 @@ static clembed_status embed_run(clembed_context *ctx, const clembed_matrix *tabl
     FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "out", -1, (int64_t)out->rows,
              "out is %zu x %zu but %zu ids of a table with %zu cols need %zu x %zu", out->rows, out->cols,
              ids->count, table->cols, ids->count, table->cols);
-  CHECK(ce_check_common(ctx, "clembed_embed", opt->policy, opt->dropout, ids->count, opt->seq_len,
+  CHECK(ce_check_common(ctx, ctx->op, opt->policy, opt->dropout, ids->count, opt->seq_len,
                         opt->sequence_offsets));
-  CHECK(ce_padding(ctx, opt->padding_idx, table->rows, "clembed_embed", &padding));
+  CHECK(ce_padding(ctx, opt->padding_idx, table->rows, ctx->op, &padding));
   CHECK(resolve_positions(ctx, table, ids, opt, &p));
   embed_shape sh = choose_shape(ctx, table, ids, opt, &p, out->dtype);
   int n = snprintf(opts, sizeof opts, "-DTABLE_DT=%d -DOUT_DT=%d -DPOSITIONS=%d -DPOS_DT=%d -DDROPOUT=%d -DVEC=%u",
@@ -230,7 +230,12 @@ clembed_status clembed_embed(clembed_context *ctx, const clembed_matrix *table, 
   return ce_track_end(ctx, status, event, &own);
 }
 
+/* clembed_embed with the defaults, naming itself in its errors (deferred ones included). */
 clembed_status clembed_lookup(clembed_context *ctx, const clembed_matrix *table, const clembed_ids *ids,
                               clembed_matrix *out, cl_uint nwait, const cl_event *wait, cl_event *event) {
-  return clembed_embed(ctx, table, ids, NULL, out, nwait, wait, event);
+  cl_event own;
+  CE_ENTER(ctx, "clembed_lookup");
+  cl_event *ev = CE_EVENT_BEGIN(event, own);
+  clembed_status status = embed_run(ctx, table, ids, NULL, out, nwait, wait, ev);
+  return ce_track_end(ctx, status, event, &own);
 }

@@ -61,7 +61,8 @@ pc=$(find "$work/prefix" -name clembed.pc | head -n 1)
 export PKG_CONFIG_PATH="$(dirname "$pc")${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
 flags=$(pkg-config --cflags --libs clembed) || { echo "pkg-config --cflags --libs clembed failed"; exit 1; }
 echo "pkg-config --cflags --libs clembed: $flags"
-[ "$(pkg-config --modversion clembed)" = "$(sed -n 's/^project(clembed VERSION \([0-9.]*\).*/\1/p' "$src/CMakeLists.txt")" ] ||
+version=$(sed -n 's/^#define CLEMBED_VERSION_\(MAJOR\|MINOR\|PATCH\) *\([0-9]*\).*/\2/p' "$src/include/clembed.h" | paste -sd.)
+[ "$(pkg-config --modversion clembed)" = "$version" ] ||
   { echo "clembed.pc has the wrong version: $(pkg-config --modversion clembed)"; exit 1; }
 # shellcheck disable=SC2086
 ${CC:-cc} -std=c11 -o "$work/pc_consumer" "$here/main.c" $flags ||
