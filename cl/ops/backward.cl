@@ -256,7 +256,14 @@ CE_INLINE void ce_fold_tile(FV *acc, __global const GRAD_T *grad, ulong g_off, u
 #ifndef CE_RW_AHEAD
 #define CE_RW_AHEAD 2 /* the tuning table's rowwise_ahead */
 #endif
-#if CE_PREFETCH
+/* CE_FOLD_ORDER (the CPU shapes' short segments): 0 side by side; 1 (where
+ * the device takes prefetch hints, for short rows: the host's choice from the
+ * tuning table's fold_ahead_bytes) one after another with the rows CE_AHEAD
+ * positions on asked for */
+#ifndef CE_FOLD_ORDER
+#define CE_FOLD_ORDER 0
+#endif
+#if CE_FOLD_ORDER == 1
 /* With prefetch hints (a CPU under POCL): the segments one after another,
  * whole rows, and while one is folded, the gradient row and the TABP row
  * (TABP + base) of the sorted position CE_AHEAD on from its start are asked

@@ -129,15 +129,19 @@ static clembed_status prepare(seg_call *b) {
   size_t rows = b->target->rows, p_rows = b->pg ? b->pg->rows : 0;
   /* keys hold rows (or positions) and their `none` value, rows itself */
   b->key64 = (uint64_t)rows > 0xFFFFFFFFu || (uint64_t)p_rows > 0xFFFFFFFFu;
+  /* short rows one after another with later rows asked for, where the device
+   * takes prefetch hints (CE_FOLD_ORDER 1); longer ones side by side, which
+   * the CPU's own prefetchers follow better */
+  unsigned order = ctx->prefetch && clembed_dtype_row_bytes(b->grad->dtype, b->grad->cols) <= t->fold_ahead_bytes;
   /* exact (correctly rounded) division for scale_grad_by_freq where the device can */
   const char *div = ctx->exact_div ? " -cl-fp32-correctly-rounded-divide-sqrt" : "";
   snprintf(b->opts, sizeof b->opts,
            "-DGRAD_DT=%d -DTABLE_DT=%d -DDROPOUT=%d -DKEY64=%d -DVEC=%u -DTILE=%u -DCE_GROUP=%u -DCE_AHEAD=%u "
-           "-DCE_RW_AHEAD=%u -DCE_STORE_OVERWRITE=%d -DCE_STORE_ACCUMULATE=%d -DCE_STORE_SGD=%d "
+           "-DCE_RW_AHEAD=%u -DCE_FOLD_ORDER=%u -DCE_STORE_OVERWRITE=%d -DCE_STORE_ACCUMULATE=%d -DCE_STORE_SGD=%d "
            "-DCE_STORE_ADAGRAD=%d -DCE_STORE_ADAM=%d%s",
            (int)b->grad->dtype, (int)b->target->dtype, opt->dropout > 0.0f, b->key64, t->fold_vec, t->fold_tile,
-           t->fold_group, t->fold_ahead, t->rowwise_ahead, CE_STORE_OVERWRITE, CE_STORE_ACCUMULATE, CE_STORE_SGD,
-           CE_STORE_ADAGRAD, CE_STORE_ADAM, div);
+           t->fold_group, t->fold_ahead, t->rowwise_ahead, order, CE_STORE_OVERWRITE,
+           CE_STORE_ACCUMULATE, CE_STORE_SGD, CE_STORE_ADAGRAD, CE_STORE_ADAM, div);
   const clembed_ids *so = b->pg ? opt->sequence_offsets : NULL;
   b->rec = (ce_record){CE_NO_SLOT, CE_FAMILY_BACKWARD, b->opts, b->ids, so, opt->seq_len};
   int token_work = b->ids->count > 0; /* with 0 columns the ids are still checked */

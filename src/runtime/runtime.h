@@ -86,8 +86,11 @@ typedef struct ce_tuning {
   size_t fold_block_columns;   /* a column block's width */
   size_t fold_split;           /* segments of at least this many tokens are split into blocks */
   unsigned fold_group;         /* CPU shapes: sorted positions per work-item group */
-  unsigned fold_ahead;         /* ...and, with prefetch hints, the rows this many sorted positions on
-                                  asked for while a segment is folded (backward.cl's CE_AHEAD) */
+  size_t fold_ahead_bytes;     /* ...and, with prefetch hints, the short segments of gradient rows of at
+                                  most this many bytes go one after another (backward.cl's CE_FOLD_ORDER
+                                  1), the rows fold_ahead sorted positions on asked for while one is
+                                  folded (CE_AHEAD); longer rows go side by side */
+  unsigned fold_ahead;
   unsigned rowwise_ahead;      /* row-wise Adagrad's step, with prefetch hints: the table row this many
                                   segments on asked for (backward.cl's CE_RW_AHEAD) */
   size_t fold_slices_per_unit; /* work-items per compute unit the slices aim for */
@@ -109,7 +112,7 @@ const ce_tuning *ce_tuning_choose(int is_cpu, const char *env);
   X(cpu_shapes) X(group_target) X(row_items_max) X(row_groups_per_unit) X(embed_rows) X(embed_strided_rows)     \
   X(embed_vec) X(embed_stream) X(embed_next) X(embed_strided_prefetch_bytes) X(embed_strided_ahead) X(positional_rowwise) X(positional_vec) X(rope_rowwise) \
   X(sort_chunk) X(sort_max_chunks) X(sort_radix_bits) X(sort_local) X(fold_vec) X(fold_tile)                     \
-  X(fold_block_columns) X(fold_split) X(fold_group) X(fold_ahead) X(rowwise_ahead) X(fold_slices_per_unit)        \
+  X(fold_block_columns) X(fold_split) X(fold_group) X(fold_ahead_bytes) X(fold_ahead) X(rowwise_ahead) X(fold_slices_per_unit)        \
   X(fold_min_slices) X(row_items) X(sinusoid_table_max_elements) X(sinusoid_table_min_rows)                      \
   X(sinusoid_table_inline_rows) X(huge_page_bytes)
 /* Copies `base` into *out with CLEMBED_TUNE's settings applied (env NULL or

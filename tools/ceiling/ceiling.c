@@ -48,7 +48,6 @@ struct ceiling {
   uint32_t *keys[2], *vals[2];
   uint32_t *hist;             /* CEIL_MAX_THREADS x buckets */
   int passes, bits, pass, sorted;
-  float *acc[CEIL_MAX_THREADS];
   void (*gather)(const ceiling *, int, int);
   void (*fold)(const ceiling *, int, int);
   void (*rope)(const ceiling *, int, int);
@@ -236,7 +235,6 @@ void ceiling_destroy(ceiling *c) {
     free(c->vals[k]);
   }
   free(c->hist);
-  for (int t = 0; t < CEIL_MAX_THREADS; t++) free(c->acc[t]);
   free(c->ids);
   free(c);
 }
@@ -341,10 +339,12 @@ ceiling *ceiling_create(const ceiling_desc *d, char *err, size_t errlen) {
     c->passes = (bits + CEIL_RADIX_MAX_BITS - 1) / CEIL_RADIX_MAX_BITS;
     c->bits = (bits + c->passes - 1) / c->passes;
     if (!(c->hist = malloc((size_t)CEIL_MAX_THREADS << c->bits << 2))) REFUSE("out of memory");
-    for (int t = 0; t < CEIL_MAX_THREADS; t++)
-      if (!(c->acc[t] = aligned_alloc(64, cols * 4))) REFUSE("out of memory");
     /* per sorted position: a gradient row, and for most a table row and its states */
     c->ahead = rows_ahead(c->row_bytes + 4 * cols + c->s1_cols * 4 * (c->s1 != NULL) + 4 * cols * (c->s2 != NULL));
+    c->side = 4;
+    const char *e = getenv("CLEMBED_CEILING_AHEAD");
+    if (e && atoi(e) >= 0) c->ahead = (size_t)atoi(e);
+    if ((e = getenv("CLEMBED_CEILING_SIDE")) && atoi(e) >= 1 && atoi(e) <= CEIL_MAX_SIDE) c->side = (size_t)atoi(e);
   } else {
     if (d->table_dtype != CLEMBED_F32 && d->table_dtype != CLEMBED_F16) REFUSE("no ceiling for this dtype");
     if (!d->head_dim || d->head_dim % 32 || cols % d->head_dim) REFUSE("head_dim must be a multiple of 32");

@@ -379,85 +379,99 @@ CEIL_INLINE void CEIL_FN(fold_prefetch_line)(const ceiling *c, const uint32_t *k
   if (c->s2 && line < 4 * cols) __builtin_prefetch((const char *)(c->s2 + v * cols) + line, 1, 3);
 }
 
+/* The segment [b, e)'s row gradient at 16 columns from col: its gradient
+ * rows added in token order. */
+CEIL_INLINE v16 CEIL_FN(fold16)(const ceiling *c, const uint32_t *vals, size_t b, size_t e, size_t col) {
+  const size_t cols = c->d.cols;
+  v16 x = CEIL_FN(ld_f32)((const unsigned char *)(c->grad + (size_t)vals[b] * cols + col));
+  for (size_t t = b + 1; t < e; t++) x += CEIL_FN(ld_f32)((const unsigned char *)(c->grad + (size_t)vals[t] * cols + col));
+  return x;
+}
+
+/* One thread's whole segments (those starting in its share of the sorted
+ * positions), `side` segments side by side: a line of each in turn (their
+ * gradient rows, table rows and state rows are that many streams for the
+ * CPU's prefetchers), the rows of the next `side` positions asked for a line
+ * at a time meanwhile (ahead > 0). Row-wise Adagrad first folds the group's
+ * rows for their sums of squares (a pass the library makes too), then again
+ * for the step. */
 static void CEIL_FN(fold_part)(const ceiling *c, int index, int threads) {
-  const size_t n = c->d.n, cols = c->d.cols, ahead = c->ahead;
+  const size_t n = c->d.n, cols = c->d.cols, side = c->side;
   const uint32_t *keys = c->keys[c->sorted], *vals = c->vals[c->sorted];
   size_t lo = n * (size_t)index / (size_t)threads, hi = n * (size_t)(index + 1) / (size_t)threads;
   while (lo > 0 && lo < n && keys[lo - 1] == keys[lo]) lo++; /* whole segments: starts in [lo, hi) */
   while (hi > 0 && hi < n && keys[hi - 1] == keys[hi]) hi++;
-  float *acc = c->acc[index];
   const v16 lr = CEIL_FN(splat)(c->lr), eps = CEIL_FN(splat)(c->eps), b1c = CEIL_FN(splat)(c->b1c),
             b2c = CEIL_FN(splat)(c->b2c);
+  size_t sb[CEIL_MAX_SIDE], se[CEIL_MAX_SIDE];
+  unsigned char *w[CEIL_MAX_SIDE];
+  float *s1[CEIL_MAX_SIDE], *s2[CEIL_MAX_SIDE];
+  v16 rate[CEIL_MAX_SIDE];
   for (size_t s = lo; s < hi;) {
-    size_t e = s + 1;
-    while (e < hi && keys[e] == keys[s]) e++;
-    const size_t v = keys[s];
-    /* the segment's gradient rows folded in token order (a segment of one row
-     * is used in place); the rows of the sorted position `ahead` on asked for
-     * a line per column step while a row is read */
-    const float *g = c->grad + (size_t)vals[s] * cols;
-    size_t pf = n; /* the position asked for during the store: none */
-    if (e - s > 1) {
-      for (size_t t = s; t < e; t++) {
-        const float *gt = c->grad + (size_t)vals[t] * cols;
-        for (size_t col = 0, line = 0; col < cols; col += 16, line += 64) {
-          if (t + ahead < n) CEIL_FN(fold_prefetch_line)(c, keys, vals, t + ahead, line);
-          v16 x = CEIL_FN(ld_f32)((const unsigned char *)(gt + col));
-          if (t > s) x += CEIL_FN(ld_f32)((const unsigned char *)(acc + col));
-          memcpy(acc + col, &x, 64);
-        }
-      }
-      g = acc;
-    } else {
-      pf = s + ahead;
+    size_t m = 0;
+    for (; m < side && s < hi; m++) {
+      size_t e = s + 1;
+      while (e < hi && keys[e] == keys[s]) e++;
+      const size_t v = keys[s];
+      sb[m] = s;
+      se[m] = e;
+      w[m] = c->table + v * c->row_bytes;
+      s1[m] = c->s1 ? c->s1 + v * c->s1_cols : NULL;
+      s2[m] = c->s2 ? c->s2 + v * cols : NULL;
+      rate[m] = lr;
+      s = e;
     }
-    unsigned char *w = c->table + v * c->row_bytes;
-    float *s1 = c->s1 ? c->s1 + v * c->s1_cols : NULL, *s2 = c->s2 ? c->s2 + v * cols : NULL;
-    v16 rate = lr;
+    /* the next group's first positions, asked for during this group's step */
+    const size_t pf0 = s, pf1 = c->ahead ? (s + side < n ? s + side : n) : s;
     if (c->d.store == CEILING_ROWWISE_ADAGRAD) {
-      v16 sq = CEIL_FN(splat)(0.0f);
-      for (size_t col = 0; col < cols; col += 16) {
-        v16 x = CEIL_FN(ld_f32)((const unsigned char *)(g + col));
-        sq += x * x;
+      v16 sq[CEIL_MAX_SIDE];
+      for (size_t j = 0; j < m; j++) sq[j] = CEIL_FN(splat)(0.0f);
+      for (size_t col = 0; col < cols; col += 16)
+        for (size_t j = 0; j < m; j++) {
+          v16 x = CEIL_FN(fold16)(c, vals, sb[j], se[j], col);
+          sq[j] += x * x;
+        }
+      for (size_t j = 0; j < m; j++) {
+        float sum = 0.0f;
+        for (int k = 0; k < 16; k++) sum += sq[j][k];
+        s1[j][0] += sum / (float)cols;
+        rate[j] = CEIL_FN(splat)(c->lr / (sqrtf(s1[j][0]) + c->eps));
       }
-      float sum = 0.0f;
-      for (int k = 0; k < 16; k++) sum += sq[k];
-      s1[0] += sum / (float)cols;
-      rate = CEIL_FN(splat)(c->lr / (sqrtf(s1[0]) + c->eps));
     }
-    for (size_t col = 0, line = 0; col < cols; col += 16, line += 64) {
-      if (pf < n) CEIL_FN(fold_prefetch_line)(c, keys, vals, pf, line);
-      v16 x = CEIL_FN(ld_f32)((const unsigned char *)(g + col));
-      if (c->d.store == CEILING_ACCUMULATE) {
-        float *dw = (float *)w + col;
-        v16 y = CEIL_FN(ld_f32)((const unsigned char *)dw) + x;
-        memcpy(dw, &y, 64);
-        continue;
+    for (size_t col = 0, line = 0; col < cols; col += 16, line += 64)
+      for (size_t j = 0; j < m; j++) {
+        if (pf0 + j < pf1) CEIL_FN(fold_prefetch_line)(c, keys, vals, pf0 + j, line);
+        v16 x = CEIL_FN(fold16)(c, vals, sb[j], se[j], col);
+        if (c->d.store == CEILING_ACCUMULATE) {
+          float *dw = (float *)w[j] + col;
+          v16 y = CEIL_FN(ld_f32)((const unsigned char *)dw) + x;
+          memcpy(dw, &y, 64);
+          continue;
+        }
+        v16 wv = CEIL_FN(ld_w)(c, w[j], col);
+        switch (c->d.store) {
+        case CEILING_SGD:
+        case CEILING_ROWWISE_ADAGRAD: wv -= rate[j] * x; break;
+        case CEILING_ADAGRAD: {
+          v16 sv = CEIL_FN(ld_f32)((const unsigned char *)(s1[j] + col)) + x * x;
+          memcpy(s1[j] + col, &sv, 64);
+          wv -= lr * (x / (CEIL_FN(vsqrt)(sv) + eps));
+          break;
+        }
+        case CEILING_ADAM: {
+          v16 mm = CEIL_FN(ld_f32)((const unsigned char *)(s1[j] + col)),
+              u = CEIL_FN(ld_f32)((const unsigned char *)(s2[j] + col));
+          mm += (x - mm) * b1c;
+          u += (x * x - u) * b2c;
+          memcpy(s1[j] + col, &mm, 64);
+          memcpy(s2[j] + col, &u, 64);
+          wv -= lr * (mm / (CEIL_FN(vsqrt)(u) + eps));
+          break;
+        }
+        default: break;
+        }
+        CEIL_FN(st_w)(c, w[j], col, wv);
       }
-      v16 wv = CEIL_FN(ld_w)(c, w, col);
-      switch (c->d.store) {
-      case CEILING_SGD:
-      case CEILING_ROWWISE_ADAGRAD: wv -= rate * x; break;
-      case CEILING_ADAGRAD: {
-        v16 sv = CEIL_FN(ld_f32)((const unsigned char *)(s1 + col)) + x * x;
-        memcpy(s1 + col, &sv, 64);
-        wv -= lr * (x / (CEIL_FN(vsqrt)(sv) + eps));
-        break;
-      }
-      case CEILING_ADAM: {
-        v16 m = CEIL_FN(ld_f32)((const unsigned char *)(s1 + col)), u = CEIL_FN(ld_f32)((const unsigned char *)(s2 + col));
-        m += (x - m) * b1c;
-        u += (x * x - u) * b2c;
-        memcpy(s1 + col, &m, 64);
-        memcpy(s2 + col, &u, 64);
-        wv -= lr * (m / (CEIL_FN(vsqrt)(u) + eps));
-        break;
-      }
-      default: break;
-      }
-      CEIL_FN(st_w)(c, w, col, wv);
-    }
-    s = e;
   }
 }
 
