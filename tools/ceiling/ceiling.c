@@ -39,8 +39,9 @@ struct ceiling {
   size_t pos_bytes;
   int by_position, stream;
   int copy16;                 /* GATHER: a same-dtype 16-bit lookup, words moved as they are */
-  size_t ahead;               /* rows asked for ahead (0: none) */
-  size_t side;                /* GATHER: rows taken side by side (1 to CEIL_MAX_SIDE) */
+  size_t ahead;               /* 0: nothing asked for ahead; else the next group's rows (GATHER with
+                                 side 1: the row this many tokens on) */
+  size_t side;                /* rows (FOLD: segments) taken side by side (1 to CEIL_MAX_SIDE) */
   /* FOLD */
   float *grad, *s1, *s2;
   size_t s1_cols, grad_bytes, s1_bytes, s2_bytes;
@@ -246,12 +247,6 @@ void ceiling_destroy(ceiling *c) {
     return NULL;                           \
   } while (0)
 
-/* rows ahead: about 16 KiB of rows in flight per thread, 1 to 64 rows */
-static size_t rows_ahead(size_t bytes) {
-  size_t a = bytes ? ((size_t)16 << 10) / bytes : 64;
-  return a < 1 ? 1 : a > 64 ? 64 : a;
-}
-
 ceiling *ceiling_create(const ceiling_desc *d, char *err, size_t errlen) {
   ceiling *c = calloc(1, sizeof *c);
   if (!c) {
@@ -339,9 +334,10 @@ ceiling *ceiling_create(const ceiling_desc *d, char *err, size_t errlen) {
     c->passes = (bits + CEIL_RADIX_MAX_BITS - 1) / CEIL_RADIX_MAX_BITS;
     c->bits = (bits + c->passes - 1) / c->passes;
     if (!(c->hist = malloc((size_t)CEIL_MAX_THREADS << c->bits << 2))) REFUSE("out of memory");
-    /* per sorted position: a gradient row, and for most a table row and its states */
-    c->ahead = rows_ahead(c->row_bytes + 4 * cols + c->s1_cols * 4 * (c->s1 != NULL) + 4 * cols * (c->s2 != NULL));
+    /* four segments side by side; for rows of up to 1 KiB the next four
+     * positions' rows asked for meanwhile (the fastest orders tried here) */
     c->side = 4;
+    c->ahead = 4 * cols <= 1024;
     const char *e = getenv("CLEMBED_CEILING_AHEAD");
     if (e && atoi(e) >= 0) c->ahead = (size_t)atoi(e);
     if ((e = getenv("CLEMBED_CEILING_SIDE")) && atoi(e) >= 1 && atoi(e) <= CEIL_MAX_SIDE) c->side = (size_t)atoi(e);
