@@ -146,15 +146,16 @@ truncated:
         memcpy(buf + cap - 4, "...", 4);
 }
 
-/* Multiply the non-zero dimensions and the item size, checking every
+/* Multiply the non-zero dimensions, then the item size, checking every
  * multiplication.  Returns 0 and sets *count and *bytes, or -1 on overflow.
  * A zero dimension makes the array empty, but the other dimensions must
  * still have a representable product so that callers may multiply any
- * subset of them safely. */
+ * subset of them safely: the shapes the library's reader accepts (its
+ * ce_io_elements, then the byte count of a non-empty array). */
 static int shape_sizes(int ndim, const size_t *shape, size_t itemsize,
                        size_t *count, size_t *bytes)
 {
-    size_t prod = itemsize; /* itemsize >= 1 */
+    size_t prod = 1;
     int zero = 0, i;
 
     for (i = 0; i < ndim; i++) {
@@ -166,8 +167,10 @@ static int shape_sizes(int ndim, const size_t *shape, size_t itemsize,
             return -1;
         prod *= shape[i];
     }
-    *count = zero ? 0 : prod / itemsize;
-    *bytes = zero ? 0 : prod;
+    if (!zero && prod > SIZE_MAX / itemsize) /* itemsize >= 1 */
+        return -1;
+    *count = zero ? 0 : prod;
+    *bytes = zero ? 0 : prod * itemsize;
     return 0;
 }
 
