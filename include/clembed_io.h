@@ -3,15 +3,17 @@
  *
  * Part of the clembed library (link with clembed). A file is recognised by its
  * content, not by its name:
- *   .npy          NumPy format 1.0, 2.0 or 3.0, one array, C order. "<f4" and
- *                 "<f2" load as tables; "<i4" and "<i8" are ids
- *                 (clembed_ids_load); any other simple type ("<f8", ">f4",
- *                 "|u1", ...) is listed with dtype -1. Structured and object
- *                 arrays and fortran_order True are refused.
+ *   .npy          NumPy format 1.0, 2.0 or 3.0, one array, C order, 0 to
+ *                 CLEMBED_FILE_MAX_DIMS dimensions. "<f4" and "<f2" load as
+ *                 tables; "<i4" and "<i8" are ids (clembed_ids_load); any other
+ *                 simple type ("<f8", ">f4", "|u1", ...) is listed with dtype
+ *                 -1. Structured and object arrays and fortran_order True are
+ *                 refused.
  *   .safetensors  an 8-byte little-endian header length, a JSON header
  *                 ({name: {"dtype", "shape", "data_offsets"}}, plus an optional
- *                 "__metadata__" map of strings, which is skipped) and the data.
- *                 F32, F16 and BF16 load as tables; I32 and I64 are ids; the
+ *                 "__metadata__" map of strings, which is skipped) and the data;
+ *                 0 to CLEMBED_FILE_MAX_DIMS dimensions. F32, F16 and BF16
+ *                 load as tables; I32 and I64 are ids; the
  *                 other safetensors types are listed with dtype -1.
  *   .gguf         versions 2 and 3. The key/value section is checked and
  *                 skipped except for general.alignment (uint32, a power of two,
@@ -38,6 +40,10 @@ extern "C" {
 
 typedef struct clembed_file clembed_file; /* opaque: an opened .npy, .safetensors or .gguf file */
 
+/* The most dimensions a .npy or .safetensors tensor may have (NumPy 2's
+ * limit; a GGUF tensor has at most 4, as in ggml). */
+#define CLEMBED_FILE_MAX_DIMS 64
+
 typedef struct clembed_tensor_info {
   const char *name;      /* owned by the file; "" for .npy */
   int dtype;             /* a clembed_dtype (CLEMBED_Q8_0 = 3, CLEMBED_Q4_0 = 4, CLEMBED_Q4_K = 5,
@@ -45,7 +51,10 @@ typedef struct clembed_tensor_info {
                             use as a table (ids included: see type_name) */
   const char *type_name; /* the file's own name for the type: "F32", "BF16", "q4_K", "<f4", ...
                             (owned by the file) */
-  int ndim;              /* 0 to 4 */
+  int ndim;              /* 0 to 4: a tensor of more than 4 dimensions shows as 4, the last
+                            being the product of its dimensions from the fourth on (as
+                            clembed_matrix_load flattens; clembed_file_tensor_shape gives
+                            them all) */
   uint64_t shape[4];     /* outermost first, as NumPy (a GGUF file's dims are reversed); unused
                             entries are 0 */
   uint64_t bytes;        /* the tensor's data in the file */
@@ -58,6 +67,15 @@ typedef struct clembed_tensor_info {
  * a big-endian host is CLEMBED_ERR_UNSUPPORTED. */
 CLEMBED_API clembed_status clembed_file_open(const char *path, clembed_file **f);
 
+/* Opens a file's bytes that are already in memory (read from a pipe, embedded,
+ * downloaded): the same checks and messages as clembed_file_open, with `name`
+ * naming the bytes in messages (a path, "standard input", ...). The memory is
+ * borrowed, not copied: `size` bytes at `data` must stay valid and unchanged
+ * until clembed_file_close. data may be NULL when size is 0 (an empty file,
+ * refused as such). */
+CLEMBED_API clembed_status clembed_file_open_memory(const void *data, size_t size, const char *name,
+                                                    clembed_file **f);
+
 /* Unmaps and frees. NULL is a no-op. Matrices loaded from the file stay valid. */
 CLEMBED_API void clembed_file_close(clembed_file *f);
 
@@ -69,6 +87,13 @@ CLEMBED_API size_t clembed_file_tensor_count(const clembed_file *f);
  * file. */
 CLEMBED_API clembed_status clembed_file_tensor_info(const clembed_file *f, size_t i,
                                                     clembed_tensor_info *info);
+
+/* Tensor i's whole shape, outermost first (as NumPy; a GGUF file's dims
+ * reversed): *ndim receives its number of dimensions (0 to
+ * CLEMBED_FILE_MAX_DIMS) and shape[0 .. min(*ndim, capacity) - 1] its first
+ * dimensions; shape may be NULL with capacity 0 (to ask for *ndim). */
+CLEMBED_API clembed_status clembed_file_tensor_shape(const clembed_file *f, size_t i, uint64_t *shape,
+                                                     int capacity, int *ndim);
 
 /* The index of the tensor called `name` (exact, case-sensitive), or
  * CLEMBED_ERR_INVALID_ARGUMENT when there is none (the message, from

@@ -139,6 +139,9 @@ if [ "$device" = 1 ]; then
   accept embed --table "$table" --ids "$ids"
   accept backward --ids "$ids" --grad "$grad" --vocab 4
   accept sgd --table "$table" --ids "$ids" --grad "$grad" --lr 0.1
+  # a table of 3 dimensions is (rows, the product of the rest), as clembed_matrix_load reads it
+  accept embed --table "$own/good_table_3d.npy" --ids "$ids"
+  accept sgd --table "$own/good_table_3d.npy" --ids "$ids" --grad "$grad" --lr 0.1
   # the first bad value under check (default) and under wrap (-1 is the last row there)
   declare -A value=([range_ids_i8_max]=9223372036854775807 [range_ids_i8_min]=-9223372036854775808
     [range_ids_i4_min]=-2147483648 [range_ids_rows]=4 [range_ids_wrap]=-1)

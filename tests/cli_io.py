@@ -279,7 +279,8 @@ def main():
 
         # a file of several tensors needs a name; unknown names and unusable types are exit 1
         for table, needle in [(st, "pick one with"), (st + ":nope", "no tensor named 'nope'"),
-                              (st + ":odd", "of type U8"), (gg + ":output_norm.weight", "must be 2-D")]:
+                              (st + ":odd", "tensor 'odd' is u8; --table takes f32, f16, bf16, q8_0"),
+                              (gg + ":output_norm.weight", "a table has 2 or more dimensions")]:
             p = run("embed", "--table", table, "--ids", st + ":ids", "-o", out)
             check(p.returncode == 1 and needle in p.stderr and "--table" in p.stderr,
                   "embed --table %s: exit %d, message %r (expected %r)" % (table, p.returncode, p.stderr, needle))
@@ -352,8 +353,8 @@ def main():
             want = [{"name": "w", "dtype": "f32", "shape": [9, 6], "bytes": 216},
                     {"name": "wh", "dtype": "f16", "shape": [9, 6], "bytes": 108},
                     {"name": "wb", "dtype": "bf16", "shape": [9, 6], "bytes": 108},
-                    {"name": "ids", "dtype": "I64", "shape": [2, 3], "bytes": 48},
-                    {"name": "odd", "dtype": "U8", "shape": [3], "bytes": 3}]
+                    {"name": "ids", "dtype": "i64", "shape": [2, 3], "bytes": 48},
+                    {"name": "odd", "dtype": "u8", "shape": [3], "bytes": 3}]
             check(got == want, "inspect --json: %r" % got)
         npy = os.path.join(d, "a.npy")
         np.save(npy, w)

@@ -4,7 +4,7 @@
 #ifndef CLEMBED_CLI_RUN_H
 #define CLEMBED_CLI_RUN_H
 
-#include "npy.h"
+#include "read_array.h"
 #include "test_util.h"
 
 #include <fcntl.h>
@@ -95,10 +95,29 @@ static void write_npy(const char *path, npy_dtype t, int ndim, const size_t *sha
   }
 }
 
-/* Reads an output; a failure counts as a failed check and gives a zeroed array. */
+/* A .safetensors file of one tensor `name` ("F32", "BF16", ...; `bytes` of data). */
+static inline void write_safetensors(const char *path, const char *name, const char *dtype, int ndim, const size_t *shape,
+                              const void *data, size_t bytes) {
+  char header[1024];
+  int n = snprintf(header, sizeof header, "{\"%s\":{\"dtype\":\"%s\",\"shape\":[", name, dtype);
+  for (int d = 0; d < ndim; d++) n += snprintf(header + n, sizeof header - (size_t)n, "%s%zu", d ? "," : "", shape[d]);
+  n += snprintf(header + n, sizeof header - (size_t)n, "],\"data_offsets\":[0,%zu]}}", bytes);
+  while (n % 8) header[n++] = ' ';
+  unsigned char len[8];
+  for (int i = 0; i < 8; i++) len[i] = (unsigned char)((uint64_t)n >> (8 * i));
+  FILE *f = fopen(path, "wb");
+  if (!f || fwrite(len, 1, 8, f) != 8 || fwrite(header, 1, (size_t)n, f) != (size_t)n ||
+      (bytes && fwrite(data, 1, bytes, f) != bytes) || fclose(f) != 0) {
+    fprintf(stderr, "cannot write %s\n", path);
+    exit(1);
+  }
+}
+
+/* Reads an output (through the library's reader); a failure counts as a
+ * failed check and gives a zeroed array. Release it with free_array. */
 static int read_npy(const char *path, npy_array *a) {
   char err[512];
-  int ok = npy_read(path, a, err, sizeof err) == 0;
+  int ok = read_array(path, a, err, sizeof err) == 0;
   EXPECT(ok, "%s", err);
   return ok;
 }

@@ -5,10 +5,13 @@
  * the fuzzer) when it breaks:
  * - failure: a message saying what is wrong, the table freed (LeakSanitizer);
  * - success: for every tensor, a name and a type name, 0 to 4 dimensions with
- *   the unused ones 0, a dtype of -1 or a clembed dtype, its data inside the
- *   input (every byte is read, so AddressSanitizer sees an overrun), bytes =
- *   elements times the type's size (per block for block types), and the
- *   names unique (each found at its own index).
+ *   the unused ones 0 (more than 4: the first three and the product of the
+ *   rest, the whole shape of up to CE_IO_MAX_DIMS in the table), a dtype of -1
+ *   or a clembed dtype, its data inside the input (every byte is read, so
+ *   AddressSanitizer sees an overrun), bytes = elements times the type's size
+ *   (per block for block types), and the names unique (each found at its own
+ *   index); then the target's own FUZZ_AFTER(table, file, size) when it has
+ *   one (fuzz_npy.c: the tool's writer).
  * Built with CLEMBED_FUZZ_REPLAY, a main() feeds every file of the directories
  * or files on its command line through the same checks (a CTest over the
  * corpora, and the way to replay a crash file). */
@@ -61,6 +64,20 @@ static void fuzz_check(const uint8_t *file, size_t size) {
       elements *= in->shape[d];
       if (in->shape[d]) REQUIRE(ce_io_mul(nonzero, in->shape[d], &nonzero), "tensor %zu: the shape overflows", i);
     }
+    if (e->dims_off != (size_t)-1) { /* more than 4 dimensions: the whole shape folds into info's */
+      REQUIRE(e->ndim > 4 && e->ndim <= CE_IO_MAX_DIMS && in->ndim == 4, "tensor %zu: ndim %d (info %d)", i, e->ndim,
+              in->ndim);
+      REQUIRE(e->dims_off <= t.dims_len && (size_t)e->ndim <= t.dims_len - e->dims_off, "tensor %zu: dims outside", i);
+      uint64_t folded = 1;
+      for (int d = 0; d < e->ndim; d++) {
+        uint64_t v = t.dims[e->dims_off + (size_t)d];
+        if (d < 3) REQUIRE(v == in->shape[d], "tensor %zu: dimension %d is %llu, info %llu", i, d,
+                           (unsigned long long)v, (unsigned long long)in->shape[d]);
+        else folded *= v;
+      }
+      REQUIRE(folded == in->shape[3], "tensor %zu: the dimensions from the fourth on fold to %llu, info %llu", i,
+              (unsigned long long)folded, (unsigned long long)in->shape[3]);
+    }
     REQUIRE(elements == e->elements, "tensor %zu: %llu elements, the shape gives %llu", i,
             (unsigned long long)e->elements, (unsigned long long)elements);
     REQUIRE(in->dtype >= -1 && in->dtype <= 6, "tensor %zu: dtype %d", i, in->dtype);
@@ -77,6 +94,9 @@ static void fuzz_check(const uint8_t *file, size_t size) {
     for (size_t k = 0; k < i; k++) REQUIRE(strcmp(t.t[k].info.name, in->name), "tensors %zu and %zu share a name", k, i);
     if (i > 64) break; /* the quadratic name check: enough */
   }
+#ifdef FUZZ_AFTER
+  FUZZ_AFTER(&t, file, size);
+#endif
   ce_io_table_free(&t);
 }
 

@@ -1,4 +1,5 @@
-/* The references every test compares against, written plainly from API.md and
+/* The references every test compares against, written plainly from the
+ * contract (include/clembed.h, clembed_io.h) and
  * from the published definitions, independent of src/ (nothing here calls the
  * library): dtype conversions and rounding, id resolution under each policy and
  * padding, the exact sinusoid (p*w formed and reduced exactly; RoPE in
@@ -166,7 +167,7 @@ static inline double ref_cos_exact(uint64_t p, double w) {
 
 /* ------------------------------------------------------------- sinusoid */
 
-/* Column c's frequency and kind (1: cos) for d columns (API.md, sinusoid). */
+/* Column c's frequency and kind (1: cos) for d columns (include/clembed.h, clembed_positional). */
 static inline double ref_sinusoid_freq(const clembed_sinusoid *s, size_t d, size_t c, int *is_cos) {
   double num;
   if (s->layout == CLEMBED_LAYOUT_HALVES) {

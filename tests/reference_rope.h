@@ -2,7 +2,7 @@
  * (shared with the sinusoid). The angle p*w (p an integer below 2^53, w a double) is formed
  * exactly as a double-double, reduced modulo 2*pi with a three-double 2*pi, and
  * sin/cos of the reduced angle (hi + lo) are taken in double: within about
- * 1e-16 of the exact values. The frequencies follow the contract (API.md):
+ * 1e-16 of the exact values. The frequencies follow the contract (include/clembed.h):
  * the sinusoid's base^(-k/d) and RoPE's scalings as Hugging Face transformers'
  * modeling_rope_utils.py computes them, in double. */
 #ifndef CLEMBED_REFERENCE_ROPE_H

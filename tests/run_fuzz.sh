@@ -3,9 +3,9 @@
 #   tests/run_fuzz.sh BUILD_DIR [SECONDS]   (default 60, shared between the targets)
 #
 # The targets are built by configuring with clang and -DCLEMBED_FUZZ=ON (as
-# ./tools/check.sh --fuzz does in build-fuzz/): fuzz_npy (the tool's .npy
-# reader) and the library's readers fuzz_npy_lib, fuzz_safetensors and
-# fuzz_gguf, the seconds split between them. Each one starts from a copy of the
+# ./tools/check.sh --fuzz does in build-fuzz/): the library's readers
+# fuzz_npy_lib, fuzz_safetensors and fuzz_gguf, and fuzz_npy (the readers, then
+# the tool's .npy writer and back), the seconds split between them. Each one starts from a copy of the
 # corpus files of its format (tests/npy_corpus, tests/cli_corpus,
 # tests/io_corpus; kept in BUILD_DIR/fuzz/corpus-NAME, so what one run finds
 # seeds the next) with a dictionary of its format's tokens. Exits

@@ -7,10 +7,11 @@
  * CLEMBED_ALLOW_NO_DEVICE=1. */
 #define _POSIX_C_SOURCE 200809L
 #include "clembed.h"
-#include "npy.h"
 #include "test_util.h"
 
+#include <ctype.h>
 #include <dirent.h>
+#include <math.h>
 #include <errno.h>
 #include <signal.h>
 #include <time.h>
@@ -158,8 +159,8 @@ TU_CASE(embed_exact) {
         }
       EXPECT(!bad && a.count == (size_t)N * D, "embed %s %s differs from W[ids]", f16 ? "f16" : "f32",
              ids_files[k]);
-      npy_free(&a);
-      npy_free(&ids);
+      free_array(&a);
+      free_array(&ids);
     }
   /* an f16 table computed in f32: <f4 output equal to float(W[ids]) */
   RUNS(0, "embed", "--table", P("w16.npy"), "--ids", P("i32_1d.npy"), "--dtype", "f32", "-o", P("e.npy"));
@@ -172,7 +173,7 @@ TU_CASE(embed_exact) {
         bad = memcmp(&want, &got, 4) != 0;
       }
     EXPECT(!bad, "embed --dtype f32 of an f16 table differs from float(W[ids])");
-    npy_free(&a);
+    free_array(&a);
   }
   /* 0 ids: shape (0, D) */
   size_t s0[1] = {0};
@@ -180,7 +181,7 @@ TU_CASE(embed_exact) {
   RUNS(0, "embed", "--table", P("w32.npy"), "--ids", P("i_empty.npy"), "-o", P("e0.npy"));
   if (read_npy(P("e0.npy"), &a)) {
     EXPECT(a.ndim == 2 && a.shape[0] == 0 && a.shape[1] == D, "0 ids: shape");
-    npy_free(&a);
+    free_array(&a);
   }
 }
 
@@ -198,7 +199,7 @@ TU_CASE(positional) {
         for (size_t i = 0; i < 10; i++) worst = fmax(worst, fabs(pe[p * 10 + i] - sin_ref(5.0, CLEMBED_EXPONENT_INDEX, CLEMBED_LAYOUT_INTERLEAVED, 10, (int64_t)p, i)));
       EXPECT(worst <= 1e-6, "positional base 5 index: worst error %g", worst);
     }
-    npy_free(&a);
+    free_array(&a);
   }
   /* the standard table far out, and halves */
   static const char *const layouts[] = {"interleaved", "halves"};
@@ -213,7 +214,7 @@ TU_CASE(positional) {
             worst = fmax(worst, fabs(((float *)a.data)[p * 15 + i] - sin_ref(10000.0, CLEMBED_EXPONENT_PAIR, h ? CLEMBED_LAYOUT_HALVES : CLEMBED_LAYOUT_INTERLEAVED, 15,
                                                      (int64_t)(100000 + p), i)));
       EXPECT(a.count == 60 && worst <= 1e-6, "positional --first 100000 %s: worst error %g", layouts[h], worst);
-      npy_free(&a);
+      free_array(&a);
     }
   }
 }
@@ -256,7 +257,7 @@ TU_CASE(embed_with_positions) {
           worst = fmax(worst, fabs(((float *)a.data)[i * D + c] - want));
         }
     EXPECT(a.ndim == 3 && a.count == B * S * D && worst <= 4e-6, "embed sqrt + sinusoid: worst error %g", worst);
-    npy_free(&a);
+    free_array(&a);
   }
   RUNS(0, "embed", "--table", P("wp.npy"), "--ids", P("ip.npy"), "--positions", P("pt.npy"), "--offset", "3",
        "-o", P("ep.npy"));
@@ -266,7 +267,7 @@ TU_CASE(embed_with_positions) {
       for (int c = 0; c < D && !bad; c++)
         bad = ((float *)a.data)[i * D + c] != w[ids[i] * D + c] + pt[(3 + i % S) * D + c];
     EXPECT(!bad, "embed with a learned position table differs from W[ids] + P[3 + s]");
-    npy_free(&a);
+    free_array(&a);
   }
   /* positions 10..14 of a 12-row table: exit 1 naming the position file */
   RUNS(1, "embed", "--table", P("wp.npy"), "--ids", P("ip.npy"), "--positions", P("pt.npy"), "--offset", "10",
@@ -296,7 +297,7 @@ TU_CASE(embed_options) {
         else bad = fabs(got - w[ids[i] * D + c] * keep) > 1e-6;
       }
     EXPECT(!bad && dropped > 0, "embed --dropout 0.25 --seed 9 differs from the Philox mask");
-    npy_free(&a);
+    free_array(&a);
   }
   /* the backward with the same dropout applies the same mask */
   float g[N * D], ref[V * D] = {0};
@@ -313,7 +314,7 @@ TU_CASE(embed_options) {
     double worst = 0;
     for (int i = 0; i < V * D && a.count == V * D; i++) worst = fmax(worst, fabs(((float *)a.data)[i] - ref[i]));
     EXPECT(a.count == V * D && worst <= 1e-5, "backward --dropout: worst error %g", worst);
-    npy_free(&a);
+    free_array(&a);
   }
   /* --padding-idx -1 is the last row (10, token 3); bf16 rounds the table */
   RUNS(0, "embed", "--table", P("wp.npy"), "--ids", P("ip.npy"), "--padding-idx", "-1", "--dtype", "bf16", "-o",
@@ -326,7 +327,7 @@ TU_CASE(embed_options) {
         bad = ((float *)a.data)[i * D + c] != want;
       }
     EXPECT(!bad, "embed --padding-idx -1 --dtype bf16 differs");
-    npy_free(&a);
+    free_array(&a);
   }
   /* wrap: -1 is the last row */
   int64_t wi[3] = {-1, -11, 2};
@@ -337,7 +338,7 @@ TU_CASE(embed_options) {
     EXPECT(a.count == 3 * D && !memcmp(a.data, w + (V - 1) * D, D * 4) &&
                !memcmp((float *)a.data + D, w, D * 4) && !memcmp((float *)a.data + 2 * D, w + 2 * D, D * 4),
            "embed --on-bad-id wrap");
-    npy_free(&a);
+    free_array(&a);
   }
   /* an <i8 id beyond int32 */
   wi[1] = (int64_t)1 << 40;
@@ -373,7 +374,7 @@ TU_CASE(backward) {
     EXPECT(a.dtype == NPY_F4 && a.ndim == 2 && a.shape[0] == V && a.shape[1] == D, "backward shape");
     EXPECT(a.count == V * D && !memcmp(a.data, ref, sizeof ref),
            "backward differs from the sequential float32 sum in token order");
-    npy_free(&a);
+    free_array(&a);
   }
   RUNS(0, "backward", "--ids", P("bi2.npy"), "--grad", P("bg3.npy"), "--vocab", "17", "-o", P("dw3.npy"));
   EXPECT(same_file(P("dw1.npy"), P("dw3.npy")), "backward with 2-D ids differs from 1-D");
@@ -383,7 +384,7 @@ TU_CASE(backward) {
     double worst = 0;
     for (int i = 0; i < V * D && a.count == V * D; i++) worst = fmax(worst, fabs(((float *)a.data)[i] - ref[i]));
     EXPECT(a.count == V * D && worst <= 1e-4, "backward --atomic: worst error %g", worst);
-    npy_free(&a);
+    free_array(&a);
   }
   /* scale, padding, frequency scaling */
   RUNS(0, "backward", "--ids", P("bi.npy"), "--grad", P("bg.npy"), "--vocab", "17", "--scale", "0.5",
@@ -399,7 +400,7 @@ TU_CASE(backward) {
       }
     EXPECT(a.count == V * D && worst <= 1e-6, "backward --scale 0.5 --padding-idx 3 --scale-grad-by-freq: %g",
            worst);
-    npy_free(&a);
+    free_array(&a);
   }
   /* a gradient whose shape does not match the ids */
   RUNS(1, "backward", "--ids", P("bi2.npy"), "--grad", P("bg.npy"), "--vocab", "17", "-o", P("dw_bad.npy"));
@@ -453,7 +454,7 @@ TU_CASE(sgd) {
       }
     EXPECT(untouched_ok, "sgd (%s) changed rows that do not occur", f16 ? "f16" : "f32");
     EXPECT(worst <= (f16 ? 1e-3 : 1e-5), "sgd (%s): worst error %g", f16 ? "f16" : "f32", worst);
-    npy_free(&a);
+    free_array(&a);
   }
 }
 
@@ -466,7 +467,7 @@ TU_CASE(init) {
   npy_array a = {0};
   if (read_npy(P("n1.npy"), &a)) {
     EXPECT(a.dtype == NPY_F4 && a.ndim == 2 && a.shape[0] == 7 && a.shape[1] == 9, "init shape");
-    npy_free(&a);
+    free_array(&a);
   }
   RUNS(0, "init", "--rows", "4", "--dim", "3", "--uniform", "-2,1", "--seed", "9", "--dtype", "f16", "-o",
        P("u.npy"));
@@ -478,7 +479,7 @@ TU_CASE(init) {
       worst = fmax(worst, fabs(ref_f16_to_f32(((uint16_t *)a.data)[e]) - want));
     }
     EXPECT(worst <= 2e-3, "init --uniform differs from Philox: %g", worst);
-    npy_free(&a);
+    free_array(&a);
   }
   RUNS(1, "init", "--rows", "4", "--dim", "3", "-o", P("u_bad.npy"));
   RUNS(1, "init", "--rows", "4", "--dim", "3", "--normal", "0,-1", "-o", P("u_bad.npy"));
@@ -520,7 +521,7 @@ TU_CASE(errors_exit_codes_and_no_partial_output) {
     int zero = a.count == N * D;
     for (int c = 0; c < D && zero; c++) zero = ((float *)a.data)[23 * D + c] == 0.0f;
     EXPECT(zero, "--on-bad-id zero: row 23 is not zero");
-    npy_free(&a);
+    free_array(&a);
   }
   /* a truncated file */
   static unsigned char buf[1 << 16];
@@ -546,7 +547,7 @@ TU_CASE(errors_exit_codes_and_no_partial_output) {
   ERR_HAS("i32_1d.npy");
   RUNS(1, "embed", "--table", P("w32.npy"), "--ids", P("w32.npy"), "-o", P("out_bad.npy"));
   RUNS(1, "embed", "--table", P("keep.npy"), "--ids", P("i32_1d.npy"), "-o", P("out_bad.npy"));
-  ERR_HAS("2-D");
+  ERR_HAS("a table has 2 or more dimensions");
   /* usage */
   RUNS(1, "embed", "--table", P("w32.npy"), "--ids", P("i32_1d.npy"), "--bogus", "-o", P("out_bad.npy"));
   ERR_HAS("--bogus");
@@ -630,7 +631,7 @@ TU_CASE(usage_fixes) {
   npy_array a = {0};
   if (read_npy(P("o0col.npy"), &a)) {
     EXPECT(a.ndim == 2 && a.shape[0] == 3 && a.shape[1] == 0, "0-column embed: shape");
-    npy_free(&a);
+    free_array(&a);
   }
   ids[1] = 3;
   write_npy(P("i0col.npy"), NPY_I4, 1, is, ids);
@@ -653,7 +654,7 @@ static void expect_positional(const char *path, const char *what) {
   for (size_t p = 0; ok && p < 3; p++)
     for (size_t i = 0; ok && i < 4; i++) ok = fabs(((float *)a.data)[p * 4 + i] - sin_ref(10000.0, CLEMBED_EXPONENT_PAIR, CLEMBED_LAYOUT_INTERLEAVED, 4, p, i)) <= 1e-6;
   EXPECT(ok, "%s: not the (3, 4) positional table", what);
-  npy_free(&a);
+  free_array(&a);
 }
 
 #define POS34 "positional", "--length", "3", "--dim", "4"
@@ -836,7 +837,7 @@ TU_CASE(mapped_input) {
     int ok = a.count == 3 * D;
     for (int i = 0; i < 3 && ok; i++) ok = !memcmp((float *)a.data + (size_t)i * D, w + (size_t)ids[i] * D, D * 4);
     EXPECT(ok, "embed with a mapped table differs from W[ids]");
-    npy_free(&a);
+    free_array(&a);
   }
   unlink(P("ids.fifo"));
   unlink(P("big_table.npy"));
@@ -940,6 +941,260 @@ TU_CASE(bench_only) {
   EXPECT(strstr(g_out, "lookup f32") == NULL && strstr(g_out, "backward") == NULL, "other rows ran: %s", g_out);
   RUNS(1, "bench", "--reps", "0");
   ERR_HAS("--reps: '0'");
+}
+
+/* ------------------------------------------- the flags each --help lists */
+
+/* Every subcommand's flags (the contract's): each --help describes each of its
+ * flags after its synopsis (a word of its own), and every flag a --help names
+ * is one the parser knows. (--help itself exits 2 naming a flag its parser
+ * takes and its text does not describe.) */
+TU_CASE(help_lists_every_flag) {
+  static const struct {
+    const char *sub;
+    const char *flags[24];
+  } subs[] = {
+      {"devices", {"--json", "--device"}},
+      {"positional", {"--length", "--dim", "--first", "--base", "--exponent", "--layout", "--out-dtype", "--device", "-o"}},
+      {"rope-cache", {"--length", "--head-dim", "--rotary-dim", "--first", "--base", "--layout", "--scaling", "--factor",
+                      "--original-max-position", "--low-freq-factor", "--high-freq-factor", "--beta-fast",
+                      "--beta-slow", "--attention-factor", "--device", "-o"}},
+      {"rope", {"--input", "--head-dim", "--positions", "--offset", "--inverse", "--out-dtype", "--rotary-dim",
+                "--base", "--layout", "--scaling", "--factor", "--original-max-position", "--low-freq-factor",
+                "--high-freq-factor", "--beta-fast", "--beta-slow", "--attention-factor", "--device", "-o"}},
+      {"embed", {"--table", "--ids", "--scale", "--positions", "--base", "--exponent", "--layout", "--offset",
+                 "--padding-idx", "--on-bad-id", "--dtype", "--dropout", "--seed", "--out-dtype", "--device", "-o"}},
+      {"backward", {"--ids", "--grad", "--vocab", "--scale", "--padding-idx", "--scale-grad-by-freq", "--atomic",
+                    "--on-bad-id", "--dropout", "--seed", "--out-dtype", "--device", "-o"}},
+      {"sgd", {"--table", "--ids", "--grad", "--lr", "--scale", "--padding-idx", "--scale-grad-by-freq", "--on-bad-id",
+               "--dropout", "--seed", "--out-dtype", "--device", "-o"}},
+      {"init", {"--rows", "--dim", "--normal", "--uniform", "--seed", "--dtype", "--out-dtype", "--device", "-o"}},
+      {"inspect", {"--json", "--device"}},
+      {"demo", {"--device"}},
+      {"bench", {"--json", "--device"}},
+  };
+  RUNS(0, "demo", "model", "--help");
+  EXPECT(!g_err[0] && strstr(g_out, "--ids") && strstr(g_out, "--dtype") && strstr(g_out, "--device"),
+         "demo model --help: %s%s", g_out, g_err);
+  for (size_t i = 0; i < sizeof subs / sizeof subs[0]; i++) {
+    int r = CLI(subs[i].sub, "--help");
+    EXPECT(r == 0 && !g_err[0], "%s --help exits %d: %s", subs[i].sub, r, g_err);
+    static char help[1 << 16];
+    snprintf(help, sizeof help, "%s", g_out);
+    const char *body = strstr(help, "\n\n");
+    if (!body) body = help;
+    for (int k = 0; subs[i].flags[k]; k++) {
+      const char *f = subs[i].flags[k], *p = body;
+      size_t n = strlen(f);
+      int found = 0;
+      while (!found && (p = strstr(p, f)) != NULL) {
+        char b = p[-1], a = p[n];
+        found = !isalnum((unsigned char)b) && b != '-' && !isalnum((unsigned char)a) && a != '-';
+        p += n;
+      }
+      EXPECT(found, "clembed %s --help does not describe %s", subs[i].sub, f);
+    }
+    /* every --word the help names is a flag of this subcommand */
+    if (!strcmp(subs[i].sub, "bench")) continue; /* the benchmark's own parser */
+    for (const char *p = help; (p = strstr(p, "--")) != NULL;) {
+      char flag[64];
+      size_t n = 2;
+      while (n < sizeof flag - 1 && (isalnum((unsigned char)p[n]) || p[n] == '-')) n++;
+      memcpy(flag, p, n);
+      flag[n] = '\0';
+      p += n;
+      if (n < 4 || !strcmp(flag, "--help")) continue;
+      CLI(subs[i].sub, flag);
+      if (!strcmp(subs[i].sub, "demo") && strstr(g_err, "unknown flag")) CLI("demo", "model", flag); /* its flags too */
+      EXPECT(strstr(g_err, "unknown flag") == NULL, "clembed %s --help names %s, which it refuses: %s", subs[i].sub,
+             flag, g_err);
+    }
+  }
+}
+
+/* A flag's value that looks like a flag is refused naming the flag (--scale -o
+ * x.npy does not take -o for the scale); negative numbers, "-" and
+ * --flag=VALUE are values. */
+TU_CASE(flag_values_that_look_like_flags) {
+  enum { V = 5, D = 3 };
+  float w[V * D];
+  int32_t ids[4] = {0, 4, 2, 2};
+  fill_table(w, V, D, 3);
+  w[1] = 1.0f, w[2] = 2.0f, w[3] = 3.0f, w[4] = 4.0f; /* finite: -0.5 * w compared exactly */
+  size_t ts[2] = {V, D}, is[1] = {4};
+  write_npy(P("lf_w.npy"), NPY_F4, 2, ts, w);
+  write_npy(P("lf_ids.npy"), NPY_I4, 1, is, ids);
+  unlink(P("lf_out.npy"));
+  RUNS(1, "embed", "--table", P("lf_w.npy"), "--ids", P("lf_ids.npy"), "--scale", "-o", P("lf_out.npy"));
+  ERR_HAS("--scale needs a value, and '-o' looks like a flag");
+  EXPECT(!exists(P("lf_out.npy")), "a refused run wrote its output");
+  RUNS(1, "embed", "--scale", "--table", P("lf_w.npy"), "--ids", P("lf_ids.npy"), "-o", P("lf_out.npy"));
+  ERR_HAS("--scale needs a value, and '--table' looks like a flag");
+  RUNS(1, "embed", "--table", P("lf_w.npy"), "--ids", P("lf_ids.npy"), "-o", P("lf_out.npy"), "--scale");
+  ERR_HAS("--scale needs a value");
+  /* --scale --help is the help, not a scale */
+  RUNS(0, "embed", "--scale", "--help");
+  EXPECT(strstr(g_out, "usage: clembed embed") != NULL, "embed --scale --help: %s", g_out);
+  /* a negative number is a value, and so is anything after = */
+  static const char *const forms[][2] = {{"--scale", "-0.5"}, {"--scale=-0.5", NULL}};
+  for (int k = 0; k < 2; k++) {
+    unlink(P("lf_out.npy"));
+    if (forms[k][1])
+      RUNS(0, "embed", "--table", P("lf_w.npy"), "--ids", P("lf_ids.npy"), forms[k][0], forms[k][1], "-o",
+           P("lf_out.npy"));
+    else
+      RUNS(0, "embed", "--table", P("lf_w.npy"), "--ids", P("lf_ids.npy"), forms[k][0], "-o", P("lf_out.npy"));
+    npy_array a = {0};
+    if (!read_npy(P("lf_out.npy"), &a)) continue;
+    int bad = a.count != 4 * D;
+    for (size_t i = 0; i < 4 && !bad; i++)
+      for (size_t c = 0; c < D && !bad; c++) {
+        float want = -0.5f * w[(size_t)ids[i] * D + c], got = ((float *)a.data)[i * D + c];
+        bad = memcmp(&want, &got, 4) != 0;
+      }
+    EXPECT(!bad, "%s: not -0.5 * W[ids]", forms[k][0]);
+    free_array(&a);
+  }
+  RUNS(0, "embed", "--table", P("lf_w.npy"), "--ids", P("lf_ids.npy"), "--padding-idx", "-1", "-o", P("lf_out.npy"));
+}
+
+/* A table of more than 2 dimensions is (rows, the product of the rest), as
+ * clembed_matrix_load reads it: a 3-D .npy and a 3-D safetensors tensor
+ * (FILE:NAME) in embed; sgd writes the table back in its own shape. */
+TU_CASE(table_of_three_dimensions) {
+  enum { V = 4, A = 2, B = 3, D = A * B };
+  float w[V * D];
+  int32_t ids[5] = {3, 0, 3, 1, 2};
+  fill_table(w, V, D, 11);
+  w[2] = 0.5f; /* finite: the sgd step below is compared exactly */
+  size_t t3[3] = {V, A, B}, is[1] = {5};
+  write_npy(P("t3.npy"), NPY_F4, 3, t3, w);
+  write_npy(P("t3_ids.npy"), NPY_I4, 1, is, ids);
+  write_safetensors(P("t3.safetensors"), "emb", "F32", 3, t3, w, sizeof w);
+  static const char *const tables[] = {"t3.npy", "t3.safetensors:emb"};
+  for (int k = 0; k < 2; k++) {
+    RUNS(0, "embed", "--table", P(tables[k]), "--ids", P("t3_ids.npy"), "-o", P("t3_out.npy"));
+    npy_array a = {0};
+    if (!read_npy(P("t3_out.npy"), &a)) continue;
+    int bad = a.ndim != 2 || a.shape[0] != 5 || a.shape[1] != D;
+    for (size_t i = 0; i < 5 && !bad; i++) bad = memcmp((float *)a.data + i * D, w + (size_t)ids[i] * D, D * 4) != 0;
+    EXPECT(!bad, "embed --table %s (3-D): not W.reshape(%d, %d)[ids]", tables[k], V, D);
+    free_array(&a);
+  }
+  /* sgd: W[v] -= lr * sum of the rows of G for v, written as (V, A, B) */
+  float g[5 * D];
+  for (size_t i = 0; i < 5 * D; i++) g[i] = (float)(i % 7) * 0.25f - 0.5f;
+  size_t gs[2] = {5, D};
+  write_npy(P("t3_g.npy"), NPY_F4, 2, gs, g);
+  RUNS(0, "sgd", "--table", P("t3.npy"), "--ids", P("t3_ids.npy"), "--grad", P("t3_g.npy"), "--lr", "0.5", "-o",
+       P("t3_w2.npy"));
+  npy_array a = {0};
+  if (read_npy(P("t3_w2.npy"), &a)) {
+    int bad = a.ndim != 3 || a.shape[0] != V || a.shape[1] != A || a.shape[2] != B;
+    for (size_t v = 0; v < V && !bad; v++)
+      for (size_t c = 0; c < D && !bad; c++) {
+        double dw = 0.0;
+        for (size_t i = 0; i < 5; i++)
+          if ((size_t)ids[i] == v) dw += g[i * D + c];
+        float want = w[v * D + c] - 0.5f * (float)dw, got = ((float *)a.data)[v * D + c];
+        bad = !(want == got || (isnan(want) && isnan(got)) || (isinf(want) && want == got));
+      }
+    EXPECT(!bad, "sgd on a 3-D table: wrong values or shape (ndim %d)", a.ndim);
+    free_array(&a);
+  }
+  /* fewer than 2 dimensions is still not a table */
+  size_t s1[1] = {6};
+  write_npy(P("t1.npy"), NPY_F4, 1, s1, w);
+  RUNS(1, "embed", "--table", P("t1.npy"), "--ids", P("t3_ids.npy"), "-o", P("t3_out.npy"));
+  ERR_HAS("a table has 2 or more dimensions");
+}
+
+/* devices --json: one object per device, as clembed_devices lists them, the
+ * default (or --device's) selected. */
+static void json_escape(char *out, size_t cap, const char *s) {
+  size_t o = 0;
+  for (; *s && o + 8 < cap; s++) {
+    if (*s == '"' || *s == '\\') out[o++] = '\\', out[o++] = *s;
+    else if ((unsigned char)*s < 0x20) o += (size_t)snprintf(out + o, cap - o, "\\u%04x", (unsigned char)*s);
+    else out[o++] = *s;
+  }
+  out[o] = '\0';
+}
+
+static void expect_devices_json(const clembed_device_info *list, size_t n, long selected) {
+  static char want[1 << 15];
+  size_t o = (size_t)snprintf(want, sizeof want, "[");
+  for (size_t i = 0; i < n; i++) {
+    char pl[300], nm[300];
+    json_escape(pl, sizeof pl, list[i].platform);
+    json_escape(nm, sizeof nm, list[i].name);
+    cl_device_type t = list[i].type;
+    const char *type = (t & CL_DEVICE_TYPE_GPU) ? "gpu" : (t & CL_DEVICE_TYPE_ACCELERATOR) ? "accelerator"
+                       : (t & CL_DEVICE_TYPE_CPU) ? "cpu" : "other";
+    o += (size_t)snprintf(want + o, sizeof want - o,
+                          "%s{\"spec\": \"%s\", \"platform\": \"%s\", \"name\": \"%s\", \"type\": \"%s\", "
+                          "\"is_default\": %s, \"selected\": %s, \"global_mem_bytes\": %llu, \"max_alloc_bytes\": %llu}",
+                          i ? ", " : "", list[i].spec, pl, nm, type, list[i].is_default ? "true" : "false",
+                          (long)i == selected ? "true" : "false", (unsigned long long)list[i].global_mem_bytes,
+                          (unsigned long long)list[i].max_alloc_bytes);
+  }
+  snprintf(want + o, sizeof want - o, "]\n");
+  EXPECT(!strcmp(g_out, want), "devices --json:\n%s\nexpected:\n%s", g_out, want);
+}
+
+TU_CASE(devices_json) {
+  size_t n = 0;
+  EXPECT(clembed_devices(NULL, 0, &n) == CLEMBED_OK && n > 0, "clembed_devices: %zu", n);
+  clembed_device_info list[64];
+  if (n > 64) n = 64;
+  EXPECT(clembed_devices(list, n, &n) == CLEMBED_OK, "clembed_devices");
+  long def = -1;
+  for (size_t i = 0; i < n; i++)
+    if (list[i].is_default && def < 0) def = (long)i;
+  RUNS(0, "devices", "--json");
+  expect_devices_json(list, n, def);
+  /* --device: the device the spec picks (the first of identical ones) */
+  long last = (long)n - 1, pick = last;
+  for (long i = 0; i < last; i++)
+    if (!strcmp(list[i].platform, list[last].platform) && !strcmp(list[i].name, list[last].name)) {
+      pick = i;
+      break;
+    }
+  RUNS(0, "devices", "--device", list[last].spec, "--json");
+  expect_devices_json(list, n, pick);
+  RUNS(1, "devices", "--json=yes");
+  ERR_HAS("--json takes no value");
+}
+
+/* inspect takes --device (and opens no device), before or after FILE; a file
+ * of 9 dimensions shows them all; dtypes are lower case. */
+TU_CASE(inspect_flags_and_names) {
+  float w[12] = {0};
+  size_t s9[9] = {1, 2, 1, 1, 3, 1, 1, 1, 2}, s2[2] = {3, 4};
+  write_npy(P("in9.npy"), NPY_F4, 9, s9, w);
+  RUNS(0, "inspect", P("in9.npy"));
+  EXPECT(!strcmp(g_out, "- f32 1x2x1x1x3x1x1x1x2\n"), "inspect of 9 dimensions: %s", g_out);
+  RUNS(0, "inspect", P("in9.npy"), "--device", "no-such-device");
+  EXPECT(!strcmp(g_out, "- f32 1x2x1x1x3x1x1x1x2\n"), "inspect FILE --device: %s", g_out);
+  RUNS(0, "inspect", "--device", "cpu", "--json", P("in9.npy"));
+  EXPECT(!strcmp(g_out, "[{\"name\": \"\", \"dtype\": \"f32\", \"shape\": [1, 2, 1, 1, 3, 1, 1, 1, 2], \"bytes\": 48}]\n"),
+         "inspect --device SPEC --json FILE: %s", g_out);
+  RUNS(1, "inspect", P("in9.npy"), "--device");
+  ERR_HAS("--device needs a value");
+  RUNS(1, "inspect", P("in9.npy"), P("in9.npy"));
+  ERR_HAS("one FILE only");
+  /* the file's own unusable types, in the lower-case scheme */
+  double f64[12] = {0};
+  write_safetensors(P("odd.safetensors"), "x", "F64", 2, s2, f64, sizeof f64);
+  RUNS(0, "inspect", P("odd.safetensors"));
+  EXPECT(!strcmp(g_out, "x f64 3x4\n"), "inspect F64: %s", g_out);
+  RUNS(1, "embed", "--table", P("odd.safetensors"), "--ids", P("in9.npy"), "-o", P("odd_out.npy"));
+  ERR_HAS("tensor 'x' is f64; --table takes f32, f16, bf16, q8_0, q4_0");
+  int32_t i4[3] = {0, 1, 2};
+  size_t s3[1] = {3};
+  write_npy(P("odd_ids.npy"), NPY_I4, 1, s3, i4);
+  RUNS(0, "inspect", P("odd_ids.npy"));
+  EXPECT(!strcmp(g_out, "- i32 3\n"), "inspect <i4: %s", g_out);
 }
 
 /* A temporary directory, and `clembed devices` must find a device. */

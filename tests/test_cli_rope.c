@@ -6,7 +6,6 @@
  * file left). Usage: test_cli_rope PATH/TO/clembed [CASE...] (--list names them) */
 #include "test_util.h"
 #include "reference_rope.h"
-#include "npy.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -41,7 +40,7 @@ TU_CASE(cache) {
       worst = fmax(worst, fabs(elem(&a, i * 128 + 64 + k) - ref_sin_exact(p, w[k])));
     }
   EXPECT(worst <= 1e-6, "rope-cache: error %g", worst);
-  npy_free(&a);
+  free_array(&a);
   /* YaRN's attention factor, partial rotary: (L, R) */
   RUNS(0, "rope-cache", "--length", "3", "--head-dim", "64", "--rotary-dim", "32", "--scaling", "yarn", "--factor",
        "4", "--original-max-position", "4096", "-o", P("cs2.npy"));
@@ -49,7 +48,7 @@ TU_CASE(cache) {
   EXPECT(a.shape[1] == 32, "partial rotary cache has %zu columns", a.shape[1]);
   double at2 = 0.1 * log(4.0) + 1.0;
   EXPECT(fabs(elem(&a, 0) - at2) <= 1e-6 * at2, "yarn: cos(0) * a = %g, want %g", elem(&a, 0), at2);
-  npy_free(&a);
+  free_array(&a);
 }
 
 /* X of `shape` (ndim 2, 3 or 4) through `clembed rope` with extra flags; checked against the reference */
@@ -115,7 +114,7 @@ static void rope_case(const char *name, int ndim, const size_t *shape, size_t he
     }
   }
   EXPECT(bad == 0, "%s: %zu values off", name, bad);
-  npy_free(&y);
+  free_array(&y);
   free(x);
 }
 
@@ -158,6 +157,118 @@ TU_CASE(refusals) {
   RUNS(0, "rope-cache", "--help");
 }
 
+/* The tensor "output" of a .safetensors output: its dtype, shape and bytes
+ * (malloc'd into *data); 0 when the file is not one such tensor. */
+static int read_output_tensor(const char *path, int *dtype, int *ndim, uint64_t *shape, void **data, size_t *bytes) {
+  clembed_file *f = NULL;
+  clembed_tensor_info t;
+  const void *d = NULL;
+  size_t i = 0;
+  int ok = clembed_file_open(path, &f) == CLEMBED_OK && clembed_file_tensor_count(f) == 1 &&
+           clembed_file_find(f, "output", &i) == CLEMBED_OK && clembed_file_tensor_info(f, i, &t) == CLEMBED_OK &&
+           clembed_file_tensor_shape(f, i, shape, 8, ndim) == CLEMBED_OK &&
+           clembed_file_tensor_data(f, i, &d) == CLEMBED_OK;
+  EXPECT(ok, "%s: not a .safetensors file of one tensor \"output\": %s", path, clembed_last_error_message());
+  if (ok) {
+    *dtype = t.dtype;
+    *bytes = (size_t)t.bytes;
+    *data = malloc(*bytes ? *bytes : 1);
+    if (*bytes) memcpy(*data, d, *bytes);
+  }
+  clembed_file_close(f);
+  return ok;
+}
+
+/* rope and rope-cache write -o OUT.safetensors as every subcommand does (one
+ * tensor "output", --out-dtype f32, f16 or bf16), and take a bf16 X, whose
+ * output defaults to bf16. */
+TU_CASE(safetensors_output) {
+  enum { T = 3, HEADS = 2, H = 8, N = T * HEADS * H };
+  float x[N], xb[N];
+  uint16_t x16[N];
+  for (int i = 0; i < N; i++) {
+    x[i] = (float)((i * 37) % 23) * 0.125f - 1.3f;
+    x16[i] = ref_f32_to_bf16(x[i]);
+    xb[i] = ref_bf16_to_f32(x16[i]);
+  }
+  size_t xs[3] = {T, HEADS, H};
+  write_npy(P("sx.npy"), NPY_F4, 3, xs, x);
+  write_npy(P("sxb.npy"), NPY_F4, 3, xs, xb);
+  write_safetensors(P("sx16.safetensors"), "q", "BF16", 3, xs, x16, sizeof x16);
+  RUNS(0, "rope", "--input", P("sx.npy"), "--head-dim", "8", "--offset", "5", "-o", P("sa.npy"));
+  RUNS(0, "rope", "--input", P("sxb.npy"), "--head-dim", "8", "--offset", "5", "-o", P("sab.npy"));
+  npy_array a = {0}, ab = {0};
+  if (!read_npy(P("sa.npy"), &a) || !read_npy(P("sab.npy"), &ab) || a.count != N || ab.count != N) {
+    free_array(&a);
+    free_array(&ab);
+    return;
+  }
+  uint16_t want16[N], want16b[N];
+  for (int i = 0; i < N; i++) {
+    want16[i] = ref_f32_to_bf16(((float *)a.data)[i]);
+    want16b[i] = ref_f32_to_bf16(((float *)ab.data)[i]);
+  }
+  static const struct {
+    const char *input, *out_dtype, *out;
+    int dtype;
+  } runs[] = {
+      {"sx.npy", NULL, "sb.safetensors", CLEMBED_F32},
+      {"sx.npy", "bf16", "sc.safetensors", CLEMBED_BF16},
+      {"sx16.safetensors", NULL, "sd.safetensors", CLEMBED_BF16},
+      {"sx16.safetensors", "f32", "se.safetensors", CLEMBED_F32},
+  };
+  for (size_t k = 0; k < sizeof runs / sizeof runs[0]; k++) {
+    if (runs[k].out_dtype)
+      RUNS(0, "rope", "--input", P(runs[k].input), "--head-dim", "8", "--offset", "5", "--out-dtype",
+           runs[k].out_dtype, "-o", P(runs[k].out));
+    else
+      RUNS(0, "rope", "--input", P(runs[k].input), "--head-dim", "8", "--offset", "5", "-o", P(runs[k].out));
+    int dtype = -1, ndim = 0;
+    uint64_t shape[8];
+    void *data = NULL;
+    size_t bytes = 0;
+    if (!read_output_tensor(P(runs[k].out), &dtype, &ndim, shape, &data, &bytes)) continue;
+    int from16 = runs[k].input[2] == '1';
+    const void *want = runs[k].dtype == CLEMBED_BF16 ? (const void *)(from16 ? want16b : want16)
+                                                     : (from16 ? ab.data : a.data);
+    size_t want_bytes = runs[k].dtype == CLEMBED_BF16 ? sizeof want16 : N * sizeof(float);
+    EXPECT(dtype == runs[k].dtype && ndim == 3 && shape[0] == T && shape[1] == HEADS && shape[2] == H &&
+               bytes == want_bytes && !memcmp(data, want, bytes),
+           "rope --input %s%s%s -o %s: dtype %d, %d dimensions, %zu bytes, or values differ", runs[k].input,
+           runs[k].out_dtype ? " --out-dtype " : "", runs[k].out_dtype ? runs[k].out_dtype : "", runs[k].out, dtype,
+           ndim, bytes);
+    free(data);
+  }
+  /* a bf16 X into a .npy: f32 (a .npy has no bfloat16); asked for, it is refused naming .safetensors */
+  RUNS(0, "rope", "--input", P("sx16.safetensors"), "--head-dim", "8", "--offset", "5", "-o", P("sf.npy"));
+  npy_array f = {0};
+  if (read_npy(P("sf.npy"), &f))
+    EXPECT(f.dtype == NPY_F4 && f.count == N && !memcmp(f.data, ab.data, N * sizeof(float)),
+           "rope of a bf16 X into .npy: not the f32 rotation");
+  free_array(&f);
+  unlink(P("sg.npy"));
+  RUNS(1, "rope", "--input", P("sx.npy"), "--head-dim", "8", "--out-dtype", "bf16", "-o", P("sg.npy"));
+  ERR_HAS(".safetensors");
+  struct stat st;
+  EXPECT(stat(P("sg.npy"), &st) != 0, "a refused run left an output file");
+  /* rope-cache into .safetensors: the .npy's values */
+  RUNS(0, "rope-cache", "--length", "4", "--head-dim", "8", "-o", P("scs.npy"));
+  RUNS(0, "rope-cache", "--length", "4", "--head-dim", "8", "-o", P("scs.safetensors"));
+  npy_array c = {0};
+  int dtype = -1, ndim = 0;
+  uint64_t shape[8];
+  void *data = NULL;
+  size_t bytes = 0;
+  if (read_npy(P("scs.npy"), &c) && read_output_tensor(P("scs.safetensors"), &dtype, &ndim, shape, &data, &bytes))
+    EXPECT(dtype == CLEMBED_F32 && ndim == 2 && shape[0] == 4 && shape[1] == 8 && bytes == 4 * 8 * sizeof(float) &&
+               !memcmp(data, c.data, bytes),
+           "rope-cache -o .safetensors: not the .npy's cache");
+  free(data);
+  free_array(&c);
+  free_array(&a);
+  free_array(&ab);
+}
+
 /* A temporary directory, and `clembed devices` must find a device. */
 static void setup(clembed_context *unused) {
   (void)unused;
@@ -182,7 +293,9 @@ static void teardown(clembed_context *unused) {
     printf("files kept in %s\n", g_dir);
     return;
   }
-  const char *names[] = {"cs.npy", "cs2.npy", "x.npy", "y.npy", "pos.npy", "x2.npy", "badpos.npy", ".stdout", ".stderr"};
+  const char *names[] = {"cs.npy", "cs2.npy", "x.npy", "y.npy", "pos.npy", "x2.npy", "badpos.npy", ".stdout", ".stderr",
+                         "sx.npy", "sxb.npy", "sx16.safetensors", "sa.npy", "sab.npy", "sb.safetensors",
+                         "sc.safetensors", "sd.safetensors", "se.safetensors", "sf.npy", "scs.npy", "scs.safetensors"};
   for (size_t i = 0; i < sizeof names / sizeof *names; i++) unlink(P(names[i]));
   rmdir(g_dir);
 }

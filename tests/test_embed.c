@@ -7,7 +7,7 @@
  *     float32 operations in the same order (scale*W, + P, * keep), then the
  *     output dtype's rounding (round to nearest even).
  *   POSITIONS_SINUSOID: the token part is exact (float scale*W), the positional
- *     part is the float64 formula of API.md; F32 output within 4e-6 of their sum
+ *     part is the float64 formula of include/clembed.h; F32 output within 4e-6 of their sum
  *     (times keep = 1/(1-p) under dropout); other output dtypes: the rounding of
  *     a value within that bound.
  * Dropout: the mask is Philox(seed, i*cols + c) word 0, kept when

@@ -1,5 +1,5 @@
 /* clembed_positional against the exact float64 reference of reference.h
- * (p*w formed and reduced exactly) for the formula of API.md:
+ * (p*w formed and reduced exactly) for the formula of include/clembed.h:
  *   d = cols, h = ceil(d/2); column i of position p is
  *   INTERLEAVED: sin(p*w) for even i, cos(p*w) for odd i, with
  *                w = base^(-2*floor(i/2)/d) (PAIR) or base^(-i/d) (INDEX);

@@ -1,7 +1,7 @@
 /* clembed_rope_cache and clembed_rope_apply against float64 references
  * (reference_rope.h: the frequencies in double as the contract gives them, the
  * angle p*w formed and reduced exactly, sin/cos in double).
- * Tolerances (API.md):
+ * Tolerances (include/clembed.h, clembed_rope_cache and clembed_rope_apply):
  *   cache: |got - a*cos| and |got - a*sin| <= 1e-6 * a, plus half an ulp of an
  *          F16/BF16 output;
  *   apply: every output within 2e-6 * a * (|x_a| + |x_b|) of the exact rotation

@@ -8,7 +8,10 @@
 # 2. quickstart.sh then check.sh in one copy of the sources: check.sh configures
 #    the tests ON although quickstart's cache has them OFF, and runs ctest with
 #    --no-tests=error; and ctest --no-tests=error really fails where no test is
-#    configured.
+#    configured;
+# 3. check.sh --quick runs ctest without the Oclgrind, rusticl, install,
+#    set-up-script and large labels and with CLEMBED_TEST_SMALL=1, and prints a
+#    progress line naming the test still running while one runs.
 #   test_scripts.sh SOURCE_DIR
 set -u
 src=$(cd "${1:?usage: test_scripts.sh SOURCE_DIR}" && pwd)
@@ -113,6 +116,29 @@ grep -q -- '--no-tests=error' "$work/ctest.log" 2>/dev/null ||
   fail "check.sh ran ctest without --no-tests=error: $(cat "$work/ctest.log" 2>/dev/null)"
 n=$(cd "$copy/build" && "$ctest_real" -N 2>/dev/null | sed -n 's/^Total Tests: //p')
 [ "${n:-0}" -gt 0 ] || fail "after check.sh, build/ has no test configured"
+
+# ------------------------------------------- 3. check.sh --quick, and its progress lines
+# a ctest that takes a few seconds over a test, as a long one does
+cat >"$bin/ctest" <<SH
+#!/bin/sh
+echo "ctest \$* small=\${CLEMBED_TEST_SMALL:-}" >>"$work/ctest.log"
+echo "      Start  1: test_slow"
+sleep 3
+echo " 1/1 Test  #1: test_slow ........   Passed    3.00 sec"
+exit 0
+SH
+chmod +x "$bin/ctest"
+: >"$work/ctest.log"
+(cd "$copy" && env -u CI PATH="$bin:$PATH" CLEMBED_PROGRESS_SECONDS=1 bash tools/check.sh --quick \
+  >"$work/quick.log" 2>&1)
+rc=$?
+[ "$rc" -eq 0 ] || fail "check.sh --quick (with builds skipped) exited $rc: $(tail -20 "$work/quick.log")"
+for want in "--no-tests=error" "-LE oclgrind|rusticl|large|install|scripts|exhaustive|slow" "small=1"; do
+  grep -qF -- "$want" "$work/ctest.log" ||
+    fail "check.sh --quick ran ctest without '$want': $(cat "$work/ctest.log")"
+done
+grep -q "^check: 0 min 0[1-3] s: 0 of ? tests done; running: test_slow" "$work/quick.log" ||
+  fail "check.sh printed no progress line while a test ran: $(cat "$work/quick.log")"
 
 if [ "$failures" -ne 0 ]; then
   echo "test_scripts: $failures failed"

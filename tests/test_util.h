@@ -331,9 +331,10 @@ static inline int tu_find_case(const char *name) {
 
 /* Runs the cases named on the command line (all without names) and prints each
  * one's result, then "N passed, M failed". Arguments: case names, "small",
- * "--list" (prints the names, runs nothing). Exit 0 when all passed, 1 when
- * any failed, 2 for an unknown argument; 77 from tu_context() when no device
- * and CLEMBED_ALLOW_NO_DEVICE=1. */
+ * "--list" (prints the names, runs nothing). CLEMBED_TEST_SMALL=1 in the
+ * environment is "small" for every test (./tools/check.sh --quick). Exit 0
+ * when all passed, 1 when any failed, 2 for an unknown argument; 77 from
+ * tu_context() when no device and CLEMBED_ALLOW_NO_DEVICE=1. */
 static inline int tu_main(int argc, char **argv, tu_suite suite) {
   if (tu_ncases == 0) { /* a suite that runs nothing must not pass */
     fprintf(stderr, "%s: no case is registered\n", suite.name);
@@ -342,6 +343,8 @@ static inline int tu_main(int argc, char **argv, tu_suite suite) {
   qsort(tu_cases, (size_t)tu_ncases, sizeof tu_cases[0], tu_case_order);
   char *selected = calloc((size_t)tu_ncases + 1, 1);
   int any = 0, list = 0;
+  const char *small_env = getenv("CLEMBED_TEST_SMALL");
+  if (small_env && !strcmp(small_env, "1")) tu_small = 1;
   for (int a = 1; a < argc; a++) {
     if (!strcmp(argv[a], "small")) {
       tu_small = 1;

@@ -4,6 +4,11 @@
 # always with the tests configured ON, and a run of no test fails.
 #   ./tools/check.sh              build in build/ and run every test; with CI=true
 #                                 (as .ci/run does) then also --sanitize and --fuzz
+#   ./tools/check.sh --quick      the edit-test loop: build in build/ and run the tests on
+#                                 the default device (POCL where there is no GPU) alone:
+#                                 no Oclgrind, rusticl, install, set-up script or large
+#                                 tests, and the device tests at the reduced sizes of their
+#                                 Oclgrind runs (CLEMBED_TEST_SMALL=1)
 #   ./tools/check.sh --sanitize   build in build-sanitize/ with -fsanitize=address,undefined
 #                                 and run the host, CLI, leak and hostile-input tests
 #                                 (labels host, cli, leaks, robust; LeakSanitizer on)
@@ -11,6 +16,9 @@
 #                                 run them for CLEMBED_FUZZ_SECONDS in all (default 60),
 #                                 seeded with tests/npy_corpus (installs clang and its
 #                                 libFuzzer runtime when missing)
+# Every ctest run prints, every CLEMBED_PROGRESS_SECONDS (default 60), how many
+# tests are done and which are still running (a long test prints nothing until
+# it ends).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 # shellcheck source=tools/setup.sh
@@ -46,6 +54,40 @@ fuzz_tools() {
   fi
 }
 
+# The labels --quick leaves out (a later label with "slow" in its name too).
+CLEMBED_QUICK_EXCLUDE="oclgrind|rusticl|large|install|scripts|exhaustive|slow"
+
+# ctest "$@" in the current directory, with a progress line on stderr every
+# CLEMBED_PROGRESS_SECONDS while it runs: the time so far, the tests done of
+# all, and the tests started and not yet done. Returns ctest's status.
+clembed_ctest() {
+  local log hb status
+  log="$(mktemp)"
+  (
+    period="${CLEMBED_PROGRESS_SECONDS:-60}"
+    start=$SECONDS
+    while sleep "$period"; do
+      awk -v t=$((SECONDS - start)) '
+        /^ *Start +[0-9]+: / { started[$NF] = 1; order[++n] = $NF }
+        / Test +#[0-9]+: / { for (i = 1; i < NF; i++) if ($i ~ /^#[0-9]+:$/) done[$(i + 1)] = 1
+                             split($1, f, "/"); total = f[2]; ndone++ }
+        END { running = ""
+              for (k = 1; k <= n; k++) if (!(order[k] in done)) running = running " " order[k]
+              printf "check: %d min %02d s: %d of %s tests done; running:%s\n", t / 60, t % 60, ndone,
+                     total ? total : "?", running ? running : " -" }' "$log" >&2
+    done
+  ) &
+  hb=$!
+  set +e
+  ctest "$@" 2>&1 | tee "$log"
+  status=${PIPESTATUS[0]}
+  set -e
+  kill "$hb" 2>/dev/null
+  wait "$hb" 2>/dev/null
+  rm -f "$log"
+  return "$status"
+}
+
 case "${1:-}" in
   --sanitize)
     clembed_setup build-sanitize -DCLEMBED_SANITIZE=ON -DCLEMBED_BUILD_TESTS=ON -DCLEMBED_BUILD_TOOLS=ON
@@ -63,7 +105,17 @@ case "${1:-}" in
     export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:fast_unwind_on_malloc=0:intercept_tls_get_addr=0"
     export LSAN_OPTIONS="suppressions=$CLEMBED_ROOT/tests/lsan.supp:print_suppressions=0"
     export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
-    exec ctest --no-tests=error --output-on-failure -j "$jobs" -L "host|cli|leaks|robust"
+    status=0
+    clembed_ctest --no-tests=error --output-on-failure -j "$jobs" -L "host|cli|leaks|robust" || status=1
+    exit "$status"
+    ;;
+  --quick)
+    clembed_setup build -DCLEMBED_BUILD_TESTS=ON -DCLEMBED_BUILD_TOOLS=ON
+    cd build
+    status=0
+    CLEMBED_TEST_SMALL=1 clembed_ctest --no-tests=error --output-on-failure -j "$jobs" \
+      -LE "$CLEMBED_QUICK_EXCLUDE" || status=1
+    exit "$status"
     ;;
   --fuzz)
     clembed_install_packages
@@ -75,7 +127,7 @@ case "${1:-}" in
     ;;
   "") ;;
   *)
-    echo "usage: $0 [--sanitize | --fuzz]" >&2
+    echo "usage: $0 [--quick | --sanitize | --fuzz]" >&2
     exit 2
     ;;
 esac
@@ -87,7 +139,7 @@ esac
 CLEMBED_OPTIONAL_PACKAGES+=(python3-numpy python3-pytest python3-pyopencl python3-matplotlib)
 clembed_setup build -DCLEMBED_BUILD_TESTS=ON -DCLEMBED_BUILD_TOOLS=ON
 status=0
-(cd build && ctest --no-tests=error --output-on-failure -j "$jobs") || status=1
+(cd build && clembed_ctest --no-tests=error --output-on-failure -j "$jobs") || status=1
 if [ "${CI:-}" = true ]; then
   # Each in its own process, so that a failure in one still lets the other run.
   echo "check: CI: the sanitizer build's host, CLI, leak and hostile-input tests"

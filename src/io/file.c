@@ -100,9 +100,42 @@ cleanup:
   return status;
 }
 
+clembed_status clembed_file_open_memory(const void *data, size_t size, const char *name, clembed_file **out) {
+  const char *op = "clembed_file_open_memory";
+  if (out) *out = NULL;
+  if (!out || !name || (!data && size)) {
+    const char *arg = !out ? "f" : !name ? "name" : "data";
+    ce_set_last_error(CLEMBED_ERR_INVALID_ARGUMENT, op, arg, "%s: %s is NULL", op, arg);
+    return CLEMBED_ERR_INVALID_ARGUMENT;
+  }
+  const uint16_t one = 1;
+  if (*(const unsigned char *)&one != 1) {
+    ce_set_last_error(CLEMBED_ERR_UNSUPPORTED, op, "", "%s: the file readers need a little-endian host", name);
+    return CLEMBED_ERR_UNSUPPORTED;
+  }
+  clembed_file *f = calloc(1, sizeof *f);
+  if (!f || !(f->path = strdup(name))) {
+    free(f);
+    ce_set_last_error(CLEMBED_ERR_OUT_OF_MEMORY, op, "", "%s: out of host memory", name);
+    return CLEMBED_ERR_OUT_OF_MEMORY;
+  }
+  f->fd = -1;
+  f->borrowed = 1;
+  f->map = size ? data : NULL;
+  f->size = size;
+  if (ce_io_parse(f->map, f->size, &f->table) != 0) {
+    ce_set_last_error(CLEMBED_ERR_INVALID_ARGUMENT, op, "data", "%s: %s", name, f->table.message);
+    clembed_file_close(f);
+    return CLEMBED_ERR_INVALID_ARGUMENT;
+  }
+  *out = f;
+  ce_set_last_error(CLEMBED_OK, "", "", "%s", "");
+  return CLEMBED_OK;
+}
+
 void clembed_file_close(clembed_file *f) {
   if (!f) return;
-  if (f->map) munmap((void *)f->map, f->size);
+  if (f->map && !f->borrowed) munmap((void *)f->map, f->size);
   if (f->fd >= 0) close(f->fd);
   ce_io_table_free(&f->table);
   free(f->path);
@@ -123,6 +156,28 @@ clembed_status clembed_file_tensor_info(const clembed_file *f, size_t i, clembed
     return CLEMBED_ERR_INVALID_ARGUMENT;
   }
   *info = f->table.t[i].info;
+  return CLEMBED_OK;
+}
+
+clembed_status clembed_file_tensor_shape(const clembed_file *f, size_t i, uint64_t *shape, int capacity,
+                                         int *ndim) {
+  const char *op = "clembed_file_tensor_shape";
+  if (!f || !ndim || capacity < 0 || (!shape && capacity > 0)) {
+    const char *arg = !f ? "f" : !ndim ? "ndim" : capacity < 0 ? "capacity" : "shape";
+    ce_set_last_error(CLEMBED_ERR_INVALID_ARGUMENT, op, arg,
+                      capacity < 0 && f && ndim ? "%s: %s is negative" : "%s: %s is NULL", op, arg);
+    return CLEMBED_ERR_INVALID_ARGUMENT;
+  }
+  if (i >= f->table.count) {
+    ce_set_last_error(CLEMBED_ERR_INVALID_ARGUMENT, op, "i", "%s: tensor %zu does not exist (the file has %zu)",
+                      f->path, i, f->table.count);
+    return CLEMBED_ERR_INVALID_ARGUMENT;
+  }
+  const ce_io_tensor *e = &f->table.t[i];
+  const uint64_t *dims = e->dims_off != (size_t)-1 ? f->table.dims + e->dims_off : e->info.shape;
+  int n = e->dims_off != (size_t)-1 ? e->ndim : e->info.ndim;
+  *ndim = n;
+  for (int d = 0; d < n && d < capacity; d++) shape[d] = dims[d];
   return CLEMBED_OK;
 }
 

@@ -9,6 +9,7 @@ struct clembed_file {
   const uint8_t *map; /* the whole file, read-only; NULL when it is empty */
   size_t size;
   int fd;             /* kept open for the loaders' own mappings (load.c); -1 when none */
+  int borrowed;       /* map is the caller's memory (clembed_file_open_memory): not unmapped */
   ce_io_table table;
 };
 

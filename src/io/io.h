@@ -36,7 +36,13 @@ typedef struct ce_io_tensor {
   uint64_t elements;        /* product of the shape */
   ce_io_kind kind;
   uint32_t block_values, block_bytes; /* 1 and the element size for a plain type */
+  int ndim;                 /* with dims_off: the whole shape's dimensions (info.ndim is at most 4) */
+  size_t dims_off;          /* into ce_io_table.dims when ndim > 4, else (size_t)-1: info is the shape */
 } ce_io_tensor;
+
+/* At most this many dimensions in a .npy or .safetensors tensor: NumPy 2's
+ * NPY_MAXDIMS (CLEMBED_FILE_MAX_DIMS). A GGUF tensor has at most 4 (ggml's). */
+#define CE_IO_MAX_DIMS 64
 
 typedef struct ce_io_table {
   ce_io_format format;
@@ -44,6 +50,8 @@ typedef struct ce_io_table {
   ce_io_tensor *t;
   char *strings; /* NUL-terminated names and type names */
   size_t strings_len, strings_cap;
+  uint64_t *dims; /* the shapes of tensors of more than 4 dimensions */
+  size_t dims_len, dims_cap;
   char message[512]; /* what is wrong (without the file name) */
 } ce_io_table;
 
@@ -62,6 +70,12 @@ int ce_io_fail(ce_io_table *table, const char *fmt, ...)
 ce_io_tensor *ce_io_add(ce_io_table *table);
 /* Stores `len` bytes plus a NUL; returns its offset, or (size_t)-1 (message set). */
 size_t ce_io_string(ce_io_table *table, const char *s, size_t len);
+/* Sets e's shape from `ndim` dimensions (at most CE_IO_MAX_DIMS, outermost
+ * first, their product checked by the caller with ce_io_elements): info.ndim
+ * and info.shape as clembed_tensor_info shows them (more than 4: the first
+ * three and the product of the rest), the whole shape kept in the table.
+ * Returns 0, or -1 (message set) when out of memory. */
+int ce_io_set_shape(ce_io_table *table, ce_io_tensor *e, const uint64_t *shape, int ndim);
 /* Checked products: 0 on overflow of uint64_t. */
 int ce_io_mul(uint64_t a, uint64_t b, uint64_t *out);
 /* The element count of a shape; 0 (failure) when the product of its non-zero

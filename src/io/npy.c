@@ -13,7 +13,7 @@
 #include <string.h>
 
 #define NPY_HEADER_LIMIT ((size_t)1 << 20)
-#define NPY_MAX_DIMS 4
+#define NPY_MAX_DIMS CE_IO_MAX_DIMS
 
 typedef struct cursor {
   const uint8_t *p, *end;
@@ -274,8 +274,7 @@ int ce_io_parse_npy(const uint8_t *data, size_t size, ce_io_table *table) {
   e->name_off = name;
   e->type_off = type;
   e->info.dtype = dtype;
-  e->info.ndim = h.ndim;
-  for (int i = 0; i < h.ndim; i++) e->info.shape[i] = h.shape[i];
+  if (ce_io_set_shape(table, e, h.shape, h.ndim)) return -1;
   e->info.bytes = bytes;
   e->offset = pre + hlen;
   e->elements = elements;

@@ -22,9 +22,12 @@ void ce_io_table_free(ce_io_table *table) {
   if (!table) return;
   free(table->t);
   free(table->strings);
+  free(table->dims);
   table->t = NULL;
   table->strings = NULL;
+  table->dims = NULL;
   table->count = table->cap = table->strings_len = table->strings_cap = 0;
+  table->dims_len = table->dims_cap = 0;
 }
 
 ce_io_tensor *ce_io_add(ce_io_table *table) {
@@ -45,6 +48,7 @@ ce_io_tensor *ce_io_add(ce_io_table *table) {
   ce_io_tensor *e = &table->t[table->count++];
   memset(e, 0, sizeof *e);
   e->type_off = (size_t)-1;
+  e->dims_off = (size_t)-1;
   return e;
 }
 
@@ -77,6 +81,27 @@ int ce_io_mul(uint64_t a, uint64_t b, uint64_t *out) {
   if (a && b > UINT64_MAX / a) return 0;
   *out = a * b;
   return 1;
+}
+
+int ce_io_set_shape(ce_io_table *table, ce_io_tensor *e, const uint64_t *shape, int ndim) {
+  e->ndim = ndim;
+  e->info.ndim = ndim < 4 ? ndim : 4;
+  for (int i = 0; i < e->info.ndim; i++) e->info.shape[i] = shape[i];
+  if (ndim <= 4) return 0;
+  for (int i = 4; i < ndim; i++) e->info.shape[3] *= shape[i]; /* fits: the caller checked the product */
+  /* the dimensions are bounded by the file's size: each takes bytes of it */
+  if (table->dims_len + (size_t)ndim > table->dims_cap) {
+    size_t cap = table->dims_cap ? table->dims_cap : 64;
+    while (cap < table->dims_len + (size_t)ndim) cap *= 2;
+    uint64_t *d = realloc(table->dims, cap * sizeof *d);
+    if (!d) return ce_io_fail(table, "out of host memory for the shapes of %zu dimensions", cap);
+    table->dims = d;
+    table->dims_cap = cap;
+  }
+  e->dims_off = table->dims_len;
+  memcpy(table->dims + table->dims_len, shape, (size_t)ndim * sizeof *shape);
+  table->dims_len += (size_t)ndim;
+  return 0;
 }
 
 int ce_io_elements(const uint64_t *shape, int ndim, uint64_t *elements) {

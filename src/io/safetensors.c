@@ -18,7 +18,7 @@
 
 #define ST_HEADER_LIMIT ((uint64_t)100000000) /* the reference reader's limit */
 #define ST_MAX_DEPTH 64
-#define ST_MAX_DIMS 4
+#define ST_MAX_DIMS CE_IO_MAX_DIMS
 
 typedef struct json {
   const uint8_t *p, *end;
@@ -362,8 +362,7 @@ static int tensor(json *j, const char *name, uint64_t data_len, uint64_t data_st
   if (e->name_off == (size_t)-1) return -1;
   e->type_static = type->name;
   e->info.dtype = type->dtype;
-  e->info.ndim = ndim;
-  for (int i = 0; i < ndim; i++) e->info.shape[i] = shape[i];
+  if (ce_io_set_shape(table, e, shape, ndim)) return -1;
   e->info.bytes = bytes;
   e->offset = data_start + begin;
   e->elements = elements;

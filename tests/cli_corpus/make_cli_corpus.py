@@ -13,11 +13,11 @@ and the valid files each role is tested beside:
   good_table.npy              <f4 (4, 3)    the --table the other roles are paired with
   good_ids.npy                <i4 (3,)      [0, 1, 2]: the --ids
   good_grad.npy               <f4 (3, 3)    the --grad for good_ids
+  good_table_3d.npy           <f4 (4, 1, 3) a table of 3 dimensions: (4, 3) as clembed_matrix_load reads it
 
   bad_table_i4_2d.npy         <i4 (4, 3)    a table must be <f4 or <f2
   bad_table_i8_2d.npy         <i8 (2, 2)
-  bad_table_1d.npy            <f2 (6,)      a table must be 2-D
-  bad_table_3d.npy            <f4 (2, 2, 3)
+  bad_table_1d.npy            <f2 (6,)      a table has 2 or more dimensions
   bad_table_0d.npy            <f4 ()
   bad_ids_f4.npy              <f4 (3,)      ids must be <i4 or <i8
   bad_ids_f2_2d.npy           <f2 (1, 3)
@@ -77,10 +77,10 @@ def files():
         "good_table": arr("<f4", (4, 3)),
         "good_ids": arr("<i4", (3,), [0, 1, 2]),
         "good_grad": arr("<f4", (3, 3)),
+        "good_table_3d": arr("<f4", (4, 1, 3)),
         "bad_table_i4_2d": arr("<i4", (4, 3)),
         "bad_table_i8_2d": arr("<i8", (2, 2)),
         "bad_table_1d": arr("<f2", (6,)),
-        "bad_table_3d": arr("<f4", (2, 2, 3)),
         "bad_table_0d": arr("<f4", ()),
         "bad_ids_f4": arr("<f4", (3,)),
         "bad_ids_f2_2d": arr("<f2", (1, 3)),

@@ -23,8 +23,8 @@ echo "== configure, build and install clembed into $work/prefix"
 "$cmake" --build "$work/build" -j "$jobs" >"$work/build.log" 2>&1 || { cat "$work/build.log"; exit 1; }
 "$cmake" --install "$work/build" >"$work/install.log" 2>&1 || { cat "$work/install.log"; exit 1; }
 
-# the installed files a consumer needs
-for f in include/clembed.h bin/clembed; do
+# the installed files a consumer needs, and the licence
+for f in include/clembed.h bin/clembed share/doc/clembed/LICENSE; do
   [ -f "$work/prefix/$f" ] || { echo "missing $f in the prefix"; exit 1; }
 done
 cfg=$(find "$work/prefix" -name clembedConfig.cmake | head -n 1)
@@ -64,6 +64,8 @@ echo "pkg-config --cflags --libs clembed: $flags"
 version=$(sed -n 's/^#define CLEMBED_VERSION_\(MAJOR\|MINOR\|PATCH\) *\([0-9]*\).*/\2/p' "$src/include/clembed.h" | paste -sd.)
 [ "$(pkg-config --modversion clembed)" = "$version" ] ||
   { echo "clembed.pc has the wrong version: $(pkg-config --modversion clembed)"; exit 1; }
+grep -q "SPDX: MIT" "$pc" || { echo "clembed.pc does not name the licence"; exit 1; }
+cmp -s "$src/LICENSE" "$work/prefix/share/doc/clembed/LICENSE" || { echo "the installed LICENSE differs"; exit 1; }
 # shellcheck disable=SC2086
 ${CC:-cc} -std=c11 -o "$work/pc_consumer" "$here/main.c" $flags ||
   { echo "compiling against pkg-config's flags failed"; exit 1; }

@@ -60,7 +60,8 @@ bad("npy_negative_dim.npy", npy(npy_dict(shape="(-3,)")), "negative")
 bad("npy_overflow.npy", npy(npy_dict(shape="(4294967296, 4294967296, 16)")), "overflows")
 bad("npy_zero_dim_overflow.npy", npy(npy_dict(shape="(0, 4294967296, 4294967296, 16)")), "overflows")
 bad("npy_huge_claim.npy", npy(npy_dict(shape="(1099511627776,)")), "truncated .npy data")
-bad("npy_five_dims.npy", npy(npy_dict(shape="(1, 1, 1, 1, 1)"), b"\x00" * 4), "more than 4 dimensions")
+good("npy_five_dims.npy", npy(npy_dict(shape="(1, 1, 1, 1, 1)"), b"\x00" * 4), 1)
+bad("npy_65_dims.npy", npy(npy_dict(shape="(%s)" % ", ".join(["1"] * 65)), b"\x00" * 4), "more than 64 dimensions")
 bad("npy_missing_shape.npy", npy("{'descr': '<f4', 'fortran_order': False}"), "missing key 'shape'")
 bad("npy_duplicate_key.npy", npy("{'descr': '<f4', 'descr': '<f4', 'fortran_order': False, 'shape': (1,)}"),
     "duplicate key 'descr'")
@@ -120,7 +121,9 @@ bad("st_deep_nesting.safetensors",
     st('{"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8], "x": %s%s}}' % ("[" * 100, "]" * 100),
        b"\x00" * 8), "nests deeper")
 bad("st_junk_after.safetensors", st("{} x"), "only spaces may follow")
-bad("st_five_dims.safetensors", st("{%s}" % entry("a", shape="[1, 1, 1, 1, 2]"), b"\x00" * 8), "more than 4 dimensions")
+good("st_five_dims.safetensors", st("{%s}" % entry("a", shape="[1, 1, 1, 1, 2]"), b"\x00" * 8), 1)
+bad("st_65_dims.safetensors", st("{%s}" % entry("a", shape="[%s]" % ", ".join(["1"] * 64 + ["2"])), b"\x00" * 8),
+    "more than 64 dimensions")
 bad("st_control_char.safetensors", st('{"a\tb": {}}'), "control character")
 bad("st_unterminated.safetensors", st('{"abc', pad=False), "unterminated string")
 bad("st_empty_tensor_object.safetensors", st('{"a": {}}'), "empty object")

@@ -7,8 +7,10 @@ deterministic, so re-running it must not change them.
 
 Every "good_*" file holds arange(count) values (0, 1, 2, ...) converted to its
 dtype; test_npy.c checks dtype, shape and values from its own table.  Every
-"bad_*" file must be rejected by npy_read() with a message that contains the
-file name; test_npy.c also checks for the substring listed in brackets.
+"bad_*" file is one the command-line tool takes in no role: the library's reader
+(clembed_file_open) refuses it with a message that contains the file name and
+the substring listed in brackets, or (the types clembed cannot use, listed
+without brackets) lists it with dtype -1; test_npy.c checks which.
 
 good files (dtype, shape):
   good_f4_1d.npy            <f4 (5,)
@@ -25,26 +27,27 @@ good files (dtype, shape):
   good_unpadded.npy         <i4 (2,)      header neither 64-byte aligned nor '\\n'-terminated
   good_py2_long.npy         <i8 (3,)      Python 2 style "(3L,)" as written by old NumPy
   good_3d.npy               <i4 (2, 2, 2)
+  good_9d.npy               <f4 (1, 2, 1, 1, 3, 1, 1, 1, 2)
   good_scalar_0d.npy        <i8 ()        zero-dimensional: ndim 0, count 1
 
-bad files [expected message substring]:
-  bad_empty_file.npy           0 bytes                                ["empty"]
-  bad_magic.npy                "\\x93NUMPZ" magic                      ["bad magic"]
-  bad_truncated_magic.npy      only the first 4 magic bytes            ["truncated header"]
+bad files [expected message substring], or listed with dtype -1:
+  bad_empty_file.npy           0 bytes                                ["empty file"]
+  bad_magic.npy                "\\x93NUMPZ" magic                      ["not a .npy, .safetensors or .gguf file"]
+  bad_truncated_magic.npy      only the first 4 magic bytes            ["not a .npy, .safetensors or .gguf file"]
   bad_version.npy              format 9.0                              ["version"]
   bad_version_minor.npy        format 1.1                              ["version"]
-  bad_truncated_header.npy     ends inside the 2-byte header length    ["truncated header"]
-  bad_header_len_lies.npy      header length 60000, file far shorter   ["past end of file"]
-  bad_v2_header_len_huge.npy   format 2.0, header length 0xffffffff    ["past end of file"]
+  bad_truncated_header.npy     ends inside the 2-byte header length    ["ends inside the header length"]
+  bad_header_len_lies.npy      header length 60000, file far shorter   ["points past the end of the file"]
+  bad_v2_header_len_huge.npy   format 2.0, header length 0xffffffff    ["points past the end of the file"]
   bad_header_len_zero.npy      header length 0                         ["header is empty"]
-  bad_truncated_body.npy       <f4 (5,) with 12 of 20 data bytes       ["truncated: expected 20 bytes of data, found 12"]
+  bad_truncated_body.npy       <f4 (5,) with 12 of 20 data bytes       ["truncated .npy data: expected 20 bytes, found 12"]
   bad_trailing_garbage.npy     <f4 (2,) followed by 3 extra bytes      ["trailing garbage"]
-  bad_big_endian.npy           '>f4'                                   ["unsupported dtype '>f4'"]
-  bad_f8.npy                   '<f8'                                   ["unsupported dtype '<f8'"]
-  bad_u4.npy                   '<u4'                                   ["unsupported dtype '<u4'"]
-  bad_pipe_f4.npy              '|f4'                                   ["unsupported dtype '|f4'"]
-  bad_native_f4.npy            '=f4'                                   ["unsupported dtype '=f4'"]
-  bad_object.npy               '|O'                                    ["unsupported dtype '|O'"]
+  bad_big_endian.npy           '>f4'                                   listed, unusable
+  bad_f8.npy                   '<f8'                                   listed, unusable
+  bad_u4.npy                   '<u4'                                   listed, unusable
+  bad_pipe_f4.npy              '|f4'                                   listed, unusable
+  bad_native_f4.npy            '=f4'                                   listed, unusable
+  bad_object.npy               '|O'                                    ["unsupported .npy dtype '|O'"]
   bad_structured_dtype.npy     [('a', '<f4'), ('b', '<i4')]            ["structured"]
   bad_fortran.npy              'fortran_order': True, shape (2, 3)     ["fortran_order"]
   bad_fortran_not_bool.npy     'fortran_order': 0                      ["fortran_order"]
@@ -57,7 +60,7 @@ bad files [expected message substring]:
                                count * 8 = 2**64 does not              ["overflow"]
   bad_huge_body_claim.npy      <f4 (1099511627776,), no data (must not
                                try to allocate 4 TiB)                  ["truncated"]
-  bad_too_many_dims.npy        9 dimensions                            ["more than 8"]
+  bad_too_many_dims.npy        65 dimensions                           ["more than 64 dimensions"]
   bad_not_a_dict.npy           header is a list                        ["not a dict"]
   bad_shape_not_tuple.npy      shape (3) (an int in Python)            ["not a tuple"]
   bad_shape_list.npy           shape [3]                               ["not a tuple"]
@@ -69,7 +72,7 @@ bad files [expected message substring]:
   bad_unterminated_dict.npy    dict never closed                       ["unterminated dict"]
   bad_unterminated_string.npy  header "{'descr': '<f4" + padding      ["unterminated string"]
   bad_junk_after_dict.npy      "xyz" after the closing brace           ["after the dict"]
-  bad_nul_in_header.npy        NUL byte inside the dict                ["malformed header"]
+  bad_nul_in_header.npy        NUL byte inside the dict                ["malformed .npy header"]
 """
 
 import os
@@ -142,6 +145,7 @@ def files():
     f["good_py2_long"] = npy(
         "{'descr': '<i8', 'fortran_order': False, 'shape': (3L,), }", arange("q", 3))
     f["good_3d"] = good("<i4", (2, 2, 2))
+    f["good_9d"] = good("<f4", (1, 2, 1, 1, 3, 1, 1, 1, 2))
     f["good_scalar_0d"] = npy(
         "{'descr': '<i8', 'fortran_order': False, 'shape': (), }", arange("q", 1))
 
@@ -181,7 +185,7 @@ def files():
     f["bad_huge_dims_overflow"] = npy(header_dict("<f4", (4294967296, 4294967296, 16)))
     f["bad_bytes_overflow"] = npy(header_dict("<i8", (2305843009213693952,)))
     f["bad_huge_body_claim"] = npy(header_dict("<f4", (1099511627776,)))
-    f["bad_too_many_dims"] = npy(header_dict("<f4", (1,) * 9), arange("f", 1))
+    f["bad_too_many_dims"] = npy(header_dict("<f4", (1,) * 65), arange("f", 1))
     f["bad_not_a_dict"] = npy("['descr', '<f4', 'fortran_order', False, 'shape', (3,)]",
                               arange("f", 3))
     f["bad_shape_not_tuple"] = npy(

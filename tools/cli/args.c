@@ -25,17 +25,54 @@ static cli_flag *flag_find(cli_flag *f, size_t nf, const char *arg, const char *
   return NULL;
 }
 
-void cli_parse_flags(int argc, char **argv, cli_flag *f, size_t nf, const char *usage) {
+/* Whether a flag's value `v` is rather a flag: "-o", "--scale", "-x" (not "-",
+ * not a negative number such as "-1", "-0.5" or "-inf"). A value that starts
+ * so is given as --flag=VALUE. */
+static int looks_like_flag(const char *v) {
+  double d;
+  return v[0] == '-' && (v[1] == '-' || isalpha((unsigned char)v[1])) && !cli_parse_double(v, &d);
+}
+
+/* The usage describes `name` after its synopsis (the text past the first
+ * blank line), as a word of its own ("--scale" in "--scale-grad-by-freq" is
+ * not). */
+static int describes(const char *usage, const char *name) {
+  const char *body = strstr(usage, "\n\n"), *p = body ? body : usage;
+  size_t n = strlen(name);
+  while ((p = strstr(p, name)) != NULL) {
+    char before = p == usage ? ' ' : p[-1], after = p[n];
+    if (!isalnum((unsigned char)before) && before != '-' && !isalnum((unsigned char)after) && after != '-' &&
+        after != '_')
+      return 1;
+    p += n;
+  }
+  return 0;
+}
+
+/* --help: the usage, which must describe every flag the subcommand takes
+ * (checked here, so that a flag added without its line cannot pass the tests). */
+static _Noreturn void print_help(const cli_flag *f, size_t nf, const char *usage) {
+  int missing = 0;
+  fputs(usage, stdout);
+  fflush(stdout);
+  for (size_t i = 0; i < nf; i++)
+    if (!describes(usage, f[i].name))
+      fprintf(stderr, "%s: internal error: --help does not describe %s\n", cli_cmd, f[i].name), missing++;
+  cli_release_all();
+  exit(missing ? 2 : 0);
+}
+
+/* Parses flags and up to max_ops operands (arguments that are neither flags
+ * nor their values) into ops; *nops receives their count. */
+static void parse(int argc, char **argv, cli_flag *f, size_t nf, const char *usage, const char **ops, int max_ops,
+                  const char *op_name, int *nops) {
   const char *iv;
   for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      fputs(usage, stdout);
-      cli_release_all();
-      exit(0);
-    }
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) print_help(f, nf, usage);
     cli_flag *fl = flag_find(f, nf, argv[i], &iv);
-    if (fl && fl->has_value && !iv) i++;
+    if (fl && fl->has_value && !iv && i + 1 < argc && !looks_like_flag(argv[i + 1])) i++;
   }
+  *nops = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     cli_flag *fl = flag_find(f, nf, a, &iv);
@@ -45,18 +82,39 @@ void cli_parse_flags(int argc, char **argv, cli_flag *f, size_t nf, const char *
         int len = eq && a[1] == '-' ? (int)(eq - a) : (int)strlen(a);
         cli_fail_usage("unknown flag '%.*s'", len, a);
       }
+      if (*nops < max_ops) {
+        ops[(*nops)++] = a;
+        continue;
+      }
+      if (max_ops) cli_fail_usage("one %s only ('%s' and '%s' given)", op_name, ops[0], a);
       cli_fail_usage("unexpected argument '%s'", a);
     }
     if (fl->given) cli_fail_usage("%s is given more than once", fl->name);
     fl->given = 1;
     if (fl->has_value) {
       if (iv) fl->value = iv;
-      else if (i + 1 < argc) fl->value = argv[++i];
+      else if (i + 1 < argc && !looks_like_flag(argv[i + 1])) fl->value = argv[++i];
+      else if (i + 1 < argc)
+        cli_fail_usage("%s needs a value, and '%s' looks like a flag (a value that starts with '-' is given as "
+                       "%s=VALUE)", fl->name, argv[i + 1], fl->name);
       else cli_fail_usage("%s needs a value", fl->name);
     } else if (iv) {
       cli_fail_usage("%s takes no value", fl->name);
     }
   }
+}
+
+void cli_parse_flags(int argc, char **argv, cli_flag *f, size_t nf, const char *usage) {
+  int n;
+  parse(argc, argv, f, nf, usage, NULL, 0, NULL, &n);
+}
+
+const char *cli_parse_operand(int argc, char **argv, cli_flag *f, size_t nf, const char *usage, const char *name) {
+  const char *op = NULL;
+  int n;
+  parse(argc, argv, f, nf, usage, &op, 1, name, &n);
+  if (!n) cli_fail_usage("no %s given", name);
+  return op;
 }
 
 cli_flag *cli_flag_get(cli_flag *f, size_t nf, const char *name) {

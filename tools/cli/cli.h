@@ -1,13 +1,16 @@
-/* clembed, the command-line tool: what its files share (API.md, "Command-line tool").
+/* clembed, the command-line tool: what its files share (README, "The
+ * command-line tool"; `clembed --help`).
  *
- *   main.c     dispatch to the subcommands, the top-level help
- *   args.c     flag parsing and the values of flags
- *   run.c      resources, failures and exit codes, the device, the memory budget
- *   input.c    .npy inputs (mapped read-only, checked for their role)
- *   output.c   the one output: checked before the work, written at the end
- *   cmd_*.c    one file per subcommand
+ *   main.c       dispatch to the subcommands, the top-level help
+ *   args.c       flag parsing and the values of flags
+ *   dtype.c      the names of dtypes (one table, lower case)
+ *   run.c        resources, failures and exit codes, the device, the memory budget
+ *   input.c      inputs, read through clembed_io.h and checked for their role
+ *   output.c     the one output: checked before the work, written at the end
+ *   npy_write.c  the .npy writer (output.c's, and the tests')
+ *   cmd_*.c      one file per subcommand
  *
- * Built on the public header alone. Exit status: 0 success; 1 bad usage or
+ * Built on the public headers alone. Exit status: 0 success; 1 bad usage or
  * bad input (the message names the file, flag or position); 2 device or
  * OpenCL failure. Every resource is registered in run.c so that a failure
  * anywhere (cli_fail -> exit) releases everything and removes a temporary
@@ -16,7 +19,8 @@
 #define CLEMBED_CLI_H
 
 #include "clembed.h"
-#include "npy.h"
+#include "clembed_io.h"
+#include "npy_write.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -70,6 +74,7 @@ clembed_matrix *cli_upload(const void *host, clembed_dtype host_dtype, size_t ro
 clembed_matrix *cli_zeros(size_t rows, size_t cols, clembed_dtype dtype);
 /* A new registered matrix (zeroed struct), released by cli_release_all. */
 clembed_matrix *cli_new_matrix(void);
+/* Ids to the device: clembed_ids_load from their file, or from a host array that is not an input. */
 clembed_ids *cli_upload_ids(const npy_array *a);
 clembed_ids *cli_new_ids(void);
 /* Reads m into a new host buffer of `host_dtype`; fails on pending deferred errors. */
@@ -77,19 +82,38 @@ void *cli_download(const clembed_matrix *m, clembed_dtype host_dtype);
 
 /* ---------------------------------------------------------- input.c */
 
-/* A .npy file, mapped (no copy in memory), for the role `flagname`. */
+/* What a role takes (cli_load_as): */
+#define CLI_TAKES_FLOAT 1u   /* f32, f16, bf16 (bf16 widened to <f4 on the host) */
+#define CLI_TAKES_IDS 2u     /* i32, i64 */
+#define CLI_TAKES_BLOCKS 4u  /* block-quantized tables (only with CLI_TAKES_LAZY) */
+#define CLI_TAKES_FLATTEN 8u /* a table: 2 or more dimensions seen as (rows, product of the rest) */
+#define CLI_TAKES_LAZY 16u   /* no host data (data NULL): cli_upload_table loads it from its file */
+
+/* An input (a .npy file, FILE:NAME of a .safetensors or .gguf file, or any
+ * of them from a pipe) for the role `flagname`, read through clembed_io.h:
+ * a type or shape the role does not take is exit 1 naming the flag, the file
+ * and what the role takes. Data are read in place (the file's mapping). */
+const npy_array *cli_load_as(const char *flagname, const char *arg, unsigned takes);
+/* A file opened through clembed_io.h as cli_load_as opens it (a pipe read
+ * into memory first), released by cli_release_all; a bad file is exit 1, the
+ * message starting with `flagname` (none when NULL). */
+clembed_file *cli_open_file(const char *flagname, const char *path);
+/* cli_load_as(..., CLI_TAKES_FLOAT | CLI_TAKES_IDS). */
 const npy_array *cli_load(const char *flagname, const char *path);
-/* A 2-D <f4 or <f2 array: a table, a position table. */
+/* A float table of 2 or more dimensions (a position table, sgd's table),
+ * seen as (rows, cols) and left in its file (data NULL). */
 const npy_array *cli_load_table(const char *flagname, const char *path);
-/* The same for a table uploaded with cli_upload_table: a .safetensors or .gguf
- * tensor (BF16 and block-quantized ones too) stays in its file, data NULL. */
+/* The same for a table to look up in: block-quantized tensors too. */
 const npy_array *cli_load_table_file(const char *flagname, const char *path);
-/* Whether a (from cli_load_table_file) has no host data: it is read from its file. */
+/* Whether `a` has no host data: it is read from its file. */
 int cli_input_in_file(const npy_array *a);
+/* The input's own shape (a table's before it was seen as 2-D): its number of
+ * dimensions, the first `capacity` of them in shape. */
+int cli_input_shape(const npy_array *a, size_t *shape, int capacity);
 /* The table as a device matrix of `dtype`: clembed_matrix_load from its file,
- * or from the host array. */
+ * or from a host array that is not an input. */
 clembed_matrix *cli_upload_table(const npy_array *a, clembed_dtype dtype);
-/* <i4 or <i8 ids of shape (n,) or (batch, seq). */
+/* i32 or i64 ids of shape (n,) or (batch, seq). */
 const npy_array *cli_load_ids(const char *flagname, const char *path);
 /* A <f4 or <f2 gradient whose shape is ids.shape + (D,). */
 const npy_array *cli_load_grad(const char *path, const npy_array *ids, const char *ids_path);
@@ -110,18 +134,43 @@ size_t cli_array_bytes(const npy_array *a);
  * a temporary file beside it, removed on failure and on SIGINT, SIGTERM and
  * SIGHUP; a device node or FIFO is opened to be written directly. */
 void cli_output_open(const char *arg);
-/* Writes the .npy and puts it in place (rename over the target, keeping an
- * existing file's mode). */
-void cli_output_npy(npy_dtype dtype, int ndim, const size_t *shape, const void *data);
 /* The output dtype: --out-dtype f32|f16|bf16 (`value`, NULL: `dflt`); bf16 into
  * a .npy output is exit 1 naming .safetensors. Call after cli_output_open,
  * before the work. */
 clembed_dtype cli_output_dtype(const char *value, clembed_dtype dflt);
-/* Writes dense host values of `dtype`: a .safetensors file holding one tensor
- * named "output" when -o ends in .safetensors, else a .npy (<f4 or <f2). */
+/* The one writer of every subcommand's output: dense host values of `dtype`
+ * (f32, f16, bf16), as a .safetensors file holding one tensor named "output"
+ * when -o ends in .safetensors, else a .npy (<f4 or <f2), put in place
+ * (renamed over the target, keeping an existing file's mode). */
 void cli_output_array(clembed_dtype dtype, int ndim, const size_t *shape, const void *data);
 /* Removes the temporary file, if any (cli_release_all calls it). */
 void cli_output_abort(void);
+
+/* ---------------------------------------------------------- dtype.c */
+
+/* Sets of dtypes (a dtype's entry in dtype.c says which it belongs to): */
+#define CLI_DT_FLOAT 1u /* f32 f16 bf16: --out-dtype, rope's input */
+#define CLI_DT_NPY 2u   /* f32 f16: what a .npy file holds */
+#define CLI_DT_EMBED 4u /* embed's --dtype: a float type, or one the library quantizes to */
+#define CLI_DT_TABLE 8u /* every dtype a table can be looked up in */
+
+/* The tool's (lower-case) name of a clembed_dtype, or NULL. */
+const char *cli_dtype_name(int dtype);
+/* The names of a set, "f32, f16, bf16", into buf. */
+const char *cli_dtype_list(unsigned set, char *buf, size_t cap);
+/* A dtype of `set` by its name; exit 1 naming the flag and the set. */
+clembed_dtype cli_arg_dtype(const char *flagname, const char *s, unsigned set);
+/* A tensor's type in the same lower-case scheme: clembed's name, else i32,
+ * i64, f64, u8, bool ... (a NumPy type string of a little-endian number),
+ * the file's own name in lower case (q5_k, f8_e4m3), or a NumPy type string
+ * that has no such name as NumPy writes it (">f4", "<U10"). */
+const char *cli_type_text(const clembed_tensor_info *t, char *buf, size_t cap);
+
+/* ----------------------------------------------------- cmd_inspect.c */
+
+/* Prints a JSON string to standard output: quotes, backslashes and control
+ * characters escaped, other bytes (UTF-8) as they are. */
+void cli_json_string(const char *s);
 
 /* ----------------------------------------------------------- args.c */
 
@@ -133,14 +182,26 @@ typedef struct cli_flag {
   int given;
 } cli_flag;
 
+/* --device's line in every subcommand's --help. */
+#define CLI_DEVICE_USAGE \
+  "  --device SPEC   the OpenCL device (\"P:D\" as `clembed devices` lists them, gpu, cpu, ...;\n" \
+  "                  `clembed --help` says how one is picked without it)\n"
+
 #define FV(n) {n, NULL, 1, NULL, 0}
 #define FA(n, a) {n, a, 1, NULL, 0}
 #define FS(n) {n, NULL, 0, NULL, 0}
 #define NFLAGS(f) (sizeof(f) / sizeof((f)[0]))
 
 /* Parses argv[1..argc-1] (argv[0] is the subcommand) into f. --help or -h
- * anywhere (not as a flag's value) prints `usage` and exits 0. */
+ * anywhere (not as a flag's value) prints `usage` and exits 0; `usage` must
+ * describe every flag of f after its synopsis, else --help exits 2 naming the
+ * flag (an internal error, which the tests run into). A flag's value that
+ * looks like a flag ("-o", "--x"; not "-" nor a negative number) is refused
+ * naming the flag: such a value is given as --flag=VALUE. */
 void cli_parse_flags(int argc, char **argv, cli_flag *f, size_t nf, const char *usage);
+/* The same for a subcommand that also takes one operand (`name`, e.g.
+ * "FILE"): returns it; none, or two, is a usage error. */
+const char *cli_parse_operand(int argc, char **argv, cli_flag *f, size_t nf, const char *usage, const char *name);
 cli_flag *cli_flag_get(cli_flag *f, size_t nf, const char *name);
 /* Fails naming every flag of the NULL-terminated list that is missing. */
 void cli_require(cli_flag *f, size_t nf, const char *const *names);

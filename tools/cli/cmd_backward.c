@@ -21,7 +21,7 @@ static const char usage[] =
     "  --dropout P, --seed S the forward's dropout and seed\n"
     "  --out-dtype           f32 (default), f16 or bf16 (bf16 only into .safetensors)\n"
     "  -o, --output          the output file (.npy, or .safetensors: one tensor \"output\"), or -\n"
-    "                        for standard output (.npy)\n";
+    "                        for standard output (.npy)\n" CLI_DEVICE_USAGE;
 
 /* Shared with sgd: the options from the flags. */
 clembed_backward_options cli_backward_flags(cli_flag *fl, size_t nf, size_t rows, size_t dim);

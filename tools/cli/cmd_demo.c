@@ -19,7 +19,8 @@ static const char usage[] =
     "inspect`), loads its embedding table (a .gguf file's token_embd.weight, a file's only\n"
     "tensor, or NAME), quantized or float, onto the device as it lies (or as --dtype), looks\n"
     "up a short sentence of ids (--ids, default five ids spread over the vocabulary) and\n"
-    "prints the first values of each row.\n";
+    "prints the first values of each row (`clembed demo model --help` for its flags).\n"
+    "  --device SPEC   the device (as `clembed --help` says; default: the default device)\n";
 
 static const char model_usage[] =
     "usage: clembed demo model FILE[:NAME] [--ids I,J,...] [--dtype f32|f16|bf16|q8_0|q4_0] [--device SPEC]\n"
@@ -29,33 +30,15 @@ static const char model_usage[] =
     "quantized or float, onto the device as it lies (or as --dtype), looks up a short\n"
     "sentence of ids and prints the first values of each row (as float32).\n"
     "  --ids I,J,...   the ids (default: five ids spread over the vocabulary)\n"
-    "  --dtype         the table's device dtype (default: the file's own)\n";
+    "  --dtype         the table's device dtype (default: the file's own)\n"
+    "  --device SPEC   the device (as `clembed --help` says; default: the default device)\n";
 
 enum { DEMO_MAX_IDS = 64, DEMO_SHOWN = 8 };
 
 static int demo_model(int argc, char **argv) {
   cli_flag fl[] = {FV("--ids"), FV("--dtype"), FV("--device")};
-  const char *path = NULL;
-  char *rest[64];
-  int nrest = 0;
-  rest[nrest++] = argv[0];
-  for (int i = 1; i < argc; i++) {
-    if (argv[i][0] != '-') {
-      if (path) cli_fail_usage("one FILE only ('%s' and '%s' given)", path, argv[i]);
-      path = argv[i];
-    } else if (nrest < 62) {
-      rest[nrest++] = argv[i];
-      if (i + 1 < argc && strchr(argv[i], '=') == NULL && strcmp(argv[i], "--help") && strcmp(argv[i], "-h"))
-        rest[nrest++] = argv[++i]; /* every flag here takes a value */
-    } else {
-      cli_fail_usage("too many flags");
-    }
-  }
-  rest[nrest] = NULL;
-  cli_parse_flags(nrest, rest, fl, NFLAGS(fl), model_usage);
-  if (!path) cli_fail_usage("demo model: no FILE given");
-  static const char *const dtype_names[] = {"f32", "f16", "bf16", "q8_0", "q4_0", NULL}; /* clembed_dtype order */
-  int dtype_flag = VAL("--dtype") ? cli_arg_choice("--dtype", VAL("--dtype"), dtype_names) : -1;
+  const char *path = cli_parse_operand(argc, argv, fl, NFLAGS(fl), model_usage, "FILE");
+  int dtype_flag = VAL("--dtype") ? (int)cli_arg_dtype("--dtype", VAL("--dtype"), CLI_DT_EMBED) : -1;
 
   /* the file's tensors (a FILE:NAME argument lists FILE) */
   char *file = cli_malloc(strlen(path) + 1);
@@ -95,7 +78,6 @@ static int demo_model(int argc, char **argv) {
     for (size_t i = 0; i < 5 && i < rows; i++) ids[n++] = (int64_t)(rows < 5 ? i : i * (rows - 1) / 4);
   }
   clembed_dtype dt = dtype_flag >= 0 ? (clembed_dtype)dtype_flag : cli_input_dtype(w);
-  static const char *const all_names[] = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q6_k"};
 
   cli_open_device(VAL("--device"));
   clembed_matrix *table = cli_upload_table(w, dt);
@@ -104,7 +86,7 @@ static int demo_model(int argc, char **argv) {
   clembed_matrix *out = cli_zeros(n, dim, CLEMBED_F32);
   cli_check(clembed_lookup(cli_ctx, table, d_ids, out, 0, NULL, NULL));
   float *h = cli_download(out, CLEMBED_F32);
-  printf("\nthe table: %zu x %zu, %s on %s\n", rows, dim, all_names[dt], clembed_context_device_name(cli_ctx));
+  printf("\nthe table: %zu x %zu, %s on %s\n", rows, dim, cli_dtype_name(dt), clembed_context_device_name(cli_ctx));
   if (dim > DEMO_SHOWN)
     printf("a sentence of %zu ids, the first %d of each row's %zu values:\n", n, DEMO_SHOWN, dim);
   else

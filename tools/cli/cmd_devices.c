@@ -6,10 +6,15 @@
 #include <string.h>
 
 static const char usage[] =
-    "usage: clembed devices [--device SPEC]\n"
+    "usage: clembed devices [--json] [--device SPEC]\n"
     "\n"
     "Lists the OpenCL devices, by platform, as P:D pairs for --device, and marks with\n"
-    "'*' the device that a run with no --device (or with this --device) uses.\n";
+    "'*' the device that a run with no --device (or with this --device) uses.\n"
+    "  --json          an array of {\"spec\", \"platform\", \"name\", \"type\" (gpu, cpu,\n"
+    "                  accelerator or other), \"is_default\", \"selected\" (the device marked\n"
+    "                  '*'), \"global_mem_bytes\", \"max_alloc_bytes\"} instead\n"
+    "  --device SPEC   mark the device this spec picks (a bad spec is exit 1 or 2, as for\n"
+    "                  every subcommand)\n";
 
 static const char *type_name(cl_device_type t) {
   return (t & CL_DEVICE_TYPE_GPU)           ? "GPU"
@@ -18,8 +23,16 @@ static const char *type_name(cl_device_type t) {
                                             : "other";
 }
 
+/* The same for --json. */
+static const char *type_key(cl_device_type t) {
+  return (t & CL_DEVICE_TYPE_GPU)           ? "gpu"
+         : (t & CL_DEVICE_TYPE_ACCELERATOR) ? "accelerator"
+         : (t & CL_DEVICE_TYPE_CPU)         ? "cpu"
+                                            : "other";
+}
+
 int cli_cmd_devices(int argc, char **argv) {
-  cli_flag fl[] = {FV("--device")};
+  cli_flag fl[] = {FS("--json"), FV("--device")};
   cli_parse_flags(argc, argv, fl, NFLAGS(fl), usage);
   const char *spec = VAL("--device");
 
@@ -39,6 +52,25 @@ int cli_cmd_devices(int argc, char **argv) {
   } else {
     for (size_t i = 0; i < n; i++)
       if (list[i].is_default) chosen = (long)i;
+  }
+  if (GIVEN("--json")) {
+    printf("[");
+    for (size_t i = 0; i < n; i++) {
+      printf("%s{\"spec\": ", i ? ", " : "");
+      cli_json_string(list[i].spec);
+      printf(", \"platform\": ");
+      cli_json_string(list[i].platform);
+      printf(", \"name\": ");
+      cli_json_string(list[i].name);
+      printf(", \"type\": \"%s\", \"is_default\": %s, \"selected\": %s, \"global_mem_bytes\": %llu, "
+             "\"max_alloc_bytes\": %llu}",
+             type_key(list[i].type), list[i].is_default ? "true" : "false", (long)i == chosen ? "true" : "false",
+             (unsigned long long)list[i].global_mem_bytes, (unsigned long long)list[i].max_alloc_bytes);
+    }
+    printf("]\n");
+    cli_release_all();
+    if (fflush(stdout) != 0 || ferror(stdout)) cli_fail(1, "writing to standard output failed");
+    return 0;
   }
   const char *last_platform = "";
   for (size_t i = 0; i < n; i++) {

@@ -14,8 +14,9 @@ static const char usage[] =
     "                     -o OUT.npy|OUT.safetensors\n"
     "\n"
     "out[i] = dropout(scale * W[ids[i]] + P[position of i]); output shape ids.shape + (D,).\n"
-    "  --table W         table (V, D): .npy (<f4, <f2), .safetensors or .gguf (F32, F16, BF16, and\n"
-    "                    ggml's q8_0, q4_0, q4_K, q6_K; a .gguf defaults to token_embd.weight;\n"
+    "  --table W         table (V, D) (more dimensions: rows and the product of the rest, as\n"
+    "                    clembed_matrix_load reads them): .npy, .safetensors or .gguf; f32, f16,\n"
+    "                    bf16, q8_0, q4_0, q4_k, q6_k (a .gguf defaults to token_embd.weight;\n"
     "                    FILE:NAME picks a tensor)\n"
     "  --ids IDS.npy     <i4 or <i8 ids, (n,) or (batch, seq); 2-D ids are sequences of seq tokens\n"
     "  --scale           token row multiplier, or sqrt for sqrt(D) (default 1)\n"
@@ -31,7 +32,7 @@ static const char usage[] =
     "  --seed S          the dropout seed (default 0)\n"
     "  -o, --output      the output (- for standard output: .npy): by default <f2 for a <f2\n"
     "                    table with --dtype f16 or none, else <f4; .safetensors: one tensor \"output\"\n"
-    "  --out-dtype       f32, f16 or bf16 (bf16 only into .safetensors)\n";
+    "  --out-dtype       f32, f16 or bf16 (bf16 only into .safetensors)\n" CLI_DEVICE_USAGE;
 
 int cli_cmd_embed(int argc, char **argv) {
   cli_flag fl[] = {FV("--table"),    FV("--ids"),     FV("--scale"),  FV("--positions"),   FV("--base"),
@@ -58,8 +59,7 @@ int cli_cmd_embed(int argc, char **argv) {
   o.policy = cli_arg_policy(VAL("--on-bad-id"));
   o.dropout = cli_arg_dropout(VAL("--dropout"));
   o.dropout_seed = VAL("--seed") ? cli_arg_u64("--seed", VAL("--seed")) : 0;
-  static const char *const dtype_names[] = {"f32", "f16", "bf16", "q8_0", "q4_0", NULL}; /* clembed_dtype order */
-  int dtype_flag = VAL("--dtype") ? cli_arg_choice("--dtype", VAL("--dtype"), dtype_names) : -1;
+  int dtype_flag = VAL("--dtype") ? (int)cli_arg_dtype("--dtype", VAL("--dtype"), CLI_DT_EMBED) : -1;
   cli_check_scale(VAL("--scale"));
   cli_output_open(VAL("--output"));
 
@@ -106,7 +106,7 @@ int cli_cmd_embed(int argc, char **argv) {
   clembed_matrix *table = cli_upload_table(w, table_dt);
   clembed_ids *d_ids = cli_upload_ids(ids);
   clembed_matrix *ptab = NULL;
-  if (pt) ptab = cli_upload(pt->data, cli_host_dtype(pt->dtype), pt->shape[0], dim, cli_host_dtype(pt->dtype));
+  if (pt) ptab = cli_upload_table(pt, cli_host_dtype(pt->dtype));
   o.position_table = ptab;
   clembed_matrix *out = cli_zeros(n, dim, out_dt);
   cli_check(clembed_embed(cli_ctx, table, d_ids, &o, out, 0, NULL, NULL));

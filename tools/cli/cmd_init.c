@@ -9,9 +9,16 @@ static const char usage[] =
     "                    -o W.npy|W.safetensors\n"
     "\n"
     "A (V, D) table from the counter-based Philox generator: the same numbers on every device.\n"
-    "D is at least 1; -o - writes to standard output (.npy); -o W.safetensors writes one\n"
-    "tensor named \"output\". --out-dtype (default: --dtype's) converts the table when written;\n"
-    "bf16 only into .safetensors.\n";
+    "  --rows V          the rows (0 or more)\n"
+    "  --dim D           the columns (at least 1)\n"
+    "  --normal MEAN,STD normal values (STD >= 0)\n"
+    "  --uniform LOW,HIGH  uniform values from LOW to HIGH (LOW <= HIGH); one of the two is needed\n"
+    "  --seed S          the generator's seed (default 0)\n"
+    "  --dtype           f32 (default) or f16: the table's dtype on the device\n"
+    "  --out-dtype       f32, f16 or bf16 (default: --dtype's), converted when written; bf16\n"
+    "                    only into .safetensors\n"
+    "  -o, --output      the table (.npy, or .safetensors: one tensor \"output\"), or - for\n"
+    "                    standard output (.npy)\n" CLI_DEVICE_USAGE;
 
 int cli_cmd_init(int argc, char **argv) {
   cli_flag fl[] = {FV("--rows"), FV("--dim"),   FV("--normal"), FV("--uniform"),
@@ -24,8 +31,7 @@ int cli_cmd_init(int argc, char **argv) {
   if (!GIVEN("--normal") && !GIVEN("--uniform")) cli_fail_usage("missing --normal MEAN,STD or --uniform LOW,HIGH");
   size_t rows = cli_arg_size("--rows", VAL("--rows")), dim = cli_arg_dim("--dim", VAL("--dim"));
   uint64_t seed = VAL("--seed") ? cli_arg_u64("--seed", VAL("--seed")) : 0;
-  static const char *const dtype_names[] = {"f32", "f16", NULL};
-  int f16 = VAL("--dtype") ? cli_arg_choice("--dtype", VAL("--dtype"), dtype_names) : 0;
+  clembed_dtype dt = VAL("--dtype") ? cli_arg_dtype("--dtype", VAL("--dtype"), CLI_DT_NPY) : CLEMBED_F32;
   float a, b;
   int normal = GIVEN("--normal");
   if (normal) {
@@ -35,7 +41,6 @@ int cli_cmd_init(int argc, char **argv) {
     cli_arg_pair("--uniform", VAL("--uniform"), "LOW,HIGH", &a, &b);
     if (!(a <= b)) cli_fail(1, "--uniform: LOW %g is greater than HIGH %g", (double)a, (double)b);
   }
-  clembed_dtype dt = f16 ? CLEMBED_F16 : CLEMBED_F32;
   size_t bytes = cli_mul3(rows, dim, clembed_dtype_size(dt), "--rows x --dim");
   cli_output_open(VAL("--output"));
   clembed_dtype out_dt = cli_output_dtype(VAL("--out-dtype"), dt);

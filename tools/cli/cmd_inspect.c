@@ -7,23 +7,24 @@
 #include <string.h>
 
 static const char usage[] =
-    "usage: clembed inspect FILE [--json]\n"
+    "usage: clembed inspect FILE [--json] [--device SPEC]\n"
     "\n"
     "Lists the tensors of a .npy, .safetensors or .gguf file (recognised by its content),\n"
     "one line each: name, dtype and shape (AxB..., outermost first; a GGUF file's dims\n"
-    "reversed as NumPy's). The dtype is f32 f16 bf16 q8_0 q4_0 q4_k q6_k for what clembed\n"
-    "can load as a table, else the file's own type name (<i8, I64, q5_K, ...).\n"
+    "reversed as NumPy's). The dtype is lower case: f32 f16 bf16 q8_0 q4_0 q4_k q6_k for\n"
+    "what clembed can load as a table; the same scheme for the rest (i32 and i64 for\n"
+    "ids, f64, u8, bool, ggml's and safetensors' other types in lower case: q5_k,\n"
+    "f8_e4m3), or a NumPy type string that has no such name as NumPy writes it (>f4).\n"
     "A .npy file's one array has no name: it shows as -.\n"
-    "  --json   an array of {\"name\", \"dtype\", \"shape\", \"bytes\"} instead\n";
+    "  --json          an array of {\"name\", \"dtype\", \"shape\", \"bytes\"} instead\n"
+    "  --device SPEC   accepted as by every subcommand; inspect reads the file on the host\n"
+    "                  and opens no device\n";
 
-static const char *dtype_text(const clembed_tensor_info *t) {
-  static const char *const names[] = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q6_k"};
-  return t->dtype >= 0 && t->dtype < 7 ? names[t->dtype] : t->type_name;
+static const char *dtype_text(const clembed_tensor_info *t, char *buf, size_t cap) {
+  return cli_type_text(t, buf, cap);
 }
 
-/* A JSON string: quotes, backslashes and control characters escaped; other
- * bytes (UTF-8) as they are. */
-static void json_string(const char *s) {
+void cli_json_string(const char *s) {
   putchar('"');
   for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
     if (*p == '"' || *p == '\\')
@@ -37,56 +38,40 @@ static void json_string(const char *s) {
 }
 
 int cli_cmd_inspect(int argc, char **argv) {
-  cli_flag fl[] = {FS("--json")};
-  const char *path = NULL;
-  /* FILE is the one operand: taken out before the flags are parsed */
-  char *rest[64];
-  int nrest = 0;
-  rest[nrest++] = argv[0];
-  for (int i = 1; i < argc; i++) {
-    if (argv[i][0] != '-' || !strcmp(argv[i], "-")) {
-      if (path) cli_fail_usage("one FILE only ('%s' and '%s' given)", path, argv[i]);
-      path = argv[i];
-    } else if (nrest < 63) {
-      rest[nrest++] = argv[i];
-    } else {
-      cli_fail_usage("too many flags");
-    }
-  }
-  rest[nrest] = NULL;
-  cli_parse_flags(nrest, rest, fl, NFLAGS(fl), usage);
-  if (!path) cli_fail_usage("no FILE given");
+  cli_flag fl[] = {FS("--json"), FV("--device")};
+  const char *path = cli_parse_operand(argc, argv, fl, NFLAGS(fl), usage, "FILE");
 
-  clembed_file *f = NULL;
-  if (clembed_file_open(path, &f) != CLEMBED_OK) cli_fail(1, "%s", clembed_last_error_message());
+  clembed_file *f = cli_open_file(NULL, path); /* released by cli_release_all */
   size_t n = clembed_file_tensor_count(f);
   int json = GIVEN("--json");
   if (json) putchar('[');
   for (size_t i = 0; i < n; i++) {
     clembed_tensor_info t;
-    if (clembed_file_tensor_info(f, i, &t) != CLEMBED_OK) {
-      clembed_file_close(f);
+    char tb[64];
+    uint64_t shape[CLEMBED_FILE_MAX_DIMS];
+    int ndim = 0;
+    if (clembed_file_tensor_info(f, i, &t) != CLEMBED_OK ||
+        clembed_file_tensor_shape(f, i, shape, CLEMBED_FILE_MAX_DIMS, &ndim) != CLEMBED_OK)
       cli_fail(2, "%s", clembed_last_error_message());
-    }
     if (json) {
       printf("%s{\"name\": ", i ? ", " : "");
-      json_string(t.name);
+      cli_json_string(t.name);
       printf(", \"dtype\": ");
-      json_string(dtype_text(&t));
+      cli_json_string(dtype_text(&t, tb, sizeof tb));
       printf(", \"shape\": [");
-      for (int d = 0; d < t.ndim; d++) printf("%s%" PRIu64, d ? ", " : "", t.shape[d]);
+      for (int d = 0; d < ndim; d++) printf("%s%" PRIu64, d ? ", " : "", shape[d]);
       printf("], \"bytes\": %" PRIu64 "}", t.bytes);
     } else {
       if (!t.name[0]) putchar('-');
       for (const unsigned char *p = (const unsigned char *)t.name; *p; p++) putchar(*p < 0x20 || *p == 0x7f ? '?' : *p);
-      printf(" %s ", dtype_text(&t));
-      if (t.ndim == 0) printf("()");
-      for (int d = 0; d < t.ndim; d++) printf("%s%" PRIu64, d ? "x" : "", t.shape[d]);
+      printf(" %s ", dtype_text(&t, tb, sizeof tb));
+      if (ndim == 0) printf("()");
+      for (int d = 0; d < ndim; d++) printf("%s%" PRIu64, d ? "x" : "", shape[d]);
       putchar('\n');
     }
   }
   if (json) printf("]\n");
-  clembed_file_close(f);
+  cli_release_all();
   if (fflush(stdout) != 0 || ferror(stdout)) cli_fail(1, "writing to standard output failed");
   return 0;
 }

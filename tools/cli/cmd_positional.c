@@ -17,7 +17,7 @@ static const char usage[] =
     "  --layout        interleaved: sin, cos, sin, ... (default); halves: all sin, then all cos\n"
     "  --out-dtype     f32 (default), f16 or bf16 (bf16 only into .safetensors)\n"
     "  -o, --output    the output file (.npy, or .safetensors: one tensor \"output\"), or -\n"
-    "                  for standard output (.npy)\n";
+    "                  for standard output (.npy)\n" CLI_DEVICE_USAGE;
 
 int cli_cmd_positional(int argc, char **argv) {
   cli_flag fl[] = {FV("--length"),   FV("--dim"),    FV("--first"),  FV("--base"),

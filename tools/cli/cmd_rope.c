@@ -62,14 +62,16 @@ static const char usage_cache[] =
     "usage: clembed rope-cache --length L --head-dim H [--rotary-dim R] [--first P] [--base B]\n"
     "                          [--layout neox|gptj] [--scaling none|linear|ntk|yarn|llama3] [--factor F]\n"
     "                          [--original-max-position N] [--low-freq-factor X] [--high-freq-factor Y]\n"
-    "                          [--beta-fast A] [--beta-slow B] [--attention-factor M] [--device SPEC] -o CS.npy\n"
+    "                          [--beta-fast A] [--beta-slow B] [--attention-factor M] [--device SPEC]\n"
+    "                          -o CS.npy|CS.safetensors\n"
     "\n"
     "Writes the RoPE cos/sin cache of positions P .. P+L-1 as an (L, R) <f4 array: a*cos(p*w_k) in\n"
     "column k and a*sin(p*w_k) in column R/2 + k (vLLM's cos_sin_cache), within 1e-6*a of the exact\n"
     "values for every position below 2^32 (P + L past 2^32 is refused).\n"
     "  --length L                number of positions (rows)\n"
     "  --first P                 first position (default 0)\n" ROPE_OPTIONS_USAGE
-    "  -o, --output              the output file, or - for standard output\n";
+    "  -o, --output              the output: .npy, or .safetensors (one tensor \"output\"), or - for\n"
+    "                            standard output (.npy)\n" CLI_DEVICE_USAGE;
 
 int cli_cmd_rope_cache(int argc, char **argv) {
   cli_flag fl[] = {FV("--length"), FV("--first"), ROPE_FLAGS, FV("--device"), FA("--output", "-o")};
@@ -89,24 +91,26 @@ int cli_cmd_rope_cache(int argc, char **argv) {
   cli_check(clembed_rope_cache(cli_ctx, &r, first, cs, 0, NULL, NULL));
   float *h = cli_download(cs, CLEMBED_F32);
   size_t shape[2] = {length, R};
-  cli_output_npy(NPY_F4, 2, shape, h);
+  cli_output_array(CLEMBED_F32, 2, shape, h);
   cli_release_all();
   return 0;
 }
 
 static const char usage_rope[] =
     "usage: clembed rope --input X.npy --head-dim H [rope-cache's options] [--positions P.npy | --offset P]\n"
-    "                    [--inverse] [--out-dtype f32|f16] [--device SPEC] -o OUT.npy\n"
+    "                    [--inverse] [--out-dtype f32|f16|bf16] [--device SPEC] -o OUT.npy|OUT.safetensors\n"
     "\n"
-    "Applies RoPE to X (<f4 or <f2): (T, C) with C a multiple of H, (T, heads, H), or (B, S, heads, H)\n"
+    "Applies RoPE to X (f32, f16 or bf16): (T, C) with C a multiple of H, (T, heads, H), or (B, S, heads, H)\n"
     "(then positions are per sequence). Each pair (a, b) of the first R columns of each head becomes\n"
     "(a*c - b*s, b*c + a*s); columns past R are copied. The output has X's shape.\n"
     "  --input X                 the queries or keys\n"
     "  --positions P.npy         <i4/<i8 positions, shape (T,) or (B, S); each in [0, 2^32)\n"
     "  --offset P                without --positions: row i is at P + i (P + i % S for (B, S, heads, H))\n"
     "  --inverse                 rotate back (-s): undoes a rotation, and is the backward\n"
-    "  --out-dtype f32|f16       the output's dtype (default: X's)\n" ROPE_OPTIONS_USAGE
-    "  -o, --output              the output file, or - for standard output\n";
+    "  --out-dtype f32|f16|bf16  the output's dtype (default: X's; a bf16 X into a .npy: f32; bf16 only\n"
+    "                            into .safetensors)\n" ROPE_OPTIONS_USAGE
+    "  -o, --output              the output: .npy, or .safetensors (one tensor \"output\"), or - for\n"
+    "                            standard output (.npy)\n" CLI_DEVICE_USAGE;
 
 int cli_cmd_rope(int argc, char **argv) {
   cli_flag fl[] = {FV("--input"),     FV("--positions"), FV("--offset"), FS("--inverse"), FV("--out-dtype"),
@@ -116,14 +120,10 @@ int cli_cmd_rope(int argc, char **argv) {
   cli_require(fl, NFLAGS(fl), req);
   if (VAL("--positions") && VAL("--offset")) cli_fail_usage("--positions and --offset exclude each other");
   clembed_rope r = rope_from_flags(fl, NFLAGS(fl));
-  static const char *const dtypes[] = {"f32", "f16", "bf16", NULL};
-  int out_flag = VAL("--out-dtype") ? cli_arg_choice("--out-dtype", VAL("--out-dtype"), dtypes) : -1;
-  if (out_flag == 2) cli_fail(1, "--out-dtype bf16: a .npy file has no bfloat16; use f32 or f16");
+  if (VAL("--out-dtype")) cli_arg_dtype("--out-dtype", VAL("--out-dtype"), CLI_DT_FLOAT);
   size_t offset = VAL("--offset") ? cli_arg_size("--offset", VAL("--offset")) : 0;
 
-  const npy_array *x = cli_load("--input", VAL("--input"));
-  if (x->dtype != NPY_F4 && x->dtype != NPY_F2)
-    cli_fail(1, "--input %s: dtype %s; X must be <f4 or <f2", VAL("--input"), npy_dtype_name(x->dtype));
+  const npy_array *x = cli_load_as("--input", VAL("--input"), CLI_TAKES_FLOAT);
   size_t rows, cols, seq_len = 0;
   if (x->ndim == 2) {
     rows = x->shape[0];
@@ -155,9 +155,9 @@ int cli_cmd_rope(int argc, char **argv) {
   cli_blame(NULL, VAL("--positions") ? pos_what : "--offset");
 
   clembed_dtype in_dt = cli_host_dtype(x->dtype);
-  clembed_dtype out_dt = out_flag < 0 ? in_dt : out_flag == 1 ? CLEMBED_F16 : CLEMBED_F32;
-  size_t in_bytes = cli_array_bytes(x), out_bytes = cli_mul3(rows, cols, clembed_dtype_size(out_dt), "--input");
   cli_output_open(VAL("--output"));
+  clembed_dtype out_dt = cli_output_dtype(VAL("--out-dtype"), cli_input_dtype(x)); /* default: X's own */
+  size_t in_bytes = cli_array_bytes(x), out_bytes = cli_mul3(rows, cols, clembed_dtype_size(out_dt), "--input");
 
   cli_open_device(VAL("--device"));
   cli_memory_budget(out_bytes, in_bytes + out_bytes);
@@ -166,7 +166,7 @@ int cli_cmd_rope(int argc, char **argv) {
   clembed_ids *dpos = pos ? cli_upload_ids(pos) : NULL;
   cli_check(clembed_rope_apply(cli_ctx, &r, dx, dpos, seq_len, offset, GIVEN("--inverse"), out, 0, NULL, NULL));
   void *h = cli_download(out, out_dt);
-  cli_output_npy(out_dt == CLEMBED_F16 ? NPY_F2 : NPY_F4, x->ndim, x->shape, h);
+  cli_output_array(out_dt, x->ndim, x->shape, h);
   cli_release_all();
   return 0;
 }

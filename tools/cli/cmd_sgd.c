@@ -11,8 +11,21 @@ static const char usage[] =
     "\n"
     "One fused sparse SGD step: W[v] -= LR * dW[v] for the rows v that occur in the ids, on\n"
     "the table in its own dtype (f32, f16 or bf16); the output has that dtype unless\n"
-    "--out-dtype says otherwise (a bf16 table is written as <f4 into a .npy). Flags as in\n"
-    "`clembed backward`.\n";
+    "--out-dtype says otherwise (a bf16 table is written as <f4 into a .npy), and the\n"
+    "table's shape. dW is the dense gradient `clembed backward` writes for the same flags.\n"
+    "  --table W             the table (V, D), f32, f16 or bf16 (2 or more dimensions: rows\n"
+    "                        and the product of the rest, as clembed_matrix_load reads them)\n"
+    "  --ids IDS.npy         i32 or i64 ids, (n,) or (batch, seq)\n"
+    "  --grad G.npy          f32 or f16 gradient of the forward's output, ids.shape + (D,)\n"
+    "  --lr LR               the learning rate\n"
+    "  --scale               the forward's scale, or sqrt for sqrt(D) (default 1)\n"
+    "  --padding-idx V       this row gets no step (negative: counts from the end)\n"
+    "  --scale-grad-by-freq  divide each id's gradient by its count\n"
+    "  --on-bad-id           check (default: exit 1 naming the position), clamp, zero, wrap\n"
+    "  --dropout P, --seed S the forward's dropout and seed\n"
+    "  --out-dtype           f32, f16 or bf16 (default: the table's; bf16 only into .safetensors)\n"
+    "  -o, --output          the stepped table (.npy, or .safetensors: one tensor \"output\"), or -\n"
+    "                        for standard output (.npy)\n" CLI_DEVICE_USAGE;
 
 clembed_backward_options cli_backward_flags(cli_flag *fl, size_t nf, size_t rows, size_t dim);
 
@@ -54,12 +67,14 @@ int cli_cmd_sgd(int argc, char **argv) {
   uint64_t convert = g->dtype == NPY_F2 ? (uint64_t)n * dim * sizeof(float) : 0;
   cli_memory_budget(table_bytes + convert, device);
   clembed_dtype dt = cli_input_dtype(w); /* the table's own: bf16 for a BF16 tensor */
-  clembed_matrix *table = cli_upload(w->data, cli_host_dtype(w->dtype), rows, dim, dt);
+  clembed_matrix *table = cli_upload_table(w, dt);
   clembed_matrix *grad = cli_upload(g->data, cli_host_dtype(g->dtype), n, dim, CLEMBED_F32);
   clembed_ids *d_ids = cli_upload_ids(ids);
   cli_check(clembed_sgd_update(cli_ctx, grad, d_ids, lr, &o, table, 0, NULL, NULL));
   void *h = cli_download(table, out_dt);
-  cli_output_array(out_dt, 2, w->shape, h);
+  size_t shape[CLEMBED_FILE_MAX_DIMS]; /* the table's own shape */
+  int ndim = cli_input_shape(w, shape, CLEMBED_FILE_MAX_DIMS);
+  cli_output_array(out_dt, ndim, shape, h);
   cli_release_all();
   return 0;
 }

@@ -1,4 +1,4 @@
-/* clembed: the command-line tool (API.md, "Command-line tool"); dispatch. */
+/* clembed: the command-line tool (README, "The command-line tool"; `clembed --help`); dispatch. */
 #include "cli.h"
 
 #include <stdio.h>

@@ -224,8 +224,7 @@ static int to_safetensors(void) {
 }
 
 clembed_dtype cli_output_dtype(const char *value, clembed_dtype dflt) {
-  static const char *const names[] = {"f32", "f16", "bf16", NULL};
-  clembed_dtype d = value ? (clembed_dtype)cli_arg_choice("--out-dtype", value, names) : dflt;
+  clembed_dtype d = value ? cli_arg_dtype("--out-dtype", value, CLI_DT_FLOAT) : dflt;
   if (!value && d == CLEMBED_BF16 && !to_safetensors()) d = CLEMBED_F32; /* a bf16 table's default, into .npy */
   if (d == CLEMBED_BF16 && !to_safetensors())
     cli_fail(1, "--out-dtype bf16: a .npy file cannot hold bfloat16; write -o OUT.safetensors");
@@ -233,6 +232,7 @@ clembed_dtype cli_output_dtype(const char *value, clembed_dtype dflt) {
 }
 
 static void finish_output(void);
+static void output_npy(npy_dtype dtype, int ndim, const size_t *shape, const void *data);
 
 static int write_all(int fd, const void *p, size_t n) {
   const unsigned char *b = p;
@@ -249,7 +249,7 @@ static int write_all(int fd, const void *p, size_t n) {
 void cli_output_array(clembed_dtype dtype, int ndim, const size_t *shape, const void *data) {
   if (!to_safetensors()) {
     if (dtype == CLEMBED_BF16) cli_fail(1, "-o %s: a .npy file cannot hold bfloat16; write .safetensors", O.arg);
-    cli_output_npy(dtype == CLEMBED_F16 ? NPY_F2 : NPY_F4, ndim, shape, data);
+    output_npy(dtype == CLEMBED_F16 ? NPY_F2 : NPY_F4, ndim, shape, data);
     return;
   }
   if (O.fd < 0) cli_fail(2, "internal error: the output is not open");
@@ -257,7 +257,7 @@ void cli_output_array(clembed_dtype dtype, int ndim, const size_t *shape, const 
   size_t count = 1;
   for (int i = 0; i < ndim; i++) count = cli_mul3(count, shape[i], 1, "the output");
   size_t bytes = cli_mul3(count, clembed_dtype_size(dtype), 1, "the output");
-  char header[512];
+  char header[128 + NPY_MAX_DIMS * 22]; /* up to 20 digits and a comma per dimension */
   int n = snprintf(header, sizeof header, "{\"output\":{\"dtype\":\"%s\",\"shape\":[",
                    dtype == CLEMBED_F32 ? "F32" : dtype == CLEMBED_F16 ? "F16" : "BF16");
   for (int i = 0; i < ndim; i++) n += snprintf(header + n, sizeof header - (size_t)n, "%s%zu", i ? "," : "", shape[i]);
@@ -270,7 +270,7 @@ void cli_output_array(clembed_dtype dtype, int ndim, const size_t *shape, const 
   finish_output();
 }
 
-void cli_output_npy(npy_dtype dtype, int ndim, const size_t *shape, const void *data) {
+static void output_npy(npy_dtype dtype, int ndim, const size_t *shape, const void *data) {
   char err[1024];
   if (O.fd < 0) cli_fail(2, "internal error: the output is not open");
   const char *name = O.to_stdout ? "standard output" : O.arg;

@@ -255,12 +255,6 @@ clembed_matrix *cli_zeros(size_t rows, size_t cols, clembed_dtype dt) {
   return m;
 }
 
-clembed_ids *cli_upload_ids(const npy_array *a) {
-  clembed_ids *d = cli_new_ids();
-  cli_check(clembed_ids_create(cli_ctx, a->data, a->count, a->dtype == NPY_I8 ? CLEMBED_I64 : CLEMBED_I32, d));
-  return d;
-}
-
 /* Whether the context's device is a CPU that shares host memory: there a
  * buffer is mapped rather than copied. */
 static int host_unified_cpu(void) {

@@ -4,7 +4,7 @@ the CPU (the same shapes, dtypes and output dtype, as a PyTorch user would
 write it), and prints the two side by side (median milliseconds, and how many
 times faster clembed is). Regenerates the README's performance table:
 
-    python3 tools/compare_torch.py [--clembed build/clembed] [--reps 15] [--rounds 3]
+    python3 tools/bench/compare_torch.py [--clembed build/clembed] [--reps 15] [--rounds 3]
                                    [--threads N] [--only TEXT] [--ceiling]
 
 The two are run alternately, --rounds times (a shared machine's speed drifts
@@ -180,7 +180,7 @@ def clembed_rows(binary, reps, only, ceiling):
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--clembed", default=os.path.join(here, "..", "build", "clembed"))
+    ap.add_argument("--clembed", default=os.path.join(here, "..", "..", "build", "clembed"))
     ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("--rounds", type=int, default=3, help="alternate clembed and PyTorch this many times")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1,

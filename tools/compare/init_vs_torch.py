@@ -2,7 +2,7 @@
 """clembed_matrix_init_normal / _uniform against PyTorch's normal_ / uniform_,
 interleaved pair by pair in one process (a shared machine's drift hits both):
 
-    /usr/bin/python3 tools/init_vs_torch.py [ROWS COLS PAIRS] [--lib build/libclembed.so] [--threads 2]
+    /usr/bin/python3 tools/compare/init_vs_torch.py [ROWS COLS PAIRS] [--lib build/libclembed.so] [--threads 2]
 
 Prints the median times and the median of the per-pair ratios (PyTorch time /
 clembed time) with their range. The library is used through ctypes on the
@@ -27,7 +27,7 @@ def main():
     ap.add_argument("rows", type=int, nargs="?", default=32000)
     ap.add_argument("cols", type=int, nargs="?", default=1024)
     ap.add_argument("pairs", type=int, nargs="?", default=9)
-    ap.add_argument("--lib", default=os.path.join(here, "..", "build", "libclembed.so"))
+    ap.add_argument("--lib", default=os.path.join(here, "..", "..", "build", "libclembed.so"))
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     args = ap.parse_args()
     try:

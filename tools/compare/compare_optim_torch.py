@@ -2,7 +2,7 @@
 """Compares clembed_optimizer_step with PyTorch's sparse optimizers on the same
 embedding, ids, gradients and hyper-parameters, step by step:
 
-    python3 tools/compare_optim_torch.py [--lib build/libclembed.so] [--steps 5] [--device SPEC]
+    python3 tools/compare/compare_optim_torch.py [--lib build/libclembed.so] [--steps 5] [--device SPEC]
 
   SGD             torch.optim.SGD on nn.Embedding(sparse=True)
   ADAGRAD         torch.optim.Adagrad on a sparse gradient (lr_decay 0, initial accumulator 0)
@@ -171,7 +171,7 @@ def run(lib, torch, kind, steps, V, d, n, lr, rng):
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--lib", default=os.path.join(here, "..", "build", "libclembed.so"))
+    ap.add_argument("--lib", default=os.path.join(here, "..", "..", "build", "libclembed.so"))
     ap.add_argument("--device", default=None)
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--max-rel", type=float, default=1e-4)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The NumPy baseline of `clembed embed --scale sqrt --positions sinusoid`:
 
-    python3 tools/embed_numpy.py W.npy|W.safetensors[:NAME] IDS.npy OUT.npy
+    python3 tools/compare/embed_numpy.py W.npy|W.safetensors[:NAME] IDS.npy OUT.npy
 
 The table is memory-mapped (only the rows the ids touch are read), gathered,
 scaled by sqrt(D), and the standard sinusoid (base 10000, one frequency per

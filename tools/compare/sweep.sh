@@ -4,7 +4,7 @@
 # the GPU kernel shapes (CLEMBED_TUNING=cpu, =gpu), and writes the sha256 of
 # every output to OUTDIR/sha256.txt. Two builds give the same outputs when
 # their sha256.txt files are identical:
-#   tools/sweep.sh build/clembed /tmp/new && tools/sweep.sh /tmp/old/clembed /tmp/old-out
+#   tools/compare/sweep.sh build/clembed /tmp/new && tools/compare/sweep.sh /tmp/old/clembed /tmp/old-out
 #   diff /tmp/new/sha256.txt /tmp/old-out/sha256.txt
 # Inputs are made by python3 with numpy from fixed seeds (OUTDIR/in/). The
 # atomic backward runs only on ids without repeats, where its result does not
