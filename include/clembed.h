@@ -493,6 +493,23 @@ CLEMBED_API clembed_status clembed_matrix_init_uniform(clembed_context *ctx, cle
                                                        const cl_event *event_wait_list,
                                                        cl_event *event);
 
+/* The same draws for a piece of a larger table: element (r, c) of m takes the
+ * value that element (first_row + r, c) of a table of m->cols columns gets from
+ * clembed_matrix_init_normal / _uniform, that is Philox element index
+ * e = (first_row + r) * cols + c in the mapping above (so a table initialised
+ * piece by piece, at any row boundaries, holds the bits of one whole call; a
+ * sharded table's init, clembed_mpi.h, is this on each shard). first_row 0 is
+ * the plain call. (first_row + rows) * cols past 2^63 is
+ * CLEMBED_ERR_INVALID_ARGUMENT naming first_row; other arguments as above. */
+CLEMBED_API clembed_status clembed_matrix_init_normal_at(clembed_context *ctx, clembed_matrix *m,
+                                                         uint64_t first_row, float mean, float std,
+                                                         uint64_t seed, cl_uint num_events_in_wait_list,
+                                                         const cl_event *event_wait_list, cl_event *event);
+CLEMBED_API clembed_status clembed_matrix_init_uniform_at(clembed_context *ctx, clembed_matrix *m,
+                                                          uint64_t first_row, float low, float high,
+                                                          uint64_t seed, cl_uint num_events_in_wait_list,
+                                                          const cl_event *event_wait_list, cl_event *event);
+
 /* Dropout mask: output element e = i*cols + c of the forward is kept when
  * u(x0) >= dropout, x0 the first word of Philox4x32-10 with key (dropout_seed low
  * 32 bits, high 32 bits) and counter (e low 32 bits, e high 32 bits, 0, 0), and
