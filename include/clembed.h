@@ -65,7 +65,9 @@ typedef enum clembed_status {
   CLEMBED_ERR_NO_DEVICE = -2003,          /* no OpenCL device, or none matches the device spec */
   CLEMBED_ERR_BUILD_FAILED = -2004,       /* a kernel did not compile; the log is in the message */
   CLEMBED_ERR_OUT_OF_MEMORY = -2005,      /* host or device allocation failed */
-  CLEMBED_ERR_UNSUPPORTED = -2006         /* the device cannot do what was asked */
+  CLEMBED_ERR_UNSUPPORTED = -2006,        /* the device cannot do what was asked */
+  CLEMBED_ERR_COMMUNICATION = -2007       /* an MPI call of clembed_mpi failed (MPI's error string
+                                             is in the message) */
 } clembed_status;
 
 /* A fixed string for every code, OpenCL's included ("CL_INVALID_VALUE"); never NULL.
@@ -173,6 +175,22 @@ typedef struct clembed_error_detail {
  * no context (context creation, clembed_devices, a NULL ctx). The strings are
  * static. CLEMBED_ERR_INVALID_ARGUMENT only when d is NULL. */
 CLEMBED_API clembed_status clembed_context_error(const clembed_context *ctx, clembed_error_detail *d);
+
+/* Records a failure on ctx the way clembed's own calls record theirs, for a
+ * library built on clembed (libclembed_mpi is one): clembed_context_message
+ * then gives the message (printf-style fmt), clembed_context_error the detail
+ * (status, operation, argument, index, value; operation and argument are kept
+ * as pointers: pass strings that live as long as the context, such as
+ * literals; NULL means ""). With ctx NULL they go to this thread's
+ * clembed_last_error_message and clembed_context_error(NULL, ...). Returns
+ * status. A deferred error that clembed_finish would return is not touched. */
+CLEMBED_API clembed_status clembed_context_fail(clembed_context *ctx, clembed_status status, const char *operation,
+                                                const char *argument, int64_t index, int64_t value,
+                                                const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 7, 8)))
+#endif
+    ;
 
 /* ------------------------------------------------------------- device data */
 
