@@ -1,0 +1,219 @@
+/* clembed_mpi_embed: each rank resolves its ids on the host (the kernels'
+ * index policy, against the whole table), asks each owner once for every
+ * distinct row of its batch (MPI_Alltoallv of the rows' indices in the
+ * owner's shard), the owners gather those rows on their devices
+ * (clembed_lookup) and send them back (MPI_Alltoallv of the rows' bytes), and
+ * the rank runs clembed_embed, with its own options, on the rows it received:
+ * a matrix of its distinct rows in ascending id order, its ids renumbered
+ * into it. The rows travel in the table's own dtype (block-quantized rows as
+ * the F32 values every kernel dequantizes them to), so each output element is
+ * computed from the same float32 values in the same operations as on one
+ * device. Bad ids keep their value in the renumbered ids: a bad id of the
+ * table is outside the smaller matrix too (negative, or at least rows), so
+ * the local clembed_embed zeroes and reports it exactly as one device would;
+ * the report is then restated against the whole table. */
+#include "mpi_table.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+
+/* Bits to sort row indices below `rows`. */
+static unsigned width(size_t rows) {
+  unsigned b = 0;
+  while (b < 64 && rows > ((uint64_t)1 << b)) b++;
+  return b;
+}
+
+/* Index of v in the ascending d[0..n), or -1. */
+static int64_t find(const uint64_t *d, size_t n, uint64_t v) {
+  size_t lo = 0, hi = n;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (d[mid] < v) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo < n && d[lo] == v ? (int64_t)lo : -1;
+}
+
+/* The rank's request: its distinct rows (ascending, in keys) and its ids
+ * renumbered into them (local). Fills the send counts (rows per owner) and
+ * the indices sent (in the owner's shard). Returns the number of distinct
+ * rows, or -1 when host memory runs out (recorded on e). */
+static long long plan(clembed_mpi_table *t, const int64_t *host, size_t n, clembed_index_policy policy,
+                      int64_t *local, ce_mpi_error *e, const char *op) {
+  uint64_t *keys = ce_mpi_buffer(t, CE_MPI_KEYS, n * 8), *tk = ce_mpi_buffer(t, CE_MPI_KEYS2, n * 8);
+  uint32_t *vals = ce_mpi_buffer(t, CE_MPI_VALS, n * 4), *tv = ce_mpi_buffer(t, CE_MPI_VALS2, n * 4);
+  if (!keys || !tk || !vals || !tv) {
+    ce_mpi_fail(e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory for %zu ids", op, n);
+    return -1;
+  }
+  size_t m = 0;
+  for (size_t i = 0; i < n; i++) {
+    uint64_t row;
+    local[i] = host[i]; /* a bad id keeps its value: outside the local matrix too */
+    if (ce_mpi_resolve(host[i], t->rows, policy, &row) == 1) {
+      keys[m] = row;
+      vals[m++] = (uint32_t)i;
+    }
+  }
+  ce_mpi_sort(keys, vals, m, width(t->rows), tk, tv);
+  size_t d = 0;
+  for (size_t j = 0; j < m; j++) {
+    if (j == 0 || keys[j] != keys[d - 1]) keys[d++] = keys[j]; /* the distinct rows, in place */
+    local[vals[j]] = (int64_t)(d - 1);
+  }
+  int *sc = ce_mpi_send_counts(t);
+  memset(sc, 0, (size_t)t->size * sizeof *sc);
+  for (size_t k = 0; k < d; k++) sc[ce_mpi_owner(t, keys[k])]++;
+  return (long long)d;
+}
+
+clembed_status clembed_mpi_embed(clembed_mpi_table *t, const clembed_ids *ids, const clembed_embed_options *opt,
+                                 clembed_matrix *out) {
+  const char *op = "clembed_mpi_embed";
+  if (!t)
+    return clembed_context_fail(NULL, CLEMBED_ERR_INVALID_ARGUMENT, op, "t", -1, 0,
+                                "%s: t is NULL (no communicator to speak on)", op);
+  clembed_context *ctx = t->ctx;
+  ce_mpi_error e = {0}, serve = {0};
+  ce_mpi_vote v = {0};
+  clembed_embed_options o = opt ? *opt : clembed_embed_defaults();
+  clembed_matrix gathered = {0}, rows = {0};
+  clembed_ids sids = {0}, lids = {0};
+  int pad_bad = 0, big = t->max_shard > (size_t)INT32_MAX;
+  uint64_t pad = ce_mpi_padding(o.padding_idx, t->rows, &pad_bad);
+  size_t n = 0, limit = (size_t)INT_MAX / (size_t)t->size;
+  long long d = 0;
+  int64_t *host = NULL, *local = NULL;
+  MPI_Datatype row_type = MPI_DATATYPE_NULL;
+
+  /* this rank's own arguments */
+  if (!ids || !out) {
+    ce_mpi_fail(&e, CLEMBED_ERR_INVALID_ARGUMENT, ids ? "out" : "ids", -1, 0, "%s: %s is NULL", op, ids ? "out" : "ids");
+  } else if ((unsigned)o.policy > (unsigned)CLEMBED_INDEX_WRAP) {
+    ce_mpi_fail(&e, CLEMBED_ERR_INVALID_ARGUMENT, "policy", -1, (int64_t)o.policy, "%s: unknown index policy %d", op,
+                (int)o.policy);
+  } else if (pad_bad) {
+    ce_mpi_fail(&e, CLEMBED_ERR_INVALID_ARGUMENT, "padding_idx", -1, o.padding_idx,
+                "%s: padding_idx %lld is outside the table of %zu rows", op, (long long)o.padding_idx, t->rows);
+  } else if (out->rows != ids->count || out->cols != t->cols) {
+    ce_mpi_fail(&e, CLEMBED_ERR_INVALID_ARGUMENT, "out", -1, (int64_t)out->rows,
+                "%s: out is %zu x %zu but %zu ids of a table of %zu cols need %zu x %zu", op, out->rows, out->cols,
+                ids->count, t->cols, ids->count, t->cols);
+  } else if (ids->count > limit) {
+    ce_mpi_fail(&e, CLEMBED_ERR_INVALID_ARGUMENT, "ids", -1, (int64_t)ids->count,
+                "%s: %zu ids; at most %zu per rank and call with %d ranks (MPI counts are int)", op, ids->count, limit,
+                t->size);
+  } else {
+    n = ids->count;
+    host = ce_mpi_buffer(t, CE_MPI_IDS, n * 8);
+    local = ce_mpi_buffer(t, CE_MPI_LOCAL, n * 8);
+    if (!host || !local)
+      ce_mpi_fail(&e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory for %zu ids", op, n);
+    else
+      ce_mpi_read_ids(t, ids, host, &e);
+  }
+
+  /* what must agree; a rank's own failure does not stop the others' forward */
+  ce_mpi_agree(&v, "the call", CE_MPI_CALL_EMBED);
+  ce_mpi_agree_float(&v, "scale", o.scale);
+  ce_mpi_agree(&v, "policy", (uint64_t)o.policy);
+  ce_mpi_agree(&v, "padding_idx", pad_bad ? (uint64_t)o.padding_idx : pad);
+  if (!ce_mpi_vote_run(t->comm, t->rank, t->size, &v, e.status != CLEMBED_OK, &e)) return ce_mpi_report(ctx, op, &e);
+  if (v.differs >= 0) {
+    ce_mpi_error agree = {0};
+    v.failed_rank = -1;
+    ce_mpi_vote_outcome(&v, op, &agree);
+    return ce_mpi_report(ctx, op, e.status != CLEMBED_OK ? &e : &agree);
+  }
+
+  /* the request: distinct rows per owner, as indices in the owner's shard */
+  memset(ce_mpi_send_counts(t), 0, (size_t)t->size * sizeof(int));
+  if (e.status == CLEMBED_OK) {
+    d = plan(t, host, n, o.policy, local, &e, op);
+    if (d < 0) {
+      d = 0;
+      memset(ce_mpi_send_counts(t), 0, (size_t)t->size * sizeof(int));
+    }
+  }
+  const uint64_t *distinct = t->buf[CE_MPI_KEYS].p;
+  void *send = ce_mpi_buffer(t, CE_MPI_SEND, (size_t)d * 8 + 8);
+  if (!send) {
+    ce_mpi_fail(&e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory", op);
+    d = 0;
+    memset(ce_mpi_send_counts(t), 0, (size_t)t->size * sizeof(int));
+  }
+  for (long long k = 0; k < d; k++) {
+    size_t row = distinct[k], in_shard = row - t->bounds[ce_mpi_owner(t, row)];
+    if (big) ((int64_t *)send)[k] = (int64_t)in_shard;
+    else ((int32_t *)send)[k] = (int32_t)in_shard;
+  }
+  long long nserve = ce_mpi_exchange_counts(t, &e);
+  if (nserve < 0) return ce_mpi_report(ctx, op, &e);
+  void *recv = ce_mpi_buffer(t, CE_MPI_RECV, (size_t)nserve * 8 + 8);
+  if (!recv) { /* nothing to receive into: a failure of MPI's own kind would follow; say it here */
+    ce_mpi_fail(&serve, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory for %lld requests", op, nserve);
+    return ce_mpi_report(ctx, op, &serve);
+  }
+  if (!ce_mpi_alltoallv(t, send, recv, big ? MPI_INT64_T : MPI_INT32_T, 0, &e)) return ce_mpi_report(ctx, op, &e);
+
+  /* serve: the rows asked of this shard, gathered on the device and read */
+  clembed_dtype wire = clembed_dtype_size(t->dtype) ? t->dtype : CLEMBED_F32;
+  size_t rb = clembed_dtype_size(wire) * t->cols;
+  void *rows_out = ce_mpi_buffer(t, CE_MPI_SEND2, (size_t)nserve * rb + 1);
+  void *rows_in = ce_mpi_buffer(t, CE_MPI_RECV2, (size_t)d * rb + 1);
+  if (!rows_out || !rows_in)
+    ce_mpi_fail(&serve, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory for the rows", op);
+  if (serve.status == CLEMBED_OK && nserve && rb) {
+    clembed_status s = clembed_ids_create(ctx, recv, (size_t)nserve, big ? CLEMBED_I64 : CLEMBED_I32, &sids);
+    if (s == CLEMBED_OK) s = clembed_matrix_create(ctx, (size_t)nserve, t->cols, wire, &gathered);
+    if (s == CLEMBED_OK) s = clembed_lookup(ctx, &t->shard, &sids, &gathered, 0, NULL, NULL);
+    if (s == CLEMBED_OK) s = clembed_matrix_read(ctx, &gathered, rows_out, wire);
+    if (s != CLEMBED_OK) ce_mpi_fail_from(&serve, ctx, s);
+  }
+  if (rb) {
+    int ok = ce_mpi_ok(&e, MPI_Type_contiguous((int)rb, MPI_BYTE, &row_type), "MPI_Type_contiguous") &&
+             ce_mpi_ok(&e, MPI_Type_commit(&row_type), "MPI_Type_commit") &&
+             ce_mpi_alltoallv(t, rows_out, rows_in, row_type, 1, &e);
+    if (row_type != MPI_DATATYPE_NULL) MPI_Type_free(&row_type);
+    if (!ok) goto done;
+  }
+  /* a rank that could not serve spoils the others' rows: every rank learns it */
+  int bad = ce_mpi_first_failed(t->comm, t->rank, t->size, serve.status != CLEMBED_OK, &e);
+  if (bad == -2) goto done;
+  if (bad >= 0) {
+    if (e.status == CLEMBED_OK && serve.status != CLEMBED_OK) e = serve;
+    ce_mpi_fail(&e, CLEMBED_ERR_INVALID_ARGUMENT, "", bad, 0,
+                "%s: rank %d could not send the rows asked of it (its context's message says why)", op, bad);
+    goto done;
+  }
+  if (e.status != CLEMBED_OK) goto done;
+
+  /* the rank's own forward on the rows it received */
+  {
+    clembed_embed_options lo = o;
+    if (lo.policy == CLEMBED_INDEX_CLAMP) lo.policy = CLEMBED_INDEX_CHECK; /* resolved already; bad ones stay bad */
+    int64_t lp = pad == UINT64_MAX ? -1 : find(distinct, (size_t)d, pad);
+    lo.padding_idx = lp >= 0 ? lp : CLEMBED_NO_PADDING;
+    clembed_status s = clembed_matrix_create(ctx, (size_t)d, t->cols, wire, &rows);
+    if (s == CLEMBED_OK && d && rb) s = clembed_matrix_write(ctx, &rows, rows_in, wire);
+    if (s == CLEMBED_OK) s = clembed_ids_create(ctx, local, n, CLEMBED_I64, &lids);
+    if (s == CLEMBED_OK) s = clembed_embed(ctx, &rows, &lids, &lo, out, 0, NULL, NULL);
+    if (s == CLEMBED_OK) s = clembed_finish(ctx);
+    clembed_error_detail det;
+    if (s == CLEMBED_ERR_INDEX_OUT_OF_RANGE && clembed_context_error(ctx, &det) == CLEMBED_OK &&
+        !strcmp(det.argument, "ids"))
+      ce_mpi_fail(&e, s, "ids", det.index, det.value, "%s: ids[%lld] = %lld is outside [%s%zu, %zu)", op,
+                  (long long)det.index, (long long)det.value, o.policy == CLEMBED_INDEX_WRAP ? "-" : "",
+                  o.policy == CLEMBED_INDEX_WRAP ? t->rows : 0, t->rows);
+    else if (s != CLEMBED_OK)
+      ce_mpi_fail_from(&e, ctx, s);
+  }
+done:
+  clembed_ids_release(&sids);
+  clembed_ids_release(&lids);
+  clembed_matrix_release(&gathered);
+  clembed_matrix_release(&rows);
+  return ce_mpi_report(ctx, op, &e);
+}
