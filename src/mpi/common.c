@@ -148,6 +148,92 @@ void *ce_mpi_buffer(clembed_mpi_table *t, int k, size_t bytes) {
   return p;
 }
 
+clembed_status ce_mpi_stage_reserve(clembed_mpi_table *t, int k, size_t bytes, ce_mpi_error *e) {
+  ce_mpi_stage *st = &t->stage[k];
+  cl_int err = CL_SUCCESS;
+  if (!bytes) bytes = 1;
+  if (ce_mpi_stage_done(t, k, e) != CLEMBED_OK) return e->status;
+  if (st->bytes < bytes) {
+    if (st->mem) clReleaseMemObject(st->mem);
+    st->mem = NULL;
+    st->bytes = 0;
+    size_t want = bytes + bytes / 4; /* room to grow */
+    st->mem = clCreateBuffer(t->cl, CL_MEM_READ_WRITE | CL_MEM_ALLOC_HOST_PTR, want, NULL, &err);
+    if (err != CL_SUCCESS || !st->mem) {
+      st->mem = NULL;
+      return ce_mpi_fail(e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, err, "clembed_mpi: a staging buffer of %zu bytes: %s",
+                         want, clembed_status_string((clembed_status)err));
+    }
+    st->bytes = want;
+  }
+  return CLEMBED_OK;
+}
+
+static void *stage_map(clembed_mpi_table *t, int k, size_t bytes, cl_map_flags flags, ce_mpi_error *e) {
+  ce_mpi_stage *st = &t->stage[k];
+  cl_int err = CL_SUCCESS;
+  if (!bytes) bytes = 1;
+  if (ce_mpi_stage_reserve(t, k, bytes, e) != CLEMBED_OK) return NULL;
+  st->host = clEnqueueMapBuffer(t->queue, st->mem, CL_TRUE, flags, 0, bytes, 0, NULL, NULL, &err);
+  if (err != CL_SUCCESS || !st->host) {
+    st->host = NULL;
+    ce_mpi_fail(e, err == CL_MEM_OBJECT_ALLOCATION_FAILURE || err == CL_OUT_OF_HOST_MEMORY ? CLEMBED_ERR_OUT_OF_MEMORY
+                                                                                           : (clembed_status)err,
+                "", -1, err, "clembed_mpi: mapping a staging buffer of %zu bytes: %s", bytes,
+                clembed_status_string((clembed_status)err));
+  }
+  return st->host;
+}
+
+void *ce_mpi_stage_write(clembed_mpi_table *t, int k, size_t bytes, ce_mpi_error *e) {
+  return stage_map(t, k, bytes, CL_MAP_WRITE_INVALIDATE_REGION, e);
+}
+
+void *ce_mpi_stage_read(clembed_mpi_table *t, int k, size_t bytes, ce_mpi_error *e) {
+  return stage_map(t, k, bytes, CL_MAP_READ, e);
+}
+
+clembed_status ce_mpi_stage_done(clembed_mpi_table *t, int k, ce_mpi_error *e) {
+  ce_mpi_stage *st = &t->stage[k];
+  if (!st->host) return CLEMBED_OK;
+  cl_event ev = NULL;
+  cl_int err = clEnqueueUnmapMemObject(t->queue, st->mem, st->host, 0, NULL, &ev);
+  st->host = NULL;
+  if (err == CL_SUCCESS) err = clWaitForEvents(1, &ev);
+  if (ev) clReleaseEvent(ev);
+  if (err != CL_SUCCESS)
+    return ce_mpi_fail(e, (clembed_status)err, "", -1, err, "clembed_mpi: unmapping a staging buffer: %s",
+                       clembed_status_string((clembed_status)err));
+  return CLEMBED_OK;
+}
+
+clembed_matrix ce_mpi_stage_matrix(const clembed_mpi_table *t, int k, size_t rows, size_t cols, clembed_dtype dtype) {
+  clembed_matrix m = {0};
+  m.buffer = t->stage[k].mem;
+  m.rows = rows;
+  m.cols = cols;
+  m.dtype = dtype;
+  return m;
+}
+
+clembed_ids ce_mpi_stage_ids(const clembed_mpi_table *t, int k, size_t n, clembed_index_type type) {
+  clembed_ids ids = {0};
+  ids.buffer = n ? t->stage[k].mem : NULL;
+  ids.count = n;
+  ids.type = type;
+  return ids;
+}
+
+void ce_mpi_stage_release(clembed_mpi_table *t) {
+  ce_mpi_error ignored = {0};
+  for (int k = 0; k < CE_MPI_NSTAGE; k++) {
+    ce_mpi_stage_done(t, k, &ignored);
+    if (t->stage[k].mem) clReleaseMemObject(t->stage[k].mem);
+    t->stage[k].mem = NULL;
+    t->stage[k].bytes = 0;
+  }
+}
+
 int ce_mpi_owner(const clembed_mpi_table *t, size_t v) {
   /* a guess from the proportion, then the bounds (shards differ by one row at most) */
   int r = (int)((double)v / (double)t->rows * (double)t->size);
@@ -207,9 +293,11 @@ uint64_t ce_mpi_padding(int64_t padding_idx, size_t rows, int *bad) {
 
 void ce_mpi_sort(uint64_t *keys, uint32_t *vals, size_t n, unsigned bits, uint64_t *tk, uint32_t *tv) {
   size_t count[2048];
-  for (unsigned shift = 0; shift < bits; shift += 11) {
+  uint64_t *k0 = keys, *k1 = tk;
+  uint32_t *v0 = vals, *v1 = tv;
+  for (unsigned shift = 0; shift < bits; shift += 11) { /* passes ping-pong between the two halves */
     memset(count, 0, sizeof count);
-    for (size_t i = 0; i < n; i++) count[(keys[i] >> shift) & 2047]++;
+    for (size_t i = 0; i < n; i++) count[(k0[i] >> shift) & 2047]++;
     size_t sum = 0;
     for (int d = 0; d < 2048; d++) {
       size_t c = count[d];
@@ -217,12 +305,17 @@ void ce_mpi_sort(uint64_t *keys, uint32_t *vals, size_t n, unsigned bits, uint64
       sum += c;
     }
     for (size_t i = 0; i < n; i++) {
-      size_t at = count[(keys[i] >> shift) & 2047]++;
-      tk[at] = keys[i];
-      tv[at] = vals[i];
+      size_t at = count[(k0[i] >> shift) & 2047]++;
+      k1[at] = k0[i];
+      v1[at] = v0[i];
     }
-    memcpy(keys, tk, n * sizeof *keys);
-    memcpy(vals, tv, n * sizeof *vals);
+    uint64_t *kt = k0;
+    uint32_t *vt = v0;
+    k0 = k1, k1 = kt, v0 = v1, v1 = vt;
+  }
+  if (k0 != keys) {
+    memcpy(keys, k0, n * sizeof *keys);
+    memcpy(vals, v0, n * sizeof *vals);
   }
 }
 

@@ -79,9 +79,7 @@ clembed_status clembed_mpi_embed(clembed_mpi_table *t, const clembed_ids *ids, c
   ce_mpi_error e = {0}, serve = {0};
   ce_mpi_vote v = {0};
   clembed_embed_options o = opt ? *opt : clembed_embed_defaults();
-  clembed_matrix gathered = {0}, rows = {0};
-  clembed_ids sids = {0}, lids = {0};
-  int pad_bad = 0, big = t->max_shard > (size_t)INT32_MAX;
+  int pad_bad = 0, big = t->max_shard > (size_t)INT32_MAX, idb = big ? 8 : 4;
   uint64_t pad = ce_mpi_padding(o.padding_idx, t->rows, &pad_bad);
   size_t n = 0, limit = (size_t)INT_MAX / (size_t)t->size;
   long long d = 0;
@@ -108,11 +106,8 @@ clembed_status clembed_mpi_embed(clembed_mpi_table *t, const clembed_ids *ids, c
   } else {
     n = ids->count;
     host = ce_mpi_buffer(t, CE_MPI_IDS, n * 8);
-    local = ce_mpi_buffer(t, CE_MPI_LOCAL, n * 8);
-    if (!host || !local)
-      ce_mpi_fail(&e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory for %zu ids", op, n);
-    else
-      ce_mpi_read_ids(t, ids, host, &e);
+    if (!host) ce_mpi_fail(&e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory for %zu ids", op, n);
+    else ce_mpi_read_ids(t, ids, host, &e);
   }
 
   /* what must agree; a rank's own failure does not stop the others' forward */
@@ -128,21 +123,22 @@ clembed_status clembed_mpi_embed(clembed_mpi_table *t, const clembed_ids *ids, c
     return ce_mpi_report(ctx, op, e.status != CLEMBED_OK ? &e : &agree);
   }
 
-  /* the request: distinct rows per owner, as indices in the owner's shard */
-  memset(ce_mpi_send_counts(t), 0, (size_t)t->size * sizeof(int));
-  if (e.status == CLEMBED_OK) {
+  /* the request: distinct rows per owner, as indices in the owner's shard; the
+   * rank's ids renumbered into them, straight into the ids of its own forward */
+  int *sc = ce_mpi_send_counts(t);
+  memset(sc, 0, (size_t)t->size * sizeof *sc);
+  if (e.status == CLEMBED_OK) local = ce_mpi_stage_write(t, CE_MPI_ST_LOCAL, n * 8, &e);
+  if (local) {
     d = plan(t, host, n, o.policy, local, &e, op);
-    if (d < 0) {
-      d = 0;
-      memset(ce_mpi_send_counts(t), 0, (size_t)t->size * sizeof(int));
-    }
+    if (d < 0) memset(sc, 0, (size_t)t->size * sizeof *sc);
   }
+  if (d < 0) d = 0;
   const uint64_t *distinct = t->buf[CE_MPI_KEYS].p;
   void *send = ce_mpi_buffer(t, CE_MPI_SEND, (size_t)d * 8 + 8);
   if (!send) {
     ce_mpi_fail(&e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory", op);
     d = 0;
-    memset(ce_mpi_send_counts(t), 0, (size_t)t->size * sizeof(int));
+    memset(sc, 0, (size_t)t->size * sizeof *sc);
   }
   for (long long k = 0; k < d; k++) {
     size_t row = distinct[k], in_shard = row - t->bounds[ce_mpi_owner(t, row)];
@@ -150,27 +146,36 @@ clembed_status clembed_mpi_embed(clembed_mpi_table *t, const clembed_ids *ids, c
     else ((int32_t *)send)[k] = (int32_t)in_shard;
   }
   long long nserve = ce_mpi_exchange_counts(t, &e);
-  if (nserve < 0) return ce_mpi_report(ctx, op, &e);
-  void *recv = ce_mpi_buffer(t, CE_MPI_RECV, (size_t)nserve * 8 + 8);
-  if (!recv) { /* nothing to receive into: a failure of MPI's own kind would follow; say it here */
-    ce_mpi_fail(&serve, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory for %lld requests", op, nserve);
-    return ce_mpi_report(ctx, op, &serve);
+  if (nserve < 0) goto done;
+  /* the ids asked of this shard arrive in its ids stage (a host buffer if that fails: the answer must still go) */
+  void *asked = ce_mpi_stage_write(t, CE_MPI_ST_ASKED, (size_t)nserve * (size_t)idb, &serve);
+  if (!asked) asked = ce_mpi_buffer(t, CE_MPI_RECV, (size_t)nserve * 8 + 8);
+  if (!asked) {
+    ce_mpi_fail(&e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory for %lld requests", op, nserve);
+    goto done;
   }
-  if (!ce_mpi_alltoallv(t, send, recv, big ? MPI_INT64_T : MPI_INT32_T, 0, &e)) return ce_mpi_report(ctx, op, &e);
+  if (!ce_mpi_alltoallv(t, send, asked, big ? MPI_INT64_T : MPI_INT32_T, 0, &e)) goto done;
+  ce_mpi_stage_done(t, CE_MPI_ST_ASKED, &serve);
 
-  /* serve: the rows asked of this shard, gathered on the device and read */
+  /* serve: the rows asked of this shard, gathered on the device into the out stage */
   clembed_dtype wire = clembed_dtype_size(t->dtype) ? t->dtype : CLEMBED_F32;
   size_t rb = clembed_dtype_size(wire) * t->cols;
-  void *rows_out = ce_mpi_buffer(t, CE_MPI_SEND2, (size_t)nserve * rb + 1);
-  void *rows_in = ce_mpi_buffer(t, CE_MPI_RECV2, (size_t)d * rb + 1);
-  if (!rows_out || !rows_in)
-    ce_mpi_fail(&serve, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory for the rows", op);
+  void *rows_out = NULL, *rows_in = NULL;
   if (serve.status == CLEMBED_OK && nserve && rb) {
-    clembed_status s = clembed_ids_create(ctx, recv, (size_t)nserve, big ? CLEMBED_I64 : CLEMBED_I32, &sids);
-    if (s == CLEMBED_OK) s = clembed_matrix_create(ctx, (size_t)nserve, t->cols, wire, &gathered);
+    clembed_status s = ce_mpi_stage_reserve(t, CE_MPI_ST_OUT, (size_t)nserve * rb, &serve);
+    clembed_ids sids = ce_mpi_stage_ids(t, CE_MPI_ST_ASKED, (size_t)nserve, big ? CLEMBED_I64 : CLEMBED_I32);
+    clembed_matrix gathered = ce_mpi_stage_matrix(t, CE_MPI_ST_OUT, (size_t)nserve, t->cols, wire);
     if (s == CLEMBED_OK) s = clembed_lookup(ctx, &t->shard, &sids, &gathered, 0, NULL, NULL);
-    if (s == CLEMBED_OK) s = clembed_matrix_read(ctx, &gathered, rows_out, wire);
-    if (s != CLEMBED_OK) ce_mpi_fail_from(&serve, ctx, s);
+    if (s == CLEMBED_OK) s = clembed_finish(ctx);
+    if (s != CLEMBED_OK && serve.status == CLEMBED_OK) ce_mpi_fail_from(&serve, ctx, s);
+    else if (s == CLEMBED_OK) rows_out = ce_mpi_stage_read(t, CE_MPI_ST_OUT, (size_t)nserve * rb, &serve);
+  }
+  if (!rows_out) rows_out = ce_mpi_buffer(t, CE_MPI_SEND2, (size_t)nserve * rb + 1); /* garbage for a failed serve */
+  if (e.status == CLEMBED_OK) rows_in = ce_mpi_stage_write(t, CE_MPI_ST_IN, (size_t)d * rb, &e);
+  if (!rows_in) rows_in = ce_mpi_buffer(t, CE_MPI_RECV2, (size_t)d * rb + 1);
+  if (!rows_out || !rows_in) {
+    ce_mpi_fail(&e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory for the rows", op);
+    goto done;
   }
   if (rb) {
     int ok = ce_mpi_ok(&e, MPI_Type_contiguous((int)rb, MPI_BYTE, &row_type), "MPI_Type_contiguous") &&
@@ -190,15 +195,16 @@ clembed_status clembed_mpi_embed(clembed_mpi_table *t, const clembed_ids *ids, c
   }
   if (e.status != CLEMBED_OK) goto done;
 
-  /* the rank's own forward on the rows it received */
+  /* the rank's own forward on the rows it received (the in stage) */
   {
     clembed_embed_options lo = o;
     if (lo.policy == CLEMBED_INDEX_CLAMP) lo.policy = CLEMBED_INDEX_CHECK; /* resolved already; bad ones stay bad */
     int64_t lp = pad == UINT64_MAX ? -1 : find(distinct, (size_t)d, pad);
     lo.padding_idx = lp >= 0 ? lp : CLEMBED_NO_PADDING;
-    clembed_status s = clembed_matrix_create(ctx, (size_t)d, t->cols, wire, &rows);
-    if (s == CLEMBED_OK && d && rb) s = clembed_matrix_write(ctx, &rows, rows_in, wire);
-    if (s == CLEMBED_OK) s = clembed_ids_create(ctx, local, n, CLEMBED_I64, &lids);
+    clembed_status s = ce_mpi_stage_done(t, CE_MPI_ST_IN, &e);
+    if (s == CLEMBED_OK) s = ce_mpi_stage_done(t, CE_MPI_ST_LOCAL, &e);
+    clembed_matrix rows = ce_mpi_stage_matrix(t, CE_MPI_ST_IN, (size_t)d, t->cols, wire);
+    clembed_ids lids = ce_mpi_stage_ids(t, CE_MPI_ST_LOCAL, n, CLEMBED_I64);
     if (s == CLEMBED_OK) s = clembed_embed(ctx, &rows, &lids, &lo, out, 0, NULL, NULL);
     if (s == CLEMBED_OK) s = clembed_finish(ctx);
     clembed_error_detail det;
@@ -207,13 +213,10 @@ clembed_status clembed_mpi_embed(clembed_mpi_table *t, const clembed_ids *ids, c
       ce_mpi_fail(&e, s, "ids", det.index, det.value, "%s: ids[%lld] = %lld is outside [%s%zu, %zu)", op,
                   (long long)det.index, (long long)det.value, o.policy == CLEMBED_INDEX_WRAP ? "-" : "",
                   o.policy == CLEMBED_INDEX_WRAP ? t->rows : 0, t->rows);
-    else if (s != CLEMBED_OK)
+    else if (s != CLEMBED_OK && e.status == CLEMBED_OK)
       ce_mpi_fail_from(&e, ctx, s);
   }
 done:
-  clembed_ids_release(&sids);
-  clembed_ids_release(&lids);
-  clembed_matrix_release(&gathered);
-  clembed_matrix_release(&rows);
+  for (int k = 0; k < CE_MPI_NSTAGE; k++) ce_mpi_stage_done(t, k, &serve);
   return ce_mpi_report(ctx, op, &e);
 }

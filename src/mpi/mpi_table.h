@@ -31,6 +31,26 @@ enum {
   CE_MPI_NBUF
 };
 
+/* Device buffers kept by the table between calls (CL_MEM_ALLOC_HOST_PTR, so
+ * that mapping them costs no copy where the device shares host memory): the
+ * exchanges read and write them mapped, and the operations use them as
+ * matrices and ids. */
+enum {
+  CE_MPI_ST_LOCAL,   /* forward: the rank's ids renumbered into its rows; step: its tokens in send order */
+  CE_MPI_ST_ASKED,   /* ids asked of this shard / received with the gradient rows */
+  CE_MPI_ST_OUT,     /* rows gathered for the askers / the rank's gradient rows in send order */
+  CE_MPI_ST_IN,      /* rows received: the forward's rows / the owner's contributions */
+  CE_MPI_ST_MASK,    /* step with dropout: the masked gradient; and the identity ids */
+  CE_MPI_ST_IOTA,
+  CE_MPI_NSTAGE
+};
+
+typedef struct ce_mpi_stage {
+  cl_mem mem;
+  size_t bytes;              /* its size */
+  void *host;                /* while mapped */
+} ce_mpi_stage;
+
 struct clembed_mpi_table {
   clembed_context *ctx;
   MPI_Comm comm;             /* a duplicate of the caller's, errors returned */
@@ -46,6 +66,9 @@ struct clembed_mpi_table {
   clembed_matrix scratch;    /* one F32 element: the 0-row matrices of an argument check */
   int *counts;               /* 4 * size ints: send and receive counts and displacements */
   ce_mpi_buf buf[CE_MPI_NBUF];
+  ce_mpi_stage stage[CE_MPI_NSTAGE];
+  cl_context cl;             /* the context's OpenCL context and queue */
+  cl_command_queue queue;
 };
 
 /* ------------------------------------------------------------ own failures */
@@ -122,6 +145,23 @@ int ce_mpi_first_failed(MPI_Comm comm, int rank, int size, int failed, ce_mpi_er
 
 /* The table's host buffer k, at least `bytes` long (NULL when memory runs out). */
 void *ce_mpi_buffer(clembed_mpi_table *t, int k, size_t bytes);
+
+/* Stage k, at least `bytes` long (grown by a new buffer; 1 byte at least),
+ * mapped for the host: for writing (its contents discarded) or for reading
+ * what the device wrote (clembed_finish first: the operations before are
+ * done). NULL on failure (recorded on e). */
+void *ce_mpi_stage_write(clembed_mpi_table *t, int k, size_t bytes, ce_mpi_error *e);
+/* ... or only at least `bytes` long, unmapped (for the device to write). */
+clembed_status ce_mpi_stage_reserve(clembed_mpi_table *t, int k, size_t bytes, ce_mpi_error *e);
+void *ce_mpi_stage_read(clembed_mpi_table *t, int k, size_t bytes, ce_mpi_error *e);
+/* Unmaps stage k (if mapped) and waits until the device sees the host's
+ * writes. CLEMBED_OK or the failure (recorded on e). */
+clembed_status ce_mpi_stage_done(clembed_mpi_table *t, int k, ce_mpi_error *e);
+/* Stage k as a rows x cols matrix of dtype, or as n ids of type. */
+clembed_matrix ce_mpi_stage_matrix(const clembed_mpi_table *t, int k, size_t rows, size_t cols, clembed_dtype dtype);
+clembed_ids ce_mpi_stage_ids(const clembed_mpi_table *t, int k, size_t n, clembed_index_type type);
+/* Releases every stage (unmapped). */
+void ce_mpi_stage_release(clembed_mpi_table *t);
 
 /* The rank that owns global row v (< rows). */
 int ce_mpi_owner(const clembed_mpi_table *t, size_t v);

@@ -169,40 +169,44 @@ static long long plan(clembed_mpi_table *t, const int64_t *host, size_t n, clemb
   return total;
 }
 
-/* The rank's contribution rows, in `order`, as `wire` values into host: its
- * dropout mask applied on the device (clembed_embed with scale 1 from the
- * gradient as a table), then the rows gathered (clembed_lookup) and read. */
-static clembed_status pack(clembed_mpi_table *t, const clembed_matrix *g, const clembed_backward_options *bo,
-                           const uint32_t *order, size_t m, clembed_dtype wire, void *host) {
+/* The rank's contribution rows, in send order (the stage of its tokens, m of
+ * them), as `wire` values into the out stage, mapped for the exchange: the
+ * rank's dropout mask applied on the device (clembed_embed with scale 1 of
+ * the gradient as a table, into the mask stage), then the rows gathered
+ * (clembed_lookup). *rows receives the mapped rows. */
+static clembed_status pack(clembed_mpi_table *t, const clembed_matrix *g, const clembed_backward_options *bo, size_t m,
+                           clembed_dtype wire, void **rows, ce_mpi_error *e) {
   clembed_context *ctx = t->ctx;
   clembed_status s = CLEMBED_OK;
-  clembed_matrix masked = {0}, packed = {0};
-  clembed_ids all = {0}, pick = {0};
   const clembed_matrix *src = g;
-  if (!m || !t->cols) return CLEMBED_OK;
+  clembed_matrix masked = {0};
+  size_t n = g->rows, rb = clembed_dtype_size(wire) * t->cols;
+  *rows = NULL;
+  if (!m || !rb) return CLEMBED_OK;
   if (bo->dropout > 0.0f) {
-    size_t n = g->rows;
-    uint32_t *iota = malloc((n ? n : 1) * sizeof *iota);
-    if (!iota) return clembed_context_fail(ctx, CLEMBED_ERR_OUT_OF_MEMORY, NULL, "", -1, 0, "out of host memory");
+    uint32_t *iota = ce_mpi_stage_write(t, CE_MPI_ST_IOTA, n * 4, e);
+    if (!iota) return e->status;
     for (size_t i = 0; i < n; i++) iota[i] = (uint32_t)i;
+    if ((s = ce_mpi_stage_done(t, CE_MPI_ST_IOTA, e)) != CLEMBED_OK) return s;
+    if ((s = ce_mpi_stage_reserve(t, CE_MPI_ST_MASK, n * t->cols * 4, e)) != CLEMBED_OK) return s;
     clembed_embed_options eo = clembed_embed_defaults();
     eo.dropout = bo->dropout;
     eo.dropout_seed = bo->dropout_seed;
-    s = clembed_ids_create(ctx, iota, n, CLEMBED_I32, &all);
-    free(iota);
-    if (s == CLEMBED_OK) s = clembed_matrix_create(ctx, n, t->cols, CLEMBED_F32, &masked);
-    if (s == CLEMBED_OK) s = clembed_embed(ctx, g, &all, &eo, &masked, 0, NULL, NULL);
+    clembed_ids all = ce_mpi_stage_ids(t, CE_MPI_ST_IOTA, n, CLEMBED_I32);
+    masked = ce_mpi_stage_matrix(t, CE_MPI_ST_MASK, n, t->cols, CLEMBED_F32);
+    s = clembed_embed(ctx, g, &all, &eo, &masked, 0, NULL, NULL);
     src = &masked;
   }
-  if (s == CLEMBED_OK) s = clembed_ids_create(ctx, order, m, CLEMBED_I32, &pick);
-  if (s == CLEMBED_OK) s = clembed_matrix_create(ctx, m, t->cols, wire, &packed);
-  if (s == CLEMBED_OK) s = clembed_lookup(ctx, src, &pick, &packed, 0, NULL, NULL);
-  if (s == CLEMBED_OK) s = clembed_matrix_read(ctx, &packed, host, wire);
-  clembed_ids_release(&all);
-  clembed_ids_release(&pick);
-  clembed_matrix_release(&masked);
-  clembed_matrix_release(&packed);
-  return s;
+  if (s == CLEMBED_OK && (s = ce_mpi_stage_reserve(t, CE_MPI_ST_OUT, m * rb, e)) == CLEMBED_OK) {
+    clembed_ids pick = ce_mpi_stage_ids(t, CE_MPI_ST_LOCAL, m, CLEMBED_I32);
+    clembed_matrix packed = ce_mpi_stage_matrix(t, CE_MPI_ST_OUT, m, t->cols, wire);
+    s = clembed_lookup(ctx, src, &pick, &packed, 0, NULL, NULL);
+    if (s == CLEMBED_OK) s = clembed_finish(ctx);
+    if (s != CLEMBED_OK) return ce_mpi_fail_from(e, ctx, s);
+    *rows = ce_mpi_stage_read(t, CE_MPI_ST_OUT, m * rb, e);
+    return *rows ? CLEMBED_OK : e->status;
+  }
+  return s == CLEMBED_OK ? e->status : ce_mpi_fail_from(e, ctx, s);
 }
 
 clembed_status clembed_mpi_optimizer_step(clembed_mpi_table *t, const clembed_matrix *grad_out,
@@ -216,8 +220,7 @@ clembed_status clembed_mpi_optimizer_step(clembed_mpi_table *t, const clembed_ma
   ce_mpi_error e = {0};
   ce_mpi_vote v = {0};
   clembed_backward_options bo = opt ? *opt : clembed_backward_defaults();
-  clembed_matrix rows = {0};
-  clembed_ids lids = {0};
+  ce_mpi_error own = {0}; /* a failure of this rank's owner side: every rank learns it */
   int pad_bad = 0, made = 0, big = t->max_shard > (size_t)INT32_MAX;
   uint64_t pad = ce_mpi_padding(bo.padding_idx, t->rows, &pad_bad);
   int64_t *host = NULL, bad_at = -1, bad_id = 0;
@@ -266,18 +269,17 @@ clembed_status clembed_mpi_optimizer_step(clembed_mpi_table *t, const clembed_ma
   clembed_dtype wire = v.max[0] == ~v.max[1] && !v.max[2] ? grad_out->dtype : CLEMBED_F32;
   size_t rb = clembed_dtype_size(wire) * t->cols;
 
-  /* the rank's contributions, prepared; a failure is announced with the counts */
-  uint32_t *order = ce_mpi_buffer(t, CE_MPI_VALS, n * 4 + 4);
-  void *send_ids = ce_mpi_buffer(t, CE_MPI_SEND, n * 8 + 8);
+  /* the rank's contributions, prepared: its tokens in send order go into the
+   * stage its rows are gathered by; a failure is announced with the counts */
+  uint32_t *order = ce_mpi_stage_write(t, CE_MPI_ST_LOCAL, n * 4, &e);
+  void *send_ids = ce_mpi_buffer(t, CE_MPI_SEND, n * 8 + 8), *send_rows = NULL;
   long long m = order && send_ids ? plan(t, host, n, bo.policy, pad, order, send_ids, big, &bad_at, &bad_id) : -1;
-  void *send_rows = m >= 0 ? ce_mpi_buffer(t, CE_MPI_SEND2, (size_t)m * rb + 1) : NULL;
-  clembed_status ps = !send_rows ? clembed_context_fail(ctx, CLEMBED_ERR_OUT_OF_MEMORY, op, "", -1, 0,
-                                                         "%s: out of host memory for %zu ids", op, n)
-                                 : pack(t, grad_out, &bo, order, (size_t)m, wire, send_rows);
-  if (ps != CLEMBED_OK) {
-    ce_mpi_fail_from(&e, ctx, ps);
+  if (m < 0 && e.status == CLEMBED_OK)
+    ce_mpi_fail(&e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory for %zu ids", op, n);
+  if (m >= 0 && ce_mpi_stage_done(t, CE_MPI_ST_LOCAL, &e) == CLEMBED_OK)
+    pack(t, grad_out, &bo, (size_t)m, wire, &send_rows, &e);
+  if (e.status != CLEMBED_OK)
     for (int k = 0; k < t->size; k++) ce_mpi_send_counts(t)[k] = -1;
-  }
   long long nrecv = ce_mpi_exchange_counts(t, &e);
   if (nrecv < 0) goto done;
   int failed = ce_mpi_count_failure(t);
@@ -287,9 +289,13 @@ clembed_status clembed_mpi_optimizer_step(clembed_mpi_table *t, const clembed_ma
                 "stepped", op, failed);
     goto done;
   }
-  void *recv_ids = ce_mpi_buffer(t, CE_MPI_RECV, (size_t)nrecv * 8 + 8);
-  void *recv_rows = ce_mpi_buffer(t, CE_MPI_RECV2, (size_t)nrecv * rb + 1);
-  if (!recv_ids || !recv_rows) { /* the peers cannot be answered: host memory is gone */
+  /* what the owner receives goes straight into the stages its step reads */
+  void *recv_ids = ce_mpi_stage_write(t, CE_MPI_ST_ASKED, (size_t)nrecv * (big ? 8 : 4), &own);
+  void *recv_rows = ce_mpi_stage_write(t, CE_MPI_ST_IN, (size_t)nrecv * rb, &own);
+  if (!recv_ids) recv_ids = ce_mpi_buffer(t, CE_MPI_RECV, (size_t)nrecv * 8 + 8); /* the answer must still go */
+  if (!recv_rows) recv_rows = ce_mpi_buffer(t, CE_MPI_RECV2, (size_t)nrecv * rb + 1);
+  if (!send_rows) send_rows = ce_mpi_buffer(t, CE_MPI_SEND2, 1); /* nothing to send */
+  if (!recv_ids || !recv_rows || !send_rows) {
     ce_mpi_fail(&e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory for %lld contributions", op, nrecv);
     goto done;
   }
@@ -303,16 +309,16 @@ clembed_status clembed_mpi_optimizer_step(clembed_mpi_table *t, const clembed_ma
   }
 
   /* the owner's step on what it received, in global token order */
-  ce_mpi_error own = {0};
-  if (nrecv) {
+  if (nrecv && own.status == CLEMBED_OK) {
     clembed_backward_options b = owner_options(&bo);
     clembed_optimizer p = with_states(o, &t->state, &t->state2);
-    clembed_status s = clembed_matrix_create(ctx, (size_t)nrecv, t->cols, wire, &rows);
-    if (s == CLEMBED_OK && rb) s = clembed_matrix_write(ctx, &rows, recv_rows, wire);
-    if (s == CLEMBED_OK) s = clembed_ids_create(ctx, recv_ids, (size_t)nrecv, big ? CLEMBED_I64 : CLEMBED_I32, &lids);
+    clembed_status s = ce_mpi_stage_done(t, CE_MPI_ST_ASKED, &own);
+    if (s == CLEMBED_OK) s = ce_mpi_stage_done(t, CE_MPI_ST_IN, &own);
+    clembed_matrix rows = ce_mpi_stage_matrix(t, CE_MPI_ST_IN, (size_t)nrecv, t->cols, wire);
+    clembed_ids lids = ce_mpi_stage_ids(t, CE_MPI_ST_ASKED, (size_t)nrecv, big ? CLEMBED_I64 : CLEMBED_I32);
     if (s == CLEMBED_OK) s = clembed_optimizer_step(ctx, &rows, &lids, &b, &p, &t->shard, 0, NULL, NULL);
     if (s == CLEMBED_OK) s = clembed_finish(ctx);
-    if (s != CLEMBED_OK) ce_mpi_fail_from(&own, ctx, s);
+    if (s != CLEMBED_OK && own.status == CLEMBED_OK) ce_mpi_fail_from(&own, ctx, s);
   }
   int bad = ce_mpi_first_failed(t->comm, t->rank, t->size, own.status != CLEMBED_OK, &e);
   if (bad >= 0) {
@@ -326,7 +332,6 @@ clembed_status clembed_mpi_optimizer_step(clembed_mpi_table *t, const clembed_ma
                 op, (long long)bad_at, (long long)bad_id, bo.policy == CLEMBED_INDEX_WRAP ? "-" : "",
                 bo.policy == CLEMBED_INDEX_WRAP ? t->rows : 0, t->rows);
 done:
-  clembed_matrix_release(&rows);
-  clembed_ids_release(&lids);
+  for (int k = 0; k < CE_MPI_NSTAGE; k++) ce_mpi_stage_done(t, k, &own);
   return ce_mpi_report(ctx, op, &e);
 }

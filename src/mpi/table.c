@@ -29,6 +29,7 @@ static void check_mpi(const char *op, ce_mpi_error *e) {
 
 static void release_table(clembed_mpi_table *t) {
   if (!t) return;
+  ce_mpi_stage_release(t);
   clembed_matrix_release(&t->shard);
   clembed_matrix_release(&t->state);
   clembed_matrix_release(&t->state2);
@@ -53,6 +54,9 @@ static clembed_mpi_table *begin(clembed_context *ctx, MPI_Comm comm, const char 
   }
   t->ctx = ctx;
   t->comm = MPI_COMM_NULL;
+  t->queue = clembed_context_queue(ctx);
+  if (t->queue && clGetCommandQueueInfo(t->queue, CL_QUEUE_CONTEXT, sizeof t->cl, &t->cl, NULL) != CL_SUCCESS)
+    t->cl = NULL;
   if (!clembed_dtype_block_values(dtype))
     ce_mpi_fail(e, CLEMBED_ERR_INVALID_ARGUMENT, "dtype", -1, (int64_t)dtype, "%s: unknown dtype %d", op, (int)dtype);
   else if (cols % clembed_dtype_block_values(dtype))
