@@ -291,34 +291,6 @@ uint64_t ce_mpi_padding(int64_t padding_idx, size_t rows, int *bad) {
   return (uint64_t)p;
 }
 
-void ce_mpi_sort(uint64_t *keys, uint32_t *vals, size_t n, unsigned bits, uint64_t *tk, uint32_t *tv) {
-  size_t count[2048];
-  uint64_t *k0 = keys, *k1 = tk;
-  uint32_t *v0 = vals, *v1 = tv;
-  for (unsigned shift = 0; shift < bits; shift += 11) { /* passes ping-pong between the two halves */
-    memset(count, 0, sizeof count);
-    for (size_t i = 0; i < n; i++) count[(k0[i] >> shift) & 2047]++;
-    size_t sum = 0;
-    for (int d = 0; d < 2048; d++) {
-      size_t c = count[d];
-      count[d] = sum;
-      sum += c;
-    }
-    for (size_t i = 0; i < n; i++) {
-      size_t at = count[(k0[i] >> shift) & 2047]++;
-      k1[at] = k0[i];
-      v1[at] = v0[i];
-    }
-    uint64_t *kt = k0;
-    uint32_t *vt = v0;
-    k0 = k1, k1 = kt, v0 = v1, v1 = vt;
-  }
-  if (k0 != keys) {
-    memcpy(keys, k0, n * sizeof *keys);
-    memcpy(vals, v0, n * sizeof *vals);
-  }
-}
-
 /* ------------------------------------------------------------------ exchange */
 
 int *ce_mpi_send_counts(clembed_mpi_table *t) { return t->counts; }

@@ -4,9 +4,9 @@
  * owner's shard), the owners gather those rows on their devices
  * (clembed_lookup) and send them back (MPI_Alltoallv of the rows' bytes), and
  * the rank runs clembed_embed, with its own options, on the rows it received:
- * a matrix of its distinct rows in ascending id order, its ids renumbered
- * into it. The rows travel in the table's own dtype (block-quantized rows as
- * the F32 values every kernel dequantizes them to), so each output element is
+ * a matrix of its distinct rows (grouped by owner), its ids renumbered into
+ * it. The rows travel in the table's own dtype (block-quantized rows as the
+ * F32 values every kernel dequantizes them to), so each output element is
  * computed from the same float32 values in the same operations as on one
  * device. Bad ids keep their value in the renumbered ids: a bad id of the
  * table is outside the smaller matrix too (negative, or at least rows), so
@@ -18,54 +18,60 @@
 #include <stdio.h>
 #include <string.h>
 
-/* Bits to sort row indices below `rows`. */
-static unsigned width(size_t rows) {
-  unsigned b = 0;
-  while (b < 64 && rows > ((uint64_t)1 << b)) b++;
-  return b;
-}
-
-/* Index of v in the ascending d[0..n), or -1. */
-static int64_t find(const uint64_t *d, size_t n, uint64_t v) {
-  size_t lo = 0, hi = n;
-  while (lo < hi) {
-    size_t mid = lo + (hi - lo) / 2;
-    if (d[mid] < v) lo = mid + 1;
-    else hi = mid;
-  }
-  return lo < n && d[lo] == v ? (int64_t)lo : -1;
-}
-
-/* The rank's request: its distinct rows (ascending, in keys) and its ids
- * renumbered into them (local). Fills the send counts (rows per owner) and
- * the indices sent (in the owner's shard). Returns the number of distinct
+/* The rank's request. Its distinct rows are found with a hash table (open
+ * addressing, one pass over the ids), then grouped by owner (a counting
+ * sort): keys receives them in send order, and `local` the rank's ids
+ * renumbered into that order (a bad id keeps its value: it is outside the
+ * smaller matrix too). Fills the send counts (rows per owner); *pad_local
+ * receives the padding row's place, or -1. Returns the number of distinct
  * rows, or -1 when host memory runs out (recorded on e). */
-static long long plan(clembed_mpi_table *t, const int64_t *host, size_t n, clembed_index_policy policy,
-                      int64_t *local, ce_mpi_error *e, const char *op) {
-  uint64_t *keys = ce_mpi_buffer(t, CE_MPI_KEYS, n * 8), *tk = ce_mpi_buffer(t, CE_MPI_KEYS2, n * 8);
-  uint32_t *vals = ce_mpi_buffer(t, CE_MPI_VALS, n * 4), *tv = ce_mpi_buffer(t, CE_MPI_VALS2, n * 4);
-  if (!keys || !tk || !vals || !tv) {
+static long long plan(clembed_mpi_table *t, const int64_t *host, size_t n, clembed_index_policy policy, uint64_t pad,
+                      int64_t *local, int64_t *pad_local, ce_mpi_error *e, const char *op) {
+  size_t cap = 16;
+  while (cap < 2 * n) cap *= 2;
+  unsigned shift = 64;
+  for (size_t c = cap; c > 1; c /= 2) shift--;
+  uint64_t *first = ce_mpi_buffer(t, CE_MPI_KEYS2, n * 8 + 8), *hk = ce_mpi_buffer(t, CE_MPI_VALS2, cap * 8);
+  uint64_t *keys = ce_mpi_buffer(t, CE_MPI_KEYS, n * 8 + 8);
+  uint32_t *which = ce_mpi_buffer(t, CE_MPI_VALS, n * 4 + 4), *pos = ce_mpi_buffer(t, CE_MPI_POS, n * 4 + 4);
+  uint32_t *hv = ce_mpi_buffer(t, CE_MPI_SEND2, cap * 4);
+  int *sc = ce_mpi_send_counts(t), *at = malloc(((size_t)t->size + 1) * sizeof *at);
+  if (!first || !hk || !keys || !which || !pos || !hv || !at) {
+    free(at);
     ce_mpi_fail(e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory for %zu ids", op, n);
     return -1;
   }
-  size_t m = 0;
+  memset(hk, 0, cap * 8); /* row + 1; 0: empty */
+  size_t d = 0, mask = cap - 1;
   for (size_t i = 0; i < n; i++) {
     uint64_t row;
-    local[i] = host[i]; /* a bad id keeps its value: outside the local matrix too */
-    if (ce_mpi_resolve(host[i], t->rows, policy, &row) == 1) {
-      keys[m] = row;
-      vals[m++] = (uint32_t)i;
+    local[i] = host[i];
+    which[i] = UINT32_MAX;
+    if (ce_mpi_resolve(host[i], t->rows, policy, &row) != 1) continue;
+    size_t h = (size_t)((row * 0x9E3779B97F4A7C15ULL) >> shift);
+    while (hk[h] && hk[h] != row + 1) h = (h + 1) & mask;
+    if (!hk[h]) {
+      hk[h] = row + 1;
+      hv[h] = (uint32_t)d;
+      first[d++] = row;
     }
+    which[i] = hv[h];
   }
-  ce_mpi_sort(keys, vals, m, width(t->rows), tk, tv);
-  size_t d = 0;
-  for (size_t j = 0; j < m; j++) {
-    if (j == 0 || keys[j] != keys[d - 1]) keys[d++] = keys[j]; /* the distinct rows, in place */
-    local[vals[j]] = (int64_t)(d - 1);
-  }
-  int *sc = ce_mpi_send_counts(t);
+  /* grouped by owner, each owner's rows in first-occurrence order */
   memset(sc, 0, (size_t)t->size * sizeof *sc);
-  for (size_t k = 0; k < d; k++) sc[ce_mpi_owner(t, keys[k])]++;
+  for (size_t k = 0; k < d; k++) sc[ce_mpi_owner(t, first[k])]++;
+  at[0] = 0;
+  for (int r = 0; r < t->size; r++) at[r + 1] = at[r] + sc[r];
+  *pad_local = -1;
+  for (size_t k = 0; k < d; k++) {
+    int r = ce_mpi_owner(t, first[k]);
+    pos[k] = (uint32_t)at[r]++;
+    keys[pos[k]] = first[k];
+    if (first[k] == pad) *pad_local = pos[k];
+  }
+  for (size_t i = 0; i < n; i++)
+    if (which[i] != UINT32_MAX) local[i] = pos[which[i]];
+  free(at);
   return (long long)d;
 }
 
@@ -128,8 +134,9 @@ clembed_status clembed_mpi_embed(clembed_mpi_table *t, const clembed_ids *ids, c
   int *sc = ce_mpi_send_counts(t);
   memset(sc, 0, (size_t)t->size * sizeof *sc);
   if (e.status == CLEMBED_OK) local = ce_mpi_stage_write(t, CE_MPI_ST_LOCAL, n * 8, &e);
+  int64_t pad_local = -1;
   if (local) {
-    d = plan(t, host, n, o.policy, local, &e, op);
+    d = plan(t, host, n, o.policy, pad, local, &pad_local, &e, op);
     if (d < 0) memset(sc, 0, (size_t)t->size * sizeof *sc);
   }
   if (d < 0) d = 0;
@@ -199,8 +206,7 @@ clembed_status clembed_mpi_embed(clembed_mpi_table *t, const clembed_ids *ids, c
   {
     clembed_embed_options lo = o;
     if (lo.policy == CLEMBED_INDEX_CLAMP) lo.policy = CLEMBED_INDEX_CHECK; /* resolved already; bad ones stay bad */
-    int64_t lp = pad == UINT64_MAX ? -1 : find(distinct, (size_t)d, pad);
-    lo.padding_idx = lp >= 0 ? lp : CLEMBED_NO_PADDING;
+    lo.padding_idx = pad_local >= 0 ? pad_local : CLEMBED_NO_PADDING;
     clembed_status s = ce_mpi_stage_done(t, CE_MPI_ST_IN, &e);
     if (s == CLEMBED_OK) s = ce_mpi_stage_done(t, CE_MPI_ST_LOCAL, &e);
     clembed_matrix rows = ce_mpi_stage_matrix(t, CE_MPI_ST_IN, (size_t)d, t->cols, wire);

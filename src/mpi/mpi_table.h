@@ -16,16 +16,17 @@ typedef struct ce_mpi_buf {
   size_t bytes;
 } ce_mpi_buf;
 
-/* The staging buffers of the table's calls (host memory, reused). */
+/* The host buffers of the table's calls (reused; what each holds is the
+ * call's: see embed.c and step.c). */
 enum {
   CE_MPI_IDS,    /* the rank's ids as int64 */
-  CE_MPI_KEYS,   /* resolved rows and their tokens, sorted (and the sort's other half) */
+  CE_MPI_KEYS,   /* scratch: rows */
   CE_MPI_KEYS2,
-  CE_MPI_VALS,
+  CE_MPI_VALS,   /* scratch: token or row indices */
   CE_MPI_VALS2,
-  CE_MPI_LOCAL,  /* the ids of the rank's local call */
-  CE_MPI_SEND,   /* ids sent, rows sent */
-  CE_MPI_RECV,   /* ids received, rows received */
+  CE_MPI_POS,
+  CE_MPI_SEND,   /* ids sent */
+  CE_MPI_RECV,   /* stand-ins for a stage that could not be mapped (the exchange must still happen) */
   CE_MPI_SEND2,
   CE_MPI_RECV2,
   CE_MPI_NBUF
@@ -183,10 +184,6 @@ int ce_mpi_resolve(int64_t id, size_t rows, clembed_index_policy policy, uint64_
 /* padding_idx resolved against rows (negative counts from the end), or
  * UINT64_MAX for none; *bad set when it lies outside the table. */
 uint64_t ce_mpi_padding(int64_t padding_idx, size_t rows, int *bad);
-
-/* A stable LSD radix sort of n (key, value) pairs by the low `bits` bits of
- * the keys; tk and tv are scratch of n entries. The result is in keys/vals. */
-void ce_mpi_sort(uint64_t *keys, uint32_t *vals, size_t n, unsigned bits, uint64_t *tk, uint32_t *tv);
 
 /* The exchanges: this rank's send counts (items for each rank) go in
  * ce_mpi_send_counts(t)[0 .. size); ce_mpi_exchange_counts (an MPI_Alltoall)
