@@ -321,3 +321,13 @@ int ce_mpi_alltoallv(clembed_mpi_table *t, const void *send, void *recv, MPI_Dat
                      : MPI_Alltoallv(send, sc, sd, type, recv, rc, rd, type, t->comm);
   return ce_mpi_ok(e, code, "MPI_Alltoallv");
 }
+
+int ce_mpi_alltoallv_rows(clembed_mpi_table *t, const void *send, void *recv, size_t row_bytes, int reverse,
+                          ce_mpi_error *e) {
+  MPI_Datatype row = MPI_DATATYPE_NULL;
+  if (!row_bytes) return 1;
+  int ok = ce_mpi_ok(e, MPI_Type_contiguous((int)row_bytes, MPI_BYTE, &row), "MPI_Type_contiguous") &&
+           ce_mpi_ok(e, MPI_Type_commit(&row), "MPI_Type_commit") && ce_mpi_alltoallv(t, send, recv, row, reverse, e);
+  if (row != MPI_DATATYPE_NULL) MPI_Type_free(&row);
+  return ok;
+}

@@ -90,7 +90,6 @@ clembed_status clembed_mpi_embed(clembed_mpi_table *t, const clembed_ids *ids, c
   size_t n = 0, limit = (size_t)INT_MAX / (size_t)t->size;
   long long d = 0;
   int64_t *host = NULL, *local = NULL;
-  MPI_Datatype row_type = MPI_DATATYPE_NULL;
 
   /* this rank's own arguments */
   if (!ids || !out) {
@@ -184,13 +183,7 @@ clembed_status clembed_mpi_embed(clembed_mpi_table *t, const clembed_ids *ids, c
     ce_mpi_fail(&e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory for the rows", op);
     goto done;
   }
-  if (rb) {
-    int ok = ce_mpi_ok(&e, MPI_Type_contiguous((int)rb, MPI_BYTE, &row_type), "MPI_Type_contiguous") &&
-             ce_mpi_ok(&e, MPI_Type_commit(&row_type), "MPI_Type_commit") &&
-             ce_mpi_alltoallv(t, rows_out, rows_in, row_type, 1, &e);
-    if (row_type != MPI_DATATYPE_NULL) MPI_Type_free(&row_type);
-    if (!ok) goto done;
-  }
+  if (!ce_mpi_alltoallv_rows(t, rows_out, rows_in, rb, 1, &e)) goto done;
   /* a rank that could not serve spoils the others' rows: every rank learns it */
   int bad = ce_mpi_first_failed(t->comm, t->rank, t->size, serve.status != CLEMBED_OK, &e);
   if (bad == -2) goto done;

@@ -199,5 +199,8 @@ long long ce_mpi_exchange_counts(clembed_mpi_table *t, ce_mpi_error *e);
 int ce_mpi_count_failure(const clembed_mpi_table *t);
 int ce_mpi_alltoallv(clembed_mpi_table *t, const void *send, void *recv, MPI_Datatype type, int reverse,
                      ce_mpi_error *e);
+/* ... of rows of `row_bytes` bytes each (nothing moves for 0-byte rows). */
+int ce_mpi_alltoallv_rows(clembed_mpi_table *t, const void *send, void *recv, size_t row_bytes, int reverse,
+                          ce_mpi_error *e);
 
 #endif

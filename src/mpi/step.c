@@ -225,7 +225,6 @@ clembed_status clembed_mpi_optimizer_step(clembed_mpi_table *t, const clembed_ma
   uint64_t pad = ce_mpi_padding(bo.padding_idx, t->rows, &pad_bad);
   int64_t *host = NULL, bad_at = -1, bad_id = 0;
   size_t n = 0;
-  MPI_Datatype row_type = MPI_DATATYPE_NULL;
 
   check_args(t, op, grad_out, ids, &bo, o, pad_bad, &e);
   if (e.status == CLEMBED_OK) {
@@ -300,13 +299,7 @@ clembed_status clembed_mpi_optimizer_step(clembed_mpi_table *t, const clembed_ma
     goto done;
   }
   if (!ce_mpi_alltoallv(t, send_ids, recv_ids, big ? MPI_INT64_T : MPI_INT32_T, 0, &e)) goto done;
-  if (rb) {
-    int sent = ce_mpi_ok(&e, MPI_Type_contiguous((int)rb, MPI_BYTE, &row_type), "MPI_Type_contiguous") &&
-               ce_mpi_ok(&e, MPI_Type_commit(&row_type), "MPI_Type_commit") &&
-               ce_mpi_alltoallv(t, send_rows, recv_rows, row_type, 0, &e);
-    if (row_type != MPI_DATATYPE_NULL) MPI_Type_free(&row_type);
-    if (!sent) goto done;
-  }
+  if (!ce_mpi_alltoallv_rows(t, send_rows, recv_rows, rb, 0, &e)) goto done;
 
   /* the owner's step on what it received, in global token order */
   if (nrecv && own.status == CLEMBED_OK) {

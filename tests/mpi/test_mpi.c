@@ -792,7 +792,7 @@ int main(int argc, char **argv) {
   MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
   MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &g_size);
-  int rc = tu_main(argc, argv, (tu_suite){.name = "test_mpi", .device = 1, .case_timeout_s = 240});
+  int rc = tu_main(argc, argv, (tu_suite){.name = "test_mpi", .device = 1, .case_timeout_s = 1200});
   int worst = 0;
   MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   if (g_rank == 0) printf("test_mpi on %d ranks: %s\n", g_size, worst ? "FAILED" : "passed");
