@@ -82,8 +82,8 @@
  * handler is set to MPI_ERRORS_RETURN).
  *
  * Sizes. A rank passes at most (INT_MAX / number of ranks) ids per call (MPI
- * counts are int), and a row is at most INT_MAX bytes; past that, every rank
- * returns CLEMBED_ERR_INVALID_ARGUMENT.
+ * counts are int; past that the call refuses them on that rank), and a row
+ * holds at most INT_MAX / 4 values (create and load refuse more).
  */
 #ifndef CLEMBED_MPI_H
 #define CLEMBED_MPI_H

@@ -63,9 +63,10 @@ static clembed_mpi_table *begin(clembed_context *ctx, MPI_Comm comm, const char 
     ce_mpi_fail(e, CLEMBED_ERR_INVALID_ARGUMENT, "cols", -1, (int64_t)cols,
                 "%s: cols %zu is not a multiple of the dtype's block of %zu values", op, cols,
                 clembed_dtype_block_values(dtype));
-  else if (cols && clembed_dtype_row_bytes(dtype, cols) > (size_t)INT32_MAX)
+  else if (cols > (size_t)INT32_MAX / 4) /* a row as float32 values (gradients, dequantized rows) */
     ce_mpi_fail(e, CLEMBED_ERR_INVALID_ARGUMENT, "cols", -1, (int64_t)cols,
-                "%s: a row of %zu values is more than INT_MAX bytes, the most one MPI exchange item holds", op, cols);
+                "%s: a row of %zu float32 values is more than INT_MAX bytes, the most one MPI exchange item holds", op,
+                cols);
   if (comm == MPI_COMM_NULL) {
     ce_mpi_fail(e, CLEMBED_ERR_INVALID_ARGUMENT, "comm", -1, 0, "%s: comm is MPI_COMM_NULL", op);
     goto fail;
