@@ -252,7 +252,7 @@ TU_CASE(context_fail) {
          clembed_context_message(ctx));
   expect_detail(ctx, CLEMBED_ERR_INVALID_ARGUMENT, "clembed_mpi_embed", "out", -1, 4, "recorded failure");
   FAILS(ctx, CLEMBED_ERR_INDEX_OUT_OF_RANGE, clembed_finish(ctx));
-  expect_detail(ctx, CLEMBED_ERR_INDEX_OUT_OF_RANGE, "clembed_embed", "ids", 1, 9, "the deferred error after it");
+  expect_detail(ctx, CLEMBED_ERR_INDEX_OUT_OF_RANGE, "clembed_lookup", "ids", 1, 9, "the deferred error after it");
   fixture_release(&f);
 }
 
