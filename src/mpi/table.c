@@ -197,10 +197,9 @@ clembed_status clembed_mpi_table_load(clembed_context *ctx, MPI_Comm comm, const
   return finish(tab, op, &e, t);
 }
 
-void clembed_mpi_table_release(clembed_mpi_table *t) {
-  if (t) clembed_finish(t->ctx); /* the shard's work is done before its buffers go */
-  release_table(t);
-}
+/* The calls are blocking: no work of the table's is in flight; work the caller
+ * enqueued on the shard keeps its buffer (OpenCL counts references). */
+void clembed_mpi_table_release(clembed_mpi_table *t) { release_table(t); }
 
 clembed_status clembed_mpi_table_shard(const clembed_mpi_table *t, size_t *first_row, clembed_matrix *rows) {
   if (!t)
