@@ -65,7 +65,9 @@ typedef enum clembed_status {
   CLEMBED_ERR_NO_DEVICE = -2003,          /* no OpenCL device, or none matches the device spec */
   CLEMBED_ERR_BUILD_FAILED = -2004,       /* a kernel did not compile; the log is in the message */
   CLEMBED_ERR_OUT_OF_MEMORY = -2005,      /* host or device allocation failed */
-  CLEMBED_ERR_UNSUPPORTED = -2006         /* the device cannot do what was asked */
+  CLEMBED_ERR_UNSUPPORTED = -2006,        /* the device cannot do what was asked */
+  CLEMBED_ERR_COMMUNICATION = -2007       /* an MPI call of clembed_mpi failed (MPI's error string
+                                             is in the message) */
 } clembed_status;
 
 /* A fixed string for every code, OpenCL's included ("CL_INVALID_VALUE"); never NULL.
@@ -173,6 +175,22 @@ typedef struct clembed_error_detail {
  * no context (context creation, clembed_devices, a NULL ctx). The strings are
  * static. CLEMBED_ERR_INVALID_ARGUMENT only when d is NULL. */
 CLEMBED_API clembed_status clembed_context_error(const clembed_context *ctx, clembed_error_detail *d);
+
+/* Records a failure on ctx the way clembed's own calls record theirs, for a
+ * library built on clembed (libclembed_mpi is one): clembed_context_message
+ * then gives the message (printf-style fmt), clembed_context_error the detail
+ * (status, operation, argument, index, value; operation and argument are kept
+ * as pointers: pass strings that live as long as the context, such as
+ * literals; NULL means ""). With ctx NULL they go to this thread's
+ * clembed_last_error_message and clembed_context_error(NULL, ...). Returns
+ * status. A deferred error that clembed_finish would return is not touched. */
+CLEMBED_API clembed_status clembed_context_fail(clembed_context *ctx, clembed_status status, const char *operation,
+                                                const char *argument, int64_t index, int64_t value,
+                                                const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 7, 8)))
+#endif
+    ;
 
 /* ------------------------------------------------------------- device data */
 
@@ -492,6 +510,23 @@ CLEMBED_API clembed_status clembed_matrix_init_uniform(clembed_context *ctx, cle
                                                        cl_uint num_events_in_wait_list,
                                                        const cl_event *event_wait_list,
                                                        cl_event *event);
+
+/* The same draws for a piece of a larger table: element (r, c) of m takes the
+ * value that element (first_row + r, c) of a table of m->cols columns gets from
+ * clembed_matrix_init_normal / _uniform, that is Philox element index
+ * e = (first_row + r) * cols + c in the mapping above (so a table initialised
+ * piece by piece, at any row boundaries, holds the bits of one whole call; a
+ * sharded table's init, clembed_mpi.h, is this on each shard). first_row 0 is
+ * the plain call. (first_row + rows) * cols past 2^63 is
+ * CLEMBED_ERR_INVALID_ARGUMENT naming first_row; other arguments as above. */
+CLEMBED_API clembed_status clembed_matrix_init_normal_at(clembed_context *ctx, clembed_matrix *m,
+                                                         uint64_t first_row, float mean, float std,
+                                                         uint64_t seed, cl_uint num_events_in_wait_list,
+                                                         const cl_event *event_wait_list, cl_event *event);
+CLEMBED_API clembed_status clembed_matrix_init_uniform_at(clembed_context *ctx, clembed_matrix *m,
+                                                          uint64_t first_row, float low, float high,
+                                                          uint64_t seed, cl_uint num_events_in_wait_list,
+                                                          const cl_event *event_wait_list, cl_event *event);
 
 /* Dropout mask: output element e = i*cols + c of the forward is kept when
  * u(x0) >= dropout, x0 the first word of Philox4x32-10 with key (dropout_seed low

@@ -133,6 +133,18 @@ CLEMBED_API clembed_status clembed_file_tensor_data(const clembed_file *f, size_
 CLEMBED_API clembed_status clembed_matrix_load(clembed_context *ctx, const clembed_file *f, const char *name,
                                                clembed_dtype dtype, clembed_matrix *m);
 
+/* clembed_matrix_load of the tensor's rows first_row .. first_row + rows - 1
+ * only (rows and cols as clembed_matrix_load counts them): *m is rows x cols,
+ * holding the bits that clembed_matrix_load gives for those rows, and only
+ * those rows' bytes of the file are read (mapped on POCL's CPU devices, as
+ * there). rows may be 0. How a process holding a shard of a table loads it
+ * (clembed_mpi_table_load). first_row past the tensor's rows, or rows past its
+ * end: CLEMBED_ERR_INVALID_ARGUMENT naming first_row or rows; everything else
+ * as clembed_matrix_load. */
+CLEMBED_API clembed_status clembed_matrix_load_rows(clembed_context *ctx, const clembed_file *f, const char *name,
+                                                    clembed_dtype dtype, uint64_t first_row, uint64_t rows,
+                                                    clembed_matrix *m);
+
 /* Creates *ids from an integer tensor (.npy "<i4"/"<i8", safetensors I32/I64,
  * GGUF i32/i64) of any shape, all its elements in C order; the index type is
  * the stored one. `name` as for clembed_matrix_load (NULL: the only tensor).

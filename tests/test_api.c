@@ -238,6 +238,24 @@ TU_CASE(detail_deferred) {
   fixture_release(&f);
 }
 
+/* clembed_context_fail: a layered library's failure as the context's message
+ * and detail; a deferred error already pending is still returned by finish */
+TU_CASE(context_fail) {
+  int32_t ids[2] = {1, 9};
+  fixture f;
+  if (!fixture_make(ctx, &f, 8, 5, ids, 2)) return;
+  OK(ctx, clembed_lookup(ctx, &f.table, &f.ids, &f.out, 0, NULL, NULL)); /* id 9: a deferred error */
+  clembed_status s = clembed_context_fail(ctx, CLEMBED_ERR_INVALID_ARGUMENT, "clembed_mpi_embed", "out", -1, 4,
+                                          "clembed_mpi_embed: out has %d rows", 4);
+  EXPECT(s == CLEMBED_ERR_INVALID_ARGUMENT, "returned %d", (int)s);
+  EXPECT(!strcmp(clembed_context_message(ctx), "clembed_mpi_embed: out has 4 rows"), "message '%s'",
+         clembed_context_message(ctx));
+  expect_detail(ctx, CLEMBED_ERR_INVALID_ARGUMENT, "clembed_mpi_embed", "out", -1, 4, "recorded failure");
+  FAILS(ctx, CLEMBED_ERR_INDEX_OUT_OF_RANGE, clembed_finish(ctx));
+  expect_detail(ctx, CLEMBED_ERR_INDEX_OUT_OF_RANGE, "clembed_lookup", "ids", 1, 9, "the deferred error after it");
+  fixture_release(&f);
+}
+
 TU_CASE(padding) {
   EXPECT(CLEMBED_NO_PADDING == INT64_MIN, "CLEMBED_NO_PADDING is %lld", (long long)CLEMBED_NO_PADDING);
   EXPECT(clembed_embed_defaults().padding_idx == INT64_MIN && clembed_backward_defaults().padding_idx == INT64_MIN,

@@ -52,44 +52,54 @@ TU_CASE(philox_reference_known_answer) {
          "ref_philox(0, 0) = %08x %08x %08x %08x", x[0], x[1], x[2], x[3]);
 }
 
-/* Initialises a rows x cols matrix of dtype t and compares every element. */
-static void check_values(clembed_context *ctx, int normal, size_t rows, size_t cols, clembed_dtype t, float a,
-                         float b, uint64_t seed) {
+/* Initialises a rows x cols matrix of dtype t as rows first_row .. of a
+ * larger table (the plain call for first_row 0, else the _at call) and
+ * compares every element with the reference at its Philox index. */
+static void check_values_at(clembed_context *ctx, int normal, uint64_t first_row, size_t rows, size_t cols,
+                            clembed_dtype t, float a, float b, uint64_t seed) {
   clembed_matrix m = {0};
   OK(ctx, clembed_matrix_create(ctx, rows, cols, t, &m));
-  if (normal) OK(ctx, clembed_matrix_init_normal(ctx, &m, a, b, seed, 0, NULL, NULL));
+  if (first_row && normal) OK(ctx, clembed_matrix_init_normal_at(ctx, &m, first_row, a, b, seed, 0, NULL, NULL));
+  else if (first_row) OK(ctx, clembed_matrix_init_uniform_at(ctx, &m, first_row, a, b, seed, 0, NULL, NULL));
+  else if (normal) OK(ctx, clembed_matrix_init_normal(ctx, &m, a, b, seed, 0, NULL, NULL));
   else OK(ctx, clembed_matrix_init_uniform(ctx, &m, a, b, seed, 0, NULL, NULL));
   size_t n = rows * cols;
   float *g = malloc((n ? n : 1) * sizeof *g);
   OK(ctx, clembed_matrix_read(ctx, &m, g, CLEMBED_F32));
   size_t bad = 0;
   double worst = 0.0;
-  for (size_t e = 0; e < n; e++) {
+  for (size_t l = 0; l < n; l++) {
     int ok;
     double err;
+    uint64_t e = first_row * cols + l; /* the Philox index; g[l] is the element */
     if (!normal) {
       float want = ref_round(ref_uniform(seed, e, a, b), t);
-      ok = g[e] == want;
-      err = fabs((double)g[e] - want);
+      ok = g[l] == want;
+      err = fabs((double)g[l] - want);
     } else {
       double z = ref_normal_z(seed, e), ref = (double)a + (double)b * z, tol = normal_tol(a, b, z);
       float want = ref_round(normal_ref(seed, e, a, b), t), exact = normal_ref(seed, e, a, b);
       err = fabs((double)exact - ref);
-      ok = memcmp(&g[e], &want, 4) == 0 && err <= tol;
+      ok = memcmp(&g[l], &want, 4) == 0 && err <= tol;
       if (err / (tol / 1e-6) > worst) worst = err / (tol / 1e-6);
     }
     if (!ok) {
       if (bad < 3)
-        fprintf(stderr, "  %s %s(%g, %g) seed %llu: element %zu: got %.9g (err %.3g)\n", normal ? "normal" : "uniform",
-                DN[t], (double)a, (double)b, (unsigned long long)seed, e, g[e], err);
+        fprintf(stderr, "  %s %s(%g, %g) seed %llu: element %llu: got %.9g (err %.3g)\n", normal ? "normal" : "uniform",
+                DN[t], (double)a, (double)b, (unsigned long long)seed, (unsigned long long)e, g[l], err);
       bad++;
     }
   }
-  EXPECT(bad == 0, "%s %zux%zu %s (%g, %g) seed %llu: %zu of %zu wrong", normal ? "normal" : "uniform", rows, cols,
-         DN[t], (double)a, (double)b, (unsigned long long)seed, bad, n);
+  EXPECT(bad == 0, "%s %zux%zu from row %llu %s (%g, %g) seed %llu: %zu of %zu wrong", normal ? "normal" : "uniform",
+         rows, cols, (unsigned long long)first_row, DN[t], (double)a, (double)b, (unsigned long long)seed, bad, n);
   if (normal && t == CLEMBED_F32 && n) printf("normal (%g, %g): worst relative error %.3g\n", (double)a, (double)b, worst);
   free(g);
   clembed_matrix_release(&m);
+}
+
+static void check_values(clembed_context *ctx, int normal, size_t rows, size_t cols, clembed_dtype t, float a,
+                         float b, uint64_t seed) {
+  check_values_at(ctx, normal, 0, rows, cols, t, a, b, seed);
 }
 
 /* uniform and normal F32 values element for element, seeds 0, 1 and 64-bit */
@@ -227,6 +237,71 @@ TU_CASE(element_depends_only_on_seed_and_index) {
       clembed_matrix_release(&col);
       clembed_matrix_release(&row);
     }
+}
+
+/* The _at variants: a table initialised piece by piece, cut at any rows
+ * (first Philox index of a piece not a multiple of 4, or of 64; pieces of 0
+ * and 1 rows; a strided piece), holds the bytes of one whole call; rows past
+ * 2^32 / cols take the counter's high word; the reference at each index. */
+TU_CASE(init_at_pieces_equal_the_whole) {
+  size_t R = tu_small ? 23 : 151, C = 7, pad = 3;
+  const size_t cuts[] = {0, 1, 1, 2, 5, 9, 10, R - 3, R};
+  for (int normal = 0; normal < 2; normal++)
+    for (int t = 0; t < 3; t++) {
+      clembed_matrix whole = {0}, back = {0};
+      size_t es = clembed_dtype_size(DT[t]);
+      OK(ctx, clembed_matrix_create(ctx, R, C, DT[t], &whole));
+      OK(ctx, clembed_matrix_create(ctx, R, C + pad, DT[t], &back));
+      OK(ctx, init(ctx, normal, &whole, 5));
+      for (size_t k = 0; k + 1 < sizeof cuts / sizeof cuts[0]; k++) {
+        /* the piece as its own dense matrix, and as a strided window of `back` */
+        size_t r0 = cuts[k], n = cuts[k + 1] - r0;
+        clembed_matrix piece = {0}, win = {back.buffer, r0 * (C + pad), n, C, C + pad, DT[t]};
+        OK(ctx, clembed_matrix_create(ctx, n, C, DT[t], &piece));
+        if (normal) {
+          OK(ctx, clembed_matrix_init_normal_at(ctx, &piece, r0, 0.25f, 1.5f, 5, 0, NULL, NULL));
+          OK(ctx, clembed_matrix_init_normal_at(ctx, &win, r0, 0.25f, 1.5f, 5, 0, NULL, NULL));
+        } else {
+          OK(ctx, clembed_matrix_init_uniform_at(ctx, &piece, r0, -0.5f, 2.0f, 5, 0, NULL, NULL));
+          OK(ctx, clembed_matrix_init_uniform_at(ctx, &win, r0, -0.5f, 2.0f, 5, 0, NULL, NULL));
+        }
+        clembed_matrix rows = {whole.buffer, r0 * C, n, C, 0, DT[t]};
+        void *pw = read_raw(ctx, &rows), *pp = read_raw(ctx, &piece), *pv = read_raw(ctx, &win);
+        EXPECT(!memcmp(pw, pp, n * C * es), "%s %s: rows %zu .. %zu initialised alone differ from the whole table's",
+               normal ? "normal" : "uniform", DN[t], r0, r0 + n);
+        EXPECT(!memcmp(pw, pv, n * C * es), "%s %s: rows %zu .. %zu as a strided window differ from the whole table's",
+               normal ? "normal" : "uniform", DN[t], r0, r0 + n);
+        free(pw);
+        free(pp);
+        free(pv);
+        clembed_matrix_release(&piece);
+      }
+      /* the pad columns between the windows were never written */
+      float *all = tu_read_f32(ctx, &back);
+      size_t touched = 0;
+      for (size_t r = 0; r < R; r++)
+        for (size_t c = C; c < C + pad; c++) touched += all[r * (C + pad) + c] != 0.0f;
+      EXPECT(touched == 0, "%s %s: %zu pad elements between the windows were written", normal ? "normal" : "uniform",
+             DN[t], touched);
+      free(all);
+      clembed_matrix_release(&whole);
+      clembed_matrix_release(&back);
+    }
+  /* far rows: element indices past 2^32 and near 2^40, against the reference */
+  check_values_at(ctx, 0, ((uint64_t)1 << 32) / 5 - 1, 9, 5, CLEMBED_F32, -1.0f, 1.0f, 21);
+  check_values_at(ctx, 1, ((uint64_t)1 << 40) / 3 + 1, 9, 3, CLEMBED_F32, 0.0f, 1.0f, 22);
+  check_values_at(ctx, 1, 123, 40, 67, CLEMBED_BF16, 0.0f, 0.02f, 23);
+  /* (first_row + rows) * cols past 2^63: refused, naming first_row */
+  clembed_matrix m = {0};
+  clembed_error_detail d;
+  OK(ctx, clembed_matrix_create(ctx, 4, 8, CLEMBED_F32, &m));
+  FAILS(ctx, CLEMBED_ERR_INVALID_ARGUMENT,
+        clembed_matrix_init_normal_at(ctx, &m, ((uint64_t)1 << 60) - 1, 0.0f, 1.0f, 1, 0, NULL, NULL));
+  clembed_context_error(ctx, &d);
+  EXPECT(!strcmp(d.argument, "first_row"), "the refusal names '%s', not first_row", d.argument);
+  FAILS(ctx, CLEMBED_ERR_INVALID_ARGUMENT, clembed_matrix_init_uniform_at(ctx, &m, UINT64_MAX, 0.0f, 1.0f, 1, 0, NULL, NULL));
+  OK(ctx, clembed_matrix_init_uniform_at(ctx, &m, ((uint64_t)1 << 60) - 4, 0.0f, 1.0f, 1, 0, NULL, NULL));
+  clembed_matrix_release(&m);
 }
 
 TU_CASE(moments_of_a_large_table) {

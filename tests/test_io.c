@@ -844,6 +844,114 @@ TU_CASE(load_pages) {
   unlink(path);
 }
 
+/* Every range of rows of `name` loaded alone (clembed_matrix_load_rows) holds
+ * the bytes of those rows of the whole load, as dtype. */
+static void expect_rows(const clembed_file *f, const char *name, clembed_dtype dtype) {
+  clembed_context *ctx = device();
+  clembed_matrix whole = load_ok(f, name, dtype);
+  if (!whole.buffer) return;
+  size_t R = whole.rows, rb = clembed_dtype_row_bytes(dtype, whole.cols);
+  uint8_t *all = malloc(R * rb + 1);
+  OK(ctx, clembed_matrix_read(ctx, &whole, all, dtype));
+  const size_t ranges[][2] = {{0, R}, {0, 1}, {1, R - 1}, {R / 2, R - R / 2}, {R - 1, 1}, {R, 0}, {R < 2 ? R : 2, 0}, {1, R / 3}};
+  for (size_t k = 0; k < sizeof ranges / sizeof ranges[0]; k++) {
+    size_t r0 = ranges[k][0], n = ranges[k][1];
+    clembed_matrix m = {0};
+    clembed_status s = clembed_matrix_load_rows(ctx, f, name, dtype, r0, n, &m);
+    EXPECT(s == CLEMBED_OK, "%s rows %zu + %zu as dtype %d: %s: %s", name ? name : "(NULL)", r0, n, (int)dtype,
+           clembed_status_string(s), clembed_context_message(ctx));
+    if (s != CLEMBED_OK) continue;
+    EXPECT(m.rows == n && m.cols == whole.cols && m.dtype == dtype, "rows %zu + %zu: %zu x %zu dtype %d", r0, n,
+           m.rows, m.cols, (int)m.dtype);
+    uint8_t *got = malloc(n * rb + 1);
+    OK(ctx, clembed_matrix_read(ctx, &m, got, dtype));
+    EXPECT(!memcmp(got, all + r0 * rb, n * rb), "%s rows %zu + %zu as dtype %d differ from the whole load's",
+           name ? name : "(NULL)", r0, n, (int)dtype);
+    free(got);
+    clembed_matrix_release(&m);
+  }
+  free(all);
+  clembed_matrix_release(&whole);
+}
+
+/* clembed_matrix_load_rows: rows of F32, F16 and BF16 tensors as every float
+ * dtype, of block tensors as their blocks and dequantized, of a float tensor
+ * quantized; through the file's pages and through copies; 1-D tensors; ranges
+ * outside the tensor refused, naming first_row or rows. */
+TU_CASE(load_rows) {
+  ctx = device();
+  buf d32 = {0}, d16 = {0}, dbf = {0}, d64 = {0};
+  put_values(&d32, "f4", 13 * 7, 81);
+  put_values(&d16, "f2", 11 * 9, 82);
+  put_values(&dbf, "bf", 6 * 4, 83);
+  put_values(&d64, "f4", 9 * 64, 84);
+  st_tensor t[] = {
+      {"a", "F32", "[13, 7]", d32.n, d32.p},
+      {"h", "F16", "[11, 9]", d16.n, d16.p},
+      {"b", "BF16", "[6, 4]", dbf.n, dbf.p},
+      {"q", "F32", "[9, 64]", d64.n, d64.p},
+      {"row", "F32", "[7]", 28, d32.p},
+  };
+  buf b = {0};
+  safetensors(&b, t, 5, NULL);
+  const char *path = tmp_path("rows.safetensors");
+  write_file(path, &b);
+  free(b.p);
+  clembed_file *f = open_ok(path);
+  static const clembed_dtype dts[] = {CLEMBED_F32, CLEMBED_F16, CLEMBED_BF16};
+  for (int pages = 0; f && pages < 2; pages++) {
+    if (!pages) setenv("CLEMBED_NO_FILE_PAGES", "1", 1);
+    for (int k = 0; k < 3; k++) {
+      expect_rows(f, "a", dts[k]);
+      expect_rows(f, "h", dts[k]);
+      expect_rows(f, "b", dts[k]);
+    }
+    expect_rows(f, "q", CLEMBED_Q8_0); /* quantized on loading, row by row as the whole */
+    expect_rows(f, "q", CLEMBED_Q4_0);
+    expect_rows(f, "row", CLEMBED_F32);
+    unsetenv("CLEMBED_NO_FILE_PAGES");
+  }
+  if (f) {
+    clembed_matrix m = {0};
+    clembed_error_detail d;
+    FAILS(ctx, CLEMBED_ERR_INVALID_ARGUMENT, clembed_matrix_load_rows(ctx, f, "a", CLEMBED_F32, 14, 0, &m));
+    clembed_context_error(ctx, &d);
+    EXPECT(!strcmp(d.operation, "clembed_matrix_load_rows") && !strcmp(d.argument, "first_row"), "detail: %s '%s'",
+           d.operation, d.argument);
+    FAILS(ctx, CLEMBED_ERR_INVALID_ARGUMENT, clembed_matrix_load_rows(ctx, f, "a", CLEMBED_F32, 10, 4, &m));
+    clembed_context_error(ctx, &d);
+    EXPECT(!strcmp(d.argument, "rows") && strstr(clembed_context_message(ctx), "13 rows"), "detail '%s': %s",
+           d.argument, clembed_context_message(ctx));
+    FAILS(ctx, CLEMBED_ERR_INVALID_ARGUMENT, clembed_matrix_load_rows(ctx, f, "a", CLEMBED_F32, 1, UINT64_MAX, &m));
+    FAILS(ctx, CLEMBED_ERR_INVALID_ARGUMENT, clembed_matrix_load_rows(ctx, f, "nope", CLEMBED_F32, 0, 1, &m));
+    EXPECT(m.buffer == NULL, "a refused load wrote *m");
+    clembed_file_close(f);
+  }
+  unlink(path);
+  free(d32.p), free(d16.p), free(dbf.p), free(d64.p);
+  /* a GGUF tensor of each block type: rows as blocks and dequantized */
+  for (size_t k = 0; k < 4; k++) {
+    const qtype *q = &qtypes[k];
+    size_t rows = 5, cols = 2 * q->qk, nb = rows * cols / q->qk;
+    uint8_t *data = random_blocks(q, nb);
+    g_tensor g[] = {{"token_embd.weight", q->ggml_type, 2, {cols, rows}, nb * q->bytes, data}};
+    buf gb = {0};
+    gguf(&gb, 3, 0, g, 1);
+    path = tmp_path("rows.gguf");
+    write_file(path, &gb);
+    free(gb.p);
+    f = open_ok(path);
+    if (f) {
+      expect_rows(f, NULL, q->dtype);
+      expect_rows(f, NULL, CLEMBED_F32);
+      expect_rows(f, NULL, CLEMBED_BF16);
+      clembed_file_close(f);
+    }
+    unlink(path);
+    free(data);
+  }
+}
+
 /* A tensor larger than one upload piece (16 MiB), same type and converted. */
 TU_CASE(load_large) {
   size_t rows = 1100, cols = 4099; /* 4.5 M values: 18 MB of F32 */

@@ -133,7 +133,7 @@ chmod +x "$bin/ctest"
   >"$work/quick.log" 2>&1)
 rc=$?
 [ "$rc" -eq 0 ] || fail "check.sh --quick (with builds skipped) exited $rc: $(tail -20 "$work/quick.log")"
-for want in "--no-tests=error" "-LE oclgrind|rusticl|large|install|scripts|exhaustive|slow" "small=1"; do
+for want in "--no-tests=error" "-LE oclgrind|rusticl|large|install|scripts|mpi|exhaustive|slow" "small=1"; do
   grep -qF -- "$want" "$work/ctest.log" ||
     fail "check.sh --quick ran ctest without '$want': $(cat "$work/ctest.log")"
 done

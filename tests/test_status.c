@@ -10,6 +10,7 @@ TU_CASE(known_codes_have_their_names) {
       {CLEMBED_ERR_BUILD_FAILED, "CLEMBED_ERR_BUILD_FAILED"},
       {CLEMBED_ERR_OUT_OF_MEMORY, "CLEMBED_ERR_OUT_OF_MEMORY"},
       {CLEMBED_ERR_UNSUPPORTED, "CLEMBED_ERR_UNSUPPORTED"},
+      {CLEMBED_ERR_COMMUNICATION, "CLEMBED_ERR_COMMUNICATION"},
       {CL_INVALID_VALUE, "CL_INVALID_VALUE"},
       {CL_DEVICE_NOT_FOUND, "CL_DEVICE_NOT_FOUND"},
       {CL_BUILD_PROGRAM_FAILURE, "CL_BUILD_PROGRAM_FAILURE"},
@@ -40,8 +41,24 @@ TU_CASE(opencl_codes_have_distinct_strings) {
 }
 
 TU_CASE(clembed_codes_are_named) {
-  for (int c = -2006; c <= -2001; c++)
+  for (int c = -2007; c <= -2001; c++)
     EXPECT(strncmp(clembed_status_string((clembed_status)c), "CLEMBED_ERR_", 12) == 0, "code %d", c);
+}
+
+/* clembed_context_fail without a context: this thread's message and detail */
+TU_CASE(context_fail_without_context) {
+  clembed_status s = clembed_context_fail(NULL, CLEMBED_ERR_COMMUNICATION, "clembed_mpi_embed", "comm", 3, -7,
+                                          "rank %d: %s", 2, "MPI_ERR_TRUNCATE");
+  EXPECT(s == CLEMBED_ERR_COMMUNICATION, "returned %d", (int)s);
+  EXPECT(!strcmp(clembed_last_error_message(), "rank 2: MPI_ERR_TRUNCATE"), "message '%s'", clembed_last_error_message());
+  clembed_error_detail d;
+  EXPECT(clembed_context_error(NULL, &d) == CLEMBED_OK, "detail");
+  EXPECT(d.status == CLEMBED_ERR_COMMUNICATION && !strcmp(d.operation, "clembed_mpi_embed") &&
+             !strcmp(d.argument, "comm") && d.index == 3 && d.value == -7,
+         "detail %d %s %s %lld %lld", (int)d.status, d.operation, d.argument, (long long)d.index, (long long)d.value);
+  clembed_context_fail(NULL, CLEMBED_ERR_INVALID_ARGUMENT, NULL, NULL, -1, 0, "x");
+  clembed_context_error(NULL, &d);
+  EXPECT(!strcmp(d.operation, "") && !strcmp(d.argument, ""), "NULL strings give \"\"");
 }
 
 TU_CASE(unknown_codes_are_unknown_status) {

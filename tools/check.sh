@@ -55,7 +55,7 @@ fuzz_tools() {
 }
 
 # The labels --quick leaves out (a later label with "slow" in its name too).
-CLEMBED_QUICK_EXCLUDE="oclgrind|rusticl|large|install|scripts|exhaustive|slow"
+CLEMBED_QUICK_EXCLUDE="oclgrind|rusticl|large|install|scripts|mpi|exhaustive|slow"
 
 # ctest "$@" in the current directory, with a progress line on stderr every
 # CLEMBED_PROGRESS_SECONDS while it runs: the time so far, the tests done of
@@ -137,6 +137,8 @@ esac
 # The Python package's tests (label python) need NumPy and pytest; pyopencl and
 # matplotlib for its interop and plot tests.
 CLEMBED_OPTIONAL_PACKAGES+=(python3-numpy python3-pytest python3-pyopencl python3-matplotlib)
+# libclembed_mpi and its tests under mpirun (label mpi): Open MPI.
+CLEMBED_OPTIONAL_PACKAGES+=(libopenmpi-dev openmpi-bin)
 clembed_setup build -DCLEMBED_BUILD_TESTS=ON -DCLEMBED_BUILD_TOOLS=ON
 status=0
 (cd build && clembed_ctest --no-tests=error --output-on-failure -j "$jobs") || status=1

@@ -1,7 +1,8 @@
 /* init.cl: clembed_matrix_init_uniform and clembed_matrix_init_normal.
  * cl/lib/philox.cl and cl/lib/exactmath.cl. Build options: OUT_DT, VEC=16.
  *
- * Element e = r*cols + c of the matrix is word j = e mod 4 of
+ * Element e = first + r*cols + c of the matrix (first: the Philox index of its
+ * element 0, (first row) * cols for clembed_matrix_init_*_at) is word j = e mod 4 of
  * Philox4x32-10(key (seed lo, seed hi), counter (q lo, q hi, 0, 0)), q = e div 4
  * (one counter serves four consecutive elements), with u(x) = (x >> 8) 2^-24:
  *   uniform: 2 * (low/2 + (high/2 - low/2) * u(x_j))  (halved so high - low
@@ -24,13 +25,15 @@
 #define STREAM 0
 #endif
 
-/* The four elements from e (a multiple of 4) on, those below total, at
- * (r, c) = (e div cols, e mod cols) and on, row by row. */
-inline void ce_init_store4(__global OUT_T *out, ulong o_off, ulong o_ld, ulong cols, ulong e, ulong total,
-                           float4 v) {
-  ulong r = e / cols, c = e - r * cols;
+/* The four elements of counter q (Philox indices 4q .. 4q + 3), those at
+ * local indices l = 4q + j - first in [0, total), at (r, c) = (l div cols,
+ * l mod cols) and on, row by row. */
+inline void ce_init_store4(__global OUT_T *out, ulong o_off, ulong o_ld, ulong cols, ulong q, ulong first,
+                           ulong total, float4 v) {
   float w[4] = {v.x, v.y, v.z, v.w};
-  for (int j = 0; j < 4 && e + (ulong)j < total; j++) {
+  int j = 4 * q < first ? (int)(first - 4 * q) : 0; /* only the first counter starts inside */
+  ulong l = 4 * q + (ulong)j - first, r = l / cols, c = l - r * cols;
+  for (; j < 4 && l < total; j++, l++) {
     store_out(out, o_off + r * o_ld + c, w[j]);
     if (++c == cols) {
       c = 0;
@@ -52,27 +55,29 @@ inline float4 ce_init_normal_values(uint4 x, float mean, float stddev) {
   return (float4)(mean + stddev * z0, mean + stddev * z1, mean + stddev * z2, mean + stddev * z3);
 }
 
-__kernel void ce_init_uniform(__global OUT_T *out, ulong o_off, ulong o_ld, ulong rows, ulong cols, float low,
-                              float high, uint seed_lo, uint seed_hi) {
-  ulong q = get_global_id(0), e = q * 4, total = rows * cols;
-  if (e >= total) return;
+__kernel void ce_init_uniform(__global OUT_T *out, ulong o_off, ulong o_ld, ulong rows, ulong cols, ulong first,
+                              float low, float high, uint seed_lo, uint seed_hi) {
+  ulong total = rows * cols, q = first / 4 + get_global_id(0);
+  if (4 * q >= first + total) return;
   uint4 x = ce_philox((uint2)(seed_lo, seed_hi), (uint4)((uint)q, (uint)(q >> 32), 0u, 0u));
-  ce_init_store4(out, o_off, o_ld, cols, e, total, ce_init_uniform_values(x, low, high));
+  ce_init_store4(out, o_off, o_ld, cols, q, first, total, ce_init_uniform_values(x, low, high));
 }
 
-__kernel void ce_init_normal(__global OUT_T *out, ulong o_off, ulong o_ld, ulong rows, ulong cols, float mean,
-                             float stddev, uint seed_lo, uint seed_hi) {
-  ulong q = get_global_id(0), e = q * 4, total = rows * cols;
-  if (e >= total) return;
+__kernel void ce_init_normal(__global OUT_T *out, ulong o_off, ulong o_ld, ulong rows, ulong cols, ulong first,
+                             float mean, float stddev, uint seed_lo, uint seed_hi) {
+  ulong total = rows * cols, q = first / 4 + get_global_id(0);
+  if (4 * q >= first + total) return;
   uint4 x = ce_philox((uint2)(seed_lo, seed_hi), (uint4)((uint)q, (uint)(q >> 32), 0u, 0u));
-  ce_init_store4(out, o_off, o_ld, cols, e, total, ce_init_normal_values(x, mean, stddev));
+  ce_init_store4(out, o_off, o_ld, cols, q, first, total, ce_init_normal_values(x, mean, stddev));
 }
 
 /* ------------------------------------------------------- 16 counters */
 
-/* Elements e0 .. e0 + 63 (those below total) from the words' values v0..v3
- * (lane l of v_j is element e0 + 4l + j): interleaved, then 16 at a time. */
-inline void ce_init_store64(__global OUT_T *out, ulong o_off, ulong e0, ulong total, float16 v0, float16 v1,
+/* The local elements l0 .. l0 + 63 (those in [0, total); l0 < 0 only for the
+ * first counters of a matrix whose first Philox index is not a multiple of 4)
+ * from the words' values v0..v3 (lane l of v_j is element l0 + 4l + j):
+ * interleaved, then 16 at a time. */
+inline void ce_init_store64(__global OUT_T *out, ulong o_off, long l0, ulong total, float16 v0, float16 v1,
                             float16 v2, float16 v3) {
   uint16 m_lo = (uint16)(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23), m_hi = m_lo + (uint16)(8u);
   uint16 p_lo = (uint16)(0, 1, 16, 17, 2, 3, 18, 19, 4, 5, 20, 21, 6, 7, 22, 23), p_hi = p_lo + (uint16)(8u);
@@ -80,13 +85,14 @@ inline void ce_init_store64(__global OUT_T *out, ulong o_off, ulong e0, ulong to
   float16 b0 = shuffle2(v2, v3, m_lo), b1 = shuffle2(v2, v3, m_hi); /* (v2, v3) pairs */
   float16 w0 = shuffle2(a0, b0, p_lo), w1 = shuffle2(a0, b0, p_hi);
   float16 w2 = shuffle2(a1, b1, p_lo), w3 = shuffle2(a1, b1, p_hi);
-  ulong o = o_off + e0;
-  if (e0 + 64 <= total && STREAM && CE_STREAMING && ((ulong)(out + o) & (16 * sizeof(OUT_T) - 1)) == 0) {
+  ulong e0 = (ulong)l0, o = o_off + e0;
+  int whole = l0 >= 0 && e0 + 64 <= total;
+  if (whole && STREAM && CE_STREAMING && ((ulong)(out + o) & (16 * sizeof(OUT_T) - 1)) == 0) {
     stream_outv(out, o, w0);
     stream_outv(out, o + 16, w1);
     stream_outv(out, o + 32, w2);
     stream_outv(out, o + 48, w3);
-  } else if (e0 + 64 <= total) {
+  } else if (whole) {
     store_outv(out, o, w0);
     store_outv(out, o + 16, w1);
     store_outv(out, o + 32, w2);
@@ -97,30 +103,32 @@ inline void ce_init_store64(__global OUT_T *out, ulong o_off, ulong e0, ulong to
     vstore16(w1, 1, t);
     vstore16(w2, 2, t);
     vstore16(w3, 3, t);
-    for (ulong j = 0; e0 + j < total; j++) store_out(out, o + j, t[j]);
+    for (long j = l0 < 0 ? -l0 : 0; j < 64 && l0 + j < (long)total; j++) store_out(out, o_off + (ulong)(l0 + j), t[j]);
   }
 }
 
-__kernel void ce_init_uniform16(__global OUT_T *out, ulong o_off, ulong total, float low, float high, uint seed_lo,
-                                uint seed_hi) {
-  ulong q0 = get_global_id(0) * 16, e0 = q0 * 4;
-  if (e0 >= total) return;
+__kernel void ce_init_uniform16(__global OUT_T *out, ulong o_off, ulong total, ulong first, float low, float high,
+                                uint seed_lo, uint seed_hi) {
+  ulong q0 = first / 4 + get_global_id(0) * 16;
+  long l0 = (long)(4 * q0 - first);
+  if (l0 >= (long)total) return;
   uint16 x0, x1, x2, x3;
   ce_philox16(seed_lo, seed_hi, q0, &x0, &x1, &x2, &x3);
   float hl = 0.5f * low, span = 0.5f * high - hl;
-  ce_init_store64(out, o_off, e0, total, 2.0f * (hl + span * ce_xm_unit16(x0)), 2.0f * (hl + span * ce_xm_unit16(x1)),
+  ce_init_store64(out, o_off, l0, total, 2.0f * (hl + span * ce_xm_unit16(x0)), 2.0f * (hl + span * ce_xm_unit16(x1)),
                   2.0f * (hl + span * ce_xm_unit16(x2)), 2.0f * (hl + span * ce_xm_unit16(x3)));
 }
 
-__kernel void ce_init_normal16(__global OUT_T *out, ulong o_off, ulong total, float mean, float stddev, uint seed_lo,
-                               uint seed_hi) {
-  ulong q0 = get_global_id(0) * 16, e0 = q0 * 4;
-  if (e0 >= total) return;
+__kernel void ce_init_normal16(__global OUT_T *out, ulong o_off, ulong total, ulong first, float mean, float stddev,
+                               uint seed_lo, uint seed_hi) {
+  ulong q0 = first / 4 + get_global_id(0) * 16;
+  long l0 = (long)(4 * q0 - first);
+  if (l0 >= (long)total) return;
   uint16 x0, x1, x2, x3;
   ce_philox16(seed_lo, seed_hi, q0, &x0, &x1, &x2, &x3);
   float16 z0, z1, z2, z3;
   ce_xm_box_muller16(x0, x1, &z0, &z1);
   ce_xm_box_muller16(x2, x3, &z2, &z3);
-  ce_init_store64(out, o_off, e0, total, mean + stddev * z0, mean + stddev * z1, mean + stddev * z2,
+  ce_init_store64(out, o_off, l0, total, mean + stddev * z0, mean + stddev * z1, mean + stddev * z2,
                   mean + stddev * z3);
 }

@@ -210,7 +210,7 @@ ROPE_LAYOUTS = {"neox": 0, "gptj": 1}
 ROPE_SCALINGS = {"none": 0, "linear": 1, "ntk": 2, "yarn": 3, "llama3": 4}
 STATUSES = {"ok": 0, "err_invalid_argument": -2001, "err_index_out_of_range": -2002,
             "err_no_device": -2003, "err_build_failed": -2004, "err_out_of_memory": -2005,
-            "err_unsupported": -2006}
+            "err_unsupported": -2006, "err_communication": -2007}
 
 # C enum type -> (its Python table, the prefix of its constants' C names)
 ENUMS: Dict[str, Tuple[Dict[str, int], str]] = {

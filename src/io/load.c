@@ -84,21 +84,22 @@ static void CL_CALLBACK unmap_pages(cl_mem mem, void *user) {
 }
 
 /* On POCL's CPU devices (ctx->host_pages), a tensor stored as the device dtype
- * becomes a buffer over its own copy-on-write mapping of the file's pages
+ * (the bytes [offset, offset + bytes) of the file: the tensor, or some of its
+ * rows) becomes a buffer over its own copy-on-write mapping of the file's pages
  * (CL_MEM_USE_HOST_PTR): nothing is copied, only the pages that the work
  * touches are read, and what the device writes stays private to the buffer
  * (the file is never written). The mapping starts on a page, so the matrix's
  * offset is the tensor's place in its first page (in values). The buffer holds
  * the mapping until it is released, whether or not the file is closed.
  * 1: done; 0: not possible here (the caller uploads a copy). */
-static int map_pages(clembed_context *ctx, const clembed_file *f, const ce_io_tensor *e, clembed_dtype dtype,
-                     size_t rows, size_t cols, clembed_matrix *out) {
-  if (!ctx->host_pages || f->fd < 0 || e->info.bytes == 0 || getenv("CLEMBED_NO_FILE_PAGES")) return 0;
+static int map_pages(clembed_context *ctx, const clembed_file *f, const ce_io_tensor *e, uint64_t offset,
+                     uint64_t bytes, clembed_dtype dtype, size_t rows, size_t cols, clembed_matrix *out) {
+  if (!ctx->host_pages || f->fd < 0 || bytes == 0 || getenv("CLEMBED_NO_FILE_PAGES")) return 0;
   long page = sysconf(_SC_PAGESIZE);
   if (page <= 0) return 0;
-  uint64_t start = e->offset / (uint64_t)page * (uint64_t)page, lead = e->offset - start;
+  uint64_t start = offset / (uint64_t)page * (uint64_t)page, lead = offset - start;
   if (lead % e->block_bytes || start > (uint64_t)INT64_MAX) return 0;
-  size_t len = (size_t)(lead + e->info.bytes);
+  size_t len = (size_t)(lead + bytes);
   ce_io_pages *pages = malloc(sizeof *pages);
   if (!pages) return 0;
   void *base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE, f->fd, (off_t)start);
@@ -127,18 +128,19 @@ static int map_pages(clembed_context *ctx, const clembed_file *f, const ce_io_te
   return 0;
 }
 
-clembed_status clembed_matrix_load(clembed_context *ctx, const clembed_file *f, const char *name, clembed_dtype dtype,
-                                   clembed_matrix *m) {
+/* clembed_matrix_load (`all`: every row) and clembed_matrix_load_rows (the
+ * tensor's rows [first_row, first_row + nrows)). */
+static clembed_status load(clembed_context *ctx, const char *op, const clembed_file *f, const char *name,
+                           clembed_dtype dtype, int all, uint64_t first_row, uint64_t nrows, clembed_matrix *m) {
   clembed_status status = CLEMBED_OK;
   clembed_matrix out = {0};
   void *tmp = NULL;
   char msg[1400];
   size_t i;
-  const char *op = "clembed_matrix_load";
   CE_ENTER(ctx, op);
-  if (!f || !m) LFAIL(CLEMBED_ERR_INVALID_ARGUMENT, f ? "m" : "f", "clembed_matrix_load: %s is NULL", f ? "m" : "f");
+  if (!f || !m) LFAIL(CLEMBED_ERR_INVALID_ARGUMENT, f ? "m" : "f", "%s: %s is NULL", op, f ? "m" : "f");
   if (!is_float((int)dtype) && !is_block((int)dtype))
-    LFAIL(CLEMBED_ERR_INVALID_ARGUMENT, "dtype", "clembed_matrix_load: unknown dtype %d", (int)dtype);
+    LFAIL(CLEMBED_ERR_INVALID_ARGUMENT, "dtype", "%s: unknown dtype %d", op, (int)dtype);
   if (ce_file_lookup(f, name, &i, msg, sizeof msg) != CLEMBED_OK)
     LFAIL(CLEMBED_ERR_INVALID_ARGUMENT, "name", "%s", msg);
   const ce_io_tensor *e = &f->table.t[i];
@@ -174,17 +176,26 @@ clembed_status clembed_matrix_load(clembed_context *ctx, const clembed_file *f, 
     LFAIL(CLEMBED_ERR_INVALID_ARGUMENT, "dtype",
           "%s: tensor '%s': %llu columns, not a multiple of %s's block of %zu values, cannot be quantized to it",
           f->path, tn, (unsigned long long)cols, dtype_name((int)dtype), clembed_dtype_block_values(dtype));
-  if ((int)dtype == e->info.dtype && map_pages(ctx, f, e, dtype, (size_t)rows, (size_t)cols, &out)) {
+  if (all) nrows = rows;
+  if (first_row > rows || nrows > rows - first_row)
+    LFAIL(CLEMBED_ERR_INVALID_ARGUMENT, first_row > rows ? "first_row" : "rows",
+          "%s: %s: %llu rows from row %llu of tensor '%s', which has %llu rows", op, f->path,
+          (unsigned long long)nrows, (unsigned long long)first_row, tn, (unsigned long long)rows);
+  /* the rows' bytes in the file: whole blocks (or values) of `cols` per row */
+  uint64_t row_bytes = cols / e->block_values * e->block_bytes, first_byte = e->offset + first_row * row_bytes;
+  uint64_t range_bytes = nrows * row_bytes;
+  if ((int)dtype == e->info.dtype &&
+      map_pages(ctx, f, e, first_byte, range_bytes, dtype, (size_t)nrows, (size_t)cols, &out)) {
     *m = out;
     out.buffer = NULL;
     ctx->op = op;
     goto cleanup;
   }
-  status = clembed_matrix_create(ctx, (size_t)rows, (size_t)cols, dtype, &out);
+  status = clembed_matrix_create(ctx, (size_t)nrows, (size_t)cols, dtype, &out);
   if (status != CLEMBED_OK) {
     char detail[512];
     snprintf(detail, sizeof detail, "%s", clembed_context_message(ctx));
-    LFAIL(status, "", "%s: tensor '%s' (%llu x %llu): %s", f->path, tn, (unsigned long long)rows,
+    LFAIL(status, "", "%s: tensor '%s' (%llu x %llu): %s", f->path, tn, (unsigned long long)nrows,
           (unsigned long long)cols, detail);
   }
 
@@ -196,13 +207,13 @@ clembed_status clembed_matrix_load(clembed_context *ctx, const clembed_file *f, 
    *  - a float type to another: converted here;
    *  - a float type to Q8_0/Q4_0: converted here to F32, written as F32
    *    (clembed_matrix_write quantizes, ggml's quantize_row_*_ref). */
-  const uint8_t *src = f->map + e->offset;
+  const uint8_t *src = f->map + first_byte;
   size_t unit_values = e->block_values, unit_bytes = e->block_bytes;
   if (quantize) {
     unit_values = clembed_dtype_block_values(dtype);
     unit_bytes = unit_values * e->block_bytes;
   }
-  size_t units = (size_t)e->elements / unit_values;
+  size_t units = (size_t)(nrows * cols) / unit_values;
   int same = kind_of((int)dtype) == e->kind && (e->kind != CE_IO_BLOCKS || (int)dtype == e->info.dtype);
   int from_blocks = e->kind == CE_IO_BLOCKS && !same;
   int convert_here = !same && !from_blocks;
@@ -214,7 +225,7 @@ clembed_status clembed_matrix_load(clembed_context *ctx, const clembed_file *f, 
   if (convert_here && units) {
     size_t n = per < units ? per : units;
     tmp = malloc(n * unit_values * clembed_dtype_size(tmp_dtype));
-    if (!tmp) LFAIL(CLEMBED_ERR_OUT_OF_MEMORY, "", "clembed_matrix_load: out of host memory for a %zu-value piece", n);
+    if (!tmp) LFAIL(CLEMBED_ERR_OUT_OF_MEMORY, "", "%s: out of host memory for a %zu-value piece", op, n);
   }
   for (size_t u = 0; u < units; u += per) {
     size_t n = units - u < per ? units - u : per;
@@ -245,6 +256,16 @@ cleanup:
   free(tmp);
   clembed_matrix_release(&out);
   return status;
+}
+
+clembed_status clembed_matrix_load(clembed_context *ctx, const clembed_file *f, const char *name, clembed_dtype dtype,
+                                   clembed_matrix *m) {
+  return load(ctx, "clembed_matrix_load", f, name, dtype, 1, 0, 0, m);
+}
+
+clembed_status clembed_matrix_load_rows(clembed_context *ctx, const clembed_file *f, const char *name,
+                                        clembed_dtype dtype, uint64_t first_row, uint64_t rows, clembed_matrix *m) {
+  return load(ctx, "clembed_matrix_load_rows", f, name, dtype, 0, first_row, rows, m);
 }
 
 clembed_status clembed_ids_load(clembed_context *ctx, const clembed_file *f, const char *name, clembed_ids *ids) {

@@ -16,17 +16,26 @@
  * larger than the device's cache with streaming stores (the tuning's
  * embed_stream, as the forward). Mesa's rusticl gets the one-counter shape
  * on its CPU device too: its compiler spends minutes on the 16-lane kernel. */
-static clembed_status init(clembed_context *ctx, const char *fn, const char *kernel, clembed_matrix *m, float a,
-                           float b, uint64_t seed, cl_uint nwait, const cl_event *wait, cl_event *event) {
+static clembed_status init(clembed_context *ctx, const char *fn, const char *kernel, clembed_matrix *m,
+                           uint64_t first_row, float a, float b, uint64_t seed, cl_uint nwait, const cl_event *wait,
+                           cl_event *event) {
   clembed_status status = CLEMBED_OK;
   size_t ld;
   cl_kernel k;
   char opts[48], name[40];
   CHECK(ce_check_events(ctx, nwait, wait));
   /* a literal: the error detail keeps a pointer into it */
-  const char *what = !strcmp(kernel, "ce_init_uniform") ? "clembed_matrix_init_uniform: m" : "clembed_matrix_init_normal: m";
-  (void)fn;
+  static const char *const whats[2][2] = {{"clembed_matrix_init_normal: m", "clembed_matrix_init_normal_at: m"},
+                                          {"clembed_matrix_init_uniform: m", "clembed_matrix_init_uniform_at: m"}};
+  const char *what = whats[!strcmp(kernel, "ce_init_uniform")][strstr(fn, "_at") != NULL];
   CHECK(ce_check_matrix(ctx, m, what, &ld));
+  /* the Philox index of element 0, and of the end, at most 2^63 */
+  uint64_t limit = (uint64_t)1 << 63, first = 0;
+  if (first_row > limit || (m->cols && first_row + m->rows > limit / m->cols))
+    FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "first_row", -1, (int64_t)(first_row > limit ? limit : first_row),
+             "%s: (first_row %llu + rows %zu) * cols %zu passes 2^63, the largest element index", fn,
+             (unsigned long long)first_row, m->rows, m->cols);
+  first = first_row * m->cols;
   int wide = ctx->tune->cpu_shapes && (ld == m->cols || m->rows == 1) && !strstr(ctx->device_name, "rusticl");
   /* a matrix larger than the device's cache goes out with streaming stores */
   size_t bytes = m->rows * m->cols * (m->dtype == CLEMBED_F32 ? 4 : 2);
@@ -35,24 +44,25 @@ static clembed_status init(clembed_context *ctx, const char *fn, const char *ker
   snprintf(name, sizeof name, "%s%s", kernel, wide ? "16" : "");
   CHECK(ce_kernel(ctx, CE_FAMILY_INIT, opts, name, &k));
   size_t total = m->rows * m->cols; /* the matrix lies in a buffer: no overflow */
-  cl_ulong off = m->offset, ldl = ld, rows = m->rows, cols = m->cols, tot = total;
+  cl_ulong off = m->offset, ldl = ld, rows = m->rows, cols = m->cols, tot = total, fst = first;
   cl_uint lo = (cl_uint)seed, hi = (cl_uint)(seed >> 32);
   if (wide)
-    CHECK(ce_set_args(ctx, k, name, CE_ARG(m->buffer), CE_ARG(off), CE_ARG(tot), CE_ARG(a), CE_ARG(b), CE_ARG(lo),
-                      CE_ARG(hi), CE_END));
+    CHECK(ce_set_args(ctx, k, name, CE_ARG(m->buffer), CE_ARG(off), CE_ARG(tot), CE_ARG(fst), CE_ARG(a), CE_ARG(b),
+                      CE_ARG(lo), CE_ARG(hi), CE_END));
   else
     CHECK(ce_set_args(ctx, k, name, CE_ARG(m->buffer), CE_ARG(off), CE_ARG(ldl), CE_ARG(rows), CE_ARG(cols),
-                      CE_ARG(a), CE_ARG(b), CE_ARG(lo), CE_ARG(hi), CE_END));
-  /* an empty matrix still runs one (idle) group, so the event completes in order */
-  CHECK(ce_enqueue_1d(ctx, k, name, wide ? (total + 63) / 64 : (total + 3) / 4, wide ? CE_LOCAL_ROWS : 0, nwait, wait,
+                      CE_ARG(fst), CE_ARG(a), CE_ARG(b), CE_ARG(lo), CE_ARG(hi), CE_END));
+  /* counters from first / 4 on, covering [first, end); an empty matrix still
+   * runs one (idle) group, so the event completes in order */
+  size_t span = (size_t)(first % 4) + total;
+  CHECK(ce_enqueue_1d(ctx, k, name, wide ? (span + 63) / 64 : (span + 3) / 4, wide ? CE_LOCAL_ROWS : 0, nwait, wait,
                       event));
 cleanup:
   return status;
 }
 
-clembed_status clembed_matrix_init_uniform(clembed_context *ctx, clembed_matrix *m, float low, float high,
-                                           uint64_t seed, cl_uint nwait, const cl_event *wait, cl_event *event) {
-  const char *fn = "clembed_matrix_init_uniform";
+static clembed_status uniform(clembed_context *ctx, const char *fn, clembed_matrix *m, uint64_t first_row, float low,
+                              float high, uint64_t seed, cl_uint nwait, const cl_event *wait, cl_event *event) {
   cl_event own;
   CE_ENTER(ctx, fn);
   cl_event *ev = CE_EVENT_BEGIN(event, own);
@@ -61,13 +71,12 @@ clembed_status clembed_matrix_init_uniform(clembed_context *ctx, clembed_matrix 
                    (double)high);
   if (!(low <= high))
     return ce_fail_arg(ctx, CLEMBED_ERR_INVALID_ARGUMENT, NULL, "low", -1, 0, "%s: low %g > high %g", fn, (double)low, (double)high);
-  clembed_status status = init(ctx, fn, "ce_init_uniform", m, low, high, seed, nwait, wait, ev);
+  clembed_status status = init(ctx, fn, "ce_init_uniform", m, first_row, low, high, seed, nwait, wait, ev);
   return ce_track_end(ctx, status, event, &own);
 }
 
-clembed_status clembed_matrix_init_normal(clembed_context *ctx, clembed_matrix *m, float mean, float std,
-                                          uint64_t seed, cl_uint nwait, const cl_event *wait, cl_event *event) {
-  const char *fn = "clembed_matrix_init_normal";
+static clembed_status normal(clembed_context *ctx, const char *fn, clembed_matrix *m, uint64_t first_row, float mean,
+                             float std, uint64_t seed, cl_uint nwait, const cl_event *wait, cl_event *event) {
   cl_event own;
   CE_ENTER(ctx, fn);
   cl_event *ev = CE_EVENT_BEGIN(event, own);
@@ -76,6 +85,28 @@ clembed_status clembed_matrix_init_normal(clembed_context *ctx, clembed_matrix *
                    (double)std);
   if (!(std >= 0.0f))
     return ce_fail_arg(ctx, CLEMBED_ERR_INVALID_ARGUMENT, NULL, "std", -1, 0, "%s: std %g is negative", fn, (double)std);
-  clembed_status status = init(ctx, fn, "ce_init_normal", m, mean, std, seed, nwait, wait, ev);
+  clembed_status status = init(ctx, fn, "ce_init_normal", m, first_row, mean, std, seed, nwait, wait, ev);
   return ce_track_end(ctx, status, event, &own);
+}
+
+clembed_status clembed_matrix_init_uniform(clembed_context *ctx, clembed_matrix *m, float low, float high,
+                                           uint64_t seed, cl_uint nwait, const cl_event *wait, cl_event *event) {
+  return uniform(ctx, "clembed_matrix_init_uniform", m, 0, low, high, seed, nwait, wait, event);
+}
+
+clembed_status clembed_matrix_init_normal(clembed_context *ctx, clembed_matrix *m, float mean, float std,
+                                          uint64_t seed, cl_uint nwait, const cl_event *wait, cl_event *event) {
+  return normal(ctx, "clembed_matrix_init_normal", m, 0, mean, std, seed, nwait, wait, event);
+}
+
+clembed_status clembed_matrix_init_uniform_at(clembed_context *ctx, clembed_matrix *m, uint64_t first_row, float low,
+                                              float high, uint64_t seed, cl_uint nwait, const cl_event *wait,
+                                              cl_event *event) {
+  return uniform(ctx, "clembed_matrix_init_uniform_at", m, first_row, low, high, seed, nwait, wait, event);
+}
+
+clembed_status clembed_matrix_init_normal_at(clembed_context *ctx, clembed_matrix *m, uint64_t first_row, float mean,
+                                             float std, uint64_t seed, cl_uint nwait, const cl_event *wait,
+                                             cl_event *event) {
+  return normal(ctx, "clembed_matrix_init_normal_at", m, first_row, mean, std, seed, nwait, wait, event);
 }

@@ -97,6 +97,21 @@ clembed_status ce_fail_arg(clembed_context *ctx, clembed_status code, const char
   return code;
 }
 
+clembed_status clembed_context_fail(clembed_context *ctx, clembed_status status, const char *operation,
+                                    const char *argument, int64_t index, int64_t value, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  if (ctx) {
+    ce_vset_message(ctx, fmt ? fmt : "", ap);
+    ce_detail_fill(&ctx->detail, status, operation, argument, index, value);
+  } else {
+    vsnprintf(last_error, sizeof last_error, fmt ? fmt : "", ap);
+    ce_detail_fill(&last_detail, status, operation, argument, index, value);
+  }
+  va_end(ap);
+  return status;
+}
+
 clembed_status ce_cl_fail(clembed_context *ctx, cl_int err, const char *what) {
   clembed_status s = (clembed_status)err;
   if (err == CL_MEM_OBJECT_ALLOCATION_FAILURE || err == CL_OUT_OF_HOST_MEMORY || err == CL_OUT_OF_RESOURCES)

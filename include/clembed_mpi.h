@@ -1,0 +1,181 @@
+/*
+ * clembed_mpi: an embedding table split by rows over the ranks of an MPI
+ * communicator, with the bits of one device holding the whole table.
+ *
+ * Part of libclembed_mpi (link with clembed_mpi, clembed and MPI); built when
+ * CMake finds MPI. It stands on clembed's public API and MPI only. One process
+ * per device, as in every large trainer: each rank has its own clembed
+ * context, owns a contiguous range of the table's rows (its shard) and passes
+ * its own batch (data parallel); the calls exchange ids and rows with MPI
+ * collectives (MPI_Alltoall, MPI_Alltoallv, MPI_Allreduce) on a duplicate of
+ * the communicator, staged through host memory. The library does not call
+ * MPI_Init: MPI must be initialised with MPI_THREAD_FUNNELED or more
+ * (MPI_Init_thread) and the calls made from the thread that initialised it.
+ *
+ * Rows. Rank r of n owns rows [r*rows/n, (r+1)*rows/n) (64-bit integer
+ * division, no overflow for any size_t rows): shards differ by at most one row,
+ * and with fewer rows than ranks some are empty.
+ *
+ * The bits. Every result equals what one device holding the whole table gives
+ * for the ranks' batches concatenated in rank order, for any number of ranks:
+ * - init: element (r, c) of the table is element (r, c) of
+ *   clembed_matrix_init_normal / _uniform of the whole table (the Philox index
+ *   (r * cols + c); each shard is clembed_matrix_init_*_at of its first row);
+ * - load: the shard holds the bits of clembed_matrix_load's rows;
+ * - embed: each rank's rows are the rows clembed_embed gives for its batch on
+ *   the whole table. The owners send their rows' bits (float tables in their
+ *   own dtype; block-quantized ones dequantized to F32, exactly as every
+ *   kernel dequantizes them), and the rank runs clembed_embed on the rows it
+ *   received with its own options: positions, seq_len, sequence offsets,
+ *   dropout and its seed are each rank's own, as on its own batch (so the
+ *   equality with one device is exact for batches of whole sequences);
+ * - optimizer_step: the table and its optimizer state after the step. One
+ *   device folds the contributions to row v in ascending token order
+ *   (clembed_optimizer_step). Here each rank sends every token's gradient row
+ *   (with the rank's own dropout mask applied, exactly as the fold applies it:
+ *   m = g * (1 / (1 - p)) where kept, else 0) to the owner of its id, in token
+ *   order; each owner receives the ranks' rows in rank order, which is global
+ *   token order for the concatenated batch, and runs clembed_optimizer_step on
+ *   them, whose fold sorts stably by row: every row folds the same values in
+ *   the same order as on one device, from 0, then scale, then (with
+ *   scale_grad_by_freq) the division by the number of contributions the owner
+ *   received for that row, which is the id's count over every rank. No partial
+ *   sum is ever formed on the sending side (that would change the order of
+ *   the additions), so a row's gradient crosses the network once per token.
+ *   Weight decay, the step and the states are the owner's, as on one device.
+ * The exactness holds for F32, F16 and BF16 tables and gradients, any rank
+ * count and any split of the batch, on devices that give clembed's
+ * operations the same bits (every OpenCL device does for lookup, embed and
+ * the optimizer steps; ADAGRAD, ROWWISE_ADAGRAD and ADAM also need
+ * correctly rounded sqrt and division, CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT, on
+ * every rank's device, as one device needs them to match another).
+ *
+ * Collectives. Every function taking a table but clembed_mpi_table_shard and
+ * clembed_mpi_table_state is collective over the table's communicator: every
+ * rank calls it, in the same order, with the same table. Each first agrees,
+ * with one MPI_Allreduce, on what must agree (the call, the table's shape and
+ * dtype, the tensor name, the options that are not a rank's own data: scale,
+ * index policy, padding_idx, scale_grad_by_freq, the optimizer's kind and
+ * settings, the init's parameters); a mismatch returns
+ * CLEMBED_ERR_INVALID_ARGUMENT on every rank, the message naming the field,
+ * and nothing else is done. A rank's own bad argument (a NULL, a matrix of the
+ * wrong shape, a bad option) is refused on that rank with the usual message
+ * naming the argument; in the forward the other ranks go on and get their
+ * rows (the rank still serves its shard); in a step and in create, load and
+ * init every rank returns an error and nothing changes (the others:
+ * CLEMBED_ERR_INVALID_ARGUMENT naming the rank). No input makes a rank hang:
+ * every rank reaches every collective of a call whatever its arguments; only
+ * a NULL table (there is no communicator to speak on) or a rank that does not
+ * call returns at once / leaves the others waiting, as with any MPI
+ * collective.
+ *
+ * Errors. The failure's message and detail are on the rank's context
+ * (clembed_context_message, clembed_context_error; operation
+ * "clembed_mpi_..."). A bad id is the call's result on the rank that passed
+ * it: CLEMBED_ERR_INDEX_OUT_OF_RANGE, the detail naming "ids", its local
+ * position and its value, and its row as the index policy says (CHECK: a zero
+ * row in the forward, no contribution in a step); the other ranks return
+ * CLEMBED_OK with correct results. Ids are checked against the whole table
+ * on the rank that passed them. A device or host failure while serving rows
+ * (out of memory) is returned on every rank. A failed MPI call is
+ * CLEMBED_ERR_COMMUNICATION with MPI's error string (the communicator's error
+ * handler is set to MPI_ERRORS_RETURN).
+ *
+ * Sizes. A rank passes at most (INT_MAX / number of ranks) ids per call (MPI
+ * counts are int; past that the call refuses them on that rank), and a row
+ * holds at most INT_MAX / 4 values (create and load refuse more).
+ */
+#ifndef CLEMBED_MPI_H
+#define CLEMBED_MPI_H
+
+#include "clembed.h"
+#include "clembed_io.h"
+
+#include <mpi.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct clembed_mpi_table clembed_mpi_table; /* opaque */
+
+/* Creates a rows x cols table of dtype (zeros) split over comm's ranks, each
+ * rank's shard on its ctx's device. Collective: the ranks must agree on rows,
+ * cols and dtype, else CLEMBED_ERR_INVALID_ARGUMENT on every rank and *t NULL.
+ * The table keeps ctx (which must outlive it) and a duplicate of comm. Any
+ * dtype clembed_matrix_create takes; quantized tables can be looked up, not
+ * trained. */
+CLEMBED_API clembed_status clembed_mpi_table_create(clembed_context *ctx, MPI_Comm comm, size_t rows, size_t cols,
+                                                    clembed_dtype dtype, clembed_mpi_table **t);
+
+/* Creates the table from tensor `name` of a file each rank has opened itself
+ * (the same file, or copies of it): each rank reads and uploads only its own
+ * rows (clembed_matrix_load_rows), with the bits of clembed_matrix_load. The
+ * ranks must agree on the name, the dtype and the tensor's shape and stored
+ * type, else CLEMBED_ERR_INVALID_ARGUMENT on every rank; a rank that cannot
+ * load (a missing tensor, out of memory) fails every rank. */
+CLEMBED_API clembed_status clembed_mpi_table_load(clembed_context *ctx, MPI_Comm comm, const clembed_file *f,
+                                                  const char *name, clembed_dtype dtype, clembed_mpi_table **t);
+
+/* Releases the shard, its optimizer state and the communicator. Collective.
+ * NULL is a no-op. */
+CLEMBED_API void clembed_mpi_table_release(clembed_mpi_table *t);
+
+/* This rank's rows: *first_row receives the global index of its first row and
+ * *rows a view of them (rows x cols, possibly 0 rows), owned by the table and
+ * valid until release; reads and writes through it go to the table. Not
+ * collective. Either output may be NULL. */
+CLEMBED_API clembed_status clembed_mpi_table_shard(const clembed_mpi_table *t, size_t *first_row,
+                                                   clembed_matrix *rows);
+
+/* The shard of an optimizer state (which 1: o->state, 2: o->state2 of the
+ * optimizer's kind, as clembed_optimizer describes them, with this shard's
+ * rows), made by the first step; for checkpoints. A view owned by the table.
+ * CLEMBED_ERR_INVALID_ARGUMENT when the table has no such state (no step yet,
+ * SGD, state2 of ADAGRAD). *kind (may be NULL) receives the optimizer kind.
+ * Not collective. */
+CLEMBED_API clembed_status clembed_mpi_table_state(const clembed_mpi_table *t, int which,
+                                                   clembed_optimizer_kind *kind, clembed_matrix *state);
+
+/* Philox initialisation with the whole table's bits (see the top). Collective;
+ * the ranks agree on the parameters. Arguments as clembed_matrix_init_*. */
+CLEMBED_API clembed_status clembed_mpi_table_init_normal(clembed_mpi_table *t, float mean, float std, uint64_t seed);
+CLEMBED_API clembed_status clembed_mpi_table_init_uniform(clembed_mpi_table *t, float low, float high,
+                                                          uint64_t seed);
+
+/* The forward, clembed_embed on this rank's ids with the table's rows: out
+ * (ids->count x cols, any float dtype, on this rank's ctx) receives this
+ * rank's rows. opt NULL means clembed_embed_defaults(). Collective and
+ * blocking (it returns when out is written, or with the call's deferred
+ * error). Each rank asks every owner once for each distinct row of its batch
+ * (ids out, rows back) and runs clembed_embed on the rows it got: every option
+ * of clembed_embed works, with each rank's positions, sequence offsets,
+ * position table and dropout its own. Agreed: scale, policy, padding_idx.
+ * A bad id: see the top; an error of the rank's own options (a position past
+ * its position table, a bad sequence offset) is what clembed_embed reports
+ * for its batch. */
+CLEMBED_API clembed_status clembed_mpi_embed(clembed_mpi_table *t, const clembed_ids *ids,
+                                             const clembed_embed_options *opt, clembed_matrix *out);
+
+/* One sparse optimizer step of the whole table on every rank's batch:
+ * clembed_optimizer_step of one device on the concatenated batch (see the
+ * top). grad_out (ids->count x cols, F32, F16 or BF16) and ids are this
+ * rank's. opt NULL means clembed_backward_defaults() (deterministic and
+ * accumulate are ignored, as in clembed_optimizer_step); a position_grad is
+ * refused (CLEMBED_ERR_INVALID_ARGUMENT: a sharded step does not fold the
+ * position table's gradient; take it with clembed_backward on the rank's
+ * batch). o->state and o->state2 must be NULL: the state lives with each
+ * shard, made (zeros) by the table's first step, and a later step of another
+ * kind is CLEMBED_ERR_INVALID_ARGUMENT. o->step as in one process (ADAM's t,
+ * the same on every rank). Agreed: scale, policy, padding_idx,
+ * scale_grad_by_freq and every field of o; dropout and its seed are each
+ * rank's own (the mask of its own forward). Collective and blocking. */
+CLEMBED_API clembed_status clembed_mpi_optimizer_step(clembed_mpi_table *t, const clembed_matrix *grad_out,
+                                                      const clembed_ids *ids, const clembed_backward_options *opt,
+                                                      const clembed_optimizer *o);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CLEMBED_MPI_H */

@@ -1,0 +1,333 @@
+/* What every call of libclembed_mpi shares: a rank's own failure kept until
+ * the collectives are over, the agreement among the ranks (one
+ * MPI_Allreduce), ids read and resolved on the host as the kernels resolve
+ * them, the host sort, and the all-to-all exchanges. */
+#include "mpi_table.h"
+
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------ own failures */
+
+clembed_status ce_mpi_fail(ce_mpi_error *e, clembed_status status, const char *argument, int64_t index,
+                           int64_t value, const char *fmt, ...) {
+  if (e->status != CLEMBED_OK) return status;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(e->message, sizeof e->message, fmt, ap);
+  va_end(ap);
+  e->status = status;
+  e->argument = argument ? argument : "";
+  e->index = index;
+  e->value = value;
+  return status;
+}
+
+clembed_status ce_mpi_fail_from(ce_mpi_error *e, clembed_context *ctx, clembed_status s) {
+  clembed_error_detail d;
+  if (clembed_context_error(ctx, &d) != CLEMBED_OK || d.status != s) {
+    d.argument = "";
+    d.index = -1;
+    d.value = 0;
+  }
+  return ce_mpi_fail(e, s, d.argument, d.index, d.value, "%s", clembed_context_message(ctx));
+}
+
+clembed_status ce_mpi_report(clembed_context *ctx, const char *op, const ce_mpi_error *e) {
+  if (e->status == CLEMBED_OK) return CLEMBED_OK;
+  return clembed_context_fail(ctx, e->status, op, e->argument, e->index, e->value, "%s", e->message);
+}
+
+int ce_mpi_ok(ce_mpi_error *e, int code, const char *call) {
+  if (code == MPI_SUCCESS) return 1;
+  char text[MPI_MAX_ERROR_STRING + 1];
+  int len = 0;
+  if (MPI_Error_string(code, text, &len) != MPI_SUCCESS) len = 0;
+  text[len] = '\0';
+  ce_mpi_fail(e, CLEMBED_ERR_COMMUNICATION, "comm", -1, code, "%s failed: %s", call, len ? text : "(no MPI text)");
+  return 0;
+}
+
+/* ---------------------------------------------------------------- agreement */
+
+void ce_mpi_agree(ce_mpi_vote *v, const char *name, uint64_t value) {
+  if (v->n < CE_MPI_AGREE) {
+    v->names[v->n] = name;
+    v->agree[v->n++] = value;
+  }
+}
+
+void ce_mpi_agree_float(ce_mpi_vote *v, const char *name, float value) {
+  uint32_t u;
+  memcpy(&u, &value, 4);
+  if (v->n < CE_MPI_AGREE) v->floats |= 1u << v->n;
+  ce_mpi_agree(v, name, u);
+}
+
+uint64_t ce_mpi_string_field(const char *s) {
+  if (!s) return 0x6e756c6c; /* "null": no hash of a string's bytes starts there */
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3ULL;
+  return h;
+}
+
+/* One MPI_Allreduce(MAX) of [fields, their complements, max fields, failed]:
+ * a field is equal on every rank exactly when its largest value is the
+ * complement of its complements' largest (its smallest). Unused fields are 0
+ * everywhere. `failed` travels as size - rank, so the maximum names the
+ * lowest rank. */
+int ce_mpi_vote_run(MPI_Comm comm, int rank, int size, ce_mpi_vote *v, int failed, ce_mpi_error *e) {
+  uint64_t in[2 * CE_MPI_AGREE + CE_MPI_MAX + 1], out[2 * CE_MPI_AGREE + CE_MPI_MAX + 1];
+  for (int i = 0; i < CE_MPI_AGREE; i++) {
+    uint64_t x = i < v->n ? v->agree[i] : 0;
+    in[i] = x;
+    in[CE_MPI_AGREE + i] = ~x;
+  }
+  for (int i = 0; i < CE_MPI_MAX; i++) in[2 * CE_MPI_AGREE + i] = v->max[i];
+  in[2 * CE_MPI_AGREE + CE_MPI_MAX] = failed ? (uint64_t)(size - rank) : 0;
+  v->differs = -1;
+  v->failed_rank = -1;
+  if (!ce_mpi_ok(e, MPI_Allreduce(in, out, 2 * CE_MPI_AGREE + CE_MPI_MAX + 1, MPI_UINT64_T, MPI_MAX, comm),
+                 "MPI_Allreduce (the ranks' agreement)"))
+    return 0;
+  for (int i = CE_MPI_AGREE - 1; i >= 0; i--)
+    if (out[i] != ~out[CE_MPI_AGREE + i]) v->differs = i;
+  for (int i = 0; i < CE_MPI_MAX; i++) v->max[i] = out[2 * CE_MPI_AGREE + i];
+  uint64_t f = out[2 * CE_MPI_AGREE + CE_MPI_MAX];
+  v->failed_rank = f ? size - (int)f : -1;
+  return 1;
+}
+
+clembed_status ce_mpi_vote_outcome(const ce_mpi_vote *v, const char *op, ce_mpi_error *e) {
+  if (e->status != CLEMBED_OK) return e->status; /* this rank's own failure stays its answer */
+  /* a rank that failed on its own first: its fields may be anything */
+  if (v->failed_rank >= 0)
+    return ce_mpi_fail(e, CLEMBED_ERR_INVALID_ARGUMENT, "", v->failed_rank, 0,
+                       "%s: rank %d refused its arguments (its context's message says why); nothing was done",
+                       op, v->failed_rank);
+  if (v->differs >= 0) {
+    int i = v->differs;
+    char mine[64];
+    if ((v->floats >> i) & 1) {
+      uint32_t u = (uint32_t)v->agree[i];
+      float f;
+      memcpy(&f, &u, 4);
+      snprintf(mine, sizeof mine, "%.9g", (double)f);
+    } else if (i == 0) {
+      snprintf(mine, sizeof mine, "another clembed_mpi function than this rank's");
+    } else {
+      snprintf(mine, sizeof mine, "%llu", (unsigned long long)v->agree[i]);
+    }
+    return ce_mpi_fail(e, CLEMBED_ERR_INVALID_ARGUMENT, v->names[i], -1, (int64_t)v->agree[i],
+                       "%s: the ranks disagree on %s (%s%s); every rank must make the same call with the same "
+                       "%s", op, v->names[i], i == 0 ? "a rank called " : "this rank passed ", mine, v->names[i]);
+  }
+  return CLEMBED_OK;
+}
+
+int ce_mpi_first_failed(MPI_Comm comm, int rank, int size, int failed, ce_mpi_error *e) {
+  int in = failed ? size - rank : 0, out = 0;
+  if (!ce_mpi_ok(e, MPI_Allreduce(&in, &out, 1, MPI_INT, MPI_MAX, comm), "MPI_Allreduce (the ranks' status)"))
+    return -2;
+  return out ? size - out : -1;
+}
+
+/* ------------------------------------------------------------------ helpers */
+
+void *ce_mpi_buffer(clembed_mpi_table *t, int k, size_t bytes) {
+  ce_mpi_buf *b = &t->buf[k];
+  if (bytes <= b->bytes && b->p) return b->p;
+  size_t want = bytes < 4096 ? 4096 : bytes + bytes / 4;
+  void *p = realloc(b->p, want);
+  if (!p) return NULL;
+  b->p = p;
+  b->bytes = want;
+  return p;
+}
+
+clembed_status ce_mpi_stage_reserve(clembed_mpi_table *t, int k, size_t bytes, ce_mpi_error *e) {
+  ce_mpi_stage *st = &t->stage[k];
+  cl_int err = CL_SUCCESS;
+  if (!bytes) bytes = 1;
+  if (ce_mpi_stage_done(t, k, e) != CLEMBED_OK) return e->status;
+  if (st->bytes < bytes) {
+    if (st->mem) clReleaseMemObject(st->mem);
+    st->mem = NULL;
+    st->bytes = 0;
+    size_t want = bytes + bytes / 4; /* room to grow */
+    st->mem = clCreateBuffer(t->cl, CL_MEM_READ_WRITE | CL_MEM_ALLOC_HOST_PTR, want, NULL, &err);
+    if (err != CL_SUCCESS || !st->mem) {
+      st->mem = NULL;
+      return ce_mpi_fail(e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, err, "clembed_mpi: a staging buffer of %zu bytes: %s",
+                         want, clembed_status_string((clembed_status)err));
+    }
+    st->bytes = want;
+  }
+  return CLEMBED_OK;
+}
+
+static void *stage_map(clembed_mpi_table *t, int k, size_t bytes, cl_map_flags flags, ce_mpi_error *e) {
+  ce_mpi_stage *st = &t->stage[k];
+  cl_int err = CL_SUCCESS;
+  if (!bytes) bytes = 1;
+  if (ce_mpi_stage_reserve(t, k, bytes, e) != CLEMBED_OK) return NULL;
+  st->host = clEnqueueMapBuffer(t->queue, st->mem, CL_TRUE, flags, 0, bytes, 0, NULL, NULL, &err);
+  if (err != CL_SUCCESS || !st->host) {
+    st->host = NULL;
+    ce_mpi_fail(e, err == CL_MEM_OBJECT_ALLOCATION_FAILURE || err == CL_OUT_OF_HOST_MEMORY ? CLEMBED_ERR_OUT_OF_MEMORY
+                                                                                           : (clembed_status)err,
+                "", -1, err, "clembed_mpi: mapping a staging buffer of %zu bytes: %s", bytes,
+                clembed_status_string((clembed_status)err));
+  }
+  return st->host;
+}
+
+void *ce_mpi_stage_write(clembed_mpi_table *t, int k, size_t bytes, ce_mpi_error *e) {
+  return stage_map(t, k, bytes, CL_MAP_WRITE_INVALIDATE_REGION, e);
+}
+
+void *ce_mpi_stage_read(clembed_mpi_table *t, int k, size_t bytes, ce_mpi_error *e) {
+  return stage_map(t, k, bytes, CL_MAP_READ, e);
+}
+
+clembed_status ce_mpi_stage_done(clembed_mpi_table *t, int k, ce_mpi_error *e) {
+  ce_mpi_stage *st = &t->stage[k];
+  if (!st->host) return CLEMBED_OK;
+  cl_event ev = NULL;
+  cl_int err = clEnqueueUnmapMemObject(t->queue, st->mem, st->host, 0, NULL, &ev);
+  st->host = NULL;
+  if (err == CL_SUCCESS) err = clWaitForEvents(1, &ev);
+  if (ev) clReleaseEvent(ev);
+  if (err != CL_SUCCESS)
+    return ce_mpi_fail(e, (clembed_status)err, "", -1, err, "clembed_mpi: unmapping a staging buffer: %s",
+                       clembed_status_string((clembed_status)err));
+  return CLEMBED_OK;
+}
+
+clembed_matrix ce_mpi_stage_matrix(const clembed_mpi_table *t, int k, size_t rows, size_t cols, clembed_dtype dtype) {
+  clembed_matrix m = {0};
+  m.buffer = t->stage[k].mem;
+  m.rows = rows;
+  m.cols = cols;
+  m.dtype = dtype;
+  return m;
+}
+
+clembed_ids ce_mpi_stage_ids(const clembed_mpi_table *t, int k, size_t n, clembed_index_type type) {
+  clembed_ids ids = {0};
+  ids.buffer = n ? t->stage[k].mem : NULL;
+  ids.count = n;
+  ids.type = type;
+  return ids;
+}
+
+void ce_mpi_stage_release(clembed_mpi_table *t) {
+  ce_mpi_error ignored = {0};
+  for (int k = 0; k < CE_MPI_NSTAGE; k++) {
+    ce_mpi_stage_done(t, k, &ignored);
+    if (t->stage[k].mem) clReleaseMemObject(t->stage[k].mem);
+    t->stage[k].mem = NULL;
+    t->stage[k].bytes = 0;
+  }
+}
+
+int ce_mpi_owner(const clembed_mpi_table *t, size_t v) {
+  /* a guess from the proportion, then the bounds (shards differ by one row at most) */
+  int r = (int)((double)v / (double)t->rows * (double)t->size);
+  if (r >= t->size) r = t->size - 1;
+  if (r < 0) r = 0;
+  while (r > 0 && t->bounds[r] > v) r--;
+  while (r + 1 < t->size && t->bounds[r + 1] <= v) r++;
+  return r;
+}
+
+clembed_matrix ce_mpi_rows(const clembed_matrix *m, size_t n) {
+  clembed_matrix v = *m;
+  v.rows = n;
+  return v;
+}
+
+clembed_status ce_mpi_read_ids(clembed_mpi_table *t, const clembed_ids *ids, int64_t *host, ce_mpi_error *e) {
+  clembed_context *ctx = t->ctx;
+  clembed_status s = clembed_finish(ctx); /* an earlier call's pending error is this rank's answer */
+  if (s != CLEMBED_OK) return ce_mpi_fail_from(e, ctx, s);
+  if (!ids->count) return CLEMBED_OK;
+  if (ids->type == CLEMBED_I64) {
+    s = clembed_ids_read(ctx, ids, host);
+  } else {
+    int32_t *h32 = (int32_t *)host + ids->count; /* the upper half, widened from the front */
+    s = clembed_ids_read(ctx, ids, h32);
+    for (size_t i = 0; s == CLEMBED_OK && i < ids->count; i++) host[i] = h32[i];
+  }
+  if (s != CLEMBED_OK) return ce_mpi_fail_from(e, ctx, s);
+  return CLEMBED_OK;
+}
+
+int ce_mpi_resolve(int64_t id, size_t rows, clembed_index_policy policy, uint64_t *row) {
+  int64_t r = (int64_t)rows; /* a table lies in memory: rows < 2^63 */
+  if (policy == CLEMBED_INDEX_WRAP && id < 0 && id >= -r) id += r;
+  if (id < 0 || id >= r) {
+    if (policy == CLEMBED_INDEX_CLAMP && r > 0) {
+      id = id < 0 ? 0 : r - 1;
+    } else {
+      return policy == CLEMBED_INDEX_ZERO ? 0 : -1;
+    }
+  }
+  *row = (uint64_t)id;
+  return 1;
+}
+
+uint64_t ce_mpi_padding(int64_t padding_idx, size_t rows, int *bad) {
+  *bad = 0;
+  if (padding_idx == CLEMBED_NO_PADDING) return UINT64_MAX;
+  int64_t p = padding_idx < 0 ? padding_idx + (int64_t)rows : padding_idx;
+  if (p < 0 || (uint64_t)p >= (uint64_t)rows) {
+    *bad = 1;
+    return UINT64_MAX;
+  }
+  return (uint64_t)p;
+}
+
+/* ------------------------------------------------------------------ exchange */
+
+int *ce_mpi_send_counts(clembed_mpi_table *t) { return t->counts; }
+
+long long ce_mpi_exchange_counts(clembed_mpi_table *t, ce_mpi_error *e) {
+  int n = t->size, *sc = t->counts, *rc = t->counts + n, *sd = t->counts + 2 * n, *rd = t->counts + 3 * n;
+  if (!ce_mpi_ok(e, MPI_Alltoall(sc, 1, MPI_INT, rc, 1, MPI_INT, t->comm), "MPI_Alltoall (the counts)")) return -1;
+  long long s = 0, r = 0;
+  for (int k = 0; k < n; k++) {
+    sd[k] = (int)s;
+    rd[k] = (int)r;
+    s += sc[k] > 0 ? sc[k] : 0;
+    r += rc[k] > 0 ? rc[k] : 0;
+  }
+  return r;
+}
+
+int ce_mpi_count_failure(const clembed_mpi_table *t) {
+  for (int k = 0; k < t->size; k++)
+    if (t->counts[t->size + k] < 0) return k;
+  return -1;
+}
+
+int ce_mpi_alltoallv(clembed_mpi_table *t, const void *send, void *recv, MPI_Datatype type, int reverse,
+                     ce_mpi_error *e) {
+  int n = t->size, *sc = t->counts, *rc = t->counts + n, *sd = t->counts + 2 * n, *rd = t->counts + 3 * n;
+  int code = reverse ? MPI_Alltoallv(send, rc, rd, type, recv, sc, sd, type, t->comm)
+                     : MPI_Alltoallv(send, sc, sd, type, recv, rc, rd, type, t->comm);
+  return ce_mpi_ok(e, code, "MPI_Alltoallv");
+}
+
+int ce_mpi_alltoallv_rows(clembed_mpi_table *t, const void *send, void *recv, size_t row_bytes, int reverse,
+                          ce_mpi_error *e) {
+  MPI_Datatype row = MPI_DATATYPE_NULL;
+  if (!row_bytes) return 1;
+  int ok = ce_mpi_ok(e, MPI_Type_contiguous((int)row_bytes, MPI_BYTE, &row), "MPI_Type_contiguous") &&
+           ce_mpi_ok(e, MPI_Type_commit(&row), "MPI_Type_commit") && ce_mpi_alltoallv(t, send, recv, row, reverse, e);
+  if (row != MPI_DATATYPE_NULL) MPI_Type_free(&row);
+  return ok;
+}

@@ -1,0 +1,206 @@
+/* What the files of libclembed_mpi share: the table, the agreement among the
+ * ranks, a rank's own failures kept until the collectives are over, the host
+ * staging buffers, and MPI calls checked. On clembed's public headers and MPI
+ * only (src/mpi never includes the core library's src/). */
+#ifndef CLEMBED_MPI_TABLE_H
+#define CLEMBED_MPI_TABLE_H
+
+#include "clembed_mpi.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* A host buffer kept by the table between calls, grown when needed. */
+typedef struct ce_mpi_buf {
+  void *p;
+  size_t bytes;
+} ce_mpi_buf;
+
+/* The host buffers of the table's calls (reused; what each holds is the
+ * call's: see embed.c and step.c). */
+enum {
+  CE_MPI_IDS,    /* the rank's ids as int64 */
+  CE_MPI_KEYS,   /* scratch: rows */
+  CE_MPI_KEYS2,
+  CE_MPI_VALS,   /* scratch: token or row indices */
+  CE_MPI_VALS2,
+  CE_MPI_POS,
+  CE_MPI_SEND,   /* ids sent */
+  CE_MPI_RECV,   /* stand-ins for a stage that could not be mapped (the exchange must still happen) */
+  CE_MPI_SEND2,
+  CE_MPI_RECV2,
+  CE_MPI_NBUF
+};
+
+/* Device buffers kept by the table between calls (CL_MEM_ALLOC_HOST_PTR, so
+ * that mapping them costs no copy where the device shares host memory): the
+ * exchanges read and write them mapped, and the operations use them as
+ * matrices and ids. */
+enum {
+  CE_MPI_ST_LOCAL,   /* forward: the rank's ids renumbered into its rows; step: its tokens in send order */
+  CE_MPI_ST_ASKED,   /* ids asked of this shard / received with the gradient rows */
+  CE_MPI_ST_OUT,     /* rows gathered for the askers / the rank's gradient rows in send order */
+  CE_MPI_ST_IN,      /* rows received: the forward's rows / the owner's contributions */
+  CE_MPI_ST_MASK,    /* step with dropout: the masked gradient; and the identity ids */
+  CE_MPI_ST_IOTA,
+  CE_MPI_NSTAGE
+};
+
+typedef struct ce_mpi_stage {
+  cl_mem mem;
+  size_t bytes;              /* its size */
+  void *host;                /* while mapped */
+} ce_mpi_stage;
+
+struct clembed_mpi_table {
+  clembed_context *ctx;
+  MPI_Comm comm;             /* a duplicate of the caller's, errors returned */
+  int rank, size;
+  size_t rows, cols;
+  clembed_dtype dtype;
+  size_t *bounds;            /* size + 1 entries: rank r owns rows [bounds[r], bounds[r + 1]) */
+  size_t max_shard;          /* the most rows any rank owns */
+  clembed_matrix shard;      /* this rank's rows */
+  int has_state;             /* an optimizer kind's state exists (kind) */
+  clembed_optimizer_kind kind;
+  clembed_matrix state, state2;
+  clembed_matrix scratch;    /* one F32 element: the 0-row matrices of an argument check */
+  int *counts;               /* 4 * size ints: send and receive counts and displacements */
+  ce_mpi_buf buf[CE_MPI_NBUF];
+  ce_mpi_stage stage[CE_MPI_NSTAGE];
+  cl_context cl;             /* the context's OpenCL context and queue */
+  cl_command_queue queue;
+};
+
+/* ------------------------------------------------------------ own failures */
+
+/* A rank's first failure, kept while the call goes on with the collectives,
+ * then put on the context (ce_mpi_report). */
+typedef struct ce_mpi_error {
+  clembed_status status;     /* CLEMBED_OK: none */
+  const char *argument;      /* a literal, or a detail's static string */
+  int64_t index, value;
+  char message[1024];
+} ce_mpi_error;
+
+/* Records a failure unless one is already recorded. Returns status. */
+clembed_status ce_mpi_fail(ce_mpi_error *e, clembed_status status, const char *argument, int64_t index,
+                           int64_t value, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 6, 7)))
+#endif
+    ;
+/* Records the failure clembed just reported on ctx (status s), its message and
+ * detail, unless one is already recorded. Returns s. */
+clembed_status ce_mpi_fail_from(ce_mpi_error *e, clembed_context *ctx, clembed_status s);
+/* Puts e on ctx as the failure of `op` (the detail's operation). Returns its status. */
+clembed_status ce_mpi_report(clembed_context *ctx, const char *op, const ce_mpi_error *e);
+
+/* An MPI return code: MPI_SUCCESS, or the failure recorded on e
+ * (CLEMBED_ERR_COMMUNICATION with MPI's error string). Returns 1 on success. */
+int ce_mpi_ok(ce_mpi_error *e, int mpi_code, const char *call);
+
+/* ---------------------------------------------------------------- agreement */
+
+#define CE_MPI_AGREE 16 /* fields every rank must hold equal */
+#define CE_MPI_MAX 4    /* fields whose largest value every rank learns */
+
+/* The calls, the first field of every agreement (a rank calling another
+ * function than its peers disagrees at once). */
+enum { CE_MPI_CALL_CREATE = 1, CE_MPI_CALL_LOAD, CE_MPI_CALL_INIT_NORMAL, CE_MPI_CALL_INIT_UNIFORM,
+       CE_MPI_CALL_EMBED, CE_MPI_CALL_STEP };
+
+typedef struct ce_mpi_vote {
+  uint64_t agree[CE_MPI_AGREE];
+  const char *names[CE_MPI_AGREE];
+  int n;
+  unsigned floats;           /* bit i: field i is a float's bits (for the message) */
+  uint64_t max[CE_MPI_MAX];  /* in: this rank's values; out: the largest over the ranks */
+  /* out */
+  int differs;               /* the first field that is not equal everywhere, or -1 */
+  int failed_rank;           /* the lowest rank that failed on its own, or -1 */
+} ce_mpi_vote;
+
+/* Adds a field that must agree (name: a literal, for the message). */
+void ce_mpi_agree(ce_mpi_vote *v, const char *name, uint64_t value);
+/* ... a float, by its bits */
+void ce_mpi_agree_float(ce_mpi_vote *v, const char *name, float value);
+/* The field of a string (a 64-bit FNV-1a hash; NULL differs from ""). */
+uint64_t ce_mpi_string_field(const char *s);
+
+/* The collective agreement, one MPI_Allreduce on comm: every rank learns
+ * whether the fields agree, the largest max values, and the lowest rank with
+ * `failed` set. 1 on success; 0 when MPI failed (recorded on e). */
+int ce_mpi_vote_run(MPI_Comm comm, int rank, int size, ce_mpi_vote *v, int failed, ce_mpi_error *e);
+
+/* After a vote: the outcome as this rank's failure, or CLEMBED_OK when every
+ * rank agreed and none failed. A rank that failed keeps its own failure; the
+ * others get CLEMBED_ERR_INVALID_ARGUMENT naming the field or the rank. */
+clembed_status ce_mpi_vote_outcome(const ce_mpi_vote *v, const char *op, ce_mpi_error *e);
+
+/* The lowest rank whose `failed` is set, or -1 (one MPI_Allreduce); -2 when
+ * MPI failed (recorded on e). */
+int ce_mpi_first_failed(MPI_Comm comm, int rank, int size, int failed, ce_mpi_error *e);
+
+/* ------------------------------------------------------------------ helpers */
+
+/* The table's host buffer k, at least `bytes` long (NULL when memory runs out). */
+void *ce_mpi_buffer(clembed_mpi_table *t, int k, size_t bytes);
+
+/* Stage k, at least `bytes` long (grown by a new buffer; 1 byte at least),
+ * mapped for the host: for writing (its contents discarded) or for reading
+ * what the device wrote (clembed_finish first: the operations before are
+ * done). NULL on failure (recorded on e). */
+void *ce_mpi_stage_write(clembed_mpi_table *t, int k, size_t bytes, ce_mpi_error *e);
+/* ... or only at least `bytes` long, unmapped (for the device to write). */
+clembed_status ce_mpi_stage_reserve(clembed_mpi_table *t, int k, size_t bytes, ce_mpi_error *e);
+void *ce_mpi_stage_read(clembed_mpi_table *t, int k, size_t bytes, ce_mpi_error *e);
+/* Unmaps stage k (if mapped) and waits until the device sees the host's
+ * writes. CLEMBED_OK or the failure (recorded on e). */
+clembed_status ce_mpi_stage_done(clembed_mpi_table *t, int k, ce_mpi_error *e);
+/* Stage k as a rows x cols matrix of dtype, or as n ids of type. */
+clembed_matrix ce_mpi_stage_matrix(const clembed_mpi_table *t, int k, size_t rows, size_t cols, clembed_dtype dtype);
+clembed_ids ce_mpi_stage_ids(const clembed_mpi_table *t, int k, size_t n, clembed_index_type type);
+/* Releases every stage (unmapped). */
+void ce_mpi_stage_release(clembed_mpi_table *t);
+
+/* The rank that owns global row v (< rows). */
+int ce_mpi_owner(const clembed_mpi_table *t, size_t v);
+
+/* The first n rows of m (a view). */
+clembed_matrix ce_mpi_rows(const clembed_matrix *m, size_t n);
+
+/* Blocking read of ids (I32 or I64) into int64 host values; the rank's
+ * earlier pending device errors are its failure. CLEMBED_OK or the failure
+ * (recorded on e). */
+clembed_status ce_mpi_read_ids(clembed_mpi_table *t, const clembed_ids *ids, int64_t *host, ce_mpi_error *e);
+
+/* The row an id resolves to under the index policy (as every clembed kernel
+ * resolves it, padding aside): 1 with *row set, 0 for no row (ZERO's bad
+ * ids), -1 for a bad id to report (CHECK, WRAP past -rows, CLAMP of an empty
+ * table). */
+int ce_mpi_resolve(int64_t id, size_t rows, clembed_index_policy policy, uint64_t *row);
+
+/* padding_idx resolved against rows (negative counts from the end), or
+ * UINT64_MAX for none; *bad set when it lies outside the table. */
+uint64_t ce_mpi_padding(int64_t padding_idx, size_t rows, int *bad);
+
+/* The exchanges: this rank's send counts (items for each rank) go in
+ * ce_mpi_send_counts(t)[0 .. size); ce_mpi_exchange_counts (an MPI_Alltoall)
+ * fills the receive counts and both displacements and returns the number of
+ * items this rank receives (-1 when MPI failed, recorded on e). Then
+ * ce_mpi_alltoallv moves items of `type`: send -> recv along the counts, or
+ * with `reverse` back along them (each rank sends what it received counts of,
+ * and receives what it sent counts of). 1 on success, 0 when MPI failed. */
+int *ce_mpi_send_counts(clembed_mpi_table *t);
+long long ce_mpi_exchange_counts(clembed_mpi_table *t, ce_mpi_error *e);
+/* A rank that sent negative counts (a failure it announces to every rank in
+ * the same exchange): the lowest such rank, or -1. */
+int ce_mpi_count_failure(const clembed_mpi_table *t);
+int ce_mpi_alltoallv(clembed_mpi_table *t, const void *send, void *recv, MPI_Datatype type, int reverse,
+                     ce_mpi_error *e);
+/* ... of rows of `row_bytes` bytes each (nothing moves for 0-byte rows). */
+int ce_mpi_alltoallv_rows(clembed_mpi_table *t, const void *send, void *recv, size_t row_bytes, int reverse,
+                          ce_mpi_error *e);
+
+#endif

@@ -1,0 +1,330 @@
+/* clembed_mpi_optimizer_step: every token's gradient row goes to the owner of
+ * its id, and each owner runs clembed_optimizer_step on what it received.
+ *
+ * Why the bits are one device's: clembed_optimizer_step folds the
+ * contributions to a row in ascending token order, from zero (the segment
+ * fold after a stable sort by row). Each rank sends, to each owner, the rows
+ * of its tokens that the owner owns, in token order (a stable counting sort
+ * by owner); MPI_Alltoallv places what an owner receives in rank order. For
+ * the ranks' batches concatenated in rank order that is ascending global
+ * token order, and the owner's own stable sort by row keeps it: every row
+ * folds the same float32 values in the same order as one device would. The
+ * values are the same: a rank applies its own dropout mask before sending
+ * (clembed_embed of the gradient rows with scale 1 and the rank's dropout and
+ * seed: its element e = i*cols + c is g * (1 / (1 - p)) where the mask keeps
+ * it, else 0, the float operations the backward's mask does); scale is the
+ * owner's (after the sum, as on one device); scale_grad_by_freq divides by
+ * the number of contributions the owner received for the row, the id's count
+ * over all ranks. Bad, dropped (ZERO) and padding tokens are resolved on the
+ * rank that passed them and send nothing, as they add nothing on one device.
+ * Nothing is summed before sending: a partial sum on the sending side would
+ * change the order of the additions.
+ *
+ * All or nothing: the ranks agree first (one MPI_Allreduce: the call, the
+ * options that must agree, each rank's own failure); a rank that cannot
+ * prepare its rows says so in the counts' exchange (negative counts), and
+ * then no rank steps. Only a failure while an owner steps (the device, out
+ * of memory) can leave the table stepped elsewhere; every rank is told. */
+#include "mpi_table.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int is_float(clembed_dtype d) { return d == CLEMBED_F32 || d == CLEMBED_F16 || d == CLEMBED_BF16; }
+
+/* The optimizer as the owner's clembed_optimizer_step gets it: the state
+ * matrices given (the shard's, or 0-row stand-ins for the argument check). */
+static clembed_optimizer with_states(const clembed_optimizer *o, clembed_matrix *s1, clembed_matrix *s2) {
+  clembed_optimizer p = *o;
+  p.state = o->kind == CLEMBED_SGD ? NULL : s1;
+  p.state2 = o->kind == CLEMBED_ADAM ? s2 : NULL;
+  return p;
+}
+
+/* The step's backward options on the owner: the contributions come masked and
+ * resolved (local rows, none bad, no padding); scale and scale_grad_by_freq
+ * are the call's. */
+static clembed_backward_options owner_options(const clembed_backward_options *bo) {
+  clembed_backward_options b = clembed_backward_defaults();
+  b.scale = bo->scale;
+  b.scale_grad_by_freq = bo->scale_grad_by_freq;
+  return b;
+}
+
+/* The rank's own arguments; on success the optimizer's settings have been
+ * checked by clembed_optimizer_step itself on 0 rows of the shard. */
+static void check_args(clembed_mpi_table *t, const char *op, const clembed_matrix *g, const clembed_ids *ids,
+                       const clembed_backward_options *bo, const clembed_optimizer *o, int pad_bad, ce_mpi_error *e) {
+  size_t limit = (size_t)INT_MAX / (size_t)t->size;
+  if (!g || !ids || !o) {
+    const char *a = !g ? "grad_out" : !ids ? "ids" : "optimizer";
+    ce_mpi_fail(e, CLEMBED_ERR_INVALID_ARGUMENT, a, -1, 0, "%s: %s is NULL", op, a);
+  } else if (o->state || o->state2) {
+    ce_mpi_fail(e, CLEMBED_ERR_INVALID_ARGUMENT, o->state ? "state" : "state2", -1, 0,
+                "%s: the optimizer's %s must be NULL: the table keeps each shard's state itself", op,
+                o->state ? "state" : "state2");
+  } else if (g->rows != ids->count || g->cols != t->cols) {
+    ce_mpi_fail(e, CLEMBED_ERR_INVALID_ARGUMENT, "grad_out", -1, (int64_t)g->rows,
+                "%s: grad_out is %zu x %zu but %zu ids of a table of %zu cols need %zu x %zu", op, g->rows, g->cols,
+                ids->count, t->cols, ids->count, t->cols);
+  } else if (!is_float(g->dtype)) {
+    ce_mpi_fail(e, CLEMBED_ERR_INVALID_ARGUMENT, "grad_out", -1, (int64_t)g->dtype,
+                "%s: grad_out must be F32, F16 or BF16 (dtype %d)", op, (int)g->dtype);
+  } else if (bo->position_grad) {
+    ce_mpi_fail(e, CLEMBED_ERR_INVALID_ARGUMENT, "position_grad", -1, 0,
+                "%s: a sharded step does not fold a position table's gradient; take it with clembed_backward on "
+                "the rank's batch", op);
+  } else if ((unsigned)bo->policy > (unsigned)CLEMBED_INDEX_WRAP) {
+    ce_mpi_fail(e, CLEMBED_ERR_INVALID_ARGUMENT, "policy", -1, (int64_t)bo->policy, "%s: unknown index policy %d", op,
+                (int)bo->policy);
+  } else if (pad_bad) {
+    ce_mpi_fail(e, CLEMBED_ERR_INVALID_ARGUMENT, "padding_idx", -1, bo->padding_idx,
+                "%s: padding_idx %lld is outside the table of %zu rows", op, (long long)bo->padding_idx, t->rows);
+  } else if (!(bo->dropout >= 0.0f && bo->dropout < 1.0f)) {
+    ce_mpi_fail(e, CLEMBED_ERR_INVALID_ARGUMENT, "dropout", -1, 0, "%s: dropout %g is outside [0, 1)", op,
+                (double)bo->dropout);
+  } else if (ids->count > limit) {
+    ce_mpi_fail(e, CLEMBED_ERR_INVALID_ARGUMENT, "ids", -1, (int64_t)ids->count,
+                "%s: %zu ids; at most %zu per rank and call with %d ranks (MPI counts are int)", op, ids->count, limit,
+                t->size);
+  } else if (t->has_state && t->kind != o->kind) {
+    ce_mpi_fail(e, CLEMBED_ERR_INVALID_ARGUMENT, "kind", -1, (int64_t)o->kind,
+                "%s: the table's state belongs to optimizer kind %d; a step of kind %d cannot use it", op,
+                (int)t->kind, (int)o->kind);
+  } else {
+    /* the optimizer's own checks (kind, learning_rate, eps, betas, weight_decay, step; a
+     * quantized table), on 0 rows of the shard with 0-row states: nothing is touched */
+    clembed_context *ctx = t->ctx;
+    clembed_matrix tv = ce_mpi_rows(&t->shard, 0), g0 = ce_mpi_rows(&t->scratch, 0);
+    clembed_matrix s1 = g0, s2 = g0;
+    g0.cols = t->cols;
+    s1.cols = o->kind == CLEMBED_ROWWISE_ADAGRAD ? 1 : t->cols;
+    s2.cols = t->cols;
+    g0.ld = s1.ld = s2.ld = 0;
+    clembed_ids none = {0};
+    none.type = CLEMBED_I32;
+    clembed_optimizer p = with_states(o, &s1, &s2);
+    clembed_backward_options b = owner_options(bo);
+    clembed_status s = clembed_optimizer_step(ctx, &g0, &none, &b, &p, &tv, 0, NULL, NULL);
+    if (s == CLEMBED_OK) s = clembed_finish(ctx);
+    if (s != CLEMBED_OK) ce_mpi_fail_from(e, ctx, s);
+  }
+}
+
+/* The state of the optimizer's kind, made (zeros) when the table has none. 1 when made here. */
+static int make_state(clembed_mpi_table *t, clembed_optimizer_kind kind, ce_mpi_error *e) {
+  if (t->has_state || kind == CLEMBED_SGD) return 0;
+  clembed_context *ctx = t->ctx;
+  size_t r = t->shard.rows;
+  clembed_status s = clembed_matrix_create(ctx, r, kind == CLEMBED_ROWWISE_ADAGRAD ? 1 : t->cols, CLEMBED_F32, &t->state);
+  if (s == CLEMBED_OK && kind == CLEMBED_ADAM) s = clembed_matrix_create(ctx, r, t->cols, CLEMBED_F32, &t->state2);
+  if (s != CLEMBED_OK) {
+    ce_mpi_fail_from(e, ctx, s);
+    clembed_matrix_release(&t->state);
+    clembed_matrix_release(&t->state2);
+    return 0;
+  }
+  return 1;
+}
+
+/* The rank's contributions: its tokens that reach a row (not bad, dropped or
+ * padding), grouped by owner in token order. Fills the send counts, the
+ * tokens (order) and their rows in the owners' shards (the ids sent); the
+ * first bad id to report goes to *bad_at / *bad_id. Returns the count, or -1
+ * when host memory runs out. */
+static long long plan(clembed_mpi_table *t, const int64_t *host, size_t n, clembed_index_policy policy, uint64_t pad,
+                      uint32_t *order, void *send, int big, int64_t *bad_at, int64_t *bad_id) {
+  int *sc = ce_mpi_send_counts(t), size = t->size;
+  int32_t *owner = ce_mpi_buffer(t, CE_MPI_VALS2, n * 4 + 4);
+  uint64_t *row = ce_mpi_buffer(t, CE_MPI_KEYS, n * 8 + 8);
+  int *at = malloc(((size_t)size + 1) * sizeof *at);
+  if (!owner || !row || !at) {
+    free(at);
+    return -1;
+  }
+  memset(sc, 0, (size_t)size * sizeof *sc);
+  for (size_t i = 0; i < n; i++) {
+    int r = ce_mpi_resolve(host[i], t->rows, policy, &row[i]);
+    owner[i] = -1;
+    if (r < 0 && *bad_at < 0) {
+      *bad_at = (int64_t)i;
+      *bad_id = host[i];
+    }
+    if (r == 1 && row[i] != pad) sc[owner[i] = ce_mpi_owner(t, row[i])]++;
+  }
+  at[0] = 0;
+  for (int k = 0; k < size; k++) at[k + 1] = at[k] + sc[k];
+  long long total = at[size];
+  for (size_t i = 0; i < n; i++) {
+    if (owner[i] < 0) continue;
+    int k = at[owner[i]]++;
+    size_t in_shard = row[i] - t->bounds[owner[i]];
+    order[k] = (uint32_t)i;
+    if (big) ((int64_t *)send)[k] = (int64_t)in_shard;
+    else ((int32_t *)send)[k] = (int32_t)in_shard;
+  }
+  free(at);
+  return total;
+}
+
+/* The rank's contribution rows, in send order (the stage of its tokens, m of
+ * them), as `wire` values into the out stage, mapped for the exchange: the
+ * rank's dropout mask applied on the device (clembed_embed with scale 1 of
+ * the gradient as a table, into the mask stage), then the rows gathered
+ * (clembed_lookup). *rows receives the mapped rows. */
+static clembed_status pack(clembed_mpi_table *t, const clembed_matrix *g, const clembed_backward_options *bo, size_t m,
+                           clembed_dtype wire, void **rows, ce_mpi_error *e) {
+  clembed_context *ctx = t->ctx;
+  clembed_status s = CLEMBED_OK;
+  const clembed_matrix *src = g;
+  clembed_matrix masked = {0};
+  size_t n = g->rows, rb = clembed_dtype_size(wire) * t->cols;
+  *rows = NULL;
+  if (!m || !rb) return CLEMBED_OK;
+  if (bo->dropout > 0.0f) {
+    uint32_t *iota = ce_mpi_stage_write(t, CE_MPI_ST_IOTA, n * 4, e);
+    if (!iota) return e->status;
+    for (size_t i = 0; i < n; i++) iota[i] = (uint32_t)i;
+    if ((s = ce_mpi_stage_done(t, CE_MPI_ST_IOTA, e)) != CLEMBED_OK) return s;
+    if ((s = ce_mpi_stage_reserve(t, CE_MPI_ST_MASK, n * t->cols * 4, e)) != CLEMBED_OK) return s;
+    clembed_embed_options eo = clembed_embed_defaults();
+    eo.dropout = bo->dropout;
+    eo.dropout_seed = bo->dropout_seed;
+    clembed_ids all = ce_mpi_stage_ids(t, CE_MPI_ST_IOTA, n, CLEMBED_I32);
+    masked = ce_mpi_stage_matrix(t, CE_MPI_ST_MASK, n, t->cols, CLEMBED_F32);
+    s = clembed_embed(ctx, g, &all, &eo, &masked, 0, NULL, NULL);
+    src = &masked;
+  }
+  if (s == CLEMBED_OK && (s = ce_mpi_stage_reserve(t, CE_MPI_ST_OUT, m * rb, e)) == CLEMBED_OK) {
+    clembed_ids pick = ce_mpi_stage_ids(t, CE_MPI_ST_LOCAL, m, CLEMBED_I32);
+    clembed_matrix packed = ce_mpi_stage_matrix(t, CE_MPI_ST_OUT, m, t->cols, wire);
+    s = clembed_lookup(ctx, src, &pick, &packed, 0, NULL, NULL);
+    if (s == CLEMBED_OK) s = clembed_finish(ctx);
+    if (s != CLEMBED_OK) return ce_mpi_fail_from(e, ctx, s);
+    *rows = ce_mpi_stage_read(t, CE_MPI_ST_OUT, m * rb, e);
+    return *rows ? CLEMBED_OK : e->status;
+  }
+  return s == CLEMBED_OK ? e->status : ce_mpi_fail_from(e, ctx, s);
+}
+
+clembed_status clembed_mpi_optimizer_step(clembed_mpi_table *t, const clembed_matrix *grad_out,
+                                          const clembed_ids *ids, const clembed_backward_options *opt,
+                                          const clembed_optimizer *o) {
+  const char *op = "clembed_mpi_optimizer_step";
+  if (!t)
+    return clembed_context_fail(NULL, CLEMBED_ERR_INVALID_ARGUMENT, op, "t", -1, 0,
+                                "%s: t is NULL (no communicator to speak on)", op);
+  clembed_context *ctx = t->ctx;
+  ce_mpi_error e = {0};
+  ce_mpi_vote v = {0};
+  clembed_backward_options bo = opt ? *opt : clembed_backward_defaults();
+  ce_mpi_error own = {0}; /* a failure of this rank's owner side: every rank learns it */
+  int pad_bad = 0, made = 0, big = t->max_shard > (size_t)INT32_MAX;
+  uint64_t pad = ce_mpi_padding(bo.padding_idx, t->rows, &pad_bad);
+  int64_t *host = NULL, bad_at = -1, bad_id = 0;
+  size_t n = 0;
+
+  check_args(t, op, grad_out, ids, &bo, o, pad_bad, &e);
+  if (e.status == CLEMBED_OK) {
+    n = ids->count;
+    host = ce_mpi_buffer(t, CE_MPI_IDS, n * 8 + 8);
+    if (!host) ce_mpi_fail(&e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory for %zu ids", op, n);
+    else ce_mpi_read_ids(t, ids, host, &e);
+  }
+  if (e.status == CLEMBED_OK) made = make_state(t, o->kind, &e);
+
+  /* agree: the call and its settings; each rank's own failure; whether the
+   * gradients all have one dtype and none has dropout (then they travel as they are) */
+  int ok = e.status == CLEMBED_OK;
+  ce_mpi_agree(&v, "the call", CE_MPI_CALL_STEP);
+  ce_mpi_agree_float(&v, "scale", ok ? bo.scale : 0.0f);
+  ce_mpi_agree(&v, "policy", ok ? (uint64_t)bo.policy : 0);
+  ce_mpi_agree(&v, "padding_idx", ok ? pad : 0);
+  ce_mpi_agree(&v, "scale_grad_by_freq", ok ? (uint64_t)(bo.scale_grad_by_freq != 0) : 0);
+  ce_mpi_agree(&v, "the optimizer's kind", ok ? (uint64_t)o->kind : 0);
+  ce_mpi_agree_float(&v, "learning_rate", ok ? o->learning_rate : 0.0f);
+  ce_mpi_agree_float(&v, "eps", ok ? o->eps : 0.0f);
+  ce_mpi_agree_float(&v, "beta1", ok ? o->beta1 : 0.0f);
+  ce_mpi_agree_float(&v, "beta2", ok ? o->beta2 : 0.0f);
+  ce_mpi_agree_float(&v, "weight_decay", ok ? o->weight_decay : 0.0f);
+  ce_mpi_agree(&v, "step", ok ? o->step : 0);
+  v.max[0] = ok ? (uint64_t)grad_out->dtype : 0;
+  v.max[1] = ok ? ~(uint64_t)grad_out->dtype : ~(uint64_t)0;
+  v.max[2] = ok && bo.dropout > 0.0f;
+  if (!ce_mpi_vote_run(t->comm, t->rank, t->size, &v, !ok, &e)) goto done;
+  if (ce_mpi_vote_outcome(&v, op, &e) != CLEMBED_OK) {
+    if (made) {
+      clembed_matrix_release(&t->state);
+      clembed_matrix_release(&t->state2);
+    }
+    goto done;
+  }
+  if (made) {
+    t->has_state = 1;
+    t->kind = o->kind;
+  }
+  clembed_dtype wire = v.max[0] == ~v.max[1] && !v.max[2] ? grad_out->dtype : CLEMBED_F32;
+  size_t rb = clembed_dtype_size(wire) * t->cols;
+
+  /* the rank's contributions, prepared: its tokens in send order go into the
+   * stage its rows are gathered by; a failure is announced with the counts */
+  uint32_t *order = ce_mpi_stage_write(t, CE_MPI_ST_LOCAL, n * 4, &e);
+  void *send_ids = ce_mpi_buffer(t, CE_MPI_SEND, n * 8 + 8), *send_rows = NULL;
+  long long m = order && send_ids ? plan(t, host, n, bo.policy, pad, order, send_ids, big, &bad_at, &bad_id) : -1;
+  if (m < 0 && e.status == CLEMBED_OK)
+    ce_mpi_fail(&e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory for %zu ids", op, n);
+  if (m >= 0 && ce_mpi_stage_done(t, CE_MPI_ST_LOCAL, &e) == CLEMBED_OK)
+    pack(t, grad_out, &bo, (size_t)m, wire, &send_rows, &e);
+  if (e.status != CLEMBED_OK)
+    for (int k = 0; k < t->size; k++) ce_mpi_send_counts(t)[k] = -1;
+  long long nrecv = ce_mpi_exchange_counts(t, &e);
+  if (nrecv < 0) goto done;
+  int failed = ce_mpi_count_failure(t);
+  if (failed >= 0) {
+    ce_mpi_fail(&e, CLEMBED_ERR_INVALID_ARGUMENT, "", failed, 0,
+                "%s: rank %d could not prepare its gradient rows (its context's message says why); no row was "
+                "stepped", op, failed);
+    goto done;
+  }
+  /* what the owner receives goes straight into the stages its step reads */
+  void *recv_ids = ce_mpi_stage_write(t, CE_MPI_ST_ASKED, (size_t)nrecv * (big ? 8 : 4), &own);
+  void *recv_rows = ce_mpi_stage_write(t, CE_MPI_ST_IN, (size_t)nrecv * rb, &own);
+  if (!recv_ids) recv_ids = ce_mpi_buffer(t, CE_MPI_RECV, (size_t)nrecv * 8 + 8); /* the answer must still go */
+  if (!recv_rows) recv_rows = ce_mpi_buffer(t, CE_MPI_RECV2, (size_t)nrecv * rb + 1);
+  if (!send_rows) send_rows = ce_mpi_buffer(t, CE_MPI_SEND2, 1); /* nothing to send */
+  if (!recv_ids || !recv_rows || !send_rows) {
+    ce_mpi_fail(&e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory for %lld contributions", op, nrecv);
+    goto done;
+  }
+  if (!ce_mpi_alltoallv(t, send_ids, recv_ids, big ? MPI_INT64_T : MPI_INT32_T, 0, &e)) goto done;
+  if (!ce_mpi_alltoallv_rows(t, send_rows, recv_rows, rb, 0, &e)) goto done;
+
+  /* the owner's step on what it received, in global token order */
+  if (nrecv && own.status == CLEMBED_OK) {
+    clembed_backward_options b = owner_options(&bo);
+    clembed_optimizer p = with_states(o, &t->state, &t->state2);
+    clembed_status s = ce_mpi_stage_done(t, CE_MPI_ST_ASKED, &own);
+    if (s == CLEMBED_OK) s = ce_mpi_stage_done(t, CE_MPI_ST_IN, &own);
+    clembed_matrix rows = ce_mpi_stage_matrix(t, CE_MPI_ST_IN, (size_t)nrecv, t->cols, wire);
+    clembed_ids lids = ce_mpi_stage_ids(t, CE_MPI_ST_ASKED, (size_t)nrecv, big ? CLEMBED_I64 : CLEMBED_I32);
+    if (s == CLEMBED_OK) s = clembed_optimizer_step(ctx, &rows, &lids, &b, &p, &t->shard, 0, NULL, NULL);
+    if (s == CLEMBED_OK) s = clembed_finish(ctx);
+    if (s != CLEMBED_OK && own.status == CLEMBED_OK) ce_mpi_fail_from(&own, ctx, s);
+  }
+  int bad = ce_mpi_first_failed(t->comm, t->rank, t->size, own.status != CLEMBED_OK, &e);
+  if (bad >= 0) {
+    if (e.status == CLEMBED_OK && own.status != CLEMBED_OK) e = own;
+    ce_mpi_fail(&e, CLEMBED_ERR_INVALID_ARGUMENT, "", bad, 0,
+                "%s: rank %d could not step its rows (its context's message says why); the other shards were "
+                "stepped", op, bad);
+  }
+  if (bad == -1 && bad_at >= 0)
+    ce_mpi_fail(&e, CLEMBED_ERR_INDEX_OUT_OF_RANGE, "ids", bad_at, bad_id, "%s: ids[%lld] = %lld is outside [%s%zu, %zu)",
+                op, (long long)bad_at, (long long)bad_id, bo.policy == CLEMBED_INDEX_WRAP ? "-" : "",
+                bo.policy == CLEMBED_INDEX_WRAP ? t->rows : 0, t->rows);
+done:
+  for (int k = 0; k < CE_MPI_NSTAGE; k++) ce_mpi_stage_done(t, k, &own);
+  return ce_mpi_report(ctx, op, &e);
+}

@@ -1,0 +1,264 @@
+/* The sharded table: create, load, release, the shard and state views, and
+ * the Philox initialisation with the whole table's bits. */
+#include "mpi_table.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* MPI is usable by this thread at the level the library needs. */
+static void check_mpi(const char *op, ce_mpi_error *e) {
+  int init = 0, fin = 0, level = MPI_THREAD_SINGLE, main_thread = 0;
+  MPI_Initialized(&init);
+  MPI_Finalized(&fin);
+  if (!init || fin) {
+    ce_mpi_fail(e, CLEMBED_ERR_INVALID_ARGUMENT, "comm", -1, 0, "%s: MPI is %s", op,
+                fin ? "finalized" : "not initialised (call MPI_Init_thread first)");
+    return;
+  }
+  MPI_Query_thread(&level);
+  MPI_Is_thread_main(&main_thread);
+  if (level < MPI_THREAD_FUNNELED)
+    ce_mpi_fail(e, CLEMBED_ERR_INVALID_ARGUMENT, "comm", -1, level,
+                "%s: MPI was initialised with MPI_THREAD_SINGLE; clembed_mpi needs MPI_THREAD_FUNNELED or more "
+                "(MPI_Init_thread), since the OpenCL runtime has threads of its own", op);
+  else if (!main_thread && level < MPI_THREAD_SERIALIZED)
+    ce_mpi_fail(e, CLEMBED_ERR_INVALID_ARGUMENT, "comm", -1, level,
+                "%s: called from another thread than the one that initialised MPI (MPI_THREAD_FUNNELED)", op);
+}
+
+static void release_table(clembed_mpi_table *t) {
+  if (!t) return;
+  ce_mpi_stage_release(t);
+  clembed_matrix_release(&t->shard);
+  clembed_matrix_release(&t->state);
+  clembed_matrix_release(&t->state2);
+  clembed_matrix_release(&t->scratch);
+  for (int k = 0; k < CE_MPI_NBUF; k++) free(t->buf[k].p);
+  free(t->bounds);
+  free(t->counts);
+  if (t->comm != MPI_COMM_NULL) MPI_Comm_free(&t->comm);
+  free(t);
+}
+
+/* The part of create and load before the shard: the checks every rank makes
+ * on its own, the communicator, the agreement (the call's own fields are in
+ * v already), the bounds. NULL with e set on failure (on every rank). */
+static clembed_mpi_table *begin(clembed_context *ctx, MPI_Comm comm, const char *op, size_t rows, size_t cols,
+                                clembed_dtype dtype, ce_mpi_vote *v, ce_mpi_error *e) {
+  clembed_mpi_table *t = calloc(1, sizeof *t);
+  check_mpi(op, e);
+  if (!t) {
+    ce_mpi_fail(e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory", op);
+    return NULL; /* nothing to speak on: the peers' create fails in MPI_Comm_dup or waits */
+  }
+  t->ctx = ctx;
+  t->comm = MPI_COMM_NULL;
+  t->queue = clembed_context_queue(ctx);
+  if (t->queue && clGetCommandQueueInfo(t->queue, CL_QUEUE_CONTEXT, sizeof t->cl, &t->cl, NULL) != CL_SUCCESS)
+    t->cl = NULL;
+  if (!clembed_dtype_block_values(dtype))
+    ce_mpi_fail(e, CLEMBED_ERR_INVALID_ARGUMENT, "dtype", -1, (int64_t)dtype, "%s: unknown dtype %d", op, (int)dtype);
+  else if (cols % clembed_dtype_block_values(dtype))
+    ce_mpi_fail(e, CLEMBED_ERR_INVALID_ARGUMENT, "cols", -1, (int64_t)cols,
+                "%s: cols %zu is not a multiple of the dtype's block of %zu values", op, cols,
+                clembed_dtype_block_values(dtype));
+  else if (cols > (size_t)INT32_MAX / 4) /* a row as float32 values (gradients, dequantized rows) */
+    ce_mpi_fail(e, CLEMBED_ERR_INVALID_ARGUMENT, "cols", -1, (int64_t)cols,
+                "%s: a row of %zu float32 values is more than INT_MAX bytes, the most one MPI exchange item holds", op,
+                cols);
+  if (comm == MPI_COMM_NULL) {
+    ce_mpi_fail(e, CLEMBED_ERR_INVALID_ARGUMENT, "comm", -1, 0, "%s: comm is MPI_COMM_NULL", op);
+    goto fail;
+  }
+  {
+    int init = 0;
+    MPI_Initialized(&init);
+    if (!init) goto fail;
+  }
+  if (!ce_mpi_ok(e, MPI_Comm_dup(comm, &t->comm), "MPI_Comm_dup")) {
+    t->comm = MPI_COMM_NULL;
+    goto fail;
+  }
+  MPI_Comm_set_errhandler(t->comm, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(t->comm, &t->rank);
+  MPI_Comm_size(t->comm, &t->size);
+  ce_mpi_agree(v, "rows", rows);
+  ce_mpi_agree(v, "cols", cols);
+  ce_mpi_agree(v, "dtype", (uint64_t)dtype);
+  if (!ce_mpi_vote_run(t->comm, t->rank, t->size, v, e->status != CLEMBED_OK, e)) goto fail;
+  if (ce_mpi_vote_outcome(v, op, e) != CLEMBED_OK) goto fail;
+  t->rows = rows;
+  t->cols = cols;
+  t->dtype = dtype;
+  t->bounds = malloc(((size_t)t->size + 1) * sizeof *t->bounds);
+  t->counts = malloc(4 * (size_t)t->size * sizeof *t->counts);
+  if (t->bounds && t->counts) {
+    /* r * rows / size without overflow: r*(rows/size) + r*(rows%size)/size */
+    size_t q = rows / (size_t)t->size, rem = rows % (size_t)t->size;
+    for (int r = 0; r <= t->size; r++) {
+      t->bounds[r] = (size_t)r * q + (size_t)((unsigned long long)r * rem / (unsigned long long)t->size);
+      if (r && t->bounds[r] - t->bounds[r - 1] > t->max_shard) t->max_shard = t->bounds[r] - t->bounds[r - 1];
+    }
+  } else {
+    ce_mpi_fail(e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory", op);
+  }
+  return t;
+fail:
+  release_table(t);
+  return NULL;
+}
+
+/* The end of create and load: every rank learns whether every shard was made. */
+static clembed_status finish(clembed_mpi_table *t, const char *op, ce_mpi_error *e, clembed_mpi_table **out) {
+  clembed_context *ctx = t->ctx;
+  if (e->status == CLEMBED_OK) {
+    clembed_status s = clembed_matrix_create(ctx, 1, 1, CLEMBED_F32, &t->scratch);
+    if (s == CLEMBED_OK) s = clembed_finish(ctx);
+    if (s != CLEMBED_OK) ce_mpi_fail_from(e, ctx, s);
+  }
+  int first = ce_mpi_first_failed(t->comm, t->rank, t->size, e->status != CLEMBED_OK, e);
+  if (first >= 0 && e->status == CLEMBED_OK)
+    ce_mpi_fail(e, CLEMBED_ERR_INVALID_ARGUMENT, "", first, 0,
+                "%s: rank %d could not make its shard (its context's message says why)", op, first);
+  if (e->status != CLEMBED_OK) {
+    release_table(t);
+    return ce_mpi_report(ctx, op, e);
+  }
+  *out = t;
+  return CLEMBED_OK;
+}
+
+clembed_status clembed_mpi_table_create(clembed_context *ctx, MPI_Comm comm, size_t rows, size_t cols,
+                                        clembed_dtype dtype, clembed_mpi_table **t) {
+  const char *op = "clembed_mpi_table_create";
+  ce_mpi_error e = {0};
+  ce_mpi_vote v = {0};
+  if (t) *t = NULL;
+  if (!ctx || !t) /* still a collective: the peers must not wait */
+    ce_mpi_fail(&e, CLEMBED_ERR_INVALID_ARGUMENT, ctx ? "t" : "ctx", -1, 0, "%s: %s is NULL", op, ctx ? "t" : "ctx");
+  ce_mpi_agree(&v, "the call", CE_MPI_CALL_CREATE);
+  clembed_mpi_table *tab = begin(ctx, comm, op, rows, cols, dtype, &v, &e);
+  if (!tab) return ce_mpi_report(ctx, op, &e);
+  size_t first = tab->bounds[tab->rank], n = tab->bounds[tab->rank + 1] - first;
+  if (e.status == CLEMBED_OK) {
+    clembed_status s = clembed_matrix_create(ctx, n, cols, dtype, &tab->shard);
+    if (s != CLEMBED_OK) ce_mpi_fail_from(&e, ctx, s);
+  }
+  return finish(tab, op, &e, t);
+}
+
+/* A tensor's rows and cols as clembed_matrix_load counts them (clembed_io.h):
+ * rows = the first dimension, cols = the product of the others; 1-D (n,) is
+ * 1 x n, 0-D 1 x 1. 0 when the product overflows. */
+static int tensor_shape(const clembed_tensor_info *info, uint64_t *rows, uint64_t *cols) {
+  *rows = info->ndim >= 2 ? info->shape[0] : 1;
+  *cols = 1;
+  for (int d = info->ndim >= 2 ? 1 : 0; d < info->ndim; d++) {
+    if (info->shape[d] && *cols > UINT64_MAX / info->shape[d]) return 0;
+    *cols *= info->shape[d];
+  }
+  return 1;
+}
+
+clembed_status clembed_mpi_table_load(clembed_context *ctx, MPI_Comm comm, const clembed_file *f, const char *name,
+                                      clembed_dtype dtype, clembed_mpi_table **t) {
+  const char *op = "clembed_mpi_table_load";
+  ce_mpi_error e = {0};
+  ce_mpi_vote v = {0};
+  uint64_t rows = 0, cols = 0;
+  clembed_tensor_info info = {0};
+  if (t) *t = NULL;
+  if (!ctx || !t || !f)
+    ce_mpi_fail(&e, CLEMBED_ERR_INVALID_ARGUMENT, !ctx ? "ctx" : !t ? "t" : "f", -1, 0, "%s: %s is NULL", op,
+                !ctx ? "ctx" : !t ? "t" : "f");
+  if (e.status == CLEMBED_OK) {
+    /* the tensor clembed_matrix_load would take (NULL: the only one, or a GGUF file's token_embd.weight) */
+    size_t i = 0, n = clembed_file_tensor_count(f);
+    clembed_status s = CLEMBED_OK;
+    if (name || n != 1) s = clembed_file_find(f, name ? name : "token_embd.weight", &i);
+    if (s == CLEMBED_OK) s = clembed_file_tensor_info(f, i, &info);
+    if (s != CLEMBED_OK)
+      ce_mpi_fail(&e, s, "name", -1, 0, "%s: %s", op, clembed_last_error_message());
+    else if (!tensor_shape(&info, &rows, &cols) || rows > SIZE_MAX || cols > SIZE_MAX)
+      ce_mpi_fail(&e, CLEMBED_ERR_INVALID_ARGUMENT, "name", -1, 0, "%s: tensor '%s' is too large for this process", op,
+                  info.name);
+  }
+  ce_mpi_agree(&v, "the call", CE_MPI_CALL_LOAD);
+  ce_mpi_agree(&v, "name", ce_mpi_string_field(name));
+  ce_mpi_agree(&v, "the tensor's stored type", ce_mpi_string_field(info.type_name));
+  clembed_mpi_table *tab = begin(ctx, comm, op, (size_t)rows, (size_t)cols, dtype, &v, &e);
+  if (!tab) return ce_mpi_report(ctx, op, &e);
+  size_t first = tab->bounds[tab->rank], n = tab->bounds[tab->rank + 1] - first;
+  if (e.status == CLEMBED_OK) {
+    clembed_status s = clembed_matrix_load_rows(ctx, f, name, dtype, first, n, &tab->shard);
+    if (s != CLEMBED_OK) ce_mpi_fail_from(&e, ctx, s);
+  }
+  return finish(tab, op, &e, t);
+}
+
+/* The calls are blocking: no work of the table's is in flight; work the caller
+ * enqueued on the shard keeps its buffer (OpenCL counts references). */
+void clembed_mpi_table_release(clembed_mpi_table *t) { release_table(t); }
+
+clembed_status clembed_mpi_table_shard(const clembed_mpi_table *t, size_t *first_row, clembed_matrix *rows) {
+  if (!t)
+    return clembed_context_fail(NULL, CLEMBED_ERR_INVALID_ARGUMENT, "clembed_mpi_table_shard", "t", -1, 0,
+                                "clembed_mpi_table_shard: t is NULL");
+  if (first_row) *first_row = t->bounds[t->rank];
+  if (rows) *rows = t->shard;
+  return CLEMBED_OK;
+}
+
+clembed_status clembed_mpi_table_state(const clembed_mpi_table *t, int which, clembed_optimizer_kind *kind,
+                                       clembed_matrix *state) {
+  const char *op = "clembed_mpi_table_state";
+  if (!t) return clembed_context_fail(NULL, CLEMBED_ERR_INVALID_ARGUMENT, op, "t", -1, 0, "%s: t is NULL", op);
+  const clembed_matrix *m = which == 1 ? &t->state : which == 2 ? &t->state2 : NULL;
+  if (!m || !m->buffer)
+    return clembed_context_fail(t->ctx, CLEMBED_ERR_INVALID_ARGUMENT, op, "which", -1, which,
+                                "%s: the table has no state %d (%s)", op, which,
+                                which != 1 && which != 2 ? "which is 1 or 2"
+                                : !t->has_state          ? "no optimizer step yet"
+                                                         : "its optimizer has none");
+  if (kind) *kind = t->kind;
+  if (state) *state = *m;
+  return CLEMBED_OK;
+}
+
+/* Both inits: agree, initialise the shard at its first row, agree on the outcome. */
+static clembed_status init(clembed_mpi_table *t, const char *op, int normal, float a, float b, uint64_t seed) {
+  ce_mpi_error e = {0};
+  ce_mpi_vote v = {0};
+  if (!t)
+    return clembed_context_fail(NULL, CLEMBED_ERR_INVALID_ARGUMENT, op, "t", -1, 0,
+                                "%s: t is NULL (no communicator to speak on)", op);
+  clembed_context *ctx = t->ctx;
+  clembed_status s = clembed_finish(ctx);
+  if (s != CLEMBED_OK) ce_mpi_fail_from(&e, ctx, s);
+  ce_mpi_agree(&v, "the call", normal ? CE_MPI_CALL_INIT_NORMAL : CE_MPI_CALL_INIT_UNIFORM);
+  ce_mpi_agree_float(&v, normal ? "mean" : "low", a);
+  ce_mpi_agree_float(&v, normal ? "std" : "high", b);
+  ce_mpi_agree(&v, "seed", seed);
+  if (!ce_mpi_vote_run(t->comm, t->rank, t->size, &v, e.status != CLEMBED_OK, &e) ||
+      ce_mpi_vote_outcome(&v, op, &e) != CLEMBED_OK)
+    return ce_mpi_report(ctx, op, &e);
+  uint64_t first = t->bounds[t->rank];
+  s = normal ? clembed_matrix_init_normal_at(ctx, &t->shard, first, a, b, seed, 0, NULL, NULL)
+             : clembed_matrix_init_uniform_at(ctx, &t->shard, first, a, b, seed, 0, NULL, NULL);
+  if (s == CLEMBED_OK) s = clembed_finish(ctx);
+  if (s != CLEMBED_OK) ce_mpi_fail_from(&e, ctx, s);
+  int bad = ce_mpi_first_failed(t->comm, t->rank, t->size, e.status != CLEMBED_OK, &e);
+  if (bad >= 0 && e.status == CLEMBED_OK)
+    ce_mpi_fail(&e, CLEMBED_ERR_INVALID_ARGUMENT, "", bad, 0,
+                "%s: rank %d could not initialise its rows (its context's message says why)", op, bad);
+  return ce_mpi_report(ctx, op, &e);
+}
+
+clembed_status clembed_mpi_table_init_normal(clembed_mpi_table *t, float mean, float std, uint64_t seed) {
+  return init(t, "clembed_mpi_table_init_normal", 1, mean, std, seed);
+}
+
+clembed_status clembed_mpi_table_init_uniform(clembed_mpi_table *t, float low, float high, uint64_t seed) {
+  return init(t, "clembed_mpi_table_init_uniform", 0, low, high, seed);
+}

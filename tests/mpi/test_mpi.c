@@ -1,0 +1,801 @@
+/* libclembed_mpi under mpirun (1, 2, 3 and 4 ranks): every function against
+ * the single-device API on the ranks' batches concatenated in rank order, bit
+ * for bit. Each rank computes that reference itself, on a whole copy of the
+ * table on its own device: every rank can generate every rank's batch (the
+ * batches are functions of the rank), so no reference travels. Tables of F32
+ * and BF16 (and Q8_0 for the forward), rows not divisible by the rank count,
+ * fewer rows than ranks, ranks with no ids, every id owned by one rank, and
+ * the refusals: a bad id, a wrong shape or a disagreeing option on one rank.
+ * Every case is collective: each rank runs the same calls in the same order.
+ *
+ *   mpirun -n N test_mpi [CASE ...]   (--list names the cases) */
+#define _GNU_SOURCE
+#include "clembed_mpi.h"
+#include "test_util.h"
+
+#include <mpi.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+static int g_rank, g_size;
+
+/* ------------------------------------------------------------------ helpers */
+
+/* A deterministic value from (a, b, c), in [-1, 1), exact in BF16 for some. */
+static float value(uint64_t a, uint64_t b, uint64_t c) {
+  uint64_t s = a * 0x9E3779B97F4A7C15ULL ^ (b + 0x632BE59BD9B4E019ULL) * 0xBF58476D1CE4E5B9ULL ^ c * 0x94D049BB133111EBULL;
+  return tu_rand(&s);
+}
+
+/* A whole table's values, the same on every rank. */
+static float *table_values(size_t R, size_t C, unsigned seed) {
+  float *h = malloc((R * C + 1) * sizeof *h);
+  for (size_t i = 0; i < R * C; i++) h[i] = value(seed, i / C, i % C);
+  return h;
+}
+
+/* A sharded table holding `host` (every rank writes its rows through its shard). */
+static clembed_mpi_table *make_table(clembed_context *ctx, size_t R, size_t C, clembed_dtype dt, const float *host) {
+  clembed_mpi_table *t = NULL;
+  OK(ctx, clembed_mpi_table_create(ctx, MPI_COMM_WORLD, R, C, dt, &t));
+  size_t first = 0;
+  clembed_matrix shard = {0};
+  if (t && clembed_mpi_table_shard(t, &first, &shard) == CLEMBED_OK && shard.rows && C)
+    OK(ctx, clembed_matrix_write(ctx, &shard, host + first * C, CLEMBED_F32));
+  return t;
+}
+
+/* The whole table on this rank's device. */
+static clembed_matrix whole_table(clembed_context *ctx, size_t R, size_t C, clembed_dtype dt, const float *host) {
+  clembed_matrix m = {0};
+  OK(ctx, clembed_matrix_create(ctx, R, C, dt, &m));
+  if (R && C) OK(ctx, clembed_matrix_write(ctx, &m, host, CLEMBED_F32));
+  return m;
+}
+
+/* A matrix's elements in its own dtype (bytes). */
+static void *raw(clembed_context *ctx, const clembed_matrix *m) {
+  size_t bytes = clembed_dtype_row_bytes(m->dtype, m->cols) * m->rows;
+  void *p = calloc(bytes + 1, 1);
+  if (m->rows && m->cols) OK(ctx, clembed_matrix_read(ctx, m, p, m->dtype));
+  return p;
+}
+
+/* Rows [first, first + n) of m, a view. */
+static clembed_matrix rows_of(const clembed_matrix *m, size_t first, size_t n) {
+  clembed_matrix v = *m;
+  size_t ld = m->ld ? m->ld : m->cols;
+  v.offset += first * ld;
+  v.rows = n;
+  return v;
+}
+
+/* This rank's shard equals its rows of `whole`, byte for byte. */
+static void expect_shard(clembed_context *ctx, const clembed_matrix *shard, size_t first, const clembed_matrix *whole,
+                         const char *what) {
+  clembed_matrix ref = rows_of(whole, first, shard->rows);
+  void *a = raw(ctx, shard), *b = raw(ctx, &ref);
+  size_t bytes = clembed_dtype_row_bytes(shard->dtype, shard->cols) * shard->rows;
+  EXPECT(shard->dtype == whole->dtype && shard->cols == whole->cols && !memcmp(a, b, bytes),
+         "%s: rank %d's rows %zu .. %zu differ from one device's", what, g_rank, first, first + shard->rows);
+  free(a);
+  free(b);
+}
+
+static void expect_table(clembed_context *ctx, clembed_mpi_table *t, const clembed_matrix *whole, const char *what) {
+  size_t first = 0;
+  clembed_matrix shard = {0};
+  if (!t) return;
+  OK(ctx, clembed_mpi_table_shard(t, &first, &shard));
+  expect_shard(ctx, &shard, first, whole, what);
+}
+
+/* Two matrices hold the same bytes. */
+static void expect_same(clembed_context *ctx, const clembed_matrix *a, const clembed_matrix *b, const char *what) {
+  void *x = raw(ctx, a), *y = raw(ctx, b);
+  size_t bytes = clembed_dtype_row_bytes(a->dtype, a->cols) * a->rows;
+  EXPECT(a->rows == b->rows && a->cols == b->cols && a->dtype == b->dtype && !memcmp(x, y, bytes),
+         "%s: rank %d's result differs from one device's", what, g_rank);
+  free(x);
+  free(y);
+}
+
+/* Rank r's batch: n(r) ids in [lo, hi) (bad ones where asked), a function of
+ * (r, seed) only, so every rank can make every rank's batch. */
+typedef struct batch_spec {
+  size_t base, step;    /* rank r has base + r*step ids (0 ids for ranks in `empty`) */
+  unsigned empty;       /* bit r: rank r passes no ids */
+  int64_t lo, hi;       /* ids drawn from [lo, hi) */
+  unsigned seed;
+} batch_spec;
+
+static size_t batch_len(const batch_spec *b, int r) {
+  return (b->empty >> r) & 1 ? 0 : b->base + (size_t)r * b->step;
+}
+
+static void batch_ids(const batch_spec *b, int r, int64_t *out) {
+  size_t n = batch_len(b, r);
+  uint64_t span = (uint64_t)(b->hi - b->lo);
+  for (size_t i = 0; i < n; i++) {
+    uint64_t s = (uint64_t)b->seed * 1000003u + (uint64_t)r * 7919u + i * 104729u + 17u;
+    s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+    s ^= s >> 29;
+    out[i] = b->lo + (int64_t)((s * 0xBF58476D1CE4E5B9ULL >> 17) % (span ? span : 1));
+  }
+}
+
+/* Every rank's batch concatenated in rank order; *mine receives where this rank's starts. */
+static int64_t *all_ids(const batch_spec *b, size_t *total, size_t *mine) {
+  size_t n = 0;
+  for (int r = 0; r < g_size; r++) n += batch_len(b, r);
+  int64_t *all = malloc((n + 1) * sizeof *all);
+  size_t at = 0;
+  for (int r = 0; r < g_size; r++) {
+    if (r == g_rank) *mine = at;
+    batch_ids(b, r, all + at);
+    at += batch_len(b, r);
+  }
+  *total = n;
+  return all;
+}
+
+static clembed_ids make_ids(clembed_context *ctx, const int64_t *h, size_t n, clembed_index_type type) {
+  clembed_ids ids = {0};
+  if (type == CLEMBED_I64) {
+    OK(ctx, clembed_ids_create(ctx, h, n, CLEMBED_I64, &ids));
+  } else {
+    int32_t *h32 = malloc((n + 1) * sizeof *h32);
+    for (size_t i = 0; i < n; i++) h32[i] = (int32_t)h[i];
+    OK(ctx, clembed_ids_create(ctx, h32, n, CLEMBED_I32, &ids));
+    free(h32);
+  }
+  return ids;
+}
+
+/* The same status on every rank? (and this rank's, for the message) */
+static void expect_status(clembed_context *ctx, clembed_status got, clembed_status want, const char *what) {
+  EXPECT(got == want, "%s: rank %d got %s, expected %s: %s", what, g_rank, clembed_status_string(got),
+         clembed_status_string(want), clembed_context_message(ctx));
+}
+
+static void expect_argument(clembed_context *ctx, const char *op, const char *argument, const char *what) {
+  clembed_error_detail d;
+  clembed_context_error(ctx, &d);
+  EXPECT(!strcmp(d.operation, op) && !strcmp(d.argument, argument), "%s: rank %d: detail %s '%s', expected %s '%s' (%s)",
+         what, g_rank, d.operation, d.argument, op, argument, clembed_context_message(ctx));
+}
+
+static const clembed_dtype DTS[2] = {CLEMBED_F32, CLEMBED_BF16};
+static const char *const DNAME[7] = {"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_K", "Q6_K"};
+
+/* ------------------------------------------------------------------- tables */
+
+/* Rank r owns [r*R/n, (r+1)*R/n): the shards partition the table, for any R
+ * (0, fewer than the ranks, not divisible by them). */
+TU_CASE(shards_cover_the_table) {
+  const size_t Rs[] = {0, 1, 2, 3, 5, 7, 13, 100};
+  for (size_t k = 0; k < sizeof Rs / sizeof Rs[0]; k++) {
+    size_t R = Rs[k], first = 99, sum = 0;
+    clembed_mpi_table *t = NULL;
+    OK(ctx, clembed_mpi_table_create(ctx, MPI_COMM_WORLD, R, 3, CLEMBED_F32, &t));
+    clembed_matrix shard = {0};
+    OK(ctx, clembed_mpi_table_shard(t, &first, &shard));
+    size_t want_first = (size_t)g_rank * R / (size_t)g_size, want_n = (size_t)(g_rank + 1) * R / (size_t)g_size - want_first;
+    EXPECT(first == want_first && shard.rows == want_n && shard.cols == 3 && shard.dtype == CLEMBED_F32,
+           "R %zu: rank %d has rows %zu + %zu, expected %zu + %zu", R, g_rank, first, shard.rows, want_first, want_n);
+    MPI_Allreduce(&shard.rows, &sum, 1, MPI_UNSIGNED_LONG, MPI_SUM, MPI_COMM_WORLD);
+    EXPECT(sum == R, "R %zu: the shards hold %zu rows", R, sum);
+    /* zeros, as clembed_matrix_create */
+    float *h = tu_read_f32(ctx, &shard);
+    size_t nz = 0;
+    for (size_t i = 0; i < shard.rows * 3; i++) nz += h[i] != 0.0f;
+    EXPECT(nz == 0, "R %zu: %zu non-zero elements in a new table", R, nz);
+    free(h);
+    clembed_matrix st;
+    FAILS(ctx, CLEMBED_ERR_INVALID_ARGUMENT, clembed_mpi_table_state(t, 1, NULL, &st)); /* no step yet */
+    clembed_mpi_table_release(t);
+  }
+  clembed_mpi_table_release(NULL);
+  FAILS(NULL, CLEMBED_ERR_INVALID_ARGUMENT, clembed_mpi_table_shard(NULL, NULL, NULL));
+}
+
+/* Ranks that disagree on the shape, or one that passes a bad argument: every
+ * rank fails, none hangs, no table is made. */
+TU_CASE(create_refusals) {
+  clembed_mpi_table *t = (clembed_mpi_table *)&t;
+  size_t last = (size_t)g_size - 1;
+  /* rows differ on the last rank (with one rank: an unknown dtype there) */
+  clembed_status s = clembed_mpi_table_create(ctx, MPI_COMM_WORLD, 10 + (g_size > 1 && (size_t)g_rank == last), 4,
+                                              g_size > 1 ? CLEMBED_F32 : (clembed_dtype)99, &t);
+  expect_status(ctx, s, CLEMBED_ERR_INVALID_ARGUMENT, "rows differ");
+  EXPECT(t == NULL, "a refused create gave a table");
+  if (g_size > 1) {
+    EXPECT(strstr(clembed_context_message(ctx), "disagree on rows") != NULL, "message: %s", clembed_context_message(ctx));
+    expect_argument(ctx, "clembed_mpi_table_create", "rows", "rows differ");
+  }
+  s = clembed_mpi_table_create(ctx, MPI_COMM_WORLD, 10, 4, (size_t)g_rank == last ? CLEMBED_BF16 : CLEMBED_F32, &t);
+  expect_status(ctx, s, g_size > 1 ? CLEMBED_ERR_INVALID_ARGUMENT : CLEMBED_OK, "dtypes differ");
+  clembed_mpi_table_release(t);
+  t = NULL;
+  /* one rank's own bad argument: it names it, the others name the rank */
+  s = clembed_mpi_table_create(ctx, MPI_COMM_WORLD, 10, (size_t)g_rank == last ? 33 : 32, CLEMBED_Q8_0, &t);
+  expect_status(ctx, s, CLEMBED_ERR_INVALID_ARGUMENT, "Q8_0 with 33 cols");
+  if ((size_t)g_rank == last) expect_argument(ctx, "clembed_mpi_table_create", "cols", "its own cols");
+  s = clembed_mpi_table_create(ctx, MPI_COMM_WORLD, 10, 4, CLEMBED_F32, g_rank == 0 ? NULL : &t);
+  expect_status(ctx, s, CLEMBED_ERR_INVALID_ARGUMENT, "a NULL t on rank 0");
+  if (g_rank == 0) expect_argument(ctx, "clembed_mpi_table_create", "t", "NULL t");
+  else EXPECT(strstr(clembed_context_message(ctx), "rank 0") != NULL, "message: %s", clembed_context_message(ctx));
+  EXPECT(t == NULL, "a refused create gave a table");
+  /* a Q8_0 table of whole blocks is fine */
+  OK(ctx, clembed_mpi_table_create(ctx, MPI_COMM_WORLD, 10, 64, CLEMBED_Q8_0, &t));
+  clembed_mpi_table_release(t);
+}
+
+/* init_normal / init_uniform: the whole table's bits, F32 and BF16, rows not
+ * divisible by the ranks; disagreeing parameters change nothing. */
+TU_CASE(init_whole_table_bits) {
+  const size_t R = 13, C = 5;
+  for (int k = 0; k < 2; k++) {
+    clembed_mpi_table *t = NULL;
+    clembed_matrix whole = {0};
+    OK(ctx, clembed_mpi_table_create(ctx, MPI_COMM_WORLD, R, C, DTS[k], &t));
+    OK(ctx, clembed_matrix_create(ctx, R, C, DTS[k], &whole));
+    OK(ctx, clembed_mpi_table_init_normal(t, 0.5f, 2.0f, 1234));
+    OK(ctx, clembed_matrix_init_normal(ctx, &whole, 0.5f, 2.0f, 1234, 0, NULL, NULL));
+    expect_table(ctx, t, &whole, "init_normal");
+    OK(ctx, clembed_mpi_table_init_uniform(t, -0.25f, 0.75f, (uint64_t)77 << 33));
+    OK(ctx, clembed_matrix_init_uniform(ctx, &whole, -0.25f, 0.75f, (uint64_t)77 << 33, 0, NULL, NULL));
+    expect_table(ctx, t, &whole, "init_uniform");
+    /* the seed differs on the last rank: nothing changes anywhere */
+    clembed_status s = clembed_mpi_table_init_normal(t, 0.0f, 1.0f, g_rank == g_size - 1 && g_size > 1 ? 6 : 5);
+    expect_status(ctx, s, g_size > 1 ? CLEMBED_ERR_INVALID_ARGUMENT : CLEMBED_OK, "seeds differ");
+    if (g_size > 1) {
+      expect_argument(ctx, "clembed_mpi_table_init_normal", "seed", "seeds differ");
+      expect_table(ctx, t, &whole, "after a refused init");
+    }
+    /* a negative std everywhere: the core's refusal, on every rank */
+    s = clembed_mpi_table_init_normal(t, 0.0f, -1.0f, 5);
+    expect_status(ctx, s, CLEMBED_ERR_INVALID_ARGUMENT, "negative std");
+    clembed_mpi_table_release(t);
+    clembed_matrix_release(&whole);
+  }
+  FAILS(NULL, CLEMBED_ERR_INVALID_ARGUMENT, clembed_mpi_table_init_uniform(NULL, 0.0f, 1.0f, 1));
+}
+
+/* ------------------------------------------------------------------- files */
+
+static char g_dir[256];
+
+static void write_npy(const char *path, const float *v, size_t R, size_t C) {
+  char dict[128];
+  snprintf(dict, sizeof dict, "{'descr': '<f4', 'fortran_order': False, 'shape': (%zu, %zu), }", R, C);
+  size_t len = strlen(dict), total = (10 + len + 1 + 63) / 64 * 64;
+  FILE *f = fopen(path, "wb");
+  if (!f) return;
+  unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)((total - 10) & 255),
+                           (unsigned char)((total - 10) >> 8)};
+  fwrite(pre, 1, 10, f);
+  fwrite(dict, 1, len, f);
+  for (size_t i = 10 + len; i + 1 < total; i++) fputc(' ', f);
+  fputc('\n', f);
+  fwrite(v, sizeof *v, R * C, f);
+  fclose(f);
+}
+
+/* The shard holds the bits of clembed_matrix_load's rows (F32, BF16, Q8_0
+ * quantized on loading); a lookup of the Q8_0 table equals one device's. */
+TU_CASE(load_rows_of_a_file) {
+  const size_t R = 11, C = 64;
+  float *h = table_values(R, C, 5);
+  char path[320];
+  if (g_rank == 0) {
+    snprintf(g_dir, sizeof g_dir, "%s/clembed_mpi_XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    if (!mkdtemp(g_dir)) g_dir[0] = '\0';
+    snprintf(path, sizeof path, "%s/table.npy", g_dir);
+    write_npy(path, h, R, C);
+  }
+  MPI_Bcast(g_dir, sizeof g_dir, MPI_CHAR, 0, MPI_COMM_WORLD);
+  snprintf(path, sizeof path, "%s/table.npy", g_dir);
+  clembed_file *f = NULL;
+  OK(NULL, clembed_file_open(path, &f));
+  const clembed_dtype dts[3] = {CLEMBED_F32, CLEMBED_BF16, CLEMBED_Q8_0};
+  for (int k = 0; k < 3; k++) {
+    clembed_mpi_table *t = NULL;
+    clembed_matrix whole = {0};
+    OK(ctx, clembed_mpi_table_load(ctx, MPI_COMM_WORLD, f, NULL, dts[k], &t));
+    OK(ctx, clembed_matrix_load(ctx, f, NULL, dts[k], &whole));
+    if (t && whole.buffer) expect_table(ctx, t, &whole, DNAME[dts[k]]);
+    clembed_mpi_table_release(t);
+    clembed_matrix_release(&whole);
+  }
+  /* the ranks disagree on the dtype; one rank names a tensor the file lacks */
+  clembed_mpi_table *t = NULL;
+  clembed_status s = clembed_mpi_table_load(ctx, MPI_COMM_WORLD, f, NULL, g_rank ? CLEMBED_F16 : CLEMBED_F32, &t);
+  expect_status(ctx, s, g_size > 1 ? CLEMBED_ERR_INVALID_ARGUMENT : CLEMBED_OK, "dtypes differ");
+  clembed_mpi_table_release(t);
+  t = NULL;
+  s = clembed_mpi_table_load(ctx, MPI_COMM_WORLD, f, g_rank == g_size - 1 ? "nope" : NULL, CLEMBED_F32, &t);
+  expect_status(ctx, s, CLEMBED_ERR_INVALID_ARGUMENT, "a missing tensor on one rank");
+  EXPECT(t == NULL, "a refused load gave a table");
+  clembed_file_close(f);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (g_rank == 0) {
+    unlink(path);
+    rmdir(g_dir);
+  }
+  free(h);
+}
+
+/* ------------------------------------------------------------------ forward */
+
+/* clembed_mpi_embed against clembed_embed of the whole table, per rank. */
+static void check_embed(clembed_context *ctx, size_t R, size_t C, clembed_dtype dt, const batch_spec *b,
+                        const clembed_embed_options *opt, clembed_dtype out_dt, clembed_status want,
+                        const char *what) {
+  float *h = table_values(R, C, 3);
+  clembed_mpi_table *t = make_table(ctx, R, C, dt, h);
+  clembed_matrix whole = whole_table(ctx, R, C, dt, h);
+  size_t n = batch_len(b, g_rank);
+  int64_t *mine = malloc((n + 1) * sizeof *mine);
+  batch_ids(b, g_rank, mine);
+  clembed_ids ids = make_ids(ctx, mine, n, g_rank % 2 ? CLEMBED_I32 : CLEMBED_I64);
+  clembed_matrix out = {0}, ref = {0};
+  OK(ctx, clembed_matrix_create(ctx, n, C, out_dt, &out));
+  OK(ctx, clembed_matrix_create(ctx, n, C, out_dt, &ref));
+  clembed_status s = clembed_mpi_embed(t, &ids, opt, &out);
+  expect_status(ctx, s, want, what);
+  clembed_error_detail got = {0};
+  clembed_context_error(ctx, &got);
+  OK(ctx, clembed_embed(ctx, &whole, &ids, opt, &ref, 0, NULL, NULL));
+  clembed_status rs = clembed_finish(ctx);
+  EXPECT(rs == want, "%s: one device gives %s (rank %d)", what, clembed_status_string(rs), g_rank);
+  if (want == CLEMBED_ERR_INDEX_OUT_OF_RANGE) { /* the same bad id named, by the sharded call */
+    clembed_error_detail d;
+    clembed_context_error(ctx, &d);
+    EXPECT(!strcmp(got.operation, "clembed_mpi_embed") && !strcmp(got.argument, d.argument) && got.index == d.index &&
+               got.value == d.value,
+           "%s: rank %d: %s %s[%lld] = %lld, one device %s[%lld] = %lld", what, g_rank, got.operation, got.argument,
+           (long long)got.index, (long long)got.value, d.argument, (long long)d.index, (long long)d.value);
+  }
+  expect_same(ctx, &out, &ref, what);
+  clembed_matrix_release(&out);
+  clembed_matrix_release(&ref);
+  clembed_matrix_release(&whole);
+  clembed_ids_release(&ids);
+  clembed_mpi_table_release(t);
+  free(mine);
+  free(h);
+}
+
+/* F32 and BF16 tables; defaults, scale and sinusoid positions with padding,
+ * a learned position table with per-rank sequence offsets and dropout, F16
+ * and BF16 outputs; repeated ids; batches of different lengths per rank. */
+TU_CASE(embed_equals_one_device) {
+  const size_t R = 37, C = 6;
+  batch_spec b = {5, 3, 0, 0, (int64_t)R, 11};
+  for (int k = 0; k < 2; k++) {
+    clembed_embed_options o = clembed_embed_defaults();
+    check_embed(ctx, R, C, DTS[k], &b, NULL, CLEMBED_F32, CLEMBED_OK, "defaults");
+    o.scale = 2.5f;
+    o.positions = CLEMBED_POSITIONS_SINUSOID;
+    o.seq_len = 4;
+    o.position_offset = 3 + (size_t)g_rank; /* each rank's own */
+    o.padding_idx = -1;
+    b.hi = (int64_t)R; /* the last row (the padding row) occurs */
+    check_embed(ctx, R, C, DTS[k], &b, &o, CLEMBED_F32, CLEMBED_OK, "scale, sinusoid, padding -1");
+    check_embed(ctx, R, C, DTS[k], &b, &o, CLEMBED_BF16, CLEMBED_OK, "a BF16 output");
+    /* learned positions, sequence offsets and dropout, each rank's own */
+    clembed_matrix pt = {0};
+    float *ph = table_values(16, C, 9);
+    OK(ctx, clembed_matrix_create(ctx, 16, C, CLEMBED_F32, &pt));
+    OK(ctx, clembed_matrix_write(ctx, &pt, ph, CLEMBED_F32));
+    int64_t offs[8];
+    for (int i = 0; i < 8; i++) offs[i] = (g_rank + i) % 5;
+    clembed_ids so = make_ids(ctx, offs, 8, CLEMBED_I64);
+    o = clembed_embed_defaults();
+    o.positions = CLEMBED_POSITIONS_TABLE;
+    o.position_table = &pt;
+    o.seq_len = 3;
+    o.sequence_offsets = &so;
+    o.dropout = 0.25f;
+    o.dropout_seed = 100 + (uint64_t)g_rank;
+    check_embed(ctx, R, C, DTS[k], &b, &o, CLEMBED_F16, CLEMBED_OK, "learned positions, dropout");
+    clembed_ids_release(&so);
+    clembed_matrix_release(&pt);
+    free(ph);
+  }
+}
+
+/* The index policies against the whole table: CLAMP and ZERO with ids past
+ * both ends, WRAP with negative ids; a Q8_0 table (rows travel dequantized). */
+TU_CASE(embed_policies_and_q8_0) {
+  const size_t R = 23, C = 32;
+  batch_spec b = {6, 2, 0, -30, 30, 21};
+  clembed_embed_options o = clembed_embed_defaults();
+  o.policy = CLEMBED_INDEX_CLAMP;
+  check_embed(ctx, R, C, CLEMBED_F32, &b, &o, CLEMBED_F32, CLEMBED_OK, "CLAMP");
+  o.policy = CLEMBED_INDEX_ZERO;
+  check_embed(ctx, R, C, CLEMBED_BF16, &b, &o, CLEMBED_F32, CLEMBED_OK, "ZERO");
+  o.policy = CLEMBED_INDEX_WRAP;
+  b.lo = -(int64_t)R;
+  b.hi = (int64_t)R;
+  o.padding_idx = 3;
+  check_embed(ctx, R, C, CLEMBED_F32, &b, &o, CLEMBED_F32, CLEMBED_OK, "WRAP, padding 3");
+  b.lo = 0;
+  o = clembed_embed_defaults();
+  o.scale = 0.5f;
+  check_embed(ctx, R, C, CLEMBED_Q8_0, &b, &o, CLEMBED_F32, CLEMBED_OK, "a Q8_0 table");
+}
+
+/* A bad id on one rank: that rank's call returns it (ids, its position, its
+ * value; a zero row), the others return their rows. */
+TU_CASE(embed_bad_id_on_one_rank) {
+  const size_t R = 19, C = 4;
+  int bad = g_size - 1;
+  batch_spec b = {7, 1, 0, 0, (int64_t)R, 31};
+  /* the last rank's batch reaches past the table: ids up to R + 5 */
+  batch_spec mine = b;
+  if (g_rank == bad) mine.hi = (int64_t)R + 6;
+  clembed_embed_options o = clembed_embed_defaults();
+  /* whether the last rank's batch has a bad id depends on the draw: look */
+  size_t n = batch_len(&mine, g_rank);
+  int64_t *h = malloc((n + 1) * sizeof *h);
+  batch_ids(&mine, g_rank, h);
+  int has_bad = 0;
+  for (size_t i = 0; i < n; i++) has_bad |= h[i] >= (int64_t)R;
+  free(h);
+  EXPECT(g_rank != bad || has_bad, "the test's batch for rank %d has no bad id", bad);
+  check_embed(ctx, R, C, CLEMBED_F32, &mine, &o, CLEMBED_F32,
+              g_rank == bad ? CLEMBED_ERR_INDEX_OUT_OF_RANGE : CLEMBED_OK, "CHECK, a bad id on the last rank");
+  if (g_rank == bad)
+    EXPECT(strstr(clembed_context_message(ctx), "[0, 19)") != NULL, "message: %s", clembed_context_message(ctx));
+  o.policy = CLEMBED_INDEX_WRAP;
+  check_embed(ctx, R, C, CLEMBED_BF16, &mine, &o, CLEMBED_F32,
+              g_rank == bad ? CLEMBED_ERR_INDEX_OUT_OF_RANGE : CLEMBED_OK, "WRAP, a bad id on the last rank");
+}
+
+/* Ranks with no ids; every id owned by one rank (the first, then the last);
+ * fewer rows than ranks; an empty table (every id bad). */
+TU_CASE(embed_imbalance_and_tiny_tables) {
+  const size_t R = 41, C = 5;
+  batch_spec b = {9, 2, 0x5, 0, (int64_t)(R / (size_t)g_size) ? (int64_t)(R / (size_t)g_size) : 1, 41};
+  check_embed(ctx, R, C, CLEMBED_F32, &b, NULL, CLEMBED_F32, CLEMBED_OK, "ranks 0 and 2 pass no ids; rank 0 owns all");
+  b.empty = 0;
+  b.lo = (int64_t)((size_t)(g_size - 1) * R / (size_t)g_size);
+  b.hi = (int64_t)R;
+  check_embed(ctx, R, C, CLEMBED_BF16, &b, NULL, CLEMBED_F32, CLEMBED_OK, "the last rank owns every id");
+  batch_spec tiny = {4, 1, 0, 0, 2, 43};
+  check_embed(ctx, 2, C, CLEMBED_F32, &tiny, NULL, CLEMBED_F32, CLEMBED_OK, "2 rows");
+  clembed_embed_options o = clembed_embed_defaults();
+  o.policy = CLEMBED_INDEX_CLAMP;
+  check_embed(ctx, 1, C, CLEMBED_BF16, &tiny, &o, CLEMBED_F32, CLEMBED_OK, "1 row (ids 0 and 1), CLAMP");
+  o.policy = CLEMBED_INDEX_ZERO;
+  check_embed(ctx, 0, C, CLEMBED_F32, &tiny, &o, CLEMBED_F32, CLEMBED_OK, "an empty table, ZERO");
+  tiny.empty = ~1u; /* only rank 0 passes ids: only it fails */
+  check_embed(ctx, 0, C, CLEMBED_F32, &tiny, NULL, CLEMBED_F32, g_rank == 0 ? CLEMBED_ERR_INDEX_OUT_OF_RANGE : CLEMBED_OK,
+              "an empty table, CHECK");
+  batch_spec none = {0, 0, 0, 0, 1, 1};
+  check_embed(ctx, R, 0, CLEMBED_F32, &b, NULL, CLEMBED_F32, CLEMBED_OK, "0 columns");
+  check_embed(ctx, R, C, CLEMBED_F32, &none, NULL, CLEMBED_F32, CLEMBED_OK, "no ids anywhere");
+}
+
+/* One rank's out of the wrong shape: it is refused there, the others get
+ * their rows; a disagreeing scale: every rank refuses. */
+TU_CASE(embed_refusals) {
+  const size_t R = 17, C = 4;
+  float *h = table_values(R, C, 7);
+  clembed_mpi_table *t = make_table(ctx, R, C, CLEMBED_F32, h);
+  clembed_matrix whole = whole_table(ctx, R, C, CLEMBED_F32, h);
+  int64_t mine[6] = {1, 16, 8, 8, 0, (int64_t)(g_rank * 4) % 17};
+  clembed_ids ids = make_ids(ctx, mine, 6, CLEMBED_I64);
+  clembed_matrix out = {0}, ref = {0}, wrong = {0};
+  OK(ctx, clembed_matrix_create(ctx, 6, C, CLEMBED_F32, &out));
+  OK(ctx, clembed_matrix_create(ctx, 6, C, CLEMBED_F32, &ref));
+  OK(ctx, clembed_matrix_create(ctx, 5, C, CLEMBED_F32, &wrong));
+  OK(ctx, clembed_lookup(ctx, &whole, &ids, &ref, 0, NULL, NULL));
+  clembed_status s = clembed_mpi_embed(t, &ids, NULL, g_rank == 0 ? &wrong : &out);
+  expect_status(ctx, s, g_rank == 0 ? CLEMBED_ERR_INVALID_ARGUMENT : CLEMBED_OK, "rank 0's out is 5 x 4");
+  if (g_rank == 0) expect_argument(ctx, "clembed_mpi_embed", "out", "wrong shape");
+  else expect_same(ctx, &out, &ref, "the others' rows beside a refused rank");
+  clembed_embed_options o = clembed_embed_defaults();
+  o.scale = g_rank == g_size - 1 ? 2.0f : 1.0f;
+  s = clembed_mpi_embed(t, &ids, &o, &out);
+  expect_status(ctx, s, g_size > 1 ? CLEMBED_ERR_INVALID_ARGUMENT : CLEMBED_OK, "scales differ");
+  if (g_size > 1) expect_argument(ctx, "clembed_mpi_embed", "scale", "scales differ");
+  o = clembed_embed_defaults();
+  o.padding_idx = 17; /* outside the table, on every rank */
+  s = clembed_mpi_embed(t, &ids, &o, &out);
+  expect_status(ctx, s, CLEMBED_ERR_INVALID_ARGUMENT, "padding_idx 17");
+  s = clembed_mpi_embed(t, g_rank == 0 ? NULL : &ids, NULL, &out);
+  expect_status(ctx, s, g_rank == 0 ? CLEMBED_ERR_INVALID_ARGUMENT : CLEMBED_OK, "NULL ids on rank 0");
+  FAILS(NULL, CLEMBED_ERR_INVALID_ARGUMENT, clembed_mpi_embed(NULL, &ids, NULL, &out));
+  clembed_matrix_release(&out);
+  clembed_matrix_release(&ref);
+  clembed_matrix_release(&wrong);
+  clembed_matrix_release(&whole);
+  clembed_ids_release(&ids);
+  clembed_mpi_table_release(t);
+  free(h);
+}
+
+/* --------------------------------------------------------------------- step */
+
+/* Rank r's gradient rows (n x C), as float values of dtype gdt. */
+static float *grad_values(int r, size_t n, size_t C, unsigned seed, clembed_dtype gdt) {
+  float *g = malloc((n * C + 1) * sizeof *g);
+  for (size_t i = 0; i < n * C; i++) g[i] = ref_round(value(1000 + seed, (uint64_t)r * 100000 + i / C, i % C), gdt);
+  return g;
+}
+
+typedef struct step_case {
+  clembed_optimizer_kind kind;
+  clembed_dtype table;
+  clembed_dtype grad[2];        /* even ranks, odd ranks */
+  clembed_backward_options bo;  /* dropout_seed: plus the rank */
+  float weight_decay;
+  int steps;
+} step_case;
+
+/* `steps` sharded steps against clembed_optimizer_step of one device on the
+ * concatenated batch (with dropout: the ranks' masked gradients, masked on the
+ * host by the reference). The table and the states, every step. */
+static void check_steps(clembed_context *ctx, size_t R, size_t C, const batch_spec *b0, const step_case *sc,
+                        int bad_rank, const char *what) {
+  float *h = table_values(R, C, 13);
+  clembed_mpi_table *t = make_table(ctx, R, C, sc->table, h);
+  clembed_matrix whole = whole_table(ctx, R, C, sc->table, h), s1 = {0}, s2 = {0};
+  OK(ctx, clembed_matrix_create(ctx, R, sc->kind == CLEMBED_ROWWISE_ADAGRAD ? 1 : C, CLEMBED_F32, &s1));
+  OK(ctx, clembed_matrix_create(ctx, R, C, CLEMBED_F32, &s2));
+  for (int step = 1; step <= sc->steps; step++) {
+    batch_spec b = *b0;
+    b.seed += (unsigned)step;
+    size_t total = 0, at = 0;
+    int64_t *all = all_ids(&b, &total, &at);
+    size_t n = batch_len(&b, g_rank);
+    if (bad_rank >= 0) { /* a bad id at the bad rank's position 2, in everyone's concatenation */
+      size_t start = 0;
+      for (int r = 0; r < bad_rank; r++) start += batch_len(&b, r);
+      all[start + 2] = (int64_t)R + 3;
+    }
+    /* every rank's gradient; the concatenation, masked per rank as each rank's forward masks it */
+    float *gall = malloc((total * C + 1) * sizeof *gall), *gmine = NULL;
+    size_t off = 0;
+    for (int r = 0; r < g_size; r++) {
+      size_t nr = batch_len(&b, r);
+      float *g = grad_values(r, nr, C, (unsigned)step, sc->grad[r % 2]);
+      clembed_backward_options ro = sc->bo;
+      ro.dropout_seed = sc->bo.dropout_seed + (uint64_t)r;
+      for (size_t i = 0; i < nr; i++)
+        for (size_t c = 0; c < C; c++) gall[(off + i) * C + c] = ref_masked_grad(g[i * C + c], i, c, C, &ro);
+      if (r == g_rank) gmine = g;
+      else free(g);
+      off += nr;
+    }
+    /* the sharded step */
+    clembed_ids ids = make_ids(ctx, all + at, n, g_rank % 2 ? CLEMBED_I32 : CLEMBED_I64);
+    clembed_matrix grad = {0};
+    OK(ctx, clembed_matrix_create(ctx, n, C, sc->grad[g_rank % 2], &grad));
+    if (n && C) OK(ctx, clembed_matrix_write(ctx, &grad, gmine, CLEMBED_F32));
+    clembed_backward_options bo = sc->bo;
+    bo.dropout_seed = sc->bo.dropout_seed + (uint64_t)g_rank;
+    clembed_optimizer o = clembed_optimizer_defaults(sc->kind);
+    o.learning_rate = 0.05f;
+    o.weight_decay = sc->weight_decay;
+    o.step = (uint64_t)step;
+    clembed_status s = clembed_mpi_optimizer_step(t, &grad, &ids, &bo, &o);
+    expect_status(ctx, s, g_rank == bad_rank ? CLEMBED_ERR_INDEX_OUT_OF_RANGE : CLEMBED_OK, what);
+    if (g_rank == bad_rank) {
+      clembed_error_detail d;
+      clembed_context_error(ctx, &d);
+      EXPECT(!strcmp(d.operation, "clembed_mpi_optimizer_step") && !strcmp(d.argument, "ids") && d.index == 2 &&
+                 d.value == (int64_t)R + 3,
+             "%s: detail %s %s[%lld] = %lld", what, d.operation, d.argument, (long long)d.index, (long long)d.value);
+    }
+    /* one device on the concatenation (masked already: no dropout there) */
+    clembed_ids wids = make_ids(ctx, all, total, CLEMBED_I64);
+    clembed_matrix wgrad = {0};
+    OK(ctx, clembed_matrix_create(ctx, total, C, CLEMBED_F32, &wgrad));
+    if (total && C) OK(ctx, clembed_matrix_write(ctx, &wgrad, gall, CLEMBED_F32));
+    clembed_backward_options wo = sc->bo;
+    wo.dropout = 0.0f;
+    o.state = &s1;
+    o.state2 = &s2;
+    OK(ctx, clembed_optimizer_step(ctx, &wgrad, &wids, &wo, &o, &whole, 0, NULL, NULL));
+    clembed_status ws = clembed_finish(ctx);
+    EXPECT(ws == (bad_rank >= 0 ? CLEMBED_ERR_INDEX_OUT_OF_RANGE : CLEMBED_OK), "%s: one device: %s", what,
+           clembed_status_string(ws));
+    char name[160];
+    snprintf(name, sizeof name, "%s, step %d: the table", what, step);
+    expect_table(ctx, t, &whole, name);
+    clembed_optimizer_kind kind;
+    clembed_matrix st = {0};
+    size_t first = 0;
+    clembed_mpi_table_shard(t, &first, NULL);
+    if (sc->kind != CLEMBED_SGD) {
+      OK(ctx, clembed_mpi_table_state(t, 1, &kind, &st));
+      EXPECT(kind == sc->kind, "state kind %d", (int)kind);
+      snprintf(name, sizeof name, "%s, step %d: the state", what, step);
+      if (st.buffer) expect_shard(ctx, &st, first, &s1, name);
+    } else {
+      FAILS(ctx, CLEMBED_ERR_INVALID_ARGUMENT, clembed_mpi_table_state(t, 1, &kind, &st));
+    }
+    if (sc->kind == CLEMBED_ADAM) {
+      OK(ctx, clembed_mpi_table_state(t, 2, NULL, &st));
+      snprintf(name, sizeof name, "%s, step %d: the second state", what, step);
+      if (st.buffer) expect_shard(ctx, &st, first, &s2, name);
+    }
+    clembed_ids_release(&ids);
+    clembed_ids_release(&wids);
+    clembed_matrix_release(&grad);
+    clembed_matrix_release(&wgrad);
+    free(all);
+    free(gall);
+    free(gmine);
+  }
+  clembed_matrix_release(&whole);
+  clembed_matrix_release(&s1);
+  clembed_matrix_release(&s2);
+  clembed_mpi_table_release(t);
+  free(h);
+}
+
+/* Every optimizer on F32 and BF16 tables: plain; scale, scale_grad_by_freq,
+ * padding and weight decay with F16 gradients; per-rank dropout with BF16 and
+ * F32 gradients side by side. Three steps each (the states carry over). */
+TU_CASE(step_equals_one_device) {
+  const size_t R = 29, C = 5;
+  /* ids from 14 rows, about three tokens a row on every rank: the order of the additions shows */
+  batch_spec b = {40, 4, 0, 0, 14, 51};
+  const clembed_optimizer_kind kinds[4] = {CLEMBED_SGD, CLEMBED_ADAGRAD, CLEMBED_ROWWISE_ADAGRAD, CLEMBED_ADAM};
+  for (int k = 0; k < 4; k++)
+    for (int d = 0; d < 2; d++) {
+      char what[96];
+      step_case sc = {kinds[k], DTS[d], {CLEMBED_F32, CLEMBED_F32}, clembed_backward_defaults(), 0.0f, 3};
+      snprintf(what, sizeof what, "kind %d, %s table, plain", (int)kinds[k], DNAME[DTS[d]]);
+      check_steps(ctx, R, C, &b, &sc, -1, what);
+      sc.bo.scale = 1.5f;
+      sc.bo.scale_grad_by_freq = 1;
+      sc.bo.padding_idx = 4;
+      sc.weight_decay = 0.01f;
+      sc.grad[0] = sc.grad[1] = CLEMBED_F16;
+      snprintf(what, sizeof what, "kind %d, %s table, scale, freq, padding, decay, F16 grads", (int)kinds[k],
+               DNAME[DTS[d]]);
+      check_steps(ctx, R, C, &b, &sc, -1, what);
+      sc = (step_case){kinds[k], DTS[d], {CLEMBED_BF16, CLEMBED_F32}, clembed_backward_defaults(), 0.0f, 2};
+      sc.bo.dropout = 0.3f;
+      sc.bo.dropout_seed = 500;
+      sc.bo.policy = CLEMBED_INDEX_WRAP;
+      snprintf(what, sizeof what, "kind %d, %s table, dropout per rank, BF16 and F32 grads", (int)kinds[k],
+               DNAME[DTS[d]]);
+      batch_spec wb = b;
+      wb.lo = -(int64_t)R;
+      check_steps(ctx, R, C, &wb, &sc, -1, what);
+    }
+}
+
+/* A bad id on one rank (it gets the error; the step is one device's, where
+ * the bad id adds nothing); ranks with no ids; one owner for every id; fewer
+ * rows than ranks; CLAMP. */
+TU_CASE(step_robustness) {
+  const size_t R = 31, C = 3;
+  step_case sc = {CLEMBED_ADAM, CLEMBED_F32, {CLEMBED_F32, CLEMBED_F32}, clembed_backward_defaults(), 0.0f, 2};
+  batch_spec b = {6, 3, 0, 0, (int64_t)R, 61};
+  check_steps(ctx, R, C, &b, &sc, g_size - 1, "a bad id on the last rank");
+  sc.kind = CLEMBED_ROWWISE_ADAGRAD;
+  sc.bo.scale_grad_by_freq = 1;
+  batch_spec one = {20, 5, 0x2, 0, (int64_t)(R / (size_t)g_size), 62};
+  check_steps(ctx, R, C, &one, &sc, -1, "rank 1 passes no ids; rank 0 owns every id");
+  one.lo = (int64_t)((size_t)(g_size - 1) * R / (size_t)g_size);
+  one.hi = (int64_t)R;
+  one.empty = 0x1;
+  check_steps(ctx, R, C, &one, &sc, -1, "the last rank owns every id");
+  batch_spec tiny = {7, 2, 0, -2, 5, 63};
+  sc.bo.policy = CLEMBED_INDEX_CLAMP;
+  sc.table = CLEMBED_BF16;
+  check_steps(ctx, 2, C, &tiny, &sc, -1, "2 rows, CLAMP");
+  sc.kind = CLEMBED_ADAGRAD;
+  sc.bo.policy = CLEMBED_INDEX_ZERO;
+  check_steps(ctx, 3, C, &tiny, &sc, -1, "3 rows, ZERO");
+  batch_spec none = {0, 0, 0, 0, 1, 64};
+  check_steps(ctx, R, C, &none, &sc, -1, "no ids anywhere");
+}
+
+/* Refusals: a wrong gradient shape on one rank, states passed in, a position
+ * gradient, a disagreeing learning rate, a bad learning rate, another kind
+ * after the first step: every rank fails and no row changes. */
+TU_CASE(step_refusals) {
+  const size_t R = 21, C = 4;
+  float *h = table_values(R, C, 17);
+  clembed_mpi_table *t = make_table(ctx, R, C, CLEMBED_F32, h);
+  clembed_matrix whole = whole_table(ctx, R, C, CLEMBED_F32, h), grad = {0}, wrong = {0}, pg = {0};
+  int64_t mine[5] = {0, 20, 3, 3, (int64_t)g_rank};
+  clembed_ids ids = make_ids(ctx, mine, 5, CLEMBED_I32);
+  OK(ctx, clembed_matrix_create(ctx, 5, C, CLEMBED_F32, &grad));
+  OK(ctx, clembed_matrix_create(ctx, 5, C + 1, CLEMBED_F32, &wrong));
+  OK(ctx, clembed_matrix_create(ctx, 16, C, CLEMBED_F32, &pg));
+  float *gh = grad_values(g_rank, 5, C, 1, CLEMBED_F32);
+  OK(ctx, clembed_matrix_write(ctx, &grad, gh, CLEMBED_F32));
+  clembed_optimizer o = clembed_optimizer_defaults(CLEMBED_ADAGRAD);
+  const char *op = "clembed_mpi_optimizer_step";
+  int last = g_size - 1;
+  clembed_status s = clembed_mpi_optimizer_step(t, g_rank == last ? &wrong : &grad, &ids, NULL, &o);
+  expect_status(ctx, s, CLEMBED_ERR_INVALID_ARGUMENT, "grad_out of the wrong shape on the last rank");
+  if (g_rank == last) expect_argument(ctx, op, "grad_out", "wrong grad shape");
+  else EXPECT(strstr(clembed_context_message(ctx), "refused") != NULL, "message %s", clembed_context_message(ctx));
+  clembed_matrix st;
+  FAILS(ctx, CLEMBED_ERR_INVALID_ARGUMENT, clembed_mpi_table_state(t, 1, NULL, &st)); /* no state was kept */
+  o.state = &pg;
+  s = clembed_mpi_optimizer_step(t, &grad, &ids, NULL, &o);
+  expect_status(ctx, s, CLEMBED_ERR_INVALID_ARGUMENT, "a state passed in");
+  expect_argument(ctx, op, "state", "a state passed in");
+  o.state = NULL;
+  clembed_backward_options bo = clembed_backward_defaults();
+  bo.position_grad = &pg;
+  s = clembed_mpi_optimizer_step(t, &grad, &ids, &bo, &o);
+  expect_status(ctx, s, CLEMBED_ERR_INVALID_ARGUMENT, "a position_grad");
+  expect_argument(ctx, op, "position_grad", "a position_grad");
+  o.learning_rate = g_rank == last ? 0.5f : 0.25f;
+  s = clembed_mpi_optimizer_step(t, &grad, &ids, NULL, &o);
+  expect_status(ctx, s, g_size > 1 ? CLEMBED_ERR_INVALID_ARGUMENT : CLEMBED_OK, "learning rates differ");
+  if (g_size > 1) {
+    expect_argument(ctx, op, "learning_rate", "learning rates differ");
+    expect_table(ctx, t, &whole, "after refused steps");
+    o.learning_rate = 0.5f;
+    OK(ctx, clembed_mpi_optimizer_step(t, &grad, &ids, NULL, &o)); /* the first step: ADAGRAD's state */
+  }
+  o.learning_rate = -1.0f; /* the core's own check, on every rank */
+  s = clembed_mpi_optimizer_step(t, &grad, &ids, NULL, &o);
+  expect_status(ctx, s, CLEMBED_ERR_INVALID_ARGUMENT, "a negative learning rate");
+  expect_argument(ctx, op, "learning_rate", "a negative learning rate");
+  clembed_optimizer adam = clembed_optimizer_defaults(CLEMBED_ADAM);
+  adam.step = 1;
+  s = clembed_mpi_optimizer_step(t, &grad, &ids, NULL, &adam);
+  expect_status(ctx, s, CLEMBED_ERR_INVALID_ARGUMENT, "ADAM after ADAGRAD");
+  expect_argument(ctx, op, "kind", "another kind");
+  adam.step = 0;
+  FAILS(NULL, CLEMBED_ERR_INVALID_ARGUMENT, clembed_mpi_optimizer_step(NULL, &grad, &ids, NULL, &adam));
+  clembed_matrix_release(&grad);
+  clembed_matrix_release(&wrong);
+  clembed_matrix_release(&pg);
+  clembed_matrix_release(&whole);
+  clembed_ids_release(&ids);
+  clembed_mpi_table_release(t);
+  free(gh);
+  free(h);
+}
+
+/* A rank calling another function than its peers: both refuse, none hangs. */
+TU_CASE(different_calls) {
+  float *h = table_values(9, 3, 1);
+  clembed_mpi_table *t = make_table(ctx, 9, 3, CLEMBED_F32, h);
+  clembed_status s;
+  if (g_rank == 0) {
+    s = clembed_mpi_table_init_normal(t, 0.0f, 1.0f, 1);
+  } else {
+    int64_t one = 1;
+    clembed_ids ids = make_ids(ctx, &one, 1, CLEMBED_I64);
+    clembed_matrix out = {0};
+    OK(ctx, clembed_matrix_create(ctx, 1, 3, CLEMBED_F32, &out));
+    s = clembed_mpi_embed(t, &ids, NULL, &out);
+    clembed_matrix_release(&out);
+    clembed_ids_release(&ids);
+  }
+  expect_status(ctx, s, g_size > 1 ? CLEMBED_ERR_INVALID_ARGUMENT : CLEMBED_OK, "init on rank 0, embed elsewhere");
+  if (g_size > 1) EXPECT(strstr(clembed_context_message(ctx), "a rank called another clembed_mpi function") != NULL, "message: %s",
+                         clembed_context_message(ctx));
+  clembed_mpi_table_release(t);
+  free(h);
+}
+
+int main(int argc, char **argv) {
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+  MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &g_size);
+  int rc = tu_main(argc, argv, (tu_suite){.name = "test_mpi", .device = 1, .case_timeout_s = 1200});
+  int worst = 0;
+  MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (g_rank == 0) printf("test_mpi on %d ranks: %s\n", g_size, worst ? "FAILED" : "passed");
+  MPI_Finalize();
+  return rc;
+}
