@@ -102,11 +102,32 @@ __kernel void ce_rope_apply(CE_ROPE_ARGS) {
   ce_rope_pair(xr, orow, heads, head_dim, ca, cb, c, s);
 }
 
+/* RKB: vectors of pairs whose cos and sin a row keeps at once (the host's
+ * choice); STREAM: an F32 output larger than the device's cache is written
+ * with streaming stores where the row is aligned to a vector */
+#ifndef RKB
+#define RKB 4
+#endif
+#ifndef STREAM
+#define STREAM 0
+#endif
+#if STREAM && OUT_DT == 0
+#define CE_ROPE_STORE(o, v)     \
+  if (nt)                       \
+    ce_streamv_0(orow, (o), (v)); \
+  else                          \
+    store_outv(orow, (o), (v))
+#else
+#define CE_ROPE_STORE(o, v) store_outv(orow, (o), (v))
+#endif
+
 __kernel void ce_rope_apply_rows(CE_ROPE_ARGS) {
   ulong i = get_global_id(0);
   if (i >= rows) return;
   __global const X_T *xr = x + x_off + i * x_ld;
   __global OUT_T *orow = out + o_off + i * o_ld;
+  const int nt = STREAM && CE_STREAMING && ((ulong)orow & (VEC * sizeof(OUT_T) - 1)) == 0 &&
+                 (head_dim * sizeof(OUT_T)) % (VEC * sizeof(OUT_T)) == 0 && (nh * sizeof(OUT_T)) % (VEC * sizeof(OUT_T)) == 0;
   int ok;
   uint p = ce_rope_position(i, pos32, pos64, pos_off, pos64f, seq_len, pos_offset, err, slot, 1, &ok);
   if (!ok) { /* a bad position: the row is copied */
@@ -114,34 +135,41 @@ __kernel void ce_rope_apply_rows(CE_ROPE_ARGS) {
       for (ulong c = 0; c < heads * head_dim; c++) store_out(orow, c, load_x(xr, c));
     return;
   }
+  /* RKB pairs at a time: their cos and sin computed once, then every head's
+   * pairs of them, the heads in order (each head's columns read in order) */
   ulong k = 0;
-  for (; k + VEC <= nh; k += VEC) {
-    FV cv, sv;
-    ce_angle_cos_sinv(p, freq, nh, k, &cv, &sv);
-    cv = (FV)(attention) * cv;
-    sv = (FV)(sign) * ((FV)(attention) * sv);
-    for (ulong h = 0; h < heads; h++) {
-      ulong base = h * head_dim;
-      FV xa, xb;
-      if (gptj) { /* pairs (2k, 2k + 1): de-interleaved, and interleaved back */
-        FV lo = load_xv(xr, base + 2 * k), hi = load_xv(xr, base + 2 * k + VEC);
-        xa = (FV)(lo.even, hi.even);
-        xb = (FV)(lo.odd, hi.odd);
-      } else {
-        xa = load_xv(xr, base + k);
-        xb = load_xv(xr, base + k + nh);
-      }
-      FV ya = xa * cv - xb * sv, yb = xb * cv + xa * sv;
-      if (gptj) {
-        store_outv(orow, base + 2 * k, shuffle2(ya, yb, (UV)(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23)));
-        store_outv(orow, base + 2 * k + VEC,
-                   shuffle2(ya, yb, (UV)(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31)));
-      } else {
-        store_outv(orow, base + k, ya);
-        store_outv(orow, base + k + nh, yb);
-      }
+  for (; k + VEC <= nh; k += RKB * VEC) {
+    FV cv[RKB], sv[RKB];
+    const int nb = (int)min((ulong)RKB, (nh - k) / VEC);
+    for (int q = 0; q < nb; q++) {
+      ce_angle_cos_sinv(p, freq, nh, k + (ulong)q * VEC, &cv[q], &sv[q]);
+      cv[q] = (FV)(attention) * cv[q];
+      sv[q] = (FV)(sign) * ((FV)(attention) * sv[q]);
     }
+    for (ulong h = 0; h < heads; h++)
+      for (int q = 0; q < nb; q++) {
+        const ulong base = h * head_dim, kq = k + (ulong)q * VEC;
+        FV xa, xb;
+        if (gptj) { /* pairs (2k, 2k + 1): de-interleaved, and interleaved back */
+          FV lo = load_xv(xr, base + 2 * kq), hi = load_xv(xr, base + 2 * kq + VEC);
+          xa = (FV)(lo.even, hi.even);
+          xb = (FV)(lo.odd, hi.odd);
+        } else {
+          xa = load_xv(xr, base + kq);
+          xb = load_xv(xr, base + kq + nh);
+        }
+        FV ya = xa * cv[q] - xb * sv[q], yb = xb * cv[q] + xa * sv[q];
+        if (gptj) {
+          CE_ROPE_STORE(base + 2 * kq, shuffle2(ya, yb, (UV)(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23)));
+          CE_ROPE_STORE(base + 2 * kq + VEC,
+                        shuffle2(ya, yb, (UV)(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31)));
+        } else {
+          CE_ROPE_STORE(base + kq, ya);
+          CE_ROPE_STORE(base + kq + nh, yb);
+        }
+      }
   }
+  k = nh / VEC * VEC;
   for (; k < nh; k++) {
     float2 cs = ce_rope_cos_sin(p, freq, nh, k);
     float c = attention * cs.x, s = sign * (attention * cs.y);

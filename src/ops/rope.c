@@ -141,8 +141,12 @@ static clembed_status apply_run(clembed_context *ctx, const clembed_rope *r, con
    * work-item (consecutive work-items on consecutive pairs) */
   int rowwise = ctx->tune->rope_rowwise;
   const char *name = rowwise ? "ce_rope_apply_rows" : "ce_rope_apply";
-  snprintf(opts, sizeof opts, "-DOUT_DT=%d -DX_DT=%d -DPOS=%d -DVEC=16", (int)out->dtype, (int)x->dtype,
-           positions != NULL);
+  /* an output larger than the device's cache goes out with streaming stores
+   * (not in place: the row was just read) */
+  size_t out_bytes = x->rows * x->cols * clembed_dtype_size(out->dtype);
+  int stream = rowwise && !in_place && ctx->tune->embed_stream && ctx->cache_bytes && out_bytes > ctx->cache_bytes;
+  snprintf(opts, sizeof opts, "-DOUT_DT=%d -DX_DT=%d -DPOS=%d -DVEC=16 -DRKB=%u -DSTREAM=%d", (int)out->dtype,
+           (int)x->dtype, positions != NULL, ctx->tune->rope_pairs, stream);
   CHECK(ce_kernel(ctx, CE_FAMILY_ROPE, opts, name, &k));
   ce_record rec = {CE_NO_SLOT, CE_FAMILY_ROPE, opts, positions, NULL, 0};
   size_t half = R / 2, heads = x->cols / r->head_dim, rest = r->head_dim - R;

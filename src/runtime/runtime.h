@@ -75,7 +75,8 @@ typedef struct ce_tuning {
   int positional_rowwise;      /* a row per work-item */
   unsigned positional_vec;
   /* RoPE */
-  int rope_rowwise;            /* a row per work-item, 16 pairs at a time (else a pair per work-item) */
+  int rope_rowwise;            /* a row per work-item (else a pair per work-item), */
+  unsigned rope_pairs;         /* ...this many vectors of 16 pairs at a time, every head's in turn */
   /* sort */
   size_t sort_chunk;           /* entries per work-item, at least */
   size_t sort_max_chunks;      /* the scan is one work-group */
@@ -110,7 +111,7 @@ const ce_tuning *ce_tuning_choose(int is_cpu, const char *env);
  * field of ce_tuning but its name. */
 #define CE_TUNING_FIELDS(X)                                                                                     \
   X(cpu_shapes) X(group_target) X(row_items_max) X(row_groups_per_unit) X(embed_rows) X(embed_strided_rows)     \
-  X(embed_vec) X(embed_stream) X(embed_next) X(embed_strided_prefetch_bytes) X(embed_strided_ahead) X(positional_rowwise) X(positional_vec) X(rope_rowwise) \
+  X(embed_vec) X(embed_stream) X(embed_next) X(embed_strided_prefetch_bytes) X(embed_strided_ahead) X(positional_rowwise) X(positional_vec) X(rope_rowwise) X(rope_pairs) \
   X(sort_chunk) X(sort_max_chunks) X(sort_radix_bits) X(sort_local) X(fold_vec) X(fold_tile)                     \
   X(fold_block_columns) X(fold_split) X(fold_group) X(fold_ahead_bytes) X(fold_ahead) X(rowwise_ahead) X(fold_slices_per_unit)        \
   X(fold_min_slices) X(row_items) X(sinusoid_table_max_elements) X(sinusoid_table_min_rows)                      \
