@@ -369,7 +369,8 @@ static size_t reference_bytes(const reference *r, double moved) {
 /* Builds the copy kernel, starts the memcpy threads on a CPU device, and
  * times the candidates against each other (`rounds` interleaved rounds of
  * min_bytes each): the fastest becomes the reference. */
-static int reference_init(clembed_context *ctx, reference *r, int rounds, char *err, size_t errlen) {
+static int reference_init(clembed_context *ctx, reference *r, int rounds, int latency_only, char *err,
+                          size_t errlen) {
   cl_int e;
   memset(r, 0, sizeof *r);
   r->queue = clembed_context_queue(ctx);
@@ -382,7 +383,8 @@ static int reference_init(clembed_context *ctx, reference *r, int rounds, char *
   if (e == CL_SUCCESS) e = clGetDeviceInfo(r->dev, CL_DEVICE_GLOBAL_MEM_CACHE_SIZE, sizeof cache, &cache, NULL);
   r->cpu = (type & CL_DEVICE_TYPE_CPU) != 0;
   cache_facts_read(&r->cache, (size_t)cache);
-  r->min_bytes = (2 * r->cache.bytes + 63) / 64 * 64;
+  /* latency rows alone time a 16-byte copy: the bandwidth copies stay small */
+  r->min_bytes = latency_only ? (size_t)1 << 20 : (2 * r->cache.bytes + 63) / 64 * 64;
   if (e == CL_SUCCESS) r->program = clCreateProgramWithSource(r->cl, 1, &copy_source, NULL, &e);
   if (e == CL_SUCCESS) e = clBuildProgram(r->program, 1, &r->dev, "", NULL, NULL);
   if (e == CL_SUCCESS) r->kernel = clCreateKernel(r->program, "bench_copy", &e);
@@ -988,7 +990,10 @@ int clembed_bench_main(int argc, char **argv) {
     fprintf(stderr, "clembed bench: %s: %s\n", clembed_status_string(st), clembed_last_error_message());
     return 2;
   }
-  if (reference_init(s.ctx, &ref, reps < 11 ? 11 : reps, err, sizeof err)) goto fail;
+  int latency_only = 1;
+  for (size_t k = 0; k < ROW_COUNT; k++)
+    if (wanted(only, rows_table[k].name) && rows_table[k].op != OP_LATENCY) latency_only = 0;
+  if (reference_init(s.ctx, &ref, reps < 11 ? 11 : reps, latency_only, err, sizeof err)) goto fail;
   if (with_ceiling && !ref.cpu) {
     fprintf(stderr, "clembed bench: --ceiling: %s is not a CPU device; no C ceiling is run\n",
             clembed_context_device_name(s.ctx));
@@ -1011,9 +1016,10 @@ int clembed_bench_main(int argc, char **argv) {
       printf("clembed bench on %s, %d timed rounds per row (the latency row %d)\n", clembed_context_device_name(s.ctx),
              reps, reps * LATENCY_PAIRS);
       printf("largest cache: %.1f MiB from %s (sysfs %.1f MiB, CPUID %.1f MiB, device %.1f MiB); every copy buffer >= "
-             "%.1f MiB\n",
+             "%.1f MiB%s\n",
              ref.cache.bytes / 1048576.0, ref.cache.source, ref.cache.sysfs / 1048576.0, ref.cache.cpuid / 1048576.0,
-             ref.cache.device / 1048576.0, ref.min_bytes / 1048576.0);
+             ref.cache.device / 1048576.0, ref.min_bytes / 1048576.0,
+             latency_only ? " (latency rows only: no bandwidth row needs more)" : "");
       printf("reference: %s (read + written, %.1f MiB copies: copy kernel %.2f GB/s, clEnqueueCopyBuffer %.2f GB/s",
              names[ref.kind], ref.min_bytes / 1048576.0, ref.rate[COPY_KERNEL] / 1e9, ref.rate[COPY_BUFFER] / 1e9);
       if (ref.cpu) printf(", %s %.2f GB/s", names[COPY_MEMCPY], ref.rate[COPY_MEMCPY] / 1e9);
