@@ -366,6 +366,36 @@ TU_CASE(dtypes) {
   printf("dtypes: F32/F16/BF16 in and out, in place: ok\n");
 }
 
+/* An output larger than the device's cache (written with streaming stores on
+ * a CPU device, two vectors of pairs at a time): F32 and F16, both layouts,
+ * within the bound like any other. Not in the small (Oclgrind) runs. */
+TU_CASE(output_past_the_cache) {
+  if (tu_small) return;
+  cl_device_id dev;
+  cl_ulong cache = 0;
+  clGetCommandQueueInfo(clembed_context_queue(ctx), CL_QUEUE_DEVICE, sizeof dev, &dev, NULL);
+  clGetDeviceInfo(dev, CL_DEVICE_GLOBAL_MEM_CACHE_SIZE, sizeof cache, &cache, NULL);
+  if (cache > ((cl_ulong)64 << 20)) cache = (cl_ulong)64 << 20; /* the largest output tried: 96 MiB */
+  config cf[16];
+  configs(cf);
+  size_t nbad = 0;
+  double worst = 0.0;
+  for (int ot = 0; ot < 2; ot++) {
+    clembed_rope r = cf[0].r;
+    r.head_dim = 128;
+    r.rotary_dim = 0;
+    r.layout = (clembed_rope_layout)ot;
+    size_t heads = 32, cols = heads * r.head_dim, esize = ot ? 2 : 4;
+    size_t rows = (size_t)(cache * 3 / 2) / (cols * esize) + 1;
+    apply_case ac = {&r, "past the cache", rows, heads, (clembed_dtype)ot, (clembed_dtype)ot, 0, 0, 0, CLEMBED_I32,
+                     0, 3, NULL};
+    float *x = random_x(rows * cols);
+    free(run_apply(ctx, &ac, x, &nbad, &worst));
+    free(x);
+  }
+  EXPECT(nbad == 0, "%zu values outside the bound", nbad);
+}
+
 /* positions negative or >= 2^32: deferred error naming the row and the value; the row is copied */
 TU_CASE(bad_positions) {
   clembed_rope r = clembed_rope_defaults();

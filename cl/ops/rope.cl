@@ -103,31 +103,38 @@ __kernel void ce_rope_apply(CE_ROPE_ARGS) {
 }
 
 /* RKB: vectors of pairs whose cos and sin a row keeps at once (the host's
- * choice); STREAM: an F32 output larger than the device's cache is written
- * with streaming stores where the row is aligned to a vector */
+ * choice, even); STREAM: an output larger than the device's cache is written
+ * with streaming stores, two vectors (a whole line of a 16-bit output) at a
+ * time, where every such pair starts on a line */
 #ifndef RKB
 #define RKB 4
 #endif
 #ifndef STREAM
 #define STREAM 0
 #endif
-#if STREAM && OUT_DT == 0
-#define CE_ROPE_STORE(o, v)     \
-  if (nt)                       \
-    ce_streamv_0(orow, (o), (v)); \
-  else                          \
-    store_outv(orow, (o), (v))
-#else
-#define CE_ROPE_STORE(o, v) store_outv(orow, (o), (v))
-#endif
+#define stream2_outv CE_XCAT(ce_stream2v_, OUT_DT)
+#define CE_ROPE_STORE2(o, a, b)        \
+  do {                                 \
+    if (nt) {                          \
+      stream2_outv(orow, (o), (a), (b)); \
+    } else {                           \
+      store_outv(orow, (o), (a));      \
+      store_outv(orow, (o) + VEC, (b)); \
+    }                                  \
+  } while (0)
 
 __kernel void ce_rope_apply_rows(CE_ROPE_ARGS) {
   ulong i = get_global_id(0);
   if (i >= rows) return;
   __global const X_T *xr = x + x_off + i * x_ld;
   __global OUT_T *orow = out + o_off + i * o_ld;
-  const int nt = STREAM && CE_STREAMING && ((ulong)orow & (VEC * sizeof(OUT_T) - 1)) == 0 &&
-                 (head_dim * sizeof(OUT_T)) % (VEC * sizeof(OUT_T)) == 0 && (nh * sizeof(OUT_T)) % (VEC * sizeof(OUT_T)) == 0;
+  const ulong line = 2 * VEC * sizeof(OUT_T) < 64 ? 2 * VEC * sizeof(OUT_T) : 64; /* a pair's alignment */
+#if STREAM && CE_STREAMING && RKB % 2 == 0
+  const int nt = ((ulong)orow & (line - 1)) == 0 && (head_dim * sizeof(OUT_T)) % line == 0 &&
+                 (nh * sizeof(OUT_T)) % line == 0;
+#else
+  const int nt = 0;
+#endif
   int ok;
   uint p = ce_rope_position(i, pos32, pos64, pos_off, pos64f, seq_len, pos_offset, err, slot, 1, &ok);
   if (!ok) { /* a bad position: the row is copied */
@@ -147,25 +154,35 @@ __kernel void ce_rope_apply_rows(CE_ROPE_ARGS) {
       sv[q] = (FV)(sign) * ((FV)(attention) * sv[q]);
     }
     for (ulong h = 0; h < heads; h++)
-      for (int q = 0; q < nb; q++) {
-        const ulong base = h * head_dim, kq = k + (ulong)q * VEC;
-        FV xa, xb;
-        if (gptj) { /* pairs (2k, 2k + 1): de-interleaved, and interleaved back */
-          FV lo = load_xv(xr, base + 2 * kq), hi = load_xv(xr, base + 2 * kq + VEC);
-          xa = (FV)(lo.even, hi.even);
-          xb = (FV)(lo.odd, hi.odd);
-        } else {
-          xa = load_xv(xr, base + kq);
-          xb = load_xv(xr, base + kq + nh);
+      for (int q = 0; q < nb; q += 2) { /* two vectors of pairs: whole lines of a 16-bit output */
+        const ulong base = h * head_dim, k0 = k + (ulong)q * VEC;
+        const int two = q + 1 < nb;
+        FV ya[2], yb[2];
+        for (int u = 0; u <= two; u++) {
+          const ulong kq = k0 + (ulong)u * VEC;
+          FV xa, xb;
+          if (gptj) { /* pairs (2k, 2k + 1): de-interleaved, and interleaved back */
+            FV lo = load_xv(xr, base + 2 * kq), hi = load_xv(xr, base + 2 * kq + VEC);
+            xa = (FV)(lo.even, hi.even);
+            xb = (FV)(lo.odd, hi.odd);
+          } else {
+            xa = load_xv(xr, base + kq);
+            xb = load_xv(xr, base + kq + nh);
+          }
+          ya[u] = xa * cv[q + u] - xb * sv[q + u];
+          yb[u] = xb * cv[q + u] + xa * sv[q + u];
         }
-        FV ya = xa * cv[q] - xb * sv[q], yb = xb * cv[q] + xa * sv[q];
         if (gptj) {
-          CE_ROPE_STORE(base + 2 * kq, shuffle2(ya, yb, (UV)(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23)));
-          CE_ROPE_STORE(base + 2 * kq + VEC,
-                        shuffle2(ya, yb, (UV)(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31)));
+          for (int u = 0; u <= two; u++)
+            CE_ROPE_STORE2(base + 2 * (k0 + (ulong)u * VEC),
+                           shuffle2(ya[u], yb[u], (UV)(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23)),
+                           shuffle2(ya[u], yb[u], (UV)(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31)));
+        } else if (two) {
+          CE_ROPE_STORE2(base + k0, ya[0], ya[1]);
+          CE_ROPE_STORE2(base + k0 + nh, yb[0], yb[1]);
         } else {
-          CE_ROPE_STORE(base + kq, ya);
-          CE_ROPE_STORE(base + kq + nh, yb);
+          store_outv(orow, base + k0, ya[0]);
+          store_outv(orow, base + k0 + nh, yb[0]);
         }
       }
   }
