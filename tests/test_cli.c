@@ -941,6 +941,17 @@ TU_CASE(bench_only) {
   EXPECT(strstr(g_out, "lookup f32") == NULL && strstr(g_out, "backward") == NULL, "other rows ran: %s", g_out);
   RUNS(1, "bench", "--reps", "0");
   ERR_HAS("--reps: '0'");
+  RUNS(1, "bench", "--only", "no such row");
+  ERR_HAS("names no row");
+  /* a second tuning beside the default, in the same rounds */
+  RUNS(0, "bench", "--quick", "--only", "one-token", "--against", "embed_rows=4");
+  EXPECT(strstr(g_out, "CLEMBED_TUNE=embed_rows=4") != NULL && strstr(g_out, "tuned/def") != NULL,
+         "no --against column: %s", g_out);
+  RUNS(1, "bench", "--only", "one-token", "--against", "no_such_field=1");
+  ERR_HAS("no_such_field");
+  RUNS(0, "bench", "--list");
+  EXPECT(strstr(g_out, "lookup f32 (1 GiB table") != NULL && strstr(g_out, "optimizer ADAM, recommendation") != NULL,
+         "--list: %s", g_out);
 }
 
 /* ------------------------------------------- the flags each --help lists */

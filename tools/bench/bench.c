@@ -809,6 +809,7 @@ typedef struct result {
   double op_ms, bytes, gbs, ratio;
   double copy_gbs, copy_ms; /* the reference copy's median rate and time (latency rows: a copy kernel's round trip) */
   double ceil_ms, ceil_gbs, ceil_ratio; /* the C ceiling (0: none) */
+  double alt_ms, alt_speedup;           /* --against: the other tuning's time, and its speed over the default's */
   int latency;              /* ratio is op time / round-trip time */
 } result;
 
@@ -817,8 +818,8 @@ typedef struct result {
 /* Times the operation, the reference copy and (when given) the C ceiling
  * alternately; returns 0 and fills res. A latency row times a 16-byte copy
  * kernel instead. */
-static int measure(bench_state *s, reference *ref, const spec *r, ceiling *ceil, double bytes, int reps, result *res,
-                   char *err, size_t errlen) {
+static int measure(bench_state *s, bench_state *alt, reference *ref, const spec *r, ceiling *ceil, double bytes,
+                   int reps, result *res, char *err, size_t errlen) {
   const int latency = r->op == OP_LATENCY;
   int kind = latency ? COPY_KERNEL : ref->kind;
   size_t cbytes = latency ? 16 : reference_bytes(ref, bytes);
@@ -826,8 +827,9 @@ static int measure(bench_state *s, reference *ref, const spec *r, ceiling *ceil,
   /* a round trip is tens of microseconds, at the mercy of thread wake-ups:
    * many more pairs for a stable median, at little cost */
   if (latency) reps *= LATENCY_PAIRS;
-  double *v = calloc((size_t)reps * 5, sizeof *v);
+  double *v = calloc((size_t)reps * 7, sizeof *v);
   double *ratios = v, *times = v + reps, *copies = v + 2 * reps, *ctimes = v + 3 * reps, *cratios = v + 4 * reps;
+  double *atimes = v + 5 * reps, *aspeed = v + 6 * reps;
   int rc = 0;
   if (!v) {
     snprintf(err, errlen, "out of memory");
@@ -842,6 +844,15 @@ static int measure(bench_state *s, reference *ref, const spec *r, ceiling *ceil,
       goto done;
     }
     if (ceil) ceiling_run(ceil, pool_run, &ref->pool);
+    if (alt) {
+      st = run_op(alt, r);
+      if (st == CLEMBED_OK) st = clembed_finish(alt->ctx);
+      if (st != CLEMBED_OK) {
+        snprintf(err, errlen, "--against: %s: %s", clembed_status_string(st), clembed_context_message(alt->ctx));
+        rc = -1;
+        goto done;
+      }
+    }
   }
   for (int i = 0; i < reps; i++) {
     double t0 = now();
@@ -865,6 +876,18 @@ static int measure(bench_state *s, reference *ref, const spec *r, ceiling *ceil,
       ctimes[i] = now() - t3;
       cratios[i] = ctimes[i] / times[i]; /* the same bytes: operation rate / ceiling rate */
     }
+    if (alt) {
+      double t4 = now();
+      st = run_op(alt, r);
+      if (st == CLEMBED_OK) st = clembed_finish(alt->ctx);
+      atimes[i] = now() - t4;
+      if (st != CLEMBED_OK) {
+        snprintf(err, errlen, "--against: %s: %s", clembed_status_string(st), clembed_context_message(alt->ctx));
+        rc = -1;
+        goto done;
+      }
+      aspeed[i] = times[i] / atimes[i]; /* the other tuning's rate / the default's */
+    }
   }
   res->op_ms = 1e3 * median(times, reps);
   res->bytes = bytes;
@@ -878,6 +901,10 @@ static int measure(bench_state *s, reference *ref, const spec *r, ceiling *ceil,
     res->ceil_gbs = bytes / (res->ceil_ms * 1e-3) / 1e9;
     res->ceil_ratio = median(cratios, reps);
   }
+  if (alt) {
+    res->alt_ms = 1e3 * median(atimes, reps);
+    res->alt_speedup = median(aspeed, reps);
+  }
 done:
   free(v);
   return rc;
@@ -888,7 +915,7 @@ static const char *dtype_name(clembed_dtype t) {
   return (unsigned)t < sizeof names / sizeof names[0] ? names[t] : "?";
 }
 
-static void print_row(const spec *r, const result *res, int json, int with_ceiling) {
+static void print_row(const spec *r, const result *res, int json, int with_ceiling, int with_alt) {
   if (json) {
     printf("{\"operation\": \"%s\", \"kind\": \"%s\", \"table_dtype\": \"%s\", \"out_dtype\": \"%s\", "
            "\"V\": %zu, \"d\": %zu, \"n\": %zu, \"seq\": %zu, \"sequential\": %d, \"median_ms\": %.4f, "
@@ -901,6 +928,7 @@ static void print_row(const spec *r, const result *res, int json, int with_ceili
       if (res->ceil_ms > 0)
         printf(", \"ceiling_ms\": %.4f, \"ceiling_gb_per_s\": %.3f, \"ceiling_ratio\": %.3f", res->ceil_ms, res->ceil_gbs,
                res->ceil_ratio);
+      if (res->alt_ms > 0) printf(", \"against_ms\": %.4f, \"against_speedup\": %.3f", res->alt_ms, res->alt_speedup);
       printf("}\n");
     }
     return;
@@ -913,6 +941,7 @@ static void print_row(const spec *r, const result *res, int json, int with_ceili
          res->ratio);
   if (with_ceiling && res->ceil_ms > 0) printf(" %8.2f %6.2fx", res->ceil_gbs, res->ceil_ratio);
   else if (with_ceiling) printf(" %8s %7s", "-", "-");
+  if (with_alt) printf(" %9.3f %8.2fx", res->alt_ms, res->alt_speedup);
   printf("\n");
 }
 
@@ -921,7 +950,8 @@ static int wanted(const char *only, const char *name) { return !only || strstr(n
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: clembed bench [--quick] [--json] [--reps N] [--only TEXT] [--ceiling] [--list] [--device SPEC]\n"
+          "usage: clembed bench [--quick] [--json] [--reps N] [--only TEXT] [--ceiling] [--against SETTINGS]\n"
+          "                     [--list] [--device SPEC]\n"
           "  Times each operation at the sizes models have (a 1 GiB f32 table, Llama 3's\n"
           "  128256 x 4096 token table in bf16, f16 and ggml's block types, a 1000000 x 128\n"
           "  recommendation table) against the fastest copy the device has (a copy\n"
@@ -939,18 +969,24 @@ static void usage(FILE *f) {
           "  --ceiling   on a CPU device, also run each row's work written by hand in C\n"
           "              (tools/ceiling/: AVX-512, AVX2 or plain C, on huge pages) in the\n"
           "              same rounds, and print the operation's rate as a ratio to it\n"
+          "  --against SETTINGS\n"
+          "              also run each row on a second context made with\n"
+          "              CLEMBED_TUNE=SETTINGS (e.g. \"embed_rows=4,fold_ahead=8\"), in the same\n"
+          "              rounds, and print its time and its speed over the default's\n"
+          "              (for tuning a device; the rows' memory twice over)\n"
           "  --list      print the rows' names and exit\n"
           "  --json      one JSON object per row, after one for the reference\n");
 }
 
 int clembed_bench_main(int argc, char **argv) {
   int json = 0, reps = 15, with_ceiling = 0;
-  const char *device = NULL, *only = NULL;
+  const char *device = NULL, *only = NULL, *against = NULL;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--json")) json = 1;
     else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
     else if (!strcmp(argv[i], "--quick")) reps = 3;
     else if (!strcmp(argv[i], "--ceiling")) with_ceiling = 1;
+    else if (!strcmp(argv[i], "--against") && i + 1 < argc) against = argv[++i];
     else if (!strcmp(argv[i], "--list")) {
       for (size_t k = 0; k < ROW_COUNT; k++) printf("%s\n", rows_table[k].name);
       return 0;
@@ -978,8 +1014,9 @@ int clembed_bench_main(int argc, char **argv) {
     fprintf(stderr, "clembed bench: --only '%s' names no row (clembed bench --list lists them)\n", only);
     return 1;
   }
-  bench_state s;
+  bench_state s, alt;
   memset(&s, 0, sizeof s);
+  memset(&alt, 0, sizeof alt);
   reference ref;
   memset(&ref, 0, sizeof ref);
   int rc = 0;
@@ -989,6 +1026,20 @@ int clembed_bench_main(int argc, char **argv) {
   if (st != CLEMBED_OK) {
     fprintf(stderr, "clembed bench: %s: %s\n", clembed_status_string(st), clembed_last_error_message());
     return 2;
+  }
+  if (against) { /* the second context: CLEMBED_TUNE=against while it is made */
+    const char *was = getenv("CLEMBED_TUNE");
+    char *saved = was ? strdup(was) : NULL;
+    setenv("CLEMBED_TUNE", against, 1);
+    st = clembed_context_create(device, &alt.ctx);
+    if (saved) setenv("CLEMBED_TUNE", saved, 1);
+    else unsetenv("CLEMBED_TUNE");
+    free(saved);
+    if (st != CLEMBED_OK) {
+      fprintf(stderr, "clembed bench: --against: %s: %s\n", clembed_status_string(st), clembed_last_error_message());
+      clembed_context_destroy(s.ctx);
+      return 1;
+    }
   }
   int latency_only = 1;
   for (size_t k = 0; k < ROW_COUNT; k++)
@@ -1026,8 +1077,10 @@ int clembed_bench_main(int argc, char **argv) {
       if (ref.cpu && HAVE_STREAM_COPY) printf(", %s %.2f GB/s", names[COPY_STREAM], ref.rate[COPY_STREAM] / 1e9);
       printf(")\n");
       if (with_ceiling) printf("ceiling: each row's work by hand in C (%s, %d threads)\n", ceiling_isa(), ref.pool.threads);
+      if (against) printf("tuned: a second context with CLEMBED_TUNE=%s\n", against);
       printf("%-52s %9s %9s %7s %9s %7s", "operation", "median ms", "MB moved", "GB/s", "copy GB/s", "vs copy");
       if (with_ceiling) printf(" %8s %7s", "C GB/s", "vs C");
+      if (against) printf(" %9s %9s", "tuned ms", "tuned/def");
       printf("\n");
     }
   }
@@ -1042,10 +1095,15 @@ int clembed_bench_main(int argc, char **argv) {
     if (with_ceiling) ceil = row_ceiling(&s, r, why, sizeof why);
     result res;
     memset(&res, 0, sizeof res);
-    int bad = measure(&s, &ref, r, ceil, row_bytes_moved(&s, r), reps, &res, err, sizeof err);
+    if (against && (st = state_prepare(&alt, r)) != CLEMBED_OK) {
+      ceiling_destroy(ceil);
+      snprintf(err, sizeof err, "--against: %s: %s", clembed_status_string(st), clembed_context_message(alt.ctx));
+      goto fail;
+    }
+    int bad = measure(&s, against ? &alt : NULL, &ref, r, ceil, row_bytes_moved(&s, r), reps, &res, err, sizeof err);
     ceiling_destroy(ceil);
     if (bad) goto fail;
-    print_row(r, &res, json, with_ceiling);
+    print_row(r, &res, json, with_ceiling, against != NULL);
     fflush(stdout);
   }
   goto done;
@@ -1056,7 +1114,9 @@ fail:
   rc = 2;
 done:
   state_release(&s);
+  state_release(&alt);
   reference_release(&ref);
   clembed_context_destroy(s.ctx);
+  clembed_context_destroy(alt.ctx);
   return rc;
 }
