@@ -358,6 +358,19 @@ typedef enum clembed_positions {
   CLEMBED_POSITIONS_TABLE
 } clembed_positions;
 
+/* The norm of the BERT-style input layer (clembed_embed_options.norm; see
+ * "The input layer of BERT-style models" below for the exact operations). */
+typedef enum clembed_norm_kind {
+  CLEMBED_NORM_NONE = 0,
+  CLEMBED_NORM_LAYER = 1, /* (x - mean) / sqrt(var + eps) * weight + bias (nn.LayerNorm) */
+  CLEMBED_NORM_RMS = 2    /* x / sqrt(mean(x^2) + eps) * weight (RMSNorm; no bias) */
+} clembed_norm_kind;
+typedef struct clembed_norm {
+  clembed_norm_kind kind;
+  const clembed_matrix *weight, *bias; /* 1 x cols, F32; NULL means 1 and 0; RMS has no bias */
+  float eps;                           /* 1e-12 BERT, 1e-5 / 1e-6 elsewhere; finite, >= 0 */
+} clembed_norm;
+
 /* No padding id. Before 0.2 this was -1; -1 now means the last row, as in PyTorch. */
 #define CLEMBED_NO_PADDING INT64_MIN
 
@@ -378,10 +391,15 @@ typedef struct clembed_embed_options {
   float dropout;                        /* training: probability in [0, 1) of zeroing an output
                                            element (inverted dropout) */
   uint64_t dropout_seed;                /* the mask is Philox(dropout_seed, element index) */
+  /* BERT's token types and a fused norm (below, "The input layer of BERT-style models") */
+  const clembed_matrix *segment_table;  /* token-type embeddings, rows = types, cols = the table's */
+  const clembed_ids *segment_ids;       /* one per id; NULL with a segment_table: type 0 everywhere */
+  clembed_norm norm;                    /* after the sum, before dropout */
 } clembed_embed_options;
 
 /* scale 1, CHECK, no padding, no positions, sinusoid {10000, PAIR, INTERLEAVED},
- * no position table, seq_len 0, position_offset 0, no sequence offsets, dropout 0, seed 0. */
+ * no position table, seq_len 0, position_offset 0, no sequence offsets, dropout 0, seed 0,
+ * no segments, norm {NONE, no weight, no bias, eps 1e-5}. */
 CLEMBED_API clembed_embed_options clembed_embed_defaults(void);
 
 /* The sinusoid table for positions first_position .. first_position + out->rows - 1,
@@ -676,6 +694,90 @@ CLEMBED_API clembed_status clembed_rope_apply(clembed_context *ctx, const clembe
                                               size_t seq_len, size_t position_offset, int inverse,
                                               clembed_matrix *out, cl_uint num_events_in_wait_list,
                                               const cl_event *event_wait_list, cl_event *event);
+
+/* ------------------------------------------------------------------------
+ * The input layer of BERT-style models: segments and a fused norm
+ *
+ * clembed_embed with a segment_table or a norm (clembed_embed_options) does,
+ * in one pass over each output row (token i, d = cols, r = 1/d rounded to
+ * float32 on the host), in float32 with no contraction, in this order:
+ *   x_c = (scale * W[row(i)][c] + P[p(i)][c]) + S[s(i)][c]
+ *         (the token and positional parts exactly as without segments; S is
+ *         segment_table row s(i) = segment_ids[i] under the index policy, row 0
+ *         without segment_ids, a zero row for a bad or dropped segment id)
+ *   LAYER: mean = sum(x) * r;  v_c = x_c - mean;  var = sum(v * v) * r;
+ *          rstd = rsqrt(var + eps);  y_c = ((v_c * rstd) * weight_c) + bias_c
+ *   RMS:   ms = sum(x * x) * r;  rstd = rsqrt(ms + eps);  y_c = (x_c * rstd) * weight_c
+ *   NONE:  y_c = x_c
+ *   out[i][c] = dropout(y_c)   (the same mask, on element i*cols + c, as without a norm)
+ * A NULL weight (bias) multiplies (adds) nothing. The row sum sum(t) of a row's
+ * d values t_c, in one fixed order:
+ *   q_k = ((0 + t_k) + t_(k+32)) + t_(k+64) + ...  for k = 0 .. 31, ascending columns;
+ *   then for h = 16, 8, 4, 2, 1: q_k = q_k + q_(k+h) for every k < h; sum = q_0.
+ * rsqrt(a) uses + and * only: y = bits(0x5F375A86 - (bits(a) >> 1)), then three
+ * Newton steps y = y * (1.5 - ((0.5 * a) * y) * y) (within 2 ulp of 1/sqrt(a); a
+ * subnormal a is scaled by 2^64 first; 0 gives +inf, +inf gives 0). Every step
+ * being a correctly rounded float32 operation, the output has the same bits on
+ * every device, kernel shape and work size (a device that flushes subnormal
+ * floats may differ where an intermediate is subnormal: a row spread below
+ * about 1e-19, or eps = 0 with such a row), and is within 1e-5 * (1 + |y|) of
+ * the float64 result of the same x, plus half an ulp of an F16/BF16 output.
+ *
+ * segment_table: F32, F16 or BF16 (a quantized one is CLEMBED_ERR_UNSUPPORTED),
+ * cols = the table's; segment_ids: I32 or I64, count = ids->count, only with a
+ * segment_table (without segment_ids the table needs a row). Segment ids follow
+ * the index policy like token ids (padding_idx is the token ids' alone): CLAMP
+ * clamps into the segment table, ZERO gives a zero segment row, CHECK (and WRAP
+ * beyond -types) gives a zero segment row and a deferred
+ * CLEMBED_ERR_INDEX_OUT_OF_RANGE naming "segment_ids", the token and its value
+ * (a bad id or position of the same call is reported first). norm.weight and
+ * norm.bias are 1 x cols F32 matrices; norm.kind unknown, a weight or bias of
+ * another shape or dtype, a bias with RMS, a weight or bias with NONE, eps
+ * negative or not finite: CLEMBED_ERR_INVALID_ARGUMENT naming the field
+ * ("norm.weight", ...). With 0 columns nothing is written; every id, position
+ * and segment id is still checked. Without a segment_table and with NONE,
+ * clembed_embed is the plain forward above, unchanged.
+ * ------------------------------------------------------------------------ */
+
+typedef struct clembed_embed_grads {
+  clembed_matrix *table, *position_table, *segment_table; /* accumulated (F32, the tables' shapes); NULL: not wanted */
+  clembed_matrix *norm_weight, *norm_bias;                /* accumulated, 1 x cols F32; NULL: not wanted */
+} clembed_embed_grads;
+
+/* The backward of the whole layer of clembed_embed with options opt (NULL: the
+ * defaults): grad_out (ids->count x cols, any float dtype) is the gradient of
+ * `out`. The forward's rows are recomputed from table, ids and opt and its
+ * dropout mask replayed (nothing is kept between the calls). With g_c the
+ * masked grad_out[i][c] (g * (1 / (1 - dropout)) where the mask kept it, else
+ * 0) and x, mean, v, rstd exactly as the forward computed them:
+ *   LAYER: xh_c = v_c * rstd;  RMS: xh_c = x_c * rstd;
+ *          h_c = g_c * weight_c (g_c without a weight);  A = sum(h) * r;  B = sum(h * xh) * r;
+ *   LAYER: dx_c = rstd * ((h_c - A) - xh_c * B);  RMS: dx_c = rstd * (h_c - xh_c * B);
+ *   NONE:  dx_c = g_c.
+ * Then every gradient is a sum over tokens in ascending token order, folded
+ * from 0 and then added into the gradient, by clembed_backward's one segment
+ * fold (the same bits on every run, device, kernel shape and work size):
+ *   table[v]          += scale * (sum of dx over the tokens whose id resolves to v;
+ *                        not the padding id, not a bad or dropped id)
+ *   position_table[p] += sum of dx over the tokens at position p (POSITIONS_TABLE)
+ *   segment_table[s]  += sum of dx over the tokens of segment s (not a bad one)
+ *   norm_weight       += sum over every token of g * xh;  norm_bias += sum of g.
+ * With norm.kind NONE, table and position_table receive exactly the bits of
+ * clembed_backward with the forward's scale, policy, padding, positions and
+ * dropout (accumulate 1, a position_grad). Bad ids, positions and segment ids
+ * add nothing and give the forward's deferred error. A gradient of a part the
+ * forward does not have (position_table without POSITIONS_TABLE, segment_table
+ * without a segment_table, norm_weight or norm_bias without norm.weight or
+ * norm.bias), of another shape, or not F32, is CLEMBED_ERR_INVALID_ARGUMENT
+ * naming it ("grads.norm_weight", ...); grads may ask for none (the ids are
+ * still checked). Temporaries: O(ids), and with a norm one ids->count x cols
+ * F32 matrix (two when norm_weight is asked). */
+CLEMBED_API clembed_status clembed_embed_backward(clembed_context *ctx, const clembed_matrix *grad_out,
+                                                  const clembed_matrix *table, const clembed_ids *ids,
+                                                  const clembed_embed_options *opt,
+                                                  const clembed_embed_grads *grads,
+                                                  cl_uint num_events_in_wait_list,
+                                                  const cl_event *event_wait_list, cl_event *event);
 
 #ifdef __cplusplus
 }

@@ -16,21 +16,15 @@ clembed_embed_options clembed_embed_defaults(void) {
   o.sinusoid.base = 10000.0;
   o.sinusoid.exponent = CLEMBED_EXPONENT_PAIR;
   o.sinusoid.layout = CLEMBED_LAYOUT_INTERLEAVED;
+  o.norm.kind = CLEMBED_NORM_NONE;
+  o.norm.eps = 1e-5f;
   return o;
 }
 
-/* What the forward reads for the positional part. */
-typedef struct embed_pos {
-  int kind;                /* the kernel's POSITIONS: 0 none, 1 sinusoid per element, 2 a table */
-  const clembed_matrix *pt;/* the table (learned, or the cached sinusoid) */
-  int cached;              /* pt is the cached sinusoid table */
-  size_t p_ld;
-  cl_mem freq;             /* the sinusoid's frequencies (kind 1) */
-  const clembed_ids *so;   /* sequence offsets, when positions are added */
-} embed_pos;
+typedef ce_embed_pos embed_pos;
 
-static clembed_status resolve_positions(clembed_context *ctx, const clembed_matrix *table, const clembed_ids *ids,
-                                        const clembed_embed_options *opt, embed_pos *p) {
+clembed_status ce_embed_positions(clembed_context *ctx, const clembed_matrix *table, const clembed_ids *ids,
+                                  const clembed_embed_options *opt, embed_pos *p) {
   clembed_status status = CLEMBED_OK;
   *p = (embed_pos){(int)opt->positions, NULL, 0, 0, NULL, NULL};
   switch (opt->positions) {
@@ -129,14 +123,15 @@ static embed_shape choose_shape(const clembed_context *ctx, const clembed_matrix
 /* Reserves an error slot when the call can find a bad id or position (CLAMP
  * cannot clamp into a table of 0 rows: those ids are reported too; positions
  * are signed on the device, so an offset past 2^63 - 1 is a bad position). */
-static clembed_status embed_slot(clembed_context *ctx, const clembed_matrix *table, const clembed_ids *ids,
-                                 const clembed_embed_options *opt, const embed_pos *p, cl_uint *slot) {
+clembed_status ce_embed_slot(clembed_context *ctx, const char *op, const clembed_matrix *table,
+                             const clembed_ids *ids, const clembed_embed_options *opt, const embed_pos *p,
+                             cl_uint *slot) {
   *slot = CE_NO_SLOT;
   int can_fail = opt->policy == CLEMBED_INDEX_CHECK || opt->policy == CLEMBED_INDEX_WRAP ||
                  (opt->policy == CLEMBED_INDEX_CLAMP && table->rows == 0) || (p->pt && !p->cached) || p->so ||
                  (opt->positions != CLEMBED_POSITIONS_NONE && opt->position_offset > (size_t)INT64_MAX);
   if (!ids->count || !can_fail) return CLEMBED_OK;
-  ce_slot_info info = {ctx->op, "position_table", opt->policy == CLEMBED_INDEX_WRAP, table->rows,
+  ce_slot_info info = {op, "position_table", opt->policy == CLEMBED_INDEX_WRAP, table->rows,
                        p->pt ? p->pt->rows : 0, opt->seq_len, opt->position_offset, p->so != NULL,
                        opt->positions == CLEMBED_POSITIONS_SINUSOID && !p->cached, NULL};
   return ce_slot_reserve(ctx, &info, slot);
@@ -195,7 +190,13 @@ static clembed_status embed_run(clembed_context *ctx, const clembed_matrix *tabl
   CHECK(ce_check_common(ctx, ctx->op, opt->policy, opt->dropout, ids->count, opt->seq_len,
                         opt->sequence_offsets));
   CHECK(ce_padding(ctx, opt->padding_idx, table->rows, ctx->op, &padding));
-  CHECK(resolve_positions(ctx, table, ids, opt, &p));
+  int layer; /* segments or a norm: the layer of norm.c */
+  CHECK(ce_norm_check(ctx, table, ids, opt, &layer));
+  CHECK(ce_embed_positions(ctx, table, ids, opt, &p));
+  if (layer) {
+    CHECK(ce_norm_forward(ctx, &ch, table, t_ld, ids, opt, &p, padding, out, o_ld, event));
+    goto cleanup;
+  }
   embed_shape sh = choose_shape(ctx, table, ids, opt, &p, out->dtype);
   int n = snprintf(opts, sizeof opts, "-DTABLE_DT=%d -DOUT_DT=%d -DPOSITIONS=%d -DPOS_DT=%d -DDROPOUT=%d -DVEC=%u",
                    (int)table->dtype, (int)out->dtype, p.kind, p.pt ? (int)p.pt->dtype : 0, opt->dropout > 0.0f,
@@ -208,7 +209,7 @@ static clembed_status embed_run(clembed_context *ctx, const clembed_matrix *tabl
              sh.stream, copy, sh.ahead, sh.next);
   CHECK(ce_kernel(ctx, CE_FAMILY_FORWARD, opts, sh.name, &k));
   ce_record rec = {CE_NO_SLOT, CE_FAMILY_FORWARD, opts, ids, p.so, opt->seq_len};
-  CHECK(embed_slot(ctx, table, ids, opt, &p, &rec.slot));
+  CHECK(ce_embed_slot(ctx, ctx->op, table, ids, opt, &p, &rec.slot));
   CHECK(embed_args(ctx, k, sh.name, table, t_ld, ids, opt, &p, out, o_ld, padding, rec.slot));
   if (sh.rows && sh.ny)
     CHECK(ce_chain_1d(&ch, k, sh.name, sh.ny, CE_LOCAL_ROWS));

@@ -51,6 +51,35 @@ clembed_status ce_positional_run(clembed_context *ctx, const clembed_sinusoid *s
 clembed_status ce_sinusoid_table(clembed_context *ctx, const clembed_sinusoid *s, size_t cols, size_t end,
                                  size_t tokens, const clembed_matrix **table);
 
+/* ----- the forward's positions and error slot (embed.c), which norm.c shares */
+/* What the forward reads for the positional part. */
+typedef struct ce_embed_pos {
+  int kind;                /* the kernel's POSITIONS: 0 none, 1 sinusoid per element, 2 a table */
+  const clembed_matrix *pt;/* the table (learned, or the cached sinusoid) */
+  int cached;              /* pt is the cached sinusoid table */
+  size_t p_ld;
+  cl_mem freq;             /* the sinusoid's frequencies (kind 1) */
+  const clembed_ids *so;   /* sequence offsets, when positions are added */
+} ce_embed_pos;
+/* Checks opt's positions and resolves them (the cached sinusoid table when it pays). */
+clembed_status ce_embed_positions(clembed_context *ctx, const clembed_matrix *table, const clembed_ids *ids,
+                                  const clembed_embed_options *opt, ce_embed_pos *p);
+/* The slot for the call's bad ids and positions (CE_NO_SLOT when none can be bad); op names the call. */
+clembed_status ce_embed_slot(clembed_context *ctx, const char *op, const clembed_matrix *table,
+                             const clembed_ids *ids, const clembed_embed_options *opt, const ce_embed_pos *p,
+                             cl_uint *slot);
+
+/* ----- BERT's segments and the fused norm (norm.c) */
+/* Checks opt's segment and norm fields; *layer = 1 when it asks for segments
+ * or a norm (clembed_embed then runs ce_norm_forward). */
+clembed_status ce_norm_check(clembed_context *ctx, const clembed_matrix *table, const clembed_ids *ids,
+                             const clembed_embed_options *opt, int *layer);
+/* The forward with segments or a norm, as the chain's commands, closed into `event`
+ * (the arguments checked by clembed_embed). */
+clembed_status ce_norm_forward(clembed_context *ctx, ce_chain *ch, const clembed_matrix *table, size_t t_ld,
+                               const clembed_ids *ids, const clembed_embed_options *opt, const ce_embed_pos *p,
+                               cl_long padding, clembed_matrix *out, size_t o_ld, cl_event *event);
+
 /* ----- the radix sort of (key, index) (sort.c) */
 typedef struct ce_sort {
   cl_mem keys[2], idx[2], hist; /* ping-pong buffers and the digit histograms */

@@ -285,9 +285,14 @@ cl_int ce_after_earlier_work(clembed_context *ctx) {
 /* ------------------------------------------------------ the record kernel */
 
 clembed_status ce_chain_close_checked(ce_chain *ch, const ce_record *rec, cl_event *event) {
+  clembed_status status = ce_chain_record(ch, rec);
+  return status != CLEMBED_OK ? status : ce_chain_close(ch, event);
+}
+
+clembed_status ce_chain_record(ce_chain *ch, const ce_record *rec) {
   clembed_status status = CLEMBED_OK;
   clembed_context *ctx = ch->ctx;
-  if (rec->slot == CE_NO_SLOT || ctx->atom64) return ce_chain_close(ch, event);
+  if (rec->slot == CE_NO_SLOT || ctx->atom64) return CLEMBED_OK;
   cl_kernel r;
   CHECK(ce_kernel(ctx, rec->family, rec->options, "ce_record_error", &r));
   const clembed_ids *ids = rec->ids, *so = rec->sequence_offsets;
@@ -299,7 +304,7 @@ clembed_status ce_chain_close_checked(ce_chain *ch, const ce_record *rec, cl_eve
   CHECK(ce_set_args(ctx, r, "ce_record_error", CE_ARG(ctx->errbuf), CE_ARG(slot), CE_ARG(idb), CE_ARG(idb),
                     CE_ARG(id_off), CE_ARG(id64), CE_ARG(sob), CE_ARG(sob), CE_ARG(so_off), CE_ARG(so64),
                     CE_ARG(has_so), CE_ARG(sl), CE_END));
-  CHECK(ce_enqueue_1d(ctx, r, "ce_record_error", 1, 1, ce_chain_nwait(ch), ce_chain_wait(ch), event));
+  CHECK(ce_chain_1d(ch, r, "ce_record_error", 1, 1));
 cleanup:
   return status;
 }

@@ -17,7 +17,8 @@
   X(BACKWARD, backward)   \
   X(INIT, init)           \
   X(UTIL, util)           \
-  X(ROPE, rope)
+  X(ROPE, rope)           \
+  X(NORM, norm)
 
 #define CE_LIB_SOURCES(L) \
   L(dtype)                \
@@ -26,6 +27,7 @@
   L(ids)                  \
   L(philox)               \
   L(angle)                \
-  L(exactmath)
+  L(exactmath)            \
+  L(rowsum)
 
 #endif

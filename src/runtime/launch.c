@@ -4,22 +4,35 @@
 
 #include <stdio.h>
 
-clembed_status ce_set_args(clembed_context *ctx, cl_kernel k, const char *name, ...) {
-  va_list ap;
-  va_start(ap, name);
+static clembed_status set_args(clembed_context *ctx, cl_kernel k, const char *name, cl_uint first, va_list ap) {
   clembed_status status = CLEMBED_OK;
-  for (int i = 0;; i++) {
+  for (cl_uint i = first;; i++) {
     size_t size = va_arg(ap, size_t);
     const void *value = va_arg(ap, const void *);
     if (size == 0) break;
     cl_int err = clSetKernelArg(k, (cl_uint)i, size, value);
     if (err != CL_SUCCESS) {
       char what[160];
-      snprintf(what, sizeof what, "%s: setting argument %d", name, i);
+      snprintf(what, sizeof what, "%s: setting argument %u", name, (unsigned)i);
       status = ce_cl_fail(ctx, err, what);
       break;
     }
   }
+  return status;
+}
+
+clembed_status ce_set_args(clembed_context *ctx, cl_kernel k, const char *name, ...) {
+  va_list ap;
+  va_start(ap, name);
+  clembed_status status = set_args(ctx, k, name, 0, ap);
+  va_end(ap);
+  return status;
+}
+
+clembed_status ce_set_args_at(clembed_context *ctx, cl_kernel k, const char *name, cl_uint first, ...) {
+  va_list ap;
+  va_start(ap, first);
+  clembed_status status = set_args(ctx, k, name, first, ap);
   va_end(ap);
   return status;
 }
@@ -135,6 +148,21 @@ clembed_status ce_chain_2d(ce_chain *ch, cl_kernel k, const char *name, size_t n
   chain_next(ch, ev);
   return s;
 }
+
+clembed_status ce_chain_2d_local(ce_chain *ch, cl_kernel k, const char *name, size_t nx, size_t ny, size_t lx,
+                                 size_t ly) {
+  cl_event ev = NULL;
+  size_t local[2] = {lx, ly}, global[2] = {round_up(nx, lx), round_up(ny, ly)};
+  clembed_status s = CLEMBED_OK;
+  if (nx == 0 || ny == 0)
+    s = ce_enqueue_2d(ch->ctx, k, name, 0, 0, ce_chain_nwait(ch), ce_chain_wait(ch), &ev); /* a marker */
+  else
+    s = enqueue(ch->ctx, k, name, 2, global, local, ce_chain_nwait(ch), ce_chain_wait(ch), &ev);
+  chain_next(ch, ev);
+  return s;
+}
+
+void ce_chain_adopt(ce_chain *ch, cl_event ev) { chain_next(ch, ev); }
 
 clembed_status ce_chain_close(ce_chain *ch, cl_event *event) {
   if (!event) return CLEMBED_OK;

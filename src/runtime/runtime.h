@@ -71,6 +71,10 @@ typedef struct ce_tuning {
    * on asked for during each (forward.cl's AHEAD) */
   size_t embed_strided_prefetch_bytes;
   unsigned embed_strided_ahead;
+  /* the forward with segments or a norm (cl/ops/norm.cl) and its backward's rows */
+  unsigned norm_rows;          /* tokens per work-item of the CPU shape (0: the GPU shape) */
+  unsigned norm_group_rows;    /* GPU shape: tokens per work-group (32 work-items across each) */
+  unsigned norm_ahead;         /* with prefetch hints: the table row this many tokens on asked for */
   /* positional table */
   int positional_rowwise;      /* a row per work-item */
   unsigned positional_vec;
@@ -300,7 +304,11 @@ clembed_status ce_buffer(clembed_context *ctx, ce_buffer_kind kind, size_t bytes
 /* ----- launches (launch.c) */
 /* Sets kernel arguments 0, 1, ... from CE_ARG(x) pairs ending with CE_END. */
 clembed_status ce_set_args(clembed_context *ctx, cl_kernel k, const char *name, ...);
+/* The same from argument `first` on. */
+clembed_status ce_set_args_at(clembed_context *ctx, cl_kernel k, const char *name, cl_uint first, ...);
 #define CE_ARG(x) sizeof(x), (const void *)&(x)
+/* A __local argument of `bytes` (for ce_set_args). */
+#define CE_LOCAL_ARG(bytes) (size_t)(bytes), (const void *)0
 #define CE_END (size_t)0, (const void *)0
 
 /* Enqueues a 2-D range: x = columns, y = rows, rounded up to the local size. An
@@ -329,6 +337,12 @@ typedef struct ce_chain {
 void ce_chain_init(ce_chain *ch, clembed_context *ctx, cl_uint nwait, const cl_event *wait);
 clembed_status ce_chain_1d(ce_chain *ch, cl_kernel k, const char *name, size_t n, size_t local);
 clembed_status ce_chain_2d(ce_chain *ch, cl_kernel k, const char *name, size_t nx, size_t ny);
+/* A 2-D command with the local size (lx, ly) (the global size rounded up to it). */
+clembed_status ce_chain_2d_local(ce_chain *ch, cl_kernel k, const char *name, size_t nx, size_t ny, size_t lx,
+                                 size_t ly);
+/* Makes `ev` (a reference the chain now owns: a command enqueued with the
+ * chain's wait list, e.g. by another operation's steps) the chain's last event. */
+void ce_chain_adopt(ce_chain *ch, cl_event ev);
 /* The wait list of the next command. */
 cl_uint ce_chain_nwait(const ce_chain *ch);
 const cl_event *ce_chain_wait(const ce_chain *ch);
@@ -350,6 +364,10 @@ typedef struct ce_record {
   const clembed_ids *ids, *sequence_offsets;
   size_t seq_len;
 } ce_record;
+/* On a device without 64-bit atomics, the error-recording kernel of `rec` as
+ * the chain's next command (nothing otherwise, or without a slot): for an
+ * operation with a second slot, before ce_chain_close_checked records the first. */
+clembed_status ce_chain_record(ce_chain *ch, const ce_record *rec);
 /* Closes a checked operation's chain: on a device without 64-bit atomics the
  * error-recording kernel runs after it; `event` completes after both. */
 clembed_status ce_chain_close_checked(ce_chain *ch, const ce_record *rec, cl_event *event);

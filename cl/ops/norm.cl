@@ -1,0 +1,556 @@
+/* norm.cl: the input layer of BERT-style models, one kernel per shape
+ * (src/ops/norm.c; the operations and their order are include/clembed.h's,
+ * "The input layer of BERT-style models"):
+ *   x = (scale * table[row(i)] + P[p(i)]) + segment_table[s(i)],
+ *   y = LayerNorm or RMSNorm of x (or x), out = dropout(y),
+ * and the rows of its backward, dx (and g * xh for the norm's weight).
+ *   ce_norm_keys      a work-item per token: resolves its id, position and
+ *                     segment id exactly as the forward does (reporting the bad
+ *                     ones into the call's slots: ids and positions `slot`,
+ *                     segment ids `sslot`) and writes, when asked, its position
+ *                     and its segment (-1: none) for the backward's folds;
+ *   ce_norm           GPU shape: work-group (LX, LY), LX <= 32 work-items
+ *                     across a token's row (LY tokens per group); work-item k
+ *                     keeps the row sum's partial sums q_k, q_(k+LX), ...
+ *                     (cl/lib/rowsum.cl), which meet in local memory;
+ *   ce_norm_rows      CPU shape: a work-item per ROWS tokens, each row whole,
+ *                     VEC columns at a time, the 32 partial sums in 32 / VEC
+ *                     vectors; where CE_PREFETCH is 1 the table row AHEAD
+ *                     tokens on is asked for during the first pass;
+ *   ce_norm_bwd, ce_norm_bwd_rows   the backward's rows in the same two shapes.
+ * The norm's passes over a row recompute x from the tables (from the cache:
+ * the row was just read) rather than keep it, so a row of any width takes no
+ * memory; every shape does the same float operations in the same order and
+ * so gives the same bits.
+ * Build options: TABLE_DT, OUT_DT, POSITIONS (0 none, 1 sinusoid, 2 table),
+ * POS_DT, SEGMENTS (0/1), SEG_DT, NORM (0 none, 1 layer, 2 rms), DROPOUT, VEC;
+ * the CPU shapes ROWS, STREAM and AHEAD; the backward GRAD_DT and GXH (0/1:
+ * write g * xh). */
+
+#ifndef ROWS
+#define ROWS 1
+#endif
+#ifndef STREAM
+#define STREAM 0
+#endif
+#ifndef AHEAD
+#define AHEAD 0
+#endif
+#ifndef GXH
+#define GXH 0
+#endif
+#ifndef GRAD_DT
+#define GRAD_DT 0
+#endif
+
+#define TABLE_T CE_XCAT(CE_STORE_, TABLE_DT)
+#define OUT_T CE_XCAT(CE_STORE_, OUT_DT)
+#define GRAD_T CE_XCAT(CE_STORE_, GRAD_DT)
+#define load_table CE_XCAT(ce_load_, TABLE_DT)
+#define load_tablev CE_XCAT(ce_loadv_, TABLE_DT)
+#define table_ptr CE_XCAT(ce_ptr_, TABLE_DT)
+#define store_out CE_XCAT(ce_store_, OUT_DT)
+#define store_outv CE_XCAT(ce_storev_, OUT_DT)
+#define stream_outv CE_XCAT(ce_streamv_, OUT_DT)
+#define load_grad CE_XCAT(ce_load_, GRAD_DT)
+#define load_gradv CE_XCAT(ce_loadv_, GRAD_DT)
+#if POSITIONS == 2
+#define POS_T CE_XCAT(CE_STORE_, POS_DT)
+#define load_pos CE_XCAT(ce_load_, POS_DT)
+#define load_posv CE_XCAT(ce_loadv_, POS_DT)
+#define pos_ptr CE_XCAT(ce_ptr_, POS_DT)
+#else
+#define POS_T float
+#endif
+#if SEGMENTS
+#define SEG_T CE_XCAT(CE_STORE_, SEG_DT)
+#define load_seg CE_XCAT(ce_load_, SEG_DT)
+#define load_segv CE_XCAT(ce_loadv_, SEG_DT)
+#else
+#define SEG_T float
+#endif
+#define CE_NP (CE_ROWSUM_PARTS / VEC) /* the CPU shapes' vectors of partial sums */
+
+/* What every kernel takes: the forward's inputs and options. */
+#define CE_NORM_IN_ARGS                                                                                        \
+  __global const TABLE_T *table, ulong t_off, ulong t_ld, ulong t_rows, __global const int *ids32,           \
+      __global const long *ids64, ulong id_off, int id64, ulong n, ulong cols, float scale, int policy,       \
+      long padding, __global const float *freq, __global const POS_T *ptab, ulong p_off, ulong p_ld,          \
+      ulong p_rows, ulong seq_len, ulong pos_offset, __global const int *so32, __global const long *so64,     \
+      ulong so_off, int so64f, int has_so, __global const SEG_T *stab, ulong s_off, ulong s_ld, ulong s_rows,  \
+      __global const int *sid32, __global const long *sid64, ulong sid_off, int sid64f, int has_sid,          \
+      __global const float *nw, ulong nw_off, int has_w, __global const float *nb, ulong nb_off, int has_b,   \
+      float eps, float inv_d, float dropout, uint seed_lo, uint seed_hi, float keep_scale, __global uint *err, \
+      uint slot, uint sslot
+
+/* Token i's parts, as the forward resolves them (bad ones reported when
+ * `report`): has/trow (its table row), pok/pp/prow (its position), sok/srow
+ * (its segment row). */
+#if POSITIONS != 0
+#define CE_NORM_POSITION(i, report) \
+  int pok;                          \
+  ulong pp = ce_token_position((i), seq_len, pos_offset, so32, so64, so_off, so64f, has_so, POSITIONS == 2, p_rows, \
+                               err, slot, (report), &pok);
+#else
+#define CE_NORM_POSITION(i, report)
+#endif
+#if POSITIONS == 2
+#define CE_NORM_POS_ROW __global const POS_T *prow = pos_ptr(ptab, p_off + (pok ? pp : 0) * p_ld);
+#else
+#define CE_NORM_POS_ROW
+#endif
+#if SEGMENTS
+/* the segment row (-1: none), reported into sslot; row 0 without segment ids */
+#define CE_NORM_SEGMENT(i, report)                                                                             \
+  long sr_ = has_sid ? ce_token_row(sid32, sid64, sid64f, sid_off, (i), s_rows, policy, -1, err, sslot, (report)) \
+                     : 0;                                                                                      \
+  int sok = sr_ >= 0;                                                                                          \
+  __global const SEG_T *srow = stab + s_off + (ulong)(sok ? sr_ : 0) * s_ld;
+#else
+#define CE_NORM_SEGMENT(i, report)
+#endif
+#define CE_NORM_TOKEN(i, report)                                                                 \
+  long row_ = ce_token_row(ids32, ids64, id64, id_off, (i), t_rows, policy, padding, err, slot, (report)); \
+  int has = row_ >= 0;                                                                           \
+  __global const TABLE_T *trow = table_ptr(table, t_off + (ulong)(has ? row_ : 0) * t_ld);       \
+  CE_NORM_POSITION(i, report)                                                                    \
+  CE_NORM_POS_ROW                                                                                \
+  CE_NORM_SEGMENT(i, report)
+
+/* x at column c (one column, or VEC from c): (scale * w + p) + s. */
+#if POSITIONS == 1
+#define CE_POS1(c, x) \
+  if (pok) x += ce_sinusoid(pp, freq, cols, (c))
+#define CE_POSV(c, x) \
+  if (pok) x += ce_sinusoidv(pp, freq, cols, (c))
+#elif POSITIONS == 2
+#define CE_POS1(c, x) \
+  if (pok) x += load_pos(prow, (c))
+#define CE_POSV(c, x) \
+  if (pok) x += load_posv(prow, (c))
+#else
+#define CE_POS1(c, x)
+#define CE_POSV(c, x)
+#endif
+#if SEGMENTS
+#define CE_SEG1(c, x) \
+  if (sok) x += load_seg(srow, (c))
+#define CE_SEGV(c, x) \
+  if (sok) x += load_segv(srow, (c))
+#else
+#define CE_SEG1(c, x)
+#define CE_SEGV(c, x)
+#endif
+#define CE_X1(c, x)                                          \
+  do {                                                       \
+    x = has ? scale * load_table(trow, (c)) : 0.0f;          \
+    CE_POS1(c, x);                                           \
+    CE_SEG1(c, x);                                           \
+  } while (0)
+#define CE_XV(c, x)                                          \
+  do {                                                       \
+    x = has ? scale * load_tablev(trow, (c)) : (FV)(0.0f);   \
+    CE_POSV(c, x);                                           \
+    CE_SEGV(c, x);                                           \
+  } while (0)
+
+/* xh (the normalised x, before the weight) from x: LAYER (x - mean) * rstd, RMS x * rstd. */
+#if NORM == 1
+#define CE_XH(x) (((x) - mean) * rstd)
+#else
+#define CE_XH(x) ((x) * rstd)
+#endif
+/* y from x at column c (one column, or VEC). */
+#if NORM == 0
+#define CE_Y1(c, x) (x)
+#define CE_YV(c, x) (x)
+#else
+CE_INLINE float ce_norm_y1(float xh, ulong c, __global const float *nw, ulong nw_off, int has_w,
+                           __global const float *nb, ulong nb_off, int has_b) {
+  float y = xh;
+  if (has_w) y = y * nw[nw_off + c];
+  if (has_b) y = y + nb[nb_off + c];
+  return y;
+}
+#define CE_Y1(c, x) ce_norm_y1(CE_XH(x), (c), nw, nw_off, has_w, nb, nb_off, has_b)
+#ifdef VEC
+CE_INLINE FV ce_norm_yv(FV xh, ulong c, __global const float *nw, ulong nw_off, int has_w, __global const float *nb,
+                        ulong nb_off, int has_b) {
+  FV y = xh;
+  if (has_w) y = y * vloadV(0, nw + nw_off + c);
+  if (has_b) y = y + vloadV(0, nb + nb_off + c);
+  return y;
+}
+#define CE_YV(c, x) ce_norm_yv(CE_XH(x), (c), nw, nw_off, has_w, nb, nb_off, has_b)
+#endif
+#endif
+
+/* ------------------------------------------------------------- row sums */
+
+/* CPU shapes: result = the row sum (rowsum.cl's order) of the values T that
+ * STEPV(c, T) makes for VEC columns from c and STEP1(c, T) for one column.
+ * BEGIN_STEP(s) runs once per 32 columns (s counts them). */
+#define CE_ROWSUMV(result, STEPV, STEP1, BEGIN_STEP)                                  \
+  {                                                                                  \
+    FV a_[CE_NP];                                                                    \
+    for (int m_ = 0; m_ < CE_NP; m_++) a_[m_] = (FV)(0.0f);                          \
+    ulong c0_ = 0, s_ = 0;                                                           \
+    for (; c0_ + CE_ROWSUM_PARTS <= cols; c0_ += CE_ROWSUM_PARTS, s_++) {            \
+      BEGIN_STEP(s_);                                                                \
+      _Pragma("unroll") for (int m_ = 0; m_ < CE_NP; m_++) {                        \
+        FV t_;                                                                       \
+        STEPV(c0_ + (ulong)m_ * VEC, t_);                                            \
+        a_[m_] = a_[m_] + t_;                                                        \
+      }                                                                              \
+    }                                                                                \
+    float q_[CE_ROWSUM_PARTS];                                                       \
+    for (int m_ = 0; m_ < CE_NP; m_++) vstoreV(a_[m_], 0, q_ + m_ * VEC);            \
+    for (ulong c_ = c0_; c_ < cols; c_++) {                                          \
+      float t1_;                                                                     \
+      STEP1(c_, t1_);                                                                \
+      q_[c_ - c0_] = q_[c_ - c0_] + t1_;                                             \
+    }                                                                                \
+    result = ce_rowsum_fold(q_);                                                     \
+  }
+/* Two row sums over the same columns at once (STEPV2(c, T, U)). */
+#define CE_ROWSUM2V(ra, rb, STEPV2, STEP12)                                          \
+  {                                                                                  \
+    FV a_[CE_NP], b_[CE_NP];                                                         \
+    for (int m_ = 0; m_ < CE_NP; m_++) a_[m_] = b_[m_] = (FV)(0.0f);                 \
+    ulong c0_ = 0;                                                                   \
+    for (; c0_ + CE_ROWSUM_PARTS <= cols; c0_ += CE_ROWSUM_PARTS) {                  \
+      _Pragma("unroll") for (int m_ = 0; m_ < CE_NP; m_++) {                        \
+        FV t_, u_;                                                                   \
+        STEPV2(c0_ + (ulong)m_ * VEC, t_, u_);                                       \
+        a_[m_] = a_[m_] + t_;                                                        \
+        b_[m_] = b_[m_] + u_;                                                        \
+      }                                                                              \
+    }                                                                                \
+    float q_[CE_ROWSUM_PARTS], r_[CE_ROWSUM_PARTS];                                  \
+    for (int m_ = 0; m_ < CE_NP; m_++) {                                             \
+      vstoreV(a_[m_], 0, q_ + m_ * VEC);                                             \
+      vstoreV(b_[m_], 0, r_ + m_ * VEC);                                             \
+    }                                                                                \
+    for (ulong c_ = c0_; c_ < cols; c_++) {                                          \
+      float t1_, u1_;                                                                \
+      STEP12(c_, t1_, u1_);                                                          \
+      q_[c_ - c0_] = q_[c_ - c0_] + t1_;                                             \
+      r_[c_ - c0_] = r_[c_ - c0_] + u1_;                                             \
+    }                                                                                \
+    ra = ce_rowsum_fold(q_);                                                         \
+    rb = ce_rowsum_fold(r_);                                                         \
+  }
+
+/* GPU shape: work-item lx of LX across the row keeps the partial sums
+ * q_lx, q_(lx+LX), ...; they meet in `part` (32 floats, this row's). Every
+ * work-item of the group passes both barriers. */
+#define CE_ROWSUM_G(result, STEP1)                                                   \
+  {                                                                                  \
+    for (ulong k_ = lx; k_ < CE_ROWSUM_PARTS; k_ += LX) {                            \
+      float s_ = 0.0f;                                                               \
+      for (ulong c_ = k_; c_ < cols; c_ += CE_ROWSUM_PARTS) {                        \
+        float t1_;                                                                   \
+        STEP1(c_, t1_);                                                              \
+        s_ = s_ + t1_;                                                               \
+      }                                                                              \
+      part[k_] = s_;                                                                 \
+    }                                                                                \
+    barrier(CLK_LOCAL_MEM_FENCE);                                                    \
+    result = ce_rowsum_fold_local(part);                                             \
+    barrier(CLK_LOCAL_MEM_FENCE);                                                    \
+  }
+#define CE_ROWSUM2_G(ra, rb, STEP12)                                                 \
+  {                                                                                  \
+    for (ulong k_ = lx; k_ < CE_ROWSUM_PARTS; k_ += LX) {                            \
+      float s_ = 0.0f, u_ = 0.0f;                                                    \
+      for (ulong c_ = k_; c_ < cols; c_ += CE_ROWSUM_PARTS) {                        \
+        float t1_, u1_;                                                              \
+        STEP12(c_, t1_, u1_);                                                        \
+        s_ = s_ + t1_;                                                               \
+        u_ = u_ + u1_;                                                               \
+      }                                                                              \
+      part[k_] = s_;                                                                 \
+      part[CE_ROWSUM_PARTS + k_] = u_;                                               \
+    }                                                                                \
+    barrier(CLK_LOCAL_MEM_FENCE);                                                    \
+    ra = ce_rowsum_fold_local(part);                                                 \
+    rb = ce_rowsum_fold_local(part + CE_ROWSUM_PARTS);                               \
+    barrier(CLK_LOCAL_MEM_FENCE);                                                    \
+  }
+
+/* The passes' values: x (LAYER's mean, RMS's mean square), (x - mean)^2. */
+#define CE_NOSTEP(s)
+#define CE_SX1(c, t) CE_X1(c, t)
+#define CE_SXV(c, t) CE_XV(c, t)
+#define CE_SQ1(c, t) \
+  do {               \
+    CE_X1(c, t);     \
+    t = t * t;       \
+  } while (0)
+#define CE_SQV(c, t) \
+  do {               \
+    CE_XV(c, t);     \
+    t = t * t;       \
+  } while (0)
+#define CE_DEV1(c, t) \
+  do {                \
+    CE_X1(c, t);      \
+    t = t - mean;     \
+    t = t * t;        \
+  } while (0)
+#define CE_DEVV(c, t) \
+  do {                \
+    CE_XV(c, t);      \
+    t = t - mean;     \
+    t = t * t;        \
+  } while (0)
+
+/* The row's statistics: mean (LAYER; 0 for RMS) and rstd, from the row sums
+ * of the CPU shapes (SUM(result, STEPV, STEP1, BEGIN)) or the GPU shape
+ * (SUMG(result, STEP1)); BEGIN may ask for a later row during the first pass. */
+#if NORM == 1
+#define CE_NORM_STATS_CPU(BEGIN)                          \
+  float mean, rstd, s1_, s2_;                             \
+  CE_ROWSUMV(s1_, CE_SXV, CE_SX1, BEGIN)                  \
+  mean = s1_ * inv_d;                                     \
+  CE_ROWSUMV(s2_, CE_DEVV, CE_DEV1, CE_NOSTEP)            \
+  rstd = ce_rsqrt_fixed(s2_ * inv_d + eps);
+#define CE_NORM_STATS_GPU                                 \
+  float mean, rstd, s1_, s2_;                             \
+  CE_ROWSUM_G(s1_, CE_SX1)                                \
+  mean = s1_ * inv_d;                                     \
+  CE_ROWSUM_G(s2_, CE_DEV1)                               \
+  rstd = ce_rsqrt_fixed(s2_ * inv_d + eps);
+#elif NORM == 2
+#define CE_NORM_STATS_CPU(BEGIN)                          \
+  float mean = 0.0f, rstd, s2_;                           \
+  CE_ROWSUMV(s2_, CE_SQV, CE_SQ1, BEGIN)                  \
+  rstd = ce_rsqrt_fixed(s2_ * inv_d + eps);
+#define CE_NORM_STATS_GPU                                 \
+  float mean = 0.0f, rstd, s2_;                           \
+  CE_ROWSUM_G(s2_, CE_SQ1)                                \
+  rstd = ce_rsqrt_fixed(s2_ * inv_d + eps);
+#else
+#define CE_NORM_STATS_CPU(BEGIN)
+#define CE_NORM_STATS_GPU
+#endif
+
+/* ------------------------------------------------------------------ keys */
+
+/* Resolves every token's id, position and segment id as the forward does
+ * (reporting the bad ones) and writes, when asked, its position and its
+ * segment row (-1 for none) as the keys of the backward's folds. */
+__kernel void ce_norm_keys(CE_NORM_IN_ARGS, __global long *pos_keys, int want_pos, __global long *seg_keys,
+                           int want_seg) {
+  ulong i = get_global_id(0);
+  if (i >= n) return;
+  CE_NORM_TOKEN(i, 1)
+  (void)trow;
+#if POSITIONS != 0
+  if (want_pos) pos_keys[i] = pok ? (long)pp : -1;
+#endif
+#if SEGMENTS
+  if (want_seg) seg_keys[i] = sok ? sr_ : -1;
+#endif
+}
+
+/* --------------------------------------------------------------- forward */
+
+/* The dropout of element e, scalar and VEC-wide. */
+#if DROPOUT
+#define CE_DROP1(y, e) y = ce_mask1(y, (e), dropout, keep_scale, seed_lo, seed_hi)
+#define CE_DROPV(y, e) y = ce_maskv(y, (e), dropout, keep_scale, seed_lo, seed_hi)
+#else
+#define CE_DROP1(y, e)
+#define CE_DROPV(y, e)
+#endif
+
+/* GPU shape: token get_global_id(1); work-item lx of LX across its row. The
+ * items of a token past n follow the barriers on token n - 1 and write nothing.
+ * part: 32 floats of local memory per token of the group. */
+__kernel void ce_norm(CE_NORM_IN_ARGS, __global OUT_T *out, ulong o_off, ulong o_ld, __local float *part_all) {
+  ulong lx = get_local_id(0), LX = get_local_size(0), i = get_global_id(1);
+  __local float *part = part_all + get_local_id(1) * CE_ROWSUM_PARTS;
+  int live = i < n;
+  ulong t = live ? i : n - 1;
+  (void)part;
+  CE_NORM_TOKEN(t, live && lx == 0)
+  CE_NORM_STATS_GPU
+  if (!live) return; /* after the last barrier */
+  __global OUT_T *orow = out + o_off + t * o_ld;
+  for (ulong c = lx; c < cols; c += LX) {
+    float x;
+    CE_X1(c, x);
+    float y = CE_Y1(c, x);
+    CE_DROP1(y, t * cols + c);
+    store_out(orow, c, y);
+  }
+}
+
+/* CPU shape: tokens g*ROWS .. g*ROWS + ROWS - 1, one after another. With AHEAD
+ * (where CE_PREFETCH is 1) the table row of the token AHEAD on is asked for
+ * during the row's first pass, a few lines at each step of 32 columns. */
+#if AHEAD
+#define CE_NORM_AHEAD_SETUP(i)                                                                                 \
+  const ulong ta_ = (i) + AHEAD;                                                                               \
+  const long ida_ = ta_ < n ? ce_load_id(ids32, ids64, id64, id_off + ta_) : -1;                               \
+  __global const uchar *pf_ =                                                                                  \
+      ida_ >= 0 && (ulong)ida_ < t_rows ? (__global const uchar *)table_ptr(table, t_off + (ulong)ida_ * t_ld) : 0; \
+  const ulong pbytes_ = (ulong)((__global const uchar *)table_ptr(table, cols) - (__global const uchar *)table);   \
+  const ulong pstep_ = ce_prefetch_step(pbytes_, cols / CE_ROWSUM_PARTS);
+#define CE_NORM_AHEAD_STEP(s) \
+  if (pf_) ce_prefetch_part(pf_, (s) * pstep_, pstep_, pbytes_)
+#else
+#define CE_NORM_AHEAD_SETUP(i)
+#define CE_NORM_AHEAD_STEP(s)
+#endif
+
+__kernel void ce_norm_rows(CE_NORM_IN_ARGS, __global OUT_T *out, ulong o_off, ulong o_ld) {
+  ulong t0 = get_global_id(0) * ROWS;
+  for (int k = 0; k < ROWS; k++) {
+    ulong i = t0 + (ulong)k;
+    if (i >= n) return;
+    CE_NORM_TOKEN(i, 1)
+    CE_NORM_AHEAD_SETUP(i)
+#if NORM != 0
+    CE_NORM_STATS_CPU(CE_NORM_AHEAD_STEP)
+#endif
+    __global OUT_T *orow = out + o_off + i * o_ld;
+    const int nt = STREAM && CE_STREAMING && ((ulong)orow & (VEC * sizeof(OUT_T) - 1)) == 0;
+    const ulong cv = cols / VEC * VEC, e0 = i * cols;
+    for (ulong c = 0; c < cv; c += VEC) {
+#if NORM == 0
+      if (c % CE_ROWSUM_PARTS == 0) CE_NORM_AHEAD_STEP(c / CE_ROWSUM_PARTS);
+#endif
+      FV x;
+      CE_XV(c, x);
+      FV y = CE_YV(c, x);
+      CE_DROPV(y, e0 + c);
+      if (nt)
+        stream_outv(orow, c, y);
+      else
+        store_outv(orow, c, y);
+    }
+    for (ulong c = cv; c < cols; c++) {
+      float x;
+      CE_X1(c, x);
+      float y = CE_Y1(c, x);
+      CE_DROP1(y, e0 + c);
+      store_out(orow, c, y);
+    }
+  }
+}
+
+/* -------------------------------------------------------------- backward */
+
+/* The rows of the backward with a norm (NORM 1 or 2): for token i, g the
+ * masked gradient, h = g * weight, A = sum(h) * r, B = sum(h * xh) * r, then
+ * dx = rstd * ((h - A) - xh * B) (RMS: rstd * (h - xh * B)) into dx, and with
+ * GXH g * xh into gxh (both dense, cols wide, F32). */
+#if NORM != 0
+#define CE_G1(c, g)                                     \
+  do {                                                  \
+    g = load_grad(grow, (c));                           \
+    CE_DROP1(g, e0 + (c));                              \
+  } while (0)
+#define CE_GV(c, g)                                     \
+  do {                                                  \
+    g = load_gradv(grow, (c));                          \
+    CE_DROPV(g, e0 + (c));                              \
+  } while (0)
+#define CE_H1(c, g) (has_w ? (g) * nw[nw_off + (c)] : (g))
+#define CE_HV(c, g) (has_w ? (g) * vloadV(0, nw + nw_off + (c)) : (g))
+/* the two sums' values at column c: h (LAYER; 0 for RMS) and h * xh */
+#if NORM == 1
+#define CE_HA(h) (h)
+#else
+#define CE_HA(h) (0.0f * (h))
+#endif
+#define CE_AB1(c, ta, tb)          \
+  do {                             \
+    float x_, g_;                  \
+    CE_X1(c, x_);                  \
+    CE_G1(c, g_);                  \
+    float h_ = CE_H1(c, g_);       \
+    ta = CE_HA(h_);                \
+    tb = h_ * CE_XH(x_);           \
+  } while (0)
+#define CE_ABV(c, ta, tb)          \
+  do {                             \
+    FV x_, g_;                     \
+    CE_XV(c, x_);                  \
+    CE_GV(c, g_);                  \
+    FV h_ = CE_HV(c, g_);          \
+    ta = CE_HA(h_);                \
+    tb = h_ * CE_XH(x_);           \
+  } while (0)
+#if NORM == 1
+#define CE_DX(h, xh) (rstd * (((h) - A) - (xh) * B))
+#else
+#define CE_DX(h, xh) (rstd * ((h) - (xh) * B))
+#endif
+
+__kernel void ce_norm_bwd(CE_NORM_IN_ARGS, __global const GRAD_T *grad, ulong g_off, ulong g_ld, __global float *dx,
+                          __global float *gxh, __local float *part_all) {
+  ulong lx = get_local_id(0), LX = get_local_size(0), i = get_global_id(1);
+  __local float *part = part_all + get_local_id(1) * 2 * CE_ROWSUM_PARTS;
+  int live = i < n;
+  ulong t = live ? i : n - 1, e0 = t * cols;
+  CE_NORM_TOKEN(t, 0)
+  __global const GRAD_T *grow = grad + g_off + t * g_ld;
+  CE_NORM_STATS_GPU
+  float sa, sb;
+  CE_ROWSUM2_G(sa, sb, CE_AB1)
+  float A = sa * inv_d, B = sb * inv_d;
+  (void)A;
+  if (!live) return; /* after the last barrier */
+  for (ulong c = lx; c < cols; c += LX) {
+    float x, g;
+    CE_X1(c, x);
+    CE_G1(c, g);
+    float xh = CE_XH(x), h = CE_H1(c, g);
+    dx[e0 + c] = CE_DX(h, xh);
+#if GXH
+    gxh[e0 + c] = g * xh;
+#endif
+  }
+}
+
+__kernel void ce_norm_bwd_rows(CE_NORM_IN_ARGS, __global const GRAD_T *grad, ulong g_off, ulong g_ld,
+                               __global float *dx, __global float *gxh) {
+  ulong t0 = get_global_id(0) * ROWS;
+  for (int k = 0; k < ROWS; k++) {
+    ulong i = t0 + (ulong)k, e0 = i * cols;
+    if (i >= n) return;
+    CE_NORM_TOKEN(i, 0)
+    CE_NORM_AHEAD_SETUP(i)
+    __global const GRAD_T *grow = grad + g_off + i * g_ld;
+    CE_NORM_STATS_CPU(CE_NORM_AHEAD_STEP)
+    float sa, sb;
+    CE_ROWSUM2V(sa, sb, CE_ABV, CE_AB1)
+    float A = sa * inv_d, B = sb * inv_d;
+    (void)A;
+    const ulong cv = cols / VEC * VEC;
+    for (ulong c = 0; c < cv; c += VEC) {
+      FV x, g;
+      CE_XV(c, x);
+      CE_GV(c, g);
+      FV xh = CE_XH(x), h = CE_HV(c, g);
+      ce_storev_0(dx, e0 + c, CE_DX(h, xh));
+#if GXH
+      ce_storev_0(gxh, e0 + c, g * xh);
+#endif
+    }
+    for (ulong c = cv; c < cols; c++) {
+      float x, g;
+      CE_X1(c, x);
+      CE_G1(c, g);
+      float xh = CE_XH(x), h = CE_H1(c, g);
+      dx[e0 + c] = CE_DX(h, xh);
+#if GXH
+      gxh[e0 + c] = g * xh;
+#endif
+    }
+  }
+}
+#endif /* NORM != 0 */

@@ -1,0 +1,444 @@
+/* The input layer of BERT-style models: the forward with token types
+ * (segments) and a fused LayerNorm or RMSNorm (ce_norm_forward, which
+ * clembed_embed runs when its options ask for either), and the backward of the
+ * whole layer (clembed_embed_backward). The operations and their order are
+ * include/clembed.h's; the kernels are cl/ops/norm.cl's, the row sums'
+ * fixed order cl/lib/rowsum.cl's.
+ *
+ * The forward is one kernel: a work-group row per token (the GPU shape) or a
+ * work-item per token (the CPU shape), each row read once from memory and its
+ * passes (the sum, the squared deviations, the output) recomputed from the
+ * cache. Bad ids and positions are reported into the slot clembed_embed uses
+ * (ce_embed_slot), bad segment ids into a second slot naming "segment_ids".
+ *
+ * The backward produces each gradient's contributions and hands them to the
+ * one segment fold (ce_segment_step, backward.c), which sums them in ascending
+ * token order and adds them into the gradient:
+ *   1. ce_norm_keys resolves every token's id, position and segment id as the
+ *      forward does (reporting the bad ones into the same slots) and writes
+ *      each token's position and segment row (-1: none) as fold keys;
+ *   2. with a norm, ce_norm_bwd(_rows) recomputes each row and writes dx (and
+ *      g * xh for the norm's weight) into temporaries; without one dx is
+ *      grad_out itself, its dropout replayed by the fold;
+ *   3. the folds: table (ids, the forward's policy, padding and scale: with no
+ *      norm this is clembed_backward's call exactly), position_table (the
+ *      position keys), segment_table (the segment keys), norm_weight (g * xh)
+ *      and norm_bias (grad_out with its dropout), the last two with every
+ *      token keyed to row 0. The key folds use CLEMBED_INDEX_ZERO: their keys
+ *      are resolved already, -1 adds nothing. */
+#include "ops.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+/* The arguments every norm.cl kernel starts with (CE_NORM_IN_ARGS). */
+#define NORM_IN_ARGS 49
+
+/* One call: the checked inputs and what the kernels need. */
+typedef struct norm_call {
+  clembed_context *ctx;
+  const char *op;
+  const clembed_matrix *table;
+  size_t t_ld, s_ld;
+  const clembed_ids *ids, *sids; /* sids: the segment ids, NULL for type 0 everywhere */
+  const clembed_embed_options *opt;
+  const ce_embed_pos *p;
+  cl_long padding;
+  ce_record rec, srec; /* the slots of ids and positions, and of segment ids */
+  char opts[320];
+} norm_call;
+
+static int norm_has_layer(const clembed_embed_options *opt) {
+  return opt->segment_table || opt->segment_ids || opt->norm.kind != CLEMBED_NORM_NONE || opt->norm.weight ||
+         opt->norm.bias;
+}
+
+/* A norm parameter: 1 x cols F32. */
+static clembed_status check_param(clembed_context *ctx, const clembed_matrix *m, const char *name, size_t cols) {
+  clembed_status status = CLEMBED_OK;
+  CHECK(ce_check_matrix(ctx, m, name, NULL));
+  if (m->dtype != CLEMBED_F32 || m->rows != 1 || m->cols != cols)
+    FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, name, -1, (int64_t)m->cols,
+             "%s: %s must be 1 x %zu F32 (it is %zu x %zu, dtype %d)", ctx->op, name, cols, m->rows, m->cols,
+             (int)m->dtype);
+cleanup:
+  return status;
+}
+
+clembed_status ce_norm_check(clembed_context *ctx, const clembed_matrix *table, const clembed_ids *ids,
+                             const clembed_embed_options *opt, int *layer) {
+  clembed_status status = CLEMBED_OK;
+  const clembed_norm *nm = &opt->norm;
+  *layer = norm_has_layer(opt);
+  if (!*layer) return CLEMBED_OK;
+  if (opt->segment_ids && !opt->segment_table)
+    FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "segment_ids", -1, 0, "%s: segment_ids without a segment_table", ctx->op);
+  if (opt->segment_table) {
+    const clembed_matrix *s = opt->segment_table;
+    CHECK(ce_check_matrix(ctx, s, "segment_table", NULL));
+    if (s->cols != table->cols)
+      FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "segment_table", -1, (int64_t)s->cols,
+               "%s: segment_table has %zu cols but the table has %zu", ctx->op, s->cols, table->cols);
+    if (!opt->segment_ids && s->rows == 0)
+      FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "segment_table", -1, 0,
+               "%s: segment_table has no rows, and without segment_ids every token is of type 0", ctx->op);
+  }
+  if (opt->segment_ids) {
+    CHECK(ce_check_ids(ctx, opt->segment_ids, "segment_ids"));
+    if (opt->segment_ids->count != ids->count)
+      FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "segment_ids", -1, (int64_t)opt->segment_ids->count,
+               "%s: %zu segment_ids for %zu ids (one per id)", ctx->op, opt->segment_ids->count, ids->count);
+  }
+  if ((unsigned)nm->kind > (unsigned)CLEMBED_NORM_RMS)
+    FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "norm.kind", -1, (int64_t)nm->kind, "%s: unknown norm.kind %d", ctx->op,
+             (int)nm->kind);
+  if (nm->kind == CLEMBED_NORM_NONE && (nm->weight || nm->bias))
+    FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, nm->weight ? "norm.weight" : "norm.bias", -1, 0,
+             "%s: %s given but norm.kind is CLEMBED_NORM_NONE", ctx->op, nm->weight ? "norm.weight" : "norm.bias");
+  if (nm->kind == CLEMBED_NORM_RMS && nm->bias)
+    FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "norm.bias", -1, 0, "%s: norm.bias given with CLEMBED_NORM_RMS (no bias)",
+             ctx->op);
+  if (nm->kind != CLEMBED_NORM_NONE && !(nm->eps >= 0.0f && isfinite(nm->eps)))
+    FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "norm.eps", -1, 0, "%s: norm.eps %g must be finite and >= 0", ctx->op,
+             (double)nm->eps);
+  if (nm->weight) CHECK(check_param(ctx, nm->weight, "norm.weight", table->cols));
+  if (nm->bias) CHECK(check_param(ctx, nm->bias, "norm.bias", table->cols));
+cleanup:
+  return status;
+}
+
+/* The program's options (one program serves the keys, the forward and the
+ * backward's rows of a call) and the two error slots. */
+static clembed_status norm_prepare(norm_call *c, clembed_dtype out_dtype, const clembed_matrix *grad, int gxh,
+                                   const ce_tuning *t, int stream, unsigned ahead) {
+  clembed_context *ctx = c->ctx;
+  const clembed_embed_options *opt = c->opt;
+  const clembed_matrix *st = opt->segment_table;
+  c->sids = st ? opt->segment_ids : NULL;
+  int n = snprintf(c->opts, sizeof c->opts,
+                   "-DTABLE_DT=%d -DOUT_DT=%d -DPOSITIONS=%d -DPOS_DT=%d -DSEGMENTS=%d -DSEG_DT=%d -DNORM=%d "
+                   "-DDROPOUT=%d -DVEC=%u",
+                   (int)c->table->dtype, (int)out_dtype, c->p->kind, c->p->pt ? (int)c->p->pt->dtype : 0,
+                   st != NULL, st ? (int)st->dtype : 0, (int)opt->norm.kind, opt->dropout > 0.0f, t->embed_vec);
+  if (t->norm_rows)
+    n += snprintf(c->opts + n, sizeof c->opts - (size_t)n, " -DROWS=%u -DSTREAM=%d -DAHEAD=%u", t->norm_rows, stream,
+                  ahead);
+  if (grad) snprintf(c->opts + n, sizeof c->opts - (size_t)n, " -DGRAD_DT=%d -DGXH=%d", (int)grad->dtype, gxh);
+  c->rec = (ce_record){CE_NO_SLOT, CE_FAMILY_NORM, c->opts, c->ids, c->p->so, opt->seq_len};
+  c->srec = (ce_record){CE_NO_SLOT, CE_FAMILY_NORM, c->opts, c->sids, NULL, 0};
+  clembed_status s = ce_embed_slot(ctx, c->op, c->table, c->ids, opt, c->p, &c->rec.slot);
+  if (s != CLEMBED_OK || !c->sids || !c->ids->count) return s;
+  size_t types = st->rows;
+  if (opt->policy == CLEMBED_INDEX_CHECK || opt->policy == CLEMBED_INDEX_WRAP ||
+      (opt->policy == CLEMBED_INDEX_CLAMP && types == 0)) {
+    ce_slot_info info = {c->op,   "position_table", opt->policy == CLEMBED_INDEX_WRAP, types, 0, 0, 0, 0, 0,
+                         "segment_ids"};
+    s = ce_slot_reserve(ctx, &info, &c->srec.slot);
+  }
+  return s;
+}
+
+/* Sets the CE_NORM_IN_ARGS of kernel k. */
+static clembed_status norm_in_args(norm_call *c, cl_kernel k, const char *name) {
+  clembed_context *ctx = c->ctx;
+  const clembed_embed_options *opt = c->opt;
+  const clembed_matrix *table = c->table, *pt = c->p->pt, *st = opt->segment_table;
+  const clembed_matrix *nw = opt->norm.kind != CLEMBED_NORM_NONE ? opt->norm.weight : NULL;
+  const clembed_matrix *nb = opt->norm.kind == CLEMBED_NORM_LAYER ? opt->norm.bias : NULL;
+  const clembed_ids *ids = c->ids, *so = c->p->so, *sid = c->sids;
+  cl_mem none = NULL, idb = ids->buffer, sob = so ? so->buffer : none, ptb = pt ? pt->buffer : none;
+  cl_mem stb = st ? st->buffer : none, sidb = sid ? sid->buffer : none;
+  cl_mem nwb = nw ? nw->buffer : none, nbb = nb ? nb->buffer : none;
+  cl_ulong t_off = table->offset, t_ldl = c->t_ld, t_rows = table->rows, id_off = ids->offset, n = ids->count;
+  cl_ulong cols = table->cols, p_off = pt ? pt->offset : 0, p_ldl = c->p->p_ld, p_rows = pt ? pt->rows : 0;
+  cl_ulong seq_len = opt->seq_len, pos_offset = opt->position_offset, so_off = so ? so->offset : 0;
+  cl_ulong s_off = st ? st->offset : 0, s_ldl = c->s_ld, s_rows = st ? st->rows : 0, sid_off = sid ? sid->offset : 0;
+  cl_ulong nw_off = nw ? nw->offset : 0, nb_off = nb ? nb->offset : 0;
+  cl_int id64 = ids->type == CLEMBED_I64, so64 = so && so->type == CLEMBED_I64, has_so = so != NULL;
+  cl_int sid64 = sid && sid->type == CLEMBED_I64, has_sid = sid != NULL, has_w = nw != NULL, has_b = nb != NULL;
+  cl_int policy = (cl_int)opt->policy;
+  cl_long padding = c->padding;
+  int dropout = opt->dropout > 0.0f;
+  cl_float scale = opt->scale, eps = opt->norm.eps, inv_d = cols ? (float)(1.0 / (double)cols) : 0.0f;
+  cl_float drop = opt->dropout, keep = dropout ? 1.0f / (1.0f - opt->dropout) : 1.0f;
+  cl_uint seed_lo = (cl_uint)opt->dropout_seed, seed_hi = (cl_uint)(opt->dropout_seed >> 32);
+  cl_uint slot = c->rec.slot == CE_NO_SLOT ? 0 : c->rec.slot, sslot = c->srec.slot == CE_NO_SLOT ? 0 : c->srec.slot;
+  return ce_set_args(ctx, k, name, CE_ARG(table->buffer), CE_ARG(t_off), CE_ARG(t_ldl), CE_ARG(t_rows), CE_ARG(idb),
+                     CE_ARG(idb), CE_ARG(id_off), CE_ARG(id64), CE_ARG(n), CE_ARG(cols), CE_ARG(scale), CE_ARG(policy),
+                     CE_ARG(padding), CE_ARG(c->p->freq), CE_ARG(ptb), CE_ARG(p_off), CE_ARG(p_ldl), CE_ARG(p_rows),
+                     CE_ARG(seq_len), CE_ARG(pos_offset), CE_ARG(sob), CE_ARG(sob), CE_ARG(so_off), CE_ARG(so64),
+                     CE_ARG(has_so), CE_ARG(stb), CE_ARG(s_off), CE_ARG(s_ldl), CE_ARG(s_rows), CE_ARG(sidb),
+                     CE_ARG(sidb), CE_ARG(sid_off), CE_ARG(sid64), CE_ARG(has_sid), CE_ARG(nwb), CE_ARG(nw_off),
+                     CE_ARG(has_w), CE_ARG(nbb), CE_ARG(nb_off), CE_ARG(has_b), CE_ARG(eps), CE_ARG(inv_d),
+                     CE_ARG(drop), CE_ARG(seed_lo), CE_ARG(seed_hi), CE_ARG(keep), CE_ARG(ctx->errbuf), CE_ARG(slot),
+                     CE_ARG(sslot), CE_END);
+}
+
+/* ce_norm_keys over the tokens: checks every id, position and segment id, and
+ * writes the position and segment keys asked for (NULL: not wanted). */
+static clembed_status norm_keys(norm_call *c, ce_chain *ch, cl_mem pos_keys, cl_mem seg_keys) {
+  clembed_status status = CLEMBED_OK;
+  cl_kernel k;
+  cl_mem none = NULL, pk = pos_keys ? pos_keys : none, sk = seg_keys ? seg_keys : none;
+  cl_int want_pos = pos_keys != NULL, want_seg = seg_keys != NULL;
+  CHECK(ce_kernel(c->ctx, CE_FAMILY_NORM, c->opts, "ce_norm_keys", &k));
+  CHECK(norm_in_args(c, k, "ce_norm_keys"));
+  CHECK(ce_set_args_at(c->ctx, k, "ce_norm_keys", NORM_IN_ARGS, CE_ARG(pk), CE_ARG(want_pos), CE_ARG(sk),
+                       CE_ARG(want_seg), CE_END));
+  CHECK(ce_chain_1d(ch, k, "ce_norm_keys", c->ids->count, 0));
+cleanup:
+  return status;
+}
+
+/* A row kernel in its shape: the CPU shape's work-items of norm_rows tokens,
+ * or the GPU shape's groups of (lx, ly) work-items (lx = 32, or the largest
+ * power of two the kernel allows; `floats` of local memory per token). */
+static clembed_status norm_launch(norm_call *c, ce_chain *ch, cl_kernel k, const char *name, unsigned floats,
+                                  cl_uint local_arg) {
+  clembed_context *ctx = c->ctx;
+  const ce_tuning *t = ctx->tune;
+  size_t n = c->ids->count;
+  if (t->norm_rows) return ce_chain_1d(ch, k, name, n / t->norm_rows + (n % t->norm_rows != 0), CE_LOCAL_ROWS);
+  size_t wg = 0, lx = 1, ly = 1;
+  if (clGetKernelWorkGroupInfo(k, ctx->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof wg, &wg, NULL) != CL_SUCCESS || !wg)
+    wg = ctx->max_work_group;
+  while (lx * 2 <= 32 && lx * 2 <= wg && lx * 2 <= ctx->max_items[0]) lx *= 2;
+  while (ly * 2 <= t->norm_group_rows && lx * ly * 2 <= wg && ly * 2 <= ctx->max_items[1] && ly < n) ly *= 2;
+  clembed_status s = ce_set_args_at(ctx, k, name, local_arg, CE_LOCAL_ARG(ly * floats * sizeof(float)), CE_END);
+  return s != CLEMBED_OK ? s : ce_chain_2d_local(ch, k, name, lx, n, lx, ly);
+}
+
+clembed_status ce_norm_forward(clembed_context *ctx, ce_chain *ch, const clembed_matrix *table, size_t t_ld,
+                               const clembed_ids *ids, const clembed_embed_options *opt, const ce_embed_pos *p,
+                               cl_long padding, clembed_matrix *out, size_t o_ld, cl_event *event) {
+  clembed_status status = CLEMBED_OK;
+  const ce_tuning *t = ctx->tune;
+  norm_call c = {ctx, "clembed_embed", table, t_ld, 0, ids, NULL, opt, p, padding, {0}, {0}, {0}};
+  cl_kernel k;
+  if (opt->segment_table)
+    c.s_ld = opt->segment_table->ld ? opt->segment_table->ld : opt->segment_table->cols;
+  /* an output larger than the device's cache goes out with streaming stores */
+  size_t out_bytes = ids->count * table->cols * clembed_dtype_size(out->dtype);
+  int stream = t->norm_rows && t->embed_stream && ctx->cache_bytes && out_bytes > ctx->cache_bytes;
+  CHECK(norm_prepare(&c, out->dtype, NULL, 0, t, stream, ctx->prefetch ? t->norm_ahead : 0));
+  if (ids->count && table->cols == 0) {
+    CHECK(norm_keys(&c, ch, NULL, NULL)); /* no column to write: the ids are still checked */
+  } else if (ids->count) {
+    const char *name = t->norm_rows ? "ce_norm_rows" : "ce_norm";
+    cl_ulong o_off = out->offset, o_ldl = o_ld;
+    CHECK(ce_kernel(ctx, CE_FAMILY_NORM, c.opts, name, &k));
+    CHECK(norm_in_args(&c, k, name));
+    CHECK(ce_set_args_at(ctx, k, name, NORM_IN_ARGS, CE_ARG(out->buffer), CE_ARG(o_off), CE_ARG(o_ldl), CE_END));
+    CHECK(norm_launch(&c, ch, k, name, 32, NORM_IN_ARGS + 3));
+  }
+  CHECK(ce_chain_record(ch, &c.srec));
+  CHECK(ce_chain_close_checked(ch, &c.rec, event));
+cleanup:
+  return status;
+}
+
+/* ------------------------------------------------------------- backward */
+
+/* A gradient: F32, rows x cols; `what` names it ("grads.table"). */
+static clembed_status check_grad(clembed_context *ctx, const clembed_matrix *g, const char *what, size_t rows,
+                                 size_t cols) {
+  clembed_status status = CLEMBED_OK;
+  CHECK(ce_check_matrix(ctx, g, what, NULL));
+  if (g->dtype != CLEMBED_F32 || g->rows != rows || g->cols != cols)
+    FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, what, -1, (int64_t)g->rows,
+             "clembed_embed_backward: %s must be %zu x %zu F32 (it is %zu x %zu, dtype %d)", what, rows, cols,
+             g->rows, g->cols, (int)g->dtype);
+cleanup:
+  return status;
+}
+
+/* A gradient asked for a part the forward does not have. */
+static clembed_status no_part(clembed_context *ctx, const char *what, const char *part) {
+  return ce_fail_arg(ctx, CLEMBED_ERR_INVALID_ARGUMENT, NULL, what, -1, 0,
+                     "clembed_embed_backward: %s is asked but the forward has no %s", what, part);
+}
+
+static clembed_status check_grads(clembed_context *ctx, const clembed_matrix *table, const clembed_embed_options *opt,
+                                  const clembed_embed_grads *g) {
+  clembed_status status = CLEMBED_OK;
+  const clembed_norm *nm = &opt->norm;
+  if (!g) FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "grads", -1, 0, "clembed_embed_backward: grads is NULL");
+  if (g->table) CHECK(check_grad(ctx, g->table, "grads.table", table->rows, table->cols));
+  if (g->position_table && opt->positions != CLEMBED_POSITIONS_TABLE)
+    CHECK(no_part(ctx, "grads.position_table", "position_table (positions is not CLEMBED_POSITIONS_TABLE)"));
+  if (g->position_table)
+    CHECK(check_grad(ctx, g->position_table, "grads.position_table", opt->position_table->rows, table->cols));
+  if (g->segment_table && !opt->segment_table) CHECK(no_part(ctx, "grads.segment_table", "segment_table"));
+  if (g->segment_table)
+    CHECK(check_grad(ctx, g->segment_table, "grads.segment_table", opt->segment_table->rows, table->cols));
+  if (g->norm_weight && (nm->kind == CLEMBED_NORM_NONE || !nm->weight))
+    CHECK(no_part(ctx, "grads.norm_weight", "norm.weight"));
+  if (g->norm_weight) CHECK(check_grad(ctx, g->norm_weight, "grads.norm_weight", 1, table->cols));
+  if (g->norm_bias && (nm->kind != CLEMBED_NORM_LAYER || !nm->bias)) CHECK(no_part(ctx, "grads.norm_bias", "norm.bias"));
+  if (g->norm_bias) CHECK(check_grad(ctx, g->norm_bias, "grads.norm_bias", 1, table->cols));
+cleanup:
+  return status;
+}
+
+/* A temporary of `count` ids of `type` (its buffer released by the caller). */
+static clembed_status temp_ids(clembed_context *ctx, size_t count, clembed_index_type type, const char *what,
+                               clembed_ids *ids) {
+  *ids = (clembed_ids){NULL, 0, count, type};
+  return ce_buffer(ctx, CE_BUFFER_TEMP, count * ce_index_size(type), NULL, what, &ids->buffer);
+}
+
+/* A temporary n x cols F32 matrix (dense). */
+static clembed_status temp_matrix(clembed_context *ctx, size_t n, size_t cols, const char *what, clembed_matrix *m) {
+  *m = (clembed_matrix){NULL, 0, n, cols, cols, CLEMBED_F32};
+  return ce_buffer(ctx, CE_BUFFER_TEMP, n * cols * sizeof(float), NULL, what, &m->buffer);
+}
+
+/* One fold of contributions `src` (ids->count x cols; its dropout replayed
+ * when bo says so) into `target`, as the chain's next command. */
+static clembed_status fold(ce_chain *ch, const clembed_matrix *src, const clembed_ids *keys,
+                           const clembed_backward_options *bo, clembed_matrix *target) {
+  static const ce_step step = {"clembed_embed_backward", CE_STORE_ACCUMULATE, 0.0f, 0, NULL};
+  cl_event ev = NULL;
+  clembed_status s = ce_segment_step(ch->ctx, &step, src, keys, bo, target, ce_chain_nwait(ch), ce_chain_wait(ch), &ev);
+  ce_chain_adopt(ch, ev);
+  return s;
+}
+
+typedef struct bwd_temps {
+  clembed_ids pos_keys, seg_keys, zero_keys;
+  clembed_matrix dx, gxh;
+} bwd_temps;
+
+static void bwd_temps_release(bwd_temps *t) {
+  clembed_ids_release(&t->pos_keys);
+  clembed_ids_release(&t->seg_keys);
+  clembed_ids_release(&t->zero_keys);
+  clembed_matrix_release(&t->dx);
+  clembed_matrix_release(&t->gxh);
+}
+
+static clembed_status embed_backward_run(clembed_context *ctx, const clembed_matrix *grad_out,
+                                         const clembed_matrix *table, const clembed_ids *ids,
+                                         const clembed_embed_options *opt, const clembed_embed_grads *grads,
+                                         cl_uint nwait, const cl_event *wait, cl_event *event) {
+  clembed_status status = CLEMBED_OK;
+  clembed_embed_options defaults;
+  size_t t_ld, g_ld;
+  cl_long padding;
+  int layer;
+  ce_embed_pos p;
+  bwd_temps tmp;
+  cl_kernel k;
+  ce_chain ch;
+  memset(&tmp, 0, sizeof tmp);
+  ce_chain_init(&ch, ctx, nwait, wait);
+  if (!opt) {
+    defaults = clembed_embed_defaults();
+    opt = &defaults;
+  }
+  CHECK(ce_check_events(ctx, nwait, wait));
+  CHECK(ce_check_table(ctx, table, "table", &t_ld));
+  CHECK(ce_check_ids(ctx, ids, "ids"));
+  CHECK(ce_check_matrix(ctx, grad_out, "grad_out", &g_ld));
+  if (grad_out->rows != ids->count || grad_out->cols != table->cols)
+    FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "grad_out", -1, (int64_t)grad_out->rows,
+             "clembed_embed_backward: grad_out is %zu x %zu but %zu ids of a table with %zu cols need %zu x %zu",
+             grad_out->rows, grad_out->cols, ids->count, table->cols, ids->count, table->cols);
+  if ((uint64_t)ids->count >= 0xFFFFFFFFu)
+    FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "ids", -1, (int64_t)ids->count,
+             "clembed_embed_backward: %zu ids; at most 4294967294 per call", ids->count);
+  CHECK(ce_check_common(ctx, "clembed_embed_backward", opt->policy, opt->dropout, ids->count, opt->seq_len,
+                        opt->sequence_offsets));
+  CHECK(ce_padding(ctx, opt->padding_idx, table->rows, "clembed_embed_backward", &padding));
+  CHECK(ce_norm_check(ctx, table, ids, opt, &layer));
+  CHECK(ce_embed_positions(ctx, table, ids, opt, &p));
+  CHECK(check_grads(ctx, table, opt, grads));
+
+  const ce_tuning *t = ctx->tune;
+  size_t n = ids->count, cols = table->cols;
+  int norm = opt->norm.kind != CLEMBED_NORM_NONE;
+  int want_dx = norm && cols && (grads->table || grads->position_table || grads->segment_table);
+  int want_gxh = grads->norm_weight && cols;
+  norm_call c = {ctx, "clembed_embed_backward", table, t_ld, 0, ids, NULL, opt, &p, padding, {0}, {0}, {0}};
+  if (opt->segment_table) c.s_ld = opt->segment_table->ld ? opt->segment_table->ld : opt->segment_table->cols;
+  CHECK(norm_prepare(&c, CLEMBED_F32, grad_out, want_gxh, t, 0, ctx->prefetch ? t->norm_ahead : 0));
+  if (n == 0) goto close;
+
+  /* 1. the keys (and the forward's checks) */
+  if (grads->position_table) CHECK(temp_ids(ctx, n, CLEMBED_I64, "position keys", &tmp.pos_keys));
+  if (grads->segment_table) CHECK(temp_ids(ctx, n, CLEMBED_I64, "segment keys", &tmp.seg_keys));
+  CHECK(norm_keys(&c, &ch, tmp.pos_keys.buffer, tmp.seg_keys.buffer));
+  if (grads->norm_weight || grads->norm_bias) { /* every token keyed to row 0 */
+    cl_ulong words = n;
+    CHECK(temp_ids(ctx, n, CLEMBED_I32, "norm keys", &tmp.zero_keys));
+    CHECK(ce_kernel(ctx, CE_FAMILY_UTIL, "", "ce_zero", &k));
+    CHECK(ce_set_args(ctx, k, "ce_zero", CE_ARG(tmp.zero_keys.buffer), CE_ARG(words), CE_END));
+    CHECK(ce_chain_1d(&ch, k, "ce_zero", n, 0));
+  }
+  /* 2. with a norm: dx (and g * xh) row by row */
+  if (want_dx || want_gxh) {
+    const char *name = t->norm_rows ? "ce_norm_bwd_rows" : "ce_norm_bwd";
+    cl_mem none = NULL;
+    cl_ulong g_off = grad_out->offset, g_ldl = g_ld;
+    /* dx is written whenever the kernel runs (a scratch row when no table wants it) */
+    CHECK(temp_matrix(ctx, n, cols, "dx", &tmp.dx));
+    if (want_gxh) CHECK(temp_matrix(ctx, n, cols, "g * xh", &tmp.gxh));
+    cl_mem gx = want_gxh ? tmp.gxh.buffer : none;
+    CHECK(ce_kernel(ctx, CE_FAMILY_NORM, c.opts, name, &k));
+    CHECK(norm_in_args(&c, k, name));
+    CHECK(ce_set_args_at(ctx, k, name, NORM_IN_ARGS, CE_ARG(grad_out->buffer), CE_ARG(g_off), CE_ARG(g_ldl),
+                         CE_ARG(tmp.dx.buffer), CE_ARG(gx), CE_END));
+    CHECK(norm_launch(&c, &ch, k, name, 2 * 32, NORM_IN_ARGS + 5));
+  }
+  CHECK(ce_chain_record(&ch, &c.rec));
+  CHECK(ce_chain_record(&ch, &c.srec));
+
+  /* 3. the folds: dx is grad_out with its dropout when there is no norm */
+  {
+    const clembed_matrix *src = norm ? &tmp.dx : grad_out;
+    clembed_backward_options bo = clembed_backward_defaults(), keyed;
+    bo.scale = opt->scale;
+    bo.policy = opt->policy;
+    bo.padding_idx = opt->padding_idx;
+    if (!norm) {
+      bo.dropout = opt->dropout;
+      bo.dropout_seed = opt->dropout_seed;
+    }
+    keyed = clembed_backward_defaults(); /* resolved keys, unscaled */
+    keyed.policy = CLEMBED_INDEX_ZERO;
+    keyed.dropout = bo.dropout;
+    keyed.dropout_seed = bo.dropout_seed;
+    if (norm && !cols) src = grad_out; /* nothing to add: the folds only check their keys */
+    if (grads->table) CHECK(fold(&ch, src, ids, &bo, grads->table));
+    if (grads->position_table) CHECK(fold(&ch, src, &tmp.pos_keys, &keyed, grads->position_table));
+    if (grads->segment_table) CHECK(fold(&ch, src, &tmp.seg_keys, &keyed, grads->segment_table));
+    if (grads->norm_weight) {
+      clembed_backward_options plain = clembed_backward_defaults();
+      plain.policy = CLEMBED_INDEX_ZERO;
+      CHECK(fold(&ch, cols ? &tmp.gxh : grad_out, &tmp.zero_keys, &plain, grads->norm_weight));
+    }
+    if (grads->norm_bias) { /* g: grad_out with the forward's dropout */
+      keyed.dropout = opt->dropout;
+      keyed.dropout_seed = opt->dropout_seed;
+      CHECK(fold(&ch, grad_out, &tmp.zero_keys, &keyed, grads->norm_bias));
+    }
+  }
+close:
+  CHECK(ce_chain_close(&ch, event));
+cleanup:
+  bwd_temps_release(&tmp); /* after enqueueing: OpenCL keeps them until the commands finish */
+  ce_chain_release(&ch);
+  return status;
+}
+
+clembed_status clembed_embed_backward(clembed_context *ctx, const clembed_matrix *grad_out,
+                                      const clembed_matrix *table, const clembed_ids *ids,
+                                      const clembed_embed_options *opt, const clembed_embed_grads *grads,
+                                      cl_uint nwait, const cl_event *wait, cl_event *event) {
+  cl_event own;
+  CE_ENTER(ctx, "clembed_embed_backward");
+  cl_event *ev = CE_EVENT_BEGIN(event, own);
+  clembed_status status = embed_backward_run(ctx, grad_out, table, ids, opt, grads, nwait, wait, ev);
+  return ce_track_end(ctx, status, event, &own);
+}
