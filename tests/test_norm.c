@@ -631,6 +631,13 @@ TU_CASE(norm_variants) {
   run_forward(ctx, &c, "segments without a norm", NULL);
   c.segments = 2;
   run_forward(ctx, &c, "a segment table without segment_ids", NULL);
+  static const size_t tails[] = {20, 50, 63}; /* a whole vector among the last 32 columns */
+  for (size_t k = 0; k < 3; k++) {
+    c = base_case(tails[k]);
+    c.kind = k == 1 ? CLEMBED_NORM_RMS : CLEMBED_NORM_LAYER;
+    c.has_b = k != 1;
+    run_forward(ctx, &c, "d = 20, 50, 63", NULL);
+  }
   c = base_case(64);
   c.segments = 0;
   run_forward(ctx, &c, "a norm without segments", NULL);

@@ -23,7 +23,8 @@
  * memory; every shape does the same float operations in the same order and
  * so gives the same bits.
  * Build options: TABLE_DT, OUT_DT, POSITIONS (0 none, 1 sinusoid, 2 table),
- * POS_DT, SEGMENTS (0/1), SEG_DT, NORM (0 none, 1 layer, 2 rms), DROPOUT, VEC;
+ * POS_DT, SEGMENTS (0/1), SEG_DT, NORM (0 none, 1 layer, 2 rms), HAS_W, HAS_B
+ * (the norm's weight and bias, 0/1), DROPOUT, VEC;
  * the CPU shapes ROWS, STREAM and AHEAD; the backward GRAD_DT and GXH (0/1:
  * write g * xh). */
 
@@ -41,6 +42,12 @@
 #endif
 #ifndef GRAD_DT
 #define GRAD_DT 0
+#endif
+#ifndef HAS_W
+#define HAS_W 0
+#endif
+#ifndef HAS_B
+#define HAS_B 0
 #endif
 
 #define TABLE_T CE_XCAT(CE_STORE_, TABLE_DT)
@@ -79,7 +86,7 @@
       ulong p_rows, ulong seq_len, ulong pos_offset, __global const int *so32, __global const long *so64,     \
       ulong so_off, int so64f, int has_so, __global const SEG_T *stab, ulong s_off, ulong s_ld, ulong s_rows,  \
       __global const int *sid32, __global const long *sid64, ulong sid_off, int sid64f, int has_sid,          \
-      __global const float *nw, ulong nw_off, int has_w, __global const float *nb, ulong nb_off, int has_b,   \
+      __global const float *nw, ulong nw_off, __global const float *nb, ulong nb_off,                       \
       float eps, float inv_d, float dropout, uint seed_lo, uint seed_hi, float keep_scale, __global uint *err, \
       uint slot, uint sslot
 
@@ -153,6 +160,35 @@
     CE_POSV(c, x);                                           \
     CE_SEGV(c, x);                                           \
   } while (0)
+/* The same for a `full` row (its token, position and segment rows all there):
+ * no test per vector (the CPU shapes' loops run it when they can). */
+#if POSITIONS == 1
+#define CE_POSVF(c, x) x += ce_sinusoidv(pp, freq, cols, (c))
+#elif POSITIONS == 2
+#define CE_POSVF(c, x) x += load_posv(prow, (c))
+#else
+#define CE_POSVF(c, x)
+#endif
+#if SEGMENTS
+#define CE_SEGVF(c, x) x += load_segv(srow, (c))
+#else
+#define CE_SEGVF(c, x)
+#endif
+#define CE_XVF(c, x)                          \
+  do {                                        \
+    x = scale * load_tablev(trow, (c));       \
+    CE_POSVF(c, x);                           \
+    CE_SEGVF(c, x);                           \
+  } while (0)
+#if POSITIONS != 0 && SEGMENTS
+#define CE_FULL (has && pok && sok)
+#elif POSITIONS != 0
+#define CE_FULL (has && pok)
+#elif SEGMENTS
+#define CE_FULL (has && sok)
+#else
+#define CE_FULL has
+#endif
 
 /* xh (the normalised x, before the weight) from x: LAYER (x - mean) * rstd, RMS x * rstd. */
 #if NORM == 1
@@ -165,23 +201,31 @@
 #define CE_Y1(c, x) (x)
 #define CE_YV(c, x) (x)
 #else
-CE_INLINE float ce_norm_y1(float xh, ulong c, __global const float *nw, ulong nw_off, int has_w,
-                           __global const float *nb, ulong nb_off, int has_b) {
+CE_INLINE float ce_norm_y1(float xh, ulong c, __global const float *nw, ulong nw_off, __global const float *nb,
+                           ulong nb_off) {
   float y = xh;
-  if (has_w) y = y * nw[nw_off + c];
-  if (has_b) y = y + nb[nb_off + c];
+#if HAS_W
+  y = y * nw[nw_off + c];
+#endif
+#if HAS_B
+  y = y + nb[nb_off + c];
+#endif
   return y;
 }
-#define CE_Y1(c, x) ce_norm_y1(CE_XH(x), (c), nw, nw_off, has_w, nb, nb_off, has_b)
+#define CE_Y1(c, x) ce_norm_y1(CE_XH(x), (c), nw, nw_off, nb, nb_off)
 #ifdef VEC
-CE_INLINE FV ce_norm_yv(FV xh, ulong c, __global const float *nw, ulong nw_off, int has_w, __global const float *nb,
-                        ulong nb_off, int has_b) {
+CE_INLINE FV ce_norm_yv(FV xh, ulong c, __global const float *nw, ulong nw_off, __global const float *nb,
+                        ulong nb_off) {
   FV y = xh;
-  if (has_w) y = y * vloadV(0, nw + nw_off + c);
-  if (has_b) y = y + vloadV(0, nb + nb_off + c);
+#if HAS_W
+  y = y * vloadV(0, nw + nw_off + c);
+#endif
+#if HAS_B
+  y = y + vloadV(0, nb + nb_off + c);
+#endif
   return y;
 }
-#define CE_YV(c, x) ce_norm_yv(CE_XH(x), (c), nw, nw_off, has_w, nb, nb_off, has_b)
+#define CE_YV(c, x) ce_norm_yv(CE_XH(x), (c), nw, nw_off, nb, nb_off)
 #endif
 #endif
 
@@ -278,18 +322,35 @@ CE_INLINE FV ce_norm_yv(FV xh, ulong c, __global const float *nw, ulong nw_off, 
     barrier(CLK_LOCAL_MEM_FENCE);                                                    \
   }
 
-/* The passes' values: x (LAYER's mean, RMS's mean square), (x - mean)^2. */
+/* The passes' values: x (LAYER's mean, RMS's mean square), (x - mean)^2.
+ * The GPU shape's (one column) recompute x in every pass. The CPU shapes'
+ * (VEC columns, or one) keep a row's x in the private row xs_ when the host
+ * sets SCRATCH (the longest row that fits): the first pass puts it there
+ * (CE_PUT), the later passes get it back (CE_GET) instead of recomputing it;
+ * F: the steps of a full row (CE_XVF), or not. The same values either way. */
+#ifndef SCRATCH
+#define SCRATCH 0
+#endif
+#if SCRATCH
+/* a vector at c, a multiple of VEC, is aligned: whole stores, no vstore */
+#define CE_SCRATCH_DECL float xs_[SCRATCH] __attribute__((aligned(4 * VEC)));
+#define CE_PUTV(c, t) *(FV *)(xs_ + (c)) = (t)
+#define CE_PUT1(c, t) xs_[c] = (t)
+#define CE_GETV(F, c, x) x = *(const FV *)(xs_ + (c))
+#define CE_GET1(c, x) x = xs_[c]
+#else
+#define CE_SCRATCH_DECL
+#define CE_PUTV(c, t)
+#define CE_PUT1(c, t)
+#define CE_GETV(F, c, x) CE_XV##F(c, x)
+#define CE_GET1(c, x) CE_X1(c, x)
+#endif
 #define CE_NOSTEP(s)
+/* GPU: one column */
 #define CE_SX1(c, t) CE_X1(c, t)
-#define CE_SXV(c, t) CE_XV(c, t)
 #define CE_SQ1(c, t) \
   do {               \
     CE_X1(c, t);     \
-    t = t * t;       \
-  } while (0)
-#define CE_SQV(c, t) \
-  do {               \
-    CE_XV(c, t);     \
     t = t * t;       \
   } while (0)
 #define CE_DEV1(c, t) \
@@ -298,23 +359,66 @@ CE_INLINE FV ce_norm_yv(FV xh, ulong c, __global const float *nw, ulong nw_off, 
     t = t - mean;     \
     t = t * t;        \
   } while (0)
-#define CE_DEVV(c, t) \
+/* CPU: the first pass (x, or x^2 for RMS), putting x aside */
+#define CE_SX1P(c, t) \
   do {                \
-    CE_XV(c, t);      \
-    t = t - mean;     \
+    CE_X1(c, t);      \
+    CE_PUT1(c, t);    \
+  } while (0)
+#define CE_SQ1P(c, t) \
+  do {                \
+    CE_X1(c, t);      \
+    CE_PUT1(c, t);    \
     t = t * t;        \
+  } while (0)
+#define CE_SXV_(XV, c, t) \
+  do {                    \
+    XV(c, t);             \
+    CE_PUTV(c, t);        \
+  } while (0)
+#define CE_SQV_(XV, c, t) \
+  do {                    \
+    XV(c, t);             \
+    CE_PUTV(c, t);        \
+    t = t * t;            \
+  } while (0)
+#define CE_SXV(c, t) CE_SXV_(CE_XV, c, t)
+#define CE_SXVF(c, t) CE_SXV_(CE_XVF, c, t)
+#define CE_SQV(c, t) CE_SQV_(CE_XV, c, t)
+#define CE_SQVF(c, t) CE_SQV_(CE_XVF, c, t)
+/* CPU: the second pass of LAYER, (x - mean)^2 */
+#define CE_DEV1G(c, t) \
+  do {                 \
+    CE_GET1(c, t);     \
+    t = t - mean;      \
+    t = t * t;         \
+  } while (0)
+#define CE_DEVV(c, t)  \
+  do {                 \
+    CE_GETV(, c, t);   \
+    t = t - mean;      \
+    t = t * t;         \
+  } while (0)
+#define CE_DEVVF(c, t) \
+  do {                 \
+    CE_GETV(F, c, t);  \
+    t = t - mean;      \
+    t = t * t;         \
   } while (0)
 
 /* The row's statistics: mean (LAYER; 0 for RMS) and rstd, from the row sums
- * of the CPU shapes (SUM(result, STEPV, STEP1, BEGIN)) or the GPU shape
- * (SUMG(result, STEP1)); BEGIN may ask for a later row during the first pass. */
+ * of the CPU shapes (CE_ROWSUMV, with the vector steps of a full row when
+ * `full`) or the GPU shape (CE_ROWSUM_G); BEGIN may ask for a later row
+ * during the first pass. */
 #if NORM == 1
-#define CE_NORM_STATS_CPU(BEGIN)                          \
-  float mean, rstd, s1_, s2_;                             \
-  CE_ROWSUMV(s1_, CE_SXV, CE_SX1, BEGIN)                  \
-  mean = s1_ * inv_d;                                     \
-  CE_ROWSUMV(s2_, CE_DEVV, CE_DEV1, CE_NOSTEP)            \
-  rstd = ce_rsqrt_fixed(s2_ * inv_d + eps);
+#define CE_NORM_STATS_CPU_(BEGIN, F)                      \
+  {                                                       \
+    float s1_, s2_;                                       \
+    CE_ROWSUMV(s1_, CE_SXV##F, CE_SX1P, BEGIN)            \
+    mean = s1_ * inv_d;                                   \
+    CE_ROWSUMV(s2_, CE_DEVV##F, CE_DEV1G, CE_NOSTEP)      \
+    rstd = ce_rsqrt_fixed(s2_ * inv_d + eps);             \
+  }
 #define CE_NORM_STATS_GPU                                 \
   float mean, rstd, s1_, s2_;                             \
   CE_ROWSUM_G(s1_, CE_SX1)                                \
@@ -322,18 +426,25 @@ CE_INLINE FV ce_norm_yv(FV xh, ulong c, __global const float *nw, ulong nw_off, 
   CE_ROWSUM_G(s2_, CE_DEV1)                               \
   rstd = ce_rsqrt_fixed(s2_ * inv_d + eps);
 #elif NORM == 2
-#define CE_NORM_STATS_CPU(BEGIN)                          \
-  float mean = 0.0f, rstd, s2_;                           \
-  CE_ROWSUMV(s2_, CE_SQV, CE_SQ1, BEGIN)                  \
-  rstd = ce_rsqrt_fixed(s2_ * inv_d + eps);
+#define CE_NORM_STATS_CPU_(BEGIN, F)                      \
+  {                                                       \
+    float s2_;                                            \
+    CE_ROWSUMV(s2_, CE_SQV##F, CE_SQ1P, BEGIN)            \
+    rstd = ce_rsqrt_fixed(s2_ * inv_d + eps);             \
+  }
 #define CE_NORM_STATS_GPU                                 \
   float mean = 0.0f, rstd, s2_;                           \
   CE_ROWSUM_G(s2_, CE_SQ1)                                \
   rstd = ce_rsqrt_fixed(s2_ * inv_d + eps);
 #else
-#define CE_NORM_STATS_CPU(BEGIN)
+#define CE_NORM_STATS_CPU_(BEGIN, F)
 #define CE_NORM_STATS_GPU
 #endif
+/* mean and rstd of the CPU shapes (full: the loops without tests) */
+#define CE_NORM_STATS_CPU(BEGIN)             \
+  float mean = 0.0f, rstd = 1.0f;            \
+  if (full) CE_NORM_STATS_CPU_(BEGIN, F)     \
+  else CE_NORM_STATS_CPU_(BEGIN, )
 
 /* ------------------------------------------------------------------ keys */
 
@@ -388,11 +499,12 @@ __kernel void ce_norm(CE_NORM_IN_ARGS, __global OUT_T *out, ulong o_off, ulong o
 }
 
 /* CPU shape: tokens g*ROWS .. g*ROWS + ROWS - 1, one after another. With AHEAD
- * (where CE_PREFETCH is 1) the table row of the token AHEAD on is asked for
+ * (where CE_PREFETCH is 1) the table row of the token AHEAD on (in the order
+ * the tokens are taken: this item's k-th, then the next item's) is asked for
  * during the row's first pass, a few lines at each step of 32 columns. */
 #if AHEAD
-#define CE_NORM_AHEAD_SETUP(i)                                                                                 \
-  const ulong ta_ = (i) + AHEAD;                                                                               \
+#define CE_NORM_AHEAD_SETUP(k)                                                                                 \
+  const ulong ta_ = t0 + (ulong)(((k) + AHEAD) / ROWS) * tnext + (ulong)(((k) + AHEAD) % ROWS) * tstep;        \
   const long ida_ = ta_ < n ? ce_load_id(ids32, ids64, id64, id_off + ta_) : -1;                               \
   __global const uchar *pf_ =                                                                                  \
       ida_ >= 0 && (ulong)ida_ < t_rows ? (__global const uchar *)table_ptr(table, t_off + (ulong)ida_ * t_ld) : 0; \
@@ -401,39 +513,71 @@ __kernel void ce_norm(CE_NORM_IN_ARGS, __global OUT_T *out, ulong o_off, ulong o
 #define CE_NORM_AHEAD_STEP(s) \
   if (pf_) ce_prefetch_part(pf_, (s) * pstep_, pstep_, pbytes_)
 #else
-#define CE_NORM_AHEAD_SETUP(i)
+#define CE_NORM_AHEAD_SETUP(k)
 #define CE_NORM_AHEAD_STEP(s)
 #endif
 
-__kernel void ce_norm_rows(CE_NORM_IN_ARGS, __global OUT_T *out, ulong o_off, ulong o_ld) {
-  ulong t0 = get_global_id(0) * ROWS;
+/* The tokens of CPU work-item g: g*ROWS .. g*ROWS + ROWS - 1, or with
+ * `strided` (positions shared by several sequences of seq_len) position x of
+ * the sequences ROWS*q .. ROWS*q + ROWS - 1, q = g / seq_len (each position
+ * row read once from memory for them). */
+#define CE_NORM_TOKENS(g)                              \
+  ulong t0 = (g) * ROWS, tstep = 1, tnext = ROWS;      \
+  if (strided) {                                       \
+    ulong q_ = (g) / seq_len, x_ = (g) - q_ * seq_len; \
+    t0 = q_ * ROWS * seq_len + x_;                     \
+    tstep = seq_len;                                   \
+    tnext = 1;                                         \
+  }                                                    \
+  (void)tnext;
+
+/* The output's whole vectors of a row (F: a full row's steps): x from the
+ * scratch row after the norm's passes, else computed here. */
+#if NORM == 0
+#define CE_NORM_OUT_AHEAD(c) \
+  if ((c) % CE_ROWSUM_PARTS == 0) CE_NORM_AHEAD_STEP((c) / CE_ROWSUM_PARTS)
+#define CE_NORM_OUT_XV(F, c, x) CE_XV##F(c, x)
+#define CE_NORM_OUT_X1(c, x) CE_X1(c, x)
+#else
+#define CE_NORM_OUT_AHEAD(c)
+#define CE_NORM_OUT_XV(F, c, x) CE_GETV(F, c, x)
+#define CE_NORM_OUT_X1(c, x) CE_GET1(c, x)
+#endif
+#define CE_NORM_OUT_LOOP(F)                 \
+  for (ulong c = 0; c < cv; c += VEC) {     \
+    CE_NORM_OUT_AHEAD(c);                   \
+    FV x;                                   \
+    CE_NORM_OUT_XV(F, c, x);                \
+    FV y = CE_YV(c, x);                     \
+    CE_DROPV(y, e0 + c);                    \
+    if (nt)                                 \
+      stream_outv(orow, c, y);              \
+    else                                    \
+      store_outv(orow, c, y);               \
+  }
+
+__kernel void ce_norm_rows(CE_NORM_IN_ARGS, __global OUT_T *out, ulong o_off, ulong o_ld, int strided) {
+  CE_NORM_TOKENS(get_global_id(0))
+  CE_SCRATCH_DECL
   for (int k = 0; k < ROWS; k++) {
-    ulong i = t0 + (ulong)k;
+    ulong i = t0 + (ulong)k * tstep;
     if (i >= n) return;
     CE_NORM_TOKEN(i, 1)
-    CE_NORM_AHEAD_SETUP(i)
+    const int full = CE_FULL;
+    CE_NORM_AHEAD_SETUP(k)
 #if NORM != 0
     CE_NORM_STATS_CPU(CE_NORM_AHEAD_STEP)
 #endif
     __global OUT_T *orow = out + o_off + i * o_ld;
     const int nt = STREAM && CE_STREAMING && ((ulong)orow & (VEC * sizeof(OUT_T) - 1)) == 0;
     const ulong cv = cols / VEC * VEC, e0 = i * cols;
-    for (ulong c = 0; c < cv; c += VEC) {
-#if NORM == 0
-      if (c % CE_ROWSUM_PARTS == 0) CE_NORM_AHEAD_STEP(c / CE_ROWSUM_PARTS);
-#endif
-      FV x;
-      CE_XV(c, x);
-      FV y = CE_YV(c, x);
-      CE_DROPV(y, e0 + c);
-      if (nt)
-        stream_outv(orow, c, y);
-      else
-        store_outv(orow, c, y);
-    }
+    if (full)
+      CE_NORM_OUT_LOOP(F)
+    else
+      CE_NORM_OUT_LOOP()
     for (ulong c = cv; c < cols; c++) {
       float x;
-      CE_X1(c, x);
+      CE_NORM_OUT_X1(c, x);
       float y = CE_Y1(c, x);
       CE_DROP1(y, e0 + c);
       store_out(orow, c, y);
@@ -458,8 +602,13 @@ __kernel void ce_norm_rows(CE_NORM_IN_ARGS, __global OUT_T *out, ulong o_off, ul
     g = load_gradv(grow, (c));                          \
     CE_DROPV(g, e0 + (c));                              \
   } while (0)
-#define CE_H1(c, g) (has_w ? (g) * nw[nw_off + (c)] : (g))
-#define CE_HV(c, g) (has_w ? (g) * vloadV(0, nw + nw_off + (c)) : (g))
+#if HAS_W
+#define CE_H1(c, g) ((g) * nw[nw_off + (c)])
+#define CE_HV(c, g) ((g) * vloadV(0, nw + nw_off + (c)))
+#else
+#define CE_H1(c, g) (g)
+#define CE_HV(c, g) (g)
+#endif
 /* the two sums' values at column c: h (LAYER; 0 for RMS) and h * xh */
 #if NORM == 1
 #define CE_HA(h) (h)
@@ -475,15 +624,43 @@ __kernel void ce_norm_rows(CE_NORM_IN_ARGS, __global OUT_T *out, ulong o_off, ul
     ta = CE_HA(h_);                \
     tb = h_ * CE_XH(x_);           \
   } while (0)
-#define CE_ABV(c, ta, tb)          \
+/* The CPU shape: x from the scratch row, and the masked gradient put aside
+ * in a second one (gs_) for the last pass. */
+#if SCRATCH
+#define CE_GSCRATCH_DECL float gs_[SCRATCH] __attribute__((aligned(4 * VEC)));
+#define CE_GPUTV(c, g) *(FV *)(gs_ + (c)) = (g)
+#define CE_GPUT1(c, g) gs_[c] = (g)
+#define CE_GGETV(c, g) g = *(const FV *)(gs_ + (c))
+#define CE_GGET1(c, g) g = gs_[c]
+#else
+#define CE_GSCRATCH_DECL
+#define CE_GPUTV(c, g)
+#define CE_GPUT1(c, g)
+#define CE_GGETV(c, g) CE_GV(c, g)
+#define CE_GGET1(c, g) CE_G1(c, g)
+#endif
+#define CE_AB1C(c, ta, tb)         \
+  do {                             \
+    float x_, g_;                  \
+    CE_GET1(c, x_);                \
+    CE_G1(c, g_);                  \
+    CE_GPUT1(c, g_);               \
+    float h_ = CE_H1(c, g_);       \
+    ta = CE_HA(h_);                \
+    tb = h_ * CE_XH(x_);           \
+  } while (0)
+#define CE_ABV_(F, c, ta, tb)      \
   do {                             \
     FV x_, g_;                     \
-    CE_XV(c, x_);                  \
+    CE_GETV(F, c, x_);             \
     CE_GV(c, g_);                  \
+    CE_GPUTV(c, g_);               \
     FV h_ = CE_HV(c, g_);          \
     ta = CE_HA(h_);                \
     tb = h_ * CE_XH(x_);           \
   } while (0)
+#define CE_ABV(c, ta, tb) CE_ABV_(, c, ta, tb)
+#define CE_ABVF(c, ta, tb) CE_ABV_(F, c, ta, tb)
 #if NORM == 1
 #define CE_DX(h, xh) (rstd * (((h) - A) - (xh) * B))
 #else
@@ -516,35 +693,51 @@ __kernel void ce_norm_bwd(CE_NORM_IN_ARGS, __global const GRAD_T *grad, ulong g_
   }
 }
 
+/* dx (and g * xh) of a row's whole vectors, x from XV. */
+#if GXH
+#define CE_NORM_GXHV(c, g, xh) ce_storev_0(gxh, e0 + (c), (g) * (xh))
+#else
+#define CE_NORM_GXHV(c, g, xh)
+#endif
+#define CE_NORM_DX_LOOP(F)                           \
+  for (ulong c = 0; c < cv; c += VEC) {              \
+    FV x, g;                                         \
+    CE_GETV(F, c, x);                                \
+    CE_GGETV(c, g);                                  \
+    FV xh = CE_XH(x), h = CE_HV(c, g);               \
+    ce_storev_0(dx, e0 + c, CE_DX(h, xh));           \
+    CE_NORM_GXHV(c, g, xh);                          \
+  }
+
 __kernel void ce_norm_bwd_rows(CE_NORM_IN_ARGS, __global const GRAD_T *grad, ulong g_off, ulong g_ld,
-                               __global float *dx, __global float *gxh) {
-  ulong t0 = get_global_id(0) * ROWS;
+                               __global float *dx, __global float *gxh, int strided) {
+  CE_NORM_TOKENS(get_global_id(0))
+  CE_SCRATCH_DECL
+  CE_GSCRATCH_DECL
   for (int k = 0; k < ROWS; k++) {
-    ulong i = t0 + (ulong)k, e0 = i * cols;
+    ulong i = t0 + (ulong)k * tstep, e0 = i * cols;
     if (i >= n) return;
     CE_NORM_TOKEN(i, 0)
-    CE_NORM_AHEAD_SETUP(i)
+    const int full = CE_FULL;
+    CE_NORM_AHEAD_SETUP(k)
     __global const GRAD_T *grow = grad + g_off + i * g_ld;
     CE_NORM_STATS_CPU(CE_NORM_AHEAD_STEP)
     float sa, sb;
-    CE_ROWSUM2V(sa, sb, CE_ABV, CE_AB1)
+    if (full)
+      CE_ROWSUM2V(sa, sb, CE_ABVF, CE_AB1C)
+    else
+      CE_ROWSUM2V(sa, sb, CE_ABV, CE_AB1C)
     float A = sa * inv_d, B = sb * inv_d;
     (void)A;
     const ulong cv = cols / VEC * VEC;
-    for (ulong c = 0; c < cv; c += VEC) {
-      FV x, g;
-      CE_XV(c, x);
-      CE_GV(c, g);
-      FV xh = CE_XH(x), h = CE_HV(c, g);
-      ce_storev_0(dx, e0 + c, CE_DX(h, xh));
-#if GXH
-      ce_storev_0(gxh, e0 + c, g * xh);
-#endif
-    }
+    if (full)
+      CE_NORM_DX_LOOP(F)
+    else
+      CE_NORM_DX_LOOP()
     for (ulong c = cv; c < cols; c++) {
       float x, g;
-      CE_X1(c, x);
-      CE_G1(c, g);
+      CE_GET1(c, x);
+      CE_GGET1(c, g);
       float xh = CE_XH(x), h = CE_H1(c, g);
       dx[e0 + c] = CE_DX(h, xh);
 #if GXH

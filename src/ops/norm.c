@@ -30,10 +30,11 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* The arguments every norm.cl kernel starts with (CE_NORM_IN_ARGS). */
-#define NORM_IN_ARGS 49
+#define NORM_IN_ARGS 47
 
 /* One call: the checked inputs and what the kernels need. */
 typedef struct norm_call {
@@ -46,8 +47,26 @@ typedef struct norm_call {
   const ce_embed_pos *p;
   cl_long padding;
   ce_record rec, srec; /* the slots of ids and positions, and of segment ids */
+  unsigned rows;       /* the CPU shape's tokens per work-item (0: the GPU shape) */
+  int strided;         /* ...which take one position of `rows` sequences */
   char opts[320];
 } norm_call;
+
+static void norm_init(norm_call *c, clembed_context *ctx, const char *op, const clembed_matrix *table, size_t t_ld,
+                      const clembed_ids *ids, const clembed_embed_options *opt, const ce_embed_pos *p,
+                      cl_long padding) {
+  memset(c, 0, sizeof *c);
+  c->ctx = ctx;
+  c->op = op;
+  c->table = table;
+  c->t_ld = t_ld;
+  c->ids = ids;
+  c->opt = opt;
+  c->p = p;
+  c->padding = padding;
+  const clembed_matrix *st = opt->segment_table;
+  if (st) c->s_ld = st->ld ? st->ld : st->cols;
+}
 
 static int norm_has_layer(const clembed_embed_options *opt) {
   return opt->segment_table || opt->segment_ids || opt->norm.kind != CLEMBED_NORM_NONE || opt->norm.weight ||
@@ -116,14 +135,24 @@ static clembed_status norm_prepare(norm_call *c, clembed_dtype out_dtype, const 
   const clembed_embed_options *opt = c->opt;
   const clembed_matrix *st = opt->segment_table;
   c->sids = st ? opt->segment_ids : NULL;
+  /* the CPU shape: with positions shared by several sequences, a work-item
+   * takes one position of several of them (each position row read once) */
+  c->strided = t->norm_rows && c->p->kind != 0 && !c->p->so && opt->seq_len && c->ids->count / opt->seq_len >= 2;
+  c->rows = c->strided ? t->norm_strided_rows : t->norm_rows;
   int n = snprintf(c->opts, sizeof c->opts,
                    "-DTABLE_DT=%d -DOUT_DT=%d -DPOSITIONS=%d -DPOS_DT=%d -DSEGMENTS=%d -DSEG_DT=%d -DNORM=%d "
-                   "-DDROPOUT=%d -DVEC=%u",
+                   "-DHAS_W=%d -DHAS_B=%d -DDROPOUT=%d -DVEC=%u",
                    (int)c->table->dtype, (int)out_dtype, c->p->kind, c->p->pt ? (int)c->p->pt->dtype : 0,
-                   st != NULL, st ? (int)st->dtype : 0, (int)opt->norm.kind, opt->dropout > 0.0f, t->embed_vec);
-  if (t->norm_rows)
-    n += snprintf(c->opts + n, sizeof c->opts - (size_t)n, " -DROWS=%u -DSTREAM=%d -DAHEAD=%u", t->norm_rows, stream,
-                  ahead);
+                   st != NULL, st ? (int)st->dtype : 0, (int)opt->norm.kind,
+                   opt->norm.kind != CLEMBED_NORM_NONE && opt->norm.weight, opt->norm.kind == CLEMBED_NORM_LAYER && opt->norm.bias,
+                   opt->dropout > 0.0f, t->embed_vec);
+  /* the CPU shape keeps a row's x (and the backward's gradient) aside when it fits */
+  unsigned scratch = c->rows && opt->norm.kind != CLEMBED_NORM_NONE && c->table->cols <= t->norm_scratch_cols
+                         ? t->norm_scratch_cols
+                         : 0;
+  if (c->rows)
+    n += snprintf(c->opts + n, sizeof c->opts - (size_t)n, " -DROWS=%u -DSTREAM=%d -DAHEAD=%u -DSCRATCH=%u", c->rows,
+                  stream, ahead, scratch);
   if (grad) snprintf(c->opts + n, sizeof c->opts - (size_t)n, " -DGRAD_DT=%d -DGXH=%d", (int)grad->dtype, gxh);
   c->rec = (ce_record){CE_NO_SLOT, CE_FAMILY_NORM, c->opts, c->ids, c->p->so, opt->seq_len};
   c->srec = (ce_record){CE_NO_SLOT, CE_FAMILY_NORM, c->opts, c->sids, NULL, 0};
@@ -156,7 +185,7 @@ static clembed_status norm_in_args(norm_call *c, cl_kernel k, const char *name) 
   cl_ulong s_off = st ? st->offset : 0, s_ldl = c->s_ld, s_rows = st ? st->rows : 0, sid_off = sid ? sid->offset : 0;
   cl_ulong nw_off = nw ? nw->offset : 0, nb_off = nb ? nb->offset : 0;
   cl_int id64 = ids->type == CLEMBED_I64, so64 = so && so->type == CLEMBED_I64, has_so = so != NULL;
-  cl_int sid64 = sid && sid->type == CLEMBED_I64, has_sid = sid != NULL, has_w = nw != NULL, has_b = nb != NULL;
+  cl_int sid64 = sid && sid->type == CLEMBED_I64, has_sid = sid != NULL;
   cl_int policy = (cl_int)opt->policy;
   cl_long padding = c->padding;
   int dropout = opt->dropout > 0.0f;
@@ -170,7 +199,7 @@ static clembed_status norm_in_args(norm_call *c, cl_kernel k, const char *name) 
                      CE_ARG(seq_len), CE_ARG(pos_offset), CE_ARG(sob), CE_ARG(sob), CE_ARG(so_off), CE_ARG(so64),
                      CE_ARG(has_so), CE_ARG(stb), CE_ARG(s_off), CE_ARG(s_ldl), CE_ARG(s_rows), CE_ARG(sidb),
                      CE_ARG(sidb), CE_ARG(sid_off), CE_ARG(sid64), CE_ARG(has_sid), CE_ARG(nwb), CE_ARG(nw_off),
-                     CE_ARG(has_w), CE_ARG(nbb), CE_ARG(nb_off), CE_ARG(has_b), CE_ARG(eps), CE_ARG(inv_d),
+                     CE_ARG(nbb), CE_ARG(nb_off), CE_ARG(eps), CE_ARG(inv_d),
                      CE_ARG(drop), CE_ARG(seed_lo), CE_ARG(seed_hi), CE_ARG(keep), CE_ARG(ctx->errbuf), CE_ARG(slot),
                      CE_ARG(sslot), CE_END);
 }
@@ -191,21 +220,31 @@ cleanup:
   return status;
 }
 
-/* A row kernel in its shape: the CPU shape's work-items of norm_rows tokens,
- * or the GPU shape's groups of (lx, ly) work-items (lx = 32, or the largest
- * power of two the kernel allows; `floats` of local memory per token). */
+/* A row kernel in its shape: the CPU shape's work-items of c->rows tokens
+ * (its last argument, `last`, says whether they are strided), or the GPU
+ * shape's groups of (lx, ly) work-items (lx = 32, or the largest power of two
+ * the kernel allows; its last argument: `floats` of local memory per token). */
 static clembed_status norm_launch(norm_call *c, ce_chain *ch, cl_kernel k, const char *name, unsigned floats,
-                                  cl_uint local_arg) {
+                                  cl_uint last) {
   clembed_context *ctx = c->ctx;
   const ce_tuning *t = ctx->tune;
   size_t n = c->ids->count;
-  if (t->norm_rows) return ce_chain_1d(ch, k, name, n / t->norm_rows + (n % t->norm_rows != 0), CE_LOCAL_ROWS);
+  if (c->rows) {
+    size_t items = n / c->rows + (n % c->rows != 0);
+    cl_int strided = c->strided;
+    clembed_status s = ce_set_args_at(ctx, k, name, last, CE_ARG(strided), CE_END);
+    if (c->strided) { /* seq_len items for each `rows` sequences */
+      size_t len = c->opt->seq_len, nseq = n / len + (n % len != 0);
+      items = (nseq / c->rows + (nseq % c->rows != 0)) * len;
+    }
+    return s != CLEMBED_OK ? s : ce_chain_1d(ch, k, name, items, CE_LOCAL_ROWS);
+  }
   size_t wg = 0, lx = 1, ly = 1;
   if (clGetKernelWorkGroupInfo(k, ctx->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof wg, &wg, NULL) != CL_SUCCESS || !wg)
     wg = ctx->max_work_group;
   while (lx * 2 <= 32 && lx * 2 <= wg && lx * 2 <= ctx->max_items[0]) lx *= 2;
   while (ly * 2 <= t->norm_group_rows && lx * ly * 2 <= wg && ly * 2 <= ctx->max_items[1] && ly < n) ly *= 2;
-  clembed_status s = ce_set_args_at(ctx, k, name, local_arg, CE_LOCAL_ARG(ly * floats * sizeof(float)), CE_END);
+  clembed_status s = ce_set_args_at(ctx, k, name, last, CE_LOCAL_ARG(ly * floats * sizeof(float)), CE_END);
   return s != CLEMBED_OK ? s : ce_chain_2d_local(ch, k, name, lx, n, lx, ly);
 }
 
@@ -214,10 +253,9 @@ clembed_status ce_norm_forward(clembed_context *ctx, ce_chain *ch, const clembed
                                cl_long padding, clembed_matrix *out, size_t o_ld, cl_event *event) {
   clembed_status status = CLEMBED_OK;
   const ce_tuning *t = ctx->tune;
-  norm_call c = {ctx, "clembed_embed", table, t_ld, 0, ids, NULL, opt, p, padding, {0}, {0}, {0}};
+  norm_call c;
   cl_kernel k;
-  if (opt->segment_table)
-    c.s_ld = opt->segment_table->ld ? opt->segment_table->ld : opt->segment_table->cols;
+  norm_init(&c, ctx, "clembed_embed", table, t_ld, ids, opt, p, padding);
   /* an output larger than the device's cache goes out with streaming stores */
   size_t out_bytes = ids->count * table->cols * clembed_dtype_size(out->dtype);
   int stream = t->norm_rows && t->embed_stream && ctx->cache_bytes && out_bytes > ctx->cache_bytes;
@@ -225,7 +263,7 @@ clembed_status ce_norm_forward(clembed_context *ctx, ce_chain *ch, const clembed
   if (ids->count && table->cols == 0) {
     CHECK(norm_keys(&c, ch, NULL, NULL)); /* no column to write: the ids are still checked */
   } else if (ids->count) {
-    const char *name = t->norm_rows ? "ce_norm_rows" : "ce_norm";
+    const char *name = c.rows ? "ce_norm_rows" : "ce_norm";
     cl_ulong o_off = out->offset, o_ldl = o_ld;
     CHECK(ce_kernel(ctx, CE_FAMILY_NORM, c.opts, name, &k));
     CHECK(norm_in_args(&c, k, name));
@@ -288,10 +326,52 @@ static clembed_status temp_ids(clembed_context *ctx, size_t count, clembed_index
   return ce_buffer(ctx, CE_BUFFER_TEMP, count * ce_index_size(type), NULL, what, &ids->buffer);
 }
 
-/* A temporary n x cols F32 matrix (dense). */
-static clembed_status temp_matrix(clembed_context *ctx, size_t n, size_t cols, const char *what, clembed_matrix *m) {
+/* The backward's n x cols temporaries (dx, g * xh), kept on the context from
+ * one call to the next where the queue is in order (it orders a call's
+ * writes after the last call's reads), and grown when a call needs more:
+ * a training loop then neither allocates them nor has the system zero their
+ * pages at every step. */
+typedef struct norm_space {
+  cl_mem m[2];
+  size_t bytes[2];
+} norm_space;
+static const char space_key = 0;
+
+static void space_release(clembed_context *ctx, void *data) {
+  (void)ctx;
+  norm_space *w = data;
+  for (int k = 0; k < 2; k++)
+    if (w->m[k]) clReleaseMemObject(w->m[k]);
+  free(w);
+}
+
+/* A dense n x cols F32 temporary: the context's workspace `which`, or on an
+ * out-of-order queue a buffer of its own (*owned: the caller releases it). */
+static clembed_status temp_matrix(clembed_context *ctx, int which, size_t n, size_t cols, const char *what,
+                                  clembed_matrix *m, int *owned) {
+  clembed_status status = CLEMBED_OK;
+  size_t bytes = n * cols * sizeof(float);
+  norm_space *w = ce_cache_find(ctx, &space_key);
   *m = (clembed_matrix){NULL, 0, n, cols, cols, CLEMBED_F32};
-  return ce_buffer(ctx, CE_BUFFER_TEMP, n * cols * sizeof(float), NULL, what, &m->buffer);
+  *owned = !ctx->in_order;
+  if (*owned) return ce_buffer(ctx, CE_BUFFER_TEMP, bytes, NULL, what, &m->buffer);
+  if (!w) {
+    if (!(w = calloc(1, sizeof *w))) FAIL(CLEMBED_ERR_OUT_OF_MEMORY, "%s: out of host memory", ctx->op);
+    if ((status = ce_cache_add(ctx, &space_key, w, space_release)) != CLEMBED_OK) {
+      free(w);
+      goto cleanup;
+    }
+  }
+  if (w->bytes[which] < bytes) {
+    if (w->m[which]) clReleaseMemObject(w->m[which]);
+    w->m[which] = NULL;
+    w->bytes[which] = 0;
+    CHECK(ce_buffer(ctx, CE_BUFFER_TEMP, bytes, NULL, what, &w->m[which]));
+    w->bytes[which] = bytes;
+  }
+  m->buffer = w->m[which];
+cleanup:
+  return status;
 }
 
 /* One fold of contributions `src` (ids->count x cols; its dropout replayed
@@ -308,14 +388,15 @@ static clembed_status fold(ce_chain *ch, const clembed_matrix *src, const clembe
 typedef struct bwd_temps {
   clembed_ids pos_keys, seg_keys, zero_keys;
   clembed_matrix dx, gxh;
+  int own_dx, own_gxh; /* not the context's workspace */
 } bwd_temps;
 
 static void bwd_temps_release(bwd_temps *t) {
   clembed_ids_release(&t->pos_keys);
   clembed_ids_release(&t->seg_keys);
   clembed_ids_release(&t->zero_keys);
-  clembed_matrix_release(&t->dx);
-  clembed_matrix_release(&t->gxh);
+  if (t->own_dx) clembed_matrix_release(&t->dx);
+  if (t->own_gxh) clembed_matrix_release(&t->gxh);
 }
 
 static clembed_status embed_backward_run(clembed_context *ctx, const clembed_matrix *grad_out,
@@ -360,8 +441,8 @@ static clembed_status embed_backward_run(clembed_context *ctx, const clembed_mat
   int norm = opt->norm.kind != CLEMBED_NORM_NONE;
   int want_dx = norm && cols && (grads->table || grads->position_table || grads->segment_table);
   int want_gxh = grads->norm_weight && cols;
-  norm_call c = {ctx, "clembed_embed_backward", table, t_ld, 0, ids, NULL, opt, &p, padding, {0}, {0}, {0}};
-  if (opt->segment_table) c.s_ld = opt->segment_table->ld ? opt->segment_table->ld : opt->segment_table->cols;
+  norm_call c;
+  norm_init(&c, ctx, "clembed_embed_backward", table, t_ld, ids, opt, &p, padding);
   CHECK(norm_prepare(&c, CLEMBED_F32, grad_out, want_gxh, t, 0, ctx->prefetch ? t->norm_ahead : 0));
   if (n == 0) goto close;
 
@@ -378,12 +459,12 @@ static clembed_status embed_backward_run(clembed_context *ctx, const clembed_mat
   }
   /* 2. with a norm: dx (and g * xh) row by row */
   if (want_dx || want_gxh) {
-    const char *name = t->norm_rows ? "ce_norm_bwd_rows" : "ce_norm_bwd";
+    const char *name = c.rows ? "ce_norm_bwd_rows" : "ce_norm_bwd";
     cl_mem none = NULL;
     cl_ulong g_off = grad_out->offset, g_ldl = g_ld;
     /* dx is written whenever the kernel runs (a scratch row when no table wants it) */
-    CHECK(temp_matrix(ctx, n, cols, "dx", &tmp.dx));
-    if (want_gxh) CHECK(temp_matrix(ctx, n, cols, "g * xh", &tmp.gxh));
+    CHECK(temp_matrix(ctx, 0, n, cols, "dx", &tmp.dx, &tmp.own_dx));
+    if (want_gxh) CHECK(temp_matrix(ctx, 1, n, cols, "g * xh", &tmp.gxh, &tmp.own_gxh));
     cl_mem gx = want_gxh ? tmp.gxh.buffer : none;
     CHECK(ce_kernel(ctx, CE_FAMILY_NORM, c.opts, name, &k));
     CHECK(norm_in_args(&c, k, name));

@@ -73,8 +73,10 @@ typedef struct ce_tuning {
   unsigned embed_strided_ahead;
   /* the forward with segments or a norm (cl/ops/norm.cl) and its backward's rows */
   unsigned norm_rows;          /* tokens per work-item of the CPU shape (0: the GPU shape) */
+  unsigned norm_strided_rows;  /* ...and sequences per work-item that share a position */
   unsigned norm_group_rows;    /* GPU shape: tokens per work-group (32 work-items across each) */
   unsigned norm_ahead;         /* with prefetch hints: the table row this many tokens on asked for */
+  unsigned norm_scratch_cols;  /* CPU shape: a row of up to this many columns is kept aside between passes */
   /* positional table */
   int positional_rowwise;      /* a row per work-item */
   unsigned positional_vec;

@@ -464,11 +464,11 @@ static const char *copy_name(const reference *r, int kind, char *buf, size_t len
 
 typedef enum op_kind {
   OP_LOOKUP, OP_EMBED_SINUSOID, OP_EMBED_LEARNED, OP_POSITIONAL, OP_ROPE_CACHE, OP_ROPE_APPLY, OP_BACKWARD,
-  OP_BACKWARD_ATOMIC, OP_SGD, OP_OPTIM, OP_INIT_NORMAL, OP_INIT_UNIFORM, OP_LATENCY
+  OP_BACKWARD_ATOMIC, OP_SGD, OP_OPTIM, OP_INIT_NORMAL, OP_INIT_UNIFORM, OP_LATENCY, OP_BERT, OP_BERT_BACKWARD
 } op_kind;
 static const char *const op_names[] = {"lookup", "embed_sinusoid", "embed_learned", "positional", "rope_cache",
                                        "rope_apply", "backward", "backward_atomic", "sgd_update", "optimizer",
-                                       "init_normal", "init_uniform", "latency"};
+                                       "init_normal", "init_uniform", "latency", "embed_bert", "embed_bert_backward"};
 
 /* One row: what it runs on which shapes. V x d is the table (RoPE: positions
  * cached, or tokens x columns), n the ids (RoPE: tokens), seq the tokens per
@@ -488,6 +488,8 @@ typedef struct spec {
 #define GIB_D 1024
 #define REC_V 1000000
 #define REC_D 128
+#define BERT_V 32000
+#define BERT_D 1024
 #define LOOKUP_ROW(NAME, T, O) {NAME, OP_LOOKUP, CLEMBED_##T, CLEMBED_##O, LLAMA_V, LLAMA_D, 16384, 0, 0, 0}
 #define TRAIN_ROWS(WHAT, T, V, D, N)                                                                        \
   {"backward (accumulate, deterministic), " WHAT, OP_BACKWARD, CLEMBED_##T, CLEMBED_F32, V, D, N, 0, 0, 0},  \
@@ -532,6 +534,14 @@ static const spec rows_table[] = {
     {"init normal f32 (1 GiB table)", OP_INIT_NORMAL, CLEMBED_F32, CLEMBED_F32, GIB_V, GIB_D, 0, 0, 0, 0},
     {"init uniform f32 (1 GiB table)", OP_INIT_UNIFORM, CLEMBED_F32, CLEMBED_F32, GIB_V, GIB_D, 0, 0, 0, 0},
     {"one-token lookup + finish (d 4096)", OP_LATENCY, CLEMBED_F32, CLEMBED_F32, 32000, 4096, 1, 0, 0, 0},
+    /* BERT's input layer, 32000 x 1024 f32, 8 sequences of 2048, two segment types, LayerNorm: the
+     * plain fused forward of the same shapes, the fused layer, and its backward (every gradient) */
+    {"embed + learned positions (BERT 32000 x 1024, 8 x 2048)", OP_EMBED_LEARNED, CLEMBED_F32, CLEMBED_F32, BERT_V,
+     BERT_D, 16384, 2048, 0, 0},
+    {"embed + segments + LayerNorm (BERT, the same)", OP_BERT, CLEMBED_F32, CLEMBED_F32, BERT_V, BERT_D, 16384, 2048,
+     0, 0},
+    {"embed_backward, every gradient (BERT, the same)", OP_BERT_BACKWARD, CLEMBED_F32, CLEMBED_F32, BERT_V, BERT_D,
+     16384, 2048, 0, 0},
 };
 #define ROW_COUNT (sizeof rows_table / sizeof rows_table[0])
 
@@ -551,6 +561,10 @@ typedef struct bench_state {
   clembed_optimizer optim;
   clembed_sinusoid sin;
   clembed_rope rope;
+  /* BERT's layer: the segment table and ids, the norm's weight and bias, their gradients */
+  clembed_matrix stable, nw, nb, gP, gS, gw, gb;
+  clembed_ids sids;
+  clembed_embed_grads egrads;
 } bench_state;
 
 static void release_table(bench_state *s) {
@@ -566,9 +580,15 @@ static void release_ids(bench_state *s) {
   s->host_ids = NULL;
   s->tn = 0;
 }
+static void release_bert(bench_state *s) {
+  clembed_matrix *m[] = {&s->stable, &s->nw, &s->nb, &s->gP, &s->gS, &s->gw, &s->gb};
+  for (size_t k = 0; k < sizeof m / sizeof m[0]; k++) clembed_matrix_release(m[k]);
+  clembed_ids_release(&s->sids);
+}
 static void state_release(bench_state *s) {
   release_table(s);
   release_ids(s);
+  release_bert(s);
   clembed_matrix_release(&s->out);
   clembed_matrix_release(&s->ptable);
   clembed_matrix_release(&s->grad);
@@ -615,7 +635,9 @@ static clembed_status fill_table(clembed_context *ctx, clembed_matrix *m) {
 /* The state a row needs, keeping what the last row made where it fits. */
 static clembed_status state_prepare(bench_state *s, const spec *r) {
   clembed_status st = CLEMBED_OK;
-  const int training = r->op == OP_BACKWARD || r->op == OP_BACKWARD_ATOMIC || r->op == OP_SGD || r->op == OP_OPTIM;
+  const int training = r->op == OP_BACKWARD || r->op == OP_BACKWARD_ATOMIC || r->op == OP_SGD || r->op == OP_OPTIM ||
+                       r->op == OP_BERT_BACKWARD;
+  const int bert = r->op == OP_BERT || r->op == OP_BERT_BACKWARD;
   const int uses_table = r->op != OP_POSITIONAL && r->op != OP_ROPE_CACHE && r->op != OP_ROPE_APPLY;
   if (uses_table && (s->tV != r->V || s->td != r->d || s->tdt != r->tdt)) {
     release_table(s);
@@ -666,7 +688,7 @@ static clembed_status state_prepare(bench_state *s, const spec *r) {
     if ((st = clembed_matrix_init_uniform(s->ctx, &s->grad, -1.0f, 1.0f, 2, 0, NULL, NULL)) != CLEMBED_OK) return st;
   }
   /* the dense gradient while backward rows run; the states while steps do */
-  if (r->op == OP_BACKWARD || r->op == OP_BACKWARD_ATOMIC) {
+  if (r->op == OP_BACKWARD || r->op == OP_BACKWARD_ATOMIC || r->op == OP_BERT_BACKWARD) {
     if (!s->dW.buffer && (st = clembed_matrix_create(s->ctx, r->V, r->d, CLEMBED_F32, &s->dW)) != CLEMBED_OK) return st;
   } else {
     clembed_matrix_release(&s->dW);
@@ -683,13 +705,40 @@ static clembed_status state_prepare(bench_state *s, const spec *r) {
     clembed_matrix_release(&s->s1);
     clembed_matrix_release(&s->s2);
   }
-  if (r->op == OP_EMBED_LEARNED && (s->ptable.rows != r->seq || s->ptable.cols != r->d)) {
+  if ((r->op == OP_EMBED_LEARNED || bert) && (s->ptable.rows != r->seq || s->ptable.cols != r->d)) {
     clembed_matrix_release(&s->ptable);
     if ((st = clembed_matrix_create(s->ctx, r->seq, r->d, CLEMBED_F32, &s->ptable)) != CLEMBED_OK) return st;
     if ((st = clembed_matrix_init_uniform(s->ctx, &s->ptable, -1.0f, 1.0f, 3, 0, NULL, NULL)) != CLEMBED_OK) return st;
   }
+  /* BERT: two segment types (each sequence's first half type 0, its second type 1), LayerNorm */
+  if (bert && (s->stable.cols != r->d || s->sids.count != r->n)) {
+    release_bert(s);
+    int32_t *t = malloc(r->n * sizeof *t);
+    if (!t) return CLEMBED_ERR_OUT_OF_MEMORY;
+    for (size_t i = 0; i < r->n; i++) t[i] = (int32_t)(i % r->seq >= r->seq / 2);
+    st = clembed_ids_create(s->ctx, t, r->n, CLEMBED_I32, &s->sids);
+    free(t);
+    clembed_matrix *m[] = {&s->stable, &s->nw, &s->nb, &s->gP, &s->gS, &s->gw, &s->gb};
+    const size_t rows[] = {2, 1, 1, r->seq, 2, 1, 1};
+    for (size_t k = 0; k < 7 && st == CLEMBED_OK; k++) {
+      st = clembed_matrix_create(s->ctx, rows[k], r->d, CLEMBED_F32, m[k]);
+      if (st == CLEMBED_OK && k < 3) st = clembed_matrix_init_uniform(s->ctx, m[k], 0.5f, 1.5f, 4 + k, 0, NULL, NULL);
+    }
+    if (st != CLEMBED_OK) return st;
+  } else if (!bert) {
+    release_bert(s);
+  }
   s->eopt = clembed_embed_defaults();
-  if (r->op == OP_EMBED_SINUSOID || r->op == OP_EMBED_LEARNED) {
+  if (bert) {
+    s->eopt.segment_table = &s->stable;
+    s->eopt.segment_ids = &s->sids;
+    s->eopt.norm.kind = CLEMBED_NORM_LAYER;
+    s->eopt.norm.weight = &s->nw;
+    s->eopt.norm.bias = &s->nb;
+    s->eopt.norm.eps = 1e-12f;
+    s->egrads = (clembed_embed_grads){&s->dW, &s->gP, &s->gS, &s->gw, &s->gb};
+  }
+  if (r->op == OP_EMBED_SINUSOID || r->op == OP_EMBED_LEARNED || bert) {
     s->eopt.seq_len = r->seq;
     s->eopt.positions = r->op == OP_EMBED_SINUSOID ? CLEMBED_POSITIONS_SINUSOID : CLEMBED_POSITIONS_TABLE;
     s->eopt.position_table = &s->ptable;
@@ -729,6 +778,9 @@ static clembed_status run_op(bench_state *s, const spec *r) {
     return clembed_optimizer_step(ctx, &s->grad, &s->ids, &s->bopt, &s->optim, &s->table, 0, NULL, NULL);
   case OP_INIT_NORMAL: return clembed_matrix_init_normal(ctx, &s->table, 0.0f, 1.0f, 7, 0, NULL, NULL);
   case OP_INIT_UNIFORM: return clembed_matrix_init_uniform(ctx, &s->table, -1.0f, 1.0f, 7, 0, NULL, NULL);
+  case OP_BERT: return clembed_embed(ctx, &s->table, &s->ids, &s->eopt, &s->out, 0, NULL, NULL);
+  case OP_BERT_BACKWARD:
+    return clembed_embed_backward(ctx, &s->grad, &s->table, &s->ids, &s->eopt, &s->egrads, 0, NULL, NULL);
   }
   return CLEMBED_ERR_INVALID_ARGUMENT;
 }
@@ -756,6 +808,10 @@ static double row_bytes_moved(const bench_state *s, const spec *r) {
   }
   case OP_INIT_NORMAL:
   case OP_INIT_UNIFORM: return (double)r->V * tsize;
+  /* BERT: the learned row's bytes as above, and the segment ids; the backward: ids and segment
+   * ids, the gradient and the recomputed rows read, the touched rows of every gradient */
+  case OP_BERT: return n * 8 + n * tsize + n * d * 4 + n * osize;
+  case OP_BERT_BACKWARD: return n * 8 + n * d * 4 + n * tsize + n * d * 4 + 2 * (touched + (double)r->seq + 4) * d * 4;
   }
   return 0;
 }
@@ -954,7 +1010,8 @@ static void usage(FILE *f) {
           "                     [--list] [--device SPEC]\n"
           "  Times each operation at the sizes models have (a 1 GiB f32 table, Llama 3's\n"
           "  128256 x 4096 token table in bf16, f16 and ggml's block types, a 1000000 x 128\n"
-          "  recommendation table) against the fastest copy the device has (a copy\n"
+          "  recommendation table, BERT's input layer 32000 x 1024 with LayerNorm)\n"
+          "  against the fastest copy the device has (a copy\n"
           "  kernel, clEnqueueCopyBuffer, and on a CPU device a memcpy and a\n"
           "  streaming-store copy over as many threads as it has compute units; each\n"
           "  copy buffer at least twice the largest cache that sysfs, CPUID or the\n"
