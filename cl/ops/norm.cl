@@ -232,15 +232,13 @@ CE_INLINE FV ce_norm_yv(FV xh, ulong c, __global const float *nw, ulong nw_off, 
 /* ------------------------------------------------------------- row sums */
 
 /* CPU shapes: result = the row sum (rowsum.cl's order) of the values T that
- * STEPV(c, T) makes for VEC columns from c and STEP1(c, T) for one column.
- * BEGIN_STEP(s) runs once per 32 columns (s counts them). */
-#define CE_ROWSUMV(result, STEPV, STEP1, BEGIN_STEP)                                  \
+ * STEPV(c, T) makes for VEC columns from c and STEP1(c, T) for one column. */
+#define CE_ROWSUMV(result, STEPV, STEP1)                                             \
   {                                                                                  \
     FV a_[CE_NP];                                                                    \
     for (int m_ = 0; m_ < CE_NP; m_++) a_[m_] = (FV)(0.0f);                          \
-    ulong c0_ = 0, s_ = 0;                                                           \
-    for (; c0_ + CE_ROWSUM_PARTS <= cols; c0_ += CE_ROWSUM_PARTS, s_++) {            \
-      BEGIN_STEP(s_);                                                                \
+    ulong c0_ = 0;                                                                   \
+    for (; c0_ + CE_ROWSUM_PARTS <= cols; c0_ += CE_ROWSUM_PARTS) {                  \
       _Pragma("unroll") for (int m_ = 0; m_ < CE_NP; m_++) {                        \
         FV t_;                                                                       \
         STEPV(c0_ + (ulong)m_ * VEC, t_);                                            \
@@ -345,7 +343,6 @@ CE_INLINE FV ce_norm_yv(FV xh, ulong c, __global const float *nw, ulong nw_off, 
 #define CE_GETV(F, c, x) CE_XV##F(c, x)
 #define CE_GET1(c, x) CE_X1(c, x)
 #endif
-#define CE_NOSTEP(s)
 /* GPU: one column */
 #define CE_SX1(c, t) CE_X1(c, t)
 #define CE_SQ1(c, t) \
@@ -408,15 +405,14 @@ CE_INLINE FV ce_norm_yv(FV xh, ulong c, __global const float *nw, ulong nw_off, 
 
 /* The row's statistics: mean (LAYER; 0 for RMS) and rstd, from the row sums
  * of the CPU shapes (CE_ROWSUMV, with the vector steps of a full row when
- * `full`) or the GPU shape (CE_ROWSUM_G); BEGIN may ask for a later row
- * during the first pass. */
+ * `full`) or the GPU shape (CE_ROWSUM_G). */
 #if NORM == 1
-#define CE_NORM_STATS_CPU_(BEGIN, F)                      \
+#define CE_NORM_STATS_CPU_(F)                      \
   {                                                       \
     float s1_, s2_;                                       \
-    CE_ROWSUMV(s1_, CE_SXV##F, CE_SX1P, BEGIN)            \
+    CE_ROWSUMV(s1_, CE_SXV##F, CE_SX1P)            \
     mean = s1_ * inv_d;                                   \
-    CE_ROWSUMV(s2_, CE_DEVV##F, CE_DEV1G, CE_NOSTEP)      \
+    CE_ROWSUMV(s2_, CE_DEVV##F, CE_DEV1G)      \
     rstd = ce_rsqrt_fixed(s2_ * inv_d + eps);             \
   }
 #define CE_NORM_STATS_GPU                                 \
@@ -426,10 +422,10 @@ CE_INLINE FV ce_norm_yv(FV xh, ulong c, __global const float *nw, ulong nw_off, 
   CE_ROWSUM_G(s2_, CE_DEV1)                               \
   rstd = ce_rsqrt_fixed(s2_ * inv_d + eps);
 #elif NORM == 2
-#define CE_NORM_STATS_CPU_(BEGIN, F)                      \
+#define CE_NORM_STATS_CPU_(F)                      \
   {                                                       \
     float s2_;                                            \
-    CE_ROWSUMV(s2_, CE_SQV##F, CE_SQ1P, BEGIN)            \
+    CE_ROWSUMV(s2_, CE_SQV##F, CE_SQ1P)            \
     rstd = ce_rsqrt_fixed(s2_ * inv_d + eps);             \
   }
 #define CE_NORM_STATS_GPU                                 \
@@ -437,14 +433,14 @@ CE_INLINE FV ce_norm_yv(FV xh, ulong c, __global const float *nw, ulong nw_off, 
   CE_ROWSUM_G(s2_, CE_SQ1)                                \
   rstd = ce_rsqrt_fixed(s2_ * inv_d + eps);
 #else
-#define CE_NORM_STATS_CPU_(BEGIN, F)
+#define CE_NORM_STATS_CPU_(F)
 #define CE_NORM_STATS_GPU
 #endif
 /* mean and rstd of the CPU shapes (full: the loops without tests) */
-#define CE_NORM_STATS_CPU(BEGIN)             \
+#define CE_NORM_STATS_CPU             \
   float mean = 0.0f, rstd = 1.0f;            \
-  if (full) CE_NORM_STATS_CPU_(BEGIN, F)     \
-  else CE_NORM_STATS_CPU_(BEGIN, )
+  if (full) CE_NORM_STATS_CPU_(F)     \
+  else CE_NORM_STATS_CPU_()
 
 /* ------------------------------------------------------------------ keys */
 
@@ -498,54 +494,65 @@ __kernel void ce_norm(CE_NORM_IN_ARGS, __global OUT_T *out, ulong o_off, ulong o
   }
 }
 
-/* CPU shape: tokens g*ROWS .. g*ROWS + ROWS - 1, one after another. With AHEAD
- * (where CE_PREFETCH is 1) the table row of the token AHEAD on (in the order
- * the tokens are taken: this item's k-th, then the next item's) is asked for
- * during the row's first pass, a few lines at each step of 32 columns. */
-#if AHEAD
-#define CE_NORM_AHEAD_SETUP(k)                                                                                 \
-  const ulong ta_ = t0 + (ulong)(((k) + AHEAD) / ROWS) * tnext + (ulong)(((k) + AHEAD) % ROWS) * tstep;        \
-  const long ida_ = ta_ < n ? ce_load_id(ids32, ids64, id64, id_off + ta_) : -1;                               \
-  __global const uchar *pf_ =                                                                                  \
-      ida_ >= 0 && (ulong)ida_ < t_rows ? (__global const uchar *)table_ptr(table, t_off + (ulong)ida_ * t_ld) : 0; \
-  const ulong pbytes_ = (ulong)((__global const uchar *)table_ptr(table, cols) - (__global const uchar *)table);   \
-  const ulong pstep_ = ce_prefetch_step(pbytes_, cols / CE_ROWSUM_PARTS);
-#define CE_NORM_AHEAD_STEP(s) \
-  if (pf_) ce_prefetch_part(pf_, (s) * pstep_, pstep_, pbytes_)
-#else
-#define CE_NORM_AHEAD_SETUP(k)
-#define CE_NORM_AHEAD_STEP(s)
-#endif
+/* The tokens of CPU work-item g: t0, t0 + tstep, ... (ROWS of them):
+ * g*ROWS .. g*ROWS + ROWS - 1, or with `strided` (positions shared by
+ * several sequences of seq_len) position x of the sequences ROWS*q ..
+ * ROWS*q + ROWS - 1, q = g / seq_len (each position row read once from
+ * memory for them). */
+inline ulong ce_norm_first(ulong g, int strided, ulong seq_len, ulong *tstep) {
+  if (!strided) {
+    *tstep = 1;
+    return g * ROWS;
+  }
+  ulong q = g / seq_len, x = g - q * seq_len;
+  *tstep = seq_len;
+  return q * ROWS * seq_len + x;
+}
+#define CE_NORM_TOKENS(g) \
+  ulong tstep, t0 = ce_norm_first((g), strided, seq_len, &tstep);
 
-/* The tokens of CPU work-item g: g*ROWS .. g*ROWS + ROWS - 1, or with
- * `strided` (positions shared by several sequences of seq_len) position x of
- * the sequences ROWS*q .. ROWS*q + ROWS - 1, q = g / seq_len (each position
- * row read once from memory for them). */
-#define CE_NORM_TOKENS(g)                              \
-  ulong t0 = (g) * ROWS, tstep = 1, tnext = ROWS;      \
-  if (strided) {                                       \
-    ulong q_ = (g) / seq_len, x_ = (g) - q_ * seq_len; \
-    t0 = q_ * ROWS * seq_len + x_;                     \
-    tstep = seq_len;                                   \
-    tnext = 1;                                         \
-  }                                                    \
-  (void)tnext;
+/* AHEAD (where CE_PREFETCH is 1): before it starts, a work-item asks for the
+ * table rows of its own tokens (all at once: several rows on their way
+ * together) and of the work-item about AHEAD tokens on (max(1, AHEAD / ROWS)
+ * items on), into the second-level cache. */
+#if AHEAD
+inline void ce_norm_prefetch_item(ulong g, int strided, ulong seq_len, __global const int *ids32,
+                                  __global const long *ids64, int id64, ulong id_off, ulong n,
+                                  __global const TABLE_T *table, ulong t_off, ulong t_ld, ulong t_rows, ulong bytes) {
+  ulong tstep, t0 = ce_norm_first(g, strided, seq_len, &tstep);
+  for (int k = 0; k < ROWS; k++) {
+    ulong i = t0 + (ulong)k * tstep;
+    if (i >= n) break;
+    long id = ce_load_id(ids32, ids64, id64, id_off + i);
+    if (id < 0 || (ulong)id >= t_rows) continue;
+    __global const uchar *p = (__global const uchar *)table_ptr(table, t_off + (ulong)id * t_ld);
+    for (ulong o = 0; o < bytes; o += 64) __builtin_prefetch(p + o, 0, 2);
+  }
+}
+#define CE_NORM_AHEAD(g)                                                                                        \
+  {                                                                                                             \
+    const ulong bytes_ = (ulong)((__global const uchar *)table_ptr(table, cols) - (__global const uchar *)table); \
+    const ulong lead_ = AHEAD / ROWS > 1 ? AHEAD / ROWS : 1;                                                    \
+    ce_norm_prefetch_item((g), strided, seq_len, ids32, ids64, id64, id_off, n, table, t_off, t_ld, t_rows,     \
+                          bytes_);                                                                              \
+    ce_norm_prefetch_item((g) + lead_, strided, seq_len, ids32, ids64, id64, id_off, n, table, t_off, t_ld,     \
+                          t_rows, bytes_);                                                                      \
+  }
+#else
+#define CE_NORM_AHEAD(g)
+#endif
 
 /* The output's whole vectors of a row (F: a full row's steps): x from the
  * scratch row after the norm's passes, else computed here. */
 #if NORM == 0
-#define CE_NORM_OUT_AHEAD(c) \
-  if ((c) % CE_ROWSUM_PARTS == 0) CE_NORM_AHEAD_STEP((c) / CE_ROWSUM_PARTS)
 #define CE_NORM_OUT_XV(F, c, x) CE_XV##F(c, x)
 #define CE_NORM_OUT_X1(c, x) CE_X1(c, x)
 #else
-#define CE_NORM_OUT_AHEAD(c)
 #define CE_NORM_OUT_XV(F, c, x) CE_GETV(F, c, x)
 #define CE_NORM_OUT_X1(c, x) CE_GET1(c, x)
 #endif
 #define CE_NORM_OUT_LOOP(F)                 \
   for (ulong c = 0; c < cv; c += VEC) {     \
-    CE_NORM_OUT_AHEAD(c);                   \
     FV x;                                   \
     CE_NORM_OUT_XV(F, c, x);                \
     FV y = CE_YV(c, x);                     \
@@ -559,14 +566,14 @@ __kernel void ce_norm(CE_NORM_IN_ARGS, __global OUT_T *out, ulong o_off, ulong o
 __kernel void ce_norm_rows(CE_NORM_IN_ARGS, __global OUT_T *out, ulong o_off, ulong o_ld, int strided) {
   CE_NORM_TOKENS(get_global_id(0))
   CE_SCRATCH_DECL
+  CE_NORM_AHEAD(get_global_id(0))
   for (int k = 0; k < ROWS; k++) {
     ulong i = t0 + (ulong)k * tstep;
     if (i >= n) return;
     CE_NORM_TOKEN(i, 1)
     const int full = CE_FULL;
-    CE_NORM_AHEAD_SETUP(k)
 #if NORM != 0
-    CE_NORM_STATS_CPU(CE_NORM_AHEAD_STEP)
+    CE_NORM_STATS_CPU
 #endif
     __global OUT_T *orow = out + o_off + i * o_ld;
     const int nt = STREAM && CE_STREAMING && ((ulong)orow & (VEC * sizeof(OUT_T) - 1)) == 0;
@@ -714,14 +721,14 @@ __kernel void ce_norm_bwd_rows(CE_NORM_IN_ARGS, __global const GRAD_T *grad, ulo
   CE_NORM_TOKENS(get_global_id(0))
   CE_SCRATCH_DECL
   CE_GSCRATCH_DECL
+  CE_NORM_AHEAD(get_global_id(0))
   for (int k = 0; k < ROWS; k++) {
     ulong i = t0 + (ulong)k * tstep, e0 = i * cols;
     if (i >= n) return;
     CE_NORM_TOKEN(i, 0)
     const int full = CE_FULL;
-    CE_NORM_AHEAD_SETUP(k)
     __global const GRAD_T *grow = grad + g_off + i * g_ld;
-    CE_NORM_STATS_CPU(CE_NORM_AHEAD_STEP)
+    CE_NORM_STATS_CPU
     float sa, sb;
     if (full)
       CE_ROWSUM2V(sa, sb, CE_ABVF, CE_AB1C)
