@@ -974,7 +974,8 @@ TU_CASE(help_lists_every_flag) {
                 "--base", "--layout", "--scaling", "--factor", "--original-max-position", "--low-freq-factor",
                 "--high-freq-factor", "--beta-fast", "--beta-slow", "--attention-factor", "--device", "-o"}},
       {"embed", {"--table", "--ids", "--scale", "--positions", "--base", "--exponent", "--layout", "--offset",
-                 "--padding-idx", "--on-bad-id", "--dtype", "--dropout", "--seed", "--out-dtype", "--device", "-o"}},
+                 "--padding-idx", "--on-bad-id", "--dtype", "--dropout", "--seed", "--out-dtype", "--device", "-o",
+                 "--segments", "--segment-ids", "--norm", "--norm-weight", "--norm-bias", "--norm-eps"}},
       {"backward", {"--ids", "--grad", "--vocab", "--scale", "--padding-idx", "--scale-grad-by-freq", "--atomic",
                     "--on-bad-id", "--dropout", "--seed", "--out-dtype", "--device", "-o"}},
       {"sgd", {"--table", "--ids", "--grad", "--lr", "--scale", "--padding-idx", "--scale-grad-by-freq", "--on-bad-id",
@@ -1206,6 +1207,75 @@ TU_CASE(inspect_flags_and_names) {
   write_npy(P("odd_ids.npy"), NPY_I4, 1, s3, i4);
   RUNS(0, "inspect", P("odd_ids.npy"));
   EXPECT(!strcmp(g_out, "- i32 3\n"), "inspect <i4: %s", g_out);
+}
+
+/* BERT's layer: --segments, --segment-ids and --norm against float64; the
+ * flags' mistakes and a bad segment id (exit 1 naming the flag, no output). */
+TU_CASE(embed_bert) {
+  enum { V = PS_V, D = PS_D, B = PS_B, S = PS_S, L = PS_L, T = 2 };
+  float w[V * D], pt[L * D], seg[T * D], g[D], b[D];
+  int32_t ids[B * S], sids[B * S];
+  positions_inputs(w, pt, ids);
+  uint64_t st = 11;
+  for (int i = 0; i < T * D; i++) seg[i] = 0.3f * tu_rand(&st);
+  for (int c = 0; c < D; c++) {
+    g[c] = 1.0f + 0.2f * tu_rand(&st);
+    b[c] = 0.1f * tu_rand(&st);
+  }
+  for (int i = 0; i < B * S; i++) sids[i] = i % S >= S / 2;
+  size_t ss[2] = {T, D}, is[2] = {B, S}, gs[1] = {D}, bs[2] = {1, D};
+  write_npy(P("seg.npy"), NPY_F4, 2, ss, seg);
+  write_npy(P("sids.npy"), NPY_I4, 2, is, sids);
+  write_npy(P("g.npy"), NPY_F4, 1, gs, g);
+  write_npy(P("b.npy"), NPY_F4, 2, bs, b);
+  for (int rms = 0; rms < 2; rms++) {
+    if (rms)
+      RUNS(0, "embed", "--table", P("wp.npy"), "--ids", P("ip.npy"), "--positions", P("pt.npy"), "--segments",
+           P("seg.npy"), "--segment-ids", P("sids.npy"), "--norm", "rms", "--norm-weight", P("g.npy"), "-o",
+           P("bert.npy"));
+    else
+      RUNS(0, "embed", "--table", P("wp.npy"), "--ids", P("ip.npy"), "--positions", P("pt.npy"), "--segments",
+           P("seg.npy"), "--segment-ids", P("sids.npy"), "--norm", "layer", "--norm-weight", P("g.npy"),
+           "--norm-bias", P("b.npy"), "--norm-eps", "1e-12", "-o", P("bert.npy"));
+    npy_array a = {0};
+    if (!read_npy(P("bert.npy"), &a)) continue;
+    double worst = 0;
+    int ok = a.ndim == 3 && a.count == B * S * D;
+    for (int i = 0; i < B * S && ok; i++) {
+      float x[D];
+      double m = 0, v = 0;
+      for (int c = 0; c < D; c++) {
+        x[c] = (w[ids[i] * D + c] + pt[(i % S) * D + c]) + seg[sids[i] * D + c];
+        m += x[c];
+      }
+      m = rms ? 0 : m / D;
+      for (int c = 0; c < D; c++) v += (x[c] - m) * (x[c] - m);
+      double r = 1 / sqrt(v / D + (rms ? 1e-5 : 1e-12));
+      for (int c = 0; c < D; c++) {
+        double y = (x[c] - m) * r * g[c] + (rms ? 0 : b[c]);
+        worst = fmax(worst, fabs(((float *)a.data)[i * D + c] - y) / (1 + fabs(y)));
+      }
+    }
+    EXPECT(ok && worst <= 1e-5, "embed --norm %s: shape %d, worst error %g", rms ? "rms" : "layer", a.ndim, worst);
+    npy_free(&a);
+  }
+  RUNS(1, "embed", "--table", P("wp.npy"), "--ids", P("ip.npy"), "--segment-ids", P("sids.npy"), "-o",
+       P("bert_bad.npy"));
+  ERR_HAS("--segment-ids needs --segments");
+  RUNS(1, "embed", "--table", P("wp.npy"), "--ids", P("ip.npy"), "--norm", "rms", "--norm-bias", P("b.npy"), "-o",
+       P("bert_bad.npy"));
+  ERR_HAS("--norm-bias");
+  RUNS(1, "embed", "--table", P("wp.npy"), "--ids", P("ip.npy"), "--norm", "layer", "--norm-weight", P("seg.npy"),
+       "-o", P("bert_bad.npy"));
+  ERR_HAS("--norm-weight");
+  RUNS(1, "embed", "--table", P("wp.npy"), "--ids", P("ip.npy"), "--norm-eps", "1e-6", "-o", P("bert_bad.npy"));
+  ERR_HAS("--norm-eps needs --norm");
+  /* ids as segment ids: outside the 2 types, exit 1 naming --segment-ids */
+  RUNS(1, "embed", "--table", P("wp.npy"), "--ids", P("ip.npy"), "--segments", P("seg.npy"), "--segment-ids",
+       P("ip.npy"), "-o", P("bert_bad.npy"));
+  ERR_HAS("--segment-ids");
+  ERR_HAS("segment_ids[1] = 4 is outside [0, 2)");
+  EXPECT(!exists(P("bert_bad.npy")), "output written after a bad segment id");
 }
 
 /* A temporary directory, and `clembed devices` must find a device. */

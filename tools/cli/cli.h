@@ -63,6 +63,8 @@ void cli_check(clembed_status s);
 /* What a failure of the argument "ids" or "positions"/"position_table" names:
  * "--ids FILE" and "--positions FILE". */
 void cli_blame(const char *ids_what, const char *positions_what);
+/* What a failure of library argument `argument` (e.g. "segment_ids") names. */
+void cli_blame_arg(const char *argument, const char *what);
 
 /* Refuses (exit 1) a run whose host memory (buffers of the tool) plus device
  * memory exceeds what the machine has; on a device with its own memory each

@@ -158,6 +158,20 @@ void cli_blame(const char *ids_what, const char *positions_what) {
   g_pos_what = positions_what;
 }
 
+/* Other arguments and what they name (cli_blame_arg). */
+static struct {
+  const char *argument, *what;
+} g_blame[8];
+
+void cli_blame_arg(const char *argument, const char *what) {
+  for (size_t i = 0; i < sizeof g_blame / sizeof g_blame[0]; i++)
+    if (!g_blame[i].argument || !strcmp(g_blame[i].argument, argument)) {
+      g_blame[i].argument = argument;
+      g_blame[i].what = what;
+      return;
+    }
+}
+
 void cli_check(clembed_status s) {
   if (s == CLEMBED_OK) return;
   const char *m = strip_prefix(clembed_context_message(cli_ctx));
@@ -167,6 +181,8 @@ void cli_check(clembed_status s) {
   if (clembed_context_error(cli_ctx, &d) == CLEMBED_OK && d.argument) {
     if (!strcmp(d.argument, "ids")) what = g_ids_what;
     else if (!strcmp(d.argument, "position_table") || !strcmp(d.argument, "positions")) what = g_pos_what;
+    for (size_t i = 0; !what && i < sizeof g_blame / sizeof g_blame[0] && g_blame[i].argument; i++)
+      if (!strcmp(d.argument, g_blame[i].argument)) what = g_blame[i].what;
   }
   if (s == CLEMBED_ERR_INDEX_OUT_OF_RANGE || s == CLEMBED_ERR_INVALID_ARGUMENT) {
     if (what) cli_fail(1, "%s: %s", what, *m ? m : clembed_status_string(s));
