@@ -144,11 +144,38 @@ class TorchRows:
                 return median_ms(step, reps)
             except RuntimeError:
                 return None  # this PyTorch has no such step for the dtype
+        if kind in ("embed_bert", "embed_bert_backward"):
+            return self.bert(row, reps)
         if kind in ("init_normal", "init_uniform"):
             W = self.table(V, d, tdt)
             return median_ms((lambda: W.normal_(0.0, 1.0)) if kind == "init_normal" else (lambda: W.uniform_(-1.0, 1.0)),
                              reps)
         return None
+
+    def bert(self, row, reps):
+        """BERT's input layer as Hugging Face's BertEmbeddings computes it: three
+        nn.Embedding (word, position, token type) summed, then nn.LayerNorm (eps
+        1e-12); the backward: autograd's, every gradient accumulated (the graph
+        kept and the output gradient fed again, as the bench row does)."""
+        t = self.torch
+        V, d, n, seq = row["V"], row["d"], row["n"], row["seq"]
+        word = t.nn.Embedding(V, d)
+        with t.no_grad():
+            word.weight.copy_(self.table(V, d, "f32"))
+        pos, types, norm = t.nn.Embedding(seq, d), t.nn.Embedding(2, d), t.nn.LayerNorm(d, eps=1e-12)
+        ids = self.ids(n, V, False).view(n // seq, seq)
+        tt = (t.arange(seq) >= seq // 2).long().expand(n // seq, seq)
+        pids = t.arange(seq).expand(n // seq, seq)
+
+        def forward():
+            return norm(word(ids) + types(tt) + pos(pids))
+
+        if row["kind"] == "embed_bert":
+            with t.no_grad():
+                return median_ms(forward, reps)
+        out = forward()
+        grad = t.rand(out.shape, generator=self.g)
+        return median_ms(lambda: out.backward(grad, retain_graph=True), reps)
 
     def positions(self, length, d):
         t = self.torch
