@@ -139,14 +139,15 @@ PY_CALLS = {
     "clembed_matrix_load": "Context.load", "clembed_ids_load": "Context.load_ids",
     "clembed_finish": "Context.finish", "clembed_context_create": "Context",
     "clembed_context_create_from_queue": "Context.from_queue", "clembed_devices": "devices",
-    "clembed_file_open": "inspect",
+    "clembed_file_open": "inspect", "clembed_embed_backward": "Context.embed_backward",
 }
 
 # C argument names that the binding spells differently (the same in every call).
 PY_ARGUMENTS = {
     "grad_out": "grad", "grad_table": "out", "position_table": "positions", "policy": "on_bad_id",
     "dropout_seed": "seed", "position_offset": "offset", "cos_sin": "out", "learning_rate": "lr",
-    "first_position": "first",
+    "first_position": "first", "norm.kind": "norm", "norm.weight": "norm_weight", "norm.bias": "norm_bias",
+    "norm.eps": "norm_eps",
 }
 
 

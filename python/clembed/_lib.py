@@ -141,12 +141,23 @@ class Sinusoid_t(ctypes.Structure):
     _fields_ = [("base", c_double), ("exponent", c_int), ("layout", c_int)]
 
 
+class Norm_t(ctypes.Structure):
+    _fields_ = [("kind", c_int), ("weight", POINTER(Matrix_t)), ("bias", POINTER(Matrix_t)), ("eps", c_float)]
+
+
 class EmbedOptions_t(ctypes.Structure):
     _fields_ = [("scale", c_float), ("policy", c_int), ("padding_idx", c_int64),
                 ("positions", c_int), ("sinusoid", Sinusoid_t),
                 ("position_table", POINTER(Matrix_t)), ("seq_len", c_size_t),
                 ("position_offset", c_size_t), ("sequence_offsets", POINTER(Ids_t)),
-                ("dropout", c_float), ("dropout_seed", c_uint64)]
+                ("dropout", c_float), ("dropout_seed", c_uint64),
+                ("segment_table", POINTER(Matrix_t)), ("segment_ids", POINTER(Ids_t)), ("norm", Norm_t)]
+
+
+class EmbedGrads_t(ctypes.Structure):
+    _fields_ = [("table", POINTER(Matrix_t)), ("position_table", POINTER(Matrix_t)),
+                ("segment_table", POINTER(Matrix_t)), ("norm_weight", POINTER(Matrix_t)),
+                ("norm_bias", POINTER(Matrix_t))]
 
 
 class BackwardOptions_t(ctypes.Structure):
@@ -193,6 +204,7 @@ STRUCTS: Dict[str, Any] = {
     "clembed_embed_options": EmbedOptions_t, "clembed_backward_options": BackwardOptions_t,
     "clembed_optimizer": Optimizer_t, "clembed_rope": Rope_t, "clembed_device_info": DeviceInfo_t,
     "clembed_error_detail": ErrorDetail_t, "clembed_tensor_info": TensorInfo_t,
+    "clembed_norm": Norm_t, "clembed_embed_grads": EmbedGrads_t,
 }
 
 # ------------------------------------------------------------------- enums
@@ -208,6 +220,7 @@ POSITIONS = {"none": 0, "sinusoid": 1, "table": 2}
 OPTIMIZERS = {"sgd": 0, "adagrad": 1, "rowwise_adagrad": 2, "adam": 3}
 ROPE_LAYOUTS = {"neox": 0, "gptj": 1}
 ROPE_SCALINGS = {"none": 0, "linear": 1, "ntk": 2, "yarn": 3, "llama3": 4}
+NORMS = {"none": 0, "layer": 1, "rms": 2}
 STATUSES = {"ok": 0, "err_invalid_argument": -2001, "err_index_out_of_range": -2002,
             "err_no_device": -2003, "err_build_failed": -2004, "err_out_of_memory": -2005,
             "err_unsupported": -2006, "err_communication": -2007}
@@ -224,6 +237,7 @@ ENUMS: Dict[str, Tuple[Dict[str, int], str]] = {
     "clembed_optimizer_kind": (OPTIMIZERS, "CLEMBED_"),
     "clembed_rope_layout": (ROPE_LAYOUTS, "CLEMBED_ROPE_"),
     "clembed_rope_scaling": (ROPE_SCALINGS, "CLEMBED_ROPE_SCALING_"),
+    "clembed_norm_kind": (NORMS, "CLEMBED_NORM_"),
 }
 
 NO_PADDING = -(2 ** 63)   # CLEMBED_NO_PADDING (INT64_MIN)
@@ -277,6 +291,8 @@ PROTOTYPES: Dict[str, Tuple[Any, List[Any]]] = {
     "clembed_rope_defaults": (Rope_t, []),
     "clembed_rope_cache": (c_int, [CTX, POINTER(Rope_t), c_size_t, PM] + EV),
     "clembed_rope_apply": (c_int, [CTX, POINTER(Rope_t), PM, PI, c_size_t, c_size_t, c_int, PM] + EV),
+    # BERT's input layer
+    "clembed_embed_backward": (c_int, [CTX, PM, PM, PI, POINTER(EmbedOptions_t), POINTER(EmbedGrads_t)] + EV),
     # Files
     "clembed_file_open": (c_int, [c_char_p, POINTER(c_void_p)]),
     "clembed_file_close": (None, [c_void_p]),

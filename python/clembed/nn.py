@@ -333,3 +333,216 @@ class Embedding:
             self.optimizer.step(self.weight, grad, ids, lr=lr, scale=self._scale_value(),
                                 padding_idx=self.padding_idx)
         self.zero_grad()
+
+
+# ------------------------------------------------------------------ BERT's input layer
+
+class BertEmbeddings:
+    """BERT's input layer in the manner of Hugging Face's BertEmbeddings, on a clembed
+    context, in one pass (Context.embed with segments and a norm):
+    dropout(LayerNorm(word[input_ids] + position[offset + j] + token_type[token_type_ids])).
+
+    The tables (Matrices, F32): word_embeddings (vocab_size x hidden_size),
+    position_embeddings (max_position_embeddings x hidden_size), token_type_embeddings
+    (type_vocab_size x hidden_size), drawn from N(0, initializer_range) with Philox (the
+    pad_token_id row zero); norm_weight 1 and norm_bias 0 (1 x hidden_size). norm 'rms'
+    makes the norm RMSNorm (no bias). seed as Embedding's (None: clembed's generator).
+    forward(input_ids, token_type_ids=None) -> ndarray (batch, seq, hidden), float32;
+    with train() (the default) and hidden_dropout_prob > 0 a fresh dropout mask each call.
+    backward(grad) adds the gradients of every table and of the norm for the last forward
+    (Context.embed_backward, which recomputes the rows and replays the mask); step(lr)
+    applies them to the rows that had a gradient (an Optimizer, a kind name, or None for
+    plain SGD with lr) and clears them. state_dict() uses Hugging Face's names.
+    """
+
+    _KEYS = {"word_embeddings.weight": "word_embeddings", "position_embeddings.weight": "position_embeddings",
+             "token_type_embeddings.weight": "token_type_embeddings", "LayerNorm.weight": "norm_weight",
+             "LayerNorm.bias": "norm_bias"}
+
+    @api("BertEmbeddings")
+    def __init__(self, vocab_size: int, hidden_size: int, max_position_embeddings: int = 512,
+                 type_vocab_size: int = 2, *, layer_norm_eps: float = 1e-12, hidden_dropout_prob: float = 0.0,
+                 pad_token_id: Optional[int] = 0, initializer_range: float = 0.02, norm: str = "layer",
+                 ctx: Optional[Context] = None, seed: Optional[int] = None, optimizer: Any = None) -> None:
+        self.ctx = ctx if ctx is not None else default_context()
+        self.vocab_size = count(vocab_size, "vocab_size")
+        self.hidden_size = count(hidden_size, "hidden_size")
+        self.max_position_embeddings = count(max_position_embeddings, "max_position_embeddings")
+        self.type_vocab_size = count(type_vocab_size, "type_vocab_size")
+        self.norm = "rms" if choice({"layer": 1, "rms": 2}, norm, "norm") == 2 else "layer"
+        self.layer_norm_eps = real(layer_norm_eps, "layer_norm_eps")
+        self.hidden_dropout_prob = real(hidden_dropout_prob, "hidden_dropout_prob")
+        if pad_token_id is not None:
+            pad_token_id = integer(pad_token_id, "pad_token_id", 0, self.vocab_size)
+        self.pad_token_id = pad_token_id
+        std = real(initializer_range, "initializer_range")
+        self.seed: int = draw_seed(seed)
+        self.training = True
+        if isinstance(optimizer, str):
+            optimizer = Optimizer(self.ctx, optimizer, 0.01 if optimizer.lower() != "sgd" else 0.1)
+        elif optimizer is not None and not isinstance(optimizer, Optimizer):
+            raise wrong_type("optimizer", "must be a clembed.Optimizer, a kind name or None, not %s"
+                             % type(optimizer).__name__)
+        self.optimizer = optimizer
+        ctx_, H, s = self.ctx, self.hidden_size, self.seed
+        self.word_embeddings = ctx_.init(ctx_.empty(self.vocab_size, H), "normal", std=std, seed=s)
+        self.position_embeddings = ctx_.init(ctx_.empty(self.max_position_embeddings, H), "normal", std=std,
+                                             seed=(s + 1) % 2 ** 64)
+        self.token_type_embeddings = ctx_.init(ctx_.empty(self.type_vocab_size, H), "normal", std=std,
+                                               seed=(s + 2) % 2 ** 64)
+        if pad_token_id is not None:
+            self.word_embeddings.rows_view(pad_token_id, 1).write(np.zeros(H, np.float32))
+        self.norm_weight = ctx_.matrix(np.ones((1, H), np.float32))
+        self.norm_bias: Optional[Matrix] = ctx_.empty(1, H) if self.norm == "layer" else None
+        self._calls = 0           # forward calls: each draws its own dropout seed
+        self._last: Optional[Dict[str, Any]] = None
+        self._grads: Optional[Dict[str, Matrix]] = None
+        self._rows: Dict[str, List[np.ndarray]] = {}
+
+    def __repr__(self) -> str:
+        return "clembed.BertEmbeddings(%d, %d, max_position_embeddings=%d, type_vocab_size=%d, norm=%r)" % (
+            self.vocab_size, self.hidden_size, self.max_position_embeddings, self.type_vocab_size, self.norm)
+
+    def train(self, mode: bool = True) -> "BertEmbeddings":
+        """Training mode (dropout applied) or, with mode False, evaluation mode. Returns self."""
+        self.training = bool(mode)
+        return self
+
+    def eval(self) -> "BertEmbeddings":
+        """Evaluation mode: no dropout. Returns self."""
+        return self.train(False)
+
+    def _tables(self) -> Dict[str, Optional[Matrix]]:
+        return {"word_embeddings": self.word_embeddings, "position_embeddings": self.position_embeddings,
+                "token_type_embeddings": self.token_type_embeddings, "norm_weight": self.norm_weight,
+                "norm_bias": self.norm_bias}
+
+    def _options(self, offset: int, seq_len: int, seed: int, dropout: float, token_type_ids: Any) -> Dict[str, Any]:
+        return dict(positions=self.position_embeddings, offset=offset, seq_len=seq_len,
+                    padding_idx=self.pad_token_id, dropout=dropout, seed=seed,
+                    segment_table=self.token_type_embeddings, segment_ids=token_type_ids, norm=self.norm,
+                    norm_weight=self.norm_weight, norm_bias=self.norm_bias, norm_eps=self.layer_norm_eps)
+
+    @api("BertEmbeddings.forward", "clembed_embed")
+    def forward(self, input_ids: Any, token_type_ids: Any = None, *, past_key_values_length: int = 0) -> np.ndarray:
+        """The layer's output for input_ids (batch, seq) (or (seq,)): token j of a sequence is
+        at position past_key_values_length + j; token_type_ids of the same shape (None: 0)."""
+        ids = np.asarray(input_ids)
+        if ids.ndim == 0:
+            raise invalid("input_ids", "has at least one dimension")
+        types = None
+        if token_type_ids is not None:
+            types = np.asarray(token_type_ids)
+            if types.shape != ids.shape:
+                raise invalid("token_type_ids", "has shape %s, input_ids %s" % (types.shape, ids.shape))
+        offset = count(past_key_values_length, "past_key_values_length")
+        dropout = self.hidden_dropout_prob if self.training else 0.0
+        seed = (self.seed + 0x9E3779B97F4A7C15 * (self._calls + 1)) % 2 ** 64
+        self._calls += 1
+        opts = self._options(offset, ids.shape[-1], seed, dropout, types)
+        out = self.ctx.embed(self.word_embeddings, ids, **opts)
+        self._last = dict(ids=ids, types=types, opts=opts)
+        return out.numpy()
+
+    __call__ = forward
+
+    @api("BertEmbeddings.backward", "clembed_embed_backward")
+    def backward(self, grad: Any) -> None:
+        """Adds the gradients of the last forward's output gradient `grad` (its shape,
+        float32 or float16) into the layer's gradients (several calls add up)."""
+        if self._last is None:
+            raise state("backward before forward")
+        ids = self._last["ids"]
+        g, _, _ = host_values(grad, "grad")
+        if g.shape != ids.shape + (self.hidden_size,):
+            raise invalid("grad", "has shape %s, the output of the last forward %s"
+                          % (g.shape, ids.shape + (self.hidden_size,)))
+        if self._grads is None:
+            H = self.hidden_size
+            shapes = {"table": self.vocab_size, "position_table": self.max_position_embeddings,
+                      "segment_table": self.type_vocab_size, "norm_weight": 1}
+            if self.norm_bias is not None:
+                shapes["norm_bias"] = 1
+            self._grads = {k: self.ctx.empty(r, H) for k, r in shapes.items()}
+        self.ctx.embed_backward(g, self.word_embeddings, ids, grads=self._grads, **self._last["opts"])
+        # the rows that receive a gradient (bad ids among them are refused by the backward)
+        seq, offset = ids.shape[-1], self._last["opts"]["offset"]
+        flat = ids.reshape(-1).astype(np.int64)
+        if self.pad_token_id is not None:
+            flat = flat[flat != self.pad_token_id]
+        types = self._last["types"]
+        self._rows.setdefault("table", []).append(flat)
+        self._rows.setdefault("position_table", []).append(np.arange(offset, offset + seq, dtype=np.int64))
+        self._rows.setdefault("segment_table", []).append(
+            np.zeros(1, np.int64) if types is None else types.reshape(-1).astype(np.int64))
+
+    @property
+    def grads(self) -> Optional[Dict[str, np.ndarray]]:
+        """The gradients added by backward since the last step (NumPy float32), under
+        Hugging Face's names, or None."""
+        if self._grads is None:
+            return None
+        names = {"table": "word_embeddings.weight", "position_table": "position_embeddings.weight",
+                 "segment_table": "token_type_embeddings.weight", "norm_weight": "LayerNorm.weight",
+                 "norm_bias": "LayerNorm.bias"}
+        return {names[k]: m.numpy() for k, m in self._grads.items()}
+
+    def zero_grad(self) -> None:
+        """Forgets the gradients."""
+        self._grads = None
+        self._rows = {}
+
+    @api("BertEmbeddings.step")
+    def step(self, lr: Optional[float] = None) -> None:
+        """Applies the gradients to the rows that had one (every row of the norm) with the
+        optimizer (lr overrides its rate), or plain SGD with lr, then clears them."""
+        if self._grads is None:
+            return
+        if self.optimizer is None and lr is None:
+            raise invalid("lr", "is needed when the layer has no optimizer")
+        targets = {"table": self.word_embeddings, "position_table": self.position_embeddings,
+                   "segment_table": self.token_type_embeddings, "norm_weight": self.norm_weight,
+                   "norm_bias": self.norm_bias}
+        for k, g in self._grads.items():
+            rows = np.unique(np.concatenate(self._rows[k])) if k in self._rows else np.zeros(1, np.int64)
+            if rows.size == 0:
+                continue
+            g_rows = self.ctx.lookup(g, rows)          # the rows' gradients, gathered
+            if self.optimizer is None:
+                self.ctx.sgd(targets[k], g_rows, rows, lr)
+            else:
+                self.optimizer.step(targets[k], g_rows, rows, lr=lr)
+        self.zero_grad()
+
+    def state_dict(self) -> Dict[str, np.ndarray]:
+        """The tables under Hugging Face's names (word_embeddings.weight, ...,
+        LayerNorm.weight and, for 'layer', LayerNorm.bias as (hidden,) arrays), float32 copies."""
+        out = {}
+        for key, attr in self._KEYS.items():
+            m = getattr(self, attr)
+            if m is not None:
+                a = m.numpy()
+                out[key] = a.reshape(-1) if attr.startswith("norm") else a
+        return out
+
+    @api("BertEmbeddings.load_state_dict", "clembed_matrix_write")
+    def load_state_dict(self, state_dict: Dict[str, Any], strict: bool = True) -> LoadResult:
+        """Writes the tables of state_dict (Hugging Face's names, as state_dict gives them:
+        float32 or float16 arrays of the tables' shapes; the norm's (hidden,) or
+        (1, hidden)) in place. strict: a missing or unknown key is an error."""
+        if not isinstance(state_dict, dict):
+            raise wrong_type("state_dict", "must be a dict, not %s" % type(state_dict).__name__)
+        want = [k for k, a in self._KEYS.items() if getattr(self, a) is not None]
+        missing_keys = [k for k in want if k not in state_dict]
+        unexpected = sorted(k for k in state_dict if k not in want)
+        if strict and (missing_keys or unexpected):
+            raise invalid("state_dict", "missing keys %s, unexpected keys %s" % (missing_keys, unexpected))
+        for k in want:
+            if k not in state_dict:
+                continue
+            m = getattr(self, self._KEYS[k])
+            a = np.asarray(state_dict[k])
+            if a.size != m.rows * m.cols or (a.ndim == 2 and a.shape != (m.rows, m.cols)):
+                raise invalid("state_dict", "[%r] has shape %s, the layer's %s" % (k, a.shape, (m.rows, m.cols)))
+            m.write(a.reshape(m.rows, m.cols))
+        return LoadResult(missing_keys, unexpected)

@@ -75,6 +75,9 @@ def test_typed_and_documented():
     (clembed.Embedding.__init__, ["num_embeddings", "embedding_dim", "padding_idx"]),
     (clembed.Embedding.from_pretrained, ["embeddings", "freeze", "padding_idx"]),
     (clembed.Matrix.from_buffer, ["ctx", "buf", "rows", "cols", "dtype"]),
+    (clembed.Context.embed_backward, ["grad", "table", "ids"]),
+    (clembed.BertEmbeddings.__init__, ["vocab_size", "hidden_size", "max_position_embeddings", "type_vocab_size"]),
+    (clembed.BertEmbeddings.forward, ["input_ids", "token_type_ids"]),
 ])
 def test_options_are_keyword_only(fn, positional):
     params = [p for p in inspect.signature(fn).parameters.values() if p.name not in ("self", "cls")]
