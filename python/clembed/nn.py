@@ -128,6 +128,16 @@ class Optimizer:
         return table
 
 
+def _optimizer(ctx: Context, optimizer: Any) -> Optional[Optimizer]:
+    """A layer's optimizer argument: an Optimizer, a kind name (its default rate), or None."""
+    if isinstance(optimizer, str):
+        return Optimizer(ctx, optimizer, 0.01 if optimizer.lower() != "sgd" else 0.1)
+    if optimizer is not None and not isinstance(optimizer, Optimizer):
+        raise wrong_type("optimizer", "must be a clembed.Optimizer, a kind name or None, not %s"
+                         % type(optimizer).__name__)
+    return optimizer
+
+
 # ------------------------------------------------------------------ embedding
 
 class LoadResult(NamedTuple):
@@ -183,12 +193,7 @@ class Embedding:
         if positions is not None and not isinstance(positions, (str, Matrix)):
             positions = self.ctx.matrix(host_values(positions, "positions")[0])
         self.positions = positions
-        if isinstance(optimizer, str):
-            optimizer = Optimizer(self.ctx, optimizer, 0.01 if optimizer.lower() != "sgd" else 0.1)
-        elif optimizer is not None and not isinstance(optimizer, Optimizer):
-            raise wrong_type("optimizer", "must be a clembed.Optimizer, a kind name or None, not %s"
-                             % type(optimizer).__name__)
-        self.optimizer = optimizer
+        self.optimizer = _optimizer(self.ctx, optimizer)
         self._ids: List[np.ndarray] = []
         self._grads: List[np.ndarray] = []
         self._last_ids: Optional[np.ndarray] = None
@@ -378,12 +383,7 @@ class BertEmbeddings:
         std = real(initializer_range, "initializer_range")
         self.seed: int = draw_seed(seed)
         self.training = True
-        if isinstance(optimizer, str):
-            optimizer = Optimizer(self.ctx, optimizer, 0.01 if optimizer.lower() != "sgd" else 0.1)
-        elif optimizer is not None and not isinstance(optimizer, Optimizer):
-            raise wrong_type("optimizer", "must be a clembed.Optimizer, a kind name or None, not %s"
-                             % type(optimizer).__name__)
-        self.optimizer = optimizer
+        self.optimizer = _optimizer(self.ctx, optimizer)
         ctx_, H, s = self.ctx, self.hidden_size, self.seed
         self.word_embeddings = ctx_.init(ctx_.empty(self.vocab_size, H), "normal", std=std, seed=s)
         self.position_embeddings = ctx_.init(ctx_.empty(self.max_position_embeddings, H), "normal", std=std,

@@ -163,6 +163,24 @@ static clembed_status embed_args(clembed_context *ctx, cl_kernel k, const char *
                      CE_ARG(seed_lo), CE_ARG(seed_hi), CE_ARG(keep), CE_ARG(ctx->errbuf), CE_ARG(slot_arg), CE_END);
 }
 
+clembed_status ce_embed_check(clembed_context *ctx, const clembed_matrix *table, const clembed_ids *ids,
+                              const clembed_embed_options *opt, const clembed_matrix *rows, const char *what,
+                              size_t *t_ld, size_t *r_ld, cl_long *padding) {
+  clembed_status status = CLEMBED_OK;
+  CHECK(ce_check_table(ctx, table, "table", t_ld));
+  CHECK(ce_check_ids(ctx, ids, "ids"));
+  CHECK(ce_check_matrix(ctx, rows, what, r_ld));
+  if (rows->rows != ids->count || rows->cols != table->cols)
+    FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, what, -1, (int64_t)rows->rows,
+             "%s is %zu x %zu but %zu ids of a table with %zu cols need %zu x %zu", what, rows->rows, rows->cols,
+             ids->count, table->cols, ids->count, table->cols);
+  CHECK(ce_check_common(ctx, ctx->op, opt->policy, opt->dropout, ids->count, opt->seq_len,
+                        opt->sequence_offsets));
+  CHECK(ce_padding(ctx, opt->padding_idx, table->rows, ctx->op, padding));
+cleanup:
+  return status;
+}
+
 static clembed_status embed_run(clembed_context *ctx, const clembed_matrix *table, const clembed_ids *ids,
                                 const clembed_embed_options *opt, clembed_matrix *out, cl_uint nwait,
                                 const cl_event *wait, cl_event *event) {
@@ -180,16 +198,7 @@ static clembed_status embed_run(clembed_context *ctx, const clembed_matrix *tabl
     opt = &defaults;
   }
   CHECK(ce_check_events(ctx, nwait, wait));
-  CHECK(ce_check_table(ctx, table, "table", &t_ld));
-  CHECK(ce_check_ids(ctx, ids, "ids"));
-  CHECK(ce_check_matrix(ctx, out, "out", &o_ld));
-  if (out->rows != ids->count || out->cols != table->cols)
-    FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "out", -1, (int64_t)out->rows,
-             "out is %zu x %zu but %zu ids of a table with %zu cols need %zu x %zu", out->rows, out->cols,
-             ids->count, table->cols, ids->count, table->cols);
-  CHECK(ce_check_common(ctx, ctx->op, opt->policy, opt->dropout, ids->count, opt->seq_len,
-                        opt->sequence_offsets));
-  CHECK(ce_padding(ctx, opt->padding_idx, table->rows, ctx->op, &padding));
+  CHECK(ce_embed_check(ctx, table, ids, opt, out, "out", &t_ld, &o_ld, &padding));
   int layer; /* segments or a norm: the layer of norm.c */
   CHECK(ce_norm_check(ctx, table, ids, opt, &layer));
   CHECK(ce_embed_positions(ctx, table, ids, opt, &p));

@@ -419,19 +419,10 @@ static clembed_status embed_backward_run(clembed_context *ctx, const clembed_mat
     opt = &defaults;
   }
   CHECK(ce_check_events(ctx, nwait, wait));
-  CHECK(ce_check_table(ctx, table, "table", &t_ld));
-  CHECK(ce_check_ids(ctx, ids, "ids"));
-  CHECK(ce_check_matrix(ctx, grad_out, "grad_out", &g_ld));
-  if (grad_out->rows != ids->count || grad_out->cols != table->cols)
-    FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "grad_out", -1, (int64_t)grad_out->rows,
-             "clembed_embed_backward: grad_out is %zu x %zu but %zu ids of a table with %zu cols need %zu x %zu",
-             grad_out->rows, grad_out->cols, ids->count, table->cols, ids->count, table->cols);
+  CHECK(ce_embed_check(ctx, table, ids, opt, grad_out, "grad_out", &t_ld, &g_ld, &padding));
   if ((uint64_t)ids->count >= 0xFFFFFFFFu)
     FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "ids", -1, (int64_t)ids->count,
              "clembed_embed_backward: %zu ids; at most 4294967294 per call", ids->count);
-  CHECK(ce_check_common(ctx, "clembed_embed_backward", opt->policy, opt->dropout, ids->count, opt->seq_len,
-                        opt->sequence_offsets));
-  CHECK(ce_padding(ctx, opt->padding_idx, table->rows, "clembed_embed_backward", &padding));
   CHECK(ce_norm_check(ctx, table, ids, opt, &layer));
   CHECK(ce_embed_positions(ctx, table, ids, opt, &p));
   CHECK(check_grads(ctx, table, opt, grads));

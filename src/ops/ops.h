@@ -61,6 +61,12 @@ typedef struct ce_embed_pos {
   cl_mem freq;             /* the sinusoid's frequencies (kind 1) */
   const clembed_ids *so;   /* sequence offsets, when positions are added */
 } ce_embed_pos;
+/* The checks of the forward's arguments: table, ids, `rows` (ids->count x the table's cols,
+ * named `what`: the output, or a backward's grad_out), the options they share with the
+ * backward, the padding id. */
+clembed_status ce_embed_check(clembed_context *ctx, const clembed_matrix *table, const clembed_ids *ids,
+                              const clembed_embed_options *opt, const clembed_matrix *rows, const char *what,
+                              size_t *t_ld, size_t *r_ld, cl_long *padding);
 /* Checks opt's positions and resolves them (the cached sinusoid table when it pays). */
 clembed_status ce_embed_positions(clembed_context *ctx, const clembed_matrix *table, const clembed_ids *ids,
                                   const clembed_embed_options *opt, ce_embed_pos *p);
