@@ -2,8 +2,9 @@
  * clembed: the embedding layer of a transformer on any OpenCL device.
  *
  * Token-embedding lookup, sinusoidal and learned positional embeddings, the
- * fused forward `out = scale * W[id] + P[position]`, its backward (table
- * gradient, sparse SGD step) and Philox table initialisation.
+ * fused forward `out = scale * W[id] + P[position]` (with BERT's segments and a
+ * fused LayerNorm or RMSNorm), its backward (table gradient, sparse SGD step)
+ * and Philox table initialisation.
  *
  * Conventions
  * - Every function that can fail returns a clembed_status: CLEMBED_OK (0), an

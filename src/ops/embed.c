@@ -2,7 +2,7 @@
  * the positions resolved (nothing, the cached sinusoid table, the sinusoid
  * computed per element, or a learned table), and one kernel shape chosen on
  * the host (cl/ops/forward.cl has one kernel per shape, with the same
- * arguments). */
+ * arguments). With segments or a norm the call goes on in norm.c. */
 #include "ops.h"
 
 #include <stdio.h>
