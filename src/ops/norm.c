@@ -5,10 +5,10 @@
  * include/clembed.h's; the kernels are cl/ops/norm.cl's, the row sums'
  * fixed order cl/lib/rowsum.cl's.
  *
- * The forward is one kernel: a work-group row per token (the GPU shape) or a
- * work-item per token (the CPU shape), each row read once from memory and its
- * passes (the sum, the squared deviations, the output) recomputed from the
- * cache. Bad ids and positions are reported into the slot clembed_embed uses
+ * The forward is one kernel: 32 work-items across each token's row (the GPU
+ * shape) or whole rows per work-item (the CPU shape: a token, or one position
+ * of 8 sequences), each row read once from memory and its passes (the sum,
+ * the squared deviations, the output) taken from the cache or a scratch row. Bad ids and positions are reported into the slot clembed_embed uses
  * (ce_embed_slot), bad segment ids into a second slot naming "segment_ids".
  *
  * The backward produces each gradient's contributions and hands them to the
@@ -255,7 +255,7 @@ clembed_status ce_norm_forward(clembed_context *ctx, ce_chain *ch, const clembed
   const ce_tuning *t = ctx->tune;
   norm_call c;
   cl_kernel k;
-  norm_init(&c, ctx, "clembed_embed", table, t_ld, ids, opt, p, padding);
+  norm_init(&c, ctx, ctx->op, table, t_ld, ids, opt, p, padding);
   /* an output larger than the device's cache goes out with streaming stores */
   size_t out_bytes = ids->count * table->cols * clembed_dtype_size(out->dtype);
   int stream = t->norm_rows && t->embed_stream && ctx->cache_bytes && out_bytes > ctx->cache_bytes;
@@ -433,7 +433,7 @@ static clembed_status embed_backward_run(clembed_context *ctx, const clembed_mat
   int want_dx = norm && cols && (grads->table || grads->position_table || grads->segment_table);
   int want_gxh = grads->norm_weight && cols;
   norm_call c;
-  norm_init(&c, ctx, "clembed_embed_backward", table, t_ld, ids, opt, &p, padding);
+  norm_init(&c, ctx, ctx->op, table, t_ld, ids, opt, &p, padding);
   CHECK(norm_prepare(&c, CLEMBED_F32, grad_out, want_gxh, t, 0, ctx->prefetch ? t->norm_ahead : 0));
   if (n == 0) goto close;
 
