@@ -10,7 +10,7 @@ against: every output within 1e-5 * (1 + |y|). Dropout is 0 (the two libraries d
 different masks).
 
     CLEMBED_LIBRARY=build/libclembed.so PYTHONPATH=python \\
-        /usr/bin/python3 tools/compare_bert_torch.py [--vocab 30522] [--hidden 768] [--batch 8] [--seq 128]
+        /usr/bin/python3 tools/compare/compare_bert_torch.py [--vocab 30522] [--hidden 768] [--batch 8] [--seq 128]
                                                      [--types 2] [--norm layer|rms] [--eps 1e-12] [--device SPEC]
 
 Prints, for the output and each gradient, the largest difference between clembed and
