@@ -1257,7 +1257,7 @@ TU_CASE(embed_bert) {
       }
     }
     EXPECT(ok && worst <= 1e-5, "embed --norm %s: shape %d, worst error %g", rms ? "rms" : "layer", a.ndim, worst);
-    npy_free(&a);
+    free_array(&a);
   }
   RUNS(1, "embed", "--table", P("wp.npy"), "--ids", P("ip.npy"), "--segment-ids", P("sids.npy"), "-o",
        P("bert_bad.npy"));
