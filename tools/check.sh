@@ -137,6 +137,8 @@ esac
 # The Python package's tests (label python) need NumPy and pytest; pyopencl and
 # matplotlib for its interop and plot tests.
 CLEMBED_OPTIONAL_PACKAGES+=(python3-numpy python3-pytest python3-pyopencl python3-matplotlib)
+# tools/python_setup.sh's recipe, tested offline (python_setup): a venv that builds a wheel
+CLEMBED_OPTIONAL_PACKAGES+=(python3-venv python3-pip python3-wheel python3-setuptools)
 # libclembed_mpi and its tests under mpirun (label mpi): Open MPI.
 CLEMBED_OPTIONAL_PACKAGES+=(libopenmpi-dev openmpi-bin)
 clembed_setup build -DCLEMBED_BUILD_TESTS=ON -DCLEMBED_BUILD_TOOLS=ON

@@ -153,7 +153,7 @@ class Matrix:
     # --- construction
     @classmethod
     @api("Matrix.from_buffer")
-    def from_buffer(cls, ctx: "Context", buf: Any, rows: int, cols: int, dtype: DTypeLike = "f32", *,
+    def from_buffer(cls, ctx: "Context", buf: Any, rows: int, cols: int, dtype: DTypeLike = "f32",
                     offset: int = 0, ld: int = 0) -> "Matrix":
         """A matrix in a buffer the caller owns: a pyopencl Buffer, a pyopencl.array.Array
         (its own offset is added) or a raw cl_mem int. offset and ld count elements
@@ -214,12 +214,13 @@ class Matrix:
 
     # --- transfers
     @api("Matrix.numpy", "clembed_matrix_read")
-    def numpy(self, dtype: Any = None) -> np.ndarray:
+    def numpy(self, dtype: Any = np.float32) -> np.ndarray:
         """Reads the matrix (blocking: waits for the context's work) into a new NumPy array
-        of .shape. dtype None: the matrix's own type, float16 for 'f16' and float32 for the
-        others ('bf16' values and dequantized blocks are exact in float32). Also float32,
-        float16, float64 (read as float32, then widened) or ml_dtypes.bfloat16 (when
-        installed). Raises the deferred error of earlier work, if any, after reading."""
+        of .shape, float32 by default. dtype None: the matrix's own type, float16 for 'f16'
+        and float32 for the others ('bf16' values and dequantized blocks are exact in
+        float32; numpy.asarray(m) reads it so). Also float16, float64 (read as float32,
+        then widened) or ml_dtypes.bfloat16 (when installed). Raises the deferred error of
+        earlier work, if any, after reading."""
         d, host_code = read_type(dtype, self._m.dtype)
         host = np.empty((self.rows, self.cols), dtype=np.float32 if d == np.float64 else d)
         st = lib.clembed_matrix_read(self.ctx._live, byref(self._m), host.ctypes.data_as(ctypes.c_void_p),
@@ -228,7 +229,8 @@ class Matrix:
         return host.astype(d, copy=False).reshape(self.shape)
 
     def __array__(self, dtype: Any = None, copy: Optional[bool] = None) -> np.ndarray:
-        """numpy.asarray(m): m.numpy(dtype) (always a copy of the device's data)."""
+        """numpy.asarray(m): m.numpy(dtype), in the matrix's own type when dtype is None
+        (always a copy of the device's data)."""
         if copy is False:
             raise invalid("copy", "False is impossible: the values live on the device, reading them is a copy")
         return self.numpy(dtype)
@@ -563,7 +565,7 @@ class Context:
         dtype: 'f32' 'f16' 'bf16' 'q8_0' 'q4_0' (the quantized ones from float values), any
         block type from uint8 blocks of shape (rows, row_bytes), or a NumPy float type."""
         if isinstance(array, Matrix):
-            array = array.numpy()
+            array = array.numpy(None)
         host, host_code, code = host_values(array, "array", dtype)
         if host.ndim != 2:
             raise invalid("array", "a matrix is 2-D, this array has shape %s" % (host.shape,))
@@ -674,8 +676,8 @@ class Context:
 
     # --- operations
     @api("Context.positional", "clembed_positional")
-    def positional(self, length: int, dim: int, first: int = 0, *, base: float = 10000.0,
-                   exponent: str = "pair", layout: str = "interleaved", out_dtype: DTypeLike = "f32",
+    def positional(self, length: int, dim: int, first: int = 0, base: float = 10000.0,
+                   exponent: str = "pair", layout: str = "interleaved", *, out_dtype: DTypeLike = "f32",
                    out: Optional[Matrix] = None, wait_for: WaitFor = None) -> Matrix:
         """The sinusoid table of positions first .. first+length-1, shape (length, dim)."""
         s = _lib.Sinusoid_t(base=real(base, "base"), exponent=choice(EXPONENTS, exponent, "exponent"),
@@ -770,11 +772,11 @@ class Context:
         o.dropout_seed = _seed(seed)
 
     @api("Context.embed", "clembed_embed")
-    def embed(self, table: Any, ids: Any, *, scale: Union[float, str] = 1.0, positions: Any = None,
+    def embed(self, table: Any, ids: Any, scale: Union[float, str] = 1.0, positions: Any = None,
               base: float = 10000.0, exponent: str = "pair", layout: str = "interleaved", offset: int = 0,
               seq_len: Optional[int] = None, sequence_offsets: Any = None, padding_idx: Optional[int] = None,
               on_bad_id: str = "check", dropout: float = 0.0, seed: int = 0, out_dtype: DTypeLike = "f32",
-              out: Optional[Matrix] = None, wait_for: WaitFor = None, segment_table: Any = None,
+              out: Optional[Matrix] = None, *, wait_for: WaitFor = None, segment_table: Any = None,
               segment_ids: Any = None, norm: Optional[str] = None, norm_weight: Any = None, norm_bias: Any = None,
               norm_eps: float = 1e-5) -> Matrix:
         """The fused forward out[i] = dropout(scale * table[ids[i]] + P[p]), shape ids.shape + (cols,).
@@ -879,8 +881,8 @@ class Context:
         return o
 
     @api("Context.backward", "clembed_backward")
-    def backward(self, grad: Any, ids: Any, vocab: int, *, scale: float = 1.0, padding_idx: Optional[int] = None,
-                 scale_grad_by_freq: bool = False, deterministic: bool = True, out: Optional[Matrix] = None,
+    def backward(self, grad: Any, ids: Any, vocab: int, scale: float = 1.0, padding_idx: Optional[int] = None,
+                 scale_grad_by_freq: bool = False, deterministic: bool = True, out: Optional[Matrix] = None, *,
                  accumulate: bool = True, on_bad_id: str = "check", seq_len: Optional[int] = None,
                  offset: int = 0, sequence_offsets: Any = None, position_grad: Optional[Matrix] = None,
                  dropout: float = 0.0, seed: int = 0, wait_for: WaitFor = None) -> Matrix:
@@ -976,7 +978,7 @@ class Context:
         return out
 
     @api("Context.rope", "clembed_rope_apply")
-    def rope(self, x: Any, head_dim: int, positions: Any = None, *, offset: int = 0, inverse: bool = False,
+    def rope(self, x: Any, head_dim: int, positions: Any = None, offset: int = 0, inverse: bool = False, *,
              seq_len: Optional[int] = None, out: Optional[Matrix] = None, out_dtype: DTypeLike = "f32",
              wait_for: WaitFor = None, **rope_options: Any) -> Matrix:
         """Rotary embedding applied to x: a Matrix (T x C) or an array (T, C),
@@ -1169,4 +1171,4 @@ def embed(table: Any, ids: Any, **options: Any) -> np.ndarray:
     Matrix here (then its context is used)."""
     ctx = table.ctx if isinstance(table, Matrix) else default_context()
     out = ctx.embed(table, ids, **options)
-    return out.numpy()
+    return out.numpy(None)

@@ -53,7 +53,7 @@ class Optimizer:
     """
 
     @api("Optimizer")
-    def __init__(self, ctx: Optional[Context], kind: str, lr: float, *, eps: Optional[float] = None,
+    def __init__(self, ctx: Optional[Context], kind: str, lr: float, eps: Optional[float] = None,
                  betas: Tuple[float, float] = (0.9, 0.999), weight_decay: float = 0.0) -> None:
         self.ctx = ctx if ctx is not None else default_context()
         choice(KINDS, kind, "kind")
@@ -150,10 +150,11 @@ class Embedding:
     """A token-embedding layer in the manner of torch.nn.Embedding, on a clembed context.
 
     weight: a (num_embeddings x embedding_dim) Matrix of dtype 'f32', 'f16' or 'bf16',
-    drawn from N(0, 1) with Philox(seed) (the padding row zero). seed None (the default)
-    draws a fresh seed from clembed's generator (clembed.manual_seed makes it
-    reproducible), so two layers made alike differ, as in PyTorch; an int gives the same
-    weights on every device and run. .seed is the seed used.
+    drawn from N(0, 1) with Philox(seed) (the padding row zero). An int seed (0 by
+    default) gives the same weights on every device and run, so two layers made with the
+    default seed start equal; seed=None draws a fresh seed from clembed's generator
+    (clembed.manual_seed makes that reproducible), so layers made alike differ, as in
+    PyTorch. .seed is the seed used.
     forward(ids) -> ndarray of ids.shape + (dim,) (float16 for an 'f16' weight, else
     float32): scale * weight[ids] (+ positions: None, 'sinusoid' or a learned (positions x
     dim) array/Matrix, not trained). backward(grad) keeps the output gradient of the last
@@ -162,9 +163,9 @@ class Embedding:
     """
 
     @api("Embedding")
-    def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: Optional[int] = None, *,
+    def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: Optional[int] = None,
                  scale: Union[float, str] = 1.0, positions: Any = None, ctx: Optional[Context] = None,
-                 seed: Optional[int] = None, optimizer: Any = None, dtype: Any = "f32") -> None:
+                 seed: Optional[int] = 0, optimizer: Any = None, *, dtype: Any = "f32") -> None:
         self._setup(num_embeddings, embedding_dim, padding_idx, scale, positions, ctx, optimizer)
         code = dtype_code(dtype, "dtype", FLOAT_DTYPES)
         self.seed: Optional[int] = draw_seed(seed)
@@ -249,7 +250,7 @@ class Embedding:
         load_state_dict restores it bit for bit)."""
         if DTYPE_NAMES[self.weight._m.dtype] not in ("f32", "f16", "bf16"):
             return {"weight": self.weight.raw()}
-        return {"weight": self.weight.numpy()}
+        return {"weight": self.weight.numpy(None)}
 
     @api("Embedding.load_state_dict", "clembed_matrix_write")
     def load_state_dict(self, state_dict: Dict[str, Any], strict: bool = True) -> LoadResult:
@@ -265,7 +266,7 @@ class Embedding:
             raise invalid("state_dict", "missing keys %s, unexpected keys %s" % (missing_keys, unexpected))
         if "weight" in state_dict:
             w = state_dict["weight"]
-            a = w.numpy() if isinstance(w, Matrix) else np.asarray(w)
+            a = w.numpy(None) if isinstance(w, Matrix) else np.asarray(w)
             blocks = a.dtype == np.uint8 and self.dtype not in ("f32", "f16", "bf16")
             want = (self.num_embeddings, a.shape[-1] if blocks else self.embedding_dim)
             if a.shape != want or (blocks and a.shape != self.weight.raw().shape):
@@ -282,7 +283,7 @@ class Embedding:
         out = self.ctx.embed(self.weight, ids, scale=self.scale, positions=self.positions,
                              padding_idx=self.padding_idx, out_dtype=self._out_dtype)
         self._last_ids = ids
-        return out.numpy()
+        return out.numpy(None)
 
     __call__ = forward
 
@@ -442,7 +443,7 @@ class BertEmbeddings:
         opts = self._options(offset, ids.shape[-1], seed, dropout, types)
         out = self.ctx.embed(self.word_embeddings, ids, **opts)
         self._last = dict(ids=ids, types=types, opts=opts)
-        return out.numpy()
+        return out.numpy(None)
 
     __call__ = forward
 
@@ -521,7 +522,7 @@ class BertEmbeddings:
         for key, attr in self._KEYS.items():
             m = getattr(self, attr)
             if m is not None:
-                a = m.numpy()
+                a = m.numpy(None)
                 out[key] = a.reshape(-1) if attr.startswith("norm") else a
         return out
 

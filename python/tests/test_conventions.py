@@ -61,29 +61,41 @@ def test_typed_and_documented():
     assert not unhinted, "no type hints: %s" % unhinted
 
 
+# The arguments the contract lists keep its order (positional or keyword); every option
+# added beyond them is keyword-only.
 @pytest.mark.parametrize("fn,positional", [
-    (clembed.Context.embed, ["table", "ids"]),
+    (clembed.Context.embed, ["table", "ids", "scale", "positions", "base", "exponent", "layout", "offset",
+                             "seq_len", "sequence_offsets", "padding_idx", "on_bad_id", "dropout", "seed",
+                             "out_dtype", "out"]),
     (clembed.Context.lookup, ["table", "ids"]),
-    (clembed.Context.backward, ["grad", "ids", "vocab"]),
+    (clembed.Context.backward, ["grad", "ids", "vocab", "scale", "padding_idx", "scale_grad_by_freq",
+                                "deterministic", "out"]),
     (clembed.Context.sgd, ["table", "grad", "ids", "lr"]),
-    (clembed.Context.positional, ["length", "dim", "first"]),
-    (clembed.Context.rope, ["x", "head_dim", "positions"]),
+    (clembed.Context.positional, ["length", "dim", "first", "base", "exponent", "layout"]),
+    (clembed.Context.rope, ["x", "head_dim", "positions", "offset", "inverse"]),
     (clembed.Context.rope_cache, ["length", "head_dim", "first"]),
+    (clembed.Context.load, ["path", "name", "dtype"]),
     (clembed.Context.init, ["m", "kind"]),
-    (clembed.Optimizer.__init__, ["ctx", "kind", "lr"]),
+    (clembed.Optimizer.__init__, ["ctx", "kind", "lr", "eps", "betas", "weight_decay"]),
     (clembed.Optimizer.step, ["table", "grad", "ids"]),
-    (clembed.Embedding.__init__, ["num_embeddings", "embedding_dim", "padding_idx"]),
+    (clembed.Embedding.__init__, ["num_embeddings", "embedding_dim", "padding_idx", "scale", "positions", "ctx",
+                                  "seed", "optimizer"]),
     (clembed.Embedding.from_pretrained, ["embeddings", "freeze", "padding_idx"]),
-    (clembed.Matrix.from_buffer, ["ctx", "buf", "rows", "cols", "dtype"]),
+    (clembed.Matrix.from_buffer, ["ctx", "buf", "rows", "cols", "dtype", "offset", "ld"]),
     (clembed.Context.embed_backward, ["grad", "table", "ids"]),
     (clembed.BertEmbeddings.__init__, ["vocab_size", "hidden_size", "max_position_embeddings", "type_vocab_size"]),
     (clembed.BertEmbeddings.forward, ["input_ids", "token_type_ids"]),
 ])
-def test_options_are_keyword_only(fn, positional):
+def test_options_beyond_the_contract_are_keyword_only(fn, positional):
     params = [p for p in inspect.signature(fn).parameters.values() if p.name not in ("self", "cls")]
     got = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     assert got == positional
     assert all(p.kind in (p.KEYWORD_ONLY, p.VAR_KEYWORD) for p in params[len(positional):])
+
+
+def m_float32(a):
+    """Matrix.numpy() reads float32 by default, whatever the matrix's dtype (the contract)."""
+    return a.dtype == np.float32
 
 
 def test_call_shapes_of_the_contract_still_work(ctx, tmp_path):
@@ -108,6 +120,17 @@ def test_call_shapes_of_the_contract_still_work(ctx, tmp_path):
     clembed.Optimizer(ctx, "adam", 0.01, eps=None, betas=(0.9, 0.999), weight_decay=0.0).step(t, np.ones((2, 4), np.float32), [0, 1])
     e = clembed.Embedding(6, 4, None, scale=1.0, positions=None, ctx=ctx, seed=0, optimizer=None)
     assert e.forward(ids).shape == (2, 2, 4)
+    # the same calls with the contract's arguments in its order, by position
+    assert ctx.embed(ctx.matrix(W), ids, "sqrt", "sinusoid", 100.0, "pair", "interleaved", 0, 0, None, None,
+                     "check", 0.0, 0, "f32", None).shape == (2, 2, 4)
+    assert np.array_equal(ctx.embed(ctx.matrix(W), ids, 2.0).numpy(), 2.0 * W[ids])
+    assert ctx.backward(np.ones((2, 2, 4), np.float32), ids, 6, 1.0, None, False, True, None).shape == (6, 4)
+    assert ctx.positional(3, 4, 2, 100.0, "pair", "interleaved").shape == (3, 4)
+    assert ctx.rope(np.ones((2, 8), np.float32), 8, None, 5, False).shape == (2, 8)
+    clembed.Optimizer(ctx, "adam", 0.01, None, (0.9, 0.999), 0.0).step(t, np.ones((2, 4), np.float32), [0, 1])
+    e2 = clembed.Embedding(6, 4, None, 1.0, None, ctx, 0, None)
+    assert np.array_equal(e2.weight.numpy(), e.weight.numpy())
+    assert m_float32(table.numpy())
 
 
 def test_numpy_dtypes_and_names(ctx):
@@ -119,7 +142,7 @@ def test_numpy_dtypes_and_names(ctx):
         assert ctx.matrix(a, dtype=spelling).dtype == "f32", spelling
     assert ctx.matrix(a, dtype="bfloat16").dtype == "bf16"
     out = ctx.lookup(a, [2, 0], out_dtype=np.float16)
-    assert out.dtype == "f16" and out.numpy().dtype == np.float16
+    assert out.dtype == "f16" and out.numpy(None).dtype == np.float16 and out.numpy().dtype == np.float32
     m = ctx.matrix(a)
     assert m.numpy("float16").dtype == np.float16 and m.numpy("f16").dtype == np.float16
     assert m.numpy(np.dtype("float64")).dtype == np.float64
@@ -184,7 +207,7 @@ def test_embedding_dtype(ctx):
     assert e.dtype == "f16" and e.weight.dtype == "f16"
     ref = ctx.init(ctx.empty(10, 6), "normal", seed=9).numpy().astype(np.float16)
     ref[2] = 0
-    assert np.array_equal(bits(e.weight.numpy()), bits(ref))
+    assert np.array_equal(bits(e.weight.numpy(None)), bits(ref))
     out = e.forward(np.array([[1, 2, 9]]))
     assert out.dtype == np.float16 and np.array_equal(bits(out), bits(ref[[[1, 2, 9]]]))
     e.backward(np.ones((1, 3, 6), np.float16))
@@ -192,7 +215,7 @@ def test_embedding_dtype(ctx):
     w = ref.astype(np.float32)
     w[1] -= 0.5
     w[9] -= 0.5
-    assert np.array_equal(bits(e.weight.numpy()), bits(w.astype(np.float16)))
+    assert np.array_equal(bits(e.weight.numpy(None)), bits(w.astype(np.float16)))
     with pytest.raises(clembed.InvalidArgumentError) as err:
         clembed.Embedding(4, 32, ctx=ctx, dtype="q8_0")
     assert err.value.argument == "dtype"
@@ -253,7 +276,7 @@ def test_embedding_state_dict(ctx):
     assert h.state_dict()["weight"].dtype == np.float16
     h2 = clembed.Embedding(3, 4, ctx=ctx, seed=6, dtype="f16")
     h2.load_state_dict(h.state_dict())
-    assert np.array_equal(bits(h2.weight.numpy()), bits(h.weight.numpy()))
+    assert np.array_equal(bits(h2.weight.numpy(None)), bits(h.weight.numpy(None)))
     Q = rng.standard_normal((2, 32)).astype(np.float32)
     q = clembed.Embedding.from_pretrained(Q, dtype="q4_0", ctx=ctx)
     blocks = q.state_dict()["weight"]

@@ -25,12 +25,13 @@ def test_f16_output_reads_as_float16(ctx):
     assert np.array_equal(bits(got), bits(want))
     m = ctx.embed(W, ids, out_dtype="f16")
     assert m.dtype == "f16"
-    assert m.numpy().dtype == np.float16 and np.array_equal(bits(m.numpy()), bits(want))
+    assert m.numpy(None).dtype == np.float16 and np.array_equal(bits(m.numpy(None)), bits(want))
+    assert m.numpy().dtype == np.float32                 # the contract's default, exact
     assert np.asarray(m).dtype == np.float16
     assert m.numpy(np.float32).dtype == np.float32       # a wider type on request
     assert np.array_equal(m.numpy(np.float32), want.astype(np.float32))
     # an f16 table read back is float16 too
-    assert ctx.matrix(W.astype(np.float16)).numpy().dtype == np.float16
+    assert ctx.matrix(W.astype(np.float16)).numpy(None).dtype == np.float16
 
 
 def test_bf16_output_reads_as_float32_exactly(ctx):
@@ -72,27 +73,30 @@ def test_uint64_ids_past_2_63_are_refused(ctx):
 
 # ------------------------------------------------------------ layer seeds
 
-def test_embedding_layers_start_apart_unless_seeded(ctx):
-    a = clembed.Embedding(100, 16, ctx=ctx)
-    b = clembed.Embedding(100, 16, ctx=ctx)
+def test_embedding_layer_seeds(ctx):
+    # the contract's default seed 0: layers made alike start equal, reproducibly, and say so
+    c = clembed.Embedding(100, 16, ctx=ctx)
+    d = clembed.Embedding(100, 16, ctx=ctx)
+    assert c.seed == d.seed == 0 and np.array_equal(c.weight.numpy(), d.weight.numpy())
+    assert "seed" in clembed.Embedding.__doc__ and "0 by" in clembed.Embedding.__doc__
+    # seed=None: a fresh seed per layer, so layers made alike start apart (PyTorch's way)
+    a = clembed.Embedding(100, 16, ctx=ctx, seed=None)
+    b = clembed.Embedding(100, 16, ctx=ctx, seed=None)
     assert a.seed != b.seed
     assert not np.array_equal(a.weight.numpy(), b.weight.numpy())
-    # an int seed gives the same weights every time, and .seed reproduces a layer
-    c = clembed.Embedding(100, 16, ctx=ctx, seed=0)
-    d = clembed.Embedding(100, 16, ctx=ctx, seed=0)
-    assert c.seed == 0 and np.array_equal(c.weight.numpy(), d.weight.numpy())
+    # .seed reproduces a layer
     assert np.array_equal(clembed.Embedding(100, 16, ctx=ctx, seed=a.seed).weight.numpy(), a.weight.numpy())
     # manual_seed makes a sequence of unseeded layers reproducible, as torch.manual_seed does
     clembed.manual_seed(1234)
-    first = [clembed.Embedding(20, 4, ctx=ctx) for _ in range(2)]
+    first = [clembed.Embedding(20, 4, ctx=ctx, seed=None) for _ in range(2)]
     clembed.manual_seed(1234)
-    again = [clembed.Embedding(20, 4, ctx=ctx) for _ in range(2)]
+    again = [clembed.Embedding(20, 4, ctx=ctx, seed=None) for _ in range(2)]
     assert [e.seed for e in first] == [e.seed for e in again]
     assert first[0].seed != first[1].seed
     for x, y in zip(first, again):
         assert np.array_equal(x.weight.numpy(), y.weight.numpy())
     clembed.manual_seed(1235)
-    assert clembed.Embedding(20, 4, ctx=ctx).seed != first[0].seed
+    assert clembed.Embedding(20, 4, ctx=ctx, seed=None).seed != first[0].seed
 
 
 # ------------------------------------------------------------ the NumPy path

@@ -11,17 +11,18 @@ static const char usage[] =
     "\n"
     "Lists the tensors of a .npy, .safetensors or .gguf file (recognised by its content),\n"
     "one line each: name, dtype and shape (AxB..., outermost first; a GGUF file's dims\n"
-    "reversed as NumPy's). The dtype is lower case: f32 f16 bf16 q8_0 q4_0 q4_k q6_k for\n"
-    "what clembed can load as a table; the same scheme for the rest (i32 and i64 for\n"
-    "ids, f64, u8, bool, ggml's and safetensors' other types in lower case: q5_k,\n"
-    "f8_e4m3), or a NumPy type string that has no such name as NumPy writes it (>f4).\n"
+    "reversed as NumPy's). The dtype is clembed's lower-case name (f32 f16 bf16 q8_0 q4_0\n"
+    "q4_k q6_k ...) for what clembed can load as a table, and the file's own type name\n"
+    "for the rest (I64, F64 and U8 in .safetensors, <i8 and <f8 in .npy, ggml's names).\n"
     "A .npy file's one array has no name: it shows as -.\n"
     "  --json          an array of {\"name\", \"dtype\", \"shape\", \"bytes\"} instead\n"
     "  --device SPEC   accepted as by every subcommand; inspect reads the file on the host\n"
     "                  and opens no device\n";
 
+/* clembed's name for what it can load as a table, else the file's own */
 static const char *dtype_text(const clembed_tensor_info *t, char *buf, size_t cap) {
-  return cli_type_text(t, buf, cap);
+  if (cli_dtype_name(t->dtype) || !t->type_name || !*t->type_name) return cli_type_text(t, buf, cap);
+  return t->type_name;
 }
 
 void cli_json_string(const char *s) {
