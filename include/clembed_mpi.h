@@ -63,7 +63,11 @@
  * naming the argument; in the forward the other ranks go on and get their
  * rows (the rank still serves its shard); in a step and in create, load and
  * init every rank returns an error and nothing changes (the others:
- * CLEMBED_ERR_INVALID_ARGUMENT naming the rank). No input makes a rank hang:
+ * CLEMBED_ERR_INVALID_ARGUMENT naming the rank). A rank whose device or host
+ * memory fails later in a call (its shard could not be made, served or
+ * stepped) makes every rank return that rank's own status (an OpenCL error,
+ * CLEMBED_ERR_OUT_OF_MEMORY), the message naming the rank; in a step the other
+ * shards are stepped all the same. No input makes a rank hang:
  * every rank reaches every collective of a call whatever its arguments; only
  * a NULL table (there is no communicator to speak on) or a rank that does not
  * call returns at once / leaves the others waiting, as with any MPI

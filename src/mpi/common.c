@@ -128,11 +128,19 @@ clembed_status ce_mpi_vote_outcome(const ce_mpi_vote *v, const char *op, ce_mpi_
   return CLEMBED_OK;
 }
 
-int ce_mpi_first_failed(MPI_Comm comm, int rank, int size, int failed, ce_mpi_error *e) {
-  int in = failed ? size - rank : 0, out = 0;
-  if (!ce_mpi_ok(e, MPI_Allreduce(&in, &out, 1, MPI_INT, MPI_MAX, comm), "MPI_Allreduce (the ranks' status)"))
+int ce_mpi_first_failed(MPI_Comm comm, int rank, int size, clembed_status mine, ce_mpi_error *e,
+                        clembed_status *theirs) {
+  /* (size - rank, status): the largest first value is the first failed rank, and
+   * MAXLOC carries its status along */
+  struct {
+    int value, status;
+  } in = {mine != CLEMBED_OK ? size - rank : 0, (int)mine}, out = {0, 0};
+  *theirs = CLEMBED_OK;
+  if (!ce_mpi_ok(e, MPI_Allreduce(&in, &out, 1, MPI_2INT, MPI_MAXLOC, comm), "MPI_Allreduce (the ranks' status)"))
     return -2;
-  return out ? size - out : -1;
+  if (!out.value) return -1;
+  *theirs = (clembed_status)out.status;
+  return size - out.value;
 }
 
 /* ------------------------------------------------------------------ helpers */

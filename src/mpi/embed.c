@@ -185,11 +185,12 @@ clembed_status clembed_mpi_embed(clembed_mpi_table *t, const clembed_ids *ids, c
   }
   if (!ce_mpi_alltoallv_rows(t, rows_out, rows_in, rb, 1, &e)) goto done;
   /* a rank that could not serve spoils the others' rows: every rank learns it */
-  int bad = ce_mpi_first_failed(t->comm, t->rank, t->size, serve.status != CLEMBED_OK, &e);
+  clembed_status theirs = CLEMBED_OK;
+  int bad = ce_mpi_first_failed(t->comm, t->rank, t->size, serve.status, &e, &theirs);
   if (bad == -2) goto done;
   if (bad >= 0) {
     if (e.status == CLEMBED_OK && serve.status != CLEMBED_OK) e = serve;
-    ce_mpi_fail(&e, CLEMBED_ERR_INVALID_ARGUMENT, "", bad, 0,
+    ce_mpi_fail(&e, theirs, "", bad, 0,
                 "%s: rank %d could not send the rows asked of it (its context's message says why)", op, bad);
     goto done;
   }

@@ -138,9 +138,11 @@ int ce_mpi_vote_run(MPI_Comm comm, int rank, int size, ce_mpi_vote *v, int faile
  * others get CLEMBED_ERR_INVALID_ARGUMENT naming the field or the rank. */
 clembed_status ce_mpi_vote_outcome(const ce_mpi_vote *v, const char *op, ce_mpi_error *e);
 
-/* The lowest rank whose `failed` is set, or -1 (one MPI_Allreduce); -2 when
- * MPI failed (recorded on e). */
-int ce_mpi_first_failed(MPI_Comm comm, int rank, int size, int failed, ce_mpi_error *e);
+/* The lowest rank whose `mine` is not CLEMBED_OK, with that status in *theirs
+ * (what the other ranks return: a device or memory failure stays one), or -1
+ * when none failed (one MPI_Allreduce); -2 when MPI failed (recorded on e). */
+int ce_mpi_first_failed(MPI_Comm comm, int rank, int size, clembed_status mine, ce_mpi_error *e,
+                        clembed_status *theirs);
 
 /* ------------------------------------------------------------------ helpers */
 

@@ -261,10 +261,6 @@ clembed_status clembed_mpi_optimizer_step(clembed_mpi_table *t, const clembed_ma
     }
     goto done;
   }
-  if (made) {
-    t->has_state = 1;
-    t->kind = o->kind;
-  }
   clembed_dtype wire = v.max[0] == ~v.max[1] && !v.max[2] ? grad_out->dtype : CLEMBED_F32;
   size_t rb = clembed_dtype_size(wire) * t->cols;
 
@@ -280,13 +276,21 @@ clembed_status clembed_mpi_optimizer_step(clembed_mpi_table *t, const clembed_ma
   if (e.status != CLEMBED_OK)
     for (int k = 0; k < t->size; k++) ce_mpi_send_counts(t)[k] = -1;
   long long nrecv = ce_mpi_exchange_counts(t, &e);
-  if (nrecv < 0) goto done;
-  int failed = ce_mpi_count_failure(t);
-  if (failed >= 0) {
-    ce_mpi_fail(&e, CLEMBED_ERR_INVALID_ARGUMENT, "", failed, 0,
-                "%s: rank %d could not prepare its gradient rows (its context's message says why); no row was "
-                "stepped", op, failed);
+  int failed = nrecv < 0 ? -1 : ce_mpi_count_failure(t);
+  if (nrecv < 0 || failed >= 0) { /* no row is stepped: a state made for this step goes again */
+    if (made) {
+      clembed_matrix_release(&t->state);
+      clembed_matrix_release(&t->state2);
+    }
+    if (failed >= 0)
+      ce_mpi_fail(&e, CLEMBED_ERR_INVALID_ARGUMENT, "", failed, 0,
+                  "%s: rank %d could not prepare its gradient rows (its context's message says why); no row was "
+                  "stepped", op, failed);
     goto done;
+  }
+  if (made) { /* the state is the table's from this step on */
+    t->has_state = 1;
+    t->kind = o->kind;
   }
   /* what the owner receives goes straight into the stages its step reads */
   void *recv_ids = ce_mpi_stage_write(t, CE_MPI_ST_ASKED, (size_t)nrecv * (big ? 8 : 4), &own);
@@ -313,10 +317,11 @@ clembed_status clembed_mpi_optimizer_step(clembed_mpi_table *t, const clembed_ma
     if (s == CLEMBED_OK) s = clembed_finish(ctx);
     if (s != CLEMBED_OK && own.status == CLEMBED_OK) ce_mpi_fail_from(&own, ctx, s);
   }
-  int bad = ce_mpi_first_failed(t->comm, t->rank, t->size, own.status != CLEMBED_OK, &e);
+  clembed_status theirs = CLEMBED_OK;
+  int bad = ce_mpi_first_failed(t->comm, t->rank, t->size, own.status, &e, &theirs);
   if (bad >= 0) {
     if (e.status == CLEMBED_OK && own.status != CLEMBED_OK) e = own;
-    ce_mpi_fail(&e, CLEMBED_ERR_INVALID_ARGUMENT, "", bad, 0,
+    ce_mpi_fail(&e, theirs, "", bad, 0,
                 "%s: rank %d could not step its rows (its context's message says why); the other shards were "
                 "stepped", op, bad);
   }

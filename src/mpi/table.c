@@ -117,9 +117,10 @@ static clembed_status finish(clembed_mpi_table *t, const char *op, ce_mpi_error 
     if (s == CLEMBED_OK) s = clembed_finish(ctx);
     if (s != CLEMBED_OK) ce_mpi_fail_from(e, ctx, s);
   }
-  int first = ce_mpi_first_failed(t->comm, t->rank, t->size, e->status != CLEMBED_OK, e);
+  clembed_status theirs = CLEMBED_OK;
+  int first = ce_mpi_first_failed(t->comm, t->rank, t->size, e->status, e, &theirs);
   if (first >= 0 && e->status == CLEMBED_OK)
-    ce_mpi_fail(e, CLEMBED_ERR_INVALID_ARGUMENT, "", first, 0,
+    ce_mpi_fail(e, theirs, "", first, 0,
                 "%s: rank %d could not make its shard (its context's message says why)", op, first);
   if (e->status != CLEMBED_OK) {
     release_table(t);
@@ -248,9 +249,10 @@ static clembed_status init(clembed_mpi_table *t, const char *op, int normal, flo
              : clembed_matrix_init_uniform_at(ctx, &t->shard, first, a, b, seed, 0, NULL, NULL);
   if (s == CLEMBED_OK) s = clembed_finish(ctx);
   if (s != CLEMBED_OK) ce_mpi_fail_from(&e, ctx, s);
-  int bad = ce_mpi_first_failed(t->comm, t->rank, t->size, e.status != CLEMBED_OK, &e);
+  clembed_status theirs = CLEMBED_OK;
+  int bad = ce_mpi_first_failed(t->comm, t->rank, t->size, e.status, &e, &theirs);
   if (bad >= 0 && e.status == CLEMBED_OK)
-    ce_mpi_fail(&e, CLEMBED_ERR_INVALID_ARGUMENT, "", bad, 0,
+    ce_mpi_fail(&e, theirs, "", bad, 0,
                 "%s: rank %d could not initialise its rows (its context's message says why)", op, bad);
   return ce_mpi_report(ctx, op, &e);
 }
