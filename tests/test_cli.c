@@ -1195,6 +1195,11 @@ TU_CASE(inspect_flags_and_names) {
   ERR_HAS("--device needs a value");
   RUNS(1, "inspect", P("in9.npy"), P("in9.npy"));
   ERR_HAS("one FILE only");
+  /* a device that never ends is refused from its first bytes, not read to the end */
+  RUNS(1, "inspect", "/dev/zero");
+  ERR_HAS("/dev/zero: not a .npy, .safetensors or .gguf file");
+  RUNS(1, "embed", "--table", "/dev/zero", "--ids", P("in9.npy"), "-o", P("zero_out.npy"));
+  ERR_HAS("--table /dev/zero: not a .npy");
   /* what clembed cannot load as a table shows as the file's own type name */
   double f64[12] = {0};
   write_safetensors(P("odd.safetensors"), "x", "F64", 2, s2, f64, sizeof f64);

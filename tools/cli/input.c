@@ -61,9 +61,32 @@ static void *read_all(const char *flagname, const char *path, size_t *size) {
   if (!flagname) flagname = "";
   int fd = open(path, O_RDONLY | O_CLOEXEC); /* a FIFO waits here for its writer */
   if (fd < 0) cli_fail(1, "%s%s%s: cannot open: %s", flagname, sep, path, strerror(errno));
-  size_t cap = 1 << 16, n = 0;
+  size_t cap = 1 << 16, n = 0, checked = 0;
+  /* no more than the machine's memory: a device that never ends (/dev/zero) is an error, not a hang */
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  size_t limit = pages > 0 && page > 0 && (unsigned long)pages <= SIZE_MAX / (unsigned long)page
+                     ? (size_t)pages * (size_t)page
+                     : SIZE_MAX;
   unsigned char *buf = malloc(cap);
   for (;;) {
+    if (buf && !checked && n >= 16) { /* a .npy, .safetensors or .gguf file, by its first bytes */
+      uint64_t hl = 0;
+      for (int k = 7; k >= 0; k--) hl = hl << 8 | buf[k];
+      int known = !memcmp(buf, "\x93NUMPY", 6) || !memcmp(buf, "GGUF", 4) || (hl >= 2 && buf[8] == '{');
+      if (!known) {
+        free(buf);
+        close(fd);
+        cli_fail(1, "%s%s%s: not a .npy, .safetensors or .gguf file (its first bytes say none of them)", flagname,
+                 sep, path);
+      }
+      checked = 1;
+    }
+    if (n >= limit) {
+      free(buf);
+      close(fd);
+      cli_fail(1, "%s%s%s: more than the machine's %zu bytes of memory; give it as a regular file", flagname, sep,
+               path, limit);
+    }
     if (buf && n == cap) {
       unsigned char *b = cap <= SIZE_MAX / 2 ? realloc(buf, cap * 2) : NULL;
       if (!b) free(buf);
