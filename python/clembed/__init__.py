@@ -24,7 +24,7 @@ from ._lib import LibraryNotFoundError, DTYPES
 from ._errors import (Error, InvalidArgumentError, ArgumentTypeError, IndexOutOfRangeError, NoDeviceError,
                       BuildFailedError, OutOfMemoryError, UnsupportedError, MissingFunctionError, StateError,
                       OpenCLError, ERR_INVALID_ARGUMENT, ERR_INDEX_OUT_OF_RANGE, ERR_NO_DEVICE,
-                      ERR_BUILD_FAILED, ERR_OUT_OF_MEMORY, ERR_UNSUPPORTED)
+                      ERR_BUILD_FAILED, ERR_OUT_OF_MEMORY, ERR_UNSUPPORTED, ERR_COMMUNICATION)
 from ._core import Context, Matrix, Ids, Event, Device, devices, inspect, embed, default_context
 from .nn import Optimizer, Embedding, BertEmbeddings, manual_seed
 
@@ -56,5 +56,5 @@ __all__: List[str] = [
     "BuildFailedError", "OutOfMemoryError", "UnsupportedError", "MissingFunctionError", "StateError",
     "OpenCLError", "LibraryNotFoundError",
     "ERR_INVALID_ARGUMENT", "ERR_INDEX_OUT_OF_RANGE", "ERR_NO_DEVICE", "ERR_BUILD_FAILED",
-    "ERR_OUT_OF_MEMORY", "ERR_UNSUPPORTED",
+    "ERR_OUT_OF_MEMORY", "ERR_UNSUPPORTED", "ERR_COMMUNICATION",
     "library_path", "library_version", "has_function", "DTYPES", "__version__"]

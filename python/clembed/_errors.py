@@ -33,6 +33,7 @@ ERR_NO_DEVICE = -2003
 ERR_BUILD_FAILED = -2004
 ERR_OUT_OF_MEMORY = -2005
 ERR_UNSUPPORTED = -2006
+ERR_COMMUNICATION = -2007  # libclembed_mpi's (an MPI call failed): not raised by this package's calls
 
 # OpenCL's statuses that mean memory ran out
 _CL_OUT_OF_MEMORY = {-4: "CL_MEM_OBJECT_ALLOCATION_FAILURE", -5: "CL_OUT_OF_RESOURCES",
