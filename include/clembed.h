@@ -780,6 +780,167 @@ CLEMBED_API clembed_status clembed_embed_backward(clembed_context *ctx, const cl
                                                   cl_uint num_events_in_wait_list,
                                                   const cl_event *event_wait_list, cl_event *event);
 
+ * Bags of ids (EmbeddingBag) and many tables in one call
+ *
+ * A bag is a run of ids pooled into one output row (PyTorch's
+ * nn.EmbeddingBag): bag b of `offsets` (bags + 1 entries, CSR, PyTorch's
+ * include_last_offset=True) is ids[offsets[b] .. offsets[b+1]); offsets[0]
+ * must be 0, offsets[bags] equal ids->count, and the entries must not
+ * decrease. A bad offset (negative, decreasing, past ids->count, a first entry
+ * other than 0 or a last other than ids->count) is a deferred
+ * CLEMBED_ERR_INDEX_OUT_OF_RANGE naming "offsets", the first bad position
+ * (index) and its value; the bags then hold what their offsets, clamped into
+ * [0, ids->count], give (each bag's range clamped on its own), and no kernel
+ * reads or writes outside a buffer whatever the offsets say. `offsets` NULL
+ * means bags of a fixed size: out->rows bags of ids->count / out->rows ids
+ * (ids->count must divide evenly; with out->rows 0, ids->count must be 0).
+ * ids->count is below 2^32 - 1.
+ *
+ * The float32 operations, per output column, over the bag's ids j in
+ * ascending order, leaving out ids equal to padding_idx and ids that the
+ * policy drops (a bad id under CHECK, which also records the deferred error,
+ * or ZERO; CLAMP and WRAP move ids as in clembed_embed), t_j the table value:
+ *   SUM   acc = 0; acc = acc + t_j   (with per_sample_weights: acc = fma(w_j, t_j, acc),
+ *         the fused multiply-add rounded once)
+ *   MEAN  the SUM, then acc / (float)count (count: the ids taken; correctly rounded where
+ *         the device divides correctly rounded, CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT)
+ *   MAX   the largest t_j, the first on ties; NaN when any t_j is NaN (the first NaN)
+ * An empty bag (or one of left-out ids only) gives zeros (MAX: max_rows -1).
+ * The result is rounded once to the output's dtype. The bits are the same on
+ * every device that divides correctly rounded, in both kernel shapes and in
+ * clembed_embedding_bags; for an F32 table they equal PyTorch's CPU
+ * F.embedding_bag (1.13) except where PyTorch is not principled: a weighted bag
+ * holding a padding id (PyTorch rounds w*t before adding there) and NaN under
+ * MAX (PyTorch keeps a NaN only from a bag's first id).
+ * ------------------------------------------------------------------------ */
+typedef enum { CLEMBED_BAG_SUM = 0, CLEMBED_BAG_MEAN = 1, CLEMBED_BAG_MAX = 2 } clembed_bag_mode;
+
+typedef struct clembed_bag_options {
+  clembed_bag_mode mode;
+  clembed_index_policy policy;              /* as in clembed_embed (WRAP included) */
+  int64_t padding_idx;                      /* ids equal to it (after WRAP and CLAMP) are left out of
+                                               their bag and of MEAN's count; negative counts from the
+                                               end; CLEMBED_NO_PADDING for none */
+  const clembed_matrix *per_sample_weights; /* optional, SUM only: F32, ids->count x 1, one weight per id */
+  clembed_ids *max_rows;                    /* MAX only, optional output of the forward (the input of
+                                               the MAX backward): bags x cols ids (count = bags * cols,
+                                               I32 or I64; I32 needs a table below 2^31 rows), the
+                                               table row that gave each output element, -1 for an
+                                               empty bag */
+} clembed_bag_options;
+
+/* SUM, CHECK, CLEMBED_NO_PADDING, no weights, no max_rows. */
+CLEMBED_API clembed_bag_options clembed_bag_defaults(void);
+
+/* out (bags x table->cols, F32, F16 or BF16) = the bags of ids pooled over
+ * table (any dtype, the block-quantized ones included, dequantized as ggml
+ * does); opt NULL means clembed_bag_defaults(). Refused with
+ * CLEMBED_ERR_INVALID_ARGUMENT naming it: an unknown mode or policy, offsets
+ * of other than out->rows + 1 entries, ids that do not divide into fixed bags,
+ * per_sample_weights with MEAN or MAX or of the wrong shape or dtype, max_rows
+ * without MAX or of the wrong count, a padding_idx outside the table. */
+CLEMBED_API clembed_status clembed_embedding_bag(clembed_context *ctx, const clembed_matrix *table,
+                                                 const clembed_ids *ids, const clembed_ids *offsets,
+                                                 const clembed_bag_options *opt, clembed_matrix *out,
+                                                 cl_uint num_events_in_wait_list,
+                                                 const cl_event *event_wait_list, cl_event *event);
+
+/* The bag backward, through the segment fold of clembed_backward: each taken
+ * id j of bag b contributes g_b (SUM), w_j * g_b (weighted SUM, the product
+ * rounded), g_b / (float)count_b (MEAN, correctly rounded as in the forward)
+ * to its table row, where g_b is row b of grad_out (bags x table->cols, any
+ * float dtype); under MAX, column c of g_b goes to row opt->max_rows[b][c]
+ * only (as the forward wrote it; required), once however often that row occurs
+ * in the bag. Per row and column the contributions are folded from zero in
+ * ascending id position (S = 0; S = S + x), then added to grad_table (F32,
+ * table's rows and cols): grad_table[v][c] = grad_table[v][c] + S. No dense
+ * gradient is made; bit-identical on every run, work size and kernel shape.
+ * grad_weights (optional, F32, ids->count x 1, overwritten): for each id j of
+ * bag b, the sum over columns c ascending of g_b[c] * t_j[c] (each product
+ * rounded, then added from 0); 0 for a left-out id (PyTorch's gradient of
+ * per_sample_weights); it needs SUM and `table` (any dtype, only read; without
+ * grad_weights table may be NULL). Bad ids and offsets as in the forward
+ * (deferred errors; they contribute nothing). */
+CLEMBED_API clembed_status clembed_bag_backward(clembed_context *ctx, const clembed_matrix *grad_out,
+                                                const clembed_ids *ids, const clembed_ids *offsets,
+                                                const clembed_bag_options *opt, const clembed_matrix *table,
+                                                clembed_matrix *grad_table, clembed_matrix *grad_weights,
+                                                cl_uint num_events_in_wait_list,
+                                                const cl_event *event_wait_list, cl_event *event);
+
+/* The row gradient of clembed_bag_backward (the same bits, folded from zero)
+ * followed by the step of clembed_optimizer_step, fused the same way: g is the
+ * row's folded sum (no scale, no frequency scaling), then weight decay and the
+ * optimizer's float32 operations in the documented order; each touched row of
+ * the table and its state rows read and written once. The rows stepped are
+ * those with a contribution: every row of a taken id (SUM, MEAN), under MAX
+ * only the rows named in max_rows. The table is F32, F16 or BF16; the
+ * optimizer's fields and states are checked as clembed_optimizer_step does. */
+CLEMBED_API clembed_status clembed_bag_optimizer_step(clembed_context *ctx, const clembed_matrix *grad_out,
+                                                      const clembed_ids *ids, const clembed_ids *offsets,
+                                                      const clembed_bag_options *opt, const clembed_optimizer *o,
+                                                      clembed_matrix *table, cl_uint num_events_in_wait_list,
+                                                      const cl_event *event_wait_list, cl_event *event);
+
+typedef struct clembed_bag_feature {      /* one sparse feature of a batch */
+  clembed_matrix *table;                  /* several features may share one table (the same matrix:
+                                             buffer, offset, rows, cols, ld and dtype) */
+  const clembed_ids *ids, *offsets;       /* every feature has the same number of bags (out->rows) */
+  clembed_bag_options options;
+} clembed_bag_feature;
+
+/* The largest number of distinct buffers (cl_mem) one launch of
+ * clembed_embedding_bags reads or writes for its features. */
+#define CLEMBED_BAGS_BUFFERS 16
+
+/* All features of a batch at once: out is bags x (the sum of the features'
+ * cols), F32, F16 or BF16; feature f's bags go to its own block of columns, in
+ * feature order (FBGEMM's table-batched output, TorchRec's KeyedTensor), and
+ * each block equals what clembed_embedding_bag gives for that feature alone
+ * (the same out dtype), bit for bit. Features may differ in table dtype,
+ * width, mode, policy, padding, weights and index types.
+ * The launches, a small constant number: the features are taken in order
+ * into groups whose buffers (tables, ids, offsets, per_sample_weights and
+ * max_rows, each cl_mem counted once) number at most CLEMBED_BAGS_BUFFERS; each
+ * group is one kernel launch (on a device without cl_khr_int64_base_atomics,
+ * one more small launch records its errors). So a batch whose features use at
+ * most 16 buffers in all (say 14 tables with one ids and one offsets buffer,
+ * or one buffer holding every table) is one launch however many features it
+ * has, and a batch of B buffers is about B / 12 launches. A bad id or offset
+ * of feature f is reported as in clembed_embedding_bag, the message naming
+ * features[f]. */
+CLEMBED_API clembed_status clembed_embedding_bags(clembed_context *ctx, const clembed_bag_feature *features,
+                                                  size_t n, clembed_matrix *out, cl_uint num_events_in_wait_list,
+                                                  const cl_event *event_wait_list, cl_event *event);
+
+/* The fused step of every feature's table: grad_out has the forward's shape
+ * (bags x the sum of cols), o[f] is the optimizer of feature f's table
+ * (features sharing a table give the same kind, fields and states). A table
+ * shared by several features folds their contributions in feature order, then
+ * id order, in one segment fold; each distinct table is one fold (its keys,
+ * sort and step), in the order the tables first occur. Each table's result
+ * equals clembed_bag_optimizer_step's on that table when one feature uses it. */
+CLEMBED_API clembed_status clembed_bags_optimizer_step(clembed_context *ctx, const clembed_bag_feature *features,
+                                                       size_t n, const clembed_matrix *grad_out,
+                                                       const clembed_optimizer *o, cl_uint num_events_in_wait_list,
+                                                       const cl_event *event_wait_list, cl_event *event);
+
+/* nn.Embedding(max_norm=...): every distinct row in ids whose norm_type-norm
+ * exceeds max_norm is scaled in place by max_norm / (norm + 1e-7) (PyTorch's
+ * embedding_renorm_); other rows are not touched. In float32: the norm's sum
+ * runs over ascending columns (p = 1: |x|; p = 2: x*x, then sqrt; infinity:
+ * the largest |x|; other p > 0: pow(|x|, p), then pow(sum, 1/p), 1/p rounded
+ * once on the host), then scale = max_norm / (norm + 1e-7f) and x = x * scale,
+ * rounded to the table's dtype (F32, F16 or BF16). For p = 1, 2 and infinity
+ * the bits are the same on every device dividing and taking square roots
+ * correctly rounded; other p within 1e-6 relative (pow is the device's). Bad
+ * ids (outside [0, rows)) are a deferred CLEMBED_ERR_INDEX_OUT_OF_RANGE and
+ * renorm nothing. max_norm finite and >= 0, norm_type > 0 (or INFINITY), else
+ * CLEMBED_ERR_INVALID_ARGUMENT. */
+CLEMBED_API clembed_status clembed_renorm(clembed_context *ctx, clembed_matrix *table, const clembed_ids *ids,
+                                          float max_norm, float norm_type, cl_uint num_events_in_wait_list,
+                                          const cl_event *event_wait_list, cl_event *event);
+
 #ifdef __cplusplus
 }
 #endif

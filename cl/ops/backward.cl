@@ -29,7 +29,7 @@
  * keys, 1: ulong keys), VEC (4, 8 or 16), TILE and CE_GROUP (the tuning
  * table's): a work-item of the grouped shapes folds TILE vectors of VEC
  * columns at once over CE_GROUP sorted positions (ce_bwd_rowwise_grouped:
- * one vector at a time over VEC positions). */
+ * one vector at a time over VEC positions); BAG (below). */
 
 #ifndef TILE
 #define TILE 1
@@ -50,6 +50,68 @@
 #define load_gradv CE_XCAT(ce_loadv_, GRAD_DT)
 #define load_tablev CE_XCAT(ce_loadv_, TABLE_DT)
 #define store_tablev CE_XCAT(ce_storev_, TABLE_DT)
+
+/* BAG (1: the bag backward, src/ops/bag.c): a sorted entry is an id of a bag,
+ * not a token. Its record (cb, two ulongs per entry, written by bag.cl's
+ * ce_bag_keys) gives the element offset of its gradient row (bag b's row of
+ * grad_out, relative to g_off) and, in the top two bits of the second, how
+ * the row contributes: as it is, times a weight or divided by the bag's count
+ * (the float in the low word; the product or quotient rounded), or (MAX) only
+ * in the columns whose max_rows element (mr, from the element in the low 62
+ * bits) names the entry's row, and only from the bag's first entry of that
+ * row (its previous sorted entry has another gradient row). Other columns add
+ * +0.0f, which leaves a fold started at +0.0f as it is. The fold, its order
+ * and the store modes are the same. */
+#ifndef BAG
+#define BAG 0
+#endif
+#if BAG
+#define CE_BAG_KPARAMS , __global const ulong *cb, __global const long *mr
+#define CE_BAG_FPARAMS , __global const ulong *cb, __global const long *mr, KEY_T key
+#define CE_BAG_FARGS , cb, mr, key
+#define CE_GSRC(e) (cb[2 * (ulong)(e)]) /* sorted entry e's gradient row, from g_off */
+/* entry t's record, and (MAX) whether it may add: the bag's first entry of the row */
+#define CE_BAG_RECORD ulong e = sidx[t], aux = cb[2 * e + 1], kind = aux >> 62;
+#define CE_BAG_FIRST (t == j || cb[2 * (ulong)sidx[t - 1]] != cb[2 * e])
+#define CE_BAG_MR ((aux & 0x3FFFFFFFFFFFFFFFUL) + c)
+/* entry t's contribution at VEC columns from c (or one column) of the
+ * segment that starts at j, g its gradient row there */
+CE_INLINE FV ce_bag_contribv(FV g, __global const ulong *cb, __global const long *mr, KEY_T key,
+                             __global const uint *sidx, ulong t, ulong j, ulong c) {
+  CE_BAG_RECORD
+  if (kind == 1) {
+    g = as_float((uint)aux) * g;
+  } else if (kind == 2) {
+    g = g / as_float((uint)aux);
+  } else if (kind == 3) {
+    int first = CE_BAG_FIRST;
+    ulong m = CE_BAG_MR;
+    float v[VEC];
+    vstoreV(g, 0, v);
+    for (int k = 0; k < VEC; k++)
+      if (!first || mr[m + k] != (long)key) v[k] = 0.0f;
+    g = vloadV(0, v);
+  }
+  return g;
+}
+inline float ce_bag_contrib1(float g, __global const ulong *cb, __global const long *mr, KEY_T key,
+                             __global const uint *sidx, ulong t, ulong j, ulong c) {
+  CE_BAG_RECORD
+  if (kind == 1) {
+    g = as_float((uint)aux) * g;
+  } else if (kind == 2) {
+    g = g / as_float((uint)aux);
+  } else if (kind == 3 && (!CE_BAG_FIRST || mr[CE_BAG_MR] != (long)key)) {
+    g = 0.0f;
+  }
+  return g;
+}
+#else
+#define CE_BAG_KPARAMS
+#define CE_BAG_FPARAMS
+#define CE_BAG_FARGS
+#define CE_GSRC(e) ((ulong)(e) * g_ld) /* token e's gradient row, from g_off */
+#endif
 
 /* ------------------------------------------------------------------ keys */
 
@@ -92,11 +154,14 @@ __kernel void ce_bwd_pos_keys(ulong n, ulong len, ulong pos_offset, __global con
  * [j, end) of the sorted order, at VEC columns from c (or one column):
  * s = ((0 + g[i_j]) + g[i_j+1]) + ... in float32. */
 CE_INLINE FV ce_foldv(__global const GRAD_T *grad, ulong g_off, ulong g_ld, ulong cols, __global const uint *sidx,
-                   ulong j, ulong end, ulong c, float dropout, uint seed_lo, uint seed_hi, float keep) {
+                   ulong j, ulong end CE_BAG_FPARAMS, ulong c, float dropout, uint seed_lo, uint seed_hi, float keep) {
   FV s = (FV)(0.0f);
   for (ulong t = j; t < end; t++) {
     ulong i = sidx[t];
-    FV g = load_gradv(grad, g_off + i * g_ld + c);
+    FV g = load_gradv(grad, g_off + CE_GSRC(i) + c);
+#if BAG
+    g = ce_bag_contribv(g, cb, mr, key, sidx, t, j, c);
+#endif
 #if DROPOUT
     g = ce_maskv(g, i * cols + c, dropout, keep, seed_lo, seed_hi);
 #endif
@@ -106,11 +171,14 @@ CE_INLINE FV ce_foldv(__global const GRAD_T *grad, ulong g_off, ulong g_ld, ulon
 }
 
 inline float ce_fold1(__global const GRAD_T *grad, ulong g_off, ulong g_ld, ulong cols, __global const uint *sidx,
-                      ulong j, ulong end, ulong c, float dropout, uint seed_lo, uint seed_hi, float keep) {
+                      ulong j, ulong end CE_BAG_FPARAMS, ulong c, float dropout, uint seed_lo, uint seed_hi, float keep) {
   float s = 0.0f;
   for (ulong t = j; t < end; t++) {
     ulong i = sidx[t];
-    float g = load_grad(grad, g_off + i * g_ld + c);
+    float g = load_grad(grad, g_off + CE_GSRC(i) + c);
+#if BAG
+    g = ce_bag_contrib1(g, cb, mr, key, sidx, t, j, c);
+#endif
 #if DROPOUT
     g = ce_mask1(g, i * cols + c, dropout, keep, seed_lo, seed_hi);
 #endif
@@ -123,13 +191,16 @@ inline float ce_fold1(__global const GRAD_T *grad, ulong g_off, ulong g_ld, ulon
  * each gradient row is read TILE * VEC columns at a time. Every column is still
  * the same left fold in ascending token order. */
 CE_INLINE void ce_fold_tile(FV *acc, __global const GRAD_T *grad, ulong g_off, ulong g_ld, ulong cols,
-                         __global const uint *sidx, ulong j, ulong end, ulong c, float dropout, uint seed_lo,
-                         uint seed_hi, float keep) {
+                         __global const uint *sidx, ulong j, ulong end CE_BAG_FPARAMS, ulong c, float dropout,
+                         uint seed_lo, uint seed_hi, float keep) {
   for (int k = 0; k < TILE; k++) acc[k] = (FV)(0.0f);
   for (ulong t = j; t < end; t++) {
-    ulong i = sidx[t], base = g_off + i * g_ld + c;
+    ulong i = sidx[t], base = g_off + CE_GSRC(i) + c;
     for (int k = 0; k < TILE; k++) {
       FV g = load_gradv(grad, base + (ulong)k * VEC);
+#if BAG
+      g = ce_bag_contribv(g, cb, mr, key, sidx, t, j, c + (ulong)k * VEC);
+#endif
 #if DROPOUT
       g = ce_maskv(g, i * cols + c + (ulong)k * VEC, dropout, keep, seed_lo, seed_hi);
 #endif
@@ -176,7 +247,7 @@ CE_INLINE void ce_fold_tile(FV *acc, __global const GRAD_T *grad, ulong g_off, u
 
 /* The item's columns of the segment [j, end): STOREV(o, sum of VEC columns,
  * ...) and STORE1(o, sum of one column, ...) with o = base + column. */
-#define CE_FOLD_ARGS grad, g_off, g_ld, cols, sidx, j, end
+#define CE_FOLD_ARGS grad, g_off, g_ld, cols, sidx, j, end CE_BAG_FARGS
 #define CE_MASK_ARGS dropout, seed_lo, seed_hi, keep
 /* The TILE * VEC columns from c of the segment [j, end), folded and stored. */
 #define CE_TILE_STORE(STOREV, base, c, ...)                                                 \
@@ -282,7 +353,7 @@ CE_INLINE void ce_fold_tile(FV *acc, __global const GRAD_T *grad, ulong g_off, u
       if (q_ < (n)) {                                                                            \
         KEY_T key = skeys[q_];                                                                   \
         if (key != none) {                                                                       \
-          pg_ = (__global const uchar *)(grad + g_off + (ulong)sidx[q_] * g_ld);                 \
+          pg_ = (__global const uchar *)(grad + g_off + CE_GSRC(sidx[q_]));                      \
           pt_ = (__global const uchar *)((TABP) + (base));                                       \
         }                                                                                        \
       }                                                                                          \
@@ -364,7 +435,7 @@ inline void ce_rows_store1(ulong o, float s, __global TABLE_T *tab, float scale,
   __global const GRAD_T *grad, ulong g_off, ulong g_ld, ulong cols, __global const KEY_T *skeys,              \
       __global const uint *sidx, ulong n, KEY_T none, uint slice_bits, ulong bw, ulong split, float scale,     \
       int freq, __global TABLE_T *tab, ulong t_off, ulong t_ld, float lr, int mode, float dropout, uint seed_lo, \
-      uint seed_hi, float keep
+      uint seed_hi, float keep CE_BAG_KPARAMS
 
 __kernel void ce_bwd_rows(CE_ROWS_ARGS) {
   CE_SEGMENTS(skeys, n, none, slice_bits, bw, split, cols)
@@ -448,7 +519,7 @@ inline void ce_opt_store1(ulong o, float s, CE_OPT_PARAMS) {
       __global const uint *sidx, ulong n, KEY_T none, uint slice_bits, ulong bw, ulong split, float scale,     \
       int freq, __global TABLE_T *tab, ulong t_off, ulong t_ld, __global float *s1, ulong s1_off, ulong s1_ld, \
       __global float *s2, ulong s2_off, ulong s2_ld, float lr, float eps, float wd, float b1c, float b2c,     \
-      float step_size, int mode, float dropout, uint seed_lo, uint seed_hi, float keep
+      float step_size, int mode, float dropout, uint seed_lo, uint seed_hi, float keep CE_BAG_KPARAMS
 #define CE_OPT_STORE_ARGS(cnt)                                                                               \
   tab, scale, freq, cnt, t_off + (ulong)key * t_ld, s1, s1_off + (ulong)key * s1_ld, s2,                     \
       s2_off + (ulong)key * s2_ld, lr, eps, wd, b1c, b2c, step_size, mode
@@ -537,7 +608,7 @@ __kernel void ce_bwd_rowwise(__global const GRAD_T *grad, ulong g_off, ulong g_l
                              __global const KEY_T *skeys, __global const uint *sidx, ulong n, KEY_T none,
                              uint slice_bits, float scale, int freq, __global TABLE_T *tab, ulong t_off, ulong t_ld,
                              __global float *s1, ulong s1_off, ulong s1_ld, float lr, float eps, float wd,
-                             float dropout, uint seed_lo, uint seed_hi, float keep) {
+                             float dropout, uint seed_lo, uint seed_hi, float keep CE_BAG_KPARAMS) {
   if (get_global_id(0) != 0) return; /* one item across: columns VEC at a time, in order */
   CE_SEGMENTS(skeys, n, none, slice_bits, cols, n + 1, cols)
   float cnt = (float)(end - j), sum = 0.0f;
@@ -614,7 +685,7 @@ __kernel void ce_bwd_rowwise_grouped(__global const GRAD_T *grad, ulong g_off, u
                                      __global const KEY_T *skeys, __global const uint *sidx, ulong n, KEY_T none,
                                      uint slice_bits, float scale, int freq, __global TABLE_T *tab, ulong t_off,
                                      ulong t_ld, __global float *s1, ulong s1_off, ulong s1_ld, float lr, float eps,
-                                     float wd, float dropout, uint seed_lo, uint seed_hi, float keep) {
+                                     float wd, float dropout, uint seed_lo, uint seed_hi, float keep CE_BAG_KPARAMS) {
   CE_GROUPS_OF(VEC, skeys, n, none, slice_bits, cols, n + 1, cols)
   CE_GROUPS_SHORT
   if (m_ == 0) continue; /* no row starts here (inside a long segment) */
@@ -628,6 +699,8 @@ __kernel void ce_bwd_rowwise_grouped(__global const GRAD_T *grad, ulong g_off, u
       q[s_] = (FV)(0.0f); /* the rows past m_ add zeros */
       if (s_ < m_) {
         ulong j = sj_[s_], end = se_[s_];
+        KEY_T key = sk_[s_];
+        (void)key;
         FV w, g = ce_rw_gradv(t_off + (ulong)sk_[s_] * t_ld + c, ce_foldv(CE_FOLD_ARGS, c, CE_MASK_ARGS), tab,
                               scale, freq, (float)(end - j), wd, 0, &w);
         q[s_] = g * g;
@@ -640,6 +713,8 @@ __kernel void ce_bwd_rowwise_grouped(__global const GRAD_T *grad, ulong g_off, u
   vstoreV(acc, 0, sum);
   for (int s_ = 0; s_ < m_; s_++) {
     ulong j = sj_[s_], end = se_[s_], tb = t_off + (ulong)sk_[s_] * t_ld, om = s1_off + (ulong)sk_[s_] * s1_ld;
+    KEY_T key = sk_[s_];
+    (void)key;
     for (ulong k = c; k < cols; k++) /* the columns past the last whole vector */
       ce_rw_store1(tb + k, ce_fold1(CE_FOLD_ARGS, k, CE_MASK_ARGS), tab, scale, freq, (float)(end - j), wd, 0.0f,
                    &sum[s_]);
@@ -657,6 +732,8 @@ __kernel void ce_bwd_rowwise_grouped(__global const GRAD_T *grad, ulong g_off, u
    * CE_RW_AHEAD segments on asked for a line at each vector of columns */
   for (int s_ = 0; s_ < m_; s_++) {
     ulong j = sj_[s_], end = se_[s_];
+    KEY_T key = sk_[s_];
+    (void)key;
     __global const uchar *pt_ =
         s_ + CE_RW_AHEAD < m_ ? (__global const uchar *)(tab + t_off + (ulong)sk_[s_ + CE_RW_AHEAD] * t_ld) : 0;
     for (c = 0; c + VEC <= cols; c += VEC) {
@@ -669,12 +746,16 @@ __kernel void ce_bwd_rowwise_grouped(__global const GRAD_T *grad, ulong g_off, u
   for (c = 0; c + VEC <= cols; c += VEC) /* pass 2: the step */ {
     for (int s_ = 0; s_ < m_; s_++) {
       ulong j = sj_[s_], end = se_[s_];
+      KEY_T key = sk_[s_];
+      (void)key;
       CE_RW_STEP(c);
     }
   }
 #endif
   for (int s_ = 0; s_ < m_; s_++) {
     ulong j = sj_[s_], end = se_[s_], tb = t_off + (ulong)sk_[s_] * t_ld;
+    KEY_T key = sk_[s_];
+    (void)key;
     for (ulong k = c; k < cols; k++)
       ce_rw_store1(tb + k, ce_fold1(CE_FOLD_ARGS, k, CE_MASK_ARGS), tab, scale, freq, (float)(end - j), wd,
                    rate[s_], (float *)0);
@@ -689,7 +770,7 @@ inline void ce_pos_store1(ulong o, float s, __global float *pg) { ce_store_0(pg,
 #define CE_POS_ARGS                                                                                       \
   __global const GRAD_T *grad, ulong g_off, ulong g_ld, ulong cols, __global const KEY_T *skeys,         \
       __global const uint *sidx, ulong n, KEY_T none, uint slice_bits, ulong bw, ulong split,             \
-      __global float *pg, ulong p_off, ulong p_ld, float dropout, uint seed_lo, uint seed_hi, float keep
+      __global float *pg, ulong p_off, ulong p_ld, float dropout, uint seed_lo, uint seed_hi, float keep CE_BAG_KPARAMS
 
 __kernel void ce_bwd_pos(CE_POS_ARGS) {
   CE_SEGMENTS(skeys, n, none, slice_bits, bw, split, cols)

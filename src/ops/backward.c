@@ -72,6 +72,7 @@ typedef struct seg_call {
   const clembed_matrix *grad, *target, *pg;
   const clembed_ids *ids;
   const clembed_backward_options *opt;
+  size_t n;                       /* sorted entries: the ids, or the contributions' count */
   size_t g_ld, t_ld, p_ld;
   cl_long padding;
   int key64;
@@ -89,10 +90,12 @@ static clembed_status check_args(seg_call *b) {
   const char *what = b->step->what, *tname = training ? "table" : "grad_table";
   const clembed_matrix *g = b->grad, *t = b->target;
   const clembed_backward_options *opt = b->opt;
+  const ce_contrib *contrib = b->step->contrib; /* (whose producer checks grad_out's shape) */
   CHECK(ce_check_matrix(ctx, g, "grad_out", &b->g_ld));
-  CHECK(ce_check_ids(ctx, b->ids, "ids"));
+  if (!contrib) CHECK(ce_check_ids(ctx, b->ids, "ids"));
   CHECK(ce_check_matrix(ctx, t, tname, &b->t_ld));
-  if (g->rows != b->ids->count || g->cols != t->cols)
+  b->n = contrib ? contrib->count : b->ids->count;
+  if (!contrib && (g->rows != b->ids->count || g->cols != t->cols))
     FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "grad_out", -1, (int64_t)g->rows,
              "%s: grad_out is %zu x %zu but %zu ids of a %s with %zu cols need %zu x %zu", what, g->rows, g->cols,
              b->ids->count, tname, t->cols, b->ids->count, t->cols);
@@ -102,10 +105,10 @@ static clembed_status check_args(seg_call *b) {
   if (training && (unsigned)t->dtype > (unsigned)CLEMBED_BF16)
     FAIL_ARG(CLEMBED_ERR_UNSUPPORTED, "table", -1, (int64_t)t->dtype,
              "%s: table: a quantized table (dtype %d) cannot be trained; F32, F16 or BF16 can", what, (int)t->dtype);
-  if ((uint64_t)b->ids->count >= 0xFFFFFFFFu)
-    FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "ids", -1, (int64_t)b->ids->count,
-             "%s: %zu ids; at most 4294967294 per call", what, b->ids->count);
-  CHECK(ce_check_common(ctx, what, opt->policy, opt->dropout, b->ids->count, opt->seq_len, opt->sequence_offsets));
+  if ((uint64_t)b->n >= 0xFFFFFFFFu)
+    FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "ids", -1, (int64_t)b->n, "%s: %zu ids; at most 4294967294 per call",
+             what, b->n);
+  CHECK(ce_check_common(ctx, what, opt->policy, opt->dropout, b->n, opt->seq_len, opt->sequence_offsets));
   CHECK(ce_padding(ctx, opt->padding_idx, t->rows, what, &b->padding));
   if (b->pg) {
     CHECK(ce_check_matrix(ctx, b->pg, "position_grad", &b->p_ld));
@@ -138,17 +141,17 @@ static clembed_status prepare(seg_call *b) {
   snprintf(b->opts, sizeof b->opts,
            "-DGRAD_DT=%d -DTABLE_DT=%d -DDROPOUT=%d -DKEY64=%d -DVEC=%u -DTILE=%u -DCE_GROUP=%u -DCE_AHEAD=%u "
            "-DCE_RW_AHEAD=%u -DCE_FOLD_ORDER=%u -DCE_STORE_OVERWRITE=%d -DCE_STORE_ACCUMULATE=%d -DCE_STORE_SGD=%d "
-           "-DCE_STORE_ADAGRAD=%d -DCE_STORE_ADAM=%d%s",
+           "-DCE_STORE_ADAGRAD=%d -DCE_STORE_ADAM=%d -DBAG=%d%s",
            (int)b->grad->dtype, (int)b->target->dtype, opt->dropout > 0.0f, b->key64, t->fold_vec, t->fold_tile,
            t->fold_group, t->fold_ahead, t->rowwise_ahead, order, CE_STORE_OVERWRITE,
-           CE_STORE_ACCUMULATE, CE_STORE_SGD, CE_STORE_ADAGRAD, CE_STORE_ADAM, div);
+           CE_STORE_ACCUMULATE, CE_STORE_SGD, CE_STORE_ADAGRAD, CE_STORE_ADAM, b->step->contrib != NULL, div);
   const clembed_ids *so = b->pg ? opt->sequence_offsets : NULL;
   b->rec = (ce_record){CE_NO_SLOT, CE_FAMILY_BACKWARD, b->opts, b->ids, so, opt->seq_len};
-  int token_work = b->ids->count > 0; /* with 0 columns the ids are still checked */
+  int token_work = b->n > 0 && !b->step->contrib; /* with 0 columns the ids are still checked */
   if (token_work && (opt->policy == CLEMBED_INDEX_CHECK || opt->policy == CLEMBED_INDEX_WRAP ||
                      (opt->policy == CLEMBED_INDEX_CLAMP && rows == 0) || b->pg)) {
     ce_slot_info info = {b->step->what, "position_grad", opt->policy == CLEMBED_INDEX_WRAP, rows, p_rows,
-                         opt->seq_len, opt->position_offset, so != NULL, 0, NULL};
+                         opt->seq_len, opt->position_offset, so != NULL, 0, NULL, 0, 0, 0};
     return ce_slot_reserve(ctx, &info, &b->rec.slot);
   }
   return CLEMBED_OK;
@@ -219,6 +222,18 @@ static seg_grid segment_grid(const clembed_context *ctx, size_t cols, size_t n) 
   return g;
 }
 
+/* Contributions (BAG): the fold kernels' last two arguments, cl/ops/backward.cl's
+ * CE_BAG_KPARAMS (the records and max_rows). */
+static clembed_status contrib_args(seg_call *b, cl_kernel k, const char *name) {
+  const ce_contrib *c = b->step->contrib;
+  cl_uint nargs = 0;
+  if (!c) return CLEMBED_OK;
+  cl_int err = clGetKernelInfo(k, CL_KERNEL_NUM_ARGS, sizeof nargs, &nargs, NULL);
+  if (err == CL_SUCCESS) err = clSetKernelArg(k, nargs - 2, sizeof(cl_mem), &c->records);
+  if (err == CL_SUCCESS) err = clSetKernelArg(k, nargs - 1, sizeof(cl_mem), &c->max_rows);
+  return err == CL_SUCCESS ? CLEMBED_OK : ce_cl_fail(b->ctx, err, name);
+}
+
 /* An optimizer's fold (clembed_optimizer_step): ce_bwd_optim in the shape of
  * ce_bwd_rows with the state rows beside the table's, or for ROWWISE_ADAGRAD
  * ce_bwd_rowwise, a work-item per row (its sum of squares is a fold over the
@@ -234,7 +249,7 @@ static clembed_status fold_optim(seg_call *b, seg_grid grid, int which, const vo
   const clembed_matrix *s1 = o->state ? o->state : t, *s2 = o->state2 ? o->state2 : s1;
   cl_ulong s1_ld = o->state ? o->s1_ld : b->t_ld, s2_ld = o->state2 ? o->s2_ld : s1_ld;
   cl_ulong s1_off = s1->offset, s2_off = s2->offset;
-  cl_ulong nl = b->ids->count, colsl = t->cols, g_off = b->grad->offset, g_ldl = b->g_ld, t_off = t->offset;
+  cl_ulong nl = b->n, colsl = t->cols, g_off = b->grad->offset, g_ldl = b->g_ld, t_off = t->offset;
   cl_ulong t_ldl = b->t_ld;
   cl_int freq_i = opt->scale_grad_by_freq != 0, mode = (cl_int)b->step->mode;
   cl_float scale = opt->scale, lr = b->step->lr, drop = opt->dropout;
@@ -247,7 +262,7 @@ static clembed_status fold_optim(seg_call *b, seg_grid grid, int which, const vo
      * most the positions (a CPU's ce_bwd_rowwise_grouped: groups of them) */
     const char *name = ctx->tune->cpu_shapes ? "ce_bwd_rowwise_grouped" : "ce_bwd_rowwise";
     size_t want = (size_t)ctx->units * ctx->tune->fold_slices_per_unit;
-    size_t starts = fold_starts(ctx->tune, b->ids->count, ctx->tune->fold_vec);
+    size_t starts = fold_starts(ctx->tune, b->n, ctx->tune->fold_vec);
     cl_uint slice_bits;
     if (want > starts) want = starts;
     size_t slices = pow2_at_least(want, &slice_bits);
@@ -257,6 +272,7 @@ static clembed_status fold_optim(seg_call *b, seg_grid grid, int which, const vo
                       none, CE_ARG(slice_bits), CE_ARG(scale), CE_ARG(freq_i), CE_ARG(t->buffer), CE_ARG(t_off),
                       CE_ARG(t_ldl), CE_ARG(s1->buffer), CE_ARG(s1_off), CE_ARG(s1_ld), CE_ARG(lr), CE_ARG(eps),
                       CE_ARG(wd), CE_ARG(drop), CE_ARG(seed_lo), CE_ARG(seed_hi), CE_ARG(keep), CE_END));
+    CHECK(contrib_args(b, k, name));
     CHECK(ce_chain_2d(&b->ch, k, name, 1, slices));
   } else {
     const char *name = ctx->tune->cpu_shapes ? "ce_bwd_optim_grouped" : "ce_bwd_optim";
@@ -268,6 +284,7 @@ static clembed_status fold_optim(seg_call *b, seg_grid grid, int which, const vo
                       CE_ARG(s1_ld), CE_ARG(s2->buffer), CE_ARG(s2_off), CE_ARG(s2_ld), CE_ARG(lr), CE_ARG(eps),
                       CE_ARG(wd), CE_ARG(b1c), CE_ARG(b2c), CE_ARG(step_size), CE_ARG(mode), CE_ARG(drop),
                       CE_ARG(seed_lo), CE_ARG(seed_hi), CE_ARG(keep), CE_END));
+    CHECK(contrib_args(b, k, name));
     CHECK(ce_chain_2d(&b->ch, k, name, grid.nx, grid.ny));
   }
 cleanup:
@@ -281,6 +298,8 @@ static clembed_status make_keys(seg_call *b) {
   clembed_status status = CLEMBED_OK;
   clembed_context *ctx = b->ctx;
   const clembed_ids *ids = b->ids;
+  const ce_contrib *c = b->step->contrib;
+  if (c) return c->keys(&b->ch, c, b->srt.keys[0], b->srt.idx[0], b->key64);
   cl_kernel k;
   cl_mem idb = ids->buffer;
   cl_ulong id_off = ids->offset, nl = ids->count, rows_l = b->target->rows;
@@ -299,14 +318,13 @@ static clembed_status fold_rows(seg_call *b) {
   clembed_status status = CLEMBED_OK;
   clembed_context *ctx = b->ctx;
   const clembed_backward_options *opt = b->opt;
-  const clembed_ids *ids = b->ids;
   cl_kernel k;
   int which;
-  cl_ulong nl = ids->count, rows_l = b->target->rows, colsl = b->target->cols;
+  cl_ulong nl = b->n, rows_l = b->target->rows, colsl = b->target->cols;
   cl_int freq_i = opt->scale_grad_by_freq != 0;
   CHECK(make_keys(b));
   CHECK(ce_sort_run(&b->ch, &b->srt, ce_bit_width(rows_l), &which));
-  seg_grid grid = segment_grid(ctx, b->target->cols, ids->count);
+  seg_grid grid = segment_grid(ctx, b->target->cols, b->n);
   cl_uint none32 = (cl_uint)rows_l;
   cl_ulong none64 = rows_l, g_off = b->grad->offset, g_ldl = b->g_ld, t_off = b->target->offset, t_ldl = b->t_ld;
   cl_float scale = opt->scale, lr = b->step->lr, drop = opt->dropout;
@@ -327,6 +345,7 @@ static clembed_status fold_rows(seg_call *b) {
                     CE_ARG(grid.slice_bits), CE_ARG(grid.bw), CE_ARG(grid.split), CE_ARG(scale), CE_ARG(freq_i),
                     CE_ARG(b->target->buffer), CE_ARG(t_off), CE_ARG(t_ldl), CE_ARG(lr), CE_ARG(mode), CE_ARG(drop),
                     CE_ARG(seed_lo), CE_ARG(seed_hi), CE_ARG(keep), CE_END));
+  CHECK(contrib_args(b, k, name));
   CHECK(ce_chain_2d(&b->ch, k, name, grid.nx, grid.ny));
 cleanup:
   return status;
@@ -417,13 +436,13 @@ static clembed_status segment_commands(seg_call *b) {
   /* OVERWRITE: every row becomes 0 first (the fold then overwrites the touched ones) */
   if (b->step->mode == CE_STORE_OVERWRITE && t->rows > 0 && t->cols > 0)
     CHECK(zero_rows(b, t->buffer, t->offset, b->t_ld, t->rows, t->cols, t->rows));
-  if (b->ids->count == 0) return CLEMBED_OK;
+  if (b->n == 0) return CLEMBED_OK;
   if (t->cols == 0) { /* nothing to add or step, but every id is still checked */
-    CHECK(ce_sort_alloc(b->ctx, b->ids->count, b->key64, &b->srt));
+    CHECK(ce_sort_alloc(b->ctx, b->n, b->key64, &b->srt));
     CHECK(make_keys(b));
     goto cleanup;
   }
-  if (!b->step->atomic || b->pg) CHECK(ce_sort_alloc(b->ctx, b->ids->count, b->key64, &b->srt));
+  if (!b->step->atomic || b->pg) CHECK(ce_sort_alloc(b->ctx, b->n, b->key64, &b->srt));
   CHECK(b->step->atomic ? atomic_rows(b) : fold_rows(b));
   if (b->pg) CHECK(fold_positions(b));
 cleanup:
@@ -471,7 +490,7 @@ clembed_status clembed_backward(clembed_context *ctx, const clembed_matrix *grad
   clembed_backward_options defaults = clembed_backward_defaults();
   const clembed_backward_options *o = opt ? opt : &defaults;
   ce_step step = {"clembed_backward", o->accumulate ? CE_STORE_ACCUMULATE : CE_STORE_OVERWRITE, 0.0f,
-                  !o->deterministic, NULL};
+                  !o->deterministic, NULL, NULL};
   clembed_status status = ce_segment_step(ctx, &step, grad_out, ids, opt, grad_table, nwait, wait, ev);
   return ce_track_end(ctx, status, event, &own);
 }

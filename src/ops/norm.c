@@ -162,7 +162,7 @@ static clembed_status norm_prepare(norm_call *c, clembed_dtype out_dtype, const 
   if (opt->policy == CLEMBED_INDEX_CHECK || opt->policy == CLEMBED_INDEX_WRAP ||
       (opt->policy == CLEMBED_INDEX_CLAMP && types == 0)) {
     ce_slot_info info = {c->op,   "position_table", opt->policy == CLEMBED_INDEX_WRAP, types, 0, 0, 0, 0, 0,
-                         "segment_ids"};
+                         "segment_ids", 0, 0, 0};
     s = ce_slot_reserve(ctx, &info, &c->srec.slot);
   }
   return s;
@@ -378,7 +378,7 @@ cleanup:
  * when bo says so) into `target`, as the chain's next command. */
 static clembed_status fold(ce_chain *ch, const clembed_matrix *src, const clembed_ids *keys,
                            const clembed_backward_options *bo, clembed_matrix *target) {
-  static const ce_step step = {"clembed_embed_backward", CE_STORE_ACCUMULATE, 0.0f, 0, NULL};
+  static const ce_step step = {"clembed_embed_backward", CE_STORE_ACCUMULATE, 0.0f, 0, NULL, NULL};
   cl_event ev = NULL;
   clembed_status s = ce_segment_step(ch->ctx, &step, src, keys, bo, target, ce_chain_nwait(ch), ce_chain_wait(ch), &ev);
   ce_chain_adopt(ch, ev);

@@ -120,6 +120,21 @@ typedef struct ce_optim_step {
   float eps, weight_decay, b1c, b2c, step_size; /* b1c = 1 - beta1, b2c = 1 - beta2 (ADAM) */
 } ce_optim_step;
 
+/* Contributions other than one per token: the bags' (bag.c). `count` sorted
+ * entries, each with a record the fold reads (two ulongs: its gradient row
+ * and how that row contributes; cl/ops/backward.cl's BAG). `keys` enqueues on
+ * the chain what writes the sort's input (keys[e]: the table row, or the
+ * table's rows for nothing; idx[e] = e) and the records, and checks and
+ * reports the producer's own input (its error slots are its own). */
+typedef struct ce_contrib ce_contrib;
+struct ce_contrib {
+  size_t count;
+  cl_mem records;  /* 2 * count ulongs */
+  cl_mem max_rows; /* MAX entries' max_rows, I64 (any buffer when none) */
+  clembed_status (*keys)(ce_chain *ch, const ce_contrib *c, cl_mem keys, cl_mem idx, int key64);
+  void *data;      /* the producer's */
+};
+
 /* One fused step over the rows the ids touch: the sort, the fold and the
  * store; the operation's checks, slot and chain included. */
 typedef struct ce_step {
@@ -128,9 +143,20 @@ typedef struct ce_step {
   float lr;                       /* CE_STORE_SGD */
   int atomic;                     /* the atomic path (clembed_backward with deterministic 0) */
   const ce_optim_step *optim;     /* clembed_optimizer_step: the kernels with states (else NULL) */
+  const ce_contrib *contrib;      /* NULL: a contribution per token of ids, ids[i] from row i of grad_out;
+                                     else these (ids is NULL, grad_out checked by their producer) */
 } ce_step;
 clembed_status ce_segment_step(clembed_context *ctx, const ce_step *step, const clembed_matrix *grad_out,
                                const clembed_ids *ids, const clembed_backward_options *opt,
                                clembed_matrix *target, cl_uint nwait, const cl_event *wait, cl_event *event);
+/* The optimizer's fields and states checked against the table (optim.c). */
+clembed_status ce_optimizer_check(clembed_context *ctx, const char *what, const clembed_optimizer *o,
+                                  const clembed_matrix *table, ce_optim_step *p);
+/* clembed_optimizer_step's fold of any contributions (contrib NULL: ids'),
+ * after ce_optimizer_check: ce_segment_step with the optimizer's store mode. */
+clembed_status ce_optimizer_fold(clembed_context *ctx, const char *what, const clembed_matrix *grad_out,
+                                 const clembed_ids *ids, const clembed_backward_options *opt,
+                                 const clembed_optimizer *o, clembed_matrix *table, const ce_contrib *contrib,
+                                 cl_uint nwait, const cl_event *wait, cl_event *event);
 
 #endif

@@ -21,7 +21,7 @@ clembed_status clembed_sgd_update(clembed_context *ctx, const clembed_matrix *gr
   cl_event own;
   CE_ENTER(ctx, "clembed_sgd_update");
   cl_event *ev = CE_EVENT_BEGIN(event, own);
-  ce_step step = {"clembed_sgd_update", CE_STORE_SGD, learning_rate, 0, NULL};
+  ce_step step = {"clembed_sgd_update", CE_STORE_SGD, learning_rate, 0, NULL, NULL};
   clembed_status status = ce_segment_step(ctx, &step, grad_out, ids, opt, table, nwait, wait, ev);
   return ce_track_end(ctx, status, event, &own);
 }
@@ -62,8 +62,8 @@ cleanup:
 
 /* The optimizer's fields and states, checked against the table; the float32
  * constants of the step (ADAM's from float64, each rounded once). */
-static clembed_status check_optimizer(clembed_context *ctx, const char *what, const clembed_optimizer *o,
-                                      const clembed_matrix *table, ce_optim_step *p) {
+clembed_status ce_optimizer_check(clembed_context *ctx, const char *what, const clembed_optimizer *o,
+                                  const clembed_matrix *table, ce_optim_step *p) {
   clembed_status status = CLEMBED_OK;
   memset(p, 0, sizeof *p);
   if (!o) FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "optimizer", -1, 0, "%s: the optimizer is NULL", what);
@@ -115,22 +115,31 @@ clembed_status clembed_optimizer_step(clembed_context *ctx, const clembed_matrix
                                       const clembed_backward_options *opt, const clembed_optimizer *o,
                                       clembed_matrix *table, cl_uint nwait, const cl_event *wait, cl_event *event) {
   const char *what = "clembed_optimizer_step";
-  clembed_status status = CLEMBED_OK;
+  clembed_status status;
   cl_event own;
   CE_ENTER(ctx, what);
   cl_event *ev = CE_EVENT_BEGIN(event, own);
+  status = ce_optimizer_fold(ctx, what, grad_out, ids, opt, o, table, NULL, nwait, wait, ev);
+  return ce_track_end(ctx, status, event, &own);
+}
+
+clembed_status ce_optimizer_fold(clembed_context *ctx, const char *what, const clembed_matrix *grad_out,
+                                 const clembed_ids *ids, const clembed_backward_options *opt,
+                                 const clembed_optimizer *o, clembed_matrix *table, const ce_contrib *contrib,
+                                 cl_uint nwait, const cl_event *wait, cl_event *event) {
+  clembed_status status = CLEMBED_OK;
   ce_optim_step p;
   size_t t_ld;
   CHECK(ce_check_matrix(ctx, table, "table", &t_ld)); /* before its rows and cols are used */
-  CHECK(check_optimizer(ctx, what, o, table, &p));
+  CHECK(ce_optimizer_check(ctx, what, o, table, &p));
   {
     static const ce_store_mode modes[4] = {CE_STORE_SGD, CE_STORE_ADAGRAD, CE_STORE_ROWWISE_ADAGRAD, CE_STORE_ADAM};
     /* SGD without weight decay is clembed_sgd_update's fold (the same
      * operations, and its kernel has no state arguments to carry) */
     int plain = o->kind == CLEMBED_SGD && o->weight_decay == 0.0f;
-    ce_step step = {what, modes[o->kind], o->learning_rate, 0, plain ? NULL : &p};
-    status = ce_segment_step(ctx, &step, grad_out, ids, opt, table, nwait, wait, ev);
+    ce_step step = {what, modes[o->kind], o->learning_rate, 0, plain ? NULL : &p, contrib};
+    status = ce_segment_step(ctx, &step, grad_out, ids, opt, table, nwait, wait, event);
   }
 cleanup:
-  return ce_track_end(ctx, status, event, &own);
+  return status;
 }

@@ -124,17 +124,26 @@ static void slots_scan(clembed_context *ctx, const cl_uint *s, const ce_slot_inf
     }
     if (r[0] == 0xFFFFFFFFu && r[1] == 0xFFFFFFFFu) continue;
     ctx->deferred = CLEMBED_ERR_INDEX_OUT_OF_RANGE;
+    char part[48] = ""; /* a batched call's feature */
+    if (in->has_feature) snprintf(part, sizeof part, "features[%llu].", (unsigned long long)in->feature);
     if (r[0] <= r[1]) {
       int64_t v = (int64_t)((uint64_t)r[2] | ((uint64_t)r[3] << 32));
       unsigned long long rows = (unsigned long long)in->id_rows;
       const char *idn = in->id_arg ? in->id_arg : "ids";
       if (in->wrap)
-        snprintf(ctx->deferred_message, sizeof ctx->deferred_message, "%s: %s[%u] = %lld is outside [-%llu, %llu)",
-                 in->op, idn, r[0], (long long)v, rows, rows);
+        snprintf(ctx->deferred_message, sizeof ctx->deferred_message, "%s: %s%s[%u] = %lld is outside [-%llu, %llu)",
+                 in->op, part, idn, r[0], (long long)v, rows, rows);
       else
-        snprintf(ctx->deferred_message, sizeof ctx->deferred_message, "%s: %s[%u] = %lld is outside [0, %llu)",
-                 in->op, idn, r[0], (long long)v, rows);
+        snprintf(ctx->deferred_message, sizeof ctx->deferred_message, "%s: %s%s[%u] = %lld is outside [0, %llu)",
+                 in->op, part, idn, r[0], (long long)v, rows);
       ce_detail_fill(&ctx->deferred_detail, CLEMBED_ERR_INDEX_OUT_OF_RANGE, in->op, idn, (int64_t)r[0], v);
+    } else if (in->bag_offsets) {
+      int64_t v = (int64_t)((uint64_t)r[4] | ((uint64_t)r[5] << 32));
+      snprintf(ctx->deferred_message, sizeof ctx->deferred_message,
+               "%s: %soffsets[%u] = %lld: offsets must start at 0, never decrease and end at the number of ids "
+               "(%llu)",
+               in->op, part, r[1], (long long)v, (unsigned long long)in->pos_rows);
+      ce_detail_fill(&ctx->deferred_detail, CLEMBED_ERR_INDEX_OUT_OF_RANGE, in->op, "offsets", (int64_t)r[1], v);
     } else {
       uint64_t i = r[1];
       uint64_t first = in->position_offset;

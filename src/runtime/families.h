@@ -18,7 +18,8 @@
   X(INIT, init)           \
   X(UTIL, util)           \
   X(ROPE, rope)           \
-  X(NORM, norm)
+  X(NORM, norm)           \
+  X(BAG, bag)
 
 #define CE_LIB_SOURCES(L) \
   L(dtype)                \

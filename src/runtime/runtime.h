@@ -103,6 +103,10 @@ typedef struct ce_tuning {
   size_t fold_slices_per_unit; /* work-items per compute unit the slices aim for */
   size_t fold_min_slices;
   size_t row_items;            /* work-items across a row for the row-looping helper kernels */
+  /* bags (clembed_embedding_bag(s)): the CPU shape pools a bag's rows TILE vectors of VEC columns at a
+   * time (a work-item per bag); the GPU shape one VEC of columns per work-item */
+  unsigned bag_vec, bag_tile;
+  unsigned bag_ahead;          /* with prefetch hints: the row of the id this many on asked for */
   /* caches and buffers */
   size_t sinusoid_table_max_elements;
   size_t sinusoid_table_min_rows;
@@ -149,6 +153,10 @@ typedef struct ce_slot_info {
   int has_sequence_offsets;
   int sinusoid;          /* positions are the sinusoid's (below 2^32), not a table's */
   const char *id_arg;    /* what the ids are called in messages and error detail; NULL: "ids" */
+  int bag_offsets;       /* bags: a bad position is a bad entry of "offsets" (the index and value
+                            reported are the entry's); pos_rows holds the number of ids */
+  int has_feature;       /* a batched call: the messages name features[feature] */
+  uint64_t feature;
 } ce_slot_info;
 
 /* Slots read aside (without waiting) when every slot was taken before a finish. */

@@ -1,0 +1,609 @@
+/* bag.cl: bags of ids pooled per sample (EmbeddingBag), any number of
+ * features in one launch; the contributions of the bag backward (keys and
+ * records for the segment fold of backward.cl); the per_sample_weights
+ * gradient; renorm (max_norm). OpenCL C 1.2; cl/lib/ files come first.
+ *
+ * Features. A launch serves features f0 .. f0 + nf - 1 of a descriptor `fd`
+ * (BF_COUNT ulongs per feature; the field indices BF_* come from src/ops/bag.c's
+ * one list as -D options) and up to CE_BAG_BUFS buffers b0 .. b15: a feature
+ * names the buffer of its table, ids, offsets, per_sample_weights and max_rows
+ * by its index among them (CE_BAG_NONE: absent) and its elements by offsets.
+ * ce_bag_load turns a feature's fields into typed pointers (ce_bag_feat).
+ *
+ * Forward, one kernel per shape, the same float32 operations in the same
+ * order (so the same bits), per output column over the bag's ids in ascending
+ * order (src/ops/bag.c and include/clembed.h give the contract):
+ *   ce_bag_rows  (CPU) a work-item per bag, every feature of the launch, whole
+ *                rows TILE vectors of VEC columns at a time (accumulators in
+ *                registers), the row of the id AHEAD on asked for (CE_PREFETCH)
+ *   ce_bag_cols  (GPU) work-item (x, bag): x a chunk of VEC columns of one
+ *                feature (consecutive items on consecutive columns)
+ * The work-item that holds a feature's first columns (chunk 0) reports its bad
+ * ids and offsets; a feature of 0 columns gets a chunk that only checks.
+ *
+ * Backward (src/ops/bag.c; the fold is backward.cl's with -DBAG=1):
+ *   ce_bag_counts   checks the offsets; MEAN: each bag's count of taken ids
+ *   ce_bag_keys     one entry per id: the sort key (its row, or `none`), and the
+ *                   record the fold reads (the gradient row and the kind)
+ *   ce_bag_gather_max  MAX: the features' max_rows as one I64 array
+ *   ce_bag_grad_weights  grad_weights
+ *   ce_bag_record   devices without 64-bit atomics: the bad values
+ * Renorm: ce_renorm_keys, then the sort, then ce_renorm_rows (a row per segment).
+ *
+ * Build options: OUT_DT, GRAD_DT, TABLE_DT (renorm) dtype codes; DTYPES (a bit
+ * per table dtype code the launch's features use: the pooling of the others
+ * is left out); VEC, TILE, AHEAD; KEY64; BF_* and BF_COUNT. */
+
+#ifndef OUT_DT
+#define OUT_DT 0
+#endif
+#ifndef GRAD_DT
+#define GRAD_DT 0
+#endif
+#ifndef TABLE_DT
+#define TABLE_DT 0
+#endif
+#ifndef DTYPES
+#define DTYPES 127
+#endif
+#ifndef TILE
+#define TILE 1
+#endif
+#ifndef AHEAD
+#define AHEAD 0
+#endif
+#if KEY64
+#define KEY_T ulong
+#else
+#define KEY_T uint
+#endif
+
+#define OUT_T CE_XCAT(CE_STORE_, OUT_DT)
+#define store_out CE_XCAT(ce_store_, OUT_DT)
+#define store_outv CE_XCAT(ce_storev_, OUT_DT)
+#define GRAD_T CE_XCAT(CE_STORE_, GRAD_DT)
+#define load_grad CE_XCAT(ce_load_, GRAD_DT)
+#define TABLE_T CE_XCAT(CE_STORE_, TABLE_DT)
+#define load_table CE_XCAT(ce_load_, TABLE_DT)
+#define store_table CE_XCAT(ce_store_, TABLE_DT)
+#define IV CE_XCAT(int, VEC)
+
+/* clembed_bag_mode, and the kinds of a record's aux word (backward.cl) */
+#define CE_BAG_SUM 0
+#define CE_BAG_MEAN 1
+#define CE_BAG_MAX 2
+#define CE_BAG_NONE 0xFFu       /* a buffer index: absent */
+#define CE_BAG_NO_ARG 0xFFFFFFFFu /* MAX: no id taken yet */
+#define CE_BAG_BUFS 16
+
+#define CE_BAG_BUF_PARAMS                                                                                      \
+  __global uchar *b0, __global uchar *b1, __global uchar *b2, __global uchar *b3, __global uchar *b4,          \
+      __global uchar *b5, __global uchar *b6, __global uchar *b7, __global uchar *b8, __global uchar *b9,      \
+      __global uchar *b10, __global uchar *b11, __global uchar *b12, __global uchar *b13, __global uchar *b14, \
+      __global uchar *b15
+/* The arguments every bag kernel starts with (src/ops/bag.c sets them once). */
+#define CE_BAG_ARGS __global const ulong *fd, uint f0, uint nf, ulong bags, __global uint *err, CE_BAG_BUF_PARAMS
+#define CE_BAG_BUFS_ARRAY                                                                                      \
+  __global uchar *bufs_[CE_BAG_BUFS] = {b0, b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11, b12, b13, b14, b15}
+
+/* One feature, as its descriptor gives it. */
+typedef struct ce_bag_feat {
+  __global const uchar *tab;
+  ulong t_off, t_ld, t_rows, cols;
+  int dtype;
+  __global const int *ids32;
+  __global const long *ids64;
+  ulong id_off, n;
+  int id64;
+  __global const int *of32;
+  __global const long *of64;
+  ulong of_off;
+  int of64f, has_of;
+  __global const float *w;
+  ulong w_off, w_ld;
+  int has_w;
+  __global int *mr32;
+  __global long *mr64;
+  ulong mr_off;
+  int mr64f, has_mr;
+  int mode, policy;
+  long padding;
+  ulong col0;
+  uint slot;
+  int report;
+} ce_bag_feat;
+
+#define FD(f, k) fd[(ulong)(f) * BF_COUNT + (k)]
+
+CE_INLINE __global uchar *ce_bag_buf(__global uchar **bufs, ulong s) { return bufs[s < CE_BAG_BUFS ? s : 0]; }
+
+CE_INLINE void ce_bag_load(ce_bag_feat *F, __global const ulong *fd, ulong f, __global uchar **bufs) {
+  F->tab = ce_bag_buf(bufs, FD(f, BF_TAB));
+  F->t_off = FD(f, BF_TAB_OFF);
+  F->t_ld = FD(f, BF_TAB_LD);
+  F->t_rows = FD(f, BF_TAB_ROWS);
+  F->cols = FD(f, BF_COLS);
+  F->dtype = (int)FD(f, BF_DTYPE);
+  __global uchar *ib = ce_bag_buf(bufs, FD(f, BF_IDS));
+  F->ids32 = (__global const int *)ib;
+  F->ids64 = (__global const long *)ib;
+  F->id_off = FD(f, BF_IDS_OFF);
+  F->n = FD(f, BF_IDS_N);
+  F->id64 = (int)FD(f, BF_IDS64);
+  F->has_of = FD(f, BF_OFFS) != CE_BAG_NONE;
+  __global uchar *ob = ce_bag_buf(bufs, FD(f, BF_OFFS));
+  F->of32 = (__global const int *)ob;
+  F->of64 = (__global const long *)ob;
+  F->of_off = FD(f, BF_OFFS_OFF);
+  F->of64f = (int)FD(f, BF_OFFS64);
+  F->has_w = FD(f, BF_W) != CE_BAG_NONE;
+  F->w = (__global const float *)ce_bag_buf(bufs, FD(f, BF_W));
+  F->w_off = FD(f, BF_W_OFF);
+  F->w_ld = FD(f, BF_W_LD);
+  F->has_mr = FD(f, BF_MR) != CE_BAG_NONE;
+  __global uchar *mb = ce_bag_buf(bufs, FD(f, BF_MR));
+  F->mr32 = (__global int *)mb;
+  F->mr64 = (__global long *)mb;
+  F->mr_off = FD(f, BF_MR_OFF);
+  F->mr64f = (int)FD(f, BF_MR64);
+  F->mode = (int)FD(f, BF_MODE);
+  F->policy = (int)FD(f, BF_POLICY);
+  F->padding = (long)FD(f, BF_PADDING);
+  F->col0 = FD(f, BF_COL0);
+  F->slot = (uint)FD(f, BF_ERR);
+  F->report = (int)FD(f, BF_REPORT);
+}
+
+/* offsets[i] */
+CE_INLINE long ce_bag_off(const ce_bag_feat *F, ulong i) { return ce_load_id(F->of32, F->of64, F->of64f, F->of_off + i); }
+
+/* Id j's row under the feature's policy (-1: left out); reported when `report`. */
+CE_INLINE long ce_bag_row(const ce_bag_feat *F, ulong j, __global uint *err, int report) {
+  return ce_token_row(F->ids32, F->ids64, F->id64, F->id_off, j, F->t_rows, F->policy, F->padding, err, F->slot,
+                      report && F->report);
+}
+
+/* Bag b's ids [lo, hi) (b < bags): its offsets clamped into [0, n], each on
+ * its own (hi not below lo), or the b-th run of n / bags ids. */
+CE_INLINE void ce_bag_range(const ce_bag_feat *F, ulong b, ulong bags, ulong *lo, ulong *hi) {
+  if (F->has_of) {
+    long n = (long)F->n, a = ce_bag_off(F, b), z = ce_bag_off(F, b + 1);
+    a = clamp(a, (long)0, n);
+    z = clamp(z, a, n);
+    *lo = (ulong)a;
+    *hi = (ulong)z;
+  } else {
+    ulong len = F->n / bags;
+    *lo = b * len;
+    *hi = *lo + len;
+  }
+}
+
+/* The offsets that bag b's work-item answers for: position b + 1, and 0 for
+ * bag 0 (with no bags, offsets[0] alone, which must be 0 and the number of
+ * ids). A bad one is reported with its position and value (kind 1). */
+CE_INLINE void ce_bag_check_offsets(const ce_bag_feat *F, ulong b, ulong bags, __global uint *err) {
+  if (!F->has_of || !F->report) return;
+  long n = (long)F->n;
+  if (b == 0) {
+    long v = ce_bag_off(F, 0);
+    if (v != 0 || (bags == 0 && v != n)) ce_report(err, F->slot, 1, 0, v);
+  }
+  if (b < bags) {
+    long a = ce_bag_off(F, b), v = ce_bag_off(F, b + 1);
+    if (v < 0 || v < a || v > n || (b + 1 == bags && v != n)) ce_report(err, F->slot, 1, b + 1, v);
+  }
+}
+
+/* The bag of id j (j < n, bags > 0): the last bag whose offset is at most j
+ * (with good offsets the one holding j; with bad ones some bag), or j / (n /
+ * bags) for fixed bags. */
+CE_INLINE ulong ce_bag_of(const ce_bag_feat *F, ulong j, ulong bags) {
+  if (!F->has_of) return j / (F->n / bags);
+  ulong lo = 0, hi = bags - 1;
+  while (lo < hi) {
+    ulong mid = lo + (hi - lo + 1) / 2;
+    if (ce_bag_off(F, mid) <= (long)j)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return lo;
+}
+
+/* --------------------------------------------------------- the pooling */
+
+/* The dtypes a launch handles: a case per dtype code in DTYPES. */
+#define CE_BAG_HAS(D) ((DTYPES >> (D)) & 1)
+#if CE_BAG_HAS(0)
+#define CE_BAG_CASE0(FN, ...) case 0: FN##_0(__VA_ARGS__); break;
+#else
+#define CE_BAG_CASE0(FN, ...)
+#endif
+#if CE_BAG_HAS(1)
+#define CE_BAG_CASE1(FN, ...) case 1: FN##_1(__VA_ARGS__); break;
+#else
+#define CE_BAG_CASE1(FN, ...)
+#endif
+#if CE_BAG_HAS(2)
+#define CE_BAG_CASE2(FN, ...) case 2: FN##_2(__VA_ARGS__); break;
+#else
+#define CE_BAG_CASE2(FN, ...)
+#endif
+#if CE_BAG_HAS(3)
+#define CE_BAG_CASE3(FN, ...) case 3: FN##_3(__VA_ARGS__); break;
+#else
+#define CE_BAG_CASE3(FN, ...)
+#endif
+#if CE_BAG_HAS(4)
+#define CE_BAG_CASE4(FN, ...) case 4: FN##_4(__VA_ARGS__); break;
+#else
+#define CE_BAG_CASE4(FN, ...)
+#endif
+#if CE_BAG_HAS(5)
+#define CE_BAG_CASE5(FN, ...) case 5: FN##_5(__VA_ARGS__); break;
+#else
+#define CE_BAG_CASE5(FN, ...)
+#endif
+#if CE_BAG_HAS(6)
+#define CE_BAG_CASE6(FN, ...) case 6: FN##_6(__VA_ARGS__); break;
+#else
+#define CE_BAG_CASE6(FN, ...)
+#endif
+#define CE_BAG_SWITCH(dt, FN, ...)                                                                                  \
+  switch (dt) {                                                                                                   \
+    CE_BAG_CASE0(FN, __VA_ARGS__)                                                                                 \
+    CE_BAG_CASE1(FN, __VA_ARGS__)                                                                                 \
+    CE_BAG_CASE2(FN, __VA_ARGS__)                                                                                 \
+    CE_BAG_CASE3(FN, __VA_ARGS__)                                                                                 \
+    CE_BAG_CASE4(FN, __VA_ARGS__) CE_BAG_CASE5(FN, __VA_ARGS__) CE_BAG_CASE6(FN, __VA_ARGS__) default : break; \
+  }
+
+/* The pooling of W columns at a time from column c (W vectors of VEC
+ * columns, T = FV, AT = UV, LOAD a VEC-wide load; or one column, T = float,
+ * AT = uint) over ids [lo, hi): acc[k] the pooled values, arg[k] (MAX) the
+ * position of the id that gave them, *cnt the ids taken. `nv` of the W are
+ * live. The same float32 operations for a vector and for a column:
+ *   SUM     acc = acc + t        weighted: acc = fma(w, t, acc)
+ *   MAX     the first taken id sets acc; then t replaces acc when t > acc, or
+ *           when t is NaN and acc is not (so a NaN stays, the first one)
+ * (`t > acc`, isnan and select give -1/0 lanes for vectors and 1/0 for a
+ * scalar, which select reads alike.) With prefetch hints (W > 1), the
+ * columns of the row of the id AHEAD on are asked for. */
+#define CE_BAG_POOL_FN(NAME, D, T, AT, LOAD, W)                                                                    \
+  CE_INLINE void NAME##_##D(const ce_bag_feat *F, ulong lo, ulong hi, ulong c, int nv, T *acc, AT *arg, int *cnt, \
+                            int report, __global uint *err) {                                                     \
+    __global const CE_STORE_##D *tab = (__global const CE_STORE_##D *)F->tab;                                    \
+    int taken = 0;                                                                                                \
+    for (int k = 0; k < W; k++) {                                                                                 \
+      acc[k] = (T)(0.0f);                                                                                         \
+      arg[k] = (AT)(CE_BAG_NO_ARG);                                                                               \
+    }                                                                                                             \
+    for (ulong j = lo; j < hi; j++) {                                                                             \
+      if (CE_PREFETCH && AHEAD && W > 1 && j + AHEAD < hi) {                                                      \
+        long id = ce_load_id(F->ids32, F->ids64, F->id64, F->id_off + j + AHEAD);                                 \
+        if (id >= 0 && (ulong)id < F->t_rows) {                                                                   \
+          __global const CE_STORE_##D *rp = ce_ptr_##D(tab, F->t_off + (ulong)id * F->t_ld);                     \
+          __global const uchar *a = (__global const uchar *)ce_ptr_##D(rp, c);                                   \
+          __global const uchar *z = (__global const uchar *)ce_ptr_##D(rp, c + (ulong)nv * VEC);                 \
+          for (; a < z; a += 64) ce_prefetch(a);                                                                  \
+        }                                                                                                         \
+      }                                                                                                           \
+      long row = ce_bag_row(F, j, err, report);                                                                   \
+      if (row < 0) continue;                                                                                      \
+      __global const CE_STORE_##D *p = ce_ptr_##D(tab, F->t_off + (ulong)row * F->t_ld);                         \
+      if (F->mode == CE_BAG_MAX) {                                                             \
+        _Pragma("unroll") for (int k = 0; k < W; k++) if (k < nv) {                                               \
+          T t = LOAD(p, c + (ulong)k * VEC);                                                                      \
+          if (taken == 0) {                                                                                       \
+            acc[k] = t;                                                                                           \
+            arg[k] = (AT)((uint)j);                                                                               \
+          } else {                                                                                                \
+            T a = acc[k];                                                                                         \
+            __typeof__(t > a) take = (t > a) | (isnan(t) & !isnan(a));                                            \
+            acc[k] = select(a, t, take);                                                                          \
+            arg[k] = select(arg[k], (AT)((uint)j), take);                                                         \
+          }                                                                                                       \
+        }                                                                                                         \
+      } else if (F->has_w) {                                                                  \
+        T w = (T)(F->w[F->w_off + j * F->w_ld]);                                                                  \
+        _Pragma("unroll") for (int k = 0; k < W; k++) if (k < nv) acc[k] = fma(w, LOAD(p, c + (ulong)k * VEC), acc[k]); \
+      } else {                                                                                                    \
+        _Pragma("unroll") for (int k = 0; k < W; k++) if (k < nv) acc[k] = acc[k] + LOAD(p, c + (ulong)k * VEC); \
+      }                                                                                                           \
+      taken++;                                                                                                    \
+    }                                                                                                             \
+    *cnt = taken;                                                                                                 \
+  }
+
+/* VEC-wide loads, and single values (ce_load_T(p, c)) */
+#define CE_BAG_POOL_DTYPE(D)                                                  \
+  CE_BAG_POOL_FN(ce_bag_poolv, D, FV, UV, CE_XCAT(ce_loadv_, D), TILE)       \
+  CE_BAG_POOL_FN(ce_bag_pool1, D, float, uint, CE_XCAT(ce_load_, D), 1)      \
+  CE_INLINE void ce_bag_value_##D(const ce_bag_feat *F, ulong row, ulong c, float *v) { \
+    __global const CE_STORE_##D *tab = (__global const CE_STORE_##D *)F->tab;          \
+    *v = ce_load_##D(ce_ptr_##D(tab, F->t_off + row * F->t_ld), c);                     \
+  }
+CE_BAG_POOL_DTYPE(0)
+CE_BAG_POOL_DTYPE(1)
+CE_BAG_POOL_DTYPE(2)
+CE_BAG_POOL_DTYPE(3)
+CE_BAG_POOL_DTYPE(4)
+CE_BAG_POOL_DTYPE(5)
+CE_BAG_POOL_DTYPE(6)
+
+/* max_rows[b][c + l] for the lanes l < nl of arg (a position, or none: -1). */
+CE_INLINE void ce_bag_store_rows(const ce_bag_feat *F, ulong b, ulong c, const uint *arg, int nl) {
+  for (int l = 0; l < nl; l++) {
+    long r = arg[l] == CE_BAG_NO_ARG ? -1 : ce_bag_row(F, arg[l], (__global uint *)0, 0);
+    ulong o = F->mr_off + b * F->cols + c + (ulong)l;
+    if (F->mr64f)
+      F->mr64[o] = r;
+    else
+      F->mr32[o] = (int)r;
+  }
+}
+
+/* Bag b of feature F, columns [c, c_end), into its output row: TILE * VEC
+ * columns at a time, then single columns; MEAN divides by the count, MAX
+ * writes max_rows. The first pass reports the bag's bad ids (`report`); with
+ * no column to write the ids are still checked. */
+CE_INLINE void ce_bag_columns(const ce_bag_feat *F, ulong b, ulong bags, ulong c, ulong c_end,
+                              __global OUT_T *orow, int report, __global uint *err) {
+  ulong lo, hi;
+  ce_bag_range(F, b, bags, &lo, &hi);
+  int mean = F->mode == CE_BAG_MEAN, max = F->mode == CE_BAG_MAX && F->has_mr;
+  for (; c + VEC <= c_end;) {
+    int nv = (int)min((ulong)TILE, (c_end - c) / VEC), cnt = 0;
+    FV acc[TILE];
+    UV arg[TILE];
+    CE_BAG_SWITCH(F->dtype, ce_bag_poolv, F, lo, hi, c, nv, acc, arg, &cnt, report, err)
+    report = 0;
+    FV div = (FV)((float)cnt);
+    for (int k = 0; k < TILE; k++)
+      if (k < nv) {
+        FV v = acc[k];
+        if (mean && cnt) v = v / div;
+        store_outv(orow, c + (ulong)k * VEC, v);
+        if (max) {
+          uint a[VEC];
+          vstoreV(arg[k], 0, a);
+          ce_bag_store_rows(F, b, c + (ulong)k * VEC, a, VEC);
+        }
+      }
+    c += (ulong)nv * VEC;
+  }
+  for (; c < c_end; c++) {
+    float acc, div;
+    uint arg;
+    int cnt = 0;
+    CE_BAG_SWITCH(F->dtype, ce_bag_pool1, F, lo, hi, c, 1, &acc, &arg, &cnt, report, err)
+    report = 0;
+    div = (float)cnt;
+    if (mean && cnt) acc = acc / div;
+    store_out(orow, c, acc);
+    if (max) ce_bag_store_rows(F, b, c, &arg, 1);
+  }
+  if (report)
+    for (ulong j = lo; j < hi; j++) ce_bag_row(F, j, err, 1);
+}
+
+/* The arguments of the forward's shapes, after CE_BAG_ARGS. */
+#define CE_BAG_OUT_ARGS __global OUT_T *out, ulong o_off, ulong o_ld, ulong nchunks
+
+/* CPU shape: a work-item per bag, every feature of the launch in turn, whole
+ * rows (with no bags, item 0 checks the offsets). */
+__kernel void ce_bag_rows(CE_BAG_ARGS, CE_BAG_OUT_ARGS) {
+  CE_BAG_BUFS_ARRAY;
+  ulong b = get_global_id(0);
+  if (b >= max(bags, (ulong)1)) return;
+  for (uint f = 0; f < nf; f++) {
+    ce_bag_feat F;
+    ce_bag_load(&F, fd, f0 + f, bufs_);
+    ce_bag_check_offsets(&F, b, bags, err);
+    if (b < bags) ce_bag_columns(&F, b, bags, 0, F.cols, out + o_off + b * o_ld + F.col0, 1, err);
+  }
+}
+
+/* GPU shape: work-item (x, b), x one of the launch's nchunks chunks of VEC
+ * columns (feature f's are BF_CHUNK0 on, at least one per feature). */
+__kernel void ce_bag_cols(CE_BAG_ARGS, CE_BAG_OUT_ARGS) {
+  CE_BAG_BUFS_ARRAY;
+  ulong x = get_global_id(0), b = get_global_id(1);
+  if (x >= nchunks || b >= max(bags, (ulong)1)) return;
+  uint lo = 0, hi = nf - 1; /* the last feature whose first chunk is at most x */
+  while (lo < hi) {
+    uint mid = lo + (hi - lo + 1) / 2;
+    if (FD(f0 + mid, BF_CHUNK0) <= x)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  ce_bag_feat F;
+  ce_bag_load(&F, fd, f0 + lo, bufs_);
+  ulong c = (x - FD(f0 + lo, BF_CHUNK0)) * VEC;
+  int first = c == 0;
+  if (first) ce_bag_check_offsets(&F, b, bags, err);
+  if (b < bags) ce_bag_columns(&F, b, bags, c, min(c + VEC, F.cols), out + o_off + b * o_ld + F.col0, first, err);
+}
+
+/* Devices without 64-bit atomics: the value of each feature's first bad id
+ * and bad offset, beside their positions in its error slot (as
+ * ce_record_error). A work-item per feature. */
+__kernel void ce_bag_record(CE_BAG_ARGS) {
+  CE_BAG_BUFS_ARRAY;
+  ulong f = get_global_id(0);
+  if (f >= nf) return;
+  ce_bag_feat F;
+  ce_bag_load(&F, fd, f0 + f, bufs_);
+  if (!F.report) return;
+  __global uint *s = err + F.slot * CE_SLOT_UINTS;
+  uint bi = s[0], bp = s[1];
+  if (bi != CE_NONE && bi < F.n) {
+    long v = ce_load_id(F.ids32, F.ids64, F.id64, F.id_off + bi);
+    s[2] = (uint)v;
+    s[3] = (uint)((ulong)v >> 32);
+  }
+  if (bp != CE_NONE && F.has_of && bp <= bags) {
+    long v = ce_bag_off(&F, bp);
+    s[4] = (uint)v;
+    s[5] = (uint)((ulong)v >> 32);
+  }
+}
+
+/* ------------------------------------------------------------ backward */
+
+/* Work-item (f, b): checks the offsets bag b answers for; MEAN features also
+ * store the bag's count of taken ids at counts[BF_CNT0 + b]. */
+__kernel void ce_bag_counts(CE_BAG_ARGS, __global float *counts) {
+  CE_BAG_BUFS_ARRAY;
+  ulong f = get_global_id(0), b = get_global_id(1);
+  if (f >= nf || b >= max(bags, (ulong)1)) return;
+  ce_bag_feat F;
+  ce_bag_load(&F, fd, f0 + f, bufs_);
+  ce_bag_check_offsets(&F, b, bags, err);
+  if (b >= bags || F.mode != CE_BAG_MEAN) return;
+  ulong lo, hi;
+  uint cnt = 0;
+  ce_bag_range(&F, b, bags, &lo, &hi);
+  for (ulong j = lo; j < hi; j++) cnt += ce_bag_row(&F, j, err, 0) >= 0;
+  counts[FD(f0 + f, BF_CNT0) + b] = (float)cnt;
+}
+
+/* The kinds of a record's aux word (its top two bits; backward.cl reads them) */
+#define CE_CB_PLAIN 0UL /* g */
+#define CE_CB_MUL 1UL   /* w * g, w the float in the low word */
+#define CE_CB_DIV 2UL   /* g / count, count the float in the low word */
+#define CE_CB_MAX 3UL   /* g where max_rows (the gathered array, from the element in the low 62 bits) names the row */
+
+/* Entry p of the group's entries [e_first, e_first + e_count) (feature f's
+ * ids are entries BF_E0 on, in feature order): the key (the id's row, or
+ * `rows`, sorting last, for an id that contributes nothing: left out, bad,
+ * or under MAX a row that max_rows[b] does not name), idx = p, and the record
+ * (the gradient row's element offset b * g_ld + BF_COL0, and the kind with
+ * its weight, count or max_rows element). Bad ids are reported here. */
+__kernel void ce_bag_keys(CE_BAG_ARGS, __global const float *counts, ulong rows, ulong g_ld, ulong e_first,
+                          ulong e_count, __global KEY_T *keys, __global uint *idx, __global ulong *rec) {
+  CE_BAG_BUFS_ARRAY;
+  ulong q = get_global_id(0);
+  if (q >= e_count) return;
+  ulong p = e_first + q;
+  uint lo = 0, hi = nf - 1; /* the last feature whose first entry is at most p */
+  while (lo < hi) {
+    uint mid = lo + (hi - lo + 1) / 2;
+    if (FD(f0 + mid, BF_E0) <= p)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  ce_bag_feat F;
+  ce_bag_load(&F, fd, f0 + lo, bufs_);
+  ulong j = p - FD(f0 + lo, BF_E0);
+  long row = ce_bag_row(&F, j, err, 1);
+  ulong b = bags ? ce_bag_of(&F, j, bags) : 0, key = rows, aux = CE_CB_PLAIN << 62;
+  if (row >= 0 && bags) {
+    key = (ulong)row;
+    if (F.mode == CE_BAG_MAX) {
+      int named = 0;
+      for (ulong c = 0; c < F.cols && !named; c++) {
+        ulong o = F.mr_off + b * F.cols + c;
+        named = (F.mr64f ? F.mr64[o] : (long)F.mr32[o]) == row;
+      }
+      if (!named) key = rows;
+      aux = (CE_CB_MAX << 62) | (FD(f0 + lo, BF_MRT0) + b * F.cols);
+    } else if (F.mode == CE_BAG_MEAN) {
+      aux = (CE_CB_DIV << 62) | as_uint(counts[FD(f0 + lo, BF_CNT0) + b]);
+    } else if (F.has_w) {
+      aux = (CE_CB_MUL << 62) | as_uint(F.w[F.w_off + j * F.w_ld]);
+    }
+  }
+  keys[p] = (KEY_T)key;
+  idx[p] = (uint)p;
+  rec[2 * p] = b * g_ld + F.col0;
+  rec[2 * p + 1] = aux;
+}
+
+/* MAX features: max_rows (I32 or I64) as one I64 array, feature f's bags x
+ * cols from BF_MRT0 on. Work-item (x, b) of feature f: columns x, x +
+ * get_global_size(0), ... of every MAX feature of the launch. */
+__kernel void ce_bag_gather_max(CE_BAG_ARGS, __global long *mrt) {
+  CE_BAG_BUFS_ARRAY;
+  ulong b = get_global_id(1);
+  if (b >= bags) return;
+  for (uint f = 0; f < nf; f++) {
+    ce_bag_feat F;
+    ce_bag_load(&F, fd, f0 + f, bufs_);
+    if (F.mode != CE_BAG_MAX) continue;
+    ulong t = FD(f0 + f, BF_MRT0) + b * F.cols, o = F.mr_off + b * F.cols;
+    for (ulong c = get_global_id(0); c < F.cols; c += get_global_size(0))
+      mrt[t + c] = F.mr64f ? F.mr64[o + c] : (long)F.mr32[o + c];
+  }
+}
+
+/* grad_weights[j] = the sum over columns c ascending of g_b[c] * t_j[c] (each
+ * product rounded, added from 0), 0 for an id left out; one feature (f0), a
+ * work-item per id. */
+__kernel void ce_bag_grad_weights(CE_BAG_ARGS, __global const GRAD_T *grad, ulong g_off, ulong g_ld,
+                                  __global float *gw, ulong gw_off, ulong gw_ld) {
+  CE_BAG_BUFS_ARRAY;
+  ulong j = get_global_id(0);
+  ce_bag_feat F;
+  ce_bag_load(&F, fd, f0, bufs_);
+  if (j >= F.n) return;
+  long row = ce_bag_row(&F, j, err, 0);
+  float acc = 0.0f;
+  if (row >= 0 && bags) {
+    ulong g = g_off + ce_bag_of(&F, j, bags) * g_ld + F.col0;
+    for (ulong c = 0; c < F.cols; c++) {
+      float t = 0.0f;
+      CE_BAG_SWITCH(F.dtype, ce_bag_value, &F, (ulong)row, c, &t)
+      float pr = load_grad(grad, g + c) * t;
+      acc = acc + pr;
+    }
+  }
+  gw[gw_off + j * gw_ld] = acc;
+}
+
+/* -------------------------------------------------------------- renorm */
+
+/* key[i] = the row of ids[i] (CHECK: a bad id is reported and gets `rows`). */
+__kernel void ce_renorm_keys(__global const int *ids32, __global const long *ids64, ulong id_off, int id64, ulong n,
+                             ulong rows, __global KEY_T *keys, __global uint *idx, __global uint *err, uint slot) {
+  ulong i = get_global_id(0);
+  if (i >= n) return;
+  long r = ce_token_row(ids32, ids64, id64, id_off, i, rows, CE_POLICY_CHECK, -1, err, slot, 1);
+  keys[i] = r >= 0 ? (KEY_T)r : (KEY_T)rows;
+  idx[i] = (uint)i;
+}
+
+/* A work-item per sorted position; the first of each row's segment renorms
+ * it: the norm (kind 1: sum |x|; 2: sqrt(sum x*x); 3: the largest |x|, NaN if
+ * any; 0: pow(sum pow(|x|, p), inv_p)), columns ascending, then, when it
+ * exceeds max_norm, x = x * (max_norm / (norm + 1e-7f)). */
+__kernel void ce_renorm_rows(__global TABLE_T *tab, ulong t_off, ulong t_ld, ulong cols, __global const KEY_T *skeys,
+                             ulong n, KEY_T none, float max_norm, int kind, float p, float inv_p) {
+  ulong t = get_global_id(0);
+  if (t >= n) return;
+  KEY_T key = skeys[t];
+  if (key == none || (t > 0 && skeys[t - 1] == key)) return;
+  ulong o = t_off + (ulong)key * t_ld;
+  float s = 0.0f;
+  for (ulong c = 0; c < cols; c++) {
+    float a = fabs(load_table(tab, o + c));
+    if (kind == 1) {
+      s = s + a;
+    } else if (kind == 2) {
+      float sq = a * a;
+      s = s + sq;
+    } else if (kind == 3) {
+      s = (a > s || isnan(a)) && !isnan(s) ? a : s;
+    } else {
+      float e = pow(a, p);
+      s = s + e;
+    }
+  }
+  float norm = kind == 2 ? sqrt(s) : kind == 0 ? pow(s, inv_p) : s;
+  if (!(norm > max_norm)) return;
+  float den = norm + 1e-7f, scale = max_norm / den;
+  for (ulong c = 0; c < cols; c++) store_table(tab, o + c, load_table(tab, o + c) * scale);
+}

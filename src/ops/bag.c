@@ -1,0 +1,939 @@
+/* Bags of ids: clembed_embedding_bag and clembed_embedding_bags (the forward),
+ * clembed_bag_backward, clembed_bag_optimizer_step and
+ * clembed_bags_optimizer_step (contributions fed to the segment fold of
+ * backward.c), and clembed_renorm. The kernels are cl/ops/bag.cl's.
+ *
+ * Features and launches. Every call describes its features to the kernels in
+ * one descriptor (BAG_FIELDS: a row of ulongs per feature, the field indices
+ * passed as -DBF_NAME options, so this list is the only one) and gives each
+ * launch up to CLEMBED_BAGS_BUFFERS buffers: plan() takes the features in
+ * order into groups whose distinct buffers (table, ids, offsets, weights,
+ * max_rows) fit, and each group is one launch of each kernel. A single feature
+ * is the batch of one: clembed_embedding_bag and clembed_embedding_bags run
+ * the same kernel, so a block of the batched output has the bits of the
+ * feature alone. The program of a launch is built for the table dtypes and
+ * modes its features use (DTYPES, MODES).
+ *
+ * The backward produces contributions (ops.h's ce_contrib) for the one
+ * segment fold: an entry per id of every feature feeding one table, in
+ * feature order then id order; step_keys enqueues ce_bag_counts (the offsets
+ * checked, MEAN's counts), ce_bag_gather_max (MAX) and ce_bag_keys (the sort
+ * keys and the records), then backward.c sorts and folds with -DBAG=1. */
+#include "ops.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+clembed_bag_options clembed_bag_defaults(void) {
+  clembed_bag_options o;
+  memset(&o, 0, sizeof o);
+  o.mode = CLEMBED_BAG_SUM;
+  o.policy = CLEMBED_INDEX_CHECK;
+  o.padding_idx = CLEMBED_NO_PADDING;
+  return o;
+}
+
+/* ------------------------------------------------------------ descriptor */
+
+/* A feature's fields (cl/ops/bag.cl's ce_bag_load reads them): buffers by
+ * their index among the launch's (BAG_NONE: absent), offsets in elements. */
+#define BAG_FIELDS(X)                                                                                      \
+  X(TAB) X(TAB_OFF) X(TAB_LD) X(TAB_ROWS) X(COLS) X(DTYPE) X(IDS) X(IDS_OFF) X(IDS_N) X(IDS64) X(OFFS)     \
+  X(OFFS_OFF) X(OFFS64) X(W) X(W_OFF) X(W_LD) X(MR) X(MR_OFF) X(MR64) X(MODE) X(POLICY) X(PADDING) X(COL0) \
+  X(ERR) X(REPORT) X(CHUNK0) X(E0) X(CNT0) X(MRT0)
+#define BAG_FIELD_ENUM(name) BF_##name,
+enum { BAG_FIELDS(BAG_FIELD_ENUM) BF_COUNT };
+#undef BAG_FIELD_ENUM
+#define BAG_NONE 0xFFu
+
+/* "-DBF_TAB=0 -DBF_TAB_OFF=1 ... -DBF_COUNT=n" */
+static void field_options(char *buf, size_t cap) {
+  static const char *const names[] = {
+#define BAG_FIELD_NAME(name) #name,
+      BAG_FIELDS(BAG_FIELD_NAME)
+#undef BAG_FIELD_NAME
+  };
+  size_t used = 0;
+  buf[0] = '\0';
+  for (int i = 0; i < BF_COUNT && used < cap; i++)
+    used += (size_t)snprintf(buf + used, cap - used, " -DBF_%s=%d", names[i], i);
+  if (used < cap) snprintf(buf + used, cap - used, " -DBF_COUNT=%d", (int)BF_COUNT);
+}
+
+/* One feature, checked. */
+typedef struct bag_feat {
+  const clembed_matrix *table; /* the table (for the backward without one: grad_table, rows and cols only) */
+  size_t t_ld;
+  const clembed_ids *ids, *offsets;
+  clembed_bag_options opt;
+  cl_long padding;
+  size_t w_ld;
+  size_t col0;   /* its block of out or grad_out */
+  long index;    /* features[index] of a batched call, -1 otherwise */
+  cl_uint slot;  /* its error slot, CE_NO_SLOT */
+} bag_feat;
+
+/* A launch: features [first, first + count) and their buffers. */
+typedef struct bag_launch {
+  size_t first, count;
+  cl_mem bufs[CLEMBED_BAGS_BUFFERS];
+  int nbufs;
+  unsigned dtypes;        /* the forward's DTYPES */
+  int max;                /* a MAX feature */
+  size_t chunks;          /* the GPU shape's x range */
+  size_t entries;         /* ids (the backward's entries) */
+  int reports;            /* a feature reports errors */
+} bag_launch;
+
+/* The buffers a feature reads or writes (up to 5). */
+static int feature_buffers(const bag_feat *F, cl_mem *m) {
+  int k = 0;
+  m[k++] = F->table->buffer;
+  m[k++] = F->ids->buffer;
+  if (F->offsets) m[k++] = F->offsets->buffer;
+  if (F->opt.per_sample_weights) m[k++] = F->opt.per_sample_weights->buffer;
+  if (F->opt.max_rows) m[k++] = F->opt.max_rows->buffer;
+  return k;
+}
+
+static int buffer_index(const bag_launch *L, cl_mem m) {
+  for (int i = 0; i < L->nbufs; i++)
+    if (L->bufs[i] == m) return i;
+  return -1;
+}
+
+/* The features in order, in groups of at most CLEMBED_BAGS_BUFFERS buffers. */
+static clembed_status plan(clembed_context *ctx, const bag_feat *F, size_t n, size_t vec, bag_launch **out,
+                           size_t *nout) {
+  bag_launch *L = calloc(n ? n : 1, sizeof *L);
+  size_t nl = 0;
+  if (!L) return ce_fail(ctx, CLEMBED_ERR_OUT_OF_MEMORY, "bags: out of host memory");
+  for (size_t f = 0; f < n; f++) {
+    cl_mem m[5];
+    int k = feature_buffers(&F[f], m), fresh = 0;
+    bag_launch *cur = nl ? &L[nl - 1] : NULL;
+    for (int i = 0; cur && i < k; i++) {
+      int seen = buffer_index(cur, m[i]) >= 0;
+      for (int j = 0; j < i && !seen; j++) seen = m[j] == m[i];
+      fresh += !seen;
+    }
+    if (!cur || cur->nbufs + fresh > CLEMBED_BAGS_BUFFERS) {
+      cur = &L[nl++];
+      cur->first = f;
+    }
+    for (int i = 0; i < k; i++)
+      if (buffer_index(cur, m[i]) < 0) cur->bufs[cur->nbufs++] = m[i];
+    cur->count++;
+    cur->dtypes |= 1u << (unsigned)F[f].table->dtype;
+    cur->max |= F[f].opt.mode == CLEMBED_BAG_MAX;
+    size_t chunks = (F[f].table->cols + vec - 1) / vec;
+    cur->chunks += chunks ? chunks : 1; /* a feature of 0 columns still checks its ids */
+    cur->entries += F[f].ids->count;
+    cur->reports |= F[f].slot != CE_NO_SLOT;
+  }
+  *out = L;
+  *nout = nl;
+  return CLEMBED_OK;
+}
+
+/* The sizes the backward's temporaries need for these features. */
+typedef struct bag_sizes {
+  size_t entries, counts, mrt; /* ids; MEAN's bag counts; MAX's gathered max_rows */
+} bag_sizes;
+
+/* The descriptor of every feature (the launches' buffer indices, the GPU
+ * shape's chunks, and the backward's entry, count and max_rows starts), and
+ * the sizes they add up to. */
+static clembed_status describe(clembed_context *ctx, const bag_feat *F, size_t n, const bag_launch *L, size_t nl,
+                               size_t vec, size_t bags, cl_mem *desc, bag_sizes *sz) {
+  cl_ulong *d = calloc((n ? n : 1) * BF_COUNT, sizeof *d);
+  if (!d) return ce_fail(ctx, CLEMBED_ERR_OUT_OF_MEMORY, "bags: out of host memory");
+  bag_sizes z = {0, 0, 0};
+  for (size_t l = 0; l < nl; l++) {
+    size_t chunk0 = 0;
+    for (size_t f = L[l].first; f < L[l].first + L[l].count; f++) {
+      const bag_feat *x = &F[f];
+      const clembed_matrix *t = x->table, *w = x->opt.per_sample_weights;
+      const clembed_ids *o = x->offsets, *mr = x->opt.max_rows;
+      cl_ulong *r = d + f * BF_COUNT;
+      r[BF_TAB] = (cl_ulong)buffer_index(&L[l], t->buffer);
+      r[BF_TAB_OFF] = t->offset;
+      r[BF_TAB_LD] = x->t_ld;
+      r[BF_TAB_ROWS] = t->rows;
+      r[BF_COLS] = t->cols;
+      r[BF_DTYPE] = (cl_ulong)t->dtype;
+      r[BF_IDS] = (cl_ulong)buffer_index(&L[l], x->ids->buffer);
+      r[BF_IDS_OFF] = x->ids->offset;
+      r[BF_IDS_N] = x->ids->count;
+      r[BF_IDS64] = x->ids->type == CLEMBED_I64;
+      r[BF_OFFS] = o ? (cl_ulong)buffer_index(&L[l], o->buffer) : BAG_NONE;
+      r[BF_OFFS_OFF] = o ? o->offset : 0;
+      r[BF_OFFS64] = o && o->type == CLEMBED_I64;
+      r[BF_W] = w ? (cl_ulong)buffer_index(&L[l], w->buffer) : BAG_NONE;
+      r[BF_W_OFF] = w ? w->offset : 0;
+      r[BF_W_LD] = x->w_ld;
+      r[BF_MR] = mr ? (cl_ulong)buffer_index(&L[l], mr->buffer) : BAG_NONE;
+      r[BF_MR_OFF] = mr ? mr->offset : 0;
+      r[BF_MR64] = mr && mr->type == CLEMBED_I64;
+      r[BF_MODE] = (cl_ulong)x->opt.mode;
+      r[BF_POLICY] = (cl_ulong)x->opt.policy;
+      r[BF_PADDING] = (cl_ulong)x->padding;
+      r[BF_COL0] = x->col0;
+      r[BF_ERR] = x->slot == CE_NO_SLOT ? 0 : x->slot;
+      r[BF_REPORT] = x->slot != CE_NO_SLOT;
+      r[BF_CHUNK0] = chunk0;
+      r[BF_E0] = z.entries;
+      r[BF_CNT0] = z.counts;
+      r[BF_MRT0] = z.mrt;
+      size_t chunks = (t->cols + vec - 1) / vec;
+      chunk0 += chunks ? chunks : 1;
+      z.entries += x->ids->count;
+      if (x->opt.mode == CLEMBED_BAG_MEAN) z.counts += bags;
+      if (x->opt.mode == CLEMBED_BAG_MAX) z.mrt += bags * t->cols; /* (max_rows holds as many) */
+    }
+  }
+  clembed_status s = CLEMBED_OK;
+  if (desc) s = ce_buffer(ctx, CE_BUFFER_CONST, (n ? n : 1) * BF_COUNT * sizeof *d, d, "bags: descriptor", desc);
+  free(d);
+  if (sz) *sz = z;
+  return s;
+}
+
+/* The arguments every bag kernel starts with (cl/ops/bag.cl's CE_BAG_ARGS). */
+typedef struct bag_args {
+  cl_mem desc;
+  cl_uint f0, nf;
+  cl_ulong bags;
+  cl_mem b[CLEMBED_BAGS_BUFFERS];
+} bag_args;
+#define BAG_COMMON(a)                                                                                         \
+  CE_ARG((a).desc), CE_ARG((a).f0), CE_ARG((a).nf), CE_ARG((a).bags), CE_ARG(ctx->errbuf), CE_ARG((a).b[0]),  \
+      CE_ARG((a).b[1]), CE_ARG((a).b[2]), CE_ARG((a).b[3]), CE_ARG((a).b[4]), CE_ARG((a).b[5]),               \
+      CE_ARG((a).b[6]), CE_ARG((a).b[7]), CE_ARG((a).b[8]), CE_ARG((a).b[9]), CE_ARG((a).b[10]),              \
+      CE_ARG((a).b[11]), CE_ARG((a).b[12]), CE_ARG((a).b[13]), CE_ARG((a).b[14]), CE_ARG((a).b[15])
+
+static bag_args launch_args(cl_mem desc, const bag_launch *L, size_t bags) {
+  bag_args a;
+  memset(&a, 0, sizeof a);
+  a.desc = desc;
+  a.f0 = (cl_uint)L->first;
+  a.nf = (cl_uint)L->count;
+  a.bags = bags;
+  for (int i = 0; i < L->nbufs; i++) a.b[i] = L->bufs[i];
+  return a;
+}
+
+/* A launch's program options: `base` and the table dtypes it pools. */
+static void launch_options(char *buf, size_t cap, const char *base, const bag_launch *L) {
+  snprintf(buf, cap, "%s -DDTYPES=%u", base, L->dtypes);
+}
+
+/* The options every bag program has: the fields, the vector width, exact
+ * division where the device can. */
+static char *base_options(clembed_context *ctx, const char *extra) {
+  char fields[1024];
+  field_options(fields, sizeof fields);
+  size_t cap = strlen(fields) + strlen(extra) + 160;
+  char *o = malloc(cap);
+  if (!o) return NULL;
+  snprintf(o, cap, "%s -DVEC=%u%s%s", extra, ctx->tune->bag_vec, fields,
+           ctx->exact_div ? " -cl-fp32-correctly-rounded-divide-sqrt" : "");
+  return o;
+}
+
+/* Devices without 64-bit atomics: the values of the launch's errors. */
+static clembed_status record_errors(ce_chain *ch, const char *opts, const bag_args *a, const bag_launch *L) {
+  clembed_status status = CLEMBED_OK;
+  clembed_context *ctx = ch->ctx;
+  cl_kernel k;
+  if (ctx->atom64 || !L->reports) return CLEMBED_OK;
+  CHECK(ce_kernel(ctx, CE_FAMILY_BAG, opts, "ce_bag_record", &k));
+  CHECK(ce_set_args(ctx, k, "ce_bag_record", BAG_COMMON(*a), CE_END));
+  CHECK(ce_chain_1d(ch, k, "ce_bag_record", L->count, 0));
+cleanup:
+  return status;
+}
+
+/* ------------------------------------------------------------- checks */
+
+enum { BAG_FORWARD, BAG_BACKWARD, BAG_STEP };
+
+/* A feature's arguments against bags (its table already in F->table). */
+static clembed_status check_feature(clembed_context *ctx, const char *what, bag_feat *F, size_t bags, int role) {
+  clembed_status status = CLEMBED_OK;
+  const clembed_bag_options *o = &F->opt;
+  const clembed_matrix *t = F->table, *w = o->per_sample_weights;
+  const clembed_ids *ids = F->ids, *off = F->offsets;
+  clembed_ids *mr = o->max_rows;
+  size_t need;
+  CHECK(ce_check_table(ctx, t, "table", &F->t_ld));
+  if (role == BAG_STEP && ce_dtype_is_block(t->dtype))
+    FAIL_ARG(CLEMBED_ERR_UNSUPPORTED, "table", -1, (int64_t)t->dtype,
+             "%s: table: a quantized table (%s) cannot be trained; F32, F16 or BF16 can", what,
+             ce_dtype_name(t->dtype));
+  CHECK(ce_check_ids(ctx, ids, "ids"));
+  if ((uint64_t)ids->count >= 0xFFFFFFFFu)
+    FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "ids", -1, (int64_t)ids->count, "%s: %zu ids; at most 4294967294",
+             what, ids->count);
+  if ((unsigned)o->mode > (unsigned)CLEMBED_BAG_MAX)
+    FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "mode", -1, (int64_t)o->mode, "%s: unknown bag mode %d", what,
+             (int)o->mode);
+  if ((unsigned)o->policy > (unsigned)CLEMBED_INDEX_WRAP)
+    FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "policy", -1, (int64_t)o->policy, "%s: unknown index policy %d", what,
+             (int)o->policy);
+  CHECK(ce_padding(ctx, o->padding_idx, t->rows, what, &F->padding));
+  if (off) {
+    CHECK(ce_check_ids(ctx, off, "offsets"));
+    if (off->count != bags + 1)
+      FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "offsets", -1, (int64_t)off->count,
+               "%s: offsets has %zu entries; %zu bags need %zu (a start per bag, then the number of ids)", what,
+               off->count, bags, bags + 1);
+  } else if (bags ? ids->count % bags != 0 : ids->count != 0) {
+    FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "ids", -1, (int64_t)ids->count,
+             "%s: offsets is NULL (bags of one size) but %zu ids do not make %zu bags of one size", what, ids->count,
+             bags);
+  }
+  if (w) {
+    if (o->mode != CLEMBED_BAG_SUM)
+      FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "per_sample_weights", -1, (int64_t)o->mode,
+               "%s: per_sample_weights are for mode SUM only (mode %d)", what, (int)o->mode);
+    CHECK(ce_check_matrix(ctx, w, "per_sample_weights", &F->w_ld));
+    if (w->dtype != CLEMBED_F32 || w->rows != ids->count || w->cols != 1)
+      FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "per_sample_weights", -1, (int64_t)w->rows,
+               "%s: per_sample_weights is %s %zu x %zu; %zu ids need F32 %zu x 1", what, ce_dtype_name(w->dtype),
+               w->rows, w->cols, ids->count, ids->count);
+  }
+  if (mr) {
+    if (o->mode != CLEMBED_BAG_MAX)
+      FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "max_rows", -1, (int64_t)o->mode,
+               "%s: max_rows is for mode MAX only (mode %d)", what, (int)o->mode);
+    CHECK(ce_check_ids(ctx, mr, "max_rows"));
+    if (ce_mul_overflows(bags, t->cols, &need) || mr->count != need)
+      FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "max_rows", -1, (int64_t)mr->count,
+               "%s: max_rows has %zu entries; %zu bags of %zu cols need %zu", what, mr->count, bags, t->cols,
+               bags * t->cols);
+    if (mr->type == CLEMBED_I32 && (uint64_t)t->rows > ((uint64_t)1 << 31))
+      FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "max_rows", -1, (int64_t)t->rows,
+               "%s: max_rows is I32 but the table has %zu rows; I64 holds them", what, t->rows);
+  } else if (o->mode == CLEMBED_BAG_MAX && role != BAG_FORWARD) {
+    FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "max_rows", -1, 0,
+             "%s: max_rows is NULL; the MAX backward needs it as the forward wrote it", what);
+  }
+cleanup:
+  if (status != CLEMBED_OK && F->index >= 0) {
+    char at[48];
+    snprintf(at, sizeof at, " (features[%ld])", F->index);
+    ce_append_message(ctx, at);
+  }
+  return status;
+}
+
+/* The features' column blocks: col0 of each, and their total in *cols. */
+static clembed_status place_columns(clembed_context *ctx, const char *what, bag_feat *F, size_t n, size_t *cols) {
+  size_t sum = 0;
+  for (size_t f = 0; f < n; f++) {
+    F[f].col0 = sum;
+    if (ce_add_overflows(sum, F[f].table->cols, &sum))
+      return ce_fail_arg(ctx, CLEMBED_ERR_INVALID_ARGUMENT, NULL, "features", (int64_t)f, 0,
+                         "%s: the features' columns overflow size_t", what);
+  }
+  *cols = sum;
+  return CLEMBED_OK;
+}
+
+/* An error slot for a feature that can find a bad id or offset. */
+static clembed_status feature_slot(clembed_context *ctx, const char *what, bag_feat *F) {
+  const clembed_bag_options *o = &F->opt;
+  int can_fail = F->offsets != NULL ||
+                 (F->ids->count && (o->policy == CLEMBED_INDEX_CHECK || o->policy == CLEMBED_INDEX_WRAP ||
+                                    (o->policy == CLEMBED_INDEX_CLAMP && F->table->rows == 0)));
+  F->slot = CE_NO_SLOT;
+  if (!can_fail) return CLEMBED_OK;
+  ce_slot_info info;
+  memset(&info, 0, sizeof info);
+  info.op = what;
+  info.pos_arg = "offsets";
+  info.wrap = o->policy == CLEMBED_INDEX_WRAP;
+  info.id_rows = F->table->rows;
+  info.pos_rows = F->ids->count;
+  info.id_arg = "ids";
+  info.bag_offsets = 1;
+  info.has_feature = F->index >= 0;
+  info.feature = F->index >= 0 ? (uint64_t)F->index : 0;
+  return ce_slot_reserve(ctx, &info, &F->slot);
+}
+
+/* ------------------------------------------------------------- forward */
+
+static clembed_status forward_run(clembed_context *ctx, const char *what, bag_feat *F, size_t n,
+                                  clembed_matrix *out, cl_uint nwait, const cl_event *wait, cl_event *event) {
+  clembed_status status = CLEMBED_OK;
+  bag_launch *L = NULL;
+  size_t nl = 0, o_ld, cols, bags;
+  cl_mem desc = NULL;
+  char *base = NULL, opts[2048];
+  const ce_tuning *t = ctx->tune;
+  int cpu = t->cpu_shapes;
+  ce_chain ch;
+  ce_chain_init(&ch, ctx, nwait, wait);
+  CHECK(ce_check_events(ctx, nwait, wait));
+  CHECK(ce_check_matrix(ctx, out, "out", &o_ld));
+  bags = out->rows;
+  for (size_t f = 0; f < n; f++) CHECK(check_feature(ctx, what, &F[f], bags, BAG_FORWARD));
+  CHECK(place_columns(ctx, what, F, n, &cols));
+  if (out->cols != cols)
+    FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "out", -1, (int64_t)out->cols,
+             "%s: out is %zu x %zu but %zu bags of %zu columns need %zu x %zu", what, out->rows, out->cols, bags,
+             cols, bags, cols);
+  for (size_t f = 0; f < n; f++) CHECK(feature_slot(ctx, what, &F[f]));
+  CHECK(plan(ctx, F, n, t->bag_vec, &L, &nl));
+  CHECK(describe(ctx, F, n, L, nl, t->bag_vec, bags, &desc, NULL));
+  {
+    char extra[96];
+    snprintf(extra, sizeof extra, "-DOUT_DT=%d -DTILE=%u -DAHEAD=%u", (int)out->dtype, t->bag_tile,
+             ctx->prefetch ? t->bag_ahead : 0);
+    base = base_options(ctx, extra);
+    if (!base) FAIL(CLEMBED_ERR_OUT_OF_MEMORY, "%s: out of host memory", what);
+  }
+  const char *name = cpu ? "ce_bag_rows" : "ce_bag_cols";
+  cl_ulong o_off = out->offset, o_ldl = o_ld;
+  for (size_t l = 0; l < nl; l++) {
+    cl_kernel k;
+    bag_args a = launch_args(desc, &L[l], bags);
+    cl_ulong nchunks = L[l].chunks;
+    launch_options(opts, sizeof opts, base, &L[l]);
+    CHECK(ce_kernel(ctx, CE_FAMILY_BAG, opts, name, &k));
+    CHECK(ce_set_args(ctx, k, name, BAG_COMMON(a), CE_ARG(out->buffer), CE_ARG(o_off), CE_ARG(o_ldl),
+                      CE_ARG(nchunks), CE_END));
+    size_t items = bags ? bags : 1; /* with no bags one item checks the offsets */
+    if (cpu)
+      CHECK(ce_chain_1d(&ch, k, name, items, CE_LOCAL_ROWS));
+    else
+      CHECK(ce_chain_2d(&ch, k, name, L[l].chunks, items));
+    CHECK(record_errors(&ch, opts, &a, &L[l]));
+  }
+  CHECK(ce_chain_close(&ch, event));
+cleanup:
+  if (desc) clReleaseMemObject(desc);
+  free(L);
+  free(base);
+  ce_chain_release(&ch);
+  return status;
+}
+
+clembed_status clembed_embedding_bag(clembed_context *ctx, const clembed_matrix *table, const clembed_ids *ids,
+                                     const clembed_ids *offsets, const clembed_bag_options *opt, clembed_matrix *out,
+                                     cl_uint nwait, const cl_event *wait, cl_event *event) {
+  cl_event own;
+  CE_ENTER(ctx, "clembed_embedding_bag");
+  cl_event *ev = CE_EVENT_BEGIN(event, own);
+  bag_feat F;
+  memset(&F, 0, sizeof F);
+  F.table = table;
+  F.ids = ids;
+  F.offsets = offsets;
+  F.opt = opt ? *opt : clembed_bag_defaults();
+  F.index = -1;
+  clembed_status status = forward_run(ctx, "clembed_embedding_bag", &F, 1, out, nwait, wait, ev);
+  return ce_track_end(ctx, status, event, &own);
+}
+
+/* The features of a batched call, unchecked beyond their pointers. */
+static clembed_status batch_features(clembed_context *ctx, const char *what, const clembed_bag_feature *features,
+                                     size_t n, bag_feat **out) {
+  clembed_status status = CLEMBED_OK;
+  bag_feat *F = NULL;
+  *out = NULL;
+  if (!features && n)
+    FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "features", -1, (int64_t)n, "%s: features is NULL with n = %zu", what, n);
+  F = calloc(n ? n : 1, sizeof *F);
+  if (!F) FAIL(CLEMBED_ERR_OUT_OF_MEMORY, "%s: out of host memory", what);
+  for (size_t f = 0; f < n; f++) {
+    if (!features[f].table || !features[f].ids)
+      FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, features[f].table ? "ids" : "table", (int64_t)f, 0,
+               "%s: features[%zu].%s is NULL", what, f, features[f].table ? "ids" : "table");
+    F[f].table = features[f].table;
+    F[f].ids = features[f].ids;
+    F[f].offsets = features[f].offsets;
+    F[f].opt = features[f].options;
+    F[f].index = (long)f;
+    F[f].slot = CE_NO_SLOT;
+  }
+  *out = F;
+  F = NULL;
+cleanup:
+  free(F);
+  return status;
+}
+
+clembed_status clembed_embedding_bags(clembed_context *ctx, const clembed_bag_feature *features, size_t n,
+                                      clembed_matrix *out, cl_uint nwait, const cl_event *wait, cl_event *event) {
+  const char *what = "clembed_embedding_bags";
+  clembed_status status;
+  cl_event own;
+  bag_feat *F;
+  CE_ENTER(ctx, what);
+  cl_event *ev = CE_EVENT_BEGIN(event, own);
+  status = batch_features(ctx, what, features, n, &F);
+  if (status == CLEMBED_OK) status = forward_run(ctx, what, F, n, out, nwait, wait, ev);
+  free(F);
+  return ce_track_end(ctx, status, event, &own);
+}
+
+/* ------------------------------------------------------------ backward */
+
+/* The features that feed one table's fold, and the temporaries of their
+ * contributions. */
+typedef struct bag_fold {
+  clembed_context *ctx;
+  const char *what;
+  bag_feat *F;
+  size_t n, bags, g_ld, rows; /* rows: the fold's table's (the key of nothing) */
+  bag_sizes sz;
+  cl_mem counts, mrt;
+  ce_contrib contrib;
+} bag_fold;
+
+/* Checks, and the temporaries (the records, MEAN's counts, MAX's max_rows). */
+static clembed_status fold_prepare(bag_fold *s) {
+  clembed_status status = CLEMBED_OK;
+  clembed_context *ctx = s->ctx;
+  size_t vec = ctx->tune->bag_vec, bytes;
+  bag_launch *L = NULL;
+  size_t nl = 0;
+  CHECK(plan(ctx, s->F, s->n, vec, &L, &nl));
+  CHECK(describe(ctx, s->F, s->n, L, nl, vec, s->bags, NULL, &s->sz));
+  if ((uint64_t)s->sz.entries >= 0xFFFFFFFFu)
+    FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "ids", -1, (int64_t)s->sz.entries,
+             "%s: %zu ids feed one table; at most 4294967294", s->what, s->sz.entries);
+  if (ce_mul_overflows(s->sz.entries, 2 * sizeof(cl_ulong), &bytes))
+    FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "ids", -1, 0, "%s: the ids' records overflow size_t", s->what);
+  CHECK(ce_buffer(ctx, CE_BUFFER_TEMP, bytes, NULL, "bags: records", &s->contrib.records));
+  CHECK(ce_buffer(ctx, CE_BUFFER_TEMP, s->sz.counts * sizeof(cl_float), NULL, "bags: counts", &s->counts));
+  if (s->sz.mrt) {
+    if (ce_mul_overflows(s->sz.mrt, sizeof(cl_long), &bytes))
+      FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "max_rows", -1, 0, "%s: max_rows overflow size_t", s->what);
+    CHECK(ce_buffer(ctx, CE_BUFFER_TEMP, bytes, NULL, "bags: max_rows", &s->mrt));
+  }
+  s->contrib.count = s->sz.entries;
+  s->contrib.max_rows = s->mrt ? s->mrt : s->contrib.records;
+  s->contrib.data = s;
+cleanup:
+  free(L);
+  return status;
+}
+
+static void fold_release(bag_fold *s) {
+  if (s->contrib.records) clReleaseMemObject(s->contrib.records);
+  if (s->counts) clReleaseMemObject(s->counts);
+  if (s->mrt) clReleaseMemObject(s->mrt);
+  s->contrib.records = s->counts = s->mrt = NULL;
+}
+
+/* The contributions' producer (ce_contrib's keys): the features' slots, the
+ * offsets checked and MEAN's counts, MAX's max_rows gathered, the keys and
+ * records; keys and idx NULL: the checks alone (a fold of no ids). */
+static clembed_status fold_keys(ce_chain *ch, const ce_contrib *c, cl_mem keys, cl_mem idx, int key64) {
+  clembed_status status = CLEMBED_OK;
+  bag_fold *s = c->data;
+  clembed_context *ctx = ch->ctx;
+  size_t vec = ctx->tune->bag_vec, nl = 0;
+  bag_launch *L = NULL;
+  cl_mem desc = NULL;
+  char *base = NULL, opts[2048], extra[64];
+  for (size_t f = 0; f < s->n; f++) CHECK(feature_slot(ctx, s->what, &s->F[f]));
+  CHECK(plan(ctx, s->F, s->n, vec, &L, &nl));
+  CHECK(describe(ctx, s->F, s->n, L, nl, vec, s->bags, &desc, NULL));
+  snprintf(extra, sizeof extra, "-DKEY64=%d -DDTYPES=1", key64); /* (no pooling: one program for all) */
+  base = base_options(ctx, extra);
+  if (!base) FAIL(CLEMBED_ERR_OUT_OF_MEMORY, "%s: out of host memory", s->what);
+  cl_ulong rows = s->rows, g_ld = s->g_ld;
+  size_t items = s->bags ? s->bags : 1;
+  for (size_t l = 0; l < nl; l++) {
+    cl_kernel k;
+    bag_args a = launch_args(desc, &L[l], s->bags);
+    snprintf(opts, sizeof opts, "%s", base);
+    CHECK(ce_kernel(ctx, CE_FAMILY_BAG, opts, "ce_bag_counts", &k));
+    CHECK(ce_set_args(ctx, k, "ce_bag_counts", BAG_COMMON(a), CE_ARG(s->counts), CE_END));
+    CHECK(ce_chain_2d(ch, k, "ce_bag_counts", L[l].count, items));
+    if (L[l].max && s->bags && keys) {
+      CHECK(ce_kernel(ctx, CE_FAMILY_BAG, opts, "ce_bag_gather_max", &k));
+      CHECK(ce_set_args(ctx, k, "ce_bag_gather_max", BAG_COMMON(a), CE_ARG(s->mrt), CE_END));
+      CHECK(ce_chain_2d(ch, k, "ce_bag_gather_max", ctx->tune->row_items, s->bags));
+    }
+    if (keys && L[l].entries) {
+      cl_ulong e_first = 0, e_count = L[l].entries;
+      for (size_t f = 0; f < L[l].first; f++) e_first += s->F[f].ids->count;
+      CHECK(ce_kernel(ctx, CE_FAMILY_BAG, opts, "ce_bag_keys", &k));
+      CHECK(ce_set_args(ctx, k, "ce_bag_keys", BAG_COMMON(a), CE_ARG(s->counts), CE_ARG(rows), CE_ARG(g_ld),
+                        CE_ARG(e_first), CE_ARG(e_count), CE_ARG(keys), CE_ARG(idx), CE_ARG(c->records), CE_END));
+      CHECK(ce_chain_1d(ch, k, "ce_bag_keys", L[l].entries, 0));
+    }
+    CHECK(record_errors(ch, opts, &a, &L[l]));
+  }
+cleanup:
+  if (desc) clReleaseMemObject(desc);
+  free(L);
+  free(base);
+  return status;
+}
+
+/* After a fold of no ids (which runs no producer): the features' checks. */
+static clembed_status fold_checks_alone(bag_fold *s, cl_event *event) {
+  clembed_status status = CLEMBED_OK;
+  ce_chain ch;
+  ce_chain_init(&ch, s->ctx, *event ? 1 : 0, *event ? event : NULL);
+  cl_event done = NULL;
+  CHECK(fold_keys(&ch, &s->contrib, NULL, NULL, 0));
+  CHECK(ce_chain_close(&ch, &done));
+  if (*event) clReleaseEvent(*event);
+  *event = done;
+cleanup:
+  ce_chain_release(&ch);
+  return status;
+}
+
+static clembed_backward_options fold_options(void) {
+  clembed_backward_options o = clembed_backward_defaults(); /* scale 1, no frequency, no dropout */
+  return o;
+}
+
+/* One table's fold: the backward (grad_table, accumulated) or an optimizer's
+ * step (o), of the contributions of s's features; *event receives its last
+ * command's event. */
+static clembed_status fold_run(bag_fold *s, const clembed_matrix *grad_out, clembed_matrix *target,
+                               const clembed_optimizer *o, cl_uint nwait, const cl_event *wait, cl_event *event) {
+  clembed_status status = CLEMBED_OK;
+  clembed_backward_options bo = fold_options();
+  *event = NULL;
+  s->contrib.keys = fold_keys;
+  CHECK(fold_prepare(s));
+  if (o) {
+    CHECK(ce_optimizer_fold(s->ctx, s->what, grad_out, NULL, &bo, o, target, &s->contrib, nwait, wait, event));
+  } else {
+    ce_step step = {s->what, CE_STORE_ACCUMULATE, 0.0f, 0, NULL, &s->contrib};
+    CHECK(ce_segment_step(s->ctx, &step, grad_out, NULL, &bo, target, nwait, wait, event));
+  }
+  if (s->contrib.count == 0) CHECK(fold_checks_alone(s, event));
+cleanup:
+  fold_release(s);
+  return status;
+}
+
+/* grad_out against the features: bags rows, their columns. */
+static clembed_status check_grad_out(clembed_context *ctx, const char *what, const clembed_matrix *g, size_t cols,
+                                     size_t *ld) {
+  clembed_status status = CLEMBED_OK;
+  CHECK(ce_check_matrix(ctx, g, "grad_out", ld));
+  if (g->cols != cols)
+    FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "grad_out", -1, (int64_t)g->cols,
+             "%s: grad_out has %zu cols; the bags' output has %zu", what, g->cols, cols);
+cleanup:
+  return status;
+}
+
+/* grad_weights: a work-item per id (the feature's slot has reported its bad ids). */
+static clembed_status grad_weights_run(ce_chain *ch, const char *what, bag_feat F, size_t bags,
+                                       const clembed_matrix *grad_out, size_t g_ld, clembed_matrix *gw, size_t gw_ld) {
+  clembed_status status = CLEMBED_OK;
+  clembed_context *ctx = ch->ctx;
+  size_t vec = ctx->tune->bag_vec, nl = 0;
+  bag_launch *L = NULL;
+  cl_mem desc = NULL;
+  char *base = NULL, opts[2048], extra[64];
+  cl_kernel k;
+  F.slot = CE_NO_SLOT;
+  CHECK(plan(ctx, &F, 1, vec, &L, &nl));
+  CHECK(describe(ctx, &F, 1, L, nl, vec, bags, &desc, NULL));
+  snprintf(extra, sizeof extra, "-DGRAD_DT=%d", (int)grad_out->dtype);
+  base = base_options(ctx, extra);
+  if (!base) FAIL(CLEMBED_ERR_OUT_OF_MEMORY, "%s: out of host memory", what);
+  launch_options(opts, sizeof opts, base, &L[0]);
+  bag_args a = launch_args(desc, &L[0], bags);
+  cl_ulong g_off = grad_out->offset, g_ldl = g_ld, w_off = gw->offset, w_ldl = gw_ld;
+  CHECK(ce_kernel(ctx, CE_FAMILY_BAG, opts, "ce_bag_grad_weights", &k));
+  CHECK(ce_set_args(ctx, k, "ce_bag_grad_weights", BAG_COMMON(a), CE_ARG(grad_out->buffer), CE_ARG(g_off),
+                    CE_ARG(g_ldl), CE_ARG(gw->buffer), CE_ARG(w_off), CE_ARG(w_ldl), CE_END));
+  CHECK(ce_chain_1d(ch, k, "ce_bag_grad_weights", F.ids->count, 0));
+cleanup:
+  if (desc) clReleaseMemObject(desc);
+  free(L);
+  free(base);
+  return status;
+}
+
+clembed_status clembed_bag_backward(clembed_context *ctx, const clembed_matrix *grad_out, const clembed_ids *ids,
+                                    const clembed_ids *offsets, const clembed_bag_options *opt,
+                                    const clembed_matrix *table, clembed_matrix *grad_table,
+                                    clembed_matrix *grad_weights, cl_uint nwait, const cl_event *wait,
+                                    cl_event *event) {
+  const char *what = "clembed_bag_backward";
+  clembed_status status = CLEMBED_OK;
+  cl_event own, mid = NULL;
+  size_t g_ld, gt_ld, gw_ld = 0;
+  ce_chain ch;
+  CE_ENTER(ctx, what);
+  cl_event *ev = CE_EVENT_BEGIN(event, own);
+  ce_chain_init(&ch, ctx, nwait, wait);
+  bag_feat F;
+  memset(&F, 0, sizeof F);
+  CHECK(ce_check_events(ctx, nwait, wait));
+  CHECK(ce_check_matrix(ctx, grad_table, "grad_table", &gt_ld));
+  if (grad_table->dtype != CLEMBED_F32)
+    FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "grad_table", -1, (int64_t)grad_table->dtype,
+             "%s: grad_table must be F32 (%s)", what, ce_dtype_name(grad_table->dtype));
+  if (table && (table->rows != grad_table->rows || table->cols != grad_table->cols))
+    FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "grad_table", -1, (int64_t)grad_table->rows,
+             "%s: grad_table is %zu x %zu but the table is %zu x %zu", what, grad_table->rows, grad_table->cols,
+             table ? table->rows : 0, table ? table->cols : 0);
+  F.table = table ? table : grad_table;
+  F.ids = ids;
+  F.offsets = offsets;
+  F.opt = opt ? *opt : clembed_bag_defaults();
+  F.index = -1;
+  CHECK(ce_check_matrix(ctx, grad_out, "grad_out", &g_ld));
+  CHECK(check_feature(ctx, what, &F, grad_out->rows, BAG_BACKWARD));
+  CHECK(check_grad_out(ctx, what, grad_out, F.table->cols, &g_ld));
+  if (grad_weights) {
+    if (!table)
+      FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "table", -1, 0, "%s: grad_weights needs the table (it is NULL)", what);
+    if (F.opt.mode != CLEMBED_BAG_SUM)
+      FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "grad_weights", -1, (int64_t)F.opt.mode,
+               "%s: grad_weights is for mode SUM only (mode %d)", what, (int)F.opt.mode);
+    CHECK(ce_check_matrix(ctx, grad_weights, "grad_weights", &gw_ld));
+    if (grad_weights->dtype != CLEMBED_F32 || grad_weights->rows != ids->count || grad_weights->cols != 1)
+      FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "grad_weights", -1, (int64_t)grad_weights->rows,
+               "%s: grad_weights is %s %zu x %zu; %zu ids need F32 %zu x 1", what,
+               ce_dtype_name(grad_weights->dtype), grad_weights->rows, grad_weights->cols, ids->count, ids->count);
+  }
+  {
+    bag_fold s;
+    memset(&s, 0, sizeof s);
+    s.ctx = ctx;
+    s.what = what;
+    s.F = &F;
+    s.n = 1;
+    s.bags = grad_out->rows;
+    s.g_ld = g_ld;
+    s.rows = grad_table->rows;
+    CHECK(fold_run(&s, grad_out, grad_table, NULL, nwait, wait, &mid));
+  }
+  if (grad_weights) {
+    ce_chain_release(&ch);
+    ce_chain_init(&ch, ctx, mid ? 1 : 0, mid ? &mid : NULL);
+    CHECK(grad_weights_run(&ch, what, F, grad_out->rows, grad_out, g_ld, grad_weights, gw_ld));
+    CHECK(ce_chain_close(&ch, ev));
+  } else if (ev) {
+    *ev = mid;
+    mid = NULL;
+  }
+cleanup:
+  if (mid) clReleaseEvent(mid);
+  ce_chain_release(&ch);
+  return ce_track_end(ctx, status, event, &own);
+}
+
+/* Two features use the same table: the same matrix. */
+static int same_table(const clembed_matrix *a, const clembed_matrix *b) {
+  size_t la = a->ld ? a->ld : a->cols, lb = b->ld ? b->ld : b->cols;
+  return a->buffer == b->buffer && a->offset == b->offset && a->rows == b->rows && a->cols == b->cols && la == lb &&
+         a->dtype == b->dtype;
+}
+
+static int same_state(const clembed_matrix *a, const clembed_matrix *b) {
+  if (!a || !b) return a == b;
+  return same_table(a, b);
+}
+
+static int same_optimizer(const clembed_optimizer *a, const clembed_optimizer *b) {
+  return a->kind == b->kind && a->learning_rate == b->learning_rate && a->eps == b->eps && a->beta1 == b->beta1 &&
+         a->beta2 == b->beta2 && a->weight_decay == b->weight_decay && a->step == b->step &&
+         same_state(a->state, b->state) && same_state(a->state2, b->state2);
+}
+
+/* The steps of the features' tables: o[f] for feature f (o[0] for a single
+ * one). Everything is checked before the first fold is enqueued; then a fold
+ * per distinct table, in the order the tables first occur, each waiting for
+ * the one before. */
+static clembed_status steps_run(clembed_context *ctx, const char *what, bag_feat *F, size_t n,
+                                const clembed_matrix *grad_out, const clembed_optimizer *o, cl_uint nwait,
+                                const cl_event *wait, cl_event *event) {
+  clembed_status status = CLEMBED_OK;
+  size_t g_ld, cols, *lead = NULL;
+  bag_feat *G = NULL;
+  cl_event prev = NULL, ev = NULL;
+  CHECK(ce_check_events(ctx, nwait, wait));
+  if (!o) FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "o", -1, 0, "%s: the optimizer is NULL", what);
+  CHECK(ce_check_matrix(ctx, grad_out, "grad_out", &g_ld));
+  for (size_t f = 0; f < n; f++) CHECK(check_feature(ctx, what, &F[f], grad_out->rows, BAG_STEP));
+  CHECK(place_columns(ctx, what, F, n, &cols));
+  CHECK(check_grad_out(ctx, what, grad_out, cols, &g_ld));
+  lead = malloc((n ? n : 1) * sizeof *lead);
+  G = calloc(n ? n : 1, sizeof *G);
+  if (!lead || !G) FAIL(CLEMBED_ERR_OUT_OF_MEMORY, "%s: out of host memory", what);
+  for (size_t f = 0; f < n; f++) {
+    lead[f] = f;
+    for (size_t g = 0; g < f && lead[f] == f; g++)
+      if (same_table(F[g].table, F[f].table)) lead[f] = lead[g];
+    if (lead[f] == f) {
+      ce_optim_step p;
+      status = ce_optimizer_check(ctx, what, &o[f], F[f].table, &p);
+      if (status != CLEMBED_OK) {
+        if (F[f].index >= 0) {
+          char at[48];
+          snprintf(at, sizeof at, " (o[%zu])", f);
+          ce_append_message(ctx, at);
+        }
+        goto cleanup;
+      }
+    } else if (!same_optimizer(&o[f], &o[lead[f]])) {
+      FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "o", (int64_t)f, 0,
+               "%s: features[%zu] shares the table of features[%zu] but o[%zu] is not o[%zu] (the same kind, "
+               "fields and states)",
+               what, f, lead[f], f, lead[f]);
+    }
+  }
+  for (size_t f = 0; f < n; f++) {
+    if (lead[f] != f) continue;
+    size_t m = 0;
+    for (size_t g = f; g < n; g++)
+      if (lead[g] == f) G[m++] = F[g];
+    bag_fold s;
+    memset(&s, 0, sizeof s);
+    s.ctx = ctx;
+    s.what = what;
+    s.F = G;
+    s.n = m;
+    s.bags = grad_out->rows;
+    s.g_ld = g_ld;
+    s.rows = F[f].table->rows;
+    CHECK(fold_run(&s, grad_out, (clembed_matrix *)F[f].table, &o[f], prev ? 1 : nwait, prev ? &prev : wait, &ev));
+    if (prev) clReleaseEvent(prev);
+    prev = ev;
+    ev = NULL;
+  }
+  if (!prev) { /* no feature: the event completes after the wait list */
+    ce_chain ch;
+    ce_chain_init(&ch, ctx, nwait, wait);
+    status = ce_chain_close(&ch, event);
+    ce_chain_release(&ch);
+  } else if (event) {
+    *event = prev;
+    prev = NULL;
+  }
+cleanup:
+  if (prev) clReleaseEvent(prev);
+  if (ev) clReleaseEvent(ev);
+  free(lead);
+  free(G);
+  return status;
+}
+
+clembed_status clembed_bag_optimizer_step(clembed_context *ctx, const clembed_matrix *grad_out,
+                                          const clembed_ids *ids, const clembed_ids *offsets,
+                                          const clembed_bag_options *opt, const clembed_optimizer *o,
+                                          clembed_matrix *table, cl_uint nwait, const cl_event *wait,
+                                          cl_event *event) {
+  const char *what = "clembed_bag_optimizer_step";
+  cl_event own;
+  CE_ENTER(ctx, what);
+  cl_event *ev = CE_EVENT_BEGIN(event, own);
+  bag_feat F;
+  memset(&F, 0, sizeof F);
+  F.table = table;
+  F.ids = ids;
+  F.offsets = offsets;
+  F.opt = opt ? *opt : clembed_bag_defaults();
+  F.index = -1;
+  F.slot = CE_NO_SLOT;
+  clembed_status status = steps_run(ctx, what, &F, 1, grad_out, o, nwait, wait, ev);
+  return ce_track_end(ctx, status, event, &own);
+}
+
+clembed_status clembed_bags_optimizer_step(clembed_context *ctx, const clembed_bag_feature *features, size_t n,
+                                           const clembed_matrix *grad_out, const clembed_optimizer *o,
+                                           cl_uint nwait, const cl_event *wait, cl_event *event) {
+  const char *what = "clembed_bags_optimizer_step";
+  clembed_status status;
+  cl_event own;
+  bag_feat *F;
+  CE_ENTER(ctx, what);
+  cl_event *ev = CE_EVENT_BEGIN(event, own);
+  status = batch_features(ctx, what, features, n, &F);
+  if (status == CLEMBED_OK) status = steps_run(ctx, what, F, n, grad_out, o, nwait, wait, ev);
+  free(F);
+  return ce_track_end(ctx, status, event, &own);
+}
+
+/* -------------------------------------------------------------- renorm */
+
+clembed_status clembed_renorm(clembed_context *ctx, clembed_matrix *table, const clembed_ids *ids, float max_norm,
+                              float norm_type, cl_uint nwait, const cl_event *wait, cl_event *event) {
+  const char *what = "clembed_renorm";
+  clembed_status status = CLEMBED_OK;
+  cl_event own;
+  size_t t_ld;
+  ce_sort srt;
+  ce_chain ch;
+  char *opts = NULL, extra[96];
+  CE_ENTER(ctx, what);
+  cl_event *ev = CE_EVENT_BEGIN(event, own);
+  memset(&srt, 0, sizeof srt);
+  ce_chain_init(&ch, ctx, nwait, wait);
+  CHECK(ce_check_events(ctx, nwait, wait));
+  CHECK(ce_check_matrix(ctx, table, "table", &t_ld));
+  CHECK(ce_check_ids(ctx, ids, "ids"));
+  if ((uint64_t)ids->count >= 0xFFFFFFFFu)
+    FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "ids", -1, (int64_t)ids->count, "%s: %zu ids; at most 4294967294", what,
+             ids->count);
+  if (!(max_norm >= 0.0f) || isinf(max_norm))
+    FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "max_norm", -1, 0, "%s: max_norm %g must be finite and >= 0", what,
+             (double)max_norm);
+  if (!(norm_type > 0.0f))
+    FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "norm_type", -1, 0, "%s: norm_type %g must be > 0 (or INFINITY)", what,
+             (double)norm_type);
+  ce_record rec = {CE_NO_SLOT, CE_FAMILY_BAG, NULL, ids, NULL, 0};
+  if (ids->count) {
+    cl_int kind = norm_type == 1.0f ? 1 : norm_type == 2.0f ? 2 : isinf(norm_type) ? 3 : 0;
+    cl_float p = norm_type, inv_p = 1.0f / norm_type, mn = max_norm;
+    int key64 = (uint64_t)table->rows > 0xFFFFFFFFu;
+    cl_ulong n = ids->count, rows = table->rows, none64 = rows, t_off = table->offset, t_ldl = t_ld;
+    cl_ulong cols = table->cols, id_off = ids->offset;
+    cl_uint none32 = (cl_uint)rows;
+    cl_int id64 = ids->type == CLEMBED_I64;
+    cl_kernel k;
+    int which;
+    snprintf(extra, sizeof extra, "-DTABLE_DT=%d -DKEY64=%d -DDTYPES=1", (int)table->dtype, key64);
+    opts = base_options(ctx, extra);
+    if (!opts) FAIL(CLEMBED_ERR_OUT_OF_MEMORY, "%s: out of host memory", what);
+    rec.options = opts;
+    ce_slot_info info;
+    memset(&info, 0, sizeof info);
+    info.op = what;
+    info.id_rows = table->rows;
+    CHECK(ce_slot_reserve(ctx, &info, &rec.slot));
+    CHECK(ce_sort_alloc(ctx, ids->count, key64, &srt));
+    CHECK(ce_kernel(ctx, CE_FAMILY_BAG, opts, "ce_renorm_keys", &k));
+    CHECK(ce_set_args(ctx, k, "ce_renorm_keys", CE_ARG(ids->buffer), CE_ARG(ids->buffer), CE_ARG(id_off),
+                      CE_ARG(id64), CE_ARG(n), CE_ARG(rows), CE_ARG(srt.keys[0]), CE_ARG(srt.idx[0]),
+                      CE_ARG(ctx->errbuf), CE_ARG(rec.slot), CE_END));
+    CHECK(ce_chain_1d(&ch, k, "ce_renorm_keys", ids->count, 0));
+    if (cols) {
+      CHECK(ce_sort_run(&ch, &srt, ce_bit_width(rows), &which));
+      CHECK(ce_kernel(ctx, CE_FAMILY_BAG, opts, "ce_renorm_rows", &k));
+      CHECK(ce_set_args(ctx, k, "ce_renorm_rows", CE_ARG(table->buffer), CE_ARG(t_off), CE_ARG(t_ldl), CE_ARG(cols),
+                        CE_ARG(srt.keys[which]), CE_ARG(n), key64 ? sizeof none64 : sizeof none32,
+                        key64 ? (const void *)&none64 : (const void *)&none32, CE_ARG(mn), CE_ARG(kind), CE_ARG(p),
+                        CE_ARG(inv_p), CE_END));
+      CHECK(ce_chain_1d(&ch, k, "ce_renorm_rows", ids->count, 0));
+    }
+  }
+  CHECK(ce_chain_close_checked(&ch, &rec, ev));
+cleanup:
+  ce_sort_release(&srt);
+  ce_chain_release(&ch);
+  free(opts);
+  return ce_track_end(ctx, status, event, &own);
+}
