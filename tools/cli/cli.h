@@ -246,5 +246,6 @@ int cli_cmd_init(int argc, char **argv);
 int cli_cmd_bench(int argc, char **argv);
 int cli_cmd_demo(int argc, char **argv);
 int cli_cmd_inspect(int argc, char **argv);
+int cli_cmd_bag(int argc, char **argv);
 
 #endif

@@ -20,6 +20,7 @@ static const char usage_main[] =
     "  backward    dense table gradient (V, D)\n"
     "  sgd         one fused sparse SGD step on a table\n"
     "  init        table initialisation (Philox normal or uniform)\n"
+    "  bag         bags of ids pooled per sample (sum, mean, max; EmbeddingBag), shape (B, D)\n"
     "  bench       the benchmark against the device's own copy\n"
     "  demo        the tutorial end to end on the default device; `demo model FILE`: a model\n"
     "              file's embedding table (.gguf quantized or float, .safetensors) looked up\n"
@@ -54,6 +55,7 @@ static const command commands[] = {
     {"backward", cli_cmd_backward}, {"sgd", cli_cmd_sgd},             {"init", cli_cmd_init},
     {"bench", cli_cmd_bench},     {"demo", cli_cmd_demo},
     {"inspect", cli_cmd_inspect},
+    {"bag", cli_cmd_bag},
 };
 
 static const command *find(const char *name) {

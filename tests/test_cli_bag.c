@@ -1,0 +1,165 @@
+/* clembed bag end to end (runs the built tool) against a float32 reference of
+ * the documented order: sum, mean and max over bags given by offsets (B starts,
+ * or B + 1 with --include-last-offset) or by 2-D ids, per-sample weights,
+ * padding, an f16 output; and the refusals (exit 1 naming the flag or file, no
+ * output file left). Usage: test_cli_bag PATH/TO/clembed [CASE...] */
+#include "test_util.h"
+#include "npy.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cli_run.h"
+
+#define V 9
+#define D 5
+
+static float W[V * D];
+
+/* The reference: bags [off[b], off[b+1]) of ids, mode 0 sum, 1 mean, 2 max. */
+static void ref_bags(const int64_t *ids, const int64_t *off, size_t bags, int mode, const float *w, int64_t pad,
+                     float *out) {
+  for (size_t b = 0; b < bags; b++)
+    for (size_t c = 0; c < D; c++) {
+      float acc = 0.0f;
+      unsigned cnt = 0;
+      for (int64_t j = off[b]; j < off[b + 1]; j++) {
+        if (ids[j] == pad) continue;
+        float t = W[ids[j] * D + c];
+        if (mode == 2)
+          acc = cnt == 0 || t > acc ? t : acc;
+        else
+          acc = w ? fmaf(w[j], t, acc) : acc + t;
+        cnt++;
+      }
+      if (mode == 1 && cnt) acc = acc / (float)cnt;
+      out[b * D + c] = acc;
+    }
+}
+
+static void expect_output(const char *path, const float *want, size_t bags, int f16, const char *what) {
+  npy_array a;
+  if (!read_npy(path, &a)) return;
+  EXPECT(a.ndim == 2 && a.shape[0] == bags && a.shape[1] == D && a.dtype == (f16 ? NPY_F2 : NPY_F4),
+         "%s: shape or dtype", what);
+  size_t bad = 0;
+  for (size_t k = 0; k < bags * D && a.ndim == 2 && a.shape[0] == bags; k++) {
+    float g = f16 ? ref_f16_to_f32(((const uint16_t *)a.data)[k]) : ((const float *)a.data)[k];
+    bad += memcmp(&g, &(float){f16 ? ref_round(want[k], CLEMBED_F16) : want[k]}, 4) != 0;
+  }
+  EXPECT(bad == 0, "%s: %zu values differ", what, bad);
+  npy_free(&a);
+}
+
+TU_CASE(modes) {
+  size_t vd[2] = {V, D};
+  write_npy(P("w.npy"), NPY_F4, 2, vd, W);
+  const int64_t ids[10] = {1, 2, 3, 4, 4, 0, 8, 7, 2, 2};
+  const int64_t starts[4] = {0, 3, 3, 6}, csr[5] = {0, 3, 3, 6, 10}; /* bag 1 empty */
+  size_t n = 10, four = 4, five = 5;
+  write_npy(P("ids.npy"), NPY_I8, 1, &n, ids);
+  write_npy(P("starts.npy"), NPY_I8, 1, &four, starts);
+  write_npy(P("csr.npy"), NPY_I8, 1, &five, csr);
+  static const char *modes[3] = {"sum", "mean", "max"};
+  float want[4 * D];
+  for (int m = 0; m < 3; m++) {
+    ref_bags(ids, csr, 4, m, NULL, INT64_MIN, want);
+    RUNS(0, "bag", "--table", P("w.npy"), "--ids", P("ids.npy"), "--offsets", P("starts.npy"), "--mode", modes[m],
+         "-o", P("out.npy"));
+    expect_output(P("out.npy"), want, 4, 0, modes[m]);
+    RUNS(0, "bag", "--table", P("w.npy"), "--ids", P("ids.npy"), "--offsets", P("csr.npy"), "--include-last-offset",
+         "--mode", modes[m], "--out-dtype", "f16", "-o", P("out.npy"));
+    expect_output(P("out.npy"), want, 4, 1, modes[m]);
+  }
+  /* weights and padding */
+  float psw[10];
+  for (int j = 0; j < 10; j++) psw[j] = 0.25f * (float)(j - 3);
+  write_npy(P("psw.npy"), NPY_F4, 1, &n, psw);
+  ref_bags(ids, csr, 4, 0, psw, 2, want);
+  RUNS(0, "bag", "--table", P("w.npy"), "--ids", P("ids.npy"), "--offsets", P("starts.npy"), "--mode", "sum",
+       "--weights", P("psw.npy"), "--padding-idx", "2", "-o", P("out.npy"));
+  expect_output(P("out.npy"), want, 4, 0, "weights and padding");
+  /* 2-D ids: bags of one size */
+  size_t bl[2] = {5, 2};
+  const int64_t fixed[5 * 2] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 8}, foff[6] = {0, 2, 4, 6, 8, 10};
+  write_npy(P("ids2.npy"), NPY_I8, 2, bl, fixed);
+  ref_bags(fixed, foff, 5, 1, NULL, INT64_MIN, want);
+  RUNS(0, "bag", "--table", P("w.npy"), "--ids", P("ids2.npy"), "--mode", "mean", "-o", P("out.npy"));
+  expect_output(P("out.npy"), want, 5, 0, "2-D ids");
+}
+
+TU_CASE(refusals) {
+  size_t vd[2] = {V, D}, n = 4, two = 2;
+  write_npy(P("w.npy"), NPY_F4, 2, vd, W);
+  const int64_t ids[4] = {1, 2, 99, 4}, good[4] = {1, 2, 3, 4}, dec[2] = {0, 3}, back[2] = {2, 1};
+  write_npy(P("bad_ids.npy"), NPY_I8, 1, &n, ids);
+  write_npy(P("ids.npy"), NPY_I8, 1, &n, good);
+  write_npy(P("off.npy"), NPY_I8, 1, &two, dec);
+  write_npy(P("back.npy"), NPY_I8, 1, &two, back);
+  unlink(P("z.npy"));
+  RUNS(1, "bag", "--table", P("w.npy"), "--ids", P("bad_ids.npy"), "--offsets", P("off.npy"), "--mode", "sum", "-o",
+       P("z.npy"));
+  ERR_HAS("--ids");
+  ERR_HAS("99");
+  RUNS(1, "bag", "--table", P("w.npy"), "--ids", P("ids.npy"), "--offsets", P("back.npy"), "--mode", "sum", "-o",
+       P("z.npy"));
+  ERR_HAS("--offsets");
+  RUNS(1, "bag", "--table", P("w.npy"), "--ids", P("ids.npy"), "--mode", "sum", "-o", P("z.npy"));
+  ERR_HAS("--offsets");
+  RUNS(1, "bag", "--table", P("w.npy"), "--ids", P("ids.npy"), "--offsets", P("off.npy"), "-o", P("z.npy"));
+  ERR_HAS("--mode");
+  RUNS(1, "bag", "--table", P("w.npy"), "--ids", P("ids.npy"), "--offsets", P("off.npy"), "--mode", "median", "-o",
+       P("z.npy"));
+  ERR_HAS("--mode");
+  RUNS(1, "bag", "--table", P("w.npy"), "--ids", P("ids.npy"), "--offsets", P("off.npy"), "--mode", "mean",
+       "--weights", P("w.npy"), "-o", P("z.npy"));
+  ERR_HAS("--weights");
+  RUNS(1, "bag", "--table", P("w.npy"), "--ids", P("ids.npy"), "--include-last-offset", "--mode", "sum", "-o",
+       P("z.npy"));
+  ERR_HAS("--include-last-offset");
+  struct stat st;
+  EXPECT(stat(P("z.npy"), &st) != 0, "a refused run left an output file");
+  RUNS(0, "bag", "--help");
+  EXPECT(strstr(g_out, "--include-last-offset") != NULL, "bag --help: %s", g_out);
+}
+
+static void setup(clembed_context *unused) {
+  (void)unused;
+  if (!g_exe) {
+    fprintf(stderr, "usage: test_cli_bag PATH/TO/clembed [CASE...]\n");
+    exit(2);
+  }
+  for (int k = 0; k < V * D; k++) W[k] = (float)sin(0.7 * k + 0.3) * (float)(1 + k % 3);
+  const char *tmp = getenv("TMPDIR");
+  snprintf(g_dir, sizeof g_dir, "%s/test_cli_bag.XXXXXX", tmp && *tmp ? tmp : "/tmp");
+  if (!mkdtemp(g_dir)) exit(1);
+  if (CLI("devices") != 0) {
+    const char *allow = getenv("CLEMBED_ALLOW_NO_DEVICE");
+    fprintf(stderr, "clembed devices fails: %s", g_err);
+    exit(allow && !strcmp(allow, "1") ? 77 : 1);
+  }
+}
+
+static void teardown(clembed_context *unused) {
+  (void)unused;
+  if (tu_failures) {
+    printf("files kept in %s\n", g_dir);
+    return;
+  }
+  const char *names[] = {"w.npy",       "ids.npy", "starts.npy", "csr.npy", "out.npy",  "psw.npy", "ids2.npy",
+                         "bad_ids.npy", "off.npy", "back.npy",   ".stdout", ".stderr"};
+  for (size_t i = 0; i < sizeof names / sizeof *names; i++) unlink(P(names[i]));
+  rmdir(g_dir);
+}
+
+int main(int argc, char **argv) {
+  if (argc > 1 && strncmp(argv[1], "--", 2) != 0) {
+    g_exe = argv[1];
+    argv[1] = argv[0];
+    argc--;
+    argv++;
+  }
+  return tu_main(argc, argv, (tu_suite){.name = "test_cli_bag", .setup = setup, .teardown = teardown});
+}
