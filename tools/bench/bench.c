@@ -25,7 +25,9 @@
  * for block types) + output written; backward and optimizer steps = ids +
  * gradient read + touched rows of the table and of each state read and
  * written; RoPE = input read + output written; initialisation = output
- * written. The one-token row is the other way round: the latency of lookup +
+ * written; bags = ids + offsets + rows read + output written (the bag step: ids
+ * + offsets + gradient read + touched rows of the table and its state read and
+ * written). The one-token row is the other way round: the latency of lookup +
  * finish in units of one copy-kernel round trip.
  *
  * Uses the public API, OpenCL and tools/ceiling/ only. */
@@ -464,15 +466,19 @@ static const char *copy_name(const reference *r, int kind, char *buf, size_t len
 
 typedef enum op_kind {
   OP_LOOKUP, OP_EMBED_SINUSOID, OP_EMBED_LEARNED, OP_POSITIONAL, OP_ROPE_CACHE, OP_ROPE_APPLY, OP_BACKWARD,
-  OP_BACKWARD_ATOMIC, OP_SGD, OP_OPTIM, OP_INIT_NORMAL, OP_INIT_UNIFORM, OP_LATENCY, OP_BERT, OP_BERT_BACKWARD
+  OP_BACKWARD_ATOMIC, OP_SGD, OP_OPTIM, OP_INIT_NORMAL, OP_INIT_UNIFORM, OP_LATENCY, OP_BERT, OP_BERT_BACKWARD,
+  OP_BAG_SUM, OP_BAG_MEAN, OP_BAGS, OP_BAG_STEP
 } op_kind;
 static const char *const op_names[] = {"lookup", "embed_sinusoid", "embed_learned", "positional", "rope_cache",
                                        "rope_apply", "backward", "backward_atomic", "sgd_update", "optimizer",
-                                       "init_normal", "init_uniform", "latency", "embed_bert", "embed_bert_backward"};
+                                       "init_normal", "init_uniform", "latency", "embed_bert", "embed_bert_backward",
+                                       "bag_sum", "bag_mean", "bags", "bag_step"};
 
 /* One row: what it runs on which shapes. V x d is the table (RoPE: positions
  * cached, or tokens x columns), n the ids (RoPE: tokens), seq the tokens per
- * sequence of the fused forward. */
+ * sequence of the fused forward (bags: the ids per bag). OP_BAGS pools
+ * BAGS_FEATURES features, V / BAGS_FEATURES rows each, in one call: V, n and
+ * the output's columns are the features' together. */
 typedef struct spec {
   const char *name;
   op_kind op;
@@ -542,7 +548,19 @@ static const spec rows_table[] = {
      0, 0},
     {"embed_backward, every gradient (BERT, the same)", OP_BERT_BACKWARD, CLEMBED_F32, CLEMBED_F32, BERT_V, BERT_D,
      16384, 2048, 0, 0},
+    /* bags of ids (EmbeddingBag): the recommendation table, 4096 bags of 32 ids */
+    {"bag sum f32 (1000000 x 128, 4096 bags of 32)", OP_BAG_SUM, CLEMBED_F32, CLEMBED_F32, REC_V, REC_D, 131072, 32,
+     0, 0},
+    {"bag mean f32 (1000000 x 128, 4096 bags of 32)", OP_BAG_MEAN, CLEMBED_F32, CLEMBED_F32, REC_V, REC_D, 131072, 32,
+     0, 0},
+    {"bag sum q8_0 (1000000 x 128, 4096 bags of 32)", OP_BAG_SUM, CLEMBED_Q8_0, CLEMBED_F32, REC_V, REC_D, 131072, 32,
+     0, 0},
+    {"bags: 26 features of 100000 x 64 in one call", OP_BAGS, CLEMBED_F32, CLEMBED_F32, 26 * 100000, 64,
+     26 * 131072, 32, 0, 0},
+    {"bag step ROWWISE_ADAGRAD (1000000 x 128, 4096 bags)", OP_BAG_STEP, CLEMBED_F32, CLEMBED_F32, REC_V, REC_D,
+     131072, 32, CLEMBED_ROWWISE_ADAGRAD, 0},
 };
+#define BAGS_FEATURES 26
 #define ROW_COUNT (sizeof rows_table / sizeof rows_table[0])
 
 /* What the rows share, kept from one row to the next while it still fits: the
@@ -565,6 +583,13 @@ typedef struct bench_state {
   clembed_matrix stable, nw, nb, gP, gS, gw, gb;
   clembed_ids sids;
   clembed_embed_grads egrads;
+  /* bags: the offsets (one bag every seq ids), and the features of OP_BAGS:
+   * views of the table (V / BAGS_FEATURES rows each) and of the ids */
+  clembed_ids offsets;
+  clembed_matrix ftab[BAGS_FEATURES];
+  clembed_ids fids[BAGS_FEATURES];
+  clembed_bag_feature feats[BAGS_FEATURES];
+  clembed_bag_options bag;
 } bench_state;
 
 static void release_table(bench_state *s) {
@@ -589,6 +614,7 @@ static void state_release(bench_state *s) {
   release_table(s);
   release_ids(s);
   release_bert(s);
+  clembed_ids_release(&s->offsets);
   clembed_matrix_release(&s->out);
   clembed_matrix_release(&s->ptable);
   clembed_matrix_release(&s->grad);
@@ -632,6 +658,38 @@ static clembed_status fill_table(clembed_context *ctx, clembed_matrix *m) {
   return st;
 }
 
+/* The bags of a bag row: offsets of one bag every seq ids (all of OP_BAGS's
+ * features use the same ones), and OP_BAGS's features as views of the table
+ * and of the ids. */
+static clembed_status bags_prepare(bench_state *s, const spec *r, size_t bags, size_t features) {
+  clembed_status st = CLEMBED_OK;
+  if (s->offsets.count != bags + 1) {
+    clembed_ids_release(&s->offsets);
+    int32_t *off = malloc((bags + 1) * sizeof *off);
+    if (!off) return CLEMBED_ERR_OUT_OF_MEMORY;
+    for (size_t b = 0; b <= bags; b++) off[b] = (int32_t)(b * r->seq);
+    st = clembed_ids_create(s->ctx, off, bags + 1, CLEMBED_I32, &s->offsets);
+    free(off);
+    if (st != CLEMBED_OK) return st;
+  }
+  s->bag = clembed_bag_defaults();
+  s->bag.mode = r->op == OP_BAG_MEAN ? CLEMBED_BAG_MEAN : CLEMBED_BAG_SUM;
+  for (size_t f = 0; f < features && r->op == OP_BAGS; f++) {
+    size_t rows = r->V / features, n = r->n / features;
+    s->ftab[f] = s->table;
+    s->ftab[f].offset = f * rows * r->d;
+    s->ftab[f].rows = rows;
+    s->fids[f] = s->ids;
+    s->fids[f].offset = f * n;
+    s->fids[f].count = n;
+    s->feats[f].table = &s->ftab[f];
+    s->feats[f].ids = &s->fids[f];
+    s->feats[f].offsets = &s->offsets;
+    s->feats[f].options = s->bag;
+  }
+  return st;
+}
+
 /* The state a row needs, keeping what the last row made where it fits. */
 static clembed_status state_prepare(bench_state *s, const spec *r) {
   clembed_status st = CLEMBED_OK;
@@ -648,12 +706,14 @@ static clembed_status state_prepare(bench_state *s, const spec *r) {
     s->tdt = r->tdt;
   }
   if (!uses_table) release_table(s);
+  const size_t id_rows = r->op == OP_BAGS ? r->V / BAGS_FEATURES : r->V; /* OP_BAGS: each feature's */
   if (r->n && r->op != OP_ROPE_APPLY && r->op != OP_POSITIONAL &&
-      (s->tn != r->n || s->tseq != r->sequential || s->unique == 0 || (s->host_ids && (size_t)s->host_ids[0] >= r->V))) {
+      (s->tn != r->n || s->tseq != r->sequential || s->unique == 0 || (s->host_ids && (size_t)s->host_ids[0] >= id_rows))) {
     release_ids(s);
     if (!(s->host_ids = malloc(r->n * sizeof *s->host_ids))) return CLEMBED_ERR_OUT_OF_MEMORY;
     uint64_t x = 88172645463325252ULL;
-    for (size_t i = 0; i < r->n; i++) s->host_ids[i] = (int32_t)(r->sequential ? i % r->V : xorshift(&x) % r->V);
+    for (size_t i = 0; i < r->n; i++)
+      s->host_ids[i] = (int32_t)(r->sequential ? i % id_rows : xorshift(&x) % id_rows);
     if ((st = clembed_ids_create(s->ctx, s->host_ids, r->n, CLEMBED_I32, &s->ids)) != CLEMBED_OK) return st;
     unsigned char *seen = calloc(r->V, 1);
     if (!seen) return CLEMBED_ERR_OUT_OF_MEMORY;
@@ -667,9 +727,11 @@ static clembed_status state_prepare(bench_state *s, const spec *r) {
     s->tn = r->n;
     s->tseq = r->sequential;
   }
-  /* the output: n x d (RoPE: the rotated tokens; the cache: positions x R) */
-  size_t orows = r->op == OP_ROPE_CACHE ? r->V : r->n, ocols = r->d;
-  if (r->op == OP_INIT_NORMAL || r->op == OP_INIT_UNIFORM || training) orows = 0;
+  /* the output: n x d (RoPE: the rotated tokens; the cache: positions x R; bags: a row per bag) */
+  const int bags_op = r->op == OP_BAG_SUM || r->op == OP_BAG_MEAN || r->op == OP_BAGS || r->op == OP_BAG_STEP;
+  const size_t features = r->op == OP_BAGS ? BAGS_FEATURES : 1, bags = bags_op ? r->n / r->seq / features : 0;
+  size_t orows = r->op == OP_ROPE_CACHE ? r->V : bags_op ? bags : r->n, ocols = r->d * features;
+  if (r->op == OP_INIT_NORMAL || r->op == OP_INIT_UNIFORM || training || r->op == OP_BAG_STEP) orows = 0;
   if (orows && (s->out.rows != orows || s->out.cols != ocols || s->out.dtype != r->odt)) {
     clembed_matrix_release(&s->out);
     if ((st = clembed_matrix_create(s->ctx, orows, ocols, r->odt, &s->out)) != CLEMBED_OK) return st;
@@ -682,9 +744,11 @@ static clembed_status state_prepare(bench_state *s, const spec *r) {
     if ((st = clembed_matrix_create(s->ctx, r->n, r->d, r->tdt, &s->grad)) != CLEMBED_OK) return st;
     if ((st = fill_table(s->ctx, &s->grad)) != CLEMBED_OK) return st;
   }
-  if (training && (s->grad.rows != r->n || s->grad.cols != r->d || s->grad.dtype != CLEMBED_F32)) {
+  const size_t grows = r->op == OP_BAG_STEP ? bags : r->n; /* the bag step's gradient: a row per bag */
+  if ((training || r->op == OP_BAG_STEP) &&
+      (s->grad.rows != grows || s->grad.cols != r->d || s->grad.dtype != CLEMBED_F32)) {
     clembed_matrix_release(&s->grad);
-    if ((st = clembed_matrix_create(s->ctx, r->n, r->d, CLEMBED_F32, &s->grad)) != CLEMBED_OK) return st;
+    if ((st = clembed_matrix_create(s->ctx, grows, r->d, CLEMBED_F32, &s->grad)) != CLEMBED_OK) return st;
     if ((st = clembed_matrix_init_uniform(s->ctx, &s->grad, -1.0f, 1.0f, 2, 0, NULL, NULL)) != CLEMBED_OK) return st;
   }
   /* the dense gradient while backward rows run; the states while steps do */
@@ -693,7 +757,7 @@ static clembed_status state_prepare(bench_state *s, const spec *r) {
   } else {
     clembed_matrix_release(&s->dW);
   }
-  if (r->op == OP_OPTIM && r->optim != CLEMBED_SGD) {
+  if ((r->op == OP_OPTIM || r->op == OP_BAG_STEP) && r->optim != CLEMBED_SGD) {
     size_t c1 = r->optim == CLEMBED_ROWWISE_ADAGRAD ? 1 : r->d;
     if (s->s1.buffer && s->s1.cols != c1) clembed_matrix_release(&s->s1);
     if (!s->s1.buffer && (st = clembed_matrix_create(s->ctx, r->V, c1, CLEMBED_F32, &s->s1)) != CLEMBED_OK) return st;
@@ -756,6 +820,7 @@ static clembed_status state_prepare(bench_state *s, const spec *r) {
   s->sin.layout = CLEMBED_LAYOUT_INTERLEAVED;
   s->rope = clembed_rope_defaults();
   s->rope.head_dim = 128;
+  if (bags_op && (st = bags_prepare(s, r, bags, features)) != CLEMBED_OK) return st;
   if (st == CLEMBED_OK) st = clembed_finish(s->ctx);
   return st;
 }
@@ -781,6 +846,13 @@ static clembed_status run_op(bench_state *s, const spec *r) {
   case OP_BERT: return clembed_embed(ctx, &s->table, &s->ids, &s->eopt, &s->out, 0, NULL, NULL);
   case OP_BERT_BACKWARD:
     return clembed_embed_backward(ctx, &s->grad, &s->table, &s->ids, &s->eopt, &s->egrads, 0, NULL, NULL);
+  case OP_BAG_SUM:
+  case OP_BAG_MEAN: return clembed_embedding_bag(ctx, &s->table, &s->ids, &s->offsets, &s->bag, &s->out, 0, NULL, NULL);
+  case OP_BAGS: return clembed_embedding_bags(ctx, s->feats, BAGS_FEATURES, &s->out, 0, NULL, NULL);
+  case OP_BAG_STEP:
+    s->optim.step++;
+    return clembed_bag_optimizer_step(ctx, &s->grad, &s->ids, &s->offsets, &s->bag, &s->optim, &s->table, 0, NULL,
+                                      NULL);
   }
   return CLEMBED_ERR_INVALID_ARGUMENT;
 }
@@ -812,6 +884,17 @@ static double row_bytes_moved(const bench_state *s, const spec *r) {
    * ids, the gradient and the recomputed rows read, the touched rows of every gradient */
   case OP_BERT: return n * 8 + n * tsize + n * d * 4 + n * osize;
   case OP_BERT_BACKWARD: return n * 8 + n * d * 4 + n * tsize + n * d * 4 + 2 * (touched + (double)r->seq + 4) * d * 4;
+  case OP_BAG_SUM:
+  case OP_BAG_MEAN:
+  case OP_BAGS: { /* every feature reads its offsets */
+    const double features = r->op == OP_BAGS ? BAGS_FEATURES : 1, bags = n / (double)r->seq / features;
+    return n * 4 + features * (bags + 1) * 4 + n * tsize + features * bags * osize;
+  }
+  case OP_BAG_STEP: {
+    const double bags = n / (double)r->seq, state = r->optim == CLEMBED_ADAGRAD ? d * 4 :
+                        r->optim == CLEMBED_ROWWISE_ADAGRAD ? 4 : r->optim == CLEMBED_ADAM ? 2 * d * 4 : 0;
+    return n * 4 + (bags + 1) * 4 + bags * d * 4 + 2 * touched * (tsize + state);
+  }
   }
   return 0;
 }
