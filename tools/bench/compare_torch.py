@@ -12,7 +12,10 @@ from minute to minute); each figure is the median over the rounds, and the
 speed-up is the median of the per-round ratios (PyTorch ms / clembed ms).
 PyTorch is only a point of comparison, never a dependency: without it the
 script prints clembed's figures and says so. Rows PyTorch has no like-for-like
-operation for (ggml's block types, row-wise Adagrad) show "-".
+operation for (ggml's block types, row-wise Adagrad) show "-". The bag rows
+run F.embedding_bag (caffe2's perfkernels in Debian's build, FBGEMM's
+generated code in PyPI's), the 26-feature row 26 such calls and their
+outputs concatenated.
 """
 import argparse
 import json
@@ -146,6 +149,22 @@ class TorchRows:
                 return None  # this PyTorch has no such step for the dtype
         if kind in ("embed_bert", "embed_bert_backward"):
             return self.bert(row, reps)
+        if kind in ("bag_sum", "bag_mean", "bags"):
+            # F.embedding_bag with B starts; the 26 features as 26 calls on their own tables, their outputs
+            # side by side (what TorchRec's EmbeddingBagCollection gives), as clembed_embedding_bags writes them
+            F = t.nn.functional
+            feats = 26 if kind == "bags" else 1
+            rows, per = V // feats, n // feats
+            W = self.table(V, d, tdt)
+            ids = self.ids(n, rows, False)
+            offsets = t.arange(0, per, seq)
+            mode = "mean" if kind == "bag_mean" else "sum"
+            if feats == 1:
+                return median_ms(lambda: F.embedding_bag(ids, W, offsets, mode=mode), reps)
+            tables = [W[f * rows:(f + 1) * rows] for f in range(feats)]
+            idv = [ids[f * per:(f + 1) * per] for f in range(feats)]
+            return median_ms(lambda: t.cat([F.embedding_bag(idv[f], tables[f], offsets, mode=mode)
+                                            for f in range(feats)], dim=1), reps)
         if kind in ("init_normal", "init_uniform"):
             W = self.table(V, d, tdt)
             return median_ms((lambda: W.normal_(0.0, 1.0)) if kind == "init_normal" else (lambda: W.uniform_(-1.0, 1.0)),
