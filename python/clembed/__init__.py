@@ -26,7 +26,7 @@ from ._errors import (Error, InvalidArgumentError, ArgumentTypeError, IndexOutOf
                       OpenCLError, ERR_INVALID_ARGUMENT, ERR_INDEX_OUT_OF_RANGE, ERR_NO_DEVICE,
                       ERR_BUILD_FAILED, ERR_OUT_OF_MEMORY, ERR_UNSUPPORTED, ERR_COMMUNICATION)
 from ._core import Context, Matrix, Ids, Event, Device, devices, inspect, embed, default_context
-from .nn import Optimizer, Embedding, BertEmbeddings, manual_seed
+from .nn import Optimizer, Embedding, EmbeddingBag, BertEmbeddings, manual_seed
 
 library_path = _lib.path
 
@@ -51,7 +51,7 @@ def __getattr__(name: str):  # type: ignore[no-untyped-def]
 
 __all__: List[str] = [
     "Context", "Matrix", "Ids", "Event", "Device", "devices", "inspect", "embed", "default_context",
-    "Optimizer", "Embedding", "BertEmbeddings", "manual_seed",
+    "Optimizer", "Embedding", "EmbeddingBag", "BertEmbeddings", "manual_seed",
     "Error", "InvalidArgumentError", "ArgumentTypeError", "IndexOutOfRangeError", "NoDeviceError",
     "BuildFailedError", "OutOfMemoryError", "UnsupportedError", "MissingFunctionError", "StateError",
     "OpenCLError", "LibraryNotFoundError",

@@ -141,6 +141,9 @@ PY_CALLS = {
     "clembed_finish": "Context.finish", "clembed_context_create": "Context",
     "clembed_context_create_from_queue": "Context.from_queue", "clembed_devices": "devices",
     "clembed_file_open": "inspect", "clembed_embed_backward": "Context.embed_backward",
+    "clembed_embedding_bag": "Context.embedding_bag", "clembed_embedding_bags": "Context.embedding_bags",
+    "clembed_bag_backward": "Context.bag_backward", "clembed_bag_optimizer_step": "Optimizer.bag_step",
+    "clembed_bags_optimizer_step": "Optimizer.bags_step", "clembed_renorm": "Context.renorm",
 }
 
 # C argument names that the binding spells differently (the same in every call).

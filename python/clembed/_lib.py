@@ -182,6 +182,16 @@ class Rope_t(ctypes.Structure):
                 ("attention_factor", c_double)]
 
 
+class BagOptions_t(ctypes.Structure):
+    _fields_ = [("mode", c_int), ("policy", c_int), ("padding_idx", c_int64),
+                ("per_sample_weights", POINTER(Matrix_t)), ("max_rows", POINTER(Ids_t))]
+
+
+class BagFeature_t(ctypes.Structure):
+    _fields_ = [("table", POINTER(Matrix_t)), ("ids", POINTER(Ids_t)), ("offsets", POINTER(Ids_t)),
+                ("options", BagOptions_t)]
+
+
 class DeviceInfo_t(ctypes.Structure):
     _fields_ = [("spec", ctypes.c_char * 16), ("platform", ctypes.c_char * 128),
                 ("name", ctypes.c_char * 128), ("type", c_uint64), ("is_default", c_int),
@@ -205,6 +215,7 @@ STRUCTS: Dict[str, Any] = {
     "clembed_optimizer": Optimizer_t, "clembed_rope": Rope_t, "clembed_device_info": DeviceInfo_t,
     "clembed_error_detail": ErrorDetail_t, "clembed_tensor_info": TensorInfo_t,
     "clembed_norm": Norm_t, "clembed_embed_grads": EmbedGrads_t,
+    "clembed_bag_options": BagOptions_t, "clembed_bag_feature": BagFeature_t,
 }
 
 # ------------------------------------------------------------------- enums
@@ -221,6 +232,7 @@ OPTIMIZERS = {"sgd": 0, "adagrad": 1, "rowwise_adagrad": 2, "adam": 3}
 ROPE_LAYOUTS = {"neox": 0, "gptj": 1}
 ROPE_SCALINGS = {"none": 0, "linear": 1, "ntk": 2, "yarn": 3, "llama3": 4}
 NORMS = {"none": 0, "layer": 1, "rms": 2}
+BAG_MODES = {"sum": 0, "mean": 1, "max": 2}
 STATUSES = {"ok": 0, "err_invalid_argument": -2001, "err_index_out_of_range": -2002,
             "err_no_device": -2003, "err_build_failed": -2004, "err_out_of_memory": -2005,
             "err_unsupported": -2006, "err_communication": -2007}
@@ -238,6 +250,7 @@ ENUMS: Dict[str, Tuple[Dict[str, int], str]] = {
     "clembed_rope_layout": (ROPE_LAYOUTS, "CLEMBED_ROPE_"),
     "clembed_rope_scaling": (ROPE_SCALINGS, "CLEMBED_ROPE_SCALING_"),
     "clembed_norm_kind": (NORMS, "CLEMBED_NORM_"),
+    "clembed_bag_mode": (BAG_MODES, "CLEMBED_BAG_"),
 }
 
 NO_PADDING = -(2 ** 63)   # CLEMBED_NO_PADDING (INT64_MIN)
@@ -301,6 +314,16 @@ PROTOTYPES: Dict[str, Tuple[Any, List[Any]]] = {
     "clembed_file_find": (c_int, [c_void_p, c_char_p, POINTER(c_size_t)]),
     "clembed_matrix_load": (c_int, [CTX, c_void_p, c_char_p, c_int, PM]),
     "clembed_ids_load": (c_int, [CTX, c_void_p, c_char_p, PI]),
+    # Bags of ids
+    "clembed_bag_defaults": (BagOptions_t, []),
+    "clembed_embedding_bag": (c_int, [CTX, PM, PI, PI, POINTER(BagOptions_t), PM] + EV),
+    "clembed_embedding_bags": (c_int, [CTX, POINTER(BagFeature_t), c_size_t, PM] + EV),
+    "clembed_bag_backward": (c_int, [CTX, PM, PI, PI, POINTER(BagOptions_t), PM, PM, PM] + EV),
+    "clembed_bag_optimizer_step": (c_int, [CTX, PM, PI, PI, POINTER(BagOptions_t), POINTER(Optimizer_t),
+                                           PM] + EV),
+    "clembed_bags_optimizer_step": (c_int, [CTX, POINTER(BagFeature_t), c_size_t, PM, POINTER(Optimizer_t)]
+                                    + EV),
+    "clembed_renorm": (c_int, [CTX, PM, PI, c_float, c_float] + EV),
 }
 
 lib, path = load_library()

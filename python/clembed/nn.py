@@ -1,18 +1,18 @@
-"""Training helpers: clembed.Optimizer (sparse steps), clembed.Embedding (an
-nn.Embedding-like layer on a clembed context) and clembed.manual_seed (the generator that
+"""Training helpers: clembed.Optimizer (sparse steps), clembed.Embedding and clembed.EmbeddingBag
+(nn.Embedding- and nn.EmbeddingBag-like layers on a clembed context) and clembed.manual_seed (the generator that
 draws the seeds of layers made without one, as PyTorch's global RNG does)."""
 import ctypes
 import weakref
-from typing import Any, Dict, List, NamedTuple, Optional, Tuple, Union
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from . import _lib
 from ._lib import lib, OPTIMIZERS
-from ._core import Context, Matrix, default_context, WaitFor
-from ._errors import api, invalid, wrong_type, state, missing
-from ._args import (DTYPE_NAMES, FLOAT_DTYPES, F16, BF16, choice, count, dtype_code, host_values, integer, real,
-                    seed as _seed)
+from ._core import Context, Matrix, Ids, default_context, WaitFor
+from ._errors import api, invalid, wrong_type, state, missing, require
+from ._args import (DTYPE_NAMES, FLOAT_DTYPES, F16, BF16, choice, count, dtype_code, host_values, index_array,
+                    integer, real, seed as _seed)
 
 KINDS = OPTIMIZERS
 _EPS = {"sgd": 0.0, "adagrad": 1e-10, "rowwise_adagrad": 1e-8, "adam": 1e-8}
@@ -85,6 +85,83 @@ class Optimizer:
             s = self._state[table] = [st, st2, 0]
         return s
 
+    def _c_optimizer(self, table: Matrix, lr: Optional[float]) -> Tuple[Any, List[Any]]:
+        """(clembed_optimizer for a step of table, its state list [state, state2, t])."""
+        s = self._states(table)
+        o = lib.clembed_optimizer_defaults(KINDS[self.kind])
+        o.learning_rate = self.lr if lr is None else real(lr, "lr")
+        o.eps = self.eps
+        o.beta1, o.beta2 = self.betas
+        o.weight_decay = self.weight_decay
+        o.step = s[2] + 1
+        if s[0] is not None:
+            o.state = ctypes.pointer(s[0]._m)
+        if s[1] is not None:
+            o.state2 = ctypes.pointer(s[1]._m)
+        return o, s
+
+    @api("Optimizer.bag_step", "clembed_bag_optimizer_step")
+    def bag_step(self, table: Matrix, grad: Any, ids: Any, offsets: Any = None, *, lr: Optional[float] = None,
+                 mode: str = "mean", per_sample_weights: Any = None, padding_idx: Optional[int] = None,
+                 include_last_offset: bool = False, on_bad_id: str = "check", max_rows: Any = None,
+                 wait_for: WaitFor = None) -> Matrix:
+        """One fused step of table (in place) with the gradient grad (bags x cols) of the
+        output of Context.embedding_bag on these bags (the same arguments; max_rows: the
+        forward's, for mode 'max'): each row is folded as Context.bag_backward folds it, then
+        stepped; only the rows with a contribution are touched. Returns table."""
+        ctx = self.ctx
+        fn = require("clembed_bag_optimizer_step", "Optimizer(%r).bag_step" % self.kind)
+        if not isinstance(table, Matrix):
+            raise wrong_type("table", "must be a clembed.Matrix (stepped in place), not %s" % type(table).__name__)
+        ids = ctx._as_ids(ids)
+        grad = ctx._grad(grad)
+        keep: List[Any] = []
+        off, _ = ctx._bags(ids, offsets, include_last_offset, keep)
+        bo = ctx._bag_options(ids, mode, per_sample_weights, padding_idx, on_bad_id, max_rows, keep)
+        o, s = self._c_optimizer(table, lr)
+        ctx._run("clembed_bag_optimizer_step", fn,
+                 (ctx._live, ctypes.byref(grad._m), ctypes.byref(ids._ids),
+                  ctypes.byref(off._ids) if off is not None else None, ctypes.byref(bo), ctypes.byref(o),
+                  ctypes.byref(table._m)), wait_for, [table])
+        s[2] += 1
+        return table
+
+    @api("Optimizer.bags_step", "clembed_bags_optimizer_step")
+    def bags_step(self, features: Sequence[Dict[str, Any]], grad: Any, *, lr: Optional[float] = None,
+                  wait_for: WaitFor = None) -> None:
+        """The fused steps of every feature's table with this optimizer (each table its own
+        state), from grad (bags x the features' cols together, as Context.embedding_bags
+        returns it): features as Context.embedding_bags takes them, plus 'max_rows' for a
+        'max' feature. A table shared by several features (the same Matrix) folds their
+        contributions in feature order, then id order, and is stepped once."""
+        ctx = self.ctx
+        fn = require("clembed_bags_optimizer_step", "Optimizer(%r).bags_step" % self.kind)
+        if isinstance(features, dict) or not isinstance(features, (list, tuple)):
+            raise wrong_type("features", "must be a list of dicts (one per feature), not %s" % type(features).__name__)
+        for f, d in enumerate(features):
+            if not isinstance(d, dict) or not isinstance(d.get("table"), Matrix):
+                raise wrong_type("features", "features[%d]['table'] must be a clembed.Matrix (stepped in place)" % f)
+        grad = ctx._grad(grad)
+        keep: List[Any] = []
+        plain = [{k: v for k, v in d.items() if k != "max_rows"} for d in features]
+        arr, n, _, _ = ctx._bag_features(plain, keep, False)
+        tables: List[Matrix] = [d["table"] for d in features]
+        for f, d in enumerate(features):
+            if d.get("max_rows") is not None:
+                mr = d["max_rows"]
+                mr = mr if isinstance(mr, Ids) else ctx._upload_ids(index_array(mr, "max_rows"), "max_rows")
+                keep.append(mr)
+                arr[f].options.max_rows = ctypes.pointer(mr._ids)
+        os_ = (_lib.Optimizer_t * max(n, 1))()
+        seen: Dict[int, Tuple[Any, List[Any]]] = {}
+        for f, table in enumerate(tables):
+            if id(table) not in seen:
+                seen[id(table)] = self._c_optimizer(table, lr)
+            os_[f] = seen[id(table)][0]
+        ctx._run("clembed_bags_optimizer_step", fn, (ctx._live, arr, n, ctypes.byref(grad._m), os_), wait_for, tables)
+        for _, s in seen.values():
+            s[2] += 1
+
     @api("Optimizer.step", "clembed_optimizer_step")
     def step(self, table: Matrix, grad: Any, ids: Any, *, lr: Optional[float] = None, wait_for: WaitFor = None,
              **backward_options: Any) -> Matrix:
@@ -110,17 +187,7 @@ class Optimizer:
         bo = ctx._backward_options(opts["scale"], opts["padding_idx"], opts["scale_grad_by_freq"], True, True,
                                    opts["on_bad_id"], opts["seq_len"], opts["offset"], opts["sequence_offsets"],
                                    opts["position_grad"], opts["dropout"], opts["seed"], ids, keep)
-        s = self._states(table)
-        o = lib.clembed_optimizer_defaults(KINDS[self.kind])
-        o.learning_rate = lr
-        o.eps = self.eps
-        o.beta1, o.beta2 = self.betas
-        o.weight_decay = self.weight_decay
-        o.step = s[2] + 1
-        if s[0] is not None:
-            o.state = ctypes.pointer(s[0]._m)
-        if s[1] is not None:
-            o.state2 = ctypes.pointer(s[1]._m)
+        o, s = self._c_optimizer(table, lr)
         ctx._run("clembed_optimizer_step", lib.clembed_optimizer_step,
                  (ctx._live, ctypes.byref(grad._m), ctypes.byref(ids._ids), ctypes.byref(bo),
                   ctypes.byref(o), ctypes.byref(table._m)), wait_for, [table])
@@ -136,6 +203,22 @@ def _optimizer(ctx: Context, optimizer: Any) -> Optional[Optimizer]:
         raise wrong_type("optimizer", "must be a clembed.Optimizer, a kind name or None, not %s"
                          % type(optimizer).__name__)
     return optimizer
+
+
+def _padding_row(num_embeddings: int, padding_idx: Any) -> Optional[int]:
+    """padding_idx as a row (negative counts from the end, as in nn.Embedding), or None."""
+    if padding_idx is None:
+        return None
+    p = integer(padding_idx, "padding_idx", -num_embeddings, num_embeddings)
+    return p + num_embeddings if p < 0 else p
+
+
+def _layer_weight(ctx: Context, rows: int, cols: int, code: int, seed: int, padding_idx: Optional[int]) -> Matrix:
+    """A layer's weight: N(0, 1) from Philox(seed), the padding row zero."""
+    w = ctx.init(ctx.empty(rows, cols, code), "normal", mean=0.0, std=1.0, seed=seed)
+    if padding_idx is not None:
+        w.rows_view(padding_idx, 1).write(np.zeros(cols, np.float32))
+    return w
 
 
 # ------------------------------------------------------------------ embedding
@@ -160,31 +243,31 @@ class Embedding:
     dim) array/Matrix, not trained). backward(grad) keeps the output gradient of the last
     forward (several backward calls add up); step(lr) applies it with the optimizer (an
     Optimizer, a kind name, or None for plain SGD with lr) and clears it.
+    max_norm (as nn.Embedding): each forward first renorms, in place, the rows its ids
+    read whose norm_type-norm exceeds max_norm (Context.renorm).
     """
 
     @api("Embedding")
     def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: Optional[int] = None,
                  scale: Union[float, str] = 1.0, positions: Any = None, ctx: Optional[Context] = None,
-                 seed: Optional[int] = 0, optimizer: Any = None, *, dtype: Any = "f32") -> None:
-        self._setup(num_embeddings, embedding_dim, padding_idx, scale, positions, ctx, optimizer)
+                 seed: Optional[int] = 0, optimizer: Any = None, max_norm: Optional[float] = None,
+                 norm_type: float = 2.0, *, dtype: Any = "f32") -> None:
+        self._setup(num_embeddings, embedding_dim, padding_idx, scale, positions, ctx, optimizer, max_norm,
+                    norm_type)
         code = dtype_code(dtype, "dtype", FLOAT_DTYPES)
         self.seed: Optional[int] = draw_seed(seed)
         self.freeze = False
-        self.weight = self.ctx.init(self.ctx.empty(self.num_embeddings, self.embedding_dim, code), "normal",
-                                    mean=0.0, std=1.0, seed=self.seed)
-        if self.padding_idx is not None:
-            self.weight.rows_view(self.padding_idx, 1).write(np.zeros(self.embedding_dim, np.float32))
+        self.weight = _layer_weight(self.ctx, self.num_embeddings, self.embedding_dim, code, self.seed,
+                                    self.padding_idx)
 
     def _setup(self, num_embeddings: Any, embedding_dim: Any, padding_idx: Any, scale: Any, positions: Any,
-               ctx: Optional[Context], optimizer: Any) -> None:
+               ctx: Optional[Context], optimizer: Any, max_norm: Any = None, norm_type: Any = 2.0) -> None:
         self.ctx = ctx if ctx is not None else default_context()
         self.num_embeddings = count(num_embeddings, "num_embeddings")
         self.embedding_dim = count(embedding_dim, "embedding_dim")
-        if padding_idx is not None:   # negative counts from the end, as in nn.Embedding
-            n = self.num_embeddings
-            p = integer(padding_idx, "padding_idx", -n, n)
-            padding_idx = p + n if p < 0 else p
-        self.padding_idx = padding_idx
+        self.padding_idx = _padding_row(self.num_embeddings, padding_idx)
+        self.max_norm = None if max_norm is None else real(max_norm, "max_norm")
+        self.norm_type = real(norm_type, "norm_type")
         if isinstance(scale, str):
             if scale.lower() != "sqrt":
                 raise invalid("scale", "is a number or 'sqrt', not %r" % scale)
@@ -203,7 +286,8 @@ class Embedding:
     @api("Embedding.from_pretrained")
     def from_pretrained(cls, embeddings: Any, freeze: bool = True, padding_idx: Optional[int] = None, *,
                         dtype: Any = None, scale: Union[float, str] = 1.0, positions: Any = None,
-                        ctx: Optional[Context] = None, optimizer: Any = None) -> "Embedding":
+                        ctx: Optional[Context] = None, optimizer: Any = None, max_norm: Optional[float] = None,
+                        norm_type: float = 2.0) -> "Embedding":
         """A layer whose weight is `embeddings`, as torch.nn.Embedding.from_pretrained: a 2-D
         NumPy array (uploaded as Context.matrix does: dtype None keeps float32/float16, a
         float64 or integer array needs dtype) or a clembed.Matrix (used as the weight
@@ -221,7 +305,7 @@ class Embedding:
         else:
             ctx = ctx if ctx is not None else default_context()
             weight = ctx.matrix(embeddings, dtype)
-        self._setup(weight.rows, weight.cols, padding_idx, scale, positions, ctx, optimizer)
+        self._setup(weight.rows, weight.cols, padding_idx, scale, positions, ctx, optimizer, max_norm, norm_type)
         self.seed = None
         self.freeze = bool(freeze)
         if not self.freeze and weight._m.dtype not in FLOAT_DTYPES:
@@ -278,8 +362,11 @@ class Embedding:
     # --- forward and training
     @api("Embedding.forward", "clembed_embed")
     def forward(self, ids: Any) -> np.ndarray:
-        """scale * weight[ids] (+ positions), an ndarray of ids.shape + (dim,)."""
+        """scale * weight[ids] (+ positions), an ndarray of ids.shape + (dim,); with
+        max_norm, the rows ids read are renormed first (in place)."""
         ids = np.asarray(ids)
+        if self.max_norm is not None:
+            self.ctx.renorm(self.weight, ids, self.max_norm, self.norm_type)
         out = self.ctx.embed(self.weight, ids, scale=self.scale, positions=self.positions,
                              padding_idx=self.padding_idx, out_dtype=self._out_dtype)
         self._last_ids = ids
@@ -338,6 +425,158 @@ class Embedding:
         else:
             self.optimizer.step(self.weight, grad, ids, lr=lr, scale=self._scale_value(),
                                 padding_idx=self.padding_idx)
+        self.zero_grad()
+
+
+# ------------------------------------------------------------------ bags
+
+class _BagRecord(NamedTuple):
+    """A forward's bags, kept for backward and step: flat ids, CSR offsets (bags + 1),
+    weights or None, max_rows or None, and the output gradient once backward gave it."""
+    ids: np.ndarray
+    offsets: np.ndarray
+    weights: Optional[np.ndarray]
+    max_rows: Optional[np.ndarray]
+    grad: Optional[np.ndarray]
+
+
+class EmbeddingBag:
+    """Bags of ids pooled per sample, in the manner of torch.nn.EmbeddingBag, on a clembed
+    context.
+
+    weight: a (num_embeddings x embedding_dim) Matrix ('f32', 'f16' or 'bf16') drawn from
+    N(0, 1) with Philox(seed) (the padding row zero; seed 0 by default, None draws a fresh
+    one, as Embedding).
+    forward(ids, offsets=None, per_sample_weights=None) -> ndarray (bags, dim): 2-D ids are
+    a bag per row; 1-D ids take offsets of the bags' starts (or bags + 1 entries with
+    include_last_offset=True); mode 'sum', 'mean' or 'max'; per_sample_weights with 'sum'.
+    max_norm: the rows the ids read are renormed first, in place (Context.renorm).
+    backward(grad) keeps the gradient (bags, dim) of the last forward (several forward and
+    backward pairs add up); step(lr) applies them in one fused step (Optimizer.bag_step:
+    the optimizer, a kind name, or None for plain SGD with lr) and clears them; .grad is
+    their dense table gradient.
+    """
+
+    @api("EmbeddingBag")
+    def __init__(self, num_embeddings: int, embedding_dim: int, mode: str = "mean",
+                 padding_idx: Optional[int] = None, max_norm: Optional[float] = None, norm_type: float = 2.0,
+                 ctx: Optional[Context] = None, seed: Optional[int] = 0, optimizer: Any = None, *,
+                 dtype: Any = "f32") -> None:
+        self.ctx = ctx if ctx is not None else default_context()
+        self.num_embeddings = count(num_embeddings, "num_embeddings")
+        self.embedding_dim = count(embedding_dim, "embedding_dim")
+        choice(_lib.BAG_MODES, mode, "mode")
+        self.mode = mode.lower()
+        if padding_idx is not None:
+            n = self.num_embeddings
+            p = integer(padding_idx, "padding_idx", -n, n)
+            padding_idx = p + n if p < 0 else p
+        self.padding_idx = padding_idx
+        self.max_norm = None if max_norm is None else real(max_norm, "max_norm")
+        self.norm_type = real(norm_type, "norm_type")
+        if isinstance(optimizer, str):
+            optimizer = Optimizer(self.ctx, optimizer, 0.01 if optimizer.lower() != "sgd" else 0.1)
+        elif optimizer is not None and not isinstance(optimizer, Optimizer):
+            raise wrong_type("optimizer", "must be a clembed.Optimizer, a kind name or None, not %s"
+                             % type(optimizer).__name__)
+        self.optimizer = optimizer
+        code = dtype_code(dtype, "dtype", FLOAT_DTYPES)
+        self.seed: Optional[int] = draw_seed(seed)
+        self.weight = self.ctx.init(self.ctx.empty(self.num_embeddings, self.embedding_dim, code), "normal",
+                                    mean=0.0, std=1.0, seed=self.seed)
+        if self.padding_idx is not None:
+            self.weight.rows_view(self.padding_idx, 1).write(np.zeros(self.embedding_dim, np.float32))
+        self._records: List[_BagRecord] = []
+        self._last: Optional[_BagRecord] = None
+
+    def __repr__(self) -> str:
+        return "clembed.EmbeddingBag(%d, %d, mode=%r, padding_idx=%r)" % (
+            self.num_embeddings, self.embedding_dim, self.mode, self.padding_idx)
+
+    @api("EmbeddingBag.forward", "clembed_embedding_bag")
+    def forward(self, ids: Any, offsets: Any = None, per_sample_weights: Any = None, *,
+                include_last_offset: bool = False) -> np.ndarray:
+        """The bags pooled: an ndarray (bags, dim), float16 for an 'f16' weight, else float32."""
+        a = index_array(ids, "ids")
+        if self.max_norm is not None:
+            self.ctx.renorm(self.weight, a, self.max_norm, self.norm_type)
+        out = self.ctx.embedding_bag(self.weight, a, offsets, mode=self.mode, per_sample_weights=per_sample_weights,
+                                     padding_idx=self.padding_idx, include_last_offset=include_last_offset,
+                                     out_dtype="f16" if self.weight._m.dtype == F16 else "f32")
+        bags = out.rows
+        if a.ndim == 2:
+            csr = np.arange(0, a.size + 1, max(a.shape[1], 1), dtype=np.int64)[:bags + 1]
+            if a.shape[1] == 0:
+                csr = np.zeros(bags + 1, np.int64)
+        else:
+            o = np.asarray(offsets.numpy() if isinstance(offsets, Ids) else offsets).astype(np.int64).reshape(-1)
+            csr = o if include_last_offset else np.append(o, np.int64(a.size))
+        w = None if per_sample_weights is None else np.asarray(
+            per_sample_weights.numpy() if isinstance(per_sample_weights, Matrix) else per_sample_weights,
+            np.float32).reshape(-1)
+        self._last = _BagRecord(a.reshape(-1).astype(np.int64), csr, w, getattr(out, "max_rows", None), None)
+        return out.numpy(None)
+
+    __call__ = forward
+
+    @api("EmbeddingBag.backward")
+    def backward(self, grad: Any) -> None:
+        """Records d(loss)/d(output) of the last forward, shape (bags, dim)."""
+        if self._last is None:
+            raise state("backward before forward")
+        g, _, _ = host_values(grad, "grad")
+        bags = self._last.offsets.size - 1
+        if g.shape != (bags, self.embedding_dim):
+            raise invalid("grad", "has shape %s, the output of the last forward %s"
+                          % (g.shape, (bags, self.embedding_dim)))
+        self._records.append(self._last._replace(grad=g.astype(np.float32)))
+
+    def zero_grad(self) -> None:
+        """Forgets the recorded gradients."""
+        self._records = []
+
+    def _joined(self) -> _BagRecord:
+        """The recorded forwards as one batch of bags (offsets shifted, in order)."""
+        ids, offs, ws, mrs, gs = [], [np.zeros(1, np.int64)], [], [], []
+        start = 0
+        for r in self._records:
+            ids.append(r.ids)
+            offs.append(r.offsets[1:] + start)
+            start += r.ids.size
+            ws.append(r.weights if r.weights is not None else np.ones(r.ids.size, np.float32))
+            if r.max_rows is not None:
+                mrs.append(r.max_rows.reshape(-1, self.embedding_dim))
+            gs.append(r.grad)
+        weighted = any(r.weights is not None for r in self._records)
+        return _BagRecord(np.concatenate(ids), np.concatenate(offs), np.concatenate(ws) if weighted else None,
+                          np.concatenate(mrs) if mrs else None, np.concatenate(gs))
+
+    @property
+    def grad(self) -> Optional[np.ndarray]:
+        """The dense table gradient of the recorded backward calls (NumPy float32), or None."""
+        if not self._records:
+            return None
+        r = self._joined()
+        g = self.ctx.bag_backward(r.grad, r.ids, r.offsets, vocab=self.num_embeddings, mode=self.mode,
+                                  per_sample_weights=r.weights, padding_idx=self.padding_idx,
+                                  include_last_offset=True, max_rows=r.max_rows)
+        return g.numpy()
+
+    @api("EmbeddingBag.step", "clembed_bag_optimizer_step")
+    def step(self, lr: Optional[float] = None) -> None:
+        """Applies the recorded gradients to weight in one fused step (only the rows with a
+        contribution change) and clears them. lr overrides the optimizer's rate (needed
+        without an optimizer: plain SGD)."""
+        if not self._records:
+            return
+        opt = self.optimizer
+        if opt is None:
+            if lr is None:
+                raise invalid("lr", "is needed when the EmbeddingBag has no optimizer")
+            opt = Optimizer(self.ctx, "sgd", lr)
+        r = self._joined()
+        opt.bag_step(self.weight, r.grad, r.ids, r.offsets, lr=lr, mode=self.mode, per_sample_weights=r.weights,
+                     padding_idx=self.padding_idx, include_last_offset=True, max_rows=r.max_rows)
         self.zero_grad()
 
 
