@@ -259,78 +259,97 @@ CE_INLINE ulong ce_bag_of(const ce_bag_feat *F, ulong j, ulong bags) {
     CE_BAG_CASE4(FN, __VA_ARGS__) CE_BAG_CASE5(FN, __VA_ARGS__) CE_BAG_CASE6(FN, __VA_ARGS__) default : break; \
   }
 
-/* The pooling of W columns at a time from column c (W vectors of VEC
- * columns, T = FV, AT = UV, LOAD a VEC-wide load; or one column, T = float,
- * AT = uint) over ids [lo, hi): acc[k] the pooled values, arg[k] (MAX) the
- * position of the id that gave them, *cnt the ids taken. `nv` of the W are
- * live. The same float32 operations for a vector and for a column:
- *   SUM     acc = acc + t        weighted: acc = fma(w, t, acc)
- *   MAX     the first taken id sets acc; then t replaces acc when t > acc, or
- *           when t is NaN and acc is not (so a NaN stays, the first one)
- * (`t > acc`, isnan and select give -1/0 lanes for vectors and 1/0 for a
- * scalar, which select reads alike.) With prefetch hints (W > 1), the
- * columns of the row of the id AHEAD on are asked for. */
-#define CE_BAG_POOL_FN(NAME, D, T, AT, LOAD, W)                                                                    \
-  CE_INLINE void NAME##_##D(const ce_bag_feat *F, ulong lo, ulong hi, ulong c, int nv, T *acc, AT *arg, int *cnt, \
-                            int report, __global uint *err) {                                                     \
+/* One id's value t of one column (T float) or of VEC columns (T FV) into its
+ * accumulator A (and, under MAX, the position G of the id that gave it), as
+ * the first taken id (`first`) or a later one:
+ *   SUM     A = A + t        weighted: A = fma(w, t, A)
+ *   MAX     the first sets A; then t replaces A when t > A, or when t is NaN and A
+ *           is not (so a NaN stays, the first one)
+ * (`t > A`, isnan and select give -1/0 lanes for vectors and 1/0 for a scalar,
+ * which select reads alike: one text for both.) */
+#define CE_BAG_MAXSTEP(A, G, t, J, MT, first)                   \
+  if (first) {                                                  \
+    A = t;                                                      \
+    G = J;                                                      \
+  } else {                                                      \
+    MT take_ = (t > A) | (isnan(t) & !isnan(A));                \
+    A = select(A, t, take_);                                    \
+    G = select(G, J, take_);                                    \
+  }
+
+/* The pooling of the columns from c of bag [lo, hi): nv (at most TILE)
+ * vectors of VEC columns into acc/arg, then nt (< VEC) single columns into
+ * tacc/targ, in one pass over the ids (so a bag's ids are read once per
+ * TILE * VEC columns, and the tail rides along with the last vectors); *cnt
+ * receives the ids taken. Every accumulator starts from `zero` (0.0f, a kernel
+ * argument: a compiler must not fold fma(w, t, 0) into w * t, whose -0 differs).
+ * With prefetch hints (TILE > 1), the columns of the row of the id AHEAD on are
+ * asked for. */
+#define CE_BAG_POOL_FN(D)                                                                                          \
+  CE_INLINE void ce_bag_pool_##D(const ce_bag_feat *F, ulong lo, ulong hi, ulong c, int nv, int nt, float zero,    \
+                                 FV *acc, UV *arg, float *tacc, uint *targ, int *cnt, int report,                  \
+                                 __global uint *err) {                                                            \
     __global const CE_STORE_##D *tab = (__global const CE_STORE_##D *)F->tab;                                    \
+    const ulong ct = c + (ulong)nv * VEC; /* the tail's first column */                                           \
     int taken = 0;                                                                                                \
-    for (int k = 0; k < W; k++) {                                                                                 \
-      acc[k] = (T)(0.0f);                                                                                         \
-      arg[k] = (AT)(CE_BAG_NO_ARG);                                                                               \
+    for (int k = 0; k < TILE; k++) {                                                                              \
+      acc[k] = (FV)(zero);                                                                                        \
+      arg[k] = (UV)(CE_BAG_NO_ARG);                                                                               \
+    }                                                                                                             \
+    for (int l = 0; l < VEC; l++) {                                                                               \
+      tacc[l] = zero;                                                                                             \
+      targ[l] = CE_BAG_NO_ARG;                                                                                    \
     }                                                                                                             \
     for (ulong j = lo; j < hi; j++) {                                                                             \
-      if (CE_PREFETCH && AHEAD && W > 1 && j + AHEAD < hi) {                                                      \
+      if (CE_PREFETCH && AHEAD && TILE > 1 && j + AHEAD < hi) {                                                   \
         long id = ce_load_id(F->ids32, F->ids64, F->id64, F->id_off + j + AHEAD);                                 \
         if (id >= 0 && (ulong)id < F->t_rows) {                                                                   \
           __global const CE_STORE_##D *rp = ce_ptr_##D(tab, F->t_off + (ulong)id * F->t_ld);                     \
           __global const uchar *a = (__global const uchar *)ce_ptr_##D(rp, c);                                   \
-          __global const uchar *z = (__global const uchar *)ce_ptr_##D(rp, c + (ulong)nv * VEC);                 \
+          __global const uchar *z = (__global const uchar *)ce_ptr_##D(rp, ct + (ulong)nt);                      \
           for (; a < z; a += 64) ce_prefetch(a);                                                                  \
         }                                                                                                         \
       }                                                                                                           \
       long row = ce_bag_row(F, j, err, report);                                                                   \
       if (row < 0) continue;                                                                                      \
       __global const CE_STORE_##D *p = ce_ptr_##D(tab, F->t_off + (ulong)row * F->t_ld);                         \
-      if (F->mode == CE_BAG_MAX) {                                                             \
-        _Pragma("unroll") for (int k = 0; k < W; k++) if (k < nv) {                                               \
-          T t = LOAD(p, c + (ulong)k * VEC);                                                                      \
-          if (taken == 0) {                                                                                       \
-            acc[k] = t;                                                                                           \
-            arg[k] = (AT)((uint)j);                                                                               \
-          } else {                                                                                                \
-            T a = acc[k];                                                                                         \
-            __typeof__(t > a) take = (t > a) | (isnan(t) & !isnan(a));                                            \
-            acc[k] = select(a, t, take);                                                                          \
-            arg[k] = select(arg[k], (AT)((uint)j), take);                                                         \
-          }                                                                                                       \
+      if (F->mode == CE_BAG_MAX) {                                                                                \
+        _Pragma("unroll") for (int k = 0; k < TILE; k++) if (k < nv) {                                           \
+          FV t = ce_loadv_##D(p, c + (ulong)k * VEC);                                                             \
+          CE_BAG_MAXSTEP(acc[k], arg[k], t, (UV)((uint)j), IV, taken == 0)                                        \
         }                                                                                                         \
-      } else if (F->has_w) {                                                                  \
-        T w = (T)(F->w[F->w_off + j * F->w_ld]);                                                                  \
-        _Pragma("unroll") for (int k = 0; k < W; k++) if (k < nv) acc[k] = fma(w, LOAD(p, c + (ulong)k * VEC), acc[k]); \
+        _Pragma("unroll") for (int l = 0; l < VEC - 1; l++) if (l < nt) {                                        \
+          float t = ce_load_##D(p, ct + (ulong)l);                                                                \
+          CE_BAG_MAXSTEP(tacc[l], targ[l], t, (uint)j, int, taken == 0)                                           \
+        }                                                                                                         \
+      } else if (F->has_w) {                                                                                      \
+        float w = F->w[F->w_off + j * F->w_ld];                                                                   \
+        _Pragma("unroll") for (int k = 0; k < TILE; k++) if (k < nv)                                              \
+          acc[k] = fma((FV)(w), ce_loadv_##D(p, c + (ulong)k * VEC), acc[k]);                                     \
+        _Pragma("unroll") for (int l = 0; l < VEC - 1; l++) if (l < nt)                                           \
+          tacc[l] = fma(w, ce_load_##D(p, ct + (ulong)l), tacc[l]);                                               \
       } else {                                                                                                    \
-        _Pragma("unroll") for (int k = 0; k < W; k++) if (k < nv) acc[k] = acc[k] + LOAD(p, c + (ulong)k * VEC); \
+        _Pragma("unroll") for (int k = 0; k < TILE; k++) if (k < nv)                                              \
+          acc[k] = acc[k] + ce_loadv_##D(p, c + (ulong)k * VEC);                                                  \
+        _Pragma("unroll") for (int l = 0; l < VEC - 1; l++) if (l < nt)                                           \
+          tacc[l] = tacc[l] + ce_load_##D(p, ct + (ulong)l);                                                      \
       }                                                                                                           \
       taken++;                                                                                                    \
     }                                                                                                             \
     *cnt = taken;                                                                                                 \
+  }                                                                                                               \
+  /* one value (grad_weights) */                                                                                  \
+  CE_INLINE void ce_bag_value_##D(const ce_bag_feat *F, ulong row, ulong c, float *v) {                           \
+    __global const CE_STORE_##D *tab = (__global const CE_STORE_##D *)F->tab;                                    \
+    *v = ce_load_##D(ce_ptr_##D(tab, F->t_off + row * F->t_ld), c);                                               \
   }
-
-/* VEC-wide loads, and single values (ce_load_T(p, c)) */
-#define CE_BAG_POOL_DTYPE(D)                                                  \
-  CE_BAG_POOL_FN(ce_bag_poolv, D, FV, UV, CE_XCAT(ce_loadv_, D), TILE)       \
-  CE_BAG_POOL_FN(ce_bag_pool1, D, float, uint, CE_XCAT(ce_load_, D), 1)      \
-  CE_INLINE void ce_bag_value_##D(const ce_bag_feat *F, ulong row, ulong c, float *v) { \
-    __global const CE_STORE_##D *tab = (__global const CE_STORE_##D *)F->tab;          \
-    *v = ce_load_##D(ce_ptr_##D(tab, F->t_off + row * F->t_ld), c);                     \
-  }
-CE_BAG_POOL_DTYPE(0)
-CE_BAG_POOL_DTYPE(1)
-CE_BAG_POOL_DTYPE(2)
-CE_BAG_POOL_DTYPE(3)
-CE_BAG_POOL_DTYPE(4)
-CE_BAG_POOL_DTYPE(5)
-CE_BAG_POOL_DTYPE(6)
+CE_BAG_POOL_FN(0)
+CE_BAG_POOL_FN(1)
+CE_BAG_POOL_FN(2)
+CE_BAG_POOL_FN(3)
+CE_BAG_POOL_FN(4)
+CE_BAG_POOL_FN(5)
+CE_BAG_POOL_FN(6)
 
 /* max_rows[b][c + l] for the lanes l < nl of arg (a position, or none: -1). */
 CE_INLINE void ce_bag_store_rows(const ce_bag_feat *F, ulong b, ulong c, const uint *arg, int nl) {
@@ -344,20 +363,25 @@ CE_INLINE void ce_bag_store_rows(const ce_bag_feat *F, ulong b, ulong c, const u
   }
 }
 
-/* Bag b of feature F, columns [c, c_end), into its output row: TILE * VEC
- * columns at a time, then single columns; MEAN divides by the count, MAX
- * writes max_rows. The first pass reports the bag's bad ids (`report`); with
- * no column to write the ids are still checked. */
-CE_INLINE void ce_bag_columns(const ce_bag_feat *F, ulong b, ulong bags, ulong c, ulong c_end,
+/* Bag b of feature F, columns [c, c_end), into its output row: passes of
+ * TILE vectors of VEC columns, the last pass with the columns past the last
+ * whole vector; MEAN divides by the count, MAX writes max_rows. The first pass
+ * reports the bag's bad ids (`report`); with no column to write the ids are
+ * still checked. */
+CE_INLINE void ce_bag_columns(const ce_bag_feat *F, ulong b, ulong bags, ulong c, ulong c_end, float zero,
                               __global OUT_T *orow, int report, __global uint *err) {
   ulong lo, hi;
   ce_bag_range(F, b, bags, &lo, &hi);
   int mean = F->mode == CE_BAG_MEAN, max = F->mode == CE_BAG_MAX && F->has_mr;
-  for (; c + VEC <= c_end;) {
-    int nv = (int)min((ulong)TILE, (c_end - c) / VEC), cnt = 0;
+  while (c < c_end) {
+    ulong left = c_end - c;
+    int last = left / VEC <= TILE, nv = (int)min((ulong)TILE, left / VEC), nt = last ? (int)(left % VEC) : 0;
+    int cnt = 0;
     FV acc[TILE];
     UV arg[TILE];
-    CE_BAG_SWITCH(F->dtype, ce_bag_poolv, F, lo, hi, c, nv, acc, arg, &cnt, report, err)
+    float tacc[VEC];
+    uint targ[VEC];
+    CE_BAG_SWITCH(F->dtype, ce_bag_pool, F, lo, hi, c, nv, nt, zero, acc, arg, tacc, targ, &cnt, report, err)
     report = 0;
     FV div = (FV)((float)cnt);
     for (int k = 0; k < TILE; k++)
@@ -372,24 +396,20 @@ CE_INLINE void ce_bag_columns(const ce_bag_feat *F, ulong b, ulong bags, ulong c
         }
       }
     c += (ulong)nv * VEC;
-  }
-  for (; c < c_end; c++) {
-    float acc, div;
-    uint arg;
-    int cnt = 0;
-    CE_BAG_SWITCH(F->dtype, ce_bag_pool1, F, lo, hi, c, 1, &acc, &arg, &cnt, report, err)
-    report = 0;
-    div = (float)cnt;
-    if (mean && cnt) acc = acc / div;
-    store_out(orow, c, acc);
-    if (max) ce_bag_store_rows(F, b, c, &arg, 1);
+    for (int l = 0; l < nt; l++) {
+      float v = tacc[l], d = (float)cnt;
+      if (mean && cnt) v = v / d;
+      store_out(orow, c + (ulong)l, v);
+    }
+    if (max && nt) ce_bag_store_rows(F, b, c, targ, nt);
+    c += (ulong)nt;
   }
   if (report)
     for (ulong j = lo; j < hi; j++) ce_bag_row(F, j, err, 1);
 }
 
 /* The arguments of the forward's shapes, after CE_BAG_ARGS. */
-#define CE_BAG_OUT_ARGS __global OUT_T *out, ulong o_off, ulong o_ld, ulong nchunks
+#define CE_BAG_OUT_ARGS __global OUT_T *out, ulong o_off, ulong o_ld, ulong nchunks, float zero
 
 /* CPU shape: a work-item per bag, every feature of the launch in turn, whole
  * rows (with no bags, item 0 checks the offsets). */
@@ -401,7 +421,7 @@ __kernel void ce_bag_rows(CE_BAG_ARGS, CE_BAG_OUT_ARGS) {
     ce_bag_feat F;
     ce_bag_load(&F, fd, f0 + f, bufs_);
     ce_bag_check_offsets(&F, b, bags, err);
-    if (b < bags) ce_bag_columns(&F, b, bags, 0, F.cols, out + o_off + b * o_ld + F.col0, 1, err);
+    if (b < bags) ce_bag_columns(&F, b, bags, 0, F.cols, zero, out + o_off + b * o_ld + F.col0, 1, err);
   }
 }
 
@@ -424,7 +444,8 @@ __kernel void ce_bag_cols(CE_BAG_ARGS, CE_BAG_OUT_ARGS) {
   ulong c = (x - FD(f0 + lo, BF_CHUNK0)) * VEC;
   int first = c == 0;
   if (first) ce_bag_check_offsets(&F, b, bags, err);
-  if (b < bags) ce_bag_columns(&F, b, bags, c, min(c + VEC, F.cols), out + o_off + b * o_ld + F.col0, first, err);
+  if (b < bags)
+    ce_bag_columns(&F, b, bags, c, min(c + VEC, F.cols), zero, out + o_off + b * o_ld + F.col0, first, err);
 }
 
 /* Devices without 64-bit atomics: the value of each feature's first bad id

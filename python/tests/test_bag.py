@@ -2,7 +2,7 @@
 Context.embedding_bags, Context.bag_backward, Context.renorm, Optimizer.bag_step and
 bags_step, clembed.EmbeddingBag and Embedding's max_norm, against float32 NumPy
 references in the contract's order, bit for bit. (PyTorch's own results are compared by
-tools/compare_bag_torch.py, outside the test suite.)"""
+tools/compare/compare_bag_torch.py, outside the test suite.)"""
 import ctypes
 import ctypes.util
 

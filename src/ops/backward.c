@@ -42,6 +42,11 @@
  * Temporaries (created per call, released after enqueueing) are O(ids), never
  * O(vocabulary).
  *
+ * Contributions other than one per token (a ce_contrib in the ce_step: the
+ * bags, bag.c) replace step 1 with their producer's keys and records, and the
+ * fold kernels are built with -DBAG=1 to read each entry's gradient row through
+ * its record; the rest is the same.
+ *
  * Atomic path (deterministic = 0, clembed_backward only, never the default):
  * ce_bwd_atomic adds (scale * m_i) / count_v into grad_table with a
  * compare-and-swap loop on the 32-bit word (OpenCL 1.2 atomic_cmpxchg). The

@@ -11,8 +11,8 @@
  * max_rows) fit, and each group is one launch of each kernel. A single feature
  * is the batch of one: clembed_embedding_bag and clembed_embedding_bags run
  * the same kernel, so a block of the batched output has the bits of the
- * feature alone. The program of a launch is built for the table dtypes and
- * modes its features use (DTYPES, MODES).
+ * feature alone. The program of a launch is built for the table dtypes its
+ * features use (DTYPES).
  *
  * The backward produces contributions (ops.h's ce_contrib) for the one
  * segment fold: an entry per id of every feature feeding one table, in
@@ -399,6 +399,7 @@ static clembed_status forward_run(clembed_context *ctx, const char *what, bag_fe
   }
   const char *name = cpu ? "ce_bag_rows" : "ce_bag_cols";
   cl_ulong o_off = out->offset, o_ldl = o_ld;
+  cl_float zero = 0.0f; /* the accumulators' start, opaque to the compiler (bag.cl) */
   for (size_t l = 0; l < nl; l++) {
     cl_kernel k;
     bag_args a = launch_args(desc, &L[l], bags);
@@ -406,7 +407,7 @@ static clembed_status forward_run(clembed_context *ctx, const char *what, bag_fe
     launch_options(opts, sizeof opts, base, &L[l]);
     CHECK(ce_kernel(ctx, CE_FAMILY_BAG, opts, name, &k));
     CHECK(ce_set_args(ctx, k, name, BAG_COMMON(a), CE_ARG(out->buffer), CE_ARG(o_off), CE_ARG(o_ldl),
-                      CE_ARG(nchunks), CE_END));
+                      CE_ARG(nchunks), CE_ARG(zero), CE_END));
     size_t items = bags ? bags : 1; /* with no bags one item checks the offsets */
     if (cpu)
       CHECK(ce_chain_1d(&ch, k, name, items, CE_LOCAL_ROWS));
