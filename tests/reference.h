@@ -339,4 +339,93 @@ static inline float ref_sgd(float w, float lr, float r, clembed_dtype table_dtyp
   return ref_round(w - step, table_dtype);
 }
 
+/* ------------------------------------------------------------ optimizer steps */
+
+/* One unit in the last place of a float32 at |x|. */
+static inline double ref_ulp32(double x) {
+  x = fabs(x);
+  if (x < 0x1p-126) return 0x1p-149;
+  int e;
+  frexp(x, &e);
+  return ldexp(1.0, e - 24);
+}
+/* One unit in the last place of an F16/BF16 value at |x| (0 for F32). */
+static inline double ref_ulp_dt(double x, clembed_dtype dt) {
+  if (dt == CLEMBED_F32) return 0.0;
+  int e;
+  frexp(fabs(x), &e);
+  if (dt == CLEMBED_BF16) return ldexp(1.0, (e < -125 ? -125 : e) - 8);
+  return ldexp(1.0, (e < -13 ? -13 : e) - 11);
+}
+
+/* clembed_optimizer_step's step (include/clembed.h's order, every kind) of the
+ * rows `stepped` names, from their gradients G (rows x cols), in place on w
+ * (rows x cols, rounded to dt after the step), s1 and s2 (the states). tol[e]
+ * receives the tolerance of w's element e: 0 (exact) for SGD and rows not
+ * stepped, else 4 ulp of the result and of the step (a device's sqrt and
+ * division need not be correctly rounded) plus one unit of an F16/BF16 table. */
+static inline void ref_optimizer_step(const clembed_optimizer *o, const float *G, const unsigned char *touched,
+                                      size_t rows, size_t cols, clembed_dtype dt, float *w, float *s1, float *s2,
+                                      double *tol) {
+  float lr = o->learning_rate, eps = o->eps, wd = o->weight_decay;
+  double t = (double)o->step;
+  float b1c = (float)(1.0 - (double)o->beta1), b2c = (float)(1.0 - (double)o->beta2);
+  float step_size = (float)((double)lr * sqrt(1.0 - pow((double)o->beta2, t)) / (1.0 - pow((double)o->beta1, t)));
+  for (size_t v = 0; v < rows; v++) {
+    if (!touched[v]) {
+      for (size_t c = 0; c < cols; c++) tol[v * cols + c] = 0.0;
+      continue;
+    }
+    float rate = 0.0f;
+    if (o->kind == CLEMBED_ROWWISE_ADAGRAD) {
+      float acc = 0.0f;
+      for (size_t c = 0; c < cols; c++) {
+        float g = G[v * cols + c];
+        if (wd != 0.0f) {
+          float dec = wd * w[v * cols + c];
+          g = g + dec;
+        }
+        float sq = g * g;
+        acc = acc + sq;
+      }
+      float mean = acc / (float)cols;
+      s1[v] = s1[v] + mean;
+      float den = sqrtf(s1[v]) + eps;
+      rate = lr / den;
+    }
+    for (size_t c = 0; c < cols; c++) {
+      size_t e = v * cols + c;
+      float g = G[e], w0 = w[e], step;
+      if (wd != 0.0f) {
+        float dec = wd * w0;
+        g = g + dec;
+      }
+      double slack = 4.0;
+      if (o->kind == CLEMBED_SGD) {
+        step = lr * g;
+        slack = 0.0;
+      } else if (o->kind == CLEMBED_ADAGRAD) {
+        float sq = g * g;
+        s1[e] = s1[e] + sq;
+        float den = sqrtf(s1[e]) + eps, q = g / den;
+        step = lr * q;
+      } else if (o->kind == CLEMBED_ROWWISE_ADAGRAD) {
+        step = rate * g;
+      } else {
+        float dm = g - s1[e];
+        dm = dm * b1c;
+        s1[e] = s1[e] + dm;
+        float sq = g * g, du = sq - s2[e];
+        du = du * b2c;
+        s2[e] = s2[e] + du;
+        float den = sqrtf(s2[e]) + eps, q = s1[e] / den;
+        step = step_size * q;
+      }
+      float w1 = w0 - step;
+      w[e] = ref_round(w1, dt);
+      tol[e] = slack * (ref_ulp32(w1) + ref_ulp32(step)) + (slack > 0.0 ? ref_ulp_dt(w1, dt) : 0.0);
+    }
+  }
+}
+
 #endif

@@ -460,8 +460,8 @@ static void run_forward(clembed_context *ctx, const fcase *fc, const char *what)
   o.max_rows = fc->with_mr ? &dmr : NULL;
   OK(ctx, clembed_embedding_bag(ctx, &tab, &di, off ? &doff : NULL, &o, &out, 0, NULL, NULL));
   bagp p = {T, fc->rows, cols, ids, n, off, bags, o, w};
-  int64_t badv = 0, bad = fc->policy == CLEMBED_INDEX_CHECK || fc->policy == CLEMBED_INDEX_WRAP ? ref_first_bad(&p, &badv)
-                                                                                               : -1;
+  int reports = fc->policy == CLEMBED_INDEX_CHECK || fc->policy == CLEMBED_INDEX_WRAP;
+  int64_t badv = 0, bad = reports ? ref_first_bad(&p, &badv) : -1;
   if (fc->err_arg)
     expect_finish(ctx, fc->finish, fc->err_arg, fc->err_index, fc->err_value, what);
   else
@@ -1079,7 +1079,9 @@ TU_CASE(backward) {
     for (int m = 0; m < 4; m++) {
       char what[96];
       snprintf(what, sizeof what, "%s, %s, an id 10,000 times", SHAPE[s], MODEN[m]);
-      fcase fc = given_case(5, 20, MODES4[m], ids, n, off, 3);
+      /* 16 columns: the fold goes over a row's segment once per vector of columns and once per column
+       * past them, and Mesa's llvmpipe ends a work-item's loops after 65,535 iterations in all */
+      fcase fc = given_case(5, 16, MODES4[m], ids, n, off, 3);
       fc.weighted = m == 1;
       run_backward(shape_ctx[s], &fc, CLEMBED_F32, m < 2, what);
     }
@@ -1087,87 +1089,6 @@ TU_CASE(backward) {
 }
 
 /* ------------------------------------------------------------ steps */
-
-static double ulp32(double x) {
-  x = fabs(x);
-  if (x < 0x1p-126) return 0x1p-149;
-  int e;
-  frexp(x, &e);
-  return ldexp(1.0, e - 24);
-}
-static double ulp_dt(double x, clembed_dtype dt) { /* one unit of an F16/BF16 table at |x| */
-  if (dt == CLEMBED_F32) return 0.0;
-  int e;
-  frexp(fabs(x), &e);
-  if (dt == CLEMBED_BF16) return ldexp(1.0, (e < -125 ? -125 : e) - 8);
-  return ldexp(1.0, (e < -13 ? -13 : e) - 11);
-}
-
-/* The optimizer step (include/clembed.h's order) of the rows with a
- * contribution, from their gradients G, on w (rows x cols, rounded to dt
- * after the step), s1, s2; tol receives each element's tolerance (0: exact). */
-static void ref_step(const clembed_optimizer *o, const float *G, const unsigned char *touched, size_t rows,
-                     size_t cols, clembed_dtype dt, float *w, float *s1, float *s2, double *tol) {
-  float lr = o->learning_rate, eps = o->eps, wd = o->weight_decay;
-  double t = (double)o->step;
-  float b1c = (float)(1.0 - (double)o->beta1), b2c = (float)(1.0 - (double)o->beta2);
-  float step_size = (float)((double)lr * sqrt(1.0 - pow((double)o->beta2, t)) / (1.0 - pow((double)o->beta1, t)));
-  for (size_t v = 0; v < rows; v++) {
-    if (!touched[v]) {
-      for (size_t c = 0; c < cols; c++) tol[v * cols + c] = 0.0;
-      continue;
-    }
-    float rate = 0.0f;
-    if (o->kind == CLEMBED_ROWWISE_ADAGRAD) {
-      float acc = 0.0f;
-      for (size_t c = 0; c < cols; c++) {
-        float g = G[v * cols + c];
-        if (wd != 0.0f) {
-          float dec = wd * w[v * cols + c];
-          g = g + dec;
-        }
-        float sq = g * g;
-        acc = acc + sq;
-      }
-      float mean = acc / (float)cols;
-      s1[v] = s1[v] + mean;
-      float den = sqrtf(s1[v]) + eps;
-      rate = lr / den;
-    }
-    for (size_t c = 0; c < cols; c++) {
-      size_t e = v * cols + c;
-      float g = G[e], w0 = w[e], step;
-      if (wd != 0.0f) {
-        float dec = wd * w0;
-        g = g + dec;
-      }
-      double slack = 4.0;
-      if (o->kind == CLEMBED_SGD) {
-        step = lr * g;
-        slack = 0.0;
-      } else if (o->kind == CLEMBED_ADAGRAD) {
-        float sq = g * g;
-        s1[e] = s1[e] + sq;
-        float den = sqrtf(s1[e]) + eps, q = g / den;
-        step = lr * q;
-      } else if (o->kind == CLEMBED_ROWWISE_ADAGRAD) {
-        step = rate * g;
-      } else {
-        float dm = g - s1[e];
-        dm = dm * b1c;
-        s1[e] = s1[e] + dm;
-        float sq = g * g, du = sq - s2[e];
-        du = du * b2c;
-        s2[e] = s2[e] + du;
-        float den = sqrtf(s2[e]) + eps, q = s1[e] / den;
-        step = step_size * q;
-      }
-      float w1 = w0 - step;
-      w[e] = ref_round(w1, dt);
-      tol[e] = slack * (ulp32(w1) + ulp32(step)) + (slack > 0.0 ? ulp_dt(w1, dt) : 0.0);
-    }
-  }
-}
 
 static const char *KN[4] = {"SGD", "ADAGRAD", "ROWWISE_ADAGRAD", "ADAM"};
 
@@ -1224,14 +1145,14 @@ static void run_step(clembed_context *ctx, const fcase *fc, clembed_optimizer_ki
   double *tol = malloc((rows * cols + 1) * sizeof(double));
   unsigned char *touched = malloc(rows + 1);
   bag_ref_backward(&B.p, B.g, cols, B.mr, G, touched);
-  ref_step(&o, G, touched, rows, cols, fc->tdt, w, h1, h2, tol);
+  ref_optimizer_step(&o, G, touched, rows, cols, fc->tdt, w, h1, h2, tol);
   float *got = tu_read_f32(ctx, &B.tab);
   expect_close(got, w, tol, rows * cols, what, "table");
   free(got);
   if (kind != CLEMBED_SGD) {
     got = tu_read_f32(ctx, &m1); /* ADAGRAD's and ADAM's states are exact; ROWWISE's divides by cols */
     double *stol = calloc(m1.rows * m1.cols + 1, sizeof(double));
-    for (size_t e = 0; kind == CLEMBED_ROWWISE_ADAGRAD && e < m1.rows; e++) stol[e] = 4.0 * ulp32(h1[e]);
+    for (size_t e = 0; kind == CLEMBED_ROWWISE_ADAGRAD && e < m1.rows; e++) stol[e] = 4.0 * ref_ulp32(h1[e]);
     expect_close(got, h1, stol, m1.rows * m1.cols, what, "state");
     free(stol);
     free(got);
@@ -1312,7 +1233,8 @@ TU_CASE(bags_steps) {
       memcpy(g + b * cols + 41, M.g + b * 24, 24 * sizeof(float));
     }
     clembed_matrix gm = tu_gapped_matrix(ctx_of(c), bags, cols, CLEMBED_F32, 3, 2, g);
-    clembed_optimizer oa = clembed_optimizer_defaults(CLEMBED_ROWWISE_ADAGRAD), ob = clembed_optimizer_defaults(CLEMBED_ADAM);
+    clembed_optimizer oa = clembed_optimizer_defaults(CLEMBED_ROWWISE_ADAGRAD);
+    clembed_optimizer ob = clembed_optimizer_defaults(CLEMBED_ADAM);
     oa.learning_rate = 0.1f;
     ob.step = 2;
     float *ha1, *ha2, *hb1, *hb2;
@@ -1361,7 +1283,7 @@ TU_CASE(bags_steps) {
       }
     }
     memcpy(w, A.T, rows * 24 * sizeof(float));
-    ref_step(&oa, G, t1, rows, 24, CLEMBED_F32, w, ha1, ha2, tol);
+    ref_optimizer_step(&oa, G, t1, rows, 24, CLEMBED_F32, w, ha1, ha2, tol);
     float *got = tu_read_f32(c, &A.tab);
     expect_close(got, w, tol, rows * 24, SHAPE[s], "shared table A");
     free(got);
@@ -1439,7 +1361,8 @@ TU_CASE(deterministic) {
     clembed_matrix_release(&st);
     bwd_free(&B);
   }
-  for (int r = 1; r < 4; r++) EXPECT_BITS(res[r], res[0], 2 * fc.rows * fc.cols, r == 1 ? "a second run" : "the other shape");
+  for (int r = 1; r < 4; r++)
+    EXPECT_BITS(res[r], res[0], 2 * fc.rows * fc.cols, r == 1 ? "a second run" : "the other shape");
   for (int r = 0; r < 4; r++) free(res[r]);
 }
 
@@ -1502,7 +1425,7 @@ TU_CASE(renorm) {
         float *got = tu_read_f32(c, &tab);
         double *tol = calloc(rows * cols + 1, sizeof(double));
         for (size_t e = 0; k == 3 && e < rows * cols; e++) /* pow is the device's: 1e-6 relative, plus a table unit */
-          tol[e] = 1e-6 * fabs((double)T[e]) + ulp_dt(T[e], dts[d]);
+          tol[e] = 1e-6 * fabs((double)T[e]) + ref_ulp_dt(T[e], dts[d]);
         expect_close(got, T, k == 3 ? tol : NULL, rows * cols, what, "table");
         free(got);
         free(tol);
@@ -1671,7 +1594,7 @@ TU_CASE(errors) {
   EXPECT(strstr(clembed_context_message(c), "features[1]") != NULL, "message: %s", clembed_context_message(c));
   f[1].options.mode = CLEMBED_BAG_SUM;
   OK(c, clembed_embedding_bags(c, f, 2, &out8, 0, NULL, NULL));
-  OK(c, clembed_embedding_bags(c, f, 0, &out, 0, NULL, NULL) == CLEMBED_ERR_INVALID_ARGUMENT ? CLEMBED_OK : CLEMBED_ERR_UNSUPPORTED);
+  REFUSES(c, INV, "out", clembed_embedding_bags(c, f, 0, &out, 0, NULL, NULL)); /* no feature: 0 columns */
   clembed_matrix none;
   OK(c, clembed_matrix_create(c, 3, 0, CLEMBED_F32, &none));
   OK(c, clembed_embedding_bags(c, f, 0, &none, 0, NULL, NULL)); /* no feature: nothing to do */

@@ -64,24 +64,6 @@ static clembed_ids mk_ids(clembed_context *ctx, const int64_t *host, size_t n, c
 
 /* ------------------------------------------------------------ reference */
 
-static double ulp32(double x) {
-  x = fabs(x);
-  if (x < 0x1p-126) return 0x1p-149;
-  int e;
-  frexp(x, &e);
-  return ldexp(1.0, e - 24);
-}
-
-/* one unit in the last place of dtype dt at |x| */
-static double ulp_dt(double x, clembed_dtype dt) {
-  if (dt == CLEMBED_F32) return 0.0;
-  x = fabs(x);
-  int e;
-  frexp(x, &e);
-  if (dt == CLEMBED_BF16) return ldexp(1.0, (e < -125 ? -125 : e) - 8);
-  return ldexp(1.0, (e < -13 ? -13 : e) - 11);
-}
-
 typedef struct problem {
   size_t V, d, n;
   clembed_dtype dt;
@@ -106,81 +88,10 @@ static unsigned char *stepped_rows(const problem *p) {
 
 /* The reference step from the backward's row gradients G (V x d) in place on
  * w (V x d floats of the table, rounded to dt after the step), s1, s2. tol[e]
- * receives the tolerance of w's element e. */
+ * receives the tolerance of w's element e (reference.h). */
 static void reference_step(const problem *p, const float *G, const unsigned char *stepped, float *w, float *s1,
                            float *s2, double *tol) {
-  const clembed_optimizer *o = &p->o;
-  float lr = o->learning_rate, eps = o->eps, wd = o->weight_decay;
-  double t = (double)o->step;
-  float b1c = (float)(1.0 - (double)o->beta1), b2c = (float)(1.0 - (double)o->beta2);
-  float step_size = (float)((double)lr * sqrt(1.0 - pow((double)o->beta2, t)) / (1.0 - pow((double)o->beta1, t)));
-  size_t d = p->d;
-  for (size_t v = 0; v < p->V; v++) {
-    if (!stepped[v]) {
-      for (size_t c = 0; c < d; c++) tol[v * d + c] = 0.0;
-      continue;
-    }
-    float acc = 0.0f, rate = 0.0f;
-    if (o->kind == CLEMBED_ROWWISE_ADAGRAD) {
-      for (size_t c = 0; c < d; c++) {
-        float g = G[v * d + c];
-        if (wd != 0.0f) {
-          float dec = wd * w[v * d + c];
-          g = g + dec;
-        }
-        float sq = g * g;
-        acc = acc + sq;
-      }
-      float mean = acc / (float)d;
-      s1[v] = s1[v] + mean;
-      float den = sqrtf(s1[v]) + eps;
-      rate = lr / den;
-    }
-    for (size_t c = 0; c < d; c++) {
-      size_t e = v * d + c;
-      float g = G[e], w0 = w[e], step;
-      if (wd != 0.0f) {
-        float dec = wd * w0;
-        g = g + dec;
-      }
-      double slack = 0.0; /* ulps of the step that a device's sqrt/division may move */
-      switch (o->kind) {
-      case CLEMBED_SGD:
-        step = lr * g;
-        break;
-      case CLEMBED_ADAGRAD: {
-        float sq = g * g;
-        s1[e] = s1[e] + sq;
-        float den = sqrtf(s1[e]) + eps;
-        float q = g / den;
-        step = lr * q;
-        slack = 4.0;
-        break;
-      }
-      case CLEMBED_ROWWISE_ADAGRAD:
-        step = rate * g;
-        slack = 4.0;
-        break;
-      default: { /* ADAM */
-        float dm = g - s1[e];
-        dm = dm * b1c;
-        s1[e] = s1[e] + dm;
-        float sq = g * g;
-        float du = sq - s2[e];
-        du = du * b2c;
-        s2[e] = s2[e] + du;
-        float den = sqrtf(s2[e]) + eps;
-        float q = s1[e] / den;
-        step = step_size * q;
-        slack = 4.0;
-        break;
-      }
-      }
-      float w1 = w0 - step;
-      w[e] = ref_round(w1, p->dt);
-      tol[e] = slack * (ulp32(w1) + ulp32(step)) + (slack > 0.0 ? ulp_dt(w1, p->dt) : 0.0);
-    }
-  }
+  ref_optimizer_step(&p->o, G, stepped, p->V, p->d, p->dt, w, s1, s2, tol);
 }
 
 /* ------------------------------------------------------------ one check */
@@ -253,7 +164,7 @@ static void check_problem(clembed_context *ctx, problem *p, int steps, const cha
       size_t row = p->o.kind == CLEMBED_ROWWISE_ADAGRAD ? e : e / d;
       int same = memcmp(&sg[e], &s1[e], 4) == 0;
       double diff = fabs((double)sg[e] - (double)s1[e]);
-      int okv = !stepped[row] || exact ? same : diff <= 4.0 * steps * ulp32(s1[e]);
+      int okv = !stepped[row] || exact ? same : diff <= 4.0 * steps * ref_ulp32(s1[e]);
       if (!okv) {
         if (bad_s < 5) fprintf(stderr, "%s: state[%zu] = %.9g, reference %.9g\n", label, e, sg[e], s1[e]);
         bad_s++;

@@ -70,41 +70,38 @@
 #define CE_BAG_FPARAMS , __global const ulong *cb, __global const long *mr, KEY_T key
 #define CE_BAG_FARGS , cb, mr, key
 #define CE_GSRC(e) (cb[2 * (ulong)(e)]) /* sorted entry e's gradient row, from g_off */
-/* entry t's record, and (MAX) whether it may add: the bag's first entry of the row */
-#define CE_BAG_RECORD ulong e = sidx[t], aux = cb[2 * e + 1], kind = aux >> 62;
-#define CE_BAG_FIRST (t == j || cb[2 * (ulong)sidx[t - 1]] != cb[2 * e])
-#define CE_BAG_MR ((aux & 0x3FFFFFFFFFFFFFFFUL) + c)
-/* entry t's contribution at VEC columns from c (or one column) of the
- * segment that starts at j, g its gradient row there */
+/* Entry t's contribution at V columns from c (T = FV, V = VEC; or one column,
+ * T = float, V = 1) of the segment that starts at j, g its gradient row there:
+ * kind 1 and 2 the row times the weight or divided by the count; kind 3 (MAX)
+ * the columns whose max_rows element names the row, from the bag's first entry
+ * of that row only (its previous sorted entry has another gradient row). */
+#define CE_BAG_CONTRIB_BODY(T, V, LOADV, STOREV)                                   \
+  ulong e = sidx[t], aux = cb[2 * e + 1], kind = aux >> 62;                        \
+  if (kind == 1) {                                                                 \
+    g = as_float((uint)aux) * g;                                                   \
+  } else if (kind == 2) {                                                          \
+    g = g / as_float((uint)aux);                                                   \
+  } else if (kind == 3) {                                                          \
+    int first = t == j || cb[2 * (ulong)sidx[t - 1]] != cb[2 * e];                 \
+    ulong m = (aux & 0x3FFFFFFFFFFFFFFFUL) + c;                                    \
+    float v[V];                                                                    \
+    STOREV(g, v);                                                                  \
+    for (int k = 0; k < V; k++)                                                    \
+      if (!first || mr[m + k] != (long)key) v[k] = 0.0f;                           \
+    g = LOADV(v);                                                                  \
+  }                                                                                \
+  return g;
+#define CE_BAG_STOREV(g, v) vstoreV(g, 0, v)
+#define CE_BAG_LOADV(v) vloadV(0, v)
+#define CE_BAG_STORE1(g, v) (v[0] = g)
+#define CE_BAG_LOAD1(v) v[0]
 CE_INLINE FV ce_bag_contribv(FV g, __global const ulong *cb, __global const long *mr, KEY_T key,
                              __global const uint *sidx, ulong t, ulong j, ulong c) {
-  CE_BAG_RECORD
-  if (kind == 1) {
-    g = as_float((uint)aux) * g;
-  } else if (kind == 2) {
-    g = g / as_float((uint)aux);
-  } else if (kind == 3) {
-    int first = CE_BAG_FIRST;
-    ulong m = CE_BAG_MR;
-    float v[VEC];
-    vstoreV(g, 0, v);
-    for (int k = 0; k < VEC; k++)
-      if (!first || mr[m + k] != (long)key) v[k] = 0.0f;
-    g = vloadV(0, v);
-  }
-  return g;
+  CE_BAG_CONTRIB_BODY(FV, VEC, CE_BAG_LOADV, CE_BAG_STOREV)
 }
 inline float ce_bag_contrib1(float g, __global const ulong *cb, __global const long *mr, KEY_T key,
                              __global const uint *sidx, ulong t, ulong j, ulong c) {
-  CE_BAG_RECORD
-  if (kind == 1) {
-    g = as_float((uint)aux) * g;
-  } else if (kind == 2) {
-    g = g / as_float((uint)aux);
-  } else if (kind == 3 && (!CE_BAG_FIRST || mr[CE_BAG_MR] != (long)key)) {
-    g = 0.0f;
-  }
-  return g;
+  CE_BAG_CONTRIB_BODY(float, 1, CE_BAG_LOAD1, CE_BAG_STORE1)
 }
 #else
 #define CE_BAG_KPARAMS
@@ -171,7 +168,8 @@ CE_INLINE FV ce_foldv(__global const GRAD_T *grad, ulong g_off, ulong g_ld, ulon
 }
 
 inline float ce_fold1(__global const GRAD_T *grad, ulong g_off, ulong g_ld, ulong cols, __global const uint *sidx,
-                      ulong j, ulong end CE_BAG_FPARAMS, ulong c, float dropout, uint seed_lo, uint seed_hi, float keep) {
+                      ulong j, ulong end CE_BAG_FPARAMS, ulong c, float dropout, uint seed_lo, uint seed_hi,
+                      float keep) {
   float s = 0.0f;
   for (ulong t = j; t < end; t++) {
     ulong i = sidx[t];

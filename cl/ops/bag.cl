@@ -154,8 +154,24 @@ CE_INLINE void ce_bag_load(ce_bag_feat *F, __global const ulong *fd, ulong f, __
   F->report = (int)FD(f, BF_REPORT);
 }
 
+/* The last of the launch's features whose `field` (BF_CHUNK0, BF_E0: starts
+ * that do not decrease) is at most x. */
+CE_INLINE uint ce_bag_find(__global const ulong *fd, uint f0, uint nf, uint field, ulong x) {
+  uint lo = 0, hi = nf - 1;
+  while (lo < hi) {
+    uint mid = lo + (hi - lo + 1) / 2;
+    if (FD(f0 + mid, field) <= x)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return lo;
+}
+
 /* offsets[i] */
-CE_INLINE long ce_bag_off(const ce_bag_feat *F, ulong i) { return ce_load_id(F->of32, F->of64, F->of64f, F->of_off + i); }
+CE_INLINE long ce_bag_off(const ce_bag_feat *F, ulong i) {
+  return ce_load_id(F->of32, F->of64, F->of64f, F->of_off + i);
+}
 
 /* Id j's row under the feature's policy (-1: left out); reported when `report`. */
 CE_INLINE long ce_bag_row(const ce_bag_feat *F, ulong j, __global uint *err, int report) {
@@ -277,12 +293,34 @@ CE_INLINE ulong ce_bag_of(const ce_bag_feat *F, ulong j, ulong bags) {
     G = select(G, J, take_);                                    \
   }
 
+/* The lanes of a pass written out by the preprocessor, M(k, D) for k = 0 ..
+ * 15, each guarded by a condition on k that is known when compiling: no loop
+ * inside the loop over a bag's ids, so the accumulators stay in registers
+ * whatever the compiler unrolls (and Mesa's llvmpipe, which ends a
+ * work-item's loops after 65,535 iterations in all, counts one per id). */
+#if TILE > 16 || VEC > 16
+#error "bag.cl writes out at most 16 lanes of a pass: TILE and VEC are at most 16"
+#endif
+#define CE_REP16(M, D) M(0, D) M(1, D) M(2, D) M(3, D) M(4, D) M(5, D) M(6, D) M(7, D) \
+  M(8, D) M(9, D) M(10, D) M(11, D) M(12, D) M(13, D) M(14, D) M(15, D)
+/* vector k (of TILE, nv live) and tail column l (of VEC - 1, nt live) of id j */
+#define CE_BAG_V(k) if ((k) < TILE && (k) < nv)
+#define CE_BAG_T(l) if ((l) < VEC - 1 && (l) < nt)
+#define CE_BAG_VLOAD(k, D) CE_XCAT(ce_loadv_, D)(p, c + (ulong)(k) * VEC)
+#define CE_BAG_TLOAD(l, D) CE_XCAT(ce_load_, D)(p, ct + (ulong)(l))
+#define CE_BAG_VMAX(k, D) CE_BAG_V(k) { FV t = CE_BAG_VLOAD(k, D); CE_BAG_MAXSTEP(acc[k], arg[k], t, (UV)(ju), IV, first) }
+#define CE_BAG_TMAX(l, D) CE_BAG_T(l) { float t = CE_BAG_TLOAD(l, D); CE_BAG_MAXSTEP(tacc[l], targ[l], t, ju, int, first) }
+#define CE_BAG_VFMA(k, D) CE_BAG_V(k) acc[k] = fma((FV)(w), CE_BAG_VLOAD(k, D), acc[k]);
+#define CE_BAG_TFMA(l, D) CE_BAG_T(l) tacc[l] = fma(w, CE_BAG_TLOAD(l, D), tacc[l]);
+#define CE_BAG_VADD(k, D) CE_BAG_V(k) acc[k] = acc[k] + CE_BAG_VLOAD(k, D);
+#define CE_BAG_TADD(l, D) CE_BAG_T(l) tacc[l] = tacc[l] + CE_BAG_TLOAD(l, D);
+
 /* The pooling of the columns from c of bag [lo, hi): nv (at most TILE)
  * vectors of VEC columns into acc/arg, then nt (< VEC) single columns into
  * tacc/targ, in one pass over the ids (so a bag's ids are read once per
  * TILE * VEC columns, and the tail rides along with the last vectors); *cnt
  * receives the ids taken. Every accumulator starts from `zero` (0.0f, a kernel
- * argument: a compiler must not fold fma(w, t, 0) into w * t, whose -0 differs).
+ * argument, so that no compiler turns the first fma(w, t, 0) into w * t).
  * With prefetch hints (TILE > 1), the columns of the row of the id AHEAD on are
  * asked for. */
 #define CE_BAG_POOL_FN(D)                                                                                          \
@@ -314,25 +352,17 @@ CE_INLINE ulong ce_bag_of(const ce_bag_feat *F, ulong j, ulong bags) {
       if (row < 0) continue;                                                                                      \
       __global const CE_STORE_##D *p = ce_ptr_##D(tab, F->t_off + (ulong)row * F->t_ld);                         \
       if (F->mode == CE_BAG_MAX) {                                                                                \
-        _Pragma("unroll") for (int k = 0; k < TILE; k++) if (k < nv) {                                           \
-          FV t = ce_loadv_##D(p, c + (ulong)k * VEC);                                                             \
-          CE_BAG_MAXSTEP(acc[k], arg[k], t, (UV)((uint)j), IV, taken == 0)                                        \
-        }                                                                                                         \
-        _Pragma("unroll") for (int l = 0; l < VEC - 1; l++) if (l < nt) {                                        \
-          float t = ce_load_##D(p, ct + (ulong)l);                                                                \
-          CE_BAG_MAXSTEP(tacc[l], targ[l], t, (uint)j, int, taken == 0)                                           \
-        }                                                                                                         \
+        const uint ju = (uint)j;                                                                                  \
+        const int first = taken == 0;                                                                             \
+        CE_REP16(CE_BAG_VMAX, D)                                                                                  \
+        CE_REP16(CE_BAG_TMAX, D)                                                                                  \
       } else if (F->has_w) {                                                                                      \
-        float w = F->w[F->w_off + j * F->w_ld];                                                                   \
-        _Pragma("unroll") for (int k = 0; k < TILE; k++) if (k < nv)                                              \
-          acc[k] = fma((FV)(w), ce_loadv_##D(p, c + (ulong)k * VEC), acc[k]);                                     \
-        _Pragma("unroll") for (int l = 0; l < VEC - 1; l++) if (l < nt)                                           \
-          tacc[l] = fma(w, ce_load_##D(p, ct + (ulong)l), tacc[l]);                                               \
+        const float w = F->w[F->w_off + j * F->w_ld];                                                             \
+        CE_REP16(CE_BAG_VFMA, D)                                                                                  \
+        CE_REP16(CE_BAG_TFMA, D)                                                                                  \
       } else {                                                                                                    \
-        _Pragma("unroll") for (int k = 0; k < TILE; k++) if (k < nv)                                              \
-          acc[k] = acc[k] + ce_loadv_##D(p, c + (ulong)k * VEC);                                                  \
-        _Pragma("unroll") for (int l = 0; l < VEC - 1; l++) if (l < nt)                                           \
-          tacc[l] = tacc[l] + ce_load_##D(p, ct + (ulong)l);                                                      \
+        CE_REP16(CE_BAG_VADD, D)                                                                                  \
+        CE_REP16(CE_BAG_TADD, D)                                                                                  \
       }                                                                                                           \
       taken++;                                                                                                    \
     }                                                                                                             \
@@ -431,14 +461,7 @@ __kernel void ce_bag_cols(CE_BAG_ARGS, CE_BAG_OUT_ARGS) {
   CE_BAG_BUFS_ARRAY;
   ulong x = get_global_id(0), b = get_global_id(1);
   if (x >= nchunks || b >= max(bags, (ulong)1)) return;
-  uint lo = 0, hi = nf - 1; /* the last feature whose first chunk is at most x */
-  while (lo < hi) {
-    uint mid = lo + (hi - lo + 1) / 2;
-    if (FD(f0 + mid, BF_CHUNK0) <= x)
-      lo = mid;
-    else
-      hi = mid - 1;
-  }
+  uint lo = ce_bag_find(fd, f0, nf, BF_CHUNK0, x);
   ce_bag_feat F;
   ce_bag_load(&F, fd, f0 + lo, bufs_);
   ulong c = (x - FD(f0 + lo, BF_CHUNK0)) * VEC;
@@ -509,14 +532,7 @@ __kernel void ce_bag_keys(CE_BAG_ARGS, __global const float *counts, ulong rows,
   ulong q = get_global_id(0);
   if (q >= e_count) return;
   ulong p = e_first + q;
-  uint lo = 0, hi = nf - 1; /* the last feature whose first entry is at most p */
-  while (lo < hi) {
-    uint mid = lo + (hi - lo + 1) / 2;
-    if (FD(f0 + mid, BF_E0) <= p)
-      lo = mid;
-    else
-      hi = mid - 1;
-  }
+  uint lo = ce_bag_find(fd, f0, nf, BF_E0, p);
   ce_bag_feat F;
   ce_bag_load(&F, fd, f0 + lo, bufs_);
   ulong j = p - FD(f0 + lo, BF_E0);

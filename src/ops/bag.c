@@ -75,6 +75,20 @@ typedef struct bag_feat {
   cl_uint slot;  /* its error slot, CE_NO_SLOT */
 } bag_feat;
 
+/* The one feature of the single-table calls. */
+static bag_feat one_feature(const clembed_matrix *table, const clembed_ids *ids, const clembed_ids *offsets,
+                            const clembed_bag_options *opt) {
+  bag_feat F;
+  memset(&F, 0, sizeof F);
+  F.table = table;
+  F.ids = ids;
+  F.offsets = offsets;
+  F.opt = opt ? *opt : clembed_bag_defaults();
+  F.index = -1;
+  F.slot = CE_NO_SLOT;
+  return F;
+}
+
 /* A launch: features [first, first + count) and their buffers. */
 typedef struct bag_launch {
   size_t first, count;
@@ -430,13 +444,7 @@ clembed_status clembed_embedding_bag(clembed_context *ctx, const clembed_matrix 
   cl_event own;
   CE_ENTER(ctx, "clembed_embedding_bag");
   cl_event *ev = CE_EVENT_BEGIN(event, own);
-  bag_feat F;
-  memset(&F, 0, sizeof F);
-  F.table = table;
-  F.ids = ids;
-  F.offsets = offsets;
-  F.opt = opt ? *opt : clembed_bag_defaults();
-  F.index = -1;
+  bag_feat F = one_feature(table, ids, offsets, opt);
   clembed_status status = forward_run(ctx, "clembed_embedding_bag", &F, 1, out, nwait, wait, ev);
   return ce_track_end(ctx, status, event, &own);
 }
@@ -678,8 +686,7 @@ clembed_status clembed_bag_backward(clembed_context *ctx, const clembed_matrix *
   CE_ENTER(ctx, what);
   cl_event *ev = CE_EVENT_BEGIN(event, own);
   ce_chain_init(&ch, ctx, nwait, wait);
-  bag_feat F;
-  memset(&F, 0, sizeof F);
+  bag_feat F = one_feature(table ? table : grad_table, ids, offsets, opt);
   CHECK(ce_check_events(ctx, nwait, wait));
   CHECK(ce_check_matrix(ctx, grad_table, "grad_table", &gt_ld));
   if (grad_table->dtype != CLEMBED_F32)
@@ -689,11 +696,6 @@ clembed_status clembed_bag_backward(clembed_context *ctx, const clembed_matrix *
     FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "grad_table", -1, (int64_t)grad_table->rows,
              "%s: grad_table is %zu x %zu but the table is %zu x %zu", what, grad_table->rows, grad_table->cols,
              table ? table->rows : 0, table ? table->cols : 0);
-  F.table = table ? table : grad_table;
-  F.ids = ids;
-  F.offsets = offsets;
-  F.opt = opt ? *opt : clembed_bag_defaults();
-  F.index = -1;
   CHECK(ce_check_matrix(ctx, grad_out, "grad_out", &g_ld));
   CHECK(check_feature(ctx, what, &F, grad_out->rows, BAG_BACKWARD));
   CHECK(check_grad_out(ctx, what, grad_out, F.table->cols, &g_ld));
@@ -841,14 +843,7 @@ clembed_status clembed_bag_optimizer_step(clembed_context *ctx, const clembed_ma
   cl_event own;
   CE_ENTER(ctx, what);
   cl_event *ev = CE_EVENT_BEGIN(event, own);
-  bag_feat F;
-  memset(&F, 0, sizeof F);
-  F.table = table;
-  F.ids = ids;
-  F.offsets = offsets;
-  F.opt = opt ? *opt : clembed_bag_defaults();
-  F.index = -1;
-  F.slot = CE_NO_SLOT;
+  bag_feat F = one_feature(table, ids, offsets, opt);
   clembed_status status = steps_run(ctx, what, &F, 1, grad_out, o, nwait, wait, ev);
   return ce_track_end(ctx, status, event, &own);
 }

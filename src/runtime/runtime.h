@@ -104,7 +104,7 @@ typedef struct ce_tuning {
   size_t fold_min_slices;
   size_t row_items;            /* work-items across a row for the row-looping helper kernels */
   /* bags (clembed_embedding_bag(s)): the CPU shape pools a bag's rows TILE vectors of VEC columns at a
-   * time (a work-item per bag); the GPU shape one VEC of columns per work-item */
+   * time (a work-item per bag); the GPU shape one VEC of columns per work-item (bag_tile at most 16) */
   unsigned bag_vec, bag_tile;
   unsigned bag_ahead;          /* with prefetch hints: the row of the id this many on asked for */
   /* caches and buffers */

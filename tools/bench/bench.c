@@ -708,7 +708,8 @@ static clembed_status state_prepare(bench_state *s, const spec *r) {
   if (!uses_table) release_table(s);
   const size_t id_rows = r->op == OP_BAGS ? r->V / BAGS_FEATURES : r->V; /* OP_BAGS: each feature's */
   if (r->n && r->op != OP_ROPE_APPLY && r->op != OP_POSITIONAL &&
-      (s->tn != r->n || s->tseq != r->sequential || s->unique == 0 || (s->host_ids && (size_t)s->host_ids[0] >= id_rows))) {
+      (s->tn != r->n || s->tseq != r->sequential || s->unique == 0 ||
+       (s->host_ids && (size_t)s->host_ids[0] >= id_rows))) {
     release_ids(s);
     if (!(s->host_ids = malloc(r->n * sizeof *s->host_ids))) return CLEMBED_ERR_OUT_OF_MEMORY;
     uint64_t x = 88172645463325252ULL;
