@@ -355,14 +355,14 @@ CE_INLINE ulong ce_bag_of(const ce_bag_feat *F, ulong j, ulong bags) {
         const uint ju = (uint)j;                                                                                  \
         const int first = taken == 0;                                                                             \
         CE_REP16(CE_BAG_VMAX, D)                                                                                  \
-        CE_REP16(CE_BAG_TMAX, D)                                                                                  \
+        if (nt) { CE_REP16(CE_BAG_TMAX, D) }                                                                      \
       } else if (F->has_w) {                                                                                      \
         const float w = F->w[F->w_off + j * F->w_ld];                                                             \
         CE_REP16(CE_BAG_VFMA, D)                                                                                  \
-        CE_REP16(CE_BAG_TFMA, D)                                                                                  \
+        if (nt) { CE_REP16(CE_BAG_TFMA, D) }                                                                      \
       } else {                                                                                                    \
         CE_REP16(CE_BAG_VADD, D)                                                                                  \
-        CE_REP16(CE_BAG_TADD, D)                                                                                  \
+        if (nt) { CE_REP16(CE_BAG_TADD, D) }                                                                      \
       }                                                                                                           \
       taken++;                                                                                                    \
     }                                                                                                             \
