@@ -780,6 +780,7 @@ CLEMBED_API clembed_status clembed_embed_backward(clembed_context *ctx, const cl
                                                   cl_uint num_events_in_wait_list,
                                                   const cl_event *event_wait_list, cl_event *event);
 
+/* ------------------------------------------------------------------------
  * Bags of ids (EmbeddingBag) and many tables in one call
  *
  * A bag is a run of ids pooled into one output row (PyTorch's

@@ -4,7 +4,6 @@
  * padding, an f16 output; and the refusals (exit 1 naming the flag or file, no
  * output file left). Usage: test_cli_bag PATH/TO/clembed [CASE...] */
 #include "test_util.h"
-#include "npy.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -50,7 +49,7 @@ static void expect_output(const char *path, const float *want, size_t bags, int 
     bad += memcmp(&g, &(float){f16 ? ref_round(want[k], CLEMBED_F16) : want[k]}, 4) != 0;
   }
   EXPECT(bad == 0, "%s: %zu values differ", what, bad);
-  npy_free(&a);
+  free_array(&a);
 }
 
 TU_CASE(modes) {

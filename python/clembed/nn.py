@@ -250,8 +250,8 @@ class Embedding:
     @api("Embedding")
     def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: Optional[int] = None,
                  scale: Union[float, str] = 1.0, positions: Any = None, ctx: Optional[Context] = None,
-                 seed: Optional[int] = 0, optimizer: Any = None, max_norm: Optional[float] = None,
-                 norm_type: float = 2.0, *, dtype: Any = "f32") -> None:
+                 seed: Optional[int] = 0, optimizer: Any = None, *, dtype: Any = "f32",
+                 max_norm: Optional[float] = None, norm_type: float = 2.0) -> None:
         self._setup(num_embeddings, embedding_dim, padding_idx, scale, positions, ctx, optimizer, max_norm,
                     norm_type)
         code = dtype_code(dtype, "dtype", FLOAT_DTYPES)

@@ -29,7 +29,7 @@ static const char usage[] =
     "  --dtype           the table's device dtype (default: the table's own), as `clembed embed`\n"
     "  -o, --output      the output (- for standard output: .npy): <f2 for a <f2 table with\n"
     "                    --dtype f16 or none, else <f4; .safetensors: one tensor \"output\"\n"
-    "  --out-dtype       f32, f16 or bf16 (bf16 only into .safetensors)\n";
+    "  --out-dtype       f32, f16 or bf16 (bf16 only into .safetensors)\n" CLI_DEVICE_USAGE;
 
 static int64_t id_at(const npy_array *a, size_t i) {
   return a->dtype == NPY_I8 ? ((const int64_t *)a->data)[i] : ((const int32_t *)a->data)[i];
@@ -46,8 +46,7 @@ int cli_cmd_bag(int argc, char **argv) {
   clembed_bag_options o = clembed_bag_defaults();
   o.mode = (clembed_bag_mode)cli_arg_choice("--mode", VAL("--mode"), modes);
   o.policy = cli_arg_policy(VAL("--on-bad-id"));
-  static const char *const dtype_names[] = {"f32", "f16", "bf16", "q8_0", "q4_0", NULL}; /* clembed_dtype order */
-  int dtype_flag = VAL("--dtype") ? cli_arg_choice("--dtype", VAL("--dtype"), dtype_names) : -1;
+  int dtype_flag = VAL("--dtype") ? (int)cli_arg_dtype("--dtype", VAL("--dtype"), CLI_DT_EMBED) : -1;
   if (GIVEN("--include-last-offset") && !GIVEN("--offsets")) cli_fail_usage("--include-last-offset needs --offsets");
   if (GIVEN("--weights") && o.mode != CLEMBED_BAG_SUM) cli_fail(1, "--weights needs --mode sum");
   cli_output_open(VAL("--output"));
