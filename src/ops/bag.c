@@ -12,7 +12,8 @@
  * is the batch of one: clembed_embedding_bag and clembed_embedding_bags run
  * the same kernel, so a block of the batched output has the bits of the
  * feature alone. The program of a launch is built for the table dtypes its
- * features use (DTYPES).
+ * features use (DTYPES): the forward's launches each pool one dtype (the
+ * features taken by dtype, then in order).
  *
  * The backward produces contributions (ops.h's ce_contrib) for the one
  * segment fold: an entry per id of every feature feeding one table, in
@@ -118,9 +119,10 @@ static int buffer_index(const bag_launch *L, cl_mem m) {
   return -1;
 }
 
-/* The features in order, in groups of at most CLEMBED_BAGS_BUFFERS buffers. */
-static clembed_status plan(clembed_context *ctx, const bag_feat *F, size_t n, size_t vec, bag_launch **out,
-                           size_t *nout) {
+/* The features in order, in groups of at most CLEMBED_BAGS_BUFFERS buffers
+ * (by_dtype: and of one table dtype). */
+static clembed_status plan(clembed_context *ctx, const bag_feat *F, size_t n, size_t vec, int by_dtype,
+                           bag_launch **out, size_t *nout) {
   bag_launch *L = calloc(n ? n : 1, sizeof *L);
   size_t nl = 0;
   if (!L) return ce_fail(ctx, CLEMBED_ERR_OUT_OF_MEMORY, "bags: out of host memory");
@@ -133,14 +135,15 @@ static clembed_status plan(clembed_context *ctx, const bag_feat *F, size_t n, si
       for (int j = 0; j < i && !seen; j++) seen = m[j] == m[i];
       fresh += !seen;
     }
-    if (!cur || cur->nbufs + fresh > CLEMBED_BAGS_BUFFERS) {
+    unsigned dt = 1u << (unsigned)F[f].table->dtype;
+    if (!cur || cur->nbufs + fresh > CLEMBED_BAGS_BUFFERS || (by_dtype && cur->dtypes != dt)) {
       cur = &L[nl++];
       cur->first = f;
     }
     for (int i = 0; i < k; i++)
       if (buffer_index(cur, m[i]) < 0) cur->bufs[cur->nbufs++] = m[i];
     cur->count++;
-    cur->dtypes |= 1u << (unsigned)F[f].table->dtype;
+    cur->dtypes |= dt;
     cur->max |= F[f].opt.mode == CLEMBED_BAG_MAX;
     size_t chunks = (F[f].table->cols + vec - 1) / vec;
     cur->chunks += chunks ? chunks : 1; /* a feature of 0 columns still checks its ids */
@@ -385,6 +388,7 @@ static clembed_status forward_run(clembed_context *ctx, const char *what, bag_fe
                                   clembed_matrix *out, cl_uint nwait, const cl_event *wait, cl_event *event) {
   clembed_status status = CLEMBED_OK;
   bag_launch *L = NULL;
+  bag_feat *G = NULL;
   size_t nl = 0, o_ld, cols, bags;
   cl_mem desc = NULL;
   char *base = NULL, opts[2048];
@@ -402,8 +406,16 @@ static clembed_status forward_run(clembed_context *ctx, const char *what, bag_fe
              "%s: out is %zu x %zu but %zu bags of %zu columns need %zu x %zu", what, out->rows, out->cols, bags,
              cols, bags, cols);
   for (size_t f = 0; f < n; f++) CHECK(feature_slot(ctx, what, &F[f]));
-  CHECK(plan(ctx, F, n, t->bag_vec, &L, &nl));
-  CHECK(describe(ctx, F, n, L, nl, t->bag_vec, bags, &desc, NULL));
+  /* the features by table dtype (stable), so that a launch's program pools one
+   * dtype: the program of the features alone, and no program with every
+   * dtype's code at once (minutes of compiling on some devices) */
+  G = malloc((n ? n : 1) * sizeof *G);
+  if (!G) FAIL(CLEMBED_ERR_OUT_OF_MEMORY, "%s: out of host memory", what);
+  for (unsigned d = 0, g = 0; d < 32; d++)
+    for (size_t f = 0; f < n; f++)
+      if ((unsigned)F[f].table->dtype == d) G[g++] = F[f];
+  CHECK(plan(ctx, G, n, t->bag_vec, 1, &L, &nl));
+  CHECK(describe(ctx, G, n, L, nl, t->bag_vec, bags, &desc, NULL));
   {
     char extra[96];
     snprintf(extra, sizeof extra, "-DOUT_DT=%d -DTILE=%u -DAHEAD=%u", (int)out->dtype, t->bag_tile,
@@ -433,6 +445,7 @@ static clembed_status forward_run(clembed_context *ctx, const char *what, bag_fe
 cleanup:
   if (desc) clReleaseMemObject(desc);
   free(L);
+  free(G);
   free(base);
   ce_chain_release(&ch);
   return status;
@@ -512,7 +525,7 @@ static clembed_status fold_prepare(bag_fold *s) {
   size_t vec = ctx->tune->bag_vec, bytes;
   bag_launch *L = NULL;
   size_t nl = 0;
-  CHECK(plan(ctx, s->F, s->n, vec, &L, &nl));
+  CHECK(plan(ctx, s->F, s->n, vec, 0, &L, &nl));
   CHECK(describe(ctx, s->F, s->n, L, nl, vec, s->bags, NULL, &s->sz));
   if ((uint64_t)s->sz.entries >= 0xFFFFFFFFu)
     FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "ids", -1, (int64_t)s->sz.entries,
@@ -553,7 +566,7 @@ static clembed_status fold_keys(ce_chain *ch, const ce_contrib *c, cl_mem keys, 
   cl_mem desc = NULL;
   char *base = NULL, opts[2048], extra[64];
   for (size_t f = 0; f < s->n; f++) CHECK(feature_slot(ctx, s->what, &s->F[f]));
-  CHECK(plan(ctx, s->F, s->n, vec, &L, &nl));
+  CHECK(plan(ctx, s->F, s->n, vec, 0, &L, &nl));
   CHECK(describe(ctx, s->F, s->n, L, nl, vec, s->bags, &desc, NULL));
   snprintf(extra, sizeof extra, "-DKEY64=%d -DDTYPES=1", key64); /* (no pooling: one program for all) */
   base = base_options(ctx, extra);
@@ -654,7 +667,7 @@ static clembed_status grad_weights_run(ce_chain *ch, const char *what, bag_feat 
   char *base = NULL, opts[2048], extra[64];
   cl_kernel k;
   F.slot = CE_NO_SLOT;
-  CHECK(plan(ctx, &F, 1, vec, &L, &nl));
+  CHECK(plan(ctx, &F, 1, vec, 0, &L, &nl));
   CHECK(describe(ctx, &F, 1, L, nl, vec, bags, &desc, NULL));
   snprintf(extra, sizeof extra, "-DGRAD_DT=%d", (int)grad_out->dtype);
   base = base_options(ctx, extra);
