@@ -213,6 +213,11 @@ CLEMBED_API size_t clembed_dtype_block_values(clembed_dtype dtype);
  * and when the size overflows size_t. */
 CLEMBED_API size_t clembed_dtype_row_bytes(clembed_dtype dtype, size_t cols);
 
+/* clembed's lower-case name of a dtype, as the CLI and the Python package
+ * spell it: "f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q6_k"; "unknown"
+ * for a value that is none. Never NULL. */
+CLEMBED_API const char *clembed_dtype_name(clembed_dtype dtype);
+
 /* Block-quantized tables use ggml's (GGUF's) block layouts byte for byte, so a
  * table from a GGUF file is used as it lies (little-endian, f16 scales):
  *   Q8_0  32 values, 34 bytes: d, int8 q[32]; value j = q[j]*d

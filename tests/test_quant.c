@@ -109,10 +109,17 @@ TU_CASE(row_bytes) {
       {CE_Q8_0, 0, 0},     {CE_Q8_0, 33, 0},  {CE_Q4_0, 16, 0},  {CE_Q4_K, 32, 0},   {CE_Q6_K, 255, 0},
       {7, 32, 0},          {-1, 32, 0},       {CE_Q8_0, (SIZE_MAX / 32) * 32, 0}};
   for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
-    size_t got = ce_quant_row_bytes(t[i].dtype, t[i].cols);
+    size_t got = clembed_dtype_row_bytes((clembed_dtype)t[i].dtype, t[i].cols);
     EXPECT(got == t[i].bytes, "row bytes of %s x %zu: %zu, expected %zu", qname(t[i].dtype), t[i].cols, got,
            t[i].bytes);
   }
+  static const char *const names[] = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q6_k"};
+  for (int d = 0; d < 7; d++)
+    EXPECT(!strcmp(clembed_dtype_name((clembed_dtype)d), names[d]), "clembed_dtype_name(%d) is '%s', expected '%s'",
+           d, clembed_dtype_name((clembed_dtype)d), names[d]);
+  EXPECT(!strcmp(clembed_dtype_name((clembed_dtype)-1), "unknown") &&
+             !strcmp(clembed_dtype_name((clembed_dtype)1000), "unknown"),
+         "clembed_dtype_name of a value that is none");
 }
 
 TU_CASE(f16) {

@@ -20,21 +20,9 @@
  * conversion temporary). */
 #define CE_IO_CHUNK_BYTES ((size_t)16 << 20)
 
-static const char *dtype_name(int d) {
-  switch (d) {
-    case CLEMBED_F32: return "f32";
-    case CLEMBED_F16: return "f16";
-    case CLEMBED_BF16: return "bf16";
-    case CLEMBED_Q8_0: return "q8_0";
-    case CLEMBED_Q4_0: return "q4_0";
-    case CLEMBED_Q4_K: return "q4_k";
-    case CLEMBED_Q6_K: return "q6_k";
-  }
-  return "an unknown dtype";
-}
-
-static int is_float(int d) { return d == CLEMBED_F32 || d == CLEMBED_F16 || d == CLEMBED_BF16; }
-static int is_block(int d) { return d == CLEMBED_Q8_0 || d == CLEMBED_Q4_0 || d == CLEMBED_Q4_K || d == CLEMBED_Q6_K; }
+static const char *dtype_name(int d) { return ce_dtype_facts_of(d) ? clembed_dtype_name((clembed_dtype)d) : "an unknown dtype"; }
+static int is_float(int d) { return clembed_dtype_size((clembed_dtype)d) != 0; }
+static int is_block(int d) { return ce_dtype_is_block((clembed_dtype)d); }
 
 /* n stored values at p (unaligned, little-endian) to `dtype` in out. */
 static void convert(void *out, clembed_dtype dtype, const uint8_t *p, ce_io_kind kind, size_t n) {

@@ -12,10 +12,6 @@ uint16_t ce_f32_to_bf16(float f);
 float ce_bf16_to_f32(uint16_t b);
 /* n dense elements of dtype st into dtype dt (float dtypes). */
 void ce_convert(void *dst, clembed_dtype dt, const void *src, clembed_dtype st, size_t n);
-/* 1 for a block-quantized dtype (Q8_0, Q4_0, Q4_K, Q6_K). */
-int ce_dtype_is_block(clembed_dtype t);
-/* "F32", ..., "Q6_K", or "unknown". */
-const char *ce_dtype_name(clembed_dtype t);
 /* n dense values (a multiple of any block type's block size) of dtype st, as
  * elements or blocks, into dtype dt: among float dtypes, float values into
  * Q8_0/Q4_0 blocks (through F32, ggml's reference quantizers), blocks into

@@ -13,37 +13,7 @@
 #pragma STDC FP_CONTRACT OFF
 #endif
 
-int ce_quant_is_block(int dtype) { return dtype >= CE_Q8_0 && dtype <= CE_Q6_K; }
-
-size_t ce_quant_block_values(int dtype) {
-  switch (dtype) {
-  case 0: case 1: case 2: return 1;
-  case CE_Q8_0: return CE_QK8_0;
-  case CE_Q4_0: return CE_QK4_0;
-  case CE_Q4_K: case CE_Q6_K: return CE_QK_K;
-  default: return 0;
-  }
-}
-
-size_t ce_quant_block_bytes(int dtype) {
-  switch (dtype) {
-  case 0: return 4;
-  case 1: case 2: return 2;
-  case CE_Q8_0: return CE_Q8_0_BYTES;
-  case CE_Q4_0: return CE_Q4_0_BYTES;
-  case CE_Q4_K: return CE_Q4_K_BYTES;
-  case CE_Q6_K: return CE_Q6_K_BYTES;
-  default: return 0;
-  }
-}
-
-size_t ce_quant_row_bytes(int dtype, size_t cols) {
-  size_t qk = ce_quant_block_values(dtype), bb = ce_quant_block_bytes(dtype);
-  if (qk == 0 || cols % qk != 0) return 0;
-  size_t blocks = cols / qk;
-  if (blocks > SIZE_MAX / bb) return 0;
-  return blocks * bb;
-}
+#define CE_QK_K 256 /* ggml's QK_K: the super-block of the K and IQ types */
 
 /* ---------------------------------------------------------------- f16 */
 
@@ -114,19 +84,19 @@ static int8_t to_int8(float x) {
 
 /* quantize_row_q8_0_ref */
 int ce_quant_quantize_q8_0(const float *x, void *blocks, size_t n) {
-  if (n % CE_QK8_0 != 0) return -1;
+  if (n % CE_Q8_0_VALUES != 0) return -1;
   uint8_t *y = (uint8_t *)blocks;
-  for (size_t i = 0; i < n / CE_QK8_0; i++, y += CE_Q8_0_BYTES) {
-    const float *xb = x + i * CE_QK8_0;
+  for (size_t i = 0; i < n / CE_Q8_0_VALUES; i++, y += CE_Q8_0_BYTES) {
+    const float *xb = x + i * CE_Q8_0_VALUES;
     float amax = 0.0f; /* MAX(amax, fabsf(v)) as ggml's macro: ((a) > (b) ? (a) : (b)) */
-    for (int j = 0; j < CE_QK8_0; j++) {
+    for (int j = 0; j < CE_Q8_0_VALUES; j++) {
       const float v = fabsf(xb[j]);
       amax = amax > v ? amax : v;
     }
     const float d = amax / ((1 << 7) - 1);
     const float id = d ? 1.0f / d : 0.0f;
     put_u16(y, ce_quant_f32_to_f16(d));
-    for (int j = 0; j < CE_QK8_0; j++) {
+    for (int j = 0; j < CE_Q8_0_VALUES; j++) {
       const float x0 = xb[j] * id;
       y[2 + j] = (uint8_t)to_int8(roundf(x0));
     }
@@ -136,11 +106,11 @@ int ce_quant_quantize_q8_0(const float *x, void *blocks, size_t n) {
 
 /* quantize_row_q4_0_ref */
 int ce_quant_quantize_q4_0(const float *x, void *blocks, size_t n) {
-  if (n % CE_QK4_0 != 0) return -1;
-  const int qk = CE_QK4_0;
+  if (n % CE_Q4_0_VALUES != 0) return -1;
+  const int qk = CE_Q4_0_VALUES;
   uint8_t *y = (uint8_t *)blocks;
-  for (size_t i = 0; i < n / CE_QK4_0; i++, y += CE_Q4_0_BYTES) {
-    const float *xb = x + i * CE_QK4_0;
+  for (size_t i = 0; i < n / CE_Q4_0_VALUES; i++, y += CE_Q4_0_BYTES) {
+    const float *xb = x + i * CE_Q4_0_VALUES;
     float amax = 0.0f, max = 0.0f;
     for (int j = 0; j < qk; j++) {
       const float v = xb[j];
@@ -171,13 +141,13 @@ int ce_quant_quantize_q4_0(const float *x, void *blocks, size_t n) {
 static void dequantize_q8_0(const uint8_t *x, float *y, size_t nb) {
   for (size_t i = 0; i < nb; i++, x += CE_Q8_0_BYTES) {
     const float d = ce_quant_f16_to_f32(get_u16(x));
-    for (int j = 0; j < CE_QK8_0; ++j) y[i * CE_QK8_0 + j] = (float)(int8_t)x[2 + j] * d;
+    for (int j = 0; j < CE_Q8_0_VALUES; ++j) y[i * CE_Q8_0_VALUES + j] = (float)(int8_t)x[2 + j] * d;
   }
 }
 
 /* dequantize_row_q4_0 */
 static void dequantize_q4_0(const uint8_t *x, float *y, size_t nb) {
-  const int qk = CE_QK4_0;
+  const int qk = CE_Q4_0_VALUES;
   for (size_t i = 0; i < nb; i++, x += CE_Q4_0_BYTES) {
     const float d = ce_quant_f16_to_f32(get_u16(x));
     const uint8_t *qs = x + 2;
@@ -251,8 +221,9 @@ static void dequantize_q6_k(const uint8_t *x, float *y, size_t nb) {
 }
 
 int ce_quant_dequantize(int dtype, const void *blocks, float *y, size_t n) {
-  size_t qk = ce_quant_block_values(dtype);
-  if (!ce_quant_is_block(dtype) || n % qk != 0) return -1;
+  const ce_dtype_facts *f = ce_dtype_facts_of(dtype);
+  if (!f || f->block_values == 1 || n % f->block_values != 0) return -1;
+  size_t qk = f->block_values;
   const uint8_t *x = (const uint8_t *)blocks;
   switch (dtype) {
   case CE_Q8_0: dequantize_q8_0(x, y, n / qk); break;

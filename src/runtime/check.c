@@ -64,11 +64,6 @@ static clembed_status buffer_size(clembed_context *ctx, cl_mem b, const char *wh
   return CLEMBED_OK;
 }
 
-static const char *block_name(clembed_dtype t) {
-  static const char *const names[] = {"Q8_0", "Q4_0", "Q4_K", "Q6_K"};
-  return (int)t >= 3 && (int)t <= 6 ? names[(int)t - 3] : "?";
-}
-
 /* A matrix against its buffer. The block-quantized dtypes (allowed only with
  * `blocks`) count offset, cols and ld in values, each a multiple of the block
  * size, and their extent in whole blocks. */
@@ -81,13 +76,13 @@ static clembed_status check_matrix(clembed_context *ctx, const clembed_matrix *m
   if (qk > 1 && !blocks)
     return ce_fail_arg(ctx, CLEMBED_ERR_UNSUPPORTED, NULL, arg_name(what), -1, (int64_t)m->dtype,
                        "%s is %s: block-quantized matrices are tables to read, never an output, a gradient or a "
-                       "table to train or initialise", what, block_name(m->dtype));
+                       "table to train or initialise", what, ce_dtype_name(m->dtype));
   size_t l = m->ld ? m->ld : m->cols;
   if (l < m->cols) return ARG_FAIL(l, "%s: ld %zu is less than cols %zu", what, l, m->cols);
   if (m->cols % qk || m->offset % qk || l % qk) {
     const char *f = m->cols % qk ? "cols" : m->offset % qk ? "offset" : "ld";
     size_t v = m->cols % qk ? m->cols : m->offset % qk ? m->offset : l;
-    return ARG_FAIL(v, "%s: %s is %zu, not a multiple of the %s block size %zu", what, f, v, block_name(m->dtype),
+    return ARG_FAIL(v, "%s: %s is %zu, not a multiple of the %s block size %zu", what, f, v, ce_dtype_name(m->dtype),
                     qk);
   }
   size_t size;

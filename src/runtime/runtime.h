@@ -7,6 +7,7 @@
 #define CLEMBED_RUNTIME_H
 
 #include "clembed.h"
+#include "dtypes.h"
 #include "families.h"
 
 #include <stdarg.h>
@@ -388,6 +389,12 @@ void ce_tracked_wait_release(clembed_context *ctx);
 /* Blocking calls wait for the work enqueued before them: implicit on an
  * in-order queue, a barrier on an out-of-order one. */
 cl_int ce_after_earlier_work(clembed_context *ctx);
+
+/* ----- dtypes (dtypes.c; the facts are dtypes.h's list) */
+/* 1 for a block-quantized dtype (Q8_0 and the others after the float types). */
+int ce_dtype_is_block(clembed_dtype t);
+/* The enum's spelling for messages: "F32", ..., "Q4_K", or "unknown". */
+const char *ce_dtype_name(clembed_dtype t);
 
 /* ----- argument checks (check.c) */
 clembed_status ce_check_events(clembed_context *ctx, cl_uint n, const cl_event *list);
