@@ -196,7 +196,12 @@ CLEMBED_API clembed_status clembed_context_fail(clembed_context *ctx, clembed_st
 /* ------------------------------------------------------------- device data */
 
 typedef enum clembed_dtype { CLEMBED_F32 = 0, CLEMBED_F16 = 1, CLEMBED_BF16 = 2,
-                             CLEMBED_Q8_0 = 3, CLEMBED_Q4_0 = 4, CLEMBED_Q4_K = 5, CLEMBED_Q6_K = 6 } clembed_dtype;
+                             CLEMBED_Q8_0 = 3, CLEMBED_Q4_0 = 4, CLEMBED_Q4_K = 5, CLEMBED_Q6_K = 6,
+                             /* ggml's other block types a GGUF table ships in (layouts below) */
+                             CLEMBED_Q4_1 = 7, CLEMBED_Q5_0 = 8, CLEMBED_Q5_1 = 9, CLEMBED_Q2_K = 10,
+                             CLEMBED_Q3_K = 11, CLEMBED_Q5_K = 12, CLEMBED_IQ4_NL = 13, CLEMBED_IQ4_XS = 14,
+                             CLEMBED_IQ2_XXS = 15, CLEMBED_IQ2_XS = 16, CLEMBED_IQ2_S = 17, CLEMBED_IQ3_XXS = 18,
+                             CLEMBED_IQ3_S = 19, CLEMBED_IQ1_S = 20, CLEMBED_IQ1_M = 21 } clembed_dtype;
 typedef enum clembed_index_type { CLEMBED_I32 = 0, CLEMBED_I64 = 1 } clembed_index_type;
 
 /* Bytes of one element: 4, 2, 2 for F32, F16, BF16; 0 for the block-quantized

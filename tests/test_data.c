@@ -453,7 +453,7 @@ TU_CASE(create_rejects_bad_arguments_and_overflow) {
   clembed_matrix x = {0};
   FAILS(NULL, INV, clembed_matrix_create(NULL, 2, 2, CLEMBED_F32, &x));
   FAILS(ctx, INV, clembed_matrix_create(ctx, 2, 2, CLEMBED_F32, NULL));
-  FAILS(ctx, INV, clembed_matrix_create(ctx, 2, 2, (clembed_dtype)7, &x));
+  FAILS(ctx, INV, clembed_matrix_create(ctx, 2, 2, (clembed_dtype)99, &x));
   FAILS(ctx, INV, clembed_matrix_create(ctx, 2, 2, (clembed_dtype)-1, &x));
   FAILS(ctx, INV, clembed_matrix_create(ctx, SIZE_MAX / 2, 3, CLEMBED_F32, &x));        /* rows*cols */
   FAILS(ctx, INV, clembed_matrix_create(ctx, SIZE_MAX / 4 + 1, 1, CLEMBED_F32, &x));    /* bytes */
@@ -492,13 +492,13 @@ TU_CASE(write_and_read_check_the_window) {
   FAILS(NULL, INV, clembed_matrix_write(NULL, &m, host, CLEMBED_F32));
   FAILS(ctx, INV, clembed_matrix_write(ctx, NULL, host, CLEMBED_F32));
   FAILS(ctx, INV, clembed_matrix_write(ctx, &m, NULL, CLEMBED_F32));
-  FAILS(ctx, INV, clembed_matrix_write(ctx, &m, host, (clembed_dtype)7));
+  FAILS(ctx, INV, clembed_matrix_write(ctx, &m, host, (clembed_dtype)99));
   FAILS(NULL, INV, clembed_matrix_read(NULL, &m, host, CLEMBED_F32));
   FAILS(ctx, INV, clembed_matrix_read(ctx, NULL, host, CLEMBED_F32));
   FAILS(ctx, INV, clembed_matrix_read(ctx, &m, NULL, CLEMBED_F32));
-  FAILS(ctx, INV, clembed_matrix_read(ctx, &m, host, (clembed_dtype)7));
+  FAILS(ctx, INV, clembed_matrix_read(ctx, &m, host, (clembed_dtype)99));
   bad = m;
-  bad.dtype = (clembed_dtype)9;
+  bad.dtype = (clembed_dtype)99;
   FAILS(ctx, INV, clembed_matrix_write(ctx, &bad, host, CLEMBED_F32));
   FAILS(ctx, INV, clembed_matrix_read(ctx, &bad, host, CLEMBED_F32));
   bad = m;

@@ -260,7 +260,7 @@ TU_CASE(bad_matrix_arguments) {
   } bad[] = {
       {"NULL pointer", "is NULL", 1, {0}},
       {"NULL buffer", "NULL buffer", 0, {NULL, 0, 3, 4, 0, CLEMBED_F32}},
-      {"unknown dtype 7", "unknown dtype", 0, {b, 0, 3, 4, 0, (clembed_dtype)7}},
+      {"unknown dtype 99", "unknown dtype", 0, {b, 0, 3, 4, 0, (clembed_dtype)99}},
       {"unknown dtype -1", "unknown dtype", 0, {b, 0, 3, 4, 0, (clembed_dtype)-1}},
       {"ld < cols", "less than cols", 0, {b, 0, 3, 4, 3, CLEMBED_F32}},
       {"one element past the end (offset)", "buffer holds 48", 0, {b, 1, 3, 4, 0, CLEMBED_F32}},

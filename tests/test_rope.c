@@ -478,7 +478,7 @@ TU_CASE(errors) {
   FAILS(ctx, INV, clembed_rope_cache(ctx, &r, 0, &cs2, 0, NULL, NULL));
   /* an unknown dtype */
   clembed_matrix q = x;
-  q.dtype = (clembed_dtype)11;
+  q.dtype = (clembed_dtype)99;
   FAILS(ctx, INV, clembed_rope_apply(ctx, &r, &q, NULL, 0, 0, 0, &o, 0, NULL, NULL));
   FAILS(ctx, INV, clembed_rope_apply(ctx, &r, &x, NULL, 0, 0, 0, &q, 0, NULL, NULL));
   /* positions at or past 2^32 known on the host */

@@ -26,7 +26,22 @@
   X(Q8_0, 3, q8_0, 32, 34)            \
   X(Q4_0, 4, q4_0, 32, 18)            \
   X(Q4_K, 5, q4_k, 256, 144)          \
-  X(Q6_K, 6, q6_k, 256, 210)
+  X(Q6_K, 6, q6_k, 256, 210)          \
+  X(Q4_1, 7, q4_1, 32, 20)            \
+  X(Q5_0, 8, q5_0, 32, 22)            \
+  X(Q5_1, 9, q5_1, 32, 24)            \
+  X(Q2_K, 10, q2_k, 256, 84)          \
+  X(Q3_K, 11, q3_k, 256, 110)         \
+  X(Q5_K, 12, q5_k, 256, 176)         \
+  X(IQ4_NL, 13, iq4_nl, 32, 18)       \
+  X(IQ4_XS, 14, iq4_xs, 256, 136)     \
+  X(IQ2_XXS, 15, iq2_xxs, 256, 66)    \
+  X(IQ2_XS, 16, iq2_xs, 256, 74)      \
+  X(IQ2_S, 17, iq2_s, 256, 82)        \
+  X(IQ3_XXS, 18, iq3_xxs, 256, 98)    \
+  X(IQ3_S, 19, iq3_s, 256, 110)       \
+  X(IQ1_S, 20, iq1_s, 256, 50)        \
+  X(IQ1_M, 21, iq1_m, 256, 56)
 
 /* CE_Q4_K = 5, CE_Q4_K_VALUES = 256, CE_Q4_K_BYTES = 144, ... */
 #define CE_DTYPE_ENUM(ID, value, name, qk, bytes) CE_##ID = value, CE_##ID##_VALUES = qk, CE_##ID##_BYTES = bytes,
