@@ -133,10 +133,14 @@ static clembed_status load(clembed_context *ctx, const char *op, const clembed_f
     LFAIL(CLEMBED_ERR_INVALID_ARGUMENT, "name", "%s", msg);
   const ce_io_tensor *e = &f->table.t[i];
   const char *tn = e->info.name, *ty = e->info.type_name;
-  if (e->kind != CE_IO_F32 && e->kind != CE_IO_F16 && e->kind != CE_IO_BF16 && e->kind != CE_IO_BLOCKS)
+  if (e->kind != CE_IO_F32 && e->kind != CE_IO_F16 && e->kind != CE_IO_BF16 && e->kind != CE_IO_BLOCKS) {
+    char types[256] = "";
+    for (int d = 0, used = 0; ce_dtype_facts_of(d) && used < (int)sizeof types; d++)
+      if (is_block(d)) used += snprintf(types + used, sizeof types - (size_t)used, "%s%s", used ? ", " : "", dtype_name(d));
     LFAIL(CLEMBED_ERR_INVALID_ARGUMENT, "name",
           "%s: tensor '%s' is of type %s, which cannot be loaded as a matrix (the float types F32, F16, BF16 and "
-          "ggml's q8_0, q4_0, q4_K, q6_K can)", f->path, tn, ty);
+          "ggml's block types %s can)", f->path, tn, ty, types);
+  }
   if (e->kind == CE_IO_BLOCKS && is_block((int)dtype) && (int)dtype != e->info.dtype)
     LFAIL(CLEMBED_ERR_INVALID_ARGUMENT, "dtype",
           "%s: tensor '%s' is %s and cannot be loaded as %s (load it as %s, or dequantize it to f32, f16 or bf16)",
