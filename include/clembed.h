@@ -208,33 +208,68 @@ typedef enum clembed_index_type { CLEMBED_I32 = 0, CLEMBED_I64 = 1 } clembed_ind
  * dtypes (see clembed_dtype_row_bytes) and for an unknown value. */
 CLEMBED_API size_t clembed_dtype_size(clembed_dtype dtype);
 
-/* Values per block: 1 for F32, F16, BF16; 32 for Q8_0 and Q4_0; 256 for Q4_K
- * and Q6_K; 0 for an unknown value. */
+/* Values per block: 1 for F32, F16, BF16; 32 for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1
+ * and IQ4_NL; 256 for the K, IQ4_XS, IQ2, IQ3 and IQ1 types; 0 for an unknown
+ * value. */
 CLEMBED_API size_t clembed_dtype_block_values(clembed_dtype dtype);
 
 /* Bytes of a row of `cols` values: 4*cols (F32), 2*cols (F16, BF16), and
- * cols/32*34 (Q8_0), cols/32*18 (Q4_0), cols/256*144 (Q4_K), cols/256*210
- * (Q6_K). 0 for an unknown dtype, for cols not a multiple of the block size,
- * and when the size overflows size_t. */
+ * cols / block values * block bytes for the block types (the table below:
+ * cols/32*34 for Q8_0, cols/256*144 for Q4_K, ...). 0 for an unknown dtype, for
+ * cols not a multiple of the block size, and when the size overflows size_t. */
 CLEMBED_API size_t clembed_dtype_row_bytes(clembed_dtype dtype, size_t cols);
 
 /* clembed's lower-case name of a dtype, as the CLI and the Python package
- * spell it: "f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q6_k"; "unknown"
- * for a value that is none. Never NULL. */
+ * spell it: "f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q6_k", "q4_1", "q5_0",
+ * "q5_1", "q2_k", "q3_k", "q5_k", "iq4_nl", "iq4_xs", "iq2_xxs", "iq2_xs",
+ * "iq2_s", "iq3_xxs", "iq3_s", "iq1_s", "iq1_m"; "unknown" for a value that is
+ * none. Never NULL. */
 CLEMBED_API const char *clembed_dtype_name(clembed_dtype dtype);
 
 /* Block-quantized tables use ggml's (GGUF's) block layouts byte for byte, so a
- * table from a GGUF file is used as it lies (little-endian, f16 scales):
- *   Q8_0  32 values, 34 bytes: d, int8 q[32]; value j = q[j]*d
- *   Q4_0  32 values, 18 bytes: d, uint8 q[16]; value j = ((q[j] & 15) - 8)*d,
- *         value j+16 = ((q[j] >> 4) - 8)*d
- *   Q4_K 256 values, 144 bytes: d, dmin, 12 bytes of 6-bit scales and mins,
- *         128 bytes of 4-bit quants
- *   Q6_K 256 values, 210 bytes: 128 bytes of low 4 bits, 64 of high 2 bits,
- *         int8 scales[16], d
- * Values are dequantized exactly as ggml's dequantize_row_* (the same integer
- * operations and float32 products in the same order, none fused), on the host
- * and in every kernel. For these dtypes cols, offset and ld count values and
+ * table from a GGUF file is used as it lies (little-endian, f16 scales; the
+ * fields in order, with their byte offsets):
+ *   Q8_0     32 values,  34 bytes: d, int8 q[32]; value j = q[j]*d
+ *   Q4_0     32 values,  18 bytes: d, uint8 q[16]; value j = ((q[j] & 15) - 8)*d,
+ *            value j+16 = ((q[j] >> 4) - 8)*d
+ *   Q4_1     32 values,  20 bytes: d, m, q[16]; value j = (q[j] & 15)*d + m, j+16 its high nibble
+ *   Q5_0     32 values,  22 bytes: d, qh (uint32: bit j is value j's fifth bit), q[16];
+ *            value = ((nibble | bit << 4) - 16)*d
+ *   Q5_1     32 values,  24 bytes: d, m, qh, q[16]; value = (nibble | bit << 4)*d + m
+ *   IQ4_NL   32 values,  18 bytes: d, q[16]; value = d*kvalues_iq4nl[nibble]
+ *   Q2_K    256 values,  84 bytes: scales[16] 0 (4-bit scale and min per 16 values),
+ *            q[64] 16 (2 bits), d 80, dmin 82
+ *   Q3_K    256 values, 110 bytes: hmask[32] 0 (third bits), q[64] 32 (2 bits),
+ *            scales[12] 96 (sixteen 6-bit scales), d 108
+ *   Q4_K    256 values, 144 bytes: d, dmin, 12 bytes of 6-bit scales and mins,
+ *            128 bytes of 4-bit quants
+ *   Q5_K    256 values, 176 bytes: d, dmin, scales[12] 4 (as Q4_K's), qh[32] 16
+ *            (fifth bits), q[128] 48 (4 bits)
+ *   Q6_K    256 values, 210 bytes: 128 bytes of low 4 bits, 64 of high 2 bits,
+ *            int8 scales[16], d
+ *   IQ4_XS  256 values, 136 bytes: d, scales_h (uint16), scales_l[4] 4 (a 6-bit
+ *            scale per 32 values), q[128] 8; value = d*(scale - 32)*kvalues_iq4nl[nibble]
+ *   IQ2_XXS 256 values,  66 bytes: d, then per 32 values 4 grid indices (iq2xxs_grid)
+ *            and a uint32 of four 7-bit sign codes and a 4-bit scale
+ *   IQ2_XS  256 values,  74 bytes: d, uint16 q[32] 2 (9-bit grid index, 7-bit sign
+ *            code), scales[8] 66
+ *   IQ2_S   256 values,  82 bytes: d, q[32] 2 (grid index low bits), signs[32] 34,
+ *            qh[8] 66 (index high bits), scales[8] 74
+ *   IQ3_XXS 256 values,  98 bytes: d, q[64] 2 (grid indices of 4 values), then per 32
+ *            values a uint32 of sign codes and a scale (66)
+ *   IQ3_S   256 values, 110 bytes: d, q[64] 2, qh[8] 66, signs[32] 74, scales[4] 106
+ *   IQ1_S   256 values,  50 bytes: d, q[32] 2, uint16 qh[8] 34 (index high bits,
+ *            a 3-bit scale and the sign of a 0.125 shift per 32 values)
+ *   IQ1_M   256 values,  56 bytes: q[32] 0, qh[16] 32, scales[8] 48 (3-bit scales;
+ *            d is the f16 of their four top nibbles)
+ * (d, m, dmin: f16 at offset 0, 2 unless given.) The IQ2, IQ3 and IQ1 types'
+ * values come from ggml's grids (iq2xxs_grid ... iq1s_grid, ksigns_iq2xs), the
+ * IQ4 types' from kvalues_iq4nl: the tables of ggml's ggml-common.h, which the
+ * kernels hold in constant memory (at most 16 KiB per program: every device's
+ * 64 KiB holds them). Values are dequantized exactly as ggml's dequantize_row_*
+ * (the same integer operations and float32 products in the same order, none
+ * fused), on the host and in every kernel; a NaN or infinite f16 scale gives
+ * what ggml's code gives (a NaN's payload is the device's). For these dtypes cols, offset and ld count values and
  * must be multiples of the block size (clembed_dtype_block_values), else
  * CLEMBED_ERR_INVALID_ARGUMENT; row r of a matrix starts at byte
  * clembed_dtype_row_bytes(dtype, offset + r*ld) of its buffer.
@@ -244,11 +279,11 @@ CLEMBED_API const char *clembed_dtype_name(clembed_dtype dtype);
  * on the host bit for bit as ggml's quantize_row_q8_0_ref and
  * quantize_row_q4_0_ref (as their C source reads, no contraction; where ggml's
  * float-to-int8 conversion is out of range, which happens only in a block whose
- * scale rounds to 0, the quants are 0, as on x86-64). Q4_K and Q6_K have no
- * quantizer here: writing floats into them is CLEMBED_ERR_UNSUPPORTED.
+ * scale rounds to 0, the quants are 0, as on x86-64). The other block types have
+ * no quantizer here: writing floats into them is CLEMBED_ERR_UNSUPPORTED.
  * clembed_matrix_read gives the blocks (host_dtype = the matrix's dtype) or the
  * values dequantized to F32, F16 or BF16. A float matrix may also be written
- * from host blocks of any of the four (dequantized on the host) and read into
+ * from host blocks of any block type (dequantized on the host) and read into
  * Q8_0 or Q4_0 blocks (quantized on the host). Between two block types there is
  * no conversion (CLEMBED_ERR_UNSUPPORTED).
  * Quantized matrices are tables to read: the table and the position_table of
