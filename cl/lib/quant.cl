@@ -355,13 +355,22 @@ static CE_INLINE int ce_q3_k_scale(__global const uchar *b, uint is) {
     const uchar##N h = (vload##N(0, b + (j & 31)) >> (uchar)(j >> 5)) & (uchar)1;                      \
     return dl * convert_float##N(convert_int##N(q) - 4 + (convert_int##N(h) << 2));                    \
   }                                                                                                    \
-  /* Q5_K: Q4_K's scales and nibbles (at 48), plus 16 where bit j/32 of qh[j%32] is set */            \
-  static CE_INLINE float##N ce_q5_k_at##N(__global const uchar *b, uint j) {                                 \
-    const float2 dm = ce_q4_k_scale_min(b, j >> 5);                                                    \
+  /* Q5_K: Q4_K's scales (dm: ce_q4_k_scale_min's d1, m1 of sub-block j/32) and nibbles (at 48),     \
+   * plus 16 where bit j/32 of qh[j%32] is set */                                                      \
+  static CE_INLINE float##N ce_q5_k_dm##N(__global const uchar *b, uint j, float2 dm) {               \
     uchar##N q = vload##N(0, b + 48 + 32 * (j >> 6) + (j & 31));                                       \
     q = ((j >> 5) & 1u) ? q >> (uchar)4 : q & (uchar)0x0F;                                             \
     const uchar##N h = (vload##N(0, b + 16 + (j & 31)) >> (uchar)(j >> 5)) & (uchar)1;                 \
     return dm.x * convert_float##N(q + (h << (uchar)4)) - dm.y;                                        \
+  }                                                                                                    \
+  static CE_INLINE float##N ce_q5_k_at##N(__global const uchar *b, uint j) {                          \
+    return ce_q5_k_dm##N(b, j, ce_q4_k_scale_min(b, j >> 5));                                          \
+  }                                                                                                    \
+  /* 2N values from j (a multiple of 2N, within one 32-value sub-block): its scales decoded once */   \
+  static CE_INLINE void ce_q5_k_at2x##N(__global const uchar *b, uint j, float##N *a, float##N *z) {  \
+    const float2 dm = ce_q4_k_scale_min(b, j >> 5);                                                    \
+    *a = ce_q5_k_dm##N(b, j, dm);                                                                      \
+    *z = ce_q5_k_dm##N(b, j + N, dm);                                                                  \
   }
 
 CE_Q_OTHER_AT(4)
@@ -500,21 +509,31 @@ static CE_INLINE float8 ce_iq1_m_at8(__global const uchar *b, uint j) {
     return (float16)(ce_##name##_at8(b, j), ce_##name##_at8(b, j + 8));                \
   }
 
-/* The loads of a type from its ce_NAME_atN: value i (ce_load_T), 4 values
- * (ce_load4_T), VEC values (ce_loadv_T) and 2 VEC values as two vectors
- * (ce_loadw_T), each from the block holding value i; `mask` is the block's
- * values - 1. */
+/* 2N values from j as two vectors, ce_NAME_at2xN (a type whose 2N values share
+ * scales worth decoding once defines its own, as Q5_K above) */
+#define CE_Q_AT2X(name)                                                                                 \
+  CE_Q_AT2X_N(name, 4)                                                                                  \
+  CE_Q_AT2X_N(name, 8)                                                                                  \
+  CE_Q_AT2X_N(name, 16)
+#define CE_Q_AT2X_N(name, N)                                                                            \
+  static CE_INLINE void ce_##name##_at2x##N(__global const uchar *b, uint j, float##N *a, float##N *z) { \
+    *a = ce_##name##_at##N(b, j);                                                                       \
+    *z = ce_##name##_at##N(b, j + N);                                                                   \
+  }
+
+/* The loads of a type from its ce_NAME_atN and ce_NAME_at2xN: value i
+ * (ce_load_T), 4 values (ce_load4_T), VEC values (ce_loadv_T) and 2 VEC values
+ * as two vectors (ce_loadw_T), each from the block holding value i; `mask` is
+ * the block's values - 1. */
 #define CE_Q_LOADS_N(name, code, mask, N)                                                               \
   static inline float##N ce_##name##_load##N(__global const uchar *p, ulong i) {                              \
     return ce_##name##_at##N(ce_ptr_##code(p, i), (uint)(i & mask));                                    \
   }                                                                                                     \
   static CE_INLINE void ce_##name##_load2x##N(__global const uchar *p, ulong i, float##N *a, float##N *z) {   \
-    __global const uchar *b = ce_ptr_##code(p, i);                                                      \
-    const uint j = (uint)(i & mask);                                                                    \
-    *a = ce_##name##_at##N(b, j);                                                                       \
-    *z = ce_##name##_at##N(b, j + N);                                                                   \
+    ce_##name##_at2x##N(ce_ptr_##code(p, i), (uint)(i & mask), a, z);                                   \
   }
-#define CE_Q_LOADS(name, code, mask)                                                                    \
+#define CE_Q_LOADS(name, code, mask) CE_Q_AT2X(name) CE_Q_LOADS_OWN2X(name, code, mask)
+#define CE_Q_LOADS_OWN2X(name, code, mask) /* the type defines its ce_NAME_at2xN */                     \
   CE_Q_LOADS_N(name, code, mask, 4)                                                                     \
   CE_Q_LOADS_N(name, code, mask, 8)                                                                     \
   CE_Q_LOADS_N(name, code, mask, 16)                                                                    \
@@ -532,7 +551,7 @@ CE_Q_LOADS(q5_0, 8, 31)
 CE_Q_LOADS(q5_1, 9, 31)
 CE_Q_LOADS(q2_k, 10, 255)
 CE_Q_LOADS(q3_k, 11, 255)
-CE_Q_LOADS(q5_k, 12, 255)
+CE_Q_LOADS_OWN2X(q5_k, 12, 255)
 #if CE_TABLES_FOR(13) || CE_TABLES_FOR(14)
 CE_Q_LOADS(iq4_nl, 13, 31)
 CE_Q_LOADS(iq4_xs, 14, 255)

@@ -515,6 +515,14 @@ static const spec rows_table[] = {
     LOOKUP_ROW("lookup q4_0 table, f32 out (Llama 3)", Q4_0, F32),
     LOOKUP_ROW("lookup q4_k table, f16 out (Llama 3)", Q4_K, F16),
     LOOKUP_ROW("lookup q4_k table, f32 out (Llama 3)", Q4_K, F32),
+    /* ggml's other block types a GGUF token table ships in, one of each family */
+    LOOKUP_ROW("lookup q4_1 table, f16 out (Llama 3)", Q4_1, F16),
+    LOOKUP_ROW("lookup q5_0 table, f16 out (Llama 3)", Q5_0, F16),
+    LOOKUP_ROW("lookup q2_k table, f16 out (Llama 3)", Q2_K, F16),
+    LOOKUP_ROW("lookup q3_k table, f16 out (Llama 3)", Q3_K, F16),
+    LOOKUP_ROW("lookup q5_k table, f16 out (Llama 3)", Q5_K, F16),
+    LOOKUP_ROW("lookup iq4_xs table, f16 out (Llama 3)", IQ4_XS, F16),
+    LOOKUP_ROW("lookup iq2_xxs table, f16 out (Llama 3)", IQ2_XXS, F16),
     /* a recommendation table, 1000000 x 128 F32, 131072 ids */
     {"lookup f32 (recommendation 1000000 x 128)", OP_LOOKUP, CLEMBED_F32, CLEMBED_F32, REC_V, REC_D, 131072, 0, 0, 0},
     /* the fused forward on the 1 GiB table: 16 sequences of 2048 */
@@ -602,7 +610,8 @@ static uint64_t xorshift(uint64_t *x) {
 }
 
 /* Fills a table: uniform in [-1, 1) for the float dtypes; for a block type
- * random bytes with every f16 scale finite and normal, in [2^-10, 2^-2). */
+ * random bytes with every f16 scale finite and normal, in [2^-10, 2^-2) (the
+ * types after Q6_K: every byte below 0x78, so every f16 scale is finite). */
 static clembed_status fill_table(clembed_context *ctx, clembed_matrix *m) {
   clembed_dtype dt = m->dtype;
   if (dt == CLEMBED_F32 || dt == CLEMBED_F16 || dt == CLEMBED_BF16)
@@ -611,7 +620,7 @@ static clembed_status fill_table(clembed_context *ctx, clembed_matrix *m) {
   size_t at = 0, count = 1;
   if (dt == CLEMBED_Q4_K) count = 2;                        /* d, dmin */
   else if (dt == CLEMBED_Q6_K) at = 208;                    /* d last */
-  else if (dt != CLEMBED_Q8_0 && dt != CLEMBED_Q4_0) return CLEMBED_ERR_UNSUPPORTED;
+  else if (dt != CLEMBED_Q8_0 && dt != CLEMBED_Q4_0) count = 0;
   size_t bb = clembed_dtype_row_bytes(dt, dt == CLEMBED_Q8_0 || dt == CLEMBED_Q4_0 ? 32 : 256);
   size_t bytes = m->rows * clembed_dtype_row_bytes(dt, m->cols);
   unsigned char *b = malloc(bytes ? bytes : 1);
@@ -619,8 +628,10 @@ static clembed_status fill_table(clembed_context *ctx, clembed_matrix *m) {
   uint64_t x = 0x9E3779B97F4A7C15ULL;
   for (size_t i = 0; i + 8 <= bytes; i += 8) {
     uint64_t r = xorshift(&x);
+    if (!count) r &= 0x7777777777777777ULL;
     memcpy(b + i, &r, 8);
   }
+  for (size_t i = bytes / 8 * 8; i < bytes; i++) b[i] = (unsigned char)(xorshift(&x) & 0x77);
   for (size_t o = 0; o + bb <= bytes; o += bb)
     for (size_t k = 0; k < count; k++) {
       uint16_t h = (uint16_t)((5 + xorshift(&x) % 8) << 10 | (xorshift(&x) & 0x3FF));
@@ -966,10 +977,7 @@ done:
   return rc;
 }
 
-static const char *dtype_name(clembed_dtype t) {
-  static const char *const names[] = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q6_k"};
-  return (unsigned)t < sizeof names / sizeof names[0] ? names[t] : "?";
-}
+static const char *dtype_name(clembed_dtype t) { return clembed_dtype_name(t); }
 
 static void print_row(const spec *r, const result *res, int json, int with_ceiling, int with_alt) {
   if (json) {
