@@ -546,6 +546,9 @@ static CE_INLINE float8 ce_iq1_m_at8(__global const uchar *b, uint j) {
     return ce_##name##_load4(p, base + 4 * j);                                                          \
   }
 
+/* a grid type's loads, from its 8-value groups */
+#define CE_Q_GRID_LOADS(name, code) CE_Q_AT_FROM8(name) CE_Q_LOADS(name, code, 255)
+
 CE_Q_LOADS(q4_1, 7, 31)
 CE_Q_LOADS(q5_0, 8, 31)
 CE_Q_LOADS(q5_1, 9, 31)
@@ -557,32 +560,25 @@ CE_Q_LOADS(iq4_nl, 13, 31)
 CE_Q_LOADS(iq4_xs, 14, 255)
 #endif
 #if CE_TABLES_FOR(15)
-CE_Q_AT_FROM8(iq2_xxs)
-CE_Q_LOADS(iq2_xxs, 15, 255)
+CE_Q_GRID_LOADS(iq2_xxs, 15)
 #endif
 #if CE_TABLES_FOR(16)
-CE_Q_AT_FROM8(iq2_xs)
-CE_Q_LOADS(iq2_xs, 16, 255)
+CE_Q_GRID_LOADS(iq2_xs, 16)
 #endif
 #if CE_TABLES_FOR(17)
-CE_Q_AT_FROM8(iq2_s)
-CE_Q_LOADS(iq2_s, 17, 255)
+CE_Q_GRID_LOADS(iq2_s, 17)
 #endif
 #if CE_TABLES_FOR(18)
-CE_Q_AT_FROM8(iq3_xxs)
-CE_Q_LOADS(iq3_xxs, 18, 255)
+CE_Q_GRID_LOADS(iq3_xxs, 18)
 #endif
 #if CE_TABLES_FOR(19)
-CE_Q_AT_FROM8(iq3_s)
-CE_Q_LOADS(iq3_s, 19, 255)
+CE_Q_GRID_LOADS(iq3_s, 19)
 #endif
 #if CE_TABLES_FOR(20)
-CE_Q_AT_FROM8(iq1_s)
-CE_Q_LOADS(iq1_s, 20, 255)
+CE_Q_GRID_LOADS(iq1_s, 20)
 #endif
 #if CE_TABLES_FOR(21)
-CE_Q_AT_FROM8(iq1_m)
-CE_Q_LOADS(iq1_m, 21, 255)
+CE_Q_GRID_LOADS(iq1_m, 21)
 #endif
 
 /* VEC values and 2 VEC values (a macro of VEC, which the program defines) */

@@ -171,14 +171,18 @@ static void scale_min_k4(int j, const uint8_t *q, uint8_t *d, uint8_t *m) {
   }
 }
 
-/* dequantize_row_q4_K: bytes 0-1 d, 2-3 dmin, 4-15 scales, 16-143 qs */
-static void dequantize_q4_k(const uint8_t *x, float *y, size_t nb) {
-  for (size_t i = 0; i < nb; i++, x += CE_Q4_K_BYTES) {
-    const uint8_t *scales = x + 4, *q = x + 16;
+/* dequantize_row_q4_K (five 0: bytes 0-1 d, 2-3 dmin, 4-15 scales, 16-143 qs)
+ * and dequantize_row_q5_K (five 1: 4-15 scales, 16-47 qh, 48-175 qs): Q5_K's
+ * values add 16 where their qh bit is set, Q4_K's nothing (the same float
+ * operations on the same integers) */
+static void dequantize_q45_k(const uint8_t *x, float *y, size_t nb, int five) {
+  for (size_t i = 0; i < nb; i++, x += five ? CE_Q5_K_BYTES : CE_Q4_K_BYTES) {
+    const uint8_t *scales = x + 4, *q = x + (five ? 48 : 16), *qh = x + 16;
     const float d = ce_quant_f16_to_f32(get_u16(x));
     const float min = ce_quant_f16_to_f32(get_u16(x + 2));
     int is = 0;
     uint8_t sc, m;
+    uint8_t u1 = 1, u2 = 2;
     for (int j = 0; j < CE_QK_K; j += 64) {
       scale_min_k4(is + 0, scales, &sc, &m);
       const float d1 = d * (float)sc;
@@ -186,10 +190,12 @@ static void dequantize_q4_k(const uint8_t *x, float *y, size_t nb) {
       scale_min_k4(is + 1, scales, &sc, &m);
       const float d2 = d * (float)sc;
       const float m2 = min * (float)m;
-      for (int l = 0; l < 32; ++l) *y++ = d1 * (float)(q[l] & 0xF) - m1;
-      for (int l = 0; l < 32; ++l) *y++ = d2 * (float)(q[l] >> 4) - m2;
+      for (int l = 0; l < 32; ++l) *y++ = d1 * (float)((q[l] & 0xF) + (five && (qh[l] & u1) ? 16 : 0)) - m1;
+      for (int l = 0; l < 32; ++l) *y++ = d2 * (float)((q[l] >> 4) + (five && (qh[l] & u2) ? 16 : 0)) - m2;
       q += 32;
       is += 2;
+      u1 = (uint8_t)(u1 << 2);
+      u2 = (uint8_t)(u2 << 2);
     }
   }
 }
@@ -331,32 +337,6 @@ static void dequantize_q3_k(const uint8_t *x, float *y, size_t nb) {
         m = (uint8_t)(m << 1);
       }
       q += 32;
-    }
-  }
-}
-
-/* dequantize_row_q5_K: bytes 0-1 d, 2-3 dmin, 4-15 scales, 16-47 qh, 48-175 qs */
-static void dequantize_q5_k(const uint8_t *x, float *y, size_t nb) {
-  for (size_t i = 0; i < nb; i++, x += CE_Q5_K_BYTES) {
-    const uint8_t *ql = x + 48, *qh = x + 16, *scales = x + 4;
-    const float d = get_half(x);
-    const float min = get_half(x + 2);
-    int is = 0;
-    uint8_t sc, m;
-    uint8_t u1 = 1, u2 = 2;
-    for (int j = 0; j < CE_QK_K; j += 64) {
-      scale_min_k4(is + 0, scales, &sc, &m);
-      const float d1 = d * (float)sc;
-      const float m1 = min * (float)m;
-      scale_min_k4(is + 1, scales, &sc, &m);
-      const float d2 = d * (float)sc;
-      const float m2 = min * (float)m;
-      for (int l = 0; l < 32; ++l) *y++ = d1 * (float)((ql[l] & 0xF) + (qh[l] & u1 ? 16 : 0)) - m1;
-      for (int l = 0; l < 32; ++l) *y++ = d2 * (float)((ql[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - m2;
-      ql += 32;
-      is += 2;
-      u1 = (uint8_t)(u1 << 2);
-      u2 = (uint8_t)(u2 << 2);
     }
   }
 }
@@ -583,14 +563,14 @@ int ce_quant_dequantize(int dtype, const void *blocks, float *y, size_t n) {
   switch (dtype) {
   case CE_Q8_0: dequantize_q8_0(x, y, n / qk); break;
   case CE_Q4_0: dequantize_q4_0(x, y, n / qk); break;
-  case CE_Q4_K: dequantize_q4_k(x, y, n / qk); break;
+  case CE_Q4_K: dequantize_q45_k(x, y, n / qk, 0); break;
   case CE_Q6_K: dequantize_q6_k(x, y, n / qk); break;
   case CE_Q4_1: dequantize_q4_1(x, y, n / qk); break;
   case CE_Q5_0: dequantize_q5(x, y, n / qk, 0); break;
   case CE_Q5_1: dequantize_q5(x, y, n / qk, 1); break;
   case CE_Q2_K: dequantize_q2_k(x, y, n / qk); break;
   case CE_Q3_K: dequantize_q3_k(x, y, n / qk); break;
-  case CE_Q5_K: dequantize_q5_k(x, y, n / qk); break;
+  case CE_Q5_K: dequantize_q45_k(x, y, n / qk, 1); break;
   case CE_IQ4_NL: dequantize_iq4_nl(x, y, n / qk); break;
   case CE_IQ4_XS: dequantize_iq4_xs(x, y, n / qk); break;
   case CE_IQ2_XXS: dequantize_iq2_xxs(x, y, n / qk); break;
