@@ -1,22 +1,30 @@
-/* test_quant: ggml's block formats (Q8_0, Q4_0, Q4_K, Q6_K).
+/* test_quant: ggml's block formats, every type clembed takes as a table (Q8_0,
+ * Q4_0, Q4_1, Q5_0, Q5_1, Q2_K ... Q6_K, IQ4_NL, IQ4_XS, IQ2_XXS, IQ2_XS, IQ2_S,
+ * IQ3_XXS, IQ3_S, IQ1_S, IQ1_M: tests/quant_types.h).
  *
  * Host cases check the library's block code (src/ops/quant.c) bit for bit
  * against a plain transcription of ggml's own functions (reference_ggml.h):
- * the f16 conversions, the four dequantizers on random blocks, and the Q8_0 and
- * Q4_0 reference quantizers on random rows with zeros, extremes and ties.
+ * the f16 conversions, every dequantizer on random blocks (finite, extreme,
+ * infinite and NaN scales; one block with every f16 scale), hand-checked
+ * values, the block facts and ggml's grids (hashed), and the Q8_0 and Q4_0
+ * reference quantizers on random rows with zeros, extremes and ties.
  *
  * Device cases check quantized tables in the library, exactly: the reference
  * value of a table element is ggml's dequantizer (reference_ggml.h) in float32;
  * an output element is then computed as the forward does, in float32 and in its
  * order (v = scale*w; v = v + p; v = v*keep when kept by dropout; 0 for a zero
- * token row), and rounded to the output dtype (nearest even). Every type x
- * output dtype, lookup and embed (positions, padding, index policies, dropout,
- * sequences), in both kernel shapes (CLEMBED_TUNING cpu and gpu), windows with
- * offsets and ld, matrix write/read in every direction, and the rejections.
+ * token row), and rounded to the output dtype (nearest even). Types x output
+ * dtypes (all of them for Q8_0 ... Q6_K and with "full", a rotation for the
+ * others: tq_runs), lookup and embed (positions, padding, index policies,
+ * dropout, sequences), in both kernel shapes (CLEMBED_TUNING cpu and gpu),
+ * windows with offsets and ld, extreme, infinite and NaN scales (a NaN must
+ * stay a NaN), every load function of cl/lib/quant.cl for every type
+ * (dev_loads), matrix write/read in every direction, and the rejections.
  *
  *   test_quant            every case
  *   test_quant host       the host cases
  *   test_quant small      every case, smaller (for Oclgrind)
+ *   test_quant full       every case, every type x shape x output dtype x option
  *   test_quant --list     the case names
  *   test_quant NAME ...   the named cases */
 #include "test_util.h"

@@ -539,8 +539,8 @@ static CE_INLINE float8 ce_iq1_m_at8(__global const uchar *b, uint j) {
   CE_Q_LOADS_N(name, code, mask, 16)                                                                    \
   static inline float ce_load_##code(__global const uchar *p, ulong i) {                                      \
     const float4 v = ce_##name##_load4(p, i & ~(ulong)3);                                               \
-    const uint k = (uint)(i & 3);                                                                       \
-    return k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w;                                            \
+    const uint k = (uint)(i & 3); /* (by its bits: Oclgrind 21.10 picks wrong from k == 0 ? .. : k == 1 ? ..) */ \
+    return (k & 2u) ? ((k & 1u) ? v.w : v.z) : ((k & 1u) ? v.y : v.x);                                  \
   }                                                                                                     \
   static inline float4 ce_load4_##code(__global const uchar *p, ulong base, ulong j) {                        \
     return ce_##name##_load4(p, base + 4 * j);                                                          \

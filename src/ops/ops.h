@@ -16,8 +16,8 @@ void ce_convert(void *dst, clembed_dtype dt, const void *src, clembed_dtype st, 
  * elements or blocks, into dtype dt: among float dtypes, float values into
  * Q8_0/Q4_0 blocks (through F32, ggml's reference quantizers), blocks into
  * float values (ggml's dequantizers, through F32). Returns 0, -1 for a pair
- * with no conversion (two block types, or floats into Q4_K/Q6_K), -2 when host
- * memory runs out. */
+ * with no conversion (two block types, or floats into a block type other than
+ * Q8_0 and Q4_0), -2 when host memory runs out. */
 int ce_convert_values(void *dst, clembed_dtype dt, const void *src, clembed_dtype st, size_t n);
 
 /* ----- angles (angle.c): frequencies in double, cached on the device */
