@@ -196,7 +196,8 @@ class Matrix:
 
     @property
     def dtype(self) -> str:
-        """The device dtype's name: 'f32', 'f16', 'bf16', 'q8_0', 'q4_0', 'q4_k' or 'q6_k'."""
+        """The device dtype's name: 'f32', 'f16', 'bf16', or a block type's ('q8_0', 'q4_k', 'iq4_xs', ...:
+        clembed.DTYPES)."""
         return DTYPE_NAMES.get(self._m.dtype, str(self._m.dtype))
 
     @property
