@@ -913,11 +913,11 @@ TU_CASE(load_rows) {
   unlink(path);
   free(d32.p), free(d16.p), free(dbf.p), free(d64.p);
   /* a GGUF tensor of each block type: rows as blocks and dequantized */
-  for (size_t k = 0; k < 4; k++) {
-    const qtype *q = &qtypes[k];
-    size_t rows = 5, cols = 2 * q->qk, nb = rows * cols / q->qk;
-    uint8_t *data = random_blocks(q, nb);
-    g_tensor g[] = {{"token_embd.weight", q->ggml_type, 2, {cols, rows}, nb * q->bytes, data}};
+  for (int k = 0; k < NTQ; k++) {
+    const clembed_dtype qd = (clembed_dtype)TQ[k].dtype;
+    size_t rows = 5, cols = 2 * tq_qk(qd), nb = rows * cols / tq_qk(qd);
+    uint8_t *data = random_blocks(qd, nb);
+    g_tensor g[] = {{"token_embd.weight", (uint32_t)TQ[k].ggml, 2, {cols, rows}, nb * tq_bb(qd), data}};
     buf gb = {0};
     gguf(&gb, 3, 0, g, 1);
     path = tmp_path("rows.gguf");
@@ -925,7 +925,7 @@ TU_CASE(load_rows) {
     free(gb.p);
     f = open_ok(path);
     if (f) {
-      expect_rows(f, NULL, q->dtype);
+      expect_rows(f, NULL, qd);
       expect_rows(f, NULL, CLEMBED_F32);
       expect_rows(f, NULL, CLEMBED_BF16);
       clembed_file_close(f);
