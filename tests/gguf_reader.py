@@ -25,7 +25,8 @@ GGML_TYPES = {
     29: ("iq1_m", 256, 56), 30: ("bf16", 1, 2), 34: ("tq1_0", 256, 54), 35: ("tq2_0", 256, 66),
     39: ("mxfp4", 32, 17), 40: ("nvfp4", 64, 36), 41: ("q1_0", 128, 18), 42: ("q2_0", 64, 18),
 }
-# the block types clembed takes as tables: ggml type number -> clembed's name (inspect's dtype)
+# the block types clembed takes as tables: ggml type number -> clembed's name (inspect's dtype), in
+# clembed_dtype's order
 CLEMBED_BLOCK_TYPES = {8: "q8_0", 2: "q4_0", 12: "q4_k", 14: "q6_k", 3: "q4_1", 6: "q5_0", 7: "q5_1", 10: "q2_k",
                        11: "q3_k", 13: "q5_k", 20: "iq4_nl", 23: "iq4_xs", 16: "iq2_xxs", 17: "iq2_xs", 22: "iq2_s",
                        18: "iq3_xxs", 21: "iq3_s", 19: "iq1_s", 29: "iq1_m"}
