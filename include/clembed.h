@@ -336,6 +336,16 @@ typedef struct clembed_ids {    /* token ids in a cl_mem */
 CLEMBED_API clembed_status clembed_matrix_create(clembed_context *ctx, size_t rows, size_t cols,
                                                  clembed_dtype dtype, clembed_matrix *m);
 
+/* The buffers a matrix's rows lie in (see "Tables past one buffer" below):
+ * *count receives their number (1 for a matrix in one buffer), and the first
+ * min(capacity, *count) entries of pieces and first_rows receive each as a
+ * matrix in one buffer (its buffer, the offset of its first row there, its
+ * rows, the matrix's cols, ld and dtype) and the row of m it starts at. For
+ * the caller's own kernels: pass clembed m itself, never a piece (the first
+ * piece's buffer is m's, and a matrix on it is read as m). */
+CLEMBED_API clembed_status clembed_matrix_pieces(clembed_context *ctx, const clembed_matrix *m, size_t capacity,
+                                                 clembed_matrix *pieces, size_t *first_rows, size_t *count);
+
 /* Writes rows*cols dense host values of `host_dtype` into m (converting to
  * m->dtype, honouring offset and ld). Blocking. */
 CLEMBED_API clembed_status clembed_matrix_write(clembed_context *ctx, clembed_matrix *m,

@@ -22,6 +22,7 @@
 
 #define CE_LIB_SOURCES(L) \
   L(dtype)                \
+  L(pieces)               \
   L(iqtables)             \
   L(quant)                \
   L(report)               \
