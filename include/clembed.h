@@ -332,19 +332,11 @@ typedef struct clembed_ids {    /* token ids in a cl_mem */
  * the device uses in place (CL_MEM_USE_HOST_PTR): rows gathered at random then
  * cost fewer TLB misses. That memory is freed when the buffer is (a destructor
  * callback), so a buffer the caller retains stays valid. Elsewhere it is an
- * ordinary buffer (Mesa 22's rusticl, for one, never calls that callback). */
+ * ordinary buffer (Mesa 22's rusticl, for one, never calls that callback).
+ * A matrix larger than the device's largest buffer (or CLEMBED_MAX_BUFFER_BYTES)
+ * is made of several: see "Tables past one buffer" below. */
 CLEMBED_API clembed_status clembed_matrix_create(clembed_context *ctx, size_t rows, size_t cols,
                                                  clembed_dtype dtype, clembed_matrix *m);
-
-/* The buffers a matrix's rows lie in (see "Tables past one buffer" below):
- * *count receives their number (1 for a matrix in one buffer), and the first
- * min(capacity, *count) entries of pieces and first_rows receive each as a
- * matrix in one buffer (its buffer, the offset of its first row there, its
- * rows, the matrix's cols, ld and dtype) and the row of m it starts at. For
- * the caller's own kernels: pass clembed m itself, never a piece (the first
- * piece's buffer is m's, and a matrix on it is read as m). */
-CLEMBED_API clembed_status clembed_matrix_pieces(clembed_context *ctx, const clembed_matrix *m, size_t capacity,
-                                                 clembed_matrix *pieces, size_t *first_rows, size_t *count);
 
 /* Writes rows*cols dense host values of `host_dtype` into m (converting to
  * m->dtype, honouring offset and ld). Blocking. */
@@ -356,7 +348,8 @@ CLEMBED_API clembed_status clembed_matrix_write(clembed_context *ctx, clembed_ma
 CLEMBED_API clembed_status clembed_matrix_read(clembed_context *ctx, const clembed_matrix *m,
                                                void *host, clembed_dtype host_dtype);
 
-/* Releases m->buffer and zeroes *m. NULL is a no-op. */
+/* Releases m->buffer (every piece of a split matrix, see below) and zeroes *m.
+ * NULL is a no-op. */
 CLEMBED_API void clembed_matrix_release(clembed_matrix *m);
 
 /* Copies `count` host ids of `type` into a new buffer (offset 0). count may be 0
@@ -369,6 +362,76 @@ CLEMBED_API clembed_status clembed_ids_read(clembed_context *ctx, const clembed_
 
 /* Releases ids->buffer and zeroes *ids. NULL is a no-op. */
 CLEMBED_API void clembed_ids_release(clembed_ids *ids);
+
+/* ------------------------------------------------- tables past one buffer
+ *
+ * OpenCL caps one buffer at the device's CL_DEVICE_MAX_MEM_ALLOC_SIZE
+ * (clembed_device_info's max_alloc_bytes): 1 GiB on Qualcomm Adreno, 4 GiB on
+ * Intel GPUs and on POCL's CPU devices, a quarter of global memory on many
+ * other GPUs (NVIDIA's, AMD's). clembed_matrix_create and clembed_matrix_load
+ * make a matrix larger than that, or than CLEMBED_MAX_BUFFER_BYTES=N in the
+ * environment when N is lower (read when a context is created; a value that is
+ * not a positive number of bytes fails the creation with
+ * CLEMBED_ERR_INVALID_ARGUMENT), out of several buffers, its pieces: each holds
+ * consecutive whole rows (a row never straddles two) in at most that many bytes
+ * (whole 4-byte words). A row larger than the limit is
+ * CLEMBED_ERR_INVALID_ARGUMENT naming CLEMBED_MAX_BUFFER_BYTES when the
+ * variable set it (argument "CLEMBED_MAX_BUFFER_BYTES", value N), else
+ * CLEMBED_ERR_OUT_OF_MEMORY; a split matrix larger than the device's global
+ * memory is CLEMBED_ERR_OUT_OF_MEMORY. A matrix that fits is one buffer, as
+ * before. Ids are always one buffer.
+ *
+ * A split matrix is a clembed_matrix like any other:
+ * - `buffer` is its first piece. The library keeps the others in a
+ *   process-wide registry keyed by that cl_mem (guarded by a lock: usable from
+ *   any thread, and by every context on the same cl_context). A matrix whose
+ *   buffer is any other cl_mem is one buffer: a clembed_matrix filled by hand
+ *   over a caller's cl_mem works as it always did.
+ * - offset, rows, cols and ld address the whole matrix as if its rows lay end
+ *   to end with ld = its cols: create and load give offset 0 and ld = cols. A
+ *   view (a copy of the struct with another offset, rows or cols) works as on
+ *   one buffer, provided its ld stays the matrix's cols, each of its rows lies
+ *   in one row of the matrix (offset % ld + cols <= ld), its rows lie in the
+ *   matrix's, and its dtype is the matrix's; else
+ *   CLEMBED_ERR_INVALID_ARGUMENT naming the argument.
+ * - Every function that takes a matrix takes a split one (or a view of one)
+ *   and gives the same bits as with one buffer: reads and writes (every
+ *   conversion, a bounded number of rows at a time), the tables, position
+ *   tables and outputs of clembed_lookup and clembed_embed (quantized tables
+ *   included), clembed_backward's grad_table and position_grad, the tables and
+ *   states of clembed_sgd_update and clembed_optimizer_step (states split by
+ *   their own rows: their pieces need not line up with the table's),
+ *   initialisation, clembed_positional, clembed_rope_cache and
+ *   clembed_rope_apply's x and out. A kernel takes up to 8 pieces of each split
+ *   matrix; a matrix in more is taken by several launches of it, each over a
+ *   window of the pieces, each row by one of them (never a path per row).
+ *   One exception: the grad_out of clembed_backward, clembed_sgd_update and
+ *   clembed_optimizer_step, whose rows every launch reads, must lie in at most
+ *   8 buffers (fewer where CL_DEVICE_MAX_PARAMETER_SIZE is small), else
+ *   CLEMBED_ERR_UNSUPPORTED naming grad_out.
+ * - Copies of the struct share the pieces. Release exactly one copy, with
+ *   clembed_matrix_release, which releases every piece and forgets the
+ *   matrix. clReleaseMemObject on `buffer` releases the first piece only; the
+ *   others follow when the first is deleted where the implementation calls
+ *   destructor callbacks (POCL does; Mesa 22's rusticl does not, and there
+ *   they stay allocated). A caller who retains `buffer` keeps only the first
+ *   piece's rows once the matrix is released.
+ * - clembed_matrix_load of a tensor stored as the device dtype, on POCL's CPU
+ *   devices, makes each piece over its own copy-on-write mapping of the file's
+ *   pages (see clembed_io.h); elsewhere, and for a conversion, pieces are
+ *   written from the mapping a bounded piece at a time.
+ */
+
+/* The buffers a matrix's rows lie in: *count receives their number (1 for a
+ * matrix in one buffer, and for a view inside one piece), and the first
+ * min(capacity, *count) entries of pieces and first_rows receive each piece as
+ * a matrix in one buffer (its cl_mem, the offset of its first row there, its
+ * rows, m's cols, ld and dtype) and the row of m where it starts. For the
+ * caller's own kernels: give clembed m itself, never a piece (a matrix over the
+ * first piece's buffer is read as m). pieces and first_rows may be NULL with
+ * capacity 0 (to count). */
+CLEMBED_API clembed_status clembed_matrix_pieces(clembed_context *ctx, const clembed_matrix *m, size_t capacity,
+                                                 clembed_matrix *pieces, size_t *first_rows, size_t *count);
 
 /* -------------------------------------------------------------- operations */
 

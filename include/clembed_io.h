@@ -128,7 +128,12 @@ CLEMBED_API clembed_status clembed_file_tensor_data(const clembed_file *f, size_
  *   the buffer with no host copy in between; on POCL's CPU devices the matrix
  *   is a buffer over its own copy-on-write mapping of the file's pages (no
  *   copy at all; CLEMBED_NO_FILE_PAGES=1 makes it a copy). Otherwise through
- *   a temporary of at most 16 MiB, a piece of whole blocks at a time.
+ *   a temporary of at most 16 MiB (or CLEMBED_MAX_BUFFER_BYTES), a piece of
+ *   whole blocks at a time.
+ * - A tensor larger than the device's largest buffer (or
+ *   CLEMBED_MAX_BUFFER_BYTES) loads as a split matrix (clembed.h, "Tables past
+ *   one buffer"), piece by piece; on POCL each piece is over its own
+ *   copy-on-write mapping of its rows' pages.
  * - A missing name, an unknown name (the message lists the file's tensors), a
  *   type that cannot be loaded as `dtype`: CLEMBED_ERR_INVALID_ARGUMENT with
  *   the detail in the context's message. *m is untouched on failure. */
