@@ -14,8 +14,8 @@
  *   CE_OWNS(m, r)          whether row r is in this launch's window;
  *   CE_FIRST(m)            whether the window is the first (work that touches no
  *                          row of m is done there, once);
- *   CE_LO(m)               the window's first row.
- * Without -DCE_PIECES_m (0) they are m, mo + r * ld, 1, 1 and 0: a kernel on
+ *   CE_LO(m), CE_HI(m)     the window's first row, and the row after its last.
+ * Without -DCE_PIECES_m (0) they are m, mo + r * ld, 1, 1, 0 and ULONG_MAX: a kernel on
  * one buffer compiles to what it was. Every kernel file gives each matrix
  * argument its #ifndef CE_PIECES_m 0 default. */
 
@@ -26,6 +26,7 @@
 #define CE_OWNS(m, r) CE_XCAT(CE_PW_, CE_PIECES_##m)(m, r)
 #define CE_FIRST(m) CE_XCAT(CE_PF_, CE_PIECES_##m)(m)
 #define CE_LO(m) CE_XCAT(CE_PL_, CE_PIECES_##m)(m)
+#define CE_HI(m) CE_XCAT(CE_PH_, CE_PIECES_##m)(m)
 
 /* one buffer */
 #define CE_PP_0(T, m)
@@ -35,6 +36,7 @@
 #define CE_PW_0(m, r) 1
 #define CE_PF_0(m) 1
 #define CE_PL_0(m) 0UL
+#define CE_PH_0(m) ULONG_MAX
 /* K pieces: the window, then pieces 1 .. K-1 (the last piece whose first row is at most r holds r) */
 #define CE_PP_1(T, m) , ulong m##_f0, ulong m##_end
 #define CE_PA_1(m) , m##_f0, m##_end
@@ -71,24 +73,32 @@
 #define CE_PW_1(m, r) ((r) >= m##_f0 && (r) < m##_end)
 #define CE_PF_1(m) (m##_f0 == 0)
 #define CE_PL_1(m) (m##_f0)
+#define CE_PH_1(m) (m##_end)
 #define CE_PW_2(m, r) ((r) >= m##_f0 && (r) < m##_end)
 #define CE_PF_2(m) (m##_f0 == 0)
 #define CE_PL_2(m) (m##_f0)
+#define CE_PH_2(m) (m##_end)
 #define CE_PW_3(m, r) ((r) >= m##_f0 && (r) < m##_end)
 #define CE_PF_3(m) (m##_f0 == 0)
 #define CE_PL_3(m) (m##_f0)
+#define CE_PH_3(m) (m##_end)
 #define CE_PW_4(m, r) ((r) >= m##_f0 && (r) < m##_end)
 #define CE_PF_4(m) (m##_f0 == 0)
 #define CE_PL_4(m) (m##_f0)
+#define CE_PH_4(m) (m##_end)
 #define CE_PW_5(m, r) ((r) >= m##_f0 && (r) < m##_end)
 #define CE_PF_5(m) (m##_f0 == 0)
 #define CE_PL_5(m) (m##_f0)
+#define CE_PH_5(m) (m##_end)
 #define CE_PW_6(m, r) ((r) >= m##_f0 && (r) < m##_end)
 #define CE_PF_6(m) (m##_f0 == 0)
 #define CE_PL_6(m) (m##_f0)
+#define CE_PH_6(m) (m##_end)
 #define CE_PW_7(m, r) ((r) >= m##_f0 && (r) < m##_end)
 #define CE_PF_7(m) (m##_f0 == 0)
 #define CE_PL_7(m) (m##_f0)
+#define CE_PH_7(m) (m##_end)
 #define CE_PW_8(m, r) ((r) >= m##_f0 && (r) < m##_end)
 #define CE_PF_8(m) (m##_f0 == 0)
 #define CE_PL_8(m) (m##_f0)
+#define CE_PH_8(m) (m##_end)

@@ -303,6 +303,8 @@ PROTOTYPES: Dict[str, Tuple[Any, List[Any]]] = {
     "clembed_file_find": (c_int, [c_void_p, c_char_p, POINTER(c_size_t)]),
     "clembed_matrix_load": (c_int, [CTX, c_void_p, c_char_p, c_int, PM]),
     "clembed_ids_load": (c_int, [CTX, c_void_p, c_char_p, PI]),
+    # Tables past one buffer
+    "clembed_matrix_pieces": (c_int, [CTX, PM, c_size_t, PM, POINTER(c_size_t), POINTER(c_size_t)]),
 }
 
 lib, path = load_library()
