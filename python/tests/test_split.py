@@ -26,7 +26,7 @@ def small_buffers():
 def _pieces(ctx, m):
     """The buffers m lies in (clembed_matrix_pieces)."""
     n = ctypes.c_size_t()
-    st = clembed._lib.lib.clembed_matrix_pieces(ctx._h, ctypes.byref(m._m), 0, None, None, ctypes.byref(n))
+    st = clembed._lib.lib.clembed_matrix_pieces(ctx._live, ctypes.byref(m._m), 0, None, None, ctypes.byref(n))
     assert st == 0
     return n.value
 

@@ -82,6 +82,7 @@ static size_t piece_bytes(size_t k) { return k ? (2 + 3 * (k - 1)) * 8 : 0; }
 clembed_status ce_pieces_plan(clembed_context *ctx, const char *fn, ce_pieces *const *mats, size_t n) {
   size_t budget = ctx->max_param > CE_OWN_PARAM_BYTES ? ctx->max_param - CE_OWN_PARAM_BYTES : 0, used = 0;
   size_t pref = ctx->tune->piece_args < CE_PIECE_ARGS_MAX ? ctx->tune->piece_args : CE_PIECE_ARGS_MAX;
+  if (pref == 0) pref = 1;
   /* each split matrix: all its pieces where it must be whole, else the tuning's number */
   for (size_t i = 0; i < n; i++) {
     ce_pieces *p = mats[i];

@@ -126,7 +126,7 @@ const ce_tuning *ce_tuning_choose(int is_cpu, const char *env);
   X(fold_block_columns) X(fold_split) X(fold_group) X(fold_ahead_bytes) X(fold_ahead) X(rowwise_ahead) X(fold_slices_per_unit)        \
   X(fold_min_slices) X(row_items) X(sinusoid_table_max_elements) X(sinusoid_table_min_rows)                      \
   X(sinusoid_table_inline_rows) X(huge_page_bytes)                                                               \
-  X(norm_rows) X(norm_strided_rows) X(norm_group_rows) X(norm_ahead) X(norm_scratch_cols)
+  X(norm_rows) X(norm_strided_rows) X(norm_group_rows) X(norm_ahead) X(norm_scratch_cols) X(piece_args)
 /* Copies `base` into *out with CLEMBED_TUNE's settings applied (env NULL or
  * "": none); a name it does not know or a value that is not a count is an
  * error whose message goes to ce_last_message. */
