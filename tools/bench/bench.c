@@ -28,6 +28,10 @@
  * written. The one-token row is the other way round: the latency of lookup +
  * finish in units of one copy-kernel round trip.
  *
+ * The last rows run the forward and a step with the table split over 4
+ * buffers (a context of its own, made with CLEMBED_MAX_BUFFER_BYTES at a
+ * quarter of the table), beside the same rows on one buffer above.
+ *
  * Uses the public API, OpenCL and tools/ceiling/ only. */
 #define _DEFAULT_SOURCE
 #define _POSIX_C_SOURCE 200809L
@@ -553,6 +557,30 @@ static const spec rows_table[] = {
 };
 #define ROW_COUNT (sizeof rows_table / sizeof rows_table[0])
 
+/* The last rows: rows above with the table split over `pieces` buffers. */
+static const struct {
+  spec row;
+  int pieces;
+} split_rows[] = {
+    {{"lookup f32, table in 4 buffers (1 GiB table)", OP_LOOKUP, CLEMBED_F32, CLEMBED_F32, GIB_V, GIB_D, 65536, 0, 0,
+      0}, 4},
+    {{"lookup f32, table in 4 buffers (recommendation)", OP_LOOKUP, CLEMBED_F32, CLEMBED_F32, REC_V, REC_D, 131072, 0,
+      0, 0}, 4},
+    {{"embed sqrt + sinusoid, table in 4 buffers (1 GiB table)", OP_EMBED_SINUSOID, CLEMBED_F32, CLEMBED_F32, GIB_V,
+      GIB_D, 32768, 2048, 0, 0}, 4},
+    {{"optimizer ADAGRAD, table in 4 buffers (1 GiB f32 table)", OP_OPTIM, CLEMBED_F32, CLEMBED_F32, GIB_V, GIB_D,
+      65536, 0, CLEMBED_ADAGRAD, 0}, 4},
+    {{"optimizer ROWWISE_ADAGRAD, table in 4 buffers (recommendation)", OP_OPTIM, CLEMBED_F32, CLEMBED_F32, REC_V,
+      REC_D, 131072, 0, CLEMBED_ROWWISE_ADAGRAD, 0}, 4},
+};
+#define ALL_ROWS (ROW_COUNT + sizeof split_rows / sizeof split_rows[0])
+
+/* Row k of all (rows_table's, then split_rows'); *pieces: its table's buffers (0: one). */
+static const spec *row_at(size_t k, int *pieces) {
+  if (pieces) *pieces = k < ROW_COUNT ? 0 : split_rows[k - ROW_COUNT].pieces;
+  return k < ROW_COUNT ? &rows_table[k] : &split_rows[k - ROW_COUNT].row;
+}
+
 /* What the rows share, kept from one row to the next while it still fits: the
  * table, the ids, the output, the gradient and its dense target, the states. */
 typedef struct bench_state {
@@ -1009,6 +1037,47 @@ static void print_row(const spec *r, const result *res, int json, int with_ceili
   printf("\n");
 }
 
+/* Sets an environment variable (value NULL: unsets it) and returns its old
+ * value (NULL: unset), to give back to env_restore. */
+static char *env_swap(const char *name, const char *value) {
+  const char *old = getenv(name);
+  char *saved = old ? strdup(old) : NULL;
+  if (value) setenv(name, value, 1);
+  else unsetenv(name);
+  return saved;
+}
+static void env_restore(const char *name, char *saved) {
+  if (saved) setenv(name, saved, 1);
+  else unsetenv(name);
+  free(saved);
+}
+
+/* The state of a row whose table lies in `pieces` buffers: a context of its
+ * own, made with CLEMBED_MAX_BUFFER_BYTES at the table's rows divided over the
+ * pieces (and CLEMBED_TUNE=tune for --against's), remade when a row needs
+ * another limit. 0, or -1 with err. */
+static int split_state(bench_state *s, size_t *limit, const spec *r, int pieces, const char *device,
+                       const char *tune, char *err, size_t errlen) {
+  size_t row = clembed_dtype_row_bytes(r->tdt, r->d), want = (r->V + (size_t)pieces - 1) / (size_t)pieces * row;
+  if (s->ctx && *limit == want) return 0;
+  state_release(s);
+  clembed_context_destroy(s->ctx);
+  memset(s, 0, sizeof *s);
+  char value[32];
+  snprintf(value, sizeof value, "%zu", want);
+  char *saved_limit = env_swap("CLEMBED_MAX_BUFFER_BYTES", value);
+  char *saved_tune = tune ? env_swap("CLEMBED_TUNE", tune) : NULL;
+  clembed_status st = clembed_context_create(device, &s->ctx);
+  env_restore("CLEMBED_MAX_BUFFER_BYTES", saved_limit);
+  if (tune) env_restore("CLEMBED_TUNE", saved_tune);
+  if (st != CLEMBED_OK) {
+    snprintf(err, errlen, "a context with CLEMBED_MAX_BUFFER_BYTES=%s: %s", value, clembed_last_error_message());
+    return -1;
+  }
+  *limit = want;
+  return 0;
+}
+
 /* Whether a row is measured: --only's text (NULL: every row) is in its name. */
 static int wanted(const char *only, const char *name) { return !only || strstr(name, only) != NULL; }
 
@@ -1053,7 +1122,7 @@ int clembed_bench_main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--ceiling")) with_ceiling = 1;
     else if (!strcmp(argv[i], "--against") && i + 1 < argc) against = argv[++i];
     else if (!strcmp(argv[i], "--list")) {
-      for (size_t k = 0; k < ROW_COUNT; k++) printf("%s\n", rows_table[k].name);
+      for (size_t k = 0; k < ALL_ROWS; k++) printf("%s\n", row_at(k, NULL)->name);
       return 0;
     } else if (!strcmp(argv[i], "--reps") && i + 1 < argc) {
       char *end;
@@ -1074,14 +1143,17 @@ int clembed_bench_main(int argc, char **argv) {
     }
   }
   size_t chosen = 0;
-  for (size_t k = 0; k < ROW_COUNT; k++) chosen += wanted(only, rows_table[k].name);
+  for (size_t k = 0; k < ALL_ROWS; k++) chosen += wanted(only, row_at(k, NULL)->name);
   if (!chosen) {
     fprintf(stderr, "clembed bench: --only '%s' names no row (clembed bench --list lists them)\n", only);
     return 1;
   }
-  bench_state s, alt;
+  bench_state s, alt, split, split_alt; /* split: the rows whose table lies in several buffers */
   memset(&s, 0, sizeof s);
   memset(&alt, 0, sizeof alt);
+  memset(&split, 0, sizeof split);
+  memset(&split_alt, 0, sizeof split_alt);
+  size_t split_limit = 0, split_alt_limit = 0;
   reference ref;
   memset(&ref, 0, sizeof ref);
   int rc = 0;
@@ -1107,8 +1179,8 @@ int clembed_bench_main(int argc, char **argv) {
     }
   }
   int latency_only = 1;
-  for (size_t k = 0; k < ROW_COUNT; k++)
-    if (wanted(only, rows_table[k].name) && rows_table[k].op != OP_LATENCY) latency_only = 0;
+  for (size_t k = 0; k < ALL_ROWS; k++)
+    if (wanted(only, row_at(k, NULL)->name) && row_at(k, NULL)->op != OP_LATENCY) latency_only = 0;
   if (reference_init(s.ctx, &ref, reps < 11 ? 11 : reps, latency_only, err, sizeof err)) goto fail;
   if (with_ceiling && !ref.cpu) {
     fprintf(stderr, "clembed bench: --ceiling: %s is not a CPU device; no C ceiling is run\n",
@@ -1150,22 +1222,43 @@ int clembed_bench_main(int argc, char **argv) {
     }
   }
   fflush(stdout);
-  for (size_t k = 0; k < ROW_COUNT; k++) {
-    const spec *r = &rows_table[k];
+  for (size_t k = 0; k < ALL_ROWS; k++) {
+    int pieces;
+    const spec *r = row_at(k, &pieces);
     if (!wanted(only, r->name)) continue;
     name = r->name;
-    if ((st = state_prepare(&s, r)) != CLEMBED_OK) goto fail_status;
-    ceiling *ceil = NULL;
-    char why[256];
-    if (with_ceiling) ceil = row_ceiling(&s, r, why, sizeof why);
-    result res;
-    memset(&res, 0, sizeof res);
-    if (against && (st = state_prepare(&alt, r)) != CLEMBED_OK) {
-      ceiling_destroy(ceil);
-      snprintf(err, sizeof err, "--against: %s: %s", clembed_status_string(st), clembed_context_message(alt.ctx));
+    bench_state *rs = &s;
+    if (pieces) {
+      if (split_state(&split, &split_limit, r, pieces, device, NULL, err, sizeof err)) goto fail;
+      rs = &split;
+    }
+    if ((st = state_prepare(rs, r)) != CLEMBED_OK) {
+      if (rs == &s) goto fail_status;
+      snprintf(err, sizeof err, "%s: %s", clembed_status_string(st), clembed_context_message(rs->ctx));
       goto fail;
     }
-    int bad = measure(&s, against ? &alt : NULL, &ref, r, ceil, row_bytes_moved(&s, r), reps, &res, err, sizeof err);
+    size_t buffers = 1;
+    if (pieces && (clembed_matrix_pieces(rs->ctx, &rs->table, 0, NULL, NULL, &buffers) != CLEMBED_OK ||
+                   buffers != (size_t)pieces)) {
+      snprintf(err, sizeof err, "the table lies in %zu buffers, not %d", buffers, pieces);
+      goto fail;
+    }
+    ceiling *ceil = NULL;
+    char why[256];
+    if (with_ceiling) ceil = row_ceiling(rs, r, why, sizeof why);
+    result res;
+    memset(&res, 0, sizeof res);
+    bench_state *ralt = pieces ? &split_alt : &alt;
+    if (against && pieces && split_state(&split_alt, &split_alt_limit, r, pieces, device, against, err, sizeof err)) {
+      ceiling_destroy(ceil);
+      goto fail;
+    }
+    if (against && (st = state_prepare(ralt, r)) != CLEMBED_OK) {
+      ceiling_destroy(ceil);
+      snprintf(err, sizeof err, "--against: %s: %s", clembed_status_string(st), clembed_context_message(ralt->ctx));
+      goto fail;
+    }
+    int bad = measure(rs, against ? ralt : NULL, &ref, r, ceil, row_bytes_moved(rs, r), reps, &res, err, sizeof err);
     ceiling_destroy(ceil);
     if (bad) goto fail;
     print_row(r, &res, json, with_ceiling, against != NULL);
@@ -1180,7 +1273,11 @@ fail:
 done:
   state_release(&s);
   state_release(&alt);
+  state_release(&split);
+  state_release(&split_alt);
   reference_release(&ref);
+  clembed_context_destroy(split.ctx);
+  clembed_context_destroy(split_alt.ctx);
   clembed_context_destroy(s.ctx);
   clembed_context_destroy(alt.ctx);
   return rc;
