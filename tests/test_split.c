@@ -25,10 +25,12 @@
  *   steps           clembed_sgd_update (F32/F16/BF16 tables) and every
  *                   optimizer kind with its states split, weight decay, steps
  *   init            uniform and normal, F32/F16/BF16, both kernel shapes, a view
+ *                   initialised as rows of a larger table (the _at calls)
  *   positional_rope the sinusoid table, the RoPE cache, RoPE applied (a
  *                   positions buffer, in place, GPT-J pairs)
  *   load            .npy files loaded split: as stored (the file's pages on
- *                   POCL, and copied), converted to F16 and quantized to Q8_0
+ *                   POCL, and copied), converted to F16 and quantized to Q8_0;
+ *                   a range of rows (clembed_matrix_load_rows)
  *   gpu_shapes      the forward, backward and steps in the GPU kernel shapes
  *   limits          a limit below one row (CLEMBED_ERR_INVALID_ARGUMENT naming
  *                   CLEMBED_MAX_BUFFER_BYTES), a malformed limit, a grad_out in
@@ -381,13 +383,18 @@ static void init_scenario(clembed_context *ctx, int v, result *r) {
   clembed_matrix m = {0};
   OK(ctx, clembed_matrix_create(ctx, 2 * R + 1, D, t, &m));
   clembed_matrix w = m;
-  if (view) { /* rows 3 .. 3 + 2R - 5, columns 5 .. 5 + D - 8 */
+  if (view) { /* rows 3 .. 3 + 2R - 5, columns 5 .. 5 + D - 10 (odd: the _at calls' first index not a multiple of 4) */
     w.offset = 3 * D + 5;
     w.rows = 2 * R - 4;
-    w.cols = D - 8;
+    w.cols = D - 9;
   }
-  clembed_status s = normal ? clembed_matrix_init_normal(ctx, &w, 0.5f, 2.0f, 1234 + (uint64_t)v, 0, NULL, NULL)
-                            : clembed_matrix_init_uniform(ctx, &w, -3.0f, 5.0f, 99 + (uint64_t)v, 0, NULL, NULL);
+  /* the view as rows 1001 .. of a larger table (the _at calls: its Philox indices from (1001 + r) * cols) */
+  clembed_status s = normal ? (view ? clembed_matrix_init_normal_at(ctx, &w, 1001, 0.5f, 2.0f, 1234 + (uint64_t)v, 0,
+                                                                    NULL, NULL)
+                                    : clembed_matrix_init_normal(ctx, &w, 0.5f, 2.0f, 1234 + (uint64_t)v, 0, NULL, NULL))
+                            : (view ? clembed_matrix_init_uniform_at(ctx, &w, 1001, -3.0f, 5.0f, 99 + (uint64_t)v, 0,
+                                                                     NULL, NULL)
+                                    : clembed_matrix_init_uniform(ctx, &w, -3.0f, 5.0f, 99 + (uint64_t)v, 0, NULL, NULL));
   keep_status(r, ctx, s);
   keep(r, ctx, &m);
   clembed_matrix_release(&m);
@@ -502,16 +509,18 @@ static void write_npy(const char *path, int f16, unsigned seed) {
   fclose(f);
 }
 
-/* variant: file (f4, f2) * 3 device dtypes (F32, F16, Q8_0) * pages (on, off) */
+/* variant: file (f4, f2) * 3 device dtypes (F32, F16, Q8_0) * pages (on, off);
+ * 12 and 13: rows 2 .. 18 alone (clembed_matrix_load_rows) as F32, pages on, off */
 static void load_scenario(clembed_context *ctx, int v, result *r) {
   static const clembed_dtype dt[3] = {CLEMBED_F32, CLEMBED_F16, CLEMBED_Q8_0};
-  int file = v % 2, copy = v / 6;
-  clembed_dtype t = dt[(v / 2) % 3];
+  int file = v % 2, copy = v >= 12 ? v == 13 : v / 6, rows = v >= 12;
+  clembed_dtype t = v >= 12 ? CLEMBED_F32 : dt[(v / 2) % 3];
   if (copy) setenv("CLEMBED_NO_FILE_PAGES", "1", 1);
   clembed_file *f = NULL;
   clembed_matrix m = {0};
   OK(ctx, clembed_file_open(npy_path[file], &f));
-  clembed_status s = clembed_matrix_load(ctx, f, NULL, t, &m);
+  clembed_status s = rows ? clembed_matrix_load_rows(ctx, f, NULL, t, 2, 17, &m)
+                          : clembed_matrix_load(ctx, f, NULL, t, &m);
   clembed_file_close(f); /* the matrix outlives the file (a mapping is the buffers') */
   unsetenv("CLEMBED_NO_FILE_PAGES");
   keep_status(r, ctx, s);
@@ -521,7 +530,7 @@ static void load_scenario(clembed_context *ctx, int v, result *r) {
     float row[D];
     for (int c = 0; c < D; c++) row[c] = (float)c;
     clembed_matrix last = m;
-    last.offset = m.offset + (R - 1) * D; /* a matrix over a file's pages starts where the tensor does */
+    last.offset = m.offset + (m.rows - 1) * D; /* a matrix over a file's pages starts where the tensor does */
     last.rows = 1;
     OK(ctx, clembed_matrix_write(ctx, &last, row, CLEMBED_F32));
     keep(r, ctx, &m);
@@ -670,8 +679,9 @@ TU_CASE(positional_rope) {
 }
 
 TU_CASE(load) {
-  for (int v = 0; v < 12; v++) /* the F32 loads split under every limit */
-    if (!tu_small || v % 3 == 0) same_everywhere(ctx, "load", load_scenario, v, NLIM, (v / 2) % 3 == 0 ? 2 : 0);
+  for (int v = 0; v < 14; v++) /* the F32 loads split under every limit */
+    if (!tu_small || v % 3 == 0)
+      same_everywhere(ctx, "load", load_scenario, v, NLIM, v >= 12 || (v / 2) % 3 == 0 ? 2 : 0);
 }
 
 /* The forward, backward and steps in the GPU kernel shapes, split and not. */
