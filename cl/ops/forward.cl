@@ -129,7 +129,7 @@
 #endif
 #define TOKEN_OWNED(i, row, p, pok) \
   (CE_OWNS(out, (ulong)(i)) && ((row) >= 0 ? CE_OWNS(table, (ulong)(row)) : CE_FIRST(table)) && POS_OWNED(p, pok))
-#if CE_PIECES_table || CE_PIECES_out || CE_PIECES_ptab
+#if CE_PIECES_table > 8 || CE_PIECES_out > 8 || CE_PIECES_ptab > 8 /* windows (pieces.cl) */
 #define OWNED(k) own[k]
 #else
 #define OWNED(k) 1

@@ -33,7 +33,7 @@
 #define OUT_PARAMS __global OUT_T *out, ulong o_off CE_PIECE_PARAMS(OUT_T, out)
 #define OUT_PASS out, o_off CE_PIECE_PASS(out)
 /* Whether local elements [l, l + n) reach this launch's window of rows. */
-#if CE_PIECES_out
+#if CE_PIECES_out > 8
 #define IN_WINDOW(l, n) ((l) / cols < CE_HI(out) && ((l) + (n) - 1) / cols >= CE_LO(out))
 #else
 #define IN_WINDOW(l, n) 1

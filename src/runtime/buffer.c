@@ -260,7 +260,7 @@ clembed_status ce_matrix_alloc(clembed_context *ctx, size_t rows, size_t cols, c
   for (size_t j = 0; j < n; j++) {
     size_t r0 = j * per, nr = n == 1 ? rows : (rows - r0 < per ? rows - r0 : per);
     size_t b = nr * row_bytes;
-    char what_piece[160];
+    char what_piece[96];
     snprintf(what_piece, sizeof what_piece, "%s (buffer %zu of %zu)", what, j + 1, n);
     p->piece[j].first = r0;
     p->piece[j].offset = 0;

@@ -118,8 +118,9 @@ clembed_status ce_pieces_plan(clembed_context *ctx, const char *fn, ce_pieces *c
 
 void ce_pieces_option(char *opts, size_t cap, const ce_pieces *p, const char *role) {
   if (!p || !p->per_launch) return;
-  size_t used = strlen(opts);
-  if (used < cap) snprintf(opts + used, cap - used, " -DCE_PIECES_%s=%zu", role, p->per_launch);
+  /* K: every piece in the one launch; 8 + K: a window of K pieces (pieces.cl) */
+  size_t used = strlen(opts), k = p->per_launch + (p->per_launch < p->count ? CE_PIECE_ARGS_MAX : 0);
+  if (used < cap) snprintf(opts + used, cap - used, " -DCE_PIECES_%s=%zu", role, k);
 }
 
 cl_uint ce_pieces_extra_args(const ce_pieces *p) { return (cl_uint)(piece_bytes(p->per_launch) / 8); }
