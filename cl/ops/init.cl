@@ -68,8 +68,10 @@ inline float4 ce_init_normal_values(uint4 x, float mean, float stddev) {
   return (float4)(mean + stddev * z0, mean + stddev * z1, mean + stddev * z2, mean + stddev * z3);
 }
 
-/* counter q's local elements start at 4q - first (the first counter's at 0) */
-#define CE_Q_LOCAL(q) (4 * (q) > first ? 4 * (q) - first : 0)
+/* counter q's local elements start at 4q - first (the first counter's, which
+ * may start before `first`, at 0; an equality, not a clamp: Oclgrind 21.10
+ * cannot run the saturating subtraction LLVM makes of a clamp) */
+#define CE_Q_LOCAL(q) ((q) == first / 4 ? 0 : 4 * (q) - first)
 
 __kernel void ce_init_uniform(OUT_PARAMS, ulong o_ld, ulong rows, ulong cols, ulong first, float low, float high,
                               uint seed_lo, uint seed_hi) {

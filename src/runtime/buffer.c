@@ -205,7 +205,10 @@ int ce_pieces_find(cl_mem first, size_t *rows, size_t *cols, clembed_dtype *dtyp
   pthread_mutex_lock(&split_lock);
   for (split_entry *e = split_list; e; e = e->next)
     if (e->first == first) {
-      if (!pieces_reserve(p, e->count)) break; /* found = 0: the caller's check then fails on the buffer's size */
+      if (!pieces_reserve(p, e->count)) {
+        found = -1;
+        break;
+      }
       memcpy(p->piece, e->piece, e->count * sizeof *p->piece);
       p->count = e->count;
       p->rows = e->rows;

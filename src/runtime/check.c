@@ -135,7 +135,11 @@ static clembed_status check_matrix(clembed_context *ctx, const clembed_matrix *m
   if (s != CLEMBED_OK) return s;
   size_t srows, scols;
   clembed_dtype sdtype;
-  if (ce_pieces_find(m->buffer, &srows, &scols, &sdtype, p)) {
+  int split = ce_pieces_find(m->buffer, &srows, &scols, &sdtype, p);
+  if (split < 0)
+    return ce_fail_arg(ctx, CLEMBED_ERR_OUT_OF_MEMORY, NULL, arg_name(what), -1, 0,
+                       "%s: out of host memory for the list of its buffers", what);
+  if (split) {
     p->what = arg_name(what);
     if (p == &own) {
       s = ce_fail_arg(ctx, CLEMBED_ERR_UNSUPPORTED, NULL, arg_name(what), -1, (int64_t)p->count,

@@ -369,7 +369,7 @@ clembed_status ce_pieces_register(clembed_context *ctx, const ce_piece *pieces, 
 void ce_pieces_forget(cl_mem first);
 /* The pieces of the registered matrix `first` (a split matrix's buffer): 1 and
  * its record (rows, cols, dtype; the pieces' first rows of the whole matrix),
- * or 0 for any other cl_mem. */
+ * 0 for any other cl_mem, -1 when host memory for the list runs out. */
 int ce_pieces_find(cl_mem first, size_t *rows, size_t *cols, clembed_dtype *dtype, ce_pieces *p);
 /* Piece j of a resolved matrix as a one-buffer view (for host-side loops over
  * the pieces; never handed back to a public function, whose check would read
