@@ -26,6 +26,10 @@
  *                   optimizer kind with its states split, weight decay, steps
  *   init            uniform and normal, F32/F16/BF16, both kernel shapes, a view
  *                   initialised as rows of a larger table (the _at calls)
+ *   norm_layer      BERT's layer (segments, LayerNorm and RMSNorm) and its
+ *                   backward into every gradient, where its matrices lie in
+ *                   at most 8 buffers (its kernels take every piece at once),
+ *                   and the refusal past that
  *   positional_rope the sinusoid table, the RoPE cache, RoPE applied (a
  *                   positions buffer, in place, GPT-J pairs)
  *   load            .npy files loaded split: as stored (the file's pages on
@@ -479,6 +483,63 @@ static void transfer_scenario(clembed_context *ctx, int v, result *r) {
   clembed_matrix_release(&as_f32);
 }
 
+/* ---- BERT's layer (segments, a norm; norm.c): 0 LayerNorm with weight and bias,
+ * learned positions and segment ids, the forward then clembed_embed_backward
+ * into every gradient; 1 RMSNorm with sinusoid positions and dropout; 2 segments
+ * without a norm, a bad segment id */
+static void norm_scenario(clembed_context *ctx, int v, result *r) {
+  int64_t h[N], sid[N];
+  token_ids(h, N, R, 7 + (unsigned)v);
+  for (size_t i = 0; i < N; i++) sid[i] = (int64_t)((i * 5) % 3);
+  if (v == 2) sid[9] = 3;
+  clembed_matrix table = filled(ctx, R, D, CLEMBED_F32, 60), seg = filled(ctx, 3, D, CLEMBED_F32, 61);
+  clembed_matrix pt = {0}, w = filled(ctx, 1, D, CLEMBED_F32, 62), b = filled(ctx, 1, D, CLEMBED_F32, 63);
+  clembed_matrix out = {0}, g = grad_matrix(ctx, N, D, 64);
+  clembed_matrix gt = filled(ctx, R, D, CLEMBED_F32, 65), gp = {0}, gs = filled(ctx, 3, D, CLEMBED_F32, 66);
+  clembed_matrix gw = filled(ctx, 1, D, CLEMBED_F32, 67), gb = filled(ctx, 1, D, CLEMBED_F32, 68);
+  clembed_ids ids = ids_of(ctx, h, N), sids = ids_of(ctx, sid, N);
+  clembed_embed_options opt = clembed_embed_defaults();
+  opt.segment_table = &seg;
+  opt.segment_ids = &sids;
+  opt.scale = 2.0f;
+  clembed_embed_grads grads = {&gt, NULL, &gs, NULL, NULL};
+  if (v == 0) {
+    pt = filled(ctx, 20, D, CLEMBED_F32, 69);
+    OK(ctx, clembed_matrix_create(ctx, 20, D, CLEMBED_F32, &gp));
+    opt.positions = CLEMBED_POSITIONS_TABLE;
+    opt.position_table = &pt;
+    opt.seq_len = 10;
+    opt.norm.kind = CLEMBED_NORM_LAYER;
+    opt.norm.weight = &w;
+    opt.norm.bias = &b;
+    opt.norm.eps = 1e-5f;
+    grads.position_table = &gp;
+    grads.norm_weight = &gw;
+    grads.norm_bias = &gb;
+  } else if (v == 1) {
+    opt.positions = CLEMBED_POSITIONS_SINUSOID;
+    opt.norm.kind = CLEMBED_NORM_RMS;
+    opt.norm.weight = &w;
+    opt.dropout = 0.2f;
+    opt.dropout_seed = 3;
+    grads.norm_weight = &gw;
+  }
+  OK(ctx, clembed_matrix_create(ctx, N, D, CLEMBED_F32, &out));
+  clembed_status s = clembed_embed(ctx, &table, &ids, &opt, &out, 0, NULL, NULL);
+  if (s == CLEMBED_OK) s = clembed_finish(ctx);
+  if (s == CLEMBED_OK) s = clembed_embed_backward(ctx, &g, &table, &ids, &opt, &grads, 0, NULL, NULL);
+  keep_status(r, ctx, s);
+  note(r, ctx, &table);
+  keep(r, ctx, &out);
+  clembed_matrix *res[] = {&gt, &gp, &gs, &gw, &gb};
+  for (size_t k = 0; k < 5; k++)
+    if (res[k]->buffer) keep(r, ctx, res[k]);
+  clembed_matrix *all[] = {&table, &seg, &pt, &w, &b, &out, &g, &gt, &gp, &gs, &gw, &gb};
+  for (size_t k = 0; k < 12; k++) clembed_matrix_release(all[k]);
+  clembed_ids_release(&ids);
+  clembed_ids_release(&sids);
+}
+
 /* ---- load: a .npy file of R x D values ("<f4" or "<f2"), loaded as F32, F16
  * or Q8_0; with the file's pages (POCL) or copied (CLEMBED_NO_FILE_PAGES) */
 static char npy_path[2][256];
@@ -678,6 +739,29 @@ TU_CASE(positional_rope) {
   for (int v = 0; v < 6; v++) same_everywhere(ctx, "positional_rope", positional_scenario, v, NLIM, 2);
 }
 
+/* BERT's layer: where its matrices lie in at most 8 buffers (the first two
+ * limits: the 37-row output and gradient in 4 and 6), the same bits; past
+ * that (the output in 13 buffers) refused, naming the matrix. */
+TU_CASE(norm_layer) {
+  for (int v = 0; v < 3; v++)
+    if (!tu_small || v != 1) same_everywhere(ctx, "norm_layer", norm_scenario, v, 2, 2);
+  clembed_context *c = lim_ctx[2];
+  if (!c) return;
+  clembed_matrix table = filled(c, R, D, CLEMBED_F32, 1), out = {0};
+  OK(c, clembed_matrix_create(c, N, D, CLEMBED_F32, &out));
+  int64_t h[N];
+  token_ids(h, N, R, 1);
+  clembed_ids ids = ids_of(c, h, N);
+  clembed_embed_options opt = clembed_embed_defaults();
+  opt.norm.kind = CLEMBED_NORM_RMS;
+  FAILS(c, CLEMBED_ERR_UNSUPPORTED, clembed_embed(c, &table, &ids, &opt, &out, 0, NULL, NULL));
+  EXPECT(strstr(clembed_context_message(c), "out lies in 13 buffers") != NULL, "message: %s",
+         clembed_context_message(c));
+  clembed_matrix_release(&table);
+  clembed_matrix_release(&out);
+  clembed_ids_release(&ids);
+}
+
 TU_CASE(load) {
   for (int v = 0; v < 14; v++) /* the F32 loads split under every limit */
     if (!tu_small || v % 3 == 0)
@@ -696,6 +780,7 @@ TU_CASE(gpu_shapes) {
     for (int v = 3; v < 9; v++) same_everywhere(g, "steps gpu", steps_scenario, v, NLIM, 2);
     same_everywhere(g, "init gpu", init_scenario, 4, NLIM, 2);
     same_everywhere(g, "rope gpu", positional_scenario, 3, NLIM, 2);
+    same_everywhere(g, "norm gpu", norm_scenario, 0, 2, 2);
   }
   for (int l = 0; l < NLIM; l++) clembed_context_destroy(lim_ctx[l]);
   clembed_context_destroy(g);
@@ -775,14 +860,17 @@ static void CL_CALLBACK note_deleted(cl_mem m, void *user) {
   *(volatile int *)user = 1;
 }
 
-/* Whether this implementation calls a buffer's destructor callback (Mesa 22's
- * rusticl does not). */
+/* Whether this implementation calls the destructor callback of a buffer that
+ * a command has used, soon after its last release (Mesa 22's rusticl does not). */
 static int calls_destructors(clembed_context *c) {
   static volatile int seen;
   seen = 0;
   cl_int err;
+  unsigned char bytes[64] = {0};
   cl_mem b = clCreateBuffer(cl_context_of(c), CL_MEM_READ_WRITE, 64, NULL, &err);
   if (err != CL_SUCCESS) return 0;
+  clEnqueueWriteBuffer(clembed_context_queue(c), b, CL_TRUE, 0, sizeof bytes, bytes, 0, NULL, NULL);
+  clFinish(clembed_context_queue(c));
   clSetMemObjectDestructorCallback(b, note_deleted, (void *)&seen);
   clReleaseMemObject(b);
   for (int i = 0; i < 100 && !seen; i++) nap();
