@@ -401,14 +401,19 @@ CLEMBED_API void clembed_ids_release(clembed_ids *ids);
  *   included), clembed_backward's grad_table and position_grad, the tables and
  *   states of clembed_sgd_update and clembed_optimizer_step (states split by
  *   their own rows: their pieces need not line up with the table's),
- *   initialisation, clembed_positional, clembed_rope_cache and
- *   clembed_rope_apply's x and out. A kernel takes up to 8 pieces of each split
- *   matrix; a matrix in more is taken by several launches of it, each over a
- *   window of the pieces, each row by one of them (never a path per row).
- *   One exception: the grad_out of clembed_backward, clembed_sgd_update and
- *   clembed_optimizer_step, whose rows every launch reads, must lie in at most
- *   8 buffers (fewer where CL_DEVICE_MAX_PARAMETER_SIZE is small), else
- *   CLEMBED_ERR_UNSUPPORTED naming grad_out.
+ *   initialisation (the _at calls too), clembed_positional,
+ *   clembed_rope_cache, clembed_rope_apply's x and out, BERT's layer (its
+ *   segment table and gradients too) and clembed_matrix_load_rows. A kernel
+ *   takes up to 8 pieces of each split matrix; a matrix in more is taken by
+ *   several launches of it, each over a window of the pieces, each row by one
+ *   of them (never a path per row). Two exceptions take every piece in one
+ *   launch, so each such matrix must lie in at most 8 buffers (fewer where
+ *   CL_DEVICE_MAX_PARAMETER_SIZE is small), else CLEMBED_ERR_UNSUPPORTED
+ *   naming it: the grad_out of clembed_backward, clembed_sgd_update and
+ *   clembed_optimizer_step (every launch reads its rows), and the matrices of
+ *   BERT's layer (clembed_embed with segments or a norm, and
+ *   clembed_embed_backward: the table, position and segment tables, out,
+ *   grad_out).
  * - Copies of the struct share the pieces. Release exactly one copy, with
  *   clembed_matrix_release, which releases every piece and forgets the
  *   matrix. clReleaseMemObject on `buffer` releases the first piece only; the
