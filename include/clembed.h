@@ -367,8 +367,8 @@ CLEMBED_API void clembed_ids_release(clembed_ids *ids);
  *
  * OpenCL caps one buffer at the device's CL_DEVICE_MAX_MEM_ALLOC_SIZE
  * (clembed_device_info's max_alloc_bytes): 1 GiB on Qualcomm Adreno, 4 GiB on
- * Intel GPUs and on POCL's CPU devices, a quarter of global memory on many
- * other GPUs (NVIDIA's, AMD's). clembed_matrix_create and clembed_matrix_load
+ * Intel GPUs, a quarter of global memory on many other GPUs (NVIDIA's, AMD's),
+ * and on POCL's CPU devices a share of the host's memory. clembed_matrix_create and clembed_matrix_load
  * make a matrix larger than that, or than CLEMBED_MAX_BUFFER_BYTES=N in the
  * environment when N is lower (read when a context is created; a value that is
  * not a positive number of bytes fails the creation with

@@ -1,6 +1,6 @@
 /* Tables past the device's own largest buffer (CL_DEVICE_MAX_MEM_ALLOC_SIZE:
- * 4 GiB on POCL), with no CLEMBED_MAX_BUFFER_BYTES: what test_split checks on
- * small tables, here at the size that needs it.
+ * on POCL a share of the host's memory), with no CLEMBED_MAX_BUFFER_BYTES:
+ * what test_split checks on small tables, here at the size that needs it.
  *   created   an F32 table of the largest buffer plus 2048 rows of 4 KiB, made
  *             by clembed_matrix_create (two pieces, zero-filled: the memory is
  *             touched); rows written on both sides of the pieces' boundary and
