@@ -19,8 +19,43 @@
  *   CE_LO(m), CE_HI(m)     the window's first row, and the row after its last.
  * Without -DCE_PIECES_m (0) they are m, mo + r * ld, 1, 1, 0 and ULONG_MAX: a
  * kernel on one buffer compiles to what it was, and with all the pieces in one
- * launch the window tests are 1 as well. Every kernel file gives each matrix
- * argument its #ifndef CE_PIECES_m 0 default. */
+ * launch the window tests are 1 as well. The matrix arguments' names that take
+ * pieces get their default of 0 here, once for every kernel file. */
+
+/* the kernels' matrix arguments that take pieces (one buffer unless the host says) */
+#ifndef CE_PIECES_table
+#define CE_PIECES_table 0
+#endif
+#ifndef CE_PIECES_ptab
+#define CE_PIECES_ptab 0
+#endif
+#ifndef CE_PIECES_stab
+#define CE_PIECES_stab 0
+#endif
+#ifndef CE_PIECES_out
+#define CE_PIECES_out 0
+#endif
+#ifndef CE_PIECES_grad
+#define CE_PIECES_grad 0
+#endif
+#ifndef CE_PIECES_tab
+#define CE_PIECES_tab 0
+#endif
+#ifndef CE_PIECES_s1
+#define CE_PIECES_s1 0
+#endif
+#ifndef CE_PIECES_s2
+#define CE_PIECES_s2 0
+#endif
+#ifndef CE_PIECES_pg
+#define CE_PIECES_pg 0
+#endif
+#ifndef CE_PIECES_gt
+#define CE_PIECES_gt 0
+#endif
+#ifndef CE_PIECES_x
+#define CE_PIECES_x 0
+#endif
 
 #define CE_PIECE_PARAMS(T, m) CE_XCAT(CE_PP_, CE_PIECES_##m)(T, m)
 #define CE_PIECE_PASS(m) CE_XCAT(CE_PA_, CE_PIECES_##m)(m)

@@ -39,24 +39,6 @@
  * segment's tokens are anywhere in it), and the table (or grad_table), its
  * states and position_grad, whose rows are the keys: a launch folds the
  * segments whose key is in its windows of them. */
-#ifndef CE_PIECES_grad
-#define CE_PIECES_grad 0
-#endif
-#ifndef CE_PIECES_tab
-#define CE_PIECES_tab 0
-#endif
-#ifndef CE_PIECES_s1
-#define CE_PIECES_s1 0
-#endif
-#ifndef CE_PIECES_s2
-#define CE_PIECES_s2 0
-#endif
-#ifndef CE_PIECES_pg
-#define CE_PIECES_pg 0
-#endif
-#ifndef CE_PIECES_gt
-#define CE_PIECES_gt 0
-#endif
 /* row `key` of a keyed matrix: its buffer, and the element of its column 0 there */
 #define TAB_AT(key) CE_AT(tab, (ulong)(key))
 #define TAB_OFF(key) CE_OFF(tab, t_off, t_ld, (ulong)(key))

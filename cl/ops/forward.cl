@@ -27,15 +27,6 @@
  * window of that matrix), so every token is written once, with the same
  * operations. */
 
-#ifndef CE_PIECES_table
-#define CE_PIECES_table 0
-#endif
-#ifndef CE_PIECES_ptab
-#define CE_PIECES_ptab 0
-#endif
-#ifndef CE_PIECES_out
-#define CE_PIECES_out 0
-#endif
 
 #ifndef ROWS
 #define ROWS 4

@@ -27,9 +27,6 @@
 /* out may be a split matrix (cl/lib/pieces.cl): a launch writes its window's
  * rows; the 64 elements of the wide shape go out as vectors where they lie in
  * one piece (a dense matrix: ld == cols), else one at a time */
-#ifndef CE_PIECES_out
-#define CE_PIECES_out 0
-#endif
 #define OUT_PARAMS __global OUT_T *out, ulong o_off CE_PIECE_PARAMS(OUT_T, out)
 #define OUT_PASS out, o_off CE_PIECE_PASS(out)
 /* Whether local elements [l, l + n) reach this launch's window of rows. */

@@ -82,21 +82,6 @@
  * gradient may be split matrices (cl/lib/pieces.cl), each with all its pieces
  * in the one launch (the host marks them whole: a work-group's items share a
  * token's row, so no launch leaves rows to another). */
-#ifndef CE_PIECES_table
-#define CE_PIECES_table 0
-#endif
-#ifndef CE_PIECES_ptab
-#define CE_PIECES_ptab 0
-#endif
-#ifndef CE_PIECES_stab
-#define CE_PIECES_stab 0
-#endif
-#ifndef CE_PIECES_out
-#define CE_PIECES_out 0
-#endif
-#ifndef CE_PIECES_grad
-#define CE_PIECES_grad 0
-#endif
 #define TABLE_ROW(r) table_ptr(CE_AT(table, (ulong)(r)), CE_OFF(table, t_off, t_ld, (ulong)(r)))
 #define OUT_ROW(i) (CE_AT(out, (ulong)(i)) + CE_OFF(out, o_off, o_ld, (ulong)(i)))
 #define GRAD_ROW(i) (CE_AT(grad, (ulong)(i)) + CE_OFF(grad, g_off, g_ld, (ulong)(i)))

@@ -10,9 +10,6 @@
 #define store_out CE_XCAT(ce_store_, OUT_DT)
 #define store_outv CE_XCAT(ce_storev_, OUT_DT)
 /* out may be a split matrix (cl/lib/pieces.cl): a launch writes its window's rows */
-#ifndef CE_PIECES_out
-#define CE_PIECES_out 0
-#endif
 
 __kernel void ce_positional(__global OUT_T *out, ulong o_off CE_PIECE_PARAMS(OUT_T, out), ulong o_ld, ulong rows,
                             ulong cols, ulong first, __global const float *freq) {

@@ -17,12 +17,6 @@
 #define OUT_T CE_XCAT(CE_STORE_, OUT_DT)
 #define store_out CE_XCAT(ce_store_, OUT_DT)
 /* out (and x) may be split matrices (cl/lib/pieces.cl): a launch takes the rows in its windows */
-#ifndef CE_PIECES_out
-#define CE_PIECES_out 0
-#endif
-#ifndef CE_PIECES_x
-#define CE_PIECES_x 0
-#endif
 
 inline float2 ce_rope_cos_sin(uint p, __global const float *f, ulong nh, ulong k) {
   float4 a = (float4)(f[k], f[nh + k], f[2 * nh + k], f[3 * nh + k]);
