@@ -136,6 +136,14 @@ static uint8_t *raw(clembed_context *ctx, const clembed_matrix *m, size_t *bytes
   return h;
 }
 
+/* Releases the matrices listed (RELEASE(&a, &b, ...)). */
+static void release_matrices(clembed_matrix *const *m, size_t n) {
+  for (size_t k = 0; k < n; k++) clembed_matrix_release(m[k]);
+}
+#define RELEASE(...)                                                    \
+  release_matrices((clembed_matrix *const[]){__VA_ARGS__},              \
+                   sizeof((clembed_matrix *const[]){__VA_ARGS__}) / sizeof(clembed_matrix *))
+
 static clembed_ids ids_of(clembed_context *ctx, const int64_t *h, size_t n) {
   clembed_ids d = {0};
   OK(ctx, clembed_ids_create(ctx, h, n, CLEMBED_I64, &d));
@@ -288,9 +296,7 @@ static void embed_scenario(clembed_context *ctx, int v, result *r) {
   keep(r, ctx, &out);
   keep(r, ctx, &table);
   if (pt.buffer) keep(r, ctx, &pt);
-  clembed_matrix_release(&table);
-  clembed_matrix_release(&out);
-  clembed_matrix_release(&pt);
+  RELEASE(&table, &out, &pt);
   clembed_ids_release(&ids);
   clembed_ids_release(&so);
 }
@@ -329,9 +335,7 @@ static void backward_scenario(clembed_context *ctx, int v, result *r) {
   note(r, ctx, &g);
   keep(r, ctx, &gt);
   if (pg.buffer) keep(r, ctx, &pg);
-  clembed_matrix_release(&g);
-  clembed_matrix_release(&gt);
-  clembed_matrix_release(&pg);
+  RELEASE(&g, &gt, &pg);
   clembed_ids_release(&ids);
 }
 
@@ -372,10 +376,7 @@ static void steps_scenario(clembed_context *ctx, int v, result *r) {
   keep(r, ctx, &table);
   if (s1.buffer) keep(r, ctx, &s1);
   if (s2.buffer) keep(r, ctx, &s2);
-  clembed_matrix_release(&g);
-  clembed_matrix_release(&table);
-  clembed_matrix_release(&s1);
-  clembed_matrix_release(&s2);
+  RELEASE(&g, &table, &s1, &s2);
   clembed_ids_release(&ids);
 }
 
@@ -534,8 +535,7 @@ static void norm_scenario(clembed_context *ctx, int v, result *r) {
   clembed_matrix *res[] = {&gt, &gp, &gs, &gw, &gb};
   for (size_t k = 0; k < 5; k++)
     if (res[k]->buffer) keep(r, ctx, res[k]);
-  clembed_matrix *all[] = {&table, &seg, &pt, &w, &b, &out, &g, &gt, &gp, &gs, &gw, &gb};
-  for (size_t k = 0; k < 12; k++) clembed_matrix_release(all[k]);
+  RELEASE(&table, &seg, &pt, &w, &b, &out, &g, &gt, &gp, &gs, &gw, &gb);
   clembed_ids_release(&ids);
   clembed_ids_release(&sids);
 }
