@@ -850,6 +850,16 @@ TU_CASE(limits) {
 
 /* ------------------------------------------------------------- registry */
 
+static int on_oclgrind(clembed_context *c) {
+  cl_device_id d = NULL;
+  cl_platform_id p = NULL;
+  char name[256] = "";
+  clGetCommandQueueInfo(clembed_context_queue(c), CL_QUEUE_DEVICE, sizeof d, &d, NULL);
+  if (d) clGetDeviceInfo(d, CL_DEVICE_PLATFORM, sizeof p, &p, NULL);
+  if (p) clGetPlatformInfo(p, CL_PLATFORM_NAME, sizeof name - 1, name, NULL);
+  return strstr(name, "Oclgrind") != NULL;
+}
+
 static void nap(void) {
   struct timespec t = {0, 10000000};
   nanosleep(&t, NULL);
@@ -970,7 +980,13 @@ TU_CASE(registry) {
   EXPECT(back[0] == 7.0f && back[D] == (float)(7 + D + 5), "a caller's matrix read: %g %g", (double)back[0],
          (double)back[D]);
   clReleaseMemObject(own);
-  /* threads creating, writing, reading and releasing split matrices at once */
+  /* threads creating, writing, reading and releasing split matrices at once
+   * (not on Oclgrind: its runtime's command bookkeeping is one map without a
+   * lock, and two threads' queues break it) */
+  if (on_oclgrind(c)) {
+    printf("  (Oclgrind cannot run commands from two threads at once: the threads are left to real implementations)\n");
+    return;
+  }
   pthread_t th[4];
   worker w[4];
   for (int i = 0; i < 4; i++) {
