@@ -196,35 +196,80 @@ CLEMBED_API clembed_status clembed_context_fail(clembed_context *ctx, clembed_st
 /* ------------------------------------------------------------- device data */
 
 typedef enum clembed_dtype { CLEMBED_F32 = 0, CLEMBED_F16 = 1, CLEMBED_BF16 = 2,
-                             CLEMBED_Q8_0 = 3, CLEMBED_Q4_0 = 4, CLEMBED_Q4_K = 5, CLEMBED_Q6_K = 6 } clembed_dtype;
+                             CLEMBED_Q8_0 = 3, CLEMBED_Q4_0 = 4, CLEMBED_Q4_K = 5, CLEMBED_Q6_K = 6,
+                             /* ggml's other block types a GGUF table ships in (layouts below) */
+                             CLEMBED_Q4_1 = 7, CLEMBED_Q5_0 = 8, CLEMBED_Q5_1 = 9, CLEMBED_Q2_K = 10,
+                             CLEMBED_Q3_K = 11, CLEMBED_Q5_K = 12, CLEMBED_IQ4_NL = 13, CLEMBED_IQ4_XS = 14,
+                             CLEMBED_IQ2_XXS = 15, CLEMBED_IQ2_XS = 16, CLEMBED_IQ2_S = 17, CLEMBED_IQ3_XXS = 18,
+                             CLEMBED_IQ3_S = 19, CLEMBED_IQ1_S = 20, CLEMBED_IQ1_M = 21 } clembed_dtype;
 typedef enum clembed_index_type { CLEMBED_I32 = 0, CLEMBED_I64 = 1 } clembed_index_type;
 
 /* Bytes of one element: 4, 2, 2 for F32, F16, BF16; 0 for the block-quantized
  * dtypes (see clembed_dtype_row_bytes) and for an unknown value. */
 CLEMBED_API size_t clembed_dtype_size(clembed_dtype dtype);
 
-/* Values per block: 1 for F32, F16, BF16; 32 for Q8_0 and Q4_0; 256 for Q4_K
- * and Q6_K; 0 for an unknown value. */
+/* Values per block: 1 for F32, F16, BF16; 32 for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1
+ * and IQ4_NL; 256 for the K, IQ4_XS, IQ2, IQ3 and IQ1 types; 0 for an unknown
+ * value. */
 CLEMBED_API size_t clembed_dtype_block_values(clembed_dtype dtype);
 
 /* Bytes of a row of `cols` values: 4*cols (F32), 2*cols (F16, BF16), and
- * cols/32*34 (Q8_0), cols/32*18 (Q4_0), cols/256*144 (Q4_K), cols/256*210
- * (Q6_K). 0 for an unknown dtype, for cols not a multiple of the block size,
- * and when the size overflows size_t. */
+ * cols / block values * block bytes for the block types (the table below:
+ * cols/32*34 for Q8_0, cols/256*144 for Q4_K, ...). 0 for an unknown dtype, for
+ * cols not a multiple of the block size, and when the size overflows size_t. */
 CLEMBED_API size_t clembed_dtype_row_bytes(clembed_dtype dtype, size_t cols);
 
+/* clembed's lower-case name of a dtype, as the CLI and the Python package
+ * spell it: "f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q6_k", "q4_1", "q5_0",
+ * "q5_1", "q2_k", "q3_k", "q5_k", "iq4_nl", "iq4_xs", "iq2_xxs", "iq2_xs",
+ * "iq2_s", "iq3_xxs", "iq3_s", "iq1_s", "iq1_m"; "unknown" for a value that is
+ * none. Never NULL. */
+CLEMBED_API const char *clembed_dtype_name(clembed_dtype dtype);
+
 /* Block-quantized tables use ggml's (GGUF's) block layouts byte for byte, so a
- * table from a GGUF file is used as it lies (little-endian, f16 scales):
- *   Q8_0  32 values, 34 bytes: d, int8 q[32]; value j = q[j]*d
- *   Q4_0  32 values, 18 bytes: d, uint8 q[16]; value j = ((q[j] & 15) - 8)*d,
- *         value j+16 = ((q[j] >> 4) - 8)*d
- *   Q4_K 256 values, 144 bytes: d, dmin, 12 bytes of 6-bit scales and mins,
- *         128 bytes of 4-bit quants
- *   Q6_K 256 values, 210 bytes: 128 bytes of low 4 bits, 64 of high 2 bits,
- *         int8 scales[16], d
- * Values are dequantized exactly as ggml's dequantize_row_* (the same integer
- * operations and float32 products in the same order, none fused), on the host
- * and in every kernel. For these dtypes cols, offset and ld count values and
+ * table from a GGUF file is used as it lies (little-endian, f16 scales; the
+ * fields in order, with their byte offsets):
+ *   Q8_0     32 values,  34 bytes: d, int8 q[32]; value j = q[j]*d
+ *   Q4_0     32 values,  18 bytes: d, uint8 q[16]; value j = ((q[j] & 15) - 8)*d,
+ *            value j+16 = ((q[j] >> 4) - 8)*d
+ *   Q4_1     32 values,  20 bytes: d, m, q[16]; value j = (q[j] & 15)*d + m, j+16 its high nibble
+ *   Q5_0     32 values,  22 bytes: d, qh (uint32: bit j is value j's fifth bit), q[16];
+ *            value = ((nibble | bit << 4) - 16)*d
+ *   Q5_1     32 values,  24 bytes: d, m, qh, q[16]; value = (nibble | bit << 4)*d + m
+ *   IQ4_NL   32 values,  18 bytes: d, q[16]; value = d*kvalues_iq4nl[nibble]
+ *   Q2_K    256 values,  84 bytes: scales[16] 0 (4-bit scale and min per 16 values),
+ *            q[64] 16 (2 bits), d 80, dmin 82
+ *   Q3_K    256 values, 110 bytes: hmask[32] 0 (third bits), q[64] 32 (2 bits),
+ *            scales[12] 96 (sixteen 6-bit scales), d 108
+ *   Q4_K    256 values, 144 bytes: d, dmin, 12 bytes of 6-bit scales and mins,
+ *            128 bytes of 4-bit quants
+ *   Q5_K    256 values, 176 bytes: d, dmin, scales[12] 4 (as Q4_K's), qh[32] 16
+ *            (fifth bits), q[128] 48 (4 bits)
+ *   Q6_K    256 values, 210 bytes: 128 bytes of low 4 bits, 64 of high 2 bits,
+ *            int8 scales[16], d
+ *   IQ4_XS  256 values, 136 bytes: d, scales_h (uint16), scales_l[4] 4 (a 6-bit
+ *            scale per 32 values), q[128] 8; value = d*(scale - 32)*kvalues_iq4nl[nibble]
+ *   IQ2_XXS 256 values,  66 bytes: d, then per 32 values 4 grid indices (iq2xxs_grid)
+ *            and a uint32 of four 7-bit sign codes and a 4-bit scale
+ *   IQ2_XS  256 values,  74 bytes: d, uint16 q[32] 2 (9-bit grid index, 7-bit sign
+ *            code), scales[8] 66
+ *   IQ2_S   256 values,  82 bytes: d, q[32] 2 (grid index low bits), signs[32] 34,
+ *            qh[8] 66 (index high bits), scales[8] 74
+ *   IQ3_XXS 256 values,  98 bytes: d, q[64] 2 (grid indices of 4 values), then per 32
+ *            values a uint32 of sign codes and a scale (66)
+ *   IQ3_S   256 values, 110 bytes: d, q[64] 2, qh[8] 66, signs[32] 74, scales[4] 106
+ *   IQ1_S   256 values,  50 bytes: d, q[32] 2, uint16 qh[8] 34 (index high bits,
+ *            a 3-bit scale and the sign of a 0.125 shift per 32 values)
+ *   IQ1_M   256 values,  56 bytes: q[32] 0, qh[16] 32, scales[8] 48 (3-bit scales;
+ *            d is the f16 of their four top nibbles)
+ * (d, m, dmin: f16 at offset 0, 2 unless given.) The IQ2, IQ3 and IQ1 types'
+ * values come from ggml's grids (iq2xxs_grid ... iq1s_grid, ksigns_iq2xs), the
+ * IQ4 types' from kvalues_iq4nl: the tables of ggml's ggml-common.h, which the
+ * kernels hold in constant memory (at most 16 KiB per program: every device's
+ * 64 KiB holds them). Values are dequantized exactly as ggml's dequantize_row_*
+ * (the same integer operations and float32 products in the same order, none
+ * fused), on the host and in every kernel; a NaN or infinite f16 scale gives
+ * what ggml's code gives (a NaN's payload is the device's). For these dtypes cols, offset and ld count values and
  * must be multiples of the block size (clembed_dtype_block_values), else
  * CLEMBED_ERR_INVALID_ARGUMENT; row r of a matrix starts at byte
  * clembed_dtype_row_bytes(dtype, offset + r*ld) of its buffer.
@@ -234,11 +279,11 @@ CLEMBED_API size_t clembed_dtype_row_bytes(clembed_dtype dtype, size_t cols);
  * on the host bit for bit as ggml's quantize_row_q8_0_ref and
  * quantize_row_q4_0_ref (as their C source reads, no contraction; where ggml's
  * float-to-int8 conversion is out of range, which happens only in a block whose
- * scale rounds to 0, the quants are 0, as on x86-64). Q4_K and Q6_K have no
- * quantizer here: writing floats into them is CLEMBED_ERR_UNSUPPORTED.
+ * scale rounds to 0, the quants are 0, as on x86-64). The other block types have
+ * no quantizer here: writing floats into them is CLEMBED_ERR_UNSUPPORTED.
  * clembed_matrix_read gives the blocks (host_dtype = the matrix's dtype) or the
  * values dequantized to F32, F16 or BF16. A float matrix may also be written
- * from host blocks of any of the four (dequantized on the host) and read into
+ * from host blocks of any block type (dequantized on the host) and read into
  * Q8_0 or Q4_0 blocks (quantized on the host). Between two block types there is
  * no conversion (CLEMBED_ERR_UNSUPPORTED).
  * Quantized matrices are tables to read: the table and the position_table of
@@ -287,7 +332,9 @@ typedef struct clembed_ids {    /* token ids in a cl_mem */
  * the device uses in place (CL_MEM_USE_HOST_PTR): rows gathered at random then
  * cost fewer TLB misses. That memory is freed when the buffer is (a destructor
  * callback), so a buffer the caller retains stays valid. Elsewhere it is an
- * ordinary buffer (Mesa 22's rusticl, for one, never calls that callback). */
+ * ordinary buffer (Mesa 22's rusticl, for one, never calls that callback).
+ * A matrix larger than the device's largest buffer (or CLEMBED_MAX_BUFFER_BYTES)
+ * is made of several: see "Tables past one buffer" below. */
 CLEMBED_API clembed_status clembed_matrix_create(clembed_context *ctx, size_t rows, size_t cols,
                                                  clembed_dtype dtype, clembed_matrix *m);
 
@@ -301,7 +348,8 @@ CLEMBED_API clembed_status clembed_matrix_write(clembed_context *ctx, clembed_ma
 CLEMBED_API clembed_status clembed_matrix_read(clembed_context *ctx, const clembed_matrix *m,
                                                void *host, clembed_dtype host_dtype);
 
-/* Releases m->buffer and zeroes *m. NULL is a no-op. */
+/* Releases m->buffer (every piece of a split matrix, see below) and zeroes *m.
+ * NULL is a no-op. */
 CLEMBED_API void clembed_matrix_release(clembed_matrix *m);
 
 /* Copies `count` host ids of `type` into a new buffer (offset 0). count may be 0
@@ -314,6 +362,81 @@ CLEMBED_API clembed_status clembed_ids_read(clembed_context *ctx, const clembed_
 
 /* Releases ids->buffer and zeroes *ids. NULL is a no-op. */
 CLEMBED_API void clembed_ids_release(clembed_ids *ids);
+
+/* ------------------------------------------------- tables past one buffer
+ *
+ * OpenCL caps one buffer at the device's CL_DEVICE_MAX_MEM_ALLOC_SIZE
+ * (clembed_device_info's max_alloc_bytes): 1 GiB on Qualcomm Adreno, 4 GiB on
+ * Intel GPUs, a quarter of global memory on many other GPUs (NVIDIA's, AMD's),
+ * and on POCL's CPU devices a share of the host's memory. clembed_matrix_create and clembed_matrix_load
+ * make a matrix larger than that, or than CLEMBED_MAX_BUFFER_BYTES=N in the
+ * environment when N is lower (read when a context is created; a value that is
+ * not a positive number of bytes fails the creation with
+ * CLEMBED_ERR_INVALID_ARGUMENT), out of several buffers, its pieces: each holds
+ * consecutive whole rows (a row never straddles two) in at most that many bytes
+ * (whole 4-byte words). A row larger than the limit is
+ * CLEMBED_ERR_INVALID_ARGUMENT naming CLEMBED_MAX_BUFFER_BYTES when the
+ * variable set it (argument "CLEMBED_MAX_BUFFER_BYTES", value N), else
+ * CLEMBED_ERR_OUT_OF_MEMORY; a split matrix larger than the device's global
+ * memory is CLEMBED_ERR_OUT_OF_MEMORY. A matrix that fits is one buffer, as
+ * before. Ids are always one buffer.
+ *
+ * A split matrix is a clembed_matrix like any other:
+ * - `buffer` is its first piece. The library keeps the others in a
+ *   process-wide registry keyed by that cl_mem (guarded by a lock: usable from
+ *   any thread, and by every context on the same cl_context). A matrix whose
+ *   buffer is any other cl_mem is one buffer: a clembed_matrix filled by hand
+ *   over a caller's cl_mem works as it always did.
+ * - offset, rows, cols and ld address the whole matrix as if its rows lay end
+ *   to end with ld = its cols: create and load give offset 0 and ld = cols. A
+ *   view (a copy of the struct with another offset, rows or cols) works as on
+ *   one buffer, provided its ld stays the matrix's cols, each of its rows lies
+ *   in one row of the matrix (offset % ld + cols <= ld), its rows lie in the
+ *   matrix's, and its dtype is the matrix's; else
+ *   CLEMBED_ERR_INVALID_ARGUMENT naming the argument.
+ * - Every function that takes a matrix takes a split one (or a view of one)
+ *   and gives the same bits as with one buffer: reads and writes (every
+ *   conversion, a bounded number of rows at a time), the tables, position
+ *   tables and outputs of clembed_lookup and clembed_embed (quantized tables
+ *   included), clembed_backward's grad_table and position_grad, the tables and
+ *   states of clembed_sgd_update and clembed_optimizer_step (states split by
+ *   their own rows: their pieces need not line up with the table's),
+ *   initialisation (the _at calls too), clembed_positional,
+ *   clembed_rope_cache, clembed_rope_apply's x and out, BERT's layer (its
+ *   segment table and gradients too) and clembed_matrix_load_rows. A kernel
+ *   takes up to 8 pieces of each split matrix; a matrix in more is taken by
+ *   several launches of it, each over a window of the pieces, each row by one
+ *   of them (never a path per row). Two exceptions take every piece in one
+ *   launch, so each such matrix must lie in at most 8 buffers (fewer where
+ *   CL_DEVICE_MAX_PARAMETER_SIZE is small), else CLEMBED_ERR_UNSUPPORTED
+ *   naming it: the grad_out of clembed_backward, clembed_sgd_update and
+ *   clembed_optimizer_step (every launch reads its rows), and the matrices of
+ *   BERT's layer (clembed_embed with segments or a norm, and
+ *   clembed_embed_backward: the table, position and segment tables, out,
+ *   grad_out).
+ * - Copies of the struct share the pieces. Release exactly one copy, with
+ *   clembed_matrix_release, which releases every piece and forgets the
+ *   matrix. clReleaseMemObject on `buffer` releases the first piece only; the
+ *   others follow when the first is deleted where the implementation calls
+ *   destructor callbacks (POCL does; Mesa 22's rusticl does not, and there
+ *   they stay allocated). A caller who retains `buffer` keeps only the first
+ *   piece's rows once the matrix is released.
+ * - clembed_matrix_load of a tensor stored as the device dtype, on POCL's CPU
+ *   devices, makes each piece over its own copy-on-write mapping of the file's
+ *   pages (see clembed_io.h); elsewhere, and for a conversion, pieces are
+ *   written from the mapping a bounded piece at a time.
+ */
+
+/* The buffers a matrix's rows lie in: *count receives their number (1 for a
+ * matrix in one buffer, and for a view inside one piece), and the first
+ * min(capacity, *count) entries of pieces and first_rows receive each piece as
+ * a matrix in one buffer (its cl_mem, the offset of its first row there, its
+ * rows, m's cols, ld and dtype) and the row of m where it starts. For the
+ * caller's own kernels: give clembed m itself, never a piece (a matrix over the
+ * first piece's buffer is read as m). pieces and first_rows may be NULL with
+ * capacity 0 (to count). */
+CLEMBED_API clembed_status clembed_matrix_pieces(clembed_context *ctx, const clembed_matrix *m, size_t capacity,
+                                                 clembed_matrix *pieces, size_t *first_rows, size_t *count);
 
 /* -------------------------------------------------------------- operations */
 

@@ -17,9 +17,11 @@
  *                 other safetensors types are listed with dtype -1.
  *   .gguf         versions 2 and 3. The key/value section is checked and
  *                 skipped except for general.alignment (uint32, a power of two,
- *                 default 32). ggml types f32, f16, bf16, q8_0, q4_0, q4_K and
- *                 q6_K are usable; i32 and i64 are ids; every other ggml type
- *                 is listed with dtype -1 and ggml's name for it ("q5_K", ...).
+ *                 default 32). ggml types f32, f16, bf16 and the block types
+ *                 q8_0, q4_0, q4_1, q5_0, q5_1, q2_K ... q6_K, iq4_nl, iq4_xs,
+ *                 iq2_xxs, iq2_xs, iq2_s, iq3_xxs, iq3_s, iq1_s, iq1_m are
+ *                 usable; i32 and i64 are ids; every other ggml type is listed
+ *                 with dtype -1 and ggml's name for it ("q8_K", "tq1_0", ...).
  *
  * Files are mapped read-only, never read whole. Every offset, length, count and
  * shape in a file is checked against the file before use (with overflow-safe
@@ -46,9 +48,9 @@ typedef struct clembed_file clembed_file; /* opaque: an opened .npy, .safetensor
 
 typedef struct clembed_tensor_info {
   const char *name;      /* owned by the file; "" for .npy */
-  int dtype;             /* a clembed_dtype (CLEMBED_Q8_0 = 3, CLEMBED_Q4_0 = 4, CLEMBED_Q4_K = 5,
-                            CLEMBED_Q6_K = 6 for the block types), or -1 for a type clembed cannot
-                            use as a table (ids included: see type_name) */
+  int dtype;             /* a clembed_dtype (CLEMBED_Q8_0 = 3 ... CLEMBED_IQ1_M = 21 for ggml's block
+                            types), or -1 for a type clembed cannot use as a table (ids included, and
+                            ggml's q8_K, tq1_0, tq2_0, mxfp4, nvfp4, q1_0, q2_0: see type_name) */
   const char *type_name; /* the file's own name for the type: "F32", "BF16", "q4_K", "<f4", ...
                             (owned by the file) */
   int ndim;              /* 0 to 4: a tensor of more than 4 dimensions shows as 4, the last
@@ -113,20 +115,25 @@ CLEMBED_API clembed_status clembed_file_tensor_data(const clembed_file *f, size_
  * - Shape: a tensor of 2 or more dimensions has rows = the first dimension and
  *   cols = the product of the others; 1 dimension (n,) loads as 1 x n; 0
  *   dimensions as 1 x 1.
- * - `dtype` is the device dtype, from any stored F32, F16, BF16, Q8_0, Q4_0,
- *   Q4_K or Q6_K tensor: F32, F16 or BF16 from a float tensor (converted on
+ * - `dtype` is the device dtype, from any stored F32, F16, BF16 or block-quantized
+ *   (Q8_0 ... IQ1_M) tensor: F32, F16 or BF16 from a float tensor (converted on
  *   the host, rounding to nearest even) or from a block-quantized one
  *   (dequantized exactly as ggml's dequantize_row_*); a block type from a
  *   tensor of that same type (its blocks as they lie); Q8_0 or Q4_0 from a
  *   float tensor (quantized as ggml's reference quantizers, whose cols must
  *   be a multiple of the block: CLEMBED_ERR_INVALID_ARGUMENT otherwise).
- *   Quantizing a float tensor to Q4_K or Q6_K: CLEMBED_ERR_UNSUPPORTED; a
+ *   Quantizing a float tensor to another block type: CLEMBED_ERR_UNSUPPORTED; a
  *   block type from another block type: CLEMBED_ERR_INVALID_ARGUMENT.
  * - When the stored type is the device dtype, the data go from the mapping to
  *   the buffer with no host copy in between; on POCL's CPU devices the matrix
  *   is a buffer over its own copy-on-write mapping of the file's pages (no
  *   copy at all; CLEMBED_NO_FILE_PAGES=1 makes it a copy). Otherwise through
- *   a temporary of at most 16 MiB, a piece of whole blocks at a time.
+ *   a temporary of at most 16 MiB (or CLEMBED_MAX_BUFFER_BYTES), a piece of
+ *   whole blocks at a time.
+ * - A tensor larger than the device's largest buffer (or
+ *   CLEMBED_MAX_BUFFER_BYTES) loads as a split matrix (clembed.h, "Tables past
+ *   one buffer"), piece by piece; on POCL each piece is over its own
+ *   copy-on-write mapping of its rows' pages.
  * - A missing name, an unknown name (the message lists the file's tensors), a
  *   type that cannot be loaded as `dtype`: CLEMBED_ERR_INVALID_ARGUMENT with
  *   the detail in the context's message. *m is untouched on failure. */

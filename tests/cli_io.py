@@ -23,6 +23,9 @@ except ImportError:  # pragma: no cover
     print("cli_io: NumPy is not installed: skipped")
     sys.exit(77)
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gguf_reader  # noqa: E402  (a second GGUF reader, apart from the library's)
+
 TOOL = sys.argv[1]
 CORPUS = sys.argv[2] if len(sys.argv) > 2 else None  # tests/io_corpus
 failures = 0
@@ -236,6 +239,46 @@ def main():
             p = run("sgd", "--table", qg, "--ids", idsf, "--grad", out, "--lr", "0.1", "-o", out + ".w.npy")
             check(p.returncode == 1 and "block-quantized" in p.stderr and not os.path.exists(out + ".w.npy"),
                   "sgd on a %s table: exit %d %r" % (kind, p.returncode, p.stderr))
+        # ggml's other block types: each table looked up on the device equals the same table dequantized on
+        # loading (--dtype f32, the host's code), bit for bit; inspect names it; the second reader finds the
+        # bytes written (every byte below 0x78: the f16 scales are finite)
+        for gt, kind in sorted(gguf_reader.CLEMBED_BLOCK_TYPES.items()):
+            if kind in QTYPES:
+                continue
+            _, qk, nbytes = gguf_reader.GGML_TYPES[gt]
+            cols, nrows = qk * (2 if qk == 32 else 1), 6
+            raw = rng.integers(0, 0x78, size=nrows * cols // qk * nbytes, dtype=np.uint8).tobytes()
+            qg = os.path.join(d, kind + ".gguf")
+            gguf(qg, [("token_embd.weight", gt, (nrows, cols), raw)])
+            t = gguf_reader.read(qg)
+            check(len(t) == 1 and t[0]["shape"] == [nrows, cols] and gguf_reader.data(qg, t[0]) == raw,
+                  "%s: the second reader finds %r" % (kind, t))
+            p = run("embed", "--table", qg, "--ids", idsf, "-o", out)
+            check(p.returncode == 0, "embed --table %s: %s" % (kind, p.stderr))
+            got = np.load(out) if p.returncode == 0 else None
+            p = run("embed", "--table", qg, "--ids", idsf, "--dtype", "f32", "-o", out)
+            check(p.returncode == 0, "embed --table %s --dtype f32: %s" % (kind, p.stderr))
+            if got is not None and p.returncode == 0:
+                want = np.load(out)
+                check(got.dtype == np.dtype("<f4") and got.shape == qids.shape + (cols,) and
+                      np.array_equal(got.view("<u4"), want.view("<u4")) and np.isfinite(got).all(),
+                      "embed --table %s.gguf: the device's rows differ from the host's dequantization" % kind)
+            p = run("inspect", qg)
+            check(p.returncode == 0 and p.stdout == "token_embd.weight %s %dx%d\n" % (kind, nrows, cols),
+                  "inspect %s: %r" % (kind, p.stdout))
+        # tables of a type --table does not take: the message says what it takes
+        bad_table = os.path.join(d, "q8k.gguf")
+        gguf(bad_table, [("token_embd.weight", 15, (2, 256), b"\0" * 2 * 292)])
+        int_npy, f64_npy = os.path.join(d, "int.npy"), os.path.join(d, "f64.npy")
+        np.save(int_npy, np.arange(12, dtype="<i4").reshape(3, 4))
+        np.save(f64_npy, np.zeros((3, 4), "<f8"))
+        takes = "--table takes f32, f16, bf16, " + ", ".join(gguf_reader.CLEMBED_BLOCK_TYPES.values())  # dtype order
+        for table, what in [(bad_table, "tensor 'token_embd.weight' is q8_k"), (int_npy, "the array is i32"),
+                            (f64_npy, "the array is f64")]:
+            p = run("embed", "--table", table, "--ids", idsf, "-o", out)
+            check(p.returncode == 1 and what + "; " + takes + "\n" in p.stderr,
+                  "embed --table %s: exit %d %r" % (table, p.returncode, p.stderr))
+
         wq = (rng.standard_normal((6, 64)) * 2).astype("<f4")
         wq[1, :32] = 0  # an all-zero block
         wqb_raw, wqb = bf16_bytes(wq)
@@ -367,6 +410,32 @@ def main():
         check(p.returncode == 1 and bad in p.stderr and "tensors, more than" in p.stderr, "inspect bad: %r" % p.stderr)
         p = run("inspect")
         check(p.returncode == 1, "inspect without FILE: exit %d" % p.returncode)
+
+    # the corpus's GGUF files read by the second reader: what it finds is what `clembed inspect --json`
+    # lists; it refuses the truncated ones and the rows that are not whole blocks too; the file of every
+    # block type holds make_corpus.py's bytes
+    if CORPUS:
+        for n in sorted(os.listdir(CORPUS)):
+            path = os.path.join(CORPUS, n)
+            if n.startswith("good_") and n.endswith(".gguf"):
+                tensors = gguf_reader.read(path)
+                p = run("inspect", path, "--json")
+                want = [{"name": t["name"], "dtype": gguf_reader.CLEMBED_BLOCK_TYPES.get(
+                            t["ggml_type"], {0: "f32", 1: "f16", 30: "bf16"}.get(t["ggml_type"], t["type_name"])),
+                         "shape": t["shape"], "bytes": t["nbytes"]} for t in tensors]
+                check(p.returncode == 0 and json.loads(p.stdout) == want,
+                      "%s: inspect --json %r, the second reader %r" % (n, p.stdout, want))
+                if n == "good_gguf_blocks.gguf":
+                    for t in tensors:
+                        raw = bytes((37 * i + 11 * t["ggml_type"]) % 119 for i in range(t["nbytes"]))
+                        check(gguf_reader.data(path, t) == raw, "%s: tensor %s's bytes" % (n, t["name"]))
+                    check(len(tensors) == len(gguf_reader.CLEMBED_BLOCK_TYPES) + 1, "%s: %d tensors" % (n, len(tensors)))
+            elif n.startswith("bad_gguf_") and (n.endswith("_truncated.gguf") or n.endswith("_row_not_block.gguf")):
+                try:
+                    gguf_reader.read(path)
+                    check(False, "%s: the second reader takes it" % n)
+                except ValueError:
+                    check(True, n)
 
     # every hostile file of the readers' corpus, in every role: exit 1 naming the file, no output
     if CORPUS:

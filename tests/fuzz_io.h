@@ -19,6 +19,7 @@
 #define CLEMBED_FUZZ_IO_H
 #define _GNU_SOURCE
 #include "io/io.h"
+#include "runtime/dtypes.h" /* the dtype facts (macros and one inline function) */
 
 #include <dirent.h>
 #include <stdio.h>
@@ -80,7 +81,9 @@ static void fuzz_check(const uint8_t *file, size_t size) {
     }
     REQUIRE(elements == e->elements, "tensor %zu: %llu elements, the shape gives %llu", i,
             (unsigned long long)e->elements, (unsigned long long)elements);
-    REQUIRE(in->dtype >= -1 && in->dtype <= 6, "tensor %zu: dtype %d", i, in->dtype);
+    const ce_dtype_facts *facts = ce_dtype_facts_of(in->dtype); /* a dtype's blocks are its facts' */
+    REQUIRE(in->dtype == -1 || (facts && facts->block_values == e->block_values && facts->block_bytes == e->block_bytes),
+            "tensor %zu: dtype %d with blocks of %u values, %u bytes", i, in->dtype, e->block_values, e->block_bytes);
     REQUIRE(e->block_values >= 1 && e->block_bytes >= 1 && elements % e->block_values == 0,
             "tensor %zu: blocks of %u values, %u bytes, for %llu elements", i, e->block_values, e->block_bytes,
             (unsigned long long)elements);

@@ -458,6 +458,45 @@ TU_CASE(sgd) {
   }
 }
 
+/* A table split over several buffers (CLEMBED_MAX_BUFFER_BYTES below the
+ * table's size): embed (with positions), sgd and init give the bytes of the
+ * unsplit runs. */
+TU_CASE(split_table) {
+  enum { V = 200, D = 64, N = 90 }; /* outputs below same_file's 64 KiB */
+  static float w[V * D], g[N * D];
+  int32_t ids[N];
+  uint64_t st = 23;
+  for (int i = 0; i < V * D; i++) w[i] = tu_rand(&st);
+  for (int i = 0; i < N * D; i++) g[i] = tu_rand(&st);
+  for (int i = 0; i < N; i++) ids[i] = (int32_t)((i * 37 + 11) % V);
+  size_t ts[2] = {V, D}, is[1] = {N}, gs[2] = {N, D};
+  write_npy(P("split_w.npy"), NPY_F4, 2, ts, w);
+  write_npy(P("split_i.npy"), NPY_I4, 1, is, ids);
+  write_npy(P("split_g.npy"), NPY_F4, 2, gs, g);
+  for (int limited = 0; limited < 2; limited++) {
+    if (limited) setenv("CLEMBED_MAX_BUFFER_BYTES", "8000", 1); /* 31 rows of the table a buffer: 7 buffers */
+    RUNS(0, "embed", "--table", P("split_w.npy"), "--ids", P("split_i.npy"), "--positions", "sinusoid", "-o",
+         P(limited ? "split_e1.npy" : "split_e0.npy"));
+    RUNS(0, "embed", "--table", P("split_w.npy"), "--ids", P("split_i.npy"), "--dtype", "f16", "-o",
+         P(limited ? "split_h1.npy" : "split_h0.npy"));
+    RUNS(0, "sgd", "--table", P("split_w.npy"), "--ids", P("split_i.npy"), "--grad", P("split_g.npy"), "--lr", "0.1",
+         "-o", P(limited ? "split_s1.npy" : "split_s0.npy"));
+    RUNS(0, "init", "--rows", "200", "--dim", "64", "--normal", "0,1", "--seed", "9", "-o",
+         P(limited ? "split_n1.npy" : "split_n0.npy"));
+    unsetenv("CLEMBED_MAX_BUFFER_BYTES");
+  }
+  EXPECT(same_file(P("split_e0.npy"), P("split_e1.npy")), "embed: a split table changed the output");
+  EXPECT(same_file(P("split_h0.npy"), P("split_h1.npy")), "embed --dtype f16: a split table changed the output");
+  EXPECT(same_file(P("split_s0.npy"), P("split_s1.npy")), "sgd: a split table changed the output");
+  EXPECT(same_file(P("split_n0.npy"), P("split_n1.npy")), "init: a split matrix changed the output");
+  /* a limit below one row: refused, naming the variable */
+  setenv("CLEMBED_MAX_BUFFER_BYTES", "100", 1);
+  RUNS(1, "embed", "--table", P("split_w.npy"), "--ids", P("split_i.npy"), "-o", P("split_x.npy"));
+  unsetenv("CLEMBED_MAX_BUFFER_BYTES");
+  ERR_HAS("CLEMBED_MAX_BUFFER_BYTES");
+  EXPECT(!exists(P("split_x.npy")), "a refused run wrote its output");
+}
+
 TU_CASE(init) {
   RUNS(0, "init", "--rows", "7", "--dim", "9", "--normal", "0,0.02", "--seed", "5", "-o", P("n1.npy"));
   RUNS(0, "init", "--rows", "7", "--dim", "9", "--normal", "0,0.02", "--seed", "5", "-o", P("n2.npy"));

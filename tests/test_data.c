@@ -453,7 +453,7 @@ TU_CASE(create_rejects_bad_arguments_and_overflow) {
   clembed_matrix x = {0};
   FAILS(NULL, INV, clembed_matrix_create(NULL, 2, 2, CLEMBED_F32, &x));
   FAILS(ctx, INV, clembed_matrix_create(ctx, 2, 2, CLEMBED_F32, NULL));
-  FAILS(ctx, INV, clembed_matrix_create(ctx, 2, 2, (clembed_dtype)7, &x));
+  FAILS(ctx, INV, clembed_matrix_create(ctx, 2, 2, (clembed_dtype)99, &x));
   FAILS(ctx, INV, clembed_matrix_create(ctx, 2, 2, (clembed_dtype)-1, &x));
   FAILS(ctx, INV, clembed_matrix_create(ctx, SIZE_MAX / 2, 3, CLEMBED_F32, &x));        /* rows*cols */
   FAILS(ctx, INV, clembed_matrix_create(ctx, SIZE_MAX / 4 + 1, 1, CLEMBED_F32, &x));    /* bytes */
@@ -462,7 +462,8 @@ TU_CASE(create_rejects_bad_arguments_and_overflow) {
   EXPECT(x.buffer == NULL, "a failed create filled the matrix");
 }
 
-/* a matrix or ids larger than CL_DEVICE_MAX_MEM_ALLOC_SIZE: OUT_OF_MEMORY */
+/* a matrix row or ids larger than CL_DEVICE_MAX_MEM_ALLOC_SIZE: OUT_OF_MEMORY
+ * (a matrix of smaller rows is split over several buffers: test_split) */
 TU_CASE(create_larger_than_the_device_allows) {
   clembed_matrix x = {0};
   float host[12] = {0};
@@ -470,8 +471,7 @@ TU_CASE(create_larger_than_the_device_allows) {
   if (max_alloc && max_alloc / 4 + 1 < (cl_ulong)SIZE_MAX) {
     FAILS(ctx, CLEMBED_ERR_OUT_OF_MEMORY,
           clembed_matrix_create(ctx, 1, (size_t)(max_alloc / 4 + 1), CLEMBED_F32, &x));
-    FAILS(ctx, CLEMBED_ERR_OUT_OF_MEMORY,
-          clembed_matrix_create(ctx, (size_t)(max_alloc / 2 / 1024 + 1), 1024, CLEMBED_BF16, &x));
+    EXPECT(strstr(clembed_context_message(ctx), "one row") != NULL, "message: %s", clembed_context_message(ctx));
     EXPECT(x.buffer == NULL, "a failed create filled the matrix");
     /* ids too */
     clembed_ids i = {0};
@@ -492,13 +492,13 @@ TU_CASE(write_and_read_check_the_window) {
   FAILS(NULL, INV, clembed_matrix_write(NULL, &m, host, CLEMBED_F32));
   FAILS(ctx, INV, clembed_matrix_write(ctx, NULL, host, CLEMBED_F32));
   FAILS(ctx, INV, clembed_matrix_write(ctx, &m, NULL, CLEMBED_F32));
-  FAILS(ctx, INV, clembed_matrix_write(ctx, &m, host, (clembed_dtype)7));
+  FAILS(ctx, INV, clembed_matrix_write(ctx, &m, host, (clembed_dtype)99));
   FAILS(NULL, INV, clembed_matrix_read(NULL, &m, host, CLEMBED_F32));
   FAILS(ctx, INV, clembed_matrix_read(ctx, NULL, host, CLEMBED_F32));
   FAILS(ctx, INV, clembed_matrix_read(ctx, &m, NULL, CLEMBED_F32));
-  FAILS(ctx, INV, clembed_matrix_read(ctx, &m, host, (clembed_dtype)7));
+  FAILS(ctx, INV, clembed_matrix_read(ctx, &m, host, (clembed_dtype)99));
   bad = m;
-  bad.dtype = (clembed_dtype)9;
+  bad.dtype = (clembed_dtype)99;
   FAILS(ctx, INV, clembed_matrix_write(ctx, &bad, host, CLEMBED_F32));
   FAILS(ctx, INV, clembed_matrix_read(ctx, &bad, host, CLEMBED_F32));
   bad = m;

@@ -772,7 +772,7 @@ TU_CASE(bad_position_table_rejected) {
   op.position_table = &ptb;
   FAILS(ctx, INV, clembed_embed(ctx, &t, &di, &op, &o, 0, NULL, NULL));
   ptb = pt;
-  ptb.dtype = (clembed_dtype)9;
+  ptb.dtype = (clembed_dtype)99;
   FAILS(ctx, INV, clembed_embed(ctx, &t, &di, &op, &o, 0, NULL, NULL));
   op.position_table = &pt;
   OK(ctx, clembed_embed(ctx, &t, &di, &op, &o, 0, NULL, NULL));

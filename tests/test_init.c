@@ -401,7 +401,7 @@ TU_CASE(events_and_argument_errors) {
   bad.buffer = NULL;
   FAILS(ctx, INV, clembed_matrix_init_uniform(ctx, &bad, 0.0f, 1.0f, 1, 0, NULL, NULL));
   bad = m;
-  bad.dtype = (clembed_dtype)7;
+  bad.dtype = (clembed_dtype)99;
   FAILS(ctx, INV, clembed_matrix_init_normal(ctx, &bad, 0.0f, 1.0f, 1, 0, NULL, NULL));
   bad = m;
   bad.ld = 4;

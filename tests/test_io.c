@@ -358,42 +358,14 @@ static uint32_t qrand(void) {
   qrng ^= qrng << 13, qrng ^= qrng >> 7, qrng ^= qrng << 17;
   return (uint32_t)(qrng >> 11);
 }
-/* A finite f16 of either sign, 2^-10 .. 2^5 in magnitude (never Inf or NaN). */
-static uint16_t finite_half(void) {
-  return (uint16_t)((qrand() & 0x83FFu) | ((5u + qrand() % 16u) << 10));
-}
+static uint32_t rnd32(void) { return qrand(); }
+#include "quant_types.h" /* every block type (after rnd32) */
 
-typedef struct qtype {
-  clembed_dtype dtype;
-  uint32_t ggml_type;
-  size_t qk, bytes;
-} qtype;
-static const qtype qtypes[] = {
-    {CLEMBED_Q8_0, 8, 32, 34}, {CLEMBED_Q4_0, 2, 32, 18}, {CLEMBED_Q4_K, 12, 256, 144}, {CLEMBED_Q6_K, 14, 256, 210}};
-
-/* n blocks of random bytes with finite f16 scales (d, and dmin for Q4_K). */
-static uint8_t *random_blocks(const qtype *q, size_t n) {
-  uint8_t *p = malloc(n * q->bytes);
-  for (size_t i = 0; i < n * q->bytes; i++) p[i] = (uint8_t)qrand();
-  for (size_t b = 0; b < n; b++) {
-    uint8_t *blk = p + b * q->bytes;
-    size_t at = q->dtype == CLEMBED_Q6_K ? 208 : 0;
-    uint16_t d = finite_half();
-    memcpy(blk + at, &d, 2);
-    if (q->dtype == CLEMBED_Q4_K) {
-      d = finite_half();
-      memcpy(blk + 2, &d, 2);
-    }
-  }
+/* n blocks of `dtype`, random bytes with finite f16 scales. */
+static uint8_t *random_blocks(int dtype, size_t n) {
+  uint8_t *p = malloc(n * tq_bb(dtype) + 1);
+  for (size_t b = 0; b < n; b++) rnd_block(dtype, p + b * tq_bb(dtype));
   return p;
-}
-
-/* ggml's dequantize_row_* of n values (whole blocks) at p. */
-static void ref_dequant(clembed_dtype t, const uint8_t *p, float *y, size_t n) {
-  if (t == CLEMBED_Q8_0) ref_dequantize_row_q8_0((const ref_block_q8_0 *)p, y, (int64_t)n);
-  if (t == CLEMBED_Q4_0) ref_dequantize_row_q4_0((const ref_block_q4_0 *)p, y, (int64_t)n);
-  if (t == CLEMBED_Q4_K) ref_dequantize_row_q4_K((const ref_block_q4_K *)p, y, (int64_t)n);
-  if (t == CLEMBED_Q6_K) ref_dequantize_row_q6_K((const ref_block_q6_K *)p, y, (int64_t)n);
 }
 
 static clembed_matrix load_ok(const clembed_file *f, const char *name, clembed_dtype dtype) {
@@ -420,68 +392,76 @@ static size_t differ(const void *host, clembed_dtype dtype, const float *want, s
  * back bit for bit), dequantized to F32/F16/BF16 (ggml's dequantizers, bit for
  * bit), and rows looked up from both tables equal to the dequantized rows. One
  * Q4_0 tensor spans more than one upload piece. */
+static void check_loaded_blocks(const clembed_file *f, const char *name, int dtype, size_t rows, size_t cols,
+                                const uint8_t *data) {
+  clembed_context *ctx = device();
+  const char *label = name ? name : "token_embd.weight";
+  size_t n = rows * cols, nb = n / tq_qk(dtype), bytes = nb * tq_bb(dtype);
+  float *want = malloc(n * sizeof(float) + 1);
+  ref_dequantize(dtype, data, want, n);
+  /* as stored */
+  clembed_matrix m = load_ok(f, name, (clembed_dtype)dtype);
+  if (m.buffer) {
+    EXPECT(m.rows == rows && m.cols == cols && (int)m.dtype == dtype, "%s: %zu x %zu dtype %d", label, m.rows,
+           m.cols, (int)m.dtype);
+    uint8_t *back = malloc(bytes + 1);
+    OK(ctx, clembed_matrix_read(ctx, &m, back, (clembed_dtype)dtype));
+    EXPECT(!memcmp(back, data, bytes), "%s (%s): the blocks read back differ from the file's", label, tq(dtype)->name);
+    free(back);
+  }
+  /* dequantized on loading */
+  static const clembed_dtype fl[] = {CLEMBED_F32, CLEMBED_F16, CLEMBED_BF16};
+  for (int d = 0; d < 3; d++) {
+    clembed_matrix fm = load_ok(f, name, fl[d]);
+    if (!fm.buffer) continue;
+    void *host = tu_alloc_elems(n, fl[d]);
+    OK(ctx, clembed_matrix_read(ctx, &fm, host, fl[d]));
+    size_t first = 0, bad = differ(host, fl[d], want, n, &first);
+    EXPECT(bad == 0, "%s (%s) dequantized to dtype %d: %zu of %zu values differ from ggml's, the first at %zu", label,
+           tq(dtype)->name, (int)fl[d], bad, n, first);
+    free(host);
+    clembed_matrix_release(&fm);
+  }
+  /* lookups from the loaded (quantized) table: ggml's dequantized rows */
+  if (m.buffer) {
+    int32_t idv[5] = {0, (int32_t)rows - 1, 3 % (int32_t)rows, 1 % (int32_t)rows, (int32_t)rows / 2};
+    clembed_ids ids;
+    clembed_matrix out;
+    OK(ctx, clembed_ids_create(ctx, idv, 5, CLEMBED_I32, &ids));
+    OK(ctx, clembed_matrix_create(ctx, 5, cols, CLEMBED_F32, &out));
+    OK(ctx, clembed_lookup(ctx, &m, &ids, &out, 0, NULL, NULL));
+    float *got = malloc(5 * cols * sizeof(float)), *rw = malloc(5 * cols * sizeof(float));
+    OK(ctx, clembed_matrix_read(ctx, &out, got, CLEMBED_F32));
+    for (int r = 0; r < 5; r++) memcpy(rw + r * cols, want + (size_t)idv[r] * cols, cols * sizeof(float));
+    size_t first = 0, bad = differ(got, CLEMBED_F32, rw, 5 * cols, &first);
+    EXPECT(bad == 0, "%s (%s): lookup of the loaded table: %zu values differ from ggml's rows, the first at %zu", label,
+           tq(dtype)->name, bad, first);
+    free(got), free(rw);
+    clembed_ids_release(&ids);
+    clembed_matrix_release(&out);
+  }
+  clembed_matrix_release(&m);
+  free(want);
+}
+
 TU_CASE(load_blocks) {
   ctx = device();
-  for (size_t k = 0; k < 5; k++) {
-    const qtype *q = &qtypes[k < 4 ? k : 1];
-    size_t rows = k < 4 ? 7 : 4375, cols = k < 4 ? 2 * q->qk : 1024; /* the last: 140000 blocks */
-    size_t n = rows * cols, nb = n / q->qk;
-    uint8_t *data = random_blocks(q, nb);
-    g_tensor g[] = {{"token_embd.weight", q->ggml_type, 2, {cols, rows}, nb * q->bytes, data}};
+  for (int k = 0; k <= NTQ; k++) {
+    int dtype = TQ[k < NTQ ? k : 1].dtype; /* the last: a large Q4_0 tensor */
+    size_t qk = tq_qk(dtype), rows = k < NTQ ? 7 : 4375, cols = k < NTQ ? 2 * qk : 1024; /* the last: 140000 blocks */
+    size_t nb = rows * cols / qk;
+    uint8_t *data = random_blocks(dtype, nb);
+    g_tensor g[] = {{"token_embd.weight", (uint32_t)tq(dtype)->ggml, 2, {cols, rows}, nb * tq_bb(dtype), data}};
     buf b = {0};
     gguf(&b, 3, 0, g, 1);
     const char *path = tmp_path("blocks.gguf");
     write_file(path, &b);
     free(b.p);
-    float *want = malloc(n * sizeof(float));
-    ref_dequant(q->dtype, data, want, n);
     clembed_file *f = open_ok(path);
-    if (!f) continue;
-    /* as stored */
-    clembed_matrix m = load_ok(f, NULL, q->dtype);
-    if (m.buffer) {
-      EXPECT(m.rows == rows && m.cols == cols && m.dtype == q->dtype, "%s: %zu x %zu dtype %d", path, m.rows, m.cols,
-             (int)m.dtype);
-      uint8_t *back = malloc(nb * q->bytes);
-      OK(ctx, clembed_matrix_read(ctx, &m, back, q->dtype));
-      EXPECT(!memcmp(back, data, nb * q->bytes), "type %d: the blocks read back differ from the file's", (int)q->dtype);
-      free(back);
-    }
-    /* dequantized on loading */
-    static const clembed_dtype fl[] = {CLEMBED_F32, CLEMBED_F16, CLEMBED_BF16};
-    for (int d = 0; d < 3; d++) {
-      clembed_matrix fm = load_ok(f, NULL, fl[d]);
-      if (!fm.buffer) continue;
-      void *host = tu_alloc_elems(n, fl[d]);
-      OK(ctx, clembed_matrix_read(ctx, &fm, host, fl[d]));
-      size_t first = 0, bad = differ(host, fl[d], want, n, &first);
-      EXPECT(bad == 0, "type %d dequantized to dtype %d: %zu of %zu values differ from ggml's, the first at %zu",
-             (int)q->dtype, (int)fl[d], bad, n, first);
-      free(host);
-      clembed_matrix_release(&fm);
-    }
-    /* lookups from the loaded (quantized) table: ggml's dequantized rows */
-    if (m.buffer) {
-      int32_t idv[5] = {0, (int32_t)rows - 1, 3 % (int32_t)rows, 1, (int32_t)rows / 2};
-      clembed_ids ids;
-      clembed_matrix out;
-      OK(ctx, clembed_ids_create(ctx, idv, 5, CLEMBED_I32, &ids));
-      OK(ctx, clembed_matrix_create(ctx, 5, cols, CLEMBED_F32, &out));
-      OK(ctx, clembed_lookup(ctx, &m, &ids, &out, 0, NULL, NULL));
-      float *got = malloc(5 * cols * sizeof(float)), *rw = malloc(5 * cols * sizeof(float));
-      OK(ctx, clembed_matrix_read(ctx, &out, got, CLEMBED_F32));
-      for (int r = 0; r < 5; r++) memcpy(rw + r * cols, want + (size_t)idv[r] * cols, cols * sizeof(float));
-      size_t first = 0, bad = differ(got, CLEMBED_F32, rw, 5 * cols, &first);
-      EXPECT(bad == 0, "type %d: lookup of the loaded table: %zu values differ from ggml's rows, the first at %zu",
-             (int)q->dtype, bad, first);
-      free(got), free(rw);
-      clembed_ids_release(&ids);
-      clembed_matrix_release(&out);
-    }
-    clembed_matrix_release(&m);
+    if (f) check_loaded_blocks(f, NULL, dtype, rows, cols, data);
     clembed_file_close(f);
     unlink(path);
-    free(want), free(data);
+    free(data);
   }
 }
 
@@ -521,21 +501,21 @@ TU_CASE(load_quantize) {
       free(b.p);
       clembed_file *f = open_ok(path);
       for (int k = 0; f && k < 2; k++) {
-        const qtype *q = &qtypes[k];
-        size_t nb = n / 32;
-        uint8_t *want = malloc(nb * q->bytes), *got = malloc(nb * q->bytes);
+        const clembed_dtype qd = TQ[k].dtype; /* Q8_0, Q4_0 */
+        const size_t qb = tq_bb(qd), nb = n / 32;
+        uint8_t *want = malloc(nb * qb), *got = malloc(nb * qb);
         if (k == 0)
           ref_quantize_row_q8_0_ref(x, (ref_block_q8_0 *)want, (int64_t)n);
         else
           ref_quantize_row_q4_0_ref(x, (ref_block_q4_0 *)want, (int64_t)n);
-        clembed_matrix m = load_ok(f, NULL, q->dtype);
+        clembed_matrix m = load_ok(f, NULL, qd);
         if (m.buffer) {
-          OK(ctx, clembed_matrix_read(ctx, &m, got, q->dtype));
+          OK(ctx, clembed_matrix_read(ctx, &m, got, qd));
           size_t bad = 0, first = 0;
           for (size_t i = 0; i < nb; i++)
-            if (memcmp(got + i * q->bytes, want + i * q->bytes, q->bytes) && !bad++) first = i;
+            if (memcmp(got + i * qb, want + i * qb, qb) && !bad++) first = i;
           EXPECT(bad == 0, "%s (%s) quantized to type %d: %zu of %zu blocks differ from ggml's, the first %zu", path, t,
-                 (int)q->dtype, bad, nb, first);
+                 (int)qd, bad, nb, first);
         }
         clembed_matrix_release(&m);
         free(want), free(got);
@@ -689,7 +669,7 @@ TU_CASE(gguf) {
         expect_info(f, 4, "q4", 4, "q4_0", 2, s4, 36);
         expect_info(f, 5, "q4k", 5, "q4_K", 2, s5, 288);
         expect_info(f, 6, "q6k", 6, "q6_K", 4, s6, 630);
-        expect_info(f, 7, "q5k", -1, "q5_K", 1, s7, 176);
+        expect_info(f, 7, "q5k", CLEMBED_Q5_K, "q5_K", 1, s7, 176);
         expect_info(f, 8, "ids", -1, "i32", 1, s8, 20);
         /* the data of each tensor are the bytes written, where the offsets (aligned) say */
         for (size_t k = 0; k < 9; k++) {
@@ -769,12 +749,12 @@ TU_CASE(load) {
   buf e32 = {0}, ebf = {0};
   put_values(&e32, "f4", 10 * 8, 41);
   put_values(&ebf, "bf", 3 * 8, 42);
-  uint8_t *q8 = blocks(2 * 34), *q5k = blocks(176);
+  uint8_t *q8 = blocks(2 * 34), *q8k = blocks(292);
   g_tensor g[] = {
       {"output_norm.weight", 30, 2, {8, 3}, ebf.n, ebf.p},
       {"token_embd.weight", 0, 2, {8, 10}, e32.n, e32.p},
       {"q8", 8, 2, {32, 2}, 2 * 34, q8},
-      {"q5k", 13, 1, {256}, 176, q5k},
+      {"q8k", 15, 1, {256}, 292, q8k}, /* ggml's q8_K: an intermediate type, not a table's */
   };
   b = (buf){0};
   gguf(&b, 3, 64, g, 4);
@@ -790,10 +770,13 @@ TU_CASE(load) {
     expect_load_fails(f, NULL, CLEMBED_Q4_K, CLEMBED_ERR_UNSUPPORTED, "quantizing");
     /* 10 x 8: columns not a multiple of Q8_0's 32 */
     expect_load_fails_arg(f, NULL, CLEMBED_Q8_0, CLEMBED_ERR_INVALID_ARGUMENT, "not a multiple", "dtype");
-    expect_load_fails(f, "q5k", CLEMBED_F32, CLEMBED_ERR_INVALID_ARGUMENT, "q5_K");
+    expect_load_fails(f, "q8k", CLEMBED_F32, CLEMBED_ERR_INVALID_ARGUMENT, "is of type q8_K");
+    expect_load_fails(f, "q8k", CLEMBED_F32, CLEMBED_ERR_INVALID_ARGUMENT,
+                      "block types q8_0, q4_0, q4_k, q6_k, q4_1, q5_0, q5_1, q2_k, q3_k, q5_k, iq4_nl, iq4_xs, "
+                      "iq2_xxs, iq2_xs, iq2_s, iq3_xxs, iq3_s, iq1_s, iq1_m can");
     clembed_file_close(f);
   }
-  free(e32.p), free(ebf.p), free(q8), free(q5k);
+  free(e32.p), free(ebf.p), free(q8), free(q8k);
 }
 
 /* On a CPU device sharing host memory, a tensor loaded as its own dtype is a
@@ -930,11 +913,11 @@ TU_CASE(load_rows) {
   unlink(path);
   free(d32.p), free(d16.p), free(dbf.p), free(d64.p);
   /* a GGUF tensor of each block type: rows as blocks and dequantized */
-  for (size_t k = 0; k < 4; k++) {
-    const qtype *q = &qtypes[k];
-    size_t rows = 5, cols = 2 * q->qk, nb = rows * cols / q->qk;
-    uint8_t *data = random_blocks(q, nb);
-    g_tensor g[] = {{"token_embd.weight", q->ggml_type, 2, {cols, rows}, nb * q->bytes, data}};
+  for (int k = 0; k < NTQ; k++) {
+    const clembed_dtype qd = (clembed_dtype)TQ[k].dtype;
+    size_t rows = 5, cols = 2 * tq_qk(qd), nb = rows * cols / tq_qk(qd);
+    uint8_t *data = random_blocks(qd, nb);
+    g_tensor g[] = {{"token_embd.weight", (uint32_t)TQ[k].ggml, 2, {cols, rows}, nb * tq_bb(qd), data}};
     buf gb = {0};
     gguf(&gb, 3, 0, g, 1);
     path = tmp_path("rows.gguf");
@@ -942,7 +925,7 @@ TU_CASE(load_rows) {
     free(gb.p);
     f = open_ok(path);
     if (f) {
-      expect_rows(f, NULL, q->dtype);
+      expect_rows(f, NULL, qd);
       expect_rows(f, NULL, CLEMBED_F32);
       expect_rows(f, NULL, CLEMBED_BF16);
       clembed_file_close(f);
@@ -1083,6 +1066,40 @@ TU_CASE(corpus) {
   EXPECT(files == bad + good, "%d corpus files, %d listed in EXPECTED", files, bad + good);
   EXPECT(bad >= 40, "only %d hostile files", bad);
   printf("corpus: %d hostile files refused, %d good files opened\n", bad, good);
+}
+
+/* The corpus's GGUF file of every block type (written by make_corpus.py, its
+ * bytes a formula: block_bytes there): each tensor's data are the formula's
+ * bytes where the file says, and it loads as ggml's values. */
+TU_CASE(corpus_blocks) {
+  if (!corpus_dir) {
+    EXPECT(0, "no corpus directory given");
+    return;
+  }
+  char p[4200];
+  snprintf(p, sizeof p, "%s/good_gguf_blocks.gguf", corpus_dir);
+  clembed_file *f = open_ok(p);
+  if (!f) return;
+  EXPECT(clembed_file_tensor_count(f) == (size_t)NTQ + 1, "%zu tensors", clembed_file_tensor_count(f));
+  for (int k = 0; k < NTQ; k++) {
+    int dtype = TQ[k].dtype;
+    const char *name = clembed_dtype_name((clembed_dtype)dtype); /* the tensors are named so */
+    size_t i = 0, qk = tq_qk(dtype), bytes = 4 * tq_bb(dtype);
+    const void *data = NULL;
+    clembed_tensor_info t;
+    EXPECT(clembed_file_find(f, name, &i) == CLEMBED_OK && clembed_file_tensor_info(f, i, &t) == CLEMBED_OK &&
+               clembed_file_tensor_data(f, i, &data) == CLEMBED_OK,
+           "%s: tensor '%s'", p, name);
+    if (!data) continue;
+    EXPECT(t.dtype == dtype && t.ndim == 2 && t.shape[0] == 2 && t.shape[1] == 2 * qk && t.bytes == bytes,
+           "%s: dtype %d, %d dims, %llu bytes", name, t.dtype, t.ndim, (unsigned long long)t.bytes);
+    uint8_t *want = malloc(bytes);
+    for (size_t b = 0; b < bytes; b++) want[b] = (uint8_t)((37 * b + 11 * (size_t)TQ[k].ggml) % 119);
+    EXPECT(!memcmp(data, want, bytes), "%s: the data are not make_corpus.py's bytes", name);
+    check_loaded_blocks(f, name, dtype, 2, 2 * qk, want);
+    free(want);
+  }
+  clembed_file_close(f);
 }
 
 /* A temporary directory for the files the cases write. */

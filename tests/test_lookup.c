@@ -270,7 +270,7 @@ TU_CASE(argument_errors) {
   bad.rows = SIZE_MAX / 2;
   FAILS(ctx, INV, clembed_lookup(ctx, &bad, &di, &o, 0, NULL, NULL)); /* overflow */
   bad = t;
-  bad.dtype = (clembed_dtype)9;
+  bad.dtype = (clembed_dtype)99;
   FAILS(ctx, INV, clembed_lookup(ctx, &bad, &di, &o, 0, NULL, NULL));
   bad = t;
   bad.buffer = NULL;

@@ -396,7 +396,7 @@ TU_CASE(argument_errors) {
   bad.buffer = NULL;
   FAILS(ctx, INV, clembed_positional(ctx, &s, 0, &bad, 0, NULL, NULL));
   bad = m;
-  bad.dtype = (clembed_dtype)7;
+  bad.dtype = (clembed_dtype)99;
   FAILS(ctx, INV, clembed_positional(ctx, &s, 0, &bad, 0, NULL, NULL));
   bad = m;
   bad.ld = 5;

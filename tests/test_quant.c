@@ -1,22 +1,30 @@
-/* test_quant: ggml's block formats (Q8_0, Q4_0, Q4_K, Q6_K).
+/* test_quant: ggml's block formats, every type clembed takes as a table (Q8_0,
+ * Q4_0, Q4_1, Q5_0, Q5_1, Q2_K ... Q6_K, IQ4_NL, IQ4_XS, IQ2_XXS, IQ2_XS, IQ2_S,
+ * IQ3_XXS, IQ3_S, IQ1_S, IQ1_M: tests/quant_types.h).
  *
  * Host cases check the library's block code (src/ops/quant.c) bit for bit
  * against a plain transcription of ggml's own functions (reference_ggml.h):
- * the f16 conversions, the four dequantizers on random blocks, and the Q8_0 and
- * Q4_0 reference quantizers on random rows with zeros, extremes and ties.
+ * the f16 conversions, every dequantizer on random blocks (finite, extreme,
+ * infinite and NaN scales; one block with every f16 scale), hand-checked
+ * values, the block facts and ggml's grids (hashed), and the Q8_0 and Q4_0
+ * reference quantizers on random rows with zeros, extremes and ties.
  *
  * Device cases check quantized tables in the library, exactly: the reference
  * value of a table element is ggml's dequantizer (reference_ggml.h) in float32;
  * an output element is then computed as the forward does, in float32 and in its
  * order (v = scale*w; v = v + p; v = v*keep when kept by dropout; 0 for a zero
- * token row), and rounded to the output dtype (nearest even). Every type x
- * output dtype, lookup and embed (positions, padding, index policies, dropout,
- * sequences), in both kernel shapes (CLEMBED_TUNING cpu and gpu), windows with
- * offsets and ld, matrix write/read in every direction, and the rejections.
+ * token row), and rounded to the output dtype (nearest even). Types x output
+ * dtypes (all of them for Q8_0 ... Q6_K and with "full", a rotation for the
+ * others: tq_runs), lookup and embed (positions, padding, index policies,
+ * dropout, sequences), in both kernel shapes (CLEMBED_TUNING cpu and gpu),
+ * windows with offsets and ld, extreme, infinite and NaN scales (a NaN must
+ * stay a NaN), every load function of cl/lib/quant.cl for every type
+ * (dev_loads), matrix write/read in every direction, and the rejections.
  *
  *   test_quant            every case
  *   test_quant host       the host cases
  *   test_quant small      every case, smaller (for Oclgrind)
+ *   test_quant full       every case, every type x shape x output dtype x option
  *   test_quant --list     the case names
  *   test_quant NAME ...   the named cases */
 #include "test_util.h"
@@ -32,6 +40,7 @@ static uint32_t rnd32(void) {
   rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
   return (uint32_t)(rng_state >> 32);
 }
+#include "quant_types.h" /* after rnd32 */
 static float rnd_unit(void) { return tu_rand(&rng_state); }
 
 static uint32_t bits_of(float f) {
@@ -45,61 +54,50 @@ static float float_of(uint32_t u) {
   return f;
 }
 
-/* Block sizes, the test's own (reference_ggml.h's structs agree: case layouts). */
-static size_t tq_qk(int dtype) { return dtype == 3 || dtype == 4 ? 32 : 256; }
-static size_t tq_bb(int dtype) { return dtype == 3 ? 34 : dtype == 4 ? 18 : dtype == 5 ? 144 : 210; }
-
-/* A random finite half (exponent field below 31). */
-static uint16_t rnd_finite_half(void) {
-  for (;;) {
-    uint16_t h = (uint16_t)rnd32();
-    if (((h >> 10) & 31) != 31) return h;
-  }
-}
-
-/* Block bytes of `dtype`, random, with finite f16 scales. */
-static void rnd_block(int dtype, uint8_t *b) {
-  size_t bytes = tq_bb(dtype);
-  for (size_t i = 0; i < bytes; i++) b[i] = (uint8_t)rnd32();
-  uint16_t d = rnd_finite_half(), m = rnd_finite_half();
-  size_t dpos = dtype == CE_Q6_K ? 208 : 0;
-  b[dpos] = (uint8_t)d;
-  b[dpos + 1] = (uint8_t)(d >> 8);
-  if (dtype == CE_Q4_K) {
-    b[2] = (uint8_t)m;
-    b[3] = (uint8_t)(m >> 8);
-  }
-}
-
-/* The reference dequantizer of ggml for n values of `dtype` from raw bytes. */
-static void ref_dequantize(int dtype, const uint8_t *raw, float *y, size_t n) {
-  size_t nb = n / tq_qk(dtype), bytes = nb * tq_bb(dtype);
-  void *blocks = malloc(bytes ? bytes : 1);
-  memcpy(blocks, raw, bytes);
-  if (dtype == CE_Q8_0) ref_dequantize_row_q8_0((const ref_block_q8_0 *)blocks, y, (int64_t)n);
-  if (dtype == CE_Q4_0) ref_dequantize_row_q4_0((const ref_block_q4_0 *)blocks, y, (int64_t)n);
-  if (dtype == CE_Q4_K) ref_dequantize_row_q4_K((const ref_block_q4_K *)blocks, y, (int64_t)n);
-  if (dtype == CE_Q6_K) ref_dequantize_row_q6_K((const ref_block_q6_K *)blocks, y, (int64_t)n);
-  free(blocks);
-}
-
 static const char *qname(int dtype) {
-  static const char *names[] = {"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_K", "Q6_K"};
-  return dtype >= 0 && dtype <= 6 ? names[dtype] : "?";
+  static const char *names[] = {"F32", "F16", "BF16"};
+  if (dtype >= 0 && dtype <= 2) return names[dtype];
+  return tq(dtype) ? tq(dtype)->name : "?";
 }
 
 /* ---------------------------------------------------------- host cases */
 
 TU_CASE(layouts) {
   /* ggml's structs, as transcribed: the offsets the library reads. */
-  EXPECT(sizeof(ref_block_q8_0) == CE_Q8_0_BYTES && offsetof(ref_block_q8_0, qs) == 2, "q8_0 layout");
-  EXPECT(sizeof(ref_block_q4_0) == CE_Q4_0_BYTES && offsetof(ref_block_q4_0, qs) == 2, "q4_0 layout");
-  EXPECT(sizeof(ref_block_q4_K) == CE_Q4_K_BYTES && offsetof(ref_block_q4_K, dmin) == 2 &&
+  EXPECT(sizeof(ref_block_q8_0) == 34 && offsetof(ref_block_q8_0, qs) == 2, "q8_0 layout");
+  EXPECT(sizeof(ref_block_q4_0) == 18 && offsetof(ref_block_q4_0, qs) == 2, "q4_0 layout");
+  EXPECT(sizeof(ref_block_q4_K) == 144 && offsetof(ref_block_q4_K, dmin) == 2 &&
              offsetof(ref_block_q4_K, scales) == 4 && offsetof(ref_block_q4_K, qs) == 16,
          "q4_K layout");
-  EXPECT(sizeof(ref_block_q6_K) == CE_Q6_K_BYTES && offsetof(ref_block_q6_K, qh) == 128 &&
+  EXPECT(sizeof(ref_block_q6_K) == 210 && offsetof(ref_block_q6_K, qh) == 128 &&
              offsetof(ref_block_q6_K, scales) == 192 && offsetof(ref_block_q6_K, d) == 208,
          "q6_K layout");
+  EXPECT(offsetof(ref_block_q4_1, qs) == 4 && offsetof(ref_block_q5_0, qs) == 6 && offsetof(ref_block_q5_1, qh) == 4 &&
+             offsetof(ref_block_q5_1, qs) == 8,
+         "q4_1, q5_0, q5_1 layouts");
+  EXPECT(offsetof(ref_block_q2_K, qs) == 16 && offsetof(ref_block_q2_K, d) == 80 && offsetof(ref_block_q3_K, qs) == 32 &&
+             offsetof(ref_block_q3_K, scales) == 96 && offsetof(ref_block_q3_K, d) == 108 &&
+             offsetof(ref_block_q5_K, qh) == 16 && offsetof(ref_block_q5_K, qs) == 48,
+         "q2_K, q3_K, q5_K layouts");
+  EXPECT(offsetof(ref_block_iq4_xs, scales_l) == 4 && offsetof(ref_block_iq4_xs, qs) == 8 &&
+             offsetof(ref_block_iq2_xs, scales) == 66 && offsetof(ref_block_iq2_s, qh) == 66 &&
+             offsetof(ref_block_iq2_s, scales) == 74 && offsetof(ref_block_iq3_s, qh) == 66 &&
+             offsetof(ref_block_iq3_s, signs) == 74 && offsetof(ref_block_iq3_s, scales) == 106 &&
+             offsetof(ref_block_iq1_s, qh) == 34 && offsetof(ref_block_iq1_m, qh) == 32 &&
+             offsetof(ref_block_iq1_m, scales) == 48,
+         "iq layouts");
+  /* every type: the library's block facts are ggml's (type_traits) */
+  for (int k = 0; k < NTQ; k++) {
+    const ref_type_traits_t *r = ref_get_type_traits(TQ[k].ggml);
+    clembed_dtype d = (clembed_dtype)TQ[k].dtype;
+    EXPECT(r && clembed_dtype_block_values(d) == (size_t)r->blck_size &&
+               clembed_dtype_row_bytes(d, (size_t)r->blck_size) == r->type_size && clembed_dtype_size(d) == 0,
+           "%s: the library's block of %zu values, %zu bytes; ggml's %s: %lld, %zu", TQ[k].name,
+           clembed_dtype_block_values(d), clembed_dtype_row_bytes(d, clembed_dtype_block_values(d)),
+           r ? r->type_name : "?", r ? (long long)r->blck_size : 0LL, r ? r->type_size : 0);
+  }
+  /* the grids and value tables are ggml's (hashed apart from its source) */
+  EXPECT(ref_check_tables() == 0, "%d of cl/lib/iqtables.cl's tables differ from ggml's", ref_check_tables());
 }
 
 TU_CASE(row_bytes) {
@@ -107,12 +105,27 @@ TU_CASE(row_bytes) {
       {0, 3, 12},          {1, 3, 6},         {2, 5, 10},        {CE_Q8_0, 32, 34},  {CE_Q8_0, 96, 102},
       {CE_Q4_0, 64, 36},   {CE_Q4_K, 256, 144}, {CE_Q4_K, 512, 288}, {CE_Q6_K, 256, 210}, {CE_Q6_K, 768, 630},
       {CE_Q8_0, 0, 0},     {CE_Q8_0, 33, 0},  {CE_Q4_0, 16, 0},  {CE_Q4_K, 32, 0},   {CE_Q6_K, 255, 0},
-      {7, 32, 0},          {-1, 32, 0},       {CE_Q8_0, (SIZE_MAX / 32) * 32, 0}};
+      {CLEMBED_Q4_1, 64, 40}, {CLEMBED_Q5_0, 96, 66}, {CLEMBED_Q5_1, 32, 24}, {CLEMBED_Q2_K, 512, 168},
+      {CLEMBED_Q3_K, 256, 110}, {CLEMBED_Q5_K, 768, 528}, {CLEMBED_IQ4_NL, 64, 36}, {CLEMBED_IQ4_XS, 256, 136},
+      {CLEMBED_IQ2_XXS, 256, 66}, {CLEMBED_IQ2_XS, 512, 148}, {CLEMBED_IQ2_S, 256, 82}, {CLEMBED_IQ3_XXS, 256, 98},
+      {CLEMBED_IQ3_S, 256, 110}, {CLEMBED_IQ1_S, 256, 50}, {CLEMBED_IQ1_M, 512, 112}, {CLEMBED_IQ4_NL, 16, 0},
+      {CLEMBED_IQ1_M, 128, 0},
+      {22, 32, 0},         {-1, 32, 0},       {CE_Q8_0, (SIZE_MAX / 32) * 32, 0}};
   for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
-    size_t got = ce_quant_row_bytes(t[i].dtype, t[i].cols);
+    size_t got = clembed_dtype_row_bytes((clembed_dtype)t[i].dtype, t[i].cols);
     EXPECT(got == t[i].bytes, "row bytes of %s x %zu: %zu, expected %zu", qname(t[i].dtype), t[i].cols, got,
            t[i].bytes);
   }
+  static const char *const names[] = {"f32",    "f16",    "bf16",    "q8_0",   "q4_0",   "q4_k",
+                                      "q6_k",   "q4_1",   "q5_0",    "q5_1",   "q2_k",   "q3_k",
+                                      "q5_k",   "iq4_nl", "iq4_xs",  "iq2_xxs", "iq2_xs", "iq2_s",
+                                      "iq3_xxs", "iq3_s", "iq1_s",   "iq1_m"};
+  for (int d = 0; d < 22; d++)
+    EXPECT(!strcmp(clembed_dtype_name((clembed_dtype)d), names[d]), "clembed_dtype_name(%d) is '%s', expected '%s'",
+           d, clembed_dtype_name((clembed_dtype)d), names[d]);
+  EXPECT(!strcmp(clembed_dtype_name((clembed_dtype)-1), "unknown") &&
+             !strcmp(clembed_dtype_name((clembed_dtype)22), "unknown"),
+         "clembed_dtype_name of a value that is none");
 }
 
 TU_CASE(f16) {
@@ -147,52 +160,49 @@ TU_CASE(f16) {
   EXPECT(ce_quant_f32_to_f16(65520.0f) == 0x7C00 && ce_quant_f32_to_f16(65519.996f) == 0x7BFF, "overflow edge");
 }
 
-/* Random blocks of every type, dequantized by both, compared bit for bit. */
+/* Random blocks of every type (finite scales, some extreme; then any scale,
+ * infinities and NaNs included), dequantized by both, compared bit for bit. */
 TU_CASE(dequantize) {
-  static const int types[] = {CE_Q8_0, CE_Q4_0, CE_Q4_K, CE_Q6_K};
-  for (int t = 0; t < 4; t++) {
-    int dtype = types[t];
+  for (int t = 0; t < NTQ; t++) {
+    int dtype = TQ[t].dtype;
     size_t qk = tq_qk(dtype), bb = tq_bb(dtype), nb = 600;
     uint8_t *raw = malloc(nb * bb);
     float *got = malloc(nb * qk * sizeof(float)), *want = malloc(nb * qk * sizeof(float));
-    for (size_t b = 0; b < nb; b++) rnd_block(dtype, raw + b * bb);
-    EXPECT(ce_quant_dequantize(dtype, raw, got, nb * qk) == 0, "%s dequantize", qname(dtype));
-    ref_dequantize(dtype, raw, want, nb * qk);
-    size_t bad = 0, first = 0;
-    for (size_t i = 0; i < nb * qk; i++)
-      if (bits_of(got[i]) != bits_of(want[i]) && !bad++) first = i;
-    EXPECT(bad == 0, "%s: %zu of %zu values differ from ggml's, first %zu: %a vs %a", qname(dtype), bad, nb * qk,
-           first, got[first], want[first]);
+    for (int any = 0; any < 2; any++) {
+      for (size_t b = 0; b < nb; b++) (any ? rnd_block_any : rnd_block)(dtype, raw + b * bb);
+      EXPECT(ce_quant_dequantize(dtype, raw, got, nb * qk) == 0, "%s dequantize", qname(dtype));
+      ref_dequantize(dtype, raw, want, nb * qk);
+      size_t bad = 0, first = 0;
+      for (size_t i = 0; i < nb * qk; i++)
+        if (bits_of(got[i]) != bits_of(want[i]) && !bad++) first = i;
+      EXPECT(bad == 0, "%s%s: %zu of %zu values differ from ggml's, first %zu: %a vs %a", qname(dtype),
+             any ? " (any scale)" : "", bad, nb * qk, first, got[first], want[first]);
+    }
     EXPECT(ce_quant_dequantize(dtype, raw, got, qk + 1) == -1, "%s: a partial block is refused", qname(dtype));
     free(raw);
     free(got);
     free(want);
   }
   EXPECT(ce_quant_dequantize(2, NULL, NULL, 0) == -1, "a float dtype is refused");
+  EXPECT(ce_quant_dequantize(22, NULL, NULL, 0) == -1, "a dtype that is none is refused");
 }
 
-/* One block of each type with every possible f16 scale (inf and NaN included). */
+/* One block of each type with every possible f16 scale (inf and NaN
+ * included); a second scale (a min) runs through the halves backwards. */
 TU_CASE(every_scale) {
-  static const int types[] = {CE_Q8_0, CE_Q4_0, CE_Q4_K, CE_Q6_K};
-  for (int t = 0; t < 4; t++) {
-    int dtype = types[t];
-    size_t qk = tq_qk(dtype), bb = tq_bb(dtype), bad = 0;
-    uint8_t raw[CE_Q4_K_BYTES > CE_Q6_K_BYTES ? CE_Q4_K_BYTES : CE_Q6_K_BYTES];
+  for (int t = 0; t < NTQ; t++) {
+    int dtype = TQ[t].dtype;
+    size_t qk = tq_qk(dtype), bad = 0;
+    uint8_t raw[TQ_MAX_BYTES];
     float got[256], want[256];
     rnd_block(dtype, raw);
-    size_t dpos = dtype == CE_Q6_K ? 208 : 0;
     for (uint32_t h = 0; h < 65536; h++) {
-      raw[dpos] = (uint8_t)h;
-      raw[dpos + 1] = (uint8_t)(h >> 8);
-      if (dtype == CE_Q4_K) { /* dmin runs through the halves backwards */
-        raw[2] = (uint8_t)~h;
-        raw[3] = (uint8_t)(~h >> 8);
-      }
+      set_half(dtype, raw, 0, (uint16_t)h);
+      if (n_halves(dtype) == 2) set_half(dtype, raw, 1, (uint16_t)~h);
       ce_quant_dequantize(dtype, raw, got, qk);
       ref_dequantize(dtype, raw, want, qk);
       for (size_t i = 0; i < qk; i++) bad += bits_of(got[i]) != bits_of(want[i]);
     }
-    (void)bb;
     EXPECT(bad == 0, "%s: %zu values differ from ggml's over every scale", qname(dtype), bad);
   }
 }
@@ -240,6 +250,66 @@ TU_CASE(known_values) {
   EXPECT(y[0] == 0.25f * 2 * 31, "q6_K value 0: %g", y[0]);
   EXPECT(y[96] == 0.25f * -3 * 0, "q6_K value 96: %g", y[96]);
   EXPECT(y[200] == 0.25f * 4 * (21 - 32), "q6_K value 200: %g", y[200]);
+  uint8_t b[TQ_MAX_BYTES];
+  /* Q4_1: d = 0.5, m = -1; qs[0] = 0x3A: value 0 = 10*0.5 - 1, value 16 = 3*0.5 - 1 */
+  memset(b, 0, sizeof b), b[1] = 0x38, b[3] = 0xBC, b[4] = 0x3A;
+  ce_quant_dequantize(CLEMBED_Q4_1, b, y, 32);
+  EXPECT(y[0] == 4.0f && y[16] == 0.5f && y[1] == -1.0f, "q4_1: %g %g %g", y[0], y[16], y[1]);
+  /* Q5_0: d = 1; qh bits 0 and 16; qs[0] = 0x21, qs[1] = 0x0F: values 0, 16, 1 = 17-16, 18-16, 15-16 */
+  memset(b, 0, sizeof b), b[1] = 0x3C, b[2] = 0x01, b[4] = 0x01, b[6] = 0x21, b[7] = 0x0F;
+  ce_quant_dequantize(CLEMBED_Q5_0, b, y, 32);
+  EXPECT(y[0] == 1.0f && y[16] == 2.0f && y[1] == -1.0f && y[17] == -16.0f, "q5_0: %g %g %g %g", y[0], y[16], y[1],
+         y[17]);
+  /* Q5_1: d = 2, m = 0.5; qh bit 31; qs[15] = 0xF0: value 31 = 31*2 + 0.5, value 15 = 0.5 */
+  memset(b, 0, sizeof b), b[1] = 0x40, b[3] = 0x38, b[7] = 0x80, b[8 + 15] = 0xF0;
+  ce_quant_dequantize(CLEMBED_Q5_1, b, y, 32);
+  EXPECT(y[31] == 62.5f && y[15] == 0.5f, "q5_1: %g %g", y[31], y[15]);
+  /* Q2_K: d = 1, dmin = 0.5; scales[0] = 0x23 (3, min 2), qs[0] = 0x02: value 0 = 3*2 - 1; scales[2] = 0x10:
+   * value 32 (shift 2 of qs[0]) = 0*q - 0.5; value 200 (scale 12, qs[32 + 8] >> 4) = 5*3 */
+  memset(b, 0, sizeof b), b[81] = 0x3C, b[83] = 0x38, b[0] = 0x23, b[2] = 0x10, b[12] = 0x05, b[16] = 0x02,
+                          b[16 + 40] = 0x30;
+  ce_quant_dequantize(CLEMBED_Q2_K, b, y, 256);
+  EXPECT(y[0] == 5.0f && y[32] == -0.5f && y[200] == 15.0f, "q2_K: %g %g %g", y[0], y[32], y[200]);
+  /* Q3_K: d = 1; scale 0 = 3 | 2 << 4 = 35 (minus 32: 3): value 0 (q 1, hmask set) = 3, value 1 (q 0,
+   * hmask clear: -4) = -12; scale 9 = (scales[1] >> 4) | ((scales[9] >> 4) & 3) << 4 = 53 (21): value 144
+   * (qs[32 + 16] & 3 = 3, hmask[16] bit 4 set) = 63 */
+  memset(b, 0, sizeof b), b[109] = 0x3C, b[96] = 0x03, b[104] = 0x02, b[97] = 0x50, b[105] = 0x30, b[32] = 0x01,
+                          b[0] = 0x01, b[32 + 48] = 0x03, b[16] = 0x10;
+  ce_quant_dequantize(CLEMBED_Q3_K, b, y, 256);
+  EXPECT(y[0] == 3.0f && y[1] == -12.0f && y[144] == 63.0f, "q3_K: %g %g %g", y[0], y[1], y[144]);
+  /* Q5_K: d = 1, dmin = 1; sub-block 0 scale 2 min 1; qs[0] = 0x07, qh[0] bit 0: value 0 = 2*(7 + 16) - 1 */
+  memset(b, 0, sizeof b), b[1] = 0x3C, b[3] = 0x3C, b[4] = 2, b[8] = 1, b[16] = 0x01, b[48] = 0x07;
+  ce_quant_dequantize(CLEMBED_Q5_K, b, y, 256);
+  EXPECT(y[0] == 45.0f && y[1] == -1.0f, "q5_K: %g %g", y[0], y[1]);
+  /* IQ4_NL: d = 1; qs[0] = 0xF0: value 0 = kvalues[0] = -127, value 16 = kvalues[15] = 113 */
+  memset(b, 0, sizeof b), b[1] = 0x3C, b[2] = 0xF0;
+  ce_quant_dequantize(CLEMBED_IQ4_NL, b, y, 32);
+  EXPECT(y[0] == -127.0f && y[16] == 113.0f, "iq4_nl: %g %g", y[0], y[16]);
+  /* IQ4_XS: d = 0.5; sub-block 0: ls = 1 | 2 << 4 = 33 (dl 0.5), qs[0] = 0x98: kvalues[8] = 1, kvalues[9] = 13;
+   * sub-block 3: ls 0 (dl -16), value 96 = -16 * kvalues[0] */
+  memset(b, 0, sizeof b), b[1] = 0x38, b[2] = 0x02, b[4] = 0x01, b[8] = 0x98;
+  ce_quant_dequantize(CLEMBED_IQ4_XS, b, y, 256);
+  EXPECT(y[0] == 0.5f && y[16] == 6.5f && y[96] == 2032.0f, "iq4_xs: %g %g %g", y[0], y[16], y[96]);
+  /* IQ2_XXS: d = 1; grid entry 0 (all 8); aux = scale 1 << 28 | sign code 1 (ksigns 129: bits 0 and 7):
+   * db = (0.5 + 1) * 0.25; values 0, 1, 7 = -3, 3, -3; value 8 (sign code 0) = 3 */
+  memset(b, 0, sizeof b), b[1] = 0x3C, b[6] = 0x01, b[9] = 0x10;
+  ce_quant_dequantize(CLEMBED_IQ2_XXS, b, y, 256);
+  EXPECT(y[0] == -3.0f && y[1] == 3.0f && y[7] == -3.0f && y[8] == 3.0f, "iq2_xxs: %g %g %g %g", y[0], y[1], y[7],
+         y[8]);
+  /* IQ3_XXS: d = 1; grid entry 0 (all 4); aux = 2 << 28: db = (0.5 + 2) * 0.5; value 0 = 5 */
+  memset(b, 0, sizeof b), b[1] = 0x3C, b[69] = 0x20;
+  ce_quant_dequantize(CLEMBED_IQ3_XXS, b, y, 256);
+  EXPECT(y[0] == 5.0f && y[31] == 5.0f, "iq3_xxs: %g %g", y[0], y[31]);
+  /* IQ1_S: d = 1; grid entry 0 (all -1); qh 0: dl 1, delta 0.125: -0.875; sub-block 1's qh = 0x8000 | 3 << 12:
+   * dl 7, delta -0.125: -7.875 */
+  memset(b, 0, sizeof b), b[1] = 0x3C, b[37] = 0xB0;
+  ce_quant_dequantize(CLEMBED_IQ1_S, b, y, 256);
+  EXPECT(y[0] == -0.875f && y[32] == -7.875f, "iq1_s: %g %g", y[0], y[32]);
+  /* IQ1_M: d = 1 (0x3C00: the scale words' top nibbles 0, 0, C, 3); sub-block 0's 3-bit scales 0 and 1
+   * (dl1 1, dl2 3); grid entry 0; qh[1] = 0x80 (values 24..31: delta -0.125): values 0, 16, 24 */
+  memset(b, 0, sizeof b), b[48 + 5] = 0xC0, b[48 + 7] = 0x30, b[48] = 1 << 3, b[33] = 0x80;
+  ce_quant_dequantize(CLEMBED_IQ1_M, b, y, 256);
+  EXPECT(y[0] == -0.875f && y[16] == 3 * -0.875f && y[24] == 3 * -1.125f, "iq1_m: %g %g %g", y[0], y[16], y[24]);
 }
 
 /* Rows for the quantizers: random, with zeros, blocks of zeros, +-FLT_MAX,
@@ -418,8 +488,20 @@ static clembed_context *shape_ctx[2] = {NULL, NULL}; /* CLEMBED_TUNING=cpu, =gpu
 static int shapes_state = -1;
 static const char *SHAPE_NAME[2] = {"cpu shapes", "gpu shapes"};
 static const char *DN_F[3] = {"F32", "F16", "BF16"};
-static const int QTYPES[4] = {CLEMBED_Q8_0, CLEMBED_Q4_0, CLEMBED_Q4_K, CLEMBED_Q6_K};
 static const clembed_dtype FTYPES[3] = {CLEMBED_F32, CLEMBED_F16, CLEMBED_BF16};
+static int tq_full = 0; /* "full": every type in every shape, output dtype and option (ctest label exhaustive) */
+
+/* Whether type TQ[k] runs in shape sh with output dtype FTYPES[f]. By default
+ * the first four types (Q8_0 ... Q6_K) in all of them; each other type in both
+ * shapes, each shape with one output dtype, rotating over the types so that
+ * every shape meets every output dtype (the loads are the table's, the stores
+ * the output's: they meet in the forward, whose every pairing is in "full").
+ * Under Oclgrind (small) the other types in one shape each. */
+static int tq_runs(int k, int sh, int f) {
+  if (tq_full || k < 4) return 1;
+  if (tu_small && sh != k % 2) return 0;
+  return f == (k + sh) % 3;
+}
 
 static clembed_context *device(void) {
   if (!dev_ctx) dev_ctx = tu_context();
@@ -507,8 +589,8 @@ static const char *dname(int t) { return qname(t); }
  * ggml's, a window's surroundings untouched. */
 TU_CASE(dev_roundtrip) {
   ctx = device();
-  for (int k = 0; k < 4; k++) {
-    int t = QTYPES[k];
+  for (int k = 0; k < NTQ; k++) {
+    int t = TQ[k].dtype;
     size_t qk = tq_qk(t), rows = tu_small ? 3 : 17, cols = qk * 3;
     qtab q = qtab_make(t, rows, cols);
     char what[96];
@@ -566,7 +648,7 @@ TU_CASE(dev_write_floats) {
   size_t rows = tu_small ? 4 : 40, cols = 64, n = rows * cols;
   float *x = quant_rows(n);
   for (int k = 0; k < 2; k++) {
-    int t = QTYPES[k];
+    int t = TQ[k].dtype;
     size_t rb = cols / 32 * tq_bb(t);
     uint8_t *want = malloc(rows * rb), *got = malloc(rows * rb);
     if (t == CLEMBED_Q8_0) ref_quantize_row_q8_0_ref(x, (ref_block_q8_0 *)want, (int64_t)n);
@@ -610,8 +692,8 @@ TU_CASE(dev_write_floats) {
   }
   free(x);
   /* float matrices written from blocks of every type: ggml's values, rounded */
-  for (int k = 0; k < 4; k++) {
-    int t = QTYPES[k];
+  for (int k = 0; k < NTQ; k++) {
+    int t = TQ[k].dtype;
     qtab q = qtab_make(t, 3, tq_qk(t) * 2);
     for (int f = 0; f < 3; f++) {
       clembed_matrix fm = {0};
@@ -632,9 +714,11 @@ TU_CASE(dev_lookup) {
   if (!shapes()) return;
   for (int sh = 0; sh < 2; sh++) {
     ctx = shape_ctx[sh];
-    for (int k = 0; k < 4; k++) {
-      int t = QTYPES[k];
-      size_t qk = tq_qk(t), rows = tu_small ? 9 : 150, cols = qk * (t == CLEMBED_Q6_K || tu_small ? 1 : 3);
+    for (int k = 0; k < NTQ; k++) {
+      int t = TQ[k].dtype;
+      if (!tq_runs(k, sh, 0) && !tq_runs(k, sh, 1) && !tq_runs(k, sh, 2)) continue;
+      size_t qk = tq_qk(t), rows = tu_small ? 9 : 150;
+      size_t cols = qk * (t == CLEMBED_Q6_K || tu_small || (k >= 4 && qk == 256) ? 1 : 3);
       size_t n = tu_small ? 13 : 999;
       qtab q = qtab_make(t, rows, cols);
       int64_t *ids = malloc(n * sizeof(int64_t));
@@ -648,6 +732,7 @@ TU_CASE(dev_lookup) {
         clembed_matrix table = {0};
         OK(ctx, qtab_upload(ctx, &q, strided ? 3 * qk : 0, strided ? 2 * qk : 0, &table));
         for (int f = 0; f < 3; f++) {
+          if (!tq_runs(k, sh, f)) continue;
           clembed_matrix out = {0};
           float *zeros = calloc(n * (cols + 5) + 7, sizeof(float));
           if (strided)
@@ -699,11 +784,13 @@ static void run_embed(clembed_context *ctx, const char *shape, int t, clembed_dt
     if (i % 11 == 6) ids[i] = INT64_MAX - (int64_t)(rnd32() % 3);
     if (o->padding != CLEMBED_NO_PADDING && i % 4 == 0) ids[i] = o->padding < 0 ? o->padding + (int64_t)rows : o->padding;
   }
-  /* the learned positions: F32 values, or a Q8_0 table and its reference values */
+  /* the learned positions: F32 values, or a quantized table and its reference values (Q8_0 with the
+   * first four types, else the table's own type: one program reading two tables of it) */
+  int pdt = tq(t) - TQ < 4 ? CLEMBED_Q8_0 : t;
   float *pos = malloc(prow * cols * sizeof(float));
   qtab qp = {0};
   if (o->qpos) {
-    qp = qtab_make(CLEMBED_Q8_0, prow, cols);
+    qp = qtab_make(pdt, prow, cols);
     memcpy(pos, qp.ref, prow * cols * sizeof(float));
   } else {
     for (size_t i = 0; i < prow * cols; i++) pos[i] = rnd_unit();
@@ -751,7 +838,7 @@ static void run_embed(clembed_context *ctx, const char *shape, int t, clembed_dt
   char what[160];
   snprintf(what, sizeof what, "%s: embed %s -> %s (scale %g, policy %d, padding %lld, %s positions, seq_len %zu, dropout %g)",
            shape, dname(t), DN_F[odt], o->scale, (int)o->policy, (long long)o->padding,
-           o->learned ? (o->qpos ? "Q8_0" : "F32") : "no", o->seq_len, o->dropout);
+           o->learned ? (o->qpos ? dname(pdt) : "F32") : "no", o->seq_len, o->dropout);
   int errs = first_bad >= 0 || first_bad_pos >= 0;
   expect_out(ctx, &out, want, errs ? CLEMBED_ERR_INDEX_OUT_OF_RANGE : CLEMBED_OK, what);
   if (errs && (first_bad < 0 || first_bad_pos < 0)) { /* one kind of error: its first token */
@@ -788,11 +875,13 @@ TU_CASE(dev_embed) {
   };
   size_t nopt = sizeof opts / sizeof opts[0];
   for (int sh = 0; sh < 2; sh++)
-    for (int k = 0; k < 4; k++)
+    for (int k = 0; k < NTQ; k++)
       for (int f = 0; f < 3; f++)
         for (size_t j = 0; j < nopt; j++) {
+          if (!tq_runs(k, sh, f)) continue;
           if (tu_small && (j + (size_t)f + (size_t)k) % 3 != 0) continue; /* a third of the grid under Oclgrind */
-          run_embed(shape_ctx[sh], SHAPE_NAME[sh], QTYPES[k], FTYPES[f], &opts[j]);
+          if (!tq_full && k >= 4 && j % 3 != (size_t)(k + sh) % 3) continue; /* the other types: 2 options a shape */
+          run_embed(shape_ctx[sh], SHAPE_NAME[sh], TQ[k].dtype, FTYPES[f], &opts[j]);
         }
 }
 
@@ -801,9 +890,10 @@ TU_CASE(dev_embed) {
 TU_CASE(dev_sinusoid) {
   if (!shapes()) return;
   for (int sh = 0; sh < 2; sh++)
-    for (int k = 0; k < 4; k++) {
+    for (int k = 0; k < NTQ; k++) {
+      if (!tq_runs(k, sh, 0) && !tq_runs(k, sh, 1) && !tq_runs(k, sh, 2)) continue;
       ctx = shape_ctx[sh];
-      int t = QTYPES[k];
+      int t = TQ[k].dtype;
       size_t rows = 11, cols = tq_qk(t), n = tu_small ? 24 : 300;
       qtab q = qtab_make(t, rows, cols);
       int32_t *ids = malloc(n * sizeof(int32_t));
@@ -818,6 +908,7 @@ TU_CASE(dev_sinusoid) {
       OK(ctx, clembed_matrix_create(ctx, rows, cols, CLEMBED_F32, &ft));
       OK(ctx, clembed_matrix_write(ctx, &ft, q.ref, CLEMBED_F32));
       for (int variant = 0; variant < 3; variant++) {
+        if (!tq_runs(k, sh, variant)) continue;
         clembed_dtype odt = FTYPES[variant];
         OK(ctx, clembed_matrix_create(ctx, n, cols, odt, &o1));
         OK(ctx, clembed_matrix_create(ctx, n, cols, odt, &o2));
@@ -855,14 +946,16 @@ TU_CASE(dev_sinusoid) {
  * tails), and a table whose last row ends the buffer is never read past. */
 TU_CASE(dev_edges) {
   if (!shapes()) return;
-  for (int k = 0; k < 4; k++) {
-    int t = QTYPES[k];
+  for (int k = 0; k < NTQ; k++) {
+    int t = TQ[k].dtype;
     size_t rows = 5, cols = tq_qk(t), n = 23;
     qtab q = qtab_make(t, rows, cols);
     int64_t ids[23];
     for (size_t i = 0; i < n; i++)
       ids[i] = i % 3 == 0 ? (int64_t)rows - 1 : i % 3 == 1 ? (int64_t)(rows + i) : -(int64_t)i - 1;
     for (int sh = 0; sh < 2; sh++) {
+      int f = k < 4 ? 0 : (k + sh) % 3; /* (the other types: dev_lookup's output dtype, the same program) */
+      if (!tq_runs(k, sh, f)) continue;
       ctx = shape_ctx[sh];
       for (int policy = 0; policy < 4; policy++) {
         clembed_ids dids = {0};
@@ -870,7 +963,7 @@ TU_CASE(dev_edges) {
         OK(ctx, clembed_ids_create(ctx, ids, n, CLEMBED_I64, &dids));
         OK(ctx, clembed_matrix_create(ctx, rows, cols, (clembed_dtype)t, &table)); /* exactly the blocks */
         OK(ctx, clembed_matrix_write(ctx, &table, q.blocks, (clembed_dtype)t));
-        OK(ctx, clembed_matrix_create(ctx, n, cols, CLEMBED_F32, &out));
+        OK(ctx, clembed_matrix_create(ctx, n, cols, FTYPES[f], &out));
         clembed_embed_options eo = clembed_embed_defaults();
         eo.policy = (clembed_index_policy)policy;
         OK(ctx, clembed_embed(ctx, &table, &dids, &eo, &out, 0, NULL, NULL));
@@ -883,7 +976,8 @@ TU_CASE(dev_edges) {
           for (size_t c = 0; c < cols; c++) want[i * cols + c] = r >= 0 ? 1.0f * q.ref[(size_t)r * cols + c] : 0.0f;
         }
         char what[96];
-        snprintf(what, sizeof what, "%s: %s table ending its buffer, policy %d", SHAPE_NAME[sh], dname(t), policy);
+        snprintf(what, sizeof what, "%s: %s table ending its buffer -> %s, policy %d", SHAPE_NAME[sh], dname(t),
+                 DN_F[f], policy);
         expect_out(ctx, &out, want, anybad ? CLEMBED_ERR_INDEX_OUT_OF_RANGE : CLEMBED_OK, what);
         free(want);
         clembed_matrix_release(&table);
@@ -893,6 +987,193 @@ TU_CASE(dev_edges) {
     }
     qtab_free(&q);
   }
+}
+
+/* 1 when stored bits g of dtype t are a NaN */
+static int nan_bits(uint32_t g, clembed_dtype t) {
+  if (t == CLEMBED_F32) return (g & 0x7FFFFFFFu) > 0x7F800000u;
+  return (g & 0x7FFFu) > (t == CLEMBED_F16 ? 0x7C00u : 0x7F80u);
+}
+/* As expect_out, where want may hold NaNs: a NaN must come out a NaN (its
+ * payload is the device's: OpenCL leaves it free), every other value exact. */
+static size_t count_differ_nan(const void *got, clembed_dtype t, const float *want, size_t n) {
+  size_t bad = 0;
+  for (size_t i = 0; i < n; i++) {
+    uint32_t g = host_bits(got, i, t);
+    bad += isnan(want[i]) ? !nan_bits(g, t) : g != stored_bits(want[i], t);
+  }
+  return bad;
+}
+
+/* Blocks with any f16 scale: the largest, subnormal, zero, infinite and NaN
+ * (ggml's products then give infinities and NaNs: inf * 0 is a NaN, as in
+ * ggml), in lookups (both shapes) and read back as F32, F16 and BF16. */
+TU_CASE(dev_extreme) {
+  if (!shapes()) return;
+  for (int k = 0; k < NTQ; k++) {
+    int t = TQ[k].dtype;
+    size_t qk = tq_qk(t), rows = 8, cols = qk * (qk == 32 ? 2 : 1), nb = rows * cols / qk, n = 16;
+    qtab q = qtab_make(t, rows, cols);
+    for (size_t b = 0; b < nb; b++) rnd_block_any(t, q.blocks + b * tq_bb(t));
+    static const uint16_t first[4] = {0x7C00, 0x7E00, 0x7BFF, 0x0001}; /* rows 0..3: inf, NaN, max, subnormal */
+    for (size_t r = 0; r < 4; r++)
+      for (int h = 0; h < n_halves(t); h++) set_half(t, q.blocks + r * q.row_bytes, h, first[r] ^ (uint16_t)(h << 15));
+    ref_dequantize(t, q.blocks, q.ref, rows * cols);
+    int64_t ids[16];
+    for (size_t i = 0; i < n; i++) ids[i] = (int64_t)(i % rows);
+    float *want = malloc(n * cols * sizeof(float));
+    for (size_t i = 0; i < n; i++) memcpy(want + i * cols, q.ref + (size_t)ids[i] * cols, cols * sizeof(float));
+    for (int sh = 0; sh < 2; sh++) {
+      int f = k < 4 ? 0 : (k + sh) % 3;
+      if (!tq_runs(k, sh, f)) continue;
+      ctx = shape_ctx[sh];
+      clembed_ids dids = {0};
+      clembed_matrix table = {0}, out = {0};
+      OK(ctx, clembed_ids_create(ctx, ids, n, CLEMBED_I64, &dids));
+      OK(ctx, clembed_matrix_create(ctx, rows, cols, (clembed_dtype)t, &table));
+      OK(ctx, clembed_matrix_write(ctx, &table, q.blocks, (clembed_dtype)t));
+      OK(ctx, clembed_matrix_create(ctx, n, cols, FTYPES[f], &out));
+      OK(ctx, clembed_lookup(ctx, &table, &dids, &out, 0, NULL, NULL));
+      void *got = tu_alloc_elems(n * cols, FTYPES[f]);
+      OK(ctx, clembed_matrix_read(ctx, &out, got, FTYPES[f]));
+      size_t bad = count_differ_nan(got, FTYPES[f], want, n * cols);
+      EXPECT(bad == 0, "%s: lookup of %s blocks with extreme scales -> %s: %zu of %zu values differ", SHAPE_NAME[sh],
+             dname(t), DN_F[f], bad, n * cols);
+      free(got);
+      for (int g = 0; g < 3 && sh == 0; g++) { /* read back, dequantized on the host */
+        got = tu_alloc_elems(rows * cols, FTYPES[g]);
+        OK(ctx, clembed_matrix_read(ctx, &table, got, FTYPES[g]));
+        bad = count_differ_nan(got, FTYPES[g], q.ref, rows * cols);
+        EXPECT(bad == 0, "%s blocks with extreme scales read as %s: %zu of %zu values differ", dname(t), DN_F[g], bad,
+               rows * cols);
+        free(got);
+      }
+      clembed_matrix_release(&table);
+      clembed_matrix_release(&out);
+      clembed_ids_release(&dids);
+    }
+    free(want);
+    qtab_free(&q);
+  }
+}
+
+/* Every load function of cl/lib/quant.cl, for every type, in one program of
+ * the helpers (dtype.cl, iqtables.cl with every table, quant.cl, read from the
+ * source tree) and a kernel per type that writes each value of a table
+ * through each of them: ce_load_T (one value), ce_load4_T (4), the 8-value
+ * load, ce_loadv_T (VEC 16), ce_loadw_T (2 x 16), and the 2 x 4 and 2 x 8
+ * loads. Some are not reached by the forward's shapes on block tables (the
+ * scalar one, VEC loads of a column tail) but are by other families'. */
+static const char LOADS_KERNELS[] =
+    "#define T_LOADS(code, name)                                                                     \\\n"
+    "__kernel void t_loads_##code(__global const uchar *p, ulong n, __global float *o) {            \\\n"
+    "  ulong i = get_global_id(0) * 32;                                                             \\\n"
+    "  if (i >= n) return;                                                                          \\\n"
+    "  for (uint k = 0; k < 32; k++) o[i + k] = ce_load_##code(p, i + k);                           \\\n"
+    "  for (uint k = 0; k < 8; k++) vstore4(ce_load4_##code(p, i, k), 0, o + n + i + 4 * k);        \\\n"
+    "  for (uint k = 0; k < 4; k++) vstore8(ce_##name##_load8(p, i + 8 * k), 0, o + 2 * n + i + 8 * k); \\\n"
+    "  for (uint k = 0; k < 2; k++) vstore16(ce_loadv_##code(p, i + 16 * k), 0, o + 3 * n + i + 16 * k); \\\n"
+    "  float16 a, b;                                                                                \\\n"
+    "  ce_loadw_##code(p, i, a, b);                                                                 \\\n"
+    "  vstore16(a, 0, o + 4 * n + i), vstore16(b, 0, o + 4 * n + i + 16);                           \\\n"
+    "  for (uint k = 0; k < 4; k++) {                                                               \\\n"
+    "    float4 c, d;                                                                               \\\n"
+    "    ce_##name##_load2x4(p, i + 8 * k, &c, &d);                                                 \\\n"
+    "    vstore4(c, 0, o + 5 * n + i + 8 * k), vstore4(d, 0, o + 5 * n + i + 8 * k + 4);            \\\n"
+    "  }                                                                                            \\\n"
+    "  for (uint k = 0; k < 2; k++) {                                                               \\\n"
+    "    float8 c, d;                                                                               \\\n"
+    "    ce_##name##_load2x8(p, i + 16 * k, &c, &d);                                                \\\n"
+    "    vstore8(c, 0, o + 6 * n + i + 16 * k), vstore8(d, 0, o + 6 * n + i + 16 * k + 8);          \\\n"
+    "  }                                                                                            \\\n"
+    "}                                                                                              \n"
+    "T_LOADS(3, q8_0) T_LOADS(4, q4_0) T_LOADS(5, q4_k) T_LOADS(6, q6_k) T_LOADS(7, q4_1)          \n"
+    "T_LOADS(8, q5_0) T_LOADS(9, q5_1) T_LOADS(10, q2_k) T_LOADS(11, q3_k) T_LOADS(12, q5_k)       \n"
+    "T_LOADS(13, iq4_nl) T_LOADS(14, iq4_xs) T_LOADS(15, iq2_xxs) T_LOADS(16, iq2_xs)             \n"
+    "T_LOADS(17, iq2_s) T_LOADS(18, iq3_xxs) T_LOADS(19, iq3_s) T_LOADS(20, iq1_s) T_LOADS(21, iq1_m) \n";
+#define N_LOADS 7
+static const char *LOAD_NAMES[N_LOADS] = {"ce_load_T", "ce_load4_T", "load8", "ce_loadv_T (16)", "ce_loadw_T (2 x 16)",
+                                          "load2x4", "load2x8"};
+
+static char *read_text(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *p = malloc((size_t)n + 1);
+  *len = fread(p, 1, (size_t)n, f);
+  p[*len] = '\0';
+  fclose(f);
+  return p;
+}
+
+TU_CASE(dev_loads) {
+  ctx = device();
+  cl_command_queue queue = clembed_context_queue(ctx);
+  cl_context cc = NULL;
+  cl_device_id dev = NULL;
+  clGetCommandQueueInfo(queue, CL_QUEUE_CONTEXT, sizeof cc, &cc, NULL);
+  clGetCommandQueueInfo(queue, CL_QUEUE_DEVICE, sizeof dev, &dev, NULL);
+  static const char *const files[] = {"dtype.cl", "iqtables.cl", "quant.cl"};
+  const char *src[4];
+  size_t len[4];
+  int have = 1;
+  for (int i = 0; i < 3; i++) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", CLEMBED_CL_LIB_DIR, files[i]);
+    src[i] = read_text(path, &len[i]);
+    EXPECT(src[i] != NULL, "cannot read %s", path);
+    have &= src[i] != NULL;
+  }
+  src[3] = LOADS_KERNELS;
+  len[3] = strlen(LOADS_KERNELS);
+  cl_int err = CL_SUCCESS;
+  cl_program prog = have ? clCreateProgramWithSource(cc, 4, src, len, &err) : NULL;
+  if (prog) err = clBuildProgram(prog, 1, &dev, "-cl-std=CL1.2 -DVEC=16 -DCE_ALL_TABLES=1 -DCE_PREFETCH=0", NULL, NULL);
+  if (prog && err != CL_SUCCESS) {
+    char log[8192] = "";
+    clGetProgramBuildInfo(prog, dev, CL_PROGRAM_BUILD_LOG, sizeof log - 1, log, NULL);
+    fprintf(stderr, "%s\n", log);
+  }
+  EXPECT(prog && err == CL_SUCCESS, "building the loads' program: %d", (int)err);
+  for (int k = 0; prog && err == CL_SUCCESS && k < NTQ; k++) {
+    int t = TQ[k].dtype;
+    size_t qk = tq_qk(t), n = qk == 32 ? 32 * 24 : 256 * (tu_small ? 2 : 6), nb = n / qk;
+    qtab q = qtab_make(t, 1, n);
+    for (size_t b = 0; b < nb; b++) rnd_block(t, q.blocks + b * tq_bb(t));
+    ref_dequantize(t, q.blocks, q.ref, n);
+    char name[32];
+    snprintf(name, sizeof name, "t_loads_%d", t);
+    cl_int e2 = CL_SUCCESS;
+    cl_kernel kern = clCreateKernel(prog, name, &e2);
+    cl_mem in = clCreateBuffer(cc, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, nb * tq_bb(t), q.blocks, &e2);
+    cl_mem out = clCreateBuffer(cc, CL_MEM_WRITE_ONLY, N_LOADS * n * sizeof(float), NULL, &e2);
+    cl_ulong nn = n;
+    size_t global = n / 32;
+    float *got = malloc(N_LOADS * n * sizeof(float));
+    e2 = clSetKernelArg(kern, 0, sizeof in, &in);
+    e2 |= clSetKernelArg(kern, 1, sizeof nn, &nn);
+    e2 |= clSetKernelArg(kern, 2, sizeof out, &out);
+    if (e2 == CL_SUCCESS) e2 = clEnqueueNDRangeKernel(queue, kern, 1, NULL, &global, NULL, 0, NULL, NULL);
+    if (e2 == CL_SUCCESS)
+      e2 = clEnqueueReadBuffer(queue, out, CL_TRUE, 0, N_LOADS * n * sizeof(float), got, 0, NULL, NULL);
+    EXPECT(e2 == CL_SUCCESS, "%s: running %s: %d", dname(t), name, (int)e2);
+    for (int v = 0; e2 == CL_SUCCESS && v < N_LOADS; v++) {
+      size_t bad = 0, first = 0;
+      for (size_t i = 0; i < n; i++)
+        if (bits_of(got[v * n + i]) != bits_of(q.ref[i]) && !bad++) first = i;
+      EXPECT(bad == 0, "%s through %s: %zu of %zu values differ from ggml's, first %zu: %a, expected %a", dname(t),
+             LOAD_NAMES[v], bad, n, first, got[v * n + first], q.ref[first]);
+    }
+    free(got);
+    clReleaseMemObject(in);
+    clReleaseMemObject(out);
+    clReleaseKernel(kern);
+    qtab_free(&q);
+  }
+  if (prog) clReleaseProgram(prog);
+  for (int i = 0; i < 3; i++) free((void *)src[i]);
 }
 
 /* A failure with `code` whose error detail names the argument `arg` and whose
@@ -918,9 +1199,13 @@ TU_CASE(dev_rejections) {
   REFUSES(ctx, CLEMBED_ERR_INVALID_ARGUMENT, "cols", "Q4_0 block size 32", clembed_matrix_create(ctx, 2, 16, CLEMBED_Q4_0, &m));
   REFUSES(ctx, CLEMBED_ERR_INVALID_ARGUMENT, "cols", "Q4_K block size 256", clembed_matrix_create(ctx, 2, 32, CLEMBED_Q4_K, &m));
   REFUSES(ctx, CLEMBED_ERR_INVALID_ARGUMENT, "cols", "Q6_K block size 256", clembed_matrix_create(ctx, 2, 128, CLEMBED_Q6_K, &m));
-  FAILS(ctx, CLEMBED_ERR_INVALID_ARGUMENT, clembed_matrix_create(ctx, 2, 32, (clembed_dtype)7, &m));
+  REFUSES(ctx, CLEMBED_ERR_INVALID_ARGUMENT, "cols", "Q5_1 block size 32", clembed_matrix_create(ctx, 2, 48, CLEMBED_Q5_1, &m));
+  REFUSES(ctx, CLEMBED_ERR_INVALID_ARGUMENT, "cols", "IQ4_XS block size 256", clembed_matrix_create(ctx, 2, 96, CLEMBED_IQ4_XS, &m));
+  REFUSES(ctx, CLEMBED_ERR_INVALID_ARGUMENT, "cols", "IQ1_M block size 256", clembed_matrix_create(ctx, 2, 32, CLEMBED_IQ1_M, &m));
+  FAILS(ctx, CLEMBED_ERR_INVALID_ARGUMENT, clembed_matrix_create(ctx, 2, 32, (clembed_dtype)99, &m));
+  FAILS(ctx, CLEMBED_ERR_INVALID_ARGUMENT, clembed_matrix_create(ctx, 2, 32, (clembed_dtype)22, &m));
   EXPECT(clembed_dtype_row_bytes(CLEMBED_Q4_K, 512) == 288 && clembed_dtype_row_bytes(CLEMBED_Q8_0, 31) == 0 &&
-             clembed_dtype_row_bytes(CLEMBED_F16, 3) == 6 && clembed_dtype_row_bytes((clembed_dtype)9, 32) == 0,
+             clembed_dtype_row_bytes(CLEMBED_F16, 3) == 6 && clembed_dtype_row_bytes((clembed_dtype)99, 32) == 0,
          "clembed_dtype_row_bytes");
   EXPECT(clembed_dtype_size(CLEMBED_Q8_0) == 0, "no element size for a block type");
   OK(ctx, clembed_matrix_create(ctx, 4, 64, CLEMBED_Q8_0, &q8));
@@ -948,6 +1233,19 @@ TU_CASE(dev_rejections) {
   REFUSES(ctx, CLEMBED_ERR_UNSUPPORTED, "host_dtype", "quantized into Q4_K", clembed_matrix_read(ctx, &f, blocks, CLEMBED_Q4_K));
   REFUSES(ctx, CLEMBED_ERR_UNSUPPORTED, "host_dtype", "no conversion between block types", clembed_matrix_write(ctx, &k4, blocks, CLEMBED_Q8_0));
   clembed_matrix_release(&k4);
+  /* the other types: no quantizer either, and no conversion from or to another block type */
+  for (int k = 4; k < NTQ; k++) {
+    clembed_matrix o = {0};
+    size_t qk = tq_qk(TQ[k].dtype);
+    char says[64];
+    OK(ctx, clembed_matrix_create(ctx, 1, qk, (clembed_dtype)TQ[k].dtype, &o));
+    snprintf(says, sizeof says, "quantized into %s", TQ[k].name);
+    REFUSES(ctx, CLEMBED_ERR_UNSUPPORTED, "m", says, clembed_matrix_write(ctx, &o, vals, CLEMBED_F32));
+    REFUSES(ctx, CLEMBED_ERR_UNSUPPORTED, "host_dtype", "no conversion between block types",
+            clembed_matrix_read(ctx, &o, blocks, CLEMBED_Q4_0));
+    clembed_matrix_release(&o);
+  }
+  REFUSES(ctx, CLEMBED_ERR_UNSUPPORTED, "host_dtype", "quantized into Q2_K", clembed_matrix_read(ctx, &f, blocks, CLEMBED_Q2_K));
   /* quantized matrices as outputs, gradients, tables to train or initialise */
   clembed_matrix q8out = {0};
   OK(ctx, clembed_matrix_create(ctx, 4, 64, CLEMBED_Q8_0, &q8out));
@@ -985,6 +1283,11 @@ static void teardown(clembed_context *unused) {
 
 int main(int argc, char **argv) {
   tu_suite suite = {.name = "test_quant", .teardown = teardown};
+  if (argc >= 2 && !strcmp(argv[1], "full")) { /* every type x shape x output dtype x option */
+    tq_full = 1;
+    argv[1] = argv[0];
+    argc--, argv++;
+  }
   if (argc == 2 && !strcmp(argv[1], "host")) { /* the cases that need no device */
     char *host[] = {argv[0], "layouts", "row_bytes", "f16", "dequantize", "every_scale", "known_values", "quantize", "quantize_known", "tiny_scale", "nan_inputs", "roundtrip"};
     return tu_main((int)(sizeof host / sizeof *host), host, suite);

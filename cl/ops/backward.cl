@@ -35,6 +35,19 @@
 #define TILE 1
 #endif
 
+/* Split matrices (cl/lib/pieces.cl): the gradient (whole in every launch: a
+ * segment's tokens are anywhere in it), and the table (or grad_table), its
+ * states and position_grad, whose rows are the keys: a launch folds the
+ * segments whose key is in its windows of them. */
+/* row `key` of a keyed matrix: its buffer, and the element of its column 0 there */
+#define TAB_AT(key) CE_AT(tab, (ulong)(key))
+#define TAB_OFF(key) CE_OFF(tab, t_off, t_ld, (ulong)(key))
+/* a keyed row asked for ahead (prefetch hints), or 0 when another launch has it */
+#define TAB_AHEAD(key) (CE_OWNS(tab, (ulong)(key)) ? TAB_AT(key) + TAB_OFF(key) : 0)
+#define GRAD_PARAMS __global const GRAD_T *grad, ulong g_off CE_PIECE_PARAMS(const GRAD_T, grad), ulong g_ld
+#define GRAD_PASS grad, g_off CE_PIECE_PASS(grad), g_ld
+#define GRAD_ROW(i) (CE_GRAD_AT(i) + CE_GRAD_OFF(i)) /* (below: a token's row, or a bag's) */
+
 #define GRAD_T CE_XCAT(CE_STORE_, GRAD_DT)
 #define TABLE_T CE_XCAT(CE_STORE_, TABLE_DT)
 #define load_grad CE_XCAT(ce_load_, GRAD_DT)
@@ -69,7 +82,12 @@
 #define CE_BAG_KPARAMS , __global const ulong *cb, __global const long *mr
 #define CE_BAG_FPARAMS , __global const ulong *cb, __global const long *mr, KEY_T key
 #define CE_BAG_FARGS , cb, mr, key
-#define CE_GSRC(e) (cb[2 * (ulong)(e)]) /* sorted entry e's gradient row, from g_off */
+#if CE_PIECES_grad
+#error "the bag backward takes grad_out in one buffer"
+#endif
+/* sorted entry e's gradient row: its buffer, and the element there */
+#define CE_GRAD_AT(e) (grad)
+#define CE_GRAD_OFF(e) (g_off + cb[2 * (ulong)(e)])
 /* Entry t's contribution at V columns from c (T = FV, V = VEC; or one column,
  * T = float, V = 1) of the segment that starts at j, g its gradient row there:
  * kind 1 and 2 the row times the weight or divided by the count; kind 3 (MAX)
@@ -107,7 +125,9 @@ inline float ce_bag_contrib1(float g, __global const ulong *cb, __global const l
 #define CE_BAG_KPARAMS
 #define CE_BAG_FPARAMS
 #define CE_BAG_FARGS
-#define CE_GSRC(e) ((ulong)(e) * g_ld) /* token e's gradient row, from g_off */
+/* token e's gradient row: its buffer, and the element there */
+#define CE_GRAD_AT(e) CE_AT(grad, (ulong)(e))
+#define CE_GRAD_OFF(e) CE_OFF(grad, g_off, g_ld, (ulong)(e))
 #endif
 
 /* ------------------------------------------------------------------ keys */
@@ -150,12 +170,12 @@ __kernel void ce_bwd_pos_keys(ulong n, ulong len, ulong pos_offset, __global con
 /* The sum, in ascending token order, of the gradient rows of the segment
  * [j, end) of the sorted order, at VEC columns from c (or one column):
  * s = ((0 + g[i_j]) + g[i_j+1]) + ... in float32. */
-CE_INLINE FV ce_foldv(__global const GRAD_T *grad, ulong g_off, ulong g_ld, ulong cols, __global const uint *sidx,
-                   ulong j, ulong end CE_BAG_FPARAMS, ulong c, float dropout, uint seed_lo, uint seed_hi, float keep) {
+CE_INLINE FV ce_foldv(GRAD_PARAMS, ulong cols, __global const uint *sidx, ulong j, ulong end CE_BAG_FPARAMS, ulong c,
+                      float dropout, uint seed_lo, uint seed_hi, float keep) {
   FV s = (FV)(0.0f);
   for (ulong t = j; t < end; t++) {
     ulong i = sidx[t];
-    FV g = load_gradv(grad, g_off + CE_GSRC(i) + c);
+    FV g = load_gradv(CE_GRAD_AT(i), CE_GRAD_OFF(i) + c);
 #if BAG
     g = ce_bag_contribv(g, cb, mr, key, sidx, t, j, c);
 #endif
@@ -167,13 +187,12 @@ CE_INLINE FV ce_foldv(__global const GRAD_T *grad, ulong g_off, ulong g_ld, ulon
   return s;
 }
 
-inline float ce_fold1(__global const GRAD_T *grad, ulong g_off, ulong g_ld, ulong cols, __global const uint *sidx,
-                      ulong j, ulong end CE_BAG_FPARAMS, ulong c, float dropout, uint seed_lo, uint seed_hi,
-                      float keep) {
+inline float ce_fold1(GRAD_PARAMS, ulong cols, __global const uint *sidx, ulong j, ulong end CE_BAG_FPARAMS, ulong c,
+                      float dropout, uint seed_lo, uint seed_hi, float keep) {
   float s = 0.0f;
   for (ulong t = j; t < end; t++) {
     ulong i = sidx[t];
-    float g = load_grad(grad, g_off + CE_GSRC(i) + c);
+    float g = load_grad(CE_GRAD_AT(i), CE_GRAD_OFF(i) + c);
 #if BAG
     g = ce_bag_contrib1(g, cb, mr, key, sidx, t, j, c);
 #endif
@@ -188,14 +207,14 @@ inline float ce_fold1(__global const GRAD_T *grad, ulong g_off, ulong g_ld, ulon
 /* TILE (CPU) vectors of consecutive columns from c folded at once, so that
  * each gradient row is read TILE * VEC columns at a time. Every column is still
  * the same left fold in ascending token order. */
-CE_INLINE void ce_fold_tile(FV *acc, __global const GRAD_T *grad, ulong g_off, ulong g_ld, ulong cols,
-                         __global const uint *sidx, ulong j, ulong end CE_BAG_FPARAMS, ulong c, float dropout,
-                         uint seed_lo, uint seed_hi, float keep) {
+CE_INLINE void ce_fold_tile(FV *acc, GRAD_PARAMS, ulong cols, __global const uint *sidx, ulong j, ulong end
+                            CE_BAG_FPARAMS, ulong c, float dropout, uint seed_lo, uint seed_hi, float keep) {
   for (int k = 0; k < TILE; k++) acc[k] = (FV)(0.0f);
   for (ulong t = j; t < end; t++) {
-    ulong i = sidx[t], base = g_off + CE_GSRC(i) + c;
+    ulong i = sidx[t], base = CE_GRAD_OFF(i) + c;
+    __global const GRAD_T *gp = CE_GRAD_AT(i);
     for (int k = 0; k < TILE; k++) {
-      FV g = load_gradv(grad, base + (ulong)k * VEC);
+      FV g = load_gradv(gp, base + (ulong)k * VEC);
 #if BAG
       g = ce_bag_contribv(g, cb, mr, key, sidx, t, j, c + (ulong)k * VEC);
 #endif
@@ -219,11 +238,12 @@ CE_INLINE void ce_fold_tile(FV *acc, __global const GRAD_T *grad, ulong g_off, u
  * 20,000 times is still summed in parallel over its columns. The number of
  * slices is a power of two (shifts, not / and %: see ce_bwd_pos_keys).
  * CE_SEGMENTS opens the loop over the item's segments, with key, j (start),
- * end, lo_ and hi_ defined. It serves the GPU shapes (TILE 1); the CPU shapes
+ * end, lo_ and hi_ defined; it skips a segment unless OWNED (an expression in
+ * key: its rows are in the launch's windows of split matrices). It serves the GPU shapes (TILE 1); the CPU shapes
  * (TILE > 1, one work-item across) use CE_GROUPS below, where the item reads
  * its columns in order, TILE * VEC at a time: whole rows of the short segments
  * (sequential reads) and 256-column blocks of long ones. */
-#define CE_SEGMENTS(skeys, n, none, slice_bits, bw, split, cols)                     \
+#define CE_SEGMENTS(skeys, n, none, slice_bits, bw, split, cols, OWNED)              \
   ulong y_ = get_global_id(1), nslices_ = (ulong)1 << (slice_bits);                 \
   ulong block_ = y_ >> (slice_bits), x_ = get_global_id(0) * VEC;                   \
   ulong cstep_ = get_global_size(0) * VEC;                                          \
@@ -231,6 +251,7 @@ CE_INLINE void ce_fold_tile(FV *acc, __global const GRAD_T *grad, ulong g_off, u
   for (ulong j = y_ & (nslices_ - 1); j < (n); j += nslices_) {                     \
     KEY_T key = skeys[j];                                                           \
     if (key == (none)) break; /* sorted: the rest are `none` too */                 \
+    if (!(OWNED)) continue;   /* another launch's rows */                           \
     if (j > 0 && skeys[j - 1] == key) continue; /* not a segment start */           \
     ulong end = j + 1;                                                              \
     while (end < (n) && skeys[end] == key) end++;                                   \
@@ -245,7 +266,7 @@ CE_INLINE void ce_fold_tile(FV *acc, __global const GRAD_T *grad, ulong g_off, u
 
 /* The item's columns of the segment [j, end): STOREV(o, sum of VEC columns,
  * ...) and STORE1(o, sum of one column, ...) with o = base + column. */
-#define CE_FOLD_ARGS grad, g_off, g_ld, cols, sidx, j, end CE_BAG_FARGS
+#define CE_FOLD_ARGS GRAD_PASS, cols, sidx, j, end CE_BAG_FARGS
 #define CE_MASK_ARGS dropout, seed_lo, seed_hi, keep
 /* The TILE * VEC columns from c of the segment [j, end), folded and stored. */
 #define CE_TILE_STORE(STOREV, base, c, ...)                                                 \
@@ -288,10 +309,10 @@ CE_INLINE void ce_fold_tile(FV *acc, __global const GRAD_T *grad, ulong g_off, u
 #ifndef CE_GROUP
 #define CE_GROUP 4 /* the tuning table's fold_group */
 #endif
-#define CE_GROUPS(skeys, n, none, slice_bits, bw, split, cols) \
-  CE_GROUPS_OF(CE_GROUP, skeys, n, none, slice_bits, bw, split, cols)
+#define CE_GROUPS(skeys, n, none, slice_bits, bw, split, cols, OWNED) \
+  CE_GROUPS_OF(CE_GROUP, skeys, n, none, slice_bits, bw, split, cols, OWNED)
 /* The same with groups of G positions (ce_bwd_rowwise_grouped: VEC). */
-#define CE_GROUPS_OF(G, skeys, n, none, slice_bits, bw, split, cols)                  \
+#define CE_GROUPS_OF(G, skeys, n, none, slice_bits, bw, split, cols, OWNED)           \
   ulong y_ = get_global_id(1), nslices_ = (ulong)1 << (slice_bits);                 \
   ulong block_ = y_ >> (slice_bits);                                                \
   if (block_ * (bw) >= (cols)) return;                                              \
@@ -302,6 +323,7 @@ CE_INLINE void ce_fold_tile(FV *acc, __global const GRAD_T *grad, ulong g_off, u
     for (ulong j = g_; j < gend_; j++) {                                            \
       KEY_T key = skeys[j];                                                         \
       if (key == (none)) break; /* sorted: the rest are `none` too */               \
+      if (!(OWNED)) continue;   /* another launch's rows */                         \
       if (j > 0 && skeys[j - 1] == key) continue; /* not a segment start */         \
       ulong end = j + 1;                                                            \
       while (end < (n) && skeys[end] == key) end++;                                 \
@@ -339,8 +361,9 @@ CE_INLINE void ce_fold_tile(FV *acc, __global const GRAD_T *grad, ulong g_off, u
  * for, whole lines at each column step. Requests spread over the work let the
  * loads of the rows being folded through; rows side by side without them left
  * the fold waiting on memory. The same folds and stores as the other order:
- * each (row, column) is written once. */
-#define CE_COLUMNS_GROUP(STOREV, STORE1, TABP, base, ...)                                         \
+ * each (row, column) is written once. AHEADP is that row's start, an
+ * expression in key (0: none), TABP's elements are its element type. */
+#define CE_COLUMNS_GROUP(STOREV, STORE1, TABP, AHEADP, base, ...)                                 \
   {                                                                                              \
     const ulong gb_ = (ulong)(cols) * sizeof(GRAD_T), tb_ = (ulong)(cols) * sizeof(*(TABP));     \
     const ulong gs_ = ce_prefetch_step(gb_, (ulong)(cols) / (TILE * VEC));                       \
@@ -351,8 +374,8 @@ CE_INLINE void ce_fold_tile(FV *acc, __global const GRAD_T *grad, ulong g_off, u
       if (q_ < (n)) {                                                                            \
         KEY_T key = skeys[q_];                                                                   \
         if (key != none) {                                                                       \
-          pg_ = (__global const uchar *)(grad + g_off + CE_GSRC(sidx[q_]));                      \
-          pt_ = (__global const uchar *)((TABP) + (base));                                       \
+          pg_ = (__global const uchar *)GRAD_ROW(sidx[q_]);                                      \
+          pt_ = (__global const uchar *)(AHEADP);                                                \
         }                                                                                        \
       }                                                                                          \
       KEY_T key = sk_[s_];                                                                       \
@@ -361,7 +384,7 @@ CE_INLINE void ce_fold_tile(FV *acc, __global const GRAD_T *grad, ulong g_off, u
       for (; c + TILE * VEC <= cols; c += TILE * VEC, gl_ += gs_, tl_ += ts_) {                  \
         if (pg_) {                                                                               \
           ce_prefetch_part(pg_, gl_, gs_, gb_);                                                  \
-          ce_prefetch_part(pt_, tl_, ts_, tb_);                                                  \
+          if (pt_) ce_prefetch_part(pt_, tl_, ts_, tb_);                                         \
         }                                                                                        \
         CE_TILE_STORE(STOREV, base, c, __VA_ARGS__)                                              \
       }                                                                                          \
@@ -370,7 +393,7 @@ CE_INLINE void ce_fold_tile(FV *acc, __global const GRAD_T *grad, ulong g_off, u
     }                                                                                            \
   }
 #else
-#define CE_COLUMNS_GROUP(STOREV, STORE1, TABP, base, ...)                                           \
+#define CE_COLUMNS_GROUP(STOREV, STORE1, TABP, AHEADP, base, ...)                                   \
   {                                                                                          \
     ulong c = 0;                                                                             \
     for (; c + TILE * VEC <= cols; c += TILE * VEC) {                                        \
@@ -430,23 +453,24 @@ inline void ce_rows_store1(ulong o, float s, __global TABLE_T *tab, float scale,
  * ce_bwd_rows_grouped (groups of segments, whole rows, TILE * VEC columns at
  * a time). */
 #define CE_ROWS_ARGS                                                                                           \
-  __global const GRAD_T *grad, ulong g_off, ulong g_ld, ulong cols, __global const KEY_T *skeys,              \
-      __global const uint *sidx, ulong n, KEY_T none, uint slice_bits, ulong bw, ulong split, float scale,     \
-      int freq, __global TABLE_T *tab, ulong t_off, ulong t_ld, float lr, int mode, float dropout, uint seed_lo, \
+  GRAD_PARAMS, ulong cols, __global const KEY_T *skeys, __global const uint *sidx, ulong n, KEY_T none,       \
+      uint slice_bits, ulong bw, ulong split, float scale, int freq, __global TABLE_T *tab,                    \
+      ulong t_off CE_PIECE_PARAMS(TABLE_T, tab), ulong t_ld, float lr, int mode, float dropout, uint seed_lo,  \
       uint seed_hi, float keep CE_BAG_KPARAMS
 
 __kernel void ce_bwd_rows(CE_ROWS_ARGS) {
-  CE_SEGMENTS(skeys, n, none, slice_bits, bw, split, cols)
+  CE_SEGMENTS(skeys, n, none, slice_bits, bw, split, cols, CE_OWNS(tab, (ulong)key))
   float cnt = (float)(end - j);
-  CE_COLUMNS_STRIDED(ce_rows_storev, ce_rows_store1, t_off + (ulong)key * t_ld, tab, scale, freq, cnt, lr, mode)
+  CE_COLUMNS_STRIDED(ce_rows_storev, ce_rows_store1, TAB_OFF(key), TAB_AT(key), scale, freq, cnt, lr, mode)
   CE_SEGMENTS_END
 }
 
 __kernel void ce_bwd_rows_grouped(CE_ROWS_ARGS) {
-  CE_GROUPS(skeys, n, none, slice_bits, bw, split, cols)
-  CE_COLUMNS_TILED(ce_rows_storev, ce_rows_store1, t_off + (ulong)key * t_ld, tab, scale, freq, cnt_, lr, mode)
+  CE_GROUPS(skeys, n, none, slice_bits, bw, split, cols, CE_OWNS(tab, (ulong)key))
+  CE_COLUMNS_TILED(ce_rows_storev, ce_rows_store1, TAB_OFF(key), TAB_AT(key), scale, freq, cnt_, lr, mode)
   CE_GROUPS_SHORT
-  CE_COLUMNS_GROUP(ce_rows_storev, ce_rows_store1, tab, t_off + (ulong)key * t_ld, tab, scale, freq, cnt_, lr, mode)
+  CE_COLUMNS_GROUP(ce_rows_storev, ce_rows_store1, tab, TAB_AHEAD(key), TAB_OFF(key), TAB_AT(key), scale, freq,
+                   cnt_, lr, mode)
   CE_GROUPS_END
 }
 
@@ -513,28 +537,30 @@ inline void ce_opt_store1(ulong o, float s, CE_OPT_PARAMS) {
 }
 
 #define CE_OPT_ARGS                                                                                          \
-  __global const GRAD_T *grad, ulong g_off, ulong g_ld, ulong cols, __global const KEY_T *skeys,              \
-      __global const uint *sidx, ulong n, KEY_T none, uint slice_bits, ulong bw, ulong split, float scale,     \
-      int freq, __global TABLE_T *tab, ulong t_off, ulong t_ld, __global float *s1, ulong s1_off, ulong s1_ld, \
-      __global float *s2, ulong s2_off, ulong s2_ld, float lr, float eps, float wd, float b1c, float b2c,     \
-      float step_size, int mode, float dropout, uint seed_lo, uint seed_hi, float keep CE_BAG_KPARAMS
+  GRAD_PARAMS, ulong cols, __global const KEY_T *skeys, __global const uint *sidx, ulong n, KEY_T none,       \
+      uint slice_bits, ulong bw, ulong split, float scale, int freq, __global TABLE_T *tab,                    \
+      ulong t_off CE_PIECE_PARAMS(TABLE_T, tab), ulong t_ld, __global float *s1,                               \
+      ulong s1_off CE_PIECE_PARAMS(float, s1), ulong s1_ld, __global float *s2,                                \
+      ulong s2_off CE_PIECE_PARAMS(float, s2), ulong s2_ld, float lr, float eps, float wd, float b1c,          \
+      float b2c, float step_size, int mode, float dropout, uint seed_lo, uint seed_hi, float keep CE_BAG_KPARAMS
 #define CE_OPT_STORE_ARGS(cnt)                                                                               \
-  tab, scale, freq, cnt, t_off + (ulong)key * t_ld, s1, s1_off + (ulong)key * s1_ld, s2,                     \
-      s2_off + (ulong)key * s2_ld, lr, eps, wd, b1c, b2c, step_size, mode
+  TAB_AT(key), scale, freq, cnt, TAB_OFF(key), CE_AT(s1, (ulong)key), CE_OFF(s1, s1_off, s1_ld, (ulong)key), \
+      CE_AT(s2, (ulong)key), CE_OFF(s2, s2_off, s2_ld, (ulong)key), lr, eps, wd, b1c, b2c, step_size, mode
+#define CE_OPT_OWNED CE_OWNS(tab, (ulong)key) && CE_OWNS(s1, (ulong)key) && CE_OWNS(s2, (ulong)key)
 
 /* The two shapes of ce_bwd_rows, with the optimizer store modes. */
 __kernel void ce_bwd_optim(CE_OPT_ARGS) {
-  CE_SEGMENTS(skeys, n, none, slice_bits, bw, split, cols)
+  CE_SEGMENTS(skeys, n, none, slice_bits, bw, split, cols, CE_OPT_OWNED)
   float cnt = (float)(end - j);
-  CE_COLUMNS_STRIDED(ce_opt_storev, ce_opt_store1, t_off + (ulong)key * t_ld, CE_OPT_STORE_ARGS(cnt))
+  CE_COLUMNS_STRIDED(ce_opt_storev, ce_opt_store1, TAB_OFF(key), CE_OPT_STORE_ARGS(cnt))
   CE_SEGMENTS_END
 }
 
 __kernel void ce_bwd_optim_grouped(CE_OPT_ARGS) {
-  CE_GROUPS(skeys, n, none, slice_bits, bw, split, cols)
-  CE_COLUMNS_TILED(ce_opt_storev, ce_opt_store1, t_off + (ulong)key * t_ld, CE_OPT_STORE_ARGS(cnt_))
+  CE_GROUPS(skeys, n, none, slice_bits, bw, split, cols, CE_OPT_OWNED)
+  CE_COLUMNS_TILED(ce_opt_storev, ce_opt_store1, TAB_OFF(key), CE_OPT_STORE_ARGS(cnt_))
   CE_GROUPS_SHORT
-  CE_COLUMNS_GROUP(ce_opt_storev, ce_opt_store1, tab, t_off + (ulong)key * t_ld, CE_OPT_STORE_ARGS(cnt_))
+  CE_COLUMNS_GROUP(ce_opt_storev, ce_opt_store1, tab, TAB_AHEAD(key), TAB_OFF(key), CE_OPT_STORE_ARGS(cnt_))
   CE_GROUPS_END
 }
 
@@ -602,20 +628,27 @@ inline void ce_rw_store1(ulong o, float s, CE_RW_PARAMS) {
       for (ulong k = c; k < cols; k++) STORE1((base) + k, ce_fold1(CE_FOLD_ARGS, k, CE_MASK_ARGS), __VA_ARGS__); \
   }
 
-__kernel void ce_bwd_rowwise(__global const GRAD_T *grad, ulong g_off, ulong g_ld, ulong cols,
-                             __global const KEY_T *skeys, __global const uint *sidx, ulong n, KEY_T none,
-                             uint slice_bits, float scale, int freq, __global TABLE_T *tab, ulong t_off, ulong t_ld,
-                             __global float *s1, ulong s1_off, ulong s1_ld, float lr, float eps, float wd,
-                             float dropout, uint seed_lo, uint seed_hi, float keep CE_BAG_KPARAMS) {
+#define CE_RW_ARGS                                                                                           \
+  GRAD_PARAMS, ulong cols, __global const KEY_T *skeys, __global const uint *sidx, ulong n, KEY_T none,       \
+      uint slice_bits, float scale, int freq, __global TABLE_T *tab, ulong t_off CE_PIECE_PARAMS(TABLE_T, tab), \
+      ulong t_ld, __global float *s1, ulong s1_off CE_PIECE_PARAMS(float, s1), ulong s1_ld, float lr,         \
+      float eps, float wd, float dropout, uint seed_lo, uint seed_hi, float keep CE_BAG_KPARAMS
+#define CE_RW_OWNED CE_OWNS(tab, (ulong)key) && CE_OWNS(s1, (ulong)key)
+/* row `key`'s state (rows x 1) */
+#define S1_AT(key) (CE_AT(s1, (ulong)(key)) + CE_OFF(s1, s1_off, s1_ld, (ulong)(key)))
+
+__kernel void ce_bwd_rowwise(CE_RW_ARGS) {
   if (get_global_id(0) != 0) return; /* one item across: columns VEC at a time, in order */
-  CE_SEGMENTS(skeys, n, none, slice_bits, cols, n + 1, cols)
+  CE_SEGMENTS(skeys, n, none, slice_bits, cols, n + 1, cols, CE_RW_OWNED)
   float cnt = (float)(end - j), sum = 0.0f;
-  ulong tb = t_off + (ulong)key * t_ld, om = s1_off + (ulong)key * s1_ld;
-  CE_COLUMNS_ALL(ce_rw_storev, ce_rw_store1, tb, tab, scale, freq, cnt, wd, 0.0f, &sum)
-  float mean = sum / (float)cols, m = s1[om] + mean;
-  s1[om] = m;
+  ulong tb = TAB_OFF(key);
+  __global TABLE_T *tp = TAB_AT(key);
+  __global float *sm = S1_AT(key);
+  CE_COLUMNS_ALL(ce_rw_storev, ce_rw_store1, tb, tp, scale, freq, cnt, wd, 0.0f, &sum)
+  float mean = sum / (float)cols, m = *sm + mean;
+  *sm = m;
   float den = sqrt(m) + eps, rate = lr / den;
-  CE_COLUMNS_ALL(ce_rw_storev, ce_rw_store1, tb, tab, scale, freq, cnt, wd, rate, (float *)0)
+  CE_COLUMNS_ALL(ce_rw_storev, ce_rw_store1, tb, tp, scale, freq, cnt, wd, rate, (float *)0)
   CE_SEGMENTS_END
 }
 
@@ -679,12 +712,8 @@ CE_INLINE void ce_transpose(FV *q) {
  * order. Each lane is still its row's left fold over the columns in ascending
  * order, with the same bits as ce_bwd_rowwise's, but VEC rows advance with
  * each add (one row's chain is a float add's latency per column). */
-__kernel void ce_bwd_rowwise_grouped(__global const GRAD_T *grad, ulong g_off, ulong g_ld, ulong cols,
-                                     __global const KEY_T *skeys, __global const uint *sidx, ulong n, KEY_T none,
-                                     uint slice_bits, float scale, int freq, __global TABLE_T *tab, ulong t_off,
-                                     ulong t_ld, __global float *s1, ulong s1_off, ulong s1_ld, float lr, float eps,
-                                     float wd, float dropout, uint seed_lo, uint seed_hi, float keep CE_BAG_KPARAMS) {
-  CE_GROUPS_OF(VEC, skeys, n, none, slice_bits, cols, n + 1, cols)
+__kernel void ce_bwd_rowwise_grouped(CE_RW_ARGS) {
+  CE_GROUPS_OF(VEC, skeys, n, none, slice_bits, cols, n + 1, cols, CE_RW_OWNED)
   CE_GROUPS_SHORT
   if (m_ == 0) continue; /* no row starts here (inside a long segment) */
   float sum[VEC], rate[VEC];
@@ -699,7 +728,7 @@ __kernel void ce_bwd_rowwise_grouped(__global const GRAD_T *grad, ulong g_off, u
         ulong j = sj_[s_], end = se_[s_];
         KEY_T key = sk_[s_];
         (void)key;
-        FV w, g = ce_rw_gradv(t_off + (ulong)sk_[s_] * t_ld + c, ce_foldv(CE_FOLD_ARGS, c, CE_MASK_ARGS), tab,
+        FV w, g = ce_rw_gradv(TAB_OFF(sk_[s_]) + c, ce_foldv(CE_FOLD_ARGS, c, CE_MASK_ARGS), TAB_AT(sk_[s_]),
                               scale, freq, (float)(end - j), wd, 0, &w);
         q[s_] = g * g;
       }
@@ -710,20 +739,21 @@ __kernel void ce_bwd_rowwise_grouped(__global const GRAD_T *grad, ulong g_off, u
   }
   vstoreV(acc, 0, sum);
   for (int s_ = 0; s_ < m_; s_++) {
-    ulong j = sj_[s_], end = se_[s_], tb = t_off + (ulong)sk_[s_] * t_ld, om = s1_off + (ulong)sk_[s_] * s1_ld;
+    ulong j = sj_[s_], end = se_[s_], tb = TAB_OFF(sk_[s_]);
     KEY_T key = sk_[s_];
     (void)key;
+    __global float *sm = S1_AT(sk_[s_]);
     for (ulong k = c; k < cols; k++) /* the columns past the last whole vector */
-      ce_rw_store1(tb + k, ce_fold1(CE_FOLD_ARGS, k, CE_MASK_ARGS), tab, scale, freq, (float)(end - j), wd, 0.0f,
-                   &sum[s_]);
-    float mean = sum[s_] / (float)cols, m = s1[om] + mean;
-    s1[om] = m;
+      ce_rw_store1(tb + k, ce_fold1(CE_FOLD_ARGS, k, CE_MASK_ARGS), TAB_AT(sk_[s_]), scale, freq, (float)(end - j),
+                   wd, 0.0f, &sum[s_]);
+    float mean = sum[s_] / (float)cols, m = *sm + mean;
+    *sm = m;
     float den = sqrt(m) + eps;
     rate[s_] = lr / den;
   }
 /* pass 2's step for VEC columns from c of row s_ (j, end: its segment) */
-#define CE_RW_STEP(c)                                                                                           \
-  ce_rw_storev(t_off + (ulong)sk_[s_] * t_ld + (c), ce_foldv(CE_FOLD_ARGS, (c), CE_MASK_ARGS), tab, scale, freq, \
+#define CE_RW_STEP(c)                                                                                         \
+  ce_rw_storev(TAB_OFF(sk_[s_]) + (c), ce_foldv(CE_FOLD_ARGS, (c), CE_MASK_ARGS), TAB_AT(sk_[s_]), scale, freq, \
                (float)(end - j), wd, rate[s_], (float *)0)
 #if CE_PREFETCH
   /* pass 2, with prefetch hints: the step row after row, the table row
@@ -732,8 +762,7 @@ __kernel void ce_bwd_rowwise_grouped(__global const GRAD_T *grad, ulong g_off, u
     ulong j = sj_[s_], end = se_[s_];
     KEY_T key = sk_[s_];
     (void)key;
-    __global const uchar *pt_ =
-        s_ + CE_RW_AHEAD < m_ ? (__global const uchar *)(tab + t_off + (ulong)sk_[s_ + CE_RW_AHEAD] * t_ld) : 0;
+    __global const uchar *pt_ = s_ + CE_RW_AHEAD < m_ ? (__global const uchar *)TAB_AHEAD(sk_[s_ + CE_RW_AHEAD]) : 0;
     for (c = 0; c + VEC <= cols; c += VEC) {
       if (pt_) ce_prefetch(pt_ + c * sizeof(TABLE_T));
       CE_RW_STEP(c);
@@ -751,12 +780,12 @@ __kernel void ce_bwd_rowwise_grouped(__global const GRAD_T *grad, ulong g_off, u
   }
 #endif
   for (int s_ = 0; s_ < m_; s_++) {
-    ulong j = sj_[s_], end = se_[s_], tb = t_off + (ulong)sk_[s_] * t_ld;
+    ulong j = sj_[s_], end = se_[s_], tb = TAB_OFF(sk_[s_]);
     KEY_T key = sk_[s_];
     (void)key;
     for (ulong k = c; k < cols; k++)
-      ce_rw_store1(tb + k, ce_fold1(CE_FOLD_ARGS, k, CE_MASK_ARGS), tab, scale, freq, (float)(end - j), wd,
-                   rate[s_], (float *)0);
+      ce_rw_store1(tb + k, ce_fold1(CE_FOLD_ARGS, k, CE_MASK_ARGS), TAB_AT(sk_[s_]), scale, freq, (float)(end - j),
+                   wd, rate[s_], (float *)0);
   }
   CE_GROUPS_END
 }
@@ -766,21 +795,24 @@ CE_INLINE void ce_pos_storev(ulong o, FV s, __global float *pg) { ce_storev_0(pg
 inline void ce_pos_store1(ulong o, float s, __global float *pg) { ce_store_0(pg, o, ce_load_0(pg, o) + s); }
 
 #define CE_POS_ARGS                                                                                       \
-  __global const GRAD_T *grad, ulong g_off, ulong g_ld, ulong cols, __global const KEY_T *skeys,         \
-      __global const uint *sidx, ulong n, KEY_T none, uint slice_bits, ulong bw, ulong split,             \
-      __global float *pg, ulong p_off, ulong p_ld, float dropout, uint seed_lo, uint seed_hi, float keep CE_BAG_KPARAMS
+  GRAD_PARAMS, ulong cols, __global const KEY_T *skeys, __global const uint *sidx, ulong n, KEY_T none,   \
+      uint slice_bits, ulong bw, ulong split, __global float *pg, ulong p_off CE_PIECE_PARAMS(float, pg),  \
+      ulong p_ld, float dropout, uint seed_lo, uint seed_hi, float keep CE_BAG_KPARAMS
+#define PG_AT(key) CE_AT(pg, (ulong)(key))
+#define PG_OFF(key) CE_OFF(pg, p_off, p_ld, (ulong)(key))
 
 __kernel void ce_bwd_pos(CE_POS_ARGS) {
-  CE_SEGMENTS(skeys, n, none, slice_bits, bw, split, cols)
-  CE_COLUMNS_STRIDED(ce_pos_storev, ce_pos_store1, p_off + (ulong)key * p_ld, pg)
+  CE_SEGMENTS(skeys, n, none, slice_bits, bw, split, cols, CE_OWNS(pg, (ulong)key))
+  CE_COLUMNS_STRIDED(ce_pos_storev, ce_pos_store1, PG_OFF(key), PG_AT(key))
   CE_SEGMENTS_END
 }
 
 __kernel void ce_bwd_pos_grouped(CE_POS_ARGS) {
-  CE_GROUPS(skeys, n, none, slice_bits, bw, split, cols)
-  CE_COLUMNS_TILED(ce_pos_storev, ce_pos_store1, p_off + (ulong)key * p_ld, pg)
+  CE_GROUPS(skeys, n, none, slice_bits, bw, split, cols, CE_OWNS(pg, (ulong)key))
+  CE_COLUMNS_TILED(ce_pos_storev, ce_pos_store1, PG_OFF(key), PG_AT(key))
   CE_GROUPS_SHORT
-  CE_COLUMNS_GROUP(ce_pos_storev, ce_pos_store1, pg, p_off + (ulong)key * p_ld, pg)
+  CE_COLUMNS_GROUP(ce_pos_storev, ce_pos_store1, pg, CE_OWNS(pg, (ulong)key) ? PG_AT(key) + PG_OFF(key) : 0,
+                   PG_OFF(key), PG_AT(key))
   CE_GROUPS_END
 }
 
@@ -820,22 +852,23 @@ __kernel void ce_bwd_count(__global const int *ids32, __global const long *ids64
 
 /* grad_table[row][c] += (scale * g) / count for every gradient element;
  * work-item (x, i) takes token i's columns x, x + get_global_size(0), ... */
-__kernel void ce_bwd_atomic(__global const GRAD_T *grad, ulong g_off, ulong g_ld, ulong cols,
-                            __global const int *ids32, __global const long *ids64, ulong id_off, int id64, ulong n,
-                            ulong rows, int policy, long padding, float scale, int freq,
-                            __global const uint *counts, __global float *gt, ulong t_off, ulong t_ld,
-                            float dropout, uint seed_lo, uint seed_hi, float keep, __global uint *err, uint slot) {
+__kernel void ce_bwd_atomic(GRAD_PARAMS, ulong cols, __global const int *ids32, __global const long *ids64,
+                            ulong id_off, int id64, ulong n, ulong rows, int policy, long padding, float scale,
+                            int freq, __global const uint *counts, __global float *gt,
+                            ulong t_off CE_PIECE_PARAMS(float, gt), ulong t_ld, float dropout, uint seed_lo,
+                            uint seed_hi, float keep, __global uint *err, uint slot) {
   ulong i = get_global_id(1);
   if (i >= n) return;
   long r = ce_token_row(ids32, ids64, id64, id_off, i, rows, policy, padding, err, slot, get_global_id(0) == 0);
-  if (r < 0) return;
+  if (r < 0 || !CE_OWNS(gt, (ulong)r)) return;
+  __global float *gr = CE_AT(gt, (ulong)r) + CE_OFF(gt, t_off, t_ld, (ulong)r);
   for (ulong c = get_global_id(0); c < cols; c += get_global_size(0)) {
-    float g = load_grad(grad, g_off + i * g_ld + c);
+    float g = load_grad(CE_AT(grad, i), CE_OFF(grad, g_off, g_ld, i) + c);
 #if DROPOUT
     g = ce_mask1(g, i * cols + c, dropout, keep, seed_lo, seed_hi);
 #endif
     float v = scale * g;
     if (freq) v = v / (float)counts[r];
-    ce_atomic_add_f32(gt + t_off + (ulong)r * t_ld + c, v);
+    ce_atomic_add_f32(gr + c, v);
   }
 }

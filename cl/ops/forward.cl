@@ -19,7 +19,14 @@
  * The table (and a learned position table) may be of a block-quantized dtype
  * (cl/lib/quant.cl): rows then start at ce_ptr_T(base, value offset), loads
  * are value-indexed from a row's first block, and the row shapes' VEC and the
- * vec4 shape's 4 divide every block's runs (cols is a multiple of 32). */
+ * vec4 shape's 4 divide every block's runs (cols is a multiple of 32).
+ * The table, a learned position table and the output may each be a split
+ * matrix (cl/lib/pieces.cl: -DCE_PIECES_table, _ptab, _out): a launch then
+ * writes the tokens whose table row, position and output row are all in its
+ * windows (a token without a table row or position goes with the first
+ * window of that matrix), so every token is written once, with the same
+ * operations. */
+
 
 #ifndef ROWS
 #define ROWS 4
@@ -80,16 +87,18 @@
 
 /* The arguments of every shape (src/ops/embed.c sets them once for all). */
 #define CE_EMBED_ARGS                                                                                          \
-  __global const TABLE_T *table, ulong t_off, ulong t_ld, ulong t_rows, __global const int *ids32,           \
-      __global const long *ids64, ulong id_off, int id64, ulong n, __global OUT_T *out, ulong o_off,          \
-      ulong o_ld, ulong cols, float scale, int policy, long padding, __global const float *freq,              \
-      __global const POS_T *ptab, ulong p_off, ulong p_ld, ulong p_rows, ulong seq_len, ulong pos_offset,     \
-      __global const int *so32, __global const long *so64, ulong so_off, int so64f, int has_so, float dropout, \
-      uint seed_lo, uint seed_hi, float keep_scale, __global uint *err, uint slot
+  __global const TABLE_T *table, ulong t_off CE_PIECE_PARAMS(const TABLE_T, table), ulong t_ld, ulong t_rows, \
+      __global const int *ids32, __global const long *ids64, ulong id_off, int id64, ulong n,                 \
+      __global OUT_T *out, ulong o_off CE_PIECE_PARAMS(OUT_T, out), ulong o_ld, ulong cols, float scale,      \
+      int policy, long padding, __global const float *freq, __global const POS_T *ptab,                       \
+      ulong p_off CE_PIECE_PARAMS(const POS_T, ptab), ulong p_ld, ulong p_rows, ulong seq_len,                \
+      ulong pos_offset, __global const int *so32, __global const long *so64, ulong so_off, int so64f,         \
+      int has_so, float dropout, uint seed_lo, uint seed_hi, float keep_scale, __global uint *err, uint slot
 #define CE_EMBED_PASS                                                                                          \
-  table, t_off, t_ld, t_rows, ids32, ids64, id_off, id64, n, out, o_off, o_ld, cols, scale, policy, padding,   \
-      freq, ptab, p_off, p_ld, p_rows, seq_len, pos_offset, so32, so64, so_off, so64f, has_so, dropout, seed_lo, \
-      seed_hi, keep_scale, err, slot
+  table, t_off CE_PIECE_PASS(table), t_ld, t_rows, ids32, ids64, id_off, id64, n, out,                         \
+      o_off CE_PIECE_PASS(out), o_ld, cols, scale, policy, padding, freq, ptab, p_off CE_PIECE_PASS(ptab),     \
+      p_ld, p_rows, seq_len, pos_offset, so32, so64, so_off, so64f, has_so, dropout, seed_lo, seed_hi,          \
+      keep_scale, err, slot
 
 /* Token i's row (reported by the work-item that speaks for it) and position. */
 #define TOKEN_ROW(i, report) \
@@ -98,38 +107,59 @@
   ce_token_position((i), seq_len, pos_offset, so32, so64, so_off, so64f, has_so, POSITIONS == 2, p_rows, err, \
                     slot, (report), (ok))
 
+/* Row r's start in the table, the position table and the output (their pieces). */
+#define TABLE_ROW(r) table_ptr(CE_AT(table, (ulong)(r)), CE_OFF(table, t_off, t_ld, (ulong)(r)))
+#define POS_ROW(p) pos_ptr(CE_AT(ptab, (ulong)(p)), CE_OFF(ptab, p_off, p_ld, (ulong)(p)))
+#define OUT_ROW(i) (CE_AT(out, (ulong)(i)) + CE_OFF(out, o_off, o_ld, (ulong)(i)))
+/* Whether this launch writes token i: its output row, table row (row, -1 for
+ * none) and learned position (p when pok) are in the launch's windows. */
+#if POSITIONS == 2
+#define POS_OWNED(p, pok) ((pok) ? CE_OWNS(ptab, (ulong)(p)) : CE_FIRST(ptab))
+#else
+#define POS_OWNED(p, pok) 1
+#endif
+#define TOKEN_OWNED(i, row, p, pok) \
+  (CE_OWNS(out, (ulong)(i)) && ((row) >= 0 ? CE_OWNS(table, (ulong)(row)) : CE_FIRST(table)) && POS_OWNED(p, pok))
+#if CE_PIECES_table > 8 || CE_PIECES_out > 8 || CE_PIECES_ptab > 8 /* windows (pieces.cl) */
+#define OWNED(k) own[k]
+#else
+#define OWNED(k) 1
+#endif
+
 __kernel void ce_embed(CE_EMBED_ARGS) {
   ulong c = get_global_id(0), i = get_global_id(1);
   if (c >= cols || i >= n) return;
   long row = TOKEN_ROW(i, c == 0);
-  float v = row >= 0 ? scale * load_table(table, t_off + (ulong)row * t_ld + c) : 0.0f;
 #if POSITIONS != 0
   int ok;
   ulong p = TOKEN_POSITION(i, c == 0, &ok);
+#endif
+  if (!TOKEN_OWNED(i, row, p, ok)) return;
+  float v = row >= 0 ? scale * load_table(CE_AT(table, (ulong)row), CE_OFF(table, t_off, t_ld, (ulong)row) + c) : 0.0f;
 #if POSITIONS == 1
   if (ok) v += ce_sinusoid(p, freq, cols, c);
-#else
-  if (ok) v += load_pos(ptab, p_off + p * p_ld + c);
-#endif
+#elif POSITIONS == 2
+  if (ok) v += load_pos(CE_AT(ptab, p), CE_OFF(ptab, p_off, p_ld, p) + c);
 #endif
 #if DROPOUT
   v = ce_mask1(v, i * cols + c, dropout, keep_scale, seed_lo, seed_hi);
 #endif
-  store_out(out, o_off + i * o_ld + c, v);
+  store_out(CE_AT(out, i), CE_OFF(out, o_off, o_ld, i) + c, v);
 }
 
 __kernel void ce_embed_vec4(CE_EMBED_ARGS) {
   ulong i = get_global_id(1), j0 = get_global_id(0) * 4;
   if (4 * j0 >= cols || i >= n) return;
   long row = TOKEN_ROW(i, j0 == 0);
-  __global const TABLE_T *trow = table_ptr(table, t_off + (ulong)(row >= 0 ? row : 0) * t_ld);
-  __global OUT_T *orow = out + o_off + i * o_ld;
 #if POSITIONS != 0
   int pos_ok;
   ulong p = TOKEN_POSITION(i, j0 == 0, &pos_ok);
-#if POSITIONS == 2
-  __global const POS_T *prow = pos_ptr(ptab, p_off + (pos_ok ? p : 0) * p_ld);
 #endif
+  if (!TOKEN_OWNED(i, row, p, pos_ok)) return;
+  __global const TABLE_T *trow = TABLE_ROW(row >= 0 ? (ulong)row : CE_LO(table));
+  __global OUT_T *orow = OUT_ROW(i);
+#if POSITIONS == 2
+  __global const POS_T *prow = POS_ROW(pos_ok ? p : CE_LO(ptab));
 #endif
   ulong jend = min(j0 + 4, cols / 4);
   for (ulong j = j0; j < jend; j++) {
@@ -278,6 +308,7 @@ inline void ce_embed_row_tokens(CE_EMBED_ARGS, ulong t0, ulong tstep, ulong tnex
   __global const TABLE_T *trow[ROWS];
   __global OUT_T *orow[ROWS];
   int has[ROWS], nt[ROWS], nt2[ROWS]; /* streaming stores (STREAM, and the row aligned to a vector, to two) */
+  int own[ROWS];           /* the token is this launch's (split matrices) */
   ulong e0[ROWS];          /* element index of the row's column 0 (the dropout counter) */
 #if POSITIONS != 0
   ulong pp[ROWS]; /* the token's position */
@@ -290,16 +321,19 @@ inline void ce_embed_row_tokens(CE_EMBED_ARGS, ulong t0, ulong tstep, ulong tnex
     ulong t = t0 + k * tstep, i = min(t, n - 1);
     long row = TOKEN_ROW(i, t < n);
     has[k] = row >= 0;
-    trow[k] = table_ptr(table, t_off + (ulong)(row >= 0 ? row : 0) * t_ld);
-    orow[k] = out + o_off + i * o_ld;
+    trow[k] = TABLE_ROW(row >= 0 ? (ulong)row : CE_LO(table));
+    orow[k] = OUT_ROW(i);
     nt[k] = STREAM && CE_STREAMING && ((ulong)orow[k] & (VEC * sizeof(OUT_T) - 1)) == 0;
     nt2[k] = STREAM && CE_STREAMING && ((ulong)orow[k] & (2 * VEC * sizeof(OUT_T) - 1)) == 0;
     e0[k] = i * cols;
 #if POSITIONS != 0
     pp[k] = TOKEN_POSITION(i, t < n, &pok[k]);
+    own[k] = TOKEN_OWNED(i, row, pp[k], pok[k]);
+#else
+    own[k] = TOKEN_OWNED(i, row, 0, 0);
 #endif
 #if POSITIONS == 2
-    prow[k] = pos_ptr(ptab, p_off + (pok[k] ? pp[k] : 0) * p_ld);
+    prow[k] = POS_ROW(pok[k] ? pp[k] : CE_LO(ptab));
 #endif
   }
   /* 2 * VEC columns at a time (a block's scales decoded once for both
@@ -310,10 +344,12 @@ inline void ce_embed_row_tokens(CE_EMBED_ARGS, ulong t0, ulong tstep, ulong tnex
   const ulong bytes = (ulong)((__global const uchar *)table_ptr(table, cols) - (__global const uchar *)table);
   const ulong step = ce_prefetch_step(bytes, cols / (2 * VEC));
   for (int k = 0; k < live; k++) {
+    if (!OWNED(k)) continue;
     const ulong ta = t0 + (ulong)((k + AHEAD) / ROWS) * tnext + (ulong)((k + AHEAD) % ROWS) * tstep;
     const long id = ta < n ? ce_load_id(ids32, ids64, id64, id_off + ta) : -1;
-    __global const uchar *pf =
-        id >= 0 && (ulong)id < t_rows ? (__global const uchar *)table_ptr(table, t_off + (ulong)id * t_ld) : 0;
+    __global const uchar *pf = id >= 0 && (ulong)id < t_rows && CE_OWNS(table, (ulong)id)
+                                   ? (__global const uchar *)TABLE_ROW(id)
+                                   : 0;
     for (ulong c = 0, line = 0; c < cw; c += 2 * VEC, line += step) {
       if (pf) ce_prefetch_part(pf, line, step, bytes);
 #if POSITIONS == 1
@@ -338,7 +374,7 @@ inline void ce_embed_row_tokens(CE_EMBED_ARGS, ulong t0, ulong tstep, ulong tnex
   for (int k = 0; k < ROWS; k++) {
     const ulong ta = t0 + tnext + (ulong)k * tstep;
     const long id = ta < n ? ce_load_id(ids32, ids64, id64, id_off + ta) : -1;
-    pf[k] = id >= 0 && (ulong)id < t_rows ? (__global const uchar *)table_ptr(table, t_off + (ulong)id * t_ld) : 0;
+    pf[k] = id >= 0 && (ulong)id < t_rows && CE_OWNS(table, (ulong)id) ? (__global const uchar *)TABLE_ROW(id) : 0;
   }
   for (ulong c = 0, line = 0; c < cw; c += 2 * VEC, line += step) {
 #else
@@ -355,17 +391,19 @@ inline void ce_embed_row_tokens(CE_EMBED_ARGS, ulong t0, ulong tstep, ulong tnex
 #if NEXT
       if (pf[k]) ce_prefetch_part(pf[k], line, step, bytes);
 #endif
-      CE_STEP2(k, c, pe0, pe1);
+      if (OWNED(k)) CE_STEP2(k, c, pe0, pe1);
     }
   }
   for (ulong c = cw; c < cv; c += VEC) {
 #if POSITIONS == 1
     FV pe0 = shared ? ce_sinusoidv(pp[0], freq, cols, c) : (FV)(0.0f);
 #endif
-    for (int k = 0; k < ROWS && k < live; k++) CE_STEP1(k, c, pe0);
+    for (int k = 0; k < ROWS && k < live; k++)
+      if (OWNED(k)) CE_STEP1(k, c, pe0);
   }
   for (ulong c = cv; c < cols; c++)
-    for (int k = 0; k < ROWS && k < live; k++) CE_STEP0(k, c);
+    for (int k = 0; k < ROWS && k < live; k++)
+      if (OWNED(k)) CE_STEP0(k, c);
 #endif
 }
 

@@ -78,13 +78,23 @@
 #endif
 #define CE_NP (CE_ROWSUM_PARTS / VEC) /* the CPU shapes' vectors of partial sums */
 
+/* The table, the position and segment tables, the output and the backward's
+ * gradient may be split matrices (cl/lib/pieces.cl), each with all its pieces
+ * in the one launch (the host marks them whole: a work-group's items share a
+ * token's row, so no launch leaves rows to another). */
+#define TABLE_ROW(r) table_ptr(CE_AT(table, (ulong)(r)), CE_OFF(table, t_off, t_ld, (ulong)(r)))
+#define OUT_ROW(i) (CE_AT(out, (ulong)(i)) + CE_OFF(out, o_off, o_ld, (ulong)(i)))
+#define GRAD_ROW(i) (CE_AT(grad, (ulong)(i)) + CE_OFF(grad, g_off, g_ld, (ulong)(i)))
+
 /* What every kernel takes: the forward's inputs and options. */
 #define CE_NORM_IN_ARGS                                                                                        \
-  __global const TABLE_T *table, ulong t_off, ulong t_ld, ulong t_rows, __global const int *ids32,           \
-      __global const long *ids64, ulong id_off, int id64, ulong n, ulong cols, float scale, int policy,       \
-      long padding, __global const float *freq, __global const POS_T *ptab, ulong p_off, ulong p_ld,          \
-      ulong p_rows, ulong seq_len, ulong pos_offset, __global const int *so32, __global const long *so64,     \
-      ulong so_off, int so64f, int has_so, __global const SEG_T *stab, ulong s_off, ulong s_ld, ulong s_rows,  \
+  __global const TABLE_T *table, ulong t_off CE_PIECE_PARAMS(const TABLE_T, table), ulong t_ld, ulong t_rows, \
+      __global const int *ids32, __global const long *ids64, ulong id_off, int id64, ulong n, ulong cols,     \
+      float scale, int policy, long padding, __global const float *freq, __global const POS_T *ptab,          \
+      ulong p_off CE_PIECE_PARAMS(const POS_T, ptab), ulong p_ld, ulong p_rows, ulong seq_len,                \
+      ulong pos_offset, __global const int *so32, __global const long *so64, ulong so_off, int so64f,         \
+      int has_so, __global const SEG_T *stab, ulong s_off CE_PIECE_PARAMS(const SEG_T, stab), ulong s_ld,     \
+      ulong s_rows,                                                                                          \
       __global const int *sid32, __global const long *sid64, ulong sid_off, int sid64f, int has_sid,          \
       __global const float *nw, ulong nw_off, __global const float *nb, ulong nb_off,                       \
       float eps, float inv_d, float dropout, uint seed_lo, uint seed_hi, float keep_scale, __global uint *err, \
@@ -102,7 +112,8 @@
 #define CE_NORM_POSITION(i, report)
 #endif
 #if POSITIONS == 2
-#define CE_NORM_POS_ROW __global const POS_T *prow = pos_ptr(ptab, p_off + (pok ? pp : 0) * p_ld);
+#define CE_NORM_POS_ROW \
+  __global const POS_T *prow = pos_ptr(CE_AT(ptab, pok ? pp : 0UL), CE_OFF(ptab, p_off, p_ld, pok ? pp : 0UL));
 #else
 #define CE_NORM_POS_ROW
 #endif
@@ -112,14 +123,14 @@
   long sr_ = has_sid ? ce_token_row(sid32, sid64, sid64f, sid_off, (i), s_rows, policy, -1, err, sslot, (report)) \
                      : 0;                                                                                      \
   int sok = sr_ >= 0;                                                                                          \
-  __global const SEG_T *srow = stab + s_off + (ulong)(sok ? sr_ : 0) * s_ld;
+  __global const SEG_T *srow = CE_AT(stab, (ulong)(sok ? sr_ : 0)) + CE_OFF(stab, s_off, s_ld, (ulong)(sok ? sr_ : 0));
 #else
 #define CE_NORM_SEGMENT(i, report)
 #endif
 #define CE_NORM_TOKEN(i, report)                                                                 \
   long row_ = ce_token_row(ids32, ids64, id64, id_off, (i), t_rows, policy, padding, err, slot, (report)); \
   int has = row_ >= 0;                                                                           \
-  __global const TABLE_T *trow = table_ptr(table, t_off + (ulong)(has ? row_ : 0) * t_ld);       \
+  __global const TABLE_T *trow = TABLE_ROW(has ? row_ : 0);                                      \
   CE_NORM_POSITION(i, report)                                                                    \
   CE_NORM_POS_ROW                                                                                \
   CE_NORM_SEGMENT(i, report)
@@ -475,7 +486,8 @@ __kernel void ce_norm_keys(CE_NORM_IN_ARGS, __global long *pos_keys, int want_po
 /* GPU shape: token get_global_id(1); work-item lx of LX across its row. The
  * items of a token past n follow the barriers on token n - 1 and write nothing.
  * part: 32 floats of local memory per token of the group. */
-__kernel void ce_norm(CE_NORM_IN_ARGS, __global OUT_T *out, ulong o_off, ulong o_ld, __local float *part_all) {
+__kernel void ce_norm(CE_NORM_IN_ARGS, __global OUT_T *out, ulong o_off CE_PIECE_PARAMS(OUT_T, out), ulong o_ld,
+                      __local float *part_all) {
   ulong lx = get_local_id(0), LX = get_local_size(0), i = get_global_id(1);
   __local float *part = part_all + get_local_id(1) * CE_ROWSUM_PARTS;
   int live = i < n;
@@ -484,7 +496,7 @@ __kernel void ce_norm(CE_NORM_IN_ARGS, __global OUT_T *out, ulong o_off, ulong o
   CE_NORM_TOKEN(t, live && lx == 0)
   CE_NORM_STATS_GPU
   if (!live) return; /* after the last barrier */
-  __global OUT_T *orow = out + o_off + t * o_ld;
+  __global OUT_T *orow = OUT_ROW(t);
   for (ulong c = lx; c < cols; c += LX) {
     float x;
     CE_X1(c, x);
@@ -518,14 +530,15 @@ inline ulong ce_norm_first(ulong g, int strided, ulong seq_len, ulong *tstep) {
 #if AHEAD
 inline void ce_norm_prefetch_item(ulong g, int strided, ulong seq_len, __global const int *ids32,
                                   __global const long *ids64, int id64, ulong id_off, ulong n,
-                                  __global const TABLE_T *table, ulong t_off, ulong t_ld, ulong t_rows, ulong bytes) {
+                                  __global const TABLE_T *table, ulong t_off CE_PIECE_PARAMS(const TABLE_T, table),
+                                  ulong t_ld, ulong t_rows, ulong bytes) {
   ulong tstep, t0 = ce_norm_first(g, strided, seq_len, &tstep);
   for (int k = 0; k < ROWS; k++) {
     ulong i = t0 + (ulong)k * tstep;
     if (i >= n) break;
     long id = ce_load_id(ids32, ids64, id64, id_off + i);
     if (id < 0 || (ulong)id >= t_rows) continue;
-    __global const uchar *p = (__global const uchar *)table_ptr(table, t_off + (ulong)id * t_ld);
+    __global const uchar *p = (__global const uchar *)TABLE_ROW(id);
     for (ulong o = 0; o < bytes; o += 64) __builtin_prefetch(p + o, 0, 2);
   }
 }
@@ -533,10 +546,10 @@ inline void ce_norm_prefetch_item(ulong g, int strided, ulong seq_len, __global 
   {                                                                                                             \
     const ulong bytes_ = (ulong)((__global const uchar *)table_ptr(table, cols) - (__global const uchar *)table); \
     const ulong lead_ = AHEAD / ROWS > 1 ? AHEAD / ROWS : 1;                                                    \
-    ce_norm_prefetch_item((g), strided, seq_len, ids32, ids64, id64, id_off, n, table, t_off, t_ld, t_rows,     \
-                          bytes_);                                                                              \
-    ce_norm_prefetch_item((g) + lead_, strided, seq_len, ids32, ids64, id64, id_off, n, table, t_off, t_ld,     \
-                          t_rows, bytes_);                                                                      \
+    ce_norm_prefetch_item((g), strided, seq_len, ids32, ids64, id64, id_off, n, table,                          \
+                          t_off CE_PIECE_PASS(table), t_ld, t_rows, bytes_);                                    \
+    ce_norm_prefetch_item((g) + lead_, strided, seq_len, ids32, ids64, id64, id_off, n, table,                  \
+                          t_off CE_PIECE_PASS(table), t_ld, t_rows, bytes_);                                    \
   }
 #else
 #define CE_NORM_AHEAD(g)
@@ -563,7 +576,8 @@ inline void ce_norm_prefetch_item(ulong g, int strided, ulong seq_len, __global 
       store_outv(orow, c, y);               \
   }
 
-__kernel void ce_norm_rows(CE_NORM_IN_ARGS, __global OUT_T *out, ulong o_off, ulong o_ld, int strided) {
+__kernel void ce_norm_rows(CE_NORM_IN_ARGS, __global OUT_T *out, ulong o_off CE_PIECE_PARAMS(OUT_T, out), ulong o_ld,
+                           int strided) {
   CE_NORM_TOKENS(get_global_id(0))
   CE_SCRATCH_DECL
   CE_NORM_AHEAD(get_global_id(0))
@@ -575,7 +589,7 @@ __kernel void ce_norm_rows(CE_NORM_IN_ARGS, __global OUT_T *out, ulong o_off, ul
 #if NORM != 0
     CE_NORM_STATS_CPU
 #endif
-    __global OUT_T *orow = out + o_off + i * o_ld;
+    __global OUT_T *orow = OUT_ROW(i);
     const int nt = STREAM && CE_STREAMING && ((ulong)orow & (VEC * sizeof(OUT_T) - 1)) == 0;
     const ulong cv = cols / VEC * VEC, e0 = i * cols;
     if (full)
@@ -674,14 +688,15 @@ __kernel void ce_norm_rows(CE_NORM_IN_ARGS, __global OUT_T *out, ulong o_off, ul
 #define CE_DX(h, xh) (rstd * ((h) - (xh) * B))
 #endif
 
-__kernel void ce_norm_bwd(CE_NORM_IN_ARGS, __global const GRAD_T *grad, ulong g_off, ulong g_ld, __global float *dx,
+__kernel void ce_norm_bwd(CE_NORM_IN_ARGS, __global const GRAD_T *grad,
+                          ulong g_off CE_PIECE_PARAMS(const GRAD_T, grad), ulong g_ld, __global float *dx,
                           __global float *gxh, __local float *part_all) {
   ulong lx = get_local_id(0), LX = get_local_size(0), i = get_global_id(1);
   __local float *part = part_all + get_local_id(1) * 2 * CE_ROWSUM_PARTS;
   int live = i < n;
   ulong t = live ? i : n - 1, e0 = t * cols;
   CE_NORM_TOKEN(t, 0)
-  __global const GRAD_T *grow = grad + g_off + t * g_ld;
+  __global const GRAD_T *grow = GRAD_ROW(t);
   CE_NORM_STATS_GPU
   float sa, sb;
   CE_ROWSUM2_G(sa, sb, CE_AB1)
@@ -716,8 +731,9 @@ __kernel void ce_norm_bwd(CE_NORM_IN_ARGS, __global const GRAD_T *grad, ulong g_
     CE_NORM_GXHV(c, g, xh);                          \
   }
 
-__kernel void ce_norm_bwd_rows(CE_NORM_IN_ARGS, __global const GRAD_T *grad, ulong g_off, ulong g_ld,
-                               __global float *dx, __global float *gxh, int strided) {
+__kernel void ce_norm_bwd_rows(CE_NORM_IN_ARGS, __global const GRAD_T *grad,
+                               ulong g_off CE_PIECE_PARAMS(const GRAD_T, grad), ulong g_ld, __global float *dx,
+                               __global float *gxh, int strided) {
   CE_NORM_TOKENS(get_global_id(0))
   CE_SCRATCH_DECL
   CE_GSCRATCH_DECL
@@ -727,7 +743,7 @@ __kernel void ce_norm_bwd_rows(CE_NORM_IN_ARGS, __global const GRAD_T *grad, ulo
     if (i >= n) return;
     CE_NORM_TOKEN(i, 0)
     const int full = CE_FULL;
-    __global const GRAD_T *grow = grad + g_off + i * g_ld;
+    __global const GRAD_T *grow = GRAD_ROW(i);
     CE_NORM_STATS_CPU
     float sa, sb;
     if (full)

@@ -9,19 +9,21 @@
 #define OUT_T CE_XCAT(CE_STORE_, OUT_DT)
 #define store_out CE_XCAT(ce_store_, OUT_DT)
 #define store_outv CE_XCAT(ce_storev_, OUT_DT)
+/* out may be a split matrix (cl/lib/pieces.cl): a launch writes its window's rows */
 
-__kernel void ce_positional(__global OUT_T *out, ulong o_off, ulong o_ld, ulong rows, ulong cols, ulong first,
-                            __global const float *freq) {
+__kernel void ce_positional(__global OUT_T *out, ulong o_off CE_PIECE_PARAMS(OUT_T, out), ulong o_ld, ulong rows,
+                            ulong cols, ulong first, __global const float *freq) {
   ulong c = get_global_id(0), r = get_global_id(1);
-  if (c >= cols || r >= rows) return;
-  store_out(out, o_off + r * o_ld + c, ce_sinusoid(first + r, freq, cols, c));
+  if (c >= cols || r >= rows || !CE_OWNS(out, r)) return;
+  store_out(CE_AT(out, r), CE_OFF(out, o_off, o_ld, r) + c, ce_sinusoid(first + r, freq, cols, c));
 }
 
-__kernel void ce_positional_rows(__global OUT_T *out, ulong o_off, ulong o_ld, ulong rows, ulong cols, ulong first,
-                                 __global const float *freq) {
+__kernel void ce_positional_rows(__global OUT_T *out, ulong o_off CE_PIECE_PARAMS(OUT_T, out), ulong o_ld,
+                                 ulong rows, ulong cols, ulong first, __global const float *freq) {
   ulong r = get_global_id(0);
-  if (r >= rows) return;
-  ulong c = 0, o = o_off + r * o_ld;
-  for (; c + VEC <= cols; c += VEC) store_outv(out, o + c, ce_sinusoidv(first + r, freq, cols, c));
-  for (; c < cols; c++) store_out(out, o + c, ce_sinusoid(first + r, freq, cols, c));
+  if (r >= rows || !CE_OWNS(out, r)) return;
+  __global OUT_T *o = CE_AT(out, r) + CE_OFF(out, o_off, o_ld, r);
+  ulong c = 0;
+  for (; c + VEC <= cols; c += VEC) store_outv(o, c, ce_sinusoidv(first + r, freq, cols, c));
+  for (; c < cols; c++) store_out(o, c, ce_sinusoid(first + r, freq, cols, c));
 }

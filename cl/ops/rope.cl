@@ -16,6 +16,7 @@
 
 #define OUT_T CE_XCAT(CE_STORE_, OUT_DT)
 #define store_out CE_XCAT(ce_store_, OUT_DT)
+/* out (and x) may be split matrices (cl/lib/pieces.cl): a launch takes the rows in its windows */
 
 inline float2 ce_rope_cos_sin(uint p, __global const float *f, ulong nh, ulong k) {
   float4 a = (float4)(f[k], f[nh + k], f[2 * nh + k], f[3 * nh + k]);
@@ -25,14 +26,15 @@ inline float2 ce_rope_cos_sin(uint p, __global const float *f, ulong nh, ulong k
 
 /* out[r][k] = a*cos(p*w_k), out[r][nh + k] = a*sin(p*w_k), p = first + r
  * (first + rows <= 2^32, checked on the host). */
-__kernel void ce_rope_cache(__global OUT_T *out, ulong o_off, ulong o_ld, ulong rows, ulong nh, ulong first,
-                            __global const float *freq, float attention) {
+__kernel void ce_rope_cache(__global OUT_T *out, ulong o_off CE_PIECE_PARAMS(OUT_T, out), ulong o_ld, ulong rows,
+                            ulong nh, ulong first, __global const float *freq, float attention) {
   ulong k = get_global_id(0), r = get_global_id(1);
-  if (k >= nh || r >= rows) return;
+  if (k >= nh || r >= rows || !CE_OWNS(out, r)) return;
   float2 cs = ce_rope_cos_sin((uint)(first + r), freq, nh, k);
-  ulong o = o_off + r * o_ld;
-  store_out(out, o + k, attention * cs.x);
-  store_out(out, o + nh + k, attention * cs.y);
+  __global OUT_T *orow = CE_AT(out, r);
+  ulong o = CE_OFF(out, o_off, o_ld, r);
+  store_out(orow, o + k, attention * cs.x);
+  store_out(orow, o + nh + k, attention * cs.y);
 }
 
 #ifdef X_DT
@@ -43,10 +45,15 @@ __kernel void ce_rope_cache(__global OUT_T *out, ulong o_off, ulong o_ld, ulong 
 
 /* The arguments of both apply shapes (src/ops/rope.c sets them once for both). */
 #define CE_ROPE_ARGS                                                                                         \
-  __global const X_T *x, ulong x_off, ulong x_ld, __global OUT_T *out, ulong o_off, ulong o_ld, ulong rows,   \
-      ulong heads, ulong head_dim, ulong nh, int gptj, int copy_rest, __global const float *freq,             \
-      float attention, float sign, __global const int *pos32, __global const long *pos64, ulong pos_off,      \
-      int pos64f, ulong seq_len, ulong pos_offset, __global uint *err, uint slot
+  __global const X_T *x, ulong x_off CE_PIECE_PARAMS(const X_T, x), ulong x_ld, __global OUT_T *out,         \
+      ulong o_off CE_PIECE_PARAMS(OUT_T, out), ulong o_ld, ulong rows, ulong heads, ulong head_dim, ulong nh, \
+      int gptj, int copy_rest, __global const float *freq, float attention, float sign,                       \
+      __global const int *pos32, __global const long *pos64, ulong pos_off, int pos64f, ulong seq_len,        \
+      ulong pos_offset, __global uint *err, uint slot
+/* row i of x and of out, and whether this launch takes it */
+#define X_ROW(i) (CE_AT(x, (i)) + CE_OFF(x, x_off, x_ld, (i)))
+#define OUT_ROW(i) (CE_AT(out, (i)) + CE_OFF(out, o_off, o_ld, (i)))
+#define ROW_OWNED(i) (CE_OWNS(x, (i)) && CE_OWNS(out, (i)))
 
 /* Row i's position; *ok is 0 for a position from the buffer that is negative
  * or >= 2^32, reported (kind 0: row i, its value) when `report`. */
@@ -78,10 +85,11 @@ inline void ce_rope_pair(__global const X_T *xr, __global OUT_T *orow, ulong hea
 __kernel void ce_rope_apply(CE_ROPE_ARGS) {
   ulong j = get_global_id(0), i = get_global_id(1);
   if (i >= rows || j >= head_dim - nh) return; /* nh pairs, then head_dim - 2*nh columns to copy */
-  __global const X_T *xr = x + x_off + i * x_ld;
-  __global OUT_T *orow = out + o_off + i * o_ld;
   int ok;
   uint p = ce_rope_position(i, pos32, pos64, pos_off, pos64f, seq_len, pos_offset, err, slot, j == 0, &ok);
+  if (!ROW_OWNED(i)) return;
+  __global const X_T *xr = X_ROW(i);
+  __global OUT_T *orow = OUT_ROW(i);
   if (j >= nh) { /* a column past R */
     if (!copy_rest) return;
     ulong c = 2 * nh + (j - nh);
@@ -126,8 +134,11 @@ __kernel void ce_rope_apply(CE_ROPE_ARGS) {
 __kernel void ce_rope_apply_rows(CE_ROPE_ARGS) {
   ulong i = get_global_id(0);
   if (i >= rows) return;
-  __global const X_T *xr = x + x_off + i * x_ld;
-  __global OUT_T *orow = out + o_off + i * o_ld;
+  int ok;
+  uint p = ce_rope_position(i, pos32, pos64, pos_off, pos64f, seq_len, pos_offset, err, slot, 1, &ok);
+  if (!ROW_OWNED(i)) return;
+  __global const X_T *xr = X_ROW(i);
+  __global OUT_T *orow = OUT_ROW(i);
   const ulong line = 2 * VEC * sizeof(OUT_T) < 64 ? 2 * VEC * sizeof(OUT_T) : 64; /* a pair's alignment */
 #if STREAM && CE_STREAMING && RKB % 2 == 0
   const int nt = ((ulong)orow & (line - 1)) == 0 && (head_dim * sizeof(OUT_T)) % line == 0 &&
@@ -135,8 +146,6 @@ __kernel void ce_rope_apply_rows(CE_ROPE_ARGS) {
 #else
   const int nt = 0;
 #endif
-  int ok;
-  uint p = ce_rope_position(i, pos32, pos64, pos_off, pos64f, seq_len, pos_offset, err, slot, 1, &ok);
   if (!ok) { /* a bad position: the row is copied */
     if (copy_rest)
       for (ulong c = 0; c < heads * head_dim; c++) store_out(orow, c, load_x(xr, c));

@@ -25,7 +25,10 @@ F32, F16, BF16 = DTYPES["f32"], DTYPES["f16"], DTYPES["bf16"]
 FLOAT_DTYPES = (F32, F16, BF16)
 # values per block and bytes per block (ggml's layouts); 1 and the element size for floats
 BLOCKS = {"f32": (1, 4), "f16": (1, 2), "bf16": (1, 2), "q8_0": (32, 34), "q4_0": (32, 18),
-          "q4_k": (256, 144), "q6_k": (256, 210)}
+          "q4_k": (256, 144), "q6_k": (256, 210), "q4_1": (32, 20), "q5_0": (32, 22), "q5_1": (32, 24),
+          "q2_k": (256, 84), "q3_k": (256, 110), "q5_k": (256, 176), "iq4_nl": (32, 18), "iq4_xs": (256, 136),
+          "iq2_xxs": (256, 66), "iq2_xs": (256, 74), "iq2_s": (256, 82), "iq3_xxs": (256, 98),
+          "iq3_s": (256, 110), "iq1_s": (256, 50), "iq1_m": (256, 56)}
 # NumPy's and PyTorch's spellings of the float dtypes
 _ALIASES = {"float32": "f32", "float": "f32", "half": "f16", "float16": "f16", "bfloat16": "bf16",
             "torch.float32": "f32", "torch.float16": "f16", "torch.bfloat16": "bf16"}

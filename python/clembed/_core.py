@@ -196,7 +196,8 @@ class Matrix:
 
     @property
     def dtype(self) -> str:
-        """The device dtype's name: 'f32', 'f16', 'bf16', 'q8_0', 'q4_0', 'q4_k' or 'q6_k'."""
+        """The device dtype's name: 'f32', 'f16', 'bf16', or a block type's ('q8_0', 'q4_k', 'iq4_xs', ...:
+        clembed.DTYPES)."""
         return DTYPE_NAMES.get(self._m.dtype, str(self._m.dtype))
 
     @property
@@ -647,7 +648,13 @@ class Context:
         row = lib.clembed_dtype_row_bytes(code, cols)
         if rows and cols and (row == 0 or row * rows >= 2 ** 64):
             raise invalid("out", "%d x %d %s overflows the address space" % (rows, cols, DTYPE_NAMES[code]))
-        m = Matrix_t(buffer=self._buffer(row * rows), offset=0, rows=rows, cols=cols, ld=0, dtype=code)
+        try:
+            buf = self._buffer(row * rows)
+        except Error as e:
+            if e.status != -61:     # CL_INVALID_BUFFER_SIZE: past the device's largest buffer
+                raise
+            return self.empty(rows, cols, DTYPE_NAMES[code])   # split over several (clembed.h)
+        m = Matrix_t(buffer=buf, offset=0, rows=rows, cols=cols, ld=0, dtype=code)
         return Matrix(self, m, owned=True)
 
     def _out(self, out: Optional[Matrix], rows: int, cols: int, out_dtype: DTypeLike,

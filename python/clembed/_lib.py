@@ -222,7 +222,9 @@ STRUCTS: Dict[str, Any] = {
 # The Python names of the C enum constants (lower case; the C name is the prefix in
 # ENUMS plus the name in upper case). The binding's string arguments are these names.
 
-DTYPES = {"f32": 0, "f16": 1, "bf16": 2, "q8_0": 3, "q4_0": 4, "q4_k": 5, "q6_k": 6}
+DTYPES = {"f32": 0, "f16": 1, "bf16": 2, "q8_0": 3, "q4_0": 4, "q4_k": 5, "q6_k": 6,
+          "q4_1": 7, "q5_0": 8, "q5_1": 9, "q2_k": 10, "q3_k": 11, "q5_k": 12, "iq4_nl": 13, "iq4_xs": 14,
+          "iq2_xxs": 15, "iq2_xs": 16, "iq2_s": 17, "iq3_xxs": 18, "iq3_s": 19, "iq1_s": 20, "iq1_m": 21}
 INDEX_TYPES = {"i32": 0, "i64": 1}
 POLICIES = {"check": 0, "clamp": 1, "zero": 2, "wrap": 3}
 EXPONENTS = {"pair": 0, "index": 1}
@@ -324,6 +326,8 @@ PROTOTYPES: Dict[str, Tuple[Any, List[Any]]] = {
     "clembed_bags_optimizer_step": (c_int, [CTX, POINTER(BagFeature_t), c_size_t, PM, POINTER(Optimizer_t)]
                                     + EV),
     "clembed_renorm": (c_int, [CTX, PM, PI, c_float, c_float] + EV),
+    # Tables past one buffer
+    "clembed_matrix_pieces": (c_int, [CTX, PM, c_size_t, PM, POINTER(c_size_t), POINTER(c_size_t)]),
 }
 
 lib, path = load_library()

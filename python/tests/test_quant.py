@@ -66,3 +66,20 @@ def test_quantized_table(ctx, dtype, ref):
     with pytest.raises(clembed.Error) as e:
         ctx.sgd(m, np.zeros((2, D), np.float32), np.array([0, 1]), 0.1)
     assert e.value.status in (clembed.ERR_UNSUPPORTED, clembed.ERR_INVALID_ARGUMENT)
+
+
+@pytest.mark.parametrize("dtype", ["q4_1", "q5_0", "q5_1", "q2_k", "q3_k", "q5_k", "iq4_nl", "iq4_xs",
+                                   "iq2_xxs", "iq2_xs", "iq2_s", "iq3_xxs", "iq3_s", "iq1_s", "iq1_m"])
+def test_other_block_types(ctx, dtype):
+    """ggml's other block types from their blocks: read back as they were, and the device's lookup
+    equal to the host's dequantization (both checked against ggml's code in tests/test_quant.c)."""
+    need("clembed_dtype_row_bytes")
+    qk, nbytes = clembed._args.BLOCKS[dtype]
+    V, nb = 9, 2 if qk == 32 else 1
+    blocks = rng.integers(0, 0x78, size=(V, nb * nbytes), dtype=np.uint8)   # finite f16 scales
+    m = ctx.matrix(blocks, dtype=dtype)
+    assert m.dtype == dtype and m.shape == (V, nb * qk)
+    assert np.array_equal(m.raw(), blocks)
+    deq = m.numpy()
+    ids = rng.integers(0, V, size=(2, 5))
+    assert np.isfinite(deq).all() and np.array_equal(ctx.lookup(m, ids).numpy().view(np.uint32), deq[ids].view(np.uint32))

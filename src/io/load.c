@@ -20,21 +20,9 @@
  * conversion temporary). */
 #define CE_IO_CHUNK_BYTES ((size_t)16 << 20)
 
-static const char *dtype_name(int d) {
-  switch (d) {
-    case CLEMBED_F32: return "f32";
-    case CLEMBED_F16: return "f16";
-    case CLEMBED_BF16: return "bf16";
-    case CLEMBED_Q8_0: return "q8_0";
-    case CLEMBED_Q4_0: return "q4_0";
-    case CLEMBED_Q4_K: return "q4_k";
-    case CLEMBED_Q6_K: return "q6_k";
-  }
-  return "an unknown dtype";
-}
-
-static int is_float(int d) { return d == CLEMBED_F32 || d == CLEMBED_F16 || d == CLEMBED_BF16; }
-static int is_block(int d) { return d == CLEMBED_Q8_0 || d == CLEMBED_Q4_0 || d == CLEMBED_Q4_K || d == CLEMBED_Q6_K; }
+static const char *dtype_name(int d) { return ce_dtype_facts_of(d) ? clembed_dtype_name((clembed_dtype)d) : "an unknown dtype"; }
+static int is_float(int d) { return clembed_dtype_size((clembed_dtype)d) != 0; }
+static int is_block(int d) { return ce_dtype_is_block((clembed_dtype)d); }
 
 /* n stored values at p (unaligned, little-endian) to `dtype` in out. */
 static void convert(void *out, clembed_dtype dtype, const uint8_t *p, ce_io_kind kind, size_t n) {
@@ -88,24 +76,26 @@ static void CL_CALLBACK unmap_pages(cl_mem mem, void *user) {
  * rows) becomes a buffer over its own copy-on-write mapping of the file's pages
  * (CL_MEM_USE_HOST_PTR): nothing is copied, only the pages that the work
  * touches are read, and what the device writes stays private to the buffer
- * (the file is never written). The mapping starts on a page, so the matrix's
- * offset is the tensor's place in its first page (in values). The buffer holds
- * the mapping until it is released, whether or not the file is closed.
- * 1: done; 0: not possible here (the caller uploads a copy). */
-static int map_pages(clembed_context *ctx, const clembed_file *f, const ce_io_tensor *e, uint64_t offset,
-                     uint64_t bytes, clembed_dtype dtype, size_t rows, size_t cols, clembed_matrix *out) {
-  if (!ctx->host_pages || f->fd < 0 || bytes == 0 || getenv("CLEMBED_NO_FILE_PAGES")) return 0;
+ * (the file is never written). Rows larger than one buffer become pieces, each
+ * over a mapping of its rows' pages. A mapping starts on a page, so a piece's
+ * first row is at the rows' place in their first page (*lead, in values). The
+ * buffer holds the mapping until it is released, whether or not the file is
+ * closed. The `bytes` from file offset `at`: a buffer, or NULL when that is not
+ * possible here (the caller uploads a copy). */
+static cl_mem map_range(clembed_context *ctx, const clembed_file *f, const ce_io_tensor *e, uint64_t at,
+                        uint64_t bytes, size_t *lead_values) {
+  if (!ctx->host_pages || f->fd < 0 || bytes == 0 || getenv("CLEMBED_NO_FILE_PAGES")) return NULL;
   long page = sysconf(_SC_PAGESIZE);
-  if (page <= 0) return 0;
-  uint64_t start = offset / (uint64_t)page * (uint64_t)page, lead = offset - start;
-  if (lead % e->block_bytes || start > (uint64_t)INT64_MAX) return 0;
+  if (page <= 0) return NULL;
+  uint64_t start = at / (uint64_t)page * (uint64_t)page, lead = at - start;
+  if (lead % e->block_bytes || start > (uint64_t)INT64_MAX || bytes > SIZE_MAX - lead) return NULL;
   size_t len = (size_t)(lead + bytes);
   ce_io_pages *pages = malloc(sizeof *pages);
-  if (!pages) return 0;
+  if (!pages) return NULL;
   void *base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE, f->fd, (off_t)start);
   if (base == MAP_FAILED) {
     free(pages);
-    return 0;
+    return NULL;
   }
   /* rows are read where ids point: no read-ahead around them */
   posix_madvise(base, len, POSIX_MADV_RANDOM);
@@ -114,18 +104,48 @@ static int map_pages(clembed_context *ctx, const clembed_file *f, const ce_io_te
   cl_int err = CL_SUCCESS;
   cl_mem buf = clCreateBuffer(ctx->context, CL_MEM_READ_WRITE | CL_MEM_USE_HOST_PTR, len, base, &err);
   if (err == CL_SUCCESS && buf && clSetMemObjectDestructorCallback(buf, unmap_pages, pages) == CL_SUCCESS) {
-    out->buffer = buf;
-    out->offset = (size_t)(lead / e->block_bytes) * e->block_values;
-    out->rows = rows;
-    out->cols = cols;
-    out->ld = 0;
-    out->dtype = dtype;
-    return 1;
+    *lead_values = (size_t)(lead / e->block_bytes) * e->block_values;
+    return buf;
   }
   if (buf) clReleaseMemObject(buf);
   munmap(base, len);
   free(pages);
-  return 0;
+  return NULL;
+}
+
+/* `rows` rows of `row_bytes` from file offset `offset` (stored as the device
+ * dtype) over mappings of the file's pages: one buffer, or pieces of at most
+ * ctx->max_piece bytes registered as a split matrix. 1: done; 0: not possible
+ * here. */
+static int map_pages(clembed_context *ctx, const clembed_file *f, const ce_io_tensor *e, uint64_t offset,
+                     uint64_t row_bytes, clembed_dtype dtype, size_t rows, size_t cols, clembed_matrix *out) {
+  size_t per = rows, n = 1, lead;
+  if (rows > 1 && rows * row_bytes > ctx->max_piece) {
+    if (ce_piece_rows(ctx, (size_t)row_bytes, "clembed_matrix_load", &per) != CLEMBED_OK) return 0;
+    n = rows / per + (rows % per != 0);
+  }
+  ce_piece local[CE_PIECES_LOCAL], *pieces = n <= CE_PIECES_LOCAL ? local : calloc(n, sizeof *pieces);
+  if (!pieces) return 0;
+  size_t made = 0;
+  for (; made < n; made++) {
+    size_t r0 = made * per, nr = rows - r0 < per ? rows - r0 : per;
+    cl_mem b = map_range(ctx, f, e, offset + (uint64_t)r0 * row_bytes, (uint64_t)nr * row_bytes, &lead);
+    if (!b) break;
+    pieces[made] = (ce_piece){b, r0, lead};
+  }
+  int done = made == n && (n == 1 || ce_pieces_register(ctx, pieces, n, rows, cols, dtype) == CLEMBED_OK);
+  if (done) {
+    out->buffer = pieces[0].buffer;
+    out->offset = n == 1 ? pieces[0].offset : 0; /* a split matrix's offset counts from its first row */
+    out->rows = rows;
+    out->cols = cols;
+    out->ld = n == 1 ? 0 : cols;
+    out->dtype = dtype;
+  } else {
+    for (size_t j = 0; j < made; j++) clReleaseMemObject(pieces[j].buffer);
+  }
+  if (pieces != local) free(pieces);
+  return done;
 }
 
 /* clembed_matrix_load (`all`: every row) and clembed_matrix_load_rows (the
@@ -145,10 +165,14 @@ static clembed_status load(clembed_context *ctx, const char *op, const clembed_f
     LFAIL(CLEMBED_ERR_INVALID_ARGUMENT, "name", "%s", msg);
   const ce_io_tensor *e = &f->table.t[i];
   const char *tn = e->info.name, *ty = e->info.type_name;
-  if (e->kind != CE_IO_F32 && e->kind != CE_IO_F16 && e->kind != CE_IO_BF16 && e->kind != CE_IO_BLOCKS)
+  if (e->kind != CE_IO_F32 && e->kind != CE_IO_F16 && e->kind != CE_IO_BF16 && e->kind != CE_IO_BLOCKS) {
+    char types[256] = "";
+    for (int d = 0, used = 0; ce_dtype_facts_of(d) && used < (int)sizeof types; d++)
+      if (is_block(d)) used += snprintf(types + used, sizeof types - (size_t)used, "%s%s", used ? ", " : "", dtype_name(d));
     LFAIL(CLEMBED_ERR_INVALID_ARGUMENT, "name",
           "%s: tensor '%s' is of type %s, which cannot be loaded as a matrix (the float types F32, F16, BF16 and "
-          "ggml's q8_0, q4_0, q4_K, q6_K can)", f->path, tn, ty);
+          "ggml's block types %s can)", f->path, tn, ty, types);
+  }
   if (e->kind == CE_IO_BLOCKS && is_block((int)dtype) && (int)dtype != e->info.dtype)
     LFAIL(CLEMBED_ERR_INVALID_ARGUMENT, "dtype",
           "%s: tensor '%s' is %s and cannot be loaded as %s (load it as %s, or dequantize it to f32, f16 or bf16)",
@@ -183,9 +207,8 @@ static clembed_status load(clembed_context *ctx, const char *op, const clembed_f
           (unsigned long long)nrows, (unsigned long long)first_row, tn, (unsigned long long)rows);
   /* the rows' bytes in the file: whole blocks (or values) of `cols` per row */
   uint64_t row_bytes = cols / e->block_values * e->block_bytes, first_byte = e->offset + first_row * row_bytes;
-  uint64_t range_bytes = nrows * row_bytes;
   if ((int)dtype == e->info.dtype &&
-      map_pages(ctx, f, e, first_byte, range_bytes, dtype, (size_t)nrows, (size_t)cols, &out)) {
+      map_pages(ctx, f, e, first_byte, row_bytes, dtype, (size_t)nrows, (size_t)cols, &out)) {
     *m = out;
     out.buffer = NULL;
     ctx->op = op;
@@ -200,7 +223,9 @@ static clembed_status load(clembed_context *ctx, const char *op, const clembed_f
   }
 
   /* A piece of whole blocks (whole values of a float type) at a time, at most
-   * CE_IO_CHUNK_BYTES of the file or of the float values it becomes:
+   * CE_IO_CHUNK_BYTES of the file or of the float values it becomes (and at
+   * most the largest buffer of a matrix), of whole rows when there are
+   * several (a matrix in several buffers takes views of whole rows):
    *  - the stored type: written from the mapping as it lies;
    *  - blocks to a float dtype: written from the mapping as host blocks
    *    (clembed_matrix_write dequantizes them, ggml's dequantize_row_*);
@@ -220,8 +245,10 @@ static clembed_status load(clembed_context *ctx, const char *op, const clembed_f
   clembed_dtype tmp_dtype = quantize ? CLEMBED_F32 : dtype;
   size_t widest = unit_bytes; /* the most bytes a unit takes in the file or as float values */
   if (!same && unit_values * 4 > widest) widest = unit_values * 4;
-  size_t per = CE_IO_CHUNK_BYTES / widest;
+  size_t chunk = CE_IO_CHUNK_BYTES < ctx->max_piece ? CE_IO_CHUNK_BYTES : ctx->max_piece;
+  size_t per = chunk / widest, row_units = nrows > 1 ? units / (size_t)nrows : 0;
   if (per == 0) per = 1;
+  if (row_units) per = per < row_units ? row_units : per / row_units * row_units;
   if (convert_here && units) {
     size_t n = per < units ? per : units;
     tmp = malloc(n * unit_values * clembed_dtype_size(tmp_dtype));
@@ -231,9 +258,9 @@ static clembed_status load(clembed_context *ctx, const char *op, const clembed_f
     size_t n = units - u < per ? units - u : per;
     clembed_matrix view = out;
     view.offset = u * unit_values;
-    view.rows = 1;
-    view.cols = n * unit_values;
-    view.ld = 0;
+    view.rows = row_units ? n / row_units : 1;
+    view.cols = row_units ? (size_t)cols : n * unit_values;
+    view.ld = row_units ? (size_t)cols : 0;
     const uint8_t *p = src + u * unit_bytes;
     if (same) {
       status = clembed_matrix_write(ctx, &view, p, dtype);

@@ -45,7 +45,7 @@
  * Contributions other than one per token (a ce_contrib in the ce_step: the
  * bags, bag.c) replace step 1 with their producer's keys and records, and the
  * fold kernels are built with -DBAG=1 to read each entry's gradient row through
- * its record; the rest is the same.
+ * its record (grad_out in one buffer); the rest is the same.
  *
  * Atomic path (deterministic = 0, clembed_backward only, never the default):
  * ce_bwd_atomic adds (scale * m_i) / count_v into grad_table with a
@@ -79,9 +79,10 @@ typedef struct seg_call {
   const clembed_backward_options *opt;
   size_t n;                       /* sorted entries: the ids, or the contributions' count */
   size_t g_ld, t_ld, p_ld;
+  ce_pieces gp, tp, pgp;          /* grad_out, the target, position_grad: their pieces */
   cl_long padding;
   int key64;
-  char opts[320];
+  char opts[512];
   ce_chain ch;
   ce_record rec;
   ce_sort srt;
@@ -96,9 +97,15 @@ static clembed_status check_args(seg_call *b) {
   const clembed_matrix *g = b->grad, *t = b->target;
   const clembed_backward_options *opt = b->opt;
   const ce_contrib *contrib = b->step->contrib; /* (whose producer checks grad_out's shape) */
-  CHECK(ce_check_matrix(ctx, g, "grad_out", &b->g_ld));
+  CHECK(ce_check_pieces(ctx, g, "grad_out", 0, &b->gp));
+  b->g_ld = b->gp.ld;
+  b->gp.whole = 1; /* a segment's tokens are anywhere in grad_out */
+  if (contrib && b->gp.count > 1)
+    FAIL_ARG(CLEMBED_ERR_UNSUPPORTED, "grad_out", -1, (int64_t)b->gp.count,
+             "%s: grad_out is a matrix in %zu buffers, which this operation does not take", what, b->gp.count);
   if (!contrib) CHECK(ce_check_ids(ctx, b->ids, "ids"));
-  CHECK(ce_check_matrix(ctx, t, tname, &b->t_ld));
+  CHECK(ce_check_pieces(ctx, t, tname, 0, &b->tp));
+  b->t_ld = b->tp.ld;
   b->n = contrib ? contrib->count : b->ids->count;
   if (!contrib && (g->rows != b->ids->count || g->cols != t->cols))
     FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "grad_out", -1, (int64_t)g->rows,
@@ -116,7 +123,8 @@ static clembed_status check_args(seg_call *b) {
   CHECK(ce_check_common(ctx, what, opt->policy, opt->dropout, b->n, opt->seq_len, opt->sequence_offsets));
   CHECK(ce_padding(ctx, opt->padding_idx, t->rows, what, &b->padding));
   if (b->pg) {
-    CHECK(ce_check_matrix(ctx, b->pg, "position_grad", &b->p_ld));
+    CHECK(ce_check_pieces(ctx, b->pg, "position_grad", 0, &b->pgp));
+    b->p_ld = b->pgp.ld;
     if (b->pg->dtype != CLEMBED_F32)
       FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "position_grad", -1, (int64_t)b->pg->dtype,
                "%s: position_grad must be F32 (dtype %d)", what, (int)b->pg->dtype);
@@ -150,6 +158,20 @@ static clembed_status prepare(seg_call *b) {
            (int)b->grad->dtype, (int)b->target->dtype, opt->dropout > 0.0f, b->key64, t->fold_vec, t->fold_tile,
            t->fold_group, t->fold_ahead, t->rowwise_ahead, order, CE_STORE_OVERWRITE,
            CE_STORE_ACCUMULATE, CE_STORE_SGD, CE_STORE_ADAGRAD, CE_STORE_ADAM, b->step->contrib != NULL, div);
+  /* split matrices: the pieces each launch takes, planned together so that
+   * every kernel of the call sees the same counts */
+  ce_optim_step *o = b->step->optim;
+  ce_pieces *mats[5] = {&b->gp, &b->tp, o ? &o->s1 : NULL, o ? &o->s2 : NULL, b->pg ? &b->pgp : NULL};
+  clembed_status status = ce_pieces_plan(ctx, b->step->what, mats, 5);
+  if (status != CLEMBED_OK) return status;
+  ce_pieces_option(b->opts, sizeof b->opts, &b->gp, "grad");
+  ce_pieces_option(b->opts, sizeof b->opts, &b->tp, "tab");
+  ce_pieces_option(b->opts, sizeof b->opts, &b->tp, "gt");
+  if (o) {
+    ce_pieces_option(b->opts, sizeof b->opts, &o->s1, "s1");
+    ce_pieces_option(b->opts, sizeof b->opts, &o->s2, "s2");
+  }
+  if (b->pg) ce_pieces_option(b->opts, sizeof b->opts, &b->pgp, "pg");
   const clembed_ids *so = b->pg ? opt->sequence_offsets : NULL;
   b->rec = (ce_record){CE_NO_SLOT, CE_FAMILY_BACKWARD, b->opts, b->ids, so, opt->seq_len};
   int token_work = b->n > 0 && !b->step->contrib; /* with 0 columns the ids are still checked */
@@ -248,14 +270,13 @@ static clembed_status fold_optim(seg_call *b, seg_grid grid, int which, const vo
   clembed_status status = CLEMBED_OK;
   clembed_context *ctx = b->ctx;
   const clembed_backward_options *opt = b->opt;
-  const ce_optim_step *o = b->step->optim;
+  ce_optim_step *o = b->step->optim;
   const clembed_matrix *t = b->target;
-  /* SGD has no state: the table stands in (never read or written as a state) */
-  const clembed_matrix *s1 = o->state ? o->state : t, *s2 = o->state2 ? o->state2 : s1;
-  cl_ulong s1_ld = o->state ? o->s1_ld : b->t_ld, s2_ld = o->state2 ? o->s2_ld : s1_ld;
-  cl_ulong s1_off = s1->offset, s2_off = s2->offset;
-  cl_ulong nl = b->n, colsl = t->cols, g_off = b->grad->offset, g_ldl = b->g_ld, t_off = t->offset;
+  /* a state the kind does not have is a NULL buffer, never read or written */
+  cl_ulong s1_ld = o->s1_ld, s2_ld = o->s2_ld;
+  cl_ulong nl = b->n, colsl = t->cols, g_ldl = b->g_ld;
   cl_ulong t_ldl = b->t_ld;
+  ce_pieces *mats[3] = {&b->tp, &o->s1, &o->s2}; /* grad_out is whole in every launch */
   cl_int freq_i = opt->scale_grad_by_freq != 0, mode = (cl_int)b->step->mode;
   cl_float scale = opt->scale, lr = b->step->lr, drop = opt->dropout;
   cl_float keep = opt->dropout > 0.0f ? 1.0f / (1.0f - opt->dropout) : 1.0f;
@@ -272,25 +293,28 @@ static clembed_status fold_optim(seg_call *b, seg_grid grid, int which, const vo
     if (want > starts) want = starts;
     size_t slices = pow2_at_least(want, &slice_bits);
     CHECK(ce_kernel(ctx, CE_FAMILY_BACKWARD, b->opts, name, &k));
-    CHECK(ce_set_args(ctx, k, name, CE_ARG(b->grad->buffer), CE_ARG(g_off), CE_ARG(g_ldl),
-                      CE_ARG(colsl), CE_ARG(b->srt.keys[which]), CE_ARG(b->srt.idx[which]), CE_ARG(nl), none_size,
-                      none, CE_ARG(slice_bits), CE_ARG(scale), CE_ARG(freq_i), CE_ARG(t->buffer), CE_ARG(t_off),
-                      CE_ARG(t_ldl), CE_ARG(s1->buffer), CE_ARG(s1_off), CE_ARG(s1_ld), CE_ARG(lr), CE_ARG(eps),
-                      CE_ARG(wd), CE_ARG(drop), CE_ARG(seed_lo), CE_ARG(seed_hi), CE_ARG(keep), CE_END));
-    CHECK(contrib_args(b, k, name));
-    CHECK(ce_chain_2d(&b->ch, k, name, 1, slices));
+    do {
+      CHECK(ce_set_args(ctx, k, name, CE_PIECES(&b->gp), CE_ARG(g_ldl), CE_ARG(colsl), CE_ARG(b->srt.keys[which]),
+                        CE_ARG(b->srt.idx[which]), CE_ARG(nl), none_size, none, CE_ARG(slice_bits), CE_ARG(scale),
+                        CE_ARG(freq_i), CE_PIECES(&b->tp), CE_ARG(t_ldl), CE_PIECES(&o->s1), CE_ARG(s1_ld),
+                        CE_ARG(lr), CE_ARG(eps), CE_ARG(wd), CE_ARG(drop), CE_ARG(seed_lo), CE_ARG(seed_hi),
+                        CE_ARG(keep), CE_END));
+      CHECK(contrib_args(b, k, name));
+      CHECK(ce_chain_2d(&b->ch, k, name, 1, slices));
+    } while (ce_pieces_next(mats, 2));
   } else {
     const char *name = ctx->tune->cpu_shapes ? "ce_bwd_optim_grouped" : "ce_bwd_optim";
     CHECK(ce_kernel(ctx, CE_FAMILY_BACKWARD, b->opts, name, &k));
-    CHECK(ce_set_args(ctx, k, name, CE_ARG(b->grad->buffer), CE_ARG(g_off), CE_ARG(g_ldl), CE_ARG(colsl),
-                      CE_ARG(b->srt.keys[which]), CE_ARG(b->srt.idx[which]), CE_ARG(nl), none_size, none,
-                      CE_ARG(grid.slice_bits), CE_ARG(grid.bw), CE_ARG(grid.split), CE_ARG(scale), CE_ARG(freq_i),
-                      CE_ARG(t->buffer), CE_ARG(t_off), CE_ARG(t_ldl), CE_ARG(s1->buffer), CE_ARG(s1_off),
-                      CE_ARG(s1_ld), CE_ARG(s2->buffer), CE_ARG(s2_off), CE_ARG(s2_ld), CE_ARG(lr), CE_ARG(eps),
-                      CE_ARG(wd), CE_ARG(b1c), CE_ARG(b2c), CE_ARG(step_size), CE_ARG(mode), CE_ARG(drop),
-                      CE_ARG(seed_lo), CE_ARG(seed_hi), CE_ARG(keep), CE_END));
-    CHECK(contrib_args(b, k, name));
-    CHECK(ce_chain_2d(&b->ch, k, name, grid.nx, grid.ny));
+    do {
+      CHECK(ce_set_args(ctx, k, name, CE_PIECES(&b->gp), CE_ARG(g_ldl), CE_ARG(colsl), CE_ARG(b->srt.keys[which]),
+                        CE_ARG(b->srt.idx[which]), CE_ARG(nl), none_size, none, CE_ARG(grid.slice_bits),
+                        CE_ARG(grid.bw), CE_ARG(grid.split), CE_ARG(scale), CE_ARG(freq_i), CE_PIECES(&b->tp),
+                        CE_ARG(t_ldl), CE_PIECES(&o->s1), CE_ARG(s1_ld), CE_PIECES(&o->s2), CE_ARG(s2_ld),
+                        CE_ARG(lr), CE_ARG(eps), CE_ARG(wd), CE_ARG(b1c), CE_ARG(b2c), CE_ARG(step_size),
+                        CE_ARG(mode), CE_ARG(drop), CE_ARG(seed_lo), CE_ARG(seed_hi), CE_ARG(keep), CE_END));
+      CHECK(contrib_args(b, k, name));
+      CHECK(ce_chain_2d(&b->ch, k, name, grid.nx, grid.ny));
+    } while (ce_pieces_next(mats, 3));
   }
 cleanup:
   return status;
@@ -331,7 +355,7 @@ static clembed_status fold_rows(seg_call *b) {
   CHECK(ce_sort_run(&b->ch, &b->srt, ce_bit_width(rows_l), &which));
   seg_grid grid = segment_grid(ctx, b->target->cols, b->n);
   cl_uint none32 = (cl_uint)rows_l;
-  cl_ulong none64 = rows_l, g_off = b->grad->offset, g_ldl = b->g_ld, t_off = b->target->offset, t_ldl = b->t_ld;
+  cl_ulong none64 = rows_l, g_ldl = b->g_ld, t_ldl = b->t_ld;
   cl_float scale = opt->scale, lr = b->step->lr, drop = opt->dropout;
   cl_float keep = opt->dropout > 0.0f ? 1.0f / (1.0f - opt->dropout) : 1.0f;
   cl_uint seed_lo = (cl_uint)opt->dropout_seed, seed_hi = (cl_uint)(opt->dropout_seed >> 32);
@@ -345,13 +369,16 @@ static clembed_status fold_rows(seg_call *b) {
   /* one kernel per shape: segments over columns, or groups of segments over whole rows */
   const char *name = ctx->tune->cpu_shapes ? "ce_bwd_rows_grouped" : "ce_bwd_rows";
   CHECK(ce_kernel(ctx, CE_FAMILY_BACKWARD, b->opts, name, &k));
-  CHECK(ce_set_args(ctx, k, name, CE_ARG(b->grad->buffer), CE_ARG(g_off), CE_ARG(g_ldl), CE_ARG(colsl),
-                    CE_ARG(b->srt.keys[which]), CE_ARG(b->srt.idx[which]), CE_ARG(nl), none_size, none,
-                    CE_ARG(grid.slice_bits), CE_ARG(grid.bw), CE_ARG(grid.split), CE_ARG(scale), CE_ARG(freq_i),
-                    CE_ARG(b->target->buffer), CE_ARG(t_off), CE_ARG(t_ldl), CE_ARG(lr), CE_ARG(mode), CE_ARG(drop),
-                    CE_ARG(seed_lo), CE_ARG(seed_hi), CE_ARG(keep), CE_END));
-  CHECK(contrib_args(b, k, name));
-  CHECK(ce_chain_2d(&b->ch, k, name, grid.nx, grid.ny));
+  ce_pieces *mats[1] = {&b->tp}; /* grad_out is whole in every launch */
+  do {
+    CHECK(ce_set_args(ctx, k, name, CE_PIECES(&b->gp), CE_ARG(g_ldl), CE_ARG(colsl), CE_ARG(b->srt.keys[which]),
+                      CE_ARG(b->srt.idx[which]), CE_ARG(nl), none_size, none, CE_ARG(grid.slice_bits),
+                      CE_ARG(grid.bw), CE_ARG(grid.split), CE_ARG(scale), CE_ARG(freq_i), CE_PIECES(&b->tp),
+                      CE_ARG(t_ldl), CE_ARG(lr), CE_ARG(mode), CE_ARG(drop), CE_ARG(seed_lo), CE_ARG(seed_hi),
+                      CE_ARG(keep), CE_END));
+    CHECK(contrib_args(b, k, name));
+    CHECK(ce_chain_2d(&b->ch, k, name, grid.nx, grid.ny));
+  } while (ce_pieces_next(mats, 1));
 cleanup:
   return status;
 }
@@ -371,8 +398,8 @@ static clembed_status fold_positions(seg_call *b) {
   /* token i = b * len + j, len = seq_len (0: one sequence of n) */
   size_t len = opt->seq_len ? opt->seq_len : n, nseq = n / len + (n % len != 0);
   cl_ulong nl = n, len_l = len, pos_offset = opt->position_offset, so_off = so ? so->offset : 0;
-  cl_ulong p_rows = pg->rows, p_off = pg->offset, p_ldl = b->p_ld, colsl = pg->cols;
-  cl_ulong g_off = b->grad->offset, g_ldl = b->g_ld;
+  cl_ulong p_rows = pg->rows, p_ldl = b->p_ld, colsl = pg->cols;
+  cl_ulong g_ldl = b->g_ld;
   cl_int so64 = so && so->type == CLEMBED_I64, has_so = so != NULL;
   cl_uint slot_arg = b->rec.slot == CE_NO_SLOT ? 0 : b->rec.slot;
   CHECK(ce_kernel(ctx, CE_FAMILY_BACKWARD, b->opts, "ce_bwd_pos_keys", &k));
@@ -390,11 +417,14 @@ static clembed_status fold_positions(seg_call *b) {
   const void *none = b->key64 ? (const void *)&none64 : (const void *)&none32;
   const char *name = ctx->tune->cpu_shapes ? "ce_bwd_pos_grouped" : "ce_bwd_pos";
   CHECK(ce_kernel(ctx, CE_FAMILY_BACKWARD, b->opts, name, &k));
-  CHECK(ce_set_args(ctx, k, name, CE_ARG(b->grad->buffer), CE_ARG(g_off), CE_ARG(g_ldl), CE_ARG(colsl),
-                    CE_ARG(b->srt.keys[which]), CE_ARG(b->srt.idx[which]), CE_ARG(nl), none_size, none,
-                    CE_ARG(grid.slice_bits), CE_ARG(grid.bw), CE_ARG(grid.split), CE_ARG(pg->buffer), CE_ARG(p_off),
-                    CE_ARG(p_ldl), CE_ARG(drop), CE_ARG(seed_lo), CE_ARG(seed_hi), CE_ARG(keep), CE_END));
-  CHECK(ce_chain_2d(&b->ch, k, name, grid.nx, grid.ny));
+  ce_pieces *mats[1] = {&b->pgp};
+  do {
+    CHECK(ce_set_args(ctx, k, name, CE_PIECES(&b->gp), CE_ARG(g_ldl), CE_ARG(colsl), CE_ARG(b->srt.keys[which]),
+                      CE_ARG(b->srt.idx[which]), CE_ARG(nl), none_size, none, CE_ARG(grid.slice_bits),
+                      CE_ARG(grid.bw), CE_ARG(grid.split), CE_PIECES(&b->pgp), CE_ARG(p_ldl), CE_ARG(drop),
+                      CE_ARG(seed_lo), CE_ARG(seed_hi), CE_ARG(keep), CE_END));
+    CHECK(ce_chain_2d(&b->ch, k, name, grid.nx, grid.ny));
+  } while (ce_pieces_next(mats, 1));
 cleanup:
   return status;
 }
@@ -420,17 +450,20 @@ static clembed_status atomic_rows(seg_call *b) {
     CHECK(ce_chain_1d(&b->ch, k, "ce_bwd_count", ids->count, 0));
   }
   cl_mem cnt = b->counts ? b->counts : none_mem;
-  cl_ulong g_off = b->grad->offset, g_ldl = b->g_ld, t_off = b->target->offset, t_ldl = b->t_ld;
+  cl_ulong g_ldl = b->g_ld, t_ldl = b->t_ld;
   cl_float scale = opt->scale, drop = opt->dropout, keep = opt->dropout > 0.0f ? 1.0f / (1.0f - opt->dropout) : 1.0f;
   cl_uint seed_lo = (cl_uint)opt->dropout_seed, seed_hi = (cl_uint)(opt->dropout_seed >> 32);
   cl_uint slot_arg = b->rec.slot == CE_NO_SLOT ? 0 : b->rec.slot;
   CHECK(ce_kernel(ctx, CE_FAMILY_BACKWARD, b->opts, "ce_bwd_atomic", &k));
-  CHECK(ce_set_args(ctx, k, "ce_bwd_atomic", CE_ARG(b->grad->buffer), CE_ARG(g_off), CE_ARG(g_ldl), CE_ARG(colsl),
-                    CE_ARG(idb), CE_ARG(idb), CE_ARG(id_off), CE_ARG(id64), CE_ARG(nl), CE_ARG(rows_l),
-                    CE_ARG(policy), CE_ARG(b->padding), CE_ARG(scale), CE_ARG(freq_i), CE_ARG(cnt),
-                    CE_ARG(b->target->buffer), CE_ARG(t_off), CE_ARG(t_ldl), CE_ARG(drop), CE_ARG(seed_lo),
-                    CE_ARG(seed_hi), CE_ARG(keep), CE_ARG(ctx->errbuf), CE_ARG(slot_arg), CE_END));
-  CHECK(ce_chain_2d(&b->ch, k, "ce_bwd_atomic", ctx->tune->row_items, ids->count));
+  ce_pieces *mats[1] = {&b->tp};
+  do {
+    CHECK(ce_set_args(ctx, k, "ce_bwd_atomic", CE_PIECES(&b->gp), CE_ARG(g_ldl), CE_ARG(colsl), CE_ARG(idb),
+                      CE_ARG(idb), CE_ARG(id_off), CE_ARG(id64), CE_ARG(nl), CE_ARG(rows_l), CE_ARG(policy),
+                      CE_ARG(b->padding), CE_ARG(scale), CE_ARG(freq_i), CE_ARG(cnt), CE_PIECES(&b->tp),
+                      CE_ARG(t_ldl), CE_ARG(drop), CE_ARG(seed_lo), CE_ARG(seed_hi), CE_ARG(keep),
+                      CE_ARG(ctx->errbuf), CE_ARG(slot_arg), CE_END));
+    CHECK(ce_chain_2d(&b->ch, k, "ce_bwd_atomic", ctx->tune->row_items, ids->count));
+  } while (ce_pieces_next(mats, 1));
 cleanup:
   return status;
 }
@@ -440,7 +473,10 @@ static clembed_status segment_commands(seg_call *b) {
   const clembed_matrix *t = b->target;
   /* OVERWRITE: every row becomes 0 first (the fold then overwrites the touched ones) */
   if (b->step->mode == CE_STORE_OVERWRITE && t->rows > 0 && t->cols > 0)
-    CHECK(zero_rows(b, t->buffer, t->offset, b->t_ld, t->rows, t->cols, t->rows));
+    for (size_t j = 0; j < b->tp.count; j++) {
+      size_t nr = ce_piece_nrows(&b->tp, j);
+      CHECK(zero_rows(b, b->tp.piece[j].buffer, b->tp.piece[j].offset, b->t_ld, nr, t->cols, nr));
+    }
   if (b->n == 0) return CLEMBED_OK;
   if (t->cols == 0) { /* nothing to add or step, but every id is still checked */
     CHECK(ce_sort_alloc(b->ctx, b->n, b->key64, &b->srt));
@@ -461,6 +497,9 @@ clembed_status ce_segment_step(clembed_context *ctx, const ce_step *step, const 
   clembed_backward_options defaults;
   seg_call b;
   memset(&b, 0, sizeof b);
+  ce_pieces_none(&b.gp);
+  ce_pieces_none(&b.tp);
+  ce_pieces_none(&b.pgp);
   ce_chain_init(&b.ch, ctx, nwait, wait);
   if (!opt) {
     defaults = clembed_backward_defaults();
@@ -483,6 +522,9 @@ cleanup:
   ce_sort_release(&b.srt);
   if (b.counts) clReleaseMemObject(b.counts);
   ce_chain_release(&b.ch);
+  ce_pieces_release(&b.gp);
+  ce_pieces_release(&b.tp);
+  ce_pieces_release(&b.pgp);
   return status;
 }
 

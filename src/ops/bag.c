@@ -796,6 +796,8 @@ static clembed_status steps_run(clembed_context *ctx, const char *what, bag_feat
     if (lead[f] == f) {
       ce_optim_step p;
       status = ce_optimizer_check(ctx, what, &o[f], F[f].table, &p);
+      ce_pieces_release(&p.s1);
+      ce_pieces_release(&p.s2);
       if (status != CLEMBED_OK) {
         if (F[f].index >= 0) {
           char at[48];

@@ -11,6 +11,9 @@ clembed_status clembed_matrix_create(clembed_context *ctx, size_t rows, size_t c
                                      clembed_matrix *m) {
   clembed_status status = CLEMBED_OK;
   cl_mem b = NULL;
+  ce_pieces p;
+  p.piece = p.local;
+  p.count = 0;
   CE_ENTER(ctx, "clembed_matrix_create");
   if (!m) FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "m", -1, 0, "clembed_matrix_create: m is NULL");
   size_t qk = clembed_dtype_block_values(dtype), bytes;
@@ -25,25 +28,28 @@ clembed_status clembed_matrix_create(clembed_context *ctx, size_t rows, size_t c
   if ((cols && !row_bytes) || ce_mul_overflows(rows, row_bytes, &bytes))
     FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "rows", -1, (int64_t)rows,
              "clembed_matrix_create: %zu x %zu %s overflows size_t", rows, cols, ce_dtype_name(dtype));
-  /* rounded up to whole words, zeroed by a kernel that is enqueued, not
-   * waited for: creating a matrix on a queue gated by a caller's user event
-   * must not block. The queue orders it before later commands (an in-order
-   * queue by itself, an out-of-order one by a barrier on the fill), and the
-   * fill is tracked, so clembed_finish reports it if it fails. */
-  size_t words = bytes / 4 + (bytes % 4 != 0);
-  if (words == 0) words = 1;
-  CHECK(ce_buffer(ctx, CE_BUFFER_DATA, words * 4, NULL, "clembed_matrix_create", &b));
+  /* one buffer, or pieces of whole rows (ce_matrix_alloc), each rounded up to
+   * whole words and zeroed by a kernel that is enqueued, not waited for:
+   * creating a matrix on a queue gated by a caller's user event must not
+   * block. The queue orders it before later commands (an in-order queue by
+   * itself, an out-of-order one by a barrier on the fills), and the fills are
+   * tracked, so clembed_finish reports one that fails. */
+  CHECK(ce_matrix_alloc(ctx, rows, cols, dtype, "clembed_matrix_create", &b, &p));
   cl_kernel k;
-  cl_ulong nw = words;
-  cl_event ev = NULL;
   CHECK(ce_kernel(ctx, CE_FAMILY_UTIL, "", "ce_zero", &k));
-  CHECK(ce_set_args(ctx, k, "ce_zero", CE_ARG(b), CE_ARG(nw), CE_END));
-  CHECK(ce_enqueue_1d(ctx, k, "ce_zero", words, 0, 0, NULL, &ev));
-  cl_int err = ctx->in_order ? CL_SUCCESS : clEnqueueBarrierWithWaitList(ctx->queue, 1, &ev, NULL);
-  CHECK(ce_track_end(ctx, CLEMBED_OK, NULL, &ev)); /* the context keeps ev */
-  if (err != CL_SUCCESS) {
-    status = ce_cl_fail(ctx, err, "clembed_matrix_create: ordering the zero fill");
-    goto cleanup;
+  for (size_t j = 0; j < p.count; j++) {
+    size_t pb = ce_piece_nrows(&p, j) * row_bytes;
+    cl_ulong nw = pb / 4 + (pb % 4 != 0);
+    cl_event ev = NULL;
+    if (nw == 0) nw = 1;
+    CHECK(ce_set_args(ctx, k, "ce_zero", CE_ARG(p.piece[j].buffer), CE_ARG(nw), CE_END));
+    CHECK(ce_enqueue_1d(ctx, k, "ce_zero", (size_t)nw, 0, 0, NULL, &ev));
+    cl_int err = ctx->in_order ? CL_SUCCESS : clEnqueueBarrierWithWaitList(ctx->queue, 1, &ev, NULL);
+    CHECK(ce_track_end(ctx, CLEMBED_OK, NULL, &ev)); /* the context keeps ev */
+    if (err != CL_SUCCESS) {
+      status = ce_cl_fail(ctx, err, "clembed_matrix_create: ordering the zero fill");
+      goto cleanup;
+    }
   }
   m->buffer = b;
   m->offset = 0;
@@ -53,41 +59,54 @@ clembed_status clembed_matrix_create(clembed_context *ctx, size_t rows, size_t c
   m->dtype = dtype;
   b = NULL;
 cleanup:
-  if (b) clReleaseMemObject(b);
+  if (b) {
+    ce_pieces_forget(b);
+    clReleaseMemObject(b);
+  }
+  ce_pieces_release(&p);
   return status;
 }
 
 /* Copies between a dense host block (in the matrix's dtype: elements, or rows
- * of blocks) and the matrix. */
-static cl_int transfer(clembed_context *ctx, const clembed_matrix *m, size_t ld, void *host, int write) {
-  cl_int berr = ce_after_earlier_work(ctx);
-  if (berr != CL_SUCCESS) return berr;
-  if (m->rows == 0 || m->cols == 0) return CL_SUCCESS;
+ * of blocks) and rows [r0, r0 + n) of the matrix, piece by piece. */
+static cl_int transfer(clembed_context *ctx, const clembed_matrix *m, const ce_pieces *p, size_t r0, size_t n,
+                       void *host, int write) {
+  if (n == 0 || m->cols == 0) return CL_SUCCESS;
   /* in bytes (values / block size * block bytes for the block types) */
-  size_t off = clembed_dtype_row_bytes(m->dtype, m->offset), rb = clembed_dtype_row_bytes(m->dtype, m->cols);
-  size_t lb = clembed_dtype_row_bytes(m->dtype, ld);
-  if (ld == m->cols) {
-    size_t bytes = m->rows * rb;
-    return write ? clEnqueueWriteBuffer(ctx->queue, m->buffer, CL_TRUE, off, bytes, host, 0, NULL, NULL)
-                 : clEnqueueReadBuffer(ctx->queue, m->buffer, CL_TRUE, off, bytes, host, 0, NULL, NULL);
+  size_t rb = clembed_dtype_row_bytes(m->dtype, m->cols), lb = clembed_dtype_row_bytes(m->dtype, p->ld);
+  for (size_t j = 0; j < p->count; j++) {
+    size_t lo = p->piece[j].first, hi = lo + ce_piece_nrows(p, j);
+    size_t a = lo > r0 ? lo : r0, b = hi < r0 + n ? hi : r0 + n;
+    if (a >= b) continue;
+    cl_mem buf = p->piece[j].buffer;
+    size_t off = clembed_dtype_row_bytes(m->dtype, p->piece[j].offset) + (a - lo) * lb;
+    char *h = (char *)host + (a - r0) * rb;
+    cl_int err;
+    if (p->ld == m->cols)
+      err = write ? clEnqueueWriteBuffer(ctx->queue, buf, CL_TRUE, off, (b - a) * rb, h, 0, NULL, NULL)
+                  : clEnqueueReadBuffer(ctx->queue, buf, CL_TRUE, off, (b - a) * rb, h, 0, NULL, NULL);
+    else {
+      size_t borigin[3] = {off, 0, 0}, horigin[3] = {0, 0, 0}, region[3] = {rb, b - a, 1};
+      err = write ? clEnqueueWriteBufferRect(ctx->queue, buf, CL_TRUE, borigin, horigin, region, lb, 0, rb, 0, h, 0,
+                                             NULL, NULL)
+                  : clEnqueueReadBufferRect(ctx->queue, buf, CL_TRUE, borigin, horigin, region, lb, 0, rb, 0, h, 0,
+                                            NULL, NULL);
+    }
+    if (err != CL_SUCCESS) return err;
   }
-  size_t borigin[3] = {off, 0, 0}, horigin[3] = {0, 0, 0};
-  size_t region[3] = {rb, m->rows, 1};
-  return write ? clEnqueueWriteBufferRect(ctx->queue, m->buffer, CL_TRUE, borigin, horigin, region, lb, 0, rb, 0,
-                                          host, 0, NULL, NULL)
-               : clEnqueueReadBufferRect(ctx->queue, m->buffer, CL_TRUE, borigin, horigin, region, lb, 0, rb, 0, host,
-                                         0, NULL, NULL);
+  return CL_SUCCESS;
 }
 
 /* The host side of a write (or a read) between `host_dtype` and m's dtype. The
  * conversions there are: among the float dtypes; float values into Q8_0 or
  * Q4_0 blocks (ggml's reference quantizers); blocks into float values (ggml's
- * dequantizers). *temp_bytes: the size of the matrix-side copy (0 when host and
+ * dequantizers). *temp_rows: the rows a conversion takes at a time (its
+ * matrix-side copy at most ctx->max_piece bytes, whole rows; 0 when host and
  * matrix share the dtype). */
 static clembed_status plan_transfer(clembed_context *ctx, const char *fn, const clembed_matrix *m,
-                                    clembed_dtype host_dtype, int write, size_t *temp_bytes) {
+                                    clembed_dtype host_dtype, int write, size_t *temp_rows) {
   size_t hqk = clembed_dtype_block_values(host_dtype);
-  *temp_bytes = 0;
+  *temp_rows = 0;
   if (!hqk)
     return ce_fail_arg(ctx, CLEMBED_ERR_INVALID_ARGUMENT, NULL, "host_dtype", -1, (int64_t)host_dtype,
                        "%s: unknown host dtype %d", fn, (int)host_dtype);
@@ -105,68 +124,94 @@ static clembed_status plan_transfer(clembed_context *ctx, const char *fn, const 
     return ce_fail_arg(ctx, CLEMBED_ERR_INVALID_ARGUMENT, NULL, "host_dtype", -1, (int64_t)host_dtype,
                        "%s: host %s blocks need cols a multiple of %zu, not %zu", fn, ce_dtype_name(host_dtype), hqk,
                        m->cols);
-  if (ce_mul_overflows(m->rows, clembed_dtype_row_bytes(m->dtype, m->cols), temp_bytes))
-    return ce_fail(ctx, CLEMBED_ERR_INVALID_ARGUMENT, "%s: %zu x %zu overflows size_t", fn, m->rows, m->cols);
+  size_t rb = clembed_dtype_row_bytes(m->dtype, m->cols);
+  *temp_rows = rb && ctx->max_piece / rb ? ctx->max_piece / rb : 1; /* a row is the least */
+  if (*temp_rows > m->rows) *temp_rows = m->rows;
   return CLEMBED_OK;
+}
+
+/* A write or a read: straight between the host and the pieces, or through a
+ * conversion a bounded number of rows at a time. */
+static clembed_status matrix_io(clembed_context *ctx, const char *fn, const clembed_matrix *m, void *host,
+                                clembed_dtype host_dtype, int write) {
+  clembed_status status = CLEMBED_OK;
+  void *tmp = NULL;
+  size_t temp_rows;
+  ce_pieces p;
+  CHECK(ce_check_pieces(ctx, m, write ? "clembed_matrix_write: m" : "clembed_matrix_read: m", 1, &p));
+  CHECK(plan_transfer(ctx, fn, m, host_dtype, write, &temp_rows));
+  size_t n = m->rows * m->cols;
+  if (n && !host) FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "host", -1, 0, "%s: host is NULL", fn);
+  cl_int err = ce_after_earlier_work(ctx);
+  if (err == CL_SUCCESS && (!temp_rows || !n)) err = transfer(ctx, m, &p, 0, m->rows, host, write);
+  if (err == CL_SUCCESS && temp_rows && n) {
+    size_t rb = clembed_dtype_row_bytes(m->dtype, m->cols);
+    /* host rows: values of host_dtype (or its blocks) */
+    size_t hrb = ce_dtype_is_block(host_dtype) ? clembed_dtype_row_bytes(host_dtype, m->cols)
+                                               : m->cols * clembed_dtype_size(host_dtype);
+    tmp = malloc(temp_rows * rb);
+    if (!tmp) FAIL(CLEMBED_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn);
+    for (size_t r = 0; r < m->rows && err == CL_SUCCESS; r += temp_rows) {
+      size_t nr = m->rows - r < temp_rows ? m->rows - r : temp_rows;
+      char *h = (char *)host + r * hrb;
+      if (write && ce_convert_values(tmp, m->dtype, h, host_dtype, nr * m->cols) != 0)
+        FAIL(CLEMBED_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn);
+      err = transfer(ctx, m, &p, r, nr, tmp, write);
+      if (err == CL_SUCCESS && !write && ce_convert_values(h, host_dtype, tmp, m->dtype, nr * m->cols) != 0)
+        FAIL(CLEMBED_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn);
+    }
+  }
+  if (err != CL_SUCCESS) {
+    status = ce_cl_fail(ctx, err, fn);
+    goto cleanup;
+  }
+  if (!write) status = ce_collect(ctx);
+cleanup:
+  free(tmp);
+  ce_pieces_release(&p);
+  return status;
 }
 
 clembed_status clembed_matrix_write(clembed_context *ctx, clembed_matrix *m, const void *host,
                                     clembed_dtype host_dtype) {
-  clembed_status status = CLEMBED_OK;
-  void *tmp = NULL;
-  size_t ld = 0, temp_bytes;
   CE_ENTER(ctx, "clembed_matrix_write");
-  CHECK(ce_check_table(ctx, m, "clembed_matrix_write: m", &ld));
-  CHECK(plan_transfer(ctx, "clembed_matrix_write", m, host_dtype, 1, &temp_bytes));
-  size_t n = m->rows * m->cols;
-  if (n && !host) FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "host", -1, 0, "clembed_matrix_write: host is NULL");
-  const void *src = host;
-  if (temp_bytes && n) {
-    tmp = malloc(temp_bytes);
-    if (!tmp || ce_convert_values(tmp, m->dtype, host, host_dtype, n) != 0)
-      FAIL(CLEMBED_ERR_OUT_OF_MEMORY, "clembed_matrix_write: out of host memory");
-    src = tmp;
-  }
-  cl_int err = transfer(ctx, m, ld, (void *)src, 1);
-  if (err != CL_SUCCESS) status = ce_cl_fail(ctx, err, "clembed_matrix_write");
-cleanup:
-  free(tmp);
-  return status;
+  return matrix_io(ctx, "clembed_matrix_write", m, (void *)host, host_dtype, 1);
 }
 
 clembed_status clembed_matrix_read(clembed_context *ctx, const clembed_matrix *m, void *host,
                                    clembed_dtype host_dtype) {
-  clembed_status status = CLEMBED_OK;
-  void *tmp = NULL;
-  size_t ld = 0, temp_bytes;
   CE_ENTER(ctx, "clembed_matrix_read");
-  CHECK(ce_check_table(ctx, m, "clembed_matrix_read: m", &ld));
-  CHECK(plan_transfer(ctx, "clembed_matrix_read", m, host_dtype, 0, &temp_bytes));
-  size_t n = m->rows * m->cols;
-  if (n && !host) FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "host", -1, 0, "clembed_matrix_read: host is NULL");
-  void *dst = host;
-  if (temp_bytes && n) {
-    tmp = malloc(temp_bytes);
-    if (!tmp) FAIL(CLEMBED_ERR_OUT_OF_MEMORY, "clembed_matrix_read: out of host memory");
-    dst = tmp;
-  }
-  cl_int err = transfer(ctx, m, ld, dst, 0);
-  if (err != CL_SUCCESS) {
-    status = ce_cl_fail(ctx, err, "clembed_matrix_read");
-    goto cleanup;
-  }
-  if (tmp && ce_convert_values(host, host_dtype, tmp, m->dtype, n) != 0)
-    FAIL(CLEMBED_ERR_OUT_OF_MEMORY, "clembed_matrix_read: out of host memory");
-  status = ce_collect(ctx);
-cleanup:
-  free(tmp);
-  return status;
+  return matrix_io(ctx, "clembed_matrix_read", m, host, host_dtype, 0);
 }
 
 void clembed_matrix_release(clembed_matrix *m) {
   if (!m) return;
-  if (m->buffer) clReleaseMemObject(m->buffer);
+  if (m->buffer) {
+    ce_pieces_forget(m->buffer); /* a split matrix's other pieces */
+    clReleaseMemObject(m->buffer);
+  }
   memset(m, 0, sizeof *m);
+}
+
+clembed_status clembed_matrix_pieces(clembed_context *ctx, const clembed_matrix *m, size_t capacity,
+                                     clembed_matrix *pieces, size_t *first_rows, size_t *count) {
+  clembed_status status = CLEMBED_OK;
+  ce_pieces p;
+  p.piece = p.local;
+  CE_ENTER(ctx, "clembed_matrix_pieces");
+  if (!count) FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "count", -1, 0, "clembed_matrix_pieces: count is NULL");
+  if (capacity && (!pieces || !first_rows))
+    FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, pieces ? "first_rows" : "pieces", -1, 0,
+             "clembed_matrix_pieces: %s is NULL with a capacity of %zu", pieces ? "first_rows" : "pieces", capacity);
+  CHECK(ce_check_pieces(ctx, m, "clembed_matrix_pieces: m", 1, &p));
+  for (size_t j = 0; j < p.count && j < capacity; j++) {
+    ce_piece_view(&p, j, m, &pieces[j]);
+    first_rows[j] = p.piece[j].first;
+  }
+  *count = p.count;
+cleanup:
+  ce_pieces_release(&p);
+  return status;
 }
 
 /* --------------------------------------------------------------------- ids */

@@ -1,6 +1,7 @@
-/* Host-side dtype code: element sizes and the F16/BF16 conversions, bit for
- * bit the kernels' (cl/lib/dtype.cl); the block-quantized types through
- * quant.c (ggml's formats, bit for bit cl/lib/quant.cl). */
+/* Host-side dtype conversions: F16 and BF16, bit for bit the kernels'
+ * (cl/lib/dtype.cl); the block-quantized types through quant.c (ggml's
+ * formats, bit for bit cl/lib/quant.cl). The dtypes' sizes and names are the
+ * runtime's (src/runtime/dtypes.h, dtype.c). */
 #include "ops.h"
 #include "quant.h"
 
@@ -64,26 +65,6 @@ uint16_t ce_f32_to_bf16(float f) {
 
 float ce_bf16_to_f32(uint16_t b) { return u2f((uint32_t)b << 16); }
 
-size_t clembed_dtype_size(clembed_dtype dtype) {
-  switch (dtype) {
-    case CLEMBED_F32: return 4;
-    case CLEMBED_F16:
-    case CLEMBED_BF16: return 2;
-    default: return 0; /* unknown, or a block type (no element size) */
-  }
-}
-
-size_t clembed_dtype_block_values(clembed_dtype dtype) { return ce_quant_block_values((int)dtype); }
-
-size_t clembed_dtype_row_bytes(clembed_dtype dtype, size_t cols) { return ce_quant_row_bytes((int)dtype, cols); }
-
-int ce_dtype_is_block(clembed_dtype t) { return ce_quant_is_block((int)t); }
-
-const char *ce_dtype_name(clembed_dtype t) {
-  static const char *const names[] = {"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_K", "Q6_K"};
-  return (int)t >= 0 && (int)t <= 6 ? names[t] : "unknown";
-}
-
 static float load_as_f32(const void *p, size_t i, clembed_dtype t) {
   switch (t) {
     case CLEMBED_F32: return ((const float *)p)[i];
@@ -112,12 +93,12 @@ void ce_convert(void *dst, clembed_dtype dt, const void *src, clembed_dtype st, 
 
 
 int ce_convert_values(void *dst, clembed_dtype dt, const void *src, clembed_dtype st, size_t n) {
-  int sq = ce_quant_is_block((int)st), dq = ce_quant_is_block((int)dt);
+  int sq = ce_dtype_is_block(st), dq = ce_dtype_is_block(dt);
   if (!sq && !dq) {
     ce_convert(dst, dt, src, st, n);
     return 0;
   }
-  if (sq && dq) return dt == st ? (memcpy(dst, src, ce_quant_row_bytes((int)dt, n)), 0) : -1;
+  if (sq && dq) return dt == st ? (memcpy(dst, src, clembed_dtype_row_bytes(dt, n)), 0) : -1;
   if (dq && dt != CLEMBED_Q8_0 && dt != CLEMBED_Q4_0) return -1;
   /* F32 in between: blocks -> F32 -> dt, or st -> F32 -> blocks */
   float *f = NULL;

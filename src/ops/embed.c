@@ -26,7 +26,13 @@ typedef ce_embed_pos embed_pos;
 clembed_status ce_embed_positions(clembed_context *ctx, const clembed_matrix *table, const clembed_ids *ids,
                                   const clembed_embed_options *opt, embed_pos *p) {
   clembed_status status = CLEMBED_OK;
-  *p = (embed_pos){(int)opt->positions, NULL, 0, 0, NULL, NULL};
+  p->kind = (int)opt->positions;
+  p->pt = NULL;
+  p->cached = 0;
+  p->p_ld = 0;
+  p->freq = NULL;
+  p->so = NULL;
+  ce_pieces_none(&p->pp); /* no position table: a NULL buffer */
   switch (opt->positions) {
     case CLEMBED_POSITIONS_NONE: break;
     case CLEMBED_POSITIONS_SINUSOID: {
@@ -46,7 +52,8 @@ clembed_status ce_embed_positions(clembed_context *ctx, const clembed_matrix *ta
       if (p->pt) {
         p->cached = 1;
         p->kind = (int)CLEMBED_POSITIONS_TABLE;
-        p->p_ld = p->pt->cols;
+        CHECK(ce_check_pieces(ctx, p->pt, "sinusoid table", 0, &p->pp));
+        p->p_ld = p->pp.ld;
       } else {
         CHECK(ce_sinusoid_freq(ctx, &opt->sinusoid, table->cols, &p->freq));
       }
@@ -54,7 +61,8 @@ clembed_status ce_embed_positions(clembed_context *ctx, const clembed_matrix *ta
     }
     case CLEMBED_POSITIONS_TABLE:
       p->pt = opt->position_table;
-      CHECK(ce_check_table(ctx, p->pt, "position_table", &p->p_ld));
+      CHECK(ce_check_pieces(ctx, p->pt, "position_table", 1, &p->pp));
+      p->p_ld = p->pp.ld;
       if (p->pt->cols != table->cols)
         FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "position_table", -1, (int64_t)p->pt->cols,
                  "position_table has %zu cols but the table has %zu", p->pt->cols, table->cols);
@@ -139,15 +147,14 @@ clembed_status ce_embed_slot(clembed_context *ctx, const char *op, const clembed
 
 /* The arguments every shape takes (cl/ops/forward.cl's CE_EMBED_ARGS). */
 static clembed_status embed_args(clembed_context *ctx, cl_kernel k, const char *name, const clembed_matrix *table,
-                                 size_t t_ld, const clembed_ids *ids, const clembed_embed_options *opt,
-                                 const embed_pos *p, clembed_matrix *out, size_t o_ld, cl_long padding,
-                                 cl_uint slot) {
+                                 const ce_pieces *tp, const clembed_ids *ids, const clembed_embed_options *opt,
+                                 const embed_pos *p, const ce_pieces *op, cl_long padding, cl_uint slot) {
   const clembed_matrix *pt = p->pt;
   const clembed_ids *so = p->so;
-  cl_mem none = NULL, idb = ids->buffer, sob = so ? so->buffer : none, ptb = pt ? pt->buffer : none;
-  cl_ulong t_off = table->offset, t_ldl = t_ld, t_rows = table->rows, id_off = ids->offset, n = ids->count;
-  cl_ulong o_off = out->offset, o_ldl = o_ld, cols = table->cols;
-  cl_ulong p_off = pt ? pt->offset : 0, p_ldl = p->p_ld, p_rows = pt ? pt->rows : 0;
+  cl_mem none = NULL, idb = ids->buffer, sob = so ? so->buffer : none;
+  cl_ulong t_ldl = tp->ld, t_rows = table->rows, id_off = ids->offset, n = ids->count;
+  cl_ulong o_ldl = op->ld, cols = table->cols;
+  cl_ulong p_ldl = p->p_ld, p_rows = pt ? pt->rows : 0;
   cl_ulong seq_len = opt->seq_len, pos_offset = opt->position_offset, so_off = so ? so->offset : 0;
   cl_int id64 = ids->type == CLEMBED_I64, so64 = so && so->type == CLEMBED_I64, has_so = so != NULL;
   cl_int policy = (cl_int)opt->policy;
@@ -155,21 +162,21 @@ static clembed_status embed_args(clembed_context *ctx, cl_kernel k, const char *
   cl_float scale = opt->scale, drop = opt->dropout, keep = dropout ? 1.0f / (1.0f - opt->dropout) : 1.0f;
   cl_uint seed_lo = (cl_uint)opt->dropout_seed, seed_hi = (cl_uint)(opt->dropout_seed >> 32);
   cl_uint slot_arg = slot == CE_NO_SLOT ? 0 : slot;
-  return ce_set_args(ctx, k, name, CE_ARG(table->buffer), CE_ARG(t_off), CE_ARG(t_ldl), CE_ARG(t_rows), CE_ARG(idb),
-                     CE_ARG(idb), CE_ARG(id_off), CE_ARG(id64), CE_ARG(n), CE_ARG(out->buffer), CE_ARG(o_off),
-                     CE_ARG(o_ldl), CE_ARG(cols), CE_ARG(scale), CE_ARG(policy), CE_ARG(padding), CE_ARG(p->freq),
-                     CE_ARG(ptb), CE_ARG(p_off), CE_ARG(p_ldl), CE_ARG(p_rows), CE_ARG(seq_len), CE_ARG(pos_offset),
+  return ce_set_args(ctx, k, name, CE_PIECES(tp), CE_ARG(t_ldl), CE_ARG(t_rows), CE_ARG(idb), CE_ARG(idb),
+                     CE_ARG(id_off), CE_ARG(id64), CE_ARG(n), CE_PIECES(op), CE_ARG(o_ldl), CE_ARG(cols),
+                     CE_ARG(scale), CE_ARG(policy), CE_ARG(padding), CE_ARG(p->freq), CE_PIECES(&p->pp),
+                     CE_ARG(p_ldl), CE_ARG(p_rows), CE_ARG(seq_len), CE_ARG(pos_offset),
                      CE_ARG(sob), CE_ARG(sob), CE_ARG(so_off), CE_ARG(so64), CE_ARG(has_so), CE_ARG(drop),
                      CE_ARG(seed_lo), CE_ARG(seed_hi), CE_ARG(keep), CE_ARG(ctx->errbuf), CE_ARG(slot_arg), CE_END);
 }
 
 clembed_status ce_embed_check(clembed_context *ctx, const clembed_matrix *table, const clembed_ids *ids,
                               const clembed_embed_options *opt, const clembed_matrix *rows, const char *what,
-                              size_t *t_ld, size_t *r_ld, cl_long *padding) {
+                              ce_pieces *tp, ce_pieces *rp, cl_long *padding) {
   clembed_status status = CLEMBED_OK;
-  CHECK(ce_check_table(ctx, table, "table", t_ld));
+  CHECK(ce_check_pieces(ctx, table, "table", 1, tp));
   CHECK(ce_check_ids(ctx, ids, "ids"));
-  CHECK(ce_check_matrix(ctx, rows, what, r_ld));
+  CHECK(ce_check_pieces(ctx, rows, what, 0, rp));
   if (rows->rows != ids->count || rows->cols != table->cols)
     FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, what, -1, (int64_t)rows->rows,
              "%s is %zu x %zu but %zu ids of a table with %zu cols need %zu x %zu", what, rows->rows, rows->cols,
@@ -186,24 +193,27 @@ static clembed_status embed_run(clembed_context *ctx, const clembed_matrix *tabl
                                 const cl_event *wait, cl_event *event) {
   clembed_status status = CLEMBED_OK;
   clembed_embed_options defaults;
-  size_t t_ld, o_ld;
   cl_long padding;
   cl_kernel k;
-  char opts[192];
+  char opts[320];
   embed_pos p;
+  ce_pieces tp, op;
   ce_chain ch;
   ce_chain_init(&ch, ctx, nwait, wait);
+  ce_pieces_none(&tp);
+  ce_pieces_none(&op);
+  ce_pieces_none(&p.pp);
   if (!opt) {
     defaults = clembed_embed_defaults();
     opt = &defaults;
   }
   CHECK(ce_check_events(ctx, nwait, wait));
-  CHECK(ce_embed_check(ctx, table, ids, opt, out, "out", &t_ld, &o_ld, &padding));
+  CHECK(ce_embed_check(ctx, table, ids, opt, out, "out", &tp, &op, &padding));
   int layer; /* segments or a norm: the layer of norm.c */
   CHECK(ce_norm_check(ctx, table, ids, opt, &layer));
   CHECK(ce_embed_positions(ctx, table, ids, opt, &p));
   if (layer) {
-    CHECK(ce_norm_forward(ctx, &ch, table, t_ld, ids, opt, &p, padding, out, o_ld, event));
+    CHECK(ce_norm_forward(ctx, &ch, table, &tp, ids, opt, &p, padding, out, &op, event));
     goto cleanup;
   }
   embed_shape sh = choose_shape(ctx, table, ids, opt, &p, out->dtype);
@@ -216,17 +226,28 @@ static clembed_status embed_run(clembed_context *ctx, const clembed_matrix *tabl
   if (sh.rows)
     snprintf(opts + n, sizeof opts - (size_t)n, " -DROWS=%u -DSTREAM=%d -DCOPY=%d -DAHEAD=%u -DNEXT=%d", sh.rows,
              sh.stream, copy, sh.ahead, sh.next);
+  /* split matrices: a launch per window of their pieces (usually one) */
+  ce_pieces *mats[3] = {&tp, &p.pp, &op};
+  CHECK(ce_pieces_plan(ctx, ctx->op, mats, 3));
+  ce_pieces_option(opts, sizeof opts, &tp, "table");
+  ce_pieces_option(opts, sizeof opts, &p.pp, "ptab");
+  ce_pieces_option(opts, sizeof opts, &op, "out");
   CHECK(ce_kernel(ctx, CE_FAMILY_FORWARD, opts, sh.name, &k));
   ce_record rec = {CE_NO_SLOT, CE_FAMILY_FORWARD, opts, ids, p.so, opt->seq_len};
   CHECK(ce_embed_slot(ctx, ctx->op, table, ids, opt, &p, &rec.slot));
-  CHECK(embed_args(ctx, k, sh.name, table, t_ld, ids, opt, &p, out, o_ld, padding, rec.slot));
-  if (sh.rows && sh.ny)
-    CHECK(ce_chain_1d(&ch, k, sh.name, sh.ny, CE_LOCAL_ROWS));
-  else
-    CHECK(ce_chain_2d(&ch, k, sh.name, sh.rows ? 1 : sh.nx, sh.ny));
+  do {
+    CHECK(embed_args(ctx, k, sh.name, table, &tp, ids, opt, &p, &op, padding, rec.slot));
+    if (sh.rows && sh.ny)
+      CHECK(ce_chain_1d(&ch, k, sh.name, sh.ny, CE_LOCAL_ROWS));
+    else
+      CHECK(ce_chain_2d(&ch, k, sh.name, sh.rows ? 1 : sh.nx, sh.ny));
+  } while (ce_pieces_next(mats, 3));
   CHECK(ce_chain_close_checked(&ch, &rec, event));
 cleanup:
   ce_chain_release(&ch);
+  ce_pieces_release(&tp);
+  ce_pieces_release(&op);
+  ce_pieces_release(&p.pp);
   return status;
 }
 

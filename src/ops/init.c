@@ -22,13 +22,18 @@ static clembed_status init(clembed_context *ctx, const char *fn, const char *ker
   clembed_status status = CLEMBED_OK;
   size_t ld;
   cl_kernel k;
-  char opts[48], name[40];
+  char opts[96], name[40];
+  ce_pieces op;
+  ce_chain ch;
+  ce_chain_init(&ch, ctx, nwait, wait);
+  ce_pieces_none(&op);
   CHECK(ce_check_events(ctx, nwait, wait));
   /* a literal: the error detail keeps a pointer into it */
   static const char *const whats[2][2] = {{"clembed_matrix_init_normal: m", "clembed_matrix_init_normal_at: m"},
                                           {"clembed_matrix_init_uniform: m", "clembed_matrix_init_uniform_at: m"}};
   const char *what = whats[!strcmp(kernel, "ce_init_uniform")][strstr(fn, "_at") != NULL];
-  CHECK(ce_check_matrix(ctx, m, what, &ld));
+  CHECK(ce_check_pieces(ctx, m, what, 0, &op));
+  ld = op.ld;
   /* the Philox index of element 0, and of the end, at most 2^63 */
   uint64_t limit = (uint64_t)1 << 63, first = 0;
   if (first_row > limit || (m->cols && first_row + m->rows > limit / m->cols))
@@ -40,24 +45,31 @@ static clembed_status init(clembed_context *ctx, const char *fn, const char *ker
   /* a matrix larger than the device's cache goes out with streaming stores */
   size_t bytes = m->rows * m->cols * (m->dtype == CLEMBED_F32 ? 4 : 2);
   int stream = wide && ctx->tune->embed_stream && ctx->cache_bytes && bytes > ctx->cache_bytes;
+  ce_pieces *mats[1] = {&op};
+  CHECK(ce_pieces_plan(ctx, fn, mats, 1));
   snprintf(opts, sizeof opts, "-DOUT_DT=%d -DVEC=16 -DSTREAM=%d", (int)m->dtype, stream);
+  ce_pieces_option(opts, sizeof opts, &op, "out");
   snprintf(name, sizeof name, "%s%s", kernel, wide ? "16" : "");
   CHECK(ce_kernel(ctx, CE_FAMILY_INIT, opts, name, &k));
-  size_t total = m->rows * m->cols; /* the matrix lies in a buffer: no overflow */
-  cl_ulong off = m->offset, ldl = ld, rows = m->rows, cols = m->cols, tot = total, fst = first;
+  size_t total = m->rows * m->cols; /* the matrix lies in its buffers: no overflow */
+  cl_ulong ldl = ld, rows = m->rows, cols = m->cols, tot = total, fst = first;
   cl_uint lo = (cl_uint)seed, hi = (cl_uint)(seed >> 32);
-  if (wide)
-    CHECK(ce_set_args(ctx, k, name, CE_ARG(m->buffer), CE_ARG(off), CE_ARG(tot), CE_ARG(fst), CE_ARG(a), CE_ARG(b),
-                      CE_ARG(lo), CE_ARG(hi), CE_END));
-  else
-    CHECK(ce_set_args(ctx, k, name, CE_ARG(m->buffer), CE_ARG(off), CE_ARG(ldl), CE_ARG(rows), CE_ARG(cols),
-                      CE_ARG(fst), CE_ARG(a), CE_ARG(b), CE_ARG(lo), CE_ARG(hi), CE_END));
   /* counters from first / 4 on, covering [first, end); an empty matrix still
    * runs one (idle) group, so the event completes in order */
   size_t span = (size_t)(first % 4) + total;
-  CHECK(ce_enqueue_1d(ctx, k, name, wide ? (span + 63) / 64 : (span + 3) / 4, wide ? CE_LOCAL_ROWS : 0, nwait, wait,
-                      event));
+  do {
+    if (wide)
+      CHECK(ce_set_args(ctx, k, name, CE_PIECES(&op), CE_ARG(cols), CE_ARG(tot), CE_ARG(fst), CE_ARG(a), CE_ARG(b),
+                        CE_ARG(lo), CE_ARG(hi), CE_END));
+    else
+      CHECK(ce_set_args(ctx, k, name, CE_PIECES(&op), CE_ARG(ldl), CE_ARG(rows), CE_ARG(cols), CE_ARG(fst),
+                        CE_ARG(a), CE_ARG(b), CE_ARG(lo), CE_ARG(hi), CE_END));
+    CHECK(ce_chain_1d(&ch, k, name, wide ? (span + 63) / 64 : (span + 3) / 4, wide ? CE_LOCAL_ROWS : 0));
+  } while (ce_pieces_next(mats, 1));
+  CHECK(ce_chain_close(&ch, event));
 cleanup:
+  ce_chain_release(&ch);
+  ce_pieces_release(&op);
   return status;
 }
 

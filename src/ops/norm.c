@@ -33,7 +33,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The arguments every norm.cl kernel starts with (CE_NORM_IN_ARGS). */
+/* The arguments every norm.cl kernel starts with (CE_NORM_IN_ARGS), its
+ * matrices in one buffer each (norm_call's in_args: with their pieces). */
 #define NORM_IN_ARGS 47
 
 /* One call: the checked inputs and what the kernels need. */
@@ -42,9 +43,12 @@ typedef struct norm_call {
   const char *op;
   const clembed_matrix *table;
   size_t t_ld, s_ld;
+  ce_pieces *tp, *rp;       /* the table's pieces, and the output's or grad_out's */
+  ce_pieces sp, wp, bp;     /* the segment table's, norm.weight's, norm.bias's (ce_pieces_release) */
+  cl_uint in_args;          /* the CE_NORM_IN_ARGS the kernels take */
   const clembed_ids *ids, *sids; /* sids: the segment ids, NULL for type 0 everywhere */
   const clembed_embed_options *opt;
-  const ce_embed_pos *p;
+  ce_embed_pos *p;
   cl_long padding;
   ce_record rec, srec; /* the slots of ids and positions, and of segment ids */
   unsigned rows;       /* the CPU shape's tokens per work-item (0: the GPU shape) */
@@ -52,20 +56,40 @@ typedef struct norm_call {
   char opts[320];
 } norm_call;
 
-static void norm_init(norm_call *c, clembed_context *ctx, const char *op, const clembed_matrix *table, size_t t_ld,
-                      const clembed_ids *ids, const clembed_embed_options *opt, const ce_embed_pos *p,
-                      cl_long padding) {
+/* The call's matrices resolved into their pieces (segment table, norm
+ * parameters: checked by ce_norm_check already); norm_release after. */
+static clembed_status norm_init(norm_call *c, clembed_context *ctx, const char *op, const clembed_matrix *table,
+                                ce_pieces *tp, const clembed_ids *ids, const clembed_embed_options *opt,
+                                ce_embed_pos *p, cl_long padding, ce_pieces *rp) {
   memset(c, 0, sizeof *c);
   c->ctx = ctx;
   c->op = op;
   c->table = table;
-  c->t_ld = t_ld;
+  c->tp = tp;
+  c->rp = rp;
+  c->t_ld = tp->ld;
   c->ids = ids;
   c->opt = opt;
   c->p = p;
   c->padding = padding;
+  ce_pieces_none(&c->sp);
+  ce_pieces_none(&c->wp);
+  ce_pieces_none(&c->bp);
   const clembed_matrix *st = opt->segment_table;
-  if (st) c->s_ld = st->ld ? st->ld : st->cols;
+  const clembed_matrix *nw = opt->norm.kind != CLEMBED_NORM_NONE ? opt->norm.weight : NULL;
+  const clembed_matrix *nb = opt->norm.kind == CLEMBED_NORM_LAYER ? opt->norm.bias : NULL;
+  clembed_status s = CLEMBED_OK;
+  if (st && s == CLEMBED_OK) s = ce_check_pieces(ctx, st, "segment_table", 0, &c->sp);
+  if (nw && s == CLEMBED_OK) s = ce_check_pieces(ctx, nw, "norm.weight", 0, &c->wp);
+  if (nb && s == CLEMBED_OK) s = ce_check_pieces(ctx, nb, "norm.bias", 0, &c->bp);
+  if (st) c->s_ld = c->sp.ld;
+  return s;
+}
+
+static void norm_release(norm_call *c) {
+  ce_pieces_release(&c->sp);
+  ce_pieces_release(&c->wp);
+  ce_pieces_release(&c->bp);
 }
 
 static int norm_has_layer(const clembed_embed_options *opt) {
@@ -73,10 +97,18 @@ static int norm_has_layer(const clembed_embed_options *opt) {
          opt->norm.bias;
 }
 
+/* A matrix's check (its pieces resolved, and let go). */
+static clembed_status check_any(clembed_context *ctx, const clembed_matrix *m, const char *name) {
+  ce_pieces p;
+  clembed_status s = ce_check_pieces(ctx, m, name, 0, &p);
+  ce_pieces_release(&p);
+  return s;
+}
+
 /* A norm parameter: 1 x cols F32. */
 static clembed_status check_param(clembed_context *ctx, const clembed_matrix *m, const char *name, size_t cols) {
   clembed_status status = CLEMBED_OK;
-  CHECK(ce_check_matrix(ctx, m, name, NULL));
+  CHECK(check_any(ctx, m, name));
   if (m->dtype != CLEMBED_F32 || m->rows != 1 || m->cols != cols)
     FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, name, -1, (int64_t)m->cols,
              "%s: %s must be 1 x %zu F32 (it is %zu x %zu, dtype %d)", ctx->op, name, cols, m->rows, m->cols,
@@ -95,7 +127,7 @@ clembed_status ce_norm_check(clembed_context *ctx, const clembed_matrix *table, 
     FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "segment_ids", -1, 0, "%s: segment_ids without a segment_table", ctx->op);
   if (opt->segment_table) {
     const clembed_matrix *s = opt->segment_table;
-    CHECK(ce_check_matrix(ctx, s, "segment_table", NULL));
+    CHECK(check_any(ctx, s, "segment_table"));
     if (s->cols != table->cols)
       FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "segment_table", -1, (int64_t)s->cols,
                "%s: segment_table has %zu cols but the table has %zu", ctx->op, s->cols, table->cols);
@@ -154,9 +186,21 @@ static clembed_status norm_prepare(norm_call *c, clembed_dtype out_dtype, const 
     n += snprintf(c->opts + n, sizeof c->opts - (size_t)n, " -DROWS=%u -DSTREAM=%d -DAHEAD=%u -DSCRATCH=%u", c->rows,
                   stream, ahead, scratch);
   if (grad) snprintf(c->opts + n, sizeof c->opts - (size_t)n, " -DGRAD_DT=%d -DGXH=%d", (int)grad->dtype, gxh);
+  /* split matrices: all their pieces in the one launch (whole: a row's
+   * work-items share it), named in the options */
+  ce_pieces *mats[4] = {c->tp, &c->p->pp, &c->sp, c->rp};
+  for (int i = 0; i < 4; i++) mats[i]->whole = 1;
+  clembed_status s = ce_pieces_plan(ctx, c->op, mats, 4);
+  if (s != CLEMBED_OK) return s;
+  ce_pieces_option(c->opts, sizeof c->opts, c->tp, "table");
+  ce_pieces_option(c->opts, sizeof c->opts, &c->p->pp, "ptab");
+  ce_pieces_option(c->opts, sizeof c->opts, &c->sp, "stab");
+  ce_pieces_option(c->opts, sizeof c->opts, c->rp, grad ? "grad" : "out");
+  c->in_args = NORM_IN_ARGS + ce_pieces_extra_args(c->tp) + ce_pieces_extra_args(&c->p->pp) +
+               ce_pieces_extra_args(&c->sp);
   c->rec = (ce_record){CE_NO_SLOT, CE_FAMILY_NORM, c->opts, c->ids, c->p->so, opt->seq_len};
   c->srec = (ce_record){CE_NO_SLOT, CE_FAMILY_NORM, c->opts, c->sids, NULL, 0};
-  clembed_status s = ce_embed_slot(ctx, c->op, c->table, c->ids, opt, c->p, &c->rec.slot);
+  s = ce_embed_slot(ctx, c->op, c->table, c->ids, opt, c->p, &c->rec.slot);
   if (s != CLEMBED_OK || !c->sids || !c->ids->count) return s;
   size_t types = st->rows;
   if (opt->policy == CLEMBED_INDEX_CHECK || opt->policy == CLEMBED_INDEX_WRAP ||
@@ -173,17 +217,15 @@ static clembed_status norm_in_args(norm_call *c, cl_kernel k, const char *name) 
   clembed_context *ctx = c->ctx;
   const clembed_embed_options *opt = c->opt;
   const clembed_matrix *table = c->table, *pt = c->p->pt, *st = opt->segment_table;
-  const clembed_matrix *nw = opt->norm.kind != CLEMBED_NORM_NONE ? opt->norm.weight : NULL;
-  const clembed_matrix *nb = opt->norm.kind == CLEMBED_NORM_LAYER ? opt->norm.bias : NULL;
   const clembed_ids *ids = c->ids, *so = c->p->so, *sid = c->sids;
-  cl_mem none = NULL, idb = ids->buffer, sob = so ? so->buffer : none, ptb = pt ? pt->buffer : none;
-  cl_mem stb = st ? st->buffer : none, sidb = sid ? sid->buffer : none;
-  cl_mem nwb = nw ? nw->buffer : none, nbb = nb ? nb->buffer : none;
-  cl_ulong t_off = table->offset, t_ldl = c->t_ld, t_rows = table->rows, id_off = ids->offset, n = ids->count;
-  cl_ulong cols = table->cols, p_off = pt ? pt->offset : 0, p_ldl = c->p->p_ld, p_rows = pt ? pt->rows : 0;
+  cl_mem none = NULL, idb = ids->buffer, sob = so ? so->buffer : none, sidb = sid ? sid->buffer : none;
+  /* norm.weight and norm.bias: one row, so one buffer (a NULL one when absent) */
+  cl_mem nwb = c->wp.piece[0].buffer, nbb = c->bp.piece[0].buffer;
+  cl_ulong t_ldl = c->t_ld, t_rows = table->rows, id_off = ids->offset, n = ids->count;
+  cl_ulong cols = table->cols, p_ldl = c->p->p_ld, p_rows = pt ? pt->rows : 0;
   cl_ulong seq_len = opt->seq_len, pos_offset = opt->position_offset, so_off = so ? so->offset : 0;
-  cl_ulong s_off = st ? st->offset : 0, s_ldl = c->s_ld, s_rows = st ? st->rows : 0, sid_off = sid ? sid->offset : 0;
-  cl_ulong nw_off = nw ? nw->offset : 0, nb_off = nb ? nb->offset : 0;
+  cl_ulong s_ldl = c->s_ld, s_rows = st ? st->rows : 0, sid_off = sid ? sid->offset : 0;
+  cl_ulong nw_off = c->wp.piece[0].offset, nb_off = c->bp.piece[0].offset;
   cl_int id64 = ids->type == CLEMBED_I64, so64 = so && so->type == CLEMBED_I64, has_so = so != NULL;
   cl_int sid64 = sid && sid->type == CLEMBED_I64, has_sid = sid != NULL;
   cl_int policy = (cl_int)opt->policy;
@@ -193,11 +235,11 @@ static clembed_status norm_in_args(norm_call *c, cl_kernel k, const char *name) 
   cl_float drop = opt->dropout, keep = dropout ? 1.0f / (1.0f - opt->dropout) : 1.0f;
   cl_uint seed_lo = (cl_uint)opt->dropout_seed, seed_hi = (cl_uint)(opt->dropout_seed >> 32);
   cl_uint slot = c->rec.slot == CE_NO_SLOT ? 0 : c->rec.slot, sslot = c->srec.slot == CE_NO_SLOT ? 0 : c->srec.slot;
-  return ce_set_args(ctx, k, name, CE_ARG(table->buffer), CE_ARG(t_off), CE_ARG(t_ldl), CE_ARG(t_rows), CE_ARG(idb),
-                     CE_ARG(idb), CE_ARG(id_off), CE_ARG(id64), CE_ARG(n), CE_ARG(cols), CE_ARG(scale), CE_ARG(policy),
-                     CE_ARG(padding), CE_ARG(c->p->freq), CE_ARG(ptb), CE_ARG(p_off), CE_ARG(p_ldl), CE_ARG(p_rows),
+  return ce_set_args(ctx, k, name, CE_PIECES(c->tp), CE_ARG(t_ldl), CE_ARG(t_rows), CE_ARG(idb), CE_ARG(idb),
+                     CE_ARG(id_off), CE_ARG(id64), CE_ARG(n), CE_ARG(cols), CE_ARG(scale), CE_ARG(policy),
+                     CE_ARG(padding), CE_ARG(c->p->freq), CE_PIECES(&c->p->pp), CE_ARG(p_ldl), CE_ARG(p_rows),
                      CE_ARG(seq_len), CE_ARG(pos_offset), CE_ARG(sob), CE_ARG(sob), CE_ARG(so_off), CE_ARG(so64),
-                     CE_ARG(has_so), CE_ARG(stb), CE_ARG(s_off), CE_ARG(s_ldl), CE_ARG(s_rows), CE_ARG(sidb),
+                     CE_ARG(has_so), CE_PIECES(&c->sp), CE_ARG(s_ldl), CE_ARG(s_rows), CE_ARG(sidb),
                      CE_ARG(sidb), CE_ARG(sid_off), CE_ARG(sid64), CE_ARG(has_sid), CE_ARG(nwb), CE_ARG(nw_off),
                      CE_ARG(nbb), CE_ARG(nb_off), CE_ARG(eps), CE_ARG(inv_d),
                      CE_ARG(drop), CE_ARG(seed_lo), CE_ARG(seed_hi), CE_ARG(keep), CE_ARG(ctx->errbuf), CE_ARG(slot),
@@ -213,7 +255,7 @@ static clembed_status norm_keys(norm_call *c, ce_chain *ch, cl_mem pos_keys, cl_
   cl_int want_pos = pos_keys != NULL, want_seg = seg_keys != NULL;
   CHECK(ce_kernel(c->ctx, CE_FAMILY_NORM, c->opts, "ce_norm_keys", &k));
   CHECK(norm_in_args(c, k, "ce_norm_keys"));
-  CHECK(ce_set_args_at(c->ctx, k, "ce_norm_keys", NORM_IN_ARGS, CE_ARG(pk), CE_ARG(want_pos), CE_ARG(sk),
+  CHECK(ce_set_args_at(c->ctx, k, "ce_norm_keys", c->in_args, CE_ARG(pk), CE_ARG(want_pos), CE_ARG(sk),
                        CE_ARG(want_seg), CE_END));
   CHECK(ce_chain_1d(ch, k, "ce_norm_keys", c->ids->count, 0));
 cleanup:
@@ -248,14 +290,14 @@ static clembed_status norm_launch(norm_call *c, ce_chain *ch, cl_kernel k, const
   return s != CLEMBED_OK ? s : ce_chain_2d_local(ch, k, name, lx, n, lx, ly);
 }
 
-clembed_status ce_norm_forward(clembed_context *ctx, ce_chain *ch, const clembed_matrix *table, size_t t_ld,
-                               const clembed_ids *ids, const clembed_embed_options *opt, const ce_embed_pos *p,
-                               cl_long padding, clembed_matrix *out, size_t o_ld, cl_event *event) {
+clembed_status ce_norm_forward(clembed_context *ctx, ce_chain *ch, const clembed_matrix *table, ce_pieces *tp,
+                               const clembed_ids *ids, const clembed_embed_options *opt, ce_embed_pos *p,
+                               cl_long padding, clembed_matrix *out, ce_pieces *op, cl_event *event) {
   clembed_status status = CLEMBED_OK;
   const ce_tuning *t = ctx->tune;
   norm_call c;
   cl_kernel k;
-  norm_init(&c, ctx, ctx->op, table, t_ld, ids, opt, p, padding);
+  CHECK(norm_init(&c, ctx, ctx->op, table, tp, ids, opt, p, padding, op));
   /* an output larger than the device's cache goes out with streaming stores */
   size_t out_bytes = ids->count * table->cols * clembed_dtype_size(out->dtype);
   int stream = t->norm_rows && t->embed_stream && ctx->cache_bytes && out_bytes > ctx->cache_bytes;
@@ -264,15 +306,16 @@ clembed_status ce_norm_forward(clembed_context *ctx, ce_chain *ch, const clembed
     CHECK(norm_keys(&c, ch, NULL, NULL)); /* no column to write: the ids are still checked */
   } else if (ids->count) {
     const char *name = c.rows ? "ce_norm_rows" : "ce_norm";
-    cl_ulong o_off = out->offset, o_ldl = o_ld;
+    cl_ulong o_ldl = op->ld;
     CHECK(ce_kernel(ctx, CE_FAMILY_NORM, c.opts, name, &k));
     CHECK(norm_in_args(&c, k, name));
-    CHECK(ce_set_args_at(ctx, k, name, NORM_IN_ARGS, CE_ARG(out->buffer), CE_ARG(o_off), CE_ARG(o_ldl), CE_END));
-    CHECK(norm_launch(&c, ch, k, name, 32, NORM_IN_ARGS + 3));
+    CHECK(ce_set_args_at(ctx, k, name, c.in_args, CE_PIECES(op), CE_ARG(o_ldl), CE_END));
+    CHECK(norm_launch(&c, ch, k, name, 32, c.in_args + 3 + ce_pieces_extra_args(op)));
   }
   CHECK(ce_chain_record(ch, &c.srec));
   CHECK(ce_chain_close_checked(ch, &c.rec, event));
 cleanup:
+  norm_release(&c);
   return status;
 }
 
@@ -282,7 +325,7 @@ cleanup:
 static clembed_status check_grad(clembed_context *ctx, const clembed_matrix *g, const char *what, size_t rows,
                                  size_t cols) {
   clembed_status status = CLEMBED_OK;
-  CHECK(ce_check_matrix(ctx, g, what, NULL));
+  CHECK(check_any(ctx, g, what));
   if (g->dtype != CLEMBED_F32 || g->rows != rows || g->cols != cols)
     FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, what, -1, (int64_t)g->rows,
              "clembed_embed_backward: %s must be %zu x %zu F32 (it is %zu x %zu, dtype %d)", what, rows, cols,
@@ -405,21 +448,29 @@ static clembed_status embed_backward_run(clembed_context *ctx, const clembed_mat
                                          cl_uint nwait, const cl_event *wait, cl_event *event) {
   clembed_status status = CLEMBED_OK;
   clembed_embed_options defaults;
-  size_t t_ld, g_ld;
   cl_long padding;
   int layer;
   ce_embed_pos p;
+  ce_pieces tp, gp;
+  norm_call c;
   bwd_temps tmp;
   cl_kernel k;
   ce_chain ch;
   memset(&tmp, 0, sizeof tmp);
+  memset(&c, 0, sizeof c);
+  ce_pieces_none(&c.sp);
+  ce_pieces_none(&c.wp);
+  ce_pieces_none(&c.bp);
+  ce_pieces_none(&tp);
+  ce_pieces_none(&gp);
+  ce_pieces_none(&p.pp);
   ce_chain_init(&ch, ctx, nwait, wait);
   if (!opt) {
     defaults = clembed_embed_defaults();
     opt = &defaults;
   }
   CHECK(ce_check_events(ctx, nwait, wait));
-  CHECK(ce_embed_check(ctx, table, ids, opt, grad_out, "grad_out", &t_ld, &g_ld, &padding));
+  CHECK(ce_embed_check(ctx, table, ids, opt, grad_out, "grad_out", &tp, &gp, &padding));
   if ((uint64_t)ids->count >= 0xFFFFFFFFu)
     FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "ids", -1, (int64_t)ids->count,
              "clembed_embed_backward: %zu ids; at most 4294967294 per call", ids->count);
@@ -432,8 +483,7 @@ static clembed_status embed_backward_run(clembed_context *ctx, const clembed_mat
   int norm = opt->norm.kind != CLEMBED_NORM_NONE;
   int want_dx = norm && cols && (grads->table || grads->position_table || grads->segment_table);
   int want_gxh = grads->norm_weight && cols;
-  norm_call c;
-  norm_init(&c, ctx, ctx->op, table, t_ld, ids, opt, &p, padding);
+  CHECK(norm_init(&c, ctx, ctx->op, table, &tp, ids, opt, &p, padding, &gp));
   CHECK(norm_prepare(&c, CLEMBED_F32, grad_out, want_gxh, t, 0, ctx->prefetch ? t->norm_ahead : 0));
   if (n == 0) goto close;
 
@@ -452,16 +502,16 @@ static clembed_status embed_backward_run(clembed_context *ctx, const clembed_mat
   if (want_dx || want_gxh) {
     const char *name = c.rows ? "ce_norm_bwd_rows" : "ce_norm_bwd";
     cl_mem none = NULL;
-    cl_ulong g_off = grad_out->offset, g_ldl = g_ld;
+    cl_ulong g_ldl = gp.ld;
     /* dx is written whenever the kernel runs (a scratch row when no table wants it) */
     CHECK(temp_matrix(ctx, 0, n, cols, "dx", &tmp.dx, &tmp.own_dx));
     if (want_gxh) CHECK(temp_matrix(ctx, 1, n, cols, "g * xh", &tmp.gxh, &tmp.own_gxh));
     cl_mem gx = want_gxh ? tmp.gxh.buffer : none;
     CHECK(ce_kernel(ctx, CE_FAMILY_NORM, c.opts, name, &k));
     CHECK(norm_in_args(&c, k, name));
-    CHECK(ce_set_args_at(ctx, k, name, NORM_IN_ARGS, CE_ARG(grad_out->buffer), CE_ARG(g_off), CE_ARG(g_ldl),
-                         CE_ARG(tmp.dx.buffer), CE_ARG(gx), CE_END));
-    CHECK(norm_launch(&c, &ch, k, name, 2 * 32, NORM_IN_ARGS + 5));
+    CHECK(ce_set_args_at(ctx, k, name, c.in_args, CE_PIECES(&gp), CE_ARG(g_ldl), CE_ARG(tmp.dx.buffer), CE_ARG(gx),
+                         CE_END));
+    CHECK(norm_launch(&c, &ch, k, name, 2 * 32, c.in_args + 5 + ce_pieces_extra_args(&gp)));
   }
   CHECK(ce_chain_record(&ch, &c.rec));
   CHECK(ce_chain_record(&ch, &c.srec));
@@ -501,6 +551,10 @@ close:
 cleanup:
   bwd_temps_release(&tmp); /* after enqueueing: OpenCL keeps them until the commands finish */
   ce_chain_release(&ch);
+  norm_release(&c);
+  ce_pieces_release(&tp);
+  ce_pieces_release(&gp);
+  ce_pieces_release(&p.pp);
   return status;
 }
 

@@ -12,16 +12,12 @@ uint16_t ce_f32_to_bf16(float f);
 float ce_bf16_to_f32(uint16_t b);
 /* n dense elements of dtype st into dtype dt (float dtypes). */
 void ce_convert(void *dst, clembed_dtype dt, const void *src, clembed_dtype st, size_t n);
-/* 1 for a block-quantized dtype (Q8_0, Q4_0, Q4_K, Q6_K). */
-int ce_dtype_is_block(clembed_dtype t);
-/* "F32", ..., "Q6_K", or "unknown". */
-const char *ce_dtype_name(clembed_dtype t);
 /* n dense values (a multiple of any block type's block size) of dtype st, as
  * elements or blocks, into dtype dt: among float dtypes, float values into
  * Q8_0/Q4_0 blocks (through F32, ggml's reference quantizers), blocks into
  * float values (ggml's dequantizers, through F32). Returns 0, -1 for a pair
- * with no conversion (two block types, or floats into Q4_K/Q6_K), -2 when host
- * memory runs out. */
+ * with no conversion (two block types, or floats into a block type other than
+ * Q8_0 and Q4_0), -2 when host memory runs out. */
 int ce_convert_values(void *dst, clembed_dtype dt, const void *src, clembed_dtype st, size_t n);
 
 /* ----- angles (angle.c): frequencies in double, cached on the device */
@@ -58,16 +54,19 @@ typedef struct ce_embed_pos {
   const clembed_matrix *pt;/* the table (learned, or the cached sinusoid) */
   int cached;              /* pt is the cached sinusoid table */
   size_t p_ld;
+  ce_pieces pp;            /* pt's pieces (a NULL buffer without pt): ce_pieces_release */
   cl_mem freq;             /* the sinusoid's frequencies (kind 1) */
   const clembed_ids *so;   /* sequence offsets, when positions are added */
 } ce_embed_pos;
 /* The checks of the forward's arguments: table, ids, `rows` (ids->count x the table's cols,
  * named `what`: the output, or a backward's grad_out), the options they share with the
- * backward, the padding id. */
+ * backward, the padding id. The table and `rows` resolved into their pieces (tp, rp: their
+ * ld; ce_pieces_release both). */
 clembed_status ce_embed_check(clembed_context *ctx, const clembed_matrix *table, const clembed_ids *ids,
                               const clembed_embed_options *opt, const clembed_matrix *rows, const char *what,
-                              size_t *t_ld, size_t *r_ld, cl_long *padding);
-/* Checks opt's positions and resolves them (the cached sinusoid table when it pays). */
+                              ce_pieces *tp, ce_pieces *rp, cl_long *padding);
+/* Checks opt's positions and resolves them (the cached sinusoid table when it pays; p->pp
+ * to release with ce_pieces_release, whatever the status). */
 clembed_status ce_embed_positions(clembed_context *ctx, const clembed_matrix *table, const clembed_ids *ids,
                                   const clembed_embed_options *opt, ce_embed_pos *p);
 /* The slot for the call's bad ids and positions (CE_NO_SLOT when none can be bad); op names the call. */
@@ -82,9 +81,9 @@ clembed_status ce_norm_check(clembed_context *ctx, const clembed_matrix *table, 
                              const clembed_embed_options *opt, int *layer);
 /* The forward with segments or a norm, as the chain's commands, closed into `event`
  * (the arguments checked by clembed_embed). */
-clembed_status ce_norm_forward(clembed_context *ctx, ce_chain *ch, const clembed_matrix *table, size_t t_ld,
-                               const clembed_ids *ids, const clembed_embed_options *opt, const ce_embed_pos *p,
-                               cl_long padding, clembed_matrix *out, size_t o_ld, cl_event *event);
+clembed_status ce_norm_forward(clembed_context *ctx, ce_chain *ch, const clembed_matrix *table, ce_pieces *tp,
+                               const clembed_ids *ids, const clembed_embed_options *opt, ce_embed_pos *p,
+                               cl_long padding, clembed_matrix *out, ce_pieces *op, cl_event *event);
 
 /* ----- the radix sort of (key, index) (sort.c) */
 typedef struct ce_sort {
@@ -116,6 +115,7 @@ typedef enum ce_store_mode {
 /* An optimizer step's checked fields (optim.c), for the fold. */
 typedef struct ce_optim_step {
   const clembed_matrix *state, *state2;
+  ce_pieces s1, s2;               /* their pieces (a NULL buffer when absent); ce_pieces_release both */
   size_t s1_ld, s2_ld;
   float eps, weight_decay, b1c, b2c, step_size; /* b1c = 1 - beta1, b2c = 1 - beta2 (ADAM) */
 } ce_optim_step;
@@ -142,7 +142,7 @@ typedef struct ce_step {
   ce_store_mode mode;
   float lr;                       /* CE_STORE_SGD */
   int atomic;                     /* the atomic path (clembed_backward with deterministic 0) */
-  const ce_optim_step *optim;     /* clembed_optimizer_step: the kernels with states (else NULL) */
+  ce_optim_step *optim;           /* clembed_optimizer_step: the kernels with states (else NULL) */
   const ce_contrib *contrib;      /* NULL: a contribution per token of ids, ids[i] from row i of grad_out;
                                      else these (ids is NULL, grad_out checked by their producer) */
 } ce_step;

@@ -43,12 +43,13 @@ static const char *const kind_names[4] = {"SGD", "ADAGRAD", "ROWWISE_ADAGRAD", "
 
 /* A state: present, F32, rows x cols. */
 static clembed_status check_state(clembed_context *ctx, const char *what, const clembed_matrix *st, const char *name,
-                                  const char *kind, size_t rows, size_t cols, size_t *ld) {
+                                  const char *kind, size_t rows, size_t cols, size_t *ld, ce_pieces *p) {
   clembed_status status = CLEMBED_OK;
   if (!st)
     FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, name, -1, 0, "%s: %s is NULL; %s needs it (F32, %zu x %zu)", what, name,
              kind, rows, cols);
-  CHECK(ce_check_matrix(ctx, st, name, ld));
+  CHECK(ce_check_pieces(ctx, st, name, 0, p));
+  *ld = p->ld;
   if (st->dtype != CLEMBED_F32)
     FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, name, -1, (int64_t)st->dtype, "%s: %s must be F32 (dtype %d)", what, name,
              (int)st->dtype);
@@ -66,6 +67,8 @@ clembed_status ce_optimizer_check(clembed_context *ctx, const char *what, const 
                                   const clembed_matrix *table, ce_optim_step *p) {
   clembed_status status = CLEMBED_OK;
   memset(p, 0, sizeof *p);
+  ce_pieces_none(&p->s1);
+  ce_pieces_none(&p->s2);
   if (!o) FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "optimizer", -1, 0, "%s: the optimizer is NULL", what);
   if ((unsigned)o->kind > (unsigned)CLEMBED_ADAM)
     FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "kind", -1, (int64_t)o->kind, "%s: unknown optimizer kind %d", what,
@@ -92,11 +95,11 @@ clembed_status ce_optimizer_check(clembed_context *ctx, const char *what, const 
   }
   if (o->kind != CLEMBED_SGD) {
     CHECK(check_state(ctx, what, o->state, "state", kind, table->rows,
-                      o->kind == CLEMBED_ROWWISE_ADAGRAD ? 1 : table->cols, &p->s1_ld));
+                      o->kind == CLEMBED_ROWWISE_ADAGRAD ? 1 : table->cols, &p->s1_ld, &p->s1));
     p->state = o->state;
   }
   if (o->kind == CLEMBED_ADAM) {
-    CHECK(check_state(ctx, what, o->state2, "state2", kind, table->rows, table->cols, &p->s2_ld));
+    CHECK(check_state(ctx, what, o->state2, "state2", kind, table->rows, table->cols, &p->s2_ld, &p->s2));
     p->state2 = o->state2;
   }
   p->eps = o->eps;
@@ -129,8 +132,11 @@ clembed_status ce_optimizer_fold(clembed_context *ctx, const char *what, const c
                                  cl_uint nwait, const cl_event *wait, cl_event *event) {
   clembed_status status = CLEMBED_OK;
   ce_optim_step p;
-  size_t t_ld;
-  CHECK(ce_check_matrix(ctx, table, "table", &t_ld)); /* before its rows and cols are used */
+  ce_pieces tp;
+  ce_pieces_none(&p.s1);
+  ce_pieces_none(&p.s2);
+  CHECK(ce_check_pieces(ctx, table, "table", 0, &tp)); /* before its rows and cols are used */
+  ce_pieces_release(&tp);
   CHECK(ce_optimizer_check(ctx, what, o, table, &p));
   {
     static const ce_store_mode modes[4] = {CE_STORE_SGD, CE_STORE_ADAGRAD, CE_STORE_ROWWISE_ADAGRAD, CE_STORE_ADAM};
@@ -141,5 +147,7 @@ clembed_status ce_optimizer_fold(clembed_context *ctx, const char *what, const c
     status = ce_segment_step(ctx, &step, grad_out, ids, opt, table, nwait, wait, event);
   }
 cleanup:
+  ce_pieces_release(&p.s1);
+  ce_pieces_release(&p.s2);
   return status;
 }

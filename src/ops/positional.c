@@ -44,6 +44,7 @@ static size_t table_rows(const clembed_context *ctx, size_t cols, size_t end, si
   size_t rows = t->sinusoid_table_min_rows;
   while (rows < end && rows <= t->sinusoid_table_max_elements) rows *= 2;
   if (!ctx->in_order || cols == 0 || rows > t->sinusoid_table_max_elements / cols ||
+      rows * cols > ctx->max_piece / sizeof(float) ||
       (rows > t->sinusoid_table_inline_rows && rows / 4 > tokens))
     return 0;
   return rows;
@@ -95,13 +96,16 @@ clembed_status clembed_positional(clembed_context *ctx, const clembed_sinusoid *
 clembed_status ce_positional_run(clembed_context *ctx, const clembed_sinusoid *s, size_t first_position,
                                  clembed_matrix *out, cl_uint nwait, const cl_event *wait, cl_event *event) {
   clembed_status status = CLEMBED_OK;
-  size_t ld;
   cl_mem freq = NULL;
   cl_kernel k;
-  char opts[64];
+  char opts[96];
+  ce_pieces op;
+  ce_chain ch;
+  ce_chain_init(&ch, ctx, nwait, wait);
+  ce_pieces_none(&op);
   if (!s) s = &default_sinusoid;
   CHECK(ce_check_events(ctx, nwait, wait));
-  CHECK(ce_check_matrix(ctx, out, "clembed_positional: out", &ld));
+  CHECK(ce_check_pieces(ctx, out, "clembed_positional: out", 0, &op));
   CHECK(ce_sinusoid_check(ctx, s));
   if (ce_positions_past_end(first_position, out->rows))
     FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "first_position", -1, (int64_t)first_position,
@@ -112,15 +116,23 @@ clembed_status ce_positional_run(clembed_context *ctx, const clembed_sinusoid *s
   const ce_tuning *t = ctx->tune;
   /* one kernel per shape: a row per work-item (VEC columns at a time), or an element */
   const char *name = t->positional_rowwise ? "ce_positional_rows" : "ce_positional";
+  ce_pieces *mats[1] = {&op};
+  CHECK(ce_pieces_plan(ctx, "clembed_positional", mats, 1));
   snprintf(opts, sizeof opts, "-DOUT_DT=%d -DVEC=%u", (int)out->dtype, t->positional_vec);
+  ce_pieces_option(opts, sizeof opts, &op, "out");
   CHECK(ce_kernel(ctx, CE_FAMILY_POSITIONAL, opts, name, &k));
-  cl_ulong o_off = out->offset, o_ld = ld, rows = out->rows, cols = out->cols, first = first_position;
-  CHECK(ce_set_args(ctx, k, name, CE_ARG(out->buffer), CE_ARG(o_off), CE_ARG(o_ld), CE_ARG(rows), CE_ARG(cols),
-                    CE_ARG(first), CE_ARG(freq), CE_END));
-  if (t->positional_rowwise)
-    CHECK(ce_enqueue_1d(ctx, k, name, out->rows, CE_LOCAL_ROWS, nwait, wait, event));
-  else
-    CHECK(ce_enqueue_2d(ctx, k, name, out->cols, out->rows, nwait, wait, event));
+  cl_ulong o_ld = op.ld, rows = out->rows, cols = out->cols, first = first_position;
+  do {
+    CHECK(ce_set_args(ctx, k, name, CE_PIECES(&op), CE_ARG(o_ld), CE_ARG(rows), CE_ARG(cols), CE_ARG(first),
+                      CE_ARG(freq), CE_END));
+    if (t->positional_rowwise)
+      CHECK(ce_chain_1d(&ch, k, name, out->rows, CE_LOCAL_ROWS));
+    else
+      CHECK(ce_chain_2d(&ch, k, name, out->cols, out->rows));
+  } while (ce_pieces_next(mats, 1));
+  CHECK(ce_chain_close(&ch, event));
 cleanup:
+  ce_chain_release(&ch);
+  ce_pieces_release(&op);
   return status;
 }

@@ -13,37 +13,7 @@
 #pragma STDC FP_CONTRACT OFF
 #endif
 
-int ce_quant_is_block(int dtype) { return dtype >= CE_Q8_0 && dtype <= CE_Q6_K; }
-
-size_t ce_quant_block_values(int dtype) {
-  switch (dtype) {
-  case 0: case 1: case 2: return 1;
-  case CE_Q8_0: return CE_QK8_0;
-  case CE_Q4_0: return CE_QK4_0;
-  case CE_Q4_K: case CE_Q6_K: return CE_QK_K;
-  default: return 0;
-  }
-}
-
-size_t ce_quant_block_bytes(int dtype) {
-  switch (dtype) {
-  case 0: return 4;
-  case 1: case 2: return 2;
-  case CE_Q8_0: return CE_Q8_0_BYTES;
-  case CE_Q4_0: return CE_Q4_0_BYTES;
-  case CE_Q4_K: return CE_Q4_K_BYTES;
-  case CE_Q6_K: return CE_Q6_K_BYTES;
-  default: return 0;
-  }
-}
-
-size_t ce_quant_row_bytes(int dtype, size_t cols) {
-  size_t qk = ce_quant_block_values(dtype), bb = ce_quant_block_bytes(dtype);
-  if (qk == 0 || cols % qk != 0) return 0;
-  size_t blocks = cols / qk;
-  if (blocks > SIZE_MAX / bb) return 0;
-  return blocks * bb;
-}
+#define CE_QK_K 256 /* ggml's QK_K: the super-block of the K and IQ types */
 
 /* ---------------------------------------------------------------- f16 */
 
@@ -114,19 +84,19 @@ static int8_t to_int8(float x) {
 
 /* quantize_row_q8_0_ref */
 int ce_quant_quantize_q8_0(const float *x, void *blocks, size_t n) {
-  if (n % CE_QK8_0 != 0) return -1;
+  if (n % CE_Q8_0_VALUES != 0) return -1;
   uint8_t *y = (uint8_t *)blocks;
-  for (size_t i = 0; i < n / CE_QK8_0; i++, y += CE_Q8_0_BYTES) {
-    const float *xb = x + i * CE_QK8_0;
+  for (size_t i = 0; i < n / CE_Q8_0_VALUES; i++, y += CE_Q8_0_BYTES) {
+    const float *xb = x + i * CE_Q8_0_VALUES;
     float amax = 0.0f; /* MAX(amax, fabsf(v)) as ggml's macro: ((a) > (b) ? (a) : (b)) */
-    for (int j = 0; j < CE_QK8_0; j++) {
+    for (int j = 0; j < CE_Q8_0_VALUES; j++) {
       const float v = fabsf(xb[j]);
       amax = amax > v ? amax : v;
     }
     const float d = amax / ((1 << 7) - 1);
     const float id = d ? 1.0f / d : 0.0f;
     put_u16(y, ce_quant_f32_to_f16(d));
-    for (int j = 0; j < CE_QK8_0; j++) {
+    for (int j = 0; j < CE_Q8_0_VALUES; j++) {
       const float x0 = xb[j] * id;
       y[2 + j] = (uint8_t)to_int8(roundf(x0));
     }
@@ -136,11 +106,11 @@ int ce_quant_quantize_q8_0(const float *x, void *blocks, size_t n) {
 
 /* quantize_row_q4_0_ref */
 int ce_quant_quantize_q4_0(const float *x, void *blocks, size_t n) {
-  if (n % CE_QK4_0 != 0) return -1;
-  const int qk = CE_QK4_0;
+  if (n % CE_Q4_0_VALUES != 0) return -1;
+  const int qk = CE_Q4_0_VALUES;
   uint8_t *y = (uint8_t *)blocks;
-  for (size_t i = 0; i < n / CE_QK4_0; i++, y += CE_Q4_0_BYTES) {
-    const float *xb = x + i * CE_QK4_0;
+  for (size_t i = 0; i < n / CE_Q4_0_VALUES; i++, y += CE_Q4_0_BYTES) {
+    const float *xb = x + i * CE_Q4_0_VALUES;
     float amax = 0.0f, max = 0.0f;
     for (int j = 0; j < qk; j++) {
       const float v = xb[j];
@@ -171,13 +141,13 @@ int ce_quant_quantize_q4_0(const float *x, void *blocks, size_t n) {
 static void dequantize_q8_0(const uint8_t *x, float *y, size_t nb) {
   for (size_t i = 0; i < nb; i++, x += CE_Q8_0_BYTES) {
     const float d = ce_quant_f16_to_f32(get_u16(x));
-    for (int j = 0; j < CE_QK8_0; ++j) y[i * CE_QK8_0 + j] = (float)(int8_t)x[2 + j] * d;
+    for (int j = 0; j < CE_Q8_0_VALUES; ++j) y[i * CE_Q8_0_VALUES + j] = (float)(int8_t)x[2 + j] * d;
   }
 }
 
 /* dequantize_row_q4_0 */
 static void dequantize_q4_0(const uint8_t *x, float *y, size_t nb) {
-  const int qk = CE_QK4_0;
+  const int qk = CE_Q4_0_VALUES;
   for (size_t i = 0; i < nb; i++, x += CE_Q4_0_BYTES) {
     const float d = ce_quant_f16_to_f32(get_u16(x));
     const uint8_t *qs = x + 2;
@@ -201,14 +171,18 @@ static void scale_min_k4(int j, const uint8_t *q, uint8_t *d, uint8_t *m) {
   }
 }
 
-/* dequantize_row_q4_K: bytes 0-1 d, 2-3 dmin, 4-15 scales, 16-143 qs */
-static void dequantize_q4_k(const uint8_t *x, float *y, size_t nb) {
-  for (size_t i = 0; i < nb; i++, x += CE_Q4_K_BYTES) {
-    const uint8_t *scales = x + 4, *q = x + 16;
+/* dequantize_row_q4_K (five 0: bytes 0-1 d, 2-3 dmin, 4-15 scales, 16-143 qs)
+ * and dequantize_row_q5_K (five 1: 4-15 scales, 16-47 qh, 48-175 qs): Q5_K's
+ * values add 16 where their qh bit is set, Q4_K's nothing (the same float
+ * operations on the same integers) */
+static void dequantize_q45_k(const uint8_t *x, float *y, size_t nb, int five) {
+  for (size_t i = 0; i < nb; i++, x += five ? CE_Q5_K_BYTES : CE_Q4_K_BYTES) {
+    const uint8_t *scales = x + 4, *q = x + (five ? 48 : 16), *qh = x + 16;
     const float d = ce_quant_f16_to_f32(get_u16(x));
     const float min = ce_quant_f16_to_f32(get_u16(x + 2));
     int is = 0;
     uint8_t sc, m;
+    uint8_t u1 = 1, u2 = 2;
     for (int j = 0; j < CE_QK_K; j += 64) {
       scale_min_k4(is + 0, scales, &sc, &m);
       const float d1 = d * (float)sc;
@@ -216,10 +190,12 @@ static void dequantize_q4_k(const uint8_t *x, float *y, size_t nb) {
       scale_min_k4(is + 1, scales, &sc, &m);
       const float d2 = d * (float)sc;
       const float m2 = min * (float)m;
-      for (int l = 0; l < 32; ++l) *y++ = d1 * (float)(q[l] & 0xF) - m1;
-      for (int l = 0; l < 32; ++l) *y++ = d2 * (float)(q[l] >> 4) - m2;
+      for (int l = 0; l < 32; ++l) *y++ = d1 * (float)((q[l] & 0xF) + (five && (qh[l] & u1) ? 16 : 0)) - m1;
+      for (int l = 0; l < 32; ++l) *y++ = d2 * (float)((q[l] >> 4) + (five && (qh[l] & u2) ? 16 : 0)) - m2;
       q += 32;
       is += 2;
+      u1 = (uint8_t)(u1 << 2);
+      u2 = (uint8_t)(u2 << 2);
     }
   }
 }
@@ -250,15 +226,361 @@ static void dequantize_q6_k(const uint8_t *x, float *y, size_t nb) {
   }
 }
 
+/* ---------------------------------------- the other legacy and K types */
+
+static uint32_t get_u32(const uint8_t *p) {
+  return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
+static float get_half(const uint8_t *p) { return ce_quant_f16_to_f32(get_u16(p)); }
+
+/* dequantize_row_q4_1: bytes 0-1 d, 2-3 m, 4-19 qs */
+static void dequantize_q4_1(const uint8_t *x, float *y, size_t nb) {
+  const int qk = CE_Q4_1_VALUES;
+  for (size_t i = 0; i < nb; i++, x += CE_Q4_1_BYTES) {
+    const float d = get_half(x), m = get_half(x + 2);
+    const uint8_t *qs = x + 4;
+    for (int j = 0; j < qk / 2; ++j) {
+      const int x0 = (qs[j] & 0x0F);
+      const int x1 = (qs[j] >> 4);
+      y[i * qk + j + 0] = (float)x0 * d + m;
+      y[i * qk + j + qk / 2] = (float)x1 * d + m;
+    }
+  }
+}
+
+/* dequantize_row_q5_0 (with_min 0) and dequantize_row_q5_1 (with_min 1):
+ * Q5_0 bytes 0-1 d, 2-5 qh, 6-21 qs; Q5_1 bytes 0-1 d, 2-3 m, 4-7 qh, 8-23 qs */
+static void dequantize_q5(const uint8_t *x, float *y, size_t nb, int with_min) {
+  const int qk = CE_Q5_0_VALUES;
+  const size_t bytes = with_min ? CE_Q5_1_BYTES : CE_Q5_0_BYTES;
+  for (size_t i = 0; i < nb; i++, x += bytes) {
+    const float d = get_half(x), m = with_min ? get_half(x + 2) : 0.0f;
+    const uint32_t qh = get_u32(x + (with_min ? 4 : 2));
+    const uint8_t *qs = x + (with_min ? 8 : 6);
+    for (int j = 0; j < qk / 2; ++j) {
+      const uint8_t xh_0 = (uint8_t)(((qh >> (j + 0)) << 4) & 0x10);
+      const uint8_t xh_1 = (uint8_t)(((qh >> (j + 12))) & 0x10);
+      if (with_min) {
+        const int x0 = (qs[j] & 0x0F) | xh_0;
+        const int x1 = (qs[j] >> 4) | xh_1;
+        y[i * qk + j + 0] = (float)x0 * d + m;
+        y[i * qk + j + qk / 2] = (float)x1 * d + m;
+      } else {
+        const int32_t x0 = ((qs[j] & 0x0F) | xh_0) - 16;
+        const int32_t x1 = ((qs[j] >> 4) | xh_1) - 16;
+        y[i * qk + j + 0] = (float)x0 * d;
+        y[i * qk + j + qk / 2] = (float)x1 * d;
+      }
+    }
+  }
+}
+
+/* dequantize_row_q2_K: bytes 0-15 scales, 16-79 qs, 80-81 d, 82-83 dmin */
+static void dequantize_q2_k(const uint8_t *x, float *y, size_t nb) {
+  for (size_t i = 0; i < nb; i++, x += CE_Q2_K_BYTES) {
+    const float d = get_half(x + 80);
+    const float min = get_half(x + 82);
+    const uint8_t *q = x + 16, *scales = x;
+    int is = 0;
+    float dl, ml;
+    for (int n = 0; n < CE_QK_K; n += 128) {
+      int shift = 0;
+      for (int j = 0; j < 4; ++j) {
+        uint8_t sc = scales[is++];
+        dl = d * (float)(sc & 0xF);
+        ml = min * (float)(sc >> 4);
+        for (int l = 0; l < 16; ++l) *y++ = dl * (float)((int8_t)((q[l] >> shift) & 3)) - ml;
+        sc = scales[is++];
+        dl = d * (float)(sc & 0xF);
+        ml = min * (float)(sc >> 4);
+        for (int l = 0; l < 16; ++l) *y++ = dl * (float)((int8_t)((q[l + 16] >> shift) & 3)) - ml;
+        shift += 2;
+      }
+      q += 32;
+    }
+  }
+}
+
+/* dequantize_row_q3_K: bytes 0-31 hmask, 32-95 qs, 96-107 scales, 108-109 d.
+ * The 16 6-bit scales are unpacked as ggml does, into aux read as int8 bytes
+ * in little-endian order (ggml's (const int8_t *)aux). */
+static void dequantize_q3_k(const uint8_t *x, float *y, size_t nb) {
+  const uint32_t kmask1 = 0x03030303;
+  const uint32_t kmask2 = 0x0f0f0f0f;
+  uint32_t aux[4];
+  for (size_t i = 0; i < nb; i++, x += CE_Q3_K_BYTES) {
+    const float d_all = get_half(x + 108);
+    const uint8_t *q = x + 32, *hm = x;
+    uint8_t m = 1;
+    aux[0] = get_u32(x + 96);
+    aux[1] = get_u32(x + 100);
+    aux[2] = get_u32(x + 104);
+    uint32_t tmp = aux[2];
+    aux[2] = ((aux[0] >> 4) & kmask2) | (((tmp >> 4) & kmask1) << 4);
+    aux[3] = ((aux[1] >> 4) & kmask2) | (((tmp >> 6) & kmask1) << 4);
+    aux[0] = (aux[0] & kmask2) | (((tmp >> 0) & kmask1) << 4);
+    aux[1] = (aux[1] & kmask2) | (((tmp >> 2) & kmask1) << 4);
+    int8_t scales[16];
+    for (int k = 0; k < 16; k++) scales[k] = (int8_t)(uint8_t)(aux[k / 4] >> (8 * (k % 4)));
+    int is = 0;
+    float dl;
+    for (int n = 0; n < CE_QK_K; n += 128) {
+      int shift = 0;
+      for (int j = 0; j < 4; ++j) {
+        dl = d_all * (float)(scales[is++] - 32);
+        for (int l = 0; l < 16; ++l)
+          *y++ = dl * (float)((int8_t)((q[l + 0] >> shift) & 3) - ((hm[l + 0] & m) ? 0 : 4));
+        dl = d_all * (float)(scales[is++] - 32);
+        for (int l = 0; l < 16; ++l)
+          *y++ = dl * (float)((int8_t)((q[l + 16] >> shift) & 3) - ((hm[l + 16] & m) ? 0 : 4));
+        shift += 2;
+        m = (uint8_t)(m << 1);
+      }
+      q += 32;
+    }
+  }
+}
+
+/* ------------------------------------------- the non-linear and grid types */
+
+/* ggml's tables (cl/lib/iqtables.cl, valid C): every one of them here. */
+#define CE_TABLES_FOR(t) 1
+#include "../../cl/lib/iqtables.cl"
+
+/* byte k of a grid entry (ggml reads the entry's bytes in memory: little-endian) */
+static uint8_t grid_byte(uint64_t entry, int k) { return (uint8_t)(entry >> (8 * k)); }
+/* ggml's kmask_iq2xs[j] */
+static uint8_t kmask(int j) { return (uint8_t)(1u << j); }
+
+/* dequantize_row_iq4_nl: bytes 0-1 d, 2-17 qs */
+static void dequantize_iq4_nl(const uint8_t *x, float *y, size_t nb) {
+  for (size_t i = 0; i < nb; i++, x += CE_IQ4_NL_BYTES) {
+    const uint8_t *qs = x + 2;
+    const float d = get_half(x);
+    for (int j = 0; j < CE_IQ4_NL_VALUES / 2; ++j) {
+      y[j + 0] = d * (float)ce_kvalues_iq4nl[qs[j] & 0xf];
+      y[j + CE_IQ4_NL_VALUES / 2] = d * (float)ce_kvalues_iq4nl[qs[j] >> 4];
+    }
+    y += CE_IQ4_NL_VALUES;
+  }
+}
+
+/* dequantize_row_iq4_xs: bytes 0-1 d, 2-3 scales_h, 4-7 scales_l, 8-135 qs */
+static void dequantize_iq4_xs(const uint8_t *x, float *y, size_t nb) {
+  for (size_t i = 0; i < nb; i++, x += CE_IQ4_XS_BYTES) {
+    const uint8_t *qs = x + 8, *scales_l = x + 4;
+    const uint16_t scales_h = get_u16(x + 2);
+    const float d = get_half(x);
+    for (int ib = 0; ib < CE_QK_K / 32; ++ib) {
+      const int ls = ((scales_l[ib / 2] >> 4 * (ib % 2)) & 0xf) | (((scales_h >> 2 * ib) & 3) << 4);
+      const float dl = d * (float)(ls - 32);
+      for (int j = 0; j < 16; ++j) {
+        y[j + 0] = dl * (float)ce_kvalues_iq4nl[qs[j] & 0xf];
+        y[j + 16] = dl * (float)ce_kvalues_iq4nl[qs[j] >> 4];
+      }
+      y += 32;
+      qs += 16;
+    }
+  }
+}
+
+/* dequantize_row_iq2_xxs: bytes 0-1 d, 2-65 qs (per 32 values: 4 grid
+ * indices, then 4 bytes of 4 7-bit sign codes and a 4-bit scale) */
+static void dequantize_iq2_xxs(const uint8_t *x, float *y, size_t nb) {
+  uint32_t aux32[2];
+  for (size_t i = 0; i < nb; i++, x += CE_IQ2_XXS_BYTES) {
+    const float d = get_half(x);
+    for (int ib32 = 0; ib32 < CE_QK_K / 32; ++ib32) {
+      const uint8_t *aux8 = x + 2 + 8 * ib32;
+      aux32[0] = get_u32(aux8);
+      aux32[1] = get_u32(aux8 + 4);
+      const float db = d * (0.5f + (float)(aux32[1] >> 28)) * 0.25f;
+      for (int l = 0; l < 4; ++l) {
+        const uint64_t grid = ce_iq2xxs_grid[aux8[l]];
+        const uint8_t signs = ce_ksigns_iq2xs[(aux32[1] >> 7 * l) & 127];
+        for (int j = 0; j < 8; ++j) y[j] = db * (float)grid_byte(grid, j) * (signs & kmask(j) ? -1.f : 1.f);
+        y += 8;
+      }
+    }
+  }
+}
+
+/* dequantize_row_iq2_xs: bytes 0-1 d, 2-65 qs (uint16: 9-bit grid index,
+ * 7-bit sign code), 66-73 scales */
+static void dequantize_iq2_xs(const uint8_t *x, float *y, size_t nb) {
+  float db[2];
+  for (size_t i = 0; i < nb; i++, x += CE_IQ2_XS_BYTES) {
+    const float d = get_half(x);
+    const uint8_t *scales = x + 66;
+    for (int ib32 = 0; ib32 < CE_QK_K / 32; ++ib32) {
+      db[0] = d * (0.5f + (float)(scales[ib32] & 0xf)) * 0.25f;
+      db[1] = d * (0.5f + (float)(scales[ib32] >> 4)) * 0.25f;
+      for (int l = 0; l < 4; ++l) {
+        const uint16_t qs = get_u16(x + 2 + 2 * (4 * ib32 + l));
+        const uint64_t grid = ce_iq2xs_grid[qs & 511];
+        const uint8_t signs = ce_ksigns_iq2xs[qs >> 9];
+        for (int j = 0; j < 8; ++j) y[j] = db[l / 2] * (float)grid_byte(grid, j) * (signs & kmask(j) ? -1.f : 1.f);
+        y += 8;
+      }
+    }
+  }
+}
+
+/* dequantize_row_iq2_s: bytes 0-1 d, 2-33 qs (grid index low bits), 34-65
+ * signs, 66-73 qh, 74-81 scales */
+static void dequantize_iq2_s(const uint8_t *x, float *y, size_t nb) {
+  float db[2];
+  for (size_t i = 0; i < nb; i++, x += CE_IQ2_S_BYTES) {
+    const float d = get_half(x);
+    const uint8_t *qs = x + 2, *qh = x + 66, *scales = x + 74;
+    const uint8_t *signs = qs + CE_QK_K / 8;
+    for (int ib32 = 0; ib32 < CE_QK_K / 32; ++ib32) {
+      db[0] = d * (0.5f + (float)(scales[ib32] & 0xf)) * 0.25f;
+      db[1] = d * (0.5f + (float)(scales[ib32] >> 4)) * 0.25f;
+      for (int l = 0; l < 4; ++l) {
+        const float dl = db[l / 2];
+        const uint64_t grid = ce_iq2s_grid[qs[l] | (qh[ib32] << (8 - 2 * l) & 0x300)];
+        for (int j = 0; j < 8; ++j) y[j] = dl * (float)grid_byte(grid, j) * (signs[l] & kmask(j) ? -1.f : 1.f);
+        y += 8;
+      }
+      qs += 4;
+      signs += 4;
+    }
+  }
+}
+
+/* dequantize_row_iq3_xxs: bytes 0-1 d, 2-65 grid indices, 66-97 scales and signs */
+static void dequantize_iq3_xxs(const uint8_t *x, float *y, size_t nb) {
+  uint32_t aux32;
+  for (size_t i = 0; i < nb; i++, x += CE_IQ3_XXS_BYTES) {
+    const float d = get_half(x);
+    const uint8_t *qs = x + 2;
+    const uint8_t *scales_and_signs = qs + CE_QK_K / 4;
+    for (int ib32 = 0; ib32 < CE_QK_K / 32; ++ib32) {
+      aux32 = get_u32(scales_and_signs + 4 * ib32);
+      const float db = d * (0.5f + (float)(aux32 >> 28)) * 0.5f;
+      for (int l = 0; l < 4; ++l) {
+        const uint8_t signs = ce_ksigns_iq2xs[(aux32 >> 7 * l) & 127];
+        const uint32_t grid1 = ce_iq3xxs_grid[qs[2 * l + 0]];
+        const uint32_t grid2 = ce_iq3xxs_grid[qs[2 * l + 1]];
+        for (int j = 0; j < 4; ++j) {
+          y[j + 0] = db * (float)grid_byte(grid1, j) * (signs & kmask(j + 0) ? -1.f : 1.f);
+          y[j + 4] = db * (float)grid_byte(grid2, j) * (signs & kmask(j + 4) ? -1.f : 1.f);
+        }
+        y += 8;
+      }
+      qs += 8;
+    }
+  }
+}
+
+/* dequantize_row_iq3_s: bytes 0-1 d, 2-65 qs, 66-73 qh, 74-105 signs, 106-109 scales */
+static void dequantize_iq3_s(const uint8_t *x, float *y, size_t nb) {
+  for (size_t i = 0; i < nb; i++, x += CE_IQ3_S_BYTES) {
+    const float d = get_half(x);
+    const uint8_t *qs = x + 2, *qh = x + 66, *signs = x + 74, *scales = x + 106;
+    for (int ib32 = 0; ib32 < CE_QK_K / 32; ib32 += 2) {
+      const float db1 = d * (float)(1 + 2 * (scales[ib32 / 2] & 0xf));
+      const float db2 = d * (float)(1 + 2 * (scales[ib32 / 2] >> 4));
+      for (int half = 0; half < 2; half++) { /* ggml's two spelled-out loops: db1 with qh[0], db2 with qh[1] */
+        const float db = half ? db2 : db1;
+        for (int l = 0; l < 4; ++l) {
+          const uint32_t grid1 = ce_iq3s_grid[qs[2 * l + 0] | ((qh[half] << (8 - 2 * l)) & 256)];
+          const uint32_t grid2 = ce_iq3s_grid[qs[2 * l + 1] | ((qh[half] << (7 - 2 * l)) & 256)];
+          for (int j = 0; j < 4; ++j) {
+            y[j + 0] = db * (float)grid_byte(grid1, j) * (signs[l] & kmask(j + 0) ? -1.f : 1.f);
+            y[j + 4] = db * (float)grid_byte(grid2, j) * (signs[l] & kmask(j + 4) ? -1.f : 1.f);
+          }
+          y += 8;
+        }
+        qs += 8;
+        signs += 4;
+      }
+      qh += 2;
+    }
+  }
+}
+
+/* dequantize_row_iq1_s: bytes 0-1 d, 2-33 qs, 34-49 qh (uint16) */
+static void dequantize_iq1_s(const uint8_t *x, float *y, size_t nb) {
+  for (size_t i = 0; i < nb; i++, x += CE_IQ1_S_BYTES) {
+    const float d = get_half(x);
+    const uint8_t *qs = x + 2;
+    for (int ib = 0; ib < CE_QK_K / 32; ++ib) {
+      const uint16_t qh = get_u16(x + 34 + 2 * ib);
+      const float dl = d * (float)(2 * ((qh >> 12) & 7) + 1);
+      const float delta = qh & 0x8000 ? -IQ1S_DELTA : IQ1S_DELTA;
+      for (int l = 0; l < 4; ++l) {
+        const uint64_t grid = ce_iq1s_grid[qs[l] | (((qh >> 3 * l) & 7) << 8)];
+        for (int j = 0; j < 8; ++j) y[j] = dl * ((float)(int8_t)grid_byte(grid, j) + delta);
+        y += 8;
+      }
+      qs += 4;
+    }
+  }
+}
+
+/* dequantize_row_iq1_m: bytes 0-31 qs, 32-47 qh, 48-55 scales (4 uint16, the
+ * top nibbles of which make the f16 d) */
+static void dequantize_iq1_m(const uint8_t *x, float *y, size_t nb) {
+  float delta[4];
+  uint16_t idx[4];
+  for (size_t i = 0; i < nb; i++, x += CE_IQ1_M_BYTES) {
+    uint16_t sc[4];
+    for (int k = 0; k < 4; k++) sc[k] = get_u16(x + 48 + 2 * k);
+    const uint16_t scale = (uint16_t)((sc[0] >> 12) | ((sc[1] >> 8) & 0x00f0) | ((sc[2] >> 4) & 0x0f00) |
+                                      (sc[3] & 0xf000));
+    const float d = ce_quant_f16_to_f32(scale);
+    const uint8_t *qs = x, *qh = x + 32;
+    for (int ib = 0; ib < CE_QK_K / 32; ++ib) {
+      const float dl1 = d * (float)(2 * ((sc[ib / 2] >> (6 * (ib % 2) + 0)) & 0x7) + 1);
+      const float dl2 = d * (float)(2 * ((sc[ib / 2] >> (6 * (ib % 2) + 3)) & 0x7) + 1);
+      idx[0] = (uint16_t)(qs[0] | ((qh[0] << 8) & 0x700));
+      idx[1] = (uint16_t)(qs[1] | ((qh[0] << 4) & 0x700));
+      idx[2] = (uint16_t)(qs[2] | ((qh[1] << 8) & 0x700));
+      idx[3] = (uint16_t)(qs[3] | ((qh[1] << 4) & 0x700));
+      delta[0] = qh[0] & 0x08 ? -IQ1S_DELTA : IQ1S_DELTA;
+      delta[1] = qh[0] & 0x80 ? -IQ1S_DELTA : IQ1S_DELTA;
+      delta[2] = qh[1] & 0x08 ? -IQ1S_DELTA : IQ1S_DELTA;
+      delta[3] = qh[1] & 0x80 ? -IQ1S_DELTA : IQ1S_DELTA;
+      for (int l = 0; l < 4; ++l) {
+        const uint64_t grid = ce_iq1s_grid[idx[l]];
+        const float dl = l < 2 ? dl1 : dl2;
+        for (int j = 0; j < 8; ++j) y[j] = dl * ((float)(int8_t)grid_byte(grid, j) + delta[l]);
+        y += 8;
+      }
+      qs += 4;
+      qh += 2;
+    }
+  }
+}
+
 int ce_quant_dequantize(int dtype, const void *blocks, float *y, size_t n) {
-  size_t qk = ce_quant_block_values(dtype);
-  if (!ce_quant_is_block(dtype) || n % qk != 0) return -1;
+  const ce_dtype_facts *f = ce_dtype_facts_of(dtype);
+  if (!f || f->block_values == 1 || n % f->block_values != 0) return -1;
+  size_t qk = f->block_values;
   const uint8_t *x = (const uint8_t *)blocks;
   switch (dtype) {
   case CE_Q8_0: dequantize_q8_0(x, y, n / qk); break;
   case CE_Q4_0: dequantize_q4_0(x, y, n / qk); break;
-  case CE_Q4_K: dequantize_q4_k(x, y, n / qk); break;
-  default: dequantize_q6_k(x, y, n / qk); break;
+  case CE_Q4_K: dequantize_q45_k(x, y, n / qk, 0); break;
+  case CE_Q6_K: dequantize_q6_k(x, y, n / qk); break;
+  case CE_Q4_1: dequantize_q4_1(x, y, n / qk); break;
+  case CE_Q5_0: dequantize_q5(x, y, n / qk, 0); break;
+  case CE_Q5_1: dequantize_q5(x, y, n / qk, 1); break;
+  case CE_Q2_K: dequantize_q2_k(x, y, n / qk); break;
+  case CE_Q3_K: dequantize_q3_k(x, y, n / qk); break;
+  case CE_Q5_K: dequantize_q45_k(x, y, n / qk, 1); break;
+  case CE_IQ4_NL: dequantize_iq4_nl(x, y, n / qk); break;
+  case CE_IQ4_XS: dequantize_iq4_xs(x, y, n / qk); break;
+  case CE_IQ2_XXS: dequantize_iq2_xxs(x, y, n / qk); break;
+  case CE_IQ2_XS: dequantize_iq2_xs(x, y, n / qk); break;
+  case CE_IQ2_S: dequantize_iq2_s(x, y, n / qk); break;
+  case CE_IQ3_XXS: dequantize_iq3_xxs(x, y, n / qk); break;
+  case CE_IQ3_S: dequantize_iq3_s(x, y, n / qk); break;
+  case CE_IQ1_S: dequantize_iq1_s(x, y, n / qk); break;
+  case CE_IQ1_M: dequantize_iq1_m(x, y, n / qk); break;
+  default: return -1;
   }
   return 0;
 }

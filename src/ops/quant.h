@@ -8,40 +8,23 @@
  *                               eight 6-bit mins); uint8 qs[128] (4-bit quants)
  *   Q6_K 256 values, 210 bytes: uint8 ql[128] (low 4 bits); uint8 qh[64] (high 2 bits);
  *                               int8 scales[16]; f16 d
+ * and ggml's other types (dtypes 7 .. 21: Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q5_K,
+ * IQ4_NL, IQ4_XS, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M), whose
+ * layouts quant.c's dequantizers and cl/lib/quant.cl spell out, the grid
+ * types' tables from cl/lib/iqtables.cl (ggml's).
  * Dequantization is ggml's dequantize_row_* in float32, operation for operation
  * (no contraction into fused multiply-adds); quantization of F32 rows is ggml's
  * quantize_row_q8_0_ref and quantize_row_q4_0_ref, bit for bit.
  *
- * Self-contained: depends on nothing else in the library. The dtype codes are
- * clembed_dtype's (3 Q8_0, 4 Q4_0, 5 Q4_K, 6 Q6_K; 0..2 are the float types). */
+ * Self-contained: depends on nothing else in the library but the dtype facts
+ * (src/runtime/dtypes.h, macros only). The dtype codes are clembed_dtype's. */
 #ifndef CLEMBED_OPS_QUANT_H
 #define CLEMBED_OPS_QUANT_H
 
+#include "../runtime/dtypes.h" /* the dtype codes and block sizes: CE_Q4_K, CE_Q4_K_VALUES, CE_Q4_K_BYTES */
+
 #include <stddef.h>
 #include <stdint.h>
-
-#define CE_Q8_0 3
-#define CE_Q4_0 4
-#define CE_Q4_K 5
-#define CE_Q6_K 6
-
-#define CE_QK8_0 32
-#define CE_QK4_0 32
-#define CE_QK_K 256
-#define CE_Q8_0_BYTES 34
-#define CE_Q4_0_BYTES 18
-#define CE_Q4_K_BYTES 144
-#define CE_Q6_K_BYTES 210
-
-/* 1 for a block-quantized dtype code (3..6), else 0. */
-int ce_quant_is_block(int dtype);
-/* Values per block (32 or 256) of a block dtype; 1 for F32/F16/BF16; 0 for an unknown code. */
-size_t ce_quant_block_values(int dtype);
-/* Bytes per block of a block dtype; the element size (4, 2, 2) of F32/F16/BF16; 0 for an unknown code. */
-size_t ce_quant_block_bytes(int dtype);
-/* Bytes of a row of `cols` values; 0 when the dtype is unknown, cols is not a
- * multiple of the block size, or the size overflows size_t. */
-size_t ce_quant_row_bytes(int dtype, size_t cols);
 
 /* ggml's GGML_FP16_TO_FP32 and GGML_FP32_TO_FP16 (exact; round to nearest even,
  * NaN becomes 0x7E00 with its sign). */
@@ -54,7 +37,7 @@ uint16_t ce_quant_f32_to_f16(float f);
 int ce_quant_quantize_q8_0(const float *x, void *blocks, size_t n);
 int ce_quant_quantize_q4_0(const float *x, void *blocks, size_t n);
 
-/* Dequantizes n values (a multiple of the block size) of `dtype` (3..6) into
+/* Dequantizes n values (a multiple of the block size) of a block `dtype` into
  * y, as ggml's dequantize_row_*. Returns 0, or -1 for a bad dtype or n. */
 int ce_quant_dequantize(int dtype, const void *blocks, float *y, size_t n);
 

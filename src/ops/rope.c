@@ -51,13 +51,17 @@ clembed_status clembed_rope_apply(clembed_context *ctx, const clembed_rope *r, c
 static clembed_status cache_run(clembed_context *ctx, const clembed_rope *r, size_t first_position,
                                 clembed_matrix *cos_sin, cl_uint nwait, const cl_event *wait, cl_event *event) {
   clembed_status status = CLEMBED_OK;
-  size_t ld, R = 0;
+  size_t R = 0;
   cl_mem freq = NULL;
   float attention = 1.0f;
   cl_kernel k;
-  char opts[64];
+  char opts[96];
+  ce_pieces op;
+  ce_chain ch;
+  ce_chain_init(&ch, ctx, nwait, wait);
+  ce_pieces_none(&op);
   CHECK(ce_check_events(ctx, nwait, wait));
-  CHECK(ce_check_matrix(ctx, cos_sin, "clembed_rope_cache: cos_sin", &ld));
+  CHECK(ce_check_pieces(ctx, cos_sin, "clembed_rope_cache: cos_sin", 0, &op));
   if (!is_float(cos_sin->dtype))
     FAIL_ARG(CLEMBED_ERR_UNSUPPORTED, "cos_sin", -1, (int64_t)cos_sin->dtype,
              "clembed_rope_cache: cos_sin must be F32, F16 or BF16 (not a quantized type)");
@@ -69,14 +73,22 @@ static clembed_status cache_run(clembed_context *ctx, const clembed_rope *r, siz
     FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "first_position", -1, (int64_t)first_position,
              "clembed_rope_cache: first_position %zu + rows %zu is past 2^32 (RoPE takes positions below 2^32)",
              first_position, cos_sin->rows);
+  ce_pieces *mats[1] = {&op};
+  CHECK(ce_pieces_plan(ctx, "clembed_rope_cache", mats, 1));
   snprintf(opts, sizeof opts, "-DOUT_DT=%d", (int)cos_sin->dtype);
+  ce_pieces_option(opts, sizeof opts, &op, "out");
   CHECK(ce_kernel(ctx, CE_FAMILY_ROPE, opts, "ce_rope_cache", &k));
-  cl_ulong o_off = cos_sin->offset, o_ld = ld, rows = cos_sin->rows, half = R / 2, first = first_position;
+  cl_ulong o_ld = op.ld, rows = cos_sin->rows, half = R / 2, first = first_position;
   cl_float attn = attention;
-  CHECK(ce_set_args(ctx, k, "ce_rope_cache", CE_ARG(cos_sin->buffer), CE_ARG(o_off), CE_ARG(o_ld), CE_ARG(rows),
-                    CE_ARG(half), CE_ARG(first), CE_ARG(freq), CE_ARG(attn), CE_END));
-  CHECK(ce_enqueue_2d(ctx, k, "ce_rope_cache", R / 2, cos_sin->rows, nwait, wait, event));
+  do {
+    CHECK(ce_set_args(ctx, k, "ce_rope_cache", CE_PIECES(&op), CE_ARG(o_ld), CE_ARG(rows), CE_ARG(half),
+                      CE_ARG(first), CE_ARG(freq), CE_ARG(attn), CE_END));
+    CHECK(ce_chain_2d(&ch, k, "ce_rope_cache", R / 2, cos_sin->rows));
+  } while (ce_pieces_next(mats, 1));
+  CHECK(ce_chain_close(&ch, event));
 cleanup:
+  ce_chain_release(&ch);
+  ce_pieces_release(&op);
   return status;
 }
 
@@ -95,12 +107,17 @@ static clembed_status apply_run(clembed_context *ctx, const clembed_rope *r, con
   cl_mem freq = NULL;
   float attention = 1.0f;
   cl_kernel k;
-  char opts[96];
+  char opts[160];
+  ce_pieces xp, op;
   ce_chain ch;
   ce_chain_init(&ch, ctx, nwait, wait);
+  ce_pieces_none(&xp);
+  ce_pieces_none(&op);
   CHECK(ce_check_events(ctx, nwait, wait));
-  CHECK(ce_check_matrix(ctx, x, "clembed_rope_apply: x", &x_ld));
-  CHECK(ce_check_matrix(ctx, out, "clembed_rope_apply: out", &o_ld));
+  CHECK(ce_check_pieces(ctx, x, "clembed_rope_apply: x", 0, &xp));
+  CHECK(ce_check_pieces(ctx, out, "clembed_rope_apply: out", 0, &op));
+  x_ld = xp.ld;
+  o_ld = op.ld;
   if (!is_float(x->dtype) || !is_float(out->dtype))
     FAIL_ARG(CLEMBED_ERR_UNSUPPORTED, is_float(x->dtype) ? "out" : "x", -1,
              (int64_t)(is_float(x->dtype) ? out->dtype : x->dtype),
@@ -145,8 +162,12 @@ static clembed_status apply_run(clembed_context *ctx, const clembed_rope *r, con
    * (not in place: the row was just read) */
   size_t out_bytes = x->rows * x->cols * clembed_dtype_size(out->dtype);
   int stream = rowwise && !in_place && ctx->tune->embed_stream && ctx->cache_bytes && out_bytes > ctx->cache_bytes;
+  ce_pieces *mats[2] = {&xp, &op};
+  CHECK(ce_pieces_plan(ctx, "clembed_rope_apply", mats, 2));
   snprintf(opts, sizeof opts, "-DOUT_DT=%d -DX_DT=%d -DPOS=%d -DVEC=16 -DRKB=%u -DSTREAM=%d", (int)out->dtype,
            (int)x->dtype, positions != NULL, ctx->tune->rope_pairs, stream);
+  ce_pieces_option(opts, sizeof opts, &xp, "x");
+  ce_pieces_option(opts, sizeof opts, &op, "out");
   CHECK(ce_kernel(ctx, CE_FAMILY_ROPE, opts, name, &k));
   ce_record rec = {CE_NO_SLOT, CE_FAMILY_ROPE, opts, positions, NULL, 0};
   size_t half = R / 2, heads = x->cols / r->head_dim, rest = r->head_dim - R;
@@ -155,23 +176,27 @@ static clembed_status apply_run(clembed_context *ctx, const clembed_rope *r, con
     CHECK(ce_slot_reserve(ctx, &info, &rec.slot));
   }
   cl_mem none = NULL, pb = positions ? positions->buffer : none;
-  cl_ulong xo = x->offset, xl = x_ld, oo = out->offset, ol = o_ld, rows = x->rows, nh = heads, hd = r->head_dim;
+  cl_ulong xl = x_ld, ol = o_ld, rows = x->rows, nh = heads, hd = r->head_dim;
   cl_ulong hf = half, po = positions ? positions->offset : 0, sl = seq_len, poff = position_offset;
   cl_int gptj = r->layout == CLEMBED_ROPE_GPTJ, copy_rest = !in_place;
   cl_int p64 = positions && positions->type == CLEMBED_I64;
   cl_float attn = attention, sign = inverse ? -1.0f : 1.0f;
   cl_uint slot_arg = rec.slot == CE_NO_SLOT ? 0 : rec.slot;
-  CHECK(ce_set_args(ctx, k, name, CE_ARG(x->buffer), CE_ARG(xo), CE_ARG(xl), CE_ARG(out->buffer), CE_ARG(oo),
-                    CE_ARG(ol), CE_ARG(rows), CE_ARG(nh), CE_ARG(hd), CE_ARG(hf), CE_ARG(gptj), CE_ARG(copy_rest),
-                    CE_ARG(freq), CE_ARG(attn), CE_ARG(sign), CE_ARG(pb), CE_ARG(pb), CE_ARG(po), CE_ARG(p64),
-                    CE_ARG(sl), CE_ARG(poff), CE_ARG(ctx->errbuf), CE_ARG(slot_arg), CE_END));
   size_t ny = heads ? x->rows : 0;
-  if (rowwise && ny)
-    CHECK(ce_chain_1d(&ch, k, name, ny, CE_LOCAL_ROWS));
-  else
-    CHECK(ce_chain_2d(&ch, k, name, rowwise ? 1 : half + rest, ny));
+  do {
+    CHECK(ce_set_args(ctx, k, name, CE_PIECES(&xp), CE_ARG(xl), CE_PIECES(&op), CE_ARG(ol), CE_ARG(rows), CE_ARG(nh),
+                      CE_ARG(hd), CE_ARG(hf), CE_ARG(gptj), CE_ARG(copy_rest), CE_ARG(freq), CE_ARG(attn),
+                      CE_ARG(sign), CE_ARG(pb), CE_ARG(pb), CE_ARG(po), CE_ARG(p64), CE_ARG(sl), CE_ARG(poff),
+                      CE_ARG(ctx->errbuf), CE_ARG(slot_arg), CE_END));
+    if (rowwise && ny)
+      CHECK(ce_chain_1d(&ch, k, name, ny, CE_LOCAL_ROWS));
+    else
+      CHECK(ce_chain_2d(&ch, k, name, rowwise ? 1 : half + rest, ny));
+  } while (ce_pieces_next(mats, 2));
   CHECK(ce_chain_close_checked(&ch, &rec, event));
 cleanup:
   ce_chain_release(&ch);
+  ce_pieces_release(&xp);
+  ce_pieces_release(&op);
   return status;
 }

@@ -4,6 +4,7 @@
 #include "runtime.h"
 
 #include <stdio.h>
+#include <string.h>
 
 int ce_mul_overflows(size_t a, size_t b, size_t *out) {
   if (a && b > SIZE_MAX / a) return 1;
@@ -64,16 +65,55 @@ static clembed_status buffer_size(clembed_context *ctx, cl_mem b, const char *wh
   return CLEMBED_OK;
 }
 
-static const char *block_name(clembed_dtype t) {
-  static const char *const names[] = {"Q8_0", "Q4_0", "Q4_K", "Q6_K"};
-  return (int)t >= 3 && (int)t <= 6 ? names[(int)t - 3] : "?";
+/* A view of a split matrix (its buffer is a registered first piece): offset,
+ * rows, cols and ld address the whole matrix's rows laid end to end with ld
+ * = its cols, and every row of the view lies in one of its rows. Resolved into
+ * the pieces that hold the view's rows. */
+static clembed_status check_split(clembed_context *ctx, const clembed_matrix *m, const char *what, size_t l,
+                                  size_t rows, size_t cols, clembed_dtype dtype, ce_pieces *p) {
+  if (m->dtype != dtype)
+    return ARG_FAIL(m->dtype, "%s: its buffer holds a %zu x %zu matrix of dtype %d in %zu buffers; a view of it "
+                    "keeps that dtype (not %d)", what, rows, cols, (int)dtype, p->count, (int)m->dtype);
+  if (l != cols)
+    return ARG_FAIL(l, "%s: its buffer holds a %zu x %zu matrix in %zu buffers; a view of it keeps ld %zu (not %zu)",
+                    what, rows, cols, p->count, cols, l);
+  size_t r0 = cols ? m->offset / cols : 0, c0 = cols ? m->offset % cols : 0;
+  if (cols == 0 ? m->offset != 0 : c0 + m->cols > cols)
+    return ARG_FAIL(m->offset, "%s: offset %zu + cols %zu crosses a row of the %zu x %zu matrix in %zu buffers "
+                    "(offset %% ld + cols must be at most ld %zu)", what, m->offset, m->cols, rows, cols, p->count,
+                    cols);
+  if (r0 > rows || (m->rows && m->cols && m->rows > rows - r0))
+    return ARG_FAIL(m->rows, "%s: rows %zu from row %zu are past the %zu rows of the matrix in %zu buffers", what,
+                    m->rows, r0, rows, p->count);
+  /* the pieces that hold rows [r0, r0 + m->rows) (for an empty view, the one at r0) */
+  size_t end = r0 + (m->rows && m->cols ? m->rows : 0), out = 0;
+  for (size_t j = 0; j < p->count; j++) {
+    size_t lo = p->piece[j].first, hi = j + 1 < p->count ? p->piece[j + 1].first : rows;
+    int take = end > r0 ? lo < end && hi > r0 : (r0 >= lo && (r0 < hi || j + 1 == p->count));
+    if (!take) continue;
+    size_t from = lo > r0 ? lo : r0;
+    p->piece[out].buffer = p->piece[j].buffer;
+    p->piece[out].offset = p->piece[j].offset + (from - lo) * cols + c0;
+    p->piece[out].first = from - r0;
+    out++;
+    if (end <= r0) break;
+  }
+  p->count = out;
+  p->rows = m->rows;
+  p->ld = cols;
+  return CLEMBED_OK;
 }
 
 /* A matrix against its buffer. The block-quantized dtypes (allowed only with
  * `blocks`) count offset, cols and ld in values, each a multiple of the block
- * size, and their extent in whole blocks. */
+ * size, and their extent in whole blocks. With p, a split matrix's view is
+ * resolved into p; without, it is refused. */
 static clembed_status check_matrix(clembed_context *ctx, const clembed_matrix *m, const char *what, size_t *ld,
-                                   int blocks) {
+                                   int blocks, ce_pieces *p) {
+  ce_pieces own;
+  if (!p) p = &own;
+  p->piece = p->local;
+  p->count = 0;
   if (!m) return ARG_FAIL(0, "%s is NULL", what);
   if (!m->buffer) return ARG_FAIL(0, "%s has a NULL buffer", what);
   size_t qk = clembed_dtype_block_values(m->dtype);
@@ -81,18 +121,40 @@ static clembed_status check_matrix(clembed_context *ctx, const clembed_matrix *m
   if (qk > 1 && !blocks)
     return ce_fail_arg(ctx, CLEMBED_ERR_UNSUPPORTED, NULL, arg_name(what), -1, (int64_t)m->dtype,
                        "%s is %s: block-quantized matrices are tables to read, never an output, a gradient or a "
-                       "table to train or initialise", what, block_name(m->dtype));
+                       "table to train or initialise", what, ce_dtype_name(m->dtype));
   size_t l = m->ld ? m->ld : m->cols;
   if (l < m->cols) return ARG_FAIL(l, "%s: ld %zu is less than cols %zu", what, l, m->cols);
   if (m->cols % qk || m->offset % qk || l % qk) {
     const char *f = m->cols % qk ? "cols" : m->offset % qk ? "offset" : "ld";
     size_t v = m->cols % qk ? m->cols : m->offset % qk ? m->offset : l;
-    return ARG_FAIL(v, "%s: %s is %zu, not a multiple of the %s block size %zu", what, f, v, block_name(m->dtype),
+    return ARG_FAIL(v, "%s: %s is %zu, not a multiple of the %s block size %zu", what, f, v, ce_dtype_name(m->dtype),
                     qk);
   }
   size_t size;
   clembed_status s = buffer_size(ctx, m->buffer, what, &size);
   if (s != CLEMBED_OK) return s;
+  size_t srows, scols;
+  clembed_dtype sdtype;
+  int split = ce_pieces_find(m->buffer, &srows, &scols, &sdtype, p);
+  if (split < 0)
+    return ce_fail_arg(ctx, CLEMBED_ERR_OUT_OF_MEMORY, NULL, arg_name(what), -1, 0,
+                       "%s: out of host memory for the list of its buffers", what);
+  if (split) {
+    p->what = arg_name(what);
+    if (p == &own) {
+      s = ce_fail_arg(ctx, CLEMBED_ERR_UNSUPPORTED, NULL, arg_name(what), -1, (int64_t)p->count,
+                      "%s is a matrix in %zu buffers, which this operation does not take", what, p->count);
+      ce_pieces_release(p);
+      return s;
+    }
+    s = check_split(ctx, m, what, l, srows, scols, sdtype, p);
+    if (s != CLEMBED_OK) {
+      ce_pieces_release(p);
+      return s;
+    }
+    if (ld) *ld = l;
+    return CLEMBED_OK;
+  }
   size_t end = m->offset, t;
   if (m->rows && m->cols) {
     if (ce_mul_overflows(m->rows - 1, l, &t) || ce_add_overflows(end, t, &end) ||
@@ -106,16 +168,28 @@ static clembed_status check_matrix(clembed_context *ctx, const clembed_matrix *m
   if (t > size)
     return ARG_FAIL(t, "%s: %zu x %zu (offset %zu, ld %zu) needs %zu bytes but its buffer holds %zu", what, m->rows,
                     m->cols, m->offset, l, t, size);
+  p->count = 1;
+  p->rows = m->rows;
+  p->ld = l;
+  p->what = arg_name(what);
+  p->piece[0] = (ce_piece){m->buffer, 0, m->offset};
   if (ld) *ld = l;
   return CLEMBED_OK;
 }
 
 clembed_status ce_check_matrix(clembed_context *ctx, const clembed_matrix *m, const char *what, size_t *ld) {
-  return check_matrix(ctx, m, what, ld, 0);
+  return check_matrix(ctx, m, what, ld, 0, NULL);
 }
 
 clembed_status ce_check_table(clembed_context *ctx, const clembed_matrix *m, const char *what, size_t *ld) {
-  return check_matrix(ctx, m, what, ld, 1);
+  return check_matrix(ctx, m, what, ld, 1, NULL);
+}
+
+clembed_status ce_check_pieces(clembed_context *ctx, const clembed_matrix *m, const char *what, int table,
+                               ce_pieces *p) {
+  memset(p, 0, sizeof *p);
+  p->piece = p->local;
+  return check_matrix(ctx, m, what, NULL, table, p);
 }
 
 size_t ce_index_size(clembed_index_type t) {

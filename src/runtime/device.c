@@ -277,6 +277,29 @@ clembed_status ce_device_facts(clembed_context *ctx) {
   if (s != CLEMBED_OK) return s;
   ctx->tune = &ctx->tune_table;
   ctx->cpu_shapes = ctx->tune->cpu_shapes;
+  /* the largest buffer of a matrix: the device's largest allocation, or less */
+  ctx->max_piece = ctx->max_alloc && ctx->max_alloc < SIZE_MAX ? (size_t)ctx->max_alloc : SIZE_MAX;
+  const char *limit = getenv("CLEMBED_MAX_BUFFER_BYTES");
+  if (limit && *limit) {
+    char *end = NULL;
+    errno = 0;
+    unsigned long long v = strtoull(limit, &end, 10);
+    if (errno || *end || v == 0 || limit[0] == '-' || limit[0] == '+') {
+      ce_last_message("CLEMBED_MAX_BUFFER_BYTES is '%.100s'; it must be a number of bytes (a positive integer), or "
+                      "unset", limit);
+      return CLEMBED_ERR_INVALID_ARGUMENT;
+    }
+    if (v < ctx->max_piece) {
+      ctx->max_piece = (size_t)v;
+      ctx->max_piece_env = 1;
+    }
+  }
+  if (clGetDeviceInfo(ctx->device, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof ctx->global_mem, &ctx->global_mem, NULL) !=
+      CL_SUCCESS)
+    ctx->global_mem = 0;
+  if (clGetDeviceInfo(ctx->device, CL_DEVICE_MAX_PARAMETER_SIZE, sizeof ctx->max_param, &ctx->max_param, NULL) !=
+      CL_SUCCESS || ctx->max_param < 256)
+    ctx->max_param = 256; /* the least OpenCL allows */
   if (clGetDeviceInfo(ctx->device, CL_DEVICE_GLOBAL_MEM_CACHE_SIZE, sizeof ctx->cache_bytes, &ctx->cache_bytes,
                       NULL) != CL_SUCCESS)
     ctx->cache_bytes = 0;

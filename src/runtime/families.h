@@ -23,6 +23,8 @@
 
 #define CE_LIB_SOURCES(L) \
   L(dtype)                \
+  L(pieces)               \
+  L(iqtables)             \
   L(quant)                \
   L(report)               \
   L(ids)                  \

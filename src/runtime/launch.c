@@ -3,17 +3,47 @@
 #include "runtime.h"
 
 #include <stdio.h>
+#include <string.h>
+
+/* The first piece of this launch's group, and how many follow it in the group. */
+static size_t group_first(const ce_pieces *p) { return p->per_launch ? p->group * p->per_launch : 0; }
+
+/* A matrix's arguments (cl/lib/pieces.cl): its buffer and the offset of its
+ * first row there; split, the launch's window [f0, end) and the group's other
+ * pieces (buffer, first row, offset), a missing one as the first buffer again
+ * with a first row no row reaches. */
+static cl_int set_piece_args(cl_kernel k, cl_uint *i, const ce_pieces *p) {
+  size_t g = group_first(p);
+  cl_ulong off = p->piece[g].offset, f0 = p->piece[g].first;
+  cl_int err = clSetKernelArg(k, (*i)++, sizeof(cl_mem), &p->piece[g].buffer);
+  if (err == CL_SUCCESS) err = clSetKernelArg(k, (*i)++, sizeof off, &off);
+  if (!p->per_launch || err != CL_SUCCESS) return err;
+  size_t last = g + p->per_launch < p->count ? g + p->per_launch : p->count;
+  cl_ulong end = last < p->count ? p->piece[last].first : p->rows;
+  err = clSetKernelArg(k, (*i)++, sizeof f0, &f0);
+  if (err == CL_SUCCESS) err = clSetKernelArg(k, (*i)++, sizeof end, &end);
+  for (size_t j = 1; j < p->per_launch && err == CL_SUCCESS; j++) {
+    int has = g + j < last;
+    const ce_piece *q = &p->piece[has ? g + j : g];
+    cl_ulong first = has ? q->first : CL_ULONG_MAX, o = has ? q->offset : 0;
+    err = clSetKernelArg(k, (*i)++, sizeof(cl_mem), &q->buffer);
+    if (err == CL_SUCCESS) err = clSetKernelArg(k, (*i)++, sizeof first, &first);
+    if (err == CL_SUCCESS) err = clSetKernelArg(k, (*i)++, sizeof o, &o);
+  }
+  return err;
+}
 
 static clembed_status set_args(clembed_context *ctx, cl_kernel k, const char *name, cl_uint first, va_list ap) {
   clembed_status status = CLEMBED_OK;
-  for (cl_uint i = first;; i++) {
+  for (cl_uint i = first;;) {
     size_t size = va_arg(ap, size_t);
     const void *value = va_arg(ap, const void *);
     if (size == 0) break;
-    cl_int err = clSetKernelArg(k, (cl_uint)i, size, value);
+    cl_uint at = i;
+    cl_int err = size == CE_PIECES_MARK ? set_piece_args(k, &i, value) : clSetKernelArg(k, i++, size, value);
     if (err != CL_SUCCESS) {
       char what[160];
-      snprintf(what, sizeof what, "%s: setting argument %u", name, (unsigned)i);
+      snprintf(what, sizeof what, "%s: setting argument %u", name, (unsigned)at);
       status = ce_cl_fail(ctx, err, what);
       break;
     }
@@ -35,6 +65,75 @@ clembed_status ce_set_args_at(clembed_context *ctx, cl_kernel k, const char *nam
   clembed_status status = set_args(ctx, k, name, first, ap);
   va_end(ap);
   return status;
+}
+
+/* ------------------------------------------------------ split matrices */
+
+/* The parameter bytes a launch of a kernel may spend on pieces: the device's
+ * parameter space (1024 bytes at least) less what the largest kernel's own
+ * arguments take, with room to spare. */
+#define CE_OWN_PARAM_BYTES 448
+#define CE_PIECE_ARGS_MAX 8 /* cl/lib/pieces.cl's CE_PP_8 */
+
+/* The parameter bytes of a split matrix taken K pieces at a time: its window
+ * (2 ulongs) and 3 arguments for each piece after its first. */
+static size_t piece_bytes(size_t k) { return k ? (2 + 3 * (k - 1)) * 8 : 0; }
+
+clembed_status ce_pieces_plan(clembed_context *ctx, const char *fn, ce_pieces *const *mats, size_t n) {
+  size_t budget = ctx->max_param > CE_OWN_PARAM_BYTES ? ctx->max_param - CE_OWN_PARAM_BYTES : 0, used = 0;
+  size_t pref = ctx->tune->piece_args < CE_PIECE_ARGS_MAX ? ctx->tune->piece_args : CE_PIECE_ARGS_MAX;
+  if (pref == 0) pref = 1;
+  /* each split matrix: all its pieces where it must be whole, else the tuning's number */
+  for (size_t i = 0; i < n; i++) {
+    ce_pieces *p = mats[i];
+    if (!p) continue;
+    size_t want = p->whole ? CE_PIECE_ARGS_MAX : pref;
+    p->group = 0;
+    p->per_launch = p->count > 1 ? (p->count < want ? p->count : want) : 0;
+    used += piece_bytes(p->per_launch);
+  }
+  /* over the device's parameter space: fewer pieces a launch for the largest
+   * share, those that may be left to other launches first */
+  while (used > budget) {
+    ce_pieces *big = NULL;
+    for (int whole = 0; whole < 2 && !big; whole++)
+      for (size_t i = 0; i < n; i++)
+        if (mats[i] && mats[i]->whole == whole && mats[i]->per_launch > 1 &&
+            (!big || mats[i]->per_launch > big->per_launch))
+          big = mats[i];
+    if (!big) break;
+    used -= piece_bytes(big->per_launch);
+    big->per_launch--;
+    used += piece_bytes(big->per_launch);
+  }
+  for (size_t i = 0; i < n; i++) {
+    ce_pieces *p = mats[i];
+    if (p && p->whole && p->count > 1 && p->per_launch < p->count)
+      return ce_fail_arg(ctx, CLEMBED_ERR_UNSUPPORTED, NULL, p->what, -1, (int64_t)p->count,
+                         "%s: %s lies in %zu buffers; this operation takes it in at most %zu on this device", fn,
+                         p->what, p->count, p->per_launch);
+  }
+  return CLEMBED_OK;
+}
+
+void ce_pieces_option(char *opts, size_t cap, const ce_pieces *p, const char *role) {
+  if (!p || !p->per_launch) return;
+  /* K: every piece in the one launch; 8 + K: a window of K pieces (pieces.cl) */
+  size_t used = strlen(opts), k = p->per_launch + (p->per_launch < p->count ? CE_PIECE_ARGS_MAX : 0);
+  if (used < cap) snprintf(opts + used, cap - used, " -DCE_PIECES_%s=%zu", role, k);
+}
+
+cl_uint ce_pieces_extra_args(const ce_pieces *p) { return (cl_uint)(piece_bytes(p->per_launch) / 8); }
+
+int ce_pieces_next(ce_pieces *const *mats, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    ce_pieces *p = mats[i];
+    if (!p || !p->per_launch) continue;
+    size_t groups = (p->count + p->per_launch - 1) / p->per_launch;
+    if (++p->group < groups) return 1;
+    p->group = 0; /* carried into the next matrix's groups */
+  }
+  return 0;
 }
 
 static size_t round_up(size_t n, size_t m) { return m ? (n + m - 1) / m * m : n; }

@@ -7,6 +7,7 @@
 #define CLEMBED_RUNTIME_H
 
 #include "clembed.h"
+#include "dtypes.h"
 #include "families.h"
 
 #include <stdarg.h>
@@ -112,6 +113,9 @@ typedef struct ce_tuning {
   size_t sinusoid_table_min_rows;
   size_t sinusoid_table_inline_rows; /* above this, a table four times the call's tokens is not built */
   size_t huge_page_bytes;            /* host pages for large buffers on CPU devices sharing host memory */
+  /* split matrices */
+  size_t piece_args;                 /* pieces of a split matrix one launch takes (1 .. 8): 1 is a launch per
+                                        piece, over the rows that fall in it */
 } ce_tuning;
 
 /* The table for a device (cpu: its type is CPU), overridden by CLEMBED_TUNING;
@@ -126,8 +130,8 @@ const ce_tuning *ce_tuning_choose(int is_cpu, const char *env);
   X(fold_block_columns) X(fold_split) X(fold_group) X(fold_ahead_bytes) X(fold_ahead) X(rowwise_ahead) X(fold_slices_per_unit)        \
   X(fold_min_slices) X(row_items) X(sinusoid_table_max_elements) X(sinusoid_table_min_rows)                      \
   X(sinusoid_table_inline_rows) X(huge_page_bytes)                                                               \
-  X(norm_rows) X(norm_strided_rows) X(norm_group_rows) X(norm_ahead) X(norm_scratch_cols) X(bag_vec) X(bag_tile)   \
-  X(bag_ahead)
+  X(norm_rows) X(norm_strided_rows) X(norm_group_rows) X(norm_ahead) X(norm_scratch_cols) X(piece_args) X(bag_vec)  \
+  X(bag_tile) X(bag_ahead)
 /* Copies `base` into *out with CLEMBED_TUNE's settings applied (env NULL or
  * "": none); a name it does not know or a value that is not a count is an
  * error whose message goes to ce_last_message. */
@@ -210,6 +214,11 @@ struct clembed_context {
   size_t max_work_group;
   size_t max_items[2]; /* CL_DEVICE_MAX_WORK_ITEM_SIZES in x and y */
   cl_ulong max_alloc;
+  size_t max_piece;     /* the largest buffer of a matrix (or staging copy): max_alloc, or
+                           CLEMBED_MAX_BUFFER_BYTES when lower */
+  int max_piece_env;    /* max_piece comes from CLEMBED_MAX_BUFFER_BYTES */
+  size_t max_param;     /* CL_DEVICE_MAX_PARAMETER_SIZE */
+  cl_ulong global_mem;  /* CL_DEVICE_GLOBAL_MEM_SIZE (0: unknown) */
 
   char *message; /* last failure */
   size_t message_cap;
@@ -313,8 +322,79 @@ typedef enum ce_buffer_kind {
 clembed_status ce_buffer(clembed_context *ctx, ce_buffer_kind kind, size_t bytes, const void *host,
                          const char *what, cl_mem *out);
 
+/* ----- matrices in several buffers (buffer.c): the pieces of a split matrix
+ * A matrix larger than ctx->max_piece bytes (the device's largest allocation,
+ * or CLEMBED_MAX_BUFFER_BYTES when lower) is made of pieces: buffers of whole
+ * consecutive rows. The matrix's `buffer` is its first piece; a process-wide
+ * registry (guarded by a mutex) maps that cl_mem to the pieces until
+ * clembed_matrix_release, or until the first piece is deleted (its destructor
+ * callback, where the implementation calls it). Any other cl_mem is one
+ * buffer. Operations never read the registry: they check a matrix into a
+ * ce_pieces (ce_check_pieces) and hand that to their kernels (CE_PIECES in
+ * ce_set_args, ce_pieces_plan / _options / _next) or walk its pieces. */
+
+/* Rows [first, the next piece's first) of a matrix (or of a view of it) lie
+ * in `buffer`, the first of them from element (value) `offset`, ld apart. */
+typedef struct ce_piece {
+  cl_mem buffer;
+  size_t first;
+  size_t offset;
+} ce_piece;
+
+#define CE_PIECES_LOCAL 8
+/* A checked matrix resolved into the pieces its rows lie in: one for a matrix
+ * in one buffer (and for a view inside one piece), several for a view across
+ * pieces (piece[0].first is 0). */
+typedef struct ce_pieces {
+  size_t rows, ld, count;
+  ce_piece *piece; /* count entries, ascending first: `local` or an allocation */
+  ce_piece local[CE_PIECES_LOCAL];
+  const char *what; /* the argument's name, for messages */
+  int whole;        /* set by the operation: every launch must take all its pieces (a kernel that cannot
+                       leave part of this matrix's rows to another launch) */
+  /* launches (ce_pieces_plan): */
+  size_t per_launch; /* pieces a launch takes (0: one buffer, no piece arguments) */
+  size_t group;      /* this launch's: pieces [group * per_launch, + per_launch) */
+} ce_pieces;
+
+/* The most rows of `row_bytes` a buffer of a matrix holds (whole words within
+ * ctx->max_piece); fails (naming CLEMBED_MAX_BUFFER_BYTES when it set the
+ * limit) when one row does not fit. */
+clembed_status ce_piece_rows(clembed_context *ctx, size_t row_bytes, const char *what, size_t *per);
+/* A rows x cols matrix's buffers (CE_BUFFER_DATA, not zeroed): one buffer of
+ * whole words when it fits in ctx->max_piece, else pieces of ce_piece_rows rows,
+ * registered. *first receives the matrix's buffer, *p its pieces (released by
+ * the caller with ce_pieces_release; the buffers with ce_pieces_forget, then
+ * clReleaseMemObject(*first)). */
+clembed_status ce_matrix_alloc(clembed_context *ctx, size_t rows, size_t cols, clembed_dtype dtype,
+                               const char *what, cl_mem *first, ce_pieces *p);
+/* Registers n pieces (first = their first row) of a rows x cols matrix made by
+ * the caller (clembed_matrix_load's mapped pieces); the registry takes the
+ * references of pieces 1 .. n-1, the matrix's buffer is piece 0. */
+clembed_status ce_pieces_register(clembed_context *ctx, const ce_piece *pieces, size_t n, size_t rows, size_t cols,
+                                  clembed_dtype dtype);
+/* Forgets the split matrix whose first piece is `first` and releases its other
+ * pieces; nothing for any other cl_mem. */
+void ce_pieces_forget(cl_mem first);
+/* The pieces of the registered matrix `first` (a split matrix's buffer): 1 and
+ * its record (rows, cols, dtype; the pieces' first rows of the whole matrix),
+ * 0 for any other cl_mem, -1 when host memory for the list runs out. */
+int ce_pieces_find(cl_mem first, size_t *rows, size_t *cols, clembed_dtype *dtype, ce_pieces *p);
+/* Piece j of a resolved matrix as a one-buffer view (for host-side loops over
+ * the pieces; never handed back to a public function, whose check would read
+ * a first piece as its split matrix). */
+void ce_piece_view(const ce_pieces *p, size_t j, const clembed_matrix *m, clembed_matrix *view);
+/* A matrix argument that is absent (a NULL buffer, one piece). */
+void ce_pieces_none(ce_pieces *p);
+/* The rows of piece j of p. */
+size_t ce_piece_nrows(const ce_pieces *p, size_t j);
+void ce_pieces_release(ce_pieces *p);
+
 /* ----- launches (launch.c) */
-/* Sets kernel arguments 0, 1, ... from CE_ARG(x) pairs ending with CE_END. */
+/* Sets kernel arguments 0, 1, ... from CE_ARG(x) pairs ending with CE_END.
+ * CE_PIECES(p) (a ce_pieces *) sets a matrix's buffer and offset arguments,
+ * and when it is split the piece arguments of this launch that follow them
+ * (cl/lib/pieces.cl's CE_PIECE_PARAMS). */
 clembed_status ce_set_args(clembed_context *ctx, cl_kernel k, const char *name, ...);
 /* The same from argument `first` on. */
 clembed_status ce_set_args_at(clembed_context *ctx, cl_kernel k, const char *name, cl_uint first, ...);
@@ -322,6 +402,23 @@ clembed_status ce_set_args_at(clembed_context *ctx, cl_kernel k, const char *nam
 /* A __local argument of `bytes` (for ce_set_args). */
 #define CE_LOCAL_ARG(bytes) (size_t)(bytes), (const void *)0
 #define CE_END (size_t)0, (const void *)0
+#define CE_PIECES_MARK ((size_t)-1)
+#define CE_PIECES(p) CE_PIECES_MARK, (const void *)(p)
+
+/* A kernel's matrices: how many pieces each launch takes of each split one
+ * (the tuning's piece_args, fewer where the device's parameter space is small;
+ * a matrix marked `whole` must fit in one launch, else CLEMBED_ERR_UNSUPPORTED
+ * naming it), and the first launch's groups. NULL entries are skipped. */
+clembed_status ce_pieces_plan(clembed_context *ctx, const char *fn, ce_pieces *const *mats, size_t n);
+/* Appends " -DCE_PIECES_<role>=K" for a split matrix (its kernel argument is
+ * `role`): K pieces in every launch, or 8 + K for launches over windows of K. */
+void ce_pieces_option(char *opts, size_t cap, const ce_pieces *p, const char *role);
+/* The arguments CE_PIECES(p) sets beyond the matrix's buffer and offset (the
+ * index of a kernel's later arguments, for ce_set_args_at). */
+cl_uint ce_pieces_extra_args(const ce_pieces *p);
+/* Moves to the next launch's groups (every combination of the split
+ * matrices' groups, each once); 0 after the last. */
+int ce_pieces_next(ce_pieces *const *mats, size_t n);
 
 /* Enqueues a 2-D range: x = columns, y = rows, rounded up to the local size. An
  * empty range runs nothing (a marker gives `event`). */
@@ -398,6 +495,12 @@ void ce_tracked_wait_release(clembed_context *ctx);
  * in-order queue, a barrier on an out-of-order one. */
 cl_int ce_after_earlier_work(clembed_context *ctx);
 
+/* ----- dtypes (dtypes.c; the facts are dtypes.h's list) */
+/* 1 for a block-quantized dtype (Q8_0 and the others after the float types). */
+int ce_dtype_is_block(clembed_dtype t);
+/* The enum's spelling for messages: "F32", ..., "Q4_K", or "unknown". */
+const char *ce_dtype_name(clembed_dtype t);
+
 /* ----- argument checks (check.c) */
 clembed_status ce_check_events(clembed_context *ctx, cl_uint n, const cl_event *list);
 /* Checks a matrix against its buffer; `what` names it in messages (the text
@@ -408,6 +511,13 @@ clembed_status ce_check_matrix(clembed_context *ctx, const clembed_matrix *m, co
  * (offset, cols and ld multiples of the block size, extent in whole blocks);
  * ce_check_matrix refuses them with CLEMBED_ERR_UNSUPPORTED naming `what`. */
 clembed_status ce_check_table(clembed_context *ctx, const clembed_matrix *m, const char *what, size_t *ld);
+/* The check every operation makes of a matrix it works on: as ce_check_table
+ * (`table` 1: block types allowed) or ce_check_matrix, a split matrix's view
+ * included, resolved into its pieces (p->ld set; ce_pieces_release after). The
+ * two checks above refuse a split matrix (CLEMBED_ERR_UNSUPPORTED naming it):
+ * they serve code that uses a matrix's buffer directly. */
+clembed_status ce_check_pieces(clembed_context *ctx, const clembed_matrix *m, const char *what, int table,
+                               ce_pieces *p);
 clembed_status ce_check_ids(clembed_context *ctx, const clembed_ids *ids, const char *what);
 size_t ce_index_size(clembed_index_type t);
 int ce_mul_overflows(size_t a, size_t b, size_t *out);

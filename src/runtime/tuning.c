@@ -51,6 +51,7 @@ static const ce_tuning gpu = {
     .sinusoid_table_min_rows = 64,
     .sinusoid_table_inline_rows = 4096,
     .huge_page_bytes = (size_t)2 << 20,
+    .piece_args = 8,
 };
 
 static const ce_tuning cpu = {
@@ -97,6 +98,7 @@ static const ce_tuning cpu = {
     .sinusoid_table_min_rows = 64,
     .sinusoid_table_inline_rows = 4096,
     .huge_page_bytes = (size_t)2 << 20,
+    .piece_args = 8,
 };
 
 const ce_tuning *ce_tuning_choose(int is_cpu, const char *env) {

@@ -204,6 +204,40 @@ bad("gguf_duplicate_tensor.gguf", gguf([], [tinfo("a", [2]), tinfo("a", [2], 0, 
 bad("gguf_truncated_tensor_info.gguf", gguf(ntensors=1) + tinfo("a", [2])[:-3], "ends inside tensor info 0")
 bad("gguf_no_data_section.gguf", (b"GGUF" + struct.pack("<IQQ", 3, 1, 0) + tinfo("a", [0]))[:], "ends before its data section")
 
+# ggml's block types clembed takes as tables: ggml type number, values and bytes per block, clembed's name
+BLOCK_TYPES = [(8, 32, 34, "q8_0"), (2, 32, 18, "q4_0"), (12, 256, 144, "q4_k"), (14, 256, 210, "q6_k"),
+               (3, 32, 20, "q4_1"), (6, 32, 22, "q5_0"), (7, 32, 24, "q5_1"), (10, 256, 84, "q2_k"),
+               (11, 256, 110, "q3_k"), (13, 256, 176, "q5_k"), (20, 32, 18, "iq4_nl"), (23, 256, 136, "iq4_xs"),
+               (16, 256, 66, "iq2_xxs"), (17, 256, 74, "iq2_xs"), (22, 256, 82, "iq2_s"), (18, 256, 98, "iq3_xxs"),
+               (21, 256, 110, "iq3_s"), (19, 256, 50, "iq1_s"), (29, 256, 56, "iq1_m")]
+
+
+def block_bytes(gtype, n):
+    """n bytes of a tensor of ggml type gtype: byte i is (37 i + 11 gtype) mod 119, below 0x78, so that
+    every f16 scale (a byte pair, or IQ1_M's four top nibbles) is finite. tests/test_io.c (case corpus)
+    and tests/gguf_reader.py compute the same bytes."""
+    return bytes((37 * i + 11 * gtype) % 119 for i in range(n))
+
+
+def blocks_file():
+    """A tensor of 2 rows x 2 blocks of each block type, named by clembed's name; token_embd.weight a
+    q5_k one."""
+    infos, data = [], b""
+    for gtype, qk, nbytes, name in BLOCK_TYPES + [(13, 256, 176, "token_embd.weight")]:
+        infos.append(tinfo(name, [2 * qk, 2], gtype, len(data)))
+        raw = block_bytes(gtype, 4 * nbytes)
+        data += raw + b"\x00" * (-len(raw) % 32)
+    return gguf([], infos, data)
+
+
+good("gguf_blocks.gguf", blocks_file(), len(BLOCK_TYPES) + 1)
+# each type's tensor cut inside its last block, and a row that is not whole blocks
+for gtype, qk, nbytes, name in BLOCK_TYPES[4:]:
+    bad("gguf_%s_truncated.gguf" % name, gguf([], [tinfo("w", [qk, 3], gtype)], block_bytes(gtype, 3 * nbytes - 5)),
+        "end past the end of the file")
+    bad("gguf_%s_row_not_block.gguf" % name, gguf([], [tinfo("w", [qk + qk // 2, 2], gtype)], block_bytes(gtype, 8 * nbytes)),
+        "values per row, not a multiple of")
+
 # ---------------------------------------------------------------- other
 
 bad("empty.bin", b"", "empty file")

@@ -30,6 +30,10 @@
  * written). The one-token row is the other way round: the latency of lookup +
  * finish in units of one copy-kernel round trip.
  *
+ * The last rows run the forward and a step with the table split over 4
+ * buffers (a context of its own, made with CLEMBED_MAX_BUFFER_BYTES at a
+ * quarter of the table), beside the same rows on one buffer above.
+ *
  * Uses the public API, OpenCL and tools/ceiling/ only. */
 #define _DEFAULT_SOURCE
 #define _POSIX_C_SOURCE 200809L
@@ -521,6 +525,14 @@ static const spec rows_table[] = {
     LOOKUP_ROW("lookup q4_0 table, f32 out (Llama 3)", Q4_0, F32),
     LOOKUP_ROW("lookup q4_k table, f16 out (Llama 3)", Q4_K, F16),
     LOOKUP_ROW("lookup q4_k table, f32 out (Llama 3)", Q4_K, F32),
+    /* ggml's other block types a GGUF token table ships in, one of each family */
+    LOOKUP_ROW("lookup q4_1 table, f16 out (Llama 3)", Q4_1, F16),
+    LOOKUP_ROW("lookup q5_0 table, f16 out (Llama 3)", Q5_0, F16),
+    LOOKUP_ROW("lookup q2_k table, f16 out (Llama 3)", Q2_K, F16),
+    LOOKUP_ROW("lookup q3_k table, f16 out (Llama 3)", Q3_K, F16),
+    LOOKUP_ROW("lookup q5_k table, f16 out (Llama 3)", Q5_K, F16),
+    LOOKUP_ROW("lookup iq4_xs table, f16 out (Llama 3)", IQ4_XS, F16),
+    LOOKUP_ROW("lookup iq2_xxs table, f16 out (Llama 3)", IQ2_XXS, F16),
     /* a recommendation table, 1000000 x 128 F32, 131072 ids */
     {"lookup f32 (recommendation 1000000 x 128)", OP_LOOKUP, CLEMBED_F32, CLEMBED_F32, REC_V, REC_D, 131072, 0, 0, 0},
     /* the fused forward on the 1 GiB table: 16 sequences of 2048 */
@@ -562,6 +574,30 @@ static const spec rows_table[] = {
 };
 #define BAGS_FEATURES 26
 #define ROW_COUNT (sizeof rows_table / sizeof rows_table[0])
+
+/* The last rows: rows above with the table split over `pieces` buffers. */
+static const struct {
+  spec row;
+  int pieces;
+} split_rows[] = {
+    {{"lookup f32, table in 4 buffers (1 GiB table)", OP_LOOKUP, CLEMBED_F32, CLEMBED_F32, GIB_V, GIB_D, 65536, 0, 0,
+      0}, 4},
+    {{"lookup f32, table in 4 buffers (recommendation)", OP_LOOKUP, CLEMBED_F32, CLEMBED_F32, REC_V, REC_D, 131072, 0,
+      0, 0}, 4},
+    {{"embed sqrt + sinusoid, table in 4 buffers (1 GiB table)", OP_EMBED_SINUSOID, CLEMBED_F32, CLEMBED_F32, GIB_V,
+      GIB_D, 32768, 2048, 0, 0}, 4},
+    {{"optimizer ADAGRAD, table in 4 buffers (1 GiB f32 table)", OP_OPTIM, CLEMBED_F32, CLEMBED_F32, GIB_V, GIB_D,
+      65536, 0, CLEMBED_ADAGRAD, 0}, 4},
+    {{"optimizer ROWWISE_ADAGRAD, table in 4 buffers (recommendation)", OP_OPTIM, CLEMBED_F32, CLEMBED_F32, REC_V,
+      REC_D, 131072, 0, CLEMBED_ROWWISE_ADAGRAD, 0}, 4},
+};
+#define ALL_ROWS (ROW_COUNT + sizeof split_rows / sizeof split_rows[0])
+
+/* Row k of all (rows_table's, then split_rows'); *pieces: its table's buffers (0: one). */
+static const spec *row_at(size_t k, int *pieces) {
+  if (pieces) *pieces = k < ROW_COUNT ? 0 : split_rows[k - ROW_COUNT].pieces;
+  return k < ROW_COUNT ? &rows_table[k] : &split_rows[k - ROW_COUNT].row;
+}
 
 /* What the rows share, kept from one row to the next while it still fits: the
  * table, the ids, the output, the gradient and its dense target, the states. */
@@ -628,7 +664,8 @@ static uint64_t xorshift(uint64_t *x) {
 }
 
 /* Fills a table: uniform in [-1, 1) for the float dtypes; for a block type
- * random bytes with every f16 scale finite and normal, in [2^-10, 2^-2). */
+ * random bytes with every f16 scale finite and normal, in [2^-10, 2^-2) (the
+ * types after Q6_K: every byte below 0x78, so every f16 scale is finite). */
 static clembed_status fill_table(clembed_context *ctx, clembed_matrix *m) {
   clembed_dtype dt = m->dtype;
   if (dt == CLEMBED_F32 || dt == CLEMBED_F16 || dt == CLEMBED_BF16)
@@ -637,7 +674,7 @@ static clembed_status fill_table(clembed_context *ctx, clembed_matrix *m) {
   size_t at = 0, count = 1;
   if (dt == CLEMBED_Q4_K) count = 2;                        /* d, dmin */
   else if (dt == CLEMBED_Q6_K) at = 208;                    /* d last */
-  else if (dt != CLEMBED_Q8_0 && dt != CLEMBED_Q4_0) return CLEMBED_ERR_UNSUPPORTED;
+  else if (dt != CLEMBED_Q8_0 && dt != CLEMBED_Q4_0) count = 0;
   size_t bb = clembed_dtype_row_bytes(dt, dt == CLEMBED_Q8_0 || dt == CLEMBED_Q4_0 ? 32 : 256);
   size_t bytes = m->rows * clembed_dtype_row_bytes(dt, m->cols);
   unsigned char *b = malloc(bytes ? bytes : 1);
@@ -645,8 +682,10 @@ static clembed_status fill_table(clembed_context *ctx, clembed_matrix *m) {
   uint64_t x = 0x9E3779B97F4A7C15ULL;
   for (size_t i = 0; i + 8 <= bytes; i += 8) {
     uint64_t r = xorshift(&x);
+    if (!count) r &= 0x7777777777777777ULL;
     memcpy(b + i, &r, 8);
   }
+  for (size_t i = bytes / 8 * 8; i < bytes; i++) b[i] = (unsigned char)(xorshift(&x) & 0x77);
   for (size_t o = 0; o + bb <= bytes; o += bb)
     for (size_t k = 0; k < count; k++) {
       uint16_t h = (uint16_t)((5 + xorshift(&x) % 8) << 10 | (xorshift(&x) & 0x3FF));
@@ -1050,10 +1089,7 @@ done:
   return rc;
 }
 
-static const char *dtype_name(clembed_dtype t) {
-  static const char *const names[] = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q6_k"};
-  return (unsigned)t < sizeof names / sizeof names[0] ? names[t] : "?";
-}
+static const char *dtype_name(clembed_dtype t) { return clembed_dtype_name(t); }
 
 static void print_row(const spec *r, const result *res, int json, int with_ceiling, int with_alt) {
   if (json) {
@@ -1083,6 +1119,47 @@ static void print_row(const spec *r, const result *res, int json, int with_ceili
   else if (with_ceiling) printf(" %8s %7s", "-", "-");
   if (with_alt) printf(" %9.3f %8.2fx", res->alt_ms, res->alt_speedup);
   printf("\n");
+}
+
+/* Sets an environment variable (value NULL: unsets it) and returns its old
+ * value (NULL: unset), to give back to env_restore. */
+static char *env_swap(const char *name, const char *value) {
+  const char *old = getenv(name);
+  char *saved = old ? strdup(old) : NULL;
+  if (value) setenv(name, value, 1);
+  else unsetenv(name);
+  return saved;
+}
+static void env_restore(const char *name, char *saved) {
+  if (saved) setenv(name, saved, 1);
+  else unsetenv(name);
+  free(saved);
+}
+
+/* The state of a row whose table lies in `pieces` buffers: a context of its
+ * own, made with CLEMBED_MAX_BUFFER_BYTES at the table's rows divided over the
+ * pieces (and CLEMBED_TUNE=tune for --against's), remade when a row needs
+ * another limit. 0, or -1 with err. */
+static int split_state(bench_state *s, size_t *limit, const spec *r, int pieces, const char *device,
+                       const char *tune, char *err, size_t errlen) {
+  size_t row = clembed_dtype_row_bytes(r->tdt, r->d), want = (r->V + (size_t)pieces - 1) / (size_t)pieces * row;
+  if (s->ctx && *limit == want) return 0;
+  state_release(s);
+  clembed_context_destroy(s->ctx);
+  memset(s, 0, sizeof *s);
+  char value[32];
+  snprintf(value, sizeof value, "%zu", want);
+  char *saved_limit = env_swap("CLEMBED_MAX_BUFFER_BYTES", value);
+  char *saved_tune = tune ? env_swap("CLEMBED_TUNE", tune) : NULL;
+  clembed_status st = clembed_context_create(device, &s->ctx);
+  env_restore("CLEMBED_MAX_BUFFER_BYTES", saved_limit);
+  if (tune) env_restore("CLEMBED_TUNE", saved_tune);
+  if (st != CLEMBED_OK) {
+    snprintf(err, errlen, "a context with CLEMBED_MAX_BUFFER_BYTES=%s: %s", value, clembed_last_error_message());
+    return -1;
+  }
+  *limit = want;
+  return 0;
 }
 
 /* Whether a row is measured: --only's text (NULL: every row) is in its name. */
@@ -1129,7 +1206,7 @@ int clembed_bench_main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--ceiling")) with_ceiling = 1;
     else if (!strcmp(argv[i], "--against") && i + 1 < argc) against = argv[++i];
     else if (!strcmp(argv[i], "--list")) {
-      for (size_t k = 0; k < ROW_COUNT; k++) printf("%s\n", rows_table[k].name);
+      for (size_t k = 0; k < ALL_ROWS; k++) printf("%s\n", row_at(k, NULL)->name);
       return 0;
     } else if (!strcmp(argv[i], "--reps") && i + 1 < argc) {
       char *end;
@@ -1150,14 +1227,17 @@ int clembed_bench_main(int argc, char **argv) {
     }
   }
   size_t chosen = 0;
-  for (size_t k = 0; k < ROW_COUNT; k++) chosen += wanted(only, rows_table[k].name);
+  for (size_t k = 0; k < ALL_ROWS; k++) chosen += wanted(only, row_at(k, NULL)->name);
   if (!chosen) {
     fprintf(stderr, "clembed bench: --only '%s' names no row (clembed bench --list lists them)\n", only);
     return 1;
   }
-  bench_state s, alt;
+  bench_state s, alt, split, split_alt; /* split: the rows whose table lies in several buffers */
   memset(&s, 0, sizeof s);
   memset(&alt, 0, sizeof alt);
+  memset(&split, 0, sizeof split);
+  memset(&split_alt, 0, sizeof split_alt);
+  size_t split_limit = 0, split_alt_limit = 0;
   reference ref;
   memset(&ref, 0, sizeof ref);
   int rc = 0;
@@ -1183,8 +1263,8 @@ int clembed_bench_main(int argc, char **argv) {
     }
   }
   int latency_only = 1;
-  for (size_t k = 0; k < ROW_COUNT; k++)
-    if (wanted(only, rows_table[k].name) && rows_table[k].op != OP_LATENCY) latency_only = 0;
+  for (size_t k = 0; k < ALL_ROWS; k++)
+    if (wanted(only, row_at(k, NULL)->name) && row_at(k, NULL)->op != OP_LATENCY) latency_only = 0;
   if (reference_init(s.ctx, &ref, reps < 11 ? 11 : reps, latency_only, err, sizeof err)) goto fail;
   if (with_ceiling && !ref.cpu) {
     fprintf(stderr, "clembed bench: --ceiling: %s is not a CPU device; no C ceiling is run\n",
@@ -1226,22 +1306,43 @@ int clembed_bench_main(int argc, char **argv) {
     }
   }
   fflush(stdout);
-  for (size_t k = 0; k < ROW_COUNT; k++) {
-    const spec *r = &rows_table[k];
+  for (size_t k = 0; k < ALL_ROWS; k++) {
+    int pieces;
+    const spec *r = row_at(k, &pieces);
     if (!wanted(only, r->name)) continue;
     name = r->name;
-    if ((st = state_prepare(&s, r)) != CLEMBED_OK) goto fail_status;
-    ceiling *ceil = NULL;
-    char why[256];
-    if (with_ceiling) ceil = row_ceiling(&s, r, why, sizeof why);
-    result res;
-    memset(&res, 0, sizeof res);
-    if (against && (st = state_prepare(&alt, r)) != CLEMBED_OK) {
-      ceiling_destroy(ceil);
-      snprintf(err, sizeof err, "--against: %s: %s", clembed_status_string(st), clembed_context_message(alt.ctx));
+    bench_state *rs = &s;
+    if (pieces) {
+      if (split_state(&split, &split_limit, r, pieces, device, NULL, err, sizeof err)) goto fail;
+      rs = &split;
+    }
+    if ((st = state_prepare(rs, r)) != CLEMBED_OK) {
+      if (rs == &s) goto fail_status;
+      snprintf(err, sizeof err, "%s: %s", clembed_status_string(st), clembed_context_message(rs->ctx));
       goto fail;
     }
-    int bad = measure(&s, against ? &alt : NULL, &ref, r, ceil, row_bytes_moved(&s, r), reps, &res, err, sizeof err);
+    size_t buffers = 1;
+    if (pieces && (clembed_matrix_pieces(rs->ctx, &rs->table, 0, NULL, NULL, &buffers) != CLEMBED_OK ||
+                   buffers != (size_t)pieces)) {
+      snprintf(err, sizeof err, "the table lies in %zu buffers, not %d", buffers, pieces);
+      goto fail;
+    }
+    ceiling *ceil = NULL;
+    char why[256];
+    if (with_ceiling) ceil = row_ceiling(rs, r, why, sizeof why);
+    result res;
+    memset(&res, 0, sizeof res);
+    bench_state *ralt = pieces ? &split_alt : &alt;
+    if (against && pieces && split_state(&split_alt, &split_alt_limit, r, pieces, device, against, err, sizeof err)) {
+      ceiling_destroy(ceil);
+      goto fail;
+    }
+    if (against && (st = state_prepare(ralt, r)) != CLEMBED_OK) {
+      ceiling_destroy(ceil);
+      snprintf(err, sizeof err, "--against: %s: %s", clembed_status_string(st), clembed_context_message(ralt->ctx));
+      goto fail;
+    }
+    int bad = measure(rs, against ? ralt : NULL, &ref, r, ceil, row_bytes_moved(rs, r), reps, &res, err, sizeof err);
     ceiling_destroy(ceil);
     if (bad) goto fail;
     print_row(r, &res, json, with_ceiling, against != NULL);
@@ -1256,7 +1357,11 @@ fail:
 done:
   state_release(&s);
   state_release(&alt);
+  state_release(&split);
+  state_release(&split_alt);
   reference_release(&ref);
+  clembed_context_destroy(split.ctx);
+  clembed_context_destroy(split_alt.ctx);
   clembed_context_destroy(s.ctx);
   clembed_context_destroy(alt.ctx);
   return rc;

@@ -3,7 +3,7 @@
  * type names in lower case for the block types); a new clembed_dtype is one
  * line in `dtypes` below, with the sets of flags that take it. The types a
  * file holds that clembed cannot use are named in the same scheme (i32, i64,
- * f64, u8, bool, q5_k, ...; see cli_type_text). */
+ * f64, u8, bool, q8_k, ...; see cli_type_text). */
 #include "cli.h"
 
 #include <ctype.h>
@@ -22,6 +22,21 @@ static const struct {
     {"q4_0", CLEMBED_Q4_0, CLI_DT_EMBED | CLI_DT_TABLE},
     {"q4_k", CLEMBED_Q4_K, CLI_DT_TABLE},
     {"q6_k", CLEMBED_Q6_K, CLI_DT_TABLE},
+    {"q4_1", CLEMBED_Q4_1, CLI_DT_TABLE},
+    {"q5_0", CLEMBED_Q5_0, CLI_DT_TABLE},
+    {"q5_1", CLEMBED_Q5_1, CLI_DT_TABLE},
+    {"q2_k", CLEMBED_Q2_K, CLI_DT_TABLE},
+    {"q3_k", CLEMBED_Q3_K, CLI_DT_TABLE},
+    {"q5_k", CLEMBED_Q5_K, CLI_DT_TABLE},
+    {"iq4_nl", CLEMBED_IQ4_NL, CLI_DT_TABLE},
+    {"iq4_xs", CLEMBED_IQ4_XS, CLI_DT_TABLE},
+    {"iq2_xxs", CLEMBED_IQ2_XXS, CLI_DT_TABLE},
+    {"iq2_xs", CLEMBED_IQ2_XS, CLI_DT_TABLE},
+    {"iq2_s", CLEMBED_IQ2_S, CLI_DT_TABLE},
+    {"iq3_xxs", CLEMBED_IQ3_XXS, CLI_DT_TABLE},
+    {"iq3_s", CLEMBED_IQ3_S, CLI_DT_TABLE},
+    {"iq1_s", CLEMBED_IQ1_S, CLI_DT_TABLE},
+    {"iq1_m", CLEMBED_IQ1_M, CLI_DT_TABLE},
 };
 #define NDTYPES (sizeof dtypes / sizeof dtypes[0])
 

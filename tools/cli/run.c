@@ -287,9 +287,10 @@ static int host_unified_cpu(void) {
 
 void *cli_download(const clembed_matrix *m, clembed_dtype hd) {
   /* a dense matrix of the wanted dtype on a CPU device: mapped, not copied (read-only use) */
-  size_t bytes = cli_mul3(m->rows, m->cols, clembed_dtype_size(hd), "the output");
+  size_t bytes = cli_mul3(m->rows, m->cols, clembed_dtype_size(hd), "the output"), buffers = 0;
   if (bytes && m->dtype == hd && m->offset == 0 && (m->ld == 0 || m->ld == m->cols) && R.nmaps < R_MAX &&
-      host_unified_cpu()) {
+      clembed_matrix_pieces(cli_ctx, m, 0, NULL, NULL, &buffers) == CLEMBED_OK && buffers == 1 &&
+      host_unified_cpu()) { /* (a matrix split over several buffers is read) */
     cli_check(clembed_finish(cli_ctx));
     cl_int err = CL_SUCCESS;
     void *p = clEnqueueMapBuffer(clembed_context_queue(cli_ctx), m->buffer, CL_TRUE, CL_MAP_READ, 0, bytes, 0, NULL,
