@@ -210,6 +210,55 @@ static void rope_rotates_once(void) {
   }
 }
 
+/* BAG: bags of 5 ids over 1 and 3 features, sums and means, every table
+ * dtype it takes, 1 and 3 threads: each value the float sum of the bag's rows
+ * in id order (from 0), the mean that sum divided by 5. */
+static void bag_pools_once(void) {
+  const size_t cols = 64, rows_per = 11, seq = 5, bags = 7;
+  const clembed_dtype tdts[5] = {CLEMBED_F32, CLEMBED_F16, CLEMBED_BF16, CLEMBED_Q8_0, CLEMBED_Q4_0};
+  float *y = malloc(cols * sizeof *y), *sum = malloc(cols * sizeof *sum);
+  for (size_t F = 1; F <= 3; F += 2) {
+    const size_t n = F * bags * seq;
+    int32_t *ids = malloc(n * sizeof *ids);
+    random_ids(ids, n, rows_per, 7 + F);
+    for (int t = 0; t < 5; t++)
+      for (int mean = 0; mean < 2; mean++)
+        for (int threads = 1; threads <= 3; threads += 2) {
+          ceiling_desc d = {.kind = CEILING_BAG, .table_dtype = tdts[t], .out_dtype = CLEMBED_F32,
+                            .rows = F * rows_per, .cols = cols, .n = n, .ids = ids, .seq = seq, .features = F,
+                            .mean = mean};
+          char err[128];
+          ceiling *c = ceiling_create(&d, err, sizeof err);
+          EXPECT(c != NULL, "%s", err);
+          if (!c) continue;
+          ceiling_run(c, serial_runner, &threads);
+          ceiling_view v;
+          ceiling_get_view(c, &v);
+          EXPECT(v.out_row_bytes == F * cols * 4, "out rows of %zu bytes", v.out_row_bytes);
+          size_t bad = 0;
+          for (size_t b = 0; b < bags; b++)
+            for (size_t f = 0; f < F; f++) {
+              for (size_t col = 0; col < cols; col++) sum[col] = 0.0f;
+              for (size_t j = 0; j < seq; j++) {
+                table_row(&v, tdts[t], f * rows_per + (size_t)ids[f * bags * seq + b * seq + j], cols, y);
+                for (size_t col = 0; col < cols; col++) sum[col] += y[col];
+              }
+              for (size_t col = 0; col < cols; col++) {
+                float e = mean ? sum[col] / (float)seq : sum[col];
+                bad += stored_bits(v.out + b * v.out_row_bytes, CLEMBED_F32, f * cols + col) !=
+                       expected_bits(e, CLEMBED_F32);
+              }
+            }
+          EXPECT(bad == 0, "features %zu table %d mean %d threads %d: %zu values differ (%s)", F, t, mean, threads,
+                 bad, ceiling_isa());
+          ceiling_destroy(c);
+        }
+    free(ids);
+  }
+  free(y);
+  free(sum);
+}
+
 TU_CASE(gather_every_dtype_pair) {
   FOR_EACH_ISA(k) gather_every_dtype_pair_once();
   unsetenv("CLEMBED_CEILING_ISA");
@@ -220,6 +269,10 @@ TU_CASE(fold_every_store) {
 }
 TU_CASE(rope_rotates) {
   FOR_EACH_ISA(k) rope_rotates_once();
+  unsetenv("CLEMBED_CEILING_ISA");
+}
+TU_CASE(bag_pools) {
+  FOR_EACH_ISA(k) bag_pools_once();
   unsetenv("CLEMBED_CEILING_ISA");
 }
 
@@ -236,6 +289,15 @@ TU_CASE(refuses_what_it_cannot_do) {
   ids[3] = 3;
   d.table_dtype = CLEMBED_Q4_K;
   EXPECT(ceiling_create(&d, err, sizeof err) == NULL, "Q4_K with 32 columns");
+  ceiling_desc b = {.kind = CEILING_BAG, .table_dtype = CLEMBED_F32, .out_dtype = CLEMBED_F32, .rows = 4,
+                    .cols = 32, .n = 4, .ids = ids, .seq = 3};
+  EXPECT(ceiling_create(&b, err, sizeof err) == NULL && strstr(err, "whole bags"), "4 ids in bags of 3: '%s'", err);
+  b.seq = 2;
+  b.features = 2; /* each feature's table has 2 rows: id 3 is outside */
+  EXPECT(ceiling_create(&b, err, sizeof err) == NULL && strstr(err, "outside"), "id 3 of 2 rows: '%s'", err);
+  b.features = 1;
+  b.out_dtype = CLEMBED_F16;
+  EXPECT(ceiling_create(&b, err, sizeof err) == NULL && strstr(err, "output"), "a bag into F16: '%s'", err);
   ceiling_destroy(NULL);
 }
 

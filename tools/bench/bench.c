@@ -979,6 +979,14 @@ static ceiling *row_ceiling(const bench_state *s, const spec *r, char *err, size
     d.store = stores[r->optim];
     break;
   }
+  case OP_BAG_SUM:
+  case OP_BAG_MEAN:
+  case OP_BAGS: /* every feature's bags of r->seq ids, the offsets those of the bench (one bag every seq ids) */
+    d.kind = CEILING_BAG;
+    d.seq = r->seq;
+    d.features = r->op == OP_BAGS ? BAGS_FEATURES : 1;
+    d.mean = r->op == OP_BAG_MEAN;
+    break;
   default: snprintf(err, errlen, "no ceiling"); return NULL;
   }
   return ceiling_create(&d, err, errlen);

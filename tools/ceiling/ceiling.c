@@ -28,6 +28,7 @@ typedef uint8_t v16ub __attribute__((vector_size(16)));
 #define CEIL_MAX_THREADS 64
 #define CEIL_RADIX_MAX_BITS 11
 #define CEIL_MAX_SIDE 8
+#define CEIL_BAG_MAX_V 64 /* BAG: at most 1024 columns */
 
 struct ceiling {
   ceiling_desc d;
@@ -39,6 +40,7 @@ struct ceiling {
   size_t pos_bytes;
   int by_position, stream;
   int copy16;                 /* GATHER: a same-dtype 16-bit lookup, words moved as they are */
+  size_t features;            /* BAG: d.features, at least 1 */
   size_t ahead;               /* 0: nothing asked for ahead; else the next group's rows (GATHER with
                                  side 1: the row this many tokens on) */
   size_t side;                /* rows (FOLD: segments) taken side by side (1 to CEIL_MAX_SIDE) */
@@ -52,6 +54,7 @@ struct ceiling {
   void (*gather)(const ceiling *, int, int);
   void (*fold)(const ceiling *, int, int);
   void (*rope)(const ceiling *, int, int);
+  void (*bag)(const ceiling *, int, int);
 };
 
 /* IEEE binary16 <-> binary32 in plain C (the C build's f16 path) */
@@ -260,27 +263,49 @@ ceiling *ceiling_create(const ceiling_desc *d, char *err, size_t errlen) {
     c->gather = gather_part_avx512;
     c->fold = fold_part_avx512;
     c->rope = rope_part_avx512;
+    c->bag = bag_part_avx512;
   } else if (isa == 1) {
     c->gather = gather_part_avx2;
     c->fold = fold_part_avx2;
     c->rope = rope_part_avx2;
+    c->bag = bag_part_avx2;
   }
 #endif
   if (!c->gather) {
     c->gather = gather_part_c;
     c->fold = fold_part_c;
     c->rope = rope_part_c;
+    c->bag = bag_part_c;
   }
   const size_t cols = d->cols, n = d->n;
   if (!cols || cols % 16) REFUSE("%zu columns: the ceiling takes multiples of 16", cols);
   c->row_bytes = row_bytes(d->table_dtype, cols);
   if (!c->row_bytes || (d->table_dtype >= CLEMBED_Q8_0 && cols % (d->table_dtype == CLEMBED_Q4_K ? 256 : 32)))
     REFUSE("no ceiling for this table dtype and width");
-  if (d->kind == CEILING_GATHER || d->kind == CEILING_FOLD) {
+  c->features = d->features ? d->features : 1;
+  if (d->kind == CEILING_BAG) {
+    if (d->table_dtype > CLEMBED_Q4_0) REFUSE("no bag ceiling for this table dtype");
+    if (d->out_dtype != CLEMBED_F32) REFUSE("no bag ceiling for this output dtype");
+    if (cols / 16 > CEIL_BAG_MAX_V) REFUSE("%zu columns: the bag ceiling takes at most %d", cols, 16 * CEIL_BAG_MAX_V);
+    if (!d->seq || d->rows % c->features || n % (c->features * d->seq))
+      REFUSE("bags need whole bags of seq ids and tables of equal rows for every feature");
+    c->tcode = (int)d->table_dtype;
+    c->out_row_bytes = c->features * cols * 4;
+    c->table_bytes = d->rows * c->row_bytes;
+    c->out_bytes = n / c->features / d->seq * c->out_row_bytes;
+    /* four rows side by side, the next four asked for meanwhile (as the gather) */
+    c->side = 4;
+    c->ahead = 1;
+    const char *e = getenv("CLEMBED_CEILING_SIDE");
+    if (e && atoi(e) >= 1 && atoi(e) <= CEIL_MAX_SIDE) c->side = (size_t)atoi(e);
+    if ((e = getenv("CLEMBED_CEILING_AHEAD")) && atoi(e) >= 0) c->ahead = (size_t)atoi(e);
+  }
+  if (d->kind == CEILING_GATHER || d->kind == CEILING_FOLD || d->kind == CEILING_BAG) {
     if (!(c->ids = malloc((n ? n : 1) * sizeof *c->ids))) REFUSE("out of memory");
     memcpy(c->ids, d->ids, n * sizeof *c->ids);
+    const size_t id_rows = d->kind == CEILING_BAG ? d->rows / c->features : d->rows;
     for (size_t i = 0; i < n; i++)
-      if (c->ids[i] < 0 || (size_t)c->ids[i] >= d->rows) REFUSE("id %zu outside the table", i);
+      if (c->ids[i] < 0 || (size_t)c->ids[i] >= id_rows) REFUSE("id %zu outside the table", i);
   }
   if (d->kind == CEILING_GATHER) {
     const int codes[7] = {0, 1, 2, 3, 4, 5, -1};
@@ -306,6 +331,8 @@ ceiling *ceiling_create(const ceiling_desc *d, char *err, size_t errlen) {
     const char *e = getenv("CLEMBED_CEILING_SIDE");
     if (e && atoi(e) >= 1 && atoi(e) <= CEIL_MAX_SIDE) c->side = (size_t)atoi(e);
     if ((e = getenv("CLEMBED_CEILING_AHEAD")) && atoi(e) >= 0) c->ahead = (size_t)atoi(e);
+  } else if (d->kind == CEILING_BAG) {
+    /* (set up above, before the ids are checked) */
   } else if (d->kind == CEILING_FOLD) {
     if (d->table_dtype > CLEMBED_BF16) REFUSE("no ceiling for this table dtype");
     c->table_bytes = d->rows * c->row_bytes;
@@ -437,12 +464,18 @@ static void rope_run(void *arg, int index, int threads) {
   ceiling *c = arg;
   c->rope(c, index, threads);
 }
+static void bag_run(void *arg, int index, int threads) {
+  ceiling *c = arg;
+  c->bag(c, index, threads);
+}
 
 void ceiling_run(ceiling *c, ceiling_runner run, void *runner_arg) {
   if (c->d.kind == CEILING_GATHER) {
     run(runner_arg, gather_run, c);
   } else if (c->d.kind == CEILING_ROPE) {
     run(runner_arg, rope_run, c);
+  } else if (c->d.kind == CEILING_BAG) {
+    run(runner_arg, bag_run, c);
   } else {
     for (c->pass = 0; c->pass < c->passes; c->pass++) {
       run(runner_arg, sort_hist, c);

@@ -23,7 +23,8 @@
 typedef enum ceiling_kind {
   CEILING_GATHER, /* out[i] = scale * table[ids[i]] (+ P[i % seq]): lookup and the fused forward */
   CEILING_FOLD,   /* sort the ids, fold each row's gradient rows in token order, then store */
-  CEILING_ROPE    /* NeoX rotation of n tokens x cols (heads of head_dim) at positions 0..n-1 */
+  CEILING_ROPE,   /* NeoX rotation of n tokens x cols (heads of head_dim) at positions 0..n-1 */
+  CEILING_BAG     /* bags of seq ids summed (or averaged) per feature: out[b][f] = sum_j table_f[ids_f[b*seq + j]] */
 } ceiling_kind;
 
 typedef enum ceiling_store { /* what the fold does with each row's gradient g, as the library does */
@@ -36,16 +37,21 @@ typedef enum ceiling_store { /* what the fold does with each row's gradient g, a
 
 typedef struct ceiling_desc {
   ceiling_kind kind;
-  clembed_dtype table_dtype; /* GATHER: F32 F16 BF16 Q8_0 Q4_0 Q4_K; FOLD: F32 F16 BF16; ROPE: F32 F16 */
-  clembed_dtype out_dtype;   /* GATHER: F32 F16 BF16 */
+  clembed_dtype table_dtype; /* GATHER, BAG: F32 F16 BF16 Q8_0 Q4_0 Q4_K; FOLD: F32 F16 BF16; ROPE: F32 F16 */
+  clembed_dtype out_dtype;   /* GATHER: F32 F16 BF16; BAG: F32 */
   size_t rows, cols, n;      /* table rows x cols; n ids (ROPE: tokens) */
-  const int32_t *ids;        /* GATHER, FOLD: n ids in [0, rows), copied */
+  const int32_t *ids;        /* GATHER, FOLD, BAG: n ids in [0, rows) (BAG: [0, rows / features)), copied */
   float scale;               /* GATHER: the token row's multiplier (1: none) */
   size_t seq;                /* GATHER: with positions, tokens per sequence (a seq x cols F32 table) */
   int positions;             /* GATHER: add the position row */
   ceiling_store store;       /* FOLD */
   float learning_rate;       /* FOLD: 0 means 1e-9 (the bench's: the table stays put) */
   size_t head_dim;           /* ROPE */
+  size_t features;           /* BAG: the table's rows and the ids split evenly over this many features (0: 1):
+                                feature f's table is rows [f * rows/features, ...), its ids [f * n/features, ...),
+                                its bags of seq ids; out is bags x (features * cols) F32, feature f's block at
+                                column f * cols */
+  int mean;                  /* BAG: each bag's sum divided by seq */
 } ceiling_desc;
 
 typedef struct ceiling ceiling;
@@ -67,7 +73,8 @@ void ceiling_destroy(ceiling *c); /* NULL is a no-op */
 
 /* The host arrays a ceiling works on, for checking its results (NULL where
  * its kind has none): GATHER reads table (rows x row_bytes) and pos (seq x
- * cols F32) and writes out (n x out_row_bytes); FOLD reads grad (n x cols
+ * cols F32) and writes out (n x out_row_bytes); BAG reads table and writes
+ * out (bags x out_row_bytes); FOLD reads grad (n x cols
  * F32) and updates table (dW for ACCUMULATE), s1 (rows x s1_cols) and s2;
  * ROPE reads table (n x cols) and pos (n x head_dim: head_dim/2 cosines, then
  * the sines) and writes out. The fold's eps is 1e-10 (ADAGRAD) or 1e-8,

@@ -353,6 +353,68 @@ static void CEIL_FN(gather_part)(const ceiling *c, int index, int threads) {
 #endif
 }
 
+/* ------------------------------------------------------------------- bags */
+
+/* One thread's bags [b0, b1), each bag's features in turn: a feature's seq
+ * rows `side` at a time, a line of each in turn added into its accumulators
+ * (one v16 per 16 columns), the rows of the next `side` ids (the next
+ * feature's or bag's at the end of one) asked for meanwhile; the sum (or the
+ * mean) written with streaming stores. */
+#define CEIL_BAG(TNAME, LOAD)                                                                                     \
+  static void CEIL_CAT(CEIL_CAT(bag_, TNAME), CEIL_SFX)(const ceiling * c, size_t b0, size_t b1) {                \
+    const size_t cols = c->d.cols, rb = c->row_bytes, F = c->features, seq = c->d.seq, side = c->side;           \
+    const size_t nf = c->d.n / F, rf = c->d.rows / F, per_bag = F * seq, nv = cols / 16;                         \
+    const size_t total = (b1 - b0) * per_bag;                                                                     \
+    const v16 count = CEIL_FN(splat)((float)seq);                                                                 \
+    v16 acc[CEIL_BAG_MAX_V];                                                                                      \
+    const unsigned char *w[CEIL_MAX_SIDE], *next[CEIL_MAX_SIDE];                                                  \
+    for (size_t k = 0; k < total;) {                                                                              \
+      const size_t b = b0 + k / per_bag, f = k % per_bag / seq, end = k + seq;                                    \
+      for (size_t v = 0; v < nv; v++) acc[v] = CEIL_FN(splat)(0.0f);                                              \
+      for (size_t live; k < end; k += live) {                                                                     \
+        live = end - k < side ? end - k : side;                                                                   \
+        for (size_t j = 0; j < live; j++) {                                                                       \
+          w[j] = CEIL_FN(bag_row)(c, b0, k + j, nf, rf);                                                          \
+          next[j] = c->ahead && k + j + side < total ? CEIL_FN(bag_row)(c, b0, k + j + side, nf, rf) : NULL;      \
+        }                                                                                                         \
+        for (size_t col = 0, l = 0; col < cols; col += 16, l += 64)                                               \
+          for (size_t j = 0; j < live; j++) {                                                                     \
+            if (next[j] && l < rb) __builtin_prefetch(next[j] + l, 0, 3);                                         \
+            acc[col / 16] += LOAD(w[j], col, j);                                                                  \
+          }                                                                                                       \
+      }                                                                                                           \
+      unsigned char *o = c->out + b * c->out_row_bytes + f * cols * 4;                                            \
+      for (size_t v = 0; v < nv; v++) CEIL_FN(st_f32)(o + 64 * v, c->d.mean ? acc[v] / count : acc[v], c->stream); \
+    }                                                                                                             \
+  }
+
+/* Row q of a thread's sequence of rows (bags from b0, each bag's features in
+ * order, each feature's seq ids in order). */
+CEIL_INLINE const unsigned char *CEIL_FN(bag_row)(const ceiling *c, size_t b0, size_t q, size_t nf, size_t rf) {
+  const size_t seq = c->d.seq, per_bag = c->features * seq, b = b0 + q / per_bag, f = q % per_bag / seq;
+  const size_t j = q % seq;
+  return c->table + (f * rf + (size_t)c->ids[f * nf + b * seq + j]) * c->row_bytes;
+}
+
+CEIL_BAG(f32, CEIL_LD_F32)
+CEIL_BAG(f16, CEIL_LD_F16)
+CEIL_BAG(bf16, CEIL_LD_BF16)
+CEIL_BAG(q8_0, CEIL_LD_Q8_0)
+CEIL_BAG(q4_0, CEIL_LD_Q4_0)
+
+typedef void (*CEIL_FN(bag_fn))(const ceiling *c, size_t b0, size_t b1);
+static const CEIL_FN(bag_fn) CEIL_FN(bag_fns)[5] = {CEIL_CAT(bag_f32, CEIL_SFX), CEIL_CAT(bag_f16, CEIL_SFX),
+                                                     CEIL_CAT(bag_bf16, CEIL_SFX), CEIL_CAT(bag_q8_0, CEIL_SFX),
+                                                     CEIL_CAT(bag_q4_0, CEIL_SFX)};
+
+static void CEIL_FN(bag_part)(const ceiling *c, int index, int threads) {
+  const size_t bags = c->d.n / c->features / c->d.seq;
+  CEIL_FN(bag_fns)[c->tcode](c, bags * (size_t)index / (size_t)threads, bags * (size_t)(index + 1) / (size_t)threads);
+#if CEIL_ISA >= 1
+  _mm_sfence();
+#endif
+}
+
 /* ------------------------------------------------------------------ fold */
 
 CEIL_INLINE v16 CEIL_FN(ld_w)(const ceiling *c, const unsigned char *w, size_t col) {
