@@ -1023,14 +1023,16 @@ typedef struct clembed_bag_feature {      /* one sparse feature of a batch */
  * each block equals what clembed_embedding_bag gives for that feature alone
  * (the same out dtype), bit for bit. Features may differ in table dtype,
  * width, mode, policy, padding, weights and index types.
- * The launches, a small constant number: the features are taken in order
- * into groups whose buffers (tables, ids, offsets, per_sample_weights and
- * max_rows, each cl_mem counted once) number at most CLEMBED_BAGS_BUFFERS; each
- * group is one kernel launch (on a device without cl_khr_int64_base_atomics,
- * one more small launch records its errors). So a batch whose features use at
- * most 16 buffers in all (say 14 tables with one ids and one offsets buffer,
- * or one buffer holding every table) is one launch however many features it
- * has, and a batch of B buffers is about B / 12 launches. A bad id or offset
+ * The launches, a small constant number: the features are taken by table
+ * dtype (then in order) into groups of one table dtype whose buffers (tables,
+ * ids, offsets, per_sample_weights and max_rows, each cl_mem counted once)
+ * number at most CLEMBED_BAGS_BUFFERS; each group is one kernel launch (on a
+ * device without cl_khr_int64_base_atomics, one more small launch records its
+ * errors), whose program holds the pooling of that dtype only. So a batch whose
+ * features share a table dtype and use at most 16 buffers in all (say 14 tables
+ * with one ids and one offsets buffer, or one buffer holding every table) is
+ * one launch however many features it has, and a batch of B buffers over T
+ * table dtypes about B / 12 + T launches. A bad id or offset
  * of feature f is reported as in clembed_embedding_bag, the message naming
  * features[f]. */
 CLEMBED_API clembed_status clembed_embedding_bags(clembed_context *ctx, const clembed_bag_feature *features,
