@@ -43,6 +43,14 @@
  *   sum is ever formed on the sending side (that would change the order of
  *   the additions), so a row's gradient crosses the network once per token.
  *   Weight decay, the step and the states are the owner's, as on one device.
+ * - embedding_bag: each rank's bags are clembed_embedding_bag's on the whole
+ *   table: the rank fetches its ids' rows as embed does and pools its own
+ *   bags over them (each bag over its ids in ascending position);
+ * - bag_optimizer_step: the table and its state after
+ *   clembed_bag_optimizer_step of one device. Each rank forms on the host the
+ *   contribution of each of its ids that one device's fold adds (one float
+ *   operation each) and sends it to the owner as a token's row is sent above:
+ *   the same values, folded in the same global order, the same rows stepped.
  * The exactness holds for F32, F16 and BF16 tables and gradients, any rank
  * count and any split of the batch, on devices that give clembed's
  * operations the same bits (every OpenCL device does for lookup, embed and
@@ -161,6 +169,24 @@ CLEMBED_API clembed_status clembed_mpi_table_init_uniform(clembed_mpi_table *t, 
 CLEMBED_API clembed_status clembed_mpi_embed(clembed_mpi_table *t, const clembed_ids *ids,
                                              const clembed_embed_options *opt, clembed_matrix *out);
 
+/* The bag forward, clembed_embedding_bag on this rank's ids and offsets with
+ * the whole table: out (bags x cols, F32, F16 or BF16, on this rank's ctx)
+ * receives this rank's bags, with the bits one device gives for them (each
+ * bag is pooled over its own ids, in ascending position). opt NULL means
+ * clembed_bag_defaults(). The rank fetches each distinct row of its ids from
+ * its owner, as clembed_mpi_embed does (ids out, rows back in the table's
+ * dtype, block-quantized rows as F32), and pools them with
+ * clembed_embedding_bag on the matrix of the rows it received, with its own
+ * offsets (NULL: fixed-size bags), per_sample_weights and mode; max_rows (MAX)
+ * names the whole table's rows (the input of clembed_mpi_bag_optimizer_step).
+ * Agreed: mode, policy, padding_idx and whether per_sample_weights are given.
+ * A bad id: see the top; a bad offset is what clembed_embedding_bag reports
+ * for the rank's batch (a deferred CLEMBED_ERR_INDEX_OUT_OF_RANGE naming
+ * "offsets"). Collective and blocking. */
+CLEMBED_API clembed_status clembed_mpi_embedding_bag(clembed_mpi_table *t, const clembed_ids *ids,
+                                                     const clembed_ids *offsets, const clembed_bag_options *opt,
+                                                     clembed_matrix *out);
+
 /* One sparse optimizer step of the whole table on every rank's batch:
  * clembed_optimizer_step of one device on the concatenated batch (see the
  * top). grad_out (ids->count x cols, F32, F16 or BF16) and ids are this
@@ -177,6 +203,28 @@ CLEMBED_API clembed_status clembed_mpi_embed(clembed_mpi_table *t, const clembed
 CLEMBED_API clembed_status clembed_mpi_optimizer_step(clembed_mpi_table *t, const clembed_matrix *grad_out,
                                                       const clembed_ids *ids, const clembed_backward_options *opt,
                                                       const clembed_optimizer *o);
+
+/* One sparse optimizer step of the whole table on every rank's bags:
+ * clembed_bag_optimizer_step of one device on the concatenated batch (the
+ * table and its state, bit for bit). grad_out (bags x cols, F32, F16 or BF16),
+ * ids, offsets (NULL: fixed-size bags) and opt (its max_rows under MAX, as
+ * clembed_mpi_embedding_bag wrote it; NULL means clembed_bag_defaults()) are
+ * this rank's. Each rank forms on the host, from its grad_out, the
+ * contributions of its ids that one device's bag fold adds (g_b, w_j * g_b,
+ * g_b / count_b; under MAX g_b in the columns whose max_rows element names the
+ * row, from the bag's first id of that row, and nothing from rows max_rows
+ * does not name), and sends them, as F32 rows, to the owners exactly as
+ * clembed_mpi_optimizer_step sends its tokens' rows: each owner folds them in
+ * global id order and steps with clembed_optimizer_step (scale 1, no
+ * frequency scaling). The rows stepped are those one device steps. The
+ * optimizer and its state as in clembed_mpi_optimizer_step. Agreed: mode,
+ * policy, padding_idx, whether per_sample_weights are given and every field of
+ * o. A bad offset is the rank's own failure here (CLEMBED_ERR_INDEX_OUT_OF_RANGE
+ * naming "offsets", its position and value; no rank steps). Collective and
+ * blocking. */
+CLEMBED_API clembed_status clembed_mpi_bag_optimizer_step(clembed_mpi_table *t, const clembed_matrix *grad_out,
+                                                          const clembed_ids *ids, const clembed_ids *offsets,
+                                                          const clembed_bag_options *opt, const clembed_optimizer *o);
 
 #ifdef __cplusplus
 }

@@ -75,6 +75,88 @@ static long long plan(clembed_mpi_table *t, const int64_t *host, size_t n, clemb
   return (long long)d;
 }
 
+/* The forward's fetch, shared with clembed_mpi_embedding_bag (mpi_table.h). */
+int ce_mpi_fetch_rows(clembed_mpi_table *t, const char *op, const int64_t *host, size_t n,
+                      clembed_index_policy policy, uint64_t pad, size_t *d_out, int64_t *pad_local,
+                      clembed_dtype *wire_out, ce_mpi_error *e, ce_mpi_error *serve) {
+  clembed_context *ctx = t->ctx;
+  int big = t->max_shard > (size_t)INT32_MAX, idb = big ? 8 : 4;
+  long long d = 0;
+  int64_t *local = NULL;
+  *d_out = 0;
+  *pad_local = -1;
+  *wire_out = clembed_dtype_size(t->dtype) ? t->dtype : CLEMBED_F32;
+  /* the request: distinct rows per owner, as indices in the owner's shard; the
+   * rank's ids renumbered into them, straight into the ids of its own forward */
+  int *sc = ce_mpi_send_counts(t);
+  memset(sc, 0, (size_t)t->size * sizeof *sc);
+  if (e->status == CLEMBED_OK) local = ce_mpi_stage_write(t, CE_MPI_ST_LOCAL, n * 8, e);
+  if (local) {
+    d = plan(t, host, n, policy, pad, local, pad_local, e, op);
+    if (d < 0) memset(sc, 0, (size_t)t->size * sizeof *sc);
+  }
+  if (d < 0) d = 0;
+  const uint64_t *distinct = t->buf[CE_MPI_KEYS].p;
+  void *send = ce_mpi_buffer(t, CE_MPI_SEND, (size_t)d * 8 + 8);
+  if (!send) {
+    ce_mpi_fail(e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory", op);
+    d = 0;
+    memset(sc, 0, (size_t)t->size * sizeof *sc);
+  }
+  for (long long k = 0; k < d; k++) {
+    size_t row = distinct[k], in_shard = row - t->bounds[ce_mpi_owner(t, row)];
+    if (big) ((int64_t *)send)[k] = (int64_t)in_shard;
+    else ((int32_t *)send)[k] = (int32_t)in_shard;
+  }
+  long long nserve = ce_mpi_exchange_counts(t, e);
+  if (nserve < 0) return 0;
+  /* the ids asked of this shard arrive in its ids stage (a host buffer if that fails: the answer must still go) */
+  void *asked = ce_mpi_stage_write(t, CE_MPI_ST_ASKED, (size_t)nserve * (size_t)idb, serve);
+  if (!asked) asked = ce_mpi_buffer(t, CE_MPI_RECV, (size_t)nserve * 8 + 8);
+  if (!asked) {
+    ce_mpi_fail(e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory for %lld requests", op, nserve);
+    return 0;
+  }
+  if (!ce_mpi_alltoallv(t, send, asked, big ? MPI_INT64_T : MPI_INT32_T, 0, e)) return 0;
+  ce_mpi_stage_done(t, CE_MPI_ST_ASKED, serve);
+
+  /* serve: the rows asked of this shard, gathered on the device into the out stage */
+  clembed_dtype wire = *wire_out;
+  size_t rb = clembed_dtype_size(wire) * t->cols;
+  void *rows_out = NULL, *rows_in = NULL;
+  if (serve->status == CLEMBED_OK && nserve && rb) {
+    clembed_status s = ce_mpi_stage_reserve(t, CE_MPI_ST_OUT, (size_t)nserve * rb, serve);
+    clembed_ids sids = ce_mpi_stage_ids(t, CE_MPI_ST_ASKED, (size_t)nserve, big ? CLEMBED_I64 : CLEMBED_I32);
+    clembed_matrix gathered = ce_mpi_stage_matrix(t, CE_MPI_ST_OUT, (size_t)nserve, t->cols, wire);
+    if (s == CLEMBED_OK) s = clembed_lookup(ctx, &t->shard, &sids, &gathered, 0, NULL, NULL);
+    if (s == CLEMBED_OK) s = clembed_finish(ctx);
+    if (s != CLEMBED_OK && serve->status == CLEMBED_OK) ce_mpi_fail_from(serve, ctx, s);
+    else if (s == CLEMBED_OK) rows_out = ce_mpi_stage_read(t, CE_MPI_ST_OUT, (size_t)nserve * rb, serve);
+  }
+  if (!rows_out) rows_out = ce_mpi_buffer(t, CE_MPI_SEND2, (size_t)nserve * rb + 1); /* garbage for a failed serve */
+  if (e->status == CLEMBED_OK) rows_in = ce_mpi_stage_write(t, CE_MPI_ST_IN, (size_t)d * rb, e);
+  if (!rows_in) rows_in = ce_mpi_buffer(t, CE_MPI_RECV2, (size_t)d * rb + 1);
+  if (!rows_out || !rows_in) {
+    ce_mpi_fail(e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory for the rows", op);
+    return 0;
+  }
+  if (!ce_mpi_alltoallv_rows(t, rows_out, rows_in, rb, 1, e)) return 0;
+  /* a rank that could not serve spoils the others' rows: every rank learns it */
+  clembed_status theirs = CLEMBED_OK;
+  int bad = ce_mpi_first_failed(t->comm, t->rank, t->size, serve->status, e, &theirs);
+  if (bad == -2) return 0;
+  if (bad >= 0) {
+    if (e->status == CLEMBED_OK && serve->status != CLEMBED_OK) *e = *serve;
+    ce_mpi_fail(e, theirs, "", bad, 0,
+                "%s: rank %d could not send the rows asked of it (its context's message says why)", op, bad);
+    return 0;
+  }
+  if (e->status != CLEMBED_OK) return 0;
+
+  *d_out = (size_t)d;
+  return 1;
+}
+
 clembed_status clembed_mpi_embed(clembed_mpi_table *t, const clembed_ids *ids, const clembed_embed_options *opt,
                                  clembed_matrix *out) {
   const char *op = "clembed_mpi_embed";
@@ -85,11 +167,11 @@ clembed_status clembed_mpi_embed(clembed_mpi_table *t, const clembed_ids *ids, c
   ce_mpi_error e = {0}, serve = {0};
   ce_mpi_vote v = {0};
   clembed_embed_options o = opt ? *opt : clembed_embed_defaults();
-  int pad_bad = 0, big = t->max_shard > (size_t)INT32_MAX, idb = big ? 8 : 4;
+  int pad_bad = 0;
   uint64_t pad = ce_mpi_padding(o.padding_idx, t->rows, &pad_bad);
   size_t n = 0, limit = (size_t)INT_MAX / (size_t)t->size;
-  long long d = 0;
-  int64_t *host = NULL, *local = NULL;
+  size_t d = 0;
+  int64_t *host = NULL, pad_local = -1;
 
   /* this rank's own arguments */
   if (!ids || !out) {
@@ -128,73 +210,8 @@ clembed_status clembed_mpi_embed(clembed_mpi_table *t, const clembed_ids *ids, c
     return ce_mpi_report(ctx, op, e.status != CLEMBED_OK ? &e : &agree);
   }
 
-  /* the request: distinct rows per owner, as indices in the owner's shard; the
-   * rank's ids renumbered into them, straight into the ids of its own forward */
-  int *sc = ce_mpi_send_counts(t);
-  memset(sc, 0, (size_t)t->size * sizeof *sc);
-  if (e.status == CLEMBED_OK) local = ce_mpi_stage_write(t, CE_MPI_ST_LOCAL, n * 8, &e);
-  int64_t pad_local = -1;
-  if (local) {
-    d = plan(t, host, n, o.policy, pad, local, &pad_local, &e, op);
-    if (d < 0) memset(sc, 0, (size_t)t->size * sizeof *sc);
-  }
-  if (d < 0) d = 0;
-  const uint64_t *distinct = t->buf[CE_MPI_KEYS].p;
-  void *send = ce_mpi_buffer(t, CE_MPI_SEND, (size_t)d * 8 + 8);
-  if (!send) {
-    ce_mpi_fail(&e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory", op);
-    d = 0;
-    memset(sc, 0, (size_t)t->size * sizeof *sc);
-  }
-  for (long long k = 0; k < d; k++) {
-    size_t row = distinct[k], in_shard = row - t->bounds[ce_mpi_owner(t, row)];
-    if (big) ((int64_t *)send)[k] = (int64_t)in_shard;
-    else ((int32_t *)send)[k] = (int32_t)in_shard;
-  }
-  long long nserve = ce_mpi_exchange_counts(t, &e);
-  if (nserve < 0) goto done;
-  /* the ids asked of this shard arrive in its ids stage (a host buffer if that fails: the answer must still go) */
-  void *asked = ce_mpi_stage_write(t, CE_MPI_ST_ASKED, (size_t)nserve * (size_t)idb, &serve);
-  if (!asked) asked = ce_mpi_buffer(t, CE_MPI_RECV, (size_t)nserve * 8 + 8);
-  if (!asked) {
-    ce_mpi_fail(&e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory for %lld requests", op, nserve);
-    goto done;
-  }
-  if (!ce_mpi_alltoallv(t, send, asked, big ? MPI_INT64_T : MPI_INT32_T, 0, &e)) goto done;
-  ce_mpi_stage_done(t, CE_MPI_ST_ASKED, &serve);
-
-  /* serve: the rows asked of this shard, gathered on the device into the out stage */
-  clembed_dtype wire = clembed_dtype_size(t->dtype) ? t->dtype : CLEMBED_F32;
-  size_t rb = clembed_dtype_size(wire) * t->cols;
-  void *rows_out = NULL, *rows_in = NULL;
-  if (serve.status == CLEMBED_OK && nserve && rb) {
-    clembed_status s = ce_mpi_stage_reserve(t, CE_MPI_ST_OUT, (size_t)nserve * rb, &serve);
-    clembed_ids sids = ce_mpi_stage_ids(t, CE_MPI_ST_ASKED, (size_t)nserve, big ? CLEMBED_I64 : CLEMBED_I32);
-    clembed_matrix gathered = ce_mpi_stage_matrix(t, CE_MPI_ST_OUT, (size_t)nserve, t->cols, wire);
-    if (s == CLEMBED_OK) s = clembed_lookup(ctx, &t->shard, &sids, &gathered, 0, NULL, NULL);
-    if (s == CLEMBED_OK) s = clembed_finish(ctx);
-    if (s != CLEMBED_OK && serve.status == CLEMBED_OK) ce_mpi_fail_from(&serve, ctx, s);
-    else if (s == CLEMBED_OK) rows_out = ce_mpi_stage_read(t, CE_MPI_ST_OUT, (size_t)nserve * rb, &serve);
-  }
-  if (!rows_out) rows_out = ce_mpi_buffer(t, CE_MPI_SEND2, (size_t)nserve * rb + 1); /* garbage for a failed serve */
-  if (e.status == CLEMBED_OK) rows_in = ce_mpi_stage_write(t, CE_MPI_ST_IN, (size_t)d * rb, &e);
-  if (!rows_in) rows_in = ce_mpi_buffer(t, CE_MPI_RECV2, (size_t)d * rb + 1);
-  if (!rows_out || !rows_in) {
-    ce_mpi_fail(&e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory for the rows", op);
-    goto done;
-  }
-  if (!ce_mpi_alltoallv_rows(t, rows_out, rows_in, rb, 1, &e)) goto done;
-  /* a rank that could not serve spoils the others' rows: every rank learns it */
-  clembed_status theirs = CLEMBED_OK;
-  int bad = ce_mpi_first_failed(t->comm, t->rank, t->size, serve.status, &e, &theirs);
-  if (bad == -2) goto done;
-  if (bad >= 0) {
-    if (e.status == CLEMBED_OK && serve.status != CLEMBED_OK) e = serve;
-    ce_mpi_fail(&e, theirs, "", bad, 0,
-                "%s: rank %d could not send the rows asked of it (its context's message says why)", op, bad);
-    goto done;
-  }
-  if (e.status != CLEMBED_OK) goto done;
+  clembed_dtype wire;
+  if (!ce_mpi_fetch_rows(t, op, host, n, o.policy, pad, &d, &pad_local, &wire, &e, &serve)) goto done;
 
   /* the rank's own forward on the rows it received (the in stage) */
   {
@@ -203,7 +220,7 @@ clembed_status clembed_mpi_embed(clembed_mpi_table *t, const clembed_ids *ids, c
     lo.padding_idx = pad_local >= 0 ? pad_local : CLEMBED_NO_PADDING;
     clembed_status s = ce_mpi_stage_done(t, CE_MPI_ST_IN, &e);
     if (s == CLEMBED_OK) s = ce_mpi_stage_done(t, CE_MPI_ST_LOCAL, &e);
-    clembed_matrix rows = ce_mpi_stage_matrix(t, CE_MPI_ST_IN, (size_t)d, t->cols, wire);
+    clembed_matrix rows = ce_mpi_stage_matrix(t, CE_MPI_ST_IN, d, t->cols, wire);
     clembed_ids lids = ce_mpi_stage_ids(t, CE_MPI_ST_LOCAL, n, CLEMBED_I64);
     if (s == CLEMBED_OK) s = clembed_embed(ctx, &rows, &lids, &lo, out, 0, NULL, NULL);
     if (s == CLEMBED_OK) s = clembed_finish(ctx);

@@ -53,6 +53,38 @@ static clembed_backward_options owner_options(const clembed_backward_options *bo
   return b;
 }
 
+/* The optimizer of a sharded step, on this rank: no states passed in, the
+ * kind of the table's state, and clembed_optimizer_step's own checks (kind,
+ * learning_rate, eps, betas, weight_decay, step; a quantized table), run on 0
+ * rows of the shard with 0-row states and the owner's options b: nothing is
+ * touched. */
+void ce_mpi_check_optimizer(clembed_mpi_table *t, const char *op, const clembed_optimizer *o,
+                            const clembed_backward_options *b, ce_mpi_error *e) {
+  if (o->state || o->state2) {
+    ce_mpi_fail(e, CLEMBED_ERR_INVALID_ARGUMENT, o->state ? "state" : "state2", -1, 0,
+                "%s: the optimizer's %s must be NULL: the table keeps each shard's state itself", op,
+                o->state ? "state" : "state2");
+  } else if (t->has_state && t->kind != o->kind) {
+    ce_mpi_fail(e, CLEMBED_ERR_INVALID_ARGUMENT, "kind", -1, (int64_t)o->kind,
+                "%s: the table's state belongs to optimizer kind %d; a step of kind %d cannot use it", op,
+                (int)t->kind, (int)o->kind);
+  } else {
+    clembed_context *ctx = t->ctx;
+    clembed_matrix tv = ce_mpi_rows(&t->shard, 0), g0 = ce_mpi_rows(&t->scratch, 0);
+    clembed_matrix s1 = g0, s2 = g0;
+    g0.cols = t->cols;
+    s1.cols = o->kind == CLEMBED_ROWWISE_ADAGRAD ? 1 : t->cols;
+    s2.cols = t->cols;
+    g0.ld = s1.ld = s2.ld = 0;
+    clembed_ids none = {0};
+    none.type = CLEMBED_I32;
+    clembed_optimizer p = with_states(o, &s1, &s2);
+    clembed_status s = clembed_optimizer_step(ctx, &g0, &none, b, &p, &tv, 0, NULL, NULL);
+    if (s == CLEMBED_OK) s = clembed_finish(ctx);
+    if (s != CLEMBED_OK) ce_mpi_fail_from(e, ctx, s);
+  }
+}
+
 /* The rank's own arguments; on success the optimizer's settings have been
  * checked by clembed_optimizer_step itself on 0 rows of the shard. */
 static void check_args(clembed_mpi_table *t, const char *op, const clembed_matrix *g, const clembed_ids *ids,
@@ -62,9 +94,7 @@ static void check_args(clembed_mpi_table *t, const char *op, const clembed_matri
     const char *a = !g ? "grad_out" : !ids ? "ids" : "optimizer";
     ce_mpi_fail(e, CLEMBED_ERR_INVALID_ARGUMENT, a, -1, 0, "%s: %s is NULL", op, a);
   } else if (o->state || o->state2) {
-    ce_mpi_fail(e, CLEMBED_ERR_INVALID_ARGUMENT, o->state ? "state" : "state2", -1, 0,
-                "%s: the optimizer's %s must be NULL: the table keeps each shard's state itself", op,
-                o->state ? "state" : "state2");
+    ce_mpi_check_optimizer(t, op, o, bo, e);
   } else if (g->rows != ids->count || g->cols != t->cols) {
     ce_mpi_fail(e, CLEMBED_ERR_INVALID_ARGUMENT, "grad_out", -1, (int64_t)g->rows,
                 "%s: grad_out is %zu x %zu but %zu ids of a table of %zu cols need %zu x %zu", op, g->rows, g->cols,
@@ -89,32 +119,13 @@ static void check_args(clembed_mpi_table *t, const char *op, const clembed_matri
     ce_mpi_fail(e, CLEMBED_ERR_INVALID_ARGUMENT, "ids", -1, (int64_t)ids->count,
                 "%s: %zu ids; at most %zu per rank and call with %d ranks (MPI counts are int)", op, ids->count, limit,
                 t->size);
-  } else if (t->has_state && t->kind != o->kind) {
-    ce_mpi_fail(e, CLEMBED_ERR_INVALID_ARGUMENT, "kind", -1, (int64_t)o->kind,
-                "%s: the table's state belongs to optimizer kind %d; a step of kind %d cannot use it", op,
-                (int)t->kind, (int)o->kind);
   } else {
-    /* the optimizer's own checks (kind, learning_rate, eps, betas, weight_decay, step; a
-     * quantized table), on 0 rows of the shard with 0-row states: nothing is touched */
-    clembed_context *ctx = t->ctx;
-    clembed_matrix tv = ce_mpi_rows(&t->shard, 0), g0 = ce_mpi_rows(&t->scratch, 0);
-    clembed_matrix s1 = g0, s2 = g0;
-    g0.cols = t->cols;
-    s1.cols = o->kind == CLEMBED_ROWWISE_ADAGRAD ? 1 : t->cols;
-    s2.cols = t->cols;
-    g0.ld = s1.ld = s2.ld = 0;
-    clembed_ids none = {0};
-    none.type = CLEMBED_I32;
-    clembed_optimizer p = with_states(o, &s1, &s2);
     clembed_backward_options b = owner_options(bo);
-    clembed_status s = clembed_optimizer_step(ctx, &g0, &none, &b, &p, &tv, 0, NULL, NULL);
-    if (s == CLEMBED_OK) s = clembed_finish(ctx);
-    if (s != CLEMBED_OK) ce_mpi_fail_from(e, ctx, s);
+    ce_mpi_check_optimizer(t, op, o, &b, e);
   }
 }
 
-/* The state of the optimizer's kind, made (zeros) when the table has none. 1 when made here. */
-static int make_state(clembed_mpi_table *t, clembed_optimizer_kind kind, ce_mpi_error *e) {
+int ce_mpi_make_state(clembed_mpi_table *t, clembed_optimizer_kind kind, ce_mpi_error *e) {
   if (t->has_state || kind == CLEMBED_SGD) return 0;
   clembed_context *ctx = t->ctx;
   size_t r = t->shard.rows;
@@ -209,6 +220,72 @@ static clembed_status pack(clembed_mpi_table *t, const clembed_matrix *g, const 
   return s == CLEMBED_OK ? e->status : ce_mpi_fail_from(e, ctx, s);
 }
 
+/* The exchange and the owners' step, shared by the sharded steps. The rank's
+ * contributions are ready (the send counts set, send_ids their rows in the
+ * owners' shards, send_rows the rows of `wire` in the same order), or e holds
+ * its failure, announced in the counts' exchange: then no rank steps and a
+ * state made by this call (made) goes again. Each owner receives its rows in
+ * rank order and runs clembed_optimizer_step on them with options b; a
+ * failure there (kept in own) is learnt by every rank. */
+void ce_mpi_step_deliver(clembed_mpi_table *t, const char *op, const clembed_optimizer *o,
+                         const clembed_backward_options *b, void *send_ids, void *send_rows, clembed_dtype wire,
+                         int made, ce_mpi_error *e, ce_mpi_error *own) {
+  clembed_context *ctx = t->ctx;
+  int big = t->max_shard > (size_t)INT32_MAX;
+  size_t rb = clembed_dtype_size(wire) * t->cols;
+  if (e->status != CLEMBED_OK)
+    for (int k = 0; k < t->size; k++) ce_mpi_send_counts(t)[k] = -1;
+  long long nrecv = ce_mpi_exchange_counts(t, e);
+  int failed = nrecv < 0 ? -1 : ce_mpi_count_failure(t);
+  if (nrecv < 0 || failed >= 0) { /* no row is stepped: a state made for this step goes again */
+    if (made) {
+      clembed_matrix_release(&t->state);
+      clembed_matrix_release(&t->state2);
+    }
+    if (failed >= 0)
+      ce_mpi_fail(e, CLEMBED_ERR_INVALID_ARGUMENT, "", failed, 0,
+                  "%s: rank %d could not prepare its gradient rows (its context's message says why); no row was "
+                  "stepped", op, failed);
+    return;
+  }
+  if (made) { /* the state is the table's from this step on */
+    t->has_state = 1;
+    t->kind = o->kind;
+  }
+  /* what the owner receives goes straight into the stages its step reads */
+  void *recv_ids = ce_mpi_stage_write(t, CE_MPI_ST_ASKED, (size_t)nrecv * (big ? 8 : 4), own);
+  void *recv_rows = ce_mpi_stage_write(t, CE_MPI_ST_IN, (size_t)nrecv * rb, own);
+  if (!recv_ids) recv_ids = ce_mpi_buffer(t, CE_MPI_RECV, (size_t)nrecv * 8 + 8); /* the answer must still go */
+  if (!recv_rows) recv_rows = ce_mpi_buffer(t, CE_MPI_RECV2, (size_t)nrecv * rb + 1);
+  if (!send_rows) send_rows = ce_mpi_buffer(t, CE_MPI_SEND2, 1); /* nothing to send */
+  if (!recv_ids || !recv_rows || !send_rows) {
+    ce_mpi_fail(e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory for %lld contributions", op, nrecv);
+    return;
+  }
+  if (!ce_mpi_alltoallv(t, send_ids, recv_ids, big ? MPI_INT64_T : MPI_INT32_T, 0, e)) return;
+  if (!ce_mpi_alltoallv_rows(t, send_rows, recv_rows, rb, 0, e)) return;
+
+  /* the owner's step on what it received, in global token order */
+  if (nrecv && own->status == CLEMBED_OK) {
+    clembed_optimizer p = with_states(o, &t->state, &t->state2);
+    clembed_status s = ce_mpi_stage_done(t, CE_MPI_ST_ASKED, own);
+    if (s == CLEMBED_OK) s = ce_mpi_stage_done(t, CE_MPI_ST_IN, own);
+    clembed_matrix rows = ce_mpi_stage_matrix(t, CE_MPI_ST_IN, (size_t)nrecv, t->cols, wire);
+    clembed_ids lids = ce_mpi_stage_ids(t, CE_MPI_ST_ASKED, (size_t)nrecv, big ? CLEMBED_I64 : CLEMBED_I32);
+    if (s == CLEMBED_OK) s = clembed_optimizer_step(ctx, &rows, &lids, b, &p, &t->shard, 0, NULL, NULL);
+    if (s == CLEMBED_OK) s = clembed_finish(ctx);
+    if (s != CLEMBED_OK && own->status == CLEMBED_OK) ce_mpi_fail_from(own, ctx, s);
+  }
+  clembed_status theirs = CLEMBED_OK;
+  int bad = ce_mpi_first_failed(t->comm, t->rank, t->size, own->status, e, &theirs);
+  if (bad >= 0) {
+    if (e->status == CLEMBED_OK && own->status != CLEMBED_OK) *e = *own;
+    ce_mpi_fail(e, theirs, "", bad, 0,
+                "%s: rank %d could not step its rows (its context's message says why); the other shards were "
+                "stepped", op, bad);
+  }
+}
+
 clembed_status clembed_mpi_optimizer_step(clembed_mpi_table *t, const clembed_matrix *grad_out,
                                           const clembed_ids *ids, const clembed_backward_options *opt,
                                           const clembed_optimizer *o) {
@@ -233,7 +310,7 @@ clembed_status clembed_mpi_optimizer_step(clembed_mpi_table *t, const clembed_ma
     if (!host) ce_mpi_fail(&e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory for %zu ids", op, n);
     else ce_mpi_read_ids(t, ids, host, &e);
   }
-  if (e.status == CLEMBED_OK) made = make_state(t, o->kind, &e);
+  if (e.status == CLEMBED_OK) made = ce_mpi_make_state(t, o->kind, &e);
 
   /* agree: the call and its settings; each rank's own failure; whether the
    * gradients all have one dtype and none has dropout (then they travel as they are) */
@@ -262,7 +339,6 @@ clembed_status clembed_mpi_optimizer_step(clembed_mpi_table *t, const clembed_ma
     goto done;
   }
   clembed_dtype wire = v.max[0] == ~v.max[1] && !v.max[2] ? grad_out->dtype : CLEMBED_F32;
-  size_t rb = clembed_dtype_size(wire) * t->cols;
 
   /* the rank's contributions, prepared: its tokens in send order go into the
    * stage its rows are gathered by; a failure is announced with the counts */
@@ -273,59 +349,9 @@ clembed_status clembed_mpi_optimizer_step(clembed_mpi_table *t, const clembed_ma
     ce_mpi_fail(&e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory for %zu ids", op, n);
   if (m >= 0 && ce_mpi_stage_done(t, CE_MPI_ST_LOCAL, &e) == CLEMBED_OK)
     pack(t, grad_out, &bo, (size_t)m, wire, &send_rows, &e);
-  if (e.status != CLEMBED_OK)
-    for (int k = 0; k < t->size; k++) ce_mpi_send_counts(t)[k] = -1;
-  long long nrecv = ce_mpi_exchange_counts(t, &e);
-  int failed = nrecv < 0 ? -1 : ce_mpi_count_failure(t);
-  if (nrecv < 0 || failed >= 0) { /* no row is stepped: a state made for this step goes again */
-    if (made) {
-      clembed_matrix_release(&t->state);
-      clembed_matrix_release(&t->state2);
-    }
-    if (failed >= 0)
-      ce_mpi_fail(&e, CLEMBED_ERR_INVALID_ARGUMENT, "", failed, 0,
-                  "%s: rank %d could not prepare its gradient rows (its context's message says why); no row was "
-                  "stepped", op, failed);
-    goto done;
-  }
-  if (made) { /* the state is the table's from this step on */
-    t->has_state = 1;
-    t->kind = o->kind;
-  }
-  /* what the owner receives goes straight into the stages its step reads */
-  void *recv_ids = ce_mpi_stage_write(t, CE_MPI_ST_ASKED, (size_t)nrecv * (big ? 8 : 4), &own);
-  void *recv_rows = ce_mpi_stage_write(t, CE_MPI_ST_IN, (size_t)nrecv * rb, &own);
-  if (!recv_ids) recv_ids = ce_mpi_buffer(t, CE_MPI_RECV, (size_t)nrecv * 8 + 8); /* the answer must still go */
-  if (!recv_rows) recv_rows = ce_mpi_buffer(t, CE_MPI_RECV2, (size_t)nrecv * rb + 1);
-  if (!send_rows) send_rows = ce_mpi_buffer(t, CE_MPI_SEND2, 1); /* nothing to send */
-  if (!recv_ids || !recv_rows || !send_rows) {
-    ce_mpi_fail(&e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory for %lld contributions", op, nrecv);
-    goto done;
-  }
-  if (!ce_mpi_alltoallv(t, send_ids, recv_ids, big ? MPI_INT64_T : MPI_INT32_T, 0, &e)) goto done;
-  if (!ce_mpi_alltoallv_rows(t, send_rows, recv_rows, rb, 0, &e)) goto done;
-
-  /* the owner's step on what it received, in global token order */
-  if (nrecv && own.status == CLEMBED_OK) {
-    clembed_backward_options b = owner_options(&bo);
-    clembed_optimizer p = with_states(o, &t->state, &t->state2);
-    clembed_status s = ce_mpi_stage_done(t, CE_MPI_ST_ASKED, &own);
-    if (s == CLEMBED_OK) s = ce_mpi_stage_done(t, CE_MPI_ST_IN, &own);
-    clembed_matrix rows = ce_mpi_stage_matrix(t, CE_MPI_ST_IN, (size_t)nrecv, t->cols, wire);
-    clembed_ids lids = ce_mpi_stage_ids(t, CE_MPI_ST_ASKED, (size_t)nrecv, big ? CLEMBED_I64 : CLEMBED_I32);
-    if (s == CLEMBED_OK) s = clembed_optimizer_step(ctx, &rows, &lids, &b, &p, &t->shard, 0, NULL, NULL);
-    if (s == CLEMBED_OK) s = clembed_finish(ctx);
-    if (s != CLEMBED_OK && own.status == CLEMBED_OK) ce_mpi_fail_from(&own, ctx, s);
-  }
-  clembed_status theirs = CLEMBED_OK;
-  int bad = ce_mpi_first_failed(t->comm, t->rank, t->size, own.status, &e, &theirs);
-  if (bad >= 0) {
-    if (e.status == CLEMBED_OK && own.status != CLEMBED_OK) e = own;
-    ce_mpi_fail(&e, theirs, "", bad, 0,
-                "%s: rank %d could not step its rows (its context's message says why); the other shards were "
-                "stepped", op, bad);
-  }
-  if (bad == -1 && bad_at >= 0)
+  clembed_backward_options b = owner_options(&bo);
+  ce_mpi_step_deliver(t, op, o, &b, send_ids, send_rows, wire, made, &e, &own);
+  if (bad_at >= 0) /* kept only when no failure came first */
     ce_mpi_fail(&e, CLEMBED_ERR_INDEX_OUT_OF_RANGE, "ids", bad_at, bad_id, "%s: ids[%lld] = %lld is outside [%s%zu, %zu)",
                 op, (long long)bad_at, (long long)bad_id, bo.policy == CLEMBED_INDEX_WRAP ? "-" : "",
                 bo.policy == CLEMBED_INDEX_WRAP ? t->rows : 0, t->rows);

@@ -764,6 +764,453 @@ TU_CASE(step_refusals) {
   free(h);
 }
 
+/* --------------------------------------------------------------------- bags */
+
+/* Rank r's bags: bags + r*step of them (none for ranks in `empty`), each of
+ * `fixed` ids (offsets NULL) or of 0 .. 5 ids (some empty), ids drawn from
+ * [lo, hi), one F32 weight per id; a function of (r, seed) only. */
+typedef struct bag_spec {
+  size_t bags, step, fixed;
+  unsigned empty;
+  int64_t lo, hi;
+  unsigned seed;
+} bag_spec;
+
+typedef struct bag_batch {
+  size_t nb, n;
+  int64_t *ids, *offsets; /* offsets: nb + 1 entries */
+  float *w;
+} bag_batch;
+
+static uint64_t mix(uint64_t a, uint64_t b, uint64_t c) {
+  uint64_t s = a * 1000003u + b * 7919u + c * 104729u + 17u;
+  s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+  s ^= s >> 29;
+  return s * 0xBF58476D1CE4E5B9ULL >> 17;
+}
+
+static bag_batch bag_batch_of(const bag_spec *s, int r) {
+  bag_batch b = {0};
+  b.nb = (s->empty >> r) & 1 ? 0 : s->bags + (size_t)r * s->step;
+  b.offsets = malloc((b.nb + 1) * sizeof *b.offsets);
+  b.offsets[0] = 0;
+  for (size_t k = 0; k < b.nb; k++)
+    b.offsets[k + 1] = b.offsets[k] + (int64_t)(s->fixed ? s->fixed : mix(s->seed, (uint64_t)r, k) % 6);
+  b.n = (size_t)b.offsets[b.nb];
+  b.ids = malloc((b.n + 1) * sizeof *b.ids);
+  b.w = malloc((b.n + 1) * sizeof *b.w);
+  uint64_t span = (uint64_t)(s->hi - s->lo);
+  for (size_t i = 0; i < b.n; i++) {
+    b.ids[i] = s->lo + (int64_t)(mix(s->seed + 5, (uint64_t)r + 100, i) % (span ? span : 1));
+    b.w[i] = value(s->seed + 9, (uint64_t)r, i);
+  }
+  return b;
+}
+
+static void bag_batch_free(bag_batch *b) {
+  free(b->ids);
+  free(b->offsets);
+  free(b->w);
+}
+
+/* Every rank's bags concatenated in rank order (the offsets shifted); *mine
+ * receives this rank's batch, *first_bag where its bags start. A bad id
+ * (rows + 3) at position 2 of bad_rank's ids, in both. */
+static bag_batch bag_all(const bag_spec *s, size_t R, int bad_rank, bag_batch *mine, size_t *first_bag) {
+  bag_batch all = {0};
+  bag_batch *b = calloc((size_t)g_size, sizeof *b);
+  for (int r = 0; r < g_size; r++) {
+    b[r] = bag_batch_of(s, r);
+    if (r == bad_rank && b[r].n > 2) b[r].ids[2] = (int64_t)R + 3;
+    all.nb += b[r].nb;
+    all.n += b[r].n;
+  }
+  all.ids = malloc((all.n + 1) * sizeof *all.ids);
+  all.w = malloc((all.n + 1) * sizeof *all.w);
+  all.offsets = malloc((all.nb + 1) * sizeof *all.offsets);
+  size_t at = 0, bag = 0;
+  all.offsets[0] = 0;
+  for (int r = 0; r < g_size; r++) {
+    if (r == g_rank) *first_bag = bag;
+    memcpy(all.ids + at, b[r].ids, b[r].n * sizeof *all.ids);
+    memcpy(all.w + at, b[r].w, b[r].n * sizeof *all.w);
+    for (size_t k = 0; k < b[r].nb; k++) all.offsets[bag + k + 1] = (int64_t)at + b[r].offsets[k + 1];
+    at += b[r].n;
+    bag += b[r].nb;
+  }
+  for (int r = 0; r < g_size; r++) {
+    if (r == g_rank) *mine = b[r];
+    else bag_batch_free(&b[r]);
+  }
+  free(b);
+  return all;
+}
+
+/* A batch's device inputs: ids, offsets (unless fixed), weights (if asked),
+ * max_rows (MAX), of the index types given. */
+typedef struct bag_dev {
+  clembed_ids ids, offsets, max_rows;
+  clembed_matrix w;
+  clembed_bag_options o;
+} bag_dev;
+
+static void bag_upload(clembed_context *ctx, bag_dev *dp, const bag_batch *b, size_t C,
+                       const clembed_bag_options *base, int weighted, int fixed, clembed_index_type it) {
+  bag_dev d = {0};
+  d.o = *base;
+  d.ids = make_ids(ctx, b->ids, b->n, it);
+  if (!fixed) d.offsets = make_ids(ctx, b->offsets, b->nb + 1, it);
+  if (weighted) {
+    OK(ctx, clembed_matrix_create(ctx, b->n, 1, CLEMBED_F32, &d.w));
+    if (b->n) OK(ctx, clembed_matrix_write(ctx, &d.w, b->w, CLEMBED_F32));
+  }
+  if (base->mode == CLEMBED_BAG_MAX) {
+    int64_t *z = calloc(b->nb * C + 1, sizeof *z);
+    d.max_rows = make_ids(ctx, z, b->nb * C, it);
+    free(z);
+  }
+  *dp = d; /* the options point into *dp */
+  if (weighted) dp->o.per_sample_weights = &dp->w;
+  if (base->mode == CLEMBED_BAG_MAX) dp->o.max_rows = &dp->max_rows;
+}
+
+static void bag_dev_free(bag_dev *d) {
+  clembed_ids_release(&d->ids);
+  clembed_ids_release(&d->offsets);
+  clembed_ids_release(&d->max_rows);
+  clembed_matrix_release(&d->w);
+}
+
+static int64_t *ids_values(clembed_context *ctx, const clembed_ids *ids) {
+  int64_t *h = calloc(ids->count + 1, sizeof *h);
+  if (ids->type == CLEMBED_I64) {
+    if (ids->count) OK(ctx, clembed_ids_read(ctx, ids, h));
+  } else {
+    int32_t *h32 = calloc(ids->count + 1, sizeof *h32);
+    if (ids->count) OK(ctx, clembed_ids_read(ctx, ids, h32));
+    for (size_t i = 0; i < ids->count; i++) h[i] = h32[i];
+    free(h32);
+  }
+  return h;
+}
+
+/* The sharded forward of each rank's bags against clembed_embedding_bag of one
+ * device on the concatenation: out and max_rows, bit for bit; a bad id on
+ * bad_rank (its error there, OK elsewhere). */
+static void check_bags(clembed_context *ctx, size_t R, size_t C, clembed_dtype dt, const bag_spec *s,
+                       const clembed_bag_options *base, int weighted, clembed_dtype out_dt, int bad_rank,
+                       const char *what) {
+  float *h = table_values(R, C, 21);
+  clembed_mpi_table *t = make_table(ctx, R, C, dt, h);
+  clembed_matrix whole = whole_table(ctx, R, C, dt, h), out = {0}, wout = {0};
+  bag_batch mine = {0};
+  size_t first = 0;
+  bag_batch all = bag_all(s, R, bad_rank, &mine, &first);
+  bag_dev d, w;
+  bag_upload(ctx, &d, &mine, C, base, weighted, s->fixed != 0, g_rank % 2 ? CLEMBED_I32 : CLEMBED_I64);
+  bag_upload(ctx, &w, &all, C, base, weighted, s->fixed != 0, CLEMBED_I64);
+  OK(ctx, clembed_matrix_create(ctx, mine.nb, C, out_dt, &out));
+  OK(ctx, clembed_matrix_create(ctx, all.nb, C, out_dt, &wout));
+  clembed_status st = clembed_mpi_embedding_bag(t, &d.ids, s->fixed ? NULL : &d.offsets, &d.o, &out);
+  expect_status(ctx, st, g_rank == bad_rank ? CLEMBED_ERR_INDEX_OUT_OF_RANGE : CLEMBED_OK, what);
+  if (g_rank == bad_rank) {
+    clembed_error_detail e;
+    clembed_context_error(ctx, &e);
+    EXPECT(!strcmp(e.operation, "clembed_mpi_embedding_bag") && !strcmp(e.argument, "ids") && e.index == 2 &&
+               e.value == (int64_t)R + 3,
+           "%s: detail %s %s[%lld] = %lld", what, e.operation, e.argument, (long long)e.index, (long long)e.value);
+  }
+  OK(ctx, clembed_embedding_bag(ctx, &whole, &w.ids, s->fixed ? NULL : &w.offsets, &w.o, &wout, 0, NULL, NULL));
+  clembed_status ws = clembed_finish(ctx);
+  EXPECT(ws == (bad_rank >= 0 ? CLEMBED_ERR_INDEX_OUT_OF_RANGE : CLEMBED_OK), "%s: one device: %s", what,
+         clembed_status_string(ws));
+  clembed_matrix ref = rows_of(&wout, first, mine.nb);
+  expect_same(ctx, &out, &ref, what);
+  if (base->mode == CLEMBED_BAG_MAX) {
+    int64_t *a = ids_values(ctx, &d.max_rows), *b = ids_values(ctx, &w.max_rows);
+    size_t diff = 0;
+    for (size_t i = 0; i < mine.nb * C; i++) diff += a[i] != b[first * C + i];
+    EXPECT(diff == 0, "%s: rank %d: %zu max_rows differ from one device's", what, g_rank, diff);
+    free(a);
+    free(b);
+  }
+  bag_dev_free(&d);
+  bag_dev_free(&w);
+  bag_batch_free(&mine);
+  bag_batch_free(&all);
+  clembed_matrix_release(&out);
+  clembed_matrix_release(&wout);
+  clembed_matrix_release(&whole);
+  clembed_mpi_table_release(t);
+  free(h);
+}
+
+/* SUM, MEAN, MAX and weighted SUM; padding; empty bags and ranks with no bags;
+ * fixed-size bags; F32, F16 and BF16 tables (and Q8_0) into F32, F16 and BF16
+ * outputs; the index policies; a bad id on one rank. */
+TU_CASE(bags_equal_one_device) {
+  const size_t R = 23, C = 5;
+  const clembed_bag_mode modes[3] = {CLEMBED_BAG_SUM, CLEMBED_BAG_MEAN, CLEMBED_BAG_MAX};
+  const clembed_dtype tdts[3] = {CLEMBED_F32, CLEMBED_F16, CLEMBED_BF16};
+  bag_spec s = {6, 2, 0, 0, 0, 12, 71}; /* ids from 12 rows: rows repeat within and across bags */
+  bag_spec fixed = {4, 1, 3, 0, 0, (int64_t)R, 72};
+  for (int m = 0; m < 3; m++)
+    for (int k = 0; k < 3; k++) {
+      char what[128];
+      clembed_bag_options o = clembed_bag_defaults();
+      o.mode = modes[m];
+      snprintf(what, sizeof what, "bags: mode %d, %s table", (int)modes[m], DNAME[tdts[k]]);
+      check_bags(ctx, R, C, tdts[k], &s, &o, 0, CLEMBED_F32, -1, what);
+      o.padding_idx = 3;
+      snprintf(what, sizeof what, "bags: mode %d, %s table, padding, BF16 out", (int)modes[m], DNAME[tdts[k]]);
+      check_bags(ctx, R, C, tdts[k], &s, &o, 0, CLEMBED_BF16, -1, what);
+      o.padding_idx = CLEMBED_NO_PADDING;
+      snprintf(what, sizeof what, "bags: mode %d, %s table, fixed bags, F16 out", (int)modes[m], DNAME[tdts[k]]);
+      check_bags(ctx, R, C, tdts[k], &fixed, &o, 0, CLEMBED_F16, -1, what);
+    }
+  clembed_bag_options o = clembed_bag_defaults();
+  check_bags(ctx, R, C, CLEMBED_F32, &s, &o, 1, CLEMBED_F32, -1, "bags: weighted SUM");
+  o.padding_idx = -2;
+  check_bags(ctx, R, C, CLEMBED_BF16, &s, &o, 1, CLEMBED_F32, -1, "bags: weighted SUM, padding -2, BF16 table");
+  /* WRAP with negative ids; CLAMP past the end; ZERO drops; ranks with no bags */
+  bag_spec wrap = {5, 1, 0, 0x2, -(int64_t)R, (int64_t)R, 73};
+  o = clembed_bag_defaults();
+  o.mode = CLEMBED_BAG_MAX;
+  o.policy = CLEMBED_INDEX_WRAP;
+  check_bags(ctx, R, C, CLEMBED_F32, &wrap, &o, 0, CLEMBED_F32, -1, "bags: MAX, WRAP, rank 1 has no bags");
+  bag_spec past = {5, 1, 0, 0x1, 10, (int64_t)R + 6, 74};
+  o.mode = CLEMBED_BAG_MEAN;
+  o.policy = CLEMBED_INDEX_CLAMP;
+  check_bags(ctx, R, C, CLEMBED_F32, &past, &o, 0, CLEMBED_F32, -1, "bags: MEAN, CLAMP, rank 0 has no bags");
+  o.policy = CLEMBED_INDEX_ZERO;
+  o.mode = CLEMBED_BAG_SUM;
+  check_bags(ctx, R, C, CLEMBED_F32, &past, &o, 1, CLEMBED_F32, -1, "bags: weighted SUM, ZERO");
+  /* Q8_0: the rows travel dequantized */
+  o = clembed_bag_defaults();
+  o.mode = CLEMBED_BAG_MEAN;
+  check_bags(ctx, R, 64, CLEMBED_Q8_0, &s, &o, 0, CLEMBED_F32, -1, "bags: MEAN, Q8_0 table");
+  /* fewer rows than ranks */
+  bag_spec tiny = {3, 1, 0, 0, 0, 2, 75};
+  o.mode = CLEMBED_BAG_MAX;
+  check_bags(ctx, 2, C, CLEMBED_F32, &tiny, &o, 0, CLEMBED_F32, -1, "bags: MAX, 2 rows");
+  /* a bad id on the last rank (its bags hold at least 3 ids) */
+  bag_spec bad = {4, 1, 2, 0, 0, (int64_t)R, 76};
+  for (int m = 0; m < 3; m++) {
+    o = clembed_bag_defaults();
+    o.mode = modes[m];
+    check_bags(ctx, R, C, CLEMBED_F32, &bad, &o, 0, CLEMBED_F32, g_size - 1, "bags: a bad id on the last rank");
+  }
+}
+
+/* `steps` sharded bag steps against clembed_bag_optimizer_step of one device
+ * on the concatenated bags (MAX: the max_rows of each side's own forward, which
+ * must agree): the table and the states, every step. */
+static void check_bag_steps(clembed_context *ctx, size_t R, size_t C, clembed_dtype tdt, const bag_spec *s0,
+                            const clembed_bag_options *base, int weighted, clembed_optimizer_kind kind,
+                            clembed_dtype gdt, int steps, int bad_rank, const char *what) {
+  float *h = table_values(R, C, 31);
+  clembed_mpi_table *t = make_table(ctx, R, C, tdt, h);
+  clembed_matrix whole = whole_table(ctx, R, C, tdt, h), s1 = {0}, s2 = {0};
+  OK(ctx, clembed_matrix_create(ctx, R, kind == CLEMBED_ROWWISE_ADAGRAD ? 1 : C, CLEMBED_F32, &s1));
+  OK(ctx, clembed_matrix_create(ctx, R, C, CLEMBED_F32, &s2));
+  for (int step = 1; step <= steps; step++) {
+    bag_spec s = *s0;
+    s.seed += (unsigned)step * 10;
+    bag_batch mine = {0};
+    size_t first = 0;
+    bag_batch all = bag_all(&s, R, bad_rank, &mine, &first);
+    bag_dev d, w;
+    bag_upload(ctx, &d, &mine, C, base, weighted, s.fixed != 0, g_rank % 2 ? CLEMBED_I32 : CLEMBED_I64);
+    bag_upload(ctx, &w, &all, C, base, weighted, s.fixed != 0, CLEMBED_I64);
+    const clembed_ids *offs = s.fixed ? NULL : &d.offsets, *woffs = s.fixed ? NULL : &w.offsets;
+    char name[200];
+    if (base->mode == CLEMBED_BAG_MAX) { /* each side's forward writes its max_rows */
+      clembed_matrix out = {0}, wout = {0};
+      OK(ctx, clembed_matrix_create(ctx, mine.nb, C, CLEMBED_F32, &out));
+      OK(ctx, clembed_matrix_create(ctx, all.nb, C, CLEMBED_F32, &wout));
+      clembed_status st = clembed_mpi_embedding_bag(t, &d.ids, offs, &d.o, &out);
+      expect_status(ctx, st, g_rank == bad_rank ? CLEMBED_ERR_INDEX_OUT_OF_RANGE : CLEMBED_OK, what);
+      clembed_embedding_bag(ctx, &whole, &w.ids, woffs, &w.o, &wout, 0, NULL, NULL);
+      clembed_finish(ctx);
+      snprintf(name, sizeof name, "%s, step %d: the forward", what, step);
+      clembed_matrix ref = rows_of(&wout, first, mine.nb);
+      expect_same(ctx, &out, &ref, name);
+      clembed_matrix_release(&out);
+      clembed_matrix_release(&wout);
+    }
+    /* every rank's gradient rows (rounded to gdt), and the concatenation */
+    float *gall = malloc((all.nb * C + 1) * sizeof *gall);
+    for (size_t i = 0; i < all.nb * C; i++) gall[i] = ref_round(value(2000 + (uint64_t)step, i / C, i % C), gdt);
+    clembed_matrix grad = {0}, wgrad = {0};
+    OK(ctx, clembed_matrix_create(ctx, mine.nb, C, gdt, &grad));
+    OK(ctx, clembed_matrix_create(ctx, all.nb, C, gdt, &wgrad));
+    if (mine.nb) OK(ctx, clembed_matrix_write(ctx, &grad, gall + first * C, CLEMBED_F32));
+    if (all.nb) OK(ctx, clembed_matrix_write(ctx, &wgrad, gall, CLEMBED_F32));
+    clembed_optimizer o = clembed_optimizer_defaults(kind);
+    o.learning_rate = 0.05f;
+    o.weight_decay = step == 2 ? 0.01f : 0.0f;
+    o.step = (uint64_t)step;
+    clembed_status st = clembed_mpi_bag_optimizer_step(t, &grad, &d.ids, offs, &d.o, &o);
+    expect_status(ctx, st, g_rank == bad_rank ? CLEMBED_ERR_INDEX_OUT_OF_RANGE : CLEMBED_OK, what);
+    if (g_rank == bad_rank) {
+      clembed_error_detail e;
+      clembed_context_error(ctx, &e);
+      EXPECT(!strcmp(e.operation, "clembed_mpi_bag_optimizer_step") && !strcmp(e.argument, "ids") && e.index == 2 &&
+                 e.value == (int64_t)R + 3,
+             "%s: detail %s %s[%lld] = %lld", what, e.operation, e.argument, (long long)e.index, (long long)e.value);
+    }
+    o.state = &s1;
+    o.state2 = &s2;
+    OK(ctx, clembed_bag_optimizer_step(ctx, &wgrad, &w.ids, woffs, &w.o, &o, &whole, 0, NULL, NULL));
+    clembed_status ws = clembed_finish(ctx);
+    EXPECT(ws == (bad_rank >= 0 ? CLEMBED_ERR_INDEX_OUT_OF_RANGE : CLEMBED_OK), "%s: one device: %s", what,
+           clembed_status_string(ws));
+    snprintf(name, sizeof name, "%s, step %d: the table", what, step);
+    expect_table(ctx, t, &whole, name);
+    size_t row0 = 0;
+    clembed_matrix st1 = {0};
+    clembed_mpi_table_shard(t, &row0, NULL);
+    if (kind != CLEMBED_SGD) {
+      OK(ctx, clembed_mpi_table_state(t, 1, NULL, &st1));
+      snprintf(name, sizeof name, "%s, step %d: the state", what, step);
+      if (st1.buffer) expect_shard(ctx, &st1, row0, &s1, name);
+    }
+    if (kind == CLEMBED_ADAM) {
+      OK(ctx, clembed_mpi_table_state(t, 2, NULL, &st1));
+      snprintf(name, sizeof name, "%s, step %d: the second state", what, step);
+      if (st1.buffer) expect_shard(ctx, &st1, row0, &s2, name);
+    }
+    clembed_matrix_release(&grad);
+    clembed_matrix_release(&wgrad);
+    free(gall);
+    bag_dev_free(&d);
+    bag_dev_free(&w);
+    bag_batch_free(&mine);
+    bag_batch_free(&all);
+  }
+  clembed_matrix_release(&whole);
+  clembed_matrix_release(&s1);
+  clembed_matrix_release(&s2);
+  clembed_mpi_table_release(t);
+  free(h);
+}
+
+/* Every optimizer and mode (weighted SUM and padding too), F32 and BF16 tables,
+ * F32 and F16 gradients, fixed-size bags, three steps each (the states carry
+ * over); a bad id on one rank. Ids from few rows: the order of the additions
+ * shows, and under MAX some rows of a bag are never its max (not stepped). */
+TU_CASE(bag_step_equals_one_device) {
+  const size_t R = 19, C = 4;
+  const clembed_optimizer_kind kinds[4] = {CLEMBED_SGD, CLEMBED_ADAGRAD, CLEMBED_ROWWISE_ADAGRAD, CLEMBED_ADAM};
+  const clembed_bag_mode modes[3] = {CLEMBED_BAG_SUM, CLEMBED_BAG_MEAN, CLEMBED_BAG_MAX};
+  bag_spec s = {5, 2, 0, 0, 0, 10, 81};
+  bag_spec fixed = {3, 1, 4, 0, 0, 10, 82};
+  for (int k = 0; k < 4; k++)
+    for (int m = 0; m < 3; m++) {
+      char what[128];
+      clembed_bag_options o = clembed_bag_defaults();
+      o.mode = modes[m];
+      snprintf(what, sizeof what, "bag step: kind %d, mode %d, F32", (int)kinds[k], (int)modes[m]);
+      check_bag_steps(ctx, R, C, CLEMBED_F32, &s, &o, 0, kinds[k], CLEMBED_F32, 3, -1, what);
+      o.padding_idx = 2;
+      snprintf(what, sizeof what, "bag step: kind %d, mode %d, BF16 table, F16 grads, padding, fixed bags",
+               (int)kinds[k], (int)modes[m]);
+      check_bag_steps(ctx, R, C, CLEMBED_BF16, &fixed, &o, 0, kinds[k], CLEMBED_F16, 2, -1, what);
+    }
+  clembed_bag_options o = clembed_bag_defaults();
+  check_bag_steps(ctx, R, C, CLEMBED_F32, &s, &o, 1, CLEMBED_ADAM, CLEMBED_F32, 3, -1, "bag step: weighted SUM, ADAM");
+  o.padding_idx = 5;
+  check_bag_steps(ctx, R, C, CLEMBED_F16, &s, &o, 1, CLEMBED_ADAGRAD, CLEMBED_BF16, 2, -1,
+                  "bag step: weighted SUM, padding, F16 table, BF16 grads, ADAGRAD");
+  bag_spec bad = {4, 1, 3, 0, 0, (int64_t)R, 83};
+  for (int m = 0; m < 3; m++) {
+    o = clembed_bag_defaults();
+    o.mode = modes[m];
+    check_bag_steps(ctx, R, C, CLEMBED_F32, &bad, &o, 0, CLEMBED_ADAM, CLEMBED_F32, 2, g_size - 1,
+                    "bag step: a bad id on the last rank");
+  }
+  bag_spec tiny = {3, 1, 0, 0x1, 0, 2, 84};
+  o = clembed_bag_defaults();
+  o.mode = CLEMBED_BAG_MAX;
+  check_bag_steps(ctx, 2, C, CLEMBED_F32, &tiny, &o, 0, CLEMBED_ROWWISE_ADAGRAD, CLEMBED_F32, 2, -1,
+                  "bag step: MAX, 2 rows, rank 0 has no bags");
+}
+
+/* Refusals: the mode differs on the last rank (every rank refuses, nothing is
+ * stepped, none hangs); MAX without max_rows on one rank; a bad offset in a
+ * step; a NULL table. */
+TU_CASE(bag_refusals) {
+  const size_t R = 11, C = 3;
+  float *h = table_values(R, C, 41);
+  clembed_mpi_table *t = make_table(ctx, R, C, CLEMBED_F32, h);
+  clembed_matrix whole = whole_table(ctx, R, C, CLEMBED_F32, h), out = {0}, grad = {0};
+  int64_t ids_h[6] = {0, 4, 4, 10, 7, (int64_t)g_rank}, offs_h[3] = {0, 2, 6}, bad_offs[3] = {0, 4, 3};
+  clembed_ids ids = make_ids(ctx, ids_h, 6, CLEMBED_I64), offs = make_ids(ctx, offs_h, 3, CLEMBED_I32);
+  clembed_ids boffs = make_ids(ctx, bad_offs, 3, CLEMBED_I64);
+  OK(ctx, clembed_matrix_create(ctx, 2, C, CLEMBED_F32, &out));
+  OK(ctx, clembed_matrix_create(ctx, 2, C, CLEMBED_F32, &grad));
+  float *gh = grad_values(g_rank, 2, C, 3, CLEMBED_F32);
+  OK(ctx, clembed_matrix_write(ctx, &grad, gh, CLEMBED_F32));
+  int last = g_size - 1;
+  clembed_bag_options o = clembed_bag_defaults();
+  o.mode = g_rank == last ? CLEMBED_BAG_MEAN : CLEMBED_BAG_SUM;
+  clembed_status s = clembed_mpi_embedding_bag(t, &ids, &offs, &o, &out);
+  expect_status(ctx, s, g_size > 1 ? CLEMBED_ERR_INVALID_ARGUMENT : CLEMBED_OK, "bag modes differ");
+  if (g_size > 1) expect_argument(ctx, "clembed_mpi_embedding_bag", "mode", "bag modes differ");
+  clembed_optimizer sgd = clembed_optimizer_defaults(CLEMBED_SGD);
+  s = clembed_mpi_bag_optimizer_step(t, &grad, &ids, &offs, &o, &sgd);
+  expect_status(ctx, s, g_size > 1 ? CLEMBED_ERR_INVALID_ARGUMENT : CLEMBED_OK, "bag step modes differ");
+  if (g_size > 1) {
+    expect_argument(ctx, "clembed_mpi_bag_optimizer_step", "mode", "bag step modes differ");
+    expect_table(ctx, t, &whole, "after a refused bag step");
+  }
+  /* MAX without max_rows on the last rank: it names max_rows, the others the rank */
+  clembed_ids mr = {0};
+  int64_t z[6] = {0};
+  mr = make_ids(ctx, z, 2 * C, CLEMBED_I64);
+  o.mode = CLEMBED_BAG_MAX;
+  o.max_rows = g_rank == last ? NULL : &mr;
+  OK(ctx, clembed_mpi_embedding_bag(t, &ids, &offs, &o, &out)); /* max_rows is optional in the forward */
+  s = clembed_mpi_bag_optimizer_step(t, &grad, &ids, &offs, &o, &sgd);
+  expect_status(ctx, s, CLEMBED_ERR_INVALID_ARGUMENT, "MAX step without max_rows on the last rank");
+  if (g_rank == last) expect_argument(ctx, "clembed_mpi_bag_optimizer_step", "max_rows", "no max_rows");
+  else EXPECT(strstr(clembed_context_message(ctx), "refused") != NULL, "message %s", clembed_context_message(ctx));
+  /* a bad offset on rank 0: its own INDEX_OUT_OF_RANGE, nothing stepped anywhere */
+  o = clembed_bag_defaults();
+  clembed_matrix shard = {0};
+  OK(ctx, clembed_mpi_table_shard(t, NULL, &shard));
+  void *before = raw(ctx, &shard);
+  s = clembed_mpi_bag_optimizer_step(t, &grad, &ids, g_rank == 0 ? &boffs : &offs, &o, &sgd);
+  expect_status(ctx, s, g_rank == 0 ? CLEMBED_ERR_INDEX_OUT_OF_RANGE : CLEMBED_ERR_INVALID_ARGUMENT, "a bad offset");
+  if (g_rank == 0) {
+    clembed_error_detail d;
+    clembed_context_error(ctx, &d);
+    EXPECT(!strcmp(d.argument, "offsets") && d.index == 2 && d.value == 3, "bad offset: detail %s[%lld] = %lld",
+           d.argument, (long long)d.index, (long long)d.value);
+  }
+  void *after = raw(ctx, &shard);
+  EXPECT(!memcmp(before, after, clembed_dtype_row_bytes(shard.dtype, shard.cols) * shard.rows),
+         "a step refused for a bad offset changed rank %d's rows", g_rank);
+  free(before);
+  free(after);
+  /* a bad offset in the forward: the deferred error of the rank's own pooling */
+  s = clembed_mpi_embedding_bag(t, &ids, g_rank == 0 ? &boffs : &offs, &o, &out);
+  expect_status(ctx, s, g_rank == 0 ? CLEMBED_ERR_INDEX_OUT_OF_RANGE : CLEMBED_OK, "a bad offset in the forward");
+  if (g_rank == 0) expect_argument(ctx, "clembed_mpi_embedding_bag", "offsets", "a bad offset in the forward");
+  FAILS(NULL, CLEMBED_ERR_INVALID_ARGUMENT, clembed_mpi_embedding_bag(NULL, &ids, &offs, &o, &out));
+  FAILS(NULL, CLEMBED_ERR_INVALID_ARGUMENT, clembed_mpi_bag_optimizer_step(NULL, &grad, &ids, &offs, &o, &sgd));
+  clembed_ids_release(&ids);
+  clembed_ids_release(&offs);
+  clembed_ids_release(&boffs);
+  clembed_ids_release(&mr);
+  clembed_matrix_release(&out);
+  clembed_matrix_release(&grad);
+  clembed_matrix_release(&whole);
+  clembed_mpi_table_release(t);
+  free(gh);
+  free(h);
+}
+
 /* A rank calling another function than its peers: both refuse, none hangs. */
 TU_CASE(different_calls) {
   float *h = table_values(9, 3, 1);
