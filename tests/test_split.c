@@ -387,10 +387,10 @@ static void steps_scenario(clembed_context *ctx, int v, result *r) {
 }
 
 /* ---- bags (clembed_embedding_bag(s), clembed_bag_backward, the bag steps,
- * clembed_renorm). NB bags of the ids of bag_ids; per_sample_weights,
- * grad_out and grad_weights in a caller's own buffer (one cl_mem: those the
- * bag operations take in one buffer), everything else made by
- * clembed_matrix_create (split past the limit). */
+ * clembed_renorm). NB bags of the ids of bag_ids; per_sample_weights and
+ * grad_weights in a caller's own buffer (one cl_mem: the bag operations take
+ * them in one buffer), grad_out as grad_matrix makes it, everything else made
+ * by clembed_matrix_create (split past the limit). */
 enum { NB = 9 };
 static const int64_t ZERO_IDS[NB * D]; /* max_rows' first values */
 
@@ -547,7 +547,7 @@ static void bags_train_scenario(clembed_context *ctx, int v, result *r) {
   if (v < 4) {
     clembed_matrix table = filled(ctx, R, D, v == 3 ? CLEMBED_Q8_0 : CLEMBED_F32, 50 + (unsigned)v);
     gt = filled(ctx, R, D, CLEMBED_F32, 51);
-    g = own_matrix(ctx, NB, D, 52);
+    g = grad_matrix(ctx, NB, D, 52);
     if (v == 0 || v == 3) {
       w = own_matrix(ctx, N, 1, 53);
       opt.per_sample_weights = &w;
@@ -581,7 +581,7 @@ static void bags_train_scenario(clembed_context *ctx, int v, result *r) {
       o.weight_decay = 0.01f;
     }
     if (v < 8) {
-      g = own_matrix(ctx, NB, D, 61);
+      g = grad_matrix(ctx, NB, D, 61);
       if (v == 4) opt.mode = CLEMBED_BAG_MEAN;
       if (v == 5) {
         opt.mode = CLEMBED_BAG_MAX;
@@ -610,7 +610,13 @@ static void bags_train_scenario(clembed_context *ctx, int v, result *r) {
                                   {&t2, &ids2, &offs2, clembed_bag_defaults()},
                                   {&t1, &ids2, &offs2, clembed_bag_defaults()}};
       f[2].options.mode = CLEMBED_BAG_MEAN;
-      g = own_matrix(ctx, NB, 3 * D, 65);
+      /* grad_out split too where its rows (384 bytes) fit the limit */
+      clembed_matrix probe = {0};
+      if (clembed_matrix_create(ctx, 1, 3 * D, CLEMBED_F32, &probe) == CLEMBED_OK)
+        g = grad_matrix(ctx, NB, 3 * D, 65);
+      else
+        g = own_matrix(ctx, NB, 3 * D, 65);
+      RELEASE(&probe);
       for (int step = 1; step <= 2 && s == CLEMBED_OK; step++) {
         o.step = o2.step = (uint64_t)step;
         clembed_optimizer os[3] = {o, o2, o};
