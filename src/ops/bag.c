@@ -15,6 +15,16 @@
  * features use (DTYPES): the forward's launches each pool one dtype (the
  * features taken by dtype, then in order).
  *
+ * Split matrices (include/clembed.h, "Tables past one buffer"). A bag is
+ * pooled in one work-item over rows of any piece, so the forward's launch
+ * takes every piece of a feature's table as one of its buffers (BF_TAB_NP,
+ * the pieces listed in the descriptor; -DBAG_SPLIT=1), and a table whose
+ * pieces do not fit beside its feature's other buffers is refused; out goes
+ * through pieces.cl (a launch per window of its pieces). grad_weights reads
+ * the table a window of its pieces per launch. The backward and the steps hand
+ * the tables, states and grad_out to the fold as pieces; renorm's table goes
+ * through pieces.cl.
+ *
  * The backward produces contributions (ops.h's ce_contrib) for the one
  * segment fold: an entry per id of every feature feeding one table, in
  * feature order then id order; step_keys enqueues ce_bag_counts (the offsets
