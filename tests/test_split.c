@@ -42,6 +42,7 @@
  *                   POCL, and copied), converted to F16 and quantized to Q8_0;
  *                   a range of rows (clembed_matrix_load_rows)
  *   gpu_shapes      the forward, backward and steps in the GPU kernel shapes
+ *                   (the bags' too)
  *   limits          a limit below one row (CLEMBED_ERR_INVALID_ARGUMENT naming
  *                   CLEMBED_MAX_BUFFER_BYTES), a malformed limit, a grad_out in
  *                   more buffers than one launch takes
@@ -1086,6 +1087,8 @@ TU_CASE(gpu_shapes) {
     same_everywhere(g, "init gpu", init_scenario, 4, NLIM, 2);
     same_everywhere(g, "rope gpu", positional_scenario, 3, NLIM, 2);
     same_everywhere(g, "norm gpu", norm_scenario, 0, 2, 2);
+    for (int v = 0; v < 9; v += 2) same_everywhere(g, "bags forward gpu", bags_forward_scenario, v, 3, 2);
+    for (int v = 0; v < 9; v += 3) same_everywhere(g, "bags train gpu", bags_train_scenario, v, NLIM, 2);
   }
   for (int l = 0; l < NLIM; l++) clembed_context_destroy(lim_ctx[l]);
   clembed_context_destroy(g);
