@@ -166,13 +166,13 @@ static clembed_status plan(clembed_context *ctx, const char *what, const bag_fea
     size_t np = feature_pieces(&F[f], pieces);
     if (own > CLEMBED_BAGS_BUFFERS || np > CLEMBED_BAGS_BUFFERS) {
       char at[48] = "";
+      int all = own + (np > CLEMBED_BAGS_BUFFERS ? (int)np - CLEMBED_BAGS_BUFFERS : 0); /* (m holds 16 pieces) */
       if (F[f].index >= 0) snprintf(at, sizeof at, " (features[%ld])", F[f].index);
       free(L);
       return ce_fail_arg(ctx, CLEMBED_ERR_UNSUPPORTED, NULL, "table", F[f].index, (int64_t)F[f].tp.count,
                          "%s: table lies in %zu buffers%s; its ids, offsets, per_sample_weights and max_rows with "
                          "them make %d, and a launch of the bag kernels takes at most %d (CLEMBED_BAGS_BUFFERS)",
-                         what, F[f].tp.count, at, own + (np > CLEMBED_BAGS_BUFFERS ? (int)np - CLEMBED_BAGS_BUFFERS : 0),
-                         CLEMBED_BAGS_BUFFERS);
+                         what, F[f].tp.count, at, all, CLEMBED_BAGS_BUFFERS);
     }
     bag_launch *cur = nl ? &L[nl - 1] : NULL;
     for (int i = 0; cur && i < k; i++) {
