@@ -403,17 +403,28 @@ CLEMBED_API void clembed_ids_release(clembed_ids *ids);
  *   their own rows: their pieces need not line up with the table's),
  *   initialisation (the _at calls too), clembed_positional,
  *   clembed_rope_cache, clembed_rope_apply's x and out, BERT's layer (its
- *   segment table and gradients too) and clembed_matrix_load_rows. A kernel
+ *   segment table and gradients too), clembed_matrix_load_rows, and the bags:
+ *   the tables and out of clembed_embedding_bag and clembed_embedding_bags,
+ *   the table, grad_table and grad_out of clembed_bag_backward, the tables,
+ *   states and grad_out of clembed_bag_optimizer_step and
+ *   clembed_bags_optimizer_step, and clembed_renorm's table. A kernel
  *   takes up to 8 pieces of each split matrix; a matrix in more is taken by
  *   several launches of it, each over a window of the pieces, each row by one
- *   of them (never a path per row). Two exceptions take every piece in one
+ *   of them (never a path per row). Exceptions take every piece in one
  *   launch, so each such matrix must lie in at most 8 buffers (fewer where
  *   CL_DEVICE_MAX_PARAMETER_SIZE is small), else CLEMBED_ERR_UNSUPPORTED
- *   naming it: the grad_out of clembed_backward, clembed_sgd_update and
- *   clembed_optimizer_step (every launch reads its rows), and the matrices of
- *   BERT's layer (clembed_embed with segments or a norm, and
- *   clembed_embed_backward: the table, position and segment tables, out,
- *   grad_out).
+ *   naming it: the grad_out of clembed_backward, clembed_sgd_update,
+ *   clembed_optimizer_step, clembed_bag_backward and the bag steps (every
+ *   launch reads its rows), and the matrices of BERT's layer (clembed_embed
+ *   with segments or a norm, and clembed_embed_backward: the table, position
+ *   and segment tables, out, grad_out). The bags' forward pools a bag in one
+ *   work-item, so a launch takes every piece of a feature's table beside the
+ *   feature's ids, offsets, per_sample_weights and max_rows, within
+ *   CLEMBED_BAGS_BUFFERS: a table in more pieces than that leaves room for is
+ *   CLEMBED_ERR_UNSUPPORTED naming "table" (a table of at most 12 pieces
+ *   always fits; clembed_bag_backward's grad_weights and the steps take any
+ *   number). per_sample_weights and grad_weights (ids->count x 1) are taken
+ *   in one buffer: a split one is CLEMBED_ERR_UNSUPPORTED naming it.
  * - Copies of the struct share the pieces. Release exactly one copy, with
  *   clembed_matrix_release, which releases every piece and forgets the
  *   matrix. clReleaseMemObject on `buffer` releases the first piece only; the
@@ -962,7 +973,9 @@ CLEMBED_API clembed_bag_options clembed_bag_defaults(void);
  * CLEMBED_ERR_INVALID_ARGUMENT naming it: an unknown mode or policy, offsets
  * of other than out->rows + 1 entries, ids that do not divide into fixed bags,
  * per_sample_weights with MEAN or MAX or of the wrong shape or dtype, max_rows
- * without MAX or of the wrong count, a padding_idx outside the table. */
+ * without MAX or of the wrong count, a padding_idx outside the table. The
+ * table and out may be split ("Tables past one buffer": the table's pieces
+ * share one launch with the ids, offsets, weights and max_rows). */
 CLEMBED_API clembed_status clembed_embedding_bag(clembed_context *ctx, const clembed_matrix *table,
                                                  const clembed_ids *ids, const clembed_ids *offsets,
                                                  const clembed_bag_options *opt, clembed_matrix *out,
@@ -984,7 +997,8 @@ CLEMBED_API clembed_status clembed_embedding_bag(clembed_context *ctx, const cle
  * rounded, then added from 0); 0 for a left-out id (PyTorch's gradient of
  * per_sample_weights); it needs SUM and `table` (any dtype, only read; without
  * grad_weights table may be NULL). Bad ids and offsets as in the forward
- * (deferred errors; they contribute nothing). */
+ * (deferred errors; they contribute nothing). table, grad_table and grad_out
+ * may be split (grad_out in at most 8 buffers); grad_weights is one buffer. */
 CLEMBED_API clembed_status clembed_bag_backward(clembed_context *ctx, const clembed_matrix *grad_out,
                                                 const clembed_ids *ids, const clembed_ids *offsets,
                                                 const clembed_bag_options *opt, const clembed_matrix *table,
@@ -999,7 +1013,8 @@ CLEMBED_API clembed_status clembed_bag_backward(clembed_context *ctx, const clem
  * the table and its state rows read and written once. The rows stepped are
  * those with a contribution: every row of a taken id (SUM, MEAN), under MAX
  * only the rows named in max_rows. The table is F32, F16 or BF16; the
- * optimizer's fields and states are checked as clembed_optimizer_step does. */
+ * optimizer's fields and states are checked as clembed_optimizer_step does.
+ * The table and states may be split, grad_out too (in at most 8 buffers). */
 CLEMBED_API clembed_status clembed_bag_optimizer_step(clembed_context *ctx, const clembed_matrix *grad_out,
                                                       const clembed_ids *ids, const clembed_ids *offsets,
                                                       const clembed_bag_options *opt, const clembed_optimizer *o,
@@ -1032,9 +1047,10 @@ typedef struct clembed_bag_feature {      /* one sparse feature of a batch */
  * features share a table dtype and use at most 16 buffers in all (say 14 tables
  * with one ids and one offsets buffer, or one buffer holding every table) is
  * one launch however many features it has, and a batch of B buffers over T
- * table dtypes about B / 12 + T launches. A bad id or offset
- * of feature f is reported as in clembed_embedding_bag, the message naming
- * features[f]. */
+ * table dtypes about B / 12 + T launches. A split table counts each of its
+ * pieces (see "Tables past one buffer"); out may be split (a launch per window
+ * of its pieces where they are more than 8). A bad id or offset of feature f
+ * is reported as in clembed_embedding_bag, the message naming features[f]. */
 CLEMBED_API clembed_status clembed_embedding_bags(clembed_context *ctx, const clembed_bag_feature *features,
                                                   size_t n, clembed_matrix *out, cl_uint num_events_in_wait_list,
                                                   const cl_event *event_wait_list, cl_event *event);
@@ -1062,7 +1078,7 @@ CLEMBED_API clembed_status clembed_bags_optimizer_step(clembed_context *ctx, con
  * correctly rounded; other p within 1e-6 relative (pow is the device's). Bad
  * ids (outside [0, rows)) are a deferred CLEMBED_ERR_INDEX_OUT_OF_RANGE and
  * renorm nothing. max_norm finite and >= 0, norm_type > 0 (or INFINITY), else
- * CLEMBED_ERR_INVALID_ARGUMENT. */
+ * CLEMBED_ERR_INVALID_ARGUMENT. The table may be split. */
 CLEMBED_API clembed_status clembed_renorm(clembed_context *ctx, clembed_matrix *table, const clembed_ids *ids,
                                           float max_norm, float norm_type, cl_uint num_events_in_wait_list,
                                           const cl_event *event_wait_list, cl_event *event);

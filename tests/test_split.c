@@ -24,6 +24,12 @@
  *                   dropout, position_grad, grad_out split
  *   steps           clembed_sgd_update (F32/F16/BF16 tables) and every
  *                   optimizer kind with its states split, weight decay, steps
+ *   bags            clembed_embedding_bag (SUM, MEAN, MAX, weighted,
+ *                   padding, fixed bags, F32/F16/BF16/Q8_0 tables, a bad id)
+ *                   and clembed_embedding_bags (split and one-buffer tables
+ *                   together), out split; clembed_bag_backward with
+ *                   grad_weights, the bag steps (SGD, ADAGRAD,
+ *                   ROWWISE_ADAGRAD, ADAM; one table and several), renorm
  *   init            uniform and normal, F32/F16/BF16, both kernel shapes, a view
  *                   initialised as rows of a larger table (the _at calls)
  *   norm_layer      BERT's layer (segments, LayerNorm and RMSNorm) and its
@@ -36,6 +42,7 @@
  *                   POCL, and copied), converted to F16 and quantized to Q8_0;
  *                   a range of rows (clembed_matrix_load_rows)
  *   gpu_shapes      the forward, backward and steps in the GPU kernel shapes
+ *                   (the bags' too)
  *   limits          a limit below one row (CLEMBED_ERR_INVALID_ARGUMENT naming
  *                   CLEMBED_MAX_BUFFER_BYTES), a malformed limit, a grad_out in
  *                   more buffers than one launch takes
@@ -378,6 +385,275 @@ static void steps_scenario(clembed_context *ctx, int v, result *r) {
   if (s2.buffer) keep(r, ctx, &s2);
   RELEASE(&g, &table, &s1, &s2);
   clembed_ids_release(&ids);
+}
+
+/* ---- bags (clembed_embedding_bag(s), clembed_bag_backward, the bag steps,
+ * clembed_renorm). NB bags of the ids of bag_ids; per_sample_weights and
+ * grad_weights in a caller's own buffer (one cl_mem: the bag operations take
+ * them in one buffer), grad_out as grad_matrix makes it, everything else made
+ * by clembed_matrix_create (split past the limit). */
+enum { NB = 9 };
+static const int64_t ZERO_IDS[NB * D]; /* max_rows' first values */
+
+/* A rows x cols F32 matrix over a caller's own cl_mem (one buffer whatever the limit). */
+static clembed_matrix own_matrix(clembed_context *ctx, size_t rows, size_t cols, unsigned seed) {
+  float *h = values(rows * cols, seed);
+  cl_int err;
+  clembed_matrix m = {0};
+  m.buffer = clCreateBuffer(cl_context_of(ctx), CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR,
+                            (rows * cols + 1) * sizeof(float), h, &err);
+  EXPECT(err == CL_SUCCESS, "clCreateBuffer: %d", err);
+  m.rows = rows;
+  m.cols = cols;
+  m.ld = cols;
+  m.dtype = CLEMBED_F32;
+  free(h);
+  return m;
+}
+
+/* N ids (seed) in NB bags of uneven sizes (two empty), and their offsets. */
+static void bag_ids(clembed_context *ctx, unsigned seed, clembed_ids *ids, clembed_ids *offs) {
+  static const int64_t o[NB + 1] = {0, 3, 3, 10, 11, 18, 18, 25, 30, N};
+  int64_t h[N];
+  token_ids(h, N, R, seed);
+  *ids = ids_of(ctx, h, N);
+  *offs = ids_of(ctx, o, NB + 1);
+}
+
+/* The ids' values, kept as results. */
+static void keep_ids(result *r, clembed_context *ctx, const clembed_ids *ids) {
+  size_t n = ids->count * (ids->type == CLEMBED_I64 ? 8 : 4);
+  uint8_t *b = malloc(n + 1);
+  OK(ctx, clembed_ids_read(ctx, ids, b));
+  if (r->n + n > r->cap) {
+    r->cap = (r->n + n) * 2;
+    r->bytes = realloc(r->bytes, r->cap);
+  }
+  memcpy(r->bytes + r->n, b, n);
+  r->n += n;
+  free(b);
+}
+
+/* The forward: 0 SUM, 1 MEAN with padding 0, 2 MAX (max_rows), 3 weighted SUM,
+ * 4 an F16 table (F16 out), 5 a Q8_0 table (MEAN), 6 fixed bags (no offsets,
+ * BF16 table), 7 a bad id (CHECK), 8 clembed_embedding_bags: features on split
+ * tables (F32, F16 MAX, Q8_0) and on a caller's one-buffer table, two on one
+ * table, out split too. */
+static void bags_forward_scenario(clembed_context *ctx, int v, result *r) {
+  clembed_ids ids, offs, mr = {0};
+  bag_ids(ctx, 7 + (unsigned)v, &ids, &offs);
+  clembed_bag_options opt = clembed_bag_defaults();
+  clembed_matrix w = {0}, out = {0};
+  clembed_status s;
+  if (v < 8) {
+    clembed_dtype t = v == 4 ? CLEMBED_F16 : v == 5 ? CLEMBED_Q8_0 : v == 6 ? CLEMBED_BF16 : CLEMBED_F32;
+    clembed_matrix table = filled(ctx, R, D, t, 30 + (unsigned)v);
+    const clembed_ids *o = &offs;
+    if (v == 1) {
+      opt.mode = CLEMBED_BAG_MEAN;
+      opt.padding_idx = 0;
+    }
+    if (v == 2 || v == 7) {
+      opt.mode = CLEMBED_BAG_MAX;
+      OK(ctx, clembed_ids_create(ctx, ZERO_IDS, NB * D, CLEMBED_I64, &mr));
+      opt.max_rows = &mr;
+    }
+    if (v == 3) {
+      w = own_matrix(ctx, N, 1, 31);
+      opt.per_sample_weights = &w;
+    }
+    if (v == 5) opt.mode = CLEMBED_BAG_MEAN;
+    if (v == 6) o = NULL;
+    clembed_ids bad = ids;
+    if (v == 7) {
+      int64_t h[N];
+      token_ids(h, N, R, 14);
+      h[12] = R + 3;
+      h[20] = -2;
+      bad = ids_of(ctx, h, N);
+    }
+    size_t bags = v == 6 ? N : NB; /* fixed bags of one id */
+    OK(ctx, clembed_matrix_create(ctx, bags, D, v == 4 ? CLEMBED_F16 : CLEMBED_F32, &out));
+    s = clembed_embedding_bag(ctx, &table, &bad, o, &opt, &out, 0, NULL, NULL);
+    keep_status(r, ctx, s);
+    if (s == CLEMBED_OK) keep(r, ctx, &out);
+    note(r, ctx, &table);
+    if (v == 7) clembed_ids_release(&bad);
+    RELEASE(&table);
+  } else {
+    clembed_matrix ta = filled(ctx, R, D, CLEMBED_F32, 40), tb = filled(ctx, R, D, CLEMBED_F16, 41),
+                   tq = filled(ctx, R, D, CLEMBED_Q8_0, 42), tu = own_matrix(ctx, 8, D, 43);
+    clembed_ids ids2, offs2;
+    bag_ids(ctx, 44, &ids2, &offs2);
+    int64_t hs[N];
+    token_ids(hs, N, 8, 45);
+    clembed_ids ids3 = ids_of(ctx, hs, N);
+    OK(ctx, clembed_ids_create(ctx, ZERO_IDS, NB * D, CLEMBED_I32, &mr));
+    w = own_matrix(ctx, N, 1, 46);
+    clembed_bag_feature f[5];
+    for (int k = 0; k < 5; k++) f[k].options = clembed_bag_defaults();
+    f[0] = (clembed_bag_feature){&ta, &ids, &offs, clembed_bag_defaults()};
+    f[1] = (clembed_bag_feature){&tb, &ids2, &offs2, clembed_bag_defaults()};
+    f[1].options.mode = CLEMBED_BAG_MAX;
+    f[1].options.max_rows = &mr;
+    f[2] = (clembed_bag_feature){&tu, &ids3, &offs, clembed_bag_defaults()};
+    f[2].options.per_sample_weights = &w;
+    f[3] = (clembed_bag_feature){&tq, &ids2, &offs2, clembed_bag_defaults()};
+    f[3].options.mode = CLEMBED_BAG_MEAN;
+    f[4] = (clembed_bag_feature){&ta, &ids2, &offs2, clembed_bag_defaults()};
+    f[4].options.policy = CLEMBED_INDEX_ZERO;
+    f[4].options.padding_idx = 2;
+    OK(ctx, clembed_matrix_create(ctx, NB, 5 * D, CLEMBED_F16, &out));
+    s = clembed_embedding_bags(ctx, f, 5, &out, 0, NULL, NULL);
+    keep_status(r, ctx, s);
+    if (s == CLEMBED_OK) keep(r, ctx, &out);
+    note(r, ctx, &ta);
+    RELEASE(&ta, &tb, &tq, &tu);
+    clembed_ids_release(&ids2);
+    clembed_ids_release(&offs2);
+    clembed_ids_release(&ids3);
+  }
+  if (mr.buffer && r->status == CLEMBED_OK) keep_ids(r, ctx, &mr);
+  note(r, ctx, &out);
+  RELEASE(&out, &w);
+  clembed_ids_release(&ids);
+  clembed_ids_release(&offs);
+  clembed_ids_release(&mr);
+}
+
+/* MAX's max_rows (opt->max_rows) as the forward writes them for the F32
+ * table of values(seed), from a one-buffer copy of it (the forward takes a
+ * table in at most 16 buffers with its ids). */
+static void max_rows_of(clembed_context *ctx, unsigned seed, const clembed_ids *ids, const clembed_ids *offs,
+                        clembed_bag_options *opt) {
+  clembed_matrix t = own_matrix(ctx, R, D, seed), out = own_matrix(ctx, NB, D, 0);
+  OK(ctx, clembed_embedding_bag(ctx, &t, ids, offs, opt, &out, 0, NULL, NULL));
+  RELEASE(&t, &out);
+}
+
+/* Training: 0 clembed_bag_backward SUM weighted with grad_weights, 1 MEAN
+ * without the table, 2 MAX (max_rows from the forward), 3 grad_weights from a
+ * Q8_0 table, 4..7 clembed_bag_optimizer_step
+ * with SGD, ADAGRAD, ROWWISE_ADAGRAD, ADAM (states split too; two steps;
+ * MEAN, MAX, SUM, weighted), 8 clembed_bags_optimizer_step: ADAGRAD on a
+ * table two features share and ADAM on an F16 one, 9 clembed_renorm (p = 2, a
+ * view of rows from row 2), 10 clembed_renorm p = 1 on BF16, 11 p = 3 on F16. */
+static void bags_train_scenario(clembed_context *ctx, int v, result *r) {
+  clembed_ids ids, offs, mr = {0};
+  bag_ids(ctx, 17 + (unsigned)v, &ids, &offs);
+  clembed_bag_options opt = clembed_bag_defaults();
+  clembed_matrix w = {0}, g = {0}, gw = {0}, gt = {0}, s1 = {0}, s2 = {0}, t1 = {0}, t2 = {0}, u1 = {0},
+                 u2 = {0};
+  clembed_status s = CLEMBED_OK;
+  if (v < 4) {
+    clembed_matrix table = filled(ctx, R, D, v == 3 ? CLEMBED_Q8_0 : CLEMBED_F32, 50 + (unsigned)v);
+    gt = filled(ctx, R, D, CLEMBED_F32, 51);
+    g = grad_matrix(ctx, NB, D, 52);
+    if (v == 0 || v == 3) {
+      w = own_matrix(ctx, N, 1, 53);
+      opt.per_sample_weights = &w;
+      gw = own_matrix(ctx, N, 1, 54);
+    }
+    if (v == 1) opt.mode = CLEMBED_BAG_MEAN;
+    if (v == 2) {
+      opt.mode = CLEMBED_BAG_MAX;
+      OK(ctx, clembed_ids_create(ctx, ZERO_IDS, NB * D, CLEMBED_I64, &mr));
+      opt.max_rows = &mr;
+      max_rows_of(ctx, 50 + (unsigned)v, &ids, &offs, &opt);
+    }
+    s = clembed_bag_backward(ctx, &g, &ids, &offs, &opt, v == 1 ? NULL : &table, &gt, gw.buffer ? &gw : NULL, 0,
+                             NULL, NULL);
+    keep_status(r, ctx, s);
+    keep(r, ctx, &gt);
+    if (gw.buffer) keep(r, ctx, &gw);
+    note(r, ctx, &table);
+    RELEASE(&table);
+  } else if (v < 9) {
+    clembed_optimizer_kind kind = v == 8 ? CLEMBED_ADAGRAD : (clembed_optimizer_kind)(v - 4);
+    clembed_optimizer o = clembed_optimizer_defaults(kind);
+    t1 = filled(ctx, R, D, CLEMBED_F32, 60 + (unsigned)v);
+    if (kind != CLEMBED_SGD) {
+      OK(ctx, clembed_matrix_create(ctx, R, kind == CLEMBED_ROWWISE_ADAGRAD ? 1 : D, CLEMBED_F32, &s1));
+      o.state = &s1;
+    }
+    if (kind == CLEMBED_ADAM) {
+      OK(ctx, clembed_matrix_create(ctx, R, D, CLEMBED_F32, &s2));
+      o.state2 = &s2;
+      o.weight_decay = 0.01f;
+    }
+    if (v < 8) {
+      g = grad_matrix(ctx, NB, D, 61);
+      if (v == 4) opt.mode = CLEMBED_BAG_MEAN;
+      if (v == 5) {
+        opt.mode = CLEMBED_BAG_MAX;
+        OK(ctx, clembed_ids_create(ctx, ZERO_IDS, NB * D, CLEMBED_I64, &mr));
+        opt.max_rows = &mr;
+        max_rows_of(ctx, 60 + (unsigned)v, &ids, &offs, &opt);
+      }
+      if (v == 7) {
+        w = own_matrix(ctx, N, 1, 62);
+        opt.per_sample_weights = &w;
+      }
+      for (int step = 1; step <= 2 && s == CLEMBED_OK; step++) {
+        o.step = (uint64_t)step;
+        s = clembed_bag_optimizer_step(ctx, &g, &ids, &offs, &opt, &o, &t1, 0, NULL, NULL);
+      }
+    } else {
+      clembed_ids ids2, offs2;
+      bag_ids(ctx, 63, &ids2, &offs2);
+      t2 = filled(ctx, R, D, CLEMBED_F16, 64);
+      clembed_optimizer o2 = clembed_optimizer_defaults(CLEMBED_ADAM);
+      OK(ctx, clembed_matrix_create(ctx, R, D, CLEMBED_F32, &u1));
+      OK(ctx, clembed_matrix_create(ctx, R, D, CLEMBED_F32, &u2));
+      o2.state = &u1;
+      o2.state2 = &u2;
+      clembed_bag_feature f[3] = {{&t1, &ids, &offs, clembed_bag_defaults()},
+                                  {&t2, &ids2, &offs2, clembed_bag_defaults()},
+                                  {&t1, &ids2, &offs2, clembed_bag_defaults()}};
+      f[2].options.mode = CLEMBED_BAG_MEAN;
+      /* grad_out split too where its rows (384 bytes) fit the limit */
+      clembed_matrix probe = {0};
+      if (clembed_matrix_create(ctx, 1, 3 * D, CLEMBED_F32, &probe) == CLEMBED_OK)
+        g = grad_matrix(ctx, NB, 3 * D, 65);
+      else
+        g = own_matrix(ctx, NB, 3 * D, 65);
+      RELEASE(&probe);
+      for (int step = 1; step <= 2 && s == CLEMBED_OK; step++) {
+        o.step = o2.step = (uint64_t)step;
+        clembed_optimizer os[3] = {o, o2, o};
+        s = clembed_bags_optimizer_step(ctx, f, 3, &g, os, 0, NULL, NULL);
+      }
+      clembed_ids_release(&ids2);
+      clembed_ids_release(&offs2);
+    }
+    keep_status(r, ctx, s);
+    keep(r, ctx, &t1);
+    if (t2.buffer) keep(r, ctx, &t2);
+    if (s1.buffer) keep(r, ctx, &s1);
+    if (s2.buffer) keep(r, ctx, &s2);
+    if (u1.buffer) keep(r, ctx, &u1);
+    if (u2.buffer) keep(r, ctx, &u2);
+  } else {
+    clembed_dtype t = v == 10 ? CLEMBED_BF16 : v == 11 ? CLEMBED_F16 : CLEMBED_F32;
+    t1 = filled(ctx, R, D, t, 70 + (unsigned)v);
+    clembed_matrix view = t1;
+    if (v == 9) { /* rows 2 .. R-1 */
+      view.offset = 2 * D;
+      view.rows = R - 2;
+    }
+    int64_t h[N];
+    token_ids(h, N, R - 2, 71);
+    clembed_ids rid = ids_of(ctx, h, N);
+    s = clembed_renorm(ctx, &view, &rid, v == 10 ? 20.0f : 9.0f, v == 9 ? 2.0f : v == 10 ? 1.0f : 3.0f, 0, NULL,
+                       NULL);
+    keep_status(r, ctx, s);
+    keep(r, ctx, &t1);
+    clembed_ids_release(&rid);
+  }
+  RELEASE(&g, &w, &gw, &gt, &s1, &s2, &t1, &t2, &u1, &u2);
+  clembed_ids_release(&ids);
+  clembed_ids_release(&offs);
+  clembed_ids_release(&mr);
 }
 
 /* ---- initialisation: dtype (3) x uniform/normal (2) x whole/view (2) */
@@ -730,6 +1006,36 @@ TU_CASE(steps) {
     if (!tu_small || v >= 3) same_everywhere(ctx, "steps", steps_scenario, v, NLIM, 2);
 }
 
+/* The bag operations: the forward where a launch takes the table's pieces with
+ * its ids, offsets, weights and max_rows (the first three limits: at most 7
+ * pieces; out in up to 9, so over windows), and past that (21 pieces: one per
+ * row) CLEMBED_ERR_UNSUPPORTED naming the table; the backward, grad_weights,
+ * the steps and renorm under every limit. */
+TU_CASE(bags) {
+  for (int v = 0; v < 9; v++)
+    if (!tu_small || v % 2 == 0) /* (the F16 and Q8_0 tables and out fit 1458 bytes) */
+      same_everywhere(ctx, "bags forward", bags_forward_scenario, v, 3, v == 4 || v == 5 ? 0 : 2);
+  for (int v = 0; v < 12; v++)
+    if (!tu_small || v % 2 == 0 || v == 3) /* (the 21-row F16 and BF16 tables fit 1458 bytes) */
+      same_everywhere(ctx, "bags train", bags_train_scenario, v, NLIM, v >= 10 ? 0 : 2);
+  clembed_context *c = lim_ctx[3];
+  if (!c) return;
+  clembed_matrix table = filled(c, R, D, CLEMBED_F32, 1), out = {0};
+  clembed_ids ids, offs;
+  bag_ids(c, 1, &ids, &offs);
+  OK(c, clembed_matrix_create(c, NB, D, CLEMBED_F32, &out));
+  EXPECT(pieces_of(c, &table) == R, "%zu pieces", pieces_of(c, &table));
+  clembed_status s = clembed_embedding_bag(c, &table, &ids, &offs, NULL, &out, 0, NULL, NULL);
+  clembed_error_detail d;
+  clembed_context_error(c, &d);
+  EXPECT(s == CLEMBED_ERR_UNSUPPORTED && d.argument && !strcmp(d.argument, "table"),
+         "a table in %d buffers: %s (%s), argument %s", R, clembed_status_string(s), clembed_context_message(c),
+         d.argument ? d.argument : "(none)");
+  RELEASE(&table, &out);
+  clembed_ids_release(&ids);
+  clembed_ids_release(&offs);
+}
+
 TU_CASE(init) {
   for (int v = 0; v < 12; v++)
     if (!tu_small || v % 3 == 0) same_everywhere(ctx, "init", init_scenario, v, NLIM, 2);
@@ -781,6 +1087,8 @@ TU_CASE(gpu_shapes) {
     same_everywhere(g, "init gpu", init_scenario, 4, NLIM, 2);
     same_everywhere(g, "rope gpu", positional_scenario, 3, NLIM, 2);
     same_everywhere(g, "norm gpu", norm_scenario, 0, 2, 2);
+    for (int v = 0; v < 9; v += 2) same_everywhere(g, "bags forward gpu", bags_forward_scenario, v, 3, 2);
+    for (int v = 0; v < 9; v += 3) same_everywhere(g, "bags train gpu", bags_train_scenario, v, NLIM, 2);
   }
   for (int l = 0; l < NLIM; l++) clembed_context_destroy(lim_ctx[l]);
   clembed_context_destroy(g);

@@ -82,12 +82,17 @@
 #define CE_BAG_KPARAMS , __global const ulong *cb, __global const long *mr
 #define CE_BAG_FPARAMS , __global const ulong *cb, __global const long *mr, KEY_T key
 #define CE_BAG_FARGS , cb, mr, key
+/* sorted entry e's gradient row: its buffer, and the element there (grad_out
+ * split, every piece in the launch: the record's b * g_ld + column read as bag
+ * row b's piece and its column) */
 #if CE_PIECES_grad
-#error "the bag backward takes grad_out in one buffer"
-#endif
-/* sorted entry e's gradient row: its buffer, and the element there */
+#define CE_GRAD_B(e) (cb[2 * (ulong)(e)] / max(g_ld, (ulong)1))
+#define CE_GRAD_AT(e) CE_AT(grad, CE_GRAD_B(e))
+#define CE_GRAD_OFF(e) (CE_OFF(grad, g_off, g_ld, CE_GRAD_B(e)) + cb[2 * (ulong)(e)] % max(g_ld, (ulong)1))
+#else
 #define CE_GRAD_AT(e) (grad)
 #define CE_GRAD_OFF(e) (g_off + cb[2 * (ulong)(e)])
+#endif
 /* Entry t's contribution at V columns from c (T = FV, V = VEC; or one column,
  * T = float, V = 1) of the segment that starts at j, g its gradient row there:
  * kind 1 and 2 the row times the weight or divided by the count; kind 3 (MAX)

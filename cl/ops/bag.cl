@@ -32,7 +32,10 @@
  *
  * Build options: OUT_DT, GRAD_DT, TABLE_DT (renorm) dtype codes; DTYPES (a bit
  * per table dtype code the launch's features use: the pooling of the others
- * is left out); VEC, TILE, AHEAD; KEY64; BF_* and BF_COUNT. */
+ * is left out); VEC, TILE, AHEAD; KEY64; BF_* and BF_COUNT; BAG_SPLIT (1: a
+ * feature's table lies in several of the launch's buffers, BF_TAB_NP pieces
+ * listed from fd[BF_TAB_P] on, holding its rows [BF_TAB_LO, BF_TAB_HI)); the
+ * out and renorm's tab may be split (CE_PIECES_out, CE_PIECES_tab). */
 
 #ifndef OUT_DT
 #define OUT_DT 0
@@ -48,6 +51,9 @@
 #endif
 #ifndef TILE
 #define TILE 1
+#endif
+#ifndef BAG_SPLIT
+#define BAG_SPLIT 0
 #endif
 #ifndef AHEAD
 #define AHEAD 0
@@ -111,6 +117,11 @@ typedef struct ce_bag_feat {
   ulong col0;
   uint slot;
   int report;
+#if BAG_SPLIT
+  ulong np, t_lo, t_hi;       /* the table's pieces in this launch, the rows they hold [t_lo, t_hi) */
+  __global const ulong *pl;   /* np triples: buffer index, first row, element of that row */
+  __global uchar **bufs;
+#endif
 } ce_bag_feat;
 
 #define FD(f, k) fd[(ulong)(f) * BF_COUNT + (k)]
@@ -152,6 +163,29 @@ CE_INLINE void ce_bag_load(ce_bag_feat *F, __global const ulong *fd, ulong f, __
   F->col0 = FD(f, BF_COL0);
   F->slot = (uint)FD(f, BF_ERR);
   F->report = (int)FD(f, BF_REPORT);
+#if BAG_SPLIT
+  F->np = FD(f, BF_TAB_NP);
+  F->t_lo = FD(f, BF_TAB_LO);
+  F->t_hi = FD(f, BF_TAB_HI);
+  F->pl = fd + FD(f, BF_TAB_P);
+  F->bufs = bufs;
+#endif
+}
+
+/* The buffer that holds table row `row` (of the launch's pieces), and in *off
+ * the element of its column 0 there: the last piece whose first row is at
+ * most row. */
+CE_INLINE __global const uchar *ce_bag_tabrow(const ce_bag_feat *F, ulong row, ulong *off) {
+#if BAG_SPLIT
+  if (F->np > 1) {
+    ulong k = F->np - 1;
+    while (k > 0 && F->pl[3 * k + 1] > row) k--;
+    *off = F->pl[3 * k + 2] + (row - F->pl[3 * k + 1]) * F->t_ld;
+    return ce_bag_buf(F->bufs, F->pl[3 * k]);
+  }
+#endif
+  *off = F->t_off + row * F->t_ld;
+  return F->tab;
 }
 
 /* The last of the launch's features whose `field` (BF_CHUNK0, BF_E0: starts
@@ -327,7 +361,6 @@ CE_INLINE ulong ce_bag_of(const ce_bag_feat *F, ulong j, ulong bags) {
   CE_INLINE void ce_bag_pool_##D(const ce_bag_feat *F, ulong lo, ulong hi, ulong c, int nv, int nt, float zero,    \
                                  FV *acc, UV *arg, float *tacc, uint *targ, int *cnt, int report,                  \
                                  __global uint *err) {                                                            \
-    __global const CE_STORE_##D *tab = (__global const CE_STORE_##D *)F->tab;                                    \
     const ulong ct = c + (ulong)nv * VEC; /* the tail's first column */                                           \
     int taken = 0;                                                                                                \
     for (int k = 0; k < TILE; k++) {                                                                              \
@@ -342,7 +375,9 @@ CE_INLINE ulong ce_bag_of(const ce_bag_feat *F, ulong j, ulong bags) {
       if (CE_PREFETCH && AHEAD && TILE > 1 && j + AHEAD < hi) {                                                   \
         long id = ce_load_id(F->ids32, F->ids64, F->id64, F->id_off + j + AHEAD);                                 \
         if (id >= 0 && (ulong)id < F->t_rows) {                                                                   \
-          __global const CE_STORE_##D *rp = ce_ptr_##D(tab, F->t_off + (ulong)id * F->t_ld);                     \
+          ulong ro_;                                                                                              \
+          __global const CE_STORE_##D *tp_ = (__global const CE_STORE_##D *)ce_bag_tabrow(F, (ulong)id, &ro_);    \
+          __global const CE_STORE_##D *rp = ce_ptr_##D(tp_, ro_);                                                 \
           __global const uchar *a = (__global const uchar *)ce_ptr_##D(rp, c);                                   \
           __global const uchar *z = (__global const uchar *)ce_ptr_##D(rp, ct + (ulong)nt);                      \
           for (; a < z; a += 64) ce_prefetch(a);                                                                  \
@@ -350,7 +385,9 @@ CE_INLINE ulong ce_bag_of(const ce_bag_feat *F, ulong j, ulong bags) {
       }                                                                                                           \
       long row = ce_bag_row(F, j, err, report);                                                                   \
       if (row < 0) continue;                                                                                      \
-      __global const CE_STORE_##D *p = ce_ptr_##D(tab, F->t_off + (ulong)row * F->t_ld);                         \
+      ulong ro_;                                                                                                  \
+      __global const CE_STORE_##D *tp_ = (__global const CE_STORE_##D *)ce_bag_tabrow(F, (ulong)row, &ro_);       \
+      __global const CE_STORE_##D *p = ce_ptr_##D(tp_, ro_);                                                      \
       if (F->mode == CE_BAG_MAX) {                                                                                \
         const uint ju = (uint)j;                                                                                  \
         const int first = taken == 0;                                                                             \
@@ -370,8 +407,9 @@ CE_INLINE ulong ce_bag_of(const ce_bag_feat *F, ulong j, ulong bags) {
   }                                                                                                               \
   /* one value (grad_weights) */                                                                                  \
   CE_INLINE void ce_bag_value_##D(const ce_bag_feat *F, ulong row, ulong c, float *v) {                           \
-    __global const CE_STORE_##D *tab = (__global const CE_STORE_##D *)F->tab;                                    \
-    *v = ce_load_##D(ce_ptr_##D(tab, F->t_off + row * F->t_ld), c);                                               \
+    ulong ro_;                                                                                                    \
+    __global const CE_STORE_##D *tp_ = (__global const CE_STORE_##D *)ce_bag_tabrow(F, row, &ro_);               \
+    *v = ce_load_##D(ce_ptr_##D(tp_, ro_), c);                                                                    \
   }
 CE_BAG_POOL_FN(0)
 CE_BAG_POOL_FN(1)
@@ -439,7 +477,12 @@ CE_INLINE void ce_bag_columns(const ce_bag_feat *F, ulong b, ulong bags, ulong c
 }
 
 /* The arguments of the forward's shapes, after CE_BAG_ARGS. */
-#define CE_BAG_OUT_ARGS __global OUT_T *out, ulong o_off, ulong o_ld, ulong nchunks, float zero
+#define CE_BAG_OUT_ARGS \
+  __global OUT_T *out, ulong o_off CE_PIECE_PARAMS(OUT_T, out), ulong o_ld, ulong nchunks, float zero
+/* bag b's output row (out may be split: cl/lib/pieces.cl), and whether this
+ * launch writes it (with no bags, the first window's item 0 checks) */
+#define CE_BAG_OROW(b) (CE_AT(out, (b)) + CE_OFF(out, o_off, o_ld, (b)))
+#define CE_BAG_MINE(b) (bags ? CE_OWNS(out, (b)) : CE_FIRST(out))
 
 /* CPU shape: a work-item per bag, every feature of the launch in turn, whole
  * rows (with no bags, item 0 checks the offsets). */
@@ -447,11 +490,12 @@ __kernel void ce_bag_rows(CE_BAG_ARGS, CE_BAG_OUT_ARGS) {
   CE_BAG_BUFS_ARRAY;
   ulong b = get_global_id(0);
   if (b >= max(bags, (ulong)1)) return;
+  if (!CE_BAG_MINE(b)) return;
   for (uint f = 0; f < nf; f++) {
     ce_bag_feat F;
     ce_bag_load(&F, fd, f0 + f, bufs_);
     ce_bag_check_offsets(&F, b, bags, err);
-    if (b < bags) ce_bag_columns(&F, b, bags, 0, F.cols, zero, out + o_off + b * o_ld + F.col0, 1, err);
+    if (b < bags) ce_bag_columns(&F, b, bags, 0, F.cols, zero, CE_BAG_OROW(b) + F.col0, 1, err);
   }
 }
 
@@ -461,6 +505,7 @@ __kernel void ce_bag_cols(CE_BAG_ARGS, CE_BAG_OUT_ARGS) {
   CE_BAG_BUFS_ARRAY;
   ulong x = get_global_id(0), b = get_global_id(1);
   if (x >= nchunks || b >= max(bags, (ulong)1)) return;
+  if (!CE_BAG_MINE(b)) return;
   uint lo = ce_bag_find(fd, f0, nf, BF_CHUNK0, x);
   ce_bag_feat F;
   ce_bag_load(&F, fd, f0 + lo, bufs_);
@@ -468,7 +513,7 @@ __kernel void ce_bag_cols(CE_BAG_ARGS, CE_BAG_OUT_ARGS) {
   int first = c == 0;
   if (first) ce_bag_check_offsets(&F, b, bags, err);
   if (b < bags)
-    ce_bag_columns(&F, b, bags, c, min(c + VEC, F.cols), zero, out + o_off + b * o_ld + F.col0, first, err);
+    ce_bag_columns(&F, b, bags, c, min(c + VEC, F.cols), zero, CE_BAG_OROW(b) + F.col0, first, err);
 }
 
 /* Devices without 64-bit atomics: the value of each feature's first bad id
@@ -580,8 +625,9 @@ __kernel void ce_bag_gather_max(CE_BAG_ARGS, __global long *mrt) {
 /* grad_weights[j] = the sum over columns c ascending of g_b[c] * t_j[c] (each
  * product rounded, added from 0), 0 for an id left out; one feature (f0), a
  * work-item per id. */
-__kernel void ce_bag_grad_weights(CE_BAG_ARGS, __global const GRAD_T *grad, ulong g_off, ulong g_ld,
-                                  __global float *gw, ulong gw_off, ulong gw_ld) {
+__kernel void ce_bag_grad_weights(CE_BAG_ARGS, __global const GRAD_T *grad,
+                                  ulong g_off CE_PIECE_PARAMS(const GRAD_T, grad), ulong g_ld, __global float *gw,
+                                  ulong gw_off, ulong gw_ld) {
   CE_BAG_BUFS_ARRAY;
   ulong j = get_global_id(0);
   ce_bag_feat F;
@@ -589,12 +635,18 @@ __kernel void ce_bag_grad_weights(CE_BAG_ARGS, __global const GRAD_T *grad, ulon
   if (j >= F.n) return;
   long row = ce_bag_row(&F, j, err, 0);
   float acc = 0.0f;
+#if BAG_SPLIT
+  /* a launch per window of the table's pieces: the id's row's window writes
+   * it, the first window an id that takes no row */
+  if (row >= 0 && bags ? (ulong)row < F.t_lo || (ulong)row >= F.t_hi : F.t_lo != 0) return;
+#endif
   if (row >= 0 && bags) {
-    ulong g = g_off + ce_bag_of(&F, j, bags) * g_ld + F.col0;
+    ulong b = ce_bag_of(&F, j, bags), g = CE_OFF(grad, g_off, g_ld, b) + F.col0;
+    __global const GRAD_T *gb = CE_AT(grad, b);
     for (ulong c = 0; c < F.cols; c++) {
       float t = 0.0f;
       CE_BAG_SWITCH(F.dtype, ce_bag_value, &F, (ulong)row, c, &t)
-      float pr = load_grad(grad, g + c) * t;
+      float pr = load_grad(gb, g + c) * t;
       acc = acc + pr;
     }
   }
@@ -617,16 +669,19 @@ __kernel void ce_renorm_keys(__global const int *ids32, __global const long *ids
  * it: the norm (kind 1: sum |x|; 2: sqrt(sum x*x); 3: the largest |x|, NaN if
  * any; 0: pow(sum pow(|x|, p), inv_p)), columns ascending, then, when it
  * exceeds max_norm, x = x * (max_norm / (norm + 1e-7f)). */
-__kernel void ce_renorm_rows(__global TABLE_T *tab, ulong t_off, ulong t_ld, ulong cols, __global const KEY_T *skeys,
-                             ulong n, KEY_T none, float max_norm, int kind, float p, float inv_p) {
+__kernel void ce_renorm_rows(__global TABLE_T *tab, ulong t_off CE_PIECE_PARAMS(TABLE_T, tab), ulong t_ld, ulong cols,
+                             __global const KEY_T *skeys, ulong n, KEY_T none, float max_norm, int kind, float p,
+                             float inv_p) {
   ulong t = get_global_id(0);
   if (t >= n) return;
   KEY_T key = skeys[t];
   if (key == none || (t > 0 && skeys[t - 1] == key)) return;
-  ulong o = t_off + (ulong)key * t_ld;
+  if (!CE_OWNS(tab, (ulong)key)) return; /* another window's row */
+  __global TABLE_T *tb = CE_AT(tab, (ulong)key);
+  ulong o = CE_OFF(tab, t_off, t_ld, (ulong)key);
   float s = 0.0f;
   for (ulong c = 0; c < cols; c++) {
-    float a = fabs(load_table(tab, o + c));
+    float a = fabs(load_table(tb, o + c));
     if (kind == 1) {
       s = s + a;
     } else if (kind == 2) {
@@ -642,5 +697,5 @@ __kernel void ce_renorm_rows(__global TABLE_T *tab, ulong t_off, ulong t_ld, ulo
   float norm = kind == 2 ? sqrt(s) : kind == 0 ? pow(s, inv_p) : s;
   if (!(norm > max_norm)) return;
   float den = norm + 1e-7f, scale = max_norm / den;
-  for (ulong c = 0; c < cols; c++) store_table(tab, o + c, load_table(tab, o + c) * scale);
+  for (ulong c = 0; c < cols; c++) store_table(tb, o + c, load_table(tb, o + c) * scale);
 }

@@ -45,7 +45,8 @@
  * Contributions other than one per token (a ce_contrib in the ce_step: the
  * bags, bag.c) replace step 1 with their producer's keys and records, and the
  * fold kernels are built with -DBAG=1 to read each entry's gradient row through
- * its record (grad_out in one buffer); the rest is the same.
+ * its record (grad_out split too, every piece in each launch); the rest is the
+ * same.
  *
  * Atomic path (deterministic = 0, clembed_backward only, never the default):
  * ce_bwd_atomic adds (scale * m_i) / count_v into grad_table with a
@@ -99,10 +100,7 @@ static clembed_status check_args(seg_call *b) {
   const ce_contrib *contrib = b->step->contrib; /* (whose producer checks grad_out's shape) */
   CHECK(ce_check_pieces(ctx, g, "grad_out", 0, &b->gp));
   b->g_ld = b->gp.ld;
-  b->gp.whole = 1; /* a segment's tokens are anywhere in grad_out */
-  if (contrib && b->gp.count > 1)
-    FAIL_ARG(CLEMBED_ERR_UNSUPPORTED, "grad_out", -1, (int64_t)b->gp.count,
-             "%s: grad_out is a matrix in %zu buffers, which this operation does not take", what, b->gp.count);
+  b->gp.whole = 1; /* a segment's tokens (a contribution's bag rows) are anywhere in grad_out */
   if (!contrib) CHECK(ce_check_ids(ctx, b->ids, "ids"));
   CHECK(ce_check_pieces(ctx, t, tname, 0, &b->tp));
   b->t_ld = b->tp.ld;

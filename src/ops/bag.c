@@ -15,6 +15,16 @@
  * features use (DTYPES): the forward's launches each pool one dtype (the
  * features taken by dtype, then in order).
  *
+ * Split matrices (include/clembed.h, "Tables past one buffer"). A bag is
+ * pooled in one work-item over rows of any piece, so the forward's launch
+ * takes every piece of a feature's table as one of its buffers (BF_TAB_NP,
+ * the pieces listed in the descriptor; -DBAG_SPLIT=1), and a table whose
+ * pieces do not fit beside its feature's other buffers is refused; out goes
+ * through pieces.cl (a launch per window of its pieces). grad_weights reads
+ * the table a window of its pieces per launch. The backward and the steps hand
+ * the tables, states and grad_out to the fold as pieces; renorm's table goes
+ * through pieces.cl.
+ *
  * The backward produces contributions (ops.h's ce_contrib) for the one
  * segment fold: an entry per id of every feature feeding one table, in
  * feature order then id order; step_keys enqueues ce_bag_counts (the offsets
@@ -39,11 +49,15 @@ clembed_bag_options clembed_bag_defaults(void) {
 /* ------------------------------------------------------------ descriptor */
 
 /* A feature's fields (cl/ops/bag.cl's ce_bag_load reads them): buffers by
- * their index among the launch's (BAG_NONE: absent), offsets in elements. */
+ * their index among the launch's (BAG_NONE: absent), offsets in elements. A
+ * table split over several buffers (include/clembed.h's split matrices) gives
+ * each piece the launch takes as one of its buffers: TAB_NP pieces, listed
+ * after the features' rows from element TAB_P on as triples (buffer index,
+ * first row, element of that row), holding the rows [TAB_LO, TAB_HI). */
 #define BAG_FIELDS(X)                                                                                      \
   X(TAB) X(TAB_OFF) X(TAB_LD) X(TAB_ROWS) X(COLS) X(DTYPE) X(IDS) X(IDS_OFF) X(IDS_N) X(IDS64) X(OFFS)     \
   X(OFFS_OFF) X(OFFS64) X(W) X(W_OFF) X(W_LD) X(MR) X(MR_OFF) X(MR64) X(MODE) X(POLICY) X(PADDING) X(COL0) \
-  X(ERR) X(REPORT) X(CHUNK0) X(E0) X(CNT0) X(MRT0)
+  X(ERR) X(REPORT) X(CHUNK0) X(E0) X(CNT0) X(MRT0) X(TAB_NP) X(TAB_P) X(TAB_LO) X(TAB_HI)
 #define BAG_FIELD_ENUM(name) BF_##name,
 enum { BAG_FIELDS(BAG_FIELD_ENUM) BF_COUNT };
 #undef BAG_FIELD_ENUM
@@ -74,7 +88,13 @@ typedef struct bag_feat {
   size_t col0;   /* its block of out or grad_out */
   long index;    /* features[index] of a batched call, -1 otherwise */
   cl_uint slot;  /* its error slot, CE_NO_SLOT */
+  ce_pieces tp;  /* the table's pieces (check_feature; ce_pieces_release on the checked feature, not a copy) */
+  size_t pg0, pgn; /* the pieces a launch reads: [pg0, pg0 + pgn) */
 } bag_feat;
+
+static void release_features(bag_feat *F, size_t n) {
+  for (size_t f = 0; F && f < n; f++) ce_pieces_release(&F[f].tp);
+}
 
 /* The one feature of the single-table calls. */
 static bag_feat one_feature(const clembed_matrix *table, const clembed_ids *ids, const clembed_ids *offsets,
@@ -100,12 +120,19 @@ typedef struct bag_launch {
   size_t chunks;          /* the GPU shape's x range */
   size_t entries;         /* ids (the backward's entries) */
   int reports;            /* a feature reports errors */
+  int split;              /* a feature reads a table in several buffers (BAG_SPLIT) */
 } bag_launch;
 
-/* The buffers a feature reads or writes (up to 5). */
-static int feature_buffers(const bag_feat *F, cl_mem *m) {
+/* The table's pieces a launch takes for F: those it reads (`pieces`: the
+ * forward and grad_weights), else only the first (the keys read no row). */
+static size_t feature_pieces(const bag_feat *F, int pieces) { return pieces && F->pgn > 1 ? F->pgn : 1; }
+
+/* The buffers a feature reads or writes (its table's pieces, then up to 4). */
+#define BAG_FEATURE_BUFFERS (CLEMBED_BAGS_BUFFERS + 4)
+static int feature_buffers(const bag_feat *F, int pieces, cl_mem *m) {
   int k = 0;
-  m[k++] = F->table->buffer;
+  size_t np = feature_pieces(F, pieces);
+  for (size_t j = 0; j < np && j < CLEMBED_BAGS_BUFFERS; j++) m[k++] = F->tp.piece[F->pg0 + j].buffer;
   m[k++] = F->ids->buffer;
   if (F->offsets) m[k++] = F->offsets->buffer;
   if (F->opt.per_sample_weights) m[k++] = F->opt.per_sample_weights->buffer;
@@ -120,15 +147,33 @@ static int buffer_index(const bag_launch *L, cl_mem m) {
 }
 
 /* The features in order, in groups of at most CLEMBED_BAGS_BUFFERS buffers
- * (by_dtype: and of one table dtype). */
-static clembed_status plan(clembed_context *ctx, const bag_feat *F, size_t n, size_t vec, int by_dtype,
-                           bag_launch **out, size_t *nout) {
+ * (by_dtype: and of one table dtype; pieces: as feature_pieces). A feature
+ * whose buffers alone are more is CLEMBED_ERR_UNSUPPORTED (a table in too
+ * many buffers for the kernels that read its rows). */
+static clembed_status plan(clembed_context *ctx, const char *what, const bag_feat *F, size_t n, size_t vec,
+                           int by_dtype, int pieces, bag_launch **out, size_t *nout) {
   bag_launch *L = calloc(n ? n : 1, sizeof *L);
   size_t nl = 0;
   if (!L) return ce_fail(ctx, CLEMBED_ERR_OUT_OF_MEMORY, "bags: out of host memory");
   for (size_t f = 0; f < n; f++) {
-    cl_mem m[5];
-    int k = feature_buffers(&F[f], m), fresh = 0;
+    cl_mem m[BAG_FEATURE_BUFFERS];
+    int k = feature_buffers(&F[f], pieces, m), fresh = 0, own = 0;
+    for (int i = 0; i < k; i++) {
+      int seen = 0;
+      for (int j = 0; j < i && !seen; j++) seen = m[j] == m[i];
+      own += !seen;
+    }
+    size_t np = feature_pieces(&F[f], pieces);
+    if (own > CLEMBED_BAGS_BUFFERS || np > CLEMBED_BAGS_BUFFERS) {
+      char at[48] = "";
+      int all = own + (np > CLEMBED_BAGS_BUFFERS ? (int)np - CLEMBED_BAGS_BUFFERS : 0); /* (m holds 16 pieces) */
+      if (F[f].index >= 0) snprintf(at, sizeof at, " (features[%ld])", F[f].index);
+      free(L);
+      return ce_fail_arg(ctx, CLEMBED_ERR_UNSUPPORTED, NULL, "table", F[f].index, (int64_t)F[f].tp.count,
+                         "%s: table lies in %zu buffers%s; its ids, offsets, per_sample_weights and max_rows with "
+                         "them make %d, and a launch of the bag kernels takes at most %d (CLEMBED_BAGS_BUFFERS)",
+                         what, F[f].tp.count, at, all, CLEMBED_BAGS_BUFFERS);
+    }
     bag_launch *cur = nl ? &L[nl - 1] : NULL;
     for (int i = 0; cur && i < k; i++) {
       int seen = buffer_index(cur, m[i]) >= 0;
@@ -144,6 +189,7 @@ static clembed_status plan(clembed_context *ctx, const bag_feat *F, size_t n, si
       if (buffer_index(cur, m[i]) < 0) cur->bufs[cur->nbufs++] = m[i];
     cur->count++;
     cur->dtypes |= dt;
+    cur->split |= np > 1;
     cur->max |= F[f].opt.mode == CLEMBED_BAG_MAX;
     size_t chunks = (F[f].table->cols + vec - 1) / vec;
     cur->chunks += chunks ? chunks : 1; /* a feature of 0 columns still checks its ids */
@@ -164,8 +210,11 @@ typedef struct bag_sizes {
  * shape's chunks, and the backward's entry, count and max_rows starts), and
  * the sizes they add up to. */
 static clembed_status describe(clembed_context *ctx, const bag_feat *F, size_t n, const bag_launch *L, size_t nl,
-                               size_t vec, size_t bags, cl_mem *desc, bag_sizes *sz) {
-  cl_ulong *d = calloc((n ? n : 1) * BF_COUNT, sizeof *d);
+                               size_t vec, size_t bags, int pieces, cl_mem *desc, bag_sizes *sz) {
+  size_t words = (n ? n : 1) * BF_COUNT, list = words;
+  for (size_t f = 0; f < n; f++)
+    if (feature_pieces(&F[f], pieces) > 1) words += 3 * feature_pieces(&F[f], pieces);
+  cl_ulong *d = calloc(words, sizeof *d);
   if (!d) return ce_fail(ctx, CLEMBED_ERR_OUT_OF_MEMORY, "bags: out of host memory");
   bag_sizes z = {0, 0, 0};
   for (size_t l = 0; l < nl; l++) {
@@ -175,8 +224,20 @@ static clembed_status describe(clembed_context *ctx, const bag_feat *F, size_t n
       const clembed_matrix *t = x->table, *w = x->opt.per_sample_weights;
       const clembed_ids *o = x->offsets, *mr = x->opt.max_rows;
       cl_ulong *r = d + f * BF_COUNT;
-      r[BF_TAB] = (cl_ulong)buffer_index(&L[l], t->buffer);
-      r[BF_TAB_OFF] = t->offset;
+      const ce_piece *p0 = &x->tp.piece[x->pg0];
+      size_t np = feature_pieces(x, pieces), end = x->pg0 + x->pgn;
+      r[BF_TAB] = (cl_ulong)buffer_index(&L[l], p0->buffer);
+      r[BF_TAB_OFF] = p0->offset;
+      r[BF_TAB_NP] = np;
+      r[BF_TAB_P] = list;
+      r[BF_TAB_LO] = p0->first;
+      r[BF_TAB_HI] = pieces && end < x->tp.count ? (cl_ulong)x->tp.piece[end].first : CL_ULONG_MAX;
+      for (size_t j = 0; np > 1 && j < np; j++, list += 3) {
+        const ce_piece *q = &x->tp.piece[x->pg0 + j];
+        d[list] = (cl_ulong)buffer_index(&L[l], q->buffer);
+        d[list + 1] = q->first;
+        d[list + 2] = q->offset;
+      }
       r[BF_TAB_LD] = x->t_ld;
       r[BF_TAB_ROWS] = t->rows;
       r[BF_COLS] = t->cols;
@@ -212,7 +273,7 @@ static clembed_status describe(clembed_context *ctx, const bag_feat *F, size_t n
     }
   }
   clembed_status s = CLEMBED_OK;
-  if (desc) s = ce_buffer(ctx, CE_BUFFER_CONST, (n ? n : 1) * BF_COUNT * sizeof *d, d, "bags: descriptor", desc);
+  if (desc) s = ce_buffer(ctx, CE_BUFFER_CONST, words * sizeof *d, d, "bags: descriptor", desc);
   free(d);
   if (sz) *sz = z;
   return s;
@@ -242,9 +303,10 @@ static bag_args launch_args(cl_mem desc, const bag_launch *L, size_t bags) {
   return a;
 }
 
-/* A launch's program options: `base` and the table dtypes it pools. */
+/* A launch's program options: `base`, the table dtypes it pools, and whether
+ * a table lies in several of its buffers. */
 static void launch_options(char *buf, size_t cap, const char *base, const bag_launch *L) {
-  snprintf(buf, cap, "%s -DDTYPES=%u", base, L->dtypes);
+  snprintf(buf, cap, "%s -DDTYPES=%u%s", base, L->dtypes, L->split ? " -DBAG_SPLIT=1" : "");
 }
 
 /* The options every bag program has: the fields, the vector width, exact
@@ -285,7 +347,11 @@ static clembed_status check_feature(clembed_context *ctx, const char *what, bag_
   const clembed_ids *ids = F->ids, *off = F->offsets;
   clembed_ids *mr = o->max_rows;
   size_t need;
-  CHECK(ce_check_table(ctx, t, "table", &F->t_ld));
+  ce_pieces_release(&F->tp);
+  CHECK(ce_check_pieces(ctx, t, "table", 1, &F->tp));
+  F->t_ld = F->tp.ld;
+  F->pg0 = 0;
+  F->pgn = F->tp.count;
   if (role == BAG_STEP && ce_dtype_is_block(t->dtype))
     FAIL_ARG(CLEMBED_ERR_UNSUPPORTED, "table", -1, (int64_t)t->dtype,
              "%s: table: a quantized table (%s) cannot be trained; F32, F16 or BF16 can", what,
@@ -395,9 +461,13 @@ static clembed_status forward_run(clembed_context *ctx, const char *what, bag_fe
   const ce_tuning *t = ctx->tune;
   int cpu = t->cpu_shapes;
   ce_chain ch;
+  ce_pieces op; /* out's pieces: launches over windows of them where they are many */
+  ce_pieces *omats[1] = {&op};
+  ce_pieces_none(&op);
   ce_chain_init(&ch, ctx, nwait, wait);
   CHECK(ce_check_events(ctx, nwait, wait));
-  CHECK(ce_check_matrix(ctx, out, "out", &o_ld));
+  CHECK(ce_check_pieces(ctx, out, "out", 0, &op));
+  o_ld = op.ld;
   bags = out->rows;
   for (size_t f = 0; f < n; f++) CHECK(check_feature(ctx, what, &F[f], bags, BAG_FORWARD));
   CHECK(place_columns(ctx, what, F, n, &cols));
@@ -414,17 +484,19 @@ static clembed_status forward_run(clembed_context *ctx, const char *what, bag_fe
   for (unsigned d = 0, g = 0; d < 32; d++)
     for (size_t f = 0; f < n; f++)
       if ((unsigned)F[f].table->dtype == d) G[g++] = F[f];
-  CHECK(plan(ctx, G, n, t->bag_vec, 1, &L, &nl));
-  CHECK(describe(ctx, G, n, L, nl, t->bag_vec, bags, &desc, NULL));
+  CHECK(plan(ctx, what, G, n, t->bag_vec, 1, 1, &L, &nl));
+  CHECK(describe(ctx, G, n, L, nl, t->bag_vec, bags, 1, &desc, NULL));
+  CHECK(ce_pieces_plan(ctx, what, omats, 1));
   {
-    char extra[96];
+    char extra[160];
     snprintf(extra, sizeof extra, "-DOUT_DT=%d -DTILE=%u -DAHEAD=%u", (int)out->dtype, t->bag_tile,
              ctx->prefetch ? t->bag_ahead : 0);
+    ce_pieces_option(extra, sizeof extra, &op, "out");
     base = base_options(ctx, extra);
     if (!base) FAIL(CLEMBED_ERR_OUT_OF_MEMORY, "%s: out of host memory", what);
   }
   const char *name = cpu ? "ce_bag_rows" : "ce_bag_cols";
-  cl_ulong o_off = out->offset, o_ldl = o_ld;
+  cl_ulong o_ldl = o_ld;
   cl_float zero = 0.0f; /* the accumulators' start, opaque to the compiler (bag.cl) */
   for (size_t l = 0; l < nl; l++) {
     cl_kernel k;
@@ -432,17 +504,21 @@ static clembed_status forward_run(clembed_context *ctx, const char *what, bag_fe
     cl_ulong nchunks = L[l].chunks;
     launch_options(opts, sizeof opts, base, &L[l]);
     CHECK(ce_kernel(ctx, CE_FAMILY_BAG, opts, name, &k));
-    CHECK(ce_set_args(ctx, k, name, BAG_COMMON(a), CE_ARG(out->buffer), CE_ARG(o_off), CE_ARG(o_ldl),
-                      CE_ARG(nchunks), CE_ARG(zero), CE_END));
-    size_t items = bags ? bags : 1; /* with no bags one item checks the offsets */
-    if (cpu)
-      CHECK(ce_chain_1d(&ch, k, name, items, CE_LOCAL_ROWS));
-    else
-      CHECK(ce_chain_2d(&ch, k, name, L[l].chunks, items));
+    do { /* a launch per window of out's pieces: each writes the bags of its rows */
+      CHECK(ce_set_args(ctx, k, name, BAG_COMMON(a), CE_PIECES(&op), CE_ARG(o_ldl), CE_ARG(nchunks), CE_ARG(zero),
+                        CE_END));
+      size_t items = bags ? bags : 1; /* with no bags one item checks the offsets */
+      if (cpu)
+        CHECK(ce_chain_1d(&ch, k, name, items, CE_LOCAL_ROWS));
+      else
+        CHECK(ce_chain_2d(&ch, k, name, L[l].chunks, items));
+    } while (ce_pieces_next(omats, 1));
     CHECK(record_errors(&ch, opts, &a, &L[l]));
   }
   CHECK(ce_chain_close(&ch, event));
 cleanup:
+  ce_pieces_release(&op);
+  release_features(F, n);
   if (desc) clReleaseMemObject(desc);
   free(L);
   free(G);
@@ -525,8 +601,8 @@ static clembed_status fold_prepare(bag_fold *s) {
   size_t vec = ctx->tune->bag_vec, bytes;
   bag_launch *L = NULL;
   size_t nl = 0;
-  CHECK(plan(ctx, s->F, s->n, vec, 0, &L, &nl));
-  CHECK(describe(ctx, s->F, s->n, L, nl, vec, s->bags, NULL, &s->sz));
+  CHECK(plan(ctx, s->what, s->F, s->n, vec, 0, 0, &L, &nl));
+  CHECK(describe(ctx, s->F, s->n, L, nl, vec, s->bags, 0, NULL, &s->sz));
   if ((uint64_t)s->sz.entries >= 0xFFFFFFFFu)
     FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "ids", -1, (int64_t)s->sz.entries,
              "%s: %zu ids feed one table; at most 4294967294", s->what, s->sz.entries);
@@ -566,8 +642,8 @@ static clembed_status fold_keys(ce_chain *ch, const ce_contrib *c, cl_mem keys, 
   cl_mem desc = NULL;
   char *base = NULL, opts[2048], extra[64];
   for (size_t f = 0; f < s->n; f++) CHECK(feature_slot(ctx, s->what, &s->F[f]));
-  CHECK(plan(ctx, s->F, s->n, vec, 0, &L, &nl));
-  CHECK(describe(ctx, s->F, s->n, L, nl, vec, s->bags, &desc, NULL));
+  CHECK(plan(ctx, s->what, s->F, s->n, vec, 0, 0, &L, &nl));
+  CHECK(describe(ctx, s->F, s->n, L, nl, vec, s->bags, 0, &desc, NULL));
   snprintf(extra, sizeof extra, "-DKEY64=%d -DDTYPES=1", key64); /* (no pooling: one program for all) */
   base = base_options(ctx, extra);
   if (!base) FAIL(CLEMBED_ERR_OUT_OF_MEMORY, "%s: out of host memory", s->what);
@@ -644,11 +720,14 @@ cleanup:
   return status;
 }
 
-/* grad_out against the features: bags rows, their columns. */
+/* grad_out against the features: bags rows, their columns (its pieces in *gp,
+ * its ld in *ld; ce_pieces_release *gp). */
 static clembed_status check_grad_out(clembed_context *ctx, const char *what, const clembed_matrix *g, size_t cols,
-                                     size_t *ld) {
+                                     ce_pieces *gp, size_t *ld) {
   clembed_status status = CLEMBED_OK;
-  CHECK(ce_check_matrix(ctx, g, "grad_out", ld));
+  ce_pieces_release(gp);
+  CHECK(ce_check_pieces(ctx, g, "grad_out", 0, gp));
+  *ld = gp->ld;
   if (g->cols != cols)
     FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "grad_out", -1, (int64_t)g->cols,
              "%s: grad_out has %zu cols; the bags' output has %zu", what, g->cols, cols);
@@ -656,29 +735,50 @@ cleanup:
   return status;
 }
 
-/* grad_weights: a work-item per id (the feature's slot has reported its bad ids). */
+/* grad_weights: a work-item per id (the feature's slot has reported its bad
+ * ids). A table in more buffers than one launch takes beside the feature's
+ * others: a launch per window of its pieces, each writing the ids whose rows
+ * it holds (the first also those that take no row). */
 static clembed_status grad_weights_run(ce_chain *ch, const char *what, bag_feat F, size_t bags,
-                                       const clembed_matrix *grad_out, size_t g_ld, clembed_matrix *gw, size_t gw_ld) {
+                                       const clembed_matrix *grad_out, ce_pieces *gp, size_t g_ld, clembed_matrix *gw,
+                                       size_t gw_ld) {
   clembed_status status = CLEMBED_OK;
   clembed_context *ctx = ch->ctx;
-  size_t vec = ctx->tune->bag_vec, nl = 0;
+  size_t vec = ctx->tune->bag_vec, nl = 0, count = F.tp.count, per;
   bag_launch *L = NULL;
   cl_mem desc = NULL;
   char *base = NULL, opts[2048], extra[64];
   cl_kernel k;
   F.slot = CE_NO_SLOT;
-  CHECK(plan(ctx, &F, 1, vec, 0, &L, &nl));
-  CHECK(describe(ctx, &F, 1, L, nl, vec, bags, &desc, NULL));
+  {
+    cl_mem m[BAG_FEATURE_BUFFERS];
+    F.pgn = 1;
+    int others = feature_buffers(&F, 0, m) - 1; /* ids, offsets, per_sample_weights */
+    per = (size_t)(CLEMBED_BAGS_BUFFERS - others);
+  }
+  ce_pieces *gmats[1] = {gp}; /* grad_out: every piece in each launch, as in the fold */
+  gp->whole = 1;
+  CHECK(ce_pieces_plan(ctx, what, gmats, 1));
   snprintf(extra, sizeof extra, "-DGRAD_DT=%d", (int)grad_out->dtype);
+  ce_pieces_option(extra, sizeof extra, gp, "grad");
   base = base_options(ctx, extra);
   if (!base) FAIL(CLEMBED_ERR_OUT_OF_MEMORY, "%s: out of host memory", what);
-  launch_options(opts, sizeof opts, base, &L[0]);
-  bag_args a = launch_args(desc, &L[0], bags);
-  cl_ulong g_off = grad_out->offset, g_ldl = g_ld, w_off = gw->offset, w_ldl = gw_ld;
-  CHECK(ce_kernel(ctx, CE_FAMILY_BAG, opts, "ce_bag_grad_weights", &k));
-  CHECK(ce_set_args(ctx, k, "ce_bag_grad_weights", BAG_COMMON(a), CE_ARG(grad_out->buffer), CE_ARG(g_off),
-                    CE_ARG(g_ldl), CE_ARG(gw->buffer), CE_ARG(w_off), CE_ARG(w_ldl), CE_END));
-  CHECK(ce_chain_1d(ch, k, "ce_bag_grad_weights", F.ids->count, 0));
+  cl_ulong g_ldl = g_ld, w_off = gw->offset, w_ldl = gw_ld;
+  for (F.pg0 = 0; F.pg0 < count; F.pg0 += F.pgn) {
+    F.pgn = count - F.pg0 < per ? count - F.pg0 : per;
+    CHECK(plan(ctx, what, &F, 1, vec, 0, 1, &L, &nl));
+    CHECK(describe(ctx, &F, 1, L, nl, vec, bags, 1, &desc, NULL));
+    launch_options(opts, sizeof opts, base, &L[0]);
+    bag_args a = launch_args(desc, &L[0], bags);
+    CHECK(ce_kernel(ctx, CE_FAMILY_BAG, opts, "ce_bag_grad_weights", &k));
+    CHECK(ce_set_args(ctx, k, "ce_bag_grad_weights", BAG_COMMON(a), CE_PIECES(gp), CE_ARG(g_ldl), CE_ARG(gw->buffer),
+                      CE_ARG(w_off), CE_ARG(w_ldl), CE_END));
+    CHECK(ce_chain_1d(ch, k, "ce_bag_grad_weights", F.ids->count, 0));
+    clReleaseMemObject(desc); /* (the enqueued kernel holds it) */
+    desc = NULL;
+    free(L);
+    L = NULL;
+  }
 cleanup:
   if (desc) clReleaseMemObject(desc);
   free(L);
@@ -694,14 +794,17 @@ clembed_status clembed_bag_backward(clembed_context *ctx, const clembed_matrix *
   const char *what = "clembed_bag_backward";
   clembed_status status = CLEMBED_OK;
   cl_event own, mid = NULL;
-  size_t g_ld, gt_ld, gw_ld = 0;
+  size_t g_ld, gw_ld = 0;
   ce_chain ch;
+  ce_pieces gtp, gp; /* grad_table checked here (the fold takes its pieces); grad_out's for grad_weights */
   CE_ENTER(ctx, what);
   cl_event *ev = CE_EVENT_BEGIN(event, own);
   ce_chain_init(&ch, ctx, nwait, wait);
+  ce_pieces_none(&gtp);
+  ce_pieces_none(&gp);
   bag_feat F = one_feature(table ? table : grad_table, ids, offsets, opt);
   CHECK(ce_check_events(ctx, nwait, wait));
-  CHECK(ce_check_matrix(ctx, grad_table, "grad_table", &gt_ld));
+  CHECK(ce_check_pieces(ctx, grad_table, "grad_table", 0, &gtp));
   if (grad_table->dtype != CLEMBED_F32)
     FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "grad_table", -1, (int64_t)grad_table->dtype,
              "%s: grad_table must be F32 (%s)", what, ce_dtype_name(grad_table->dtype));
@@ -709,9 +812,9 @@ clembed_status clembed_bag_backward(clembed_context *ctx, const clembed_matrix *
     FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "grad_table", -1, (int64_t)grad_table->rows,
              "%s: grad_table is %zu x %zu but the table is %zu x %zu", what, grad_table->rows, grad_table->cols,
              table ? table->rows : 0, table ? table->cols : 0);
-  CHECK(ce_check_matrix(ctx, grad_out, "grad_out", &g_ld));
+  CHECK(check_grad_out(ctx, what, grad_out, grad_out->cols, &gp, &g_ld));
   CHECK(check_feature(ctx, what, &F, grad_out->rows, BAG_BACKWARD));
-  CHECK(check_grad_out(ctx, what, grad_out, F.table->cols, &g_ld));
+  CHECK(check_grad_out(ctx, what, grad_out, F.table->cols, &gp, &g_ld));
   if (grad_weights) {
     if (!table)
       FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "table", -1, 0, "%s: grad_weights needs the table (it is NULL)", what);
@@ -739,7 +842,7 @@ clembed_status clembed_bag_backward(clembed_context *ctx, const clembed_matrix *
   if (grad_weights) {
     ce_chain_release(&ch);
     ce_chain_init(&ch, ctx, mid ? 1 : 0, mid ? &mid : NULL);
-    CHECK(grad_weights_run(&ch, what, F, grad_out->rows, grad_out, g_ld, grad_weights, gw_ld));
+    CHECK(grad_weights_run(&ch, what, F, grad_out->rows, grad_out, &gp, g_ld, grad_weights, gw_ld));
     CHECK(ce_chain_close(&ch, ev));
   } else if (ev) {
     *ev = mid;
@@ -748,6 +851,9 @@ clembed_status clembed_bag_backward(clembed_context *ctx, const clembed_matrix *
 cleanup:
   if (mid) clReleaseEvent(mid);
   ce_chain_release(&ch);
+  ce_pieces_release(&gtp);
+  ce_pieces_release(&gp);
+  release_features(&F, 1);
   return ce_track_end(ctx, status, event, &own);
 }
 
@@ -780,12 +886,14 @@ static clembed_status steps_run(clembed_context *ctx, const char *what, bag_feat
   size_t g_ld, cols, *lead = NULL;
   bag_feat *G = NULL;
   cl_event prev = NULL, ev = NULL;
+  ce_pieces gp; /* grad_out's (checked here; the fold takes its pieces) */
+  ce_pieces_none(&gp);
   CHECK(ce_check_events(ctx, nwait, wait));
   if (!o) FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "o", -1, 0, "%s: the optimizer is NULL", what);
-  CHECK(ce_check_matrix(ctx, grad_out, "grad_out", &g_ld));
+  CHECK(check_grad_out(ctx, what, grad_out, grad_out->cols, &gp, &g_ld));
   for (size_t f = 0; f < n; f++) CHECK(check_feature(ctx, what, &F[f], grad_out->rows, BAG_STEP));
   CHECK(place_columns(ctx, what, F, n, &cols));
-  CHECK(check_grad_out(ctx, what, grad_out, cols, &g_ld));
+  CHECK(check_grad_out(ctx, what, grad_out, cols, &gp, &g_ld));
   lead = malloc((n ? n : 1) * sizeof *lead);
   G = calloc(n ? n : 1, sizeof *G);
   if (!lead || !G) FAIL(CLEMBED_ERR_OUT_OF_MEMORY, "%s: out of host memory", what);
@@ -844,6 +952,8 @@ static clembed_status steps_run(clembed_context *ctx, const char *what, bag_feat
 cleanup:
   if (prev) clReleaseEvent(prev);
   if (ev) clReleaseEvent(ev);
+  release_features(F, n);
+  ce_pieces_release(&gp);
   free(lead);
   free(G);
   return status;
@@ -888,13 +998,17 @@ clembed_status clembed_renorm(clembed_context *ctx, clembed_matrix *table, const
   size_t t_ld;
   ce_sort srt;
   ce_chain ch;
-  char *opts = NULL, extra[96];
+  ce_pieces tp; /* the table's pieces: launches over windows of them where they are many */
+  ce_pieces *tmats[1] = {&tp};
+  char *opts = NULL, extra[128];
   CE_ENTER(ctx, what);
   cl_event *ev = CE_EVENT_BEGIN(event, own);
   memset(&srt, 0, sizeof srt);
+  ce_pieces_none(&tp);
   ce_chain_init(&ch, ctx, nwait, wait);
   CHECK(ce_check_events(ctx, nwait, wait));
-  CHECK(ce_check_matrix(ctx, table, "table", &t_ld));
+  CHECK(ce_check_pieces(ctx, table, "table", 0, &tp));
+  t_ld = tp.ld;
   CHECK(ce_check_ids(ctx, ids, "ids"));
   if ((uint64_t)ids->count >= 0xFFFFFFFFu)
     FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "ids", -1, (int64_t)ids->count, "%s: %zu ids; at most 4294967294", what,
@@ -910,13 +1024,15 @@ clembed_status clembed_renorm(clembed_context *ctx, clembed_matrix *table, const
     cl_int kind = norm_type == 1.0f ? 1 : norm_type == 2.0f ? 2 : isinf(norm_type) ? 3 : 0;
     cl_float p = norm_type, inv_p = 1.0f / norm_type, mn = max_norm;
     int key64 = (uint64_t)table->rows > 0xFFFFFFFFu;
-    cl_ulong n = ids->count, rows = table->rows, none64 = rows, t_off = table->offset, t_ldl = t_ld;
+    cl_ulong n = ids->count, rows = table->rows, none64 = rows, t_ldl = t_ld;
     cl_ulong cols = table->cols, id_off = ids->offset;
     cl_uint none32 = (cl_uint)rows;
     cl_int id64 = ids->type == CLEMBED_I64;
     cl_kernel k;
     int which;
+    CHECK(ce_pieces_plan(ctx, what, tmats, 1));
     snprintf(extra, sizeof extra, "-DTABLE_DT=%d -DKEY64=%d -DDTYPES=1", (int)table->dtype, key64);
+    ce_pieces_option(extra, sizeof extra, &tp, "tab");
     opts = base_options(ctx, extra);
     if (!opts) FAIL(CLEMBED_ERR_OUT_OF_MEMORY, "%s: out of host memory", what);
     rec.options = opts;
@@ -934,17 +1050,20 @@ clembed_status clembed_renorm(clembed_context *ctx, clembed_matrix *table, const
     if (cols) {
       CHECK(ce_sort_run(&ch, &srt, ce_bit_width(rows), &which));
       CHECK(ce_kernel(ctx, CE_FAMILY_BAG, opts, "ce_renorm_rows", &k));
-      CHECK(ce_set_args(ctx, k, "ce_renorm_rows", CE_ARG(table->buffer), CE_ARG(t_off), CE_ARG(t_ldl), CE_ARG(cols),
-                        CE_ARG(srt.keys[which]), CE_ARG(n), key64 ? sizeof none64 : sizeof none32,
-                        key64 ? (const void *)&none64 : (const void *)&none32, CE_ARG(mn), CE_ARG(kind), CE_ARG(p),
-                        CE_ARG(inv_p), CE_END));
-      CHECK(ce_chain_1d(&ch, k, "ce_renorm_rows", ids->count, 0));
+      do { /* a launch per window of the table's pieces: each renorms the rows it holds */
+        CHECK(ce_set_args(ctx, k, "ce_renorm_rows", CE_PIECES(&tp), CE_ARG(t_ldl), CE_ARG(cols),
+                          CE_ARG(srt.keys[which]), CE_ARG(n), key64 ? sizeof none64 : sizeof none32,
+                          key64 ? (const void *)&none64 : (const void *)&none32, CE_ARG(mn), CE_ARG(kind), CE_ARG(p),
+                          CE_ARG(inv_p), CE_END));
+        CHECK(ce_chain_1d(&ch, k, "ce_renorm_rows", ids->count, 0));
+      } while (ce_pieces_next(tmats, 1));
     }
   }
   CHECK(ce_chain_close_checked(&ch, &rec, ev));
 cleanup:
   ce_sort_release(&srt);
   ce_chain_release(&ch);
+  ce_pieces_release(&tp);
   free(opts);
   return ce_track_end(ctx, status, event, &own);
 }
