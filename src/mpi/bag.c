@@ -137,13 +137,8 @@ clembed_status clembed_mpi_embedding_bag(clembed_mpi_table *t, const clembed_ids
   ce_mpi_agree(&v, "policy", (uint64_t)o.policy);
   ce_mpi_agree(&v, "padding_idx", pad_bad ? (uint64_t)o.padding_idx : pad);
   ce_mpi_agree(&v, "per_sample_weights", (uint64_t)(o.per_sample_weights != NULL));
-  if (!ce_mpi_vote_run(t->comm, t->rank, t->size, &v, e.status != CLEMBED_OK, &e)) return ce_mpi_report(ctx, op, &e);
-  if (v.differs >= 0) {
-    ce_mpi_error agree = {0};
-    v.failed_rank = -1;
-    ce_mpi_vote_outcome(&v, op, &agree);
-    return ce_mpi_report(ctx, op, e.status != CLEMBED_OK ? &e : &agree);
-  }
+  clembed_status voted;
+  if (!ce_mpi_forward_vote(t, ctx, op, &v, &e, &voted)) return voted;
 
   clembed_dtype wire;
   if (!ce_mpi_fetch_rows(t, op, host, n, o.policy, pad, &d, &pad_local, &wire, &e, &serve)) goto done;

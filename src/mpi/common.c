@@ -339,3 +339,19 @@ int ce_mpi_alltoallv_rows(clembed_mpi_table *t, const void *send, void *recv, si
   if (row != MPI_DATATYPE_NULL) MPI_Type_free(&row);
   return ok;
 }
+
+int ce_mpi_forward_vote(clembed_mpi_table *t, clembed_context *ctx, const char *op, ce_mpi_vote *v, ce_mpi_error *e,
+                        clembed_status *status) {
+  if (!ce_mpi_vote_run(t->comm, t->rank, t->size, v, e->status != CLEMBED_OK, e)) {
+    *status = ce_mpi_report(ctx, op, e);
+    return 0;
+  }
+  if (v->differs >= 0) {
+    ce_mpi_error agree = {0};
+    v->failed_rank = -1;
+    ce_mpi_vote_outcome(v, op, &agree);
+    *status = ce_mpi_report(ctx, op, e->status != CLEMBED_OK ? e : &agree);
+    return 0;
+  }
+  return 1;
+}

@@ -138,6 +138,13 @@ int ce_mpi_vote_run(MPI_Comm comm, int rank, int size, ce_mpi_vote *v, int faile
  * others get CLEMBED_ERR_INVALID_ARGUMENT naming the field or the rank. */
 clembed_status ce_mpi_vote_outcome(const ce_mpi_vote *v, const char *op, ce_mpi_error *e);
 
+/* A forward's vote, where a rank's own failure (in e) does not stop the
+ * others: 1 when MPI worked and the ranks agree, the call going on; else 0
+ * with *status the call's return, put on the context (the rank's own failure
+ * first, else the disagreement). */
+int ce_mpi_forward_vote(clembed_mpi_table *t, clembed_context *ctx, const char *op, ce_mpi_vote *v, ce_mpi_error *e,
+                        clembed_status *status);
+
 /* The lowest rank whose `mine` is not CLEMBED_OK, with that status in *theirs
  * (what the other ranks return: a device or memory failure stays one), or -1
  * when none failed (one MPI_Allreduce); -2 when MPI failed (recorded on e). */

@@ -273,7 +273,14 @@ clembed_status ce_device_facts(clembed_context *ctx) {
     ce_last_message("CLEMBED_TUNING is '%.100s'; it must be cpu, gpu, or unset", env);
     return CLEMBED_ERR_INVALID_ARGUMENT;
   }
-  clembed_status s = ce_tuning_apply(table, getenv("CLEMBED_TUNE"), &ctx->tune_table);
+  /* Mesa's llvmpipe (rusticl on the CPU): gallivm compiles the bag kernels'
+   * passes of bag_tile vectors, written out lane by lane, in minutes for 8
+   * vectors (test_bag's forward case, shader cache empty: over 8 minutes,
+   * against 55 s for 1 vector and 89 s for 2), so a pass there is one vector
+   * (the same bits; CLEMBED_TUNE may still set it) */
+  ce_tuning base = *table;
+  if (strstr(ctx->device_name, "llvmpipe") && base.bag_tile > 1) base.bag_tile = 1;
+  clembed_status s = ce_tuning_apply(&base, getenv("CLEMBED_TUNE"), &ctx->tune_table);
   if (s != CLEMBED_OK) return s;
   ctx->tune = &ctx->tune_table;
   ctx->cpu_shapes = ctx->tune->cpu_shapes;
