@@ -246,38 +246,4 @@ void ce_mpi_step_deliver(clembed_mpi_table *t, const char *op, const clembed_opt
                          const clembed_backward_options *b, void *send_ids, void *send_rows, clembed_dtype wire,
                          int made, ce_mpi_error *e, ce_mpi_error *own);
 
-/* ---------------------------------------------- shared by the calls (embed.c, step.c) */
-
-/* The forward's fetch (embed.c): the rows of the rank's n ids (host, resolved
- * under policy; pad the padding row or UINT64_MAX) from their owners, while
- * the rank serves the rows asked of its shard; a rank whose own arguments
- * failed (e set on entry) asks for nothing but still serves. 1: the in stage
- * holds the *d distinct rows (grouped by owner, their global rows in
- * t->buf[CE_MPI_KEYS]) in *wire (the table's dtype, F32 for block-quantized
- * ones), the local stage the n ids renumbered into them (I64; a bad id keeps
- * its value, outside the smaller matrix too), both still mapped; *pad_local
- * the padding row's place among them or -1. 0: a failure, on e (serve: the
- * rank's own serving failure, for the stages' unmapping). */
-int ce_mpi_fetch_rows(clembed_mpi_table *t, const char *op, const int64_t *host, size_t n,
-                      clembed_index_policy policy, uint64_t pad, size_t *d, int64_t *pad_local, clembed_dtype *wire,
-                      ce_mpi_error *e, ce_mpi_error *serve);
-
-/* The optimizer of a sharded step (step.c): no states passed in, the kind of
- * the table's state, and clembed_optimizer_step's own checks run on 0 rows
- * with the owner's options b. The failure goes on e. */
-void ce_mpi_check_optimizer(clembed_mpi_table *t, const char *op, const clembed_optimizer *o,
-                            const clembed_backward_options *b, ce_mpi_error *e);
-/* The state of the optimizer's kind, made (zeros) when the table has none.
- * 1 when made here (the caller releases it if the step does not happen). */
-int ce_mpi_make_state(clembed_mpi_table *t, clembed_optimizer_kind kind, ce_mpi_error *e);
-/* The exchange and the owners' step: the send counts set, send_ids the rows
- * in the owners' shards (int32, int64 when a shard passes 2^31 rows) and
- * send_rows their `wire` rows in the same order; or e holds the rank's
- * failure (then no rank steps, and a state this call made goes again). Each
- * owner runs clembed_optimizer_step with options b on what it received, in
- * rank order; a failure there (own) is learnt by every rank. */
-void ce_mpi_step_deliver(clembed_mpi_table *t, const char *op, const clembed_optimizer *o,
-                         const clembed_backward_options *b, void *send_ids, void *send_rows, clembed_dtype wire,
-                         int made, ce_mpi_error *e, ce_mpi_error *own);
-
 #endif
