@@ -401,13 +401,7 @@ clembed_status clembed_mpi_bag_optimizer_step(clembed_mpi_table *t, const clembe
   ce_mpi_agree(&v, "policy", ok ? (uint64_t)bo.policy : 0);
   ce_mpi_agree(&v, "padding_idx", ok ? pad : 0);
   ce_mpi_agree(&v, "per_sample_weights", ok ? (uint64_t)(bo.per_sample_weights != NULL) : 0);
-  ce_mpi_agree(&v, "the optimizer's kind", ok ? (uint64_t)o->kind : 0);
-  ce_mpi_agree_float(&v, "learning_rate", ok ? o->learning_rate : 0.0f);
-  ce_mpi_agree_float(&v, "eps", ok ? o->eps : 0.0f);
-  ce_mpi_agree_float(&v, "beta1", ok ? o->beta1 : 0.0f);
-  ce_mpi_agree_float(&v, "beta2", ok ? o->beta2 : 0.0f);
-  ce_mpi_agree_float(&v, "weight_decay", ok ? o->weight_decay : 0.0f);
-  ce_mpi_agree(&v, "step", ok ? o->step : 0);
+  ce_mpi_agree_optimizer(&v, ok ? o : NULL);
   if (!ce_mpi_vote_run(t->comm, t->rank, t->size, &v, !ok, &e) || ce_mpi_vote_outcome(&v, op, &e) != CLEMBED_OK) {
     if (made) {
       clembed_matrix_release(&t->state);

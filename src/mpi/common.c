@@ -355,3 +355,13 @@ int ce_mpi_forward_vote(clembed_mpi_table *t, clembed_context *ctx, const char *
   }
   return 1;
 }
+
+void ce_mpi_agree_optimizer(ce_mpi_vote *v, const clembed_optimizer *o) {
+  ce_mpi_agree(v, "the optimizer's kind", o ? (uint64_t)o->kind : 0);
+  ce_mpi_agree_float(v, "learning_rate", o ? o->learning_rate : 0.0f);
+  ce_mpi_agree_float(v, "eps", o ? o->eps : 0.0f);
+  ce_mpi_agree_float(v, "beta1", o ? o->beta1 : 0.0f);
+  ce_mpi_agree_float(v, "beta2", o ? o->beta2 : 0.0f);
+  ce_mpi_agree_float(v, "weight_decay", o ? o->weight_decay : 0.0f);
+  ce_mpi_agree(v, "step", o ? o->step : 0);
+}

@@ -125,6 +125,8 @@ typedef struct ce_mpi_vote {
 void ce_mpi_agree(ce_mpi_vote *v, const char *name, uint64_t value);
 /* ... a float, by its bits */
 void ce_mpi_agree_float(ce_mpi_vote *v, const char *name, float value);
+/* ... an optimizer's kind and fields (o NULL, a rank that failed: zeros) */
+void ce_mpi_agree_optimizer(ce_mpi_vote *v, const clembed_optimizer *o);
 /* The field of a string (a 64-bit FNV-1a hash; NULL differs from ""). */
 uint64_t ce_mpi_string_field(const char *s);
 

@@ -320,13 +320,7 @@ clembed_status clembed_mpi_optimizer_step(clembed_mpi_table *t, const clembed_ma
   ce_mpi_agree(&v, "policy", ok ? (uint64_t)bo.policy : 0);
   ce_mpi_agree(&v, "padding_idx", ok ? pad : 0);
   ce_mpi_agree(&v, "scale_grad_by_freq", ok ? (uint64_t)(bo.scale_grad_by_freq != 0) : 0);
-  ce_mpi_agree(&v, "the optimizer's kind", ok ? (uint64_t)o->kind : 0);
-  ce_mpi_agree_float(&v, "learning_rate", ok ? o->learning_rate : 0.0f);
-  ce_mpi_agree_float(&v, "eps", ok ? o->eps : 0.0f);
-  ce_mpi_agree_float(&v, "beta1", ok ? o->beta1 : 0.0f);
-  ce_mpi_agree_float(&v, "beta2", ok ? o->beta2 : 0.0f);
-  ce_mpi_agree_float(&v, "weight_decay", ok ? o->weight_decay : 0.0f);
-  ce_mpi_agree(&v, "step", ok ? o->step : 0);
+  ce_mpi_agree_optimizer(&v, ok ? o : NULL);
   v.max[0] = ok ? (uint64_t)grad_out->dtype : 0;
   v.max[1] = ok ? ~(uint64_t)grad_out->dtype : ~(uint64_t)0;
   v.max[2] = ok && bo.dropout > 0.0f;
