@@ -62,7 +62,7 @@ TU_CASE(modes) {
   write_npy(P("starts.npy"), NPY_I8, 1, &four, starts);
   write_npy(P("csr.npy"), NPY_I8, 1, &five, csr);
   static const char *modes[3] = {"sum", "mean", "max"};
-  float want[4 * D];
+  float want[5 * D]; /* the most bags of a call below (the 2-D ids) */
   for (int m = 0; m < 3; m++) {
     ref_bags(ids, csr, 4, m, NULL, INT64_MIN, want);
     RUNS(0, "bag", "--table", P("w.npy"), "--ids", P("ids.npy"), "--offsets", P("starts.npy"), "--mode", modes[m],
