@@ -356,7 +356,7 @@ static void CEIL_FN(gather_part)(const ceiling *c, int index, int threads) {
 /* ------------------------------------------------------------------- bags */
 
 /* One thread's bags [b0, b1), each bag's features in turn: a feature's seq
- * rows `side` at a time, a line of each in turn added into its accumulators
+ * rows `side` (8) at a time, a line of each in turn added into its accumulators
  * (one v16 per 16 columns), the rows of the next `side` ids (the next
  * feature's or bag's at the end of one) asked for meanwhile; the sum (or the
  * mean) written with streaming stores. */
