@@ -42,13 +42,6 @@
 
 static int is_float(clembed_dtype d) { return d == CLEMBED_F32 || d == CLEMBED_F16 || d == CLEMBED_BF16; }
 
-/* The message of a bad id: the whole table's range. */
-static void bad_id(ce_mpi_error *e, const char *op, int64_t at, int64_t id, clembed_index_policy policy, size_t rows) {
-  ce_mpi_fail(e, CLEMBED_ERR_INDEX_OUT_OF_RANGE, "ids", at, id, "%s: ids[%lld] = %lld is outside [%s%zu, %zu)", op,
-              (long long)at, (long long)id, policy == CLEMBED_INDEX_WRAP ? "-" : "",
-              policy == CLEMBED_INDEX_WRAP ? rows : 0, rows);
-}
-
 /* max_rows as the local pooling wrote it (rows of the local matrix, or -1),
  * mapped to the table's rows (distinct[local]) in place. */
 static void map_max_rows(clembed_mpi_table *t, const char *op, const clembed_ids *mr, const uint64_t *distinct,
@@ -148,16 +141,15 @@ clembed_status clembed_mpi_embedding_bag(clembed_mpi_table *t, const clembed_ids
     clembed_bag_options lo = o;
     if (lo.policy == CLEMBED_INDEX_CLAMP) lo.policy = CLEMBED_INDEX_CHECK; /* resolved already; bad ones stay bad */
     lo.padding_idx = pad_local >= 0 ? pad_local : CLEMBED_NO_PADDING;
-    clembed_status s = ce_mpi_stage_done(t, CE_MPI_ST_IN, &e);
-    if (s == CLEMBED_OK) s = ce_mpi_stage_done(t, CE_MPI_ST_LOCAL, &e);
-    clembed_matrix rows = ce_mpi_stage_matrix(t, CE_MPI_ST_IN, d, t->cols, wire);
-    clembed_ids lids = ce_mpi_stage_ids(t, CE_MPI_ST_LOCAL, n, CLEMBED_I64);
+    clembed_matrix rows;
+    clembed_ids lids;
+    clembed_status s = ce_mpi_fetched(t, d, n, wire, &e, &rows, &lids);
     if (s == CLEMBED_OK) s = clembed_embedding_bag(ctx, &rows, &lids, offsets, &lo, out, 0, NULL, NULL);
     if (s == CLEMBED_OK) s = clembed_finish(ctx);
     clembed_error_detail det;
     int deferred = s == CLEMBED_ERR_INDEX_OUT_OF_RANGE && clembed_context_error(ctx, &det) == CLEMBED_OK;
     if (deferred && !strcmp(det.argument, "ids"))
-      bad_id(&e, op, det.index, det.value, o.policy, t->rows);
+      ce_mpi_bad_id(&e, op, det.index, det.value, o.policy, t->rows);
     else if (s != CLEMBED_OK && e.status == CLEMBED_OK)
       ce_mpi_fail_from(&e, ctx, s);
     /* the output is written (a bad id or offset is a deferred error): max_rows named the local rows */
@@ -419,7 +411,7 @@ clembed_status clembed_mpi_bag_optimizer_step(clembed_mpi_table *t, const clembe
     if (m < 0) ce_mpi_fail(&e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory for %zu ids", op, n);
     clembed_backward_options b = clembed_backward_defaults(); /* scale 1, no frequency scaling, as the bag step */
     ce_mpi_step_deliver(t, op, o, &b, send_ids, rows, CLEMBED_F32, made, &e, &own);
-    if (bad_at >= 0) bad_id(&e, op, bad_at, bad_val, bo.policy, t->rows); /* kept only when no failure came first */
+    if (bad_at >= 0) ce_mpi_bad_id(&e, op, bad_at, bad_val, bo.policy, t->rows); /* kept only when no failure came first */
   }
 done:
   for (int k = 0; k < CE_MPI_NSTAGE; k++) ce_mpi_stage_done(t, k, &own);

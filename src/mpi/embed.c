@@ -213,22 +213,34 @@ clembed_status clembed_mpi_embed(clembed_mpi_table *t, const clembed_ids *ids, c
     clembed_embed_options lo = o;
     if (lo.policy == CLEMBED_INDEX_CLAMP) lo.policy = CLEMBED_INDEX_CHECK; /* resolved already; bad ones stay bad */
     lo.padding_idx = pad_local >= 0 ? pad_local : CLEMBED_NO_PADDING;
-    clembed_status s = ce_mpi_stage_done(t, CE_MPI_ST_IN, &e);
-    if (s == CLEMBED_OK) s = ce_mpi_stage_done(t, CE_MPI_ST_LOCAL, &e);
-    clembed_matrix rows = ce_mpi_stage_matrix(t, CE_MPI_ST_IN, d, t->cols, wire);
-    clembed_ids lids = ce_mpi_stage_ids(t, CE_MPI_ST_LOCAL, n, CLEMBED_I64);
+    clembed_matrix rows;
+    clembed_ids lids;
+    clembed_status s = ce_mpi_fetched(t, d, n, wire, &e, &rows, &lids);
     if (s == CLEMBED_OK) s = clembed_embed(ctx, &rows, &lids, &lo, out, 0, NULL, NULL);
     if (s == CLEMBED_OK) s = clembed_finish(ctx);
     clembed_error_detail det;
     if (s == CLEMBED_ERR_INDEX_OUT_OF_RANGE && clembed_context_error(ctx, &det) == CLEMBED_OK &&
         !strcmp(det.argument, "ids"))
-      ce_mpi_fail(&e, s, "ids", det.index, det.value, "%s: ids[%lld] = %lld is outside [%s%zu, %zu)", op,
-                  (long long)det.index, (long long)det.value, o.policy == CLEMBED_INDEX_WRAP ? "-" : "",
-                  o.policy == CLEMBED_INDEX_WRAP ? t->rows : 0, t->rows);
+      ce_mpi_bad_id(&e, op, det.index, det.value, o.policy, t->rows);
     else if (s != CLEMBED_OK && e.status == CLEMBED_OK)
       ce_mpi_fail_from(&e, ctx, s);
   }
 done:
   for (int k = 0; k < CE_MPI_NSTAGE; k++) ce_mpi_stage_done(t, k, &serve);
   return ce_mpi_report(ctx, op, &e);
+}
+
+void ce_mpi_bad_id(ce_mpi_error *e, const char *op, int64_t at, int64_t id, clembed_index_policy policy, size_t rows) {
+  ce_mpi_fail(e, CLEMBED_ERR_INDEX_OUT_OF_RANGE, "ids", at, id, "%s: ids[%lld] = %lld is outside [%s%zu, %zu)", op,
+              (long long)at, (long long)id, policy == CLEMBED_INDEX_WRAP ? "-" : "",
+              policy == CLEMBED_INDEX_WRAP ? rows : 0, rows);
+}
+
+clembed_status ce_mpi_fetched(clembed_mpi_table *t, size_t d, size_t n, clembed_dtype wire, ce_mpi_error *e,
+                              clembed_matrix *rows, clembed_ids *lids) {
+  clembed_status s = ce_mpi_stage_done(t, CE_MPI_ST_IN, e);
+  if (s == CLEMBED_OK) s = ce_mpi_stage_done(t, CE_MPI_ST_LOCAL, e);
+  *rows = ce_mpi_stage_matrix(t, CE_MPI_ST_IN, d, t->cols, wire);
+  *lids = ce_mpi_stage_ids(t, CE_MPI_ST_LOCAL, n, CLEMBED_I64);
+  return s;
 }

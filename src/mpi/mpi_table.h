@@ -216,6 +216,15 @@ int ce_mpi_alltoallv_rows(clembed_mpi_table *t, const void *send, void *recv, si
 
 /* ---------------------------------------------- shared by the calls (embed.c, step.c) */
 
+/* A bad id of the rank's own: CLEMBED_ERR_INDEX_OUT_OF_RANGE on e, naming
+ * ids[at] = id and the range the policy allows. */
+void ce_mpi_bad_id(ce_mpi_error *e, const char *op, int64_t at, int64_t id, clembed_index_policy policy, size_t rows);
+/* After ce_mpi_fetch_rows: its in and local stages handed back to the device
+ * and seen as the d fetched rows (*rows, `wire`) and the n ids renumbered
+ * into them (*lids, I64). CLEMBED_OK, or the failure (on e). */
+clembed_status ce_mpi_fetched(clembed_mpi_table *t, size_t d, size_t n, clembed_dtype wire, ce_mpi_error *e,
+                              clembed_matrix *rows, clembed_ids *lids);
+
 /* The forward's fetch (embed.c): the rows of the rank's n ids (host, resolved
  * under policy; pad the padding row or UINT64_MAX) from their owners, while
  * the rank serves the rows asked of its shard; a rank whose own arguments

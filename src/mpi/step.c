@@ -346,9 +346,7 @@ clembed_status clembed_mpi_optimizer_step(clembed_mpi_table *t, const clembed_ma
   clembed_backward_options b = owner_options(&bo);
   ce_mpi_step_deliver(t, op, o, &b, send_ids, send_rows, wire, made, &e, &own);
   if (bad_at >= 0) /* kept only when no failure came first */
-    ce_mpi_fail(&e, CLEMBED_ERR_INDEX_OUT_OF_RANGE, "ids", bad_at, bad_id, "%s: ids[%lld] = %lld is outside [%s%zu, %zu)",
-                op, (long long)bad_at, (long long)bad_id, bo.policy == CLEMBED_INDEX_WRAP ? "-" : "",
-                bo.policy == CLEMBED_INDEX_WRAP ? t->rows : 0, t->rows);
+    ce_mpi_bad_id(&e, op, bad_at, bad_id, bo.policy, t->rows);
 done:
   for (int k = 0; k < CE_MPI_NSTAGE; k++) ce_mpi_stage_done(t, k, &own);
   return ce_mpi_report(ctx, op, &e);
