@@ -214,7 +214,7 @@ int ce_mpi_alltoallv(clembed_mpi_table *t, const void *send, void *recv, MPI_Dat
 int ce_mpi_alltoallv_rows(clembed_mpi_table *t, const void *send, void *recv, size_t row_bytes, int reverse,
                           ce_mpi_error *e);
 
-/* ---------------------------------------------- shared by the calls (embed.c, step.c) */
+/* ---------------------------------------------- shared by the calls (embed.c, step.c, bag.c) */
 
 /* A bad id of the rank's own: CLEMBED_ERR_INDEX_OUT_OF_RANGE on e, naming
  * ids[at] = id and the range the policy allows. */
