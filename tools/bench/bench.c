@@ -32,7 +32,9 @@
  *
  * The last rows run the forward and a step with the table split over 4
  * buffers (a context of its own, made with CLEMBED_MAX_BUFFER_BYTES at a
- * quarter of the table), beside the same rows on one buffer above.
+ * quarter of the table); each also times the same operation on the table in
+ * one buffer in the same rounds, and prints the split's speed over it (1.00 =
+ * as fast as one buffer).
  *
  * Uses the public API, OpenCL and tools/ceiling/ only. */
 #define _DEFAULT_SOURCE
@@ -997,16 +999,26 @@ typedef struct result {
   double copy_gbs, copy_ms; /* the reference copy's median rate and time (latency rows: a copy kernel's round trip) */
   double ceil_ms, ceil_gbs, ceil_ratio; /* the C ceiling (0: none) */
   double alt_ms, alt_speedup;           /* --against: the other tuning's time, and its speed over the default's */
+  double one_ms, one_ratio; /* a split row: the table in one buffer's time, and the split's speed over it (0: none) */
   int latency;              /* ratio is op time / round-trip time */
 } result;
 
 #define LATENCY_PAIRS 40 /* pairs per requested pair for the latency row */
 
-/* Times the operation, the reference copy and (when given) the C ceiling
- * alternately; returns 0 and fills res. A latency row times a 16-byte copy
- * kernel instead. */
-static int measure(bench_state *s, bench_state *alt, reference *ref, const spec *r, ceiling *ceil, double bytes,
-                   int reps, result *res, char *err, size_t errlen) {
+/* Runs r on s and waits: 0, or -1 with err (what names the state). */
+static int run_wait(bench_state *s, const spec *r, const char *what, char *err, size_t errlen) {
+  clembed_status st = run_op(s, r);
+  if (st == CLEMBED_OK) st = clembed_finish(s->ctx);
+  if (st == CLEMBED_OK) return 0;
+  snprintf(err, errlen, "%s%s: %s", what, clembed_status_string(st), clembed_context_message(s->ctx));
+  return -1;
+}
+
+/* Times the operation, the reference copy and (when given) the C ceiling, the
+ * other tuning's context (alt) and the table in one buffer (one) alternately;
+ * returns 0 and fills res. A latency row times a 16-byte copy kernel instead. */
+static int measure(bench_state *s, bench_state *alt, bench_state *one, reference *ref, const spec *r, ceiling *ceil,
+                   double bytes, int reps, result *res, char *err, size_t errlen) {
   const int latency = r->op == OP_LATENCY;
   int kind = latency ? COPY_KERNEL : ref->kind;
   size_t cbytes = latency ? 16 : reference_bytes(ref, bytes);
@@ -1014,9 +1026,9 @@ static int measure(bench_state *s, bench_state *alt, reference *ref, const spec 
   /* a round trip is tens of microseconds, at the mercy of thread wake-ups:
    * many more pairs for a stable median, at little cost */
   if (latency) reps *= LATENCY_PAIRS;
-  double *v = calloc((size_t)reps * 7, sizeof *v);
+  double *v = calloc((size_t)reps * 9, sizeof *v);
   double *ratios = v, *times = v + reps, *copies = v + 2 * reps, *ctimes = v + 3 * reps, *cratios = v + 4 * reps;
-  double *atimes = v + 5 * reps, *aspeed = v + 6 * reps;
+  double *atimes = v + 5 * reps, *aspeed = v + 6 * reps, *otimes = v + 7 * reps, *oratio = v + 8 * reps;
   int rc = 0;
   if (!v) {
     snprintf(err, errlen, "out of memory");
@@ -1031,14 +1043,10 @@ static int measure(bench_state *s, bench_state *alt, reference *ref, const spec 
       goto done;
     }
     if (ceil) ceiling_run(ceil, pool_run, &ref->pool);
-    if (alt) {
-      st = run_op(alt, r);
-      if (st == CLEMBED_OK) st = clembed_finish(alt->ctx);
-      if (st != CLEMBED_OK) {
-        snprintf(err, errlen, "--against: %s: %s", clembed_status_string(st), clembed_context_message(alt->ctx));
-        rc = -1;
-        goto done;
-      }
+    if ((alt && run_wait(alt, r, "--against: ", err, errlen)) ||
+        (one && run_wait(one, r, "the table in one buffer: ", err, errlen))) {
+      rc = -1;
+      goto done;
     }
   }
   for (int i = 0; i < reps; i++) {
@@ -1065,15 +1073,21 @@ static int measure(bench_state *s, bench_state *alt, reference *ref, const spec 
     }
     if (alt) {
       double t4 = now();
-      st = run_op(alt, r);
-      if (st == CLEMBED_OK) st = clembed_finish(alt->ctx);
-      atimes[i] = now() - t4;
-      if (st != CLEMBED_OK) {
-        snprintf(err, errlen, "--against: %s: %s", clembed_status_string(st), clembed_context_message(alt->ctx));
+      if (run_wait(alt, r, "--against: ", err, errlen)) {
         rc = -1;
         goto done;
       }
+      atimes[i] = now() - t4;
       aspeed[i] = times[i] / atimes[i]; /* the other tuning's rate / the default's */
+    }
+    if (one) {
+      double t5 = now();
+      if (run_wait(one, r, "the table in one buffer: ", err, errlen)) {
+        rc = -1;
+        goto done;
+      }
+      otimes[i] = now() - t5;
+      oratio[i] = otimes[i] / times[i]; /* the split's rate / one buffer's */
     }
   }
   res->op_ms = 1e3 * median(times, reps);
@@ -1091,6 +1105,10 @@ static int measure(bench_state *s, bench_state *alt, reference *ref, const spec 
   if (alt) {
     res->alt_ms = 1e3 * median(atimes, reps);
     res->alt_speedup = median(aspeed, reps);
+  }
+  if (one) {
+    res->one_ms = 1e3 * median(otimes, reps);
+    res->one_ratio = median(oratio, reps);
   }
 done:
   free(v);
@@ -1113,6 +1131,8 @@ static void print_row(const spec *r, const result *res, int json, int with_ceili
         printf(", \"ceiling_ms\": %.4f, \"ceiling_gb_per_s\": %.3f, \"ceiling_ratio\": %.3f", res->ceil_ms, res->ceil_gbs,
                res->ceil_ratio);
       if (res->alt_ms > 0) printf(", \"against_ms\": %.4f, \"against_speedup\": %.3f", res->alt_ms, res->alt_speedup);
+      if (res->one_ms > 0)
+        printf(", \"one_buffer_ms\": %.4f, \"vs_one_buffer\": %.3f", res->one_ms, res->one_ratio);
       printf("}\n");
     }
     return;
@@ -1126,6 +1146,7 @@ static void print_row(const spec *r, const result *res, int json, int with_ceili
   if (with_ceiling && res->ceil_ms > 0) printf(" %8.2f %6.2fx", res->ceil_gbs, res->ceil_ratio);
   else if (with_ceiling) printf(" %8s %7s", "-", "-");
   if (with_alt) printf(" %9.3f %8.2fx", res->alt_ms, res->alt_speedup);
+  if (res->one_ms > 0) printf("  (one buffer %.3f ms: split %.2fx)", res->one_ms, res->one_ratio);
   printf("\n");
 }
 
@@ -1187,7 +1208,9 @@ static void usage(FILE *f) {
           "  device reports, 1 GiB where none does), alternately in the same run, and\n"
           "  prints the median ratio of the rates (1.0 = copy speed). The one-token\n"
           "  row is lookup + finish latency in one-kernel round trips (lower is\n"
-          "  better), over 40 times as many pairs. The largest rows need about 14 GiB\n"
+          "  better), over 40 times as many pairs. The rows with the table in 4\n"
+          "  buffers also time it in one buffer, in the same rounds, and print the\n"
+          "  split's speed over it. The largest rows need about 14 GiB\n"
           "  of memory with --ceiling, 8 GiB without.\n"
           "  --quick     3 timed rounds per row\n"
           "  --reps N    timed rounds per row (default 15; the latency row 40 times as many)\n"
@@ -1350,7 +1373,12 @@ int clembed_bench_main(int argc, char **argv) {
       snprintf(err, sizeof err, "--against: %s: %s", clembed_status_string(st), clembed_context_message(ralt->ctx));
       goto fail;
     }
-    int bad = measure(rs, against ? ralt : NULL, &ref, r, ceil, row_bytes_moved(rs, r), reps, &res, err, sizeof err);
+    if (pieces && (st = state_prepare(&s, r)) != CLEMBED_OK) { /* the same row on one buffer, timed beside it */
+      ceiling_destroy(ceil);
+      goto fail_status;
+    }
+    int bad = measure(rs, against ? ralt : NULL, pieces ? &s : NULL, &ref, r, ceil, row_bytes_moved(rs, r), reps, &res,
+                      err, sizeof err);
     ceiling_destroy(ceil);
     if (bad) goto fail;
     print_row(r, &res, json, with_ceiling, against != NULL);
