@@ -98,7 +98,9 @@ static void gather_every_dtype_pair_once(void) {
   free(w);
 }
 
-/* FOLD: each store mode on F32 and BF16 tables, rows repeated many times. */
+/* FOLD: each store mode on F32 and BF16 tables, rows repeated many times; a
+ * gradient row per token, and (with 3 threads) one per 4 tokens, as a bag
+ * step's SUM has. */
 static void fold_every_store_once(void) {
   const size_t rows = 50, cols = 64, n = 300;
   int32_t ids[300];
@@ -111,8 +113,9 @@ static void fold_every_store_once(void) {
     for (int t = 0; t < 2; t++)
       for (int threads = 1; threads <= 3; threads += 2) {
         if (stores[k] == CEILING_ACCUMULATE && t) continue; /* a dense gradient is F32 */
+        const size_t gs = threads == 3 ? 4 : 1;
         ceiling_desc d = {.kind = CEILING_FOLD, .table_dtype = tdts[t], .rows = rows, .cols = cols, .n = n,
-                          .ids = ids, .store = stores[k], .learning_rate = 0.25f};
+                          .ids = ids, .store = stores[k], .learning_rate = 0.25f, .grad_seq = gs};
         char err[128];
         ceiling *c = ceiling_create(&d, err, sizeof err);
         EXPECT(c != NULL, "%s", err);
@@ -127,7 +130,10 @@ static void fold_every_store_once(void) {
           int any = 0;
           for (size_t i = 0; i < n; i++) /* ascending token order */
             if ((size_t)ids[i] == r) {
-              for (size_t col = 0; col < cols; col++) g[col] = any ? g[col] + v.grad[i * cols + col] : v.grad[i * cols + col];
+              for (size_t col = 0; col < cols; col++) {
+                float x = v.grad[i / gs * cols + col];
+                g[col] = any ? g[col] + x : x;
+              }
               any = 1;
             }
           if (!any) continue;

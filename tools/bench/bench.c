@@ -975,6 +975,9 @@ static ceiling *row_ceiling(const bench_state *s, const spec *r, char *err, size
     d.kind = CEILING_FOLD;
     d.store = CEILING_SGD;
     break;
+  case OP_BAG_STEP: /* SUM: each id's gradient row is its bag's (bags of r->seq ids), then as OP_OPTIM */
+    d.grad_seq = r->seq;
+    /* fall through */
   case OP_OPTIM: {
     const ceiling_store stores[4] = {CEILING_SGD, CEILING_ADAGRAD, CEILING_ROWWISE_ADAGRAD, CEILING_ADAM};
     d.kind = CEILING_FOLD;

@@ -337,9 +337,10 @@ ceiling *ceiling_create(const ceiling_desc *d, char *err, size_t errlen) {
   } else if (d->kind == CEILING_FOLD) {
     if (d->table_dtype > CLEMBED_BF16) REFUSE("no ceiling for this table dtype");
     c->table_bytes = d->rows * c->row_bytes;
-    c->grad_bytes = n * cols * 4;
+    const size_t gs = d->grad_seq > 1 ? d->grad_seq : 1;
+    c->grad_bytes = (n + gs - 1) / gs * cols * 4;
     if (!(c->grad = ceiling_host_alloc(c->grad_bytes))) REFUSE("out of memory");
-    fill((unsigned char *)c->grad, CLEMBED_F32, n * cols, c->grad_bytes, 3);
+    fill((unsigned char *)c->grad, CLEMBED_F32, c->grad_bytes / 4, c->grad_bytes, 3);
     c->s1_cols = d->store == CEILING_ROWWISE_ADAGRAD ? 1 : cols;
     if (d->store == CEILING_ADAGRAD || d->store == CEILING_ROWWISE_ADAGRAD || d->store == CEILING_ADAM) {
       c->s1_bytes = d->rows * c->s1_cols * 4;
@@ -429,8 +430,8 @@ static void sort_hist(void *arg, int index, int threads) {
   for (size_t i = lo; i < hi; i++) h[(in[i] >> shift) & mask]++;
 }
 
-/* pass 0 reads the ids (the token is the value), pass p buffer (p - 1) % 2;
- * pass p writes buffer p % 2 */
+/* pass 0 reads the ids (the value: the token's gradient row, i / grad_seq,
+ * in token order), pass p buffer (p - 1) % 2; pass p writes buffer p % 2 */
 static void sort_scatter(void *arg, int index, int threads) {
   ceiling *c = arg;
   const size_t n = c->d.n, lo = n * (size_t)index / (size_t)threads, hi = n * (size_t)(index + 1) / (size_t)threads;
@@ -438,7 +439,7 @@ static void sort_scatter(void *arg, int index, int threads) {
   const uint32_t *kin = p ? c->keys[(p - 1) & 1] : (const uint32_t *)c->ids, *vin = p ? c->vals[(p - 1) & 1] : NULL;
   uint32_t *kout = c->keys[p & 1], *vout = c->vals[p & 1];
   const unsigned shift = (unsigned)(p * c->bits), mask = (1u << c->bits) - 1;
-  const size_t buckets = (size_t)1 << c->bits;
+  const size_t buckets = (size_t)1 << c->bits, gs = c->d.grad_seq > 1 ? c->d.grad_seq : 1;
   uint32_t off[1u << CEIL_RADIX_MAX_BITS];
   uint32_t run = 0;
   for (size_t b = 0; b < buckets; b++)
@@ -449,7 +450,7 @@ static void sort_scatter(void *arg, int index, int threads) {
   for (size_t i = lo; i < hi; i++) {
     uint32_t k = kin[i], at = off[(k >> shift) & mask]++;
     kout[at] = k;
-    vout[at] = vin ? vin[i] : (uint32_t)i;
+    vout[at] = vin ? vin[i] : (uint32_t)(i / gs);
   }
 }
 

@@ -53,6 +53,8 @@ typedef struct ceiling_desc {
                                 its bags of seq ids; out is bags x (features * cols) F32, feature f's block at
                                 column f * cols */
   int mean;                  /* BAG: each bag's sum divided by seq */
+  size_t grad_seq;           /* FOLD: tokens per gradient row (0 or 1: a row per token); the bag step's SUM:
+                                token i's gradient row is row i / grad_seq, its bag's */
 } ceiling_desc;
 
 typedef struct ceiling ceiling;
