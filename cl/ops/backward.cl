@@ -865,7 +865,8 @@ __kernel void ce_bwd_atomic(GRAD_PARAMS, ulong cols, __global const int *ids32, 
   ulong i = get_global_id(1);
   if (i >= n) return;
   long r = ce_token_row(ids32, ids64, id64, id_off, i, rows, policy, padding, err, slot, get_global_id(0) == 0);
-  if (r < 0 || !CE_OWNS(gt, (ulong)r)) return;
+  if (r < 0) return;
+  if (!CE_OWNS(gt, (ulong)r)) return; /* another window's row */
   __global float *gr = CE_AT(gt, (ulong)r) + CE_OFF(gt, t_off, t_ld, (ulong)r);
   for (ulong c = get_global_id(0); c < cols; c += get_global_size(0)) {
     float g = load_grad(CE_AT(grad, i), CE_OFF(grad, g_off, g_ld, i) + c);

@@ -29,11 +29,12 @@
  * one piece (a dense matrix: ld == cols), else one at a time */
 #define OUT_PARAMS __global OUT_T *out, ulong o_off CE_PIECE_PARAMS(OUT_T, out)
 #define OUT_PASS out, o_off CE_PIECE_PASS(out)
-/* Whether local elements [l, l + n) reach this launch's window of rows. */
+/* Whether local elements [l, l + n) miss this launch's window of rows (a
+ * boolean constant where there is no window). */
 #if CE_PIECES_out > 8
-#define IN_WINDOW(l, n) ((l) / cols < CE_HI(out) && ((l) + (n) - 1) / cols >= CE_LO(out))
+#define OFF_WINDOW(l, n) ((l) / cols >= CE_HI(out) || ((l) + (n) - 1) / cols < CE_LO(out))
 #else
-#define IN_WINDOW(l, n) 1
+#define OFF_WINDOW(l, n) false
 #endif
 
 /* The four elements of counter q (Philox indices 4q .. 4q + 3), those at
@@ -73,7 +74,7 @@ inline float4 ce_init_normal_values(uint4 x, float mean, float stddev) {
 __kernel void ce_init_uniform(OUT_PARAMS, ulong o_ld, ulong rows, ulong cols, ulong first, float low, float high,
                               uint seed_lo, uint seed_hi) {
   ulong total = rows * cols, q = first / 4 + get_global_id(0);
-  if (4 * q >= first + total || !IN_WINDOW(CE_Q_LOCAL(q), 4)) return;
+  if (4 * q >= first + total || OFF_WINDOW(CE_Q_LOCAL(q), 4)) return;
   uint4 x = ce_philox((uint2)(seed_lo, seed_hi), (uint4)((uint)q, (uint)(q >> 32), 0u, 0u));
   ce_init_store4(OUT_PASS, o_ld, cols, q, first, total, ce_init_uniform_values(x, low, high));
 }
@@ -81,7 +82,7 @@ __kernel void ce_init_uniform(OUT_PARAMS, ulong o_ld, ulong rows, ulong cols, ul
 __kernel void ce_init_normal(OUT_PARAMS, ulong o_ld, ulong rows, ulong cols, ulong first, float mean, float stddev,
                              uint seed_lo, uint seed_hi) {
   ulong total = rows * cols, q = first / 4 + get_global_id(0);
-  if (4 * q >= first + total || !IN_WINDOW(CE_Q_LOCAL(q), 4)) return;
+  if (4 * q >= first + total || OFF_WINDOW(CE_Q_LOCAL(q), 4)) return;
   uint4 x = ce_philox((uint2)(seed_lo, seed_hi), (uint4)((uint)q, (uint)(q >> 32), 0u, 0u));
   ce_init_store4(OUT_PASS, o_ld, cols, q, first, total, ce_init_normal_values(x, mean, stddev));
 }
@@ -143,7 +144,7 @@ __kernel void ce_init_uniform16(OUT_PARAMS, ulong cols, ulong total, ulong first
                                 uint seed_hi) {
   ulong q0 = first / 4 + get_global_id(0) * 16;
   long l0 = (long)(4 * q0 - first);
-  if (l0 >= (long)total || !IN_WINDOW(l0 > 0 ? (ulong)l0 : 0, 64)) return;
+  if (l0 >= (long)total || OFF_WINDOW(l0 > 0 ? (ulong)l0 : 0, 64)) return;
   uint16 x0, x1, x2, x3;
   ce_philox16(seed_lo, seed_hi, q0, &x0, &x1, &x2, &x3);
   float hl = 0.5f * low, span = 0.5f * high - hl;
@@ -156,7 +157,7 @@ __kernel void ce_init_normal16(OUT_PARAMS, ulong cols, ulong total, ulong first,
                                uint seed_lo, uint seed_hi) {
   ulong q0 = first / 4 + get_global_id(0) * 16;
   long l0 = (long)(4 * q0 - first);
-  if (l0 >= (long)total || !IN_WINDOW(l0 > 0 ? (ulong)l0 : 0, 64)) return;
+  if (l0 >= (long)total || OFF_WINDOW(l0 > 0 ? (ulong)l0 : 0, 64)) return;
   uint16 x0, x1, x2, x3;
   ce_philox16(seed_lo, seed_hi, q0, &x0, &x1, &x2, &x3);
   float16 z0, z1, z2, z3;

@@ -14,14 +14,16 @@
 __kernel void ce_positional(__global OUT_T *out, ulong o_off CE_PIECE_PARAMS(OUT_T, out), ulong o_ld, ulong rows,
                             ulong cols, ulong first, __global const float *freq) {
   ulong c = get_global_id(0), r = get_global_id(1);
-  if (c >= cols || r >= rows || !CE_OWNS(out, r)) return;
+  if (c >= cols || r >= rows) return;
+  if (!CE_OWNS(out, r)) return; /* another window's row */
   store_out(CE_AT(out, r), CE_OFF(out, o_off, o_ld, r) + c, ce_sinusoid(first + r, freq, cols, c));
 }
 
 __kernel void ce_positional_rows(__global OUT_T *out, ulong o_off CE_PIECE_PARAMS(OUT_T, out), ulong o_ld,
                                  ulong rows, ulong cols, ulong first, __global const float *freq) {
   ulong r = get_global_id(0);
-  if (r >= rows || !CE_OWNS(out, r)) return;
+  if (r >= rows) return;
+  if (!CE_OWNS(out, r)) return; /* another window's row */
   __global OUT_T *o = CE_AT(out, r) + CE_OFF(out, o_off, o_ld, r);
   ulong c = 0;
   for (; c + VEC <= cols; c += VEC) store_outv(o, c, ce_sinusoidv(first + r, freq, cols, c));

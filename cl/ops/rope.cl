@@ -29,7 +29,8 @@ inline float2 ce_rope_cos_sin(uint p, __global const float *f, ulong nh, ulong k
 __kernel void ce_rope_cache(__global OUT_T *out, ulong o_off CE_PIECE_PARAMS(OUT_T, out), ulong o_ld, ulong rows,
                             ulong nh, ulong first, __global const float *freq, float attention) {
   ulong k = get_global_id(0), r = get_global_id(1);
-  if (k >= nh || r >= rows || !CE_OWNS(out, r)) return;
+  if (k >= nh || r >= rows) return;
+  if (!CE_OWNS(out, r)) return; /* another window's row */
   float2 cs = ce_rope_cos_sin((uint)(first + r), freq, nh, k);
   __global OUT_T *orow = CE_AT(out, r);
   ulong o = CE_OFF(out, o_off, o_ld, r);
