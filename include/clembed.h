@@ -890,8 +890,8 @@ typedef struct clembed_embed_grads {
  *   LAYER: dx_c = rstd * ((h_c - A) - xh_c * B);  RMS: dx_c = rstd * (h_c - xh_c * B);
  *   NONE:  dx_c = g_c.
  * Then every gradient is a sum over tokens in ascending token order, folded
- * from 0 and then added into the gradient, by clembed_backward's one segment
- * fold (the same bits on every run, device, kernel shape and work size):
+ * from 0 and then added into the gradient, as clembed_backward's segment fold
+ * does (the same bits on every run, device, kernel shape and work size):
  *   table[v]          += scale * (sum of dx over the tokens whose id resolves to v;
  *                        not the padding id, not a bad or dropped id)
  *   position_table[p] += sum of dx over the tokens at position p (POSITIONS_TABLE)

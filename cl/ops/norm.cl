@@ -15,18 +15,22 @@
  *                     (cl/lib/rowsum.cl), which meet in local memory;
  *   ce_norm_rows      CPU shape: a work-item per ROWS tokens, each row whole,
  *                     VEC columns at a time, the 32 partial sums in 32 / VEC
- *                     vectors; where CE_PREFETCH is 1 the table row AHEAD
- *                     tokens on is asked for during the first pass;
+ *                     vectors; the tokens in groups of SIDE whose first pass
+ *                     reads their rows side by side into a private scratch
+ *                     (the later passes take each row from there); where
+ *                     CE_PREFETCH is 1 (NEXT) the next group's table rows are
+ *                     asked for during that pass ("CPU row groups" below);
  *   ce_norm_bwd, ce_norm_bwd_rows   the backward's rows in the same two shapes.
- * The norm's passes over a row recompute x from the tables (from the cache:
+ * The GPU shape's passes over a row, and the CPU shapes' for a row wider
+ * than the scratch (SCRATCH 0), recompute x from the tables (from the cache:
  * the row was just read) rather than keep it, so a row of any width takes no
  * memory; every shape does the same float operations in the same order and
  * so gives the same bits.
  * Build options: TABLE_DT, OUT_DT, POSITIONS (0 none, 1 sinusoid, 2 table),
  * POS_DT, SEGMENTS (0/1), SEG_DT, NORM (0 none, 1 layer, 2 rms), HAS_W, HAS_B
  * (the norm's weight and bias, 0/1), DROPOUT, VEC;
- * the CPU shapes ROWS, STREAM and AHEAD; the backward GRAD_DT and GXH (0/1:
- * write g * xh). */
+ * the CPU shapes ROWS, SIDE, SCRATCH, STREAM and NEXT; the backward GRAD_DT
+ * and GXH (0/1: write g * xh). */
 
 #ifndef ROWS
 #define ROWS 1
@@ -34,8 +38,8 @@
 #ifndef STREAM
 #define STREAM 0
 #endif
-#ifndef AHEAD
-#define AHEAD 0
+#ifndef NEXT
+#define NEXT 0
 #endif
 #ifndef GXH
 #define GXH 0
@@ -333,24 +337,33 @@ CE_INLINE FV ce_norm_yv(FV xh, ulong c, __global const float *nw, ulong nw_off, 
 
 /* The passes' values: x (LAYER's mean, RMS's mean square), (x - mean)^2.
  * The GPU shape's (one column) recompute x in every pass. The CPU shapes'
- * (VEC columns, or one) keep a row's x in the private row xs_ when the host
- * sets SCRATCH (the longest row that fits): the first pass puts it there
- * (CE_PUT), the later passes get it back (CE_GET) instead of recomputing it;
- * F: the steps of a full row (CE_XVF), or not. The same values either way. */
+ * (VEC columns, or one) keep their group's rows of x (below) in the private
+ * scratch xsa_ when the host sets SCRATCH (its floats: SIDE rows of xst_,
+ * the row rounded up to VEC and, with SIDE > 1, a vector more, so that the
+ * rows do not fall on the same cache sets): the first pass puts them there,
+ * the later passes get the row at xs_ back (CE_GET) instead of recomputing
+ * it; F: the steps of a full row (CE_XVF), or not. The same values either way. */
 #ifndef SCRATCH
 #define SCRATCH 0
 #endif
+#ifndef SIDE
+#define SIDE 1
+#endif
 #if SCRATCH
 /* a vector at c, a multiple of VEC, is aligned: whole stores, no vstore */
-#define CE_SCRATCH_DECL float xs_[SCRATCH] __attribute__((aligned(4 * VEC)));
-#define CE_PUTV(c, t) *(FV *)(xs_ + (c)) = (t)
-#define CE_PUT1(c, t) xs_[c] = (t)
+#define CE_SCRATCH_DECL                                 \
+  float xsa_[SCRATCH] __attribute__((aligned(4 * VEC))); \
+  const ulong xst_ = (cols + VEC - 1) / VEC * VEC + (SIDE > 1 ? VEC : 0);
+#define CE_SCRATCH_ROW(k) float *xs_ = xsa_ + (ulong)(k) * xst_;
+#define CE_GPUTV_(k, c, t) *(FV *)(xsa_ + (ulong)(k) * xst_ + (c)) = (t)
+#define CE_GPUT1_(k, c, t) xsa_[(ulong)(k) * xst_ + (c)] = (t)
 #define CE_GETV(F, c, x) x = *(const FV *)(xs_ + (c))
 #define CE_GET1(c, x) x = xs_[c]
 #else
 #define CE_SCRATCH_DECL
-#define CE_PUTV(c, t)
-#define CE_PUT1(c, t)
+#define CE_SCRATCH_ROW(k)
+#define CE_GPUTV_(k, c, t)
+#define CE_GPUT1_(k, c, t)
 #define CE_GETV(F, c, x) CE_XV##F(c, x)
 #define CE_GET1(c, x) CE_X1(c, x)
 #endif
@@ -367,33 +380,6 @@ CE_INLINE FV ce_norm_yv(FV xh, ulong c, __global const float *nw, ulong nw_off, 
     t = t - mean;     \
     t = t * t;        \
   } while (0)
-/* CPU: the first pass (x, or x^2 for RMS), putting x aside */
-#define CE_SX1P(c, t) \
-  do {                \
-    CE_X1(c, t);      \
-    CE_PUT1(c, t);    \
-  } while (0)
-#define CE_SQ1P(c, t) \
-  do {                \
-    CE_X1(c, t);      \
-    CE_PUT1(c, t);    \
-    t = t * t;        \
-  } while (0)
-#define CE_SXV_(XV, c, t) \
-  do {                    \
-    XV(c, t);             \
-    CE_PUTV(c, t);        \
-  } while (0)
-#define CE_SQV_(XV, c, t) \
-  do {                    \
-    XV(c, t);             \
-    CE_PUTV(c, t);        \
-    t = t * t;            \
-  } while (0)
-#define CE_SXV(c, t) CE_SXV_(CE_XV, c, t)
-#define CE_SXVF(c, t) CE_SXV_(CE_XVF, c, t)
-#define CE_SQV(c, t) CE_SQV_(CE_XV, c, t)
-#define CE_SQVF(c, t) CE_SQV_(CE_XVF, c, t)
 /* CPU: the second pass of LAYER, (x - mean)^2 */
 #define CE_DEV1G(c, t) \
   do {                 \
@@ -414,18 +400,8 @@ CE_INLINE FV ce_norm_yv(FV xh, ulong c, __global const float *nw, ulong nw_off, 
     t = t * t;         \
   } while (0)
 
-/* The row's statistics: mean (LAYER; 0 for RMS) and rstd, from the row sums
- * of the CPU shapes (CE_ROWSUMV, with the vector steps of a full row when
- * `full`) or the GPU shape (CE_ROWSUM_G). */
+/* The GPU shape's statistics of its row: mean (LAYER; 0 for RMS) and rstd. */
 #if NORM == 1
-#define CE_NORM_STATS_CPU_(F)                      \
-  {                                                       \
-    float s1_, s2_;                                       \
-    CE_ROWSUMV(s1_, CE_SXV##F, CE_SX1P)            \
-    mean = s1_ * inv_d;                                   \
-    CE_ROWSUMV(s2_, CE_DEVV##F, CE_DEV1G)      \
-    rstd = ce_rsqrt_fixed(s2_ * inv_d + eps);             \
-  }
 #define CE_NORM_STATS_GPU                                 \
   float mean, rstd, s1_, s2_;                             \
   CE_ROWSUM_G(s1_, CE_SX1)                                \
@@ -433,25 +409,13 @@ CE_INLINE FV ce_norm_yv(FV xh, ulong c, __global const float *nw, ulong nw_off, 
   CE_ROWSUM_G(s2_, CE_DEV1)                               \
   rstd = ce_rsqrt_fixed(s2_ * inv_d + eps);
 #elif NORM == 2
-#define CE_NORM_STATS_CPU_(F)                      \
-  {                                                       \
-    float s2_;                                            \
-    CE_ROWSUMV(s2_, CE_SQV##F, CE_SQ1P)            \
-    rstd = ce_rsqrt_fixed(s2_ * inv_d + eps);             \
-  }
 #define CE_NORM_STATS_GPU                                 \
   float mean = 0.0f, rstd, s2_;                           \
   CE_ROWSUM_G(s2_, CE_SQ1)                                \
   rstd = ce_rsqrt_fixed(s2_ * inv_d + eps);
 #else
-#define CE_NORM_STATS_CPU_(F)
 #define CE_NORM_STATS_GPU
 #endif
-/* mean and rstd of the CPU shapes (full: the loops without tests) */
-#define CE_NORM_STATS_CPU             \
-  float mean = 0.0f, rstd = 1.0f;            \
-  if (full) CE_NORM_STATS_CPU_(F)     \
-  else CE_NORM_STATS_CPU_()
 
 /* ------------------------------------------------------------------ keys */
 
@@ -523,50 +487,217 @@ inline ulong ce_norm_first(ulong g, int strided, ulong seq_len, ulong *tstep) {
 #define CE_NORM_TOKENS(g) \
   ulong tstep, t0 = ce_norm_first((g), strided, seq_len, &tstep);
 
-/* AHEAD (where CE_PREFETCH is 1): before it starts, a work-item asks for the
- * table rows of its own tokens (all at once: several rows on their way
- * together) and of the work-item about AHEAD tokens on (max(1, AHEAD / ROWS)
- * items on), into the second-level cache. */
-#if AHEAD
-inline void ce_norm_prefetch_item(ulong g, int strided, ulong seq_len, __global const int *ids32,
-                                  __global const long *ids64, int id64, ulong id_off, ulong n,
-                                  __global const TABLE_T *table, ulong t_off CE_PIECE_PARAMS(const TABLE_T, table),
-                                  ulong t_ld, ulong t_rows, ulong bytes) {
-  ulong tstep, t0 = ce_norm_first(g, strided, seq_len, &tstep);
-  for (int k = 0; k < ROWS; k++) {
-    ulong i = t0 + (ulong)k * tstep;
-    if (i >= n) break;
-    long id = ce_load_id(ids32, ids64, id64, id_off + i);
-    if (id < 0 || (ulong)id >= t_rows) continue;
-    __global const uchar *p = (__global const uchar *)TABLE_ROW(id);
-    for (ulong o = 0; o < bytes; o += 64) __builtin_prefetch(p + o, 0, 2);
+/* ------------------------------------------------------- CPU row groups */
+
+/* The CPU shapes take an item's tokens in groups of SIDE (the host's choice:
+ * as many rows as the scratch holds, at most ROWS; 1 without a norm). The
+ * group's first pass reads its rows side by side, VEC columns of each in
+ * turn (a CPU's prefetchers get several streams), putting x in the scratch
+ * and adding it (RMS: x * x) into the row's partial sums; the later passes
+ * then take one row at a time from the scratch. With NEXT (where CE_PREFETCH
+ * is 1) the table rows of the next group (this item's, or the next item's
+ * first: the tokens the work-item takes next) and, in the backward, their
+ * gradient rows are asked for during the memory-bound pass, a line or so of
+ * each at each column step: requests spread over the work, rather than all
+ * queued at once, let the loads of the rows being read through.
+ * A group's tokens: tg, tg + tstep, ... (`live` of them, 1 .. SIDE). */
+#if POSITIONS != 0
+#define CE_G_POS_DECL \
+  int pok_k[SIDE];    \
+  ulong pp_k[SIDE];
+#define CE_G_POS_SET(k) \
+  pok_k[k] = pok;       \
+  pp_k[k] = pp;
+#define CE_G_POS_BIND(k)   \
+  const int pok = pok_k[k]; \
+  const ulong pp = pp_k[k]; \
+  (void)pok;                \
+  (void)pp;
+#else
+#define CE_G_POS_DECL
+#define CE_G_POS_SET(k)
+#define CE_G_POS_BIND(k)
+#endif
+#if POSITIONS == 2
+#define CE_G_PROW_DECL __global const POS_T *prow_k[SIDE];
+#define CE_G_PROW_SET(k) prow_k[k] = prow;
+#define CE_G_PROW_BIND(k) __global const POS_T *prow = prow_k[k];
+#else
+#define CE_G_PROW_DECL
+#define CE_G_PROW_SET(k)
+#define CE_G_PROW_BIND(k)
+#endif
+#if SEGMENTS
+#define CE_G_SEG_DECL \
+  int sok_k[SIDE];    \
+  __global const SEG_T *srow_k[SIDE];
+#define CE_G_SEG_SET(k) \
+  sok_k[k] = sok;       \
+  srow_k[k] = srow;
+#define CE_G_SEG_BIND(k)    \
+  const int sok = sok_k[k]; \
+  __global const SEG_T *srow = srow_k[k];
+#else
+#define CE_G_SEG_DECL
+#define CE_G_SEG_SET(k)
+#define CE_G_SEG_BIND(k)
+#endif
+/* The group's tokens resolved (reported when `report`) into arrays, and
+ * token k's parts bound to the names CE_X* use. */
+#define CE_G_RESOLVE(report)                       \
+  ulong i_k[SIDE];                                 \
+  int has_k[SIDE];                                 \
+  __global const TABLE_T *trow_k[SIDE];            \
+  CE_G_POS_DECL                                    \
+  CE_G_PROW_DECL                                   \
+  CE_G_SEG_DECL                                    \
+  for (int k = 0; k < live; k++) {                 \
+    ulong i = tg + (ulong)k * tstep;               \
+    CE_NORM_TOKEN(i, report)                       \
+    i_k[k] = i;                                    \
+    has_k[k] = has;                                \
+    trow_k[k] = trow;                              \
+    CE_G_POS_SET(k)                                \
+    CE_G_PROW_SET(k)                               \
+    CE_G_SEG_SET(k)                                \
   }
-}
-#define CE_NORM_AHEAD(g)                                                                                        \
-  {                                                                                                             \
-    const ulong bytes_ = (ulong)((__global const uchar *)table_ptr(table, cols) - (__global const uchar *)table); \
-    const ulong lead_ = AHEAD / ROWS > 1 ? AHEAD / ROWS : 1;                                                    \
-    ce_norm_prefetch_item((g), strided, seq_len, ids32, ids64, id64, id_off, n, table,                          \
-                          t_off CE_PIECE_PASS(table), t_ld, t_rows, bytes_);                                    \
-    ce_norm_prefetch_item((g) + lead_, strided, seq_len, ids32, ids64, id64, id_off, n, table,                  \
-                          t_off CE_PIECE_PASS(table), t_ld, t_rows, bytes_);                                    \
+#define CE_G_BIND(k)                              \
+  const int has = has_k[k];                       \
+  __global const TABLE_T *trow = trow_k[k];       \
+  CE_G_POS_BIND(k)                                \
+  CE_G_PROW_BIND(k)                               \
+  CE_G_SEG_BIND(k)
+
+/* The group loop: groups of SIDE tokens from t0 (tg, live and r0_, the
+ * first of the item's rows, defined). */
+#define CE_G_LOOP                                                     \
+  for (int r0_ = 0; r0_ < ROWS; r0_ += SIDE) {                        \
+    const ulong tg = t0 + (ulong)r0_ * tstep;                         \
+    if (tg >= n) return;                                              \
+    int live = min(SIDE, ROWS - r0_);                                 \
+    if ((ulong)(live - 1) * tstep >= n - tg) live = (int)((n - tg - 1) / tstep + 1);
+
+/* NEXT: pf_ (2 * SIDE rows: the next group's table rows, then the rows
+ * GROW(token) gives, its gradient rows in the backward, 0 in the forward) and the spread of their lines over `steps` column
+ * steps: CE_G_ASK(line) asks for each row's lines from `line`. */
+#if NEXT
+#define CE_G_NEXT(steps, GROW)                                                                                  \
+  __global const uchar *pf_[2 * SIDE];                                                                        \
+  const ulong pb_ = (ulong)((__global const uchar *)table_ptr(table, cols) - (__global const uchar *)table);    \
+  const ulong pgb_ = cols * sizeof(GRAD_T), ps_ = ce_prefetch_step(pb_, (steps));                            \
+  const ulong pgs_ = ce_prefetch_step(pgb_, (steps));                                                          \
+  {                                                                                                           \
+    ulong ns_ = tstep, nt_ = tg + (ulong)SIDE * tstep;                                                        \
+    if (r0_ + SIDE >= ROWS) nt_ = ce_norm_first(get_global_id(0) + 1, strided, seq_len, &ns_);                \
+    for (int k = 0; k < SIDE; k++) {                                                                          \
+      const ulong ti_ = nt_ + (ulong)k * ns_;                                                                 \
+      const long id_ = ti_ < n ? ce_load_id(ids32, ids64, id64, id_off + ti_) : -1;                           \
+      pf_[k] = id_ >= 0 && (ulong)id_ < t_rows ? (__global const uchar *)TABLE_ROW(id_) : 0;                  \
+      pf_[SIDE + k] = ti_ < n ? (__global const uchar *)GROW(ti_) : 0;                                          \
+    }                                                                                                         \
+  }
+#define CE_NO_ROW(t) 0
+#define CE_G_ASK(line)                                                          \
+  for (int k = 0; k < SIDE; k++) {                                              \
+    if (pf_[k]) ce_prefetch_part(pf_[k], (line) * ps_, ps_, pb_);              \
+    if (pf_[SIDE + k]) ce_prefetch_part(pf_[SIDE + k], (line) * pgs_, pgs_, pgb_); \
   }
 #else
-#define CE_NORM_AHEAD(g)
+#define CE_G_NEXT(steps, GROW)
+#define CE_G_ASK(line)
 #endif
 
+/* The group's first pass (NORM 1 or 2): x of its rows side by side, into the
+ * scratch, and each row's sum (rowsum.cl's order) of x (LAYER) or x * x
+ * (RMS) into sum_k. */
+#if NORM == 1
+#define CE_P1T(x) (x)
+#else
+#define CE_P1T(x) ((x) * (x))
+#endif
+#define CE_G_PASS1_(F, sum_k)                                                         \
+  {                                                                                  \
+    FV a_[SIDE][CE_NP];                                                              \
+    for (int k = 0; k < SIDE; k++)                                                   \
+      for (int m_ = 0; m_ < CE_NP; m_++) a_[k][m_] = (FV)(0.0f);                     \
+    ulong c0_ = 0, line_ = 0;                                                        \
+    for (; c0_ + CE_ROWSUM_PARTS <= cols; c0_ += CE_ROWSUM_PARTS) {                  \
+      _Pragma("unroll") for (int m_ = 0; m_ < CE_NP; m_++, line_++) {               \
+        const ulong c_ = c0_ + (ulong)m_ * VEC;                                      \
+        CE_G_ASK(line_)                                                              \
+        _Pragma("unroll") for (int k = 0; k < SIDE; k++) {                          \
+          if (k < live) {                                                            \
+            CE_G_BIND(k)                                                             \
+            FV x_;                                                                   \
+            CE_XV##F(c_, x_);                                                        \
+            CE_GPUTV_(k, c_, x_);                                                    \
+            a_[k][m_] = a_[k][m_] + CE_P1T(x_);                                      \
+          }                                                                          \
+        }                                                                            \
+      }                                                                              \
+    }                                                                                \
+    for (int k = 0; k < live; k++) {                                                 \
+      CE_G_BIND(k)                                                                   \
+      float q_[CE_ROWSUM_PARTS];                                                     \
+      for (int m_ = 0; m_ < CE_NP; m_++) vstoreV(a_[k][m_], 0, q_ + m_ * VEC);       \
+      for (ulong c_ = c0_; c_ < cols; c_++) {                                        \
+        float x1_;                                                                   \
+        CE_X1(c_, x1_);                                                              \
+        CE_GPUT1_(k, c_, x1_);                                                       \
+        q_[c_ - c0_] = q_[c_ - c0_] + CE_P1T(x1_);                                   \
+      }                                                                              \
+      sum_k[k] = ce_rowsum_fold(q_);                                                 \
+    }                                                                                \
+  }
+/* (the steps without tests when every row of the group is full) */
+#define CE_G_PASS1(sum_k)                   \
+  {                                         \
+    int all_ = 1;                           \
+    for (int k = 0; k < live; k++) {        \
+      CE_G_BIND(k)                          \
+      all_ = all_ && CE_FULL;               \
+    }                                       \
+    if (all_)                               \
+      CE_G_PASS1_(F, sum_k)                 \
+    else                                    \
+      CE_G_PASS1_(, sum_k)                  \
+  }
+/* The column steps of the first pass (NEXT's spread): the whole 32s' vectors. */
+#define CE_G_STEPS (cols / CE_ROWSUM_PARTS * CE_NP)
+
+/* Row k's mean and rstd from its first pass's sum (LAYER: the second pass,
+ * the squared deviations, from the scratch or recomputed). */
+#if NORM == 1
+#define CE_G_STATS(k)                                       \
+  float mean = sum_k[k] * inv_d, rstd, s2_;                 \
+  if (full)                                                 \
+    CE_ROWSUMV(s2_, CE_DEVVF, CE_DEV1G)                     \
+  else                                                      \
+    CE_ROWSUMV(s2_, CE_DEVV, CE_DEV1G)                      \
+  rstd = ce_rsqrt_fixed(s2_ * inv_d + eps);
+#else
+#define CE_G_STATS(k)                                       \
+  float mean = 0.0f, rstd = ce_rsqrt_fixed(sum_k[k] * inv_d + eps);
+#endif
+
+/* ---------------------------------------------------------- CPU forward */
+
 /* The output's whole vectors of a row (F: a full row's steps): x from the
- * scratch row after the norm's passes, else computed here. */
+ * scratch row after the norm's passes, else computed here (without a norm,
+ * with the next group's rows asked for: this is its pass over memory). */
 #if NORM == 0
 #define CE_NORM_OUT_XV(F, c, x) CE_XV##F(c, x)
 #define CE_NORM_OUT_X1(c, x) CE_X1(c, x)
+#define CE_NORM_OUT_ASK(c) CE_G_ASK((c) / VEC)
 #else
 #define CE_NORM_OUT_XV(F, c, x) CE_GETV(F, c, x)
 #define CE_NORM_OUT_X1(c, x) CE_GET1(c, x)
+#define CE_NORM_OUT_ASK(c)
 #endif
 #define CE_NORM_OUT_LOOP(F)                 \
   for (ulong c = 0; c < cv; c += VEC) {     \
     FV x;                                   \
+    CE_NORM_OUT_ASK(c);                     \
     CE_NORM_OUT_XV(F, c, x);                \
     FV y = CE_YV(c, x);                     \
     CE_DROPV(y, e0 + c);                    \
@@ -580,14 +711,74 @@ __kernel void ce_norm_rows(CE_NORM_IN_ARGS, __global OUT_T *out, ulong o_off CE_
                            int strided) {
   CE_NORM_TOKENS(get_global_id(0))
   CE_SCRATCH_DECL
-  CE_NORM_AHEAD(get_global_id(0))
-  for (int k = 0; k < ROWS; k++) {
-    ulong i = t0 + (ulong)k * tstep;
-    if (i >= n) return;
-    CE_NORM_TOKEN(i, 1)
+  CE_G_LOOP
+  CE_G_RESOLVE(1)
+#if NORM != 0
+  CE_G_NEXT(CE_G_STEPS, CE_NO_ROW)
+  float sum_k[SIDE];
+  CE_G_PASS1(sum_k)
+#else
+  CE_G_NEXT(cols / VEC, CE_NO_ROW)
+#endif
+#if NORM != 0 && SCRATCH
+  /* the rows' statistics, then their output side by side from the scratch */
+  float mean_k[SIDE], rstd_k[SIDE];
+  __global OUT_T *orow_k[SIDE];
+  int nt_k[SIDE];
+  for (int k = 0; k < live; k++) {
+    CE_G_BIND(k)
+    CE_SCRATCH_ROW(k)
+    const int full = CE_FULL;
+    CE_G_STATS(k)
+    mean_k[k] = mean;
+    rstd_k[k] = rstd;
+    orow_k[k] = OUT_ROW(i_k[k]);
+    nt_k[k] = STREAM && CE_STREAMING && ((ulong)orow_k[k] & (VEC * sizeof(OUT_T) - 1)) == 0;
+  }
+  const ulong cv = cols / VEC * VEC;
+  for (ulong c = 0; c < cv; c += VEC) {
+#if HAS_W
+    const FV w_ = vloadV(0, nw + nw_off + c);
+#endif
+#if HAS_B
+    const FV b_ = vloadV(0, nb + nb_off + c);
+#endif
+    _Pragma("unroll") for (int k = 0; k < SIDE; k++) {
+      if (k < live) {
+        const float mean = mean_k[k], rstd = rstd_k[k];
+        FV x = *(const FV *)(xsa_ + (ulong)k * xst_ + c);
+        FV y = CE_XH(x); /* CE_YV's operations, the weight and bias loaded once */
+#if HAS_W
+        y = y * w_;
+#endif
+#if HAS_B
+        y = y + b_;
+#endif
+        CE_DROPV(y, i_k[k] * cols + c);
+        if (nt_k[k])
+          stream_outv(orow_k[k], c, y);
+        else
+          store_outv(orow_k[k], c, y);
+      }
+    }
+  }
+  for (int k = 0; k < live; k++) {
+    const float mean = mean_k[k], rstd = rstd_k[k];
+    for (ulong c = cv; c < cols; c++) {
+      float x = xsa_[(ulong)k * xst_ + c];
+      float y = CE_Y1(c, x);
+      CE_DROP1(y, i_k[k] * cols + c);
+      store_out(orow_k[k], c, y);
+    }
+  }
+#else
+  for (int k = 0; k < live; k++) {
+    CE_G_BIND(k)
+    CE_SCRATCH_ROW(k)
+    const ulong i = i_k[k];
     const int full = CE_FULL;
 #if NORM != 0
-    CE_NORM_STATS_CPU
+    CE_G_STATS(k)
 #endif
     __global OUT_T *orow = OUT_ROW(i);
     const int nt = STREAM && CE_STREAMING && ((ulong)orow & (VEC * sizeof(OUT_T) - 1)) == 0;
@@ -603,6 +794,8 @@ __kernel void ce_norm_rows(CE_NORM_IN_ARGS, __global OUT_T *out, ulong o_off CE_
       CE_DROP1(y, e0 + c);
       store_out(orow, c, y);
     }
+  }
+#endif
   }
 }
 
@@ -646,9 +839,9 @@ __kernel void ce_norm_rows(CE_NORM_IN_ARGS, __global OUT_T *out, ulong o_off CE_
     tb = h_ * CE_XH(x_);           \
   } while (0)
 /* The CPU shape: x from the scratch row, and the masked gradient put aside
- * in a second one (gs_) for the last pass. */
+ * in a second scratch (gs_, one row) for the last pass. */
 #if SCRATCH
-#define CE_GSCRATCH_DECL float gs_[SCRATCH] __attribute__((aligned(4 * VEC)));
+#define CE_GSCRATCH_DECL float gs_[SCRATCH / SIDE] __attribute__((aligned(4 * VEC)));
 #define CE_GPUTV(c, g) *(FV *)(gs_ + (c)) = (g)
 #define CE_GPUT1(c, g) gs_[c] = (g)
 #define CE_GGETV(c, g) g = *(const FV *)(gs_ + (c))
@@ -737,14 +930,18 @@ __kernel void ce_norm_bwd_rows(CE_NORM_IN_ARGS, __global const GRAD_T *grad,
   CE_NORM_TOKENS(get_global_id(0))
   CE_SCRATCH_DECL
   CE_GSCRATCH_DECL
-  CE_NORM_AHEAD(get_global_id(0))
-  for (int k = 0; k < ROWS; k++) {
-    ulong i = t0 + (ulong)k * tstep, e0 = i * cols;
-    if (i >= n) return;
-    CE_NORM_TOKEN(i, 0)
+  CE_G_LOOP
+  CE_G_RESOLVE(0)
+  CE_G_NEXT(CE_G_STEPS, GRAD_ROW)
+  float sum_k[SIDE];
+  CE_G_PASS1(sum_k)
+  for (int k = 0; k < live; k++) {
+    CE_G_BIND(k)
+    CE_SCRATCH_ROW(k)
+    const ulong i = i_k[k], e0 = i * cols;
     const int full = CE_FULL;
     __global const GRAD_T *grow = GRAD_ROW(i);
-    CE_NORM_STATS_CPU
+    CE_G_STATS(k)
     float sa, sb;
     if (full)
       CE_ROWSUM2V(sa, sb, CE_ABVF, CE_AB1C)
@@ -768,5 +965,93 @@ __kernel void ce_norm_bwd_rows(CE_NORM_IN_ARGS, __global const GRAD_T *grad,
 #endif
     }
   }
+  }
+}
+
+/* The norm's weight and bias gradients, without the segment fold's sort:
+ * work-item x takes the columns [x * pw, x * pw + pw) and walks every token
+ * in ascending order, sw = sw + gxh[i][c] and sb = sb + g (g: grad_out's
+ * element with the forward's dropout, as the fold replays it), each from +0;
+ * then gw[c] = gw[c] + sw and gb[c] = gb[c] + sb (want_w, want_b): the fold
+ * of every token keyed to one row, bit for bit. The CPU shape (PWMAX > 1:
+ * pw <= PWMAX, a multiple of VEC but for the last item) keeps the sums of a
+ * wide block in private rows (each gradient row read a long run at a time;
+ * where CE_PREFETCH is 1 the rows CE_PAHEAD tokens on asked for a line at
+ * each vector); the GPU shape (PWMAX 1) a column per work-item. */
+#ifndef PWMAX
+#define PWMAX 1
+#endif
+#define CE_PAHEAD 4
+__kernel void ce_norm_params(CE_NORM_IN_ARGS, __global const GRAD_T *grad,
+                             ulong g_off CE_PIECE_PARAMS(const GRAD_T, grad), ulong g_ld,
+                             __global const float *gxh, __global float *gw, ulong gw_off, int want_w,
+                             __global float *gb, ulong gb_off, int want_b, ulong pw) {
+  const ulong c0 = get_global_id(0) * pw;
+  if (c0 >= cols) return;
+  const ulong c1 = min(c0 + pw, cols);
+#if PWMAX > 1
+  const ulong nv = (c1 - c0) / VEC, cv = c0 + nv * VEC;
+  FV sw[PWMAX / VEC], sb[PWMAX / VEC];
+  float tw[VEC], tb[VEC];
+  for (ulong m = 0; m < nv; m++) sw[m] = sb[m] = (FV)(0.0f);
+  for (int m = 0; m < VEC; m++) tw[m] = tb[m] = 0.0f;
+  for (ulong i = 0; i < n; i++) {
+    __global const GRAD_T *grow = GRAD_ROW(i);
+    const ulong e0 = i * cols;
+#if CE_PREFETCH
+    const int ask = i + CE_PAHEAD < n;
+    __global const uchar *pw_ = (__global const uchar *)(gxh + e0 + CE_PAHEAD * cols);
+    __global const uchar *pb_ = ask ? (__global const uchar *)GRAD_ROW(i + CE_PAHEAD) : 0;
+#endif
+    for (ulong m = 0; m < nv; m++) {
+      const ulong c = c0 + m * VEC;
+#if CE_PREFETCH
+      if (ask) {
+        if (want_w) ce_prefetch(pw_ + c * 4);
+        if (want_b) ce_prefetch(pb_ + c * sizeof(GRAD_T));
+      }
+#endif
+      if (want_w) sw[m] = sw[m] + ce_loadv_0(gxh, e0 + c);
+      if (want_b) {
+        FV g;
+        CE_GV(c, g);
+        sb[m] = sb[m] + g;
+      }
+    }
+    for (ulong c = cv; c < c1; c++) {
+      if (want_w) tw[c - cv] = tw[c - cv] + gxh[e0 + c];
+      if (want_b) {
+        float g;
+        CE_G1(c, g);
+        tb[c - cv] = tb[c - cv] + g;
+      }
+    }
+  }
+  for (ulong m = 0; m < nv; m++) {
+    const ulong c = c0 + m * VEC;
+    if (want_w) ce_storev_0(gw, gw_off + c, ce_loadv_0(gw, gw_off + c) + sw[m]);
+    if (want_b) ce_storev_0(gb, gb_off + c, ce_loadv_0(gb, gb_off + c) + sb[m]);
+  }
+  for (ulong c = cv; c < c1; c++) {
+    if (want_w) gw[gw_off + c] = gw[gw_off + c] + tw[c - cv];
+    if (want_b) gb[gb_off + c] = gb[gb_off + c] + tb[c - cv];
+  }
+#else
+  for (ulong c = c0; c < c1; c++) {
+    float sw = 0.0f, sb = 0.0f;
+    for (ulong i = 0; i < n; i++) {
+      __global const GRAD_T *grow = GRAD_ROW(i);
+      const ulong e0 = i * cols;
+      if (want_w) sw = sw + gxh[e0 + c];
+      if (want_b) {
+        float g;
+        CE_G1(c, g);
+        sb = sb + g;
+      }
+    }
+    if (want_w) gw[gw_off + c] = gw[gw_off + c] + sw;
+    if (want_b) gb[gb_off + c] = gb[gb_off + c] + sb;
+  }
+#endif
 }
 #endif /* NORM != 0 */

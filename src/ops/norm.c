@@ -7,25 +7,29 @@
  *
  * The forward is one kernel: 32 work-items across each token's row (the GPU
  * shape) or whole rows per work-item (the CPU shape: a token, or one position
- * of 8 sequences), each row read once from memory and its passes (the sum,
- * the squared deviations, the output) taken from the cache or a scratch row. Bad ids and positions are reported into the slot clembed_embed uses
- * (ce_embed_slot), bad segment ids into a second slot naming "segment_ids".
+ * of 8 sequences, in groups whose rows are read side by side), each row read
+ * once from memory and its passes (the sum, the squared deviations, the
+ * output) taken from the cache or a scratch row. Bad ids and positions are
+ * reported into the slot clembed_embed uses (ce_embed_slot), bad segment ids
+ * into a second slot naming "segment_ids".
  *
- * The backward produces each gradient's contributions and hands them to the
- * one segment fold (ce_segment_step, backward.c), which sums them in ascending
- * token order and adds them into the gradient:
+ * The backward produces each gradient's contributions and sums them in
+ * ascending token order, from 0, then adds them into the gradient:
  *   1. ce_norm_keys resolves every token's id, position and segment id as the
  *      forward does (reporting the bad ones into the same slots) and writes
  *      each token's position and segment row (-1: none) as fold keys;
  *   2. with a norm, ce_norm_bwd(_rows) recomputes each row and writes dx (and
  *      g * xh for the norm's weight) into temporaries; without one dx is
  *      grad_out itself, its dropout replayed by the fold;
- *   3. the folds: table (ids, the forward's policy, padding and scale: with no
- *      norm this is clembed_backward's call exactly), position_table (the
- *      position keys), segment_table (the segment keys), norm_weight (g * xh)
- *      and norm_bias (grad_out with its dropout), the last two with every
- *      token keyed to row 0. The key folds use CLEMBED_INDEX_ZERO: their keys
- *      are resolved already, -1 adds nothing. */
+ *   3. norm_weight (g * xh) and norm_bias (grad_out with its dropout): every
+ *      token is in the one sum, so ce_norm_params walks the tokens in order
+ *      for a block of columns per work-item (the segment fold of every token
+ *      keyed to one row, bit for bit, without its sort);
+ *   4. the segment folds (ce_segment_step, backward.c): table (ids, the
+ *      forward's policy, padding and scale: with no norm this is
+ *      clembed_backward's call exactly), position_table (the position keys),
+ *      segment_table (the segment keys). The key folds use
+ *      CLEMBED_INDEX_ZERO: their keys are resolved already, -1 adds nothing. */
 #include "ops.h"
 
 #include <math.h>
@@ -36,6 +40,10 @@
 /* The arguments every norm.cl kernel starts with (CE_NORM_IN_ARGS), its
  * matrices in one buffer each (norm_call's in_args: with their pieces). */
 #define NORM_IN_ARGS 47
+
+/* ce_norm_params' widest block of columns per CPU work-item (its sums, two
+ * rows of this many floats, are private) */
+#define NORM_PWMAX 512
 
 /* One call: the checked inputs and what the kernels need. */
 typedef struct norm_call {
@@ -162,7 +170,7 @@ cleanup:
 /* The program's options (one program serves the keys, the forward and the
  * backward's rows of a call) and the two error slots. */
 static clembed_status norm_prepare(norm_call *c, clembed_dtype out_dtype, const clembed_matrix *grad, int gxh,
-                                   const ce_tuning *t, int stream, unsigned ahead) {
+                                   const ce_tuning *t, int stream, int next) {
   clembed_context *ctx = c->ctx;
   const clembed_embed_options *opt = c->opt;
   const clembed_matrix *st = opt->segment_table;
@@ -178,14 +186,23 @@ static clembed_status norm_prepare(norm_call *c, clembed_dtype out_dtype, const 
                    st != NULL, st ? (int)st->dtype : 0, (int)opt->norm.kind,
                    opt->norm.kind != CLEMBED_NORM_NONE && opt->norm.weight, opt->norm.kind == CLEMBED_NORM_LAYER && opt->norm.bias,
                    opt->dropout > 0.0f, t->embed_vec);
-  /* the CPU shape keeps a row's x (and the backward's gradient) aside when it fits */
-  unsigned scratch = c->rows && opt->norm.kind != CLEMBED_NORM_NONE && c->table->cols <= t->norm_scratch_cols
-                         ? t->norm_scratch_cols
-                         : 0;
+  /* the CPU shape keeps its rows' x (and the backward's gradient) aside when
+   * one fits in the scratch, and reads as many side by side as fit (each row
+   * rounded up to a vector and, with more than one, a vector more: the
+   * kernel's xst_), at most the item's tokens: a power of two */
+  unsigned scratch = 0, side = 1;
+  size_t row = (c->table->cols + t->embed_vec - 1) / t->embed_vec * t->embed_vec;
+  if (c->rows && opt->norm.kind != CLEMBED_NORM_NONE && row <= t->norm_scratch_cols) {
+    scratch = t->norm_scratch_cols;
+    while (side * 2 <= c->rows && side * 2 * (row + t->embed_vec) <= scratch) side *= 2;
+  }
   if (c->rows)
-    n += snprintf(c->opts + n, sizeof c->opts - (size_t)n, " -DROWS=%u -DSTREAM=%d -DAHEAD=%u -DSCRATCH=%u", c->rows,
-                  stream, ahead, scratch);
-  if (grad) snprintf(c->opts + n, sizeof c->opts - (size_t)n, " -DGRAD_DT=%d -DGXH=%d", (int)grad->dtype, gxh);
+    n += snprintf(c->opts + n, sizeof c->opts - (size_t)n,
+                  " -DROWS=%u -DSTREAM=%d -DNEXT=%d -DSCRATCH=%u -DSIDE=%u", c->rows, stream, next, scratch, side);
+  /* the backward's weight and bias sums: up to NORM_PWMAX columns per CPU work-item, one per GPU one */
+  if (grad)
+    snprintf(c->opts + n, sizeof c->opts - (size_t)n, " -DGRAD_DT=%d -DGXH=%d -DPWMAX=%u", (int)grad->dtype, gxh,
+             c->rows ? NORM_PWMAX : 1);
   /* split matrices: all their pieces in the one launch (whole: a row's
    * work-items share it), named in the options */
   ce_pieces *mats[4] = {c->tp, &c->p->pp, &c->sp, c->rp};
@@ -301,7 +318,7 @@ clembed_status ce_norm_forward(clembed_context *ctx, ce_chain *ch, const clembed
   /* an output larger than the device's cache goes out with streaming stores */
   size_t out_bytes = ids->count * table->cols * clembed_dtype_size(out->dtype);
   int stream = t->norm_rows && t->embed_stream && ctx->cache_bytes && out_bytes > ctx->cache_bytes;
-  CHECK(norm_prepare(&c, out->dtype, NULL, 0, t, stream, ctx->prefetch ? t->norm_ahead : 0));
+  CHECK(norm_prepare(&c, out->dtype, NULL, 0, t, stream, ctx->prefetch && t->norm_next));
   if (ids->count && table->cols == 0) {
     CHECK(norm_keys(&c, ch, NULL, NULL)); /* no column to write: the ids are still checked */
   } else if (ids->count) {
@@ -429,7 +446,7 @@ static clembed_status fold(ce_chain *ch, const clembed_matrix *src, const clembe
 }
 
 typedef struct bwd_temps {
-  clembed_ids pos_keys, seg_keys, zero_keys;
+  clembed_ids pos_keys, seg_keys;
   clembed_matrix dx, gxh;
   int own_dx, own_gxh; /* not the context's workspace */
 } bwd_temps;
@@ -437,9 +454,49 @@ typedef struct bwd_temps {
 static void bwd_temps_release(bwd_temps *t) {
   clembed_ids_release(&t->pos_keys);
   clembed_ids_release(&t->seg_keys);
-  clembed_ids_release(&t->zero_keys);
   if (t->own_dx) clembed_matrix_release(&t->dx);
   if (t->own_gxh) clembed_matrix_release(&t->gxh);
+}
+
+/* ce_norm_params: grads' norm_weight (from gxh) and norm_bias (from grad_out,
+ * its dropout replayed) accumulated over every token in ascending order. */
+static clembed_status norm_params(norm_call *c, ce_chain *ch, ce_pieces *gp, const clembed_matrix *gxh,
+                                  const clembed_embed_grads *grads) {
+  clembed_status status = CLEMBED_OK;
+  clembed_context *ctx = c->ctx;
+  const char *name = "ce_norm_params";
+  ce_pieces wp, bp;
+  cl_kernel k;
+  cl_mem none = NULL;
+  ce_pieces_none(&wp);
+  ce_pieces_none(&bp);
+  if (grads->norm_weight) CHECK(ce_check_pieces(ctx, grads->norm_weight, "grads.norm_weight", 0, &wp));
+  if (grads->norm_bias) CHECK(ce_check_pieces(ctx, grads->norm_bias, "grads.norm_bias", 0, &bp));
+  {
+    const ce_tuning *t = ctx->tune;
+    /* CPU: the columns in as few blocks as keep every compute unit busy, whole vectors */
+    size_t cols = c->table->cols, vec = t->embed_vec, pw = 1;
+    if (c->rows) {
+      pw = (cols + ctx->units - 1) / ctx->units;
+      pw = (pw + vec - 1) / vec * vec;
+      if (pw > NORM_PWMAX) pw = NORM_PWMAX;
+    }
+    cl_ulong pwl = pw;
+    cl_ulong g_ldl = gp->ld, w_off = grads->norm_weight ? wp.piece[0].offset : 0;
+    cl_ulong b_off = grads->norm_bias ? bp.piece[0].offset : 0;
+    cl_mem gx = grads->norm_weight ? gxh->buffer : none;
+    cl_mem wb = grads->norm_weight ? wp.piece[0].buffer : none, bb = grads->norm_bias ? bp.piece[0].buffer : none;
+    cl_int want_w = grads->norm_weight != NULL, want_b = grads->norm_bias != NULL;
+    CHECK(ce_kernel(ctx, CE_FAMILY_NORM, c->opts, name, &k));
+    CHECK(norm_in_args(c, k, name));
+    CHECK(ce_set_args_at(ctx, k, name, c->in_args, CE_PIECES(gp), CE_ARG(g_ldl), CE_ARG(gx), CE_ARG(wb),
+                         CE_ARG(w_off), CE_ARG(want_w), CE_ARG(bb), CE_ARG(b_off), CE_ARG(want_b), CE_ARG(pwl), CE_END));
+    CHECK(ce_chain_1d(ch, k, name, (cols + pw - 1) / pw, c->rows ? CE_LOCAL_ROWS : 0));
+  }
+cleanup:
+  ce_pieces_release(&wp);
+  ce_pieces_release(&bp);
+  return status;
 }
 
 static clembed_status embed_backward_run(clembed_context *ctx, const clembed_matrix *grad_out,
@@ -484,20 +541,13 @@ static clembed_status embed_backward_run(clembed_context *ctx, const clembed_mat
   int want_dx = norm && cols && (grads->table || grads->position_table || grads->segment_table);
   int want_gxh = grads->norm_weight && cols;
   CHECK(norm_init(&c, ctx, ctx->op, table, &tp, ids, opt, &p, padding, &gp));
-  CHECK(norm_prepare(&c, CLEMBED_F32, grad_out, want_gxh, t, 0, ctx->prefetch ? t->norm_ahead : 0));
+  CHECK(norm_prepare(&c, CLEMBED_F32, grad_out, want_gxh, t, 0, ctx->prefetch && t->norm_next));
   if (n == 0) goto close;
 
   /* 1. the keys (and the forward's checks) */
   if (grads->position_table) CHECK(temp_ids(ctx, n, CLEMBED_I64, "position keys", &tmp.pos_keys));
   if (grads->segment_table) CHECK(temp_ids(ctx, n, CLEMBED_I64, "segment keys", &tmp.seg_keys));
   CHECK(norm_keys(&c, &ch, tmp.pos_keys.buffer, tmp.seg_keys.buffer));
-  if (grads->norm_weight || grads->norm_bias) { /* every token keyed to row 0 */
-    cl_ulong words = n;
-    CHECK(temp_ids(ctx, n, CLEMBED_I32, "norm keys", &tmp.zero_keys));
-    CHECK(ce_kernel(ctx, CE_FAMILY_UTIL, "", "ce_zero", &k));
-    CHECK(ce_set_args(ctx, k, "ce_zero", CE_ARG(tmp.zero_keys.buffer), CE_ARG(words), CE_END));
-    CHECK(ce_chain_1d(&ch, k, "ce_zero", n, 0));
-  }
   /* 2. with a norm: dx (and g * xh) row by row */
   if (want_dx || want_gxh) {
     const char *name = c.rows ? "ce_norm_bwd_rows" : "ce_norm_bwd";
@@ -513,10 +563,12 @@ static clembed_status embed_backward_run(clembed_context *ctx, const clembed_mat
                          CE_END));
     CHECK(norm_launch(&c, &ch, k, name, 2 * 32, c.in_args + 5 + ce_pieces_extra_args(&gp)));
   }
+  /* 3. the norm's weight and bias: every token's g * xh and g summed in token order, column by column */
+  if ((grads->norm_weight || grads->norm_bias) && cols) CHECK(norm_params(&c, &ch, &gp, &tmp.gxh, grads));
   CHECK(ce_chain_record(&ch, &c.rec));
   CHECK(ce_chain_record(&ch, &c.srec));
 
-  /* 3. the folds: dx is grad_out with its dropout when there is no norm */
+  /* 4. the folds: dx is grad_out with its dropout when there is no norm */
   {
     const clembed_matrix *src = norm ? &tmp.dx : grad_out;
     clembed_backward_options bo = clembed_backward_defaults(), keyed;
@@ -535,16 +587,6 @@ static clembed_status embed_backward_run(clembed_context *ctx, const clembed_mat
     if (grads->table) CHECK(fold(&ch, src, ids, &bo, grads->table));
     if (grads->position_table) CHECK(fold(&ch, src, &tmp.pos_keys, &keyed, grads->position_table));
     if (grads->segment_table) CHECK(fold(&ch, src, &tmp.seg_keys, &keyed, grads->segment_table));
-    if (grads->norm_weight) {
-      clembed_backward_options plain = clembed_backward_defaults();
-      plain.policy = CLEMBED_INDEX_ZERO;
-      CHECK(fold(&ch, cols ? &tmp.gxh : grad_out, &tmp.zero_keys, &plain, grads->norm_weight));
-    }
-    if (grads->norm_bias) { /* g: grad_out with the forward's dropout */
-      keyed.dropout = opt->dropout;
-      keyed.dropout_seed = opt->dropout_seed;
-      CHECK(fold(&ch, grad_out, &tmp.zero_keys, &keyed, grads->norm_bias));
-    }
   }
 close:
   CHECK(ce_chain_close(&ch, event));
