@@ -764,6 +764,95 @@ TU_CASE(step_refusals) {
   free(h);
 }
 
+/* Outputs and gradients that are views of wider matrices (an offset, ld past
+ * cols): the forward writes the view's rows only, every byte around them as
+ * it was, and the step reads the view's rows; with repeated ids, the padding
+ * row and a bad id under ZERO; F32 and F16 (the rows as they travel), and a
+ * BF16 output of an F32 table. */
+TU_CASE(views_of_wider_matrices) {
+  const size_t R = 23, C = 6, W = C + 3, OFF = 2;
+  const clembed_dtype tdt[3] = {CLEMBED_F32, CLEMBED_F16, CLEMBED_F32};
+  const clembed_dtype odt[3] = {CLEMBED_F32, CLEMBED_F16, CLEMBED_BF16};
+  batch_spec b = {9, 2, 0, 0, (int64_t)R + 2, 71}; /* ids past the table: ZERO drops them */
+  for (int k = 0; k < 3; k++) {
+    float *h = table_values(R, C, 19 + (unsigned)k);
+    clembed_mpi_table *t = make_table(ctx, R, C, tdt[k], h);
+    clembed_matrix whole = whole_table(ctx, R, C, tdt[k], h);
+    size_t total = 0, at = 0, n = batch_len(&b, g_rank);
+    int64_t *all = all_ids(&b, &total, &at);
+    clembed_ids ids = make_ids(ctx, all + at, n, g_rank % 2 ? CLEMBED_I32 : CLEMBED_I64);
+    /* the forward into rows OFF .. of a wider matrix filled with other values */
+    clembed_matrix wide = {0}, wref = {0};
+    float *fill = table_values(n + 1, W, 99);
+    OK(ctx, clembed_matrix_create(ctx, n + 1, W, odt[k], &wide));
+    OK(ctx, clembed_matrix_create(ctx, n + 1, W, odt[k], &wref));
+    OK(ctx, clembed_matrix_write(ctx, &wide, fill, CLEMBED_F32));
+    OK(ctx, clembed_matrix_write(ctx, &wref, fill, CLEMBED_F32));
+    clembed_matrix out = wide, ref = wref;
+    out.offset = ref.offset = OFF;
+    out.rows = ref.rows = n;
+    out.cols = ref.cols = C;
+    out.ld = ref.ld = W;
+    clembed_embed_options o = clembed_embed_defaults();
+    o.policy = CLEMBED_INDEX_ZERO;
+    o.padding_idx = 5;
+    OK(ctx, clembed_mpi_embed(t, &ids, &o, &out));
+    OK(ctx, clembed_embed(ctx, &whole, &ids, &o, &ref, 0, NULL, NULL));
+    OK(ctx, clembed_finish(ctx));
+    char what[96];
+    snprintf(what, sizeof what, "%s table, %s output view", DNAME[tdt[k]], DNAME[odt[k]]);
+    expect_same(ctx, &wide, &wref, what);
+    /* the step from rows OFF .. of a wider gradient matrix */
+    if (k < 2) {
+      clembed_dtype gdt = tdt[k];
+      float *gall = malloc((total * C + 1) * sizeof *gall), *gwide = calloc((n + 1) * W + 1, sizeof *gwide);
+      for (int r = 0, off = 0; r < g_size; off += (int)batch_len(&b, r), r++) {
+        float *g = grad_values(r, batch_len(&b, r), C, 5, gdt);
+        memcpy(gall + (size_t)off * C, g, batch_len(&b, r) * C * sizeof *g);
+        if (r == g_rank)
+          for (size_t i = 0; i < n; i++) memcpy(gwide + OFF + i * W, g + i * C, C * sizeof *g);
+        free(g);
+      }
+      clembed_matrix gw = {0}, wgrad = {0}, s1 = {0};
+      OK(ctx, clembed_matrix_create(ctx, n + 1, W, gdt, &gw));
+      OK(ctx, clembed_matrix_write(ctx, &gw, gwide, CLEMBED_F32));
+      clembed_matrix grad = gw;
+      grad.offset = OFF;
+      grad.rows = n;
+      grad.cols = C;
+      grad.ld = W;
+      clembed_backward_options bo = clembed_backward_defaults();
+      bo.policy = CLEMBED_INDEX_ZERO;
+      bo.padding_idx = 5;
+      clembed_optimizer opt = clembed_optimizer_defaults(CLEMBED_ADAGRAD);
+      OK(ctx, clembed_mpi_optimizer_step(t, &grad, &ids, &bo, &opt));
+      clembed_ids wids = make_ids(ctx, all, total, CLEMBED_I64);
+      OK(ctx, clembed_matrix_create(ctx, total, C, CLEMBED_F32, &wgrad));
+      if (total) OK(ctx, clembed_matrix_write(ctx, &wgrad, gall, CLEMBED_F32));
+      OK(ctx, clembed_matrix_create(ctx, R, C, CLEMBED_F32, &s1));
+      opt.state = &s1;
+      OK(ctx, clembed_optimizer_step(ctx, &wgrad, &wids, &bo, &opt, &whole, 0, NULL, NULL));
+      OK(ctx, clembed_finish(ctx));
+      snprintf(what, sizeof what, "%s table, a step from a %s gradient view", DNAME[tdt[k]], DNAME[gdt]);
+      expect_table(ctx, t, &whole, what);
+      clembed_ids_release(&wids);
+      clembed_matrix_release(&gw);
+      clembed_matrix_release(&wgrad);
+      clembed_matrix_release(&s1);
+      free(gall);
+      free(gwide);
+    }
+    clembed_matrix_release(&wide);
+    clembed_matrix_release(&wref);
+    clembed_matrix_release(&whole);
+    clembed_ids_release(&ids);
+    clembed_mpi_table_release(t);
+    free(all);
+    free(fill);
+    free(h);
+  }
+}
+
 /* --------------------------------------------------------------------- bags */
 
 /* Rank r's bags: bags + r*step of them (none for ranks in `empty`), each of
