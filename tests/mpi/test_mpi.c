@@ -518,6 +518,64 @@ TU_CASE(embed_refusals) {
   free(h);
 }
 
+/* Tables holding NaNs (signalling and quiet, with payloads), infinities,
+ * signed zeros and denormals: the forward with plain options gives one
+ * device's bits (a NaN made quiet as the device's lookup makes it), whether a
+ * rank's rows come from another rank or from its own shard. F32, F16, BF16. */
+TU_CASE(embed_odd_values) {
+  const size_t R = 11, C = 8;
+  const uint32_t f32[7] = {0x7f800001u, 0xffa00000u, 0x7fc12345u, 0x00000001u, 0x80000000u, 0x7f800000u, 0x807fffffu};
+  const uint16_t f16[6] = {0x7c01, 0xfd55, 0x7e00, 0x0001, 0x8000, 0x7c00};
+  const uint16_t bf16[6] = {0x7f81, 0xffa5, 0x7fc3, 0x0001, 0x8000, 0x7f80};
+  const clembed_dtype dts[3] = {CLEMBED_F32, CLEMBED_F16, CLEMBED_BF16};
+  for (int k = 0; k < 3; k++) {
+    clembed_dtype dt = dts[k];
+    size_t es = clembed_dtype_size(dt);
+    unsigned char *h = calloc(R * C * es + 1, 1);
+    float *v = table_values(R, C, 23);
+    for (size_t i = 0; i < R * C; i++) { /* ordinary values (F16, BF16: the top half of some floats' bits) */
+      uint32_t u;
+      memcpy(&u, &v[i], 4);
+      if (dt == CLEMBED_F32) memcpy(h + 4 * i, &u, 4);
+      else ((uint16_t *)h)[i] = (uint16_t)((dt == CLEMBED_F16 ? 0x3c00u | (u >> 22 & 0x3ff) : u >> 16) & 0xbfff);
+    }
+    for (size_t r = 1; r < R; r += 2) /* odd rows hold one special value each, at a column of their own */
+      for (size_t c = r % C, j = 0; j < 1; j++) {
+        size_t i = r * C + c, q = (r / 2) % (dt == CLEMBED_F32 ? 7 : 6);
+        if (dt == CLEMBED_F32) memcpy(h + 4 * i, &f32[q], 4);
+        else ((uint16_t *)h)[i] = dt == CLEMBED_F16 ? f16[q] : bf16[q];
+      }
+    clembed_mpi_table *t = NULL;
+    OK(ctx, clembed_mpi_table_create(ctx, MPI_COMM_WORLD, R, C, dt, &t));
+    size_t first = 0;
+    clembed_matrix shard = {0}, whole = {0};
+    OK(ctx, clembed_mpi_table_shard(t, &first, &shard));
+    if (shard.rows) OK(ctx, clembed_matrix_write(ctx, &shard, h + first * C * es, dt));
+    OK(ctx, clembed_matrix_create(ctx, R, C, dt, &whole));
+    OK(ctx, clembed_matrix_write(ctx, &whole, h, dt));
+    /* every row, twice, from every rank (its own rows too) */
+    int64_t ids_h[2 * 11];
+    for (size_t i = 0; i < 2 * R; i++) ids_h[i] = (int64_t)((i * 7 + (size_t)g_rank) % R);
+    clembed_ids ids = make_ids(ctx, ids_h, 2 * R, CLEMBED_I64);
+    clembed_matrix out = {0}, ref = {0};
+    OK(ctx, clembed_matrix_create(ctx, 2 * R, C, dt, &out));
+    OK(ctx, clembed_matrix_create(ctx, 2 * R, C, dt, &ref));
+    OK(ctx, clembed_mpi_embed(t, &ids, NULL, &out));
+    OK(ctx, clembed_lookup(ctx, &whole, &ids, &ref, 0, NULL, NULL));
+    OK(ctx, clembed_finish(ctx));
+    char what[64];
+    snprintf(what, sizeof what, "%s table of odd values", DNAME[dt]);
+    expect_same(ctx, &out, &ref, what);
+    clembed_matrix_release(&out);
+    clembed_matrix_release(&ref);
+    clembed_matrix_release(&whole);
+    clembed_ids_release(&ids);
+    clembed_mpi_table_release(t);
+    free(v);
+    free(h);
+  }
+}
+
 /* --------------------------------------------------------------------- step */
 
 /* Rank r's gradient rows (n x C), as float values of dtype gdt. */
