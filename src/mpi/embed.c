@@ -68,37 +68,55 @@ static void radix_sort(uint64_t **k, uint32_t **v, uint64_t *k2, uint32_t *v2, s
   *v = va;
 }
 
+/* The tokens that reach a row, sorted by row (see plan): entry j is token
+ * tok(j) of row row(j), packed (row << 32 | token) where rows fit in 32 bits,
+ * else in two arrays. */
+typedef struct sorted_tokens {
+  const uint64_t *k;
+  const uint32_t *v;
+  size_t m;
+  int packed;
+} sorted_tokens;
+
+static inline uint64_t row_of(const sorted_tokens *st, size_t j) { return st->packed ? st->k[j] >> 32 : st->k[j]; }
+static inline size_t token_of(const sorted_tokens *st, size_t j) {
+  return st->packed ? (size_t)(uint32_t)st->k[j] : (size_t)st->v[j];
+}
+
 /* The rank's request. The tokens that reach a row are sorted by row (a stable
- * radix sort), so each distinct row is found once, in ascending order, which
- * groups them by owner (the shards are ranges of rows) and lets each owner
- * gather them in ascending order. Fills, for the d distinct rows in that
- * order: the send counts (rows per owner), t->buf[CE_MPI_KEYS] their global
- * rows and the ids sent (their rows in the owners' shards, t->buf[CE_MPI_SEND],
- * int32, or int64 when `big`); local[i] receives token i's distinct row, and
- * *pad_local the padding row's place or -1. A token that reaches no row keeps
- * its id in local (a bad id of the table is outside the smaller matrix too),
- * or with `direct` gets -1 (a zero row), as the padding row's tokens do there
- * (the padding row is then not asked for); *bad_at / *bad_id receive the
- * first bad id (CHECK, WRAP past -rows, CLAMP of an empty table). Returns d,
- * or -1 when host memory runs out (recorded on e). */
+ * radix sort: *st), so each distinct row is found once, in ascending order,
+ * which groups them by owner (the shards are ranges of rows) and lets each
+ * owner gather them in ascending order. Fills, for the d distinct rows in
+ * that order: the send counts (rows per owner), t->buf[CE_MPI_KEYS] their
+ * global rows and the ids sent (their rows in the owners' shards,
+ * t->buf[CE_MPI_SEND], int32, or int64 when `big`). With `local` (the
+ * rank's own forward on the rows received), local[i] receives token i's
+ * distinct row (a token that reaches no row keeps its id: a bad id of the
+ * table is outside the smaller matrix too) and *pad_local the padding row's
+ * place or -1. Without (the host writes the output), the padding row is not
+ * asked for, and the tokens that get a zero row (bad, dropped and padding
+ * ones) go to t->buf[CE_MPI_VALS] (*nzero of them, int). *bad_at / *bad_id
+ * receive the first bad id (CHECK, WRAP past -rows, CLAMP of an empty table).
+ * Returns d, or -1 when host memory runs out (recorded on e). */
 static long long plan(clembed_mpi_table *t, const int64_t *host, size_t n, clembed_index_policy policy, uint64_t pad,
-                      int direct, int64_t *local, int64_t *pad_local, int64_t *bad_at, int64_t *bad_id,
-                      ce_mpi_error *e, const char *op) {
-  int big = t->max_shard > (size_t)INT32_MAX, packed = (uint64_t)t->rows <= (uint64_t)1 << 32;
+                      int64_t *local, sorted_tokens *st, size_t *nzero, int64_t *pad_local, int64_t *bad_at,
+                      int64_t *bad_id, ce_mpi_error *e, const char *op) {
+  int big = t->max_shard > (size_t)INT32_MAX, packed = (uint64_t)t->rows <= (uint64_t)1 << 32, direct = !local;
   uint64_t *k = ce_mpi_buffer(t, CE_MPI_KEYS2, 2 * n * 8 + 16), *rows = ce_mpi_buffer(t, CE_MPI_KEYS, n * 8 + 8);
   uint32_t *v = packed ? NULL : ce_mpi_buffer(t, CE_MPI_VALS2, 2 * n * 4 + 8);
   uint32_t *hist = ce_mpi_buffer(t, CE_MPI_POS, 6 * 2048 * sizeof *hist);
+  int *zero = direct ? ce_mpi_buffer(t, CE_MPI_VALS, n * 4 + 4) : NULL;
   void *send = ce_mpi_buffer(t, CE_MPI_SEND, n * 8 + 8);
   int *sc = ce_mpi_send_counts(t);
   memset(sc, 0, (size_t)t->size * sizeof *sc);
   *pad_local = -1;
-  if (!k || !rows || (!packed && !v) || !hist || !send) {
+  *nzero = 0;
+  if (!k || !rows || (!packed && !v) || !hist || (direct && !zero) || !send) {
     ce_mpi_fail(e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory for %zu ids", op, n);
     return -1;
   }
-  /* the tokens that reach a row, in token order: (row, token) pairs, or one
-   * key row << 32 | token where rows fit in 32 bits */
-  size_t m = 0;
+  /* the tokens that reach a row, in token order */
+  size_t m = 0, nz = 0;
   for (size_t i = 0; i < n; i++) {
     uint64_t row;
     int r = ce_mpi_resolve(host[i], t->rows, policy, &row);
@@ -111,7 +129,8 @@ static long long plan(clembed_mpi_table *t, const int64_t *host, size_t n, clemb
       }
       continue;
     }
-    local[i] = direct ? -1 : host[i];
+    if (direct) zero[nz++] = (int)i;
+    else local[i] = host[i];
     if (r < 0 && *bad_at < 0) {
       *bad_at = (int64_t)i;
       *bad_id = host[i];
@@ -122,12 +141,13 @@ static long long plan(clembed_mpi_table *t, const int64_t *host, size_t n, clemb
   uint64_t *ks = k;
   uint32_t *vs = v;
   radix_sort(&ks, &vs, k + n, packed ? NULL : v + n, m, packed ? 32 : 0, bits, hist);
+  *st = (sorted_tokens){ks, vs, m, packed};
+  *nzero = nz;
   /* the distinct rows */
   size_t d = 0;
   int owner = 0;
   for (size_t j = 0; j < m; j++) {
-    uint64_t row = packed ? ks[j] >> 32 : ks[j];
-    size_t tok = packed ? (size_t)(uint32_t)ks[j] : vs[j];
+    uint64_t row = row_of(st, j);
     if (!d || row != rows[d - 1]) {
       while (owner + 1 < t->size && t->bounds[owner + 1] <= row) owner++;
       sc[owner]++;
@@ -137,9 +157,25 @@ static long long plan(clembed_mpi_table *t, const int64_t *host, size_t n, clemb
       if (row == pad) *pad_local = (int64_t)d;
       rows[d++] = row;
     }
-    local[tok] = (int64_t)(d - 1);
+    if (local) local[token_of(st, j)] = (int64_t)(d - 1);
   }
   return (long long)d;
+}
+
+/* The host's writing of the output: in the sorted tokens' order, distinct row
+ * q (counted along it) from `own` (rows q in [own0, own0 + nown): those the
+ * rank gathered for itself, in its ask order) or from `in` (row q, as
+ * received), to its tokens' rows (reading along the rows, writing where the
+ * tokens lie); zeros to the nzero tokens `zero`. */
+static void place(const sorted_tokens *st, const int *zero, size_t nzero, size_t own0, size_t nown, const char *own,
+                  const char *in, size_t rb, char *out, size_t ld) {
+  size_t q = 0;
+  for (size_t j = 0; j < st->m; j++) {
+    if (j && row_of(st, j) != row_of(st, j - 1)) q++;
+    if (j + CE_MPI_AHEAD < st->m) ce_mpi_prefetch_write(out + token_of(st, j + CE_MPI_AHEAD) * ld, rb);
+    memcpy(out + token_of(st, j) * ld, q - own0 < nown ? own + (q - own0) * rb : in + q * rb, rb);
+  }
+  for (size_t z = 0; z < nzero; z++) memset(out + (size_t)zero[z] * ld, 0, rb);
 }
 
 /* The forward's fetch, shared with clembed_mpi_embedding_bag (mpi_table.h). */
@@ -150,6 +186,8 @@ int ce_mpi_fetch_rows(clembed_mpi_table *t, const char *op, const int64_t *host,
   int big = t->max_shard > (size_t)INT32_MAX, idb = big ? 8 : 4, to_out = direct_ld != 0;
   long long d = 0;
   int64_t *local = NULL, bad_at = -1, bad_id = 0;
+  sorted_tokens st = {0};
+  size_t nzero = 0;
   *d_out = 0;
   *pad_local = -1;
   *wire_out = clembed_dtype_size(t->dtype) ? t->dtype : CLEMBED_F32;
@@ -158,12 +196,9 @@ int ce_mpi_fetch_rows(clembed_mpi_table *t, const char *op, const int64_t *host,
    * the host's writing of the output) */
   int *sc = ce_mpi_send_counts(t);
   memset(sc, 0, (size_t)t->size * sizeof *sc);
-  if (e->status == CLEMBED_OK) {
-    local = to_out ? ce_mpi_buffer(t, CE_MPI_IDS2, n * 8 + 8) : ce_mpi_stage_write(t, CE_MPI_ST_LOCAL, n * 8, e);
-    if (!local && e->status == CLEMBED_OK)
-      ce_mpi_fail(e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory for %zu ids", op, n);
-  }
-  if (local) d = plan(t, host, n, policy, pad, to_out, local, pad_local, &bad_at, &bad_id, e, op);
+  if (e->status == CLEMBED_OK && !to_out) local = ce_mpi_stage_write(t, CE_MPI_ST_LOCAL, n * 8, e);
+  if (e->status == CLEMBED_OK)
+    d = plan(t, host, n, policy, pad, local, &st, &nzero, pad_local, &bad_at, &bad_id, e, op);
   if (d < 0) {
     d = 0;
     memset(sc, 0, (size_t)t->size * sizeof *sc);
@@ -221,19 +256,9 @@ int ce_mpi_fetch_rows(clembed_mpi_table *t, const char *op, const int64_t *host,
   }
   if (e->status != CLEMBED_OK) return 0;
   if (to_out && rb) { /* each token's row, from where it arrived (or its own rows, where it gathered them) */
-    int me = t->rank, *rd = t->counts + 3 * t->size;
-    size_t own0 = (size_t)t->counts[2 * t->size + me], own1 = own0 + (size_t)sc[me];
-    const char *own = (const char *)rows_out + (size_t)rd[me] * rb, *in = rows_in;
-#define ROW_AT(q) ((q) >= own0 && (q) < own1 ? own + ((q) - own0) * rb : in + (q) * rb)
-    for (size_t i = 0; i < n; i++) {
-      char *to = direct + i * direct_ld;
-      size_t q = (size_t)local[i];
-      if (i + CE_MPI_AHEAD < n && local[i + CE_MPI_AHEAD] >= 0)
-        ce_mpi_prefetch(ROW_AT((size_t)local[i + CE_MPI_AHEAD]), rb);
-      if (local[i] < 0) memset(to, 0, rb);
-      else memcpy(to, ROW_AT(q), rb);
-    }
-#undef ROW_AT
+    int me = t->rank, *sd = t->counts + 2 * t->size, *rd = t->counts + 3 * t->size;
+    place(&st, t->buf[CE_MPI_VALS].p, nzero, (size_t)sd[me], (size_t)sc[me],
+          (const char *)rows_out + (size_t)rd[me] * rb, rows_in, rb, direct, direct_ld);
   }
   if (to_out && bad_at >= 0) ce_mpi_bad_id(e, op, bad_at, bad_id, policy, t->rows);
   *d_out = (size_t)d;

@@ -20,7 +20,6 @@ typedef struct ce_mpi_buf {
  * call's: see embed.c and step.c). */
 enum {
   CE_MPI_IDS,    /* the rank's ids as int64 */
-  CE_MPI_IDS2,   /* the forward's ids renumbered, when the host writes the output */
   CE_MPI_KEYS,   /* scratch: rows */
   CE_MPI_KEYS2,
   CE_MPI_VALS,   /* scratch: token or row indices */
@@ -194,12 +193,19 @@ int ce_mpi_map_matrix(clembed_mpi_table *t, const clembed_matrix *m, cl_map_flag
  * device sees the host's writes. CLEMBED_OK or the failure (recorded on e). */
 clembed_status ce_mpi_unmap_matrix(clembed_mpi_table *t, ce_mpi_error *e);
 
-/* Rows copied on the host at random places: each one's lines asked for
- * CE_MPI_AHEAD rows before it is copied. */
+/* Rows copied on the host from or to random places: each one's lines asked
+ * for (to read, or to write) CE_MPI_AHEAD rows before it is copied. */
 #define CE_MPI_AHEAD 8
 static inline void ce_mpi_prefetch(const void *p, size_t bytes) {
 #if defined(__GNUC__)
   for (size_t b = 0; b < bytes && b < 512; b += 64) __builtin_prefetch((const char *)p + b);
+#else
+  (void)p, (void)bytes;
+#endif
+}
+static inline void ce_mpi_prefetch_write(void *p, size_t bytes) {
+#if defined(__GNUC__)
+  for (size_t b = 0; b < bytes && b < 512; b += 64) __builtin_prefetch((char *)p + b, 1);
 #else
   (void)p, (void)bytes;
 #endif
