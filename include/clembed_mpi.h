@@ -162,7 +162,12 @@ CLEMBED_API clembed_status clembed_mpi_table_init_uniform(clembed_mpi_table *t, 
  * error). Each rank asks every owner once for each distinct row of its batch
  * (ids out, rows back) and runs clembed_embed on the rows it got: every option
  * of clembed_embed works, with each rank's positions, sequence offsets,
- * position table and dropout its own. Agreed: scale, policy, padding_idx.
+ * position table and dropout its own. With plain options (scale 1, no
+ * positions, segments, norm or dropout) and an out of the rows' dtype (the
+ * table's; F32 for block-quantized tables) in one buffer the host can map,
+ * the rank writes out on the host, mapped, from the rows it got: the same
+ * bits. When the call fails for another reason than a bad id, out's
+ * contents are unspecified. Agreed: scale, policy, padding_idx.
  * A bad id: see the top; an error of the rank's own options (a position past
  * its position table, a bad sequence offset) is what clembed_embed reports
  * for its batch. */

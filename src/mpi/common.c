@@ -242,16 +242,6 @@ void ce_mpi_stage_release(clembed_mpi_table *t) {
   }
 }
 
-int ce_mpi_owner(const clembed_mpi_table *t, size_t v) {
-  /* a guess from the proportion, then the bounds (shards differ by one row at most) */
-  int r = (int)((double)v / (double)t->rows * (double)t->size);
-  if (r >= t->size) r = t->size - 1;
-  if (r < 0) r = 0;
-  while (r > 0 && t->bounds[r] > v) r--;
-  while (r + 1 < t->size && t->bounds[r + 1] <= v) r++;
-  return r;
-}
-
 clembed_matrix ce_mpi_rows(const clembed_matrix *m, size_t n) {
   clembed_matrix v = *m;
   v.rows = n;
@@ -272,20 +262,6 @@ clembed_status ce_mpi_read_ids(clembed_mpi_table *t, const clembed_ids *ids, int
   }
   if (s != CLEMBED_OK) return ce_mpi_fail_from(e, ctx, s);
   return CLEMBED_OK;
-}
-
-int ce_mpi_resolve(int64_t id, size_t rows, clembed_index_policy policy, uint64_t *row) {
-  int64_t r = (int64_t)rows; /* a table lies in memory: rows < 2^63 */
-  if (policy == CLEMBED_INDEX_WRAP && id < 0 && id >= -r) id += r;
-  if (id < 0 || id >= r) {
-    if (policy == CLEMBED_INDEX_CLAMP && r > 0) {
-      id = id < 0 ? 0 : r - 1;
-    } else {
-      return policy == CLEMBED_INDEX_ZERO ? 0 : -1;
-    }
-  }
-  *row = (uint64_t)id;
-  return 1;
 }
 
 uint64_t ce_mpi_padding(int64_t padding_idx, size_t rows, int *bad) {
@@ -331,13 +307,59 @@ int ce_mpi_alltoallv(clembed_mpi_table *t, const void *send, void *recv, MPI_Dat
 }
 
 int ce_mpi_alltoallv_rows(clembed_mpi_table *t, const void *send, void *recv, size_t row_bytes, int reverse,
-                          ce_mpi_error *e) {
+                          int skip_self, ce_mpi_error *e) {
   MPI_Datatype row = MPI_DATATYPE_NULL;
   if (!row_bytes) return 1;
+  int n = t->size, *sc = t->counts, *rc = t->counts + n, *sd = t->counts + 2 * n, *rd = t->counts + 3 * n;
+  if (skip_self) { /* the counts without this rank's own part */
+    sc = memcpy(t->wcounts, sc, (size_t)n * sizeof *sc);
+    rc = memcpy(t->wcounts + n, rc, (size_t)n * sizeof *rc);
+    sc[t->rank] = rc[t->rank] = 0;
+  }
   int ok = ce_mpi_ok(e, MPI_Type_contiguous((int)row_bytes, MPI_BYTE, &row), "MPI_Type_contiguous") &&
-           ce_mpi_ok(e, MPI_Type_commit(&row), "MPI_Type_commit") && ce_mpi_alltoallv(t, send, recv, row, reverse, e);
+           ce_mpi_ok(e, MPI_Type_commit(&row), "MPI_Type_commit");
+  if (ok)
+    ok = ce_mpi_ok(e,
+                   reverse ? MPI_Alltoallv(send, rc, rd, row, recv, sc, sd, row, t->comm)
+                           : MPI_Alltoallv(send, sc, sd, row, recv, rc, rd, row, t->comm),
+                   "MPI_Alltoallv");
   if (row != MPI_DATATYPE_NULL) MPI_Type_free(&row);
   return ok;
+}
+
+int ce_mpi_map_matrix(clembed_mpi_table *t, const clembed_matrix *m, cl_map_flags flags, char **host, size_t *ld) {
+  clembed_matrix piece = {0};
+  size_t first = 0, count = 0, es = clembed_dtype_size(m->dtype);
+  *host = NULL;
+  *ld = 0;
+  if (t->uhost || !es || clembed_dtype_block_values(m->dtype) != 1 || m->cols != t->cols) return 0;
+  if (clembed_matrix_pieces(t->ctx, m, 1, &piece, &first, &count) != CLEMBED_OK || count != 1) return 0;
+  size_t l = piece.ld ? piece.ld : piece.cols;
+  *ld = l * es;
+  if (!m->rows || !m->cols) return 1; /* nothing to map; checked all the same */
+  if (flags == CL_MAP_WRITE && l == m->cols) flags = CL_MAP_WRITE_INVALIDATE_REGION; /* no gaps between the rows */
+  cl_int err = CL_SUCCESS;
+  void *p = clEnqueueMapBuffer(t->queue, piece.buffer, CL_TRUE, flags, piece.offset * es,
+                               ((m->rows - 1) * l + m->cols) * es, 0, NULL, NULL, &err);
+  if (err != CL_SUCCESS || !p) return 0;
+  t->umem = piece.buffer;
+  t->uhost = p;
+  *host = p;
+  return 1;
+}
+
+clembed_status ce_mpi_unmap_matrix(clembed_mpi_table *t, ce_mpi_error *e) {
+  if (!t->uhost) return CLEMBED_OK;
+  cl_event ev = NULL;
+  cl_int err = clEnqueueUnmapMemObject(t->queue, t->umem, t->uhost, 0, NULL, &ev);
+  t->uhost = NULL;
+  t->umem = NULL;
+  if (err == CL_SUCCESS) err = clWaitForEvents(1, &ev);
+  if (ev) clReleaseEvent(ev);
+  if (err != CL_SUCCESS)
+    return ce_mpi_fail(e, (clembed_status)err, "", -1, err, "clembed_mpi: unmapping a caller's buffer: %s",
+                       clembed_status_string((clembed_status)err));
+  return CLEMBED_OK;
 }
 
 int ce_mpi_forward_vote(clembed_mpi_table *t, clembed_context *ctx, const char *op, ce_mpi_vote *v, ce_mpi_error *e,

@@ -1,112 +1,213 @@
 /* clembed_mpi_embed: each rank resolves its ids on the host (the kernels'
- * index policy, against the whole table), asks each owner once for every
- * distinct row of its batch (MPI_Alltoallv of the rows' indices in the
- * owner's shard), the owners gather those rows on their devices
- * (clembed_lookup) and send them back (MPI_Alltoallv of the rows' bytes), and
- * the rank runs clembed_embed, with its own options, on the rows it received:
- * a matrix of its distinct rows (grouped by owner), its ids renumbered into
- * it. The rows travel in the table's own dtype (block-quantized rows as the
- * F32 values every kernel dequantizes them to), so each output element is
- * computed from the same float32 values in the same operations as on one
- * device. Bad ids keep their value in the renumbered ids: a bad id of the
- * table is outside the smaller matrix too (negative, or at least rows), so
- * the local clembed_embed zeroes and reports it exactly as one device would;
- * the report is then restated against the whole table. */
+ * index policy, against the whole table) and sorts the tokens that reach a
+ * row by row (a radix sort), which finds each distinct row of its batch once
+ * and groups them by owner; it asks each owner once for every distinct row
+ * (MPI_Alltoallv of the rows' indices in the owner's shard, ascending), the
+ * owners gather those rows on their devices (clembed_lookup, in ascending row
+ * order) and send them back (MPI_Alltoallv of the rows' bytes). The rank then
+ * runs clembed_embed, with its own options, on the rows it received: a matrix
+ * of its distinct rows, its ids renumbered into it. With plain options (scale
+ * 1, no positions, segments, norm or dropout) and an output of the rows'
+ * dtype in one buffer, the output is the rows themselves, as clembed_lookup
+ * gave them on the owners: the host writes it, mapped, from the rows as they
+ * arrived, and the rows a rank asks of itself do not go through MPI. The rows
+ * travel in the table's own dtype (block-quantized rows as the F32 values
+ * every kernel dequantizes them to), so each output element is computed from
+ * the same float32 values in the same operations as on one device. Bad ids
+ * keep their value in the renumbered ids: a bad id of the table is outside
+ * the smaller matrix too (negative, or at least rows), so the local
+ * clembed_embed zeroes and reports it exactly as one device would; the
+ * report is then restated against the whole table. On the host's path bad,
+ * dropped and padding tokens get zero rows and the first bad id is reported,
+ * as clembed_embed does. */
 #include "mpi_table.h"
 
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
 
-/* The rank's request. Its distinct rows are found with a hash table (open
- * addressing, one pass over the ids), then grouped by owner (a counting
- * sort): keys receives them in send order, and `local` the rank's ids
- * renumbered into that order (a bad id keeps its value: it is outside the
- * smaller matrix too). Fills the send counts (rows per owner); *pad_local
- * receives the padding row's place, or -1. Returns the number of distinct
- * rows, or -1 when host memory runs out (recorded on e). */
+/* A stable LSD radix sort of m keys by their bits [lo, lo + bits), with
+ * values moved alongside when v is not NULL: digits of at most 11 bits,
+ * every pass's histogram counted in one read. The keys come in *k (values
+ * *v) and leave in *k, *v: the same arrays or the scratch (k2, v2). hist:
+ * 6 * 2048 entries. */
+static void radix_sort(uint64_t **k, uint32_t **v, uint64_t *k2, uint32_t *v2, size_t m, unsigned lo,
+                       unsigned bits, uint32_t *hist) {
+  unsigned passes = (bits + 10) / 11, width = passes ? (bits + passes - 1) / passes : 0;
+  size_t buckets = (size_t)1 << width, mask = buckets - 1;
+  if (!passes || m < 2) return;
+  memset(hist, 0, passes * buckets * sizeof *hist);
+  for (size_t i = 0; i < m; i++) {
+    uint64_t x = (*k)[i] >> lo;
+    for (unsigned p = 0; p < passes; p++) hist[p * buckets + ((x >> (p * width)) & mask)]++;
+  }
+  uint64_t *ka = *k, *kb = k2;
+  uint32_t *va = *v, *vb = v2;
+  for (unsigned p = 0; p < passes; p++) {
+    uint32_t *h = hist + p * buckets, at = 0;
+    unsigned shift = lo + p * width;
+    for (size_t b = 0; b < buckets; b++) {
+      uint32_t c = h[b];
+      h[b] = at;
+      at += c;
+    }
+    if (va) {
+      for (size_t i = 0; i < m; i++) {
+        uint32_t to = h[(ka[i] >> shift) & mask]++;
+        kb[to] = ka[i];
+        vb[to] = va[i];
+      }
+    } else {
+      for (size_t i = 0; i < m; i++) kb[h[(ka[i] >> shift) & mask]++] = ka[i];
+    }
+    uint64_t *kt = ka;
+    uint32_t *vt = va;
+    ka = kb, va = vb, kb = kt, vb = vt;
+  }
+  *k = ka;
+  *v = va;
+}
+
+/* The tokens that reach a row, sorted by row (see plan): entry j is token
+ * tok(j) of row row(j), packed (row << 32 | token) where rows fit in 32 bits,
+ * else in two arrays. */
+typedef struct sorted_tokens {
+  const uint64_t *k;
+  const uint32_t *v;
+  size_t m;
+  int packed;
+} sorted_tokens;
+
+static inline uint64_t row_of(const sorted_tokens *st, size_t j) { return st->packed ? st->k[j] >> 32 : st->k[j]; }
+static inline size_t token_of(const sorted_tokens *st, size_t j) {
+  return st->packed ? (size_t)(uint32_t)st->k[j] : (size_t)st->v[j];
+}
+
+/* The rank's request. The tokens that reach a row are sorted by row (a stable
+ * radix sort: *st), so each distinct row is found once, in ascending order,
+ * which groups them by owner (the shards are ranges of rows) and lets each
+ * owner gather them in ascending order. Fills, for the d distinct rows in
+ * that order: the send counts (rows per owner), t->buf[CE_MPI_KEYS] their
+ * global rows and the ids sent (their rows in the owners' shards,
+ * t->buf[CE_MPI_SEND], int32, or int64 when `big`). With `local` (the
+ * rank's own forward on the rows received), local[i] receives token i's
+ * distinct row (a token that reaches no row keeps its id: a bad id of the
+ * table is outside the smaller matrix too) and *pad_local the padding row's
+ * place or -1. Without (the host writes the output), the padding row is not
+ * asked for, and the tokens that get a zero row (bad, dropped and padding
+ * ones) go to t->buf[CE_MPI_VALS] (*nzero of them, int). *bad_at / *bad_id
+ * receive the first bad id (CHECK, WRAP past -rows, CLAMP of an empty table).
+ * Returns d, or -1 when host memory runs out (recorded on e). */
 static long long plan(clembed_mpi_table *t, const int64_t *host, size_t n, clembed_index_policy policy, uint64_t pad,
-                      int64_t *local, int64_t *pad_local, ce_mpi_error *e, const char *op) {
-  size_t cap = 16;
-  while (cap < 2 * n) cap *= 2;
-  unsigned shift = 64;
-  for (size_t c = cap; c > 1; c /= 2) shift--;
-  uint64_t *first = ce_mpi_buffer(t, CE_MPI_KEYS2, n * 8 + 8), *hk = ce_mpi_buffer(t, CE_MPI_VALS2, cap * 8);
-  uint64_t *keys = ce_mpi_buffer(t, CE_MPI_KEYS, n * 8 + 8);
-  uint32_t *which = ce_mpi_buffer(t, CE_MPI_VALS, n * 4 + 4), *pos = ce_mpi_buffer(t, CE_MPI_POS, n * 4 + 4);
-  uint32_t *hv = ce_mpi_buffer(t, CE_MPI_SEND2, cap * 4);
-  int *sc = ce_mpi_send_counts(t), *at = malloc(((size_t)t->size + 1) * sizeof *at);
-  if (!first || !hk || !keys || !which || !pos || !hv || !at) {
-    free(at);
+                      int64_t *local, sorted_tokens *st, size_t *nzero, int64_t *pad_local, int64_t *bad_at,
+                      int64_t *bad_id, ce_mpi_error *e, const char *op) {
+  int big = t->max_shard > (size_t)INT32_MAX, packed = (uint64_t)t->rows <= (uint64_t)1 << 32, direct = !local;
+  uint64_t *k = ce_mpi_buffer(t, CE_MPI_KEYS2, 2 * n * 8 + 16), *rows = ce_mpi_buffer(t, CE_MPI_KEYS, n * 8 + 8);
+  uint32_t *v = packed ? NULL : ce_mpi_buffer(t, CE_MPI_VALS2, 2 * n * 4 + 8);
+  uint32_t *hist = ce_mpi_buffer(t, CE_MPI_POS, 6 * 2048 * sizeof *hist);
+  int *zero = direct ? ce_mpi_buffer(t, CE_MPI_VALS, n * 4 + 4) : NULL;
+  void *send = ce_mpi_buffer(t, CE_MPI_SEND, n * 8 + 8);
+  int *sc = ce_mpi_send_counts(t);
+  memset(sc, 0, (size_t)t->size * sizeof *sc);
+  *pad_local = -1;
+  *nzero = 0;
+  if (!k || !rows || (!packed && !v) || !hist || (direct && !zero) || !send) {
     ce_mpi_fail(e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory for %zu ids", op, n);
     return -1;
   }
-  memset(hk, 0, cap * 8); /* row + 1; 0: empty */
-  size_t d = 0, mask = cap - 1;
+  /* the tokens that reach a row, in token order */
+  size_t m = 0, nz = 0;
   for (size_t i = 0; i < n; i++) {
     uint64_t row;
-    local[i] = host[i];
-    which[i] = UINT32_MAX;
-    if (ce_mpi_resolve(host[i], t->rows, policy, &row) != 1) continue;
-    size_t h = (size_t)((row * 0x9E3779B97F4A7C15ULL) >> shift);
-    while (hk[h] && hk[h] != row + 1) h = (h + 1) & mask;
-    if (!hk[h]) {
-      hk[h] = row + 1;
-      hv[h] = (uint32_t)d;
-      first[d++] = row;
+    int r = ce_mpi_resolve(host[i], t->rows, policy, &row);
+    if (r == 1 && !(direct && row == pad)) {
+      if (packed) {
+        k[m++] = row << 32 | (uint64_t)i;
+      } else {
+        k[m] = row;
+        v[m++] = (uint32_t)i;
+      }
+      continue;
     }
-    which[i] = hv[h];
+    if (direct) zero[nz++] = (int)i;
+    else local[i] = host[i];
+    if (r < 0 && *bad_at < 0) {
+      *bad_at = (int64_t)i;
+      *bad_id = host[i];
+    }
   }
-  /* grouped by owner, each owner's rows in first-occurrence order */
-  memset(sc, 0, (size_t)t->size * sizeof *sc);
-  for (size_t k = 0; k < d; k++) sc[ce_mpi_owner(t, first[k])]++;
-  at[0] = 0;
-  for (int r = 0; r < t->size; r++) at[r + 1] = at[r] + sc[r];
-  *pad_local = -1;
-  for (size_t k = 0; k < d; k++) {
-    int r = ce_mpi_owner(t, first[k]);
-    pos[k] = (uint32_t)at[r]++;
-    keys[pos[k]] = first[k];
-    if (first[k] == pad) *pad_local = pos[k];
+  unsigned bits = 0;
+  while (bits < 64 && (t->rows - 1) >> bits) bits++;
+  uint64_t *ks = k;
+  uint32_t *vs = v;
+  radix_sort(&ks, &vs, k + n, packed ? NULL : v + n, m, packed ? 32 : 0, bits, hist);
+  *st = (sorted_tokens){ks, vs, m, packed};
+  *nzero = nz;
+  /* the distinct rows */
+  size_t d = 0;
+  int owner = 0;
+  for (size_t j = 0; j < m; j++) {
+    uint64_t row = row_of(st, j);
+    if (!d || row != rows[d - 1]) {
+      while (owner + 1 < t->size && t->bounds[owner + 1] <= row) owner++;
+      sc[owner]++;
+      size_t in_shard = row - t->bounds[owner];
+      if (big) ((int64_t *)send)[d] = (int64_t)in_shard;
+      else ((int32_t *)send)[d] = (int32_t)in_shard;
+      if (row == pad) *pad_local = (int64_t)d;
+      rows[d++] = row;
+    }
+    if (local) local[token_of(st, j)] = (int64_t)(d - 1);
   }
-  for (size_t i = 0; i < n; i++)
-    if (which[i] != UINT32_MAX) local[i] = pos[which[i]];
-  free(at);
   return (long long)d;
+}
+
+/* The host's writing of the output: in the sorted tokens' order, distinct row
+ * q (counted along it) from `own` (rows q in [own0, own0 + nown): those the
+ * rank gathered for itself, in its ask order) or from `in` (row q, as
+ * received), to its tokens' rows (reading along the rows, writing where the
+ * tokens lie); zeros to the nzero tokens `zero`. */
+static void place(const sorted_tokens *st, const int *zero, size_t nzero, size_t own0, size_t nown, const char *own,
+                  const char *in, size_t rb, char *out, size_t ld) {
+  size_t q = 0;
+  for (size_t j = 0; j < st->m; j++) {
+    if (j && row_of(st, j) != row_of(st, j - 1)) q++;
+    if (j + CE_MPI_AHEAD < st->m) ce_mpi_prefetch_write(out + token_of(st, j + CE_MPI_AHEAD) * ld, rb);
+    memcpy(out + token_of(st, j) * ld, q - own0 < nown ? own + (q - own0) * rb : in + q * rb, rb);
+  }
+  for (size_t z = 0; z < nzero; z++) memset(out + (size_t)zero[z] * ld, 0, rb);
 }
 
 /* The forward's fetch, shared with clembed_mpi_embedding_bag (mpi_table.h). */
 int ce_mpi_fetch_rows(clembed_mpi_table *t, const char *op, const int64_t *host, size_t n,
-                      clembed_index_policy policy, uint64_t pad, size_t *d_out, int64_t *pad_local,
-                      clembed_dtype *wire_out, ce_mpi_error *e, ce_mpi_error *serve) {
+                      clembed_index_policy policy, uint64_t pad, char *direct, size_t direct_ld, size_t *d_out,
+                      int64_t *pad_local, clembed_dtype *wire_out, ce_mpi_error *e, ce_mpi_error *serve) {
   clembed_context *ctx = t->ctx;
-  int big = t->max_shard > (size_t)INT32_MAX, idb = big ? 8 : 4;
+  int big = t->max_shard > (size_t)INT32_MAX, idb = big ? 8 : 4, to_out = direct_ld != 0;
   long long d = 0;
-  int64_t *local = NULL;
+  int64_t *local = NULL, bad_at = -1, bad_id = 0;
+  sorted_tokens st = {0};
+  size_t nzero = 0;
   *d_out = 0;
   *pad_local = -1;
   *wire_out = clembed_dtype_size(t->dtype) ? t->dtype : CLEMBED_F32;
   /* the request: distinct rows per owner, as indices in the owner's shard; the
-   * rank's ids renumbered into them, straight into the ids of its own forward */
+   * rank's ids renumbered into them (into the ids of its own forward, or for
+   * the host's writing of the output) */
   int *sc = ce_mpi_send_counts(t);
   memset(sc, 0, (size_t)t->size * sizeof *sc);
-  if (e->status == CLEMBED_OK) local = ce_mpi_stage_write(t, CE_MPI_ST_LOCAL, n * 8, e);
-  if (local) {
-    d = plan(t, host, n, policy, pad, local, pad_local, e, op);
-    if (d < 0) memset(sc, 0, (size_t)t->size * sizeof *sc);
-  }
-  if (d < 0) d = 0;
-  const uint64_t *distinct = t->buf[CE_MPI_KEYS].p;
-  void *send = ce_mpi_buffer(t, CE_MPI_SEND, (size_t)d * 8 + 8);
-  if (!send) {
-    ce_mpi_fail(e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory", op);
+  if (e->status == CLEMBED_OK && !to_out) local = ce_mpi_stage_write(t, CE_MPI_ST_LOCAL, n * 8, e);
+  if (e->status == CLEMBED_OK)
+    d = plan(t, host, n, policy, pad, local, &st, &nzero, pad_local, &bad_at, &bad_id, e, op);
+  if (d < 0) {
     d = 0;
     memset(sc, 0, (size_t)t->size * sizeof *sc);
   }
-  for (long long k = 0; k < d; k++) {
-    size_t row = distinct[k], in_shard = row - t->bounds[ce_mpi_owner(t, row)];
-    if (big) ((int64_t *)send)[k] = (int64_t)in_shard;
-    else ((int32_t *)send)[k] = (int32_t)in_shard;
+  void *send = t->buf[CE_MPI_SEND].p;
+  if (!send && !(send = ce_mpi_buffer(t, CE_MPI_SEND, 8))) {
+    ce_mpi_fail(e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory", op);
+    d = 0;
+    memset(sc, 0, (size_t)t->size * sizeof *sc);
   }
   long long nserve = ce_mpi_exchange_counts(t, e);
   if (nserve < 0) return 0;
@@ -134,13 +235,15 @@ int ce_mpi_fetch_rows(clembed_mpi_table *t, const char *op, const int64_t *host,
     else if (s == CLEMBED_OK) rows_out = ce_mpi_stage_read(t, CE_MPI_ST_OUT, (size_t)nserve * rb, serve);
   }
   if (!rows_out) rows_out = ce_mpi_buffer(t, CE_MPI_SEND2, (size_t)nserve * rb + 1); /* garbage for a failed serve */
-  if (e->status == CLEMBED_OK) rows_in = ce_mpi_stage_write(t, CE_MPI_ST_IN, (size_t)d * rb, e);
+  /* the rows come back into the in stage, or (to the output) into host memory,
+   * the rank's own rows staying where it gathered them */
+  if (e->status == CLEMBED_OK && !to_out) rows_in = ce_mpi_stage_write(t, CE_MPI_ST_IN, (size_t)d * rb, e);
   if (!rows_in) rows_in = ce_mpi_buffer(t, CE_MPI_RECV2, (size_t)d * rb + 1);
   if (!rows_out || !rows_in) {
     ce_mpi_fail(e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory for the rows", op);
     return 0;
   }
-  if (!ce_mpi_alltoallv_rows(t, rows_out, rows_in, rb, 1, e)) return 0;
+  if (!ce_mpi_alltoallv_rows(t, rows_out, rows_in, rb, 1, to_out, e)) return 0;
   /* a rank that could not serve spoils the others' rows: every rank learns it */
   clembed_status theirs = CLEMBED_OK;
   int bad = ce_mpi_first_failed(t->comm, t->rank, t->size, serve->status, e, &theirs);
@@ -152,9 +255,22 @@ int ce_mpi_fetch_rows(clembed_mpi_table *t, const char *op, const int64_t *host,
     return 0;
   }
   if (e->status != CLEMBED_OK) return 0;
-
+  if (to_out && rb) { /* each token's row, from where it arrived (or its own rows, where it gathered them) */
+    int me = t->rank, *sd = t->counts + 2 * t->size, *rd = t->counts + 3 * t->size;
+    place(&st, t->buf[CE_MPI_VALS].p, nzero, (size_t)sd[me], (size_t)sc[me],
+          (const char *)rows_out + (size_t)rd[me] * rb, rows_in, rb, direct, direct_ld);
+  }
+  if (to_out && bad_at >= 0) ce_mpi_bad_id(e, op, bad_at, bad_id, policy, t->rows);
   *d_out = (size_t)d;
   return 1;
+}
+
+/* The options under which the forward is the rows themselves (as
+ * clembed_lookup gives them, which is what the owners send): scale 1, no
+ * positions, segments, norm or dropout. */
+static int plain(const clembed_embed_options *o) {
+  return o->scale == 1.0f && o->positions == CLEMBED_POSITIONS_NONE && !o->sequence_offsets && o->dropout == 0.0f &&
+         !o->segment_table && !o->segment_ids && o->norm.kind == CLEMBED_NORM_NONE;
 }
 
 clembed_status clembed_mpi_embed(clembed_mpi_table *t, const clembed_ids *ids, const clembed_embed_options *opt,
@@ -205,8 +321,19 @@ clembed_status clembed_mpi_embed(clembed_mpi_table *t, const clembed_ids *ids, c
   clembed_status voted;
   if (!ce_mpi_forward_vote(t, ctx, op, &v, &e, &voted)) return voted;
 
-  clembed_dtype wire;
-  if (!ce_mpi_fetch_rows(t, op, host, n, o.policy, pad, &d, &pad_local, &wire, &e, &serve)) goto done;
+  /* With plain options and an output of the rows' dtype in one buffer, the
+   * output is the rows themselves: the host writes it, mapped, from the rows
+   * as they arrived (and the rank's own rows where it gathered them), with no
+   * second pass on the device and no copy of its own rows through MPI. */
+  clembed_dtype wire = clembed_dtype_size(t->dtype) ? t->dtype : CLEMBED_F32;
+  char *direct = NULL;
+  size_t direct_ld = 0;
+  if (e.status == CLEMBED_OK && plain(&o) && out->dtype == wire &&
+      !ce_mpi_map_matrix(t, out, CL_MAP_WRITE, &direct, &direct_ld))
+    direct_ld = 0;
+  if (!ce_mpi_fetch_rows(t, op, host, n, o.policy, pad, direct, direct_ld, &d, &pad_local, &wire, &e, &serve))
+    goto done;
+  if (direct_ld) goto done;
 
   /* the rank's own forward on the rows it received (the in stage) */
   {
@@ -226,6 +353,7 @@ clembed_status clembed_mpi_embed(clembed_mpi_table *t, const clembed_ids *ids, c
       ce_mpi_fail_from(&e, ctx, s);
   }
 done:
+  ce_mpi_unmap_matrix(t, &e);
   for (int k = 0; k < CE_MPI_NSTAGE; k++) ce_mpi_stage_done(t, k, &serve);
   return ce_mpi_report(ctx, op, &e);
 }

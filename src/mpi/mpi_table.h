@@ -60,12 +60,16 @@ struct clembed_mpi_table {
   clembed_dtype dtype;
   size_t *bounds;            /* size + 1 entries: rank r owns rows [bounds[r], bounds[r + 1]) */
   size_t max_shard;          /* the most rows any rank owns */
+  double owner_scale;        /* size / rows: a row's owner, roughly (ce_mpi_owner) */
   clembed_matrix shard;      /* this rank's rows */
   int has_state;             /* an optimizer kind's state exists (kind) */
   clembed_optimizer_kind kind;
   clembed_matrix state, state2;
   clembed_matrix scratch;    /* one F32 element: the 0-row matrices of an argument check */
   int *counts;               /* 4 * size ints: send and receive counts and displacements */
+  int *wcounts;              /* 2 * size ints: send and receive counts without the rank's own part */
+  cl_mem umem;               /* a caller's buffer mapped by the call (ce_mpi_map_matrix), or NULL */
+  void *uhost;
   ce_mpi_buf buf[CE_MPI_NBUF];
   ce_mpi_stage stage[CE_MPI_NSTAGE];
   cl_context cl;             /* the context's OpenCL context and queue */
@@ -175,8 +179,48 @@ clembed_ids ce_mpi_stage_ids(const clembed_mpi_table *t, int k, size_t n, clembe
 /* Releases every stage (unmapped). */
 void ce_mpi_stage_release(clembed_mpi_table *t);
 
+/* A caller's matrix in one buffer (not split; clembed_matrix_pieces checks it
+ * as every operation does), rows x t->cols of a float dtype, mapped for the
+ * host (flags: CL_MAP_READ, or CL_MAP_WRITE when every row will be written:
+ * without gaps between the rows, the region's old contents are not fetched):
+ * *host receives its first row, *ld its row stride in bytes; NULL *host with
+ * no rows or cols. 1 on success; 0 when the matrix is not one buffer, fails
+ * clembed's checks or cannot be mapped (the caller then takes the path
+ * through the device, whose operation reports a bad matrix). One mapping at a
+ * time (ce_mpi_unmap_matrix). */
+int ce_mpi_map_matrix(clembed_mpi_table *t, const clembed_matrix *m, cl_map_flags flags, char **host, size_t *ld);
+/* Unmaps what ce_mpi_map_matrix mapped (if anything) and waits until the
+ * device sees the host's writes. CLEMBED_OK or the failure (recorded on e). */
+clembed_status ce_mpi_unmap_matrix(clembed_mpi_table *t, ce_mpi_error *e);
+
+/* Rows copied on the host from or to random places: each one's lines asked
+ * for (to read, or to write) CE_MPI_AHEAD rows before it is copied. */
+#define CE_MPI_AHEAD 8
+static inline void ce_mpi_prefetch(const void *p, size_t bytes) {
+#if defined(__GNUC__)
+  for (size_t b = 0; b < bytes && b < 512; b += 64) __builtin_prefetch((const char *)p + b);
+#else
+  (void)p, (void)bytes;
+#endif
+}
+static inline void ce_mpi_prefetch_write(void *p, size_t bytes) {
+#if defined(__GNUC__)
+  for (size_t b = 0; b < bytes && b < 512; b += 64) __builtin_prefetch((char *)p + b, 1);
+#else
+  (void)p, (void)bytes;
+#endif
+}
+
 /* The rank that owns global row v (< rows). */
-int ce_mpi_owner(const clembed_mpi_table *t, size_t v);
+static inline int ce_mpi_owner(const clembed_mpi_table *t, size_t v) {
+  /* a guess from the proportion, then the bounds (shards differ by one row at most) */
+  int r = (int)((double)v * t->owner_scale);
+  if (r >= t->size) r = t->size - 1;
+  if (r < 0) r = 0;
+  while (r > 0 && t->bounds[r] > v) r--;
+  while (r + 1 < t->size && t->bounds[r + 1] <= v) r++;
+  return r;
+}
 
 /* The first n rows of m (a view). */
 clembed_matrix ce_mpi_rows(const clembed_matrix *m, size_t n);
@@ -190,7 +234,19 @@ clembed_status ce_mpi_read_ids(clembed_mpi_table *t, const clembed_ids *ids, int
  * resolves it, padding aside): 1 with *row set, 0 for no row (ZERO's bad
  * ids), -1 for a bad id to report (CHECK, WRAP past -rows, CLAMP of an empty
  * table). */
-int ce_mpi_resolve(int64_t id, size_t rows, clembed_index_policy policy, uint64_t *row);
+static inline int ce_mpi_resolve(int64_t id, size_t rows, clembed_index_policy policy, uint64_t *row) {
+  int64_t r = (int64_t)rows; /* a table lies in memory: rows < 2^63 */
+  if (policy == CLEMBED_INDEX_WRAP && id < 0 && id >= -r) id += r;
+  if (id < 0 || id >= r) {
+    if (policy == CLEMBED_INDEX_CLAMP && r > 0) {
+      id = id < 0 ? 0 : r - 1;
+    } else {
+      return policy == CLEMBED_INDEX_ZERO ? 0 : -1;
+    }
+  }
+  *row = (uint64_t)id;
+  return 1;
+}
 
 /* padding_idx resolved against rows (negative counts from the end), or
  * UINT64_MAX for none; *bad set when it lies outside the table. */
@@ -210,9 +266,11 @@ long long ce_mpi_exchange_counts(clembed_mpi_table *t, ce_mpi_error *e);
 int ce_mpi_count_failure(const clembed_mpi_table *t);
 int ce_mpi_alltoallv(clembed_mpi_table *t, const void *send, void *recv, MPI_Datatype type, int reverse,
                      ce_mpi_error *e);
-/* ... of rows of `row_bytes` bytes each (nothing moves for 0-byte rows). */
+/* ... of rows of `row_bytes` bytes each (nothing moves for 0-byte rows);
+ * with skip_self, what this rank sends itself does not move (the caller
+ * copies it where it is needed, or reads it where it lies). */
 int ce_mpi_alltoallv_rows(clembed_mpi_table *t, const void *send, void *recv, size_t row_bytes, int reverse,
-                          ce_mpi_error *e);
+                          int skip_self, ce_mpi_error *e);
 
 /* ---------------------------------------------- shared by the calls (embed.c, step.c, bag.c) */
 
@@ -228,16 +286,25 @@ clembed_status ce_mpi_fetched(clembed_mpi_table *t, size_t d, size_t n, clembed_
 /* The forward's fetch (embed.c): the rows of the rank's n ids (host, resolved
  * under policy; pad the padding row or UINT64_MAX) from their owners, while
  * the rank serves the rows asked of its shard; a rank whose own arguments
- * failed (e set on entry) asks for nothing but still serves. 1: the in stage
- * holds the *d distinct rows (grouped by owner, their global rows in
- * t->buf[CE_MPI_KEYS]) in *wire (the table's dtype, F32 for block-quantized
- * ones), the local stage the n ids renumbered into them (I64; a bad id keeps
- * its value, outside the smaller matrix too), both still mapped; *pad_local
- * the padding row's place among them or -1. 0: a failure, on e (serve: the
- * rank's own serving failure, for the stages' unmapping). */
+ * failed (e set on entry) asks for nothing but still serves. Each distinct
+ * row is asked once; the rows travel in *wire (the table's dtype, F32 for
+ * block-quantized ones). Into a matrix of their own (direct_ld 0): on
+ * success the in stage holds the *d distinct rows (in ascending row order,
+ * so grouped by owner; their global rows in t->buf[CE_MPI_KEYS]) and the
+ * local stage the n ids renumbered into them (I64; a bad id keeps its value,
+ * outside the smaller matrix too), both still mapped; *pad_local the padding
+ * row's place among them or -1. Or into the rank's output (direct_ld not 0:
+ * direct its first row, mapped, rows direct_ld bytes apart, of dtype *wire):
+ * the host writes each token's row there from the rows as they arrived (in
+ * host memory; the rank's own rows are not sent through MPI but read where it
+ * gathered them for itself), zeros for the bad, dropped and padding tokens
+ * (the padding row is not asked for), and reports the first bad id on e: what
+ * clembed_embed with the defaults gives. 1 on success;
+ * 0: a failure, on e (serve: the rank's own serving failure, for the stages'
+ * unmapping). */
 int ce_mpi_fetch_rows(clembed_mpi_table *t, const char *op, const int64_t *host, size_t n,
-                      clembed_index_policy policy, uint64_t pad, size_t *d, int64_t *pad_local, clembed_dtype *wire,
-                      ce_mpi_error *e, ce_mpi_error *serve);
+                      clembed_index_policy policy, uint64_t pad, char *direct, size_t direct_ld, size_t *d,
+                      int64_t *pad_local, clembed_dtype *wire, ce_mpi_error *e, ce_mpi_error *serve);
 
 /* The optimizer of a sharded step (step.c): no states passed in, the kind of
  * the table's state, and clembed_optimizer_step's own checks run on 0 rows
@@ -249,12 +316,14 @@ void ce_mpi_check_optimizer(clembed_mpi_table *t, const char *op, const clembed_
 int ce_mpi_make_state(clembed_mpi_table *t, clembed_optimizer_kind kind, ce_mpi_error *e);
 /* The exchange and the owners' step: the send counts set, send_ids the rows
  * in the owners' shards (int32, int64 when a shard passes 2^31 rows) and
- * send_rows their `wire` rows in the same order; or e holds the rank's
- * failure (then no rank steps, and a state this call made goes again). Each
- * owner runs clembed_optimizer_step with options b on what it received, in
- * rank order; a failure there (own) is learnt by every rank. */
+ * their `wire` rows in the same order, rows order[k] of src (rows src_ld
+ * bytes apart; order NULL: rows k, src_ld the row's bytes); or e holds the
+ * rank's failure (then no rank steps, and a state this call made goes again).
+ * The rows the rank owns itself do not go through MPI. Each owner runs
+ * clembed_optimizer_step with options b on what it received, in rank order;
+ * a failure there (own) is learnt by every rank. */
 void ce_mpi_step_deliver(clembed_mpi_table *t, const char *op, const clembed_optimizer *o,
-                         const clembed_backward_options *b, void *send_ids, void *send_rows, clembed_dtype wire,
-                         int made, ce_mpi_error *e, ce_mpi_error *own);
+                         const clembed_backward_options *b, void *send_ids, const char *src, size_t src_ld,
+                         const int *order, clembed_dtype wire, int made, ce_mpi_error *e, ce_mpi_error *own);
 
 #endif

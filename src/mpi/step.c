@@ -20,6 +20,12 @@
  * Nothing is summed before sending: a partial sum on the sending side would
  * change the order of the additions.
  *
+ * The rows are read where they lie: the gradient mapped (when it travels as
+ * it is: no dropout, the wire's dtype), else the masked or converted rows the
+ * device wrote; the host copies each token's row into send order, or, for the
+ * rows the rank owns itself, straight into the matrix its own step reads
+ * (they do not go through MPI).
+ *
  * All or nothing: the ranks agree first (one MPI_Allreduce: the call, the
  * options that must agree, each rank's own failure); a rank that cannot
  * prepare its rows says so in the counts' exchange (negative counts), and
@@ -141,29 +147,35 @@ int ce_mpi_make_state(clembed_mpi_table *t, clembed_optimizer_kind kind, ce_mpi_
 }
 
 /* The rank's contributions: its tokens that reach a row (not bad, dropped or
- * padding), grouped by owner in token order. Fills the send counts, the
- * tokens (order) and their rows in the owners' shards (the ids sent); the
- * first bad id to report goes to *bad_at / *bad_id. Returns the count, or -1
- * when host memory runs out. */
+ * padding), grouped by owner in token order (a stable counting sort). Fills
+ * the send counts, the tokens in send order (order) and their rows in the
+ * owners' shards (the ids sent); the first bad id to report goes to *bad_at /
+ * *bad_id. Returns the count, or -1 when host memory runs out. */
 static long long plan(clembed_mpi_table *t, const int64_t *host, size_t n, clembed_index_policy policy, uint64_t pad,
-                      uint32_t *order, void *send, int big, int64_t *bad_at, int64_t *bad_id) {
+                      int *order, void *send, int big, int64_t *bad_at, int64_t *bad_id) {
   int *sc = ce_mpi_send_counts(t), size = t->size;
   int32_t *owner = ce_mpi_buffer(t, CE_MPI_VALS2, n * 4 + 4);
-  uint64_t *row = ce_mpi_buffer(t, CE_MPI_KEYS, n * 8 + 8);
+  uint64_t *in_shard = ce_mpi_buffer(t, CE_MPI_KEYS, n * 8 + 8);
   int *at = malloc(((size_t)size + 1) * sizeof *at);
-  if (!owner || !row || !at) {
+  if (!owner || !in_shard || !at) {
     free(at);
     return -1;
   }
   memset(sc, 0, (size_t)size * sizeof *sc);
   for (size_t i = 0; i < n; i++) {
-    int r = ce_mpi_resolve(host[i], t->rows, policy, &row[i]);
+    uint64_t row;
+    int r = ce_mpi_resolve(host[i], t->rows, policy, &row);
     owner[i] = -1;
     if (r < 0 && *bad_at < 0) {
       *bad_at = (int64_t)i;
       *bad_id = host[i];
     }
-    if (r == 1 && row[i] != pad) sc[owner[i] = ce_mpi_owner(t, row[i])]++;
+    if (r == 1 && row != pad) {
+      int o = size == 1 ? 0 : ce_mpi_owner(t, row);
+      sc[o]++;
+      owner[i] = o;
+      in_shard[i] = row - t->bounds[o];
+    }
   }
   at[0] = 0;
   for (int k = 0; k < size; k++) at[k + 1] = at[k] + sc[k];
@@ -171,70 +183,69 @@ static long long plan(clembed_mpi_table *t, const int64_t *host, size_t n, clemb
   for (size_t i = 0; i < n; i++) {
     if (owner[i] < 0) continue;
     int k = at[owner[i]]++;
-    size_t in_shard = row[i] - t->bounds[owner[i]];
-    order[k] = (uint32_t)i;
-    if (big) ((int64_t *)send)[k] = (int64_t)in_shard;
-    else ((int32_t *)send)[k] = (int32_t)in_shard;
+    order[k] = (int)i;
+    if (big) ((int64_t *)send)[k] = (int64_t)in_shard[i];
+    else ((int32_t *)send)[k] = (int32_t)in_shard[i];
   }
   free(at);
   return total;
 }
 
-/* The rank's contribution rows, in send order (the stage of its tokens, m of
- * them), as `wire` values into the out stage, mapped for the exchange: the
- * rank's dropout mask applied on the device (clembed_embed with scale 1 of
- * the gradient as a table, into the mask stage), then the rows gathered
- * (clembed_lookup). *rows receives the mapped rows. */
+/* The rank's gradient rows as `wire` values, for the host to read (row i of
+ * *rows, rows *ld bytes apart): the gradient itself, mapped, when it travels
+ * as it is (no dropout, the wire's dtype, one buffer); else, on the device,
+ * the gradient with the rank's dropout mask applied or converted to the
+ * wire's dtype (clembed_embed of its n rows with scale 1 and the rank's
+ * dropout into the mask stage), mapped. */
 static clembed_status pack(clembed_mpi_table *t, const clembed_matrix *g, const clembed_backward_options *bo, size_t m,
-                           clembed_dtype wire, void **rows, ce_mpi_error *e) {
+                           clembed_dtype wire, char **rows, size_t *ld, ce_mpi_error *e) {
   clembed_context *ctx = t->ctx;
   clembed_status s = CLEMBED_OK;
-  const clembed_matrix *src = g;
-  clembed_matrix masked = {0};
   size_t n = g->rows, rb = clembed_dtype_size(wire) * t->cols;
   *rows = NULL;
+  *ld = rb;
   if (!m || !rb) return CLEMBED_OK;
-  if (bo->dropout > 0.0f) {
-    uint32_t *iota = ce_mpi_stage_write(t, CE_MPI_ST_IOTA, n * 4, e);
-    if (!iota) return e->status;
-    for (size_t i = 0; i < n; i++) iota[i] = (uint32_t)i;
-    if ((s = ce_mpi_stage_done(t, CE_MPI_ST_IOTA, e)) != CLEMBED_OK) return s;
-    if ((s = ce_mpi_stage_reserve(t, CE_MPI_ST_MASK, n * t->cols * 4, e)) != CLEMBED_OK) return s;
-    clembed_embed_options eo = clembed_embed_defaults();
-    eo.dropout = bo->dropout;
-    eo.dropout_seed = bo->dropout_seed;
-    clembed_ids all = ce_mpi_stage_ids(t, CE_MPI_ST_IOTA, n, CLEMBED_I32);
-    masked = ce_mpi_stage_matrix(t, CE_MPI_ST_MASK, n, t->cols, CLEMBED_F32);
-    s = clembed_embed(ctx, g, &all, &eo, &masked, 0, NULL, NULL);
-    src = &masked;
-  }
-  if (s == CLEMBED_OK && (s = ce_mpi_stage_reserve(t, CE_MPI_ST_OUT, m * rb, e)) == CLEMBED_OK) {
-    clembed_ids pick = ce_mpi_stage_ids(t, CE_MPI_ST_LOCAL, m, CLEMBED_I32);
-    clembed_matrix packed = ce_mpi_stage_matrix(t, CE_MPI_ST_OUT, m, t->cols, wire);
-    s = clembed_lookup(ctx, src, &pick, &packed, 0, NULL, NULL);
-    if (s == CLEMBED_OK) s = clembed_finish(ctx);
-    if (s != CLEMBED_OK) return ce_mpi_fail_from(e, ctx, s);
-    *rows = ce_mpi_stage_read(t, CE_MPI_ST_OUT, m * rb, e);
-    return *rows ? CLEMBED_OK : e->status;
-  }
-  return s == CLEMBED_OK ? e->status : ce_mpi_fail_from(e, ctx, s);
+  if (!(bo->dropout > 0.0f) && g->dtype == wire && ce_mpi_map_matrix(t, g, CL_MAP_READ, rows, ld)) return CLEMBED_OK;
+  *ld = rb;
+  uint32_t *iota = ce_mpi_stage_write(t, CE_MPI_ST_IOTA, n * 4, e);
+  if (!iota) return e->status;
+  for (size_t i = 0; i < n; i++) iota[i] = (uint32_t)i;
+  if ((s = ce_mpi_stage_done(t, CE_MPI_ST_IOTA, e)) != CLEMBED_OK) return s;
+  if ((s = ce_mpi_stage_reserve(t, CE_MPI_ST_MASK, n * rb, e)) != CLEMBED_OK) return s;
+  clembed_embed_options eo = clembed_embed_defaults();
+  eo.dropout = bo->dropout;
+  eo.dropout_seed = bo->dropout_seed;
+  clembed_ids all = ce_mpi_stage_ids(t, CE_MPI_ST_IOTA, n, CLEMBED_I32);
+  clembed_matrix masked = ce_mpi_stage_matrix(t, CE_MPI_ST_MASK, n, t->cols, wire);
+  s = clembed_embed(ctx, g, &all, &eo, &masked, 0, NULL, NULL);
+  if (s == CLEMBED_OK) s = clembed_finish(ctx);
+  if (s != CLEMBED_OK) return ce_mpi_fail_from(e, ctx, s);
+  *rows = ce_mpi_stage_read(t, CE_MPI_ST_MASK, n * rb, e);
+  return *rows ? CLEMBED_OK : e->status;
 }
 
 /* The exchange and the owners' step, shared by the sharded steps. The rank's
  * contributions are ready (the send counts set, send_ids their rows in the
- * owners' shards, send_rows the rows of `wire` in the same order), or e holds
- * its failure, announced in the counts' exchange: then no rank steps and a
- * state made by this call (made) goes again. Each owner receives its rows in
- * rank order and runs clembed_optimizer_step on them with options b; a
- * failure there (kept in own) is learnt by every rank. */
+ * owners' shards; their `wire` rows are rows order[k] of src, src_ld bytes
+ * apart, or rows k with order NULL), or e holds its failure, announced in the
+ * counts' exchange: then no rank steps and a state made by this call (made)
+ * goes again. The rows for other ranks are gathered on the host into send
+ * order (with order) and sent; the rank's own go straight where its step
+ * reads them. Each owner receives its rows in rank order and runs
+ * clembed_optimizer_step on them with options b; a failure there (kept in
+ * own) is learnt by every rank. */
 void ce_mpi_step_deliver(clembed_mpi_table *t, const char *op, const clembed_optimizer *o,
-                         const clembed_backward_options *b, void *send_ids, void *send_rows, clembed_dtype wire,
-                         int made, ce_mpi_error *e, ce_mpi_error *own) {
+                         const clembed_backward_options *b, void *send_ids, const char *src, size_t src_ld,
+                         const int *order, clembed_dtype wire, int made, ce_mpi_error *e, ce_mpi_error *own) {
   clembed_context *ctx = t->ctx;
-  int big = t->max_shard > (size_t)INT32_MAX;
-  size_t rb = clembed_dtype_size(wire) * t->cols;
+  int big = t->max_shard > (size_t)INT32_MAX, me = t->rank, *sc = ce_mpi_send_counts(t);
+  size_t rb = clembed_dtype_size(wire) * t->cols, m = 0;
+  char *gathered = NULL;
+  for (int k = 0; e->status == CLEMBED_OK && k < t->size; k++) m += (size_t)sc[k];
+  if (e->status == CLEMBED_OK && order && m && rb && !(gathered = ce_mpi_buffer(t, CE_MPI_SEND2, m * rb)))
+    ce_mpi_fail(e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory for %zu gradient rows", op, m);
   if (e->status != CLEMBED_OK)
-    for (int k = 0; k < t->size; k++) ce_mpi_send_counts(t)[k] = -1;
+    for (int k = 0; k < t->size; k++) sc[k] = -1;
   long long nrecv = ce_mpi_exchange_counts(t, e);
   int failed = nrecv < 0 ? -1 : ce_mpi_count_failure(t);
   if (nrecv < 0 || failed >= 0) { /* no row is stepped: a state made for this step goes again */
@@ -254,16 +265,28 @@ void ce_mpi_step_deliver(clembed_mpi_table *t, const char *op, const clembed_opt
   }
   /* what the owner receives goes straight into the stages its step reads */
   void *recv_ids = ce_mpi_stage_write(t, CE_MPI_ST_ASKED, (size_t)nrecv * (big ? 8 : 4), own);
-  void *recv_rows = ce_mpi_stage_write(t, CE_MPI_ST_IN, (size_t)nrecv * rb, own);
+  char *recv_rows = ce_mpi_stage_write(t, CE_MPI_ST_IN, (size_t)nrecv * rb, own);
   if (!recv_ids) recv_ids = ce_mpi_buffer(t, CE_MPI_RECV, (size_t)nrecv * 8 + 8); /* the answer must still go */
   if (!recv_rows) recv_rows = ce_mpi_buffer(t, CE_MPI_RECV2, (size_t)nrecv * rb + 1);
-  if (!send_rows) send_rows = ce_mpi_buffer(t, CE_MPI_SEND2, 1); /* nothing to send */
-  if (!recv_ids || !recv_rows || !send_rows) {
+  if (!recv_ids || !recv_rows) {
     ce_mpi_fail(e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory for %lld contributions", op, nrecv);
     return;
   }
   if (!ce_mpi_alltoallv(t, send_ids, recv_ids, big ? MPI_INT64_T : MPI_INT32_T, 0, e)) return;
-  if (!ce_mpi_alltoallv_rows(t, send_rows, recv_rows, rb, 0, e)) return;
+  /* the rows: the rank's own into place, the others' gathered into send order */
+  const int *sd = t->counts + 2 * t->size, *rd = t->counts + 3 * t->size;
+  for (int k = 0; k < t->size && rb; k++) {
+    char *to = k == me ? recv_rows + (size_t)rd[me] * rb : gathered ? gathered + (size_t)sd[k] * rb : NULL;
+    if (!to) continue; /* sent from src as it lies */
+    for (int j = 0; j < sc[k]; j++) {
+      size_t at = (size_t)sd[k] + (size_t)j;
+      if (order && j + CE_MPI_AHEAD < sc[k]) ce_mpi_prefetch(src + (size_t)order[at + CE_MPI_AHEAD] * src_ld, rb);
+      memcpy(to + (size_t)j * rb, src + (order ? (size_t)order[at] : at) * src_ld, rb);
+    }
+  }
+  if (!ce_mpi_alltoallv_rows(t, gathered ? gathered : src ? src : (const char *)recv_rows, recv_rows, rb, 0, 1, e))
+    return;
+  ce_mpi_unmap_matrix(t, own); /* the rank's gradient, if it was read mapped */
 
   /* the owner's step on what it received, in global token order */
   if (nrecv && own->status == CLEMBED_OK) {
@@ -334,20 +357,22 @@ clembed_status clembed_mpi_optimizer_step(clembed_mpi_table *t, const clembed_ma
   }
   clembed_dtype wire = v.max[0] == ~v.max[1] && !v.max[2] ? grad_out->dtype : CLEMBED_F32;
 
-  /* the rank's contributions, prepared: its tokens in send order go into the
-   * stage its rows are gathered by; a failure is announced with the counts */
-  uint32_t *order = ce_mpi_stage_write(t, CE_MPI_ST_LOCAL, n * 4, &e);
-  void *send_ids = ce_mpi_buffer(t, CE_MPI_SEND, n * 8 + 8), *send_rows = NULL;
+  /* the rank's contributions, prepared: its tokens in send order, whose rows
+   * the exchange reads where they lie; a failure is announced with the counts */
+  int *order = ce_mpi_buffer(t, CE_MPI_VALS, n * 4 + 4);
+  void *send_ids = ce_mpi_buffer(t, CE_MPI_SEND, n * 8 + 8);
+  char *send_rows = NULL;
+  size_t send_ld = 0;
   long long m = order && send_ids ? plan(t, host, n, bo.policy, pad, order, send_ids, big, &bad_at, &bad_id) : -1;
   if (m < 0 && e.status == CLEMBED_OK)
     ce_mpi_fail(&e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory for %zu ids", op, n);
-  if (m >= 0 && ce_mpi_stage_done(t, CE_MPI_ST_LOCAL, &e) == CLEMBED_OK)
-    pack(t, grad_out, &bo, (size_t)m, wire, &send_rows, &e);
+  if (m >= 0) pack(t, grad_out, &bo, (size_t)m, wire, &send_rows, &send_ld, &e);
   clembed_backward_options b = owner_options(&bo);
-  ce_mpi_step_deliver(t, op, o, &b, send_ids, send_rows, wire, made, &e, &own);
+  ce_mpi_step_deliver(t, op, o, &b, send_ids, send_rows, send_ld, order, wire, made, &e, &own);
   if (bad_at >= 0) /* kept only when no failure came first */
     ce_mpi_bad_id(&e, op, bad_at, bad_id, bo.policy, t->rows);
 done:
+  ce_mpi_unmap_matrix(t, &own);
   for (int k = 0; k < CE_MPI_NSTAGE; k++) ce_mpi_stage_done(t, k, &own);
   return ce_mpi_report(ctx, op, &e);
 }

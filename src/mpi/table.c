@@ -29,6 +29,8 @@ static void check_mpi(const char *op, ce_mpi_error *e) {
 
 static void release_table(clembed_mpi_table *t) {
   if (!t) return;
+  ce_mpi_error ignored = {0};
+  ce_mpi_unmap_matrix(t, &ignored);
   ce_mpi_stage_release(t);
   clembed_matrix_release(&t->shard);
   clembed_matrix_release(&t->state);
@@ -37,6 +39,7 @@ static void release_table(clembed_mpi_table *t) {
   for (int k = 0; k < CE_MPI_NBUF; k++) free(t->buf[k].p);
   free(t->bounds);
   free(t->counts);
+  free(t->wcounts);
   if (t->comm != MPI_COMM_NULL) MPI_Comm_free(&t->comm);
   free(t);
 }
@@ -93,9 +96,11 @@ static clembed_mpi_table *begin(clembed_context *ctx, MPI_Comm comm, const char 
   t->dtype = dtype;
   t->bounds = malloc(((size_t)t->size + 1) * sizeof *t->bounds);
   t->counts = malloc(4 * (size_t)t->size * sizeof *t->counts);
-  if (t->bounds && t->counts) {
+  t->wcounts = malloc(2 * (size_t)t->size * sizeof *t->wcounts);
+  if (t->bounds && t->counts && t->wcounts) {
     /* r * rows / size without overflow: r*(rows/size) + r*(rows%size)/size */
     size_t q = rows / (size_t)t->size, rem = rows % (size_t)t->size;
+    t->owner_scale = rows ? (double)t->size / (double)rows : 0.0;
     for (int r = 0; r <= t->size; r++) {
       t->bounds[r] = (size_t)r * q + (size_t)((unsigned long long)r * rem / (unsigned long long)t->size);
       if (r && t->bounds[r] - t->bounds[r - 1] > t->max_shard) t->max_shard = t->bounds[r] - t->bounds[r - 1];

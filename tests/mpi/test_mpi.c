@@ -518,6 +518,64 @@ TU_CASE(embed_refusals) {
   free(h);
 }
 
+/* Tables holding NaNs (signalling and quiet, with payloads), infinities,
+ * signed zeros and denormals: the forward with plain options gives one
+ * device's bits (a NaN made quiet as the device's lookup makes it), whether a
+ * rank's rows come from another rank or from its own shard. F32, F16, BF16. */
+TU_CASE(embed_odd_values) {
+  const size_t R = 11, C = 8;
+  const uint32_t f32[7] = {0x7f800001u, 0xffa00000u, 0x7fc12345u, 0x00000001u, 0x80000000u, 0x7f800000u, 0x807fffffu};
+  const uint16_t f16[6] = {0x7c01, 0xfd55, 0x7e00, 0x0001, 0x8000, 0x7c00};
+  const uint16_t bf16[6] = {0x7f81, 0xffa5, 0x7fc3, 0x0001, 0x8000, 0x7f80};
+  const clembed_dtype dts[3] = {CLEMBED_F32, CLEMBED_F16, CLEMBED_BF16};
+  for (int k = 0; k < 3; k++) {
+    clembed_dtype dt = dts[k];
+    size_t es = clembed_dtype_size(dt);
+    unsigned char *h = calloc(R * C * es + 1, 1);
+    float *v = table_values(R, C, 23);
+    for (size_t i = 0; i < R * C; i++) { /* ordinary values (F16, BF16: the top half of some floats' bits) */
+      uint32_t u;
+      memcpy(&u, &v[i], 4);
+      if (dt == CLEMBED_F32) memcpy(h + 4 * i, &u, 4);
+      else ((uint16_t *)h)[i] = (uint16_t)((dt == CLEMBED_F16 ? 0x3c00u | (u >> 22 & 0x3ff) : u >> 16) & 0xbfff);
+    }
+    for (size_t r = 1; r < R; r += 2) /* odd rows hold one special value each, at a column of their own */
+      for (size_t c = r % C, j = 0; j < 1; j++) {
+        size_t i = r * C + c, q = (r / 2) % (dt == CLEMBED_F32 ? 7 : 6);
+        if (dt == CLEMBED_F32) memcpy(h + 4 * i, &f32[q], 4);
+        else ((uint16_t *)h)[i] = dt == CLEMBED_F16 ? f16[q] : bf16[q];
+      }
+    clembed_mpi_table *t = NULL;
+    OK(ctx, clembed_mpi_table_create(ctx, MPI_COMM_WORLD, R, C, dt, &t));
+    size_t first = 0;
+    clembed_matrix shard = {0}, whole = {0};
+    OK(ctx, clembed_mpi_table_shard(t, &first, &shard));
+    if (shard.rows) OK(ctx, clembed_matrix_write(ctx, &shard, h + first * C * es, dt));
+    OK(ctx, clembed_matrix_create(ctx, R, C, dt, &whole));
+    OK(ctx, clembed_matrix_write(ctx, &whole, h, dt));
+    /* every row, twice, from every rank (its own rows too) */
+    int64_t ids_h[2 * 11];
+    for (size_t i = 0; i < 2 * R; i++) ids_h[i] = (int64_t)((i * 7 + (size_t)g_rank) % R);
+    clembed_ids ids = make_ids(ctx, ids_h, 2 * R, CLEMBED_I64);
+    clembed_matrix out = {0}, ref = {0};
+    OK(ctx, clembed_matrix_create(ctx, 2 * R, C, dt, &out));
+    OK(ctx, clembed_matrix_create(ctx, 2 * R, C, dt, &ref));
+    OK(ctx, clembed_mpi_embed(t, &ids, NULL, &out));
+    OK(ctx, clembed_lookup(ctx, &whole, &ids, &ref, 0, NULL, NULL));
+    OK(ctx, clembed_finish(ctx));
+    char what[64];
+    snprintf(what, sizeof what, "%s table of odd values", DNAME[dt]);
+    expect_same(ctx, &out, &ref, what);
+    clembed_matrix_release(&out);
+    clembed_matrix_release(&ref);
+    clembed_matrix_release(&whole);
+    clembed_ids_release(&ids);
+    clembed_mpi_table_release(t);
+    free(v);
+    free(h);
+  }
+}
+
 /* --------------------------------------------------------------------- step */
 
 /* Rank r's gradient rows (n x C), as float values of dtype gdt. */
@@ -762,6 +820,95 @@ TU_CASE(step_refusals) {
   clembed_mpi_table_release(t);
   free(gh);
   free(h);
+}
+
+/* Outputs and gradients that are views of wider matrices (an offset, ld past
+ * cols): the forward writes the view's rows only, every byte around them as
+ * it was, and the step reads the view's rows; with repeated ids, the padding
+ * row and a bad id under ZERO; F32 and F16 (the rows as they travel), and a
+ * BF16 output of an F32 table. */
+TU_CASE(views_of_wider_matrices) {
+  const size_t R = 23, C = 6, W = C + 3, OFF = 2;
+  const clembed_dtype tdt[3] = {CLEMBED_F32, CLEMBED_F16, CLEMBED_F32};
+  const clembed_dtype odt[3] = {CLEMBED_F32, CLEMBED_F16, CLEMBED_BF16};
+  batch_spec b = {9, 2, 0, 0, (int64_t)R + 2, 71}; /* ids past the table: ZERO drops them */
+  for (int k = 0; k < 3; k++) {
+    float *h = table_values(R, C, 19 + (unsigned)k);
+    clembed_mpi_table *t = make_table(ctx, R, C, tdt[k], h);
+    clembed_matrix whole = whole_table(ctx, R, C, tdt[k], h);
+    size_t total = 0, at = 0, n = batch_len(&b, g_rank);
+    int64_t *all = all_ids(&b, &total, &at);
+    clembed_ids ids = make_ids(ctx, all + at, n, g_rank % 2 ? CLEMBED_I32 : CLEMBED_I64);
+    /* the forward into rows OFF .. of a wider matrix filled with other values */
+    clembed_matrix wide = {0}, wref = {0};
+    float *fill = table_values(n + 1, W, 99);
+    OK(ctx, clembed_matrix_create(ctx, n + 1, W, odt[k], &wide));
+    OK(ctx, clembed_matrix_create(ctx, n + 1, W, odt[k], &wref));
+    OK(ctx, clembed_matrix_write(ctx, &wide, fill, CLEMBED_F32));
+    OK(ctx, clembed_matrix_write(ctx, &wref, fill, CLEMBED_F32));
+    clembed_matrix out = wide, ref = wref;
+    out.offset = ref.offset = OFF;
+    out.rows = ref.rows = n;
+    out.cols = ref.cols = C;
+    out.ld = ref.ld = W;
+    clembed_embed_options o = clembed_embed_defaults();
+    o.policy = CLEMBED_INDEX_ZERO;
+    o.padding_idx = 5;
+    OK(ctx, clembed_mpi_embed(t, &ids, &o, &out));
+    OK(ctx, clembed_embed(ctx, &whole, &ids, &o, &ref, 0, NULL, NULL));
+    OK(ctx, clembed_finish(ctx));
+    char what[96];
+    snprintf(what, sizeof what, "%s table, %s output view", DNAME[tdt[k]], DNAME[odt[k]]);
+    expect_same(ctx, &wide, &wref, what);
+    /* the step from rows OFF .. of a wider gradient matrix */
+    if (k < 2) {
+      clembed_dtype gdt = tdt[k];
+      float *gall = malloc((total * C + 1) * sizeof *gall), *gwide = calloc((n + 1) * W + 1, sizeof *gwide);
+      for (int r = 0, off = 0; r < g_size; off += (int)batch_len(&b, r), r++) {
+        float *g = grad_values(r, batch_len(&b, r), C, 5, gdt);
+        memcpy(gall + (size_t)off * C, g, batch_len(&b, r) * C * sizeof *g);
+        if (r == g_rank)
+          for (size_t i = 0; i < n; i++) memcpy(gwide + OFF + i * W, g + i * C, C * sizeof *g);
+        free(g);
+      }
+      clembed_matrix gw = {0}, wgrad = {0}, s1 = {0};
+      OK(ctx, clembed_matrix_create(ctx, n + 1, W, gdt, &gw));
+      OK(ctx, clembed_matrix_write(ctx, &gw, gwide, CLEMBED_F32));
+      clembed_matrix grad = gw;
+      grad.offset = OFF;
+      grad.rows = n;
+      grad.cols = C;
+      grad.ld = W;
+      clembed_backward_options bo = clembed_backward_defaults();
+      bo.policy = CLEMBED_INDEX_ZERO;
+      bo.padding_idx = 5;
+      clembed_optimizer opt = clembed_optimizer_defaults(CLEMBED_ADAGRAD);
+      OK(ctx, clembed_mpi_optimizer_step(t, &grad, &ids, &bo, &opt));
+      clembed_ids wids = make_ids(ctx, all, total, CLEMBED_I64);
+      OK(ctx, clembed_matrix_create(ctx, total, C, CLEMBED_F32, &wgrad));
+      if (total) OK(ctx, clembed_matrix_write(ctx, &wgrad, gall, CLEMBED_F32));
+      OK(ctx, clembed_matrix_create(ctx, R, C, CLEMBED_F32, &s1));
+      opt.state = &s1;
+      OK(ctx, clembed_optimizer_step(ctx, &wgrad, &wids, &bo, &opt, &whole, 0, NULL, NULL));
+      OK(ctx, clembed_finish(ctx));
+      snprintf(what, sizeof what, "%s table, a step from a %s gradient view", DNAME[tdt[k]], DNAME[gdt]);
+      expect_table(ctx, t, &whole, what);
+      clembed_ids_release(&wids);
+      clembed_matrix_release(&gw);
+      clembed_matrix_release(&wgrad);
+      clembed_matrix_release(&s1);
+      free(gall);
+      free(gwide);
+    }
+    clembed_matrix_release(&wide);
+    clembed_matrix_release(&wref);
+    clembed_matrix_release(&whole);
+    clembed_ids_release(&ids);
+    clembed_mpi_table_release(t);
+    free(all);
+    free(fill);
+    free(h);
+  }
 }
 
 /* --------------------------------------------------------------------- bags */
