@@ -15,7 +15,10 @@
  * order (src/ops/bag.c and include/clembed.h give the contract):
  *   ce_bag_rows  (CPU) a work-item per bag, every feature of the launch, whole
  *                rows TILE vectors of VEC columns at a time (accumulators in
- *                registers), the row of the id AHEAD on asked for (CE_PREFETCH)
+ *                registers), the bag's ids ROWS at a time: the group's rows
+ *                found first and read side by side, each vector adding them
+ *                in ascending order without a branch; the row of the id
+ *                AHEAD on asked for (CE_PREFETCH)
  *   ce_bag_cols  (GPU) work-item (x, bag): x a chunk of VEC columns of one
  *                feature (consecutive items on consecutive columns)
  * The work-item that holds a feature's first columns (chunk 0) reports its bad
@@ -32,8 +35,9 @@
  *
  * Build options: OUT_DT, GRAD_DT, TABLE_DT (renorm) dtype codes; DTYPES (a bit
  * per table dtype code the launch's features use: the pooling of the others
- * is left out); VEC, TILE, AHEAD; KEY64; BF_* and BF_COUNT; BAG_SPLIT (1: a
- * feature's table lies in several of the launch's buffers, BF_TAB_NP pieces
+ * is left out); VEC, TILE, ROWS (1 to 16; the GPU shape 1), AHEAD; KEY64;
+ * BF_* and BF_COUNT; BAG_SPLIT (1: a feature's table lies in several of the
+ * launch's buffers, BF_TAB_NP pieces
  * listed from fd[BF_TAB_P] on, holding its rows [BF_TAB_LO, BF_TAB_HI)); the
  * out and renorm's tab may be split (CE_PIECES_out, CE_PIECES_tab). */
 
@@ -57,6 +61,9 @@
 #endif
 #ifndef AHEAD
 #define AHEAD 0
+#endif
+#ifndef ROWS
+#define ROWS 1
 #endif
 #if KEY64
 #define KEY_T ulong
@@ -327,42 +334,176 @@ CE_INLINE ulong ce_bag_of(const ce_bag_feat *F, ulong j, ulong bags) {
     G = select(G, J, take_);                                    \
   }
 
-/* The lanes of a pass written out by the preprocessor, M(k, D) for k = 0 ..
- * 15, each guarded by a condition on k that is known when compiling: no loop
- * inside the loop over a bag's ids, so the accumulators stay in registers
- * whatever the compiler unrolls (and Mesa's llvmpipe, which ends a
- * work-item's loops after 65,535 iterations in all, counts one per id). */
-#if TILE > 16 || VEC > 16
-#error "bag.cl writes out at most 16 lanes of a pass: TILE and VEC are at most 16"
+/* The lanes of a pass and the rows of a group written out by the
+ * preprocessor, M(k, D) for k = 0 .. n - 1 (CE_Ln: n lanes, CE_Rn: n rows;
+ * two texts, since a macro does not expand inside itself), each guarded by a
+ * condition on k that is known when compiling: no loop inside the loop over a
+ * bag's ids, so the accumulators stay in registers whatever the compiler
+ * unrolls (and Mesa's llvmpipe, which ends a work-item's loops after 65,535
+ * iterations in all, counts one per group of ids). */
+#if TILE > 16 || VEC > 16 || ROWS > 16 || ROWS < 1
+#error "bag.cl writes out at most 16 lanes of a pass and 16 rows of a group: TILE, VEC and ROWS are 1 to 16"
 #endif
-#define CE_REP16(M, D) M(0, D) M(1, D) M(2, D) M(3, D) M(4, D) M(5, D) M(6, D) M(7, D) \
-  M(8, D) M(9, D) M(10, D) M(11, D) M(12, D) M(13, D) M(14, D) M(15, D)
-/* vector k (of TILE, nv live) and tail column l (of VEC - 1, nt live) of id j */
+#define CE_L1(M, D) M(0, D)
+#define CE_L2(M, D) CE_L1(M, D) M(1, D)
+#define CE_L3(M, D) CE_L2(M, D) M(2, D)
+#define CE_L4(M, D) CE_L3(M, D) M(3, D)
+#define CE_L5(M, D) CE_L4(M, D) M(4, D)
+#define CE_L6(M, D) CE_L5(M, D) M(5, D)
+#define CE_L7(M, D) CE_L6(M, D) M(6, D)
+#define CE_L8(M, D) CE_L7(M, D) M(7, D)
+#define CE_L9(M, D) CE_L8(M, D) M(8, D)
+#define CE_L10(M, D) CE_L9(M, D) M(9, D)
+#define CE_L11(M, D) CE_L10(M, D) M(10, D)
+#define CE_L12(M, D) CE_L11(M, D) M(11, D)
+#define CE_L13(M, D) CE_L12(M, D) M(12, D)
+#define CE_L14(M, D) CE_L13(M, D) M(13, D)
+#define CE_L15(M, D) CE_L14(M, D) M(14, D)
+#define CE_L16(M, D) CE_L15(M, D) M(15, D)
+#define CE_R1(M, D) M(0, D)
+#define CE_R2(M, D) CE_R1(M, D) M(1, D)
+#define CE_R3(M, D) CE_R2(M, D) M(2, D)
+#define CE_R4(M, D) CE_R3(M, D) M(3, D)
+#define CE_R5(M, D) CE_R4(M, D) M(4, D)
+#define CE_R6(M, D) CE_R5(M, D) M(5, D)
+#define CE_R7(M, D) CE_R6(M, D) M(6, D)
+#define CE_R8(M, D) CE_R7(M, D) M(7, D)
+#define CE_R9(M, D) CE_R8(M, D) M(8, D)
+#define CE_R10(M, D) CE_R9(M, D) M(9, D)
+#define CE_R11(M, D) CE_R10(M, D) M(10, D)
+#define CE_R12(M, D) CE_R11(M, D) M(11, D)
+#define CE_R13(M, D) CE_R12(M, D) M(12, D)
+#define CE_R14(M, D) CE_R13(M, D) M(13, D)
+#define CE_R15(M, D) CE_R14(M, D) M(14, D)
+#define CE_R16(M, D) CE_R15(M, D) M(15, D)
+#define CE_BAG_EACH_V(M, D) CE_XCAT(CE_L, TILE)(M, D) /* a pass's vectors */
+#define CE_BAG_EACH_T(M, D) CE_XCAT(CE_L, VEC)(M, D)  /* its tail columns (at most VEC - 1) */
+#define CE_BAG_EACH_R(M, D) CE_XCAT(CE_R, ROWS)(M, D)  /* a group's rows */
+
+/* vector k (of TILE, nv live) and tail column l (of VEC - 1, nt live) */
 #define CE_BAG_V(k) if ((k) < TILE && (k) < nv)
 #define CE_BAG_T(l) if ((l) < VEC - 1 && (l) < nt)
-#define CE_BAG_VLOAD(k, D) CE_XCAT(ce_loadv_, D)(p, c + (ulong)(k) * VEC)
 #define CE_BAG_TLOAD(l, D) CE_XCAT(ce_load_, D)(p, ct + (ulong)(l))
-#define CE_BAG_VMAX(k, D) CE_BAG_V(k) { FV t = CE_BAG_VLOAD(k, D); CE_BAG_MAXSTEP(acc[k], arg[k], t, (UV)(ju), IV, first) }
+/* Row r's values of the vector from column cv_ into a_ (g_: MAX's
+ * positions) where the row is taken (lanes m[r]: all -1 or all 0), without a
+ * branch: SUM a_ + t, weighted fma(w, t, a_), MAX as CE_BAG_MAXSTEP (lanes
+ * fm[r]: the first id taken) */
+#define CE_BAG_RADD(r, D) \
+  if ((r) < ROWS) a_ = select(a_, a_ + CE_XCAT(ce_loadv_, D)(pr[r], cv_), m[r]);
+#define CE_BAG_RFMA(r, D) \
+  if ((r) < ROWS) a_ = select(a_, fma((FV)(w[r]), CE_XCAT(ce_loadv_, D)(pr[r], cv_), a_), m[r]);
+#define CE_BAG_RMAX(r, D)                                                   \
+  if ((r) < ROWS) {                                                         \
+    const FV t_ = CE_XCAT(ce_loadv_, D)(pr[r], cv_);                        \
+    const IV take_ = ((t_ > a_) | (isnan(t_) & !isnan(a_)) | fm[r]) & m[r];  \
+    a_ = select(a_, t_, take_);                                             \
+    g_ = select(g_, (UV)((uint)(j + (r))), take_);                          \
+  }
+/* Vector k of the pass: the group's rows in ascending order (the order of
+ * the ids), its accumulator in a register meanwhile */
+#define CE_BAG_VADD(k, D) \
+  CE_BAG_V(k) { const ulong cv_ = c + (ulong)(k) * VEC; FV a_ = acc[k]; CE_BAG_EACH_R(CE_BAG_RADD, D) acc[k] = a_; }
+#define CE_BAG_VFMA(k, D) \
+  CE_BAG_V(k) { const ulong cv_ = c + (ulong)(k) * VEC; FV a_ = acc[k]; CE_BAG_EACH_R(CE_BAG_RFMA, D) acc[k] = a_; }
+#define CE_BAG_VMAX(k, D)                                                                   \
+  CE_BAG_V(k) {                                                                             \
+    const ulong cv_ = c + (ulong)(k) * VEC;                                                 \
+    FV a_ = acc[k];                                                                         \
+    UV g_ = arg[k];                                                                         \
+    CE_BAG_EACH_R(CE_BAG_RMAX, D)                                                           \
+    acc[k] = a_;                                                                            \
+    arg[k] = g_;                                                                            \
+  }
+/* tail column l of the row at p (one row a group) */
 #define CE_BAG_TMAX(l, D) CE_BAG_T(l) { float t = CE_BAG_TLOAD(l, D); CE_BAG_MAXSTEP(tacc[l], targ[l], t, ju, int, first) }
-#define CE_BAG_VFMA(k, D) CE_BAG_V(k) acc[k] = fma((FV)(w), CE_BAG_VLOAD(k, D), acc[k]);
-#define CE_BAG_TFMA(l, D) CE_BAG_T(l) tacc[l] = fma(w, CE_BAG_TLOAD(l, D), tacc[l]);
-#define CE_BAG_VADD(k, D) CE_BAG_V(k) acc[k] = acc[k] + CE_BAG_VLOAD(k, D);
+#define CE_BAG_TFMA(l, D) CE_BAG_T(l) tacc[l] = fma(w0, CE_BAG_TLOAD(l, D), tacc[l]);
 #define CE_BAG_TADD(l, D) CE_BAG_T(l) tacc[l] = tacc[l] + CE_BAG_TLOAD(l, D);
+
+/* Row r of the group of ids from j: whether the id is the bag's and takes a
+ * row (reported when `report`; m[r] its lanes), where that row is (row 0's
+ * place for one that takes none: read, never added), its weight, and whether
+ * it is the first taken (fm[r]) */
+#define CE_BAG_RESOLVE(r, D)                                                                                 \
+  if ((r) < ROWS) {                                                                                          \
+    const long row_ = (r) == 0 || j + (r) < hi ? ce_bag_row(F, j + (r), err, report) : -1;                   \
+    const int has_ = row_ >= 0;                                                                              \
+    ulong ro_;                                                                                               \
+    __global const CE_STORE_##D *tp_ =                                                                       \
+        (__global const CE_STORE_##D *)ce_bag_tabrow(F, has_ ? (ulong)row_ : 0, &ro_);                       \
+    pr[r] = ce_ptr_##D(tp_, ro_);                                                                            \
+    m[r] = (IV)(-has_);                                                                                      \
+    fm[r] = (IV)(-(taken == 0));                                                                             \
+    w[r] = weighted ? F->w[F->w_off + (j + (has_ ? (r) : 0)) * F->w_ld] : 0.0f;                               \
+    some |= has_;                                                                                            \
+    taken += has_;                                                                                           \
+  }
+/* With prefetch hints (TILE > 1): the pass's columns of the row of the id
+ * AHEAD on from row r's (the bag's, or with several rows a group past its end
+ * the next bag's, which the next work-item pools) asked for */
+#define CE_BAG_AHEAD(r, D)                                                                                    \
+  if ((r) < ROWS && CE_PREFETCH && AHEAD && TILE > 1 && j + (r) + AHEAD < (ROWS > 1 ? F->n : hi)) {         \
+    long id_ = ce_load_id(F->ids32, F->ids64, F->id64, F->id_off + j + (r) + AHEAD);                         \
+    if (id_ >= 0 && (ulong)id_ < F->t_rows) {                                                                 \
+      ulong ro_;                                                                                              \
+      __global const CE_STORE_##D *tp_ = (__global const CE_STORE_##D *)ce_bag_tabrow(F, (ulong)id_, &ro_);   \
+      __global const CE_STORE_##D *rp_ = ce_ptr_##D(tp_, ro_);                                                \
+      __global const uchar *a_ = (__global const uchar *)ce_ptr_##D(rp_, c);                                  \
+      __global const uchar *z_ = (__global const uchar *)ce_ptr_##D(rp_, ct + (ulong)nt);                     \
+      for (; a_ < z_; a_ += 64) ce_prefetch(a_);                                                              \
+    }                                                                                                         \
+  }
+/* The bag's ids ROWS at a time: the group's rows found first, then each
+ * vector of the pass takes them in ascending order without a branch (the
+ * loads of several rows independent of one another, so several are read at
+ * once); with one row a group, the tail columns after the vectors (more rows:
+ * CE_BAG_TAILS) */
+#define CE_BAG_GROUPS(VFN, TFN, D)                                                                  \
+  for (ulong j = lo; j < hi; j += ROWS) {                                                           \
+    __global const CE_STORE_##D *pr[ROWS];                                                          \
+    IV m[ROWS], fm[ROWS];                                                                           \
+    float w[ROWS];                                                                                  \
+    int some = 0;                                                                                   \
+    const int first = taken == 0;                                                                   \
+    CE_BAG_EACH_R(CE_BAG_RESOLVE, D)                                                                \
+    if (!some) continue;                                                                            \
+    CE_BAG_EACH_R(CE_BAG_AHEAD, D)                                                                  \
+    CE_BAG_EACH_V(VFN, D)                                                                           \
+    if (ROWS == 1 && nt) {                                                                          \
+      __global const CE_STORE_##D *p = pr[0];                                                       \
+      const uint ju = (uint)j;                                                                      \
+      const float w0 = w[0];                                                                        \
+      CE_BAG_EACH_T(TFN, D)                                                                         \
+    }                                                                                               \
+  }
+/* More rows a group: the tail columns after the vectors, an id at a time */
+#define CE_BAG_TAILS(TFN, D)                                                                        \
+  for (ulong j = lo; j < hi; j++) {                                                                 \
+    long row = ce_bag_row(F, j, err, 0);                                                            \
+    if (row < 0) continue;                                                                          \
+    ulong ro_;                                                                                      \
+    __global const CE_STORE_##D *tp_ = (__global const CE_STORE_##D *)ce_bag_tabrow(F, (ulong)row, &ro_); \
+    __global const CE_STORE_##D *p = ce_ptr_##D(tp_, ro_);                                          \
+    const uint ju = (uint)j;                                                                        \
+    const int first = tail_taken == 0;                                                              \
+    const float w0 = weighted ? F->w[F->w_off + j * F->w_ld] : 0.0f;                                 \
+    CE_BAG_EACH_T(TFN, D)                                                                           \
+    tail_taken++;                                                                                   \
+  }
 
 /* The pooling of the columns from c of bag [lo, hi): nv (at most TILE)
  * vectors of VEC columns into acc/arg, then nt (< VEC) single columns into
- * tacc/targ, in one pass over the ids (so a bag's ids are read once per
- * TILE * VEC columns, and the tail rides along with the last vectors); *cnt
- * receives the ids taken. Every accumulator starts from `zero` (0.0f, a kernel
- * argument, so that no compiler turns the first fma(w, t, 0) into w * t).
- * With prefetch hints (TILE > 1), the columns of the row of the id AHEAD on are
- * asked for. */
+ * tacc/targ (so a bag's ids are read once per TILE * VEC columns; with one
+ * row a group the tail rides along with the last vectors); *cnt receives the
+ * ids taken. Every accumulator starts from `zero` (0.0f, a kernel argument,
+ * so that no compiler turns the first fma(w, t, 0) into w * t). Each column
+ * takes the bag's ids one by one in ascending order, so the operations are
+ * those of one id at a time whatever ROWS is. */
 #define CE_BAG_POOL_FN(D)                                                                                          \
   CE_INLINE void ce_bag_pool_##D(const ce_bag_feat *F, ulong lo, ulong hi, ulong c, int nv, int nt, float zero,    \
                                  FV *acc, UV *arg, float *tacc, uint *targ, int *cnt, int report,                  \
                                  __global uint *err) {                                                            \
     const ulong ct = c + (ulong)nv * VEC; /* the tail's first column */                                           \
-    int taken = 0;                                                                                                \
+    int taken = 0, tail_taken = 0;                                                                                \
     for (int k = 0; k < TILE; k++) {                                                                              \
       acc[k] = (FV)(zero);                                                                                        \
       arg[k] = (UV)(CE_BAG_NO_ARG);                                                                               \
@@ -371,37 +512,18 @@ CE_INLINE ulong ce_bag_of(const ce_bag_feat *F, ulong j, ulong bags) {
       tacc[l] = zero;                                                                                             \
       targ[l] = CE_BAG_NO_ARG;                                                                                    \
     }                                                                                                             \
-    for (ulong j = lo; j < hi; j++) {                                                                             \
-      if (CE_PREFETCH && AHEAD && TILE > 1 && j + AHEAD < hi) {                                                   \
-        long id = ce_load_id(F->ids32, F->ids64, F->id64, F->id_off + j + AHEAD);                                 \
-        if (id >= 0 && (ulong)id < F->t_rows) {                                                                   \
-          ulong ro_;                                                                                              \
-          __global const CE_STORE_##D *tp_ = (__global const CE_STORE_##D *)ce_bag_tabrow(F, (ulong)id, &ro_);    \
-          __global const CE_STORE_##D *rp = ce_ptr_##D(tp_, ro_);                                                 \
-          __global const uchar *a = (__global const uchar *)ce_ptr_##D(rp, c);                                   \
-          __global const uchar *z = (__global const uchar *)ce_ptr_##D(rp, ct + (ulong)nt);                      \
-          for (; a < z; a += 64) ce_prefetch(a);                                                                  \
-        }                                                                                                         \
-      }                                                                                                           \
-      long row = ce_bag_row(F, j, err, report);                                                                   \
-      if (row < 0) continue;                                                                                      \
-      ulong ro_;                                                                                                  \
-      __global const CE_STORE_##D *tp_ = (__global const CE_STORE_##D *)ce_bag_tabrow(F, (ulong)row, &ro_);       \
-      __global const CE_STORE_##D *p = ce_ptr_##D(tp_, ro_);                                                      \
-      if (F->mode == CE_BAG_MAX) {                                                                                \
-        const uint ju = (uint)j;                                                                                  \
-        const int first = taken == 0;                                                                             \
-        CE_REP16(CE_BAG_VMAX, D)                                                                                  \
-        if (nt) { CE_REP16(CE_BAG_TMAX, D) }                                                                      \
-      } else if (F->has_w) {                                                                                      \
-        const float w = F->w[F->w_off + j * F->w_ld];                                                             \
-        CE_REP16(CE_BAG_VFMA, D)                                                                                  \
-        if (nt) { CE_REP16(CE_BAG_TFMA, D) }                                                                      \
-      } else {                                                                                                    \
-        CE_REP16(CE_BAG_VADD, D)                                                                                  \
-        if (nt) { CE_REP16(CE_BAG_TADD, D) }                                                                      \
-      }                                                                                                           \
-      taken++;                                                                                                    \
+    if (F->mode == CE_BAG_MAX) {                                                                                  \
+      const int weighted = 0;                                                                                     \
+      CE_BAG_GROUPS(CE_BAG_VMAX, CE_BAG_TMAX, D)                                                                  \
+      if (ROWS > 1 && nt) CE_BAG_TAILS(CE_BAG_TMAX, D)                                                            \
+    } else if (F->has_w) {                                                                                        \
+      const int weighted = 1;                                                                                     \
+      CE_BAG_GROUPS(CE_BAG_VFMA, CE_BAG_TFMA, D)                                                                  \
+      if (ROWS > 1 && nt) CE_BAG_TAILS(CE_BAG_TFMA, D)                                                            \
+    } else {                                                                                                      \
+      const int weighted = 0;                                                                                     \
+      CE_BAG_GROUPS(CE_BAG_VADD, CE_BAG_TADD, D)                                                                  \
+      if (ROWS > 1 && nt) CE_BAG_TAILS(CE_BAG_TADD, D)                                                            \
     }                                                                                                             \
     *cnt = taken;                                                                                                 \
   }                                                                                                               \
@@ -411,13 +533,28 @@ CE_INLINE ulong ce_bag_of(const ce_bag_feat *F, ulong j, ulong bags) {
     __global const CE_STORE_##D *tp_ = (__global const CE_STORE_##D *)ce_bag_tabrow(F, row, &ro_);               \
     *v = ce_load_##D(ce_ptr_##D(tp_, ro_), c);                                                                    \
   }
+/* (only the launch's dtypes: less for the compiler to read) */
+#if CE_BAG_HAS(0)
 CE_BAG_POOL_FN(0)
+#endif
+#if CE_BAG_HAS(1)
 CE_BAG_POOL_FN(1)
+#endif
+#if CE_BAG_HAS(2)
 CE_BAG_POOL_FN(2)
+#endif
+#if CE_BAG_HAS(3)
 CE_BAG_POOL_FN(3)
+#endif
+#if CE_BAG_HAS(4)
 CE_BAG_POOL_FN(4)
+#endif
+#if CE_BAG_HAS(5)
 CE_BAG_POOL_FN(5)
+#endif
+#if CE_BAG_HAS(6)
 CE_BAG_POOL_FN(6)
+#endif
 
 /* max_rows[b][c + l] for the lanes l < nl of arg (a position, or none: -1). */
 CE_INLINE void ce_bag_store_rows(const ce_bag_feat *F, ulong b, ulong c, const uint *arg, int nl) {

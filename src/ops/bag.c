@@ -489,8 +489,8 @@ static clembed_status forward_run(clembed_context *ctx, const char *what, bag_fe
   CHECK(ce_pieces_plan(ctx, what, omats, 1));
   {
     char extra[160];
-    snprintf(extra, sizeof extra, "-DOUT_DT=%d -DTILE=%u -DAHEAD=%u", (int)out->dtype, t->bag_tile,
-             ctx->prefetch ? t->bag_ahead : 0);
+    snprintf(extra, sizeof extra, "-DOUT_DT=%d -DTILE=%u -DROWS=%u -DAHEAD=%u", (int)out->dtype, t->bag_tile,
+             cpu ? t->bag_rows : 1, ctx->prefetch ? t->bag_ahead : 0);
     ce_pieces_option(extra, sizeof extra, &op, "out");
     base = base_options(ctx, extra);
     if (!base) FAIL(CLEMBED_ERR_OUT_OF_MEMORY, "%s: out of host memory", what);

@@ -277,9 +277,13 @@ clembed_status ce_device_facts(clembed_context *ctx) {
    * passes of bag_tile vectors, written out lane by lane, in minutes for 8
    * vectors (test_bag's forward case, shader cache empty: over 8 minutes,
    * against 55 s for 1 vector and 89 s for 2), so a pass there is one vector
-   * (the same bits; CLEMBED_TUNE may still set it) */
+   * and a bag's ids go one at a time (the same bits; CLEMBED_TUNE may still
+   * set them) */
   ce_tuning base = *table;
-  if (strstr(ctx->device_name, "llvmpipe") && base.bag_tile > 1) base.bag_tile = 1;
+  if (strstr(ctx->device_name, "llvmpipe")) {
+    if (base.bag_tile > 1) base.bag_tile = 1;
+    if (base.bag_rows > 1) base.bag_rows = 1;
+  }
   clembed_status s = ce_tuning_apply(&base, getenv("CLEMBED_TUNE"), &ctx->tune_table);
   if (s != CLEMBED_OK) return s;
   ctx->tune = &ctx->tune_table;
