@@ -4,7 +4,10 @@
  * type), rows ld apart: m + mo + r * ld. Built with -DCE_PIECES_m=K (K = 2 ..
  * 8; src/runtime/launch.c's ce_pieces_plan and ce_pieces_option) m stands for
  * a split matrix in the K buffers m, m_1, .., m_{K-1}: piece j holds the rows
- * from m_fj on (0 for m itself), the first of them at element m_oj (mo for m).
+ * from m_fj on (0 for m itself), the first of them at element mo for m, and
+ * for piece j >= 1 at m_oj + m_fj * ld: m_oj is the element its row 0 would
+ * have, a ulong that wraps (launch.c's set_piece_args), so that row r is at
+ * m_oj + r * ld.
  * With -DCE_PIECES_m=8+K (K = 1 .. 8) m stands for a launch's window of a split
  * matrix whose pieces do not all fit in one launch: its rows [m_f0, m_end) in
  * K buffers (m's first row is m_f0), each window taken by one launch. The
@@ -60,22 +63,21 @@
 #define CE_PIECE_PARAMS(T, m) CE_XCAT(CE_PP_, CE_PIECES_##m)(T, m)
 #define CE_PIECE_PASS(m) CE_XCAT(CE_PA_, CE_PIECES_##m)(m)
 #define CE_AT(m, r) CE_XCAT(CE_PT_, CE_PIECES_##m)(m, r)
-#define CE_OFF(m, mo, ld, r) \
-  (CE_XCAT(CE_PB_, CE_PIECES_##m)(m, mo, r) + ((r) - CE_XCAT(CE_PS_, CE_PIECES_##m)(m, r)) * (ld))
+#define CE_OFF(m, mo, ld, r) (CE_XCAT(CE_PB_, CE_PIECES_##m)(m, mo, ld, r) + (r) * (ld))
 #define CE_OWNS(m, r) CE_XCAT(CE_PW_, CE_PIECES_##m)(m, r)
 #define CE_FIRST(m) CE_XCAT(CE_PF_, CE_PIECES_##m)(m)
 #define CE_LO(m) CE_XCAT(CE_PL_, CE_PIECES_##m)(m)
 #define CE_HI(m) CE_XCAT(CE_PH_, CE_PIECES_##m)(m)
 
 /* The piece of row r is the last whose first row is at most r: CE_PT_K gives
- * its buffer, CE_PB_K the element of its first row, CE_PS_K that first row
- * (the compares are the same in the three, once after common subexpressions). */
+ * its buffer, CE_PB_K the element its row 0 would have (m_oj; mo - m_f0 * ld
+ * for m), so a row costs one chain of compares (the same in both, once after
+ * common subexpressions) and one multiply-add. */
 /* one buffer */
 #define CE_PP_0(T, m)
 #define CE_PA_0(m)
 #define CE_PT_0(m, r) (m)
-#define CE_PB_0(m, mo, r) (mo)
-#define CE_PS_0(m, r) 0UL
+#define CE_PB_0(m, mo, ld, r) (mo)
 #define CE_PW_0(m, r) 1
 #define CE_PF_0(m) 1
 #define CE_PL_0(m) 0UL
@@ -84,43 +86,35 @@
 #define CE_PP_1(T, m) , ulong m##_f0, ulong m##_end
 #define CE_PA_1(m) , m##_f0, m##_end
 #define CE_PT_1(m, r) (m)
-#define CE_PB_1(m, mo, r) (mo)
-#define CE_PS_1(m, r) (m##_f0)
+#define CE_PB_1(m, mo, ld, r) ((mo) - m##_f0 * (ld))
 #define CE_PP_2(T, m) CE_PP_1(T, m), __global T *m##_1, ulong m##_f1, ulong m##_o1
 #define CE_PA_2(m) CE_PA_1(m), m##_1, m##_f1, m##_o1
 #define CE_PT_2(m, r) ((r) >= m##_f1 ? m##_1 : CE_PT_1(m, r))
-#define CE_PB_2(m, mo, r) ((r) >= m##_f1 ? m##_o1 : CE_PB_1(m, mo, r))
-#define CE_PS_2(m, r) ((r) >= m##_f1 ? m##_f1 : CE_PS_1(m, r))
+#define CE_PB_2(m, mo, ld, r) ((r) >= m##_f1 ? m##_o1 : CE_PB_1(m, mo, ld, r))
 #define CE_PP_3(T, m) CE_PP_2(T, m), __global T *m##_2, ulong m##_f2, ulong m##_o2
 #define CE_PA_3(m) CE_PA_2(m), m##_2, m##_f2, m##_o2
 #define CE_PT_3(m, r) ((r) >= m##_f2 ? m##_2 : CE_PT_2(m, r))
-#define CE_PB_3(m, mo, r) ((r) >= m##_f2 ? m##_o2 : CE_PB_2(m, mo, r))
-#define CE_PS_3(m, r) ((r) >= m##_f2 ? m##_f2 : CE_PS_2(m, r))
+#define CE_PB_3(m, mo, ld, r) ((r) >= m##_f2 ? m##_o2 : CE_PB_2(m, mo, ld, r))
 #define CE_PP_4(T, m) CE_PP_3(T, m), __global T *m##_3, ulong m##_f3, ulong m##_o3
 #define CE_PA_4(m) CE_PA_3(m), m##_3, m##_f3, m##_o3
 #define CE_PT_4(m, r) ((r) >= m##_f3 ? m##_3 : CE_PT_3(m, r))
-#define CE_PB_4(m, mo, r) ((r) >= m##_f3 ? m##_o3 : CE_PB_3(m, mo, r))
-#define CE_PS_4(m, r) ((r) >= m##_f3 ? m##_f3 : CE_PS_3(m, r))
+#define CE_PB_4(m, mo, ld, r) ((r) >= m##_f3 ? m##_o3 : CE_PB_3(m, mo, ld, r))
 #define CE_PP_5(T, m) CE_PP_4(T, m), __global T *m##_4, ulong m##_f4, ulong m##_o4
 #define CE_PA_5(m) CE_PA_4(m), m##_4, m##_f4, m##_o4
 #define CE_PT_5(m, r) ((r) >= m##_f4 ? m##_4 : CE_PT_4(m, r))
-#define CE_PB_5(m, mo, r) ((r) >= m##_f4 ? m##_o4 : CE_PB_4(m, mo, r))
-#define CE_PS_5(m, r) ((r) >= m##_f4 ? m##_f4 : CE_PS_4(m, r))
+#define CE_PB_5(m, mo, ld, r) ((r) >= m##_f4 ? m##_o4 : CE_PB_4(m, mo, ld, r))
 #define CE_PP_6(T, m) CE_PP_5(T, m), __global T *m##_5, ulong m##_f5, ulong m##_o5
 #define CE_PA_6(m) CE_PA_5(m), m##_5, m##_f5, m##_o5
 #define CE_PT_6(m, r) ((r) >= m##_f5 ? m##_5 : CE_PT_5(m, r))
-#define CE_PB_6(m, mo, r) ((r) >= m##_f5 ? m##_o5 : CE_PB_5(m, mo, r))
-#define CE_PS_6(m, r) ((r) >= m##_f5 ? m##_f5 : CE_PS_5(m, r))
+#define CE_PB_6(m, mo, ld, r) ((r) >= m##_f5 ? m##_o5 : CE_PB_5(m, mo, ld, r))
 #define CE_PP_7(T, m) CE_PP_6(T, m), __global T *m##_6, ulong m##_f6, ulong m##_o6
 #define CE_PA_7(m) CE_PA_6(m), m##_6, m##_f6, m##_o6
 #define CE_PT_7(m, r) ((r) >= m##_f6 ? m##_6 : CE_PT_6(m, r))
-#define CE_PB_7(m, mo, r) ((r) >= m##_f6 ? m##_o6 : CE_PB_6(m, mo, r))
-#define CE_PS_7(m, r) ((r) >= m##_f6 ? m##_f6 : CE_PS_6(m, r))
+#define CE_PB_7(m, mo, ld, r) ((r) >= m##_f6 ? m##_o6 : CE_PB_6(m, mo, ld, r))
 #define CE_PP_8(T, m) CE_PP_7(T, m), __global T *m##_7, ulong m##_f7, ulong m##_o7
 #define CE_PA_8(m) CE_PA_7(m), m##_7, m##_f7, m##_o7
 #define CE_PT_8(m, r) ((r) >= m##_f7 ? m##_7 : CE_PT_7(m, r))
-#define CE_PB_8(m, mo, r) ((r) >= m##_f7 ? m##_o7 : CE_PB_7(m, mo, r))
-#define CE_PS_8(m, r) ((r) >= m##_f7 ? m##_f7 : CE_PS_7(m, r))
+#define CE_PB_8(m, mo, ld, r) ((r) >= m##_f7 ? m##_o7 : CE_PB_7(m, mo, ld, r))
 /* all the pieces in one launch (K = 2 .. 8): the window is every row, from 0 */
 #define CE_PW_2(m, r) 1
 #define CE_PF_2(m) 1
@@ -154,8 +148,7 @@
 #define CE_PP_9(T, m) CE_PP_1(T, m)
 #define CE_PA_9(m) CE_PA_1(m)
 #define CE_PT_9(m, r) CE_PT_1(m, r)
-#define CE_PB_9(m, mo, r) CE_PB_1(m, mo, r)
-#define CE_PS_9(m, r) CE_PS_1(m, r)
+#define CE_PB_9(m, mo, ld, r) CE_PB_1(m, mo, ld, r)
 #define CE_PW_9(m, r) ((r) >= m##_f0 && (r) < m##_end)
 #define CE_PF_9(m) (m##_f0 == 0)
 #define CE_PL_9(m) (m##_f0)
@@ -163,8 +156,7 @@
 #define CE_PP_10(T, m) CE_PP_2(T, m)
 #define CE_PA_10(m) CE_PA_2(m)
 #define CE_PT_10(m, r) CE_PT_2(m, r)
-#define CE_PB_10(m, mo, r) CE_PB_2(m, mo, r)
-#define CE_PS_10(m, r) CE_PS_2(m, r)
+#define CE_PB_10(m, mo, ld, r) CE_PB_2(m, mo, ld, r)
 #define CE_PW_10(m, r) ((r) >= m##_f0 && (r) < m##_end)
 #define CE_PF_10(m) (m##_f0 == 0)
 #define CE_PL_10(m) (m##_f0)
@@ -172,8 +164,7 @@
 #define CE_PP_11(T, m) CE_PP_3(T, m)
 #define CE_PA_11(m) CE_PA_3(m)
 #define CE_PT_11(m, r) CE_PT_3(m, r)
-#define CE_PB_11(m, mo, r) CE_PB_3(m, mo, r)
-#define CE_PS_11(m, r) CE_PS_3(m, r)
+#define CE_PB_11(m, mo, ld, r) CE_PB_3(m, mo, ld, r)
 #define CE_PW_11(m, r) ((r) >= m##_f0 && (r) < m##_end)
 #define CE_PF_11(m) (m##_f0 == 0)
 #define CE_PL_11(m) (m##_f0)
@@ -181,8 +172,7 @@
 #define CE_PP_12(T, m) CE_PP_4(T, m)
 #define CE_PA_12(m) CE_PA_4(m)
 #define CE_PT_12(m, r) CE_PT_4(m, r)
-#define CE_PB_12(m, mo, r) CE_PB_4(m, mo, r)
-#define CE_PS_12(m, r) CE_PS_4(m, r)
+#define CE_PB_12(m, mo, ld, r) CE_PB_4(m, mo, ld, r)
 #define CE_PW_12(m, r) ((r) >= m##_f0 && (r) < m##_end)
 #define CE_PF_12(m) (m##_f0 == 0)
 #define CE_PL_12(m) (m##_f0)
@@ -190,8 +180,7 @@
 #define CE_PP_13(T, m) CE_PP_5(T, m)
 #define CE_PA_13(m) CE_PA_5(m)
 #define CE_PT_13(m, r) CE_PT_5(m, r)
-#define CE_PB_13(m, mo, r) CE_PB_5(m, mo, r)
-#define CE_PS_13(m, r) CE_PS_5(m, r)
+#define CE_PB_13(m, mo, ld, r) CE_PB_5(m, mo, ld, r)
 #define CE_PW_13(m, r) ((r) >= m##_f0 && (r) < m##_end)
 #define CE_PF_13(m) (m##_f0 == 0)
 #define CE_PL_13(m) (m##_f0)
@@ -199,8 +188,7 @@
 #define CE_PP_14(T, m) CE_PP_6(T, m)
 #define CE_PA_14(m) CE_PA_6(m)
 #define CE_PT_14(m, r) CE_PT_6(m, r)
-#define CE_PB_14(m, mo, r) CE_PB_6(m, mo, r)
-#define CE_PS_14(m, r) CE_PS_6(m, r)
+#define CE_PB_14(m, mo, ld, r) CE_PB_6(m, mo, ld, r)
 #define CE_PW_14(m, r) ((r) >= m##_f0 && (r) < m##_end)
 #define CE_PF_14(m) (m##_f0 == 0)
 #define CE_PL_14(m) (m##_f0)
@@ -208,8 +196,7 @@
 #define CE_PP_15(T, m) CE_PP_7(T, m)
 #define CE_PA_15(m) CE_PA_7(m)
 #define CE_PT_15(m, r) CE_PT_7(m, r)
-#define CE_PB_15(m, mo, r) CE_PB_7(m, mo, r)
-#define CE_PS_15(m, r) CE_PS_7(m, r)
+#define CE_PB_15(m, mo, ld, r) CE_PB_7(m, mo, ld, r)
 #define CE_PW_15(m, r) ((r) >= m##_f0 && (r) < m##_end)
 #define CE_PF_15(m) (m##_f0 == 0)
 #define CE_PL_15(m) (m##_f0)
@@ -217,8 +204,7 @@
 #define CE_PP_16(T, m) CE_PP_8(T, m)
 #define CE_PA_16(m) CE_PA_8(m)
 #define CE_PT_16(m, r) CE_PT_8(m, r)
-#define CE_PB_16(m, mo, r) CE_PB_8(m, mo, r)
-#define CE_PS_16(m, r) CE_PS_8(m, r)
+#define CE_PB_16(m, mo, ld, r) CE_PB_8(m, mo, ld, r)
 #define CE_PW_16(m, r) ((r) >= m##_f0 && (r) < m##_end)
 #define CE_PF_16(m) (m##_f0 == 0)
 #define CE_PL_16(m) (m##_f0)

@@ -10,8 +10,8 @@ static size_t group_first(const ce_pieces *p) { return p->per_launch ? p->group 
 
 /* A matrix's arguments (cl/lib/pieces.cl): its buffer and the offset of its
  * first row there; split, the launch's window [f0, end) and the group's other
- * pieces (buffer, first row, offset), a missing one as the first buffer again
- * with a first row no row reaches. */
+ * pieces (buffer, first row, the element of its row 0), a missing one as the
+ * first buffer again with a first row no row reaches. */
 static cl_int set_piece_args(cl_kernel k, cl_uint *i, const ce_pieces *p) {
   size_t g = group_first(p);
   cl_ulong off = p->piece[g].offset, f0 = p->piece[g].first;
@@ -25,7 +25,8 @@ static cl_int set_piece_args(cl_kernel k, cl_uint *i, const ce_pieces *p) {
   for (size_t j = 1; j < p->per_launch && err == CL_SUCCESS; j++) {
     int has = g + j < last;
     const ce_piece *q = &p->piece[has ? g + j : g];
-    cl_ulong first = has ? q->first : CL_ULONG_MAX, o = has ? q->offset : 0;
+    /* o: the element its row 0 would have (wrapping; pieces.cl's m_oj) */
+    cl_ulong first = has ? q->first : CL_ULONG_MAX, o = has ? (cl_ulong)q->offset - (cl_ulong)q->first * p->ld : 0;
     err = clSetKernelArg(k, (*i)++, sizeof(cl_mem), &q->buffer);
     if (err == CL_SUCCESS) err = clSetKernelArg(k, (*i)++, sizeof first, &first);
     if (err == CL_SUCCESS) err = clSetKernelArg(k, (*i)++, sizeof o, &o);
