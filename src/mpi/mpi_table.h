@@ -214,8 +214,7 @@ static inline void ce_mpi_prefetch_write(void *p, size_t bytes) {
 
 /* Rows written to scattered places of a large output that nothing reads
  * before the call returns: with SSE2, streaming stores (no line read for
- * ownership before it is written: about 35% less time than memcpy for the
- * forward's 256-byte rows on the machine of docs/scaling.md); memcpy
+ * ownership before it is written; docs/scaling.md has the figures); memcpy
  * elsewhere. ce_mpi_stream_ok says whether dst rows `ld` bytes apart of
  * `bytes` bytes can take them (16-byte aligned); ce_mpi_stream_done orders
  * the streamed stores before what follows (an MPI call, an unmap). The
