@@ -166,14 +166,23 @@ static long long plan(clembed_mpi_table *t, const int64_t *host, size_t n, clemb
  * q (counted along it) from `own` (rows q in [own0, own0 + nown): those the
  * rank gathered for itself, in its ask order) or from `in` (row q, as
  * received), to its tokens' rows (reading along the rows, writing where the
- * tokens lie); zeros to the nzero tokens `zero`. */
+ * tokens lie, with streaming stores where the output's rows allow them:
+ * ce_mpi_stream_row); zeros to the nzero tokens `zero`. */
 static void place(const sorted_tokens *st, const int *zero, size_t nzero, size_t own0, size_t nown, const char *own,
                   const char *in, size_t rb, char *out, size_t ld) {
   size_t q = 0;
-  for (size_t j = 0; j < st->m; j++) {
-    if (j && row_of(st, j) != row_of(st, j - 1)) q++;
-    if (j + CE_MPI_AHEAD < st->m) ce_mpi_prefetch_write(out + token_of(st, j + CE_MPI_AHEAD) * ld, rb);
-    memcpy(out + token_of(st, j) * ld, q - own0 < nown ? own + (q - own0) * rb : in + q * rb, rb);
+  if (ce_mpi_stream_ok(out, ld, rb)) { /* streaming stores: the output's lines are not read first */
+    for (size_t j = 0; j < st->m; j++) {
+      if (j && row_of(st, j) != row_of(st, j - 1)) q++;
+      ce_mpi_stream_row(out + token_of(st, j) * ld, q - own0 < nown ? own + (q - own0) * rb : in + q * rb, rb);
+    }
+    ce_mpi_stream_done();
+  } else {
+    for (size_t j = 0; j < st->m; j++) {
+      if (j && row_of(st, j) != row_of(st, j - 1)) q++;
+      if (j + CE_MPI_AHEAD < st->m) ce_mpi_prefetch_write(out + token_of(st, j + CE_MPI_AHEAD) * ld, rb);
+      memcpy(out + token_of(st, j) * ld, q - own0 < nown ? own + (q - own0) * rb : in + q * rb, rb);
+    }
   }
   for (size_t z = 0; z < nzero; z++) memset(out + (size_t)zero[z] * ld, 0, rb);
 }

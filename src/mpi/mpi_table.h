@@ -9,6 +9,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 /* A host buffer kept by the table between calls, grown when needed. */
 typedef struct ce_mpi_buf {
@@ -208,6 +209,36 @@ static inline void ce_mpi_prefetch_write(void *p, size_t bytes) {
   for (size_t b = 0; b < bytes && b < 512; b += 64) __builtin_prefetch((char *)p + b, 1);
 #else
   (void)p, (void)bytes;
+#endif
+}
+
+/* Rows written to scattered places of a large output that nothing reads
+ * before the call returns: with SSE2, streaming stores (no line read for
+ * ownership before it is written; docs/scaling.md has the figures); memcpy
+ * elsewhere. ce_mpi_stream_ok says whether dst rows `ld` bytes apart of
+ * `bytes` bytes can take them (16-byte aligned); ce_mpi_stream_done orders
+ * the streamed stores before what follows (an MPI call, an unmap). The
+ * bytes are memcpy's. */
+#if defined(__SSE2__) || defined(_M_X64) || (defined(_M_IX86_FP) && _M_IX86_FP >= 2)
+#include <emmintrin.h>
+#define CE_MPI_STREAM 1
+#else
+#define CE_MPI_STREAM 0
+#endif
+static inline int ce_mpi_stream_ok(const void *dst, size_t ld, size_t bytes) {
+  return CE_MPI_STREAM && bytes && !(((uintptr_t)dst | ld | bytes) & 15);
+}
+static inline void ce_mpi_stream_row(void *dst, const void *src, size_t bytes) {
+#if CE_MPI_STREAM
+  for (size_t b = 0; b < bytes; b += 16)
+    _mm_stream_si128((__m128i *)((char *)dst + b), _mm_loadu_si128((const __m128i *)((const char *)src + b)));
+#else
+  memcpy(dst, src, bytes);
+#endif
+}
+static inline void ce_mpi_stream_done(void) {
+#if CE_MPI_STREAM
+  _mm_sfence();
 #endif
 }
 
