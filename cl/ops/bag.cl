@@ -13,7 +13,9 @@
  * Forward, one kernel per shape, the same float32 operations in the same
  * order (so the same bits), per output column over the bag's ids in ascending
  * order (src/ops/bag.c and include/clembed.h give the contract):
- *   ce_bag_rows  (CPU) a work-item per bag, every feature of the launch, whole
+ *   ce_bag_rows  (CPU) a work-item per bag and feature, a feature's bags on
+ *                consecutive items (BY_FEATURE; 0: a work-item per bag, every
+ *                feature of the launch), whole
  *                rows TILE vectors of VEC columns at a time (accumulators in
  *                registers), the bag's ids ROWS at a time: the group's rows
  *                found first and read side by side, each vector adding them
@@ -35,7 +37,9 @@
  *
  * Build options: OUT_DT, GRAD_DT, TABLE_DT (renorm) dtype codes; DTYPES (a bit
  * per table dtype code the launch's features use: the pooling of the others
- * is left out); VEC, TILE, ROWS (1 to 16; the GPU shape 1), AHEAD; KEY64;
+ * is left out); MODES (a bit per pooling the launch's features use: the
+ * others are left out); VEC, TILE, ROWS (1 to 16; the GPU shape 1), AHEAD,
+ * BY_FEATURE; KEY64;
  * BF_* and BF_COUNT; BAG_SPLIT (1: a feature's table lies in several of the
  * launch's buffers, BF_TAB_NP pieces
  * listed from fd[BF_TAB_P] on, holding its rows [BF_TAB_LO, BF_TAB_HI)); the
@@ -64,6 +68,12 @@
 #endif
 #ifndef ROWS
 #define ROWS 1
+#endif
+#ifndef BY_FEATURE
+#define BY_FEATURE 0
+#endif
+#ifndef MODES
+#define MODES 7
 #endif
 #if KEY64
 #define KEY_T ulong
@@ -490,6 +500,25 @@ CE_INLINE ulong ce_bag_of(const ce_bag_feat *F, ulong j, ulong bags) {
     tail_taken++;                                                                                   \
   }
 
+/* The poolings a launch compiles (MODES: bit 0 SUM and MEAN, bit 1 weighted
+ * SUM, bit 2 MAX; the host sets the bits of its features' modes), each
+ * written out ROWS x TILE times per dtype: less for the compiler to do */
+#if MODES & 1
+#define CE_BAG_IF_SUM(...) __VA_ARGS__
+#else
+#define CE_BAG_IF_SUM(...)
+#endif
+#if MODES & 2
+#define CE_BAG_IF_W(...) __VA_ARGS__
+#else
+#define CE_BAG_IF_W(...)
+#endif
+#if MODES & 4
+#define CE_BAG_IF_MAX(...) __VA_ARGS__
+#else
+#define CE_BAG_IF_MAX(...)
+#endif
+
 /* The pooling of the columns from c of bag [lo, hi): nv (at most TILE)
  * vectors of VEC columns into acc/arg, then nt (< VEC) single columns into
  * tacc/targ (so a bag's ids are read once per TILE * VEC columns; with one
@@ -513,17 +542,14 @@ CE_INLINE ulong ce_bag_of(const ce_bag_feat *F, ulong j, ulong bags) {
       targ[l] = CE_BAG_NO_ARG;                                                                                    \
     }                                                                                                             \
     if (F->mode == CE_BAG_MAX) {                                                                                  \
-      const int weighted = 0;                                                                                     \
-      CE_BAG_GROUPS(CE_BAG_VMAX, CE_BAG_TMAX, D)                                                                  \
-      if (ROWS > 1 && nt) CE_BAG_TAILS(CE_BAG_TMAX, D)                                                            \
+      CE_BAG_IF_MAX(const int weighted = 0; CE_BAG_GROUPS(CE_BAG_VMAX, CE_BAG_TMAX, D)                            \
+                    if (ROWS > 1 && nt) CE_BAG_TAILS(CE_BAG_TMAX, D))                                             \
     } else if (F->has_w) {                                                                                        \
-      const int weighted = 1;                                                                                     \
-      CE_BAG_GROUPS(CE_BAG_VFMA, CE_BAG_TFMA, D)                                                                  \
-      if (ROWS > 1 && nt) CE_BAG_TAILS(CE_BAG_TFMA, D)                                                            \
+      CE_BAG_IF_W(const int weighted = 1; CE_BAG_GROUPS(CE_BAG_VFMA, CE_BAG_TFMA, D)                              \
+                  if (ROWS > 1 && nt) CE_BAG_TAILS(CE_BAG_TFMA, D))                                               \
     } else {                                                                                                      \
-      const int weighted = 0;                                                                                     \
-      CE_BAG_GROUPS(CE_BAG_VADD, CE_BAG_TADD, D)                                                                  \
-      if (ROWS > 1 && nt) CE_BAG_TAILS(CE_BAG_TADD, D)                                                            \
+      CE_BAG_IF_SUM(const int weighted = 0; CE_BAG_GROUPS(CE_BAG_VADD, CE_BAG_TADD, D)                            \
+                    if (ROWS > 1 && nt) CE_BAG_TAILS(CE_BAG_TADD, D))                                             \
     }                                                                                                             \
     *cnt = taken;                                                                                                 \
   }                                                                                                               \
@@ -621,14 +647,24 @@ CE_INLINE void ce_bag_columns(const ce_bag_feat *F, ulong b, ulong bags, ulong c
 #define CE_BAG_OROW(b) (CE_AT(out, (b)) + CE_OFF(out, o_off, o_ld, (b)))
 #define CE_BAG_MINE(b) (bags ? CE_OWNS(out, (b)) : CE_FIRST(out))
 
-/* CPU shape: a work-item per bag, every feature of the launch in turn, whole
- * rows (with no bags, item 0 checks the offsets). */
+/* CPU shape, whole rows: BY_FEATURE 1, work-item (b, f) at b + f * bags, so
+ * consecutive items take consecutive bags of one feature and one table is
+ * read at a time; 0, a work-item per bag, every feature of the launch in turn
+ * (with no bags, item 0, or each feature's item, checks the offsets). */
 __kernel void ce_bag_rows(CE_BAG_ARGS, CE_BAG_OUT_ARGS) {
   CE_BAG_BUFS_ARRAY;
-  ulong b = get_global_id(0);
-  if (b >= max(bags, (ulong)1)) return;
+  const ulong nb = max(bags, (ulong)1), g = get_global_id(0);
+#if BY_FEATURE
+  if (g >= nb * nf) return;
+  const ulong b = g % nb;
+  const uint fa = (uint)(g / nb), fz = fa + 1;
+#else
+  const ulong b = g;
+  const uint fa = 0, fz = nf;
+  if (b >= nb) return;
+#endif
   if (!CE_BAG_MINE(b)) return;
-  for (uint f = 0; f < nf; f++) {
+  for (uint f = fa; f < fz; f++) {
     ce_bag_feat F;
     ce_bag_load(&F, fd, f0 + f, bufs_);
     ce_bag_check_offsets(&F, b, bags, err);

@@ -11,9 +11,11 @@
  * max_rows) fit, and each group is one launch of each kernel. A single feature
  * is the batch of one: clembed_embedding_bag and clembed_embedding_bags run
  * the same kernel, so a block of the batched output has the bits of the
- * feature alone. The program of a launch is built for the table dtypes its
- * features use (DTYPES): the forward's launches each pool one dtype (the
- * features taken by dtype, then in order).
+ * feature alone. The program of a launch is built for the table dtypes and
+ * the poolings its features use (DTYPES, MODES): the forward's launches each
+ * pool one dtype (the features taken by dtype, then in order). The CPU shape
+ * takes a feature's bags on consecutive work-items (the tuning's
+ * bag_by_feature), so one table is read at a time.
  *
  * Split matrices (include/clembed.h, "Tables past one buffer"). A bag is
  * pooled in one work-item over rows of any piece, so the forward's launch
@@ -116,6 +118,7 @@ typedef struct bag_launch {
   cl_mem bufs[CLEMBED_BAGS_BUFFERS];
   int nbufs;
   unsigned dtypes;        /* the forward's DTYPES */
+  unsigned modes;         /* and MODES (bag.cl: 1 SUM or MEAN, 2 weighted SUM, 4 MAX) */
   int max;                /* a MAX feature */
   size_t chunks;          /* the GPU shape's x range */
   size_t entries;         /* ids (the backward's entries) */
@@ -189,6 +192,7 @@ static clembed_status plan(clembed_context *ctx, const char *what, const bag_fea
       if (buffer_index(cur, m[i]) < 0) cur->bufs[cur->nbufs++] = m[i];
     cur->count++;
     cur->dtypes |= dt;
+    cur->modes |= F[f].opt.mode == CLEMBED_BAG_MAX ? 4u : F[f].opt.per_sample_weights ? 2u : 1u;
     cur->split |= np > 1;
     cur->max |= F[f].opt.mode == CLEMBED_BAG_MAX;
     size_t chunks = (F[f].table->cols + vec - 1) / vec;
@@ -303,10 +307,10 @@ static bag_args launch_args(cl_mem desc, const bag_launch *L, size_t bags) {
   return a;
 }
 
-/* A launch's program options: `base`, the table dtypes it pools, and whether
- * a table lies in several of its buffers. */
+/* A launch's program options: `base`, the table dtypes and the poolings it
+ * uses, and whether a table lies in several of its buffers. */
 static void launch_options(char *buf, size_t cap, const char *base, const bag_launch *L) {
-  snprintf(buf, cap, "%s -DDTYPES=%u%s", base, L->dtypes, L->split ? " -DBAG_SPLIT=1" : "");
+  snprintf(buf, cap, "%s -DDTYPES=%u -DMODES=%u%s", base, L->dtypes, L->modes, L->split ? " -DBAG_SPLIT=1" : "");
 }
 
 /* The options every bag program has: the fields, the vector width, exact
@@ -459,7 +463,7 @@ static clembed_status forward_run(clembed_context *ctx, const char *what, bag_fe
   cl_mem desc = NULL;
   char *base = NULL, opts[2048];
   const ce_tuning *t = ctx->tune;
-  int cpu = t->cpu_shapes;
+  int cpu = t->cpu_shapes, by_feature = cpu && t->bag_by_feature;
   ce_chain ch;
   ce_pieces op; /* out's pieces: launches over windows of them where they are many */
   ce_pieces *omats[1] = {&op};
@@ -489,8 +493,8 @@ static clembed_status forward_run(clembed_context *ctx, const char *what, bag_fe
   CHECK(ce_pieces_plan(ctx, what, omats, 1));
   {
     char extra[160];
-    snprintf(extra, sizeof extra, "-DOUT_DT=%d -DTILE=%u -DROWS=%u -DAHEAD=%u", (int)out->dtype, t->bag_tile,
-             cpu ? t->bag_rows : 1, ctx->prefetch ? t->bag_ahead : 0);
+    snprintf(extra, sizeof extra, "-DOUT_DT=%d -DTILE=%u -DROWS=%u -DAHEAD=%u -DBY_FEATURE=%d", (int)out->dtype,
+             t->bag_tile, cpu ? t->bag_rows : 1, ctx->prefetch ? t->bag_ahead : 0, by_feature);
     ce_pieces_option(extra, sizeof extra, &op, "out");
     base = base_options(ctx, extra);
     if (!base) FAIL(CLEMBED_ERR_OUT_OF_MEMORY, "%s: out of host memory", what);
@@ -508,6 +512,9 @@ static clembed_status forward_run(clembed_context *ctx, const char *what, bag_fe
       CHECK(ce_set_args(ctx, k, name, BAG_COMMON(a), CE_PIECES(&op), CE_ARG(o_ldl), CE_ARG(nchunks), CE_ARG(zero),
                         CE_END));
       size_t items = bags ? bags : 1; /* with no bags one item checks the offsets */
+      if (by_feature && ce_mul_overflows(items, L[l].count, &items))
+        FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "out", -1, (int64_t)bags, "%s: %zu bags of %zu features overflow size_t",
+                 what, bags, L[l].count);
       if (cpu)
         CHECK(ce_chain_1d(&ch, k, name, items, CE_LOCAL_ROWS));
       else
@@ -644,7 +651,7 @@ static clembed_status fold_keys(ce_chain *ch, const ce_contrib *c, cl_mem keys, 
   for (size_t f = 0; f < s->n; f++) CHECK(feature_slot(ctx, s->what, &s->F[f]));
   CHECK(plan(ctx, s->what, s->F, s->n, vec, 0, 0, &L, &nl));
   CHECK(describe(ctx, s->F, s->n, L, nl, vec, s->bags, 0, &desc, NULL));
-  snprintf(extra, sizeof extra, "-DKEY64=%d -DDTYPES=1", key64); /* (no pooling: one program for all) */
+  snprintf(extra, sizeof extra, "-DKEY64=%d -DDTYPES=1 -DMODES=0", key64); /* (no pooling: one program for all) */
   base = base_options(ctx, extra);
   if (!base) FAIL(CLEMBED_ERR_OUT_OF_MEMORY, "%s: out of host memory", s->what);
   cl_ulong rows = s->rows, g_ld = s->g_ld;
@@ -1031,7 +1038,7 @@ clembed_status clembed_renorm(clembed_context *ctx, clembed_matrix *table, const
     cl_kernel k;
     int which;
     CHECK(ce_pieces_plan(ctx, what, tmats, 1));
-    snprintf(extra, sizeof extra, "-DTABLE_DT=%d -DKEY64=%d -DDTYPES=1", (int)table->dtype, key64);
+    snprintf(extra, sizeof extra, "-DTABLE_DT=%d -DKEY64=%d -DDTYPES=1 -DMODES=0", (int)table->dtype, key64);
     ce_pieces_option(extra, sizeof extra, &tp, "tab");
     opts = base_options(ctx, extra);
     if (!opts) FAIL(CLEMBED_ERR_OUT_OF_MEMORY, "%s: out of host memory", what);
