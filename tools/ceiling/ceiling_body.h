@@ -355,27 +355,29 @@ static void CEIL_FN(gather_part)(const ceiling *c, int index, int threads) {
 
 /* ------------------------------------------------------------------- bags */
 
-/* One thread's bags [b0, b1), each bag's features in turn: a feature's seq
- * rows `side` (8) at a time, a line of each in turn added into its accumulators
- * (one v16 per 16 columns), the rows of the next `side` ids (the next
- * feature's or bag's at the end of one) asked for meanwhile; the sum (or the
- * mean) written with streaming stores. */
+/* One thread's bags [b0, b1), one feature after another (the thread's bags of
+ * feature 0, then of feature 1, ...: one table read at a time, as the CPU
+ * kernel's bag_by_feature order): a bag's seq rows `side` (8) at a time, a
+ * line of each in turn added into its accumulators (one v16 per 16 columns),
+ * the rows of the next `side` ids (the next bag's or feature's at the end of
+ * one) asked for meanwhile; the sum (or the mean) written with streaming
+ * stores. */
 #define CEIL_BAG(TNAME, LOAD)                                                                                     \
   static void CEIL_CAT(CEIL_CAT(bag_, TNAME), CEIL_SFX)(const ceiling * c, size_t b0, size_t b1) {                \
     const size_t cols = c->d.cols, rb = c->row_bytes, F = c->features, seq = c->d.seq, side = c->side;           \
     const size_t nf = c->d.n / F, rf = c->d.rows / F, per_bag = F * seq, nv = cols / 16;                         \
-    const size_t total = (b1 - b0) * per_bag;                                                                     \
+    const size_t nb = b1 - b0, per_f = nb * seq, total = nb * per_bag;                                            \
     const v16 count = CEIL_FN(splat)((float)seq);                                                                 \
     v16 acc[CEIL_BAG_MAX_V];                                                                                      \
     const unsigned char *w[CEIL_MAX_SIDE], *next[CEIL_MAX_SIDE];                                                  \
     for (size_t k = 0; k < total;) {                                                                              \
-      const size_t b = b0 + k / per_bag, f = k % per_bag / seq, end = k + seq;                                    \
+      const size_t f = k / per_f, b = b0 + k % per_f / seq, end = k + seq;                                        \
       for (size_t v = 0; v < nv; v++) acc[v] = CEIL_FN(splat)(0.0f);                                              \
       for (size_t live; k < end; k += live) {                                                                     \
         live = end - k < side ? end - k : side;                                                                   \
         for (size_t j = 0; j < live; j++) {                                                                       \
-          w[j] = CEIL_FN(bag_row)(c, b0, k + j, nf, rf);                                                          \
-          next[j] = c->ahead && k + j + side < total ? CEIL_FN(bag_row)(c, b0, k + j + side, nf, rf) : NULL;      \
+          w[j] = CEIL_FN(bag_row)(c, b0, nb, k + j, nf, rf);                                                      \
+          next[j] = c->ahead && k + j + side < total ? CEIL_FN(bag_row)(c, b0, nb, k + j + side, nf, rf) : NULL;  \
         }                                                                                                         \
         for (size_t col = 0, l = 0; col < cols; col += 16, l += 64)                                               \
           for (size_t j = 0; j < live; j++) {                                                                     \
@@ -388,10 +390,11 @@ static void CEIL_FN(gather_part)(const ceiling *c, int index, int threads) {
     }                                                                                                             \
   }
 
-/* Row q of a thread's sequence of rows (bags from b0, each bag's features in
- * order, each feature's seq ids in order). */
-CEIL_INLINE const unsigned char *CEIL_FN(bag_row)(const ceiling *c, size_t b0, size_t q, size_t nf, size_t rf) {
-  const size_t seq = c->d.seq, per_bag = c->features * seq, b = b0 + q / per_bag, f = q % per_bag / seq;
+/* Row q of a thread's sequence of rows (its nb bags from b0 of each feature in
+ * turn, each bag's seq ids in order). */
+CEIL_INLINE const unsigned char *CEIL_FN(bag_row)(const ceiling *c, size_t b0, size_t nb, size_t q, size_t nf,
+                                                  size_t rf) {
+  const size_t seq = c->d.seq, per_f = nb * seq, f = q / per_f, b = b0 + q % per_f / seq;
   const size_t j = q % seq;
   return c->table + (f * rf + (size_t)c->ids[f * nf + b * seq + j]) * c->row_bytes;
 }
