@@ -31,8 +31,9 @@
  * (the norm's weight and bias, 0/1), DROPOUT, VEC;
  * the CPU shapes ROWS, SIDE, SCRATCH, STREAM and NEXT; the backward GRAD_DT,
  * DX (0/1: write dx), STATS (0/1: write each row's mean, rstd, A and B
- * for ce_norm_params) and POSG (0/1: the CPU shape's strided items sum their
- * position's gradient themselves, below). */
+ * for ce_norm_params), POSG (0/1: the CPU shape's strided items sum their
+ * position's gradient themselves, below) and PSEG (0/1: ce_norm_params may sum
+ * a few segment rows' gradient). */
 
 #ifndef ROWS
 #define ROWS 1
@@ -1045,7 +1046,10 @@ __kernel void ce_norm_bwd_rows(CE_NORM_IN_ARGS, __global const GRAD_T *grad,
  * then gw[c] = gw[c] + sw, gb[c] = gb[c] + sb (want_w, want_b) and
  * gs[r][c] = gs[r][c] + ss[r] for each row r some token has: the fold of
  * every token keyed to one row (to its segment row), bit for bit. The host
- * sets want_s only when the segment table has at most CE_NORM_SMAX rows.
+ * sets want_s only when the segment table has at most CE_NORM_SMAX rows,
+ * and only with PSEG 1: without it (llvmpipe, the GPU shape) the segment sums
+ * and their private rows are not compiled at all (gallivm had not compiled
+ * this kernel with them after minutes) and the segment table goes to its fold.
  * The CPU shape (PWMAX > 1: pw <= PWMAX, a multiple of VEC but for the last
  * item) keeps the sums of a wide block in private rows (each row read a long
  * run at a time; where CE_PREFETCH is 1 the table and gradient rows
@@ -1056,7 +1060,10 @@ __kernel void ce_norm_bwd_rows(CE_NORM_IN_ARGS, __global const GRAD_T *grad,
 #endif
 #define CE_PAHEAD 4
 #define CE_NORM_SMAX 4
-#if SEGMENTS
+#ifndef PSEG
+#define PSEG 0
+#endif
+#if SEGMENTS && PSEG
 #define CE_PSEG(r) (want_s && sok ? (int)(r) : -1)
 #else
 #define CE_PSEG(r) (-1)
@@ -1074,12 +1081,18 @@ __kernel void ce_norm_bwd_rows(CE_NORM_IN_ARGS, __global const GRAD_T *grad,
       CE_XV##F(c, x);                                                       \
       const FV xh = CE_XH(x);                                               \
       if (want_w) sw[m] = sw[m] + g * xh;                                   \
-      if (sg >= 0) {                                                        \
-        const FV h = CE_HV(c, g);                                           \
-        ss[sg][m] = ss[sg][m] + CE_DX(h, xh);                               \
-      }                                                                     \
+      CE_PARAMS_SEGV(c, g, xh);                                             \
     }                                                                       \
   }
+#if PSEG
+#define CE_PARAMS_SEGV(c, g, xh)                                            \
+  if (sg >= 0) {                                                            \
+    const FV h = CE_HV(c, g);                                               \
+    ss[sg][m] = ss[sg][m] + CE_DX(h, xh);                                   \
+  }
+#else
+#define CE_PARAMS_SEGV(c, g, xh)
+#endif
 __kernel void ce_norm_params(CE_NORM_IN_ARGS, __global const GRAD_T *grad,
                              ulong g_off CE_PIECE_PARAMS(const GRAD_T, grad), ulong g_ld,
                              __global const float *stats, __global float *gw, ulong gw_off, int want_w,
@@ -1088,21 +1101,31 @@ __kernel void ce_norm_params(CE_NORM_IN_ARGS, __global const GRAD_T *grad,
   const ulong c0 = get_global_id(0) * pw;
   if (c0 >= cols) return;
   const ulong c1 = min(c0 + pw, cols);
+#if PSEG
   const int want_x = want_w || want_s;
   int seen[CE_NORM_SMAX];
   for (int r = 0; r < CE_NORM_SMAX; r++) seen[r] = 0;
+#else
+  const int want_x = want_w;
+  (void)gs;
+  (void)gs_off;
+  (void)gs_ld;
+  (void)want_s;
+#endif
 #if PWMAX > 1
   const ulong nv = (c1 - c0) / VEC, cv = c0 + nv * VEC;
-  FV sw[PWMAX / VEC], sb[PWMAX / VEC], ss[CE_NORM_SMAX][PWMAX / VEC];
-  float tw[VEC], tb[VEC], ts[CE_NORM_SMAX][VEC];
-  for (ulong m = 0; m < nv; m++) {
-    sw[m] = sb[m] = (FV)(0.0f);
+  FV sw[PWMAX / VEC], sb[PWMAX / VEC];
+  float tw[VEC], tb[VEC];
+  for (ulong m = 0; m < nv; m++) sw[m] = sb[m] = (FV)(0.0f);
+  for (int m = 0; m < VEC; m++) tw[m] = tb[m] = 0.0f;
+#if PSEG
+  FV ss[CE_NORM_SMAX][PWMAX / VEC];
+  float ts[CE_NORM_SMAX][VEC];
+  for (ulong m = 0; m < nv; m++)
     for (int r = 0; r < CE_NORM_SMAX; r++) ss[r][m] = (FV)(0.0f);
-  }
-  for (int m = 0; m < VEC; m++) {
-    tw[m] = tb[m] = 0.0f;
+  for (int m = 0; m < VEC; m++)
     for (int r = 0; r < CE_NORM_SMAX; r++) ts[r][m] = 0.0f;
-  }
+#endif
   for (ulong i = 0; i < n; i++) {
     CE_NORM_TOKEN(i, 0)
     __global const GRAD_T *grow = GRAD_ROW(i);
@@ -1117,8 +1140,10 @@ __kernel void ce_norm_params(CE_NORM_IN_ARGS, __global const GRAD_T *grad,
     }
     (void)mean;
     (void)A;
+#if PSEG
     const int sg = CE_PSEG(sr_);
     if (sg >= 0) seen[sg] = 1;
+#endif
 #if CE_PREFETCH
     const int ask = i + CE_PAHEAD < n;
     long pid_ = ask && want_x ? ce_load_id(ids32, ids64, id64, id_off + i + CE_PAHEAD) : -1;
@@ -1145,10 +1170,12 @@ __kernel void ce_norm_params(CE_NORM_IN_ARGS, __global const GRAD_T *grad,
         CE_X1(c, x);
         const float xh = CE_XH(x);
         if (want_w) tw[c - cv] = tw[c - cv] + g * xh;
+#if PSEG
         if (sg >= 0) {
           const float h = CE_H1(c, g);
           ts[sg][c - cv] = ts[sg][c - cv] + CE_DX(h, xh);
         }
+#endif
       }
     }
   }
@@ -1156,25 +1183,32 @@ __kernel void ce_norm_params(CE_NORM_IN_ARGS, __global const GRAD_T *grad,
     const ulong c = c0 + m * VEC;
     if (want_w) ce_storev_0(gw, gw_off + c, ce_loadv_0(gw, gw_off + c) + sw[m]);
     if (want_b) ce_storev_0(gb, gb_off + c, ce_loadv_0(gb, gb_off + c) + sb[m]);
+#if PSEG
     for (int r = 0; r < CE_NORM_SMAX; r++)
       if (seen[r]) {
         const ulong o = gs_off + (ulong)r * gs_ld + c;
         ce_storev_0(gs, o, ce_loadv_0(gs, o) + ss[r][m]);
       }
+#endif
   }
   for (ulong c = cv; c < c1; c++) {
     if (want_w) gw[gw_off + c] = gw[gw_off + c] + tw[c - cv];
     if (want_b) gb[gb_off + c] = gb[gb_off + c] + tb[c - cv];
+#if PSEG
     for (int r = 0; r < CE_NORM_SMAX; r++)
       if (seen[r]) {
         const ulong o = gs_off + (ulong)r * gs_ld + c;
         gs[o] = gs[o] + ts[r][c - cv];
       }
+#endif
   }
 #else
   for (ulong c = c0; c < c1; c++) {
-    float sw = 0.0f, sb = 0.0f, ss[CE_NORM_SMAX];
+    float sw = 0.0f, sb = 0.0f;
+#if PSEG
+    float ss[CE_NORM_SMAX];
     for (int r = 0; r < CE_NORM_SMAX; r++) ss[r] = 0.0f;
+#endif
     for (ulong i = 0; i < n; i++) {
       CE_NORM_TOKEN(i, 0)
       __global const GRAD_T *grow = GRAD_ROW(i);
@@ -1191,18 +1225,22 @@ __kernel void ce_norm_params(CE_NORM_IN_ARGS, __global const GRAD_T *grad,
         CE_X1(c, x);
         const float xh = CE_XH(x);
         if (want_w) sw = sw + g * xh;
+#if PSEG
         const int sg = CE_PSEG(sr_);
         if (sg >= 0) {
           const float h = CE_H1(c, g);
           ss[sg] = ss[sg] + CE_DX(h, xh);
           seen[sg] = 1;
         }
+#endif
       }
     }
     if (want_w) gw[gw_off + c] = gw[gw_off + c] + sw;
     if (want_b) gb[gb_off + c] = gb[gb_off + c] + sb;
+#if PSEG
     for (int r = 0; r < CE_NORM_SMAX; r++)
       if (seen[r]) gs[gs_off + (ulong)r * gs_ld + c] = gs[gs_off + (ulong)r * gs_ld + c] + ss[r];
+#endif
   }
 #endif
 }

@@ -20,13 +20,16 @@
  *      the position and segment rows (-1: none) the folds below key on;
  *   2. with a norm, ce_norm_bwd(_rows) recomputes each row and writes dx
  *      (when a fold needs it) and the row's mean, rstd, A and B (the stats,
- *      when step 3 needs them); the CPU shape's strided items, which hold every
- *      token of their position when there are at most `rows` sequences, sum
- *      the position table's gradient themselves (POSG: no position fold);
- *      without a norm dx is grad_out itself, its dropout replayed by the fold;
- *   3. norm_weight (g * xh), norm_bias (grad_out with its dropout) and, for a
- *      segment table of at most NORM_SMAX rows, segment_table (dx): every
- *      token is in these few sums, so ce_norm_params walks the tokens in order
+ *      when step 3 needs them); with the tuning's norm_sums (the CPU table,
+ *      not on llvmpipe, whose compiler took far too long over these sums) the
+ *      CPU shape's strided items, which hold every token of their position
+ *      when there are at most `rows` sequences, sum the position table's
+ *      gradient themselves (POSG: no position fold); without a norm dx is
+ *      grad_out itself, its dropout replayed by the fold;
+ *   3. norm_weight (g * xh), norm_bias (grad_out with its dropout) and, with
+ *      norm_sums (PSEG), for a segment table of at most NORM_SMAX rows,
+ *      segment_table (dx): every token is in these few sums, so
+ *      ce_norm_params walks the tokens in order
  *      for a block of columns per work-item, recomputing xh and dx from the
  *      token's rows and stats (the segment fold of every token keyed to its
  *      row, bit for bit, without its sort or a pass over a temporary);
@@ -213,12 +216,12 @@ static clembed_status norm_prepare(norm_call *c, clembed_dtype out_dtype, const 
     n += snprintf(c->opts + n, sizeof c->opts - (size_t)n,
                   " -DROWS=%u -DSTREAM=%d -DNEXT=%d -DSCRATCH=%u -DSIDE=%u", c->rows, stream, next, scratch, side);
   /* the position gradient in the strided items: every position's tokens in one item */
-  c->posg = posg_ok && c->strided && scratch && c->ids->count <= (size_t)c->rows * opt->seq_len;
+  c->posg = posg_ok && t->norm_sums && c->strided && scratch && c->ids->count <= (size_t)c->rows * opt->seq_len;
   c->dx = dx_other || (posg_ok && !c->posg);
   /* the backward's weight and bias sums: up to NORM_PWMAX columns per CPU work-item, one per GPU one */
   if (grad)
-    snprintf(c->opts + n, sizeof c->opts - (size_t)n, " -DGRAD_DT=%d -DDX=%d -DSTATS=%d -DPOSG=%d -DPWMAX=%u",
-             (int)grad->dtype, c->dx, stats, c->posg, c->rows ? NORM_PWMAX : 1);
+    snprintf(c->opts + n, sizeof c->opts - (size_t)n, " -DGRAD_DT=%d -DDX=%d -DSTATS=%d -DPOSG=%d -DPSEG=%d -DPWMAX=%u",
+             (int)grad->dtype, c->dx, stats, c->posg, t->norm_sums != 0, c->rows ? NORM_PWMAX : 1);
   /* split matrices: all their pieces in the one launch (whole: a row's
    * work-items share it), named in the options */
   ce_pieces *mats[4] = {c->tp, &c->p->pp, &c->sp, c->rp};
@@ -564,7 +567,7 @@ static clembed_status embed_backward_run(clembed_context *ctx, const clembed_mat
   int norm = opt->norm.kind != CLEMBED_NORM_NONE;
   /* with a norm, a segment table of a few rows in one piece has its gradient
    * summed by ce_norm_params (with the norm's), not by a fold */
-  int seg_params = norm && cols && grads->segment_table && opt->segment_table->rows <= NORM_SMAX;
+  int seg_params = t->norm_sums && norm && cols && grads->segment_table && opt->segment_table->rows <= NORM_SMAX;
   if (seg_params) {
     ce_pieces sgp;
     CHECK(ce_check_pieces(ctx, grads->segment_table, "grads.segment_table", 0, &sgp));
