@@ -761,6 +761,17 @@ TU_CASE(backward_layer) {
   c.with_so = 1;
   run_backward(ctx, &c, G_ALL, "backward LAYER without weight, sequence_offsets");
   run_backward(ctx, &c, G_SEG | G_B, "backward: only the segment and bias gradients");
+  run_backward(ctx, &c, G_SEG | G_TABLE, "backward: only the segment and table gradients");
+  c = base_case(37);
+  c.T = 4;
+  c.n = 6; /* segment rows 2 and 3 without tokens: left as they are (-0, not +0) */
+  c.init = -0.0f;
+  run_backward(ctx, &c, G_ALL, "backward, segment rows without tokens, gradients at -0");
+  c = base_case(37);
+  c.T = 6; /* more segment rows than ce_norm_params sums: the segment fold */
+  c.init = -0.0f;
+  run_backward(ctx, &c, G_ALL, "backward, 6 segment types");
+  run_backward(ctx, &c, G_SEG | G_W, "backward, 6 segment types: the segment and weight gradients");
 }
 
 TU_CASE(backward_without_norm) {

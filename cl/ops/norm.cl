@@ -29,8 +29,11 @@
  * Build options: TABLE_DT, OUT_DT, POSITIONS (0 none, 1 sinusoid, 2 table),
  * POS_DT, SEGMENTS (0/1), SEG_DT, NORM (0 none, 1 layer, 2 rms), HAS_W, HAS_B
  * (the norm's weight and bias, 0/1), DROPOUT, VEC;
- * the CPU shapes ROWS, SIDE, SCRATCH, STREAM and NEXT; the backward GRAD_DT
- * and GXH (0/1: write g * xh). */
+ * the CPU shapes ROWS, SIDE, SCRATCH, STREAM and NEXT; the backward GRAD_DT,
+ * DX (0/1: write dx), STATS (0/1: write each row's mean, rstd, A and B
+ * for ce_norm_params), POSG (0/1: the CPU shape's strided items sum their
+ * position's gradient themselves, below) and PSEG (0/1: ce_norm_params may sum
+ * a few segment rows' gradient). */
 
 #ifndef ROWS
 #define ROWS 1
@@ -41,8 +44,14 @@
 #ifndef NEXT
 #define NEXT 0
 #endif
-#ifndef GXH
-#define GXH 0
+#ifndef DX
+#define DX 1
+#endif
+#ifndef STATS
+#define STATS 0
+#endif
+#ifndef POSG
+#define POSG 0
 #endif
 #ifndef GRAD_DT
 #define GRAD_DT 0
@@ -803,8 +812,10 @@ __kernel void ce_norm_rows(CE_NORM_IN_ARGS, __global OUT_T *out, ulong o_off CE_
 
 /* The rows of the backward with a norm (NORM 1 or 2): for token i, g the
  * masked gradient, h = g * weight, A = sum(h) * r, B = sum(h * xh) * r, then
- * dx = rstd * ((h - A) - xh * B) (RMS: rstd * (h - xh * B)) into dx, and with
- * GXH g * xh into gxh (both dense, cols wide, F32). */
+ * with DX dx = rstd * ((h - A) - xh * B) (RMS: rstd * (h - xh * B)) into dx
+ * (dense, cols wide, F32; with STREAM in streaming stores), and with STATS the
+ * row's mean, rstd, A and B into stats[4 i ..] (ce_norm_params recomputes
+ * xh and dx from them, the same operations: the same bits). */
 #if NORM != 0
 #define CE_G1(c, g)                                     \
   do {                                                  \
@@ -883,7 +894,7 @@ __kernel void ce_norm_rows(CE_NORM_IN_ARGS, __global OUT_T *out, ulong o_off CE_
 
 __kernel void ce_norm_bwd(CE_NORM_IN_ARGS, __global const GRAD_T *grad,
                           ulong g_off CE_PIECE_PARAMS(const GRAD_T, grad), ulong g_ld, __global float *dx,
-                          __global float *gxh, __local float *part_all) {
+                          __global float *stats, __local float *part_all) {
   ulong lx = get_local_id(0), LX = get_local_size(0), i = get_global_id(1);
   __local float *part = part_all + get_local_id(1) * 2 * CE_ROWSUM_PARTS;
   int live = i < n;
@@ -896,23 +907,41 @@ __kernel void ce_norm_bwd(CE_NORM_IN_ARGS, __global const GRAD_T *grad,
   float A = sa * inv_d, B = sb * inv_d;
   (void)A;
   if (!live) return; /* after the last barrier */
+#if STATS
+  if (lx == 0) vstore4((float4)(mean, rstd, A, B), t, stats);
+#endif
+#if DX
   for (ulong c = lx; c < cols; c += LX) {
     float x, g;
     CE_X1(c, x);
     CE_G1(c, g);
     float xh = CE_XH(x), h = CE_H1(c, g);
     dx[e0 + c] = CE_DX(h, xh);
-#if GXH
-    gxh[e0 + c] = g * xh;
-#endif
   }
+#endif
 }
 
-/* dx (and g * xh) of a row's whole vectors, x from XV. */
-#if GXH
-#define CE_NORM_GXHV(c, g, xh) ce_storev_0(gxh, e0 + (c), (g) * (xh))
+/* dx of a row's whole vectors, x from XV: into dx (DX; nt: streaming
+ * stores) and, with POSG, added into the position's sums pacc_ (padd_). */
+#if DX
+#define CE_NORM_DX_PUTV(c, v) \
+  if (nt)                     \
+    ce_streamv_0(dx, e0 + (c), v); \
+  else                        \
+    ce_storev_0(dx, e0 + (c), v)
+#define CE_NORM_DX_PUT1(c, v) dx[e0 + (c)] = (v)
 #else
-#define CE_NORM_GXHV(c, g, xh)
+#define CE_NORM_DX_PUTV(c, v)
+#define CE_NORM_DX_PUT1(c, v)
+#endif
+#if POSG
+#define CE_NORM_DX_ADDV(c, v) \
+  if (padd_) *(FV *)(pacc_ + (c)) = *(const FV *)(pacc_ + (c)) + (v)
+#define CE_NORM_DX_ADD1(c, v) \
+  if (padd_) pacc_[c] = pacc_[c] + (v)
+#else
+#define CE_NORM_DX_ADDV(c, v)
+#define CE_NORM_DX_ADD1(c, v)
 #endif
 #define CE_NORM_DX_LOOP(F)                           \
   for (ulong c = 0; c < cv; c += VEC) {              \
@@ -920,16 +949,35 @@ __kernel void ce_norm_bwd(CE_NORM_IN_ARGS, __global const GRAD_T *grad,
     CE_GETV(F, c, x);                                \
     CE_GGETV(c, g);                                  \
     FV xh = CE_XH(x), h = CE_HV(c, g);               \
-    ce_storev_0(dx, e0 + c, CE_DX(h, xh));           \
-    CE_NORM_GXHV(c, g, xh);                          \
+    const FV d_ = CE_DX(h, xh);                      \
+    CE_NORM_DX_PUTV(c, d_);                          \
+    CE_NORM_DX_ADDV(c, d_);                          \
   }
+
+/* POSG: the host sets it for the CPU shape's strided items (SCRATCH set) when
+ * every token of a position is in one item (at most ROWS sequences) and the
+ * position table's gradient is one buffer: the item's tokens, in ascending
+ * order, add their dx into pacc_ (from +0) when their position is in the
+ * table, and its last group adds the sums into gpos's row: the position fold,
+ * bit for bit, without its pass over dx. */
+#if POSG
+#define CE_POSG_DECL                                                       \
+  float pacc_[SCRATCH / SIDE] __attribute__((aligned(4 * VEC)));           \
+  int pany_ = 0;                                                           \
+  ulong prow_ = 0;                                                         \
+  for (ulong c = 0; c < cols; c++) pacc_[c] = 0.0f;
+#else
+#define CE_POSG_DECL
+#endif
 
 __kernel void ce_norm_bwd_rows(CE_NORM_IN_ARGS, __global const GRAD_T *grad,
                                ulong g_off CE_PIECE_PARAMS(const GRAD_T, grad), ulong g_ld, __global float *dx,
-                               __global float *gxh, int strided) {
+                               __global float *stats, __global float *gpos, ulong gpos_off, ulong gpos_ld,
+                               int strided) {
   CE_NORM_TOKENS(get_global_id(0))
   CE_SCRATCH_DECL
   CE_GSCRATCH_DECL
+  CE_POSG_DECL
   CE_G_LOOP
   CE_G_RESOLVE(0)
   CE_G_NEXT(CE_G_STEPS, GRAD_ROW)
@@ -949,7 +997,20 @@ __kernel void ce_norm_bwd_rows(CE_NORM_IN_ARGS, __global const GRAD_T *grad,
       CE_ROWSUM2V(sa, sb, CE_ABV, CE_AB1C)
     float A = sa * inv_d, B = sb * inv_d;
     (void)A;
+#if STATS
+    vstore4((float4)(mean, rstd, A, B), i, stats);
+#endif
+#if DX || POSG
+#if POSG
+    const int padd_ = pok;
+    if (pok) {
+      pany_ = 1;
+      prow_ = pp;
+    }
+#endif
     const ulong cv = cols / VEC * VEC;
+    const int nt = DX && STREAM && CE_STREAMING && ((ulong)(dx + e0) & (VEC * sizeof(float) - 1)) == 0;
+    (void)nt;
     if (full)
       CE_NORM_DX_LOOP(F)
     else
@@ -959,71 +1020,162 @@ __kernel void ce_norm_bwd_rows(CE_NORM_IN_ARGS, __global const GRAD_T *grad,
       CE_GET1(c, x);
       CE_GGET1(c, g);
       float xh = CE_XH(x), h = CE_H1(c, g);
-      dx[e0 + c] = CE_DX(h, xh);
-#if GXH
-      gxh[e0 + c] = g * xh;
-#endif
+      const float d_ = CE_DX(h, xh);
+      CE_NORM_DX_PUT1(c, d_);
+      CE_NORM_DX_ADD1(c, d_);
     }
+#endif
   }
+#if POSG
+  /* the item's last group: its position's sum into the gradient */
+  if (pany_ && (r0_ + SIDE >= ROWS || (ulong)SIDE * tstep >= n - tg)) {
+    __global float *gr_ = gpos + gpos_off + prow_ * gpos_ld;
+    for (ulong c = 0; c < cols; c++) gr_[c] = gr_[c] + pacc_[c];
+  }
+#endif
   }
 }
 
-/* The norm's weight and bias gradients, without the segment fold's sort:
- * work-item x takes the columns [x * pw, x * pw + pw) and walks every token
- * in ascending order, sw = sw + gxh[i][c] and sb = sb + g (g: grad_out's
- * element with the forward's dropout, as the fold replays it), each from +0;
- * then gw[c] = gw[c] + sw and gb[c] = gb[c] + sb (want_w, want_b): the fold
- * of every token keyed to one row, bit for bit. The CPU shape (PWMAX > 1:
- * pw <= PWMAX, a multiple of VEC but for the last item) keeps the sums of a
- * wide block in private rows (each gradient row read a long run at a time;
- * where CE_PREFETCH is 1 the rows CE_PAHEAD tokens on asked for a line at
- * each vector); the GPU shape (PWMAX 1) a column per work-item. */
+/* The norm's weight and bias gradients, and with want_s the segment
+ * table's, without the segment fold's sort: work-item x takes the columns
+ * [x * pw, x * pw + pw) and walks every token in ascending order, with g
+ * grad_out's element with the forward's dropout (as the fold replays it) and
+ * xh and dx recomputed from the token's rows and its stats (ce_norm_bwd's
+ * operations, so the same bits): sw = sw + g * xh, sb = sb + g and, for the
+ * token's segment row r (none: nothing), ss[r] = ss[r] + dx, each from +0;
+ * then gw[c] = gw[c] + sw, gb[c] = gb[c] + sb (want_w, want_b) and
+ * gs[r][c] = gs[r][c] + ss[r] for each row r some token has: the fold of
+ * every token keyed to one row (to its segment row), bit for bit. The host
+ * sets want_s only when the segment table has at most CE_NORM_SMAX rows,
+ * and only with PSEG 1: without it (llvmpipe, the GPU shape) the segment sums
+ * and their private rows are not compiled at all (gallivm had not compiled
+ * this kernel with them after minutes) and the segment table goes to its fold.
+ * The CPU shape (PWMAX > 1: pw <= PWMAX, a multiple of VEC but for the last
+ * item) keeps the sums of a wide block in private rows (each row read a long
+ * run at a time; where CE_PREFETCH is 1 the table and gradient rows
+ * CE_PAHEAD tokens on asked for a line at each vector); the GPU shape
+ * (PWMAX 1) a column per work-item. */
 #ifndef PWMAX
 #define PWMAX 1
 #endif
 #define CE_PAHEAD 4
+#define CE_NORM_SMAX 4
+#ifndef PSEG
+#define PSEG 0
+#endif
+#if SEGMENTS && PSEG
+#define CE_PSEG(r) (want_s && sok ? (int)(r) : -1)
+#else
+#define CE_PSEG(r) (-1)
+#endif
+/* The block's whole vectors of token i (F: a full row's steps). */
+#define CE_PARAMS_LOOP(F)                                                   \
+  for (ulong m = 0; m < nv; m++) {                                          \
+    const ulong c = c0 + m * VEC;                                           \
+    CE_PARAMS_ASK(c);                                                       \
+    FV g;                                                                   \
+    CE_GV(c, g);                                                            \
+    if (want_b) sb[m] = sb[m] + g;                                          \
+    if (want_x) {                                                           \
+      FV x;                                                                 \
+      CE_XV##F(c, x);                                                       \
+      const FV xh = CE_XH(x);                                               \
+      if (want_w) sw[m] = sw[m] + g * xh;                                   \
+      CE_PARAMS_SEGV(c, g, xh);                                             \
+    }                                                                       \
+  }
+#if PSEG
+#define CE_PARAMS_SEGV(c, g, xh)                                            \
+  if (sg >= 0) {                                                            \
+    const FV h = CE_HV(c, g);                                               \
+    ss[sg][m] = ss[sg][m] + CE_DX(h, xh);                                   \
+  }
+#else
+#define CE_PARAMS_SEGV(c, g, xh)
+#endif
 __kernel void ce_norm_params(CE_NORM_IN_ARGS, __global const GRAD_T *grad,
                              ulong g_off CE_PIECE_PARAMS(const GRAD_T, grad), ulong g_ld,
-                             __global const float *gxh, __global float *gw, ulong gw_off, int want_w,
-                             __global float *gb, ulong gb_off, int want_b, ulong pw) {
+                             __global const float *stats, __global float *gw, ulong gw_off, int want_w,
+                             __global float *gb, ulong gb_off, int want_b, __global float *gs, ulong gs_off,
+                             ulong gs_ld, int want_s, ulong pw) {
   const ulong c0 = get_global_id(0) * pw;
   if (c0 >= cols) return;
   const ulong c1 = min(c0 + pw, cols);
+#if PSEG
+  const int want_x = want_w || want_s;
+  int seen[CE_NORM_SMAX];
+  for (int r = 0; r < CE_NORM_SMAX; r++) seen[r] = 0;
+#else
+  const int want_x = want_w;
+  (void)gs;
+  (void)gs_off;
+  (void)gs_ld;
+  (void)want_s;
+#endif
 #if PWMAX > 1
   const ulong nv = (c1 - c0) / VEC, cv = c0 + nv * VEC;
   FV sw[PWMAX / VEC], sb[PWMAX / VEC];
   float tw[VEC], tb[VEC];
   for (ulong m = 0; m < nv; m++) sw[m] = sb[m] = (FV)(0.0f);
   for (int m = 0; m < VEC; m++) tw[m] = tb[m] = 0.0f;
+#if PSEG
+  FV ss[CE_NORM_SMAX][PWMAX / VEC];
+  float ts[CE_NORM_SMAX][VEC];
+  for (ulong m = 0; m < nv; m++)
+    for (int r = 0; r < CE_NORM_SMAX; r++) ss[r][m] = (FV)(0.0f);
+  for (int m = 0; m < VEC; m++)
+    for (int r = 0; r < CE_NORM_SMAX; r++) ts[r][m] = 0.0f;
+#endif
   for (ulong i = 0; i < n; i++) {
+    CE_NORM_TOKEN(i, 0)
     __global const GRAD_T *grow = GRAD_ROW(i);
     const ulong e0 = i * cols;
+    float mean = 0.0f, rstd = 0.0f, A = 0.0f, B = 0.0f;
+    if (want_x) {
+      const float4 st_ = vload4(i, stats);
+      mean = st_.s0;
+      rstd = st_.s1;
+      A = st_.s2;
+      B = st_.s3;
+    }
+    (void)mean;
+    (void)A;
+#if PSEG
+    const int sg = CE_PSEG(sr_);
+    if (sg >= 0) seen[sg] = 1;
+#endif
 #if CE_PREFETCH
     const int ask = i + CE_PAHEAD < n;
-    __global const uchar *pw_ = (__global const uchar *)(gxh + e0 + CE_PAHEAD * cols);
-    __global const uchar *pb_ = ask ? (__global const uchar *)GRAD_ROW(i + CE_PAHEAD) : 0;
+    long pid_ = ask && want_x ? ce_load_id(ids32, ids64, id64, id_off + i + CE_PAHEAD) : -1;
+    __global const uchar *pt_ = pid_ >= 0 && (ulong)pid_ < t_rows ? (__global const uchar *)TABLE_ROW(pid_) : 0;
+    __global const uchar *pg_ = ask ? (__global const uchar *)GRAD_ROW(i + CE_PAHEAD) : 0;
+#define CE_PARAMS_ASK(c)                                         \
+  do {                                                           \
+    if (pg_) ce_prefetch(pg_ + (c) * sizeof(GRAD_T));            \
+    if (pt_) ce_prefetch(pt_ + (c) * sizeof(TABLE_T));           \
+  } while (0)
+#else
+#define CE_PARAMS_ASK(c)
 #endif
-    for (ulong m = 0; m < nv; m++) {
-      const ulong c = c0 + m * VEC;
-#if CE_PREFETCH
-      if (ask) {
-        if (want_w) ce_prefetch(pw_ + c * 4);
-        if (want_b) ce_prefetch(pb_ + c * sizeof(GRAD_T));
-      }
-#endif
-      if (want_w) sw[m] = sw[m] + ce_loadv_0(gxh, e0 + c);
-      if (want_b) {
-        FV g;
-        CE_GV(c, g);
-        sb[m] = sb[m] + g;
-      }
-    }
+    if (CE_FULL)
+      CE_PARAMS_LOOP(F)
+    else
+      CE_PARAMS_LOOP()
     for (ulong c = cv; c < c1; c++) {
-      if (want_w) tw[c - cv] = tw[c - cv] + gxh[e0 + c];
-      if (want_b) {
-        float g;
-        CE_G1(c, g);
-        tb[c - cv] = tb[c - cv] + g;
+      float g;
+      CE_G1(c, g);
+      if (want_b) tb[c - cv] = tb[c - cv] + g;
+      if (want_x) {
+        float x;
+        CE_X1(c, x);
+        const float xh = CE_XH(x);
+        if (want_w) tw[c - cv] = tw[c - cv] + g * xh;
+#if PSEG
+        if (sg >= 0) {
+          const float h = CE_H1(c, g);
+          ts[sg][c - cv] = ts[sg][c - cv] + CE_DX(h, xh);
+        }
+#endif
       }
     }
   }
@@ -1031,26 +1183,64 @@ __kernel void ce_norm_params(CE_NORM_IN_ARGS, __global const GRAD_T *grad,
     const ulong c = c0 + m * VEC;
     if (want_w) ce_storev_0(gw, gw_off + c, ce_loadv_0(gw, gw_off + c) + sw[m]);
     if (want_b) ce_storev_0(gb, gb_off + c, ce_loadv_0(gb, gb_off + c) + sb[m]);
+#if PSEG
+    for (int r = 0; r < CE_NORM_SMAX; r++)
+      if (seen[r]) {
+        const ulong o = gs_off + (ulong)r * gs_ld + c;
+        ce_storev_0(gs, o, ce_loadv_0(gs, o) + ss[r][m]);
+      }
+#endif
   }
   for (ulong c = cv; c < c1; c++) {
     if (want_w) gw[gw_off + c] = gw[gw_off + c] + tw[c - cv];
     if (want_b) gb[gb_off + c] = gb[gb_off + c] + tb[c - cv];
+#if PSEG
+    for (int r = 0; r < CE_NORM_SMAX; r++)
+      if (seen[r]) {
+        const ulong o = gs_off + (ulong)r * gs_ld + c;
+        gs[o] = gs[o] + ts[r][c - cv];
+      }
+#endif
   }
 #else
   for (ulong c = c0; c < c1; c++) {
     float sw = 0.0f, sb = 0.0f;
+#if PSEG
+    float ss[CE_NORM_SMAX];
+    for (int r = 0; r < CE_NORM_SMAX; r++) ss[r] = 0.0f;
+#endif
     for (ulong i = 0; i < n; i++) {
+      CE_NORM_TOKEN(i, 0)
       __global const GRAD_T *grow = GRAD_ROW(i);
       const ulong e0 = i * cols;
-      if (want_w) sw = sw + gxh[e0 + c];
-      if (want_b) {
-        float g;
-        CE_G1(c, g);
-        sb = sb + g;
+      float g;
+      CE_G1(c, g);
+      if (want_b) sb = sb + g;
+      if (want_x) {
+        const float4 st_ = vload4(i, stats);
+        const float mean = st_.s0, rstd = st_.s1, A = st_.s2, B = st_.s3;
+        (void)mean;
+        (void)A;
+        float x;
+        CE_X1(c, x);
+        const float xh = CE_XH(x);
+        if (want_w) sw = sw + g * xh;
+#if PSEG
+        const int sg = CE_PSEG(sr_);
+        if (sg >= 0) {
+          const float h = CE_H1(c, g);
+          ss[sg] = ss[sg] + CE_DX(h, xh);
+          seen[sg] = 1;
+        }
+#endif
       }
     }
     if (want_w) gw[gw_off + c] = gw[gw_off + c] + sw;
     if (want_b) gb[gb_off + c] = gb[gb_off + c] + sb;
+#if PSEG
+    for (int r = 0; r < CE_NORM_SMAX; r++)
+      if (seen[r]) gs[gs_off + (ulong)r * gs_ld + c] = gs[gs_off + (ulong)r * gs_ld + c] + ss[r];
+#endif
   }
 #endif
 }

@@ -17,19 +17,28 @@
  * ascending token order, from 0, then adds them into the gradient:
  *   1. ce_norm_keys resolves every token's id, position and segment id as the
  *      forward does (reporting the bad ones into the same slots) and writes
- *      each token's position and segment row (-1: none) as fold keys;
- *   2. with a norm, ce_norm_bwd(_rows) recomputes each row and writes dx (and
- *      g * xh for the norm's weight) into temporaries; without one dx is
+ *      the position and segment rows (-1: none) the folds below key on;
+ *   2. with a norm, ce_norm_bwd(_rows) recomputes each row and writes dx
+ *      (when a fold needs it) and the row's mean, rstd, A and B (the stats,
+ *      when step 3 needs them); with the tuning's norm_sums (the CPU table,
+ *      not on llvmpipe, whose compiler took far too long over these sums) the
+ *      CPU shape's strided items, which hold every token of their position
+ *      when there are at most `rows` sequences, sum the position table's
+ *      gradient themselves (POSG: no position fold); without a norm dx is
  *      grad_out itself, its dropout replayed by the fold;
- *   3. norm_weight (g * xh) and norm_bias (grad_out with its dropout): every
- *      token is in the one sum, so ce_norm_params walks the tokens in order
- *      for a block of columns per work-item (the segment fold of every token
- *      keyed to one row, bit for bit, without its sort);
+ *   3. norm_weight (g * xh), norm_bias (grad_out with its dropout) and, with
+ *      norm_sums (PSEG), for a segment table of at most NORM_SMAX rows,
+ *      segment_table (dx): every token is in these few sums, so
+ *      ce_norm_params walks the tokens in order
+ *      for a block of columns per work-item, recomputing xh and dx from the
+ *      token's rows and stats (the segment fold of every token keyed to its
+ *      row, bit for bit, without its sort or a pass over a temporary);
  *   4. the segment folds (ce_segment_step, backward.c): table (ids, the
  *      forward's policy, padding and scale: with no norm this is
- *      clembed_backward's call exactly), position_table (the position keys),
- *      segment_table (the segment keys). The key folds use
- *      CLEMBED_INDEX_ZERO: their keys are resolved already, -1 adds nothing. */
+ *      clembed_backward's call exactly), position_table (the position keys)
+ *      and segment_table (the segment keys) where steps 2 and 3 did not sum
+ *      them. The key folds use CLEMBED_INDEX_ZERO: their keys are resolved
+ *      already, -1 adds nothing. */
 #include "ops.h"
 
 #include <math.h>
@@ -42,8 +51,11 @@
 #define NORM_IN_ARGS 47
 
 /* ce_norm_params' widest block of columns per CPU work-item (its sums, two
- * rows of this many floats, are private) */
+ * rows of this many floats and one per segment row, are private) */
 #define NORM_PWMAX 512
+/* ce_norm_params' segment rows (CE_NORM_SMAX): a segment table of at most
+ * this many rows has its gradient summed there, a larger one by the fold */
+#define NORM_SMAX 4
 
 /* One call: the checked inputs and what the kernels need. */
 typedef struct norm_call {
@@ -61,7 +73,8 @@ typedef struct norm_call {
   ce_record rec, srec; /* the slots of ids and positions, and of segment ids */
   unsigned rows;       /* the CPU shape's tokens per work-item (0: the GPU shape) */
   int strided;         /* ...which take one position of `rows` sequences */
-  char opts[320];
+  int dx, posg;        /* the backward's rows write dx; its strided items sum the position gradient (POSG) */
+  char opts[384];
 } norm_call;
 
 /* The call's matrices resolved into their pieces (segment table, norm
@@ -169,8 +182,11 @@ cleanup:
 
 /* The program's options (one program serves the keys, the forward and the
  * backward's rows of a call) and the two error slots. */
-static clembed_status norm_prepare(norm_call *c, clembed_dtype out_dtype, const clembed_matrix *grad, int gxh,
-                                   const ce_tuning *t, int stream, int next) {
+/* The backward's dx_other: dx for a fold other than the position table's;
+ * posg_ok: the position gradient may be summed by the rows (POSG) where the
+ * shape allows, else dx for its fold. */
+static clembed_status norm_prepare(norm_call *c, clembed_dtype out_dtype, const clembed_matrix *grad, int dx_other,
+                                   int posg_ok, int stats, const ce_tuning *t, int stream, int next) {
   clembed_context *ctx = c->ctx;
   const clembed_embed_options *opt = c->opt;
   const clembed_matrix *st = opt->segment_table;
@@ -199,10 +215,13 @@ static clembed_status norm_prepare(norm_call *c, clembed_dtype out_dtype, const 
   if (c->rows)
     n += snprintf(c->opts + n, sizeof c->opts - (size_t)n,
                   " -DROWS=%u -DSTREAM=%d -DNEXT=%d -DSCRATCH=%u -DSIDE=%u", c->rows, stream, next, scratch, side);
+  /* the position gradient in the strided items: every position's tokens in one item */
+  c->posg = posg_ok && t->norm_sums && c->strided && scratch && c->ids->count <= (size_t)c->rows * opt->seq_len;
+  c->dx = dx_other || (posg_ok && !c->posg);
   /* the backward's weight and bias sums: up to NORM_PWMAX columns per CPU work-item, one per GPU one */
   if (grad)
-    snprintf(c->opts + n, sizeof c->opts - (size_t)n, " -DGRAD_DT=%d -DGXH=%d -DPWMAX=%u", (int)grad->dtype, gxh,
-             c->rows ? NORM_PWMAX : 1);
+    snprintf(c->opts + n, sizeof c->opts - (size_t)n, " -DGRAD_DT=%d -DDX=%d -DSTATS=%d -DPOSG=%d -DPSEG=%d -DPWMAX=%u",
+             (int)grad->dtype, c->dx, stats, c->posg, t->norm_sums != 0, c->rows ? NORM_PWMAX : 1);
   /* split matrices: all their pieces in the one launch (whole: a row's
    * work-items share it), named in the options */
   ce_pieces *mats[4] = {c->tp, &c->p->pp, &c->sp, c->rp};
@@ -318,7 +337,7 @@ clembed_status ce_norm_forward(clembed_context *ctx, ce_chain *ch, const clembed
   /* an output larger than the device's cache goes out with streaming stores */
   size_t out_bytes = ids->count * table->cols * clembed_dtype_size(out->dtype);
   int stream = t->norm_rows && t->embed_stream && ctx->cache_bytes && out_bytes > ctx->cache_bytes;
-  CHECK(norm_prepare(&c, out->dtype, NULL, 0, t, stream, ctx->prefetch && t->norm_next));
+  CHECK(norm_prepare(&c, out->dtype, NULL, 0, 0, 0, t, stream, ctx->prefetch && t->norm_next));
   if (ids->count && table->cols == 0) {
     CHECK(norm_keys(&c, ch, NULL, NULL)); /* no column to write: the ids are still checked */
   } else if (ids->count) {
@@ -386,7 +405,7 @@ static clembed_status temp_ids(clembed_context *ctx, size_t count, clembed_index
   return ce_buffer(ctx, CE_BUFFER_TEMP, count * ce_index_size(type), NULL, what, &ids->buffer);
 }
 
-/* The backward's n x cols temporaries (dx, g * xh), kept on the context from
+/* The backward's temporaries (dx: n x cols; the rows' stats: n x 4), kept on the context from
  * one call to the next where the queue is in order (it orders a call's
  * writes after the last call's reads), and grown when a call needs more:
  * a training loop then neither allocates them nor has the system zero their
@@ -447,31 +466,35 @@ static clembed_status fold(ce_chain *ch, const clembed_matrix *src, const clembe
 
 typedef struct bwd_temps {
   clembed_ids pos_keys, seg_keys;
-  clembed_matrix dx, gxh;
-  int own_dx, own_gxh; /* not the context's workspace */
+  clembed_matrix dx, stats;
+  int own_dx, own_stats; /* not the context's workspace */
 } bwd_temps;
 
 static void bwd_temps_release(bwd_temps *t) {
   clembed_ids_release(&t->pos_keys);
   clembed_ids_release(&t->seg_keys);
   if (t->own_dx) clembed_matrix_release(&t->dx);
-  if (t->own_gxh) clembed_matrix_release(&t->gxh);
+  if (t->own_stats) clembed_matrix_release(&t->stats);
 }
 
-/* ce_norm_params: grads' norm_weight (from gxh) and norm_bias (from grad_out,
- * its dropout replayed) accumulated over every token in ascending order. */
-static clembed_status norm_params(norm_call *c, ce_chain *ch, ce_pieces *gp, const clembed_matrix *gxh,
-                                  const clembed_embed_grads *grads) {
+/* ce_norm_params: grads' norm_weight and (seg: in place of its fold)
+ * segment_table, from grad_out and the rows recomputed with their stats, and
+ * norm_bias (grad_out with its dropout replayed), accumulated over every token
+ * in ascending order. */
+static clembed_status norm_params(norm_call *c, ce_chain *ch, ce_pieces *gp, const clembed_matrix *stats,
+                                  const clembed_embed_grads *grads, int seg) {
   clembed_status status = CLEMBED_OK;
   clembed_context *ctx = c->ctx;
   const char *name = "ce_norm_params";
-  ce_pieces wp, bp;
+  ce_pieces wp, bp, sp;
   cl_kernel k;
   cl_mem none = NULL;
   ce_pieces_none(&wp);
   ce_pieces_none(&bp);
+  ce_pieces_none(&sp);
   if (grads->norm_weight) CHECK(ce_check_pieces(ctx, grads->norm_weight, "grads.norm_weight", 0, &wp));
   if (grads->norm_bias) CHECK(ce_check_pieces(ctx, grads->norm_bias, "grads.norm_bias", 0, &bp));
+  if (seg) CHECK(ce_check_pieces(ctx, grads->segment_table, "grads.segment_table", 0, &sp));
   {
     const ce_tuning *t = ctx->tune;
     /* CPU: the columns in as few blocks as keep every compute unit busy, whole vectors */
@@ -484,18 +507,22 @@ static clembed_status norm_params(norm_call *c, ce_chain *ch, ce_pieces *gp, con
     cl_ulong pwl = pw;
     cl_ulong g_ldl = gp->ld, w_off = grads->norm_weight ? wp.piece[0].offset : 0;
     cl_ulong b_off = grads->norm_bias ? bp.piece[0].offset : 0;
-    cl_mem gx = grads->norm_weight ? gxh->buffer : none;
+    cl_ulong s_off = seg ? sp.piece[0].offset : 0, s_ldl = seg ? sp.ld : 0;
+    cl_mem st = grads->norm_weight || seg ? stats->buffer : none;
     cl_mem wb = grads->norm_weight ? wp.piece[0].buffer : none, bb = grads->norm_bias ? bp.piece[0].buffer : none;
-    cl_int want_w = grads->norm_weight != NULL, want_b = grads->norm_bias != NULL;
+    cl_mem sb = seg ? sp.piece[0].buffer : none;
+    cl_int want_w = grads->norm_weight != NULL, want_b = grads->norm_bias != NULL, want_s = seg;
     CHECK(ce_kernel(ctx, CE_FAMILY_NORM, c->opts, name, &k));
     CHECK(norm_in_args(c, k, name));
-    CHECK(ce_set_args_at(ctx, k, name, c->in_args, CE_PIECES(gp), CE_ARG(g_ldl), CE_ARG(gx), CE_ARG(wb),
-                         CE_ARG(w_off), CE_ARG(want_w), CE_ARG(bb), CE_ARG(b_off), CE_ARG(want_b), CE_ARG(pwl), CE_END));
+    CHECK(ce_set_args_at(ctx, k, name, c->in_args, CE_PIECES(gp), CE_ARG(g_ldl), CE_ARG(st), CE_ARG(wb),
+                         CE_ARG(w_off), CE_ARG(want_w), CE_ARG(bb), CE_ARG(b_off), CE_ARG(want_b), CE_ARG(sb),
+                         CE_ARG(s_off), CE_ARG(s_ldl), CE_ARG(want_s), CE_ARG(pwl), CE_END));
     CHECK(ce_chain_1d(ch, k, name, (cols + pw - 1) / pw, c->rows ? CE_LOCAL_ROWS : 0));
   }
 cleanup:
   ce_pieces_release(&wp);
   ce_pieces_release(&bp);
+  ce_pieces_release(&sp);
   return status;
 }
 
@@ -538,33 +565,66 @@ static clembed_status embed_backward_run(clembed_context *ctx, const clembed_mat
   const ce_tuning *t = ctx->tune;
   size_t n = ids->count, cols = table->cols;
   int norm = opt->norm.kind != CLEMBED_NORM_NONE;
-  int want_dx = norm && cols && (grads->table || grads->position_table || grads->segment_table);
-  int want_gxh = grads->norm_weight && cols;
+  /* with a norm, a segment table of a few rows in one piece has its gradient
+   * summed by ce_norm_params (with the norm's), not by a fold */
+  int seg_params = t->norm_sums && norm && cols && grads->segment_table && opt->segment_table->rows <= NORM_SMAX;
+  if (seg_params) {
+    ce_pieces sgp;
+    CHECK(ce_check_pieces(ctx, grads->segment_table, "grads.segment_table", 0, &sgp));
+    seg_params = sgp.count == 1;
+    ce_pieces_release(&sgp);
+  }
+  /* a position gradient in one buffer may be summed by the rows (norm_prepare decides) */
+  int posg_ok = norm && cols && grads->position_table;
+  if (posg_ok) {
+    ce_pieces pgp;
+    CHECK(ce_check_pieces(ctx, grads->position_table, "grads.position_table", 0, &pgp));
+    posg_ok = pgp.count == 1;
+    ce_pieces_release(&pgp);
+  }
+  int dx_other = norm && cols &&
+                 (grads->table || (grads->position_table && !posg_ok) || (grads->segment_table && !seg_params));
+  int want_stats = cols && (grads->norm_weight || seg_params);
   CHECK(norm_init(&c, ctx, ctx->op, table, &tp, ids, opt, &p, padding, &gp));
-  CHECK(norm_prepare(&c, CLEMBED_F32, grad_out, want_gxh, t, 0, ctx->prefetch && t->norm_next));
+  /* dx larger than the device's cache goes out with streaming stores */
+  int stream = t->norm_rows && t->embed_stream && ctx->cache_bytes && n * cols * sizeof(float) > ctx->cache_bytes;
+  CHECK(norm_prepare(&c, CLEMBED_F32, grad_out, dx_other, posg_ok, want_stats, t, stream,
+                     ctx->prefetch && t->norm_next));
+  int want_dx = c.dx;
   if (n == 0) goto close;
 
   /* 1. the keys (and the forward's checks) */
-  if (grads->position_table) CHECK(temp_ids(ctx, n, CLEMBED_I64, "position keys", &tmp.pos_keys));
-  if (grads->segment_table) CHECK(temp_ids(ctx, n, CLEMBED_I64, "segment keys", &tmp.seg_keys));
+  if (grads->position_table && !c.posg) CHECK(temp_ids(ctx, n, CLEMBED_I64, "position keys", &tmp.pos_keys));
+  if (grads->segment_table && !seg_params) CHECK(temp_ids(ctx, n, CLEMBED_I64, "segment keys", &tmp.seg_keys));
   CHECK(norm_keys(&c, &ch, tmp.pos_keys.buffer, tmp.seg_keys.buffer));
-  /* 2. with a norm: dx (and g * xh) row by row */
-  if (want_dx || want_gxh) {
+  /* 2. with a norm: dx (and the rows' stats) row by row */
+  if (want_dx || want_stats || c.posg) {
     const char *name = c.rows ? "ce_norm_bwd_rows" : "ce_norm_bwd";
     cl_mem none = NULL;
     cl_ulong g_ldl = gp.ld;
-    /* dx is written whenever the kernel runs (a scratch row when no table wants it) */
-    CHECK(temp_matrix(ctx, 0, n, cols, "dx", &tmp.dx, &tmp.own_dx));
-    if (want_gxh) CHECK(temp_matrix(ctx, 1, n, cols, "g * xh", &tmp.gxh, &tmp.own_gxh));
-    cl_mem gx = want_gxh ? tmp.gxh.buffer : none;
+    if (want_dx) CHECK(temp_matrix(ctx, 0, n, cols, "dx", &tmp.dx, &tmp.own_dx));
+    if (want_stats) CHECK(temp_matrix(ctx, 1, n, 4, "the rows' stats", &tmp.stats, &tmp.own_stats));
+    cl_mem dxb = want_dx ? tmp.dx.buffer : none, stb = want_stats ? tmp.stats.buffer : none;
+    cl_uint last = c.in_args + 5 + ce_pieces_extra_args(&gp);
     CHECK(ce_kernel(ctx, CE_FAMILY_NORM, c.opts, name, &k));
     CHECK(norm_in_args(&c, k, name));
-    CHECK(ce_set_args_at(ctx, k, name, c.in_args, CE_PIECES(&gp), CE_ARG(g_ldl), CE_ARG(tmp.dx.buffer), CE_ARG(gx),
-                         CE_END));
-    CHECK(norm_launch(&c, &ch, k, name, 2 * 32, c.in_args + 5 + ce_pieces_extra_args(&gp)));
+    CHECK(ce_set_args_at(ctx, k, name, c.in_args, CE_PIECES(&gp), CE_ARG(g_ldl), CE_ARG(dxb), CE_ARG(stb), CE_END));
+    if (c.rows) { /* the CPU shape: the position gradient's buffer (POSG) */
+      ce_pieces pgp;
+      ce_pieces_none(&pgp);
+      if (c.posg) CHECK(ce_check_pieces(ctx, grads->position_table, "grads.position_table", 0, &pgp));
+      cl_mem pgb = c.posg ? pgp.piece[0].buffer : none;
+      cl_ulong pg_off = c.posg ? pgp.piece[0].offset : 0, pg_ld = c.posg ? pgp.ld : 0;
+      ce_pieces_release(&pgp);
+      CHECK(ce_set_args_at(ctx, k, name, last, CE_ARG(pgb), CE_ARG(pg_off), CE_ARG(pg_ld), CE_END));
+      last += 3;
+    }
+    CHECK(norm_launch(&c, &ch, k, name, 2 * 32, last));
   }
-  /* 3. the norm's weight and bias: every token's g * xh and g summed in token order, column by column */
-  if ((grads->norm_weight || grads->norm_bias) && cols) CHECK(norm_params(&c, &ch, &gp, &tmp.gxh, grads));
+  /* 3. the norm's weight and bias (and the few segment rows): every token's
+   * g * xh, g (and dx) summed in token order, column by column */
+  if ((grads->norm_weight || grads->norm_bias || seg_params) && cols)
+    CHECK(norm_params(&c, &ch, &gp, &tmp.stats, grads, seg_params));
   CHECK(ce_chain_record(&ch, &c.rec));
   CHECK(ce_chain_record(&ch, &c.srec));
 
@@ -585,8 +645,8 @@ static clembed_status embed_backward_run(clembed_context *ctx, const clembed_mat
     keyed.dropout_seed = bo.dropout_seed;
     if (norm && !cols) src = grad_out; /* nothing to add: the folds only check their keys */
     if (grads->table) CHECK(fold(&ch, src, ids, &bo, grads->table));
-    if (grads->position_table) CHECK(fold(&ch, src, &tmp.pos_keys, &keyed, grads->position_table));
-    if (grads->segment_table) CHECK(fold(&ch, src, &tmp.seg_keys, &keyed, grads->segment_table));
+    if (grads->position_table && !c.posg) CHECK(fold(&ch, src, &tmp.pos_keys, &keyed, grads->position_table));
+    if (grads->segment_table && !seg_params) CHECK(fold(&ch, src, &tmp.seg_keys, &keyed, grads->segment_table));
   }
 close:
   CHECK(ce_chain_close(&ch, event));

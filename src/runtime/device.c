@@ -278,11 +278,16 @@ clembed_status ce_device_facts(clembed_context *ctx) {
    * vectors (test_bag's forward case, shader cache empty: over 8 minutes,
    * against 55 s for 1 vector and 89 s for 2), so a pass there is one vector
    * and a bag's ids go one at a time (the same bits; CLEMBED_TUNE may still
-   * set them) */
+   * set them). Likewise the norm backward's own position and segment sums
+   * (norm_sums 0): gallivm had not compiled ce_norm_params with the segment
+   * rows' private sums after 6 minutes (in LLVM's coroutine frame; test_norm's
+   * backward_layer ran into its 25-minute timeout), so there the folds sum
+   * them, as on the GPU shape */
   ce_tuning base = *table;
   if (strstr(ctx->device_name, "llvmpipe")) {
     if (base.bag_tile > 1) base.bag_tile = 1;
     if (base.bag_rows > 1) base.bag_rows = 1;
+    base.norm_sums = 0;
   }
   clembed_status s = ce_tuning_apply(&base, getenv("CLEMBED_TUNE"), &ctx->tune_table);
   if (s != CLEMBED_OK) return s;
