@@ -171,19 +171,19 @@ static long long plan(clembed_mpi_table *t, const int64_t *host, size_t n, clemb
 static void place(const sorted_tokens *st, const int *zero, size_t nzero, size_t own0, size_t nown, const char *own,
                   const char *in, size_t rb, char *out, size_t ld) {
   size_t q = 0;
-  if (ce_mpi_stream_ok(out, ld, rb)) { /* streaming stores: the output's lines are not read first */
-    for (size_t j = 0; j < st->m; j++) {
-      if (j && row_of(st, j) != row_of(st, j - 1)) q++;
-      ce_mpi_stream_row(out + token_of(st, j) * ld, q - own0 < nown ? own + (q - own0) * rb : in + q * rb, rb);
-    }
-    ce_mpi_stream_done();
-  } else {
-    for (size_t j = 0; j < st->m; j++) {
-      if (j && row_of(st, j) != row_of(st, j - 1)) q++;
+  const int stream = ce_mpi_stream_ok(out, ld, rb); /* streaming stores: the output's lines are not read first */
+  for (size_t j = 0; j < st->m; j++) {
+    if (j && row_of(st, j) != row_of(st, j - 1)) q++;
+    char *dst = out + token_of(st, j) * ld;
+    const char *src = q - own0 < nown ? own + (q - own0) * rb : in + q * rb;
+    if (stream) {
+      ce_mpi_stream_row(dst, src, rb);
+    } else {
       if (j + CE_MPI_AHEAD < st->m) ce_mpi_prefetch_write(out + token_of(st, j + CE_MPI_AHEAD) * ld, rb);
-      memcpy(out + token_of(st, j) * ld, q - own0 < nown ? own + (q - own0) * rb : in + q * rb, rb);
+      memcpy(dst, src, rb);
     }
   }
+  if (stream) ce_mpi_stream_done();
   for (size_t z = 0; z < nzero; z++) memset(out + (size_t)zero[z] * ld, 0, rb);
 }
 
