@@ -216,14 +216,16 @@ static void rope_rotates_once(void) {
   }
 }
 
-/* BAG: bags of 5 ids over 1 and 3 features, sums and means, every table
- * dtype it takes, 1 and 3 threads: each value the float sum of the bag's rows
- * in id order (from 0), the mean that sum divided by 5. */
+/* BAG: bags of 5 ids over 1 and 3 features, 64, 128 and 96 columns (the
+ * accumulators' constant counts and the general one), sums and means, every
+ * table dtype it takes, 1 and 3 threads: each value the float sum of the bag's
+ * rows in id order (from 0), the mean that sum divided by 5. */
 static void bag_pools_once(void) {
-  const size_t cols = 64, rows_per = 11, seq = 5, bags = 7;
+  const size_t widths[3] = {64, 128, 96}, rows_per = 11, seq = 5, bags = 7;
   const clembed_dtype tdts[5] = {CLEMBED_F32, CLEMBED_F16, CLEMBED_BF16, CLEMBED_Q8_0, CLEMBED_Q4_0};
-  float *y = malloc(cols * sizeof *y), *sum = malloc(cols * sizeof *sum);
-  for (size_t F = 1; F <= 3; F += 2) {
+  float *y = malloc(128 * sizeof *y), *sum = malloc(128 * sizeof *sum);
+  for (size_t wi = 0; wi < 3; wi++)
+    for (size_t F = 1, cols = widths[wi]; F <= 3; F += 2) {
     const size_t n = F * bags * seq;
     int32_t *ids = malloc(n * sizeof *ids);
     random_ids(ids, n, rows_per, 7 + F);
@@ -255,8 +257,8 @@ static void bag_pools_once(void) {
                        expected_bits(e, CLEMBED_F32);
               }
             }
-          EXPECT(bad == 0, "features %zu table %d mean %d threads %d: %zu values differ (%s)", F, t, mean, threads,
-                 bad, ceiling_isa());
+          EXPECT(bad == 0, "cols %zu features %zu table %d mean %d threads %d: %zu values differ (%s)", cols, F, t,
+                 mean, threads, bad, ceiling_isa());
           ceiling_destroy(c);
         }
     free(ids);

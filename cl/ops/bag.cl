@@ -448,10 +448,10 @@ CE_INLINE ulong ce_bag_of(const ce_bag_feat *F, ulong j, ulong bags) {
     taken += has_;                                                                                           \
   }
 /* With prefetch hints (TILE > 1): the pass's columns of the row of the id
- * AHEAD on from row r's (the bag's, or with several rows a group past its end
- * the next bag's, which the next work-item pools) asked for */
+ * AHEAD on from row r's (past the bag's end the next bag's, which the next
+ * work-item pools) asked for */
 #define CE_BAG_AHEAD(r, D)                                                                                    \
-  if ((r) < ROWS && CE_PREFETCH && AHEAD && TILE > 1 && j + (r) + AHEAD < (ROWS > 1 ? F->n : hi)) {         \
+  if ((r) < ROWS && CE_PREFETCH && AHEAD && TILE > 1 && j + (r) + AHEAD < F->n) {                               \
     long id_ = ce_load_id(F->ids32, F->ids64, F->id64, F->id_off + j + (r) + AHEAD);                         \
     if (id_ >= 0 && (ulong)id_ < F->t_rows) {                                                                 \
       ulong ro_;                                                                                              \

@@ -5,11 +5,17 @@ write it), and prints the two side by side (median milliseconds, and how many
 times faster clembed is). Regenerates the README's performance table:
 
     python3 tools/bench/compare_torch.py [--clembed build/clembed] [--reps 15] [--rounds 3]
-                                   [--threads N] [--only TEXT] [--ceiling]
+                                   [--threads N] [--only TEXT] [--ceiling] [--warm]
 
 The two are run alternately, --rounds times (a shared machine's speed drifts
 from minute to minute); each figure is the median over the rounds, and the
 speed-up is the median of the per-round ratios (PyTorch ms / clembed ms).
+Like for like with the bench, where every run of an operation follows a copy
+of at least twice the largest cache: before each timed PyTorch run the script
+reads a buffer of the bench's copy size (a sum), so PyTorch finds none of its
+last run's rows cached either (--warm: no such sweep, PyTorch's caches as its
+last run left them, which flatters it on rows whose ids repeat from run to
+run).
 PyTorch is only a point of comparison, never a dependency: without it the
 script prints clembed's figures and says so. Rows PyTorch has no like-for-like
 operation for (ggml's block types, row-wise Adagrad) show "-". The bag rows
@@ -27,10 +33,15 @@ import sys
 import time
 
 
+SWEEP = []  # the buffer read before each timed run (empty: none)
+
+
 def median_ms(fn, reps):
     fn()  # warm-up
     times = []
     for _ in range(reps):
+        for buf in SWEEP:
+            buf.sum()  # past every cache, as the bench's copy between two runs
         t0 = time.perf_counter()
         fn()
         times.append((time.perf_counter() - t0) * 1e3)
@@ -233,6 +244,8 @@ def main():
                     help="torch threads (default: the number of CPUs, as OpenCL's CPU devices use)")
     ap.add_argument("--only", default=None, help="only the bench rows whose name contains this")
     ap.add_argument("--ceiling", action="store_true", help="also run the bench's C ceilings")
+    ap.add_argument("--warm", action="store_true",
+                    help="no cache sweep before PyTorch's timed runs (the bench sweeps before clembed's)")
     args = ap.parse_args()
 
     ours, theirs, references = [], [], []
@@ -246,6 +259,8 @@ def main():
         rows, reference = clembed_rows(args.clembed, args.reps, args.only, args.ceiling)
         ours.append(rows)
         references.append(reference)
+        if torch_rows and not args.warm and not SWEEP and reference:
+            SWEEP.append(torch_rows.torch.ones(reference["min_copy_bytes"] // 4))
         if torch_rows:
             theirs.append({r["operation"]: torch_rows.run(r, args.reps) for r in rows})
             torch_rows.cache = {}
@@ -275,7 +290,8 @@ def main():
             tcol, scol = f"{'-':>9s}", f"{'-':>9s}"
         print(f"{name:52s} {ms:10.2f} {ratio:7.2f}x {ccol} {tcol} {scol}")
     if theirs:
-        print(f"(torch {version}, {args.threads} threads, {len(theirs)} rounds)")
+        sweep = "no cache sweep (--warm)" if args.warm else "caches swept before each timed run, as the bench's"
+        print(f"(torch {version}, {args.threads} threads, {len(theirs)} rounds; {sweep})")
 
 
 if __name__ == "__main__":

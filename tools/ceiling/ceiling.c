@@ -293,12 +293,10 @@ ceiling *ceiling_create(const ceiling_desc *d, char *err, size_t errlen) {
     c->out_row_bytes = c->features * cols * 4;
     c->table_bytes = d->rows * c->row_bytes;
     c->out_bytes = n / c->features / d->seq * c->out_row_bytes;
-    /* eight rows side by side, the next eight asked for meanwhile: for bags of
-     * short rows the faster of 4 and 8 here (docs/performance.md) */
-    c->side = 8;
-    c->ahead = 1;
-    const char *e = getenv("CLEMBED_CEILING_SIDE");
-    if (e && atoi(e) >= 1 && atoi(e) <= CEIL_MAX_SIDE) c->side = (size_t)atoi(e);
+    /* a row at a time, the row 16 ids on asked for (docs/performance.md) */
+    c->side = 1;
+    c->ahead = 16;
+    const char *e;
     if ((e = getenv("CLEMBED_CEILING_AHEAD")) && atoi(e) >= 0) c->ahead = (size_t)atoi(e);
   }
   if (d->kind == CEILING_GATHER || d->kind == CEILING_FOLD || d->kind == CEILING_BAG) {

@@ -357,47 +357,50 @@ static void CEIL_FN(gather_part)(const ceiling *c, int index, int threads) {
 
 /* One thread's bags [b0, b1), one feature after another (the thread's bags of
  * feature 0, then of feature 1, ...: one table read at a time, as the CPU
- * kernel's bag_by_feature order): a bag's seq rows `side` (8) at a time, a
- * line of each in turn added into its accumulators (one v16 per 16 columns),
- * the rows of the next `side` ids (the next bag's or feature's at the end of
- * one) asked for meanwhile; the sum (or the mean) written with streaming
+ * kernel's bag_by_feature order): a row at a time, its vectors added into
+ * the bag's accumulators (one v16 per 16 columns), the whole row of the id
+ * `ahead` (16) on asked for first (the next bag's or feature's past the end
+ * of one; caffe2's EmbeddingLookupIdx order, faster here than rows side by
+ * side: docs/performance.md); the sum (or the mean) written with streaming
  * stores. */
 #define CEIL_BAG(TNAME, LOAD)                                                                                     \
-  static void CEIL_CAT(CEIL_CAT(bag_, TNAME), CEIL_SFX)(const ceiling * c, size_t b0, size_t b1) {                \
-    const size_t cols = c->d.cols, rb = c->row_bytes, F = c->features, seq = c->d.seq, side = c->side;           \
-    const size_t nf = c->d.n / F, rf = c->d.rows / F, per_bag = F * seq, nv = cols / 16;                         \
-    const size_t nb = b1 - b0, per_f = nb * seq, total = nb * per_bag;                                            \
+  static inline __attribute__((always_inline)) void CEIL_CAT(CEIL_CAT(bag_nv_, TNAME), CEIL_SFX)(                 \
+      const ceiling *c, size_t b0, size_t b1, const size_t nv) {                                                 \
+    const size_t cols = c->d.cols, rb = c->row_bytes, F = c->features, seq = c->d.seq, ahead = c->ahead;         \
+    const size_t nf = c->d.n / F, rf = c->d.rows / F, per_f = (b1 - b0) * seq;                                    \
     const v16 count = CEIL_FN(splat)((float)seq);                                                                 \
     v16 acc[CEIL_BAG_MAX_V];                                                                                      \
-    const unsigned char *w[CEIL_MAX_SIDE], *next[CEIL_MAX_SIDE];                                                  \
-    for (size_t k = 0; k < total;) {                                                                              \
-      const size_t f = k / per_f, b = b0 + k % per_f / seq, end = k + seq;                                        \
-      for (size_t v = 0; v < nv; v++) acc[v] = CEIL_FN(splat)(0.0f);                                              \
-      for (size_t live; k < end; k += live) {                                                                     \
-        live = end - k < side ? end - k : side;                                                                   \
-        for (size_t j = 0; j < live; j++) {                                                                       \
-          w[j] = CEIL_FN(bag_row)(c, b0, nb, k + j, nf, rf);                                                      \
-          next[j] = c->ahead && k + j + side < total ? CEIL_FN(bag_row)(c, b0, nb, k + j + side, nf, rf) : NULL;  \
-        }                                                                                                         \
-        for (size_t col = 0, l = 0; col < cols; col += 16, l += 64)                                               \
-          for (size_t j = 0; j < live; j++) {                                                                     \
-            if (next[j] && l < rb) __builtin_prefetch(next[j] + l, 0, 3);                                         \
-            acc[col / 16] += LOAD(w[j], col, j);                                                                  \
+    for (size_t f = 0; f < F; f++) {                                                                              \
+      /* the feature's ids of these bags, then (for the rows asked for ahead) the next feature's */              \
+      const int32_t *id = c->ids + f * nf + b0 * seq, *next = f + 1 < F ? id + nf : NULL;                          \
+      const unsigned char *tab = c->table + f * rf * rb, *ntab = tab + rf * rb;                                   \
+      for (size_t b = b0, q = 0; b < b1; b++) {                                                                   \
+        for (size_t v = 0; v < nv; v++) acc[v] = CEIL_FN(splat)(0.0f);                                            \
+        for (const size_t end = q + seq; q < end; q++) {                                                          \
+          const unsigned char *w = tab + (size_t)id[q] * rb;                                                      \
+          const size_t a = q + ahead;                                                                             \
+          const unsigned char *p = !ahead ? NULL : a < per_f ? tab + (size_t)id[a] * rb                           \
+                                   : next && a - per_f < per_f ? ntab + (size_t)next[a - per_f] * rb : NULL;      \
+          if (p) {                                                                                                \
+            const uintptr_t z = ((uintptr_t)p + rb - 1) & ~(uintptr_t)63;                                         \
+            for (uintptr_t l = (uintptr_t)p & ~(uintptr_t)63; l <= z; l += 64)                                    \
+              __builtin_prefetch((const void *)l, 0, 3);                                                          \
           }                                                                                                       \
+          for (size_t v = 0; v < nv; v++) acc[v] += LOAD(w, 16 * v, 0);                                           \
+        }                                                                                                         \
+        unsigned char *o = c->out + b * c->out_row_bytes + f * cols * 4;                                          \
+        for (size_t v = 0; v < nv; v++)                                                                           \
+          CEIL_FN(st_f32)(o + 64 * v, c->d.mean ? acc[v] / count : acc[v], c->stream);                           \
       }                                                                                                           \
-      unsigned char *o = c->out + b * c->out_row_bytes + f * cols * 4;                                            \
-      for (size_t v = 0; v < nv; v++) CEIL_FN(st_f32)(o + 64 * v, c->d.mean ? acc[v] / count : acc[v], c->stream); \
     }                                                                                                             \
+  }                                                                                                               \
+  /* the accumulators in registers for 64 and 128 columns (a constant count) */                                  \
+  static void CEIL_CAT(CEIL_CAT(bag_, TNAME), CEIL_SFX)(const ceiling * c, size_t b0, size_t b1) {                \
+    const size_t nv = c->d.cols / 16;                                                                             \
+    if (nv == 8) CEIL_CAT(CEIL_CAT(bag_nv_, TNAME), CEIL_SFX)(c, b0, b1, 8);                                      \
+    else if (nv == 4) CEIL_CAT(CEIL_CAT(bag_nv_, TNAME), CEIL_SFX)(c, b0, b1, 4);                                 \
+    else CEIL_CAT(CEIL_CAT(bag_nv_, TNAME), CEIL_SFX)(c, b0, b1, nv);                                             \
   }
-
-/* Row q of a thread's sequence of rows (its nb bags from b0 of each feature in
- * turn, each bag's seq ids in order). */
-CEIL_INLINE const unsigned char *CEIL_FN(bag_row)(const ceiling *c, size_t b0, size_t nb, size_t q, size_t nf,
-                                                  size_t rf) {
-  const size_t seq = c->d.seq, per_f = nb * seq, f = q / per_f, b = b0 + q % per_f / seq;
-  const size_t j = q % seq;
-  return c->table + (f * rf + (size_t)c->ids[f * nf + b * seq + j]) * c->row_bytes;
-}
 
 CEIL_BAG(f32, CEIL_LD_F32)
 CEIL_BAG(f16, CEIL_LD_F16)
