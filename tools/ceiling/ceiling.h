@@ -25,7 +25,7 @@ typedef enum ceiling_kind {
   CEILING_FOLD,   /* sort the ids, fold each row's gradient rows in token order, then store */
   CEILING_ROPE,   /* NeoX rotation of n tokens x cols (heads of head_dim) at positions 0..n-1 */
   CEILING_BAG     /* bags of seq ids summed (or averaged) per feature: out[b][f] = sum_j table_f[ids_f[b*seq + j]],
-                     8 rows side by side */
+                     a row at a time, the row 16 ids on asked for */
 } ceiling_kind;
 
 typedef enum ceiling_store { /* what the fold does with each row's gradient g, as the library does */
