@@ -42,7 +42,7 @@ struct ceiling {
   int copy16;                 /* GATHER: a same-dtype 16-bit lookup, words moved as they are */
   size_t features;            /* BAG: d.features, at least 1 */
   size_t ahead;               /* 0: nothing asked for ahead; else the next group's rows (GATHER with
-                                 side 1: the row this many tokens on) */
+                                 side 1, and BAG: the row this many ids on) */
   size_t side;                /* rows (FOLD: segments) taken side by side (1 to CEIL_MAX_SIDE) */
   /* FOLD */
   float *grad, *s1, *s2;
@@ -294,10 +294,9 @@ ceiling *ceiling_create(const ceiling_desc *d, char *err, size_t errlen) {
     c->table_bytes = d->rows * c->row_bytes;
     c->out_bytes = n / c->features / d->seq * c->out_row_bytes;
     /* a row at a time, the row 16 ids on asked for (docs/performance.md) */
-    c->side = 1;
     c->ahead = 16;
-    const char *e;
-    if ((e = getenv("CLEMBED_CEILING_AHEAD")) && atoi(e) >= 0) c->ahead = (size_t)atoi(e);
+    const char *e = getenv("CLEMBED_CEILING_AHEAD");
+    if (e && atoi(e) >= 0) c->ahead = (size_t)atoi(e);
   }
   if (d->kind == CEILING_GATHER || d->kind == CEILING_FOLD || d->kind == CEILING_BAG) {
     if (!(c->ids = malloc((n ? n : 1) * sizeof *c->ids))) REFUSE("out of memory");
