@@ -64,6 +64,7 @@
 #define CE_PIECE_PASS(m) CE_XCAT(CE_PA_, CE_PIECES_##m)(m)
 #define CE_AT(m, r) CE_XCAT(CE_PT_, CE_PIECES_##m)(m, r)
 #define CE_OFF(m, mo, ld, r) (CE_XCAT(CE_PB_, CE_PIECES_##m)(m, mo, ld, r) + (r) * (ld))
+#define CE_ROWP(T, m, mo, ld, r) CE_XCAT(CE_PR_, CE_PIECES_##m)(T, m, mo, ld, r)
 #define CE_OWNS(m, r) CE_XCAT(CE_PW_, CE_PIECES_##m)(m, r)
 #define CE_FIRST(m) CE_XCAT(CE_PF_, CE_PIECES_##m)(m)
 #define CE_LO(m) CE_XCAT(CE_PL_, CE_PIECES_##m)(m)
@@ -73,6 +74,55 @@
  * its buffer, CE_PB_K the element its row 0 would have (m_oj; mo - m_f0 * ld
  * for m), so a row costs one chain of compares (the same in both, once after
  * common subexpressions) and one multiply-add. */
+/* CE_ROWP(T, m, mo, ld, r): the pointer to row r's column 0 where offsets
+ * count elements of T (not the block types), CE_AT and CE_OFF in one without
+ * a branch: the address row 0 would have in row r's piece is that of piece
+ * 0 plus, for each later piece whose first row is at most r, the step from
+ * the piece before it; the pieces' first rows are compared with r at once,
+ * as a vector (a chain of compares of a random row, which compilers make
+ * into branches, costs a misprediction for most rows). */
+#define CE_PR_0(T, m, mo, ld, r) ((m) + (mo) + (r) * (ld))
+#define CE_PA0(T, m, mo, ld) ((ulong)(m) + ((mo) - m##_f0 * (ld)) * sizeof(T))
+#define CE_PAJ(T, m, j) ((ulong)m##_##j + m##_o##j * sizeof(T))
+#define CE_PRV(T, a0, fv, dv, ld, r) \
+  ((__global T *)(ce_piece_sum((a0), (fv), (dv), (r)) + (r) * (ld) * sizeof(T)))
+#define CE_PR_2(T, m, mo, ld, r) \
+  CE_PRV(T, CE_PA0(T, m, mo, ld), (ulong8)(m##_f1, ULONG_MAX, ULONG_MAX, ULONG_MAX, ULONG_MAX, ULONG_MAX, ULONG_MAX, ULONG_MAX), \
+         (ulong8)(CE_PAJ(T, m, 1) - CE_PA0(T, m, mo, ld), 0, 0, 0, 0, 0, 0, 0), ld, r)
+#define CE_PR_3(T, m, mo, ld, r) \
+  CE_PRV(T, CE_PA0(T, m, mo, ld), (ulong8)(m##_f1, m##_f2, ULONG_MAX, ULONG_MAX, ULONG_MAX, ULONG_MAX, ULONG_MAX, ULONG_MAX), \
+         (ulong8)(CE_PAJ(T, m, 1) - CE_PA0(T, m, mo, ld), CE_PAJ(T, m, 2) - CE_PAJ(T, m, 1), 0, 0, 0, 0, 0, 0), ld, r)
+#define CE_PR_4(T, m, mo, ld, r) \
+  CE_PRV(T, CE_PA0(T, m, mo, ld), (ulong8)(m##_f1, m##_f2, m##_f3, ULONG_MAX, ULONG_MAX, ULONG_MAX, ULONG_MAX, ULONG_MAX), \
+         (ulong8)(CE_PAJ(T, m, 1) - CE_PA0(T, m, mo, ld), CE_PAJ(T, m, 2) - CE_PAJ(T, m, 1), CE_PAJ(T, m, 3) - CE_PAJ(T, m, 2), 0, 0, 0, 0, 0), ld, r)
+#define CE_PR_5(T, m, mo, ld, r) \
+  CE_PRV(T, CE_PA0(T, m, mo, ld), (ulong8)(m##_f1, m##_f2, m##_f3, m##_f4, ULONG_MAX, ULONG_MAX, ULONG_MAX, ULONG_MAX), \
+         (ulong8)(CE_PAJ(T, m, 1) - CE_PA0(T, m, mo, ld), CE_PAJ(T, m, 2) - CE_PAJ(T, m, 1), CE_PAJ(T, m, 3) - CE_PAJ(T, m, 2), CE_PAJ(T, m, 4) - CE_PAJ(T, m, 3), 0, 0, 0, 0), ld, r)
+#define CE_PR_6(T, m, mo, ld, r) \
+  CE_PRV(T, CE_PA0(T, m, mo, ld), (ulong8)(m##_f1, m##_f2, m##_f3, m##_f4, m##_f5, ULONG_MAX, ULONG_MAX, ULONG_MAX), \
+         (ulong8)(CE_PAJ(T, m, 1) - CE_PA0(T, m, mo, ld), CE_PAJ(T, m, 2) - CE_PAJ(T, m, 1), CE_PAJ(T, m, 3) - CE_PAJ(T, m, 2), CE_PAJ(T, m, 4) - CE_PAJ(T, m, 3), CE_PAJ(T, m, 5) - CE_PAJ(T, m, 4), 0, 0, 0), ld, r)
+#define CE_PR_7(T, m, mo, ld, r) \
+  CE_PRV(T, CE_PA0(T, m, mo, ld), (ulong8)(m##_f1, m##_f2, m##_f3, m##_f4, m##_f5, m##_f6, ULONG_MAX, ULONG_MAX), \
+         (ulong8)(CE_PAJ(T, m, 1) - CE_PA0(T, m, mo, ld), CE_PAJ(T, m, 2) - CE_PAJ(T, m, 1), CE_PAJ(T, m, 3) - CE_PAJ(T, m, 2), CE_PAJ(T, m, 4) - CE_PAJ(T, m, 3), CE_PAJ(T, m, 5) - CE_PAJ(T, m, 4), CE_PAJ(T, m, 6) - CE_PAJ(T, m, 5), 0, 0), ld, r)
+#define CE_PR_8(T, m, mo, ld, r) \
+  CE_PRV(T, CE_PA0(T, m, mo, ld), (ulong8)(m##_f1, m##_f2, m##_f3, m##_f4, m##_f5, m##_f6, m##_f7, ULONG_MAX), \
+         (ulong8)(CE_PAJ(T, m, 1) - CE_PA0(T, m, mo, ld), CE_PAJ(T, m, 2) - CE_PAJ(T, m, 1), CE_PAJ(T, m, 3) - CE_PAJ(T, m, 2), CE_PAJ(T, m, 4) - CE_PAJ(T, m, 3), CE_PAJ(T, m, 5) - CE_PAJ(T, m, 4), CE_PAJ(T, m, 6) - CE_PAJ(T, m, 5), CE_PAJ(T, m, 7) - CE_PAJ(T, m, 6), 0), ld, r)
+#define CE_PR_1(T, m, mo, ld, r) ((__global T *)(CE_PA0(T, m, mo, ld) + (r) * (ld) * sizeof(T)))
+#define CE_PR_9(T, m, mo, ld, r) CE_PR_1(T, m, mo, ld, r)
+#define CE_PR_10(T, m, mo, ld, r) CE_PR_2(T, m, mo, ld, r)
+#define CE_PR_11(T, m, mo, ld, r) CE_PR_3(T, m, mo, ld, r)
+#define CE_PR_12(T, m, mo, ld, r) CE_PR_4(T, m, mo, ld, r)
+#define CE_PR_13(T, m, mo, ld, r) CE_PR_5(T, m, mo, ld, r)
+#define CE_PR_14(T, m, mo, ld, r) CE_PR_6(T, m, mo, ld, r)
+#define CE_PR_15(T, m, mo, ld, r) CE_PR_7(T, m, mo, ld, r)
+#define CE_PR_16(T, m, mo, ld, r) CE_PR_8(T, m, mo, ld, r)
+/* a0 plus the steps dv of the lanes whose first row fv is at most r */
+CE_INLINE ulong ce_piece_sum(ulong a0, ulong8 fv, ulong8 dv, ulong r) {
+  const ulong8 d = dv & as_ulong8((ulong8)(r) >= fv);
+  const ulong4 h = d.lo + d.hi;
+  const ulong2 q = h.lo + h.hi;
+  return a0 + q.lo + q.hi;
+}
 /* one buffer */
 #define CE_PP_0(T, m)
 #define CE_PA_0(m)

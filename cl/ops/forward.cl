@@ -108,9 +108,13 @@
                     slot, (report), (ok))
 
 /* Row r's start in the table, the position table and the output (their pieces). */
+#if TABLE_DT <= 2 /* elements, not blocks: pieces.cl's CE_ROWP */
+#define TABLE_ROW(r) CE_ROWP(const TABLE_T, table, t_off, t_ld, (ulong)(r))
+#else
 #define TABLE_ROW(r) table_ptr(CE_AT(table, (ulong)(r)), CE_OFF(table, t_off, t_ld, (ulong)(r)))
+#endif
 #define POS_ROW(p) pos_ptr(CE_AT(ptab, (ulong)(p)), CE_OFF(ptab, p_off, p_ld, (ulong)(p)))
-#define OUT_ROW(i) (CE_AT(out, (ulong)(i)) + CE_OFF(out, o_off, o_ld, (ulong)(i)))
+#define OUT_ROW(i) CE_ROWP(OUT_T, out, o_off, o_ld, (ulong)(i))
 /* Whether this launch writes token i: its output row, table row (row, -1 for
  * none) and learned position (p when pok) are in the launch's windows. */
 #if POSITIONS == 2
@@ -317,6 +321,10 @@ inline void ce_embed_row_tokens(CE_EMBED_ARGS, ulong t0, ulong tstep, ulong tnex
 #if POSITIONS == 2
   __global const POS_T *prow[ROWS];
 #endif
+  /* unrolled: the tokens' rows resolved side by side, straight-line code
+   * (as a loop the compiler branched on each id's checks; 1.19x on 512-byte
+   * rows, docs/performance.md) */
+#pragma unroll
   for (int k = 0; k < ROWS; k++) {
     ulong t = t0 + k * tstep, i = min(t, n - 1);
     long row = TOKEN_ROW(i, t < n);
