@@ -321,9 +321,8 @@ inline void ce_embed_row_tokens(CE_EMBED_ARGS, ulong t0, ulong tstep, ulong tnex
 #if POSITIONS == 2
   __global const POS_T *prow[ROWS];
 #endif
-  /* unrolled: the tokens' rows resolved side by side, straight-line code
-   * (as a loop the compiler branched on each id's checks; 1.19x on 512-byte
-   * rows, docs/performance.md) */
+  /* unrolled: the tokens' rows resolved in straight-line code (1.19x the
+   * loop's speed on 512-byte rows: docs/performance.md) */
 #pragma unroll
   for (int k = 0; k < ROWS; k++) {
     ulong t = t0 + k * tstep, i = min(t, n - 1);
