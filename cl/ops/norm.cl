@@ -95,8 +95,12 @@
  * gradient may be split matrices (cl/lib/pieces.cl), each with all its pieces
  * in the one launch (the host marks them whole: a work-group's items share a
  * token's row, so no launch leaves rows to another). */
+#if TABLE_DT <= 2 /* elements, not blocks: a row's piece without a branch (CE_ROWP) */
+#define TABLE_ROW(r) CE_ROWP(const TABLE_T, table, t_off, t_ld, (ulong)(r))
+#else
 #define TABLE_ROW(r) table_ptr(CE_AT(table, (ulong)(r)), CE_OFF(table, t_off, t_ld, (ulong)(r)))
-#define OUT_ROW(i) (CE_AT(out, (ulong)(i)) + CE_OFF(out, o_off, o_ld, (ulong)(i)))
+#endif
+#define OUT_ROW(i) CE_ROWP(OUT_T, out, o_off, o_ld, (ulong)(i))
 #define GRAD_ROW(i) (CE_AT(grad, (ulong)(i)) + CE_OFF(grad, g_off, g_ld, (ulong)(i)))
 
 /* What every kernel takes: the forward's inputs and options. */

@@ -52,8 +52,8 @@ __kernel void ce_rope_cache(__global OUT_T *out, ulong o_off CE_PIECE_PARAMS(OUT
       __global const int *pos32, __global const long *pos64, ulong pos_off, int pos64f, ulong seq_len,        \
       ulong pos_offset, __global uint *err, uint slot
 /* row i of x and of out, and whether this launch takes it */
-#define X_ROW(i) (CE_AT(x, (i)) + CE_OFF(x, x_off, x_ld, (i)))
-#define OUT_ROW(i) (CE_AT(out, (i)) + CE_OFF(out, o_off, o_ld, (i)))
+#define X_ROW(i) CE_ROWP(const X_T, x, x_off, x_ld, (ulong)(i))
+#define OUT_ROW(i) CE_ROWP(OUT_T, out, o_off, o_ld, (ulong)(i))
 #define ROW_OWNED(i) (CE_OWNS(x, (i)) && CE_OWNS(out, (i)))
 
 /* Row i's position; *ok is 0 for a position from the buffer that is negative
