@@ -70,10 +70,6 @@
 #define CE_LO(m) CE_XCAT(CE_PL_, CE_PIECES_##m)(m)
 #define CE_HI(m) CE_XCAT(CE_PH_, CE_PIECES_##m)(m)
 
-/* The piece of row r is the last whose first row is at most r: CE_PT_K gives
- * its buffer, CE_PB_K the element its row 0 would have (m_oj; mo - m_f0 * ld
- * for m), so a row costs one chain of compares (the same in both, once after
- * common subexpressions) and one multiply-add. */
 /* CE_ROWP(T, m, mo, ld, r): the pointer to row r's column 0 where offsets
  * count elements of T (not the block types), CE_AT and CE_OFF in one without
  * a branch: the address row 0 would have in row r's piece is that of piece
@@ -123,6 +119,10 @@ CE_INLINE ulong ce_piece_sum(ulong a0, ulong8 fv, ulong8 dv, ulong r) {
   const ulong2 q = h.lo + h.hi;
   return a0 + q.lo + q.hi;
 }
+/* The piece of row r is the last whose first row is at most r: CE_PT_K gives
+ * its buffer, CE_PB_K the element its row 0 would have (m_oj; mo - m_f0 * ld
+ * for m), so a row costs one chain of compares (the same in both, once after
+ * common subexpressions) and one multiply-add. */
 /* one buffer */
 #define CE_PP_0(T, m)
 #define CE_PA_0(m)
