@@ -98,6 +98,55 @@ static void gather_every_dtype_pair_once(void) {
   free(w);
 }
 
+/* GATHER with layer_norm (BERT's layer): against LayerNorm in double, 1 and
+ * 3 threads, rows one at a time and side by side. */
+static void layer_norms_once(void) {
+  const size_t rows = 37, cols = 528, n = 24, seq = 6;
+  int32_t ids[24];
+  random_ids(ids, n, rows, 11);
+  double *x = malloc(cols * sizeof *x);
+  for (int side = 1; side <= 4; side *= 4)
+    for (int threads = 1; threads <= 3; threads += 2) {
+      char sv[8];
+      snprintf(sv, sizeof sv, "%d", side);
+      setenv("CLEMBED_CEILING_SIDE", sv, 1);
+      ceiling_desc d = {.kind = CEILING_GATHER, .table_dtype = CLEMBED_F32, .out_dtype = CLEMBED_F32, .rows = rows,
+                        .cols = cols, .n = n, .ids = ids, .scale = 2.5f, .seq = seq, .positions = 1,
+                        .layer_norm = 1};
+      char err[128];
+      ceiling *c = ceiling_create(&d, err, sizeof err);
+      unsetenv("CLEMBED_CEILING_SIDE");
+      EXPECT(c != NULL, "%s", err);
+      if (!c) continue;
+      ceiling_run(c, serial_runner, &threads);
+      ceiling_view v;
+      ceiling_get_view(c, &v);
+      double worst = 0.0;
+      for (size_t i = 0; i < n; i++) {
+        const float *w = (const float *)(v.table + (size_t)ids[i] * v.row_bytes);
+        const float *s = v.norm + (i % seq >= seq / 2 ? cols : 0), *g = v.norm + 2 * cols, *b = v.norm + 3 * cols;
+        double mean = 0.0, var = 0.0;
+        for (size_t col = 0; col < cols; col++) {
+          x[col] = 2.5 * w[col] + (double)v.pos[(i % seq) * cols + col] + (double)s[col];
+          mean += x[col];
+        }
+        mean /= (double)cols;
+        for (size_t col = 0; col < cols; col++) var += (x[col] - mean) * (x[col] - mean);
+        const double rstd = 1.0 / sqrt(var / (double)cols + 1e-12);
+        for (size_t col = 0; col < cols; col++) {
+          float y;
+          memcpy(&y, v.out + i * v.out_row_bytes + 4 * col, 4);
+          double e = fabs((double)y - ((x[col] - mean) * rstd * (double)g[col] + (double)b[col]));
+          if (!(e <= worst)) worst = e;
+        }
+      }
+      EXPECT(worst < 1e-5, "side %d threads %d: %g from LayerNorm in double (%s)", side, threads, worst,
+             ceiling_isa());
+      ceiling_destroy(c);
+    }
+  free(x);
+}
+
 /* FOLD: each store mode on F32 and BF16 tables, rows repeated many times; a
  * gradient row per token, and (with 3 threads) one per 4 tokens, as a bag
  * step's SUM has. */
@@ -279,6 +328,10 @@ TU_CASE(rope_rotates) {
   FOR_EACH_ISA(k) rope_rotates_once();
   unsetenv("CLEMBED_CEILING_ISA");
 }
+TU_CASE(layer_norms) {
+  FOR_EACH_ISA(k) layer_norms_once();
+  unsetenv("CLEMBED_CEILING_ISA");
+}
 TU_CASE(bag_pools) {
   FOR_EACH_ISA(k) bag_pools_once();
   unsetenv("CLEMBED_CEILING_ISA");
@@ -297,6 +350,11 @@ TU_CASE(refuses_what_it_cannot_do) {
   ids[3] = 3;
   d.table_dtype = CLEMBED_Q4_K;
   EXPECT(ceiling_create(&d, err, sizeof err) == NULL, "Q4_K with 32 columns");
+  d.table_dtype = CLEMBED_F32;
+  d.layer_norm = 1; /* the layer needs positions */
+  EXPECT(ceiling_create(&d, err, sizeof err) == NULL && strstr(err, "positions"), "a layer without positions: '%s'",
+         err);
+  d.layer_norm = 0;
   ceiling_desc b = {.kind = CEILING_BAG, .table_dtype = CLEMBED_F32, .out_dtype = CLEMBED_F32, .rows = 4,
                     .cols = 32, .n = 4, .ids = ids, .seq = 3};
   EXPECT(ceiling_create(&b, err, sizeof err) == NULL && strstr(err, "whole bags"), "4 ids in bags of 3: '%s'", err);

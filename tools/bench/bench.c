@@ -954,6 +954,9 @@ static ceiling *row_ceiling(const bench_state *s, const spec *r, char *err, size
   d.scale = 1.0f;
   switch (r->op) {
   case OP_LOOKUP: d.kind = CEILING_GATHER; break;
+  case OP_BERT: /* the layer: the gather with positions, the segment row and LayerNorm (weight, bias) */
+    d.layer_norm = 1;
+    /* fall through */
   case OP_EMBED_SINUSOID:
   case OP_EMBED_LEARNED: /* the sinusoid as the library reads it: a cached position table */
     d.kind = CEILING_GATHER;

@@ -29,6 +29,7 @@ typedef uint8_t v16ub __attribute__((vector_size(16)));
 #define CEIL_RADIX_MAX_BITS 11
 #define CEIL_MAX_SIDE 8
 #define CEIL_BAG_MAX_V 64 /* BAG: at most 1024 columns */
+#define CEIL_LAYER_MAX_COLS 4096
 
 struct ceiling {
   ceiling_desc d;
@@ -38,6 +39,7 @@ struct ceiling {
   int32_t *ids;
   float *pos;                 /* GATHER: seq x cols positions; ROPE: n x head_dim cos | sin */
   size_t pos_bytes;
+  float *norm;                /* GATHER with layer_norm: segment rows 0 and 1, weight, bias */
   int by_position, stream;
   int copy16;                 /* GATHER: a same-dtype 16-bit lookup, words moved as they are */
   size_t features;            /* BAG: d.features, at least 1 */
@@ -231,6 +233,7 @@ void ceiling_destroy(ceiling *c) {
   ceiling_host_free(c->table, c->table_bytes);
   ceiling_host_free(c->out, c->out_bytes);
   ceiling_host_free(c->pos, c->pos_bytes);
+  ceiling_host_free(c->norm, c->d.cols * 16);
   ceiling_host_free(c->grad, c->grad_bytes);
   ceiling_host_free(c->s1, c->s1_bytes);
   ceiling_host_free(c->s2, c->s2_bytes);
@@ -320,6 +323,12 @@ ceiling *ceiling_create(const ceiling_desc *d, char *err, size_t errlen) {
       fill((unsigned char *)c->pos, CLEMBED_F32, d->seq * cols, c->pos_bytes, 5);
       c->by_position = n / d->seq > 1;
     }
+    if (d->layer_norm) {
+      if (d->table_dtype != CLEMBED_F32 || d->out_dtype != CLEMBED_F32 || !d->positions || cols > CEIL_LAYER_MAX_COLS)
+        REFUSE("the layer's ceiling takes F32 in and out, with positions, at most %d columns", CEIL_LAYER_MAX_COLS);
+      if (!(c->norm = ceiling_host_alloc(cols * 16))) REFUSE("out of memory");
+      fill((unsigned char *)c->norm, CLEMBED_F32, 4 * cols, cols * 16, 9);
+    }
     c->copy16 = (d->table_dtype == CLEMBED_F16 || d->table_dtype == CLEMBED_BF16) && d->out_dtype == d->table_dtype &&
                 d->scale == 1.0f && !d->positions && c->row_bytes % 64 == 0;
     /* four rows side by side, the next four asked for while they are written:
@@ -401,6 +410,7 @@ void ceiling_get_view(const ceiling *c, ceiling_view *v) {
   v->table = c->table;
   v->out = c->out;
   v->pos = c->pos;
+  v->norm = c->norm;
   v->grad = c->grad;
   v->s1 = c->s1;
   v->s2 = c->s2;

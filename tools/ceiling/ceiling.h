@@ -45,6 +45,9 @@ typedef struct ceiling_desc {
   float scale;               /* GATHER: the token row's multiplier (1: none) */
   size_t seq;                /* GATHER: with positions, tokens per sequence (a seq x cols F32 table) */
   int positions;             /* GATHER: add the position row */
+  int layer_norm;            /* GATHER (F32 in and out, with positions, at most 4096 columns): BERT's layer,
+                                out[i] = LayerNorm(scale * table[ids[i]] + P[i % seq] + S[i % seq >= seq / 2])
+                                * weight + bias, eps 1e-12 (two segment rows, as the bench's) */
   ceiling_store store;       /* FOLD */
   float learning_rate;       /* FOLD: 0 means 1e-9 (the bench's: the table stays put) */
   size_t head_dim;           /* ROPE */
@@ -75,8 +78,8 @@ void ceiling_run(ceiling *c, ceiling_runner run, void *runner_arg);
 void ceiling_destroy(ceiling *c); /* NULL is a no-op */
 
 /* The host arrays a ceiling works on, for checking its results (NULL where
- * its kind has none): GATHER reads table (rows x row_bytes) and pos (seq x
- * cols F32) and writes out (n x out_row_bytes); BAG reads table and writes
+ * its kind has none): GATHER reads table (rows x row_bytes), pos (seq x
+ * cols F32) and norm and writes out (n x out_row_bytes); BAG reads table and writes
  * out (bags x out_row_bytes); FOLD reads grad (n x cols
  * F32) and updates table (dW for ACCUMULATE), s1 (rows x s1_cols) and s2;
  * ROPE reads table (n x cols) and pos (n x head_dim: head_dim/2 cosines, then
@@ -85,6 +88,7 @@ void ceiling_destroy(ceiling *c); /* NULL is a no-op */
 typedef struct ceiling_view {
   unsigned char *table, *out;
   float *pos, *grad, *s1, *s2;
+  float *norm; /* GATHER with layer_norm: the segment rows 0 and 1, the weight, the bias (cols each) */
   size_t row_bytes, out_row_bytes, s1_cols;
   float lr, eps, b1c, b2c;
 } ceiling_view;

@@ -333,6 +333,72 @@ static void CEIL_FN(gather_copy16)(const ceiling *c, size_t first, size_t count)
   }
 }
 
+/* BERT's layer (layer_norm), F32: the group's rows side by side (side), the
+ * first pass putting each row's x = scale * w + p + s in a scratch (L1) and
+ * adding it into 16 partial sums, the next group's table rows asked for
+ * meanwhile (ahead); then each row's squared deviations from the scratch,
+ * and the output, (x - mean) * rstd * weight + bias, the group's rows side by
+ * side in streaming stores. The same operations as the library's CPU shape
+ * (cl/ops/norm.cl), with 16 partial sums instead of its 32. */
+CEIL_INLINE float CEIL_FN(hsum)(v16 v) {
+  float t = 0.0f;
+  for (int k = 0; k < 16; k++) t += v[k];
+  return t;
+}
+static void CEIL_FN(layer)(const ceiling *c, size_t first, size_t count) {
+  const size_t cols = c->d.cols, rb = c->row_bytes, ob = c->out_row_bytes, side = c->side, half = c->d.seq / 2;
+  const v16 scale = CEIL_FN(splat)(c->d.scale);
+  const float *seg = c->norm, *nw = c->norm + 2 * cols, *nb = c->norm + 3 * cols, inv = 1.0f / (float)cols;
+  /* the scratch's rows a line apart more than their width (not on the same cache sets) */
+  static __thread float xs[CEIL_MAX_SIDE * (CEIL_LAYER_MAX_COLS + 16)] __attribute__((aligned(64)));
+  const size_t xst = cols + 16;
+  const unsigned char *w[CEIL_MAX_SIDE], *next[CEIL_MAX_SIDE];
+  const float *p[CEIL_MAX_SIDE], *sr[CEIL_MAX_SIDE];
+  unsigned char *o[CEIL_MAX_SIDE];
+  float mean[CEIL_MAX_SIDE], rstd[CEIL_MAX_SIDE];
+  v16 acc[CEIL_MAX_SIDE];
+  for (size_t k0 = 0; k0 < count; k0 += side) {
+    const size_t live = count - k0 < side ? count - k0 : side;
+    for (size_t j = 0; j < live; j++) {
+      size_t i = CEIL_FN(token)(c, first, k0 + j), ka = k0 + j + side;
+      w[j] = c->table + (size_t)c->ids[i] * rb;
+      next[j] = c->ahead && ka < count ? c->table + (size_t)c->ids[CEIL_FN(token)(c, first, ka)] * rb : NULL;
+      p[j] = c->pos + (i % c->d.seq) * cols;
+      sr[j] = seg + (i % c->d.seq >= half ? cols : 0);
+      o[j] = c->out + i * ob;
+      acc[j] = CEIL_FN(splat)(0.0f);
+    }
+    for (size_t col = 0; col < cols; col += 16)
+      for (size_t j = 0; j < live; j++) {
+        if (next[j]) __builtin_prefetch(next[j] + 4 * col, 0, 3);
+        v16 v = CEIL_FN(ld_f32)(w[j] + 4 * col) * scale + CEIL_FN(ld_f32)((const unsigned char *)(p[j] + col));
+        v += CEIL_FN(ld_f32)((const unsigned char *)(sr[j] + col));
+        memcpy(xs + j * xst + col, &v, 64);
+        acc[j] += v;
+      }
+    for (size_t j = 0; j < live; j++) {
+      const float m = CEIL_FN(hsum)(acc[j]) * inv;
+      const v16 mv = CEIL_FN(splat)(m);
+      v16 q = CEIL_FN(splat)(0.0f);
+      for (size_t col = 0; col < cols; col += 16) {
+        v16 dv = CEIL_FN(ld_f32)((const unsigned char *)(xs + j * xst + col)) - mv;
+        q += dv * dv;
+      }
+      mean[j] = m;
+      rstd[j] = 1.0f / sqrtf(CEIL_FN(hsum)(q) * inv + 1e-12f);
+    }
+    for (size_t col = 0; col < cols; col += 16) {
+      const v16 wv = CEIL_FN(ld_f32)((const unsigned char *)(nw + col));
+      const v16 bv = CEIL_FN(ld_f32)((const unsigned char *)(nb + col));
+      for (size_t j = 0; j < live; j++) {
+        v16 x = CEIL_FN(ld_f32)((const unsigned char *)(xs + j * xst + col));
+        v16 y = (x - CEIL_FN(splat)(mean[j])) * CEIL_FN(splat)(rstd[j]) * wv + bv;
+        CEIL_FN(st_f32)(o[j] + 4 * col, y, c->stream);
+      }
+    }
+  }
+}
+
 typedef void (*CEIL_FN(gather_fn))(const ceiling *c, size_t first, size_t count);
 #define CEIL_GATHER_ROW(T) {CEIL_CAT(gather_##T##_f32, CEIL_SFX), CEIL_CAT(gather_##T##_f16, CEIL_SFX), \
                             CEIL_CAT(gather_##T##_bf16, CEIL_SFX)}
@@ -346,7 +412,8 @@ static void CEIL_FN(gather_part)(const ceiling *c, int index, int threads) {
          hi = total * (size_t)(index + 1) / (size_t)threads;
   size_t count = c->by_position ? (hi - lo) * (c->d.n / c->d.seq) : hi - lo;
   int o = c->d.out_dtype == CLEMBED_F32 ? 0 : c->d.out_dtype == CLEMBED_F16 ? 1 : 2;
-  if (c->copy16) CEIL_FN(gather_copy16)(c, lo, count);
+  if (c->norm) CEIL_FN(layer)(c, lo, count);
+  else if (c->copy16) CEIL_FN(gather_copy16)(c, lo, count);
   else CEIL_FN(gathers)[c->tcode][o](c, lo, count);
 #if CEIL_ISA >= 1
   _mm_sfence();
