@@ -15,11 +15,17 @@
  *   sharded step     clembed_mpi_optimizer_step (row-wise Adagrad) of B
  *                    gradient rows;
  *   local step       clembed_optimizer_step of B gradient rows on the shard;
+ *   owner step       clembed_optimizer_step of the gradient rows the rank
+ *                    receives in the sharded step (every rank's tokens whose
+ *                    row it owns, in rank then token order): the device work
+ *                    the sharded step does there, which with hot ids is
+ *                    more than B rows on rank 0;
  *   raw exchange     MPI_Alltoallv of each token's shard row index and
  *                    gradient row to its owner.
  * A time is the slowest rank's (MPI_Allreduce MAX). Printed: the medians, and
  * the median over the repetitions of sharded / (local + raw), the figure the
- * sharded calls are judged by; and the bytes each rank sends and receives.
+ * sharded calls are judged by, and for the step sharded / (owner + raw) as
+ * well; and the bytes each rank sends and receives.
  * Distributions: uniform ids; hot (half the ids from the first 1% of rows, all
  * on rank 0: the imbalance of a popular feature); local (every id on the
  * rank's own shard: no bytes cross but the calls' own). Uses the public APIs
@@ -161,15 +167,24 @@ int main(int argc, char **argv) {
 
   /* this rank's ids, and the same ids inside its own shard (for the local parts) */
   uint64_t *ids = malloc(B * sizeof *ids), *local = malloc(B * sizeof *local), *sorted = malloc(B * sizeof *sorted);
-  uint64_t s = 88172645463325252ULL ^ (uint64_t)rank * 0x9E3779B97F4A7C15ULL;
-  size_t hot = rows / 100 ? rows / 100 : 1;
-  for (size_t i = 0; i < B; i++) {
-    s ^= s << 13, s ^= s >> 7, s ^= s << 17;
-    uint64_t v = s % rows;
-    if (!strcmp(dist, "hot") && (s >> 40) % 2) v = (s >> 20) % hot;
-    if (!strcmp(dist, "local")) v = bounds[rank] + (bounds[rank + 1] > bounds[rank] ? s % (bounds[rank + 1] - bounds[rank]) : 0);
-    ids[i] = v;
-    local[i] = shard.rows ? v % shard.rows : 0;
+  /* every rank's ids made here (rank r's from its own seed): this rank's, and
+   * those of every rank that fall in its shard, in rank then token order (the
+   * rows its sharded step receives) */
+  size_t hot = rows / 100 ? rows / 100 : 1, nown = 0;
+  uint64_t *own = malloc((size_t)size * B * sizeof *own);
+  for (int r = 0; r < size; r++) {
+    uint64_t s = 88172645463325252ULL ^ (uint64_t)r * 0x9E3779B97F4A7C15ULL;
+    for (size_t i = 0; i < B; i++) {
+      s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+      uint64_t v = s % rows;
+      if (!strcmp(dist, "hot") && (s >> 40) % 2) v = (s >> 20) % hot;
+      if (!strcmp(dist, "local")) v = bounds[r] + (bounds[r + 1] > bounds[r] ? s % (bounds[r + 1] - bounds[r]) : 0);
+      if (r == rank) {
+        ids[i] = v;
+        local[i] = shard.rows ? v % shard.rows : 0;
+      }
+      if (v >= bounds[rank] && v < bounds[rank + 1]) own[nown++] = v - bounds[rank];
+    }
   }
   /* the counts the forward moves (distinct ids per owner) and the step moves (tokens per owner) */
   int *fwd = calloc((size_t)size, sizeof(int)), *stp = calloc((size_t)size, sizeof(int));
@@ -186,10 +201,13 @@ int main(int argc, char **argv) {
   exchange_make(&xf, fwd, (size_t)idb, rb);
   exchange_make(&xs, stp, (size_t)idb + rb, 0);
 
-  clembed_ids dev_ids = {0}, dev_local = {0};
-  clembed_matrix out = {0}, grad = {0};
+  clembed_ids dev_ids = {0}, dev_local = {0}, dev_own = {0};
+  clembed_matrix out = {0}, grad = {0}, gown = {0};
   TRY(clembed_ids_create(ctx, ids, B, CLEMBED_I64, &dev_ids));
   TRY(clembed_ids_create(ctx, local, B, CLEMBED_I64, &dev_local));
+  TRY(clembed_ids_create(ctx, own, nown ? nown : 1, CLEMBED_I64, &dev_own));
+  TRY(clembed_matrix_create(ctx, nown ? nown : 1, cols, CLEMBED_F32, &gown));
+  TRY(clembed_matrix_init_normal(ctx, &gown, 0.0f, 1e-3f, 12 + (uint64_t)rank, 0, NULL, NULL));
   TRY(clembed_matrix_create(ctx, B, cols, CLEMBED_F32, &out));
   TRY(clembed_matrix_create(ctx, B, cols, CLEMBED_F32, &grad));
   TRY(clembed_matrix_init_normal(ctx, &grad, 0.0f, 1e-3f, 2 + (uint64_t)rank, 0, NULL, NULL));
@@ -199,11 +217,12 @@ int main(int argc, char **argv) {
   clembed_optimizer lo = o;
   lo.state = &lstate;
 
-  double *m[6], *rf = malloc((size_t)reps * sizeof(double)), *rs = malloc((size_t)reps * sizeof(double));
-  for (int k = 0; k < 6; k++) m[k] = malloc((size_t)reps * sizeof(double));
+  double *m[7], *rf = malloc((size_t)reps * sizeof(double)), *rs = malloc((size_t)reps * sizeof(double));
+  double *ro = malloc((size_t)reps * sizeof(double));
+  for (int k = 0; k < 7; k++) m[k] = malloc((size_t)reps * sizeof(double));
   /* one warm-up of each (kernels compiled, buffers touched) */
   for (int rep = -1; rep < reps; rep++) {
-    double v[6], t0;
+    double v[7], t0;
     MPI_Barrier(MPI_COMM_WORLD);
     t0 = now();
     TRY(clembed_mpi_embed(t, &dev_ids, NULL, &out));
@@ -225,30 +244,40 @@ int main(int argc, char **argv) {
     t0 = now();
     exchange_run(&xs);
     v[5] = slowest(t0);
+    t0 = now();
+    if (nown) { /* (no rows: nothing to time) */
+      TRY(clembed_optimizer_step(ctx, &gown, &dev_own, NULL, &lo, &shard, 0, NULL, NULL));
+      TRY(clembed_finish(ctx));
+    }
+    v[6] = slowest(t0);
     if (rep < 0) continue;
-    for (int k = 0; k < 6; k++) m[k][rep] = v[k];
+    for (int k = 0; k < 7; k++) m[k][rep] = v[k];
     rf[rep] = v[0] / (v[1] + v[2]);
     rs[rep] = v[3] / (v[4] + v[5]);
+    ro[rep] = v[3] / (v[6] + v[5]);
   }
   long long fb[2] = {xf.sent * idb + xf.received * (long long)rb, xf.received * idb + xf.sent * (long long)rb};
   long long sb[2] = {xs.sent * (long long)(idb + rb), xs.received * (long long)(idb + rb)};
   if (rank == 0) {
-    const char *names[6] = {"sharded forward", "local forward", "raw exchange (forward)", "sharded step",
-                            "local step", "raw exchange (step)"};
+    const char *names[7] = {"sharded forward", "local forward", "raw exchange (forward)", "sharded step",
+                            "local step", "raw exchange (step)", "owner step"};
     printf("bench_mpi: %d ranks, %s, table %zu x %zu %s (%zu rows a rank), %zu ids a rank, %s ids, %d repetitions\n",
            size, clembed_context_device_name(ctx), rows, cols, dt == CLEMBED_F32 ? "F32" : dt == CLEMBED_F16 ? "F16" : "BF16",
            shard.rows, B, dist, reps);
     printf("rank 0 moves: forward %lld bytes out, %lld in; step %lld out, %lld in\n", fb[0], fb[1], sb[0], sb[1]);
-    for (int k = 0; k < 6; k++) printf("  %-24s %10.3f ms (median)\n", names[k], 1e3 * median(m[k], reps));
+    for (int k = 0; k < 7; k++) printf("  %-24s %10.3f ms (median)\n", names[k], 1e3 * median(m[k], reps));
     printf("forward: sharded / (local + raw exchange) = %.3f (median of %d)\n", median(rf, reps), reps);
     printf("step:    sharded / (local + raw exchange) = %.3f (median of %d)\n", median(rs, reps), reps);
+    printf("step:    sharded / (owner + raw exchange) = %.3f (median of %d)\n", median(ro, reps), reps);
   }
-  for (int k = 0; k < 6; k++) free(m[k]);
-  free(rf), free(rs), free(ids), free(local), free(sorted), free(bounds), free(fwd), free(stp);
+  for (int k = 0; k < 7; k++) free(m[k]);
+  free(rf), free(rs), free(ro), free(ids), free(local), free(own), free(sorted), free(bounds), free(fwd), free(stp);
   exchange_free(&xf);
   exchange_free(&xs);
   clembed_ids_release(&dev_ids);
   clembed_ids_release(&dev_local);
+  clembed_ids_release(&dev_own);
+  clembed_matrix_release(&gown);
   clembed_matrix_release(&out);
   clembed_matrix_release(&grad);
   clembed_matrix_release(&lstate);
