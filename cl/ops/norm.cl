@@ -503,7 +503,8 @@ inline ulong ce_norm_first(ulong g, int strided, ulong seq_len, ulong *tstep) {
 /* ------------------------------------------------------- CPU row groups */
 
 /* The CPU shapes take an item's tokens in groups of SIDE (the host's choice:
- * as many rows as the scratch holds, at most ROWS; 1 without a norm). The
+ * as many rows as the scratch holds within the tuning's L1 budget, at most
+ * ROWS; 1 without a norm). The
  * group's first pass reads its rows side by side, VEC columns of each in
  * turn (a CPU's prefetchers get several streams), putting x in the scratch
  * and adding it (RMS: x * x) into the row's partial sums; the later passes

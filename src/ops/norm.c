@@ -205,12 +205,15 @@ static clembed_status norm_prepare(norm_call *c, clembed_dtype out_dtype, const 
   /* the CPU shape keeps its rows' x (and the backward's gradient) aside when
    * one fits in the scratch, and reads as many side by side as fit (each row
    * rounded up to a vector and, with more than one, a vector more: the
-   * kernel's xst_), at most the item's tokens: a power of two */
+   * kernel's xst_), within norm_side_cols but two where two fit, at most the
+   * item's tokens: a power of two */
   unsigned scratch = 0, side = 1;
   size_t row = (c->table->cols + t->embed_vec - 1) / t->embed_vec * t->embed_vec;
   if (c->rows && opt->norm.kind != CLEMBED_NORM_NONE && row <= t->norm_scratch_cols) {
     scratch = t->norm_scratch_cols;
-    while (side * 2 <= c->rows && side * 2 * (row + t->embed_vec) <= scratch) side *= 2;
+    while (side * 2 <= c->rows && side * 2 * (row + t->embed_vec) <= scratch &&
+           (side < 2 || !t->norm_side_cols || side * 2 * (row + t->embed_vec) <= t->norm_side_cols))
+      side *= 2;
   }
   if (c->rows)
     n += snprintf(c->opts + n, sizeof c->opts - (size_t)n,

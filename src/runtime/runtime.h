@@ -79,6 +79,8 @@ typedef struct ce_tuning {
   unsigned norm_next;          /* with prefetch hints (1): the next rows asked for during the first pass */
   unsigned norm_scratch_cols;  /* CPU shape: the private floats its rows are kept in between passes (rows of
                                 * up to this many columns; as many side by side as fit, up to the item's) */
+  unsigned norm_side_cols;     /* CPU shape: rows side by side only while they take at most this many of the
+                                * scratch's floats (an L1 budget), two at least where two fit (0: no budget) */
   unsigned norm_sums;          /* the backward with a norm: ce_norm_params sums a segment table of a few rows
                                 * (PSEG) and the CPU shape's strided items the position table (POSG), 1;
                                 * or their folds over dx, 0 (the same bits) */
@@ -139,7 +141,7 @@ const ce_tuning *ce_tuning_choose(int is_cpu, const char *env);
   X(fold_block_columns) X(fold_split) X(fold_group) X(fold_ahead_bytes) X(fold_ahead) X(rowwise_ahead) X(fold_slices_per_unit)        \
   X(fold_min_slices) X(row_items) X(sinusoid_table_max_elements) X(sinusoid_table_min_rows)                      \
   X(sinusoid_table_inline_rows) X(huge_page_bytes)                                                               \
-  X(norm_rows) X(norm_strided_rows) X(norm_group_rows) X(norm_next) X(norm_scratch_cols) X(norm_sums) X(piece_args)  \
+  X(norm_rows) X(norm_strided_rows) X(norm_group_rows) X(norm_next) X(norm_scratch_cols) X(norm_side_cols) X(norm_sums) X(piece_args)  \
   X(bag_vec) X(bag_tile) X(bag_rows) X(bag_ahead) X(bag_by_feature)
 /* Copies `base` into *out with CLEMBED_TUNE's settings applied (env NULL or
  * "": none); a name it does not know or a value that is not a count is an
