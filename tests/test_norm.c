@@ -774,6 +774,30 @@ TU_CASE(backward_layer) {
   run_backward(ctx, &c, G_SEG | G_W, "backward, 6 segment types: the segment and weight gradients");
 }
 
+/* An output (and the backward's dx) larger than the device's cache, 32 MiB
+ * where the device reports none: on a CPU written with streaming stores. */
+TU_CASE(outputs_larger_than_the_cache) {
+  if (tu_small) {
+    tu_skip("not in small mode");
+    return;
+  }
+  cl_device_id dev;
+  cl_ulong cache = 0;
+  clGetCommandQueueInfo(clembed_context_queue(ctx), CL_QUEUE_DEVICE, sizeof dev, &dev, NULL);
+  clGetDeviceInfo(dev, CL_DEVICE_GLOBAL_MEM_CACHE_SIZE, sizeof cache, &cache, NULL);
+  if (cache == 0) cache = (cl_ulong)32 << 20;
+  if (cache > ((cl_ulong)64 << 20)) {
+    tu_skip("the device's cache size is above 64 MiB");
+    return;
+  }
+  lcase c = base_case(1024);
+  c.n = (size_t)cache / (1024 * 4) + 37;
+  c.seq_len = 64;
+  c.L = 64;
+  run_forward(ctx, &c, "LAYER d=1024, an output larger than the cache", NULL);
+  run_backward(ctx, &c, G_ALL, "backward LAYER d=1024, dx larger than the cache");
+}
+
 TU_CASE(backward_without_norm) {
   lcase c = base_case(40);
   c.kind = CLEMBED_NORM_NONE;

@@ -63,6 +63,8 @@ typedef struct ce_tuning {
   unsigned embed_strided_rows; /* sequences per work-item that share a position */
   unsigned embed_vec;          /* columns per vector in the row shapes */
   int embed_stream;            /* streaming stores for an output larger than the device's cache */
+  size_t stream_cache_bytes;   /* ...the cache taken where the device reports none (its global memory cache
+                                * size 0, as POCL on a machine whose sysfs has no cache facts; 0: no stream) */
   /* where the device takes prefetch hints (ctx->prefetch): the row shapes'
    * rows side by side ask for the next work-item's table rows, a line or two
    * of each at a column step (forward.cl's NEXT), when embed_next is 1; */
@@ -136,7 +138,7 @@ const ce_tuning *ce_tuning_choose(int is_cpu, const char *env);
  * field of ce_tuning but its name. */
 #define CE_TUNING_FIELDS(X)                                                                                     \
   X(cpu_shapes) X(group_target) X(row_items_max) X(row_groups_per_unit) X(embed_rows) X(embed_strided_rows)     \
-  X(embed_vec) X(embed_stream) X(embed_next) X(embed_strided_prefetch_bytes) X(embed_strided_ahead) X(positional_rowwise) X(positional_vec) X(rope_rowwise) X(rope_pairs) \
+  X(embed_vec) X(embed_stream) X(stream_cache_bytes) X(embed_next) X(embed_strided_prefetch_bytes) X(embed_strided_ahead) X(positional_rowwise) X(positional_vec) X(rope_rowwise) X(rope_pairs) \
   X(sort_chunk) X(sort_max_chunks) X(sort_radix_bits) X(sort_local) X(fold_vec) X(fold_tile)                     \
   X(fold_block_columns) X(fold_split) X(fold_group) X(fold_ahead_bytes) X(fold_ahead) X(rowwise_ahead) X(fold_slices_per_unit)        \
   X(fold_min_slices) X(row_items) X(sinusoid_table_max_elements) X(sinusoid_table_min_rows)                      \
@@ -258,6 +260,13 @@ struct clembed_context {
   const char *test_source_override; /* test hook: replaces one family's source */
   int test_source_family;
 };
+
+/* The cache an output must be larger than to go out in streaming stores
+ * (embed_stream): the device's, or where it reports none the tuning's
+ * stream_cache_bytes (0: none). */
+static inline size_t ce_stream_cache(const clembed_context *ctx) {
+  return ctx->cache_bytes ? (size_t)ctx->cache_bytes : ctx->tune->stream_cache_bytes;
+}
 
 /* ----- caches of operations (context.c) */
 void *ce_cache_find(const clembed_context *ctx, const void *key);
