@@ -315,12 +315,8 @@ TU_CASE(outputs_larger_than_the_cache) {
     tu_skip("not in small mode");
     return;
   }
-  cl_device_id dev;
-  cl_ulong cache = 0;
-  clGetCommandQueueInfo(clembed_context_queue(ctx), CL_QUEUE_DEVICE, sizeof dev, &dev, NULL);
-  clGetDeviceInfo(dev, CL_DEVICE_GLOBAL_MEM_CACHE_SIZE, sizeof cache, &cache, NULL);
-  if (cache == 0) cache = (cl_ulong)32 << 20;
-  if (cache > ((cl_ulong)256 << 20)) {
+  unsigned long long cache = tu_device_cache(ctx, 32ULL << 20);
+  if (cache > (256ULL << 20)) {
     printf("large outputs: the device's cache is %llu bytes: not run\n", (unsigned long long)cache);
     tu_skip("the device's cache size is above 256 MiB");
     return;

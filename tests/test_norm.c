@@ -781,12 +781,8 @@ TU_CASE(outputs_larger_than_the_cache) {
     tu_skip("not in small mode");
     return;
   }
-  cl_device_id dev;
-  cl_ulong cache = 0;
-  clGetCommandQueueInfo(clembed_context_queue(ctx), CL_QUEUE_DEVICE, sizeof dev, &dev, NULL);
-  clGetDeviceInfo(dev, CL_DEVICE_GLOBAL_MEM_CACHE_SIZE, sizeof cache, &cache, NULL);
-  if (cache == 0) cache = (cl_ulong)32 << 20;
-  if (cache > ((cl_ulong)64 << 20)) {
+  unsigned long long cache = tu_device_cache(ctx, 32ULL << 20);
+  if (cache > (64ULL << 20)) {
     tu_skip("the device's cache size is above 64 MiB");
     return;
   }

@@ -374,11 +374,8 @@ TU_CASE(output_past_the_cache) {
     tu_skip("an output past the device's cache is too large for the small runs");
     return;
   }
-  cl_device_id dev;
-  cl_ulong cache = 0;
-  clGetCommandQueueInfo(clembed_context_queue(ctx), CL_QUEUE_DEVICE, sizeof dev, &dev, NULL);
-  clGetDeviceInfo(dev, CL_DEVICE_GLOBAL_MEM_CACHE_SIZE, sizeof cache, &cache, NULL);
-  if (cache > ((cl_ulong)64 << 20)) cache = (cl_ulong)64 << 20; /* the largest output tried: 96 MiB */
+  unsigned long long cache = tu_device_cache(ctx, 0);
+  if (cache > (64ULL << 20)) cache = 64ULL << 20; /* the largest output tried: 96 MiB */
   config cf[16];
   configs(cf);
   size_t nbad = 0;

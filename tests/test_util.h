@@ -116,6 +116,16 @@ static inline int tu_shaped_pair(clembed_context **cpu, clembed_context **gpu) {
 
 
 /* Host arrays of elements of a dtype. */
+/* The device's global memory cache in bytes (CL_DEVICE_GLOBAL_MEM_CACHE_SIZE),
+ * or `none` where it reports 0. */
+static inline unsigned long long tu_device_cache(clembed_context *ctx, unsigned long long none) {
+  cl_device_id dev;
+  cl_ulong cache = 0;
+  clGetCommandQueueInfo(clembed_context_queue(ctx), CL_QUEUE_DEVICE, sizeof dev, &dev, NULL);
+  clGetDeviceInfo(dev, CL_DEVICE_GLOBAL_MEM_CACHE_SIZE, sizeof cache, &cache, NULL);
+  return cache ? (unsigned long long)cache : none;
+}
+
 static inline void *tu_alloc_elems(size_t n, clembed_dtype t) { return calloc(n ? n : 1, clembed_dtype_size(t)); }
 
 /* Element i of a host array of dtype t, as a float. */
