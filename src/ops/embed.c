@@ -113,7 +113,7 @@ static embed_shape choose_shape(const clembed_context *ctx, const clembed_matrix
   s.next = s.rows && !s.ahead && ctx->prefetch && t->embed_next;
   /* an output larger than the device's cache goes out with streaming stores */
   size_t out_bytes = ids->count * table->cols * clembed_dtype_size(out_dtype);
-  s.stream = s.rows && t->embed_stream && ce_stream_cache(ctx) && out_bytes > ce_stream_cache(ctx);
+  s.stream = s.rows && ce_stream_output(ctx, out_bytes);
   s.name = strided ? "ce_embed_strided" : s.rows ? "ce_embed_rows" : s.vw == 4 ? "ce_embed_vec4" : "ce_embed";
   /* rows: 1-D, one work-item per `rows` tokens; columns: x across a row (16
    * columns per work-item with VW 4), y over the tokens. */

@@ -339,7 +339,7 @@ clembed_status ce_norm_forward(clembed_context *ctx, ce_chain *ch, const clembed
   CHECK(norm_init(&c, ctx, ctx->op, table, tp, ids, opt, p, padding, op));
   /* an output larger than the device's cache goes out with streaming stores */
   size_t out_bytes = ids->count * table->cols * clembed_dtype_size(out->dtype);
-  int stream = t->norm_rows && t->embed_stream && ce_stream_cache(ctx) && out_bytes > ce_stream_cache(ctx);
+  int stream = t->norm_rows && ce_stream_output(ctx, out_bytes);
   CHECK(norm_prepare(&c, out->dtype, NULL, 0, 0, 0, t, stream, ctx->prefetch && t->norm_next));
   if (ids->count && table->cols == 0) {
     CHECK(norm_keys(&c, ch, NULL, NULL)); /* no column to write: the ids are still checked */
@@ -590,7 +590,7 @@ static clembed_status embed_backward_run(clembed_context *ctx, const clembed_mat
   int want_stats = cols && (grads->norm_weight || seg_params);
   CHECK(norm_init(&c, ctx, ctx->op, table, &tp, ids, opt, &p, padding, &gp));
   /* dx larger than the device's cache goes out with streaming stores */
-  int stream = t->norm_rows && t->embed_stream && ce_stream_cache(ctx) && n * cols * sizeof(float) > ce_stream_cache(ctx);
+  int stream = t->norm_rows && ce_stream_output(ctx, n * cols * sizeof(float));
   CHECK(norm_prepare(&c, CLEMBED_F32, grad_out, dx_other, posg_ok, want_stats, t, stream,
                      ctx->prefetch && t->norm_next));
   int want_dx = c.dx;

@@ -261,11 +261,12 @@ struct clembed_context {
   int test_source_family;
 };
 
-/* The cache an output must be larger than to go out in streaming stores
- * (embed_stream): the device's, or where it reports none the tuning's
- * stream_cache_bytes (0: none). */
-static inline size_t ce_stream_cache(const clembed_context *ctx) {
-  return ctx->cache_bytes ? (size_t)ctx->cache_bytes : ctx->tune->stream_cache_bytes;
+/* Whether an output of `bytes` goes out in streaming stores (embed_stream):
+ * when it is larger than the device's cache, or where the device reports
+ * none the tuning's stream_cache_bytes (0: never). */
+static inline int ce_stream_output(const clembed_context *ctx, size_t bytes) {
+  const size_t cache = ctx->cache_bytes ? (size_t)ctx->cache_bytes : ctx->tune->stream_cache_bytes;
+  return ctx->tune->embed_stream && cache && bytes > cache;
 }
 
 /* ----- caches of operations (context.c) */

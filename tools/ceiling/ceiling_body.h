@@ -333,6 +333,13 @@ static void CEIL_FN(gather_copy16)(const ceiling *c, size_t first, size_t count)
   }
 }
 
+/* The sum of a vector's 16 values. */
+CEIL_INLINE float CEIL_FN(hsum)(v16 v) {
+  float t = 0.0f;
+  for (int k = 0; k < 16; k++) t += v[k];
+  return t;
+}
+
 /* BERT's layer (layer_norm), F32: the group's rows side by side (side), the
  * first pass putting each row's x = scale * w + p + s in a scratch (L1) and
  * adding it into 16 partial sums, the next group's table rows asked for
@@ -340,11 +347,6 @@ static void CEIL_FN(gather_copy16)(const ceiling *c, size_t first, size_t count)
  * and the output, (x - mean) * rstd * weight + bias, the group's rows side by
  * side in streaming stores. The same operations as the library's CPU shape
  * (cl/ops/norm.cl), with 16 partial sums instead of its 32. */
-CEIL_INLINE float CEIL_FN(hsum)(v16 v) {
-  float t = 0.0f;
-  for (int k = 0; k < 16; k++) t += v[k];
-  return t;
-}
 static void CEIL_FN(layer)(const ceiling *c, size_t first, size_t count) {
   const size_t cols = c->d.cols, rb = c->row_bytes, ob = c->out_row_bytes, side = c->side, half = c->d.seq / 2;
   const v16 scale = CEIL_FN(splat)(c->d.scale);
