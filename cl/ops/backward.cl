@@ -350,7 +350,7 @@ CE_INLINE void ce_fold_tile(FV *acc, GRAD_PARAMS, ulong cols, __global const uin
 #define CE_AHEAD 4 /* the tuning table's fold_ahead */
 #endif
 #ifndef CE_RW_AHEAD
-#define CE_RW_AHEAD 2 /* the tuning table's rowwise_ahead */
+#define CE_RW_AHEAD 1 /* the tuning table's rowwise_ahead */
 #endif
 /* CE_FOLD_ORDER (the CPU shapes' short segments): 0 side by side; 1 (where
  * the device takes prefetch hints, for short rows: the host's choice from the
@@ -716,7 +716,9 @@ CE_INLINE void ce_transpose(FV *q) {
  * vector k holds column c + k of every row, and adds the VEC vectors in column
  * order. Each lane is still its row's left fold over the columns in ascending
  * order, with the same bits as ce_bwd_rowwise's, but VEC rows advance with
- * each add (one row's chain is a float add's latency per column). */
+ * each add (one row's chain is a float add's latency per column). With
+ * prefetch hints (CE_RW_AHEAD 1), pass 1 also asks for the rows' table lines
+ * and states, which pass 2 then steps VEC columns at a time, row by row. */
 __kernel void ce_bwd_rowwise_grouped(CE_RW_ARGS) {
   CE_GROUPS_OF(VEC, skeys, n, none, slice_bits, cols, n + 1, cols, CE_RW_OWNED)
   CE_GROUPS_SHORT
@@ -736,6 +738,10 @@ __kernel void ce_bwd_rowwise_grouped(CE_RW_ARGS) {
         FV w, g = ce_rw_gradv(TAB_OFF(sk_[s_]) + c, ce_foldv(CE_FOLD_ARGS, c, CE_MASK_ARGS), TAB_AT(sk_[s_]),
                               scale, freq, (float)(end - j), wd, 0, &w);
         q[s_] = g * g;
+        if (CE_RW_AHEAD) { /* the table row's line (and first its state) asked for: pass 2 steps them */
+          ce_prefetch(TAB_AT(sk_[s_]) + TAB_OFF(sk_[s_]) + c);
+          if (c == 0) ce_prefetch(S1_AT(sk_[s_]));
+        }
       }
     }
     ce_transpose(q);
@@ -760,21 +766,6 @@ __kernel void ce_bwd_rowwise_grouped(CE_RW_ARGS) {
 #define CE_RW_STEP(c)                                                                                         \
   ce_rw_storev(TAB_OFF(sk_[s_]) + (c), ce_foldv(CE_FOLD_ARGS, (c), CE_MASK_ARGS), TAB_AT(sk_[s_]), scale, freq, \
                (float)(end - j), wd, rate[s_], (float *)0)
-#if CE_PREFETCH
-  /* pass 2, with prefetch hints: the step row after row, the table row
-   * CE_RW_AHEAD segments on asked for a line at each vector of columns */
-  for (int s_ = 0; s_ < m_; s_++) {
-    ulong j = sj_[s_], end = se_[s_];
-    KEY_T key = sk_[s_];
-    (void)key;
-    __global const uchar *pt_ = s_ + CE_RW_AHEAD < m_ ? (__global const uchar *)TAB_AHEAD(sk_[s_ + CE_RW_AHEAD]) : 0;
-    for (c = 0; c + VEC <= cols; c += VEC) {
-      if (pt_) ce_prefetch(pt_ + c * sizeof(TABLE_T));
-      CE_RW_STEP(c);
-    }
-  }
-  c = cols / VEC * VEC;
-#else
   for (c = 0; c + VEC <= cols; c += VEC) /* pass 2: the step */ {
     for (int s_ = 0; s_ < m_; s_++) {
       ulong j = sj_[s_], end = se_[s_];
@@ -783,7 +774,6 @@ __kernel void ce_bwd_rowwise_grouped(CE_RW_ARGS) {
       CE_RW_STEP(c);
     }
   }
-#endif
   for (int s_ = 0; s_ < m_; s_++) {
     ulong j = sj_[s_], end = se_[s_], tb = TAB_OFF(sk_[s_]);
     KEY_T key = sk_[s_];

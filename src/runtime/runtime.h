@@ -107,8 +107,9 @@ typedef struct ce_tuning {
                                   1), the rows fold_ahead sorted positions on asked for while one is
                                   folded (CE_AHEAD); longer rows go side by side */
   unsigned fold_ahead;
-  unsigned rowwise_ahead;      /* row-wise Adagrad's step, with prefetch hints: the table row this many
-                                  segments on asked for (backward.cl's CE_RW_AHEAD) */
+  unsigned rowwise_ahead;      /* row-wise Adagrad's step, with prefetch hints: 1, its first pass asks
+                                  for the group's table and state rows, which the second steps
+                                  (backward.cl's CE_RW_AHEAD); 0, not */
   size_t fold_slices_per_unit; /* work-items per compute unit the slices aim for */
   size_t fold_min_slices;
   size_t row_items;            /* work-items across a row for the row-looping helper kernels */
