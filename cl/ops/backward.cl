@@ -349,8 +349,8 @@ CE_INLINE void ce_fold_tile(FV *acc, GRAD_PARAMS, ulong cols, __global const uin
 #ifndef CE_AHEAD
 #define CE_AHEAD 4 /* the tuning table's fold_ahead */
 #endif
-#ifndef CE_RW_AHEAD
-#define CE_RW_AHEAD 1 /* the tuning table's rowwise_ahead */
+#ifndef CE_STEP_AHEAD
+#define CE_STEP_AHEAD 1 /* the tuning table's step_ahead */
 #endif
 /* CE_FOLD_ORDER (the CPU shapes' short segments): 0 side by side; 1 (where
  * the device takes prefetch hints, for short rows: the host's choice from the
@@ -363,33 +363,41 @@ CE_INLINE void ce_fold_tile(FV *acc, GRAD_PARAMS, ulong cols, __global const uin
 /* With prefetch hints (a CPU under POCL): the segments one after another,
  * whole rows, and while one is folded, the gradient row and the TABP row
  * (TABP + base) of the sorted position CE_AHEAD on from its start are asked
- * for, whole lines at each column step. Requests spread over the work let the
+ * for, whole lines at each column step, and with them the row's float state
+ * rows (the optimizers'). Requests spread over the work let the
  * loads of the rows being folded through; rows side by side without them left
  * the fold waiting on memory. The same folds and stores as the other order:
  * each (row, column) is written once. AHEADP is that row's start, an
- * expression in key (0: none), TABP's elements are its element type. */
-#define CE_COLUMNS_GROUP(STOREV, STORE1, TABP, AHEADP, base, ...)                                 \
+ * expression in key (0: none), TABP's elements are its element type; AHEADS1
+ * and AHEADS2 the starts of its state rows (cols floats each), or 0. */
+#define CE_COLUMNS_GROUP(STOREV, STORE1, TABP, AHEADP, AHEADS1, AHEADS2, base, ...)             \
   {                                                                                              \
     const ulong gb_ = (ulong)(cols) * sizeof(GRAD_T), tb_ = (ulong)(cols) * sizeof(*(TABP));     \
+    const ulong sb_ = (ulong)(cols) * sizeof(float);                                             \
     const ulong gs_ = ce_prefetch_step(gb_, (ulong)(cols) / (TILE * VEC));                       \
     const ulong ts_ = ce_prefetch_step(tb_, (ulong)(cols) / (TILE * VEC));                       \
+    const ulong ss_ = ce_prefetch_step(sb_, (ulong)(cols) / (TILE * VEC));                       \
     for (int s_ = 0; s_ < m_; s_++) {                                                            \
       ulong j = sj_[s_], end = se_[s_], q_ = j + CE_AHEAD;                                       \
-      __global const uchar *pg_ = 0, *pt_ = 0;                                                   \
+      __global const uchar *pg_ = 0, *pt_ = 0, *p1_ = 0, *p2_ = 0;                               \
       if (q_ < (n)) {                                                                            \
         KEY_T key = skeys[q_];                                                                   \
         if (key != none) {                                                                       \
           pg_ = (__global const uchar *)GRAD_ROW(sidx[q_]);                                      \
           pt_ = (__global const uchar *)(AHEADP);                                                \
+          p1_ = (__global const uchar *)(AHEADS1);                                               \
+          p2_ = (__global const uchar *)(AHEADS2);                                               \
         }                                                                                        \
       }                                                                                          \
       KEY_T key = sk_[s_];                                                                       \
       float cnt_ = (float)(end - j);                                                             \
-      ulong c = 0, gl_ = 0, tl_ = 0;                                                             \
-      for (; c + TILE * VEC <= cols; c += TILE * VEC, gl_ += gs_, tl_ += ts_) {                  \
+      ulong c = 0, gl_ = 0, tl_ = 0, sl_ = 0;                                                    \
+      for (; c + TILE * VEC <= cols; c += TILE * VEC, gl_ += gs_, tl_ += ts_, sl_ += ss_) {      \
         if (pg_) {                                                                               \
           ce_prefetch_part(pg_, gl_, gs_, gb_);                                                  \
           if (pt_) ce_prefetch_part(pt_, tl_, ts_, tb_);                                         \
+          if (p1_) ce_prefetch_part(p1_, sl_, ss_, sb_);                                         \
+          if (p2_) ce_prefetch_part(p2_, sl_, ss_, sb_);                                         \
         }                                                                                        \
         CE_TILE_STORE(STOREV, base, c, __VA_ARGS__)                                              \
       }                                                                                          \
@@ -398,7 +406,7 @@ CE_INLINE void ce_fold_tile(FV *acc, GRAD_PARAMS, ulong cols, __global const uin
     }                                                                                            \
   }
 #else
-#define CE_COLUMNS_GROUP(STOREV, STORE1, TABP, AHEADP, base, ...)                                   \
+#define CE_COLUMNS_GROUP(STOREV, STORE1, TABP, AHEADP, AHEADS1, AHEADS2, base, ...)               \
   {                                                                                          \
     ulong c = 0;                                                                             \
     for (; c + TILE * VEC <= cols; c += TILE * VEC) {                                        \
@@ -474,7 +482,7 @@ __kernel void ce_bwd_rows_grouped(CE_ROWS_ARGS) {
   CE_GROUPS(skeys, n, none, slice_bits, bw, split, cols, CE_OWNS(tab, (ulong)key))
   CE_COLUMNS_TILED(ce_rows_storev, ce_rows_store1, TAB_OFF(key), TAB_AT(key), scale, freq, cnt_, lr, mode)
   CE_GROUPS_SHORT
-  CE_COLUMNS_GROUP(ce_rows_storev, ce_rows_store1, tab, TAB_AHEAD(key), TAB_OFF(key), TAB_AT(key), scale, freq,
+  CE_COLUMNS_GROUP(ce_rows_storev, ce_rows_store1, tab, TAB_AHEAD(key), 0, 0, TAB_OFF(key), TAB_AT(key), scale, freq,
                    cnt_, lr, mode)
   CE_GROUPS_END
 }
@@ -552,6 +560,13 @@ inline void ce_opt_store1(ulong o, float s, CE_OPT_PARAMS) {
   TAB_AT(key), scale, freq, cnt, TAB_OFF(key), CE_AT(s1, (ulong)key), CE_OFF(s1, s1_off, s1_ld, (ulong)key), \
       CE_AT(s2, (ulong)key), CE_OFF(s2, s2_off, s2_ld, (ulong)key), lr, eps, wd, b1c, b2c, step_size, mode
 #define CE_OPT_OWNED CE_OWNS(tab, (ulong)key) && CE_OWNS(s1, (ulong)key) && CE_OWNS(s2, (ulong)key)
+/* a keyed row's state rows asked for ahead (where the mode has them), or 0 */
+#define S1_AHEAD(key)                                                                \
+  ((CE_STEP_AHEAD && (mode == CE_STORE_ADAGRAD || mode == CE_STORE_ADAM) && CE_OWNS(s1, (ulong)(key))) \
+       ? CE_AT(s1, (ulong)(key)) + CE_OFF(s1, s1_off, s1_ld, (ulong)(key))          \
+       : 0)
+#define S2_AHEAD(key)                                                                                        \
+  ((CE_STEP_AHEAD && mode == CE_STORE_ADAM && CE_OWNS(s2, (ulong)(key))) ? CE_AT(s2, (ulong)(key)) + CE_OFF(s2, s2_off, s2_ld, (ulong)(key)) : 0)
 
 /* The two shapes of ce_bwd_rows, with the optimizer store modes. */
 __kernel void ce_bwd_optim(CE_OPT_ARGS) {
@@ -565,7 +580,8 @@ __kernel void ce_bwd_optim_grouped(CE_OPT_ARGS) {
   CE_GROUPS(skeys, n, none, slice_bits, bw, split, cols, CE_OPT_OWNED)
   CE_COLUMNS_TILED(ce_opt_storev, ce_opt_store1, TAB_OFF(key), CE_OPT_STORE_ARGS(cnt_))
   CE_GROUPS_SHORT
-  CE_COLUMNS_GROUP(ce_opt_storev, ce_opt_store1, tab, TAB_AHEAD(key), TAB_OFF(key), CE_OPT_STORE_ARGS(cnt_))
+  CE_COLUMNS_GROUP(ce_opt_storev, ce_opt_store1, tab, TAB_AHEAD(key), S1_AHEAD(key), S2_AHEAD(key), TAB_OFF(key),
+                   CE_OPT_STORE_ARGS(cnt_))
   CE_GROUPS_END
 }
 
@@ -717,7 +733,7 @@ CE_INLINE void ce_transpose(FV *q) {
  * order. Each lane is still its row's left fold over the columns in ascending
  * order, with the same bits as ce_bwd_rowwise's, but VEC rows advance with
  * each add (one row's chain is a float add's latency per column). With
- * prefetch hints (CE_RW_AHEAD 1), pass 1 also asks for the rows' table lines
+ * prefetch hints (CE_STEP_AHEAD 1), pass 1 also asks for the rows' table lines
  * and states, which pass 2 then steps VEC columns at a time, row by row. */
 __kernel void ce_bwd_rowwise_grouped(CE_RW_ARGS) {
   CE_GROUPS_OF(VEC, skeys, n, none, slice_bits, cols, n + 1, cols, CE_RW_OWNED)
@@ -738,7 +754,7 @@ __kernel void ce_bwd_rowwise_grouped(CE_RW_ARGS) {
         FV w, g = ce_rw_gradv(TAB_OFF(sk_[s_]) + c, ce_foldv(CE_FOLD_ARGS, c, CE_MASK_ARGS), TAB_AT(sk_[s_]),
                               scale, freq, (float)(end - j), wd, 0, &w);
         q[s_] = g * g;
-        if (CE_RW_AHEAD) { /* the table row's line (and first its state) asked for: pass 2 steps them */
+        if (CE_STEP_AHEAD) { /* the table row's line (and first its state) asked for: pass 2 steps them */
           ce_prefetch(TAB_AT(sk_[s_]) + TAB_OFF(sk_[s_]) + c);
           if (c == 0) ce_prefetch(S1_AT(sk_[s_]));
         }
@@ -806,7 +822,7 @@ __kernel void ce_bwd_pos_grouped(CE_POS_ARGS) {
   CE_GROUPS(skeys, n, none, slice_bits, bw, split, cols, CE_OWNS(pg, (ulong)key))
   CE_COLUMNS_TILED(ce_pos_storev, ce_pos_store1, PG_OFF(key), PG_AT(key))
   CE_GROUPS_SHORT
-  CE_COLUMNS_GROUP(ce_pos_storev, ce_pos_store1, pg, CE_OWNS(pg, (ulong)key) ? PG_AT(key) + PG_OFF(key) : 0,
+  CE_COLUMNS_GROUP(ce_pos_storev, ce_pos_store1, pg, CE_OWNS(pg, (ulong)key) ? PG_AT(key) + PG_OFF(key) : 0, 0, 0,
                    PG_OFF(key), PG_AT(key))
   CE_GROUPS_END
 }

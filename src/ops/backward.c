@@ -151,10 +151,10 @@ static clembed_status prepare(seg_call *b) {
   const char *div = ctx->exact_div ? " -cl-fp32-correctly-rounded-divide-sqrt" : "";
   snprintf(b->opts, sizeof b->opts,
            "-DGRAD_DT=%d -DTABLE_DT=%d -DDROPOUT=%d -DKEY64=%d -DVEC=%u -DTILE=%u -DCE_GROUP=%u -DCE_AHEAD=%u "
-           "-DCE_RW_AHEAD=%u -DCE_FOLD_ORDER=%u -DCE_STORE_OVERWRITE=%d -DCE_STORE_ACCUMULATE=%d -DCE_STORE_SGD=%d "
+           "-DCE_STEP_AHEAD=%u -DCE_FOLD_ORDER=%u -DCE_STORE_OVERWRITE=%d -DCE_STORE_ACCUMULATE=%d -DCE_STORE_SGD=%d "
            "-DCE_STORE_ADAGRAD=%d -DCE_STORE_ADAM=%d -DBAG=%d%s",
            (int)b->grad->dtype, (int)b->target->dtype, opt->dropout > 0.0f, b->key64, t->fold_vec, t->fold_tile,
-           t->fold_group, t->fold_ahead, t->rowwise_ahead, order, CE_STORE_OVERWRITE,
+           t->fold_group, t->fold_ahead, t->step_ahead, order, CE_STORE_OVERWRITE,
            CE_STORE_ACCUMULATE, CE_STORE_SGD, CE_STORE_ADAGRAD, CE_STORE_ADAM, b->step->contrib != NULL, div);
   /* split matrices: the pieces each launch takes, planned together so that
    * every kernel of the call sees the same counts */

@@ -107,9 +107,10 @@ typedef struct ce_tuning {
                                   1), the rows fold_ahead sorted positions on asked for while one is
                                   folded (CE_AHEAD); longer rows go side by side */
   unsigned fold_ahead;
-  unsigned rowwise_ahead;      /* row-wise Adagrad's step, with prefetch hints: 1, its first pass asks
-                                  for the group's table and state rows, which the second steps
-                                  (backward.cl's CE_RW_AHEAD); 0, not */
+  unsigned step_ahead;         /* the steps, with prefetch hints (backward.cl's CE_STEP_AHEAD): 1,
+                                  row-wise Adagrad's first pass asks for the group's table and state
+                                  rows, which the second steps, and the other optimizers ask for the
+                                  state rows with the table row (CE_COLUMNS_GROUP); 0, neither */
   size_t fold_slices_per_unit; /* work-items per compute unit the slices aim for */
   size_t fold_min_slices;
   size_t row_items;            /* work-items across a row for the row-looping helper kernels */
@@ -141,7 +142,7 @@ const ce_tuning *ce_tuning_choose(int is_cpu, const char *env);
   X(cpu_shapes) X(group_target) X(row_items_max) X(row_groups_per_unit) X(embed_rows) X(embed_strided_rows)     \
   X(embed_vec) X(embed_stream) X(stream_cache_bytes) X(embed_next) X(embed_strided_prefetch_bytes) X(embed_strided_ahead) X(positional_rowwise) X(positional_vec) X(rope_rowwise) X(rope_pairs) \
   X(sort_chunk) X(sort_max_chunks) X(sort_radix_bits) X(sort_local) X(fold_vec) X(fold_tile)                     \
-  X(fold_block_columns) X(fold_split) X(fold_group) X(fold_ahead_bytes) X(fold_ahead) X(rowwise_ahead) X(fold_slices_per_unit)        \
+  X(fold_block_columns) X(fold_split) X(fold_group) X(fold_ahead_bytes) X(fold_ahead) X(step_ahead) X(fold_slices_per_unit)        \
   X(fold_min_slices) X(row_items) X(sinusoid_table_max_elements) X(sinusoid_table_min_rows)                      \
   X(sinusoid_table_inline_rows) X(huge_page_bytes)                                                               \
   X(norm_rows) X(norm_strided_rows) X(norm_group_rows) X(norm_next) X(norm_scratch_cols) X(norm_side_cols) X(norm_sums) X(piece_args)  \
