@@ -264,9 +264,12 @@ CE_INLINE void ce_bag_check_offsets(const ce_bag_feat *F, ulong b, ulong bags, _
 
 /* The bag of id j (j < n, bags > 0): the last bag whose offset is at most j
  * (with good offsets the one holding j; with bad ones some bag), or j / (n /
- * bags) for fixed bags. */
+ * bags) for fixed bags. The bag where j would be with bags of equal sizes is
+ * tried first (two loads where they nearly are; a binary search else). */
 CE_INLINE ulong ce_bag_of(const ce_bag_feat *F, ulong j, ulong bags) {
   if (!F->has_of) return j / (F->n / bags);
+  ulong g = min((ulong)((float)j * ((float)bags / (float)max(F->n, (ulong)1))), bags - 1);
+  if (ce_bag_off(F, g) <= (long)j && (g + 1 == bags || ce_bag_off(F, g + 1) > (long)j)) return g;
   ulong lo = 0, hi = bags - 1;
   while (lo < hi) {
     ulong mid = lo + (hi - lo + 1) / 2;
