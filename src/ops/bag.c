@@ -494,7 +494,8 @@ static clembed_status forward_run(clembed_context *ctx, const char *what, bag_fe
   {
     char extra[160];
     snprintf(extra, sizeof extra, "-DOUT_DT=%d -DTILE=%u -DROWS=%u -DAHEAD=%u -DBY_FEATURE=%d", (int)out->dtype,
-             t->bag_tile, cpu ? t->bag_rows : 1, ctx->prefetch ? t->bag_ahead : 0, by_feature);
+             t->bag_tile, !cpu ? 1 : n > 1 ? t->bag_rows_features : t->bag_rows, ctx->prefetch ? t->bag_ahead : 0,
+             by_feature);
     ce_pieces_option(extra, sizeof extra, &op, "out");
     base = base_options(ctx, extra);
     if (!base) FAIL(CLEMBED_ERR_OUT_OF_MEMORY, "%s: out of host memory", what);

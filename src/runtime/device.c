@@ -287,6 +287,7 @@ clembed_status ce_device_facts(clembed_context *ctx) {
   if (strstr(ctx->device_name, "llvmpipe")) {
     if (base.bag_tile > 1) base.bag_tile = 1;
     if (base.bag_rows > 1) base.bag_rows = 1;
+    if (base.bag_rows_features > 1) base.bag_rows_features = 1;
     base.norm_sums = 0;
   }
   clembed_status s = ce_tuning_apply(&base, getenv("CLEMBED_TUNE"), &ctx->tune_table);
