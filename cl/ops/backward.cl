@@ -561,12 +561,14 @@ inline void ce_opt_store1(ulong o, float s, CE_OPT_PARAMS) {
       CE_AT(s2, (ulong)key), CE_OFF(s2, s2_off, s2_ld, (ulong)key), lr, eps, wd, b1c, b2c, step_size, mode
 #define CE_OPT_OWNED CE_OWNS(tab, (ulong)key) && CE_OWNS(s1, (ulong)key) && CE_OWNS(s2, (ulong)key)
 /* a keyed row's state rows asked for ahead (where the mode has them), or 0 */
-#define S1_AHEAD(key)                                                                \
+#define S1_AHEAD(key)                                                                                     \
   ((CE_STEP_AHEAD && (mode == CE_STORE_ADAGRAD || mode == CE_STORE_ADAM) && CE_OWNS(s1, (ulong)(key))) \
-       ? CE_AT(s1, (ulong)(key)) + CE_OFF(s1, s1_off, s1_ld, (ulong)(key))          \
+       ? CE_AT(s1, (ulong)(key)) + CE_OFF(s1, s1_off, s1_ld, (ulong)(key))                               \
        : 0)
-#define S2_AHEAD(key)                                                                                        \
-  ((CE_STEP_AHEAD && mode == CE_STORE_ADAM && CE_OWNS(s2, (ulong)(key))) ? CE_AT(s2, (ulong)(key)) + CE_OFF(s2, s2_off, s2_ld, (ulong)(key)) : 0)
+#define S2_AHEAD(key)                                                                \
+  ((CE_STEP_AHEAD && mode == CE_STORE_ADAM && CE_OWNS(s2, (ulong)(key)))             \
+       ? CE_AT(s2, (ulong)(key)) + CE_OFF(s2, s2_off, s2_ld, (ulong)(key))          \
+       : 0)
 
 /* The two shapes of ce_bwd_rows, with the optimizer store modes. */
 __kernel void ce_bwd_optim(CE_OPT_ARGS) {
