@@ -115,7 +115,6 @@ static inline int tu_shaped_pair(clembed_context **cpu, clembed_context **gpu) {
 }
 
 
-/* Host arrays of elements of a dtype. */
 /* The device's global memory cache in bytes (CL_DEVICE_GLOBAL_MEM_CACHE_SIZE),
  * or `none` where it reports 0. */
 static inline unsigned long long tu_device_cache(clembed_context *ctx, unsigned long long none) {
@@ -126,6 +125,7 @@ static inline unsigned long long tu_device_cache(clembed_context *ctx, unsigned 
   return cache ? (unsigned long long)cache : none;
 }
 
+/* Host arrays of elements of a dtype. */
 static inline void *tu_alloc_elems(size_t n, clembed_dtype t) { return calloc(n ? n : 1, clembed_dtype_size(t)); }
 
 /* Element i of a host array of dtype t, as a float. */

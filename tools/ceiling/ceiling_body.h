@@ -569,8 +569,7 @@ static void CEIL_FN(fold_part)(const ceiling *c, int index, int threads) {
           sq[j] += x * x;
         }
       for (size_t j = 0; j < m; j++) {
-        float sum = 0.0f;
-        for (int k = 0; k < 16; k++) sum += sq[j][k];
+        float sum = CEIL_FN(hsum)(sq[j]);
         s1[j][0] += sum / (float)cols;
         rate[j] = CEIL_FN(splat)(c->lr / (sqrtf(s1[j][0]) + c->eps));
       }
