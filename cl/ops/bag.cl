@@ -20,7 +20,8 @@
  *                registers), the bag's ids ROWS at a time: the group's rows
  *                found first and read side by side, each vector adding them
  *                in ascending order without a branch; the row of the id
- *                AHEAD on asked for (CE_PREFETCH)
+ *                AHEAD on asked for (CE_PREFETCH); with PLAIN, a bag of
+ *                plain ids of a float table a row at a time (CE_BAG_PLAIN)
  *   ce_bag_cols  (GPU) work-item (x, bag): x a chunk of VEC columns of one
  *                feature (consecutive items on consecutive columns)
  * The work-item that holds a feature's first columns (chunk 0) reports its bad
@@ -39,7 +40,7 @@
  * per table dtype code the launch's features use: the pooling of the others
  * is left out); MODES (a bit per pooling the launch's features use: the
  * others are left out); VEC, TILE, ROWS (1 to 16; the GPU shape 1), AHEAD,
- * BY_FEATURE; KEY64;
+ * PLAIN, BY_FEATURE; KEY64;
  * BF_* and BF_COUNT; BAG_SPLIT (1: a feature's table lies in several of the
  * launch's buffers, BF_TAB_NP pieces
  * listed from fd[BF_TAB_P] on, holding its rows [BF_TAB_LO, BF_TAB_HI)); the
@@ -65,6 +66,9 @@
 #endif
 #ifndef AHEAD
 #define AHEAD 0
+#endif
+#ifndef PLAIN
+#define PLAIN 0
 #endif
 #ifndef ROWS
 #define ROWS 1
@@ -522,6 +526,86 @@ CE_INLINE ulong ce_bag_of(const ce_bag_feat *F, ulong j, ulong bags) {
 #define CE_BAG_IF_MAX(...)
 #endif
 
+/* PLAIN (the CPU shape): a SUM, MEAN or weighted SUM bag whose ids are all
+ * plain (in the table, not the padding row: every policy takes them as they
+ * are, none is reported) in a table of one piece is pooled a row at a time
+ * without the groups' masks, the row of the id AHEAD on asked for a line
+ * with each vector (CE_BAG_PMIX); the same operations in the same order as
+ * CE_BAG_GROUPS (each column's ids one by one in ascending order). The
+ * check is a first pass over the bag's ids, which the pooling reads again
+ * from the cache. */
+#if PLAIN && CE_PREFETCH && AHEAD && TILE > 1
+#define CE_BAG_PMIX(k) ce_prefetch(pa_ + min((ulong)(k) * pst, plast));
+/* the bytes of the pass's columns in a row (row 0's, never read); the part a vector asks for */
+#define CE_BAG_SPAN_DECL(D)                                                                              \
+  ulong pro_;                                                                                            \
+  __global const CE_STORE_##D *ptp_ = (__global const CE_STORE_##D *)ce_bag_tabrow(F, 0, &pro_);         \
+  __global const CE_STORE_##D *prp_ = ce_ptr_##D(ptp_, pro_);                                            \
+  const ulong pspan = (ulong)((__global const uchar *)ce_ptr_##D(prp_, ct + (ulong)nt) -                  \
+                              (__global const uchar *)ce_ptr_##D(prp_, c)),                              \
+              pst = ce_prefetch_step(pspan, (ulong)nv), plast = max(pspan, (ulong)1) - 1;
+#define CE_BAG_PAHEAD(D)                                                                                    \
+  long ida_ = j + AHEAD < F->n ? ce_load_id(F->ids32, F->ids64, F->id64, F->id_off + j + AHEAD) : id_;        \
+  ida_ = (ulong)ida_ < F->t_rows ? ida_ : id_;                                                              \
+  __global const uchar *pa_ = (__global const uchar *)ce_ptr_##D(ce_ptr_##D(tp_, F->t_off + (ulong)ida_ * F->t_ld), c);
+#else
+#define CE_BAG_PMIX(k)
+#define CE_BAG_SPAN_DECL(D)
+#define CE_BAG_PAHEAD(D)
+#endif
+#define CE_BAG_PADD(k, D) \
+  CE_BAG_V(k) {           \
+    acc[k] = acc[k] + CE_XCAT(ce_loadv_, D)(p_, c + (ulong)(k) * VEC); \
+    CE_BAG_PMIX(k)        \
+  }
+#define CE_BAG_PFMA(k, D) \
+  CE_BAG_V(k) {           \
+    acc[k] = fma((FV)(w0), CE_XCAT(ce_loadv_, D)(p_, c + (ulong)(k) * VEC), acc[k]); \
+    CE_BAG_PMIX(k)        \
+  }
+/* whether bag [lo, hi)'s ids are all plain */
+CE_INLINE int ce_bag_plain(const ce_bag_feat *F, ulong lo, ulong hi) {
+  int ok = 1;
+  const ulong rows = F->t_rows;
+  const long pad = F->padding;
+  if (F->id64) {
+    for (ulong j = lo; j < hi; j++) {
+      const long id = F->ids64[F->id_off + j];
+      ok &= (ulong)id < rows & id != pad;
+    }
+  } else {
+    for (ulong j = lo; j < hi; j++) {
+      const long id = F->ids32[F->id_off + j];
+      ok &= (ulong)id < rows & id != pad;
+    }
+  }
+  return ok;
+}
+/* The plain bag's vectors (PFN), then its tail columns (TFN) */
+#define CE_BAG_PLAIN(PFN, TFN, D)                                                                           \
+  {                                                                                                         \
+    __global const CE_STORE_##D *tp_ = (__global const CE_STORE_##D *)F->tab;                               \
+    for (ulong j = lo; j < hi; j++) {                                                                       \
+      const long id_ = ce_load_id(F->ids32, F->ids64, F->id64, F->id_off + j);                              \
+      __global const CE_STORE_##D *p_ = ce_ptr_##D(tp_, F->t_off + (ulong)id_ * F->t_ld);                   \
+      const float w0 = weighted ? F->w[F->w_off + j * F->w_ld] : 0.0f;                                       \
+      CE_BAG_PAHEAD(D)                                                                                      \
+      CE_BAG_EACH_V(PFN, D)                                                                                 \
+    }                                                                                                       \
+    for (ulong j = lo; j < hi && nt; j++) {                                                                 \
+      const long id_ = ce_load_id(F->ids32, F->ids64, F->id64, F->id_off + j);                              \
+      __global const CE_STORE_##D *p = ce_ptr_##D(tp_, F->t_off + (ulong)id_ * F->t_ld);                    \
+      const float w0 = weighted ? F->w[F->w_off + j * F->w_ld] : 0.0f;                                       \
+      CE_BAG_EACH_T(TFN, D)                                                                                 \
+    }                                                                                                       \
+    taken = (int)(hi - lo);                                                                                 \
+  }
+#if BAG_SPLIT
+#define CE_BAG_ONE_PIECE(F) ((F)->np <= 1)
+#else
+#define CE_BAG_ONE_PIECE(F) 1
+#endif
+
 /* The pooling of the columns from c of bag [lo, hi): nv (at most TILE)
  * vectors of VEC columns into acc/arg, then nt (< VEC) single columns into
  * tacc/targ (so a bag's ids are read once per TILE * VEC columns; with one
@@ -536,6 +620,7 @@ CE_INLINE ulong ce_bag_of(const ce_bag_feat *F, ulong j, ulong bags) {
                                  __global uint *err) {                                                            \
     const ulong ct = c + (ulong)nv * VEC; /* the tail's first column */                                           \
     int taken = 0, tail_taken = 0;                                                                                \
+    CE_BAG_SPAN_DECL(D)                                                                                           \
     for (int k = 0; k < TILE; k++) {                                                                              \
       acc[k] = (FV)(zero);                                                                                        \
       arg[k] = (UV)(CE_BAG_NO_ARG);                                                                               \
@@ -547,6 +632,12 @@ CE_INLINE ulong ce_bag_of(const ce_bag_feat *F, ulong j, ulong bags) {
     if (F->mode == CE_BAG_MAX) {                                                                                  \
       CE_BAG_IF_MAX(const int weighted = 0; CE_BAG_GROUPS(CE_BAG_VMAX, CE_BAG_TMAX, D)                            \
                     if (ROWS > 1 && nt) CE_BAG_TAILS(CE_BAG_TMAX, D))                                             \
+    } else if (PLAIN && (D) <= 2 && CE_BAG_ONE_PIECE(F) && ce_bag_plain(F, lo, hi)) {                              \
+      if (F->has_w) {                                                                                             \
+        CE_BAG_IF_W(const int weighted = 1; CE_BAG_PLAIN(CE_BAG_PFMA, CE_BAG_TFMA, D))                            \
+      } else {                                                                                                    \
+        CE_BAG_IF_SUM(const int weighted = 0; CE_BAG_PLAIN(CE_BAG_PADD, CE_BAG_TADD, D))                          \
+      }                                                                                                           \
     } else if (F->has_w) {                                                                                        \
       CE_BAG_IF_W(const int weighted = 1; CE_BAG_GROUPS(CE_BAG_VFMA, CE_BAG_TFMA, D)                              \
                   if (ROWS > 1 && nt) CE_BAG_TAILS(CE_BAG_TFMA, D))                                               \

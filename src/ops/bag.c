@@ -15,7 +15,8 @@
  * the poolings its features use (DTYPES, MODES): the forward's launches each
  * pool one dtype (the features taken by dtype, then in order). The CPU shape
  * takes a feature's bags on consecutive work-items (the tuning's
- * bag_by_feature), so one table is read at a time.
+ * bag_by_feature), so one table is read at a time, and pools a bag of plain
+ * ids of a float table a row at a time without masks (bag_plain, -DPLAIN).
  *
  * Split matrices (include/clembed.h, "Tables past one buffer"). A bag is
  * pooled in one work-item over rows of any piece, so the forward's launch
@@ -492,10 +493,11 @@ static clembed_status forward_run(clembed_context *ctx, const char *what, bag_fe
   CHECK(describe(ctx, G, n, L, nl, t->bag_vec, bags, 1, &desc, NULL));
   CHECK(ce_pieces_plan(ctx, what, omats, 1));
   {
-    char extra[160];
-    snprintf(extra, sizeof extra, "-DOUT_DT=%d -DTILE=%u -DROWS=%u -DAHEAD=%u -DBY_FEATURE=%d", (int)out->dtype,
-             t->bag_tile, !cpu ? 1 : n > 1 ? t->bag_rows_features : t->bag_rows, ctx->prefetch ? t->bag_ahead : 0,
-             by_feature);
+    char extra[256];
+    snprintf(extra, sizeof extra,
+             "-DOUT_DT=%d -DTILE=%u -DROWS=%u -DAHEAD=%u -DPLAIN=%d -DBY_FEATURE=%d", (int)out->dtype, t->bag_tile,
+             !cpu ? 1 : n > 1 ? t->bag_rows_features : t->bag_rows, ctx->prefetch ? t->bag_ahead : 0,
+             cpu && t->bag_plain, by_feature);
     ce_pieces_option(extra, sizeof extra, &op, "out");
     base = base_options(ctx, extra);
     if (!base) FAIL(CLEMBED_ERR_OUT_OF_MEMORY, "%s: out of host memory", what);

@@ -121,6 +121,8 @@ typedef struct ce_tuning {
                                   side by side, then added in order; 1 to 16) */
   unsigned bag_rows_features;  /* ...in a call of several features (clembed_embedding_bags) */
   unsigned bag_ahead;          /* with prefetch hints: the row of the id this many on asked for */
+  unsigned bag_plain;          /* the CPU shape: 1, a SUM/MEAN/weighted bag whose ids are all in the table
+                                  and not padding is pooled a row at a time without masks (bag.cl's PLAIN) */
   unsigned bag_by_feature;     /* the CPU shape: 1, a work-item per (bag, feature), the feature the slow
                                   index (one feature's table read at a time); 0, a work-item per bag over
                                   every feature of the launch */
@@ -147,7 +149,7 @@ const ce_tuning *ce_tuning_choose(int is_cpu, const char *env);
   X(fold_min_slices) X(row_items) X(sinusoid_table_max_elements) X(sinusoid_table_min_rows)                      \
   X(sinusoid_table_inline_rows) X(huge_page_bytes)                                                               \
   X(norm_rows) X(norm_strided_rows) X(norm_group_rows) X(norm_next) X(norm_scratch_cols) X(norm_side_cols) X(norm_sums) X(piece_args)  \
-  X(bag_vec) X(bag_tile) X(bag_rows) X(bag_rows_features) X(bag_ahead) X(bag_by_feature)
+  X(bag_vec) X(bag_tile) X(bag_rows) X(bag_rows_features) X(bag_ahead) X(bag_plain) X(bag_by_feature)
 /* Copies `base` into *out with CLEMBED_TUNE's settings applied (env NULL or
  * "": none); a name it does not know or a value that is not a count is an
  * error whose message goes to ce_last_message. */

@@ -427,11 +427,12 @@ static void CEIL_FN(gather_part)(const ceiling *c, int index, int threads) {
 /* One thread's bags [b0, b1), one feature after another (the thread's bags of
  * feature 0, then of feature 1, ...: one table read at a time, as the CPU
  * kernel's bag_by_feature order): a row at a time, its vectors added into
- * the bag's accumulators (one v16 per 16 columns), the whole row of the id
- * `ahead` (16) on asked for first (the next bag's or feature's past the end
- * of one; caffe2's EmbeddingLookupIdx order, faster here than rows side by
- * side: docs/performance.md); the sum (or the mean) written with streaming
- * stores. */
+ * the bag's accumulators (one v16 per 16 columns), the lines of the row of
+ * the id `ahead` (16) on (the next bag's or feature's past the end of one)
+ * asked for between the loads, spread over them (caffe2's
+ * EmbeddingLookupIdx order, faster here than rows side by side or the asks
+ * in a burst: docs/performance.md); the sum (or the mean) written with
+ * streaming stores. */
 #define CEIL_BAG(TNAME, LOAD)                                                                                     \
   static inline __attribute__((always_inline)) void CEIL_CAT(CEIL_CAT(bag_nv_, TNAME), CEIL_SFX)(                 \
       const ceiling *c, size_t b0, size_t b1, const size_t nv) {                                                 \
@@ -450,12 +451,13 @@ static void CEIL_FN(gather_part)(const ceiling *c, int index, int threads) {
           const size_t a = q + ahead;                                                                             \
           const unsigned char *p = !ahead ? NULL : a < per_f ? tab + (size_t)id[a] * rb                           \
                                    : next && a - per_f < per_f ? ntab + (size_t)next[a - per_f] * rb : NULL;      \
-          if (p) {                                                                                                \
-            const uintptr_t z = ((uintptr_t)p + rb - 1) & ~(uintptr_t)63;                                         \
-            for (uintptr_t l = (uintptr_t)p & ~(uintptr_t)63; l <= z; l += 64)                                    \
-              __builtin_prefetch((const void *)l, 0, 3);                                                          \
+          /* the row ahead's lines asked for between the vectors' loads (a vector of 16 columns is at most   \
+             64 bytes in every dtype here: a line each, the row's last byte's with the last) */                  \
+          for (size_t v = 0; v < nv; v++) {                                                                       \
+            acc[v] += LOAD(w, 16 * v, 0);                                                                         \
+            if (p && 64 * v < rb) __builtin_prefetch(p + 64 * v, 0, 3);                                           \
           }                                                                                                       \
-          for (size_t v = 0; v < nv; v++) acc[v] += LOAD(w, 16 * v, 0);                                           \
+          if (p) __builtin_prefetch(p + rb - 1, 0, 3);                                                            \
         }                                                                                                         \
         unsigned char *o = c->out + b * c->out_row_bytes + f * cols * 4;                                          \
         for (size_t v = 0; v < nv; v++)                                                                           \
