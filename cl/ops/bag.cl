@@ -444,10 +444,7 @@ CE_INLINE ulong ce_bag_of(const ce_bag_feat *F, ulong j, ulong bags) {
   if ((r) < ROWS) {                                                                                          \
     const long row_ = (r) == 0 || j + (r) < hi ? ce_bag_row(F, j + (r), err, report) : -1;                   \
     const int has_ = row_ >= 0;                                                                              \
-    ulong ro_;                                                                                               \
-    __global const CE_STORE_##D *tp_ =                                                                       \
-        (__global const CE_STORE_##D *)ce_bag_tabrow(F, has_ ? (ulong)row_ : 0, &ro_);                       \
-    pr[r] = ce_ptr_##D(tp_, ro_);                                                                            \
+    pr[r] = ce_bag_rowp_##D(F, has_ ? (ulong)row_ : 0, 0);                                                   \
     m[r] = (IV)(-has_);                                                                                      \
     fm[r] = (IV)(-(taken == 0));                                                                             \
     w[r] = weighted ? F->w[F->w_off + (j + (has_ ? (r) : 0)) * F->w_ld] : 0.0f;                               \
@@ -461,9 +458,7 @@ CE_INLINE ulong ce_bag_of(const ce_bag_feat *F, ulong j, ulong bags) {
   if ((r) < ROWS && CE_PREFETCH && AHEAD && TILE > 1 && j + (r) + AHEAD < F->n) {                               \
     long id_ = ce_load_id(F->ids32, F->ids64, F->id64, F->id_off + j + (r) + AHEAD);                         \
     if (id_ >= 0 && (ulong)id_ < F->t_rows) {                                                                 \
-      ulong ro_;                                                                                              \
-      __global const CE_STORE_##D *tp_ = (__global const CE_STORE_##D *)ce_bag_tabrow(F, (ulong)id_, &ro_);   \
-      __global const CE_STORE_##D *rp_ = ce_ptr_##D(tp_, ro_);                                                \
+      __global const CE_STORE_##D *rp_ = ce_bag_rowp_##D(F, (ulong)id_, 0);                                  \
       __global const uchar *a_ = (__global const uchar *)ce_ptr_##D(rp_, c);                                  \
       __global const uchar *z_ = (__global const uchar *)ce_ptr_##D(rp_, ct + (ulong)nt);                     \
       for (; a_ < z_; a_ += 64) ce_prefetch(a_);                                                              \
@@ -530,76 +525,63 @@ CE_INLINE ulong ce_bag_of(const ce_bag_feat *F, ulong j, ulong bags) {
  * plain (in the table, not the padding row: every policy takes them as they
  * are, none is reported) in a table of one piece is pooled a row at a time
  * without the groups' masks, the row of the id AHEAD on asked for a line
- * with each vector (CE_BAG_PMIX); the same operations in the same order as
- * CE_BAG_GROUPS (each column's ids one by one in ascending order). The
- * check is a first pass over the bag's ids, which the pooling reads again
- * from the cache. */
+ * with each vector (CE_BAG_PMIX), the tail columns after the row's vectors;
+ * the same operations in the same order as CE_BAG_GROUPS (each column's ids
+ * one by one in ascending order). The check is a first pass over the bag's
+ * ids, which the pooling reads again from the cache. A row is found without
+ * ce_bag_tabrow's search over pieces (CE_BAG_PROW: the table's one piece). */
+#define CE_BAG_PROW(D, row) \
+  ce_ptr_##D((__global const CE_STORE_##D *)F->tab, F->t_off + (ulong)(row) * F->t_ld)
 #if PLAIN && CE_PREFETCH && AHEAD && TILE > 1
 #define CE_BAG_PMIX(k) ce_prefetch(pa_ + min((ulong)(k) * pst, plast));
 /* the bytes of the pass's columns in a row (row 0's, never read); the part a vector asks for */
 #define CE_BAG_SPAN_DECL(D)                                                                              \
-  ulong pro_;                                                                                            \
-  __global const CE_STORE_##D *ptp_ = (__global const CE_STORE_##D *)ce_bag_tabrow(F, 0, &pro_);         \
-  __global const CE_STORE_##D *prp_ = ce_ptr_##D(ptp_, pro_);                                            \
-  const ulong pspan = (ulong)((__global const uchar *)ce_ptr_##D(prp_, ct + (ulong)nt) -                  \
-                              (__global const uchar *)ce_ptr_##D(prp_, c)),                              \
+  const ulong pspan = (ulong)((__global const uchar *)ce_bag_rowp_##D(F, 0, ct + (ulong)nt) -            \
+                              (__global const uchar *)ce_bag_rowp_##D(F, 0, c)),                         \
               pst = ce_prefetch_step(pspan, (ulong)nv), plast = max(pspan, (ulong)1) - 1;
 #define CE_BAG_PAHEAD(D)                                                                                    \
   long ida_ = j + AHEAD < F->n ? ce_load_id(F->ids32, F->ids64, F->id64, F->id_off + j + AHEAD) : id_;        \
   ida_ = (ulong)ida_ < F->t_rows ? ida_ : id_;                                                              \
-  __global const uchar *pa_ = (__global const uchar *)ce_ptr_##D(ce_ptr_##D(tp_, F->t_off + (ulong)ida_ * F->t_ld), c);
+  __global const uchar *pa_ = (__global const uchar *)ce_ptr_##D(CE_BAG_PROW(D, ida_), c);
 #else
 #define CE_BAG_PMIX(k)
 #define CE_BAG_SPAN_DECL(D)
 #define CE_BAG_PAHEAD(D)
 #endif
-#define CE_BAG_PADD(k, D) \
-  CE_BAG_V(k) {           \
-    acc[k] = acc[k] + CE_XCAT(ce_loadv_, D)(p_, c + (ulong)(k) * VEC); \
-    CE_BAG_PMIX(k)        \
+#define CE_BAG_PADD(k, D)                                                \
+  CE_BAG_V(k) {                                                          \
+    acc[k] = acc[k] + CE_XCAT(ce_loadv_, D)(p, c + (ulong)(k) * VEC);    \
+    CE_BAG_PMIX(k)                                                       \
   }
-#define CE_BAG_PFMA(k, D) \
-  CE_BAG_V(k) {           \
-    acc[k] = fma((FV)(w0), CE_XCAT(ce_loadv_, D)(p_, c + (ulong)(k) * VEC), acc[k]); \
-    CE_BAG_PMIX(k)        \
+#define CE_BAG_PFMA(k, D)                                                                \
+  CE_BAG_V(k) {                                                                          \
+    acc[k] = fma((FV)(w0), CE_XCAT(ce_loadv_, D)(p, c + (ulong)(k) * VEC), acc[k]);      \
+    CE_BAG_PMIX(k)                                                                       \
   }
 /* whether bag [lo, hi)'s ids are all plain */
 CE_INLINE int ce_bag_plain(const ce_bag_feat *F, ulong lo, ulong hi) {
   int ok = 1;
   const ulong rows = F->t_rows;
   const long pad = F->padding;
-  if (F->id64) {
-    for (ulong j = lo; j < hi; j++) {
-      const long id = F->ids64[F->id_off + j];
-      ok &= (ulong)id < rows & id != pad;
-    }
-  } else {
-    for (ulong j = lo; j < hi; j++) {
-      const long id = F->ids32[F->id_off + j];
-      ok &= (ulong)id < rows & id != pad;
-    }
-  }
+  if (F->id64) /* (two loops: no test of the id width per id) */
+    for (ulong j = lo; j < hi; j++) ok &= (ulong)F->ids64[F->id_off + j] < rows & F->ids64[F->id_off + j] != pad;
+  else
+    for (ulong j = lo; j < hi; j++) ok &= (ulong)(long)F->ids32[F->id_off + j] < rows & F->ids32[F->id_off + j] != pad;
   return ok;
 }
-/* The plain bag's vectors (PFN), then its tail columns (TFN) */
+/* The plain bag: each row's vectors (PFN), then its tail columns (TFN) */
 #define CE_BAG_PLAIN(PFN, TFN, D)                                                                           \
-  {                                                                                                         \
-    __global const CE_STORE_##D *tp_ = (__global const CE_STORE_##D *)F->tab;                               \
-    for (ulong j = lo; j < hi; j++) {                                                                       \
-      const long id_ = ce_load_id(F->ids32, F->ids64, F->id64, F->id_off + j);                              \
-      __global const CE_STORE_##D *p_ = ce_ptr_##D(tp_, F->t_off + (ulong)id_ * F->t_ld);                   \
-      const float w0 = weighted ? F->w[F->w_off + j * F->w_ld] : 0.0f;                                       \
-      CE_BAG_PAHEAD(D)                                                                                      \
-      CE_BAG_EACH_V(PFN, D)                                                                                 \
-    }                                                                                                       \
-    for (ulong j = lo; j < hi && nt; j++) {                                                                 \
-      const long id_ = ce_load_id(F->ids32, F->ids64, F->id64, F->id_off + j);                              \
-      __global const CE_STORE_##D *p = ce_ptr_##D(tp_, F->t_off + (ulong)id_ * F->t_ld);                    \
-      const float w0 = weighted ? F->w[F->w_off + j * F->w_ld] : 0.0f;                                       \
+  for (ulong j = lo; j < hi; j++) {                                                                         \
+    const long id_ = ce_load_id(F->ids32, F->ids64, F->id64, F->id_off + j);                                \
+    __global const CE_STORE_##D *p = CE_BAG_PROW(D, id_);                                                   \
+    const float w0 = weighted ? F->w[F->w_off + j * F->w_ld] : 0.0f;                                         \
+    CE_BAG_PAHEAD(D)                                                                                        \
+    CE_BAG_EACH_V(PFN, D)                                                                                   \
+    if (nt) {                                                                                               \
       CE_BAG_EACH_T(TFN, D)                                                                                 \
     }                                                                                                       \
-    taken = (int)(hi - lo);                                                                                 \
-  }
+  }                                                                                                         \
+  taken = (int)(hi - lo);
 #if BAG_SPLIT
 #define CE_BAG_ONE_PIECE(F) ((F)->np <= 1)
 #else
@@ -615,6 +597,12 @@ CE_INLINE int ce_bag_plain(const ce_bag_feat *F, ulong lo, ulong hi) {
  * takes the bag's ids one by one in ascending order, so the operations are
  * those of one id at a time whatever ROWS is. */
 #define CE_BAG_POOL_FN(D)                                                                                          \
+  /* column col of table row `row` (ce_bag_tabrow's piece) */                                                     \
+  CE_INLINE __global const CE_STORE_##D *ce_bag_rowp_##D(const ce_bag_feat *F, ulong row, ulong col) {            \
+    ulong ro_;                                                                                                    \
+    __global const CE_STORE_##D *tp_ = (__global const CE_STORE_##D *)ce_bag_tabrow(F, row, &ro_);               \
+    return ce_ptr_##D(ce_ptr_##D(tp_, ro_), col);                                                                 \
+  }                                                                                                               \
   CE_INLINE void ce_bag_pool_##D(const ce_bag_feat *F, ulong lo, ulong hi, ulong c, int nv, int nt, float zero,    \
                                  FV *acc, UV *arg, float *tacc, uint *targ, int *cnt, int report,                  \
                                  __global uint *err) {                                                            \
@@ -649,9 +637,7 @@ CE_INLINE int ce_bag_plain(const ce_bag_feat *F, ulong lo, ulong hi) {
   }                                                                                                               \
   /* one value (grad_weights) */                                                                                  \
   CE_INLINE void ce_bag_value_##D(const ce_bag_feat *F, ulong row, ulong c, float *v) {                           \
-    ulong ro_;                                                                                                    \
-    __global const CE_STORE_##D *tp_ = (__global const CE_STORE_##D *)ce_bag_tabrow(F, row, &ro_);               \
-    *v = ce_load_##D(ce_ptr_##D(tp_, ro_), c);                                                                    \
+    *v = ce_load_##D(ce_bag_rowp_##D(F, row, 0), c);                                                              \
   }
 /* (only the launch's dtypes: less for the compiler to read) */
 #if CE_BAG_HAS(0)
