@@ -492,9 +492,7 @@ CE_INLINE ulong ce_bag_of(const ce_bag_feat *F, ulong j, ulong bags) {
   for (ulong j = lo; j < hi; j++) {                                                                 \
     long row = ce_bag_row(F, j, err, 0);                                                            \
     if (row < 0) continue;                                                                          \
-    ulong ro_;                                                                                      \
-    __global const CE_STORE_##D *tp_ = (__global const CE_STORE_##D *)ce_bag_tabrow(F, (ulong)row, &ro_); \
-    __global const CE_STORE_##D *p = ce_ptr_##D(tp_, ro_);                                          \
+    __global const CE_STORE_##D *p = ce_bag_rowp_##D(F, (ulong)row, 0);                            \
     const uint ju = (uint)j;                                                                        \
     const int first = tail_taken == 0;                                                              \
     const float w0 = weighted ? F->w[F->w_off + j * F->w_ld] : 0.0f;                                 \
