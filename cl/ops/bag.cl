@@ -580,6 +580,18 @@ CE_INLINE int ce_bag_plain(const ce_bag_feat *F, ulong lo, ulong hi) {
     }                                                                                                       \
   }                                                                                                         \
   taken = (int)(hi - lo);
+/* The same with the pass's vector count a constant where the row is TILE or
+ * TILE / 2 whole vectors (the common widths: no per-vector test) */
+#define CE_BAG_PLAIN_NV(PFN, TFN, D)               \
+  if (nt == 0 && nv == TILE) {                     \
+    const int nv = TILE, nt = 0;                   \
+    CE_BAG_PLAIN(PFN, TFN, D)                      \
+  } else if (nt == 0 && nv == TILE / 2) {          \
+    const int nv = TILE / 2, nt = 0;               \
+    CE_BAG_PLAIN(PFN, TFN, D)                      \
+  } else {                                         \
+    CE_BAG_PLAIN(PFN, TFN, D)                      \
+  }
 #if BAG_SPLIT
 #define CE_BAG_ONE_PIECE(F) ((F)->np <= 1)
 #else
@@ -620,9 +632,9 @@ CE_INLINE int ce_bag_plain(const ce_bag_feat *F, ulong lo, ulong hi) {
                     if (ROWS > 1 && nt) CE_BAG_TAILS(CE_BAG_TMAX, D))                                             \
     } else if (PLAIN && (D) <= 2 && CE_BAG_ONE_PIECE(F) && ce_bag_plain(F, lo, hi)) {                              \
       if (F->has_w) {                                                                                             \
-        CE_BAG_IF_W(const int weighted = 1; CE_BAG_PLAIN(CE_BAG_PFMA, CE_BAG_TFMA, D))                            \
+        CE_BAG_IF_W(const int weighted = 1; CE_BAG_PLAIN_NV(CE_BAG_PFMA, CE_BAG_TFMA, D))                         \
       } else {                                                                                                    \
-        CE_BAG_IF_SUM(const int weighted = 0; CE_BAG_PLAIN(CE_BAG_PADD, CE_BAG_TADD, D))                          \
+        CE_BAG_IF_SUM(const int weighted = 0; CE_BAG_PLAIN_NV(CE_BAG_PADD, CE_BAG_TADD, D))                       \
       }                                                                                                           \
     } else if (F->has_w) {                                                                                        \
       CE_BAG_IF_W(const int weighted = 1; CE_BAG_GROUPS(CE_BAG_VFMA, CE_BAG_TFMA, D)                              \
