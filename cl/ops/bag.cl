@@ -21,7 +21,7 @@
  *                found first and read side by side, each vector adding them
  *                in ascending order without a branch; the row of the id
  *                AHEAD on asked for (CE_PREFETCH); with PLAIN, a bag of
- *                plain ids of a float table a row at a time (CE_BAG_PLAIN)
+ *                plain ids a row at a time (CE_BAG_PLAIN)
  *   ce_bag_cols  (GPU) work-item (x, bag): x a chunk of VEC columns of one
  *                feature (consecutive items on consecutive columns)
  * The work-item that holds a feature's first columns (chunk 0) reports its bad
@@ -521,7 +521,7 @@ CE_INLINE ulong ce_bag_of(const ce_bag_feat *F, ulong j, ulong bags) {
 
 /* PLAIN (the CPU shape): a SUM, MEAN or weighted SUM bag whose ids are all
  * plain (in the table, not the padding row: every policy takes them as they
- * are, none is reported) in a table of one piece is pooled a row at a time
+ * are, none is reported) in a table of one piece (any dtype) is pooled a row at a time
  * without the groups' masks, the row of the id AHEAD on asked for a line
  * with each vector (CE_BAG_PMIX), the tail columns after the row's vectors;
  * the same operations in the same order as CE_BAG_GROUPS (each column's ids
@@ -630,7 +630,7 @@ CE_INLINE int ce_bag_plain(const ce_bag_feat *F, ulong lo, ulong hi) {
     if (F->mode == CE_BAG_MAX) {                                                                                  \
       CE_BAG_IF_MAX(const int weighted = 0; CE_BAG_GROUPS(CE_BAG_VMAX, CE_BAG_TMAX, D)                            \
                     if (ROWS > 1 && nt) CE_BAG_TAILS(CE_BAG_TMAX, D))                                             \
-    } else if (PLAIN && (D) <= 2 && CE_BAG_ONE_PIECE(F) && ce_bag_plain(F, lo, hi)) {                              \
+    } else if (PLAIN && CE_BAG_ONE_PIECE(F) && ce_bag_plain(F, lo, hi)) {                                         \
       if (F->has_w) {                                                                                             \
         CE_BAG_IF_W(const int weighted = 1; CE_BAG_PLAIN_NV(CE_BAG_PFMA, CE_BAG_TFMA, D))                         \
       } else {                                                                                                    \

@@ -16,7 +16,7 @@
  * pool one dtype (the features taken by dtype, then in order). The CPU shape
  * takes a feature's bags on consecutive work-items (the tuning's
  * bag_by_feature), so one table is read at a time, and pools a bag of plain
- * ids of a float table a row at a time without masks (bag_plain, -DPLAIN).
+ * ids a row at a time without masks (bag_plain, -DPLAIN).
  *
  * Split matrices (include/clembed.h, "Tables past one buffer"). A bag is
  * pooled in one work-item over rows of any piece, so the forward's launch
