@@ -569,6 +569,8 @@ static const spec rows_table[] = {
      0, 0},
     {"bag sum q8_0 (1000000 x 128, 4096 bags of 32)", OP_BAG_SUM, CLEMBED_Q8_0, CLEMBED_F32, REC_V, REC_D, 131072, 32,
      0, 0},
+    {"bag sum q4_k (1000000 x 256, 4096 bags of 32)", OP_BAG_SUM, CLEMBED_Q4_K, CLEMBED_F32, REC_V, 256, 131072, 32,
+     0, 0},
     {"bags: 26 features of 100000 x 64 in one call", OP_BAGS, CLEMBED_F32, CLEMBED_F32, 26 * 100000, 64,
      26 * 131072, 32, 0, 0},
     {"bag step ROWWISE_ADAGRAD (1000000 x 128, 4096 bags)", OP_BAG_STEP, CLEMBED_F32, CLEMBED_F32, REC_V, REC_D,
