@@ -521,13 +521,14 @@ CE_INLINE ulong ce_bag_of(const ce_bag_feat *F, ulong j, ulong bags) {
 
 /* PLAIN (the CPU shape): a SUM, MEAN or weighted SUM bag whose ids are all
  * plain (in the table, not the padding row: every policy takes them as they
- * are, none is reported) in a table of one piece (any dtype) is pooled a row at a time
- * without the groups' masks, the row of the id AHEAD on asked for a line
- * with each vector (CE_BAG_PMIX), the tail columns after the row's vectors;
- * the same operations in the same order as CE_BAG_GROUPS (each column's ids
- * one by one in ascending order). The check is a first pass over the bag's
- * ids, which the pooling reads again from the cache. A row is found without
- * ce_bag_tabrow's search over pieces (CE_BAG_PROW: the table's one piece). */
+ * are, none is reported) in a table of one piece (any dtype) is pooled a row
+ * at a time without the groups' masks, the row of the id AHEAD on asked for
+ * a line with each vector (CE_BAG_PMIX), the tail columns after the row's
+ * vectors; the same operations in the same order as CE_BAG_GROUPS (each
+ * column's ids one by one in ascending order). The check is a first pass over
+ * the bag's ids, which the pooling reads again from the cache. A row is found
+ * without ce_bag_tabrow's search over pieces (CE_BAG_PROW: the table's one
+ * piece). */
 #define CE_BAG_PROW(D, row) \
   ce_ptr_##D((__global const CE_STORE_##D *)F->tab, F->t_off + (ulong)(row) * F->t_ld)
 #if PLAIN && CE_PREFETCH && AHEAD && TILE > 1
