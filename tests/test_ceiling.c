@@ -147,6 +147,88 @@ static void layer_norms_once(void) {
   free(x);
 }
 
+/* LAYER_BACKWARD: every gradient of BERT's layer against its backward in
+ * double (LayerNorm's dx, the sums over tokens), 1 and 3 threads, rows one at
+ * a time and side by side; ids repeated (the fold's segments). */
+static void layer_backward_once(void) {
+  const size_t rows = 9, cols = 528, n = 24, seq = 6;
+  const double scale = 2.5;
+  int32_t ids[24];
+  random_ids(ids, n, rows, 13);
+  double *x = malloc(cols * sizeof *x), *dW = calloc(rows * cols, sizeof *dW), *dP = calloc(seq * cols, sizeof *dP),
+         *dN = calloc(4 * cols, sizeof *dN);
+  for (int side = 1; side <= 4; side *= 4)
+    for (int threads = 1; threads <= 3; threads += 2) {
+      char sv[8];
+      snprintf(sv, sizeof sv, "%d", side);
+      setenv("CLEMBED_CEILING_SIDE", sv, 1);
+      ceiling_desc d = {.kind = CEILING_LAYER_BACKWARD, .table_dtype = CLEMBED_F32, .out_dtype = CLEMBED_F32,
+                        .rows = rows, .cols = cols, .n = n, .ids = ids, .scale = (float)scale, .seq = seq,
+                        .positions = 1};
+      char err[128];
+      ceiling *c = ceiling_create(&d, err, sizeof err);
+      unsetenv("CLEMBED_CEILING_SIDE");
+      EXPECT(c != NULL, "%s", err);
+      if (!c) continue;
+      ceiling_run(c, serial_runner, &threads);
+      ceiling_view v;
+      ceiling_get_view(c, &v);
+      memset(dW, 0, rows * cols * sizeof *dW);
+      memset(dP, 0, seq * cols * sizeof *dP);
+      memset(dN, 0, 4 * cols * sizeof *dN);
+      const float *wt = v.norm + 2 * cols;
+      for (size_t i = 0; i < n; i++) {
+        const float *w = (const float *)(v.table + (size_t)ids[i] * v.row_bytes), *g = v.grad + i * cols;
+        const size_t seg = i % seq >= seq / 2;
+        const float *s = v.norm + seg * cols;
+        double mean = 0.0, var = 0.0, A = 0.0, B = 0.0;
+        for (size_t col = 0; col < cols; col++) {
+          x[col] = scale * w[col] + (double)v.pos[(i % seq) * cols + col] + (double)s[col];
+          mean += x[col];
+        }
+        mean /= (double)cols;
+        for (size_t col = 0; col < cols; col++) var += (x[col] - mean) * (x[col] - mean);
+        const double rstd = 1.0 / sqrt(var / (double)cols + 1e-12);
+        for (size_t col = 0; col < cols; col++) {
+          const double h = (double)g[col] * wt[col], xh = (x[col] - mean) * rstd;
+          A += h;
+          B += h * xh;
+        }
+        A /= (double)cols;
+        B /= (double)cols;
+        for (size_t col = 0; col < cols; col++) {
+          const double h = (double)g[col] * wt[col], xh = (x[col] - mean) * rstd, dx = rstd * ((h - A) - xh * B);
+          dW[(size_t)ids[i] * cols + col] += scale * dx;
+          dP[(i % seq) * cols + col] += dx;
+          dN[seg * cols + col] += dx;
+          dN[2 * cols + col] += g[col] * xh;
+          dN[3 * cols + col] += g[col];
+        }
+      }
+      double worst[3] = {0.0, 0.0, 0.0};
+      for (size_t k = 0; k < rows * cols; k++) {
+        double e = fabs((double)((const float *)v.out)[k] - dW[k]);
+        if (!(e <= worst[0])) worst[0] = e;
+      }
+      for (size_t k = 0; k < seq * cols; k++) {
+        double e = fabs((double)v.dpos[k] - dP[k]);
+        if (!(e <= worst[1])) worst[1] = e;
+      }
+      for (size_t k = 0; k < 4 * cols; k++) {
+        double e = fabs((double)v.dnorm[k] - dN[k]);
+        if (!(e <= worst[2])) worst[2] = e;
+      }
+      EXPECT(worst[0] < 1e-4 && worst[1] < 1e-4 && worst[2] < 1e-4,
+             "side %d threads %d: dW %g, dpos %g, the segments' / weight's / bias's %g from double (%s)", side,
+             threads, worst[0], worst[1], worst[2], ceiling_isa());
+      ceiling_destroy(c);
+    }
+  free(x);
+  free(dW);
+  free(dP);
+  free(dN);
+}
+
 /* FOLD: each store mode on F32 and BF16 tables, rows repeated many times; a
  * gradient row per token, and (with 3 threads) one per 4 tokens, as a bag
  * step's SUM has. */
@@ -332,6 +414,10 @@ TU_CASE(layer_norms) {
   FOR_EACH_ISA(k) layer_norms_once();
   unsetenv("CLEMBED_CEILING_ISA");
 }
+TU_CASE(layer_backward) {
+  FOR_EACH_ISA(k) layer_backward_once();
+  unsetenv("CLEMBED_CEILING_ISA");
+}
 TU_CASE(bag_pools) {
   FOR_EACH_ISA(k) bag_pools_once();
   unsetenv("CLEMBED_CEILING_ISA");
@@ -355,6 +441,12 @@ TU_CASE(refuses_what_it_cannot_do) {
   EXPECT(ceiling_create(&d, err, sizeof err) == NULL && strstr(err, "positions"), "a layer without positions: '%s'",
          err);
   d.layer_norm = 0;
+  d.kind = CEILING_LAYER_BACKWARD; /* whole sequences only */
+  d.seq = 3;
+  EXPECT(ceiling_create(&d, err, sizeof err) == NULL && strstr(err, "sequences"), "4 ids in sequences of 3: '%s'",
+         err);
+  d.kind = CEILING_GATHER;
+  d.seq = 0;
   ceiling_desc b = {.kind = CEILING_BAG, .table_dtype = CLEMBED_F32, .out_dtype = CLEMBED_F32, .rows = 4,
                     .cols = 32, .n = 4, .ids = ids, .seq = 3};
   EXPECT(ceiling_create(&b, err, sizeof err) == NULL && strstr(err, "whole bags"), "4 ids in bags of 3: '%s'", err);

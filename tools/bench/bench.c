@@ -966,6 +966,12 @@ static ceiling *row_ceiling(const bench_state *s, const spec *r, char *err, size
     d.seq = r->seq;
     d.scale = s->eopt.scale;
     break;
+  case OP_BERT_BACKWARD: /* the layer's backward: its rows, its columns' sums, the fold of dx into dW */
+    d.kind = CEILING_LAYER_BACKWARD;
+    d.positions = 1;
+    d.seq = r->seq;
+    d.scale = s->eopt.scale;
+    break;
   case OP_ROPE_APPLY:
     d.kind = CEILING_ROPE;
     d.head_dim = 128;

@@ -39,15 +39,21 @@ struct ceiling {
   int32_t *ids;
   float *pos;                 /* GATHER: seq x cols positions; ROPE: n x head_dim cos | sin */
   size_t pos_bytes;
-  float *norm;                /* GATHER with layer_norm: segment rows 0 and 1, weight, bias */
+  float *norm;                /* GATHER with layer_norm, LAYER_BACKWARD: segment rows 0 and 1, weight, bias */
   int by_position, stream;
   int copy16;                 /* GATHER: a same-dtype 16-bit lookup, words moved as they are */
   size_t features;            /* BAG: d.features, at least 1 */
   size_t ahead;               /* 0: nothing asked for ahead; else the next group's rows (GATHER with
                                  side 1, and BAG: the row this many ids on) */
   size_t side;                /* rows (FOLD: segments) taken side by side (1 to CEIL_MAX_SIDE) */
-  /* FOLD */
+  /* FOLD (LAYER_BACKWARD: grad is grad_out, the fold's from dx into out, dW) */
   float *grad, *s1, *s2;
+  unsigned char *ftab;        /* the rows the fold updates: table (FOLD) or out (LAYER_BACKWARD) */
+  const float *fgrad;         /* the rows it folds: grad (FOLD) or dx (LAYER_BACKWARD) */
+  float fscale;               /* the fold's multiplier of each row's sum (ACCUMULATE) */
+  /* LAYER_BACKWARD: dx (n x cols), each token's mean, rstd, A and B, the gradients of pos and norm */
+  float *dx, *stats, *dpos, *dnorm;
+  size_t dx_bytes, stats_bytes;
   size_t s1_cols, grad_bytes, s1_bytes, s2_bytes;
   float lr, eps, b1c, b2c;
   uint32_t *keys[2], *vals[2];
@@ -57,6 +63,8 @@ struct ceiling {
   void (*fold)(const ceiling *, int, int);
   void (*rope)(const ceiling *, int, int);
   void (*bag)(const ceiling *, int, int);
+  void (*lbwd_rows)(const ceiling *, int, int);
+  void (*lbwd_cols)(const ceiling *, int, int);
 };
 
 /* IEEE binary16 <-> binary32 in plain C (the C build's f16 path) */
@@ -237,6 +245,10 @@ void ceiling_destroy(ceiling *c) {
   ceiling_host_free(c->grad, c->grad_bytes);
   ceiling_host_free(c->s1, c->s1_bytes);
   ceiling_host_free(c->s2, c->s2_bytes);
+  ceiling_host_free(c->dx, c->dx_bytes);
+  ceiling_host_free(c->stats, c->stats_bytes);
+  ceiling_host_free(c->dpos, c->pos_bytes);
+  ceiling_host_free(c->dnorm, c->d.cols * 16);
   for (int k = 0; k < 2; k++) {
     free(c->keys[k]);
     free(c->vals[k]);
@@ -244,6 +256,28 @@ void ceiling_destroy(ceiling *c) {
   free(c->hist);
   free(c->ids);
   free(c);
+}
+
+/* The sort's arrays and digits, and the fold's grouping (FOLD, LAYER_BACKWARD);
+ * 0 when memory is short. */
+static int fold_setup(ceiling *c) {
+  const size_t n = c->d.n;
+  for (int k = 0; k < 2; k++)
+    if (!(c->keys[k] = malloc((n ? n : 1) * 4)) || !(c->vals[k] = malloc((n ? n : 1) * 4))) return 0;
+  int bits = 1;
+  while (bits < 32 && ((size_t)1 << bits) < c->d.rows) bits++;
+  c->passes = (bits + CEIL_RADIX_MAX_BITS - 1) / CEIL_RADIX_MAX_BITS;
+  c->bits = (bits + c->passes - 1) / c->passes;
+  if (!(c->hist = malloc((size_t)CEIL_MAX_THREADS << c->bits << 2))) return 0;
+  c->fscale = c->d.kind == CEILING_LAYER_BACKWARD ? c->d.scale : 1.0f;
+  /* four segments side by side; for rows of up to 1 KiB the next four
+   * positions' rows asked for meanwhile (the fastest orders tried here) */
+  c->side = 4;
+  c->ahead = 4 * c->d.cols <= 1024;
+  const char *e = getenv("CLEMBED_CEILING_AHEAD");
+  if (e && atoi(e) >= 0) c->ahead = (size_t)atoi(e);
+  if ((e = getenv("CLEMBED_CEILING_SIDE")) && atoi(e) >= 1 && atoi(e) <= CEIL_MAX_SIDE) c->side = (size_t)atoi(e);
+  return 1;
 }
 
 #define REFUSE(...)                        \
@@ -267,11 +301,15 @@ ceiling *ceiling_create(const ceiling_desc *d, char *err, size_t errlen) {
     c->fold = fold_part_avx512;
     c->rope = rope_part_avx512;
     c->bag = bag_part_avx512;
+    c->lbwd_rows = lbwd_rows_avx512;
+    c->lbwd_cols = lbwd_cols_avx512;
   } else if (isa == 1) {
     c->gather = gather_part_avx2;
     c->fold = fold_part_avx2;
     c->rope = rope_part_avx2;
     c->bag = bag_part_avx2;
+    c->lbwd_rows = lbwd_rows_avx2;
+    c->lbwd_cols = lbwd_cols_avx2;
   }
 #endif
   if (!c->gather) {
@@ -279,6 +317,8 @@ ceiling *ceiling_create(const ceiling_desc *d, char *err, size_t errlen) {
     c->fold = fold_part_c;
     c->rope = rope_part_c;
     c->bag = bag_part_c;
+    c->lbwd_rows = lbwd_rows_c;
+    c->lbwd_cols = lbwd_cols_c;
   }
   const size_t cols = d->cols, n = d->n;
   if (!cols || cols % 16) REFUSE("%zu columns: the ceiling takes multiples of 16", cols);
@@ -301,7 +341,8 @@ ceiling *ceiling_create(const ceiling_desc *d, char *err, size_t errlen) {
     const char *e = getenv("CLEMBED_CEILING_AHEAD");
     if (e && atoi(e) >= 0) c->ahead = (size_t)atoi(e);
   }
-  if (d->kind == CEILING_GATHER || d->kind == CEILING_FOLD || d->kind == CEILING_BAG) {
+  if (d->kind == CEILING_GATHER || d->kind == CEILING_FOLD || d->kind == CEILING_BAG ||
+      d->kind == CEILING_LAYER_BACKWARD) {
     if (!(c->ids = malloc((n ? n : 1) * sizeof *c->ids))) REFUSE("out of memory");
     memcpy(c->ids, d->ids, n * sizeof *c->ids);
     const size_t id_rows = d->kind == CEILING_BAG ? d->rows / c->features : d->rows;
@@ -362,20 +403,36 @@ ceiling *ceiling_create(const ceiling_desc *d, char *err, size_t errlen) {
     c->eps = d->store == CEILING_ADAGRAD ? 1e-10f : 1e-8f;
     c->b1c = 0.1f;
     c->b2c = 0.001f;
-    for (int k = 0; k < 2; k++)
-      if (!(c->keys[k] = malloc((n ? n : 1) * 4)) || !(c->vals[k] = malloc((n ? n : 1) * 4))) REFUSE("out of memory");
-    int bits = 1;
-    while (bits < 32 && ((size_t)1 << bits) < d->rows) bits++;
-    c->passes = (bits + CEIL_RADIX_MAX_BITS - 1) / CEIL_RADIX_MAX_BITS;
-    c->bits = (bits + c->passes - 1) / c->passes;
-    if (!(c->hist = malloc((size_t)CEIL_MAX_THREADS << c->bits << 2))) REFUSE("out of memory");
-    /* four segments side by side; for rows of up to 1 KiB the next four
-     * positions' rows asked for meanwhile (the fastest orders tried here) */
+    c->fgrad = c->grad;
+    if (!fold_setup(c)) REFUSE("out of memory");
+  } else if (d->kind == CEILING_LAYER_BACKWARD) {
+    if (d->table_dtype != CLEMBED_F32 || cols > CEIL_LAYER_MAX_COLS)
+      REFUSE("the layer's backward ceiling takes an F32 table of at most %d columns", CEIL_LAYER_MAX_COLS);
+    if (!d->seq || n % d->seq) REFUSE("the layer's backward ceiling needs whole sequences (positions)");
+    c->table_bytes = d->rows * c->row_bytes;
+    c->out_row_bytes = c->row_bytes; /* out: dW */
+    c->out_bytes = d->rows * c->row_bytes;
+    c->pos_bytes = d->seq * cols * 4;
+    c->grad_bytes = n * cols * 4;
+    c->dx_bytes = n * cols * 4;
+    c->stats_bytes = n * 16;
+    if (!(c->pos = ceiling_host_alloc(c->pos_bytes)) || !(c->norm = ceiling_host_alloc(cols * 16)) ||
+        !(c->grad = ceiling_host_alloc(c->grad_bytes)) || !(c->dx = ceiling_host_alloc(c->dx_bytes)) ||
+        !(c->stats = ceiling_host_alloc(c->stats_bytes)) || !(c->dpos = ceiling_host_alloc(c->pos_bytes)) ||
+        !(c->dnorm = ceiling_host_alloc(cols * 16)))
+      REFUSE("out of memory");
+    fill((unsigned char *)c->pos, CLEMBED_F32, d->seq * cols, c->pos_bytes, 5);
+    fill((unsigned char *)c->norm, CLEMBED_F32, 4 * cols, cols * 16, 9);
+    fill((unsigned char *)c->grad, CLEMBED_F32, n * cols, c->grad_bytes, 3);
+    memset(c->dpos, 0, c->pos_bytes);
+    memset(c->dnorm, 0, cols * 16);
+    c->d.store = CEILING_ACCUMULATE;
+    c->fgrad = c->dx;
+    if (!fold_setup(c)) REFUSE("out of memory");
+    /* the rows: four tokens side by side (the library's CPU shape takes four of 1,024 columns) */
     c->side = 4;
-    c->ahead = 4 * cols <= 1024;
-    const char *e = getenv("CLEMBED_CEILING_AHEAD");
-    if (e && atoi(e) >= 0) c->ahead = (size_t)atoi(e);
-    if ((e = getenv("CLEMBED_CEILING_SIDE")) && atoi(e) >= 1 && atoi(e) <= CEIL_MAX_SIDE) c->side = (size_t)atoi(e);
+    const char *e = getenv("CLEMBED_CEILING_SIDE");
+    if (e && atoi(e) >= 1 && atoi(e) <= CEIL_MAX_SIDE) c->side = (size_t)atoi(e);
   } else {
     if (d->table_dtype != CLEMBED_F32 && d->table_dtype != CLEMBED_F16) REFUSE("no ceiling for this dtype");
     if (!d->head_dim || d->head_dim % 32 || cols % d->head_dim) REFUSE("head_dim must be a multiple of 32");
@@ -401,8 +458,10 @@ ceiling *ceiling_create(const ceiling_desc *d, char *err, size_t errlen) {
     if (!(c->out = ceiling_host_alloc(c->out_bytes))) REFUSE("out of memory");
     memset(c->out, 0, c->out_bytes);
   }
-  /* streaming stores where every output row starts on a line */
-  c->stream = c->out && c->out_row_bytes % 64 == 0;
+  /* streaming stores where every output row starts on a line (LAYER_BACKWARD: dx's rows) */
+  c->stream = d->kind == CEILING_LAYER_BACKWARD || (c->out && c->out_row_bytes % 64 == 0);
+  if (d->kind == CEILING_FOLD) c->ftab = c->table;
+  if (d->kind == CEILING_LAYER_BACKWARD) c->ftab = c->out;
   return c;
 }
 
@@ -411,6 +470,8 @@ void ceiling_get_view(const ceiling *c, ceiling_view *v) {
   v->out = c->out;
   v->pos = c->pos;
   v->norm = c->norm;
+  v->dpos = c->dpos;
+  v->dnorm = c->dnorm;
   v->grad = c->grad;
   v->s1 = c->s1;
   v->s2 = c->s2;
@@ -477,6 +538,14 @@ static void bag_run(void *arg, int index, int threads) {
   ceiling *c = arg;
   c->bag(c, index, threads);
 }
+static void lbwd_rows_run(void *arg, int index, int threads) {
+  ceiling *c = arg;
+  c->lbwd_rows(c, index, threads);
+}
+static void lbwd_cols_run(void *arg, int index, int threads) {
+  ceiling *c = arg;
+  c->lbwd_cols(c, index, threads);
+}
 
 void ceiling_run(ceiling *c, ceiling_runner run, void *runner_arg) {
   if (c->d.kind == CEILING_GATHER) {
@@ -486,6 +555,10 @@ void ceiling_run(ceiling *c, ceiling_runner run, void *runner_arg) {
   } else if (c->d.kind == CEILING_BAG) {
     run(runner_arg, bag_run, c);
   } else {
+    if (c->d.kind == CEILING_LAYER_BACKWARD) {
+      run(runner_arg, lbwd_rows_run, c);
+      run(runner_arg, lbwd_cols_run, c);
+    }
     for (c->pass = 0; c->pass < c->passes; c->pass++) {
       run(runner_arg, sort_hist, c);
       run(runner_arg, sort_scatter, c);

@@ -24,8 +24,12 @@ typedef enum ceiling_kind {
   CEILING_GATHER, /* out[i] = scale * table[ids[i]] (+ P[i % seq]): lookup and the fused forward */
   CEILING_FOLD,   /* sort the ids, fold each row's gradient rows in token order, then store */
   CEILING_ROPE,   /* NeoX rotation of n tokens x cols (heads of head_dim) at positions 0..n-1 */
-  CEILING_BAG     /* bags of seq ids summed (or averaged) per feature: out[b][f] = sum_j table_f[ids_f[b*seq + j]],
+  CEILING_BAG,    /* bags of seq ids summed (or averaged) per feature: out[b][f] = sum_j table_f[ids_f[b*seq + j]],
                      a row at a time, the row 16 ids on asked for */
+  CEILING_LAYER_BACKWARD /* BERT's layer's backward (the layer of GATHER with layer_norm; F32): every gradient, in
+                            the library's passes: the rows (each token's stats, dx in streaming stores, the
+                            position rows' sums), a walk of the columns in token order (the norm's weight and
+                            bias, the segment rows), the sort of the ids and the fold of dx into dW */
 } ceiling_kind;
 
 typedef enum ceiling_store { /* what the fold does with each row's gradient g, as the library does */
@@ -43,8 +47,9 @@ typedef struct ceiling_desc {
   size_t rows, cols, n;      /* table rows x cols; n ids (ROPE: tokens) */
   const int32_t *ids;        /* GATHER, FOLD, BAG: n ids in [0, rows) (BAG: [0, rows / features)), copied */
   float scale;               /* GATHER: the token row's multiplier (1: none) */
-  size_t seq;                /* GATHER: with positions, tokens per sequence (a seq x cols F32 table) */
-  int positions;             /* GATHER: add the position row */
+  size_t seq;                /* GATHER: with positions, tokens per sequence (a seq x cols F32 table);
+                                LAYER_BACKWARD: the same (n a multiple of it) */
+  int positions;             /* GATHER: add the position row (LAYER_BACKWARD: always) */
   int layer_norm;            /* GATHER (F32 in and out, with positions, at most 4096 columns): BERT's layer,
                                 out[i] = LayerNorm(scale * table[ids[i]] + P[i % seq] + S[i % seq >= seq / 2])
                                 * weight + bias, eps 1e-12 (two segment rows, as the bench's) */
@@ -83,12 +88,18 @@ void ceiling_destroy(ceiling *c); /* NULL is a no-op */
  * out (bags x out_row_bytes); FOLD reads grad (n x cols
  * F32) and updates table (dW for ACCUMULATE), s1 (rows x s1_cols) and s2;
  * ROPE reads table (n x cols) and pos (n x head_dim: head_dim/2 cosines, then
- * the sines) and writes out. The fold's eps is 1e-10 (ADAGRAD) or 1e-8,
+ * the sines) and writes out. LAYER_BACKWARD reads table, pos, norm and grad
+ * (grad_out, n x cols F32) as the layer's GATHER does, and accumulates into
+ * out (dW, rows x cols F32: scale times the sum of each row's tokens' dx),
+ * dpos and dnorm; every gradient starts at zero. The fold's eps is 1e-10 (ADAGRAD) or 1e-8,
  * 1 - beta1 0.1 and 1 - beta2 0.001; ADAM's step size is the rate. */
 typedef struct ceiling_view {
   unsigned char *table, *out;
   float *pos, *grad, *s1, *s2;
-  float *norm; /* GATHER with layer_norm: the segment rows 0 and 1, the weight, the bias (cols each) */
+  float *norm; /* GATHER with layer_norm and LAYER_BACKWARD: the segment rows 0 and 1, the weight, the bias
+                  (cols each) */
+  float *dpos, *dnorm; /* LAYER_BACKWARD's gradients of the position table (seq x cols) and of the segment
+                          rows 0 and 1, the weight and the bias (cols each), accumulated */
   size_t row_bytes, out_row_bytes, s1_cols;
   float lr, eps, b1c, b2c;
 } ceiling_view;

@@ -510,10 +510,10 @@ CEIL_INLINE void CEIL_FN(st_w)(const ceiling *c, unsigned char *w, size_t col, v
 CEIL_INLINE void CEIL_FN(fold_prefetch_line)(const ceiling *c, const uint32_t *keys, const uint32_t *vals, size_t s,
                                             size_t line) {
   const size_t cols = c->d.cols;
-  if (4 * cols > line) __builtin_prefetch((const char *)(c->grad + (size_t)vals[s] * cols) + line, 0, 3);
+  if (4 * cols > line) __builtin_prefetch((const char *)(c->fgrad + (size_t)vals[s] * cols) + line, 0, 3);
   if (s && keys[s - 1] == keys[s]) return;
   size_t v = keys[s];
-  if (line < c->row_bytes) __builtin_prefetch(c->table + v * c->row_bytes + line, 1, 3);
+  if (line < c->row_bytes) __builtin_prefetch(c->ftab + v * c->row_bytes + line, 1, 3);
   if (c->s1 && line < 4 * c->s1_cols) __builtin_prefetch((const char *)(c->s1 + v * c->s1_cols) + line, 1, 3);
   if (c->s2 && line < 4 * cols) __builtin_prefetch((const char *)(c->s2 + v * cols) + line, 1, 3);
 }
@@ -522,8 +522,8 @@ CEIL_INLINE void CEIL_FN(fold_prefetch_line)(const ceiling *c, const uint32_t *k
  * rows added in token order. */
 CEIL_INLINE v16 CEIL_FN(fold16)(const ceiling *c, const uint32_t *vals, size_t b, size_t e, size_t col) {
   const size_t cols = c->d.cols;
-  v16 x = CEIL_FN(ld_f32)((const unsigned char *)(c->grad + (size_t)vals[b] * cols + col));
-  for (size_t t = b + 1; t < e; t++) x += CEIL_FN(ld_f32)((const unsigned char *)(c->grad + (size_t)vals[t] * cols + col));
+  v16 x = CEIL_FN(ld_f32)((const unsigned char *)(c->fgrad + (size_t)vals[b] * cols + col));
+  for (size_t t = b + 1; t < e; t++) x += CEIL_FN(ld_f32)((const unsigned char *)(c->fgrad + (size_t)vals[t] * cols + col));
   return x;
 }
 
@@ -541,7 +541,8 @@ static void CEIL_FN(fold_part)(const ceiling *c, int index, int threads) {
   while (lo > 0 && lo < n && keys[lo - 1] == keys[lo]) lo++; /* whole segments: starts in [lo, hi) */
   while (hi > 0 && hi < n && keys[hi - 1] == keys[hi]) hi++;
   const v16 lr = CEIL_FN(splat)(c->lr), eps = CEIL_FN(splat)(c->eps), b1c = CEIL_FN(splat)(c->b1c),
-            b2c = CEIL_FN(splat)(c->b2c);
+            b2c = CEIL_FN(splat)(c->b2c), fscale = CEIL_FN(splat)(c->fscale);
+  const int scaled = c->fscale != 1.0f;
   size_t sb[CEIL_MAX_SIDE], se[CEIL_MAX_SIDE];
   unsigned char *w[CEIL_MAX_SIDE];
   float *s1[CEIL_MAX_SIDE], *s2[CEIL_MAX_SIDE];
@@ -554,7 +555,7 @@ static void CEIL_FN(fold_part)(const ceiling *c, int index, int threads) {
       const size_t v = keys[s];
       sb[m] = s;
       se[m] = e;
-      w[m] = c->table + v * c->row_bytes;
+      w[m] = c->ftab + v * c->row_bytes;
       s1[m] = c->s1 ? c->s1 + v * c->s1_cols : NULL;
       s2[m] = c->s2 ? c->s2 + v * cols : NULL;
       rate[m] = lr;
@@ -582,7 +583,7 @@ static void CEIL_FN(fold_part)(const ceiling *c, int index, int threads) {
         v16 x = CEIL_FN(fold16)(c, vals, sb[j], se[j], col);
         if (c->d.store == CEILING_ACCUMULATE) {
           float *dw = (float *)w[j] + col;
-          v16 y = CEIL_FN(ld_f32)((const unsigned char *)dw) + x;
+          v16 y = CEIL_FN(ld_f32)((const unsigned char *)dw) + (scaled ? fscale * x : x);
           memcpy(dw, &y, 64);
           continue;
         }
@@ -612,6 +613,170 @@ static void CEIL_FN(fold_part)(const ceiling *c, int index, int threads) {
       }
   }
 }
+
+/* ------------------------------------------------- BERT's layer backward */
+
+/* The first pass of LAYER_BACKWARD: the thread's share of the positions, each
+ * position's tokens (one per sequence, in ascending order) `side` at a time
+ * side by side, as the library's CPU rows kernel takes them. Per token: x =
+ * scale * w + p + s into a scratch with its 16 partial sums, the mean, the
+ * squared deviations, then the gradient row (put aside in a second scratch)
+ * for A = sum(g * weight) / cols and B = sum(g * weight * xh) / cols, then
+ * dx = rstd * ((g * weight - A) - xh * B) in streaming stores and into the
+ * position's sum; the token's mean, rstd, A and B into stats. The next
+ * group's table and gradient rows are asked for along the first passes. At
+ * each position's end its sum is added into dpos. */
+static void CEIL_FN(lbwd_rows)(const ceiling *c, int index, int threads) {
+  const size_t cols = c->d.cols, rb = c->row_bytes, seq = c->d.seq, nseq = c->d.n / seq, side = c->side,
+               half = seq / 2;
+  const size_t lo = seq * (size_t)index / (size_t)threads, hi = seq * (size_t)(index + 1) / (size_t)threads;
+  const v16 scale = CEIL_FN(splat)(c->d.scale);
+  const float *nw = c->norm + 2 * cols, inv = 1.0f / (float)cols;
+  static __thread float xs[CEIL_MAX_SIDE * (CEIL_LAYER_MAX_COLS + 16)] __attribute__((aligned(64)));
+  static __thread float gs[CEIL_MAX_SIDE * (CEIL_LAYER_MAX_COLS + 16)] __attribute__((aligned(64)));
+  static __thread float pacc[CEIL_LAYER_MAX_COLS] __attribute__((aligned(64)));
+  const size_t xst = cols + 16, total = (hi - lo) * nseq;
+  const unsigned char *w[CEIL_MAX_SIDE], *nwr[CEIL_MAX_SIDE], *ngr[CEIL_MAX_SIDE];
+  const float *g[CEIL_MAX_SIDE];
+  float *dxr[CEIL_MAX_SIDE], mean[CEIL_MAX_SIDE], rstd[CEIL_MAX_SIDE], A[CEIL_MAX_SIDE], B[CEIL_MAX_SIDE];
+  size_t tok[CEIL_MAX_SIDE];
+  v16 acc[CEIL_MAX_SIDE], bcc[CEIL_MAX_SIDE];
+  /* q counts the thread's tokens position by position: position lo + q / nseq, sequence q % nseq */
+#define CEIL_LBWD_TOKEN(q) (((q) % nseq) * seq + lo + (q) / nseq)
+  for (size_t q = 0; q < total;) {
+    const size_t p = lo + q / nseq, s0 = q % nseq, live = nseq - s0 < side ? nseq - s0 : side;
+    const float *pr = c->pos + p * cols, *sr = c->norm + (p >= half ? cols : 0);
+    if (!s0) memset(pacc, 0, cols * sizeof *pacc);
+    for (size_t j = 0; j < live; j++) {
+      const size_t i = CEIL_LBWD_TOKEN(q + j), qa = q + live + j;
+      tok[j] = i;
+      w[j] = c->table + (size_t)c->ids[i] * rb;
+      g[j] = c->grad + i * cols;
+      dxr[j] = c->dx + i * cols;
+      nwr[j] = qa < total ? c->table + (size_t)c->ids[CEIL_LBWD_TOKEN(qa)] * rb : NULL;
+      ngr[j] = qa < total ? (const unsigned char *)(c->grad + CEIL_LBWD_TOKEN(qa) * cols) : NULL;
+      acc[j] = CEIL_FN(splat)(0.0f);
+    }
+    for (size_t col = 0; col < cols; col += 16)
+      for (size_t j = 0; j < live; j++) {
+        if (nwr[j]) __builtin_prefetch(nwr[j] + 4 * col, 0, 3);
+        v16 v = CEIL_FN(ld_f32)(w[j] + 4 * col) * scale + CEIL_FN(ld_f32)((const unsigned char *)(pr + col));
+        v += CEIL_FN(ld_f32)((const unsigned char *)(sr + col));
+        memcpy(xs + j * xst + col, &v, 64);
+        acc[j] += v;
+      }
+    for (size_t j = 0; j < live; j++) {
+      const float m = CEIL_FN(hsum)(acc[j]) * inv;
+      const v16 mv = CEIL_FN(splat)(m);
+      v16 sq = CEIL_FN(splat)(0.0f);
+      for (size_t col = 0; col < cols; col += 16) {
+        v16 dv = CEIL_FN(ld_f32)((const unsigned char *)(xs + j * xst + col)) - mv;
+        sq += dv * dv;
+      }
+      mean[j] = m;
+      rstd[j] = 1.0f / sqrtf(CEIL_FN(hsum)(sq) * inv + 1e-12f);
+      acc[j] = bcc[j] = CEIL_FN(splat)(0.0f);
+    }
+    for (size_t col = 0; col < cols; col += 16) {
+      const v16 wv = CEIL_FN(ld_f32)((const unsigned char *)(nw + col));
+      for (size_t j = 0; j < live; j++) {
+        if (ngr[j]) __builtin_prefetch(ngr[j] + 4 * col, 0, 3);
+        const v16 gv = CEIL_FN(ld_f32)((const unsigned char *)(g[j] + col));
+        memcpy(gs + j * xst + col, &gv, 64);
+        const v16 xh = (CEIL_FN(ld_f32)((const unsigned char *)(xs + j * xst + col)) - CEIL_FN(splat)(mean[j])) *
+                       CEIL_FN(splat)(rstd[j]);
+        const v16 h = gv * wv;
+        acc[j] += h;
+        bcc[j] += h * xh;
+      }
+    }
+    for (size_t j = 0; j < live; j++) {
+      A[j] = CEIL_FN(hsum)(acc[j]) * inv;
+      B[j] = CEIL_FN(hsum)(bcc[j]) * inv;
+    }
+    for (size_t col = 0; col < cols; col += 16) {
+      const v16 wv = CEIL_FN(ld_f32)((const unsigned char *)(nw + col));
+      v16 pa = CEIL_FN(ld_f32)((const unsigned char *)(pacc + col));
+      for (size_t j = 0; j < live; j++) {
+        const v16 xh = (CEIL_FN(ld_f32)((const unsigned char *)(xs + j * xst + col)) - CEIL_FN(splat)(mean[j])) *
+                       CEIL_FN(splat)(rstd[j]);
+        const v16 h = CEIL_FN(ld_f32)((const unsigned char *)(gs + j * xst + col)) * wv;
+        const v16 dx = CEIL_FN(splat)(rstd[j]) * ((h - CEIL_FN(splat)(A[j])) - xh * CEIL_FN(splat)(B[j]));
+        CEIL_FN(st_f32)((unsigned char *)(dxr[j] + col), dx, c->stream);
+        pa += dx;
+      }
+      memcpy(pacc + col, &pa, 64);
+    }
+    for (size_t j = 0; j < live; j++) {
+      float *st = c->stats + 4 * tok[j];
+      st[0] = mean[j];
+      st[1] = rstd[j];
+      st[2] = A[j];
+      st[3] = B[j];
+    }
+    q += live;
+    if (s0 + live == nseq) { /* the position's last tokens: its sum into the gradient */
+      float *dp = c->dpos + p * cols;
+      for (size_t col = 0; col < cols; col += 16) {
+        v16 v = CEIL_FN(ld_f32)((const unsigned char *)(dp + col)) + CEIL_FN(ld_f32)((const unsigned char *)(pacc + col));
+        memcpy(dp + col, &v, 64);
+      }
+    }
+  }
+#undef CEIL_LBWD_TOKEN
+#if CEIL_ISA >= 1
+  _mm_sfence();
+#endif
+}
+
+/* The second pass of LAYER_BACKWARD: the thread's share of the columns (whole
+ * vectors of 16), every token in ascending order, x and xh recomputed from
+ * its rows and stats (the table and gradient rows CEIL_LBWD_AHEAD tokens on
+ * asked for a line at a time), the weight's (g * xh), the bias's (g) and the
+ * token's segment row's (dx) sums kept in the thread's private rows, then
+ * added into dnorm. The library's ce_norm_params. */
+#define CEIL_LBWD_AHEAD 4
+static void CEIL_FN(lbwd_cols)(const ceiling *c, int index, int threads) {
+  const size_t cols = c->d.cols, rb = c->row_bytes, seq = c->d.seq, half = seq / 2, n = c->d.n, nv = cols / 16;
+  const size_t v0 = nv * (size_t)index / (size_t)threads, v1 = nv * (size_t)(index + 1) / (size_t)threads;
+  const v16 scale = CEIL_FN(splat)(c->d.scale);
+  const float *nw = c->norm + 2 * cols;
+  static __thread v16 sums[4 * (CEIL_LAYER_MAX_COLS / 16)]; /* the segment rows 0 and 1, weight, bias */
+  v16 *ss0 = sums, *ss1 = sums + nv, *sw = sums + 2 * nv, *sb = sums + 3 * nv;
+  for (size_t v = 0; v < 4 * nv; v++) sums[v] = CEIL_FN(splat)(0.0f);
+  for (size_t i = 0; i < n; i++) {
+    const float *st = c->stats + 4 * i, *g = c->grad + i * cols, *pr = c->pos + (i % seq) * cols;
+    const int second = i % seq >= half;
+    const float *sr = c->norm + (second ? cols : 0);
+    v16 *ss = second ? ss1 : ss0;
+    const unsigned char *w = c->table + (size_t)c->ids[i] * rb;
+    const unsigned char *aw = i + CEIL_LBWD_AHEAD < n ? c->table + (size_t)c->ids[i + CEIL_LBWD_AHEAD] * rb : NULL;
+    const unsigned char *ag = aw ? (const unsigned char *)(g + CEIL_LBWD_AHEAD * cols) : NULL;
+    const v16 mv = CEIL_FN(splat)(st[0]), rv = CEIL_FN(splat)(st[1]), av = CEIL_FN(splat)(st[2]),
+              bv = CEIL_FN(splat)(st[3]);
+    for (size_t v = v0; v < v1; v++) {
+      const size_t col = 16 * v;
+      if (aw) {
+        __builtin_prefetch(aw + 4 * col, 0, 3);
+        __builtin_prefetch(ag + 4 * col, 0, 3);
+      }
+      const v16 gv = CEIL_FN(ld_f32)((const unsigned char *)(g + col));
+      v16 x = CEIL_FN(ld_f32)(w + 4 * col) * scale + CEIL_FN(ld_f32)((const unsigned char *)(pr + col));
+      x += CEIL_FN(ld_f32)((const unsigned char *)(sr + col));
+      const v16 xh = (x - mv) * rv, h = gv * CEIL_FN(ld_f32)((const unsigned char *)(nw + col));
+      sw[v] += gv * xh;
+      sb[v] += gv;
+      ss[v] += rv * ((h - av) - xh * bv);
+    }
+  }
+  for (size_t k = 0; k < 4; k++)
+    for (size_t v = v0; v < v1; v++) {
+      float *o = c->dnorm + k * cols + 16 * v;
+      v16 y = CEIL_FN(ld_f32)((const unsigned char *)o) + sums[k * nv + v];
+      memcpy(o, &y, 64);
+    }
+}
+#undef CEIL_LBWD_AHEAD
 
 /* ------------------------------------------------------------------ RoPE */
 
