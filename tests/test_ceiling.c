@@ -352,16 +352,16 @@ static void rope_rotates_once(void) {
  * table dtype it takes, 1 and 3 threads: each value the float sum of the bag's
  * rows in id order (from 0), the mean that sum divided by 5. */
 static void bag_pools_once(void) {
-  const size_t widths[3] = {64, 128, 96}, rows_per = 11, seq = 5, bags = 7;
-  const clembed_dtype tdts[5] = {CLEMBED_F32, CLEMBED_F16, CLEMBED_BF16, CLEMBED_Q8_0, CLEMBED_Q4_0};
-  float *y = malloc(128 * sizeof *y), *sum = malloc(128 * sizeof *sum);
-  for (size_t wi = 0; wi < 3; wi++)
+  const size_t widths[4] = {64, 128, 96, 256}, rows_per = 11, seq = 5, bags = 7;
+  const clembed_dtype tdts[6] = {CLEMBED_F32, CLEMBED_F16, CLEMBED_BF16, CLEMBED_Q8_0, CLEMBED_Q4_0, CLEMBED_Q4_K};
+  float *y = malloc(256 * sizeof *y), *sum = malloc(256 * sizeof *sum);
+  for (size_t wi = 0; wi < 4; wi++)
     for (size_t F = 1, cols = widths[wi]; F <= 3; F += 2) {
     const size_t n = F * bags * seq;
     int32_t *ids = malloc(n * sizeof *ids);
     random_ids(ids, n, rows_per, 7 + F);
-    for (int t = 0; t < 5; t++)
-      for (int mean = 0; mean < 2; mean++)
+    for (int t = 0; t < 6; t++)
+      for (int mean = 0; mean < 2 && (tdts[t] != CLEMBED_Q4_K || cols % 256 == 0); mean++)
         for (int threads = 1; threads <= 3; threads += 2) {
           ceiling_desc d = {.kind = CEILING_BAG, .table_dtype = tdts[t], .out_dtype = CLEMBED_F32,
                             .rows = F * rows_per, .cols = cols, .n = n, .ids = ids, .seq = seq, .features = F,

@@ -547,16 +547,31 @@ CE_INLINE ulong ce_bag_of(const ce_bag_feat *F, ulong j, ulong bags) {
 #define CE_BAG_SPAN_DECL(D)
 #define CE_BAG_PAHEAD(D)
 #endif
-#define CE_BAG_PADD(k, D)                                                \
-  CE_BAG_V(k) {                                                          \
-    acc[k] = acc[k] + CE_XCAT(ce_loadv_, D)(p, c + (ulong)(k) * VEC);    \
-    CE_BAG_PMIX(k)                                                       \
+/* Vectors k and k + 1 (k even, TILE even: the pair's first column a multiple
+ * of 2 * VEC) through one ce_loadw (a block type decodes its block's scales
+ * once for both: the same operations as two ce_loadv, so the same bits); an
+ * odd k was taken with k - 1, a last even one alone. OP(k, v) adds v into
+ * vector k's accumulator. */
+#define CE_BAG_PAIRS (TILE % 2 == 0)
+#define CE_BAG_K1(k) ((k) + 1 < TILE ? (k) + 1 : (k))
+#define CE_BAG_PLOAD2(k, D, OP)                                        \
+  CE_BAG_V(k) {                                                        \
+    if (CE_BAG_PAIRS && (k) % 2 == 0 && (k) + 1 < nv) {                \
+      FV a_, z_;                                                       \
+      CE_XCAT(ce_loadw_, D)(p, c + (ulong)(k) * VEC, a_, z_);          \
+      OP(k, a_);                                                       \
+      OP(CE_BAG_K1(k), z_);                                            \
+      CE_BAG_PMIX(k)                                                   \
+      CE_BAG_PMIX(CE_BAG_K1(k))                                        \
+    } else if (!CE_BAG_PAIRS || (k) % 2 == 0) {                        \
+      OP(k, CE_XCAT(ce_loadv_, D)(p, c + (ulong)(k) * VEC));           \
+      CE_BAG_PMIX(k)                                                   \
+    }                                                                  \
   }
-#define CE_BAG_PFMA(k, D)                                                                \
-  CE_BAG_V(k) {                                                                          \
-    acc[k] = fma((FV)(w0), CE_XCAT(ce_loadv_, D)(p, c + (ulong)(k) * VEC), acc[k]);      \
-    CE_BAG_PMIX(k)                                                                       \
-  }
+#define CE_BAG_OPADD(k, v) acc[k] = acc[k] + (v)
+#define CE_BAG_OPFMA(k, v) acc[k] = fma((FV)(w0), (v), acc[k])
+#define CE_BAG_PADD(k, D) CE_BAG_PLOAD2(k, D, CE_BAG_OPADD)
+#define CE_BAG_PFMA(k, D) CE_BAG_PLOAD2(k, D, CE_BAG_OPFMA)
 /* whether bag [lo, hi)'s ids are all plain */
 CE_INLINE int ce_bag_plain(const ce_bag_feat *F, ulong lo, ulong hi) {
   int ok = 1;

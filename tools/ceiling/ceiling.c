@@ -327,7 +327,7 @@ ceiling *ceiling_create(const ceiling_desc *d, char *err, size_t errlen) {
     REFUSE("no ceiling for this table dtype and width");
   c->features = d->features ? d->features : 1;
   if (d->kind == CEILING_BAG) {
-    if (d->table_dtype > CLEMBED_Q4_0) REFUSE("no bag ceiling for this table dtype");
+    if (d->table_dtype > CLEMBED_Q4_K) REFUSE("no bag ceiling for this table dtype");
     if (d->out_dtype != CLEMBED_F32) REFUSE("no bag ceiling for this output dtype");
     if (cols / 16 > CEIL_BAG_MAX_V) REFUSE("%zu columns: the bag ceiling takes at most %d", cols, 16 * CEIL_BAG_MAX_V);
     if (!d->seq || d->rows % c->features || n % (c->features * d->seq))

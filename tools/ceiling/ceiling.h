@@ -42,7 +42,8 @@ typedef enum ceiling_store { /* what the fold does with each row's gradient g, a
 
 typedef struct ceiling_desc {
   ceiling_kind kind;
-  clembed_dtype table_dtype; /* GATHER, BAG: F32 F16 BF16 Q8_0 Q4_0 Q4_K; FOLD: F32 F16 BF16; ROPE: F32 F16 */
+  clembed_dtype table_dtype; /* GATHER, BAG: F32 F16 BF16 Q8_0 Q4_0 Q4_K; FOLD: F32 F16 BF16; ROPE: F32 F16;
+                                LAYER_BACKWARD: F32 */
   clembed_dtype out_dtype;   /* GATHER: F32 F16 BF16; BAG: F32 */
   size_t rows, cols, n;      /* table rows x cols; n ids (ROPE: tokens) */
   const int32_t *ids;        /* GATHER, FOLD, BAG: n ids in [0, rows) (BAG: [0, rows / features)), copied */

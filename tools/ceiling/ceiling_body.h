@@ -445,6 +445,9 @@ static void CEIL_FN(gather_part)(const ceiling *c, int index, int threads) {
       const int32_t *id = c->ids + f * nf + b0 * seq, *next = f + 1 < F ? id + nf : NULL;                          \
       const unsigned char *tab = c->table + f * rf * rb, *ntab = tab + rf * rb;                                   \
       for (size_t b = b0, q = 0; b < b1; b++) {                                                                   \
+        float kd[8], km[8]; /* Q4_K: the block's scales and mins */                                               \
+        (void)kd;                                                                                                 \
+        (void)km;                                                                                                 \
         for (size_t v = 0; v < nv; v++) acc[v] = CEIL_FN(splat)(0.0f);                                            \
         for (const size_t end = q + seq; q < end; q++) {                                                          \
           const unsigned char *w = tab + (size_t)id[q] * rb;                                                      \
@@ -478,11 +481,12 @@ CEIL_BAG(f16, CEIL_LD_F16)
 CEIL_BAG(bf16, CEIL_LD_BF16)
 CEIL_BAG(q8_0, CEIL_LD_Q8_0)
 CEIL_BAG(q4_0, CEIL_LD_Q4_0)
+CEIL_BAG(q4_k, CEIL_LD_Q4_K)
 
 typedef void (*CEIL_FN(bag_fn))(const ceiling *c, size_t b0, size_t b1);
-static const CEIL_FN(bag_fn) CEIL_FN(bag_fns)[5] = {CEIL_CAT(bag_f32, CEIL_SFX), CEIL_CAT(bag_f16, CEIL_SFX),
+static const CEIL_FN(bag_fn) CEIL_FN(bag_fns)[6] = {CEIL_CAT(bag_f32, CEIL_SFX), CEIL_CAT(bag_f16, CEIL_SFX),
                                                      CEIL_CAT(bag_bf16, CEIL_SFX), CEIL_CAT(bag_q8_0, CEIL_SFX),
-                                                     CEIL_CAT(bag_q4_0, CEIL_SFX)};
+                                                     CEIL_CAT(bag_q4_0, CEIL_SFX), CEIL_CAT(bag_q4_k, CEIL_SFX)};
 
 static void CEIL_FN(bag_part)(const ceiling *c, int index, int threads) {
   const size_t bags = c->d.n / c->features / c->d.seq;
