@@ -98,6 +98,24 @@ static void gather_every_dtype_pair_once(void) {
   free(w);
 }
 
+/* BERT's layer in double, as the ceilings' (two segment rows: a sequence's
+ * second half takes the second): token i's x into x (cols), its mean into
+ * *mean; returns its rstd. */
+static double layer_x(const ceiling_view *v, const int32_t *ids, size_t i, size_t cols, size_t seq, double scale,
+                      double *x, double *mean) {
+  const float *w = (const float *)(v->table + (size_t)ids[i] * v->row_bytes);
+  const float *s = v->norm + (i % seq >= seq / 2 ? cols : 0);
+  double m = 0.0, var = 0.0;
+  for (size_t col = 0; col < cols; col++) {
+    x[col] = scale * w[col] + (double)v->pos[(i % seq) * cols + col] + (double)s[col];
+    m += x[col];
+  }
+  m /= (double)cols;
+  for (size_t col = 0; col < cols; col++) var += (x[col] - m) * (x[col] - m);
+  *mean = m;
+  return 1.0 / sqrt(var / (double)cols + 1e-12);
+}
+
 /* GATHER with layer_norm (BERT's layer): against LayerNorm in double, 1 and
  * 3 threads, rows one at a time and side by side. */
 static void layer_norms_once(void) {
@@ -123,16 +141,9 @@ static void layer_norms_once(void) {
       ceiling_get_view(c, &v);
       double worst = 0.0;
       for (size_t i = 0; i < n; i++) {
-        const float *w = (const float *)(v.table + (size_t)ids[i] * v.row_bytes);
-        const float *s = v.norm + (i % seq >= seq / 2 ? cols : 0), *g = v.norm + 2 * cols, *b = v.norm + 3 * cols;
-        double mean = 0.0, var = 0.0;
-        for (size_t col = 0; col < cols; col++) {
-          x[col] = 2.5 * w[col] + (double)v.pos[(i % seq) * cols + col] + (double)s[col];
-          mean += x[col];
-        }
-        mean /= (double)cols;
-        for (size_t col = 0; col < cols; col++) var += (x[col] - mean) * (x[col] - mean);
-        const double rstd = 1.0 / sqrt(var / (double)cols + 1e-12);
+        const float *g = v.norm + 2 * cols, *b = v.norm + 3 * cols;
+        double mean;
+        const double rstd = layer_x(&v, ids, i, cols, seq, 2.5, x, &mean);
         for (size_t col = 0; col < cols; col++) {
           float y;
           memcpy(&y, v.out + i * v.out_row_bytes + 4 * col, 4);
@@ -178,17 +189,10 @@ static void layer_backward_once(void) {
       memset(dN, 0, 4 * cols * sizeof *dN);
       const float *wt = v.norm + 2 * cols;
       for (size_t i = 0; i < n; i++) {
-        const float *w = (const float *)(v.table + (size_t)ids[i] * v.row_bytes), *g = v.grad + i * cols;
+        const float *g = v.grad + i * cols;
         const size_t seg = i % seq >= seq / 2;
-        const float *s = v.norm + seg * cols;
-        double mean = 0.0, var = 0.0, A = 0.0, B = 0.0;
-        for (size_t col = 0; col < cols; col++) {
-          x[col] = scale * w[col] + (double)v.pos[(i % seq) * cols + col] + (double)s[col];
-          mean += x[col];
-        }
-        mean /= (double)cols;
-        for (size_t col = 0; col < cols; col++) var += (x[col] - mean) * (x[col] - mean);
-        const double rstd = 1.0 / sqrt(var / (double)cols + 1e-12);
+        double mean, A = 0.0, B = 0.0;
+        const double rstd = layer_x(&v, ids, i, cols, seq, scale, x, &mean);
         for (size_t col = 0; col < cols; col++) {
           const double h = (double)g[col] * wt[col], xh = (x[col] - mean) * rstd;
           A += h;

@@ -428,11 +428,9 @@ ceiling *ceiling_create(const ceiling_desc *d, char *err, size_t errlen) {
     memset(c->dnorm, 0, cols * 16);
     c->d.store = CEILING_ACCUMULATE;
     c->fgrad = c->dx;
+    /* side: the fold's segments and the rows' tokens side by side, 4 (the library's CPU shape takes four rows
+       of 1,024 columns) */
     if (!fold_setup(c)) REFUSE("out of memory");
-    /* the rows: four tokens side by side (the library's CPU shape takes four of 1,024 columns) */
-    c->side = 4;
-    const char *e = getenv("CLEMBED_CEILING_SIDE");
-    if (e && atoi(e) >= 1 && atoi(e) <= CEIL_MAX_SIDE) c->side = (size_t)atoi(e);
   } else {
     if (d->table_dtype != CLEMBED_F32 && d->table_dtype != CLEMBED_F16) REFUSE("no ceiling for this dtype");
     if (!d->head_dim || d->head_dim % 32 || cols % d->head_dim) REFUSE("head_dim must be a multiple of 32");
