@@ -306,9 +306,12 @@ int ce_mpi_alltoallv(clembed_mpi_table *t, const void *send, void *recv, MPI_Dat
   return ce_mpi_ok(e, code, "MPI_Alltoallv");
 }
 
-int ce_mpi_alltoallv_rows(clembed_mpi_table *t, const void *send, void *recv, size_t row_bytes, int reverse,
-                          int skip_self, ce_mpi_error *e) {
-  MPI_Datatype row = MPI_DATATYPE_NULL;
+/* ce_mpi_alltoallv_rows, blocking (req NULL) or started (*req to complete,
+ * then *row to free: ce_mpi_rows_wait). */
+static int rows_exchange(clembed_mpi_table *t, const void *send, void *recv, size_t row_bytes, int reverse,
+                         int skip_self, MPI_Datatype *row, MPI_Request *req, ce_mpi_error *e) {
+  *row = MPI_DATATYPE_NULL;
+  if (req) *req = MPI_REQUEST_NULL;
   if (!row_bytes) return 1;
   int n = t->size, *sc = t->counts, *rc = t->counts + n, *sd = t->counts + 2 * n, *rd = t->counts + 3 * n;
   if (skip_self) { /* the counts without this rank's own part */
@@ -316,14 +319,37 @@ int ce_mpi_alltoallv_rows(clembed_mpi_table *t, const void *send, void *recv, si
     rc = memcpy(t->wcounts + n, rc, (size_t)n * sizeof *rc);
     sc[t->rank] = rc[t->rank] = 0;
   }
-  int ok = ce_mpi_ok(e, MPI_Type_contiguous((int)row_bytes, MPI_BYTE, &row), "MPI_Type_contiguous") &&
-           ce_mpi_ok(e, MPI_Type_commit(&row), "MPI_Type_commit");
-  if (ok)
+  int ok = ce_mpi_ok(e, MPI_Type_contiguous((int)row_bytes, MPI_BYTE, row), "MPI_Type_contiguous") &&
+           ce_mpi_ok(e, MPI_Type_commit(row), "MPI_Type_commit");
+  if (ok && req)
     ok = ce_mpi_ok(e,
-                   reverse ? MPI_Alltoallv(send, rc, rd, row, recv, sc, sd, row, t->comm)
-                           : MPI_Alltoallv(send, sc, sd, row, recv, rc, rd, row, t->comm),
+                   reverse ? MPI_Ialltoallv(send, rc, rd, *row, recv, sc, sd, *row, t->comm, req)
+                           : MPI_Ialltoallv(send, sc, sd, *row, recv, rc, rd, *row, t->comm, req),
+                   "MPI_Ialltoallv");
+  else if (ok)
+    ok = ce_mpi_ok(e,
+                   reverse ? MPI_Alltoallv(send, rc, rd, *row, recv, sc, sd, *row, t->comm)
+                           : MPI_Alltoallv(send, sc, sd, *row, recv, rc, rd, *row, t->comm),
                    "MPI_Alltoallv");
+  return ok;
+}
+
+int ce_mpi_alltoallv_rows(clembed_mpi_table *t, const void *send, void *recv, size_t row_bytes, int reverse,
+                          int skip_self, ce_mpi_error *e) {
+  MPI_Datatype row;
+  int ok = rows_exchange(t, send, recv, row_bytes, reverse, skip_self, &row, NULL, e);
   if (row != MPI_DATATYPE_NULL) MPI_Type_free(&row);
+  return ok;
+}
+
+int ce_mpi_rows_start(clembed_mpi_table *t, const void *send, void *recv, size_t row_bytes, int reverse,
+                      int skip_self, MPI_Datatype *row, MPI_Request *req, ce_mpi_error *e) {
+  return rows_exchange(t, send, recv, row_bytes, reverse, skip_self, row, req, e);
+}
+
+int ce_mpi_rows_wait(MPI_Datatype *row, MPI_Request *req, ce_mpi_error *e) {
+  int ok = *req == MPI_REQUEST_NULL || ce_mpi_ok(e, MPI_Wait(req, MPI_STATUS_IGNORE), "MPI_Wait");
+  if (*row != MPI_DATATYPE_NULL) MPI_Type_free(row);
   return ok;
 }
 

@@ -167,13 +167,21 @@ static long long plan(clembed_mpi_table *t, const int64_t *host, size_t n, clemb
  * rank gathered for itself, in its ask order) or from `in` (row q, as
  * received), to its tokens' rows (reading along the rows, writing where the
  * tokens lie, with streaming stores where the output's rows allow them:
- * ce_mpi_stream_row); zeros to the nzero tokens `zero`. */
+ * ce_mpi_stream_row). `which`: 1 the tokens of the rank's own rows only (with
+ * req, the rows' exchange in flight meanwhile: MPI_Test now and then lets it
+ * progress), 2 the others only and the zeros to the nzero tokens `zero`, 3
+ * both. */
 static void place(const sorted_tokens *st, const int *zero, size_t nzero, size_t own0, size_t nown, const char *own,
-                  const char *in, size_t rb, char *out, size_t ld) {
-  size_t q = 0;
+                  const char *in, size_t rb, char *out, size_t ld, int which, MPI_Request *req) {
+  size_t q = 0, placed = 0;
   const int stream = ce_mpi_stream_ok(out, ld, rb); /* streaming stores: the output's lines are not read first */
   for (size_t j = 0; j < st->m; j++) {
     if (j && row_of(st, j) != row_of(st, j - 1)) q++;
+    if (!((q - own0 < nown ? 1 : 2) & which)) continue;
+    if (req && *req != MPI_REQUEST_NULL && ++placed % CE_MPI_TEST == 0) {
+      int done = 0;
+      MPI_Test(req, &done, MPI_STATUS_IGNORE); /* a failure shows in the wait */
+    }
     char *dst = out + token_of(st, j) * ld;
     const char *src = q - own0 < nown ? own + (q - own0) * rb : in + q * rb;
     if (stream) {
@@ -184,7 +192,8 @@ static void place(const sorted_tokens *st, const int *zero, size_t nzero, size_t
     }
   }
   if (stream) ce_mpi_stream_done();
-  for (size_t z = 0; z < nzero; z++) memset(out + (size_t)zero[z] * ld, 0, rb);
+  if (which & 2)
+    for (size_t z = 0; z < nzero; z++) memset(out + (size_t)zero[z] * ld, 0, rb);
 }
 
 /* The forward's fetch, shared with clembed_mpi_embedding_bag (mpi_table.h). */
@@ -252,7 +261,16 @@ int ce_mpi_fetch_rows(clembed_mpi_table *t, const char *op, const int64_t *host,
     ce_mpi_fail(e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory for the rows", op);
     return 0;
   }
-  if (!ce_mpi_alltoallv_rows(t, rows_out, rows_in, rb, 1, to_out, e)) return 0;
+  /* (to the output: the rank's own rows placed while the others' travel) */
+  int me = t->rank, *sd = t->counts + 2 * t->size, *rd = t->counts + 3 * t->size;
+  const char *own = (const char *)rows_out + (size_t)rd[me] * rb;
+  MPI_Datatype rowt;
+  MPI_Request req;
+  int started = ce_mpi_rows_start(t, rows_out, rows_in, rb, 1, to_out, &rowt, &req, e);
+  int own_early = started && to_out && rb && e->status == CLEMBED_OK && serve->status == CLEMBED_OK;
+  if (own_early)
+    place(&st, NULL, 0, (size_t)sd[me], (size_t)sc[me], own, rows_in, rb, direct, direct_ld, 1, &req);
+  if (!ce_mpi_rows_wait(&rowt, &req, e) || !started) return 0;
   /* a rank that could not serve spoils the others' rows: every rank learns it */
   clembed_status theirs = CLEMBED_OK;
   int bad = ce_mpi_first_failed(t->comm, t->rank, t->size, serve->status, e, &theirs);
@@ -264,11 +282,9 @@ int ce_mpi_fetch_rows(clembed_mpi_table *t, const char *op, const int64_t *host,
     return 0;
   }
   if (e->status != CLEMBED_OK) return 0;
-  if (to_out && rb) { /* each token's row, from where it arrived (or its own rows, where it gathered them) */
-    int me = t->rank, *sd = t->counts + 2 * t->size, *rd = t->counts + 3 * t->size;
-    place(&st, t->buf[CE_MPI_VALS].p, nzero, (size_t)sd[me], (size_t)sc[me],
-          (const char *)rows_out + (size_t)rd[me] * rb, rows_in, rb, direct, direct_ld);
-  }
+  if (to_out && rb) /* each token's row, from where it arrived (or its own rows, where it gathered them) */
+    place(&st, t->buf[CE_MPI_VALS].p, nzero, (size_t)sd[me], (size_t)sc[me], own, rows_in, rb, direct, direct_ld,
+          own_early ? 2 : 3, NULL);
   if (to_out && bad_at >= 0) ce_mpi_bad_id(e, op, bad_at, bad_id, policy, t->rows);
   *d_out = (size_t)d;
   return 1;

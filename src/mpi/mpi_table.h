@@ -302,6 +302,14 @@ int ce_mpi_alltoallv(clembed_mpi_table *t, const void *send, void *recv, MPI_Dat
  * copies it where it is needed, or reads it where it lies). */
 int ce_mpi_alltoallv_rows(clembed_mpi_table *t, const void *send, void *recv, size_t row_bytes, int reverse,
                           int skip_self, ce_mpi_error *e);
+/* The same started (MPI_Ialltoallv): the caller may work meanwhile (calling
+ * MPI_Test on *req now and then lets it progress), then completes it with
+ * ce_mpi_rows_wait, which also frees *row; the counts must not change until
+ * then. 1 on success, 0 when MPI failed (ce_mpi_rows_wait is still due). */
+int ce_mpi_rows_start(clembed_mpi_table *t, const void *send, void *recv, size_t row_bytes, int reverse,
+                      int skip_self, MPI_Datatype *row, MPI_Request *req, ce_mpi_error *e);
+int ce_mpi_rows_wait(MPI_Datatype *row, MPI_Request *req, ce_mpi_error *e);
+#define CE_MPI_TEST 512 /* rows copied between two MPI_Test while an exchange is in flight */
 
 /* ---------------------------------------------- shared by the calls (embed.c, step.c, bag.c) */
 

@@ -273,19 +273,31 @@ void ce_mpi_step_deliver(clembed_mpi_table *t, const char *op, const clembed_opt
     return;
   }
   if (!ce_mpi_alltoallv(t, send_ids, recv_ids, big ? MPI_INT64_T : MPI_INT32_T, 0, e)) return;
-  /* the rows: the rank's own into place, the others' gathered into send order */
+  /* the rows: the others' gathered into send order, then, while they travel, the rank's own into place */
   const int *sd = t->counts + 2 * t->size, *rd = t->counts + 3 * t->size;
-  for (int k = 0; k < t->size && rb; k++) {
-    char *to = k == me ? recv_rows + (size_t)rd[me] * rb : gathered ? gathered + (size_t)sd[k] * rb : NULL;
-    if (!to) continue; /* sent from src as it lies */
-    for (int j = 0; j < sc[k]; j++) {
-      size_t at = (size_t)sd[k] + (size_t)j;
-      if (order && j + CE_MPI_AHEAD < sc[k]) ce_mpi_prefetch(src + (size_t)order[at + CE_MPI_AHEAD] * src_ld, rb);
-      memcpy(to + (size_t)j * rb, src + (order ? (size_t)order[at] : at) * src_ld, rb);
+  MPI_Datatype rowt;
+  MPI_Request req = MPI_REQUEST_NULL;
+  int started = 0;
+  for (int pass = 0; pass < 2; pass++) {
+    if (pass == 1)
+      started = ce_mpi_rows_start(t, gathered ? gathered : src ? src : (const char *)recv_rows, recv_rows, rb, 0, 1,
+                                  &rowt, &req, e);
+    for (int k = 0; k < t->size && rb; k++) {
+      if ((k == me) != (pass == 1)) continue;
+      char *to = k == me ? recv_rows + (size_t)rd[me] * rb : gathered ? gathered + (size_t)sd[k] * rb : NULL;
+      if (!to) continue; /* sent from src as it lies */
+      for (int j = 0; j < sc[k]; j++) {
+        size_t at = (size_t)sd[k] + (size_t)j;
+        if (order && j + CE_MPI_AHEAD < sc[k]) ce_mpi_prefetch(src + (size_t)order[at + CE_MPI_AHEAD] * src_ld, rb);
+        memcpy(to + (size_t)j * rb, src + (order ? (size_t)order[at] : at) * src_ld, rb);
+        if (k == me && req != MPI_REQUEST_NULL && (j + 1) % CE_MPI_TEST == 0) {
+          int done = 0;
+          MPI_Test(&req, &done, MPI_STATUS_IGNORE); /* the exchange's progress; a failure shows in the wait */
+        }
+      }
     }
   }
-  if (!ce_mpi_alltoallv_rows(t, gathered ? gathered : src ? src : (const char *)recv_rows, recv_rows, rb, 0, 1, e))
-    return;
+  if (!ce_mpi_rows_wait(&rowt, &req, e) || !started) return;
   ce_mpi_unmap_matrix(t, own); /* the rank's gradient, if it was read mapped */
 
   /* the owner's step on what it received, in global token order */
