@@ -10,7 +10,8 @@
  * 1, no positions, segments, norm or dropout) and an output of the rows'
  * dtype in one buffer, the output is the rows themselves, as clembed_lookup
  * gave them on the owners: the host writes it, mapped, from the rows as they
- * arrived, and the rows a rank asks of itself do not go through MPI. The rows
+ * arrived, and the rows a rank asks of itself do not go through MPI (it
+ * writes their tokens while the other ranks' rows travel). The rows
  * travel in the table's own dtype (block-quantized rows as the F32 values
  * every kernel dequantizes them to), so each output element is computed from
  * the same float32 values in the same operations as on one device. Bad ids

@@ -24,7 +24,7 @@
  * it is: no dropout, the wire's dtype), else the masked or converted rows the
  * device wrote; the host copies each token's row into send order, or, for the
  * rows the rank owns itself, straight into the matrix its own step reads
- * (they do not go through MPI).
+ * (they do not go through MPI; they are copied while the others travel).
  *
  * All or nothing: the ranks agree first (one MPI_Allreduce: the call, the
  * options that must agree, each rank's own failure); a rank that cannot
