@@ -98,6 +98,18 @@ static void gather_every_dtype_pair_once(void) {
   free(w);
 }
 
+/* A ceiling made with CLEMBED_CEILING_SIDE set to `side` (NULL, failing the
+ * case, where it refuses). */
+static ceiling *create_with_side(const ceiling_desc *d, int side) {
+  char sv[16], err[128];
+  snprintf(sv, sizeof sv, "%d", side);
+  setenv("CLEMBED_CEILING_SIDE", sv, 1);
+  ceiling *c = ceiling_create(d, err, sizeof err);
+  unsetenv("CLEMBED_CEILING_SIDE");
+  EXPECT(c != NULL, "%s", err);
+  return c;
+}
+
 /* BERT's layer in double, as the ceilings' (two segment rows: a sequence's
  * second half takes the second): token i's x into x (cols), its mean into
  * *mean; returns its rstd. */
@@ -125,16 +137,10 @@ static void layer_norms_once(void) {
   double *x = malloc(cols * sizeof *x);
   for (int side = 1; side <= 4; side *= 4)
     for (int threads = 1; threads <= 3; threads += 2) {
-      char sv[8];
-      snprintf(sv, sizeof sv, "%d", side);
-      setenv("CLEMBED_CEILING_SIDE", sv, 1);
       ceiling_desc d = {.kind = CEILING_GATHER, .table_dtype = CLEMBED_F32, .out_dtype = CLEMBED_F32, .rows = rows,
                         .cols = cols, .n = n, .ids = ids, .scale = 2.5f, .seq = seq, .positions = 1,
                         .layer_norm = 1};
-      char err[128];
-      ceiling *c = ceiling_create(&d, err, sizeof err);
-      unsetenv("CLEMBED_CEILING_SIDE");
-      EXPECT(c != NULL, "%s", err);
+      ceiling *c = create_with_side(&d, side);
       if (!c) continue;
       ceiling_run(c, serial_runner, &threads);
       ceiling_view v;
@@ -170,16 +176,10 @@ static void layer_backward_once(void) {
          *dN = calloc(4 * cols, sizeof *dN);
   for (int side = 1; side <= 4; side *= 4)
     for (int threads = 1; threads <= 3; threads += 2) {
-      char sv[8];
-      snprintf(sv, sizeof sv, "%d", side);
-      setenv("CLEMBED_CEILING_SIDE", sv, 1);
       ceiling_desc d = {.kind = CEILING_LAYER_BACKWARD, .table_dtype = CLEMBED_F32, .out_dtype = CLEMBED_F32,
                         .rows = rows, .cols = cols, .n = n, .ids = ids, .scale = (float)scale, .seq = seq,
                         .positions = 1};
-      char err[128];
-      ceiling *c = ceiling_create(&d, err, sizeof err);
-      unsetenv("CLEMBED_CEILING_SIDE");
-      EXPECT(c != NULL, "%s", err);
+      ceiling *c = create_with_side(&d, side);
       if (!c) continue;
       ceiling_run(c, serial_runner, &threads);
       ceiling_view v;

@@ -340,6 +340,38 @@ CEIL_INLINE float CEIL_FN(hsum)(v16 v) {
   return t;
 }
 
+/* BERT's layer's first passes over a group of `live` rows (the forward's and
+ * the backward's): x = scale * w + p + s of the rows side by side into the
+ * scratch xs (rows xst floats apart) and into 16 partial sums each, the rows
+ * in `next` (NULL: none) asked for meanwhile a line at each step; then each
+ * row's mean and, from the scratch, its squared deviations: mean and rstd. */
+CEIL_INLINE void CEIL_FN(layer_x)(size_t cols, size_t live, v16 scale, const unsigned char *const *w,
+                                  const float *const *p, const float *const *sr, const unsigned char *const *next,
+                                  float *xs, size_t xst, float *mean, float *rstd) {
+  const float inv = 1.0f / (float)cols;
+  v16 acc[CEIL_MAX_SIDE];
+  for (size_t j = 0; j < live; j++) acc[j] = CEIL_FN(splat)(0.0f);
+  for (size_t col = 0; col < cols; col += 16)
+    for (size_t j = 0; j < live; j++) {
+      if (next[j]) __builtin_prefetch(next[j] + 4 * col, 0, 3);
+      v16 v = CEIL_FN(ld_f32)(w[j] + 4 * col) * scale + CEIL_FN(ld_f32)((const unsigned char *)(p[j] + col));
+      v += CEIL_FN(ld_f32)((const unsigned char *)(sr[j] + col));
+      memcpy(xs + j * xst + col, &v, 64);
+      acc[j] += v;
+    }
+  for (size_t j = 0; j < live; j++) {
+    const float m = CEIL_FN(hsum)(acc[j]) * inv;
+    const v16 mv = CEIL_FN(splat)(m);
+    v16 q = CEIL_FN(splat)(0.0f);
+    for (size_t col = 0; col < cols; col += 16) {
+      v16 dv = CEIL_FN(ld_f32)((const unsigned char *)(xs + j * xst + col)) - mv;
+      q += dv * dv;
+    }
+    mean[j] = m;
+    rstd[j] = 1.0f / sqrtf(CEIL_FN(hsum)(q) * inv + 1e-12f);
+  }
+}
+
 /* BERT's layer (layer_norm), F32: the group's rows side by side (side), the
  * first pass putting each row's x = scale * w + p + s in a scratch (L1) and
  * adding it into 16 partial sums, the next group's table rows asked for
@@ -350,7 +382,7 @@ CEIL_INLINE float CEIL_FN(hsum)(v16 v) {
 static void CEIL_FN(layer)(const ceiling *c, size_t first, size_t count) {
   const size_t cols = c->d.cols, rb = c->row_bytes, ob = c->out_row_bytes, side = c->side, half = c->d.seq / 2;
   const v16 scale = CEIL_FN(splat)(c->d.scale);
-  const float *seg = c->norm, *nw = c->norm + 2 * cols, *nb = c->norm + 3 * cols, inv = 1.0f / (float)cols;
+  const float *seg = c->norm, *nw = c->norm + 2 * cols, *nb = c->norm + 3 * cols;
   /* the scratch's rows a line apart more than their width (not on the same cache sets) */
   static __thread float xs[CEIL_MAX_SIDE * (CEIL_LAYER_MAX_COLS + 16)] __attribute__((aligned(64)));
   const size_t xst = cols + 16;
@@ -358,7 +390,6 @@ static void CEIL_FN(layer)(const ceiling *c, size_t first, size_t count) {
   const float *p[CEIL_MAX_SIDE], *sr[CEIL_MAX_SIDE];
   unsigned char *o[CEIL_MAX_SIDE];
   float mean[CEIL_MAX_SIDE], rstd[CEIL_MAX_SIDE];
-  v16 acc[CEIL_MAX_SIDE];
   for (size_t k0 = 0; k0 < count; k0 += side) {
     const size_t live = count - k0 < side ? count - k0 : side;
     for (size_t j = 0; j < live; j++) {
@@ -368,27 +399,8 @@ static void CEIL_FN(layer)(const ceiling *c, size_t first, size_t count) {
       p[j] = c->pos + (i % c->d.seq) * cols;
       sr[j] = seg + (i % c->d.seq >= half ? cols : 0);
       o[j] = c->out + i * ob;
-      acc[j] = CEIL_FN(splat)(0.0f);
     }
-    for (size_t col = 0; col < cols; col += 16)
-      for (size_t j = 0; j < live; j++) {
-        if (next[j]) __builtin_prefetch(next[j] + 4 * col, 0, 3);
-        v16 v = CEIL_FN(ld_f32)(w[j] + 4 * col) * scale + CEIL_FN(ld_f32)((const unsigned char *)(p[j] + col));
-        v += CEIL_FN(ld_f32)((const unsigned char *)(sr[j] + col));
-        memcpy(xs + j * xst + col, &v, 64);
-        acc[j] += v;
-      }
-    for (size_t j = 0; j < live; j++) {
-      const float m = CEIL_FN(hsum)(acc[j]) * inv;
-      const v16 mv = CEIL_FN(splat)(m);
-      v16 q = CEIL_FN(splat)(0.0f);
-      for (size_t col = 0; col < cols; col += 16) {
-        v16 dv = CEIL_FN(ld_f32)((const unsigned char *)(xs + j * xst + col)) - mv;
-        q += dv * dv;
-      }
-      mean[j] = m;
-      rstd[j] = 1.0f / sqrtf(CEIL_FN(hsum)(q) * inv + 1e-12f);
-    }
+    CEIL_FN(layer_x)(cols, live, scale, w, p, sr, next, xs, xst, mean, rstd);
     for (size_t col = 0; col < cols; col += 16) {
       const v16 wv = CEIL_FN(ld_f32)((const unsigned char *)(nw + col));
       const v16 bv = CEIL_FN(ld_f32)((const unsigned char *)(nb + col));
@@ -641,7 +653,7 @@ static void CEIL_FN(lbwd_rows)(const ceiling *c, int index, int threads) {
   static __thread float pacc[CEIL_LAYER_MAX_COLS] __attribute__((aligned(64)));
   const size_t xst = cols + 16, total = (hi - lo) * nseq;
   const unsigned char *w[CEIL_MAX_SIDE], *nwr[CEIL_MAX_SIDE], *ngr[CEIL_MAX_SIDE];
-  const float *g[CEIL_MAX_SIDE];
+  const float *g[CEIL_MAX_SIDE], *prs[CEIL_MAX_SIDE], *srs[CEIL_MAX_SIDE];
   float *dxr[CEIL_MAX_SIDE], mean[CEIL_MAX_SIDE], rstd[CEIL_MAX_SIDE], A[CEIL_MAX_SIDE], B[CEIL_MAX_SIDE];
   size_t tok[CEIL_MAX_SIDE];
   v16 acc[CEIL_MAX_SIDE], bcc[CEIL_MAX_SIDE];
@@ -659,28 +671,11 @@ static void CEIL_FN(lbwd_rows)(const ceiling *c, int index, int threads) {
       dxr[j] = c->dx + i * cols;
       nwr[j] = qa < total ? c->table + (size_t)c->ids[CEIL_LBWD_TOKEN(qa)] * rb : NULL;
       ngr[j] = qa < total ? (const unsigned char *)(c->grad + CEIL_LBWD_TOKEN(qa) * cols) : NULL;
-      acc[j] = CEIL_FN(splat)(0.0f);
+      prs[j] = pr;
+      srs[j] = sr;
     }
-    for (size_t col = 0; col < cols; col += 16)
-      for (size_t j = 0; j < live; j++) {
-        if (nwr[j]) __builtin_prefetch(nwr[j] + 4 * col, 0, 3);
-        v16 v = CEIL_FN(ld_f32)(w[j] + 4 * col) * scale + CEIL_FN(ld_f32)((const unsigned char *)(pr + col));
-        v += CEIL_FN(ld_f32)((const unsigned char *)(sr + col));
-        memcpy(xs + j * xst + col, &v, 64);
-        acc[j] += v;
-      }
-    for (size_t j = 0; j < live; j++) {
-      const float m = CEIL_FN(hsum)(acc[j]) * inv;
-      const v16 mv = CEIL_FN(splat)(m);
-      v16 sq = CEIL_FN(splat)(0.0f);
-      for (size_t col = 0; col < cols; col += 16) {
-        v16 dv = CEIL_FN(ld_f32)((const unsigned char *)(xs + j * xst + col)) - mv;
-        sq += dv * dv;
-      }
-      mean[j] = m;
-      rstd[j] = 1.0f / sqrtf(CEIL_FN(hsum)(sq) * inv + 1e-12f);
-      acc[j] = bcc[j] = CEIL_FN(splat)(0.0f);
-    }
+    CEIL_FN(layer_x)(cols, live, scale, w, prs, srs, nwr, xs, xst, mean, rstd);
+    for (size_t j = 0; j < live; j++) acc[j] = bcc[j] = CEIL_FN(splat)(0.0f);
     for (size_t col = 0; col < cols; col += 16) {
       const v16 wv = CEIL_FN(ld_f32)((const unsigned char *)(nw + col));
       for (size_t j = 0; j < live; j++) {
