@@ -410,8 +410,8 @@ clembed_status clembed_mpi_bag_optimizer_step(clembed_mpi_table *t, const clembe
                            : -1;
     if (m < 0) ce_mpi_fail(&e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory for %zu ids", op, n);
     clembed_backward_options b = clembed_backward_defaults(); /* scale 1, no frequency scaling, as the bag step */
-    ce_mpi_step_deliver(t, op, o, &b, send_ids, (const char *)rows, t->cols * sizeof(float), NULL, CLEMBED_F32, made,
-                        &e, &own);
+    ce_mpi_step_deliver(t, op, o, &b, send_ids, (const char *)rows, t->cols * sizeof(float), NULL, 0, CLEMBED_F32,
+                        made, &e, &own);
     if (bad_at >= 0) ce_mpi_bad_id(&e, op, bad_at, bad_val, bo.policy, t->rows); /* kept only when no failure came first */
   }
 done:

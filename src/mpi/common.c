@@ -374,6 +374,57 @@ int ce_mpi_map_matrix(clembed_mpi_table *t, const clembed_matrix *m, cl_map_flag
   return 1;
 }
 
+int ce_mpi_host_reads(clembed_mpi_table *t) {
+  cl_device_id dev = NULL;
+  cl_device_type type = 0;
+  cl_bool unified = CL_FALSE;
+  cl_device_fp_config fp = 0;
+  const char *tuning = getenv("CLEMBED_TUNING");
+  clembed_matrix piece = {0};
+  size_t first = 0, count = 0;
+  if (t->dtype != CLEMBED_F32 && t->dtype != CLEMBED_F16 && t->dtype != CLEMBED_BF16) return 0;
+  if (tuning && !strcmp(tuning, "gpu")) return 0;
+  if (!t->queue || clGetCommandQueueInfo(t->queue, CL_QUEUE_DEVICE, sizeof dev, &dev, NULL) != CL_SUCCESS ||
+      clGetDeviceInfo(dev, CL_DEVICE_TYPE, sizeof type, &type, NULL) != CL_SUCCESS ||
+      clGetDeviceInfo(dev, CL_DEVICE_HOST_UNIFIED_MEMORY, sizeof unified, &unified, NULL) != CL_SUCCESS ||
+      clGetDeviceInfo(dev, CL_DEVICE_SINGLE_FP_CONFIG, sizeof fp, &fp, NULL) != CL_SUCCESS)
+    return 0;
+  if (!(type & CL_DEVICE_TYPE_CPU) || !unified || (t->dtype == CLEMBED_F32 && !(fp & CL_FP_DENORM))) return 0;
+  return clembed_matrix_pieces(t->ctx, &t->shard, 1, &piece, &first, &count) == CLEMBED_OK && count == 1;
+}
+
+const char *ce_mpi_map_shard(clembed_mpi_table *t, size_t *ld) {
+  clembed_matrix piece = {0};
+  size_t first = 0, count = 0, es = clembed_dtype_size(t->dtype);
+  *ld = 0;
+  if (!t->host_reads || t->shost || !t->shard.rows || !es ||
+      clembed_matrix_pieces(t->ctx, &t->shard, 1, &piece, &first, &count) != CLEMBED_OK || count != 1)
+    return NULL;
+  size_t l = piece.ld ? piece.ld : piece.cols;
+  cl_int err = CL_SUCCESS;
+  void *p = clEnqueueMapBuffer(t->queue, piece.buffer, CL_TRUE, CL_MAP_READ, piece.offset * es,
+                               ((t->shard.rows - 1) * l + t->cols) * es, 0, NULL, NULL, &err);
+  if (err != CL_SUCCESS || !p) return NULL;
+  t->smem = piece.buffer;
+  t->shost = p;
+  *ld = l * es;
+  return p;
+}
+
+clembed_status ce_mpi_unmap_shard(clembed_mpi_table *t, ce_mpi_error *e) {
+  if (!t->shost) return CLEMBED_OK;
+  cl_event ev = NULL;
+  cl_int err = clEnqueueUnmapMemObject(t->queue, t->smem, t->shost, 0, NULL, &ev);
+  t->shost = NULL;
+  t->smem = NULL;
+  if (err == CL_SUCCESS) err = clWaitForEvents(1, &ev);
+  if (ev) clReleaseEvent(ev);
+  if (err != CL_SUCCESS)
+    return ce_mpi_fail(e, (clembed_status)err, "", -1, err, "clembed_mpi: unmapping the shard: %s",
+                       clembed_status_string((clembed_status)err));
+  return CLEMBED_OK;
+}
+
 clembed_status ce_mpi_unmap_matrix(clembed_mpi_table *t, ce_mpi_error *e) {
   if (!t->uhost) return CLEMBED_OK;
   cl_event ev = NULL;

@@ -71,6 +71,9 @@ struct clembed_mpi_table {
   int *wcounts;              /* 2 * size ints: send and receive counts without the rank's own part */
   cl_mem umem;               /* a caller's buffer mapped by the call (ce_mpi_map_matrix), or NULL */
   void *uhost;
+  int host_reads;            /* the host reads the shard's rows itself (ce_mpi_host_reads) */
+  cl_mem smem;               /* the shard's buffer while mapped for that (ce_mpi_map_shard), or NULL */
+  void *shost;
   ce_mpi_buf buf[CE_MPI_NBUF];
   ce_mpi_stage stage[CE_MPI_NSTAGE];
   cl_context cl;             /* the context's OpenCL context and queue */
@@ -242,14 +245,76 @@ static inline void ce_mpi_stream_done(void) {
 #endif
 }
 
+/* ------------------------------------------------ the host reading the shard */
+
+/* Whether the host may read the shard's rows itself, in place of
+ * clembed_lookup on the device, for the rows a forward sends and places
+ * (set when the table is made): the device is a CPU (its buffers are the
+ * host's memory: mapping one copies nothing) whose float32 arithmetic keeps
+ * denormals (CL_FP_DENORM), the table's dtype a float one (the rows travel as
+ * they lie) in one buffer, and CLEMBED_TUNING is not "gpu" (which takes the
+ * device's path, as a GPU does). ce_mpi_lookup_row then gives what
+ * clembed_lookup gives. */
+int ce_mpi_host_reads(clembed_mpi_table *t);
+/* The shard mapped for reading: its first row (rows *ld bytes apart), or NULL
+ * (nothing mapped; the caller takes the device's path). One mapping at a time,
+ * undone by ce_mpi_unmap_shard (which may be called when nothing is mapped). */
+const char *ce_mpi_map_shard(clembed_mpi_table *t, size_t *ld);
+clembed_status ce_mpi_unmap_shard(clembed_mpi_table *t, ce_mpi_error *e);
+
+/* A row of a float dtype as clembed_lookup gives it from a table of that
+ * dtype: a NaN made quiet (its quiet bit set: forward.cl's COPY for F16 and
+ * BF16, and what the multiplication by scale 1 gives for F32 where denormals
+ * are kept), every other value as it is; `bytes` a multiple of the element's
+ * size. With `stream` (ce_mpi_stream_ok) the stores are streaming ones. */
+static inline void ce_mpi_lookup_row(void *dst, const void *src, size_t bytes, clembed_dtype dt, int stream) {
+  size_t b = 0;
+#if CE_MPI_STREAM
+  const int f32 = dt == CLEMBED_F32;
+  const __m128i absm = f32 ? _mm_set1_epi32(0x7fffffff) : _mm_set1_epi16(0x7fff);
+  const __m128i inf = f32 ? _mm_set1_epi32(0x7f800000) : _mm_set1_epi16(dt == CLEMBED_F16 ? 0x7c00 : 0x7f80);
+  const __m128i quiet = f32 ? _mm_set1_epi32(0x00400000) : _mm_set1_epi16(dt == CLEMBED_F16 ? 0x0200 : 0x0040);
+  for (; b + 16 <= bytes; b += 16) {
+    __m128i v = _mm_loadu_si128((const __m128i *)((const char *)src + b)), a = _mm_and_si128(v, absm);
+    __m128i nan = f32 ? _mm_cmpgt_epi32(a, inf) : _mm_cmpgt_epi16(a, inf); /* signed: a is positive */
+    v = _mm_or_si128(v, _mm_and_si128(nan, quiet));
+    if (stream) _mm_stream_si128((__m128i *)((char *)dst + b), v);
+    else _mm_storeu_si128((__m128i *)((char *)dst + b), v);
+  }
+#else
+  (void)stream;
+#endif
+  if (dt == CLEMBED_F32) {
+    for (; b + 4 <= bytes; b += 4) {
+      uint32_t u;
+      memcpy(&u, (const char *)src + b, 4);
+      if ((u & 0x7fffffffu) > 0x7f800000u) u |= 0x00400000u;
+      memcpy((char *)dst + b, &u, 4);
+    }
+  } else {
+    const uint16_t inf16 = dt == CLEMBED_F16 ? 0x7c00 : 0x7f80, quiet16 = dt == CLEMBED_F16 ? 0x0200 : 0x0040;
+    for (; b + 2 <= bytes; b += 2) {
+      uint16_t h;
+      memcpy(&h, (const char *)src + b, 2);
+      if ((h & 0x7fff) > inf16) h |= quiet16;
+      memcpy((char *)dst + b, &h, 2);
+    }
+  }
+}
+
 /* The rank that owns global row v (< rows). */
 static inline int ce_mpi_owner(const clembed_mpi_table *t, size_t v) {
-  /* a guess from the proportion, then the bounds (shards differ by one row at most) */
+  /* a guess from the proportion, one row off at most (shards differ by one
+   * row at most), mended without branches (bounds[0] = 0 <= v < bounds[size]:
+   * neither step leaves [0, size)); then the bounds, should rounding have
+   * put it further off */
   int r = (int)((double)v * t->owner_scale);
   if (r >= t->size) r = t->size - 1;
   if (r < 0) r = 0;
-  while (r > 0 && t->bounds[r] > v) r--;
-  while (r + 1 < t->size && t->bounds[r + 1] <= v) r++;
+  r -= t->bounds[r] > v;
+  r += t->bounds[r + 1] <= v;
+  while (t->bounds[r] > v) r--;
+  while (t->bounds[r + 1] <= v) r++;
   return r;
 }
 
@@ -324,7 +389,9 @@ clembed_status ce_mpi_fetched(clembed_mpi_table *t, size_t d, size_t n, clembed_
 
 /* The forward's fetch (embed.c): the rows of the rank's n ids (host, resolved
  * under policy; pad the padding row or UINT64_MAX) from their owners, while
- * the rank serves the rows asked of its shard; a rank whose own arguments
+ * the rank serves the rows asked of its shard (read by the host from the
+ * shard, mapped, where ce_mpi_host_reads allows; else gathered by
+ * clembed_lookup on the device); a rank whose own arguments
  * failed (e set on entry) asks for nothing but still serves. Each distinct
  * row is asked once; the rows travel in *wire (the table's dtype, F32 for
  * block-quantized ones). Into a matrix of their own (direct_ld 0): on
@@ -336,7 +403,7 @@ clembed_status ce_mpi_fetched(clembed_mpi_table *t, size_t d, size_t n, clembed_
  * direct its first row, mapped, rows direct_ld bytes apart, of dtype *wire):
  * the host writes each token's row there from the rows as they arrived (in
  * host memory; the rank's own rows are not sent through MPI but read where it
- * gathered them for itself), zeros for the bad, dropped and padding tokens
+ * gathered them for itself, or from its shard), zeros for the bad, dropped and padding tokens
  * (the padding row is not asked for), and reports the first bad id on e: what
  * clembed_embed with the defaults gives. 1 on success;
  * 0: a failure, on e (serve: the rank's own serving failure, for the stages'
@@ -355,14 +422,16 @@ void ce_mpi_check_optimizer(clembed_mpi_table *t, const char *op, const clembed_
 int ce_mpi_make_state(clembed_mpi_table *t, clembed_optimizer_kind kind, ce_mpi_error *e);
 /* The exchange and the owners' step: the send counts set, send_ids the rows
  * in the owners' shards (int32, int64 when a shard passes 2^31 rows) and
- * their `wire` rows in the same order, rows order[k] of src (rows src_ld
- * bytes apart; order NULL: rows k, src_ld the row's bytes); or e holds the
- * rank's failure (then no rank steps, and a state this call made goes again).
- * The rows the rank owns itself do not go through MPI. Each owner runs
- * clembed_optimizer_step with options b on what it received, in rank order;
- * a failure there (own) is learnt by every rank. */
+ * their `wire` rows in the same order: row i of src (rows src_ld bytes
+ * apart, i < npos) at place pos[i] of the send order (-1: not sent), or with
+ * pos NULL rows k of src in send order; or e holds the rank's failure (then
+ * no rank steps, and a state this call made goes again). The rows the rank
+ * owns itself do not go through MPI. Each owner runs clembed_optimizer_step
+ * with options b on what it received, in rank order; a failure there (own)
+ * is learnt by every rank. */
 void ce_mpi_step_deliver(clembed_mpi_table *t, const char *op, const clembed_optimizer *o,
                          const clembed_backward_options *b, void *send_ids, const char *src, size_t src_ld,
-                         const int *order, clembed_dtype wire, int made, ce_mpi_error *e, ce_mpi_error *own);
+                         const int *pos, size_t npos, clembed_dtype wire, int made, ce_mpi_error *e,
+                         ce_mpi_error *own);
 
 #endif

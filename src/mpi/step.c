@@ -22,9 +22,9 @@
  *
  * The rows are read where they lie: the gradient mapped (when it travels as
  * it is: no dropout, the wire's dtype), else the masked or converted rows the
- * device wrote; the host copies each token's row into send order, or, for the
- * rows the rank owns itself, straight into the matrix its own step reads
- * (they do not go through MPI; they are copied while the others travel).
+ * device wrote; the host copies each token's row, in one pass along them,
+ * into send order, or, for the rows the rank owns itself, straight into the
+ * matrix its own step reads (they do not go through MPI).
  *
  * All or nothing: the ranks agree first (one MPI_Allreduce: the call, the
  * options that must agree, each rank's own failure); a rank that cannot
@@ -148,11 +148,12 @@ int ce_mpi_make_state(clembed_mpi_table *t, clembed_optimizer_kind kind, ce_mpi_
 
 /* The rank's contributions: its tokens that reach a row (not bad, dropped or
  * padding), grouped by owner in token order (a stable counting sort). Fills
- * the send counts, the tokens in send order (order) and their rows in the
- * owners' shards (the ids sent); the first bad id to report goes to *bad_at /
- * *bad_id. Returns the count, or -1 when host memory runs out. */
+ * the send counts, each token's place in send order (pos; -1 for a token
+ * that sends nothing) and their rows in the owners' shards (the ids sent);
+ * the first bad id to report goes to *bad_at / *bad_id. Returns the count, or
+ * -1 when host memory runs out. */
 static long long plan(clembed_mpi_table *t, const int64_t *host, size_t n, clembed_index_policy policy, uint64_t pad,
-                      int *order, void *send, int big, int64_t *bad_at, int64_t *bad_id) {
+                      int *pos, void *send, int big, int64_t *bad_at, int64_t *bad_id) {
   int *sc = ce_mpi_send_counts(t), size = t->size;
   int32_t *owner = ce_mpi_buffer(t, CE_MPI_VALS2, n * 4 + 4);
   uint64_t *in_shard = ce_mpi_buffer(t, CE_MPI_KEYS, n * 8 + 8);
@@ -162,28 +163,28 @@ static long long plan(clembed_mpi_table *t, const int64_t *host, size_t n, clemb
     return -1;
   }
   memset(sc, 0, (size_t)size * sizeof *sc);
+  const size_t *bounds = t->bounds, rows = t->rows;
   for (size_t i = 0; i < n; i++) {
-    uint64_t row;
-    int r = ce_mpi_resolve(host[i], t->rows, policy, &row);
-    owner[i] = -1;
-    if (r < 0 && *bad_at < 0) {
+    uint64_t row = 0;
+    int r = ce_mpi_resolve(host[i], rows, policy, &row), o = -1;
+    if (r == 1 && row != pad) {
+      o = ce_mpi_owner(t, row);
+      sc[o]++;
+      in_shard[i] = row - bounds[o];
+    } else if (r < 0 && *bad_at < 0) {
       *bad_at = (int64_t)i;
       *bad_id = host[i];
     }
-    if (r == 1 && row != pad) {
-      int o = size == 1 ? 0 : ce_mpi_owner(t, row);
-      sc[o]++;
-      owner[i] = o;
-      in_shard[i] = row - t->bounds[o];
-    }
+    owner[i] = o;
   }
   at[0] = 0;
   for (int k = 0; k < size; k++) at[k + 1] = at[k] + sc[k];
   long long total = at[size];
   for (size_t i = 0; i < n; i++) {
+    pos[i] = -1;
     if (owner[i] < 0) continue;
     int k = at[owner[i]]++;
-    order[k] = (int)i;
+    pos[i] = k;
     if (big) ((int64_t *)send)[k] = (int64_t)in_shard[i];
     else ((int32_t *)send)[k] = (int32_t)in_shard[i];
   }
@@ -226,23 +227,26 @@ static clembed_status pack(clembed_mpi_table *t, const clembed_matrix *g, const 
 
 /* The exchange and the owners' step, shared by the sharded steps. The rank's
  * contributions are ready (the send counts set, send_ids their rows in the
- * owners' shards; their `wire` rows are rows order[k] of src, src_ld bytes
- * apart, or rows k with order NULL), or e holds its failure, announced in the
- * counts' exchange: then no rank steps and a state made by this call (made)
- * goes again. The rows for other ranks are gathered on the host into send
- * order (with order) and sent; the rank's own go straight where its step
- * reads them. Each owner receives its rows in rank order and runs
- * clembed_optimizer_step on them with options b; a failure there (kept in
- * own) is learnt by every rank. */
+ * owners' shards; their `wire` rows are the rows of src, src_ld bytes apart:
+ * row i goes to place pos[i] in send order (none where -1), i < npos, or
+ * with pos NULL rows k are in send order already), or e holds its failure,
+ * announced in the counts' exchange: then no rank steps and a state made by
+ * this call (made) goes again. With pos, the host copies src's rows in one
+ * pass along them, the rank's own straight where its step reads them and the
+ * others' into send order, then sends the others'; without, it sends them
+ * from src and copies its own while they travel. Each owner receives its
+ * rows in rank order and runs clembed_optimizer_step on them with options b;
+ * a failure there (kept in own) is learnt by every rank. */
 void ce_mpi_step_deliver(clembed_mpi_table *t, const char *op, const clembed_optimizer *o,
                          const clembed_backward_options *b, void *send_ids, const char *src, size_t src_ld,
-                         const int *order, clembed_dtype wire, int made, ce_mpi_error *e, ce_mpi_error *own) {
+                         const int *pos, size_t npos, clembed_dtype wire, int made, ce_mpi_error *e,
+                         ce_mpi_error *own) {
   clembed_context *ctx = t->ctx;
   int big = t->max_shard > (size_t)INT32_MAX, me = t->rank, *sc = ce_mpi_send_counts(t);
   size_t rb = clembed_dtype_size(wire) * t->cols, m = 0;
   char *gathered = NULL;
   for (int k = 0; e->status == CLEMBED_OK && k < t->size; k++) m += (size_t)sc[k];
-  if (e->status == CLEMBED_OK && order && m && rb && !(gathered = ce_mpi_buffer(t, CE_MPI_SEND2, m * rb)))
+  if (e->status == CLEMBED_OK && pos && m && rb && !(gathered = ce_mpi_buffer(t, CE_MPI_SEND2, m * rb)))
     ce_mpi_fail(e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory for %zu gradient rows", op, m);
   if (e->status != CLEMBED_OK)
     for (int k = 0; k < t->size; k++) sc[k] = -1;
@@ -273,30 +277,30 @@ void ce_mpi_step_deliver(clembed_mpi_table *t, const char *op, const clembed_opt
     return;
   }
   if (!ce_mpi_alltoallv(t, send_ids, recv_ids, big ? MPI_INT64_T : MPI_INT32_T, 0, e)) return;
-  /* the rows: the others' gathered into send order, then, while they travel, the rank's own into place */
-  const int *sd = t->counts + 2 * t->size, *rd = t->counts + 3 * t->size;
+  /* the rows: with pos, every one copied in one pass along src (read once, in
+   * order: the others' into send order, the rank's own into place), then the
+   * others' sent; without, the others' sent from src as they lie and the
+   * rank's own copied into place while they travel */
+  const size_t own0 = (size_t)t->counts[2 * t->size + me], nown = (size_t)sc[me];
+  char *own_to = recv_rows + (size_t)t->counts[3 * t->size + me] * rb;
   MPI_Datatype rowt;
   MPI_Request req = MPI_REQUEST_NULL;
-  int started = 0;
-  for (int pass = 0; pass < 2; pass++) {
-    if (pass == 1)
-      started = ce_mpi_rows_start(t, gathered ? gathered : src ? src : (const char *)recv_rows, recv_rows, rb, 0, 1,
+  if (pos && gathered)
+    for (size_t i = 0; i < npos; i++) {
+      if (pos[i] < 0) continue;
+      size_t k = (size_t)pos[i];
+      memcpy(k - own0 < nown ? own_to + (k - own0) * rb : gathered + k * rb, src + i * src_ld, rb);
+    }
+  int started = ce_mpi_rows_start(t, gathered ? gathered : src ? src : (const char *)recv_rows, recv_rows, rb, 0, 1,
                                   &rowt, &req, e);
-    for (int k = 0; k < t->size && rb; k++) {
-      if ((k == me) != (pass == 1)) continue;
-      char *to = k == me ? recv_rows + (size_t)rd[me] * rb : gathered ? gathered + (size_t)sd[k] * rb : NULL;
-      if (!to) continue; /* sent from src as it lies */
-      for (int j = 0; j < sc[k]; j++) {
-        size_t at = (size_t)sd[k] + (size_t)j;
-        if (order && j + CE_MPI_AHEAD < sc[k]) ce_mpi_prefetch(src + (size_t)order[at + CE_MPI_AHEAD] * src_ld, rb);
-        memcpy(to + (size_t)j * rb, src + (order ? (size_t)order[at] : at) * src_ld, rb);
-        if (k == me && req != MPI_REQUEST_NULL && (j + 1) % CE_MPI_TEST == 0) {
-          int done = 0;
-          MPI_Test(&req, &done, MPI_STATUS_IGNORE); /* the exchange's progress; a failure shows in the wait */
-        }
+  if (!pos && src)
+    for (size_t j = 0; j < nown && rb; j++) {
+      memcpy(own_to + j * rb, src + (own0 + j) * src_ld, rb);
+      if (req != MPI_REQUEST_NULL && (j + 1) % CE_MPI_TEST == 0) {
+        int done = 0;
+        MPI_Test(&req, &done, MPI_STATUS_IGNORE); /* the exchange's progress; a failure shows in the wait */
       }
     }
-  }
   if (!ce_mpi_rows_wait(&rowt, &req, e) || !started) return;
   ce_mpi_unmap_matrix(t, own); /* the rank's gradient, if it was read mapped */
 
@@ -371,16 +375,16 @@ clembed_status clembed_mpi_optimizer_step(clembed_mpi_table *t, const clembed_ma
 
   /* the rank's contributions, prepared: its tokens in send order, whose rows
    * the exchange reads where they lie; a failure is announced with the counts */
-  int *order = ce_mpi_buffer(t, CE_MPI_VALS, n * 4 + 4);
+  int *pos = ce_mpi_buffer(t, CE_MPI_VALS, n * 4 + 4);
   void *send_ids = ce_mpi_buffer(t, CE_MPI_SEND, n * 8 + 8);
   char *send_rows = NULL;
   size_t send_ld = 0;
-  long long m = order && send_ids ? plan(t, host, n, bo.policy, pad, order, send_ids, big, &bad_at, &bad_id) : -1;
+  long long m = pos && send_ids ? plan(t, host, n, bo.policy, pad, pos, send_ids, big, &bad_at, &bad_id) : -1;
   if (m < 0 && e.status == CLEMBED_OK)
     ce_mpi_fail(&e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory for %zu ids", op, n);
   if (m >= 0) pack(t, grad_out, &bo, (size_t)m, wire, &send_rows, &send_ld, &e);
   clembed_backward_options b = owner_options(&bo);
-  ce_mpi_step_deliver(t, op, o, &b, send_ids, send_rows, send_ld, order, wire, made, &e, &own);
+  ce_mpi_step_deliver(t, op, o, &b, send_ids, send_rows, send_ld, pos, n, wire, made, &e, &own);
   if (bad_at >= 0) /* kept only when no failure came first */
     ce_mpi_bad_id(&e, op, bad_at, bad_id, bo.policy, t->rows);
 done:

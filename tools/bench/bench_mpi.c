@@ -21,7 +21,8 @@
  *                    the sharded step does there, which with hot ids is
  *                    more than B rows on rank 0;
  *   raw exchange     MPI_Alltoallv of each token's shard row index and
- *                    gradient row to its owner.
+ *                    gradient row (F32, whatever the table's dtype: the
+ *                    bench's gradient is F32) to its owner.
  * A time is the slowest rank's (MPI_Allreduce MAX). Printed: the medians, and
  * the median over the repetitions of sharded / (local + raw), the figure the
  * sharded calls are judged by, and for the step sharded / (owner + raw) as
@@ -196,10 +197,10 @@ int main(int argc, char **argv) {
     if (i == 0 || sorted[i] != sorted[i - 1]) fwd[owner]++;
   }
   int idb = bounds[1] - bounds[0] + 1 > 0x7fffffffULL ? 8 : 4;
-  size_t rb = clembed_dtype_size(dt) * cols;
+  size_t rb = clembed_dtype_size(dt) * cols, gb = 4 * cols; /* a table row; a gradient row (F32) */
   exchange xf, xs;
   exchange_make(&xf, fwd, (size_t)idb, rb);
-  exchange_make(&xs, stp, (size_t)idb + rb, 0);
+  exchange_make(&xs, stp, (size_t)idb + gb, 0);
 
   clembed_ids dev_ids = {0}, dev_local = {0}, dev_own = {0};
   clembed_matrix out = {0}, grad = {0}, gown = {0};
@@ -257,7 +258,7 @@ int main(int argc, char **argv) {
     ro[rep] = v[3] / (v[6] + v[5]);
   }
   long long fb[2] = {xf.sent * idb + xf.received * (long long)rb, xf.received * idb + xf.sent * (long long)rb};
-  long long sb[2] = {xs.sent * (long long)(idb + rb), xs.received * (long long)(idb + rb)};
+  long long sb[2] = {xs.sent * (long long)(idb + gb), xs.received * (long long)(idb + gb)};
   if (rank == 0) {
     const char *names[7] = {"sharded forward", "local forward", "raw exchange (forward)", "sharded step",
                             "local step", "raw exchange (step)", "owner step"};
