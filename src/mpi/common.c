@@ -374,7 +374,7 @@ int ce_mpi_map_matrix(clembed_mpi_table *t, const clembed_matrix *m, cl_map_flag
   return 1;
 }
 
-int ce_mpi_host_reads(clembed_mpi_table *t) {
+void ce_mpi_host_arith(clembed_mpi_table *t) {
   cl_device_id dev = NULL;
   cl_device_type type = 0;
   cl_bool unified = CL_FALSE;
@@ -382,15 +382,17 @@ int ce_mpi_host_reads(clembed_mpi_table *t) {
   const char *tuning = getenv("CLEMBED_TUNING");
   clembed_matrix piece = {0};
   size_t first = 0, count = 0;
-  if (t->dtype != CLEMBED_F32 && t->dtype != CLEMBED_F16 && t->dtype != CLEMBED_BF16) return 0;
-  if (tuning && !strcmp(tuning, "gpu")) return 0;
+  t->host_values = t->host_reads = 0;
+  if (tuning && !strcmp(tuning, "gpu")) return;
   if (!t->queue || clGetCommandQueueInfo(t->queue, CL_QUEUE_DEVICE, sizeof dev, &dev, NULL) != CL_SUCCESS ||
       clGetDeviceInfo(dev, CL_DEVICE_TYPE, sizeof type, &type, NULL) != CL_SUCCESS ||
       clGetDeviceInfo(dev, CL_DEVICE_HOST_UNIFIED_MEMORY, sizeof unified, &unified, NULL) != CL_SUCCESS ||
       clGetDeviceInfo(dev, CL_DEVICE_SINGLE_FP_CONFIG, sizeof fp, &fp, NULL) != CL_SUCCESS)
-    return 0;
-  if (!(type & CL_DEVICE_TYPE_CPU) || !unified || (t->dtype == CLEMBED_F32 && !(fp & CL_FP_DENORM))) return 0;
-  return clembed_matrix_pieces(t->ctx, &t->shard, 1, &piece, &first, &count) == CLEMBED_OK && count == 1;
+    return;
+  t->host_values = (type & CL_DEVICE_TYPE_CPU) && (fp & CL_FP_DENORM);
+  t->host_reads = t->host_values && unified &&
+                  (t->dtype == CLEMBED_F32 || t->dtype == CLEMBED_F16 || t->dtype == CLEMBED_BF16) &&
+                  clembed_matrix_pieces(t->ctx, &t->shard, 1, &piece, &first, &count) == CLEMBED_OK && count == 1;
 }
 
 const char *ce_mpi_map_shard(clembed_mpi_table *t, size_t *ld) {

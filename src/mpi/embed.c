@@ -5,7 +5,7 @@
  * (MPI_Alltoallv of the rows' indices in the owner's shard, ascending), the
  * owners gather those rows (in ascending row order: on their devices with
  * clembed_lookup, or, on a CPU device, by the host from the shard mapped,
- * with the bits clembed_lookup gives: ce_mpi_host_reads) and send them back
+ * with the bits clembed_lookup gives: ce_mpi_host_arith) and send them back
  * (MPI_Alltoallv of the rows' bytes). The rank then
  * runs clembed_embed, with its own options, on the rows it received: a matrix
  * of its distinct rows, its ids renumbered into it. With plain options (scale
@@ -169,7 +169,7 @@ static long long plan(clembed_mpi_table *t, const int64_t *host, size_t n, clemb
 /* The rank's own rows, the distinct rows q in [first, first + count): row
  * q - first at base + (q - first) * ld (the rows the device gathered for the
  * rank itself, in its ask order), or with ids (the host reading the shard:
- * ce_mpi_host_reads) at base + ids[q - first] * ld (ids int32, int64 with
+ * ce_mpi_host_arith) at base + ids[q - first] * ld (ids int32, int64 with
  * big), made what clembed_lookup gives (ce_mpi_lookup_row, dtype). */
 typedef struct own_rows {
   size_t first, count;
@@ -188,16 +188,18 @@ static inline const char *own_row(const own_rows *o, size_t i) {
 
 /* The host's writing of the output: in the sorted tokens' order, distinct row
  * q (counted along it) from the rank's own rows (o) or from `in` (row q, as
- * received), to its tokens' rows (reading along the rows, writing where the
- * tokens lie, with streaming stores where the output's rows allow them:
- * ce_mpi_stream_row). `which`: 1 the tokens of the rank's own rows only (with
- * req, the rows' exchange in flight meanwhile: MPI_Test now and then lets it
- * progress), 2 the others only and the zeros to the nzero tokens `zero`, 3
- * both. */
+ * received; rows rb bytes each), to its tokens' rows (ob bytes each, ld
+ * apart; reading along the rows, writing where the tokens lie, with
+ * streaming stores where the output's rows allow them: ce_mpi_stream_row),
+ * as they are or, with `widen`, widened from o->dtype (F16, BF16) to an F32
+ * output (ce_mpi_widen_row). `which`: 1 the tokens of the rank's own rows
+ * only (with req, the rows' exchange in flight meanwhile: MPI_Test now and
+ * then lets it progress), 2 the others only and the zeros to the nzero
+ * tokens `zero`, 3 both. */
 static void place(const sorted_tokens *st, const int *zero, size_t nzero, const own_rows *o, const char *in,
-                  size_t rb, char *out, size_t ld, int which, MPI_Request *req) {
-  size_t q = 0, placed = 0;
-  const int stream = ce_mpi_stream_ok(out, ld, rb); /* streaming stores: the output's lines are not read first */
+                  size_t rb, char *out, size_t ld, size_t ob, int widen, int which, MPI_Request *req) {
+  size_t q = 0, placed = 0, cols = ob / 4;
+  const int stream = ce_mpi_stream_ok(out, ld, ob); /* streaming stores: the output's lines are not read first */
   if (o->ids && (which & 1)) /* the shard's rows lie anywhere: each asked for CE_MPI_AHEAD rows before it is read */
     for (size_t i = 0; i < CE_MPI_AHEAD && i < o->count; i++) ce_mpi_prefetch(own_row(o, i), rb);
   for (size_t j = 0; j < st->m; j++) {
@@ -213,23 +215,26 @@ static void place(const sorted_tokens *st, const int *zero, size_t nzero, const 
     if (mine && o->ids) {
       size_t i = q - o->first;
       if ((next || !j) && i + CE_MPI_AHEAD < o->count) ce_mpi_prefetch(own_row(o, i + CE_MPI_AHEAD), rb);
-      ce_mpi_lookup_row(dst, own_row(o, i), rb, o->dtype, stream);
+      if (widen) ce_mpi_widen_row(dst, own_row(o, i), cols, o->dtype, stream);
+      else ce_mpi_lookup_row(dst, own_row(o, i), rb, o->dtype, stream);
       continue;
     }
     const char *src = mine ? own_row(o, q - o->first) : in + q * rb;
-    if (stream) {
+    if (widen) {
+      ce_mpi_widen_row(dst, src, cols, o->dtype, stream);
+    } else if (stream) {
       ce_mpi_stream_row(dst, src, rb);
     } else {
-      if (j + CE_MPI_AHEAD < st->m) ce_mpi_prefetch_write(out + token_of(st, j + CE_MPI_AHEAD) * ld, rb);
+      if (j + CE_MPI_AHEAD < st->m) ce_mpi_prefetch_write(out + token_of(st, j + CE_MPI_AHEAD) * ld, ob);
       memcpy(dst, src, rb);
     }
   }
   if (stream) ce_mpi_stream_done();
   if (which & 2)
-    for (size_t z = 0; z < nzero; z++) memset(out + (size_t)zero[z] * ld, 0, rb);
+    for (size_t z = 0; z < nzero; z++) memset(out + (size_t)zero[z] * ld, 0, ob);
 }
 
-/* The host's serving (ce_mpi_host_reads), where the rank writes its output
+/* The host's serving (ce_mpi_host_arith), where the rank writes its output
  * on the host: the rows the other ranks asked of this shard (ids `asked`,
  * int32 or int64 with big, in the order of the receive counts) read from the
  * shard (hs, rows hld bytes apart) into `rows` (rb bytes each) as
@@ -259,21 +264,24 @@ static void serve_host(clembed_mpi_table *t, const char *op, const char *hs, siz
 }
 
 static int fetch_rows(clembed_mpi_table *t, const char *op, const int64_t *host, size_t n, clembed_index_policy policy,
-                      uint64_t pad, char *direct, size_t direct_ld, size_t *d_out, int64_t *pad_local,
-                      clembed_dtype *wire_out, ce_mpi_error *e, ce_mpi_error *serve);
+                      uint64_t pad, char *direct, size_t direct_ld, clembed_dtype direct_dtype, size_t *d_out,
+                      int64_t *pad_local, clembed_dtype *wire_out, ce_mpi_error *e, ce_mpi_error *serve);
 
 /* The forward's fetch, shared with clembed_mpi_embedding_bag (mpi_table.h):
  * fetch_rows, then the shard unmapped if the host read it. */
 int ce_mpi_fetch_rows(clembed_mpi_table *t, const char *op, const int64_t *host, size_t n,
-                      clembed_index_policy policy, uint64_t pad, char *direct, size_t direct_ld, size_t *d_out,
-                      int64_t *pad_local, clembed_dtype *wire_out, ce_mpi_error *e, ce_mpi_error *serve) {
-  int ok = fetch_rows(t, op, host, n, policy, pad, direct, direct_ld, d_out, pad_local, wire_out, e, serve);
+                      clembed_index_policy policy, uint64_t pad, char *direct, size_t direct_ld,
+                      clembed_dtype direct_dtype, size_t *d_out, int64_t *pad_local, clembed_dtype *wire_out,
+                      ce_mpi_error *e, ce_mpi_error *serve) {
+  int ok = fetch_rows(t, op, host, n, policy, pad, direct, direct_ld, direct_dtype, d_out, pad_local, wire_out, e,
+                      serve);
   return ce_mpi_unmap_shard(t, e) == CLEMBED_OK && ok;
 }
 
 static int fetch_rows(clembed_mpi_table *t, const char *op, const int64_t *host, size_t n,
-                      clembed_index_policy policy, uint64_t pad, char *direct, size_t direct_ld, size_t *d_out,
-                      int64_t *pad_local, clembed_dtype *wire_out, ce_mpi_error *e, ce_mpi_error *serve) {
+                      clembed_index_policy policy, uint64_t pad, char *direct, size_t direct_ld,
+                      clembed_dtype direct_dtype, size_t *d_out, int64_t *pad_local, clembed_dtype *wire_out,
+                      ce_mpi_error *e, ce_mpi_error *serve) {
   clembed_context *ctx = t->ctx;
   int big = t->max_shard > (size_t)INT32_MAX, idb = big ? 8 : 4, to_out = direct_ld != 0;
   long long d = 0;
@@ -306,7 +314,7 @@ static int fetch_rows(clembed_mpi_table *t, const char *op, const int64_t *host,
   /* the ids asked of this shard arrive in its ids stage (a host buffer if that
    * fails: the answer must still go), or in host memory when the host, which
    * writes the output, also reads the rows from the shard, mapped
-   * (ce_mpi_host_reads) */
+   * (ce_mpi_host_arith) */
   size_t hld = 0;
   const char *hs = to_out && serve->status == CLEMBED_OK && nserve ? ce_mpi_map_shard(t, &hld) : NULL;
   void *asked = hs ? NULL : ce_mpi_stage_write(t, CE_MPI_ST_ASKED, (size_t)nserve * (size_t)idb, serve);
@@ -357,8 +365,9 @@ static int fetch_rows(clembed_mpi_table *t, const char *op, const int64_t *host,
   MPI_Request req;
   int started = ce_mpi_rows_start(t, rows_out, rows_in, rb, 1, to_out, &rowt, &req, e);
   int own_early = started && to_out && rb && e->status == CLEMBED_OK && serve->status == CLEMBED_OK;
-  if (own_early)
-    place(&st, NULL, 0, &own, rows_in, rb, direct, direct_ld, 1, &req);
+  int widen = to_out && direct_dtype != wire; /* F16 or BF16 rows to an F32 output */
+  size_t ob = widen ? 4 * t->cols : rb;
+  if (own_early) place(&st, NULL, 0, &own, rows_in, rb, direct, direct_ld, ob, widen, 1, &req);
   if (!ce_mpi_rows_wait(&rowt, &req, e) || !started) return 0;
   /* a rank that could not serve spoils the others' rows: every rank learns it */
   clembed_status theirs = CLEMBED_OK;
@@ -372,7 +381,8 @@ static int fetch_rows(clembed_mpi_table *t, const char *op, const int64_t *host,
   }
   if (e->status != CLEMBED_OK) return 0;
   if (to_out && rb) /* each token's row, from where it arrived (or its own rows, where it gathered them) */
-    place(&st, t->buf[CE_MPI_VALS].p, nzero, &own, rows_in, rb, direct, direct_ld, own_early ? 2 : 3, NULL);
+    place(&st, t->buf[CE_MPI_VALS].p, nzero, &own, rows_in, rb, direct, direct_ld, ob, widen, own_early ? 2 : 3,
+          NULL);
   if (to_out && bad_at >= 0) ce_mpi_bad_id(e, op, bad_at, bad_id, policy, t->rows);
   *d_out = (size_t)d;
   return 1;
@@ -441,10 +451,12 @@ clembed_status clembed_mpi_embed(clembed_mpi_table *t, const clembed_ids *ids, c
   clembed_dtype wire = clembed_dtype_size(t->dtype) ? t->dtype : CLEMBED_F32;
   char *direct = NULL;
   size_t direct_ld = 0;
-  if (e.status == CLEMBED_OK && plain(&o) && out->dtype == wire &&
+  int widened = t->host_values && out && out->dtype == CLEMBED_F32 && (wire == CLEMBED_F16 || wire == CLEMBED_BF16);
+  if (e.status == CLEMBED_OK && plain(&o) && (out->dtype == wire || widened) &&
       !ce_mpi_map_matrix(t, out, CL_MAP_WRITE, &direct, &direct_ld))
     direct_ld = 0;
-  if (!ce_mpi_fetch_rows(t, op, host, n, o.policy, pad, direct, direct_ld, &d, &pad_local, &wire, &e, &serve))
+  if (!ce_mpi_fetch_rows(t, op, host, n, o.policy, pad, direct, direct_ld, out ? out->dtype : wire, &d, &pad_local,
+                         &wire, &e, &serve))
     goto done;
   if (direct_ld) goto done;
 

@@ -71,7 +71,8 @@ struct clembed_mpi_table {
   int *wcounts;              /* 2 * size ints: send and receive counts without the rank's own part */
   cl_mem umem;               /* a caller's buffer mapped by the call (ce_mpi_map_matrix), or NULL */
   void *uhost;
-  int host_reads;            /* the host reads the shard's rows itself (ce_mpi_host_reads) */
+  int host_values;           /* the host may make a plain forward's values itself (ce_mpi_host_arith) */
+  int host_reads;            /* ... and read the shard's rows for it (ce_mpi_host_arith) */
   cl_mem smem;               /* the shard's buffer while mapped for that (ce_mpi_map_shard), or NULL */
   void *shost;
   ce_mpi_buf buf[CE_MPI_NBUF];
@@ -247,15 +248,17 @@ static inline void ce_mpi_stream_done(void) {
 
 /* ------------------------------------------------ the host reading the shard */
 
-/* Whether the host may read the shard's rows itself, in place of
- * clembed_lookup on the device, for the rows a forward sends and places
- * (set when the table is made): the device is a CPU (its buffers are the
- * host's memory: mapping one copies nothing) whose float32 arithmetic keeps
- * denormals (CL_FP_DENORM), the table's dtype a float one (the rows travel as
- * they lie) in one buffer, and CLEMBED_TUNING is not "gpu" (which takes the
- * device's path, as a GPU does). ce_mpi_lookup_row then gives what
- * clembed_lookup gives. */
-int ce_mpi_host_reads(clembed_mpi_table *t);
+/* What the host may do itself in a plain forward (set when the table is
+ * made), where the device is a CPU whose float32 arithmetic keeps denormals
+ * (CL_FP_DENORM) and CLEMBED_TUNING is not "gpu" (which takes the device's
+ * path, as a GPU does): host_values, make the values clembed_embed gives
+ * with scale 1 (ce_mpi_lookup_row, ce_mpi_widen_row: the device's
+ * multiplication by 1, which quiets a NaN and keeps every other value, on a
+ * CPU); host_reads, also read the rows asked of its shard itself, in place of
+ * clembed_lookup on the device, where the device's buffers are the host's
+ * memory (CL_DEVICE_HOST_UNIFIED_MEMORY: mapping one copies nothing) and the
+ * table's dtype is a float one (the rows travel as they lie) in one buffer. */
+void ce_mpi_host_arith(clembed_mpi_table *t);
 /* The shard mapped for reading: its first row (rows *ld bytes apart), or NULL
  * (nothing mapped; the caller takes the device's path). One mapping at a time,
  * undone by ce_mpi_unmap_shard (which may be called when nothing is mapped). */
@@ -299,6 +302,85 @@ static inline void ce_mpi_lookup_row(void *dst, const void *src, size_t bytes, c
       if ((h & 0x7fff) > inf16) h |= quiet16;
       memcpy((char *)dst + b, &h, 2);
     }
+  }
+}
+
+/* A scalar F16 value's float32 bits, exactly (subnormals made normal, a NaN's
+ * payload kept in the top bits), and made what the multiplication by 1 gives
+ * (a NaN quiet). */
+static inline uint32_t ce_mpi_widen_f16(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16, em = h & 0x7fffu, u;
+  if (em >= 0x7c00u) {
+    u = sign | 0x7f800000u | (em & 0x3ffu) << 13;
+  } else if (em >= 0x0400u) {
+    u = sign | ((em << 13) + 0x38000000u); /* the exponent rebiased: + (127 - 15) << 23 */
+  } else if (em) { /* a subnormal: em * 2^-24, normal in float32 */
+    int shift = 0;
+    while (!(em & 0x400u)) em <<= 1, shift++;
+    u = sign | (uint32_t)(113 - shift) << 23 | (em & 0x3ffu) << 13;
+  } else {
+    u = sign;
+  }
+  if ((u & 0x7fffffffu) > 0x7f800000u) u |= 0x00400000u;
+  return u;
+}
+
+/* A row of `cols` F16 or BF16 values (src) as the F32 values clembed_embed
+ * writes from it with scale 1 (to an F32 output): each value widened
+ * exactly, a NaN made quiet (what the multiplication by 1 gives where
+ * denormals are kept: ce_mpi_host_arith). With `stream` (ce_mpi_stream_ok of
+ * the F32 row) the stores are streaming ones. */
+static inline void ce_mpi_widen_row(void *dst, const void *src, size_t cols, clembed_dtype dt, int stream) {
+  const uint16_t *h = (const uint16_t *)src;
+  size_t c = 0, cv = 0; /* columns [0, cv) in vectors of 8, the rest one by one */
+#if CE_MPI_STREAM
+  cv = cols / 8 * 8;
+  const __m128i zero = _mm_setzero_si128(), absm = _mm_set1_epi32(0x7fffffff), inf = _mm_set1_epi32(0x7f800000),
+                quiet = _mm_set1_epi32(0x00400000);
+  for (; c < cv; c += 8) {
+    __m128i v = _mm_loadu_si128((const __m128i *)(h + c)), w[2];
+    if (dt == CLEMBED_BF16) { /* the top half of a float32 */
+      w[0] = _mm_unpacklo_epi16(zero, v);
+      w[1] = _mm_unpackhi_epi16(zero, v);
+    } else {
+      /* the values' magnitudes; a subnormal among them: one by one */
+      __m128i em = _mm_and_si128(v, _mm_set1_epi16(0x7fff));
+      __m128i sub = _mm_andnot_si128(_mm_cmpeq_epi16(em, zero), _mm_cmplt_epi16(em, _mm_set1_epi16(0x0400)));
+      if (_mm_movemask_epi8(sub)) {
+        uint32_t u[8];
+        for (int k = 0; k < 8; k++) u[k] = ce_mpi_widen_f16(h[c + (size_t)k]);
+        w[0] = _mm_loadu_si128((const __m128i *)u);
+        w[1] = _mm_loadu_si128((const __m128i *)(u + 4));
+      } else {
+        __m128i sign16 = _mm_and_si128(v, _mm_set1_epi16((short)0x8000));
+        for (int k = 0; k < 2; k++) {
+          __m128i e32 = k ? _mm_unpackhi_epi16(em, zero) : _mm_unpacklo_epi16(em, zero);
+          __m128i s32 = k ? _mm_unpackhi_epi16(zero, sign16) : _mm_unpacklo_epi16(zero, sign16);
+          __m128i sh = _mm_slli_epi32(e32, 13);
+          __m128i infnan = _mm_cmpgt_epi32(e32, _mm_set1_epi32(0x7bff));
+          __m128i normal = _mm_add_epi32(sh, _mm_set1_epi32(0x38000000));
+          __m128i special = _mm_or_si128(_mm_and_si128(sh, _mm_set1_epi32(0x007fe000)), inf);
+          __m128i r = _mm_or_si128(_mm_and_si128(infnan, special), _mm_andnot_si128(infnan, normal));
+          r = _mm_andnot_si128(_mm_cmpeq_epi32(e32, zero), r); /* zeros stay zero */
+          w[k] = _mm_or_si128(r, s32);
+        }
+      }
+    }
+    for (int k = 0; k < 2; k++) {
+      __m128i nan = _mm_cmpgt_epi32(_mm_and_si128(w[k], absm), inf);
+      w[k] = _mm_or_si128(w[k], _mm_and_si128(nan, quiet));
+      __m128i *to = (__m128i *)((char *)dst + (c + 4 * (size_t)k) * 4);
+      if (stream) _mm_stream_si128(to, w[k]);
+      else _mm_storeu_si128(to, w[k]);
+    }
+  }
+#else
+  (void)stream;
+#endif
+  for (c = cv; c < cols; c++) {
+    uint32_t u = dt == CLEMBED_BF16 ? (uint32_t)h[c] << 16 : ce_mpi_widen_f16(h[c]);
+    if ((u & 0x7fffffffu) > 0x7f800000u) u |= 0x00400000u;
+    memcpy((char *)dst + c * 4, &u, 4);
   }
 }
 
@@ -390,7 +472,7 @@ clembed_status ce_mpi_fetched(clembed_mpi_table *t, size_t d, size_t n, clembed_
 /* The forward's fetch (embed.c): the rows of the rank's n ids (host, resolved
  * under policy; pad the padding row or UINT64_MAX) from their owners, while
  * the rank serves the rows asked of its shard (read by the host from the
- * shard, mapped, where ce_mpi_host_reads allows; else gathered by
+ * shard, mapped, where ce_mpi_host_arith allows; else gathered by
  * clembed_lookup on the device); a rank whose own arguments
  * failed (e set on entry) asks for nothing but still serves. Each distinct
  * row is asked once; the rows travel in *wire (the table's dtype, F32 for
@@ -400,17 +482,20 @@ clembed_status ce_mpi_fetched(clembed_mpi_table *t, size_t d, size_t n, clembed_
  * local stage the n ids renumbered into them (I64; a bad id keeps its value,
  * outside the smaller matrix too), both still mapped; *pad_local the padding
  * row's place among them or -1. Or into the rank's output (direct_ld not 0:
- * direct its first row, mapped, rows direct_ld bytes apart, of dtype *wire):
+ * direct its first row, mapped, rows direct_ld bytes apart, of direct_dtype:
+ * *wire, or F32 from F16 or BF16 rows where the table's host_values allows):
  * the host writes each token's row there from the rows as they arrived (in
- * host memory; the rank's own rows are not sent through MPI but read where it
- * gathered them for itself, or from its shard), zeros for the bad, dropped and padding tokens
- * (the padding row is not asked for), and reports the first bad id on e: what
- * clembed_embed with the defaults gives. 1 on success;
+ * host memory; the rank's own rows are not sent through MPI but read where
+ * it gathered them for itself, or from its shard), widened where the output
+ * is F32 (ce_mpi_widen_row), zeros for the bad, dropped and padding tokens
+ * (the padding row is not asked for), and reports the first bad id on e:
+ * what clembed_embed with the defaults gives. 1 on success;
  * 0: a failure, on e (serve: the rank's own serving failure, for the stages'
  * unmapping). */
 int ce_mpi_fetch_rows(clembed_mpi_table *t, const char *op, const int64_t *host, size_t n,
-                      clembed_index_policy policy, uint64_t pad, char *direct, size_t direct_ld, size_t *d,
-                      int64_t *pad_local, clembed_dtype *wire, ce_mpi_error *e, ce_mpi_error *serve);
+                      clembed_index_policy policy, uint64_t pad, char *direct, size_t direct_ld,
+                      clembed_dtype direct_dtype, size_t *d, int64_t *pad_local, clembed_dtype *wire,
+                      ce_mpi_error *e, ce_mpi_error *serve);
 
 /* The optimizer of a sharded step (step.c): no states passed in, the kind of
  * the table's state, and clembed_optimizer_step's own checks run on 0 rows

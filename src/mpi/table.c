@@ -123,7 +123,7 @@ static clembed_status finish(clembed_mpi_table *t, const char *op, ce_mpi_error 
     if (s == CLEMBED_OK) s = clembed_finish(ctx);
     if (s != CLEMBED_OK) ce_mpi_fail_from(e, ctx, s);
   }
-  if (e->status == CLEMBED_OK) t->host_reads = ce_mpi_host_reads(t);
+  if (e->status == CLEMBED_OK) ce_mpi_host_arith(t);
   clembed_status theirs = CLEMBED_OK;
   int first = ce_mpi_first_failed(t->comm, t->rank, t->size, e->status, e, &theirs);
   if (first >= 0 && e->status == CLEMBED_OK)
