@@ -166,7 +166,12 @@ CLEMBED_API clembed_status clembed_mpi_table_init_uniform(clembed_mpi_table *t, 
  * positions, segments, norm or dropout) and an out of the rows' dtype (the
  * table's; F32 for block-quantized tables) in one buffer the host can map,
  * the rank writes out on the host, mapped, from the rows it got: the same
- * bits. When the call fails for another reason than a bad id, out's
+ * bits. On a CPU device that keeps denormals (CL_FP_DENORM; not with
+ * CLEMBED_TUNING=gpu) the host also reads the rows asked of the rank's shard
+ * from it, mapped (where the device shares host memory and the shard is one
+ * buffer), and writes an F32 out from F16 or BF16 rows, widening each value
+ * as the device does (a NaN made quiet): the same bits again. When the call
+ * fails for another reason than a bad id, out's
  * contents are unspecified. Agreed: scale, policy, padding_idx.
  * A bad id: see the top; an error of the rank's own options (a position past
  * its position table, a bad sequence offset) is what clembed_embed reports

@@ -1,29 +1,29 @@
 /* clembed_mpi_embed: each rank resolves its ids on the host (the kernels'
- * index policy, against the whole table) and sorts the tokens that reach a
- * row by row (a radix sort), which finds each distinct row of its batch once
- * and groups them by owner; it asks each owner once for every distinct row
+ * index policy, against the whole table) and sorts the tokens that reach a row
+ * by row (a radix sort), which finds each distinct row of its batch once and
+ * groups them by owner; it asks each owner once for every distinct row
  * (MPI_Alltoallv of the rows' indices in the owner's shard, ascending), the
  * owners gather those rows (in ascending row order: on their devices with
- * clembed_lookup, or, on a CPU device, by the host from the shard mapped,
- * with the bits clembed_lookup gives: ce_mpi_host_arith) and send them back
- * (MPI_Alltoallv of the rows' bytes). The rank then
- * runs clembed_embed, with its own options, on the rows it received: a matrix
- * of its distinct rows, its ids renumbered into it. With plain options (scale
- * 1, no positions, segments, norm or dropout) and an output of the rows'
- * dtype in one buffer, the output is the rows themselves, as clembed_lookup
- * gave them on the owners: the host writes it, mapped, from the rows as they
- * arrived, and the rows a rank asks of itself do not go through MPI (it
- * writes their tokens, from where it gathered them or straight from its
- * shard, while the other ranks' rows travel). The rows
- * travel in the table's own dtype (block-quantized rows as the F32 values
- * every kernel dequantizes them to), so each output element is computed from
- * the same float32 values in the same operations as on one device. Bad ids
- * keep their value in the renumbered ids: a bad id of the table is outside
- * the smaller matrix too (negative, or at least rows), so the local
- * clembed_embed zeroes and reports it exactly as one device would; the
- * report is then restated against the whole table. On the host's path bad,
- * dropped and padding tokens get zero rows and the first bad id is reported,
- * as clembed_embed does. */
+ * clembed_lookup, or, on a CPU device, by the host from the shard mapped, with
+ * the bits clembed_lookup gives: ce_mpi_host_arith) and send them back
+ * (MPI_Alltoallv of the rows' bytes). The rank then runs clembed_embed, with
+ * its own options, on the rows it received: a matrix of its distinct rows, its
+ * ids renumbered into it. With plain options (scale 1, no positions, segments,
+ * norm or dropout) and an output of the rows' dtype in one buffer (or of F32
+ * from F16 or BF16 rows, where the host may widen them: ce_mpi_host_arith),
+ * the output is the rows themselves, as clembed_lookup gave them on the owners
+ * (widened as clembed_embed widens them): the host writes it, mapped, from the
+ * rows as they arrived, and the rows a rank asks of itself do not go through
+ * MPI (it writes their tokens, from where it gathered them or straight from
+ * its shard, while the other ranks' rows travel). The rows travel in the
+ * table's own dtype (block-quantized rows as the F32 values every kernel
+ * dequantizes them to), so each output element is computed from the same
+ * float32 values in the same operations as on one device. Bad ids keep their
+ * value in the renumbered ids: a bad id of the table is outside the smaller
+ * matrix too (negative, or at least rows), so the local clembed_embed zeroes
+ * and reports it exactly as one device would; the report is then restated
+ * against the whole table. On the host's path bad, dropped and padding tokens
+ * get zero rows and the first bad id is reported, as clembed_embed does. */
 #include "mpi_table.h"
 
 #include <limits.h>
@@ -241,23 +241,29 @@ static void place(const sorted_tokens *st, const int *zero, size_t nzero, const 
  * clembed_lookup gives them (the rank's own are read when they are placed).
  * An id outside the shard fails the serve (on e; the rows then go as they
  * are). */
+static inline uint64_t asked_id(const void *asked, int big, size_t j) {
+  return big ? (uint64_t)((const int64_t *)asked)[j] : (uint64_t)(uint32_t)((const int32_t *)asked)[j];
+}
+
 static void serve_host(clembed_mpi_table *t, const char *op, const char *hs, size_t hld, const void *asked, int big,
                        char *rows, size_t rb, ce_mpi_error *e) {
   const int *rc = t->counts + t->size, *rd = t->counts + 3 * t->size;
+  const size_t nrows = t->shard.rows;
   for (int k = 0; k < t->size; k++) {
     if (k == t->rank) continue;
     size_t a = (size_t)rd[k], b = a + (size_t)rc[k];
-    own_rows from = {0, b, hs, hld, asked, big, t->dtype};
-    for (size_t j = a; j < b && j < a + CE_MPI_AHEAD; j++) ce_mpi_prefetch(own_row(&from, j), rb);
+    /* each row asked for CE_MPI_AHEAD rows before it is read (an id past the shard: not asked for) */
+    for (size_t j = a; j < b && j < a + CE_MPI_AHEAD; j++)
+      if (asked_id(asked, big, j) < nrows) ce_mpi_prefetch(hs + asked_id(asked, big, j) * hld, rb);
     for (size_t j = a; j < b; j++) {
-      uint64_t id = big ? (uint64_t)((const int64_t *)asked)[j] : (uint64_t)(uint32_t)((const int32_t *)asked)[j];
-      if (id >= t->shard.rows) {
+      uint64_t id = asked_id(asked, big, j);
+      if (id >= nrows) {
         ce_mpi_fail(e, CLEMBED_ERR_INVALID_ARGUMENT, "", k, (int64_t)id,
-                    "%s: rank %d asked for row %llu of a shard of %zu rows", op, k, (unsigned long long)id,
-                    t->shard.rows);
+                    "%s: rank %d asked for row %llu of a shard of %zu rows", op, k, (unsigned long long)id, nrows);
         return;
       }
-      if (j + CE_MPI_AHEAD < b) ce_mpi_prefetch(own_row(&from, j + CE_MPI_AHEAD), rb);
+      if (j + CE_MPI_AHEAD < b && asked_id(asked, big, j + CE_MPI_AHEAD) < nrows)
+        ce_mpi_prefetch(hs + asked_id(asked, big, j + CE_MPI_AHEAD) * hld, rb);
       ce_mpi_lookup_row(rows + j * rb, hs + id * hld, rb, t->dtype, 0);
     }
   }
