@@ -180,10 +180,13 @@ typedef struct own_rows {
   clembed_dtype dtype;
 } own_rows;
 
+/* Row index j of ids in an owner's shard, as asked (int32, int64 with big). */
+static inline uint64_t asked_id(const void *ids, int big, size_t j) {
+  return big ? (uint64_t)((const int64_t *)ids)[j] : (uint64_t)(uint32_t)((const int32_t *)ids)[j];
+}
+
 static inline const char *own_row(const own_rows *o, size_t i) {
-  if (!o->ids) return o->base + i * o->ld;
-  size_t id = o->big ? (size_t)((const int64_t *)o->ids)[i] : (size_t)((const int32_t *)o->ids)[i];
-  return o->base + id * o->ld;
+  return o->base + (o->ids ? (size_t)asked_id(o->ids, o->big, i) : i) * o->ld;
 }
 
 /* The host's writing of the output: in the sorted tokens' order, distinct row
@@ -241,10 +244,6 @@ static void place(const sorted_tokens *st, const int *zero, size_t nzero, const 
  * clembed_lookup gives them (the rank's own are read when they are placed).
  * An id outside the shard fails the serve (on e; the rows then go as they
  * are). */
-static inline uint64_t asked_id(const void *asked, int big, size_t j) {
-  return big ? (uint64_t)((const int64_t *)asked)[j] : (uint64_t)(uint32_t)((const int32_t *)asked)[j];
-}
-
 static void serve_host(clembed_mpi_table *t, const char *op, const char *hs, size_t hld, const void *asked, int big,
                        char *rows, size_t rb, ce_mpi_error *e) {
   const int *rc = t->counts + t->size, *rd = t->counts + 3 * t->size;

@@ -265,6 +265,10 @@ void ce_mpi_host_arith(clembed_mpi_table *t);
 const char *ce_mpi_map_shard(clembed_mpi_table *t, size_t *ld);
 clembed_status ce_mpi_unmap_shard(clembed_mpi_table *t, ce_mpi_error *e);
 
+/* float32 bits as the multiplication by 1 leaves them where denormals are
+ * kept: a NaN made quiet (its quiet bit set), every other value as it is. */
+static inline uint32_t ce_mpi_quiet_f32(uint32_t u) { return (u & 0x7fffffffu) > 0x7f800000u ? u | 0x00400000u : u; }
+
 /* A row of a float dtype as clembed_lookup gives it from a table of that
  * dtype: a NaN made quiet (its quiet bit set: forward.cl's COPY for F16 and
  * BF16, and what the multiplication by scale 1 gives for F32 where denormals
@@ -291,7 +295,7 @@ static inline void ce_mpi_lookup_row(void *dst, const void *src, size_t bytes, c
     for (; b + 4 <= bytes; b += 4) {
       uint32_t u;
       memcpy(&u, (const char *)src + b, 4);
-      if ((u & 0x7fffffffu) > 0x7f800000u) u |= 0x00400000u;
+      u = ce_mpi_quiet_f32(u);
       memcpy((char *)dst + b, &u, 4);
     }
   } else {
@@ -321,8 +325,7 @@ static inline uint32_t ce_mpi_widen_f16(uint16_t h) {
   } else {
     u = sign;
   }
-  if ((u & 0x7fffffffu) > 0x7f800000u) u |= 0x00400000u;
-  return u;
+  return ce_mpi_quiet_f32(u);
 }
 
 /* A row of `cols` F16 or BF16 values (src) as the F32 values clembed_embed
@@ -378,8 +381,7 @@ static inline void ce_mpi_widen_row(void *dst, const void *src, size_t cols, cle
   (void)stream;
 #endif
   for (c = cv; c < cols; c++) {
-    uint32_t u = dt == CLEMBED_BF16 ? (uint32_t)h[c] << 16 : ce_mpi_widen_f16(h[c]);
-    if ((u & 0x7fffffffu) > 0x7f800000u) u |= 0x00400000u;
+    uint32_t u = dt == CLEMBED_BF16 ? ce_mpi_quiet_f32((uint32_t)h[c] << 16) : ce_mpi_widen_f16(h[c]);
     memcpy((char *)dst + c * 4, &u, 4);
   }
 }
