@@ -80,9 +80,14 @@ int main(int argc, char **argv) {
   TRY(clembed_ids_create(ctx, offs, B + 1, CLEMBED_I32, &click_off));
   TRY(clembed_ids_create(ctx, city_ids, B, CLEMBED_I32, &city));
 
-  clembed_bag_feature features[2] = {{&items, &clicks, &click_off, clembed_bag_defaults()},
-                                     {&cities, &city, NULL, clembed_bag_defaults()}}; /* fixed bags of one id */
+  /* option structs start from their _defaults() (which set struct_size), then the fields wanted */
+  clembed_bag_feature features[2] = {clembed_bag_feature_defaults(), clembed_bag_feature_defaults()};
+  features[0].table = &items;
+  features[0].ids = &clicks;
+  features[0].offsets = &click_off;
   features[0].options.mode = CLEMBED_BAG_MEAN;
+  features[1].table = &cities; /* offsets NULL: fixed bags of one id */
+  features[1].ids = &city;
   clembed_optimizer opt[2] = {clembed_optimizer_defaults(CLEMBED_ROWWISE_ADAGRAD),
                               clembed_optimizer_defaults(CLEMBED_ROWWISE_ADAGRAD)};
   opt[0].learning_rate = opt[1].learning_rate = 0.5f;

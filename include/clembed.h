@@ -22,6 +22,11 @@
  *   destroy function accepts NULL.
  * - A context is used from one thread at a time. Different contexts may be
  *   used from different threads.
+ * - Option structs grow without breaking a caller built against an earlier
+ *   version, through a bound FFI (ctypes, cffi, bindgen) as well as through C
+ *   (see "Option structs" below): each starts with `size_t struct_size`, set by
+ *   its _defaults() function and checked by every call, which reads the
+ *   caller's struct only as far as struct_size goes.
  */
 #ifndef CLEMBED_H
 #define CLEMBED_H
@@ -43,7 +48,7 @@ extern "C" {
 #endif
 
 #define CLEMBED_VERSION_MAJOR 0
-#define CLEMBED_VERSION_MINOR 3
+#define CLEMBED_VERSION_MINOR 4
 #define CLEMBED_VERSION_PATCH 0
 #define CLEMBED_VERSION_NUMBER \
   (CLEMBED_VERSION_MAJOR * 10000 + CLEMBED_VERSION_MINOR * 100 + CLEMBED_VERSION_PATCH)
@@ -192,6 +197,85 @@ CLEMBED_API clembed_status clembed_context_fail(clembed_context *ctx, clembed_st
     __attribute__((format(printf, 7, 8)))
 #endif
     ;
+
+/* ---------------------------------------------------------- option structs
+ *
+ * The structs a call reads its options from can grow in a later version
+ * without breaking a caller built against an earlier one, whether the caller
+ * is C (which the SONAME already guards) or a bound FFI (ctypes, cffi,
+ * bindgen, which no SONAME guards):
+ *   clembed_sinusoid, clembed_norm, clembed_embed_options, clembed_embed_grads,
+ *   clembed_backward_options, clembed_optimizer, clembed_rope,
+ *   clembed_bag_options and clembed_bag_feature.
+ * Each starts with
+ *   size_t struct_size;   the bytes of the struct as the caller knows it
+ * which its _defaults() function sets to this version's sizeof. Every call
+ * that takes one (by pointer, or inside another: the sinusoid and the norm of
+ * clembed_embed_options, the options of a clembed_bag_feature) reads the
+ * caller's struct only as far as struct_size goes; the fields past it (those
+ * a later version added) take their defaults, and nothing past it is read.
+ * A valid struct_size is the end of one of the struct's fields, from the end
+ * of its first field after struct_size up to this version's sizeof (the sizeof
+ * of an earlier version's struct is one: fields are only ever added at the
+ * end). Anything else is CLEMBED_ERR_INVALID_ARGUMENT naming the argument
+ * ("opt", "o", "r", "s", "grads", "features" with the element as index; "norm",
+ * "sinusoid" or "options" for one inside another) with the bad value: a
+ * struct_size of 0 (a struct zeroed or filled by hand without it), one larger
+ * than this version's sizeof (a caller built against a later version), and a
+ * struct of clembed 0.3 or earlier, which has no struct_size (its first bytes
+ * are a float, a double, an enum or a pointer, never a valid size).
+ * An array of them (clembed_bag_feature features[n], the n optimizers of
+ * clembed_bags_optimizer_step) is read with a stride of its first element's
+ * struct_size, which every element must carry.
+ *
+ * How a caller keeps up:
+ * - C: take the struct from its _defaults() function and set the fields
+ *   wanted (`clembed_embed_options o = clembed_embed_defaults(); o.scale = 8;`),
+ *   or set struct_size = sizeof(the struct) and every field; never a
+ *   positional initializer (`{10000.0, ...}` puts the first value in
+ *   struct_size). Recompiling against a later header gives that version's
+ *   fields their defaults.
+ * - A binding declares each struct exactly as this header does, struct_size
+ *   first, and either fills it from the _defaults() function (returned by
+ *   value) or sets struct_size to the size of its own declaration
+ *   (ctypes.sizeof(Structure), ffi.sizeof("clembed_embed_options")) and
+ *   every field. A binding written against this header keeps working with a
+ *   later library: the fields it does not know take their defaults. It may
+ *   compare its sizes with clembed_struct_size() when it loads the library.
+ * Not option structs, and fixed in layout: clembed_matrix and clembed_ids
+ * (descriptors of a caller's buffers, filled by hand and copied into other
+ * structs and arrays), and the structs a call fills (clembed_device_info,
+ * clembed_error_detail, clembed_tensor_info): a later version that needs more
+ * there adds a struct and a call instead of growing them.
+ */
+typedef enum clembed_struct_type {
+  CLEMBED_STRUCT_SINUSOID = 0,
+  CLEMBED_STRUCT_NORM = 1,
+  CLEMBED_STRUCT_EMBED_OPTIONS = 2,
+  CLEMBED_STRUCT_EMBED_GRADS = 3,
+  CLEMBED_STRUCT_BACKWARD_OPTIONS = 4,
+  CLEMBED_STRUCT_OPTIMIZER = 5,
+  CLEMBED_STRUCT_ROPE = 6,
+  CLEMBED_STRUCT_BAG_OPTIONS = 7,
+  CLEMBED_STRUCT_BAG_FEATURE = 8
+} clembed_struct_type;
+
+/* This library's sizeof of the option struct `type` (what its _defaults()
+ * puts in struct_size); 0 for an unknown type. */
+CLEMBED_API size_t clembed_struct_size(clembed_struct_type type);
+
+/* Reads a caller's option struct of `type` the way every clembed call does,
+ * for a library or binding built on clembed (libclembed_mpi is one): *out, a
+ * whole struct of this version that already holds the defaults (from the
+ * _defaults() function), receives the caller's fields as far as in->struct_size
+ * goes (a struct inside it likewise), and its struct_size (and theirs) become
+ * this version's sizeof. in NULL leaves *out as it is. A struct_size that is
+ * not valid (above) is CLEMBED_ERR_INVALID_ARGUMENT, recorded as
+ * clembed_context_fail records a failure (operation and argument kept as
+ * pointers; ctx NULL: this thread's last error), *out then unspecified; so
+ * are out NULL and an unknown type. */
+CLEMBED_API clembed_status clembed_struct_read(clembed_context *ctx, const char *operation, const char *argument,
+                                               clembed_struct_type type, const void *in, void *out);
 
 /* ------------------------------------------------------------- device data */
 
@@ -420,11 +504,15 @@ CLEMBED_API void clembed_ids_release(clembed_ids *ids);
  *   and segment tables, out, grad_out). The bags' forward pools a bag in one
  *   work-item, so a launch takes every piece of a feature's table beside the
  *   feature's ids, offsets, per_sample_weights and max_rows, within
- *   CLEMBED_BAGS_BUFFERS: a table in more pieces than that leaves room for is
- *   CLEMBED_ERR_UNSUPPORTED naming "table" (a table of at most 12 pieces
- *   always fits; clembed_bag_backward's grad_weights and the steps take any
- *   number). per_sample_weights and grad_weights (ids->count x 1) are taken
- *   in one buffer: a split one is CLEMBED_ERR_UNSUPPORTED naming it.
+ *   CLEMBED_BAGS_BUFFERS; a table in more pieces than that leaves room for
+ *   (any number: a 24 GiB table under a 1 GiB limit is 24) first has the rows
+ *   its ids take copied, in id order, into one temporary buffer of ids->count
+ *   rows, which the feature is pooled from: the same bits, the same deferred
+ *   errors and max_rows (that temporary must fit one buffer of the device,
+ *   else CLEMBED_ERR_UNSUPPORTED naming "ids"; CLEMBED_MAX_BUFFER_BYTES does
+ *   not bound it). clembed_bag_backward's grad_weights and the steps take any
+ *   number of pieces. per_sample_weights and grad_weights (ids->count x 1)
+ *   are taken in one buffer: a split one is CLEMBED_ERR_UNSUPPORTED naming it.
  * - Copies of the struct share the pieces. Release exactly one copy, with
  *   clembed_matrix_release, which releases every piece and forgets the
  *   matrix. clReleaseMemObject on `buffer` releases the first piece only; the
@@ -482,10 +570,16 @@ typedef enum clembed_layout { CLEMBED_LAYOUT_INTERLEAVED = 0, CLEMBED_LAYOUT_HAL
  * start when the position comes from sequence_offsets (that token's positional
  * part is zero). */
 typedef struct clembed_sinusoid {
-  double base; /* 10000 in the original Transformer */
+  size_t struct_size;          /* sizeof(clembed_sinusoid): see "Option structs" */
+  double base;                 /* 10000 in the original Transformer */
   clembed_exponent exponent;
   clembed_layout layout;
 } clembed_sinusoid;
+
+/* {10000, PAIR, INTERLEAVED}. The sinusoid is read alone by clembed_positional
+ * and inside clembed_embed_options (whose own struct_size and defaults cover
+ * it there too), so it carries a size of its own. */
+CLEMBED_API clembed_sinusoid clembed_sinusoid_defaults(void);
 
 typedef enum clembed_positions {
   CLEMBED_POSITIONS_NONE = 0,
@@ -501,20 +595,29 @@ typedef enum clembed_norm_kind {
   CLEMBED_NORM_RMS = 2    /* x / sqrt(mean(x^2) + eps) * weight (RMSNorm; no bias) */
 } clembed_norm_kind;
 typedef struct clembed_norm {
+  size_t struct_size;                  /* sizeof(clembed_norm): see "Option structs" */
   clembed_norm_kind kind;
   const clembed_matrix *weight, *bias; /* 1 x cols, F32; NULL means 1 and 0; RMS has no bias */
   float eps;                           /* 1e-12 BERT, 1e-5 / 1e-6 elsewhere; finite, >= 0 */
 } clembed_norm;
 
+/* {NONE, no weight, no bias, eps 1e-5}. The norm lives inside
+ * clembed_embed_options (clembed_embed_defaults() sets it); it carries a size
+ * of its own so that a norm assigned there whole (opt.norm = clembed_norm_defaults(),
+ * then its fields) is checked like any option struct. */
+CLEMBED_API clembed_norm clembed_norm_defaults(void);
+
 /* No padding id. Before 0.2 this was -1; -1 now means the last row, as in PyTorch. */
 #define CLEMBED_NO_PADDING INT64_MIN
 
 typedef struct clembed_embed_options {
+  size_t struct_size;                   /* sizeof(clembed_embed_options): see "Option structs" */
   float scale;                          /* token row multiplier, e.g. sqrt(d_model) */
   clembed_index_policy policy;
-  int64_t padding_idx;                  /* this id's token row counts as zero; a negative value
-                                           counts from the end (-1 = rows-1, as nn.Embedding);
-                                           CLEMBED_NO_PADDING for none */
+  int64_t padding_idx;                  /* this id's token row counts as zero (but see
+                                           padding_keeps_row); a negative value counts from the
+                                           end (-1 = rows-1, as nn.Embedding); CLEMBED_NO_PADDING
+                                           for none. It never gets a gradient. */
   clembed_positions positions;
   clembed_sinusoid sinusoid;            /* for POSITIONS_SINUSOID */
   const clembed_matrix *position_table; /* for POSITIONS_TABLE (learned positions), rows = positions,
@@ -530,15 +633,20 @@ typedef struct clembed_embed_options {
   const clembed_matrix *segment_table;  /* token-type embeddings, rows = types, cols = the table's */
   const clembed_ids *segment_ids;       /* one per id; NULL with a segment_table: type 0 everywhere */
   clembed_norm norm;                    /* after the sum, before dropout */
+  int padding_keeps_row;                /* 0 (default): the padding id's token row counts as zero;
+                                           1: it is read as stored, as PyTorch's F.embedding does
+                                           (it still gets no gradient). Other values:
+                                           CLEMBED_ERR_INVALID_ARGUMENT */
 } clembed_embed_options;
 
 /* scale 1, CHECK, no padding, no positions, sinusoid {10000, PAIR, INTERLEAVED},
  * no position table, seq_len 0, position_offset 0, no sequence offsets, dropout 0, seed 0,
- * no segments, norm {NONE, no weight, no bias, eps 1e-5}. */
+ * no segments, norm {NONE, no weight, no bias, eps 1e-5}, padding_keeps_row 0; struct_size
+ * (and the sinusoid's and the norm's) this version's sizeof. */
 CLEMBED_API clembed_embed_options clembed_embed_defaults(void);
 
 /* The sinusoid table for positions first_position .. first_position + out->rows - 1,
- * d = out->cols, into `out` (any dtype). s NULL means {10000, PAIR, INTERLEAVED}. */
+ * d = out->cols, into `out` (any dtype). s NULL means clembed_sinusoid_defaults(). */
 CLEMBED_API clembed_status clembed_positional(clembed_context *ctx, const clembed_sinusoid *s,
                                               size_t first_position, clembed_matrix *out,
                                               cl_uint num_events_in_wait_list,
@@ -558,7 +666,8 @@ CLEMBED_API clembed_status clembed_lookup(clembed_context *ctx, const clembed_ma
  * is sequence_offsets[b] if given, else position_offset. P is nothing, the
  * sinusoid, or position_table (a position past its rows is a deferred
  * CLEMBED_ERR_INDEX_OUT_OF_RANGE and that row's positional part is zero). The
- * padding id's token row is zero; its positional part is still added.
+ * padding id's token row is zero (with padding_keeps_row 1: the row as stored,
+ * as in PyTorch); its positional part is still added.
  * With the sinusoid, positions must be below 2^32 (see clembed_sinusoid); with a
  * position table, a position_offset past 2^63 - 1 is a bad position too. With 0 columns nothing is
  * written, but every id and position is still checked (the deferred error as above). The backward
@@ -573,6 +682,7 @@ CLEMBED_API clembed_status clembed_embed(clembed_context *ctx, const clembed_mat
 /* ---------------------------------------------------------------- backward */
 
 typedef struct clembed_backward_options {
+  size_t struct_size;              /* sizeof(clembed_backward_options): see "Option structs" */
   float scale;                     /* the forward scale; gradients are multiplied by it */
   clembed_index_policy policy;     /* as in the forward: CLAMP sends the gradient to the clamped
                                       row, ZERO and CHECK drop it (CHECK also reports) */
@@ -592,7 +702,8 @@ typedef struct clembed_backward_options {
 } clembed_backward_options;
 
 /* scale 1, CHECK, no padding, scale_grad_by_freq 0, deterministic 1, accumulate 1,
- * seq_len 0, position_offset 0, no sequence offsets, no position_grad, dropout 0, seed 0. */
+ * seq_len 0, position_offset 0, no sequence offsets, no position_grad, dropout 0, seed 0;
+ * struct_size this version's sizeof. */
 CLEMBED_API clembed_backward_options clembed_backward_defaults(void);
 
 /* grad_table[v] (+)= scale * sum of grad_out[i] over tokens i with ids[i] == v
@@ -696,6 +807,7 @@ typedef enum {
 } clembed_optimizer_kind;
 
 typedef struct clembed_optimizer {
+  size_t struct_size;      /* sizeof(clembed_optimizer): see "Option structs" */
   clembed_optimizer_kind kind;
   float learning_rate;
   float eps;               /* ADAGRAD 1e-10, ROWWISE_ADAGRAD 1e-8, ADAM 1e-8 */
@@ -708,7 +820,9 @@ typedef struct clembed_optimizer {
 } clembed_optimizer;
 
 /* learning_rate 0.01 (SGD 0.1), eps 1e-10 (ADAGRAD) or 1e-8, beta1 0.9, beta2
- * 0.999, weight_decay 0, step 0, no states. */
+ * 0.999, weight_decay 0, step 0, no states; struct_size this version's sizeof. A
+ * caller's optimizer shorter than this version's takes the missing fields from
+ * the defaults of its own kind. */
 CLEMBED_API clembed_optimizer clembed_optimizer_defaults(clembed_optimizer_kind kind);
 
 /* One fused sparse step, like clembed_sgd_update: for every row v that occurs in
@@ -783,6 +897,7 @@ typedef enum {
 } clembed_rope_scaling;
 
 typedef struct clembed_rope {
+  size_t struct_size;           /* sizeof(clembed_rope): see "Option structs" */
   double base;                  /* rope_theta: 10000; Llama 3: 500000 (finite, > 0) */
   size_t head_dim;              /* columns per head */
   size_t rotary_dim;            /* leading columns of each head that rotate (even, <= head_dim);
@@ -797,8 +912,9 @@ typedef struct clembed_rope {
                                    0.1*ln(factor) + 1 for YARN */
 } clembed_rope;
 
-/* base 10000, head_dim 0 (the caller sets it), rotary_dim 0, NEOX, no scaling,
- * factor 1, original_max_position 8192, low/high_freq_factor 1 and 4,
+/* struct_size this version's sizeof, base 10000, head_dim 0 (the caller sets
+ * it), rotary_dim 0, NEOX, no scaling, factor 1, original_max_position 8192,
+ * low/high_freq_factor 1 and 4,
  * beta_fast/slow 32 and 1, attention_factor 0. */
 CLEMBED_API clembed_rope clembed_rope_defaults(void);
 
@@ -875,9 +991,14 @@ CLEMBED_API clembed_status clembed_rope_apply(clembed_context *ctx, const clembe
  * ------------------------------------------------------------------------ */
 
 typedef struct clembed_embed_grads {
+  size_t struct_size;                                     /* sizeof(clembed_embed_grads): see "Option structs" */
   clembed_matrix *table, *position_table, *segment_table; /* accumulated (F32, the tables' shapes); NULL: not wanted */
   clembed_matrix *norm_weight, *norm_bias;                /* accumulated, 1 x cols F32; NULL: not wanted */
 } clembed_embed_grads;
+
+/* No gradient wanted (every pointer NULL). The gradients asked of the layer
+ * grow with its parts, so this struct carries a size like the options. */
+CLEMBED_API clembed_embed_grads clembed_embed_grads_defaults(void);
 
 /* The backward of the whole layer of clembed_embed with options opt (NULL: the
  * defaults): grad_out (ids->count x cols, any float dtype) is the gradient of
@@ -951,6 +1072,7 @@ CLEMBED_API clembed_status clembed_embed_backward(clembed_context *ctx, const cl
 typedef enum { CLEMBED_BAG_SUM = 0, CLEMBED_BAG_MEAN = 1, CLEMBED_BAG_MAX = 2 } clembed_bag_mode;
 
 typedef struct clembed_bag_options {
+  size_t struct_size;                       /* sizeof(clembed_bag_options): see "Option structs" */
   clembed_bag_mode mode;
   clembed_index_policy policy;              /* as in clembed_embed (WRAP included) */
   int64_t padding_idx;                      /* ids equal to it (after WRAP and CLAMP) are left out of
@@ -964,7 +1086,7 @@ typedef struct clembed_bag_options {
                                                empty bag */
 } clembed_bag_options;
 
-/* SUM, CHECK, CLEMBED_NO_PADDING, no weights, no max_rows. */
+/* SUM, CHECK, CLEMBED_NO_PADDING, no weights, no max_rows; struct_size this version's sizeof. */
 CLEMBED_API clembed_bag_options clembed_bag_defaults(void);
 
 /* out (bags x table->cols, F32, F16 or BF16) = the bags of ids pooled over
@@ -1022,11 +1144,20 @@ CLEMBED_API clembed_status clembed_bag_optimizer_step(clembed_context *ctx, cons
                                                       const cl_event *event_wait_list, cl_event *event);
 
 typedef struct clembed_bag_feature {      /* one sparse feature of a batch */
+  size_t struct_size;                     /* sizeof(clembed_bag_feature): see "Option structs"; an
+                                             array of features is read with the stride of
+                                             features[0].struct_size, which every element carries */
   clembed_matrix *table;                  /* several features may share one table (the same matrix:
                                              buffer, offset, rows, cols, ld and dtype) */
   const clembed_ids *ids, *offsets;       /* every feature has the same number of bags (out->rows) */
-  clembed_bag_options options;
+  clembed_bag_options options;            /* its own struct_size as any bag options; it is the
+                                             feature's last field, so it may be shorter than this
+                                             version's (an older caller's), never longer than the
+                                             feature's struct_size allows */
 } clembed_bag_feature;
+
+/* No table, ids or offsets (the caller sets them), options clembed_bag_defaults(). */
+CLEMBED_API clembed_bag_feature clembed_bag_feature_defaults(void);
 
 /* The largest number of distinct buffers (cl_mem) one launch of
  * clembed_embedding_bags reads or writes for its features. */
@@ -1036,8 +1167,9 @@ typedef struct clembed_bag_feature {      /* one sparse feature of a batch */
  * cols), F32, F16 or BF16; feature f's bags go to its own block of columns, in
  * feature order (FBGEMM's table-batched output, TorchRec's KeyedTensor), and
  * each block equals what clembed_embedding_bag gives for that feature alone
- * (the same out dtype), bit for bit. Features may differ in table dtype,
- * width, mode, policy, padding, weights and index types.
+ * (the same out dtype), bit for bit. Features may differ in table dtype (any
+ * clembed_dtype: the float types and every block type), width, mode, policy,
+ * padding, weights and index types.
  * The launches, a small constant number: the features are taken by table
  * dtype (then in order) into groups of one table dtype whose buffers (tables,
  * ids, offsets, per_sample_weights and max_rows, each cl_mem counted once)
@@ -1048,7 +1180,8 @@ typedef struct clembed_bag_feature {      /* one sparse feature of a batch */
  * with one ids and one offsets buffer, or one buffer holding every table) is
  * one launch however many features it has, and a batch of B buffers over T
  * table dtypes about B / 12 + T launches. A split table counts each of its
- * pieces (see "Tables past one buffer"); out may be split (a launch per window
+ * pieces (see "Tables past one buffer": one in more pieces than a launch
+ * takes is gathered first); out may be split (a launch per window
  * of its pieces where they are more than 8). A bad id or offset of feature f
  * is reported as in clembed_embedding_bag, the message naming features[f]. */
 CLEMBED_API clembed_status clembed_embedding_bags(clembed_context *ctx, const clembed_bag_feature *features,
@@ -1057,7 +1190,8 @@ CLEMBED_API clembed_status clembed_embedding_bags(clembed_context *ctx, const cl
 
 /* The fused step of every feature's table: grad_out has the forward's shape
  * (bags x the sum of cols), o[f] is the optimizer of feature f's table
- * (features sharing a table give the same kind, fields and states). A table
+ * (features sharing a table give the same kind, fields and states; o is read
+ * with the stride of o[0].struct_size, which every o[f] carries). A table
  * shared by several features folds their contributions in feature order, then
  * id order, in one segment fold; each distinct table is one fold (its keys,
  * sort and step), in the order the tables first occur. Each table's result

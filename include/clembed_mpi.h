@@ -172,7 +172,10 @@ CLEMBED_API clembed_status clembed_mpi_table_init_uniform(clembed_mpi_table *t, 
  * buffer), and writes an F32 out from F16 or BF16 rows, widening each value
  * as the device does (a NaN made quiet): the same bits again. When the call
  * fails for another reason than a bad id, out's
- * contents are unspecified. Agreed: scale, policy, padding_idx.
+ * contents are unspecified. Agreed: scale, policy, padding_idx, padding_keeps_row
+ * (1: the padding row is fetched and read as stored, as clembed_embed reads it).
+ * opt is read as every clembed call reads it (struct_size, clembed.h's "Option
+ * structs"; so are the options and optimizers of the calls below).
  * A bad id: see the top; an error of the rank's own options (a position past
  * its position table, a bad sequence offset) is what clembed_embed reports
  * for its batch. */

@@ -5,6 +5,7 @@
  *   struct NAME SIZE ALIGN
  *   field NAME FIELD OFFSET SIZE
  *   const NAME VALUE
+ *   libsize NAME SIZE   (clembed_struct_size of an option struct, from the library)
  * A struct or enum constant added to a header is added here (one line) and to
  * _lib.py / the Python tables; test_abi.py fails until all three agree. */
 #include "clembed.h"
@@ -50,11 +51,13 @@ int main(void) {
   FIELD(clembed_ids, type)
 
   STRUCT(clembed_sinusoid)
+  FIELD(clembed_sinusoid, struct_size)
   FIELD(clembed_sinusoid, base)
   FIELD(clembed_sinusoid, exponent)
   FIELD(clembed_sinusoid, layout)
 
   STRUCT(clembed_embed_options)
+  FIELD(clembed_embed_options, struct_size)
   FIELD(clembed_embed_options, scale)
   FIELD(clembed_embed_options, policy)
   FIELD(clembed_embed_options, padding_idx)
@@ -69,14 +72,17 @@ int main(void) {
   FIELD(clembed_embed_options, segment_table)
   FIELD(clembed_embed_options, segment_ids)
   FIELD(clembed_embed_options, norm)
+  FIELD(clembed_embed_options, padding_keeps_row)
 
   STRUCT(clembed_norm)
+  FIELD(clembed_norm, struct_size)
   FIELD(clembed_norm, kind)
   FIELD(clembed_norm, weight)
   FIELD(clembed_norm, bias)
   FIELD(clembed_norm, eps)
 
   STRUCT(clembed_embed_grads)
+  FIELD(clembed_embed_grads, struct_size)
   FIELD(clembed_embed_grads, table)
   FIELD(clembed_embed_grads, position_table)
   FIELD(clembed_embed_grads, segment_table)
@@ -84,6 +90,7 @@ int main(void) {
   FIELD(clembed_embed_grads, norm_bias)
 
   STRUCT(clembed_backward_options)
+  FIELD(clembed_backward_options, struct_size)
   FIELD(clembed_backward_options, scale)
   FIELD(clembed_backward_options, policy)
   FIELD(clembed_backward_options, padding_idx)
@@ -98,6 +105,7 @@ int main(void) {
   FIELD(clembed_backward_options, dropout_seed)
 
   STRUCT(clembed_optimizer)
+  FIELD(clembed_optimizer, struct_size)
   FIELD(clembed_optimizer, kind)
   FIELD(clembed_optimizer, learning_rate)
   FIELD(clembed_optimizer, eps)
@@ -109,6 +117,7 @@ int main(void) {
   FIELD(clembed_optimizer, state2)
 
   STRUCT(clembed_rope)
+  FIELD(clembed_rope, struct_size)
   FIELD(clembed_rope, base)
   FIELD(clembed_rope, head_dim)
   FIELD(clembed_rope, rotary_dim)
@@ -123,6 +132,7 @@ int main(void) {
   FIELD(clembed_rope, attention_factor)
 
   STRUCT(clembed_bag_options)
+  FIELD(clembed_bag_options, struct_size)
   FIELD(clembed_bag_options, mode)
   FIELD(clembed_bag_options, policy)
   FIELD(clembed_bag_options, padding_idx)
@@ -130,6 +140,7 @@ int main(void) {
   FIELD(clembed_bag_options, max_rows)
 
   STRUCT(clembed_bag_feature)
+  FIELD(clembed_bag_feature, struct_size)
   FIELD(clembed_bag_feature, table)
   FIELD(clembed_bag_feature, ids)
   FIELD(clembed_bag_feature, offsets)
@@ -205,8 +216,29 @@ int main(void) {
   CONST(CLEMBED_BAG_MAX)
   CONST(CLEMBED_BAGS_BUFFERS)
   CONST(CLEMBED_NO_PADDING)
+  CONST(CLEMBED_STRUCT_SINUSOID)
+  CONST(CLEMBED_STRUCT_NORM)
+  CONST(CLEMBED_STRUCT_EMBED_OPTIONS)
+  CONST(CLEMBED_STRUCT_EMBED_GRADS)
+  CONST(CLEMBED_STRUCT_BACKWARD_OPTIONS)
+  CONST(CLEMBED_STRUCT_OPTIMIZER)
+  CONST(CLEMBED_STRUCT_ROPE)
+  CONST(CLEMBED_STRUCT_BAG_OPTIONS)
+  CONST(CLEMBED_STRUCT_BAG_FEATURE)
   CONST(CLEMBED_VERSION_MAJOR)
   CONST(CLEMBED_VERSION_MINOR)
   CONST(CLEMBED_VERSION_PATCH)
+  /* the library's own sizes of the option structs (clembed_struct_size), which
+   * must be the header's (and the ctypes mirrors') */
+#define LIBSIZE(T, C) printf("libsize %s %zu\n", #T, clembed_struct_size(C));
+  LIBSIZE(clembed_sinusoid, CLEMBED_STRUCT_SINUSOID)
+  LIBSIZE(clembed_norm, CLEMBED_STRUCT_NORM)
+  LIBSIZE(clembed_embed_options, CLEMBED_STRUCT_EMBED_OPTIONS)
+  LIBSIZE(clembed_embed_grads, CLEMBED_STRUCT_EMBED_GRADS)
+  LIBSIZE(clembed_backward_options, CLEMBED_STRUCT_BACKWARD_OPTIONS)
+  LIBSIZE(clembed_optimizer, CLEMBED_STRUCT_OPTIMIZER)
+  LIBSIZE(clembed_rope, CLEMBED_STRUCT_ROPE)
+  LIBSIZE(clembed_bag_options, CLEMBED_STRUCT_BAG_OPTIONS)
+  LIBSIZE(clembed_bag_feature, CLEMBED_STRUCT_BAG_FEATURE)
   return 0;
 }

@@ -396,8 +396,8 @@ def main():
             want = [{"name": "w", "dtype": "f32", "shape": [9, 6], "bytes": 216},
                     {"name": "wh", "dtype": "f16", "shape": [9, 6], "bytes": 108},
                     {"name": "wb", "dtype": "bf16", "shape": [9, 6], "bytes": 108},
-                    {"name": "ids", "dtype": "I64", "shape": [2, 3], "bytes": 48},
-                    {"name": "odd", "dtype": "U8", "shape": [3], "bytes": 3}]
+                    {"name": "ids", "dtype": "i64", "shape": [2, 3], "bytes": 48},
+                    {"name": "odd", "dtype": "u8", "shape": [3], "bytes": 3}]
             check(got == want, "inspect --json: %r" % got)
         npy = os.path.join(d, "a.npy")
         np.save(npy, w)

@@ -1,5 +1,5 @@
 /* The exact-angle code (cl/lib/angle.cl with the host preparation in
- * src/ops/rope_freq.c) on its own, through a small test kernel: sin and cos of
+ * src/ops/freq.c) on its own, through a small test kernel: sin and cos of
  * p*w for positions near 2^20, 2^24, 2^28, 2^31 and 2^32-1 and random ones
  * below 2^32, against reference.h (p*w formed exactly, reduced with a
  * three-double 2*pi, sin/cos in double). Frequencies: the sinusoid's and
@@ -10,7 +10,7 @@
  * Usage: test_angle ANGLE_CL [small] [CASE...] (--list names the cases) */
 #define CL_TARGET_OPENCL_VERSION 120
 #include "test_util.h"
-#include "../src/ops/rope_freq.h"
+#include "../src/ops/freq.h"
 
 #include <CL/cl.h>
 #include <stdio.h>

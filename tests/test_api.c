@@ -70,10 +70,10 @@ static cl_device_id cl_device_of(clembed_context *ctx) {
 
 TU_CASE(version) {
   (void)ctx;
-  EXPECT(CLEMBED_VERSION_MAJOR == 0 && CLEMBED_VERSION_MINOR == 3 && CLEMBED_VERSION_PATCH == 0,
-         "header version %d.%d.%d, expected 0.3.0", CLEMBED_VERSION_MAJOR, CLEMBED_VERSION_MINOR,
+  EXPECT(CLEMBED_VERSION_MAJOR == 0 && CLEMBED_VERSION_MINOR == 4 && CLEMBED_VERSION_PATCH == 0,
+         "header version %d.%d.%d, expected 0.4.0", CLEMBED_VERSION_MAJOR, CLEMBED_VERSION_MINOR,
          CLEMBED_VERSION_PATCH);
-  EXPECT(clembed_version_number() == 300, "library version %u, expected 300", clembed_version_number());
+  EXPECT(clembed_version_number() == 400, "library version %u, expected 400", clembed_version_number());
 }
 
 TU_CASE(devices) {

@@ -16,8 +16,11 @@
  * and renorm's general p (1e-6 relative, pow being the device's).
  *
  * Cases (all by default, or name some; --list names them; `small` shrinks
- * them for Oclgrind); every device case runs in both kernel shapes (contexts
- * with CLEMBED_TUNING=cpu and =gpu):
+ * them for Oclgrind; `full` runs every combination of the cross products of
+ * forward_float, forward_quant, batched, backward and steps, of which the
+ * default runs a sample that meets every value of each setting in each shape:
+ * ctest's test_bag_full, label exhaustive); every device case runs in both
+ * kernel shapes (contexts with CLEMBED_TUNING=cpu and =gpu):
  *   forward_float forward_quant   every mode (SUM, weighted SUM, MEAN, MAX with
  *                   max_rows), table dtype, out dtype, index type, policy,
  *                   padding, fixed bags, strided tables and outputs
@@ -530,13 +533,21 @@ static fcase forward_case(clembed_dtype tdt, size_t cols, int m, int k) {
   return fc;
 }
 
+/* The forward over dtypes x widths x modes in both shapes. With `full` every
+ * combination; by default a sample of the same cases: in each shape every mode
+ * once, each with the dtype (m + s) % ndt and the width (m + s) % nw, so that
+ * each shape meets every dtype and every mode, and the sample still meets every
+ * output dtype, bag kind (fixed, I32 and I64 offsets), policy and padding
+ * (checked below). */
 static void forward_dtypes(const clembed_dtype *dts, size_t ndt, const size_t *widths, size_t nw) {
   if (!shapes()) return;
   int k = 0;
+  unsigned seen_dt[2] = {0, 0}, seen_mode[2] = {0, 0}, seen_out = 0, seen_bags = 0, seen_policy = 0;
   for (int s = 0; s < 2; s++)
     for (size_t d = 0; d < ndt; d++)
       for (size_t c = 0; c < nw; c++)
         for (int m = 0; m < 4; m++, k++) {
+          if (!tu_full && (d != ((size_t)m + (size_t)s) % ndt || c != ((size_t)m + (size_t)s) % nw)) continue;
           size_t cols = widths[c] * qk_of(dts[d]);
           fcase fc = forward_case(dts[d], cols, m, k);
           char what[160];
@@ -544,7 +555,19 @@ static void forward_dtypes(const clembed_dtype *dts, size_t ndt, const size_t *w
                    cols, MODEN[m], DTN[fc.odt], (int)fc.policy, fc.fixed ? "fixed bags" : "offsets",
                    fc.with_mr ? "max_rows" : "no max_rows");
           run_forward(shape_ctx[s], &fc, what);
+          seen_dt[s] |= 1u << d;
+          seen_mode[s] |= 1u << m;
+          seen_out |= 1u << fc.odt;
+          seen_bags |= fc.fixed ? 1u : fc.ot == CLEMBED_I32 ? 2u : 4u;
+          seen_policy |= 1u << fc.policy;
         }
+  for (int s = 0; s < 2; s++)
+    EXPECT(seen_dt[s] == (1u << ndt) - 1 && seen_mode[s] == 15u,
+           "%s: the forward's cases met dtypes %#x and modes %#x, not all", SHAPE[s], seen_dt[s], seen_mode[s]);
+  EXPECT(seen_out == (1u << CLEMBED_F32 | 1u << CLEMBED_F16 | 1u << CLEMBED_BF16) && seen_bags == 7u &&
+             seen_policy == 15u,
+         "the forward's cases met output dtypes %#x, bag kinds %#x and policies %#x, not all", seen_out, seen_bags,
+         seen_policy);
 }
 
 TU_CASE(forward_float) {
@@ -762,6 +785,7 @@ static void batch_make(clembed_context *ctx, batch *B, const fspec *sp, size_t n
       free(w);
       o.per_sample_weights = &B->wm[f];
     }
+    B->f[f] = clembed_bag_feature_defaults();
     B->f[f].table = &B->tab[f];
     B->f[f].options = o;
     B->cols += B->tab[f].cols;
@@ -836,12 +860,15 @@ static const fspec SPECS[] = {
 #define NSPECS (sizeof SPECS / sizeof SPECS[0])
 
 /* Batched equals per-feature, bit for bit, with separate buffers (more than
- * one launch takes) and packed ids and offsets (one launch); out F32 and F16. */
+ * one launch takes) and packed ids and offsets (one launch); out F32 and F16.
+ * Each shape both ways with `full`; by default the CPU shape with separate
+ * buffers, the GPU shape packed. */
 TU_CASE(batched) {
   if (!shapes()) return;
   size_t bags = tu_small ? 5 : 19;
   for (int s = 0; s < 2; s++)
     for (int packed = 0; packed < 2; packed++) {
+      if (!tu_full && packed != s) continue;
       clembed_context *c = shape_ctx[s];
       batch B;
       batch_make(c, &B, SPECS, NSPECS, bags, packed, 0xBA6 + (uint64_t)packed);
@@ -1052,21 +1079,30 @@ static void run_backward(clembed_context *ctx, const fcase *fc, clembed_dtype gd
 }
 
 /* Every mode, F32 and F16 gradients, F32 and quantized tables (grad_weights
- * reads them), every policy, one id 10,000 times in one bag. */
+ * reads them), every policy, one id 10,000 times in one bag. Every width x
+ * mode with `full`; by default each mode once a shape, with the width
+ * (m + s) % 3 (every width, a quantized table and an F16 gradient in each
+ * shape). */
 TU_CASE(backward) {
   if (!shapes()) return;
   int k = 0;
   static const size_t widths[3] = {3, 32, 70};
+  unsigned seen[2] = {0, 0}; /* 1..4: widths, 8: a quantized table, 16: an F16 gradient, 32 << m: modes */
   for (int s = 0; s < 2; s++)
     for (int w = 0; w < 3; w++)
       for (int m = 0; m < 4; m++, k++) {
+        if (!tu_full && w != (m + s) % 3) continue;
         fcase fc = forward_case(w == 1 && m < 2 ? CLEMBED_Q8_0 : CLEMBED_F32, widths[w], m, k);
         clembed_dtype gdt = k % 3 == 1 ? CLEMBED_F16 : CLEMBED_F32;
         char what[160];
         snprintf(what, sizeof what, "%s, %s table, %zu cols, %s, grad %s, policy %d, %s", SHAPE[s], DTN[fc.tdt],
                  fc.cols, MODEN[m], DTN[gdt], (int)fc.policy, fc.fixed ? "fixed bags" : "offsets");
         run_backward(shape_ctx[s], &fc, gdt, MODES4[m] == CLEMBED_BAG_SUM, what);
+        seen[s] |= 1u << w | (fc.tdt != CLEMBED_F32 ? 8u : 0u) | (gdt == CLEMBED_F16 ? 16u : 0u) | 32u << m;
       }
+  for (int s = 0; s < 2; s++)
+    EXPECT(seen[s] == 0x1FFu, "%s: the backward's cases met %#x of 0x1ff (widths, a quantized table, an F16 "
+           "gradient, modes)", SHAPE[s], seen[s]);
   /* one id 10,000 times in a bag (a segment of 10,000 entries), beside short bags */
   size_t rep = 10000, n = rep + 6;
   int64_t *ids = malloc(n * sizeof(int64_t)), off[4] = {0, 3, 3 + (int64_t)rep, (int64_t)n};
@@ -1175,21 +1211,31 @@ static void run_step(clembed_context *ctx, const fcase *fc, clembed_optimizer_ki
   bwd_free(&B);
 }
 
-/* Every optimizer kind, every mode, F32/F16/BF16 tables, weight decay. */
+/* Every optimizer kind, every mode, F32/F16/BF16 tables, weight decay. Every
+ * kind x mode with `full`; by default each kind once a shape, with the mode
+ * (kind + s) % 4 (every mode and table dtype in each shape, weight decay in
+ * one). */
 TU_CASE(steps) {
   if (!shapes()) return;
   static const clembed_dtype dts[3] = {CLEMBED_F32, CLEMBED_F16, CLEMBED_BF16};
   int k = 0;
+  unsigned seen[2] = {0, 0}, seen_wd = 0; /* 1 << dtype, 8 << mode */
   for (int s = 0; s < 2; s++)
     for (int kind = 0; kind < 4; kind++)
       for (int m = 0; m < 4; m++, k++) {
+        if (!tu_full && m != (kind + s) % 4) continue;
         fcase fc = forward_case(dts[k % 3], k % 2 ? 19 : 40, m, k);
         float wd = k % 5 == 2 ? 0.01f : 0.0f;
         char what[160];
         snprintf(what, sizeof what, "%s, %s, %s table, %zu cols, %s, wd %g, policy %d", SHAPE[s], KN[kind],
                  DTN[fc.tdt], fc.cols, MODEN[m], (double)wd, (int)fc.policy);
         run_step(shape_ctx[s], &fc, (clembed_optimizer_kind)kind, wd, what);
+        seen[s] |= 1u << fc.tdt | 8u << m;
+        seen_wd |= wd != 0.0f;
       }
+  for (int s = 0; s < 2; s++)
+    EXPECT(seen[s] == 0x7Fu, "%s: the steps met table dtypes and modes %#x of 0x7f", SHAPE[s], seen[s]);
+  EXPECT(seen_wd, "no step with weight decay");
 }
 
 /* clembed_bags_optimizer_step: features[0] and [2] share table A (their
@@ -1250,9 +1296,9 @@ TU_CASE(bags_steps) {
     obc.state = &mb1c;
     obc.state2 = &mb2c;
     OK(c, clembed_bag_optimizer_step(c, &Bb.gm, &Bb.di, Bb.off ? &Bb.doff : NULL, &Bb.o, &obc, &bt2, 0, NULL, NULL));
-    clembed_bag_feature f[3] = {{&A.tab, &A.di, A.off ? &A.doff : NULL, A.o},
-                                {&Bb.tab, &Bb.di, Bb.off ? &Bb.doff : NULL, Bb.o},
-                                {&A.tab, &M.di, M.off ? &M.doff : NULL, M.o}};
+    clembed_bag_feature f[3] = {{sizeof(clembed_bag_feature), &A.tab, &A.di, A.off ? &A.doff : NULL, A.o},
+                                {sizeof(clembed_bag_feature), &Bb.tab, &Bb.di, Bb.off ? &Bb.doff : NULL, Bb.o},
+                                {sizeof(clembed_bag_feature), &A.tab, &M.di, M.off ? &M.doff : NULL, M.o}};
     clembed_optimizer os[3] = {oa, ob, oa};
     cl_event ev = NULL;
     OK(c, clembed_bags_optimizer_step(c, f, 3, &gm, os, 0, NULL, &ev));
@@ -1585,7 +1631,8 @@ TU_CASE(errors) {
   OK(c, clembed_bag_optimizer_step(c, &g, &ids, &off, &o, &opt, &tab, 0, NULL, NULL));
   OK(c, clembed_finish(c));
   /* batched */
-  clembed_bag_feature f[2] = {{&tab, &ids, &off, clembed_bag_defaults()}, {&tab, &ids, NULL, clembed_bag_defaults()}};
+  clembed_bag_feature f[2] = {{sizeof(clembed_bag_feature), &tab, &ids, &off, clembed_bag_defaults()},
+                              {sizeof(clembed_bag_feature), &tab, &ids, NULL, clembed_bag_defaults()}};
   clembed_matrix out8;
   OK(c, clembed_matrix_create(c, 3, 8, CLEMBED_F32, &out8));
   REFUSES(c, INV, "features", clembed_embedding_bags(c, NULL, 2, &out8, 0, NULL, NULL));

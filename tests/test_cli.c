@@ -61,7 +61,7 @@ static uint16_t h16(float f) { return ref_f32_to_f16(f); }
 /* A table of V x D floats with a few special values (-0, inf, a subnormal). */
 /* The exact sinusoid (reference.h) for a base, exponent and layout. */
 static double sin_ref(double base, clembed_exponent e, clembed_layout l, size_t d, size_t p, size_t i) {
-  clembed_sinusoid s = {base, e, l};
+  clembed_sinusoid s = {sizeof(clembed_sinusoid), base, e, l};
   return ref_sinusoid(&s, d, (uint64_t)p, i);
 }
 
@@ -993,6 +993,25 @@ TU_CASE(bench_only) {
          "--list: %s", g_out);
 }
 
+/* The benchmark is a program of its own beside clembed (the tool links none of
+ * its code): a clembed with no clembed-bench beside it says so, naming the path
+ * it looked at, and exits 127. */
+TU_CASE(bench_is_its_own_program) {
+  char lone[700], copy[760], cmd[1600];
+  snprintf(lone, sizeof lone, "%s", P("lone"));
+  snprintf(copy, sizeof copy, "%s/clembed", lone);
+  snprintf(cmd, sizeof cmd, "mkdir -p '%s' && cp '%s' '%s'", lone, g_exe, copy);
+  EXPECT(system(cmd) == 0, "%s failed", cmd);
+  const char *was = g_exe;
+  g_exe = copy;
+  RUNS(127, "bench", "--list");
+  ERR_HAS("clembed-bench");
+  snprintf(cmd, sizeof cmd, "%s/clembed-bench", lone);
+  ERR_HAS(cmd);
+  RUNS(0, "positional", "--length", "2", "--dim", "2", "-o", P("lone/pe.npy")); /* the rest works */
+  g_exe = was;
+}
+
 /* ------------------------------------------- the flags each --help lists */
 
 /* Every subcommand's flags (the contract's): each --help describes each of its
@@ -1239,18 +1258,21 @@ TU_CASE(inspect_flags_and_names) {
   ERR_HAS("/dev/zero: not a .npy, .safetensors or .gguf file");
   RUNS(1, "embed", "--table", "/dev/zero", "--ids", P("in9.npy"), "-o", P("zero_out.npy"));
   ERR_HAS("--table /dev/zero: not a .npy");
-  /* what clembed cannot load as a table shows as the file's own type name */
+  /* what clembed cannot load as a table shows in the same lower-case scheme as every dtype name:
+   * the file's type name in lower case, a NumPy type string as i32, f64, ... */
   double f64[12] = {0};
   write_safetensors(P("odd.safetensors"), "x", "F64", 2, s2, f64, sizeof f64);
   RUNS(0, "inspect", P("odd.safetensors"));
-  EXPECT(!strcmp(g_out, "x F64 3x4\n"), "inspect F64: %s", g_out);
+  EXPECT(!strcmp(g_out, "x f64 3x4\n"), "inspect F64: %s", g_out);
+  RUNS(0, "inspect", P("odd.safetensors"), "--json");
+  EXPECT(strstr(g_out, "\"dtype\": \"f64\"") != NULL, "inspect --json F64: %s", g_out);
   RUNS(1, "embed", "--table", P("odd.safetensors"), "--ids", P("in9.npy"), "-o", P("odd_out.npy"));
   ERR_HAS("tensor 'x' is f64; --table takes f32, f16, bf16, q8_0, q4_0");
   int32_t i4[3] = {0, 1, 2};
   size_t s3[1] = {3};
   write_npy(P("odd_ids.npy"), NPY_I4, 1, s3, i4);
   RUNS(0, "inspect", P("odd_ids.npy"));
-  EXPECT(!strcmp(g_out, "- <i4 3\n"), "inspect <i4: %s", g_out);
+  EXPECT(!strcmp(g_out, "- i32 3\n"), "inspect <i4: %s", g_out);
 }
 
 /* BERT's layer: --segments, --segment-ids and --norm against float64; the

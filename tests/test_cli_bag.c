@@ -5,6 +5,7 @@
  * output file left). Usage: test_cli_bag PATH/TO/clembed [CASE...] */
 #include "test_util.h"
 
+#include <ctype.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -122,6 +123,51 @@ TU_CASE(refusals) {
   EXPECT(stat(P("z.npy"), &st) != 0, "a refused run left an output file");
   RUNS(0, "bag", "--help");
   EXPECT(strstr(g_out, "--include-last-offset") != NULL, "bag --help: %s", g_out);
+}
+
+/* Every table dtype the library names (clembed_dtype_name, its one list) is
+ * in `text` as a word of its own, and no other word of the dtype scheme. */
+static void lists_every_dtype(const char *text, const char *what) {
+  int named = 0;
+  for (int d = 0; d < 256; d++) {
+    const char *name = clembed_dtype_name((clembed_dtype)d);
+    if (!strcmp(name, "unknown")) continue;
+    named++;
+    size_t n = strlen(name);
+    int found = 0;
+    for (const char *p = text; (p = strstr(p, name)) != NULL && !found; p += n)
+      found = (p == text || !(isalnum((unsigned char)p[-1]) || p[-1] == '_')) &&
+              !(isalnum((unsigned char)p[n]) || p[n] == '_');
+    EXPECT(found, "%s lacks dtype %s: %s", what, name, text);
+  }
+  EXPECT(named >= 22, "the library names %d dtypes", named);
+}
+
+/* --help and the refusal of a table of another type list the same dtypes,
+ * the library's; --weights takes the float types, and its refusal names only
+ * those. */
+TU_CASE(dtype_lists) {
+  RUNS(0, "bag", "--help");
+  lists_every_dtype(g_out, "bag --help");
+  size_t n = 4, two = 2;
+  const int32_t i4[4] = {0, 1, 2, 3};
+  const int64_t off[2] = {0, 2};
+  write_npy(P("ids4.npy"), NPY_I4, 1, &n, i4);
+  write_npy(P("off2.npy"), NPY_I8, 1, &two, off);
+  RUNS(1, "bag", "--table", P("ids4.npy"), "--ids", P("ids4.npy"), "--offsets", P("off2.npy"), "--mode", "sum", "-o",
+       P("z.npy"));
+  ERR_HAS("--table takes ");
+  lists_every_dtype(strstr(g_err, "--table takes "), "bag's refusal of an i32 --table");
+  size_t wshape[2] = {V, D};
+  write_npy(P("wt.npy"), NPY_F4, 2, wshape, W);
+  RUNS(1, "bag", "--table", P("wt.npy"), "--ids", P("ids4.npy"), "--offsets", P("off2.npy"), "--mode", "sum",
+       "--weights", P("ids4.npy"), "-o", P("z.npy"));
+  ERR_HAS("the array is i32; --weights takes f32, f16, bf16");
+  EXPECT(strstr(g_err, "i64") == NULL, "--weights' refusal offers ids: %s", g_err);
+  RUNS(0, "embed", "--help");
+  lists_every_dtype(g_out, "embed --help");
+  RUNS(0, "inspect", "--help");
+  lists_every_dtype(g_out, "inspect --help");
 }
 
 static void setup(clembed_context *unused) {

@@ -37,6 +37,7 @@ typedef struct ecase {
   size_t P;                 /* position table rows */
   float scale;
   int64_t padding;
+  int keep_row;             /* padding_keeps_row: the padding row read as stored */
   size_t seq_len, position_offset;
   const int64_t *so;        /* sequence offsets (NULL: none) */
   size_t so_count;
@@ -84,6 +85,7 @@ static eresult run_case(clembed_context *ctx, const ecase *c) {
   o.scale = c->scale;
   o.policy = c->policy;
   o.padding_idx = c->padding;
+  o.padding_keeps_row = c->keep_row;
   o.positions = c->positions;
   o.sinusoid = c->sin;
   o.seq_len = c->seq_len;
@@ -114,8 +116,8 @@ static eresult run_case(clembed_context *ctx, const ecase *c) {
   char finmsg[512];
   snprintf(finmsg, sizeof finmsg, "%s", clembed_context_message(ctx));
 
-  /* the reference */
-  int64_t pad = ref_padding_row(c->padding, (int64_t)V);
+  /* the reference (padding_keeps_row: the padding row is any other row) */
+  int64_t pad = c->keep_row ? -1 : ref_padding_row(c->padding, (int64_t)V);
   float keep = c->dropout > 0.0f ? ref_dropout_scale(c->dropout) : 1.0f;
   long long first_bad_id = -1, first_bad_pos = -1, bad_id_val = 0, bad_pos_val = 0;
   void *got = tu_alloc_elems(n * d, c->odt);
@@ -232,9 +234,7 @@ static ecase base_case(const char *name, size_t V, size_t d, size_t n) {
   c.n = n;
   c.tdt = c.odt = c.pdt = CLEMBED_F32;
   c.positions = CLEMBED_POSITIONS_NONE;
-  c.sin.base = 10000.0;
-  c.sin.exponent = CLEMBED_EXPONENT_PAIR;
-  c.sin.layout = CLEMBED_LAYOUT_INTERLEAVED;
+  c.sin = clembed_sinusoid_defaults(); /* 10000, PAIR, INTERLEAVED */
   c.scale = 1.0f;
   c.padding = CLEMBED_NO_PADDING;
   c.so_type = CLEMBED_I32;
@@ -296,10 +296,10 @@ TU_CASE(sinusoid_sequence_offsets) {
 
 /* the variants, odd d, other bases */
 TU_CASE(sinusoid_variants_odd_d_other_bases) {
-  const clembed_sinusoid vs[4] = {{10000.0, CLEMBED_EXPONENT_INDEX, CLEMBED_LAYOUT_INTERLEAVED},
-                                  {10000.0, CLEMBED_EXPONENT_PAIR, CLEMBED_LAYOUT_HALVES},
-                                  {5.0, CLEMBED_EXPONENT_INDEX, CLEMBED_LAYOUT_INTERLEAVED},
-                                  {2.5, CLEMBED_EXPONENT_PAIR, CLEMBED_LAYOUT_HALVES}};
+  const clembed_sinusoid vs[4] = {{sizeof(clembed_sinusoid), 10000.0, CLEMBED_EXPONENT_INDEX, CLEMBED_LAYOUT_INTERLEAVED},
+                                  {sizeof(clembed_sinusoid), 10000.0, CLEMBED_EXPONENT_PAIR, CLEMBED_LAYOUT_HALVES},
+                                  {sizeof(clembed_sinusoid), 5.0, CLEMBED_EXPONENT_INDEX, CLEMBED_LAYOUT_INTERLEAVED},
+                                  {sizeof(clembed_sinusoid), 2.5, CLEMBED_EXPONENT_PAIR, CLEMBED_LAYOUT_HALVES}};
   const size_t ds[3] = {1, 3, 37};
   for (int v = 0; v < 4; v++)
     for (int k = 0; k < 3; k++) {
@@ -355,6 +355,121 @@ TU_CASE(padding_keeps_position) {
   c.P = 30;
   c.padding = 0;
   run_free(ctx, &c);
+}
+
+/* padding_keeps_row (PyTorch's F.embedding): the padding id's row is read as
+ * stored, its positional part added as for any token; every third token is
+ * the padding id and the rows are random (never zero), so a zero row fails. */
+TU_CASE(padding_keeps_row_reads_the_stored_row) {
+  ecase c = base_case("padding_keeps_row, no positions", 20, 16, 45);
+  c.padding = 4;
+  c.keep_row = 1;
+  c.scale = 3.0f;
+  run_free(ctx, &c);
+  c.name = "padding_keeps_row, padding_idx -2, f16 table, bf16 out";
+  c.padding = -2;
+  c.tdt = CLEMBED_F16;
+  c.odt = CLEMBED_BF16;
+  c.scale = 1.0f;
+  run_free(ctx, &c);
+  c = base_case("padding_keeps_row, sinusoid", 20, 16, 45);
+  c.positions = CLEMBED_POSITIONS_SINUSOID;
+  c.padding = 4;
+  c.keep_row = 1;
+  c.seq_len = 9;
+  c.position_offset = 77;
+  run_free(ctx, &c);
+  c = base_case("padding_keeps_row, learned table, strided", 10, 8, 30);
+  c.positions = CLEMBED_POSITIONS_TABLE;
+  c.P = 30;
+  c.padding = 0;
+  c.keep_row = 1;
+  c.t_pad = 3;
+  c.o_off = 5;
+  run_free(ctx, &c);
+  /* CLAMP onto the padding row (rows - 1): read as stored too */
+  static const int64_t far_ids[6] = {9, 12, -3, 0, 9, 100};
+  c = base_case("padding_keeps_row, CLAMP onto the padding row", 10, 8, 6);
+  c.ids = far_ids;
+  c.policy = CLEMBED_INDEX_CLAMP;
+  c.padding = 9;
+  c.keep_row = 1;
+  run_free(ctx, &c);
+
+  /* the stored row itself, against the table as written (a plain reference) */
+  enum { RV = 6, RD = 5, RN = 4 };
+  float w[RV * RD], got[RN * RD];
+  for (int i = 0; i < RV * RD; i++) w[i] = 0.5f + (float)i;
+  const int32_t rid[RN] = {2, 5, 2, 0};
+  clembed_matrix t, out;
+  clembed_ids di;
+  OK(ctx, clembed_matrix_create(ctx, RV, RD, CLEMBED_F32, &t));
+  OK(ctx, clembed_matrix_write(ctx, &t, w, CLEMBED_F32));
+  OK(ctx, clembed_matrix_create(ctx, RN, RD, CLEMBED_F32, &out));
+  OK(ctx, clembed_ids_create(ctx, rid, RN, CLEMBED_I32, &di));
+  clembed_embed_options o = clembed_embed_defaults();
+  o.padding_idx = 2;
+  for (int keep = 0; keep < 2; keep++) {
+    o.padding_keeps_row = keep;
+    OK(ctx, clembed_embed(ctx, &t, &di, &o, &out, 0, NULL, NULL));
+    OK(ctx, clembed_matrix_read(ctx, &out, got, CLEMBED_F32));
+    int bad = 0;
+    for (int i = 0; i < RN; i++)
+      for (int k = 0; k < RD; k++) bad += got[i * RD + k] != (rid[i] == 2 && !keep ? 0.0f : w[rid[i] * RD + k]);
+    EXPECT(!bad, "padding_keeps_row %d: %d values are not the %s", keep, bad,
+           keep ? "stored rows" : "rows with the padding row zero");
+  }
+  /* 0 or 1 only */
+  o.padding_keeps_row = 2;
+  FAILS(ctx, CLEMBED_ERR_INVALID_ARGUMENT, clembed_embed(ctx, &t, &di, &o, &out, 0, NULL, NULL));
+  clembed_error_detail det;
+  clembed_context_error(ctx, &det);
+  EXPECT(!strcmp(det.argument, "padding_keeps_row") && det.value == 2, "the refusal names '%s' (%lld)",
+         det.argument, (long long)det.value);
+  clembed_matrix_release(&t);
+  clembed_matrix_release(&out);
+  clembed_ids_release(&di);
+}
+
+/* padding_keeps_row gives the padding row no gradient (the backward of the
+ * whole layer without a norm, against a plain sum), and the rows the forward
+ * reads stay the stored ones (with a norm: test_norm). */
+TU_CASE(padding_keeps_row_gets_no_gradient) {
+  enum { RV = 6, RD = 3, RN = 7 };
+  const int32_t rid[RN] = {2, 5, 2, 0, 2, 5, 1};
+  float w[RV * RD], g[RN * RD], dw[RV * RD], want[RV * RD];
+  for (int i = 0; i < RV * RD; i++) w[i] = 1.0f + (float)i;
+  for (int i = 0; i < RN * RD; i++) g[i] = 0.25f * (float)(i % 5) + 0.125f;
+  clembed_matrix t, gm, gt;
+  clembed_ids di;
+  OK(ctx, clembed_matrix_create(ctx, RV, RD, CLEMBED_F32, &t));
+  OK(ctx, clembed_matrix_write(ctx, &t, w, CLEMBED_F32));
+  OK(ctx, clembed_matrix_create(ctx, RN, RD, CLEMBED_F32, &gm));
+  OK(ctx, clembed_matrix_write(ctx, &gm, g, CLEMBED_F32));
+  OK(ctx, clembed_matrix_create(ctx, RV, RD, CLEMBED_F32, &gt));
+  OK(ctx, clembed_ids_create(ctx, rid, RN, CLEMBED_I32, &di));
+  clembed_embed_options o = clembed_embed_defaults();
+  o.padding_idx = 2;
+  o.padding_keeps_row = 1;
+  o.scale = 2.0f;
+  clembed_embed_grads gr = clembed_embed_grads_defaults();
+  gr.table = &gt;
+  OK(ctx, clembed_embed_backward(ctx, &gm, &t, &di, &o, &gr, 0, NULL, NULL));
+  OK(ctx, clembed_matrix_read(ctx, &gt, dw, CLEMBED_F32));
+  for (int v = 0; v < RV; v++)
+    for (int k = 0; k < RD; k++) {
+      float s = 0.0f;
+      for (int i = 0; i < RN; i++)
+        if (rid[i] == v && v != 2) s = s + g[i * RD + k];
+      want[v * RD + k] = 2.0f * s;
+    }
+  EXPECT(!memcmp(dw, want, sizeof dw), "padding_keeps_row: the table gradient is not the plain sum with no "
+                                        "gradient to the padding row (row 2: %g %g %g)",
+         (double)dw[6], (double)dw[7], (double)dw[8]);
+  clembed_matrix_release(&t);
+  clembed_matrix_release(&gm);
+  clembed_matrix_release(&gt);
+  clembed_ids_release(&di);
 }
 
 /* Decoding: one token at a time at growing positions (without sequence offsets

@@ -594,7 +594,7 @@ TU_CASE(out_of_range_enums) {
     FAILS_MSG(ctx, INVALID, "unknown positions", clembed_embed(ctx, &f->table, &f->ids, &eo, &f->out, 0, NULL, NULL));
 
     int sv = v == 22 ? 2 : v; /* 2 is the first unknown exponent and layout */
-    clembed_sinusoid s = {10000.0, (clembed_exponent)sv, CLEMBED_LAYOUT_INTERLEAVED};
+    clembed_sinusoid s = {sizeof(clembed_sinusoid), 10000.0, (clembed_exponent)sv, CLEMBED_LAYOUT_INTERLEAVED};
     FAILS_MSG(ctx, INVALID, "exponent", clembed_positional(ctx, &s, 0, &f->out, 0, NULL, NULL));
     eo = clembed_embed_defaults();
     eo.positions = CLEMBED_POSITIONS_SINUSOID;
@@ -606,7 +606,7 @@ TU_CASE(out_of_range_enums) {
     eo.sinusoid = s;
     FAILS_MSG(ctx, INVALID, "layout", clembed_embed(ctx, &f->table, &f->ids, &eo, &f->out, 0, NULL, NULL));
   }
-  clembed_sinusoid ih = {10000.0, CLEMBED_EXPONENT_INDEX, CLEMBED_LAYOUT_HALVES};
+  clembed_sinusoid ih = {sizeof(clembed_sinusoid), 10000.0, CLEMBED_EXPONENT_INDEX, CLEMBED_LAYOUT_HALVES};
   FAILS_MSG(ctx, INVALID, "HALVES", clembed_positional(ctx, &ih, 0, &f->out, 0, NULL, NULL));
 
 }
@@ -616,7 +616,7 @@ TU_CASE(non_finite_and_out_of_range_scalars) {
   fx *f = &g_fx;
   const double bases[] = {0.0, -1.0, NAN, INFINITY, -INFINITY};
   for (size_t k = 0; k < sizeof bases / sizeof bases[0]; k++) {
-    clembed_sinusoid s = {bases[k], CLEMBED_EXPONENT_PAIR, CLEMBED_LAYOUT_INTERLEAVED};
+    clembed_sinusoid s = {sizeof(clembed_sinusoid), bases[k], CLEMBED_EXPONENT_PAIR, CLEMBED_LAYOUT_INTERLEAVED};
     FAILS_MSG(ctx, INVALID, "base", clembed_positional(ctx, &s, 0, &f->out, 0, NULL, NULL));
   }
   const float drops[] = {1.0f, -0.25f, NAN, INFINITY, 2.0f};

@@ -749,15 +749,16 @@ TU_CASE(load) {
   buf e32 = {0}, ebf = {0};
   put_values(&e32, "f4", 10 * 8, 41);
   put_values(&ebf, "bf", 3 * 8, 42);
-  uint8_t *q8 = blocks(2 * 34), *q8k = blocks(292);
+  uint8_t *q8 = blocks(2 * 34), *q8k = blocks(292), *q81 = blocks(2 * 36);
   g_tensor g[] = {
       {"output_norm.weight", 30, 2, {8, 3}, ebf.n, ebf.p},
       {"token_embd.weight", 0, 2, {8, 10}, e32.n, e32.p},
       {"q8", 8, 2, {32, 2}, 2 * 34, q8},
       {"q8k", 15, 1, {256}, 292, q8k}, /* ggml's q8_K: an intermediate type, not a table's */
+      {"q81", 9, 2, {32, 2}, 2 * 36, q81}, /* ggml's q8_1: f16 d and s, 32 int8: 36 bytes a block */
   };
   b = (buf){0};
-  gguf(&b, 3, 64, g, 4);
+  gguf(&b, 3, 64, g, 5);
   path = tmp_path("load.gguf");
   write_file(path, &b);
   free(b.p);
@@ -774,9 +775,11 @@ TU_CASE(load) {
     expect_load_fails(f, "q8k", CLEMBED_F32, CLEMBED_ERR_INVALID_ARGUMENT,
                       "block types q8_0, q4_0, q4_k, q6_k, q4_1, q5_0, q5_1, q2_k, q3_k, q5_k, iq4_nl, iq4_xs, "
                       "iq2_xxs, iq2_xs, iq2_s, iq3_xxs, iq3_s, iq1_s, iq1_m can");
+    static const uint64_t q81_shape[2] = {2, 32};
+    expect_info(f, 4, "q81", -1, "q8_1", 2, q81_shape, 2 * 36);
     clembed_file_close(f);
   }
-  free(e32.p), free(ebf.p), free(q8), free(q8k);
+  free(e32.p), free(ebf.p), free(q8), free(q8k), free(q81);
 }
 
 /* On a CPU device sharing host memory, a tensor loaded as its own dtype is a
@@ -822,6 +825,61 @@ TU_CASE(load_pages) {
     EXPECT(fp && fread(again, 1, b.n, fp) == b.n && !memcmp(again, b.p, b.n), "%s changed on the disk", path);
     if (fp) fclose(fp);
     free(again), free(h), free(w);
+  }
+  free(b.p);
+  unlink(path);
+}
+
+/* CLEMBED_MAX_BUFFER_BYTES bounds every buffer of a table loaded over the
+ * file's pages, the bytes before its first row in its first page included (a
+ * .npy's 128-byte header): a table of exactly the limit's bytes is two
+ * pieces, and with a smaller limit every piece fits it. */
+TU_CASE(load_pages_limit) {
+  size_t rows = 1024, cols = 256, n = rows * cols;
+  buf b = {0};
+  npy(&b, 1, "<f4", "(1024, 256)");
+  put_values(&b, "f4", n, 73);
+  const char *path = tmp_path("pages_limit.npy");
+  write_file(path, &b);
+  static const size_t limits[] = {1048576, 65536 + 512, 4096};
+  for (size_t k = 0; k < sizeof limits / sizeof limits[0]; k++) {
+    char v[32];
+    snprintf(v, sizeof v, "%zu", limits[k]);
+    setenv("CLEMBED_MAX_BUFFER_BYTES", v, 1);
+    clembed_context *c = NULL;
+    OK(c, clembed_context_create(NULL, &c));
+    unsetenv("CLEMBED_MAX_BUFFER_BYTES");
+    clembed_file *f = open_ok(path);
+    if (!c || !f) {
+      clembed_file_close(f);
+      clembed_context_destroy(c);
+      continue;
+    }
+    clembed_matrix m = {0};
+    OK(c, clembed_matrix_load(c, f, NULL, CLEMBED_F32, &m));
+    clembed_file_close(f);
+    size_t np = 0;
+    OK(c, clembed_matrix_pieces(c, &m, 0, NULL, NULL, &np));
+    clembed_matrix *pc = calloc(np + 1, sizeof *pc);
+    size_t *first = calloc(np + 1, sizeof *first);
+    OK(c, clembed_matrix_pieces(c, &m, np, pc, first, &np));
+    for (size_t j = 0; j < np; j++) {
+      size_t size = 0;
+      clGetMemObjectInfo(pc[j].buffer, CL_MEM_SIZE, sizeof size, &size, NULL);
+      EXPECT(size > 0 && size <= limits[k], "CLEMBED_MAX_BUFFER_BYTES=%zu: buffer %zu of %zu holds %zu bytes",
+             limits[k], j + 1, np, size);
+    }
+    EXPECT(np >= (n * 4 + limits[k] - 1) / limits[k], "limit %zu: %zu buffers for %zu bytes", limits[k], np, n * 4);
+    float *h = malloc(n * sizeof *h);
+    OK(c, clembed_matrix_read(c, &m, h, CLEMBED_F32));
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) bad += h[i] != stored(i, 73, "f4");
+    EXPECT(bad == 0, "limit %zu: %zu values differ", limits[k], bad);
+    free(h);
+    free(pc);
+    free(first);
+    clembed_matrix_release(&m);
+    clembed_context_destroy(c);
   }
   free(b.p);
   unlink(path);

@@ -28,6 +28,7 @@ typedef struct lcase {
   int with_so;                    /* sequence_offsets */
   clembed_index_policy policy;
   int64_t padding_idx;
+  int keep_row;                   /* padding_keeps_row: the padding row read as stored, no gradient */
   int bad_ids, bad_sids;          /* put ids (segment ids) outside the tables among the tokens */
   clembed_index_type it;
   size_t t_pad, o_pad;            /* extra columns (ld) of the table and the output */
@@ -136,6 +137,7 @@ static void ldata_make(clembed_context *ctx, const lcase *c, ldata *L) {
   o->scale = c->scale;
   o->policy = c->policy;
   o->padding_idx = c->padding_idx;
+  o->padding_keeps_row = c->keep_row;
   o->positions = c->positions;
   o->seq_len = c->seq_len;
   o->position_offset = c->pos_offset;
@@ -218,7 +220,7 @@ static void ldata_free(ldata *L) {
 static void token_parts(const ldata *L, size_t i, int64_t *row, int64_t *prow, int64_t *srow, int *bad_id,
                         int *bad_pos, int *bad_sid) {
   const lcase *c = &L->c;
-  int64_t pad = ref_padding_row(c->padding_idx, (int64_t)c->V);
+  int64_t pad = c->keep_row ? -1 : ref_padding_row(c->padding_idx, (int64_t)c->V); /* keep_row: read as stored */
   *row = ref_resolve(L->id[i], (int64_t)c->V, c->policy, pad, bad_id);
   *prow = -1;
   *bad_pos = 0;
@@ -440,7 +442,7 @@ static void run_backward(clembed_context *ctx, const lcase *c, int want, const c
   clembed_matrix gout;
   OK(ctx, clembed_matrix_create(ctx, n, d, c->grad_dt, &gout));
   if (n && d) OK(ctx, clembed_matrix_write(ctx, &gout, G, CLEMBED_F32));
-  clembed_embed_grads gr = {0};
+  clembed_embed_grads gr = clembed_embed_grads_defaults();
   clembed_matrix gt = {0}, gp = {0}, gs = {0}, gw = {0}, gb = {0};
   int has_pos = c->positions == CLEMBED_POSITIONS_TABLE, norm = c->kind != CLEMBED_NORM_NONE;
   int has_b = c->kind == CLEMBED_NORM_LAYER && c->has_b;
@@ -501,7 +503,8 @@ static void run_backward(clembed_context *ctx, const lcase *c, int want, const c
       memcpy(dx64, g64, d * sizeof(double));
       memcpy(mag, gmag, d * sizeof(double));
     }
-    gref_add(&rt, row, dx, dx64, mag);
+    /* the padding row gets no gradient, read as stored or not */
+    gref_add(&rt, row == ref_padding_row(c->padding_idx, (int64_t)c->V) ? -1 : row, dx, dx64, mag);
     gref_add(&rp, has_pos ? prow : -1, dx, dx64, mag);
     gref_add(&rs, srow, dx, dx64, mag);
     if (norm) gref_add(&rw, 0, gxh, gxh64, wmag);
@@ -712,6 +715,38 @@ TU_CASE(policies) {
   }
 }
 
+/* padding_keeps_row (PyTorch's nn.Embedding, Hugging Face's BertEmbeddings):
+ * the padding id's row goes into the sum as stored, and gets no gradient; the
+ * rows are random, never zero, so a zero padding row fails the forward. */
+TU_CASE(padding_keeps_row) {
+  static const clembed_norm_kind kinds[] = {CLEMBED_NORM_LAYER, CLEMBED_NORM_RMS, CLEMBED_NORM_NONE};
+  for (int k = 0; k < 3; k++)
+    for (int pad = 0; pad < 2; pad++) {
+      lcase c = base_case(40);
+      c.kind = kinds[k];
+      c.has_b = c.kind == CLEMBED_NORM_LAYER;
+      c.has_w = c.kind != CLEMBED_NORM_NONE;
+      c.padding_idx = pad ? -8 : 3; /* -8: row 3 of 11, counted from the end */
+      c.keep_row = 1;
+      c.scale = 2.0f;
+      c.dropout = k == 0 && pad ? 0.25f : 0.0f;
+      char what[96];
+      snprintf(what, sizeof what, "padding_keeps_row, norm %d, padding_idx %lld", (int)c.kind,
+               (long long)c.padding_idx);
+      run_forward(ctx, &c, what, NULL);
+      run_backward(ctx, &c, G_ALL, what);
+    }
+  /* 2 is neither */
+  lcase c = base_case(8);
+  c.padding_idx = 3;
+  c.keep_row = 2;
+  ldata L;
+  ldata_make(ctx, &c, &L);
+  OK(ctx, clembed_matrix_create(ctx, c.n, c.d, CLEMBED_F32, &L.out));
+  FAILS(ctx, CLEMBED_ERR_INVALID_ARGUMENT, clembed_embed(ctx, &L.table, &L.ids, &L.opt, &L.out, 0, NULL, NULL));
+  ldata_free(&L);
+}
+
 /* The CPU and GPU shapes give the same bits (and both the header's order), for
  * token counts that fill the GPU shape's groups differently. */
 TU_CASE(shapes_same_bits) {
@@ -879,24 +914,24 @@ TU_CASE(bad_arguments) {
   clembed_matrix wrong;
   OK(ctx, clembed_matrix_create(ctx, 3, c.d, CLEMBED_F32, &wrong));
   clembed_embed_options o = L.opt;
-  clembed_embed_grads gr = {0};
+  clembed_embed_grads gr = clembed_embed_grads_defaults();
   gr.norm_bias = &w8;
   FAILS(ctx, CLEMBED_ERR_INVALID_ARGUMENT, clembed_embed_backward(ctx, &g, &L.table, &L.ids, &o, &gr, 0, NULL, NULL));
   clembed_error_detail d;
   clembed_context_error(ctx, &d);
   EXPECT(!strcmp(d.argument, "grads.norm_bias"), "the error names '%s'", d.argument);
-  gr = (clembed_embed_grads){0};
+  gr = clembed_embed_grads_defaults();
   gr.segment_table = &wrong;
   FAILS(ctx, CLEMBED_ERR_INVALID_ARGUMENT, clembed_embed_backward(ctx, &g, &L.table, &L.ids, &o, &gr, 0, NULL, NULL));
   clembed_context_error(ctx, &d);
   EXPECT(!strcmp(d.argument, "grads.segment_table"), "the error names '%s'", d.argument);
   o.norm.bias = NULL;
-  gr = (clembed_embed_grads){0};
+  gr = clembed_embed_grads_defaults();
   gr.norm_bias = &out; /* no bias in the forward */
   FAILS(ctx, CLEMBED_ERR_INVALID_ARGUMENT, clembed_embed_backward(ctx, &g, &L.table, &L.ids, &o, &gr, 0, NULL, NULL));
   o = L.opt;
   o.positions = CLEMBED_POSITIONS_NONE;
-  gr = (clembed_embed_grads){0};
+  gr = clembed_embed_grads_defaults();
   gr.position_table = &wrong;
   FAILS(ctx, CLEMBED_ERR_INVALID_ARGUMENT, clembed_embed_backward(ctx, &g, &L.table, &L.ids, &o, &gr, 0, NULL, NULL));
   clembed_context_error(ctx, &d);

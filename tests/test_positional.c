@@ -59,7 +59,7 @@ static stats g_stats; /* over every case that runs: printed at the end */
  * sentinel that must survive), compared with the reference. s NULL: defaults. */
 static void run(clembed_context *ctx, const clembed_sinusoid *s, size_t first, size_t rows, size_t d,
                 clembed_dtype t, size_t pad, size_t off, stats *st) {
-  clembed_sinusoid def = {10000.0, CLEMBED_EXPONENT_PAIR, CLEMBED_LAYOUT_INTERLEAVED};
+  clembed_sinusoid def = {sizeof(clembed_sinusoid), 10000.0, CLEMBED_EXPONENT_PAIR, CLEMBED_LAYOUT_INTERLEAVED};
   const clembed_sinusoid *rs = s ? s : &def;
   size_t ld = d + pad, total = off + rows * ld;
   clembed_matrix whole = {0};
@@ -102,9 +102,9 @@ static void run(clembed_context *ctx, const clembed_sinusoid *s, size_t first, s
   clembed_matrix_release(&whole);
 }
 
-static const clembed_sinusoid VARIANTS[3] = {{10000.0, CLEMBED_EXPONENT_PAIR, CLEMBED_LAYOUT_INTERLEAVED},
-                                             {10000.0, CLEMBED_EXPONENT_INDEX, CLEMBED_LAYOUT_INTERLEAVED},
-                                             {10000.0, CLEMBED_EXPONENT_PAIR, CLEMBED_LAYOUT_HALVES}};
+static const clembed_sinusoid VARIANTS[3] = {{sizeof(clembed_sinusoid), 10000.0, CLEMBED_EXPONENT_PAIR, CLEMBED_LAYOUT_INTERLEAVED},
+                                             {sizeof(clembed_sinusoid), 10000.0, CLEMBED_EXPONENT_INDEX, CLEMBED_LAYOUT_INTERLEAVED},
+                                             {sizeof(clembed_sinusoid), 10000.0, CLEMBED_EXPONENT_PAIR, CLEMBED_LAYOUT_HALVES}};
 
 /* Every variant x d x base x first position. */
 TU_CASE(every_variant_d_base_and_first_position) {
@@ -175,7 +175,7 @@ TU_CASE(far_positions_full_rows) {
   for (size_t k = 0; k < sizeof big / sizeof *big; k++)
     for (size_t i = 0; i < 64; i++) {
       int is_cos;
-      clembed_sinusoid s = {10000.0, CLEMBED_EXPONENT_PAIR, CLEMBED_LAYOUT_INTERLEAVED};
+      clembed_sinusoid s = {sizeof(clembed_sinusoid), 10000.0, CLEMBED_EXPONENT_PAIR, CLEMBED_LAYOUT_INTERLEAVED};
       double w = ref_sinusoid_freq(&s, 64, i, &is_cos);
       float a = (float)big[k] * (float)w;
       double e = fabs((is_cos ? (double)cosf(a) : (double)sinf(a)) - ref_sinusoid(&s, 64, big[k], i));
@@ -200,8 +200,8 @@ TU_CASE(every_position_below_2_to_the_20) {
   const struct {
     clembed_sinusoid s;
     size_t d;
-  } cfg[2] = {{{10000.0, CLEMBED_EXPONENT_PAIR, CLEMBED_LAYOUT_INTERLEAVED}, 8},
-              {{10000.0, CLEMBED_EXPONENT_INDEX, CLEMBED_LAYOUT_INTERLEAVED}, 5}};
+  } cfg[2] = {{{sizeof(clembed_sinusoid), 10000.0, CLEMBED_EXPONENT_PAIR, CLEMBED_LAYOUT_INTERLEAVED}, 8},
+              {{sizeof(clembed_sinusoid), 10000.0, CLEMBED_EXPONENT_INDEX, CLEMBED_LAYOUT_INTERLEAVED}, 5}};
   size_t chunk = (size_t)1 << 18;
   for (int k = 0; k < 2; k++) {
     size_t d = cfg[k].d;
@@ -261,7 +261,7 @@ TU_CASE(f16_bf16_outputs_and_windows) {
 
 /* The tutorial: base 5, INDEX, INTERLEAVED, d 10: row 1 begins 0.84147, 0.65898, 0.66297. */
 TU_CASE(tutorial_numbers) {
-  clembed_sinusoid s = {5.0, CLEMBED_EXPONENT_INDEX, CLEMBED_LAYOUT_INTERLEAVED};
+  clembed_sinusoid s = {sizeof(clembed_sinusoid), 5.0, CLEMBED_EXPONENT_INDEX, CLEMBED_LAYOUT_INTERLEAVED};
   clembed_matrix m = {0};
   float g[3 * 10];
   OK(ctx, clembed_matrix_create(ctx, 3, 10, CLEMBED_F32, &m));
@@ -334,7 +334,7 @@ TU_CASE(events_and_wait_lists) {
   cl_event ue = clCreateUserEvent(cc, &err);
   EXPECT(err == CL_SUCCESS, "clCreateUserEvent %d", err);
   if (err == CL_SUCCESS) {
-    clembed_sinusoid s = {5.0, CLEMBED_EXPONENT_INDEX, CLEMBED_LAYOUT_INTERLEAVED};
+    clembed_sinusoid s = {sizeof(clembed_sinusoid), 5.0, CLEMBED_EXPONENT_INDEX, CLEMBED_LAYOUT_INTERLEAVED};
     OK(ctx, clembed_positional(ctx, &s, 1, &m, 1, &ue, &ev));
     if (ev) {
       cl_int st = -1;
@@ -369,7 +369,7 @@ TU_CASE(argument_errors) {
   const int INV = CLEMBED_ERR_INVALID_ARGUMENT;
   clembed_matrix m = {0}, bad;
   OK(ctx, clembed_matrix_create(ctx, 4, 6, CLEMBED_F32, &m));
-  clembed_sinusoid s = {10000.0, CLEMBED_EXPONENT_PAIR, CLEMBED_LAYOUT_INTERLEAVED};
+  clembed_sinusoid s = {sizeof(clembed_sinusoid), 10000.0, CLEMBED_EXPONENT_PAIR, CLEMBED_LAYOUT_INTERLEAVED};
   FAILS(NULL, INV, clembed_positional(NULL, &s, 0, &m, 0, NULL, NULL));
   FAILS(ctx, INV, clembed_positional(ctx, &s, 0, NULL, 0, NULL, NULL));
   const double bad_bases[] = {0.0, -0.0, -1.0, NAN, INFINITY, -INFINITY};

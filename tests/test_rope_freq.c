@@ -1,5 +1,5 @@
 /* Host-only tests of the RoPE frequencies and the exact-angle pieces
- * (src/ops/rope_freq.c), no device. Named cases (test_util.h): --list names
+ * (src/ops/freq.c), no device. Named cases (test_util.h): --list names
  * them; run one with its name.
  *   hf_values:   frequencies against values computed by hand from Hugging Face
  *                transformers' formulas (modeling_rope_utils.py, in float64):
@@ -12,7 +12,7 @@
  *   pieces:      the angle pieces are 7-bit digits and a remainder, and they
  *                add up to frac(2^16 w/2pi) and frac(w/2pi) within 2^-45. */
 #include "test_util.h"
-#include "../src/ops/rope_freq.h"
+#include "../src/ops/freq.h"
 #include "reference_rope.h"
 
 #include <stdio.h>
@@ -22,6 +22,7 @@
 static clembed_rope rope(double base, size_t R, clembed_rope_scaling sc, double factor) {
   clembed_rope r;
   memset(&r, 0, sizeof r);
+  r.struct_size = sizeof r;
   r.base = base;
   r.head_dim = R;
   r.layout = CLEMBED_ROPE_NEOX;

@@ -6,6 +6,8 @@
  *   test_embed --list                 the case names
  *   test_embed padding_keeps_position one case (several names: several cases)
  *   test_embed small NAME...          reduced sizes (the Oclgrind runs)
+ *   test_embed full                   every combination of the cross products that a
+ *                                     test samples by default (ctest label exhaustive)
  * A name that is not a case is an error (exit 2). */
 #ifndef CLEMBED_TEST_UTIL_H
 #define CLEMBED_TEST_UTIL_H
@@ -279,6 +281,11 @@ typedef struct tu_case_entry {
 static tu_case_entry tu_cases[TU_MAX_CASES];
 static int tu_ncases = 0;
 static int tu_small = 0;                /* "small" on the command line: reduced sizes */
+/* "full" on the command line: every combination of a test's cross products
+ * (dtype x width x mode x shape ...), where by default a test runs a sample of
+ * them that still meets every value of every setting (the `exhaustive` ctest
+ * entries pass it; ./tools/check.sh --quick leaves them out). */
+static int tu_full = 0;
 static const char *tu_skipped = NULL;   /* why the running case checks nothing */
 
 static inline void tu_register(const char *name, tu_case_fn fn, int line) {
@@ -341,7 +348,7 @@ static inline int tu_find_case(const char *name) {
 
 /* Runs the cases named on the command line (all without names) and prints each
  * one's result, then "N passed, M failed". Arguments: case names, "small",
- * "--list" (prints the names, runs nothing). CLEMBED_TEST_SMALL=1 in the
+ * "full", "--list" (prints the names, runs nothing). CLEMBED_TEST_SMALL=1 in the
  * environment is "small" for every test (./tools/check.sh --quick). Exit 0
  * when all passed, 1 when any failed, 2 for an unknown argument; 77 from
  * tu_context() when no device and CLEMBED_ALLOW_NO_DEVICE=1. */
@@ -358,6 +365,8 @@ static inline int tu_main(int argc, char **argv, tu_suite suite) {
   for (int a = 1; a < argc; a++) {
     if (!strcmp(argv[a], "small")) {
       tu_small = 1;
+    } else if (!strcmp(argv[a], "full")) {
+      tu_full = 1;
     } else if (!strcmp(argv[a], "--list")) {
       list = 1;
     } else {
@@ -423,7 +432,8 @@ static inline int tu_main(int argc, char **argv, tu_suite suite) {
   }
   clembed_context_destroy(ctx);
   free(selected);
-  printf("%s%s: %d checks, %d failed\n", suite.name, tu_small ? " small" : "", tu_checks, tu_failures);
+  printf("%s%s%s: %d checks, %d failed\n", suite.name, tu_small ? " small" : "", tu_full ? " full" : "", tu_checks,
+         tu_failures);
   printf("%d passed, %d failed\n", passed, failed);
   return failed ? 1 : 0;
 }

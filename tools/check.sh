@@ -18,7 +18,11 @@
 #                                 libFuzzer runtime when missing)
 # Every ctest run prints, every CLEMBED_PROGRESS_SECONDS (default 60), how many
 # tests are done and which are still running (a long test prints nothing until
-# it ends).
+# it ends), and ends with a summary: how many tests ran, passed and failed, and
+# what did not run and why (a suite CMake did not configure, and the reason it
+# gave; optional packages that could not be installed; tests skipped at run time,
+# pytest's own skips included; the labels --quick leaves out; the sanitizer and
+# fuzz runs a plain run leaves to CI=true). A run that executes no test fails.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 # shellcheck source=tools/setup.sh
@@ -57,6 +61,18 @@ fuzz_tools() {
 # The labels --quick leaves out (a later label with "slow" in its name too).
 CLEMBED_QUICK_EXCLUDE="oclgrind|rusticl|large|install|scripts|mpi|exhaustive|slow"
 
+# What the tests need beyond the build, in every mode (--quick runs the Python
+# suite too): the Python package's tests (label python) need NumPy and pytest;
+# pyopencl and matplotlib its interop and plot tests; tools/python_setup.sh's
+# recipe, tested offline (python_setup), a venv that builds a wheel. (Open MPI,
+# for the label mpi, is in setup.sh's list.)
+CLEMBED_OPTIONAL_PACKAGES+=(python3-numpy python3-pytest python3-pyopencl python3-matplotlib)
+CLEMBED_OPTIONAL_PACKAGES+=(python3-venv python3-pip python3-wheel python3-setuptools)
+
+# The last ctest run's output (clembed_ctest keeps it here for the summary).
+CLEMBED_CTEST_LOG="$(mktemp)"
+trap 'rm -f "$CLEMBED_CTEST_LOG"' EXIT
+
 # ctest "$@" in the current directory, with a progress line on stderr every
 # CLEMBED_PROGRESS_SECONDS while it runs: the time so far, the tests done of
 # all, and the tests started and not yet done. Returns ctest's status.
@@ -84,7 +100,92 @@ clembed_ctest() {
   set -e
   kill "$hb" 2>/dev/null
   wait "$hb" 2>/dev/null
+  cp "$log" "$CLEMBED_CTEST_LOG"
   rm -f "$log"
+  return "$status"
+}
+
+# Why a Python has no `python` tests: the modules it lacks, for each interpreter
+# CMake tries (tests/CMakeLists.txt: CLEMBED_PYTHON, python3 on PATH, /usr/bin/python3).
+python_reasons() {
+  local py m missing seen=""
+  for py in ${CLEMBED_PYTHON:-} "$(command -v python3 2>/dev/null || true)" /usr/bin/python3; do
+    [ -n "$py" ] && [ -x "$py" ] || continue
+    case " $seen " in *" $py "*) continue ;; esac
+    seen="$seen $py"
+    missing=""
+    for m in numpy pytest; do "$py" -c "import $m" >/dev/null 2>&1 || missing="$missing $m"; done
+    echo "check:     $py lacks:${missing:- nothing (it is found now: the cache may predate it)}"
+  done
+  echo "check:     (Debian: apt-get install python3-numpy python3-pytest, which check.sh does as root)"
+}
+
+# The summary at the end of a run. The numbers are ctest's own (its "N% tests
+# passed, F tests failed out of T" and its lists of tests that failed or did not
+# run); what was not configured is CMake's configure output (every "-- ...: no
+# ..." line) and the labels with no test. Returns 1 when tests were counted and
+# none ran (all skipped).
+#   clembed_summary BUILD_DIR MODE [LINE...]   (MODE: full, quick, sanitize; a LINE is printed
+#   after the counts, or, when it starts with "not run: ", among what did not run)
+clembed_summary() {
+  local build="$1" mode="$2" line total="" failed="" skipped=0 ran="" label n status=0
+  shift 2
+  echo "check: ---------------------------------------------------------------- summary"
+  line="$(grep -Eo "[0-9]+ tests? failed out of [0-9]+" "$CLEMBED_CTEST_LOG" | tail -n 1 || true)"
+  if [ -n "$line" ]; then
+    failed="${line%% *}"
+    total="${line##* }"
+    skipped="$(awk '/^The following tests did not run:/ { on = 1; next } on && /^[ \t]+[0-9]+ - / { n++; next } { on = 0 }
+                    END { print n + 0 }' "$CLEMBED_CTEST_LOG")"
+    ran=$((total - skipped))
+    echo "check: ctest ($mode run, $build): $total tests: $((ran - failed)) passed, $failed failed, $skipped skipped"
+    awk '/^The following tests (FAILED|did not run):/ { on = 1; print "check:   " $0; next }
+         on && /^[ \t]+[0-9]+ - / { sub(/^[ \t]+/, ""); print "check:     " $0; next } { on = 0 }' "$CLEMBED_CTEST_LOG"
+    if [ "$ran" -le 0 ]; then
+      echo "check: no test ran (every test was skipped): this run checked nothing" >&2
+      status=1
+    fi
+  else
+    echo "check: ctest ($mode run, $build) printed no count of its tests"
+  fi
+  for line in "$@"; do
+    case "$line" in "not run: "*) ;; *) echo "check: $line" ;; esac
+  done
+  # pytest's own skips inside the `python` test (-rs), from ctest's full log
+  if [ -f "$build/Testing/Temporary/LastTest.log" ] && grep -q "^SKIPPED \[" "$build/Testing/Temporary/LastTest.log"; then
+    echo "check:   skipped inside the python test (pytest):"
+    grep "^SKIPPED \[" "$build/Testing/Temporary/LastTest.log" | sed 's/^/check:     /'
+  fi
+  echo "check: not run, and why:"
+  local none=1
+  if [ -f "$build/clembed-configure.log" ]; then
+    while IFS= read -r line; do
+      echo "check:   not configured: ${line#-- }"
+      none=0
+      case "$line" in *'`python`'*) python_reasons ;; esac
+    done < <(grep -E '^-- .*: no ' "$build/clembed-configure.log" || true)
+  fi
+  for label in python oclgrind rusticl mpi install; do
+    n="$(cd "$build" && ctest -N -L "^$label\$" 2>/dev/null | sed -n 's/^Total Tests: //p' || true)"
+    if [ "${n:-}" = 0 ]; then
+      echo "check:   no test labelled $label is configured"
+      none=0
+    fi
+  done
+  if [ "${#CLEMBED_NOT_INSTALLED[@]}" -gt 0 ]; then
+    echo "check:   optional packages not installed: $(printf '%s\n' "${CLEMBED_NOT_INSTALLED[@]}" | sort -u | paste -sd' ')"
+    none=0
+  fi
+  if [ "$mode" = quick ]; then
+    n="$(cd "$build" && ctest -N -L "$CLEMBED_QUICK_EXCLUDE" 2>/dev/null | sed -n 's/^Total Tests: //p' || true)"
+    echo "check:   left out by --quick: ${n:-the} tests labelled $CLEMBED_QUICK_EXCLUDE, and the device tests at" \
+      "full size (./tools/check.sh runs them)"
+    none=0
+  fi
+  for line in "$@"; do
+    case "$line" in "not run: "*) echo "check:   ${line#not run: }"; none=0 ;; esac
+  done
+  [ "$none" = 0 ] || echo "check:   nothing: every suite was configured and run"
   return "$status"
 }
 
@@ -107,6 +208,10 @@ case "${1:-}" in
     export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
     status=0
     clembed_ctest --no-tests=error --output-on-failure -j "$jobs" -L "host|cli|leaks|robust" || status=1
+    cd "$CLEMBED_ROOT"
+    clembed_summary build-sanitize sanitize \
+      "not run: this build runs the labels host, cli, leaks and robust only (the others run in ./tools/check.sh)" ||
+      status=1
     exit "$status"
     ;;
   --quick)
@@ -115,6 +220,8 @@ case "${1:-}" in
     status=0
     CLEMBED_TEST_SMALL=1 clembed_ctest --no-tests=error --output-on-failure -j "$jobs" \
       -LE "$CLEMBED_QUICK_EXCLUDE" || status=1
+    cd "$CLEMBED_ROOT"
+    clembed_summary build quick || status=1
     exit "$status"
     ;;
   --fuzz)
@@ -134,21 +241,24 @@ esac
 
 # Tests ON whatever the cache holds (quickstart.sh configures build/ with them
 # OFF); a run that executes no test is a failure.
-# The Python package's tests (label python) need NumPy and pytest; pyopencl and
-# matplotlib for its interop and plot tests.
-CLEMBED_OPTIONAL_PACKAGES+=(python3-numpy python3-pytest python3-pyopencl python3-matplotlib)
-# tools/python_setup.sh's recipe, tested offline (python_setup): a venv that builds a wheel
-CLEMBED_OPTIONAL_PACKAGES+=(python3-venv python3-pip python3-wheel python3-setuptools)
-# libclembed_mpi and its tests under mpirun (label mpi): Open MPI.
-CLEMBED_OPTIONAL_PACKAGES+=(libopenmpi-dev openmpi-bin)
 clembed_setup build -DCLEMBED_BUILD_TESTS=ON -DCLEMBED_BUILD_TOOLS=ON
 status=0
 (cd build && clembed_ctest --no-tests=error --output-on-failure -j "$jobs") || status=1
+extra=()
 if [ "${CI:-}" = true ]; then
   # Each in its own process, so that a failure in one still lets the other run.
+  main_log="$(mktemp)"
+  cp "$CLEMBED_CTEST_LOG" "$main_log"
   echo "check: CI: the sanitizer build's host, CLI, leak and hostile-input tests"
-  bash "$here/check.sh" --sanitize || status=1
+  if bash "$here/check.sh" --sanitize; then extra+=("CI: the sanitizer run (--sanitize) passed; its summary is above")
+  else extra+=("CI: the sanitizer run (--sanitize) FAILED; its summary is above"); status=1; fi
   echo "check: CI: a short fuzz run"
-  bash "$here/check.sh" --fuzz || status=1
+  if bash "$here/check.sh" --fuzz; then extra+=("CI: the fuzz run (--fuzz) passed")
+  else extra+=("CI: the fuzz run (--fuzz) FAILED, or could not run (its messages are above)"); status=1; fi
+  cp "$main_log" "$CLEMBED_CTEST_LOG"
+  rm -f "$main_log"
+else
+  extra+=("not run: the sanitizer build (./tools/check.sh --sanitize) and the fuzz run (--fuzz): CI=true ./tools/check.sh adds both")
 fi
+clembed_summary build full "${extra[@]}" || status=1
 exit "$status"

@@ -8,10 +8,14 @@ CLEMBED_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # What building and running clembed needs (quickstart's main job: the demo on POCL).
 CLEMBED_PACKAGES=(gcc make cmake pkg-config ocl-icd-opencl-dev opencl-headers ocl-icd-libopencl1
                   pocl-opencl-icd)
-# Optional: clinfo, and the other OpenCL implementations the tests also run on
-# (Oclgrind, Mesa's rusticl). Installed when that needs no password (root, or
-# sudo without one); otherwise named, and the run goes on without them.
-CLEMBED_OPTIONAL_PACKAGES=(clinfo oclgrind mesa-opencl-icd)
+# Optional: clinfo, the other OpenCL implementations the tests also run on
+# (Oclgrind, Mesa's rusticl), and Open MPI (libclembed_mpi, its example
+# build/examples/example_train_mpi and its tests). Installed when that needs no
+# password (root, or sudo without one), each on its own where the whole list
+# cannot be (a package this release lacks); otherwise named, and the run goes on
+# without them. CLEMBED_NOT_INSTALLED lists those left out.
+CLEMBED_OPTIONAL_PACKAGES=(clinfo oclgrind mesa-opencl-icd libopenmpi-dev openmpi-bin)
+CLEMBED_NOT_INSTALLED=()
 
 # The packages of the list named $1 that are not installed, one a line.
 clembed_missing_packages() {
@@ -23,20 +27,44 @@ clembed_missing_packages() {
   done
 }
 
-# apt-get install "$@" as root, through sudo, or not at all (returns 1).
-# With CLEMBED_NO_PROMPT=1, sudo is used only when it asks for no password.
+# apt-get install "$@" as root, through sudo, or not at all. Returns 0 when
+# installed, 1 when apt-get failed (a package it cannot find), 2 when it could
+# not be run (no apt-get, no rights). With CLEMBED_NO_PROMPT=1, sudo is used
+# only when it asks for no password. apt-get update runs once per shell.
 clembed_apt_install() {
   local sudo=""
-  if ! command -v apt-get >/dev/null 2>&1; then return 1; fi
+  if ! command -v apt-get >/dev/null 2>&1; then return 2; fi
   if [ "$(id -u)" -ne 0 ]; then
-    command -v sudo >/dev/null 2>&1 || return 1
-    if [ "${CLEMBED_NO_PROMPT:-0}" = 1 ]; then sudo -n true 2>/dev/null || return 1; fi
+    command -v sudo >/dev/null 2>&1 || return 2
+    if [ "${CLEMBED_NO_PROMPT:-0}" = 1 ]; then sudo -n true 2>/dev/null || return 2; fi
     sudo="sudo"
   fi
   echo "setup: installing $*"
   export DEBIAN_FRONTEND=noninteractive
-  $sudo apt-get update -qq || return 1
+  if [ -z "${CLEMBED_APT_UPDATED:-}" ]; then
+    $sudo apt-get update -qq || return 1
+    CLEMBED_APT_UPDATED=1
+  fi
   $sudo apt-get install -y -qq --no-install-recommends "$@" >/dev/null || return 1
+}
+
+# The optional packages "$@": all at once, else each on its own (apt-get
+# refuses a whole list for one package it cannot find); those left out are
+# added to CLEMBED_NOT_INSTALLED and named on stderr.
+clembed_install_optional() {
+  [ "$#" -gt 0 ] || return 0
+  local p rc=0 left=()
+  CLEMBED_NO_PROMPT=1 clembed_apt_install "$@" || rc=$?
+  if [ "$rc" -eq 1 ] && [ "$#" -gt 1 ]; then
+    for p in "$@"; do CLEMBED_NO_PROMPT=1 clembed_apt_install "$p" || left+=("$p"); done
+  elif [ "$rc" -ne 0 ]; then
+    left=("$@")
+  fi
+  if [ "${#left[@]}" -gt 0 ]; then
+    CLEMBED_NOT_INSTALLED+=("${left[@]}")
+    echo "setup: optional ${left[*]} not installed ($([ "$rc" -eq 2 ] && echo "no apt-get, or not root and no sudo without a password" || echo "apt-get could not install them")): the tests that need them are left out; install them as root to add them" >&2
+  fi
+  return 0
 }
 
 clembed_install_packages() {
@@ -52,19 +80,15 @@ clembed_install_packages() {
       echo "setup: missing ${missing[*]}; run as root or install them by hand" >&2
       return 1
     fi
-    # the optional ones along with them, since this asks for rights anyway
-    if ! clembed_apt_install "${missing[@]}" "${optional[@]}"; then
+    # the optional ones along with them, since this asks for rights anyway; where
+    # the whole list fails, the required ones alone, then each optional one
+    if clembed_apt_install "${missing[@]}" "${optional[@]}"; then return 0; fi
+    if ! clembed_apt_install "${missing[@]}"; then
       echo "setup: installing ${missing[*]} failed; install them by hand" >&2
       return 1
     fi
-    return 0
   fi
-  if [ "${#optional[@]}" -gt 0 ]; then
-    if ! CLEMBED_NO_PROMPT=1 clembed_apt_install "${optional[@]}"; then
-      echo "setup: optional ${optional[*]} not installed (the tests on Oclgrind and rusticl are left out;" \
-        "install them as root to add them)" >&2
-    fi
-  fi
+  clembed_install_optional "${optional[@]}"
   return 0
 }
 
@@ -74,6 +98,9 @@ clembed_setup() {
   clembed_install_packages
   local jobs
   jobs="$(nproc 2>/dev/null || echo 2)"
-  cmake -S "$CLEMBED_ROOT" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@"
+  # the configure output is kept in BUILD_DIR/clembed-configure.log (check.sh's summary
+  # names what it left out: "-- ...: no `python` tests")
+  mkdir -p "$build"
+  cmake -S "$CLEMBED_ROOT" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" | tee "$build/clembed-configure.log"
   cmake --build "$build" -j "$jobs"
 }

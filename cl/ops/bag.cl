@@ -34,12 +34,16 @@
  *   ce_bag_gather_max  MAX: the features' max_rows as one I64 array
  *   ce_bag_grad_weights  grad_weights
  *   ce_bag_record   devices without 64-bit atomics: the bad values
+ * Tables in more buffers than a launch takes: ce_bag_gather (their rows, in id
+ * order, into one buffer, which the pooling reads), ce_bag_gather_rows (MAX's
+ * max_rows from the gathered positions).
  * Renorm: ce_renorm_keys, then the sort, then ce_renorm_rows (a row per segment).
  *
- * Build options: OUT_DT, GRAD_DT, TABLE_DT (renorm) dtype codes; DTYPES (a bit
- * per table dtype code the launch's features use: the pooling of the others
- * is left out); MODES (a bit per pooling the launch's features use: the
- * others are left out); VEC, TILE, ROWS (1 to 16; the GPU shape 1), AHEAD,
+ * Build options: OUT_DT, GRAD_DT dtype codes; TABLE_DT, the dtype code of
+ * the table every feature of the launch reads (src/ops/bag.c's launches each
+ * read one table dtype, any of the dtype list's: the pooling is written once,
+ * for it, with no switch over dtypes; renorm's table too, a float one); MODES
+ * (a bit per pooling the launch's features use: the others are left out); VEC, TILE, ROWS (1 to 16; the GPU shape 1), AHEAD,
  * PLAIN, BY_FEATURE; KEY64;
  * BF_* and BF_COUNT; BAG_SPLIT (1: a feature's table lies in several of the
  * launch's buffers, BF_TAB_NP pieces
@@ -54,9 +58,6 @@
 #endif
 #ifndef TABLE_DT
 #define TABLE_DT 0
-#endif
-#ifndef DTYPES
-#define DTYPES 127
 #endif
 #ifndef TILE
 #define TILE 1
@@ -287,51 +288,15 @@ CE_INLINE ulong ce_bag_of(const ce_bag_feat *F, ulong j, ulong bags) {
 
 /* --------------------------------------------------------- the pooling */
 
-/* The dtypes a launch handles: a case per dtype code in DTYPES. */
-#define CE_BAG_HAS(D) ((DTYPES >> (D)) & 1)
-#if CE_BAG_HAS(0)
-#define CE_BAG_CASE0(FN, ...) case 0: FN##_0(__VA_ARGS__); break;
-#else
-#define CE_BAG_CASE0(FN, ...)
-#endif
-#if CE_BAG_HAS(1)
-#define CE_BAG_CASE1(FN, ...) case 1: FN##_1(__VA_ARGS__); break;
-#else
-#define CE_BAG_CASE1(FN, ...)
-#endif
-#if CE_BAG_HAS(2)
-#define CE_BAG_CASE2(FN, ...) case 2: FN##_2(__VA_ARGS__); break;
-#else
-#define CE_BAG_CASE2(FN, ...)
-#endif
-#if CE_BAG_HAS(3)
-#define CE_BAG_CASE3(FN, ...) case 3: FN##_3(__VA_ARGS__); break;
-#else
-#define CE_BAG_CASE3(FN, ...)
-#endif
-#if CE_BAG_HAS(4)
-#define CE_BAG_CASE4(FN, ...) case 4: FN##_4(__VA_ARGS__); break;
-#else
-#define CE_BAG_CASE4(FN, ...)
-#endif
-#if CE_BAG_HAS(5)
-#define CE_BAG_CASE5(FN, ...) case 5: FN##_5(__VA_ARGS__); break;
-#else
-#define CE_BAG_CASE5(FN, ...)
-#endif
-#if CE_BAG_HAS(6)
-#define CE_BAG_CASE6(FN, ...) case 6: FN##_6(__VA_ARGS__); break;
-#else
-#define CE_BAG_CASE6(FN, ...)
-#endif
-#define CE_BAG_SWITCH(dt, FN, ...)                                                                                  \
-  switch (dt) {                                                                                                   \
-    CE_BAG_CASE0(FN, __VA_ARGS__)                                                                                 \
-    CE_BAG_CASE1(FN, __VA_ARGS__)                                                                                 \
-    CE_BAG_CASE2(FN, __VA_ARGS__)                                                                                 \
-    CE_BAG_CASE3(FN, __VA_ARGS__)                                                                                 \
-    CE_BAG_CASE4(FN, __VA_ARGS__) CE_BAG_CASE5(FN, __VA_ARGS__) CE_BAG_CASE6(FN, __VA_ARGS__) default : break; \
-  }
+/* A weighted bag's step fma(w, t, a), with a product of an exact zero (w or t
+ * zero) added as a + w * t instead: the same value in IEEE arithmetic (the
+ * product is exact, so the one rounding is the sum's), and a zero's sign as
+ * the contract gives it where a compiler folds fma's addend of +0 away
+ * (fma(-0.75f, 0.0f, +0.0f) must be +0, not the product's -0). */
+CE_INLINE float ce_bag_fma(float w, float t, float a) { return w == 0.0f || t == 0.0f ? a + w * t : fma(w, t, a); }
+CE_INLINE FV ce_bag_fmav(FV w, FV t, FV a) {
+  return select(fma(w, t, a), a + w * t, (w == (FV)(0.0f)) | (t == (FV)(0.0f)));
+}
 
 /* One id's value t of one column (T float) or of VEC columns (T FV) into its
  * accumulator A (and, under MAX, the position G of the id that gave it), as
@@ -408,7 +373,7 @@ CE_INLINE ulong ce_bag_of(const ce_bag_feat *F, ulong j, ulong bags) {
 #define CE_BAG_RADD(r, D) \
   if ((r) < ROWS) a_ = select(a_, a_ + CE_XCAT(ce_loadv_, D)(pr[r], cv_), m[r]);
 #define CE_BAG_RFMA(r, D) \
-  if ((r) < ROWS) a_ = select(a_, fma((FV)(w[r]), CE_XCAT(ce_loadv_, D)(pr[r], cv_), a_), m[r]);
+  if ((r) < ROWS) a_ = select(a_, ce_bag_fmav((FV)(w[r]), CE_XCAT(ce_loadv_, D)(pr[r], cv_), a_), m[r]);
 #define CE_BAG_RMAX(r, D)                                                   \
   if ((r) < ROWS) {                                                         \
     const FV t_ = CE_XCAT(ce_loadv_, D)(pr[r], cv_);                        \
@@ -433,7 +398,7 @@ CE_INLINE ulong ce_bag_of(const ce_bag_feat *F, ulong j, ulong bags) {
   }
 /* tail column l of the row at p (one row a group) */
 #define CE_BAG_TMAX(l, D) CE_BAG_T(l) { float t = CE_BAG_TLOAD(l, D); CE_BAG_MAXSTEP(tacc[l], targ[l], t, ju, int, first) }
-#define CE_BAG_TFMA(l, D) CE_BAG_T(l) tacc[l] = fma(w0, CE_BAG_TLOAD(l, D), tacc[l]);
+#define CE_BAG_TFMA(l, D) CE_BAG_T(l) tacc[l] = ce_bag_fma(w0, CE_BAG_TLOAD(l, D), tacc[l]);
 #define CE_BAG_TADD(l, D) CE_BAG_T(l) tacc[l] = tacc[l] + CE_BAG_TLOAD(l, D);
 
 /* Row r of the group of ids from j: whether the id is the bag's and takes a
@@ -569,7 +534,7 @@ CE_INLINE ulong ce_bag_of(const ce_bag_feat *F, ulong j, ulong bags) {
     }                                                                  \
   }
 #define CE_BAG_OPADD(k, v) acc[k] = acc[k] + (v)
-#define CE_BAG_OPFMA(k, v) acc[k] = fma((FV)(w0), (v), acc[k])
+#define CE_BAG_OPFMA(k, v) acc[k] = ce_bag_fmav((FV)(w0), (v), acc[k])
 #define CE_BAG_PADD(k, D) CE_BAG_PLOAD2(k, D, CE_BAG_OPADD)
 #define CE_BAG_PFMA(k, D) CE_BAG_PLOAD2(k, D, CE_BAG_OPFMA)
 /* whether bag [lo, hi)'s ids are all plain */
@@ -665,28 +630,11 @@ CE_INLINE int ce_bag_plain(const ce_bag_feat *F, ulong lo, ulong hi) {
   CE_INLINE void ce_bag_value_##D(const ce_bag_feat *F, ulong row, ulong c, float *v) {                           \
     *v = ce_load_##D(ce_bag_rowp_##D(F, row, 0), c);                                                              \
   }
-/* (only the launch's dtypes: less for the compiler to read) */
-#if CE_BAG_HAS(0)
-CE_BAG_POOL_FN(0)
-#endif
-#if CE_BAG_HAS(1)
-CE_BAG_POOL_FN(1)
-#endif
-#if CE_BAG_HAS(2)
-CE_BAG_POOL_FN(2)
-#endif
-#if CE_BAG_HAS(3)
-CE_BAG_POOL_FN(3)
-#endif
-#if CE_BAG_HAS(4)
-CE_BAG_POOL_FN(4)
-#endif
-#if CE_BAG_HAS(5)
-CE_BAG_POOL_FN(5)
-#endif
-#if CE_BAG_HAS(6)
-CE_BAG_POOL_FN(6)
-#endif
+/* the pooling of the launch's one table dtype (ce_bag_pool_5 for Q4_K, ...) */
+#define CE_BAG_POOL_FN_OF(D) CE_BAG_POOL_FN(D)
+CE_BAG_POOL_FN_OF(TABLE_DT)
+#define ce_bag_pool CE_XCAT(ce_bag_pool_, TABLE_DT)
+#define ce_bag_value CE_XCAT(ce_bag_value_, TABLE_DT)
 
 /* max_rows[b][c + l] for the lanes l < nl of arg (a position, or none: -1). */
 CE_INLINE void ce_bag_store_rows(const ce_bag_feat *F, ulong b, ulong c, const uint *arg, int nl) {
@@ -718,7 +666,7 @@ CE_INLINE void ce_bag_columns(const ce_bag_feat *F, ulong b, ulong bags, ulong c
     UV arg[TILE];
     float tacc[VEC];
     uint targ[VEC];
-    CE_BAG_SWITCH(F->dtype, ce_bag_pool, F, lo, hi, c, nv, nt, zero, acc, arg, tacc, targ, &cnt, report, err)
+    ce_bag_pool(F, lo, hi, c, nv, nt, zero, acc, arg, tacc, targ, &cnt, report, err);
     report = 0;
     FV div = (FV)((float)cnt);
     for (int k = 0; k < TILE; k++)
@@ -901,6 +849,45 @@ __kernel void ce_bag_gather_max(CE_BAG_ARGS, __global long *mrt) {
   }
 }
 
+/* ------------------------------------------ tables in many buffers */
+
+/* A feature whose table lies in more buffers than one launch takes is pooled
+ * from its rows gathered first (src/ops/bag.c's gather_rows): a launch per
+ * piece of the table (src, holding rows [first, first + nrows), row r at byte
+ * src_off + (r - first) * src_ld) copies the bytes of each id j's row, under
+ * the feature's policy and padding, to row j of dst (row_bytes apart, the
+ * bytes as they lie: any dtype). The first piece's launch (`head`) also
+ * writes idx[j] = j for an id that takes a row and -1 for one left out, and
+ * reports the bad ids as the pooling would. */
+__kernel void ce_bag_gather(__global const int *ids32, __global const long *ids64, ulong id_off, int id64, ulong n,
+                            ulong rows, int policy, long padding, __global uint *err, uint slot, int report, int head,
+                            __global const uchar *src, ulong src_off, ulong src_ld, ulong first, ulong nrows,
+                            __global uchar *dst, ulong row_bytes, __global long *idx) {
+  ulong j = get_global_id(0);
+  if (j >= n) return;
+  long r = ce_token_row(ids32, ids64, id64, id_off, j, rows, policy, padding, err, slot, head && report);
+  if (head) idx[j] = r >= 0 ? (long)j : -1;
+  if (r < 0 || (ulong)r < first || (ulong)r - first >= nrows) return;
+  __global const uchar *s = src + src_off + ((ulong)r - first) * src_ld;
+  __global uchar *d = dst + j * row_bytes;
+  for (ulong b = 0; b < row_bytes; b++) d[b] = s[b];
+}
+
+/* A gathered MAX feature's max_rows: the pooling named positions j (pos, -1
+ * for none); each becomes the row ids[j] resolves to. */
+__kernel void ce_bag_gather_rows(__global const int *ids32, __global const long *ids64, ulong id_off, int id64,
+                                 ulong rows, int policy, long padding, __global const long *pos, ulong n,
+                                 __global int *mr32, __global long *mr64, ulong mr_off, int mr64f) {
+  ulong i = get_global_id(0);
+  if (i >= n) return;
+  long v = pos[i];
+  long r = v < 0 ? -1 : ce_token_row(ids32, ids64, id64, id_off, (ulong)v, rows, policy, padding, (__global uint *)0, 0, 0);
+  if (mr64f)
+    mr64[mr_off + i] = r;
+  else
+    mr32[mr_off + i] = (int)r;
+}
+
 /* grad_weights[j] = the sum over columns c ascending of g_b[c] * t_j[c] (each
  * product rounded, added from 0), 0 for an id left out; one feature (f0), a
  * work-item per id. */
@@ -924,7 +911,7 @@ __kernel void ce_bag_grad_weights(CE_BAG_ARGS, __global const GRAD_T *grad,
     __global const GRAD_T *gb = CE_AT(grad, b);
     for (ulong c = 0; c < F.cols; c++) {
       float t = 0.0f;
-      CE_BAG_SWITCH(F.dtype, ce_bag_value, &F, (ulong)row, c, &t)
+      ce_bag_value(&F, (ulong)row, c, &t);
       float pr = load_grad(gb, g + c) * t;
       acc = acc + pr;
     }
@@ -944,6 +931,7 @@ __kernel void ce_renorm_keys(__global const int *ids32, __global const long *ids
   idx[i] = (uint)i;
 }
 
+#if TABLE_DT <= 2 /* a float table (renorm writes it; the host refuses the block types) */
 /* A work-item per sorted position; the first of each row's segment renorms
  * it: the norm (kind 1: sum |x|; 2: sqrt(sum x*x); 3: the largest |x|, NaN if
  * any; 0: pow(sum pow(|x|, p), inv_p)), columns ascending, then, when it
@@ -978,3 +966,4 @@ __kernel void ce_renorm_rows(__global TABLE_T *tab, ulong t_off CE_PIECE_PARAMS(
   float den = norm + 1e-7f, scale = max_norm / den;
   for (ulong c = 0; c < cols; c++) store_table(tb, o + c, load_table(tb, o + c) * scale);
 }
+#endif

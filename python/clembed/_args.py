@@ -17,18 +17,15 @@ from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
-from ._lib import DTYPES
+from ._lib import DTYPES, DTYPE_FACTS
 from ._errors import invalid, wrong_type, out_of_range
 
 DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
 F32, F16, BF16 = DTYPES["f32"], DTYPES["f16"], DTYPES["bf16"]
 FLOAT_DTYPES = (F32, F16, BF16)
-# values per block and bytes per block (ggml's layouts); 1 and the element size for floats
-BLOCKS = {"f32": (1, 4), "f16": (1, 2), "bf16": (1, 2), "q8_0": (32, 34), "q4_0": (32, 18),
-          "q4_k": (256, 144), "q6_k": (256, 210), "q4_1": (32, 20), "q5_0": (32, 22), "q5_1": (32, 24),
-          "q2_k": (256, 84), "q3_k": (256, 110), "q5_k": (256, 176), "iq4_nl": (32, 18), "iq4_xs": (256, 136),
-          "iq2_xxs": (256, 66), "iq2_xs": (256, 74), "iq2_s": (256, 82), "iq3_xxs": (256, 98),
-          "iq3_s": (256, 110), "iq1_s": (256, 50), "iq1_m": (256, 56)}
+# values per block and bytes per block (ggml's layouts); 1 and the element size for floats:
+# the library's facts (_lib.DTYPE_FACTS), not a second list
+BLOCKS = {name: (values, nbytes) for name, (_, values, nbytes) in DTYPE_FACTS.items()}
 # NumPy's and PyTorch's spellings of the float dtypes
 _ALIASES = {"float32": "f32", "float": "f32", "half": "f16", "float16": "f16", "bfloat16": "bf16",
             "torch.float32": "f32", "torch.float16": "f16", "torch.bfloat16": "bf16"}
@@ -127,14 +124,20 @@ def seed(value: Any, argument: str = "seed") -> int:
     return integer(value, argument, -(2 ** 63), U64) % U64
 
 
-def host_values(array: Any, argument: str, dtype: Any = None) -> Tuple[np.ndarray, int, int]:
+# host_values' dtype where the calling function takes no dtype argument (its refusal then
+# says to convert the array, not to pass a dtype the function does not have)
+NO_DTYPE: Any = object()
+
+
+def host_values(array: Any, argument: str, dtype: Any = NO_DTYPE) -> Tuple[np.ndarray, int, int]:
     """(contiguous host array, its clembed host dtype, the matrix dtype) to upload `array`.
 
-    dtype None: the NumPy array's own type: float32 -> 'f32', float16 -> 'f16',
-    ml_dtypes.bfloat16 -> 'bf16'. Any other NumPy type (float64, integers) is refused
-    (ArgumentTypeError): converting it is the caller's explicit choice, dtype='f32' (or
-    'f16', 'bf16', 'q8_0', ...), which rounds float64 to nearest (directly to float16 for
-    'f16', through float32 otherwise) and integers to nearest float32.
+    dtype None (or NO_DTYPE, for a function that takes no dtype): the NumPy array's own
+    type: float32 -> 'f32', float16 -> 'f16', ml_dtypes.bfloat16 -> 'bf16'. Any other NumPy
+    type (float64, integers) is refused (ArgumentTypeError): converting it is the caller's
+    explicit choice, dtype='f32' (or 'f16', 'bf16', 'q8_0', ...) where the function takes a
+    dtype, which rounds float64 to nearest (directly to float16 for 'f16', through float32
+    otherwise) and integers to nearest float32; else the caller converts it.
     A uint8 array with a block-quantized dtype is blocks of that dtype.
     Python numbers (lists, tuples, scalars) are float32, as torch.tensor makes them."""
     if isinstance(array, np.ndarray):
@@ -147,11 +150,12 @@ def host_values(array: Any, argument: str, dtype: Any = None) -> Tuple[np.ndarra
         if a.dtype.kind in "biuf" and not isinstance(array, np.generic):
             a = a.astype(np.float32)
     own = _numpy_code(a.dtype)
-    if dtype is None:
+    if dtype is None or dtype is NO_DTYPE:
         if own is None:
-            raise wrong_type(argument, "is a %s array, and clembed matrices hold f32, f16 or bf16: pass "
-                             "dtype='f32' (or 'f16', 'bf16') to convert it, or convert it yourself "
-                             "(%s.astype(numpy.float32))" % (a.dtype, argument))
+            how = ("pass dtype='f32' (or 'f16', 'bf16') to convert it, or convert it yourself"
+                   if dtype is None else "convert it first")
+            raise wrong_type(argument, "is a %s array, and clembed matrices hold f32, f16 or bf16: %s "
+                             "(%s.astype(numpy.float32))" % (a.dtype, how, argument))
         code = own
     else:
         code = dtype_code(dtype, "dtype")

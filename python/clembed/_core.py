@@ -137,8 +137,9 @@ class Matrix:
     .event: the event of the last clembed operation that wrote this matrix (a
     pyopencl.Event with pyopencl installed, else a clembed.Event; None if none).
     .shape is (rows, cols), or ids.shape + (cols,) for an output of a lookup.
-    numpy() and numpy.asarray(m) read it: float16 for 'f16', float32 otherwise ('bf16'
-    and the quantized dtypes widen exactly into float32; NumPy has no bfloat16).
+    numpy() and numpy.asarray(m) read it in its own type where NumPy has one (float32 for
+    'f32', float16 for 'f16'), else float32 ('bf16' and the quantized dtypes widen exactly
+    into float32; NumPy has no bfloat16); numpy(dtype) reads it as another.
     """
 
     def __init__(self, ctx: "Context", m: Matrix_t, owned: bool, keep: Any = None,
@@ -215,13 +216,14 @@ class Matrix:
 
     # --- transfers
     @api("Matrix.numpy", "clembed_matrix_read")
-    def numpy(self, dtype: Any = np.float32) -> np.ndarray:
+    def numpy(self, dtype: Any = None) -> np.ndarray:
         """Reads the matrix (blocking: waits for the context's work) into a new NumPy array
-        of .shape, float32 by default. dtype None: the matrix's own type, float16 for 'f16'
-        and float32 for the others ('bf16' values and dequantized blocks are exact in
-        float32; numpy.asarray(m) reads it so). Also float16, float64 (read as float32,
-        then widened) or ml_dtypes.bfloat16 (when installed). Raises the deferred error of
-        earlier work, if any, after reading."""
+        of .shape. dtype None (the default): the matrix's own type where NumPy has one,
+        float32 for 'f32' and float16 for 'f16', else float32 ('bf16' values and
+        dequantized blocks are exact in float32); numpy.asarray(m) reads it so. Or a type
+        to read into: float32, float16, float64 (read as float32, then widened) or
+        ml_dtypes.bfloat16 (when installed). Raises the deferred error of earlier work, if
+        any, after reading."""
         d, host_code = read_type(dtype, self._m.dtype)
         host = np.empty((self.rows, self.cols), dtype=np.float32 if d == np.float64 else d)
         st = lib.clembed_matrix_read(self.ctx._live, byref(self._m), host.ctypes.data_as(ctypes.c_void_p),
@@ -708,10 +710,14 @@ class Context:
     def _embed_options(self, table: Matrix, ids: Ids, keep: List[Any], scale: Any, positions: Any,
                        base: Any, exponent: Any, layout: Any, offset: Any, seq_len: Any,
                        sequence_offsets: Any, padding_idx: Any, on_bad_id: Any, dropout: Any,
-                       seed: Any, layer: Optional[Dict[str, Any]] = None) -> Any:
+                       seed: Any, layer: Optional[Dict[str, Any]] = None, padding_keeps_row: Any = False) -> Any:
         """clembed_embed_options from embed's arguments (uploads kept alive in `keep`);
         layer: BERT's segment and norm arguments (_layer_options)."""
         o = lib.clembed_embed_defaults()
+        if (not isinstance(padding_keeps_row, (bool, int, np.bool_, np.integer))
+                or int(padding_keeps_row) not in (0, 1)):
+            raise invalid("padding_keeps_row", "is True or False, not %r" % (padding_keeps_row,))
+        o.padding_keeps_row = 1 if padding_keeps_row else 0
         if isinstance(scale, str):
             if scale.lower() != "sqrt":
                 raise invalid("scale", "is a number or 'sqrt', not %r" % scale)
@@ -785,7 +791,7 @@ class Context:
               on_bad_id: str = "check", dropout: float = 0.0, seed: int = 0, out_dtype: DTypeLike = "f32",
               out: Optional[Matrix] = None, *, wait_for: WaitFor = None, segment_table: Any = None,
               segment_ids: Any = None, norm: Optional[str] = None, norm_weight: Any = None, norm_bias: Any = None,
-              norm_eps: float = 1e-5) -> Matrix:
+              norm_eps: float = 1e-5, padding_keeps_row: bool = False) -> Matrix:
         """The fused forward out[i] = dropout(scale * table[ids[i]] + P[p]), shape ids.shape + (cols,).
 
         scale: a number or 'sqrt' (sqrt(cols)). positions: None, 'sinusoid' (base, exponent
@@ -793,7 +799,9 @@ class Context:
         positions. Token i is at position first_b + i % seq_len, first_b =
         sequence_offsets[b] or offset. seq_len None: the last dimension of 2-D (or more) ids,
         0 (one sequence) for 1-D ids. padding_idx: None, or a row (negative counts from the
-        end). on_bad_id: 'check' (deferred IndexOutOfRangeError), 'clamp', 'zero', 'wrap'.
+        end) whose token row counts as zero, or with padding_keeps_row=True is read as
+        stored (PyTorch's F.embedding; either way it gets no gradient in the backward).
+        on_bad_id: 'check' (deferred IndexOutOfRangeError), 'clamp', 'zero', 'wrap'.
         dropout, seed: inverted dropout with the Philox mask of seed. out_dtype 'f32', 'f16'
         or 'bf16' (or out, a Matrix to write).
 
@@ -809,7 +817,7 @@ class Context:
         layer = dict(segment_table=segment_table, segment_ids=segment_ids, norm=norm, norm_weight=norm_weight,
                      norm_bias=norm_bias, norm_eps=norm_eps)
         o = self._embed_options(table, ids, keep, scale, positions, base, exponent, layout, offset, seq_len,
-                                sequence_offsets, padding_idx, on_bad_id, dropout, seed, layer)
+                                sequence_offsets, padding_idx, on_bad_id, dropout, seed, layer, padding_keeps_row)
         out = self._out(out, ids.count, table.cols, out_dtype, ids.shape + (table.cols,))
         self._run("clembed_embed", lib.clembed_embed,
                   (self._live, byref(table._m), byref(ids._ids), byref(o), byref(out._m)), wait_for, [out])
@@ -825,7 +833,7 @@ class Context:
                        padding_idx: Optional[int] = None, on_bad_id: str = "check", dropout: float = 0.0,
                        seed: int = 0, segment_table: Any = None, segment_ids: Any = None, norm: Optional[str] = None,
                        norm_weight: Any = None, norm_bias: Any = None, norm_eps: float = 1e-5,
-                       wait_for: WaitFor = None) -> Dict[str, Matrix]:
+                       padding_keeps_row: bool = False, wait_for: WaitFor = None) -> Dict[str, Matrix]:
         """The backward of embed with the same options (clembed_embed_backward): grad is the
         gradient of its output (ids.shape + (cols,)); the forward's rows are recomputed and
         its dropout replayed. Returns the gradients, a dict of F32 Matrices with the keys
@@ -842,7 +850,7 @@ class Context:
         layer = dict(segment_table=segment_table, segment_ids=segment_ids, norm=norm, norm_weight=norm_weight,
                      norm_bias=norm_bias, norm_eps=norm_eps)
         o = self._embed_options(table, ids, keep, scale, positions, base, exponent, layout, offset, seq_len,
-                                sequence_offsets, padding_idx, on_bad_id, dropout, seed, layer)
+                                sequence_offsets, padding_idx, on_bad_id, dropout, seed, layer, padding_keeps_row)
         if grads is None:   # every part the forward has, zeroed
             shapes = {"table": (table.rows, table.cols)}
             if o.position_table and o.positions == POSITIONS["table"]:
@@ -1123,7 +1131,7 @@ class Context:
         if isinstance(features, dict) or not isinstance(features, (list, tuple)):
             raise wrong_type("features", "must be a list of dicts (one per feature), not %s" % type(features).__name__)
         n = len(features)
-        arr = (_lib.BagFeature_t * max(n, 1))()
+        arr = _lib.sized_array(_lib.BagFeature_t, n)   # each struct_size set (ctypes calls no __init__ here)
         bags: Optional[int] = None
         max_rows: List[Any] = []
         for f, d in enumerate(features):
@@ -1234,13 +1242,12 @@ class Context:
         load = require("clembed_matrix_load", "Context.load")
         with _File(path) as f:
             if dtype is None:
-                info = f.info(f.index(name))
-                if info.dtype < 0:
-                    raise from_status(-2006, "%s: tensor %r has type %s, which clembed cannot use"
-                                      % (path, info.name.decode(errors="replace"),
-                                         info.type_name.decode(errors="replace")),
-                                      "clembed_matrix_load", "dtype")
-                code = info.dtype
+                # the stored type of the tensor clembed_matrix_load takes; where there is none
+                # (no such tensor, several and no name, a type clembed cannot load), the call
+                # below refuses with C's own message (the file's tensors, the type's name)
+                i = f.lookup(name)
+                stored = f.info(i).dtype if i is not None else -1
+                code = stored if stored >= 0 else DTYPES["f32"]
             else:
                 code = dtype_code(dtype)
             m = Matrix_t()
@@ -1295,6 +1302,16 @@ class _File:
         if st != 0:
             self._fail(st, "clembed_file_tensor_info")
         return t
+
+    def lookup(self, name: Optional[str]) -> Optional[int]:
+        """The index of the tensor clembed_matrix_load takes for `name` (None: the only
+        one, or a GGUF file's token_embd.weight), or None where it takes none."""
+        n = self.count()
+        if name is None and n == 1:
+            return 0
+        i = ctypes.c_size_t()
+        key = name if name is not None else "token_embd.weight"
+        return i.value if lib.clembed_file_find(self.h, key.encode(), byref(i)) == 0 else None
 
     def index(self, name: Optional[str]) -> int:
         if name is None:

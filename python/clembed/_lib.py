@@ -137,58 +137,95 @@ class Ids_t(ctypes.Structure):
     _fields_ = [("buffer", c_void_p), ("offset", c_size_t), ("count", c_size_t), ("type", c_int)]
 
 
-class Sinusoid_t(ctypes.Structure):
-    _fields_ = [("base", c_double), ("exponent", c_int), ("layout", c_int)]
+class Options_t(ctypes.Structure):
+    """An option struct of include/clembed.h ("Option structs"): its first field,
+    struct_size, is the size of the struct as this binding declares it, and every call
+    reads the struct only that far (so a binding written against an older header keeps
+    working with a later library: the fields it lacks take their defaults). The C
+    _defaults() functions set it; a struct made here sets it too (and in the option
+    structs inside it), as does sized() for the elements of a ctypes array, which
+    ctypes makes without calling __init__."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if not args and "struct_size" not in kwargs:
+            sized(self)
 
 
-class Norm_t(ctypes.Structure):
-    _fields_ = [("kind", c_int), ("weight", POINTER(Matrix_t)), ("bias", POINTER(Matrix_t)), ("eps", c_float)]
+def sized(s: Any) -> Any:
+    """Sets struct_size of the option struct s (and of the option structs inside it)
+    where it is 0, to the size of its declaration here. Returns s."""
+    if s.struct_size == 0:
+        s.struct_size = ctypes.sizeof(s)
+    for name, t in type(s)._fields_:
+        if isinstance(t, type) and issubclass(t, Options_t):
+            sized(getattr(s, name))
+    return s
 
 
-class EmbedOptions_t(ctypes.Structure):
-    _fields_ = [("scale", c_float), ("policy", c_int), ("padding_idx", c_int64),
+def sized_array(t: Any, n: int) -> Any:
+    """A ctypes array of max(n, 1) option structs t, each sized (C reads an array of
+    them with the stride of its first element's struct_size)."""
+    arr = (t * max(n, 1))()
+    for k in range(len(arr)):
+        sized(arr[k])
+    return arr
+
+
+class Sinusoid_t(Options_t):
+    _fields_ = [("struct_size", c_size_t), ("base", c_double), ("exponent", c_int), ("layout", c_int)]
+
+
+class Norm_t(Options_t):
+    _fields_ = [("struct_size", c_size_t), ("kind", c_int), ("weight", POINTER(Matrix_t)),
+                ("bias", POINTER(Matrix_t)), ("eps", c_float)]
+
+
+class EmbedOptions_t(Options_t):
+    _fields_ = [("struct_size", c_size_t), ("scale", c_float), ("policy", c_int), ("padding_idx", c_int64),
                 ("positions", c_int), ("sinusoid", Sinusoid_t),
                 ("position_table", POINTER(Matrix_t)), ("seq_len", c_size_t),
                 ("position_offset", c_size_t), ("sequence_offsets", POINTER(Ids_t)),
                 ("dropout", c_float), ("dropout_seed", c_uint64),
-                ("segment_table", POINTER(Matrix_t)), ("segment_ids", POINTER(Ids_t)), ("norm", Norm_t)]
+                ("segment_table", POINTER(Matrix_t)), ("segment_ids", POINTER(Ids_t)), ("norm", Norm_t),
+                ("padding_keeps_row", c_int)]
 
 
-class EmbedGrads_t(ctypes.Structure):
-    _fields_ = [("table", POINTER(Matrix_t)), ("position_table", POINTER(Matrix_t)),
+class EmbedGrads_t(Options_t):
+    _fields_ = [("struct_size", c_size_t), ("table", POINTER(Matrix_t)), ("position_table", POINTER(Matrix_t)),
                 ("segment_table", POINTER(Matrix_t)), ("norm_weight", POINTER(Matrix_t)),
                 ("norm_bias", POINTER(Matrix_t))]
 
 
-class BackwardOptions_t(ctypes.Structure):
-    _fields_ = [("scale", c_float), ("policy", c_int), ("padding_idx", c_int64),
+class BackwardOptions_t(Options_t):
+    _fields_ = [("struct_size", c_size_t), ("scale", c_float), ("policy", c_int), ("padding_idx", c_int64),
                 ("scale_grad_by_freq", c_int), ("deterministic", c_int), ("accumulate", c_int),
                 ("seq_len", c_size_t), ("position_offset", c_size_t),
                 ("sequence_offsets", POINTER(Ids_t)), ("position_grad", POINTER(Matrix_t)),
                 ("dropout", c_float), ("dropout_seed", c_uint64)]
 
 
-class Optimizer_t(ctypes.Structure):
-    _fields_ = [("kind", c_int), ("learning_rate", c_float), ("eps", c_float),
+class Optimizer_t(Options_t):
+    _fields_ = [("struct_size", c_size_t), ("kind", c_int), ("learning_rate", c_float), ("eps", c_float),
                 ("beta1", c_float), ("beta2", c_float), ("weight_decay", c_float),
                 ("step", c_uint64), ("state", POINTER(Matrix_t)), ("state2", POINTER(Matrix_t))]
 
 
-class Rope_t(ctypes.Structure):
-    _fields_ = [("base", c_double), ("head_dim", c_size_t), ("rotary_dim", c_size_t),
+class Rope_t(Options_t):
+    _fields_ = [("struct_size", c_size_t), ("base", c_double), ("head_dim", c_size_t), ("rotary_dim", c_size_t),
                 ("layout", c_int), ("scaling", c_int), ("factor", c_double),
                 ("original_max_position", c_size_t), ("low_freq_factor", c_double),
                 ("high_freq_factor", c_double), ("beta_fast", c_double), ("beta_slow", c_double),
                 ("attention_factor", c_double)]
 
 
-class BagOptions_t(ctypes.Structure):
-    _fields_ = [("mode", c_int), ("policy", c_int), ("padding_idx", c_int64),
+class BagOptions_t(Options_t):
+    _fields_ = [("struct_size", c_size_t), ("mode", c_int), ("policy", c_int), ("padding_idx", c_int64),
                 ("per_sample_weights", POINTER(Matrix_t)), ("max_rows", POINTER(Ids_t))]
 
 
-class BagFeature_t(ctypes.Structure):
-    _fields_ = [("table", POINTER(Matrix_t)), ("ids", POINTER(Ids_t)), ("offsets", POINTER(Ids_t)),
+class BagFeature_t(Options_t):
+    _fields_ = [("struct_size", c_size_t), ("table", POINTER(Matrix_t)), ("ids", POINTER(Ids_t)), ("offsets", POINTER(Ids_t)),
                 ("options", BagOptions_t)]
 
 
@@ -222,9 +259,9 @@ STRUCTS: Dict[str, Any] = {
 # The Python names of the C enum constants (lower case; the C name is the prefix in
 # ENUMS plus the name in upper case). The binding's string arguments are these names.
 
-DTYPES = {"f32": 0, "f16": 1, "bf16": 2, "q8_0": 3, "q4_0": 4, "q4_k": 5, "q6_k": 6,
-          "q4_1": 7, "q5_0": 8, "q5_1": 9, "q2_k": 10, "q3_k": 11, "q5_k": 12, "iq4_nl": 13, "iq4_xs": 14,
-          "iq2_xxs": 15, "iq2_xs": 16, "iq2_s": 17, "iq3_xxs": 18, "iq3_s": 19, "iq1_s": 20, "iq1_m": 21}
+# The dtypes are the library's one list (src/runtime/dtypes.h), asked of the loaded library
+# below (dtype_facts): filled in place once it is loaded, so ENUMS holds the same dict.
+DTYPES: Dict[str, int] = {}
 INDEX_TYPES = {"i32": 0, "i64": 1}
 POLICIES = {"check": 0, "clamp": 1, "zero": 2, "wrap": 3}
 EXPONENTS = {"pair": 0, "index": 1}
@@ -235,6 +272,8 @@ ROPE_LAYOUTS = {"neox": 0, "gptj": 1}
 ROPE_SCALINGS = {"none": 0, "linear": 1, "ntk": 2, "yarn": 3, "llama3": 4}
 NORMS = {"none": 0, "layer": 1, "rms": 2}
 BAG_MODES = {"sum": 0, "mean": 1, "max": 2}
+STRUCT_TYPES = {"sinusoid": 0, "norm": 1, "embed_options": 2, "embed_grads": 3, "backward_options": 4,
+                "optimizer": 5, "rope": 6, "bag_options": 7, "bag_feature": 8}
 STATUSES = {"ok": 0, "err_invalid_argument": -2001, "err_index_out_of_range": -2002,
             "err_no_device": -2003, "err_build_failed": -2004, "err_out_of_memory": -2005,
             "err_unsupported": -2006, "err_communication": -2007}
@@ -253,6 +292,14 @@ ENUMS: Dict[str, Tuple[Dict[str, int], str]] = {
     "clembed_rope_scaling": (ROPE_SCALINGS, "CLEMBED_ROPE_SCALING_"),
     "clembed_norm_kind": (NORMS, "CLEMBED_NORM_"),
     "clembed_bag_mode": (BAG_MODES, "CLEMBED_BAG_"),
+    "clembed_struct_type": (STRUCT_TYPES, "CLEMBED_STRUCT_"),
+}
+
+# clembed_struct_type name -> its mirror (test_abi.py checks clembed_struct_size against them)
+STRUCT_MIRRORS: Dict[str, Any] = {
+    "sinusoid": Sinusoid_t, "norm": Norm_t, "embed_options": EmbedOptions_t, "embed_grads": EmbedGrads_t,
+    "backward_options": BackwardOptions_t, "optimizer": Optimizer_t, "rope": Rope_t,
+    "bag_options": BagOptions_t, "bag_feature": BagFeature_t,
 }
 
 NO_PADDING = -(2 ** 63)   # CLEMBED_NO_PADDING (INT64_MIN)
@@ -279,6 +326,7 @@ PROTOTYPES: Dict[str, Tuple[Any, List[Any]]] = {
     "clembed_dtype_size": (c_size_t, [c_int]),
     "clembed_dtype_block_values": (c_size_t, [c_int]),
     "clembed_dtype_row_bytes": (c_size_t, [c_int, c_size_t]),
+    "clembed_dtype_name": (c_char_p, [c_int]),
     "clembed_matrix_create": (c_int, [CTX, c_size_t, c_size_t, c_int, PM]),
     "clembed_matrix_write": (c_int, [CTX, PM, c_void_p, c_int]),
     "clembed_matrix_read": (c_int, [CTX, PM, c_void_p, c_int]),
@@ -288,6 +336,12 @@ PROTOTYPES: Dict[str, Tuple[Any, List[Any]]] = {
     "clembed_ids_release": (None, [PI]),
     "clembed_embed_defaults": (EmbedOptions_t, []),
     "clembed_backward_defaults": (BackwardOptions_t, []),
+    "clembed_sinusoid_defaults": (Sinusoid_t, []),
+    "clembed_norm_defaults": (Norm_t, []),
+    "clembed_embed_grads_defaults": (EmbedGrads_t, []),
+    "clembed_bag_feature_defaults": (BagFeature_t, []),
+    "clembed_struct_size": (c_size_t, [c_int]),
+    "clembed_struct_read": (c_int, [CTX, c_char_p, c_char_p, c_int, c_void_p, c_void_p]),
     "clembed_positional": (c_int, [CTX, POINTER(Sinusoid_t), c_size_t, PM] + EV),
     "clembed_lookup": (c_int, [CTX, PM, PI, PM] + EV),
     "clembed_embed": (c_int, [CTX, PM, PI, POINTER(EmbedOptions_t), PM] + EV),
@@ -337,6 +391,30 @@ for _name, (_res, _args) in PROTOTYPES.items():
         _f = getattr(lib, _name)
         _f.restype = _res
         _f.argtypes = _args
+
+
+# The codes asked for dtypes: the list's values are small and dense (0, 1, 2, ...).
+DTYPE_CODES = 256
+
+
+def dtype_facts() -> Dict[str, Tuple[int, int, int]]:
+    """name -> (code, values per block, bytes per block) of every dtype the loaded library
+    names (clembed_dtype_name, clembed_dtype_block_values, clembed_dtype_row_bytes over
+    codes 0..DTYPE_CODES-1), in code order: the library's one list, never re-typed here.
+    A float type's block is one value of its element size."""
+    facts = {}
+    for code in range(DTYPE_CODES):
+        name = lib.clembed_dtype_name(code)
+        name = name.decode() if name else "unknown"
+        if name == "unknown":
+            continue
+        values = int(lib.clembed_dtype_block_values(code))
+        facts[name] = (code, values, int(lib.clembed_dtype_row_bytes(code, values)))
+    return facts
+
+
+DTYPE_FACTS = dtype_facts()
+DTYPES.update((name, f[0]) for name, f in DTYPE_FACTS.items())
 
 
 def has(name: str) -> bool:

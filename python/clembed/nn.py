@@ -152,7 +152,7 @@ class Optimizer:
                 mr = mr if isinstance(mr, Ids) else ctx._upload_ids(index_array(mr, "max_rows"), "max_rows")
                 keep.append(mr)
                 arr[f].options.max_rows = ctypes.pointer(mr._ids)
-        os_ = (_lib.Optimizer_t * max(n, 1))()
+        os_ = _lib.sized_array(_lib.Optimizer_t, n)   # read with the stride of os_[0].struct_size
         seen: Dict[int, Tuple[Any, List[Any]]] = {}
         for f, table in enumerate(tables):
             if id(table) not in seen:
@@ -240,7 +240,9 @@ class Embedding:
     PyTorch. .seed is the seed used.
     forward(ids) -> ndarray of ids.shape + (dim,) (float16 for an 'f16' weight, else
     float32): scale * weight[ids] (+ positions: None, 'sinusoid' or a learned (positions x
-    dim) array/Matrix, not trained). backward(grad) keeps the output gradient of the last
+    dim) array/Matrix, not trained). padding_idx as torch.nn.Embedding's: the padding row
+    is read as stored (zero unless it was changed) and never gets a gradient (Context.embed's
+    padding_keeps_row). backward(grad) keeps the output gradient of the last
     forward (several backward calls add up); step(lr) applies it with the optimizer (an
     Optimizer, a kind name, or None for plain SGD with lr) and clears it.
     max_norm (as nn.Embedding): each forward first renorms, in place, the rows its ids
@@ -291,7 +293,8 @@ class Embedding:
         """A layer whose weight is `embeddings`, as torch.nn.Embedding.from_pretrained: a 2-D
         NumPy array (uploaded as Context.matrix does: dtype None keeps float32/float16, a
         float64 or integer array needs dtype) or a clembed.Matrix (used as the weight
-        itself, not copied). The padding row is kept as given. freeze=True (the default):
+        itself, not copied). The padding row is kept as given and read as stored, as
+        PyTorch's is (it gets no gradient). freeze=True (the default):
         backward and step refuse (a table of any dtype, block-quantized ones included);
         freeze=False trains it (f32, f16 or bf16)."""
         self = cls.__new__(cls)
@@ -368,7 +371,7 @@ class Embedding:
         if self.max_norm is not None:
             self.ctx.renorm(self.weight, ids, self.max_norm, self.norm_type)
         out = self.ctx.embed(self.weight, ids, scale=self.scale, positions=self.positions,
-                             padding_idx=self.padding_idx, out_dtype=self._out_dtype)
+                             padding_idx=self.padding_idx, padding_keeps_row=True, out_dtype=self._out_dtype)
         self._last_ids = ids
         return out.numpy(None)
 
@@ -590,7 +593,8 @@ class BertEmbeddings:
     The tables (Matrices, F32): word_embeddings (vocab_size x hidden_size),
     position_embeddings (max_position_embeddings x hidden_size), token_type_embeddings
     (type_vocab_size x hidden_size), drawn from N(0, initializer_range) with Philox (the
-    pad_token_id row zero); norm_weight 1 and norm_bias 0 (1 x hidden_size). norm 'rms'
+    pad_token_id row zero, then read as stored, as Hugging Face's is: a loaded state's [PAD]
+    row counts; it gets no gradient); norm_weight 1 and norm_bias 0 (1 x hidden_size). norm 'rms'
     makes the norm RMSNorm (no bias). seed as Embedding's (None: clembed's generator).
     forward(input_ids, token_type_ids=None) -> ndarray (batch, seq, hidden), float32;
     with train() (the default) and hidden_dropout_prob > 0 a fresh dropout mask each call.
@@ -658,8 +662,9 @@ class BertEmbeddings:
                 "norm_bias": self.norm_bias}
 
     def _options(self, offset: int, seq_len: int, seed: int, dropout: float, token_type_ids: Any) -> Dict[str, Any]:
+        # the [PAD] row read as stored (Hugging Face's nn.Embedding(padding_idx=pad_token_id)), no gradient
         return dict(positions=self.position_embeddings, offset=offset, seq_len=seq_len,
-                    padding_idx=self.pad_token_id, dropout=dropout, seed=seed,
+                    padding_idx=self.pad_token_id, padding_keeps_row=True, dropout=dropout, seed=seed,
                     segment_table=self.token_type_embeddings, segment_ids=token_type_ids, norm=self.norm,
                     norm_weight=self.norm_weight, norm_bias=self.norm_bias, norm_eps=self.layer_norm_eps)
 

@@ -29,7 +29,7 @@ def positional(length: int, dim: int, *, ctx: Any = None, cmap: str = "RdBu_r", 
     The table is fig.table (float32, shape (length, dim))."""
     from ._core import default_context
     ctx = ctx if ctx is not None else default_context()
-    table = ctx.positional(length, dim, **options).numpy()
+    table = ctx.positional(length, dim, **options).numpy(np.float32)
     first = int(options.get("first", 0))
     fig = _figure((7.0, 4.5))
     ax = fig.add_subplot()
@@ -75,7 +75,7 @@ def pca(table: Any, labels: Optional[Sequence[Any]] = None, *, annotate_max: int
     at most annotate_max labels are drawn). The points are fig.points (rows x 2)."""
     from ._core import Matrix
     if isinstance(table, Matrix):
-        table = table.numpy()
+        table = table.numpy(np.float32)  # (an f16 matrix reads as float16 by default)
     points, ratio = principal_components(table, 2)
     n = points.shape[0]
     if labels is None:

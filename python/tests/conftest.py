@@ -32,7 +32,7 @@ def need(name):
 # ----------------------------------------------------------------- references
 
 def philox(seed, e):
-    """Philox4x32-10 of API.md: key (seed lo, seed hi), counter (e lo, e hi, 0, 0);
+    """Philox4x32-10 of include/clembed.h: key (seed lo, seed hi), counter (e lo, e hi, 0, 0);
     e an array of element indices. Returns the four words (uint32 arrays)."""
     e = np.asarray(e, dtype=np.uint64)
     M32 = np.uint64(0xFFFFFFFF)
@@ -62,7 +62,7 @@ def unit(x):
 
 
 def sinusoid_ref(length, dim, first=0, base=10000.0, exponent="pair", layout="interleaved"):
-    """The float64 sinusoid of API.md, shape (length, dim)."""
+    """The float64 sinusoid of include/clembed.h, shape (length, dim)."""
     p = (first + np.arange(length, dtype=np.float64))[:, None]
     i = np.arange(dim)
     if layout == "halves":

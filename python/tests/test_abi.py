@@ -38,7 +38,8 @@ def header():
 
 @pytest.fixture(scope="module")
 def layout():
-    """{'struct': {name: (size, align)}, 'field': {name: [(field, offset, size)]}, 'const': {name: value}}"""
+    """{'struct': {name: (size, align)}, 'field': {name: [(field, offset, size)]}, 'const': {name: value},
+    'libsize': {name: clembed_struct_size of the option struct}}"""
     exe = os.environ.get("CLEMBED_ABI_LAYOUT")
     if not exe:
         for guess in (os.path.join(HERE, "..", "..", "build", "tests", "abi_layout"),):
@@ -47,7 +48,7 @@ def layout():
     if not exe:
         pytest.skip("CLEMBED_ABI_LAYOUT is not set (ctest sets it to the built tests/abi_layout)")
     out = subprocess.run([exe], check=True, capture_output=True, text=True).stdout
-    got = {"struct": {}, "field": {}, "const": {}}
+    got = {"struct": {}, "field": {}, "const": {}, "libsize": {}}
     for line in out.splitlines():
         kind, name, *rest = line.split()
         if kind == "struct":
@@ -57,6 +58,8 @@ def layout():
             got["field"][name].append((rest[0], int(rest[1]), int(rest[2])))
         elif kind == "const":
             got["const"][name] = int(rest[0])
+        elif kind == "libsize":
+            got["libsize"][name] = int(rest[0])
     return got
 
 
@@ -123,6 +126,40 @@ def test_every_struct_matches_the_header(header, layout):
                 name, field, offset, fsize, d.offset, d.size)
     assert set(_lib.STRUCTS) <= set(structs), "mirrors of structs the headers lack: %s" % (
         set(_lib.STRUCTS) - set(structs))
+
+
+def test_option_structs_carry_their_size(header, layout):
+    """The option structs (include/clembed.h, "Option structs") start with struct_size; the
+    library's clembed_struct_size of each is the header's sizeof and the mirror's, and a
+    mirror made here, the option structs inside it and each element of _lib.sized_array
+    carry their own size (an option struct with struct_size 0 is refused by every call)."""
+    structs = header_structs(header)
+    names = {"clembed_" + k: t for k, t in _lib.STRUCT_MIRRORS.items()}
+    assert set(layout["libsize"]) == set(names), "abi_layout.c prints libsize of %s" % sorted(layout["libsize"])
+    for name, mirror in names.items():
+        assert structs[name][0] == "struct_size", "%s does not start with struct_size" % name
+        assert _lib.STRUCTS[name] is mirror
+        assert layout["libsize"][name] == layout["struct"][name][0] == ctypes.sizeof(mirror), (
+            "%s: clembed_struct_size %d, sizeof %d, ctypes %d" % (
+                name, layout["libsize"][name], layout["struct"][name][0], ctypes.sizeof(mirror)))
+        assert _lib.lib.clembed_struct_size(_lib.STRUCT_TYPES[name[len("clembed_"):]]) == ctypes.sizeof(mirror)
+        made = mirror()
+        assert made.struct_size == ctypes.sizeof(mirror), name
+    assert [n for n, f in structs.items() if f[0] == "struct_size"] and all(
+        n in names for n, f in structs.items() if f[0] == "struct_size"), "a sized struct without a mirror table entry"
+    o = _lib.EmbedOptions_t()
+    assert (o.sinusoid.struct_size, o.norm.struct_size) == (ctypes.sizeof(_lib.Sinusoid_t), ctypes.sizeof(_lib.Norm_t))
+    arr = _lib.sized_array(_lib.BagFeature_t, 3)
+    assert all(arr[k].struct_size == ctypes.sizeof(_lib.BagFeature_t) and
+               arr[k].options.struct_size == ctypes.sizeof(_lib.BagOptions_t) for k in range(3))
+    for fn, mirror in (("clembed_embed_defaults", _lib.EmbedOptions_t), ("clembed_backward_defaults",
+                                                                          _lib.BackwardOptions_t),
+                       ("clembed_sinusoid_defaults", _lib.Sinusoid_t), ("clembed_norm_defaults", _lib.Norm_t),
+                       ("clembed_embed_grads_defaults", _lib.EmbedGrads_t), ("clembed_rope_defaults", _lib.Rope_t),
+                       ("clembed_bag_defaults", _lib.BagOptions_t),
+                       ("clembed_bag_feature_defaults", _lib.BagFeature_t)):
+        assert getattr(_lib.lib, fn)().struct_size == ctypes.sizeof(mirror), fn
+    assert _lib.lib.clembed_optimizer_defaults(3).struct_size == ctypes.sizeof(_lib.Optimizer_t)
 
 
 def test_every_enum_constant_matches(header, layout):

@@ -136,7 +136,7 @@ def test_embedding_bag_modes(ctx):
     (clembed.EmbeddingBag.forward, ["ids", "offsets", "per_sample_weights"]),
 ])
 def test_arguments_in_the_contract_order(fn, positional):
-    """API.md's arguments keep its order, positional or keyword; what clembed adds is keyword-only."""
+    """The contract's arguments keep their order, positional or keyword; what clembed adds is keyword-only."""
     import inspect
     params = [p for p in inspect.signature(fn).parameters.values() if p.name not in ("self", "cls")]
     got = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]

@@ -93,9 +93,10 @@ def test_options_beyond_the_contract_are_keyword_only(fn, positional):
     assert all(p.kind in (p.KEYWORD_ONLY, p.VAR_KEYWORD) for p in params[len(positional):])
 
 
-def m_float32(a):
-    """Matrix.numpy() reads float32 by default, whatever the matrix's dtype (the contract)."""
-    return a.dtype == np.float32
+def m_own_dtype(a, name):
+    """Matrix.numpy() reads the matrix's own dtype by default where NumPy has one (f32,
+    f16), else float32 (the contract, API.md)."""
+    return a.dtype == (np.float16 if name == "f16" else np.float32)
 
 
 def test_call_shapes_of_the_contract_still_work(ctx, tmp_path):
@@ -130,7 +131,7 @@ def test_call_shapes_of_the_contract_still_work(ctx, tmp_path):
     clembed.Optimizer(ctx, "adam", 0.01, None, (0.9, 0.999), 0.0).step(t, np.ones((2, 4), np.float32), [0, 1])
     e2 = clembed.Embedding(6, 4, None, 1.0, None, ctx, 0, None)
     assert np.array_equal(e2.weight.numpy(), e.weight.numpy())
-    assert m_float32(table.numpy())
+    assert m_own_dtype(table.numpy(), table.dtype) and table.numpy().dtype == np.float16
 
 
 def test_numpy_dtypes_and_names(ctx):
@@ -142,7 +143,9 @@ def test_numpy_dtypes_and_names(ctx):
         assert ctx.matrix(a, dtype=spelling).dtype == "f32", spelling
     assert ctx.matrix(a, dtype="bfloat16").dtype == "bf16"
     out = ctx.lookup(a, [2, 0], out_dtype=np.float16)
-    assert out.dtype == "f16" and out.numpy(None).dtype == np.float16 and out.numpy().dtype == np.float32
+    # numpy() with no dtype: the matrix's own where NumPy has one (API.md)
+    assert out.dtype == "f16" and out.numpy(None).dtype == np.float16 and out.numpy().dtype == np.float16
+    assert out.numpy(np.float32).dtype == np.float32
     m = ctx.matrix(a)
     assert m.numpy("float16").dtype == np.float16 and m.numpy("f16").dtype == np.float16
     assert m.numpy(np.dtype("float64")).dtype == np.float64
@@ -228,9 +231,8 @@ def test_embedding_from_pretrained(ctx):
     assert e.freeze and e.dtype == "f32" and e.num_embeddings == 8 and e.embedding_dim == 4
     ids = np.array([3, 0, 7])
     got = e.forward(ids)
-    ref = W[ids].copy()
-    ref[0] = 0                                             # the padding id reads as zero ...
-    assert np.array_equal(got, ref)
+    ref = W[ids].copy()                                    # the padding id reads its stored row, as in
+    assert np.array_equal(got, ref)                        # torch.nn.Embedding.from_pretrained ...
     assert np.array_equal(e.weight.numpy()[3], W[3])       # ... and its row is kept as given
     with pytest.raises(clembed.StateError):
         e.backward(np.ones((3, 4), np.float32))

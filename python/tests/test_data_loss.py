@@ -26,12 +26,30 @@ def test_f16_output_reads_as_float16(ctx):
     m = ctx.embed(W, ids, out_dtype="f16")
     assert m.dtype == "f16"
     assert m.numpy(None).dtype == np.float16 and np.array_equal(bits(m.numpy(None)), bits(want))
-    assert m.numpy().dtype == np.float32                 # the contract's default, exact
+    assert m.numpy().dtype == np.float16                 # the default: the matrix's own dtype (API.md)
+    assert np.array_equal(bits(m.numpy()), bits(want))
     assert np.asarray(m).dtype == np.float16
     assert m.numpy(np.float32).dtype == np.float32       # a wider type on request
     assert np.array_equal(m.numpy(np.float32), want.astype(np.float32))
     # an f16 table read back is float16 too
     assert ctx.matrix(W.astype(np.float16)).numpy(None).dtype == np.float16
+    assert ctx.matrix(W.astype(np.float16)).numpy().dtype == np.float16
+
+
+def test_numpy_default_is_the_matrix_dtype(ctx):
+    """Matrix.numpy() with no dtype: f32 -> float32, f16 -> float16 (NumPy has both);
+    bf16 and the block types -> float32 (exact); numpy.asarray the same."""
+    W = (rng.standard_normal((4, 64)) * 3).astype(np.float32)
+    want = {"f32": np.float32, "f16": np.float16, "bf16": np.float32, "q8_0": np.float32, "q4_0": np.float32}
+    for name, t in want.items():
+        m = ctx.matrix(W, dtype=name)
+        assert m.numpy().dtype == t, name
+        assert np.asarray(m).dtype == t, name
+        assert np.array_equal(bits(m.numpy()), bits(m.numpy(None))), name
+        assert np.array_equal(m.numpy().astype(np.float32), m.numpy(np.float32)), name   # the same values
+    # an output of lookup/embed too, in the shape of the ids
+    out = ctx.lookup(ctx.matrix(W, dtype="f16"), [[1, 3]], out_dtype="f16")
+    assert out.numpy().dtype == np.float16 and out.numpy().shape == (1, 2, 64)
 
 
 def test_bf16_output_reads_as_float32_exactly(ctx):

@@ -36,7 +36,7 @@ def within(got, want, tol, what):
 
 
 def ref_step(kind, w, s1, s2, g, touched, t, lr, eps, b1=0.9, b2=0.999, wd=0.0):
-    """The contract's step (API.md, sparse optimizer steps) in float32 NumPy, on the
+    """The contract's step (include/clembed.h, sparse optimizer steps) in float32 NumPy, on the
     rows in `touched`; g is the rows' gradient (backward_f32). Returns the new
     (w, s1, s2) and, for the table, the magnitude of the term computed with a square
     root and a division (None where there is none: then the result is exact)."""

@@ -114,32 +114,54 @@ static cl_mem map_range(clembed_context *ctx, const clembed_file *f, const ce_io
 }
 
 /* `rows` rows of `row_bytes` from file offset `offset` (stored as the device
- * dtype) over mappings of the file's pages: one buffer, or pieces of at most
- * ctx->max_piece bytes registered as a split matrix. 1: done; 0: not possible
- * here. */
+ * dtype) over mappings of the file's pages: one buffer, or pieces registered
+ * as a split matrix. A buffer holds its mapping from the start of a page, so
+ * the bytes before its first row (its lead) count against ctx->max_piece with
+ * its rows: each piece takes the rows that fit beside its own lead. 1: done;
+ * 0: not possible here. */
 static int map_pages(clembed_context *ctx, const clembed_file *f, const ce_io_tensor *e, uint64_t offset,
                      uint64_t row_bytes, clembed_dtype dtype, size_t rows, size_t cols, clembed_matrix *out) {
-  size_t per = rows, n = 1, lead;
-  if (rows > 1 && rows * row_bytes > ctx->max_piece) {
-    if (ce_piece_rows(ctx, (size_t)row_bytes, "clembed_matrix_load", &per) != CLEMBED_OK) return 0;
-    n = rows / per + (rows % per != 0);
+  long page = sysconf(_SC_PAGESIZE);
+  if (page <= 0 || row_bytes == 0) return 0;
+  size_t limit = ctx->max_piece / 4 * 4, cap = CE_PIECES_LOCAL, made = 0, lead;
+  ce_piece local[CE_PIECES_LOCAL], *pieces = local;
+  int ok = 1;
+  for (size_t r0 = 0; ok && (r0 < rows || made == 0);) {
+    uint64_t at = offset + (uint64_t)r0 * row_bytes, before = at % (uint64_t)page;
+    size_t nr = rows - r0;
+    if (before + (uint64_t)nr * row_bytes > limit) { /* the rows that fit beside this piece's lead */
+      nr = before < limit ? (size_t)((limit - before) / row_bytes) : 0;
+      if (nr == 0) {
+        ok = 0;
+        break;
+      }
+    }
+    if (made == cap) {
+      ce_piece *grown = malloc(2 * cap * sizeof *grown);
+      if (!grown) {
+        ok = 0;
+        break;
+      }
+      memcpy(grown, pieces, made * sizeof *grown);
+      if (pieces != local) free(pieces);
+      pieces = grown;
+      cap *= 2;
+    }
+    cl_mem b = map_range(ctx, f, e, at, (uint64_t)nr * row_bytes, &lead);
+    if (!b) {
+      ok = 0;
+      break;
+    }
+    pieces[made++] = (ce_piece){b, r0, lead};
+    r0 += nr;
   }
-  ce_piece local[CE_PIECES_LOCAL], *pieces = n <= CE_PIECES_LOCAL ? local : calloc(n, sizeof *pieces);
-  if (!pieces) return 0;
-  size_t made = 0;
-  for (; made < n; made++) {
-    size_t r0 = made * per, nr = rows - r0 < per ? rows - r0 : per;
-    cl_mem b = map_range(ctx, f, e, offset + (uint64_t)r0 * row_bytes, (uint64_t)nr * row_bytes, &lead);
-    if (!b) break;
-    pieces[made] = (ce_piece){b, r0, lead};
-  }
-  int done = made == n && (n == 1 || ce_pieces_register(ctx, pieces, n, rows, cols, dtype) == CLEMBED_OK);
+  int done = ok && (made == 1 || ce_pieces_register(ctx, pieces, made, rows, cols, dtype) == CLEMBED_OK);
   if (done) {
     out->buffer = pieces[0].buffer;
-    out->offset = n == 1 ? pieces[0].offset : 0; /* a split matrix's offset counts from its first row */
+    out->offset = made == 1 ? pieces[0].offset : 0; /* a split matrix's offset counts from its first row */
     out->rows = rows;
     out->cols = cols;
-    out->ld = n == 1 ? 0 : cols;
+    out->ld = made == 1 ? 0 : cols;
     out->dtype = dtype;
   } else {
     for (size_t j = 0; j < made; j++) clReleaseMemObject(pieces[j].buffer);
@@ -148,22 +170,18 @@ static int map_pages(clembed_context *ctx, const clembed_file *f, const ce_io_te
   return done;
 }
 
-/* clembed_matrix_load (`all`: every row) and clembed_matrix_load_rows (the
- * tensor's rows [first_row, first_row + nrows)). */
-static clembed_status load(clembed_context *ctx, const char *op, const clembed_file *f, const char *name,
-                           clembed_dtype dtype, int all, uint64_t first_row, uint64_t nrows, clembed_matrix *m) {
+/* The tensor a load asks for, checked against the device dtype: its index in
+ * *i, its rows and columns (rows = the first dimension, cols = the product of
+ * the others), and whether a float tensor is quantized on the way. */
+static clembed_status load_tensor(clembed_context *ctx, const char *op, const clembed_file *f, const char *name,
+                                  clembed_dtype dtype, size_t *i, uint64_t *rows_out, uint64_t *cols_out,
+                                  int *quantize) {
   clembed_status status = CLEMBED_OK;
-  clembed_matrix out = {0};
-  void *tmp = NULL;
   char msg[1400];
-  size_t i;
-  CE_ENTER(ctx, op);
-  if (!f || !m) LFAIL(CLEMBED_ERR_INVALID_ARGUMENT, f ? "m" : "f", "%s: %s is NULL", op, f ? "m" : "f");
   if (!is_float((int)dtype) && !is_block((int)dtype))
     LFAIL(CLEMBED_ERR_INVALID_ARGUMENT, "dtype", "%s: unknown dtype %d", op, (int)dtype);
-  if (ce_file_lookup(f, name, &i, msg, sizeof msg) != CLEMBED_OK)
-    LFAIL(CLEMBED_ERR_INVALID_ARGUMENT, "name", "%s", msg);
-  const ce_io_tensor *e = &f->table.t[i];
+  if (ce_file_lookup(f, name, i, msg, sizeof msg) != CLEMBED_OK) LFAIL(CLEMBED_ERR_INVALID_ARGUMENT, "name", "%s", msg);
+  const ce_io_tensor *e = &f->table.t[*i];
   const char *tn = e->info.name, *ty = e->info.type_name;
   if (e->kind != CE_IO_F32 && e->kind != CE_IO_F16 && e->kind != CE_IO_BF16 && e->kind != CE_IO_BLOCKS) {
     char types[256] = "";
@@ -182,9 +200,7 @@ static clembed_status load(clembed_context *ctx, const char *op, const clembed_f
           "%s: tensor '%s' is %s: quantizing it to %s on loading is not available (q8_0 and q4_0 are)", f->path, tn,
           ty, dtype_name((int)dtype));
   /* a float tensor quantized: pieces of whole blocks of the device dtype */
-  int quantize = e->kind != CE_IO_BLOCKS && is_block((int)dtype);
-
-  /* rows = the first dimension, cols = the product of the others */
+  *quantize = e->kind != CE_IO_BLOCKS && is_block((int)dtype);
   uint64_t rows = 1, cols = 1;
   if (e->info.ndim == 1) cols = e->info.shape[0];
   if (e->info.ndim >= 2) rows = e->info.shape[0];
@@ -196,42 +212,32 @@ static clembed_status load(clembed_context *ctx, const char *op, const clembed_f
   if (e->kind == CE_IO_BLOCKS && cols % e->block_values)
     LFAIL(CLEMBED_ERR_INVALID_ARGUMENT, "name", "%s: tensor '%s': %llu columns, not a multiple of %s's block of %u",
           f->path, tn, (unsigned long long)cols, ty, e->block_values);
-  if (quantize && cols % clembed_dtype_block_values(dtype))
+  if (*quantize && cols % clembed_dtype_block_values(dtype))
     LFAIL(CLEMBED_ERR_INVALID_ARGUMENT, "dtype",
           "%s: tensor '%s': %llu columns, not a multiple of %s's block of %zu values, cannot be quantized to it",
           f->path, tn, (unsigned long long)cols, dtype_name((int)dtype), clembed_dtype_block_values(dtype));
-  if (all) nrows = rows;
-  if (first_row > rows || nrows > rows - first_row)
-    LFAIL(CLEMBED_ERR_INVALID_ARGUMENT, first_row > rows ? "first_row" : "rows",
-          "%s: %s: %llu rows from row %llu of tensor '%s', which has %llu rows", op, f->path,
-          (unsigned long long)nrows, (unsigned long long)first_row, tn, (unsigned long long)rows);
-  /* the rows' bytes in the file: whole blocks (or values) of `cols` per row */
-  uint64_t row_bytes = cols / e->block_values * e->block_bytes, first_byte = e->offset + first_row * row_bytes;
-  if ((int)dtype == e->info.dtype &&
-      map_pages(ctx, f, e, first_byte, row_bytes, dtype, (size_t)nrows, (size_t)cols, &out)) {
-    *m = out;
-    out.buffer = NULL;
-    ctx->op = op;
-    goto cleanup;
-  }
-  status = clembed_matrix_create(ctx, (size_t)nrows, (size_t)cols, dtype, &out);
-  if (status != CLEMBED_OK) {
-    char detail[512];
-    snprintf(detail, sizeof detail, "%s", clembed_context_message(ctx));
-    LFAIL(status, "", "%s: tensor '%s' (%llu x %llu): %s", f->path, tn, (unsigned long long)nrows,
-          (unsigned long long)cols, detail);
-  }
+  *rows_out = rows;
+  *cols_out = cols;
+cleanup:
+  return status;
+}
 
-  /* A piece of whole blocks (whole values of a float type) at a time, at most
-   * CE_IO_CHUNK_BYTES of the file or of the float values it becomes (and at
-   * most the largest buffer of a matrix), of whole rows when there are
-   * several (a matrix in several buffers takes views of whole rows):
-   *  - the stored type: written from the mapping as it lies;
-   *  - blocks to a float dtype: written from the mapping as host blocks
-   *    (clembed_matrix_write dequantizes them, ggml's dequantize_row_*);
-   *  - a float type to another: converted here;
-   *  - a float type to Q8_0/Q4_0: converted here to F32, written as F32
-   *    (clembed_matrix_write quantizes, ggml's quantize_row_*_ref). */
+/* Writes nrows x cols of tensor e from file byte `first_byte` into `out` (of
+ * the device dtype), a piece of whole blocks (whole values of a float type)
+ * at a time, at most CE_IO_CHUNK_BYTES of the file or of the float values it
+ * becomes (and at most the largest buffer of a matrix), of whole rows when
+ * there are several (a matrix in several buffers takes views of whole rows):
+ *  - the stored type: written from the mapping as it lies;
+ *  - blocks to a float dtype: written from the mapping as host blocks
+ *    (clembed_matrix_write dequantizes them, ggml's dequantize_row_*);
+ *  - a float type to another: converted here;
+ *  - a float type to Q8_0/Q4_0: converted here to F32, written as F32
+ *    (clembed_matrix_write quantizes, ggml's quantize_row_*_ref). */
+static clembed_status upload(clembed_context *ctx, const char *op, const clembed_file *f, const ce_io_tensor *e,
+                             uint64_t first_byte, uint64_t nrows, uint64_t cols, int quantize, clembed_matrix *out) {
+  clembed_status status = CLEMBED_OK;
+  clembed_dtype dtype = out->dtype;
+  void *tmp = NULL;
   const uint8_t *src = f->map + first_byte;
   size_t unit_values = e->block_values, unit_bytes = e->block_bytes;
   if (quantize) {
@@ -256,7 +262,7 @@ static clembed_status load(clembed_context *ctx, const char *op, const clembed_f
   }
   for (size_t u = 0; u < units; u += per) {
     size_t n = units - u < per ? units - u : per;
-    clembed_matrix view = out;
+    clembed_matrix view = *out;
     view.offset = u * unit_values;
     view.rows = row_units ? n / row_units : 1;
     view.cols = row_units ? (size_t)cols : n * unit_values;
@@ -273,14 +279,56 @@ static clembed_status load(clembed_context *ctx, const char *op, const clembed_f
     if (status != CLEMBED_OK) {
       char detail[512];
       snprintf(detail, sizeof detail, "%s", clembed_context_message(ctx));
-      LFAIL(status, "", "%s: loading tensor '%s': %s", f->path, tn, detail);
+      LFAIL(status, "", "%s: loading tensor '%s': %s", f->path, e->info.name, detail);
     }
   }
+cleanup:
+  free(tmp);
+  return status;
+}
+
+/* clembed_matrix_load (`all`: every row) and clembed_matrix_load_rows (the
+ * tensor's rows [first_row, first_row + nrows)). */
+static clembed_status load(clembed_context *ctx, const char *op, const clembed_file *f, const char *name,
+                           clembed_dtype dtype, int all, uint64_t first_row, uint64_t nrows, clembed_matrix *m) {
+  clembed_status status = CLEMBED_OK;
+  clembed_matrix out = {0};
+  size_t i = 0;
+  uint64_t rows = 0, cols = 0;
+  int quantize = 0;
+  CE_ENTER(ctx, op);
+  if (!f || !m) LFAIL(CLEMBED_ERR_INVALID_ARGUMENT, f ? "m" : "f", "%s: %s is NULL", op, f ? "m" : "f");
+  status = load_tensor(ctx, op, f, name, dtype, &i, &rows, &cols, &quantize);
+  if (status != CLEMBED_OK) goto cleanup;
+  const ce_io_tensor *e = &f->table.t[i];
+  const char *tn = e->info.name;
+  if (all) nrows = rows;
+  if (first_row > rows || nrows > rows - first_row)
+    LFAIL(CLEMBED_ERR_INVALID_ARGUMENT, first_row > rows ? "first_row" : "rows",
+          "%s: %s: %llu rows from row %llu of tensor '%s', which has %llu rows", op, f->path,
+          (unsigned long long)nrows, (unsigned long long)first_row, tn, (unsigned long long)rows);
+  /* the rows' bytes in the file: whole blocks (or values) of `cols` per row */
+  uint64_t row_bytes = cols / e->block_values * e->block_bytes, first_byte = e->offset + first_row * row_bytes;
+  if ((int)dtype == e->info.dtype &&
+      map_pages(ctx, f, e, first_byte, row_bytes, dtype, (size_t)nrows, (size_t)cols, &out)) {
+    *m = out;
+    out.buffer = NULL;
+    ctx->op = op;
+    goto cleanup;
+  }
+  status = clembed_matrix_create(ctx, (size_t)nrows, (size_t)cols, dtype, &out);
+  if (status != CLEMBED_OK) {
+    char detail[512];
+    snprintf(detail, sizeof detail, "%s", clembed_context_message(ctx));
+    LFAIL(status, "", "%s: tensor '%s' (%llu x %llu): %s", f->path, tn, (unsigned long long)nrows,
+          (unsigned long long)cols, detail);
+  }
+  status = upload(ctx, op, f, e, first_byte, nrows, cols, quantize, &out);
+  if (status != CLEMBED_OK) goto cleanup;
   *m = out;
   out.buffer = NULL;
   ctx->op = op;
 cleanup:
-  free(tmp);
   clembed_matrix_release(&out);
   return status;
 }

@@ -88,14 +88,17 @@ clembed_status clembed_mpi_embedding_bag(clembed_mpi_table *t, const clembed_ids
   clembed_context *ctx = t->ctx;
   ce_mpi_error e = {0}, serve = {0};
   ce_mpi_vote v = {0};
-  clembed_bag_options o = opt ? *opt : clembed_bag_defaults();
+  clembed_bag_options o = clembed_bag_defaults(); /* the caller's, as far as its struct_size goes */
+  int read_ok = ce_mpi_read_options(ctx, op, "opt", CLEMBED_STRUCT_BAG_OPTIONS, opt, &o, sizeof o, &e);
   int pad_bad = 0;
   uint64_t pad = ce_mpi_padding(o.padding_idx, t->rows, &pad_bad);
   size_t n = 0, d = 0, limit = (size_t)INT_MAX / (size_t)t->size;
   int64_t *host = NULL, pad_local = -1;
 
   /* this rank's own arguments (the rest is checked by the local pooling) */
-  if (!ids || !out) {
+  if (!read_ok) {
+    /* recorded on e */
+  } else if (!ids || !out) {
     ce_mpi_fail(&e, CLEMBED_ERR_INVALID_ARGUMENT, ids ? "out" : "ids", -1, 0, "%s: %s is NULL", op, ids ? "out" : "ids");
   } else if ((unsigned)o.mode > (unsigned)CLEMBED_BAG_MAX) {
     ce_mpi_fail(&e, CLEMBED_ERR_INVALID_ARGUMENT, "mode", -1, (int64_t)o.mode, "%s: unknown bag mode %d", op,
@@ -125,11 +128,11 @@ clembed_status clembed_mpi_embedding_bag(clembed_mpi_table *t, const clembed_ids
   if (e.status != CLEMBED_OK) n = 0;
 
   /* what must agree; a rank's own failure does not stop the others' forward */
-  ce_mpi_agree(&v, "the call", CE_MPI_CALL_BAG);
-  ce_mpi_agree(&v, "mode", (uint64_t)o.mode);
-  ce_mpi_agree(&v, "policy", (uint64_t)o.policy);
-  ce_mpi_agree(&v, "padding_idx", pad_bad ? (uint64_t)o.padding_idx : pad);
-  ce_mpi_agree(&v, "per_sample_weights", (uint64_t)(o.per_sample_weights != NULL));
+  ce_mpi_agree_as(&v, "the call", CE_MPI_CALL, CE_MPI_CALL_BAG);
+  ce_mpi_agree_as(&v, "mode", CE_MPI_MODE, (uint64_t)o.mode);
+  ce_mpi_agree_as(&v, "policy", CE_MPI_POLICY, (uint64_t)o.policy);
+  ce_mpi_agree_as(&v, "padding_idx", CE_MPI_PADDING, pad_bad ? (uint64_t)o.padding_idx : pad);
+  ce_mpi_agree_as(&v, "per_sample_weights", CE_MPI_GIVEN, (uint64_t)(o.per_sample_weights != NULL));
   clembed_status voted;
   if (!ce_mpi_forward_vote(t, ctx, op, &v, &e, &voted)) return voted;
 
@@ -172,6 +175,7 @@ static void check_step_args(clembed_mpi_table *t, const char *op, const clembed_
   const clembed_matrix *w = bo->per_sample_weights;
   const clembed_ids *mr = bo->max_rows;
   clembed_backward_options b = clembed_backward_defaults();
+  char dt[32]; /* a dtype's or mode's name, for a message */
   if (!g || !ids || !o) {
     const char *a = !g ? "grad_out" : !ids ? "ids" : "optimizer";
     ce_mpi_fail(e, CLEMBED_ERR_INVALID_ARGUMENT, a, -1, 0, "%s: %s is NULL", op, a);
@@ -188,8 +192,8 @@ static void check_step_args(clembed_mpi_table *t, const char *op, const clembed_
                 "%s: padding_idx %lld is outside the table of %zu rows", op, (long long)bo->padding_idx, t->rows);
   } else if (g->cols != t->cols || !is_float(g->dtype)) {
     ce_mpi_fail(e, CLEMBED_ERR_INVALID_ARGUMENT, "grad_out", -1, (int64_t)g->cols,
-                "%s: grad_out must be F32, F16 or BF16 with the table's %zu cols (dtype %d, %zu cols)", op, t->cols,
-                (int)g->dtype, g->cols);
+                "%s: grad_out must be F32, F16 or BF16 with the table's %zu cols (it is %s, %zu cols)", op, t->cols,
+                ce_mpi_dtype_text(g->dtype, dt, sizeof dt), g->cols);
   } else if (offsets && offsets->count != g->rows + 1) {
     ce_mpi_fail(e, CLEMBED_ERR_INVALID_ARGUMENT, "offsets", -1, (int64_t)offsets->count,
                 "%s: offsets has %zu entries; %zu bags need %zu", op, offsets->count, g->rows, g->rows + 1);
@@ -198,14 +202,14 @@ static void check_step_args(clembed_mpi_table *t, const char *op, const clembed_
                 "%s: %zu ids do not make %zu bags of one size", op, ids->count, g->rows);
   } else if (w && bo->mode != CLEMBED_BAG_SUM) {
     ce_mpi_fail(e, CLEMBED_ERR_INVALID_ARGUMENT, "per_sample_weights", -1, (int64_t)bo->mode,
-                "%s: per_sample_weights are for mode SUM only (mode %d)", op, (int)bo->mode);
+                "%s: per_sample_weights are for mode SUM only, not %s", op, ce_mpi_mode_text(bo->mode, dt, sizeof dt));
   } else if (w && (w->dtype != CLEMBED_F32 || w->rows != ids->count || w->cols != 1)) {
     ce_mpi_fail(e, CLEMBED_ERR_INVALID_ARGUMENT, "per_sample_weights", -1, (int64_t)w->rows,
-                "%s: per_sample_weights must be F32 %zu x 1 (dtype %d, %zu x %zu)", op, ids->count, (int)w->dtype,
-                w->rows, w->cols);
+                "%s: per_sample_weights must be F32 %zu x 1 (it is %s, %zu x %zu)", op, ids->count,
+                ce_mpi_dtype_text(w->dtype, dt, sizeof dt), w->rows, w->cols);
   } else if (mr && bo->mode != CLEMBED_BAG_MAX) {
     ce_mpi_fail(e, CLEMBED_ERR_INVALID_ARGUMENT, "max_rows", -1, (int64_t)bo->mode,
-                "%s: max_rows is for mode MAX only (mode %d)", op, (int)bo->mode);
+                "%s: max_rows is for mode MAX only, not %s", op, ce_mpi_mode_text(bo->mode, dt, sizeof dt));
   } else if (bo->mode == CLEMBED_BAG_MAX && (!mr || mr->count != g->rows * t->cols)) {
     ce_mpi_fail(e, CLEMBED_ERR_INVALID_ARGUMENT, "max_rows", -1, mr ? (int64_t)mr->count : 0,
                 "%s: MAX needs max_rows of %zu bags x %zu cols (the forward's)%s", op, g->rows, t->cols,
@@ -376,7 +380,11 @@ clembed_status clembed_mpi_bag_optimizer_step(clembed_mpi_table *t, const clembe
   clembed_context *ctx = t->ctx;
   ce_mpi_error e = {0}, own = {0};
   ce_mpi_vote v = {0};
-  clembed_bag_options bo = opt ? *opt : clembed_bag_defaults();
+  clembed_bag_options bo = clembed_bag_defaults(); /* the caller's, as far as its struct_size goes */
+  clembed_optimizer oo;
+  ce_mpi_read_options(ctx, op, "opt", CLEMBED_STRUCT_BAG_OPTIONS, opt, &bo, sizeof bo, &e);
+  ce_mpi_read_optimizer(ctx, op, o, &oo, &e);
+  if (o) o = &oo; /* NULL: refused by check_step_args */
   int pad_bad = 0, made = 0;
   uint64_t pad = ce_mpi_padding(bo.padding_idx, t->rows, &pad_bad);
   int64_t bad_at = -1, bad_val = 0;
@@ -389,11 +397,11 @@ clembed_status clembed_mpi_bag_optimizer_step(clembed_mpi_table *t, const clembe
 
   /* agree: the call and its settings; each rank's own failure */
   int ok = e.status == CLEMBED_OK;
-  ce_mpi_agree(&v, "the call", CE_MPI_CALL_BAG_STEP);
-  ce_mpi_agree(&v, "mode", ok ? (uint64_t)bo.mode : 0);
-  ce_mpi_agree(&v, "policy", ok ? (uint64_t)bo.policy : 0);
-  ce_mpi_agree(&v, "padding_idx", ok ? pad : 0);
-  ce_mpi_agree(&v, "per_sample_weights", ok ? (uint64_t)(bo.per_sample_weights != NULL) : 0);
+  ce_mpi_agree_as(&v, "the call", CE_MPI_CALL, CE_MPI_CALL_BAG_STEP);
+  ce_mpi_agree_as(&v, "mode", CE_MPI_MODE, ok ? (uint64_t)bo.mode : 0);
+  ce_mpi_agree_as(&v, "policy", CE_MPI_POLICY, ok ? (uint64_t)bo.policy : 0);
+  ce_mpi_agree_as(&v, "padding_idx", CE_MPI_PADDING, ok ? pad : 0);
+  ce_mpi_agree_as(&v, "per_sample_weights", CE_MPI_GIVEN, ok ? (uint64_t)(bo.per_sample_weights != NULL) : 0);
   ce_mpi_agree_optimizer(&v, ok ? o : NULL);
   if (!ce_mpi_vote_run(t->comm, t->rank, t->size, &v, !ok, &e) || ce_mpi_vote_outcome(&v, op, &e) != CLEMBED_OK) {
     if (made) {

@@ -53,18 +53,143 @@ int ce_mpi_ok(ce_mpi_error *e, int code, const char *call) {
 
 /* ---------------------------------------------------------------- agreement */
 
-void ce_mpi_agree(ce_mpi_vote *v, const char *name, uint64_t value) {
+void ce_mpi_agree_as(ce_mpi_vote *v, const char *name, int kind, uint64_t value) {
   if (v->n < CE_MPI_AGREE) {
     v->names[v->n] = name;
+    v->kinds[v->n] = (unsigned char)kind;
+    v->strings[v->n] = NULL;
     v->agree[v->n++] = value;
   }
 }
 
+void ce_mpi_agree(ce_mpi_vote *v, const char *name, uint64_t value) { ce_mpi_agree_as(v, name, CE_MPI_UINT, value); }
+
 void ce_mpi_agree_float(ce_mpi_vote *v, const char *name, float value) {
   uint32_t u;
   memcpy(&u, &value, 4);
-  if (v->n < CE_MPI_AGREE) v->floats |= 1u << v->n;
-  ce_mpi_agree(v, name, u);
+  ce_mpi_agree_as(v, name, CE_MPI_FLOAT, u);
+}
+
+void ce_mpi_agree_string(ce_mpi_vote *v, const char *name, const char *s) {
+  int i = v->n;
+  ce_mpi_agree_as(v, name, CE_MPI_STRING, ce_mpi_string_field(s));
+  if (i < v->n) v->strings[i] = s;
+}
+
+const char *ce_mpi_dtype_text(clembed_dtype d, char *buf, size_t cap) {
+  const char *name = clembed_dtype_name(d);
+  if (!strcmp(name, "unknown")) {
+    snprintf(buf, cap, "unknown dtype %d", (int)d);
+    return buf;
+  }
+  size_t i = 0;
+  for (; name[i] && i + 1 < cap; i++) buf[i] = (char)(name[i] >= 'a' && name[i] <= 'z' ? name[i] - 'a' + 'A' : name[i]);
+  buf[i] = '\0';
+  return buf;
+}
+
+/* names[value], or "unknown WHAT value" */
+static const char *enum_text(const char *const *names, int count, const char *what, int value, char *buf,
+                             size_t cap) {
+  if (value >= 0 && value < count) return names[value];
+  snprintf(buf, cap, "unknown %s %d", what, value);
+  return buf;
+}
+
+const char *ce_mpi_kind_text(int kind, char *buf, size_t cap) {
+  static const char *const names[] = {"SGD", "ADAGRAD", "ROWWISE_ADAGRAD", "ADAM"}; /* clembed_optimizer_kind */
+  return enum_text(names, 4, "optimizer kind", kind, buf, cap);
+}
+
+const char *ce_mpi_mode_text(int mode, char *buf, size_t cap) {
+  static const char *const names[] = {"SUM", "MEAN", "MAX"}; /* clembed_bag_mode */
+  return enum_text(names, 3, "bag mode", mode, buf, cap);
+}
+
+/* A field's value in words: 'weight', NULL, F16, ADAM, MEAN, CLAMP, 0.5, given, ... */
+static void field_text(const ce_mpi_vote *v, int i, char *buf, size_t cap) {
+  static const char *const policies[] = {"CHECK", "CLAMP", "ZERO", "WRAP"}; /* clembed_index_policy */
+  static const char *const calls[] = {"", "clembed_mpi_table_create", "clembed_mpi_table_load",
+                                      "clembed_mpi_table_init_normal", "clembed_mpi_table_init_uniform",
+                                      "clembed_mpi_embed", "clembed_mpi_optimizer_step",
+                                      "clembed_mpi_embedding_bag", "clembed_mpi_bag_optimizer_step"};
+  uint64_t x = v->agree[i];
+  char tmp[64];
+  switch (v->kinds[i]) {
+  case CE_MPI_FLOAT: {
+    uint32_t u = (uint32_t)x;
+    float f;
+    memcpy(&f, &u, 4);
+    snprintf(buf, cap, "%.9g", (double)f);
+    break;
+  }
+  case CE_MPI_PADDING:
+    if (x == UINT64_MAX || (int64_t)x == CLEMBED_NO_PADDING) snprintf(buf, cap, "none");
+    else snprintf(buf, cap, "%lld", (long long)(int64_t)x);
+    break;
+  case CE_MPI_STRING:
+    if (!v->strings[i]) snprintf(buf, cap, "NULL");
+    else if (strlen(v->strings[i]) + 3 <= cap) snprintf(buf, cap, "'%s'", v->strings[i]);
+    else snprintf(buf, cap, "'%.*s...'", (int)(cap > 6 ? cap - 6 : 0), v->strings[i]);
+    break;
+  case CE_MPI_DTYPE: snprintf(buf, cap, "%s", ce_mpi_dtype_text((clembed_dtype)(int)x, tmp, sizeof tmp)); break;
+  case CE_MPI_KIND: snprintf(buf, cap, "%s", ce_mpi_kind_text((int)x, tmp, sizeof tmp)); break;
+  case CE_MPI_MODE: snprintf(buf, cap, "%s", ce_mpi_mode_text((int)x, tmp, sizeof tmp)); break;
+  case CE_MPI_POLICY: snprintf(buf, cap, "%s", enum_text(policies, 4, "index policy", (int)x, tmp, sizeof tmp)); break;
+  case CE_MPI_GIVEN: snprintf(buf, cap, "%s", x ? "one (not NULL)" : "NULL"); break;
+  case CE_MPI_SWITCH: snprintf(buf, cap, "%s", x ? "on" : "off"); break;
+  case CE_MPI_CALL:
+    snprintf(buf, cap, "%s", x && x < sizeof calls / sizeof calls[0] ? calls[x] : "another clembed_mpi function");
+    break;
+  default: snprintf(buf, cap, "%llu", (unsigned long long)x); break;
+  }
+}
+
+/* Field i differs (every rank knows it): each rank's value of it in words, gathered,
+ * into v->values as "rank 0 passed 'a', ranks 1-3 passed 'b'" (runs of equal values
+ * joined). Two collectives, on every rank alike: whether each rank has room for the
+ * texts, then the texts. */
+#define CE_MPI_TEXT 64
+static int gather_values(MPI_Comm comm, int size, ce_mpi_vote *v, int i, ce_mpi_error *e) {
+  char mine[CE_MPI_TEXT] = {0};
+  field_text(v, i, mine, sizeof mine);
+  char *all = malloc((size_t)size * CE_MPI_TEXT);
+  int room = all != NULL, everyone = 0;
+  if (!ce_mpi_ok(e, MPI_Allreduce(&room, &everyone, 1, MPI_INT, MPI_MIN, comm), "MPI_Allreduce (the ranks' values)"))
+    goto fail;
+  if (!everyone) { /* no room on some rank: this rank's value only */
+    snprintf(v->values, sizeof v->values, "this rank %s %s", v->kinds[i] == CE_MPI_CALL ? "called" : "passed", mine);
+    free(all);
+    return 1;
+  }
+  if (!ce_mpi_ok(e, MPI_Allgather(mine, CE_MPI_TEXT, MPI_CHAR, all, CE_MPI_TEXT, MPI_CHAR, comm),
+                 "MPI_Allgather (the ranks' values)"))
+    goto fail;
+  size_t used = 0, cap = sizeof v->values;
+  v->values[0] = '\0';
+  for (int r = 0; r < size;) {
+    int last = r;
+    const char *text = all + (size_t)r * CE_MPI_TEXT;
+    text = memchr(text, '\0', CE_MPI_TEXT) ? text : "?";
+    while (last + 1 < size && !strncmp(all + (size_t)(last + 1) * CE_MPI_TEXT, text, CE_MPI_TEXT)) last++;
+    char who[48];
+    if (last == r) snprintf(who, sizeof who, "rank %d", r);
+    else snprintf(who, sizeof who, "ranks %d-%d", r, last);
+    int w = snprintf(v->values + used, cap - used, "%s%s %s %s", used ? ", " : "", who,
+                     v->kinds[i] == CE_MPI_CALL ? "called" : "passed", text);
+    if (w < 0 || (size_t)w >= cap - used - 8) { /* room left for ", ..." */
+      v->values[used] = '\0';
+      snprintf(v->values + used, cap - used, ", ...");
+      break;
+    }
+    used += (size_t)w;
+    r = last + 1;
+  }
+  free(all);
+  return 1;
+fail:
+  free(all);
+  return 0;
 }
 
 uint64_t ce_mpi_string_field(const char *s) {
@@ -98,6 +223,8 @@ int ce_mpi_vote_run(MPI_Comm comm, int rank, int size, ce_mpi_vote *v, int faile
   for (int i = 0; i < CE_MPI_MAX; i++) v->max[i] = out[2 * CE_MPI_AGREE + i];
   uint64_t f = out[2 * CE_MPI_AGREE + CE_MPI_MAX];
   v->failed_rank = f ? size - (int)f : -1;
+  v->values[0] = '\0';
+  if (v->differs >= 0 && !gather_values(comm, size, v, v->differs, e)) return 0;
   return 1;
 }
 
@@ -110,20 +237,13 @@ clembed_status ce_mpi_vote_outcome(const ce_mpi_vote *v, const char *op, ce_mpi_
                        op, v->failed_rank);
   if (v->differs >= 0) {
     int i = v->differs;
-    char mine[64];
-    if ((v->floats >> i) & 1) {
-      uint32_t u = (uint32_t)v->agree[i];
-      float f;
-      memcpy(&f, &u, 4);
-      snprintf(mine, sizeof mine, "%.9g", (double)f);
-    } else if (i == 0) {
-      snprintf(mine, sizeof mine, "another clembed_mpi function than this rank's");
-    } else {
-      snprintf(mine, sizeof mine, "%llu", (unsigned long long)v->agree[i]);
-    }
+    if (v->kinds[i] == CE_MPI_CALL)
+      return ce_mpi_fail(e, CLEMBED_ERR_INVALID_ARGUMENT, v->names[i], -1, (int64_t)v->agree[i],
+                         "%s: the ranks call different functions (%s); every rank must make the same call", op,
+                         v->values);
     return ce_mpi_fail(e, CLEMBED_ERR_INVALID_ARGUMENT, v->names[i], -1, (int64_t)v->agree[i],
-                       "%s: the ranks disagree on %s (%s%s); every rank must make the same call with the same "
-                       "%s", op, v->names[i], i == 0 ? "a rank called " : "this rank passed ", mine, v->names[i]);
+                       "%s: the ranks disagree on %s (%s); every rank must make the same call with the same "
+                       "arguments", op, v->names[i], v->values);
   }
   return CLEMBED_OK;
 }
@@ -262,6 +382,32 @@ clembed_status ce_mpi_read_ids(clembed_mpi_table *t, const clembed_ids *ids, int
   }
   if (s != CLEMBED_OK) return ce_mpi_fail_from(e, ctx, s);
   return CLEMBED_OK;
+}
+
+int ce_mpi_read_options(clembed_context *ctx, const char *op, const char *argument, clembed_struct_type type,
+                        const void *in, void *out, size_t size, ce_mpi_error *e) {
+  unsigned char defaults[512]; /* every option struct is far smaller */
+  if (size > sizeof defaults) {
+    ce_mpi_fail(e, CLEMBED_ERR_INVALID_ARGUMENT, argument, -1, 0, "%s: %s: a struct of %zu bytes", op, argument, size);
+    return 0;
+  }
+  memcpy(defaults, out, size);
+  clembed_status s = clembed_struct_read(ctx, op, argument, type, in, out);
+  if (s == CLEMBED_OK) return 1;
+  ce_mpi_fail_from(e, ctx, s);
+  memcpy(out, defaults, size);
+  return 0;
+}
+
+int ce_mpi_read_optimizer(clembed_context *ctx, const char *op, const clembed_optimizer *in, clembed_optimizer *out,
+                          ce_mpi_error *e) {
+  clembed_optimizer probe = clembed_optimizer_defaults(CLEMBED_SGD);
+  *out = probe;
+  if (!in) return 1;
+  if (!ce_mpi_read_options(ctx, op, "optimizer", CLEMBED_STRUCT_OPTIMIZER, in, &probe, sizeof probe, e)) return 0;
+  /* the fields past the caller's struct_size from its own kind's defaults */
+  *out = clembed_optimizer_defaults((unsigned)probe.kind <= (unsigned)CLEMBED_ADAM ? probe.kind : CLEMBED_SGD);
+  return ce_mpi_read_options(ctx, op, "optimizer", CLEMBED_STRUCT_OPTIMIZER, in, out, sizeof *out, e);
 }
 
 uint64_t ce_mpi_padding(int64_t padding_idx, size_t rows, int *bad) {
@@ -453,7 +599,7 @@ int ce_mpi_forward_vote(clembed_mpi_table *t, clembed_context *ctx, const char *
 }
 
 void ce_mpi_agree_optimizer(ce_mpi_vote *v, const clembed_optimizer *o) {
-  ce_mpi_agree(v, "the optimizer's kind", o ? (uint64_t)o->kind : 0);
+  ce_mpi_agree_as(v, "the optimizer's kind", CE_MPI_KIND, o ? (uint64_t)o->kind : 0);
   ce_mpi_agree_float(v, "learning_rate", o ? o->learning_rate : 0.0f);
   ce_mpi_agree_float(v, "eps", o ? o->eps : 0.0f);
   ce_mpi_agree_float(v, "beta1", o ? o->beta1 : 0.0f);

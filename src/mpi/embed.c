@@ -410,15 +410,21 @@ clembed_status clembed_mpi_embed(clembed_mpi_table *t, const clembed_ids *ids, c
   clembed_context *ctx = t->ctx;
   ce_mpi_error e = {0}, serve = {0};
   ce_mpi_vote v = {0};
-  clembed_embed_options o = opt ? *opt : clembed_embed_defaults();
+  clembed_embed_options o = clembed_embed_defaults(); /* the caller's, as far as its struct_size goes */
+  int read_ok = ce_mpi_read_options(ctx, op, "opt", CLEMBED_STRUCT_EMBED_OPTIONS, opt, &o, sizeof o, &e);
   int pad_bad = 0;
   uint64_t pad = ce_mpi_padding(o.padding_idx, t->rows, &pad_bad);
+  /* padding_keeps_row: the padding row is fetched and read as any other (the
+   * padding_idx is still checked and agreed) */
+  uint64_t pad_fetch = o.padding_keeps_row ? UINT64_MAX : pad;
   size_t n = 0, limit = (size_t)INT_MAX / (size_t)t->size;
   size_t d = 0;
   int64_t *host = NULL, pad_local = -1;
 
   /* this rank's own arguments */
-  if (!ids || !out) {
+  if (!read_ok) {
+    /* recorded on e */
+  } else if (!ids || !out) {
     ce_mpi_fail(&e, CLEMBED_ERR_INVALID_ARGUMENT, ids ? "out" : "ids", -1, 0, "%s: %s is NULL", op, ids ? "out" : "ids");
   } else if ((unsigned)o.policy > (unsigned)CLEMBED_INDEX_WRAP) {
     ce_mpi_fail(&e, CLEMBED_ERR_INVALID_ARGUMENT, "policy", -1, (int64_t)o.policy, "%s: unknown index policy %d", op,
@@ -426,6 +432,10 @@ clembed_status clembed_mpi_embed(clembed_mpi_table *t, const clembed_ids *ids, c
   } else if (pad_bad) {
     ce_mpi_fail(&e, CLEMBED_ERR_INVALID_ARGUMENT, "padding_idx", -1, o.padding_idx,
                 "%s: padding_idx %lld is outside the table of %zu rows", op, (long long)o.padding_idx, t->rows);
+  } else if (o.padding_keeps_row != 0 && o.padding_keeps_row != 1) {
+    ce_mpi_fail(&e, CLEMBED_ERR_INVALID_ARGUMENT, "padding_keeps_row", -1, o.padding_keeps_row,
+                "%s: padding_keeps_row is %d; 0 (the padding row counts as zero) or 1 (read as stored)", op,
+                o.padding_keeps_row);
   } else if (out->rows != ids->count || out->cols != t->cols) {
     ce_mpi_fail(&e, CLEMBED_ERR_INVALID_ARGUMENT, "out", -1, (int64_t)out->rows,
                 "%s: out is %zu x %zu but %zu ids of a table of %zu cols need %zu x %zu", op, out->rows, out->cols,
@@ -442,10 +452,11 @@ clembed_status clembed_mpi_embed(clembed_mpi_table *t, const clembed_ids *ids, c
   }
 
   /* what must agree; a rank's own failure does not stop the others' forward */
-  ce_mpi_agree(&v, "the call", CE_MPI_CALL_EMBED);
+  ce_mpi_agree_as(&v, "the call", CE_MPI_CALL, CE_MPI_CALL_EMBED);
   ce_mpi_agree_float(&v, "scale", o.scale);
-  ce_mpi_agree(&v, "policy", (uint64_t)o.policy);
-  ce_mpi_agree(&v, "padding_idx", pad_bad ? (uint64_t)o.padding_idx : pad);
+  ce_mpi_agree_as(&v, "policy", CE_MPI_POLICY, (uint64_t)o.policy);
+  ce_mpi_agree_as(&v, "padding_idx", CE_MPI_PADDING, pad_bad ? (uint64_t)o.padding_idx : pad);
+  ce_mpi_agree(&v, "padding_keeps_row", (uint64_t)(int64_t)o.padding_keeps_row);
   clembed_status voted;
   if (!ce_mpi_forward_vote(t, ctx, op, &v, &e, &voted)) return voted;
 
@@ -460,7 +471,7 @@ clembed_status clembed_mpi_embed(clembed_mpi_table *t, const clembed_ids *ids, c
   if (e.status == CLEMBED_OK && plain(&o) && (out->dtype == wire || widened) &&
       !ce_mpi_map_matrix(t, out, CL_MAP_WRITE, &direct, &direct_ld))
     direct_ld = 0;
-  if (!ce_mpi_fetch_rows(t, op, host, n, o.policy, pad, direct, direct_ld, out ? out->dtype : wire, &d, &pad_local,
+  if (!ce_mpi_fetch_rows(t, op, host, n, o.policy, pad_fetch, direct, direct_ld, out ? out->dtype : wire, &d, &pad_local,
                          &wire, &e, &serve))
     goto done;
   if (direct_ld) goto done;

@@ -119,21 +119,40 @@ int ce_mpi_ok(ce_mpi_error *e, int mpi_code, const char *call);
 enum { CE_MPI_CALL_CREATE = 1, CE_MPI_CALL_LOAD, CE_MPI_CALL_INIT_NORMAL, CE_MPI_CALL_INIT_UNIFORM,
        CE_MPI_CALL_EMBED, CE_MPI_CALL_STEP, CE_MPI_CALL_BAG, CE_MPI_CALL_BAG_STEP };
 
+/* What a field's value is, for the message that names each rank's value in words. */
+enum { CE_MPI_UINT, CE_MPI_PADDING, CE_MPI_FLOAT, CE_MPI_STRING, CE_MPI_DTYPE, CE_MPI_KIND, CE_MPI_MODE, CE_MPI_POLICY,
+       CE_MPI_GIVEN, CE_MPI_SWITCH, CE_MPI_CALL };
+
 typedef struct ce_mpi_vote {
   uint64_t agree[CE_MPI_AGREE];
   const char *names[CE_MPI_AGREE];
+  unsigned char kinds[CE_MPI_AGREE];  /* CE_MPI_UINT, ... */
+  const char *strings[CE_MPI_AGREE];  /* a CE_MPI_STRING field's string (NULL: none was passed) */
   int n;
-  unsigned floats;           /* bit i: field i is a float's bits (for the message) */
   uint64_t max[CE_MPI_MAX];  /* in: this rank's values; out: the largest over the ranks */
   /* out */
   int differs;               /* the first field that is not equal everywhere, or -1 */
   int failed_rank;           /* the lowest rank that failed on its own, or -1 */
+  char values[640];          /* when a field differs: each rank's value of it in words */
 } ce_mpi_vote;
 
-/* Adds a field that must agree (name: a literal, for the message). */
+/* Adds a field that must agree (name: a literal, for the message), an unsigned number. */
 void ce_mpi_agree(ce_mpi_vote *v, const char *name, uint64_t value);
+/* ... a value of another kind (CE_MPI_PADDING: ce_mpi_padding's row, UINT64_MAX for
+ * none, or a bad padding_idx's bits; CE_MPI_DTYPE: a
+ * clembed_dtype, CE_MPI_KIND: an optimizer kind, CE_MPI_MODE: a bag mode,
+ * CE_MPI_POLICY: an index policy, CE_MPI_GIVEN: 1 for a pointer given, CE_MPI_SWITCH:
+ * 0 or 1, CE_MPI_CALL: CE_MPI_CALL_*) */
+void ce_mpi_agree_as(ce_mpi_vote *v, const char *name, int kind, uint64_t value);
 /* ... a float, by its bits */
 void ce_mpi_agree_float(ce_mpi_vote *v, const char *name, float value);
+/* ... a string (NULL allowed), by its hash; s must live until the vote is over */
+void ce_mpi_agree_string(ce_mpi_vote *v, const char *name, const char *s);
+/* Names for messages: "F16", "Q4_K" (the core library's spelling); "ADAM"; "MEAN";
+ * "CLAMP"; for a value that is none, "unknown ... N" written into buf. */
+const char *ce_mpi_dtype_text(clembed_dtype d, char *buf, size_t cap);
+const char *ce_mpi_kind_text(int kind, char *buf, size_t cap);
+const char *ce_mpi_mode_text(int mode, char *buf, size_t cap);
 /* ... an optimizer's kind and fields (o NULL, a rank that failed: zeros) */
 void ce_mpi_agree_optimizer(ce_mpi_vote *v, const clembed_optimizer *o);
 /* The field of a string (a 64-bit FNV-1a hash; NULL differs from ""). */
@@ -141,7 +160,9 @@ uint64_t ce_mpi_string_field(const char *s);
 
 /* The collective agreement, one MPI_Allreduce on comm: every rank learns
  * whether the fields agree, the largest max values, and the lowest rank with
- * `failed` set. 1 on success; 0 when MPI failed (recorded on e). */
+ * `failed` set; when a field differs (every rank knows it), one MPI_Allgather
+ * more of each rank's value of it in words, into v->values. 1 on success; 0
+ * when MPI failed (recorded on e). */
 int ce_mpi_vote_run(MPI_Comm comm, int rank, int size, ce_mpi_vote *v, int failed, ce_mpi_error *e);
 
 /* After a vote: the outcome as this rank's failure, or CLEMBED_OK when every
@@ -431,6 +452,18 @@ static inline int ce_mpi_resolve(int64_t id, size_t rows, clembed_index_policy p
 /* padding_idx resolved against rows (negative counts from the end), or
  * UINT64_MAX for none; *bad set when it lies outside the table. */
 uint64_t ce_mpi_padding(int64_t padding_idx, size_t rows, int *bad);
+
+/* A caller's option struct of `type` read over *out (which holds the
+ * defaults) as every clembed call reads one (clembed_struct_read: as far as
+ * its struct_size goes); a refusal is recorded on e and *out keeps the
+ * defaults. in NULL: the defaults. Returns 1 when read. */
+int ce_mpi_read_options(clembed_context *ctx, const char *op, const char *argument, clembed_struct_type type,
+                        const void *in, void *out, size_t size, ce_mpi_error *e);
+/* A caller's optimizer so read, the fields past its struct_size from the
+ * defaults of its own kind; in NULL gives SGD's defaults (the caller refuses
+ * a NULL optimizer). Returns 1 when read. */
+int ce_mpi_read_optimizer(clembed_context *ctx, const char *op, const clembed_optimizer *in, clembed_optimizer *out,
+                          ce_mpi_error *e);
 
 /* The exchanges: this rank's send counts (items for each rank) go in
  * ce_mpi_send_counts(t)[0 .. size); ce_mpi_exchange_counts (an MPI_Alltoall)

@@ -71,9 +71,10 @@ void ce_mpi_check_optimizer(clembed_mpi_table *t, const char *op, const clembed_
                 "%s: the optimizer's %s must be NULL: the table keeps each shard's state itself", op,
                 o->state ? "state" : "state2");
   } else if (t->has_state && t->kind != o->kind) {
+    char had[32], asked[32];
     ce_mpi_fail(e, CLEMBED_ERR_INVALID_ARGUMENT, "kind", -1, (int64_t)o->kind,
-                "%s: the table's state belongs to optimizer kind %d; a step of kind %d cannot use it", op,
-                (int)t->kind, (int)o->kind);
+                "%s: the table's state belongs to %s; a step of %s cannot use it", op,
+                ce_mpi_kind_text((int)t->kind, had, sizeof had), ce_mpi_kind_text((int)o->kind, asked, sizeof asked));
   } else {
     clembed_context *ctx = t->ctx;
     clembed_matrix tv = ce_mpi_rows(&t->shard, 0), g0 = ce_mpi_rows(&t->scratch, 0);
@@ -106,8 +107,9 @@ static void check_args(clembed_mpi_table *t, const char *op, const clembed_matri
                 "%s: grad_out is %zu x %zu but %zu ids of a table of %zu cols need %zu x %zu", op, g->rows, g->cols,
                 ids->count, t->cols, ids->count, t->cols);
   } else if (!is_float(g->dtype)) {
+    char dt[32];
     ce_mpi_fail(e, CLEMBED_ERR_INVALID_ARGUMENT, "grad_out", -1, (int64_t)g->dtype,
-                "%s: grad_out must be F32, F16 or BF16 (dtype %d)", op, (int)g->dtype);
+                "%s: grad_out must be F32, F16 or BF16, not %s", op, ce_mpi_dtype_text(g->dtype, dt, sizeof dt));
   } else if (bo->position_grad) {
     ce_mpi_fail(e, CLEMBED_ERR_INVALID_ARGUMENT, "position_grad", -1, 0,
                 "%s: a sharded step does not fold a position table's gradient; take it with clembed_backward on "
@@ -335,7 +337,11 @@ clembed_status clembed_mpi_optimizer_step(clembed_mpi_table *t, const clembed_ma
   clembed_context *ctx = t->ctx;
   ce_mpi_error e = {0};
   ce_mpi_vote v = {0};
-  clembed_backward_options bo = opt ? *opt : clembed_backward_defaults();
+  clembed_backward_options bo = clembed_backward_defaults(); /* the caller's, as far as its struct_size goes */
+  clembed_optimizer oo;
+  ce_mpi_read_options(ctx, op, "opt", CLEMBED_STRUCT_BACKWARD_OPTIONS, opt, &bo, sizeof bo, &e);
+  ce_mpi_read_optimizer(ctx, op, o, &oo, &e);
+  if (o) o = &oo; /* NULL: refused by check_args */
   ce_mpi_error own = {0}; /* a failure of this rank's owner side: every rank learns it */
   int pad_bad = 0, made = 0, big = t->max_shard > (size_t)INT32_MAX;
   uint64_t pad = ce_mpi_padding(bo.padding_idx, t->rows, &pad_bad);
@@ -354,11 +360,11 @@ clembed_status clembed_mpi_optimizer_step(clembed_mpi_table *t, const clembed_ma
   /* agree: the call and its settings; each rank's own failure; whether the
    * gradients all have one dtype and none has dropout (then they travel as they are) */
   int ok = e.status == CLEMBED_OK;
-  ce_mpi_agree(&v, "the call", CE_MPI_CALL_STEP);
+  ce_mpi_agree_as(&v, "the call", CE_MPI_CALL, CE_MPI_CALL_STEP);
   ce_mpi_agree_float(&v, "scale", ok ? bo.scale : 0.0f);
-  ce_mpi_agree(&v, "policy", ok ? (uint64_t)bo.policy : 0);
-  ce_mpi_agree(&v, "padding_idx", ok ? pad : 0);
-  ce_mpi_agree(&v, "scale_grad_by_freq", ok ? (uint64_t)(bo.scale_grad_by_freq != 0) : 0);
+  ce_mpi_agree_as(&v, "policy", CE_MPI_POLICY, ok ? (uint64_t)bo.policy : 0);
+  ce_mpi_agree_as(&v, "padding_idx", CE_MPI_PADDING, ok ? pad : 0);
+  ce_mpi_agree_as(&v, "scale_grad_by_freq", CE_MPI_SWITCH, ok ? (uint64_t)(bo.scale_grad_by_freq != 0) : 0);
   ce_mpi_agree_optimizer(&v, ok ? o : NULL);
   v.max[0] = ok ? (uint64_t)grad_out->dtype : 0;
   v.max[1] = ok ? ~(uint64_t)grad_out->dtype : ~(uint64_t)0;

@@ -89,7 +89,7 @@ static clembed_mpi_table *begin(clembed_context *ctx, MPI_Comm comm, const char 
   MPI_Comm_size(t->comm, &t->size);
   ce_mpi_agree(v, "rows", rows);
   ce_mpi_agree(v, "cols", cols);
-  ce_mpi_agree(v, "dtype", (uint64_t)dtype);
+  ce_mpi_agree_as(v, "dtype", CE_MPI_DTYPE, (uint64_t)dtype);
   if (!ce_mpi_vote_run(t->comm, t->rank, t->size, v, e->status != CLEMBED_OK, e)) goto fail;
   if (ce_mpi_vote_outcome(v, op, e) != CLEMBED_OK) goto fail;
   t->rows = rows;
@@ -145,7 +145,7 @@ clembed_status clembed_mpi_table_create(clembed_context *ctx, MPI_Comm comm, siz
   if (t) *t = NULL;
   if (!ctx || !t) /* still a collective: the peers must not wait */
     ce_mpi_fail(&e, CLEMBED_ERR_INVALID_ARGUMENT, ctx ? "t" : "ctx", -1, 0, "%s: %s is NULL", op, ctx ? "t" : "ctx");
-  ce_mpi_agree(&v, "the call", CE_MPI_CALL_CREATE);
+  ce_mpi_agree_as(&v, "the call", CE_MPI_CALL, CE_MPI_CALL_CREATE);
   clembed_mpi_table *tab = begin(ctx, comm, op, rows, cols, dtype, &v, &e);
   if (!tab) return ce_mpi_report(ctx, op, &e);
   size_t first = tab->bounds[tab->rank], n = tab->bounds[tab->rank + 1] - first;
@@ -192,9 +192,9 @@ clembed_status clembed_mpi_table_load(clembed_context *ctx, MPI_Comm comm, const
       ce_mpi_fail(&e, CLEMBED_ERR_INVALID_ARGUMENT, "name", -1, 0, "%s: tensor '%s' is too large for this process", op,
                   info.name);
   }
-  ce_mpi_agree(&v, "the call", CE_MPI_CALL_LOAD);
-  ce_mpi_agree(&v, "name", ce_mpi_string_field(name));
-  ce_mpi_agree(&v, "the tensor's stored type", ce_mpi_string_field(info.type_name));
+  ce_mpi_agree_as(&v, "the call", CE_MPI_CALL, CE_MPI_CALL_LOAD);
+  ce_mpi_agree_string(&v, "name", name);
+  ce_mpi_agree_string(&v, "the tensor's stored type", info.type_name);
   clembed_mpi_table *tab = begin(ctx, comm, op, (size_t)rows, (size_t)cols, dtype, &v, &e);
   if (!tab) return ce_mpi_report(ctx, op, &e);
   size_t first = tab->bounds[tab->rank], n = tab->bounds[tab->rank + 1] - first;
@@ -244,7 +244,7 @@ static clembed_status init(clembed_mpi_table *t, const char *op, int normal, flo
   clembed_context *ctx = t->ctx;
   clembed_status s = clembed_finish(ctx);
   if (s != CLEMBED_OK) ce_mpi_fail_from(&e, ctx, s);
-  ce_mpi_agree(&v, "the call", normal ? CE_MPI_CALL_INIT_NORMAL : CE_MPI_CALL_INIT_UNIFORM);
+  ce_mpi_agree_as(&v, "the call", CE_MPI_CALL, normal ? CE_MPI_CALL_INIT_NORMAL : CE_MPI_CALL_INIT_UNIFORM);
   ce_mpi_agree_float(&v, normal ? "mean" : "low", a);
   ce_mpi_agree_float(&v, normal ? "std" : "high", b);
   ce_mpi_agree(&v, "seed", seed);

@@ -61,7 +61,9 @@
 #include <string.h>
 
 clembed_backward_options clembed_backward_defaults(void) {
-  clembed_backward_options o = {0};
+  clembed_backward_options o;
+  memset(&o, 0, sizeof o);
+  o.struct_size = sizeof o;
   o.scale = 1.0f;
   o.policy = CLEMBED_INDEX_CHECK;
   o.padding_idx = CLEMBED_NO_PADDING;
@@ -110,11 +112,12 @@ static clembed_status check_args(seg_call *b) {
              "%s: grad_out is %zu x %zu but %zu ids of a %s with %zu cols need %zu x %zu", what, g->rows, g->cols,
              b->ids->count, tname, t->cols, b->ids->count, t->cols);
   if (!training && t->dtype != CLEMBED_F32)
-    FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, tname, -1, (int64_t)t->dtype, "%s: grad_table must be F32 (dtype %d)",
-             what, (int)t->dtype);
+    FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, tname, -1, (int64_t)t->dtype, "%s: grad_table must be F32, not %s",
+             what, ce_dtype_name(t->dtype));
   if (training && (unsigned)t->dtype > (unsigned)CLEMBED_BF16)
     FAIL_ARG(CLEMBED_ERR_UNSUPPORTED, "table", -1, (int64_t)t->dtype,
-             "%s: table: a quantized table (dtype %d) cannot be trained; F32, F16 or BF16 can", what, (int)t->dtype);
+             "%s: table: a quantized table (%s) cannot be trained; F32, F16 or BF16 can", what,
+             ce_dtype_name(t->dtype));
   if ((uint64_t)b->n >= 0xFFFFFFFFu)
     FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "ids", -1, (int64_t)b->n, "%s: %zu ids; at most 4294967294 per call",
              what, b->n);
@@ -125,7 +128,7 @@ static clembed_status check_args(seg_call *b) {
     b->p_ld = b->pgp.ld;
     if (b->pg->dtype != CLEMBED_F32)
       FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "position_grad", -1, (int64_t)b->pg->dtype,
-               "%s: position_grad must be F32 (dtype %d)", what, (int)b->pg->dtype);
+               "%s: position_grad must be F32, not %s", what, ce_dtype_name(b->pg->dtype));
     if (b->pg->cols != t->cols)
       FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "position_grad", -1, (int64_t)b->pg->cols,
                "%s: position_grad has %zu cols but the %s has %zu", what, b->pg->cols, tname, t->cols);
@@ -532,10 +535,10 @@ clembed_status clembed_backward(clembed_context *ctx, const clembed_matrix *grad
   cl_event own;
   CE_ENTER(ctx, "clembed_backward");
   cl_event *ev = CE_EVENT_BEGIN(event, own);
-  clembed_backward_options defaults = clembed_backward_defaults();
-  const clembed_backward_options *o = opt ? opt : &defaults;
-  ce_step step = {"clembed_backward", o->accumulate ? CE_STORE_ACCUMULATE : CE_STORE_OVERWRITE, 0.0f,
-                  !o->deterministic, NULL, NULL};
-  clembed_status status = ce_segment_step(ctx, &step, grad_out, ids, opt, grad_table, nwait, wait, ev);
+  clembed_backward_options o = clembed_backward_defaults(); /* the caller's, as far as its struct_size goes */
+  clembed_status status = ce_struct_read(ctx, NULL, "opt", -1, &ce_backward_options_layout, opt, &o);
+  ce_step step = {"clembed_backward", o.accumulate ? CE_STORE_ACCUMULATE : CE_STORE_OVERWRITE, 0.0f,
+                  !o.deterministic, NULL, NULL};
+  if (status == CLEMBED_OK) status = ce_segment_step(ctx, &step, grad_out, ids, &o, grad_table, nwait, wait, ev);
   return ce_track_end(ctx, status, event, &own);
 }

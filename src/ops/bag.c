@@ -11,9 +11,10 @@
  * max_rows) fit, and each group is one launch of each kernel. A single feature
  * is the batch of one: clembed_embedding_bag and clembed_embedding_bags run
  * the same kernel, so a block of the batched output has the bits of the
- * feature alone. The program of a launch is built for the table dtypes and
- * the poolings its features use (DTYPES, MODES): the forward's launches each
- * pool one dtype (the features taken by dtype, then in order). The CPU shape
+ * feature alone. The program of a launch is built for the one table dtype
+ * and the poolings its features use (TABLE_DT, MODES): a launch that reads
+ * rows reads one dtype (the forward takes the features by dtype, then in
+ * order). The CPU shape
  * takes a feature's bags on consecutive work-items (the tuning's
  * bag_by_feature), so one table is read at a time, and pools a bag of plain
  * ids a row at a time without masks (bag_plain, -DPLAIN).
@@ -43,10 +44,19 @@
 clembed_bag_options clembed_bag_defaults(void) {
   clembed_bag_options o;
   memset(&o, 0, sizeof o);
+  o.struct_size = sizeof o;
   o.mode = CLEMBED_BAG_SUM;
   o.policy = CLEMBED_INDEX_CHECK;
   o.padding_idx = CLEMBED_NO_PADDING;
   return o;
+}
+
+clembed_bag_feature clembed_bag_feature_defaults(void) {
+  clembed_bag_feature f;
+  memset(&f, 0, sizeof f);
+  f.struct_size = sizeof f;
+  f.options = clembed_bag_defaults();
+  return f;
 }
 
 /* ------------------------------------------------------------ descriptor */
@@ -93,24 +103,66 @@ typedef struct bag_feat {
   cl_uint slot;  /* its error slot, CE_NO_SLOT */
   ce_pieces tp;  /* the table's pieces (check_feature; ce_pieces_release on the checked feature, not a copy) */
   size_t pg0, pgn; /* the pieces a launch reads: [pg0, pg0 + pgn) */
+  /* a table in more buffers than a launch takes (gather_rows): the feature as
+   * given, and the gathered rows and positions it is pooled through */
+  struct {
+    int on;
+    const clembed_matrix *table;
+    const clembed_ids *ids;
+    clembed_index_policy policy;
+    cl_long padding;
+    clembed_ids *max_rows; /* the caller's, written from pos_rows */
+    clembed_matrix rows;   /* ids->count rows of the table's dtype */
+    clembed_ids idx, pos_rows;
+  } g;
 } bag_feat;
 
 static void release_features(bag_feat *F, size_t n) {
-  for (size_t f = 0; F && f < n; f++) ce_pieces_release(&F[f].tp);
+  for (size_t f = 0; F && f < n; f++) {
+    ce_pieces_release(&F[f].tp);
+    if (F[f].g.rows.buffer) clReleaseMemObject(F[f].g.rows.buffer);
+    if (F[f].g.idx.buffer) clReleaseMemObject(F[f].g.idx.buffer);
+    if (F[f].g.pos_rows.buffer) clReleaseMemObject(F[f].g.pos_rows.buffer);
+    memset(&F[f].g, 0, sizeof F[f].g);
+  }
 }
 
-/* The one feature of the single-table calls. */
-static bag_feat one_feature(const clembed_matrix *table, const clembed_ids *ids, const clembed_ids *offsets,
-                            const clembed_bag_options *opt) {
-  bag_feat F;
-  memset(&F, 0, sizeof F);
-  F.table = table;
-  F.ids = ids;
-  F.offsets = offsets;
-  F.opt = opt ? *opt : clembed_bag_defaults();
-  F.index = -1;
-  F.slot = CE_NO_SLOT;
-  return F;
+/* The one feature of the single-table calls: opt read as far as its
+ * struct_size goes (NULL: the defaults). */
+static clembed_status one_feature(clembed_context *ctx, const clembed_matrix *table, const clembed_ids *ids,
+                                  const clembed_ids *offsets, const clembed_bag_options *opt, bag_feat *F) {
+  memset(F, 0, sizeof *F);
+  F->table = table;
+  F->ids = ids;
+  F->offsets = offsets;
+  F->opt = clembed_bag_defaults();
+  F->index = -1;
+  F->slot = CE_NO_SLOT;
+  ce_pieces_none(&F->tp);
+  return ce_struct_read(ctx, NULL, "opt", -1, &ce_bag_options_layout, opt, &F->opt);
+}
+
+/* The optimizers of a step, each as far as its struct_size goes: one
+ * (array 0), or an array of n read with the stride of o[0]'s struct_size;
+ * *out NULL for o NULL (refused by steps_run). */
+static clembed_status read_optimizers(clembed_context *ctx, const char *what, const clembed_optimizer *o, size_t n,
+                                      int array, clembed_optimizer **out) {
+  clembed_status status = CLEMBED_OK;
+  size_t stride = 0;
+  clembed_optimizer *r = NULL;
+  *out = NULL;
+  if (!o) return CLEMBED_OK;
+  r = calloc(n ? n : 1, sizeof *r);
+  if (!r) FAIL(CLEMBED_ERR_OUT_OF_MEMORY, "%s: out of host memory", what);
+  if (array) CHECK(ce_struct_stride(ctx, NULL, "o", &ce_optimizer_layout, o, n, &stride));
+  for (size_t f = 0; f < n; f++)
+    CHECK(ce_optimizer_read(ctx, "o", array ? (int64_t)f : -1,
+                            (const clembed_optimizer *)((const char *)o + f * stride), &r[f]));
+  *out = r;
+  r = NULL;
+cleanup:
+  free(r);
+  return status;
 }
 
 /* A launch: features [first, first + count) and their buffers. */
@@ -118,7 +170,7 @@ typedef struct bag_launch {
   size_t first, count;
   cl_mem bufs[CLEMBED_BAGS_BUFFERS];
   int nbufs;
-  unsigned dtypes;        /* the forward's DTYPES */
+  int dtype;              /* its first feature's table dtype (plans by_dtype: every feature's), TABLE_DT */
   unsigned modes;         /* and MODES (bag.cl: 1 SUM or MEAN, 2 weighted SUM, 4 MAX) */
   int max;                /* a MAX feature */
   size_t chunks;          /* the GPU shape's x range */
@@ -148,6 +200,26 @@ static int buffer_index(const bag_launch *L, cl_mem m) {
   for (int i = 0; i < L->nbufs; i++)
     if (L->bufs[i] == m) return i;
   return -1;
+}
+
+/* The distinct buffers of F's table pieces, ids, offsets, weights and max_rows. */
+static size_t own_buffers(const bag_feat *F) {
+  size_t own = 0, np = F->tp.count;
+  for (size_t j = 0; j < np; j++) {
+    int seen = 0;
+    for (size_t i = 0; i < j && !seen; i++) seen = F->tp.piece[i].buffer == F->tp.piece[j].buffer;
+    own += !seen;
+  }
+  cl_mem m[4] = {F->ids->buffer, F->offsets ? F->offsets->buffer : NULL,
+                 F->opt.per_sample_weights ? F->opt.per_sample_weights->buffer : NULL,
+                 F->opt.max_rows ? F->opt.max_rows->buffer : NULL};
+  for (int i = 0; i < 4; i++) {
+    int seen = !m[i];
+    for (size_t j = 0; j < np && !seen; j++) seen = F->tp.piece[j].buffer == m[i];
+    for (int k = 0; k < i && !seen; k++) seen = m[k] == m[i];
+    own += !seen;
+  }
+  return own;
 }
 
 /* The features in order, in groups of at most CLEMBED_BAGS_BUFFERS buffers
@@ -184,15 +256,15 @@ static clembed_status plan(clembed_context *ctx, const char *what, const bag_fea
       for (int j = 0; j < i && !seen; j++) seen = m[j] == m[i];
       fresh += !seen;
     }
-    unsigned dt = 1u << (unsigned)F[f].table->dtype;
-    if (!cur || cur->nbufs + fresh > CLEMBED_BAGS_BUFFERS || (by_dtype && cur->dtypes != dt)) {
+    int dt = (int)F[f].table->dtype;
+    if (!cur || cur->nbufs + fresh > CLEMBED_BAGS_BUFFERS || (by_dtype && cur->dtype != dt)) {
       cur = &L[nl++];
       cur->first = f;
+      cur->dtype = dt;
     }
     for (int i = 0; i < k; i++)
       if (buffer_index(cur, m[i]) < 0) cur->bufs[cur->nbufs++] = m[i];
     cur->count++;
-    cur->dtypes |= dt;
     cur->modes |= F[f].opt.mode == CLEMBED_BAG_MAX ? 4u : F[f].opt.per_sample_weights ? 2u : 1u;
     cur->split |= np > 1;
     cur->max |= F[f].opt.mode == CLEMBED_BAG_MAX;
@@ -308,10 +380,11 @@ static bag_args launch_args(cl_mem desc, const bag_launch *L, size_t bags) {
   return a;
 }
 
-/* A launch's program options: `base`, the table dtypes and the poolings it
+/* A launch's program options: `base`, the table dtype its features read (one
+ * per launch: bag.cl's pooling is written for it alone) and the poolings it
  * uses, and whether a table lies in several of its buffers. */
 static void launch_options(char *buf, size_t cap, const char *base, const bag_launch *L) {
-  snprintf(buf, cap, "%s -DDTYPES=%u -DMODES=%u%s", base, L->dtypes, L->modes, L->split ? " -DBAG_SPLIT=1" : "");
+  snprintf(buf, cap, "%s -DTABLE_DT=%d -DMODES=%u%s", base, L->dtype, L->modes, L->split ? " -DBAG_SPLIT=1" : "");
 }
 
 /* The options every bag program has: the fields, the vector width, exact
@@ -386,7 +459,8 @@ static clembed_status check_feature(clembed_context *ctx, const char *what, bag_
   if (w) {
     if (o->mode != CLEMBED_BAG_SUM)
       FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "per_sample_weights", -1, (int64_t)o->mode,
-               "%s: per_sample_weights are for mode SUM only (mode %d)", what, (int)o->mode);
+               "%s: per_sample_weights are for mode SUM only, not %s", what,
+               o->mode == CLEMBED_BAG_MEAN ? "MEAN" : "MAX");
     CHECK(ce_check_matrix(ctx, w, "per_sample_weights", &F->w_ld));
     if (w->dtype != CLEMBED_F32 || w->rows != ids->count || w->cols != 1)
       FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "per_sample_weights", -1, (int64_t)w->rows,
@@ -396,7 +470,7 @@ static clembed_status check_feature(clembed_context *ctx, const char *what, bag_
   if (mr) {
     if (o->mode != CLEMBED_BAG_MAX)
       FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "max_rows", -1, (int64_t)o->mode,
-               "%s: max_rows is for mode MAX only (mode %d)", what, (int)o->mode);
+               "%s: max_rows is for mode MAX only, not %s", what, o->mode == CLEMBED_BAG_SUM ? "SUM" : "MEAN");
     CHECK(ce_check_ids(ctx, mr, "max_rows"));
     if (ce_mul_overflows(bags, t->cols, &need) || mr->count != need)
       FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "max_rows", -1, (int64_t)mr->count,
@@ -455,6 +529,124 @@ static clembed_status feature_slot(clembed_context *ctx, const char *what, bag_f
 
 /* ------------------------------------------------------------- forward */
 
+/* A feature whose table lies in more buffers than one launch takes beside its
+ * ids, offsets, weights and max_rows (a table of any number of pieces): the
+ * rows its ids take are gathered first, in id order, into one temporary
+ * buffer (ids->count rows of the table's dtype, their bytes as they lie; a
+ * launch of ce_bag_gather per piece), and the feature is pooled from there
+ * through idx (j for an id that takes a row, -1 for one left out) under ZERO
+ * with no padding: the same values in the same order, so the same bits. The
+ * gather resolves and reports the ids as the pooling would; MAX's max_rows,
+ * which the pooling then writes as positions, become rows afterwards
+ * (gathered_after). The temporary is sized by the call's ids, not by the
+ * table: it must fit one buffer of the device (CL_DEVICE_MAX_MEM_ALLOC_SIZE;
+ * CLEMBED_MAX_BUFFER_BYTES bounds matrices, not it). */
+static clembed_status gather_rows(ce_chain *ch, const char *what, bag_feat *F) {
+  clembed_status status = CLEMBED_OK;
+  clembed_context *ctx = ch->ctx;
+  const clembed_matrix *t = F->table;
+  const clembed_ids *ids = F->ids;
+  size_t n = ids->count, rb = clembed_dtype_row_bytes(t->dtype, t->cols), bytes, np = F->tp.count;
+  char *opts = NULL;
+  cl_kernel k;
+  if (ce_mul_overflows(n, rb, &bytes) || (ctx->max_alloc && bytes + 4 > ctx->max_alloc))
+    FAIL_ARG(CLEMBED_ERR_UNSUPPORTED, "ids", -1, (int64_t)n,
+             "%s: table lies in %zu buffers, more than a launch of the bag kernels takes with its other buffers "
+             "(CLEMBED_BAGS_BUFFERS %d), so the rows its ids take are gathered into one buffer first; %zu ids of "
+             "%zu-byte rows are more than the device's largest buffer (%llu bytes): pass fewer ids a call",
+             what, np, CLEMBED_BAGS_BUFFERS, n, rb, (unsigned long long)ctx->max_alloc);
+  F->g.on = 1;
+  F->g.table = t;
+  F->g.ids = ids;
+  F->g.policy = F->opt.policy;
+  F->g.padding = F->padding;
+  F->g.rows = (clembed_matrix){NULL, 0, n, t->cols, t->cols, t->dtype};
+  CHECK(ce_buffer(ctx, CE_BUFFER_TEMP, (bytes / 4 + 1) * 4, NULL, "bags: gathered rows", &F->g.rows.buffer));
+  F->g.idx = (clembed_ids){NULL, 0, n, CLEMBED_I64};
+  CHECK(ce_buffer(ctx, CE_BUFFER_TEMP, (n ? n : 1) * sizeof(cl_long), NULL, "bags: gathered ids", &F->g.idx.buffer));
+  opts = base_options(ctx, "-DMODES=0");
+  if (!opts) FAIL(CLEMBED_ERR_OUT_OF_MEMORY, "%s: out of host memory", what);
+  CHECK(ce_kernel(ctx, CE_FAMILY_BAG, opts, "ce_bag_gather", &k));
+  {
+    cl_ulong id_off = ids->offset, nn = n, rows = t->rows, rbl = rb, ld = clembed_dtype_row_bytes(t->dtype, F->t_ld);
+    cl_int id64 = ids->type == CLEMBED_I64, policy = (cl_int)F->opt.policy, report = F->slot != CE_NO_SLOT;
+    cl_long padding = F->padding;
+    cl_uint slot = report ? F->slot : 0;
+    for (size_t j = 0; j < np; j++) {
+      const ce_piece *pc = &F->tp.piece[j];
+      cl_ulong first = pc->first, nrows = ce_piece_nrows(&F->tp, j);
+      cl_ulong off = clembed_dtype_row_bytes(t->dtype, pc->offset);
+      cl_int head = j == 0;
+      CHECK(ce_set_args(ctx, k, "ce_bag_gather", CE_ARG(ids->buffer), CE_ARG(ids->buffer), CE_ARG(id_off),
+                        CE_ARG(id64), CE_ARG(nn), CE_ARG(rows), CE_ARG(policy), CE_ARG(padding), CE_ARG(ctx->errbuf),
+                        CE_ARG(slot), CE_ARG(report), CE_ARG(head), CE_ARG(pc->buffer), CE_ARG(off), CE_ARG(ld),
+                        CE_ARG(first), CE_ARG(nrows), CE_ARG(F->g.rows.buffer), CE_ARG(rbl), CE_ARG(F->g.idx.buffer),
+                        CE_END));
+      CHECK(ce_chain_1d(ch, k, "ce_bag_gather", n, 0));
+    }
+  }
+  if (F->opt.mode == CLEMBED_BAG_MAX && F->opt.max_rows) {
+    size_t m = F->opt.max_rows->count;
+    F->g.max_rows = F->opt.max_rows;
+    F->g.pos_rows = (clembed_ids){NULL, 0, m, CLEMBED_I64};
+    CHECK(ce_buffer(ctx, CE_BUFFER_TEMP, (m ? m : 1) * sizeof(cl_long), NULL, "bags: gathered max_rows",
+                    &F->g.pos_rows.buffer));
+    F->opt.max_rows = &F->g.pos_rows;
+  }
+  /* the feature from here on: the gathered rows through idx */
+  F->table = &F->g.rows;
+  F->ids = &F->g.idx;
+  F->opt.policy = CLEMBED_INDEX_ZERO;
+  F->padding = -1;
+  ce_pieces_release(&F->tp);
+  CHECK(ce_check_pieces(ctx, F->table, "table", 1, &F->tp));
+  F->t_ld = F->tp.ld;
+  F->pg0 = 0;
+  F->pgn = F->tp.count;
+cleanup:
+  free(opts);
+  return status;
+}
+
+/* After a gathered feature's pooling: MAX's max_rows from the positions, and
+ * on a device without 64-bit atomics the first bad id's value from the ids as
+ * given (the pooling's record read the gathered ones). */
+static clembed_status gathered_after(ce_chain *ch, const bag_feat *F) {
+  clembed_status status = CLEMBED_OK;
+  clembed_context *ctx = ch->ctx;
+  char *opts = NULL;
+  cl_kernel k;
+  const clembed_ids *ids = F->g.ids;
+  cl_ulong id_off = ids->offset, rows = F->g.table->rows;
+  cl_int id64 = ids->type == CLEMBED_I64, policy = (cl_int)F->g.policy;
+  cl_long padding = F->g.padding;
+  opts = base_options(ctx, "-DMODES=0");
+  if (!opts) return ce_fail(ctx, CLEMBED_ERR_OUT_OF_MEMORY, "bags: out of host memory");
+  if (F->g.max_rows) {
+    const clembed_ids *mr = F->g.max_rows;
+    cl_ulong m = mr->count, mr_off = mr->offset;
+    cl_int mr64 = mr->type == CLEMBED_I64;
+    CHECK(ce_kernel(ctx, CE_FAMILY_BAG, opts, "ce_bag_gather_rows", &k));
+    CHECK(ce_set_args(ctx, k, "ce_bag_gather_rows", CE_ARG(ids->buffer), CE_ARG(ids->buffer), CE_ARG(id_off),
+                      CE_ARG(id64), CE_ARG(rows), CE_ARG(policy), CE_ARG(padding), CE_ARG(F->g.pos_rows.buffer),
+                      CE_ARG(m), CE_ARG(mr->buffer), CE_ARG(mr->buffer), CE_ARG(mr_off), CE_ARG(mr64), CE_END));
+    CHECK(ce_chain_1d(ch, k, "ce_bag_gather_rows", mr->count, 0));
+  }
+  if (!ctx->atom64 && F->slot != CE_NO_SLOT) {
+    cl_uint slot = F->slot;
+    cl_ulong zero = 0;
+    cl_int no = 0;
+    CHECK(ce_kernel(ctx, CE_FAMILY_BAG, opts, "ce_record_error", &k));
+    CHECK(ce_set_args(ctx, k, "ce_record_error", CE_ARG(ctx->errbuf), CE_ARG(slot), CE_ARG(ids->buffer),
+                      CE_ARG(ids->buffer), CE_ARG(id_off), CE_ARG(id64), CE_ARG(ids->buffer), CE_ARG(ids->buffer),
+                      CE_ARG(zero), CE_ARG(no), CE_ARG(no), CE_ARG(zero), CE_END));
+    CHECK(ce_chain_1d(ch, k, "ce_record_error", 1, 0));
+  }
+cleanup:
+  free(opts);
+  return status;
+}
+
 static clembed_status forward_run(clembed_context *ctx, const char *what, bag_feat *F, size_t n,
                                   clembed_matrix *out, cl_uint nwait, const cl_event *wait, cl_event *event) {
   clembed_status status = CLEMBED_OK;
@@ -481,6 +673,8 @@ static clembed_status forward_run(clembed_context *ctx, const char *what, bag_fe
              "%s: out is %zu x %zu but %zu bags of %zu columns need %zu x %zu", what, out->rows, out->cols, bags,
              cols, bags, cols);
   for (size_t f = 0; f < n; f++) CHECK(feature_slot(ctx, what, &F[f]));
+  for (size_t f = 0; f < n; f++)
+    if (own_buffers(&F[f]) > CLEMBED_BAGS_BUFFERS) CHECK(gather_rows(&ch, what, &F[f]));
   /* the features by table dtype (stable), so that a launch's program pools one
    * dtype: the program of the features alone, and no program with every
    * dtype's code at once (minutes of compiling on some devices) */
@@ -525,6 +719,8 @@ static clembed_status forward_run(clembed_context *ctx, const char *what, bag_fe
     } while (ce_pieces_next(omats, 1));
     CHECK(record_errors(&ch, opts, &a, &L[l]));
   }
+  for (size_t f = 0; f < n; f++)
+    if (F[f].g.on) CHECK(gathered_after(&ch, &F[f]));
   CHECK(ce_chain_close(&ch, event));
 cleanup:
   ce_pieces_release(&op);
@@ -543,29 +739,37 @@ clembed_status clembed_embedding_bag(clembed_context *ctx, const clembed_matrix 
   cl_event own;
   CE_ENTER(ctx, "clembed_embedding_bag");
   cl_event *ev = CE_EVENT_BEGIN(event, own);
-  bag_feat F = one_feature(table, ids, offsets, opt);
-  clembed_status status = forward_run(ctx, "clembed_embedding_bag", &F, 1, out, nwait, wait, ev);
+  bag_feat F;
+  clembed_status status = one_feature(ctx, table, ids, offsets, opt, &F);
+  if (status == CLEMBED_OK) status = forward_run(ctx, "clembed_embedding_bag", &F, 1, out, nwait, wait, ev);
   return ce_track_end(ctx, status, event, &own);
 }
 
-/* The features of a batched call, unchecked beyond their pointers. */
+/* The features of a batched call (read with the stride of features[0]'s
+ * struct_size, each as far as its struct_size goes), unchecked beyond their
+ * pointers. */
 static clembed_status batch_features(clembed_context *ctx, const char *what, const clembed_bag_feature *features,
                                      size_t n, bag_feat **out) {
   clembed_status status = CLEMBED_OK;
   bag_feat *F = NULL;
+  size_t stride = 0;
   *out = NULL;
   if (!features && n)
     FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "features", -1, (int64_t)n, "%s: features is NULL with n = %zu", what, n);
   F = calloc(n ? n : 1, sizeof *F);
   if (!F) FAIL(CLEMBED_ERR_OUT_OF_MEMORY, "%s: out of host memory", what);
+  CHECK(ce_struct_stride(ctx, NULL, "features", &ce_bag_feature_layout, features, n, &stride));
   for (size_t f = 0; f < n; f++) {
-    if (!features[f].table || !features[f].ids)
-      FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, features[f].table ? "ids" : "table", (int64_t)f, 0,
-               "%s: features[%zu].%s is NULL", what, f, features[f].table ? "ids" : "table");
-    F[f].table = features[f].table;
-    F[f].ids = features[f].ids;
-    F[f].offsets = features[f].offsets;
-    F[f].opt = features[f].options;
+    clembed_bag_feature ft = clembed_bag_feature_defaults();
+    CHECK(ce_struct_read(ctx, NULL, "features", (int64_t)f, &ce_bag_feature_layout,
+                         (const char *)features + f * stride, &ft));
+    if (!ft.table || !ft.ids)
+      FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, ft.table ? "ids" : "table", (int64_t)f, 0,
+               "%s: features[%zu].%s is NULL", what, f, ft.table ? "ids" : "table");
+    F[f].table = ft.table;
+    F[f].ids = ft.ids;
+    F[f].offsets = ft.offsets;
+    F[f].opt = ft.options;
     F[f].index = (long)f;
     F[f].slot = CE_NO_SLOT;
   }
@@ -654,7 +858,7 @@ static clembed_status fold_keys(ce_chain *ch, const ce_contrib *c, cl_mem keys, 
   for (size_t f = 0; f < s->n; f++) CHECK(feature_slot(ctx, s->what, &s->F[f]));
   CHECK(plan(ctx, s->what, s->F, s->n, vec, 0, 0, &L, &nl));
   CHECK(describe(ctx, s->F, s->n, L, nl, vec, s->bags, 0, &desc, NULL));
-  snprintf(extra, sizeof extra, "-DKEY64=%d -DDTYPES=1 -DMODES=0", key64); /* (no pooling: one program for all) */
+  snprintf(extra, sizeof extra, "-DKEY64=%d -DMODES=0", key64); /* (no pooling: one program for all) */
   base = base_options(ctx, extra);
   if (!base) FAIL(CLEMBED_ERR_OUT_OF_MEMORY, "%s: out of host memory", s->what);
   cl_ulong rows = s->rows, g_ld = s->g_ld;
@@ -776,7 +980,7 @@ static clembed_status grad_weights_run(ce_chain *ch, const char *what, bag_feat 
   cl_ulong g_ldl = g_ld, w_off = gw->offset, w_ldl = gw_ld;
   for (F.pg0 = 0; F.pg0 < count; F.pg0 += F.pgn) {
     F.pgn = count - F.pg0 < per ? count - F.pg0 : per;
-    CHECK(plan(ctx, what, &F, 1, vec, 0, 1, &L, &nl));
+    CHECK(plan(ctx, what, &F, 1, vec, 1, 1, &L, &nl));
     CHECK(describe(ctx, &F, 1, L, nl, vec, bags, 1, &desc, NULL));
     launch_options(opts, sizeof opts, base, &L[0]);
     bag_args a = launch_args(desc, &L[0], bags);
@@ -812,7 +1016,8 @@ clembed_status clembed_bag_backward(clembed_context *ctx, const clembed_matrix *
   ce_chain_init(&ch, ctx, nwait, wait);
   ce_pieces_none(&gtp);
   ce_pieces_none(&gp);
-  bag_feat F = one_feature(table ? table : grad_table, ids, offsets, opt);
+  bag_feat F;
+  CHECK(one_feature(ctx, table ? table : grad_table, ids, offsets, opt, &F));
   CHECK(ce_check_events(ctx, nwait, wait));
   CHECK(ce_check_pieces(ctx, grad_table, "grad_table", 0, &gtp));
   if (grad_table->dtype != CLEMBED_F32)
@@ -830,7 +1035,8 @@ clembed_status clembed_bag_backward(clembed_context *ctx, const clembed_matrix *
       FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "table", -1, 0, "%s: grad_weights needs the table (it is NULL)", what);
     if (F.opt.mode != CLEMBED_BAG_SUM)
       FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "grad_weights", -1, (int64_t)F.opt.mode,
-               "%s: grad_weights is for mode SUM only (mode %d)", what, (int)F.opt.mode);
+               "%s: grad_weights is for mode SUM only, not %s", what,
+               F.opt.mode == CLEMBED_BAG_MEAN ? "MEAN" : "MAX");
     CHECK(ce_check_matrix(ctx, grad_weights, "grad_weights", &gw_ld));
     if (grad_weights->dtype != CLEMBED_F32 || grad_weights->rows != ids->count || grad_weights->cols != 1)
       FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "grad_weights", -1, (int64_t)grad_weights->rows,
@@ -978,8 +1184,12 @@ clembed_status clembed_bag_optimizer_step(clembed_context *ctx, const clembed_ma
   cl_event own;
   CE_ENTER(ctx, what);
   cl_event *ev = CE_EVENT_BEGIN(event, own);
-  bag_feat F = one_feature(table, ids, offsets, opt);
-  clembed_status status = steps_run(ctx, what, &F, 1, grad_out, o, nwait, wait, ev);
+  bag_feat F;
+  clembed_optimizer *oo = NULL;
+  clembed_status status = one_feature(ctx, table, ids, offsets, opt, &F);
+  if (status == CLEMBED_OK) status = read_optimizers(ctx, what, o, 1, 0, &oo);
+  if (status == CLEMBED_OK) status = steps_run(ctx, what, &F, 1, grad_out, oo, nwait, wait, ev);
+  free(oo);
   return ce_track_end(ctx, status, event, &own);
 }
 
@@ -992,9 +1202,12 @@ clembed_status clembed_bags_optimizer_step(clembed_context *ctx, const clembed_b
   bag_feat *F;
   CE_ENTER(ctx, what);
   cl_event *ev = CE_EVENT_BEGIN(event, own);
+  clembed_optimizer *oo = NULL;
   status = batch_features(ctx, what, features, n, &F);
-  if (status == CLEMBED_OK) status = steps_run(ctx, what, F, n, grad_out, o, nwait, wait, ev);
+  if (status == CLEMBED_OK) status = read_optimizers(ctx, what, o, n, 1, &oo);
+  if (status == CLEMBED_OK) status = steps_run(ctx, what, F, n, grad_out, oo, nwait, wait, ev);
   free(F);
+  free(oo);
   return ce_track_end(ctx, status, event, &own);
 }
 
@@ -1041,7 +1254,7 @@ clembed_status clembed_renorm(clembed_context *ctx, clembed_matrix *table, const
     cl_kernel k;
     int which;
     CHECK(ce_pieces_plan(ctx, what, tmats, 1));
-    snprintf(extra, sizeof extra, "-DTABLE_DT=%d -DKEY64=%d -DDTYPES=1 -DMODES=0", (int)table->dtype, key64);
+    snprintf(extra, sizeof extra, "-DTABLE_DT=%d -DKEY64=%d -DMODES=0", (int)table->dtype, key64);
     ce_pieces_option(extra, sizeof extra, &tp, "tab");
     opts = base_options(ctx, extra);
     if (!opts) FAIL(CLEMBED_ERR_OUT_OF_MEMORY, "%s: out of host memory", what);

@@ -6,18 +6,19 @@
 #include "ops.h"
 
 #include <stdio.h>
+#include <string.h>
 
 clembed_embed_options clembed_embed_defaults(void) {
-  clembed_embed_options o = {0};
+  clembed_embed_options o;
+  memset(&o, 0, sizeof o);
+  o.struct_size = sizeof o;
   o.scale = 1.0f;
   o.policy = CLEMBED_INDEX_CHECK;
   o.padding_idx = CLEMBED_NO_PADDING;
   o.positions = CLEMBED_POSITIONS_NONE;
-  o.sinusoid.base = 10000.0;
-  o.sinusoid.exponent = CLEMBED_EXPONENT_PAIR;
-  o.sinusoid.layout = CLEMBED_LAYOUT_INTERLEAVED;
-  o.norm.kind = CLEMBED_NORM_NONE;
-  o.norm.eps = 1e-5f;
+  o.sinusoid = clembed_sinusoid_defaults();
+  o.norm = clembed_norm_defaults();
+  o.padding_keeps_row = 0;
   return o;
 }
 
@@ -184,6 +185,10 @@ clembed_status ce_embed_check(clembed_context *ctx, const clembed_matrix *table,
   CHECK(ce_check_common(ctx, ctx->op, opt->policy, opt->dropout, ids->count, opt->seq_len,
                         opt->sequence_offsets));
   CHECK(ce_padding(ctx, opt->padding_idx, table->rows, ctx->op, padding));
+  if (opt->padding_keeps_row != 0 && opt->padding_keeps_row != 1)
+    FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "padding_keeps_row", -1, opt->padding_keeps_row,
+             "%s: padding_keeps_row is %d; 0 (the padding row counts as zero) or 1 (read as stored)", ctx->op,
+             opt->padding_keeps_row);
 cleanup:
   return status;
 }
@@ -192,7 +197,7 @@ static clembed_status embed_run(clembed_context *ctx, const clembed_matrix *tabl
                                 const clembed_embed_options *opt, clembed_matrix *out, cl_uint nwait,
                                 const cl_event *wait, cl_event *event) {
   clembed_status status = CLEMBED_OK;
-  clembed_embed_options defaults;
+  clembed_embed_options o = clembed_embed_defaults();
   cl_long padding;
   cl_kernel k;
   char opts[320];
@@ -203,12 +208,11 @@ static clembed_status embed_run(clembed_context *ctx, const clembed_matrix *tabl
   ce_pieces_none(&tp);
   ce_pieces_none(&op);
   ce_pieces_none(&p.pp);
-  if (!opt) {
-    defaults = clembed_embed_defaults();
-    opt = &defaults;
-  }
+  CHECK(ce_struct_read(ctx, NULL, "opt", -1, &ce_embed_options_layout, opt, &o)); /* NULL: the defaults */
+  opt = &o;
   CHECK(ce_check_events(ctx, nwait, wait));
   CHECK(ce_embed_check(ctx, table, ids, opt, out, "out", &tp, &op, &padding));
+  if (opt->padding_keeps_row) padding = -1; /* the padding id's row is read as stored (it gets no gradient) */
   int layer; /* segments or a norm: the layer of norm.c */
   CHECK(ce_norm_check(ctx, table, ids, opt, &layer));
   CHECK(ce_embed_positions(ctx, table, ids, opt, &p));

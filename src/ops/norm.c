@@ -46,6 +46,22 @@
 #include <stdlib.h>
 #include <string.h>
 
+clembed_norm clembed_norm_defaults(void) {
+  clembed_norm n;
+  memset(&n, 0, sizeof n);
+  n.struct_size = sizeof n;
+  n.kind = CLEMBED_NORM_NONE;
+  n.eps = 1e-5f;
+  return n;
+}
+
+clembed_embed_grads clembed_embed_grads_defaults(void) {
+  clembed_embed_grads g;
+  memset(&g, 0, sizeof g);
+  g.struct_size = sizeof g;
+  return g;
+}
+
 /* The arguments every norm.cl kernel starts with (CE_NORM_IN_ARGS), its
  * matrices in one buffer each (norm_call's in_args: with their pieces). */
 #define NORM_IN_ARGS 47
@@ -132,8 +148,8 @@ static clembed_status check_param(clembed_context *ctx, const clembed_matrix *m,
   CHECK(check_any(ctx, m, name));
   if (m->dtype != CLEMBED_F32 || m->rows != 1 || m->cols != cols)
     FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, name, -1, (int64_t)m->cols,
-             "%s: %s must be 1 x %zu F32 (it is %zu x %zu, dtype %d)", ctx->op, name, cols, m->rows, m->cols,
-             (int)m->dtype);
+             "%s: %s must be 1 x %zu F32 (it is %zu x %zu %s)", ctx->op, name, cols, m->rows, m->cols,
+             ce_dtype_name(m->dtype));
 cleanup:
   return status;
 }
@@ -367,8 +383,8 @@ static clembed_status check_grad(clembed_context *ctx, const clembed_matrix *g, 
   CHECK(check_any(ctx, g, what));
   if (g->dtype != CLEMBED_F32 || g->rows != rows || g->cols != cols)
     FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, what, -1, (int64_t)g->rows,
-             "clembed_embed_backward: %s must be %zu x %zu F32 (it is %zu x %zu, dtype %d)", what, rows, cols,
-             g->rows, g->cols, (int)g->dtype);
+             "clembed_embed_backward: %s must be %zu x %zu F32 (it is %zu x %zu %s)", what, rows, cols,
+             g->rows, g->cols, ce_dtype_name(g->dtype));
 cleanup:
   return status;
 }
@@ -534,7 +550,8 @@ static clembed_status embed_backward_run(clembed_context *ctx, const clembed_mat
                                          const clembed_embed_options *opt, const clembed_embed_grads *grads,
                                          cl_uint nwait, const cl_event *wait, cl_event *event) {
   clembed_status status = CLEMBED_OK;
-  clembed_embed_options defaults;
+  clembed_embed_options o = clembed_embed_defaults();
+  clembed_embed_grads g = clembed_embed_grads_defaults();
   cl_long padding;
   int layer;
   ce_embed_pos p;
@@ -552,12 +569,15 @@ static clembed_status embed_backward_run(clembed_context *ctx, const clembed_mat
   ce_pieces_none(&gp);
   ce_pieces_none(&p.pp);
   ce_chain_init(&ch, ctx, nwait, wait);
-  if (!opt) {
-    defaults = clembed_embed_defaults();
-    opt = &defaults;
-  }
+  CHECK(ce_struct_read(ctx, NULL, "opt", -1, &ce_embed_options_layout, opt, &o)); /* NULL: the defaults */
+  opt = &o;
+  CHECK(ce_struct_read(ctx, NULL, "grads", -1, &ce_embed_grads_layout, grads, &g));
+  if (grads) grads = &g; /* NULL: refused by check_grads */
   CHECK(ce_check_events(ctx, nwait, wait));
   CHECK(ce_embed_check(ctx, table, ids, opt, grad_out, "grad_out", &tp, &gp, &padding));
+  /* padding_keeps_row: the rows are recomputed with the padding row as stored; the
+   * table's fold below still gives it no gradient (bo.padding_idx) */
+  if (opt->padding_keeps_row) padding = -1;
   if ((uint64_t)ids->count >= 0xFFFFFFFFu)
     FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "ids", -1, (int64_t)ids->count,
              "clembed_embed_backward: %zu ids; at most 4294967294 per call", ids->count);

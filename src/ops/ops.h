@@ -3,9 +3,10 @@
 #ifndef CLEMBED_OPS_H
 #define CLEMBED_OPS_H
 
+#include "../runtime/options.h"
 #include "../runtime/runtime.h"
 
-/* ----- dtypes on the host (dtype.c), bit for bit the kernels' conversions */
+/* ----- dtypes on the host (convert.c), bit for bit the kernels' conversions */
 uint16_t ce_f32_to_f16(float f);
 float ce_f16_to_f32(uint16_t h);
 uint16_t ce_f32_to_bf16(float f);
@@ -20,7 +21,7 @@ void ce_convert(void *dst, clembed_dtype dt, const void *src, clembed_dtype st, 
  * Q8_0 and Q4_0), -2 when host memory runs out. */
 int ce_convert_values(void *dst, clembed_dtype dt, const void *src, clembed_dtype st, size_t n);
 
-/* ----- angles (angle.c): frequencies in double, cached on the device */
+/* ----- angles (freq_cache.c): frequencies in double, cached on the device */
 clembed_status ce_sinusoid_check(clembed_context *ctx, const clembed_sinusoid *s);
 /* A device buffer of the columns' angle pieces and phases (9 planes of cols
  * floats, see cl/lib/angle.cl), owned by the context's cache. */
@@ -60,8 +61,10 @@ typedef struct ce_embed_pos {
 } ce_embed_pos;
 /* The checks of the forward's arguments: table, ids, `rows` (ids->count x the table's cols,
  * named `what`: the output, or a backward's grad_out), the options they share with the
- * backward, the padding id. The table and `rows` resolved into their pieces (tp, rp: their
- * ld; ce_pieces_release both). */
+ * backward, the padding id (*padding: its row, -1 for none; padding_keeps_row 0 or 1, which
+ * the caller applies: -1 to the rows it reads). The table and `rows` resolved into their
+ * pieces (tp, rp: their ld; ce_pieces_release both). opt is a whole struct of this version
+ * (read by ce_struct_read). */
 clembed_status ce_embed_check(clembed_context *ctx, const clembed_matrix *table, const clembed_ids *ids,
                               const clembed_embed_options *opt, const clembed_matrix *rows, const char *what,
                               ce_pieces *tp, ce_pieces *rp, cl_long *padding);
@@ -149,6 +152,10 @@ typedef struct ce_step {
 clembed_status ce_segment_step(clembed_context *ctx, const ce_step *step, const clembed_matrix *grad_out,
                                const clembed_ids *ids, const clembed_backward_options *opt,
                                clembed_matrix *target, cl_uint nwait, const cl_event *wait, cl_event *event);
+/* A caller's optimizer (ce_struct_read), the fields past its struct_size from
+ * the defaults of its own kind (optim.c). */
+clembed_status ce_optimizer_read(clembed_context *ctx, const char *argument, int64_t index, const clembed_optimizer *in,
+                                 clembed_optimizer *out);
 /* The optimizer's fields and states checked against the table (optim.c). */
 clembed_status ce_optimizer_check(clembed_context *ctx, const char *what, const clembed_optimizer *o,
                                   const clembed_matrix *table, ce_optim_step *p);

@@ -22,7 +22,9 @@ clembed_status clembed_sgd_update(clembed_context *ctx, const clembed_matrix *gr
   CE_ENTER(ctx, "clembed_sgd_update");
   cl_event *ev = CE_EVENT_BEGIN(event, own);
   ce_step step = {"clembed_sgd_update", CE_STORE_SGD, learning_rate, 0, NULL, NULL};
-  clembed_status status = ce_segment_step(ctx, &step, grad_out, ids, opt, table, nwait, wait, ev);
+  clembed_backward_options o = clembed_backward_defaults(); /* the caller's, as far as its struct_size goes */
+  clembed_status status = ce_struct_read(ctx, NULL, "opt", -1, &ce_backward_options_layout, opt, &o);
+  if (status == CLEMBED_OK) status = ce_segment_step(ctx, &step, grad_out, ids, &o, table, nwait, wait, ev);
   return ce_track_end(ctx, status, event, &own);
 }
 
@@ -31,6 +33,7 @@ clembed_status clembed_sgd_update(clembed_context *ctx, const clembed_matrix *gr
 clembed_optimizer clembed_optimizer_defaults(clembed_optimizer_kind kind) {
   clembed_optimizer o;
   memset(&o, 0, sizeof o);
+  o.struct_size = sizeof o;
   o.kind = kind;
   o.learning_rate = kind == CLEMBED_SGD ? 0.1f : 0.01f;
   o.eps = kind == CLEMBED_ADAGRAD ? 1e-10f : 1e-8f;
@@ -51,8 +54,8 @@ static clembed_status check_state(clembed_context *ctx, const char *what, const 
   CHECK(ce_check_pieces(ctx, st, name, 0, p));
   *ld = p->ld;
   if (st->dtype != CLEMBED_F32)
-    FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, name, -1, (int64_t)st->dtype, "%s: %s must be F32 (dtype %d)", what, name,
-             (int)st->dtype);
+    FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, name, -1, (int64_t)st->dtype, "%s: %s must be F32, not %s", what, name,
+             ce_dtype_name(st->dtype));
   if (st->rows != rows || st->cols != cols)
     FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, name, -1, (int64_t)st->rows,
              "%s: %s is %zu x %zu; %s on this table needs %zu x %zu", what, name, st->rows, st->cols, kind, rows,
@@ -122,8 +125,27 @@ clembed_status clembed_optimizer_step(clembed_context *ctx, const clembed_matrix
   cl_event own;
   CE_ENTER(ctx, what);
   cl_event *ev = CE_EVENT_BEGIN(event, own);
-  status = ce_optimizer_fold(ctx, what, grad_out, ids, opt, o, table, NULL, nwait, wait, ev);
+  clembed_backward_options bo = clembed_backward_defaults();
+  clembed_optimizer oo;
+  status = ce_struct_read(ctx, NULL, "opt", -1, &ce_backward_options_layout, opt, &bo);
+  if (status == CLEMBED_OK && o) status = ce_optimizer_read(ctx, "optimizer", -1, o, &oo);
+  if (status == CLEMBED_OK)
+    status = ce_optimizer_fold(ctx, what, grad_out, ids, &bo, o ? &oo : NULL, table, NULL, nwait, wait, ev);
   return ce_track_end(ctx, status, event, &own);
+}
+
+clembed_status ce_optimizer_read(clembed_context *ctx, const char *argument, int64_t index, const clembed_optimizer *in,
+                                 clembed_optimizer *out) {
+  /* the fields past the caller's struct_size take the defaults of its own kind
+   * (the first field, always there); an unknown kind is refused later, by name */
+  clembed_optimizer probe = clembed_optimizer_defaults(CLEMBED_SGD);
+  clembed_status s = ce_struct_read(ctx, NULL, argument, index, &ce_optimizer_layout, in, &probe);
+  if (s != CLEMBED_OK || !in) {
+    *out = probe;
+    return s;
+  }
+  *out = clembed_optimizer_defaults((unsigned)probe.kind <= (unsigned)CLEMBED_ADAM ? probe.kind : CLEMBED_SGD);
+  return ce_struct_read(ctx, NULL, argument, index, &ce_optimizer_layout, in, out);
 }
 
 clembed_status ce_optimizer_fold(clembed_context *ctx, const char *what, const clembed_matrix *grad_out,

@@ -4,6 +4,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* The table for positions [0, rows) of the last sinusoid the forward used
  * (F32, cols wide). */
@@ -82,14 +83,24 @@ cleanup:
   return status;
 }
 
-static const clembed_sinusoid default_sinusoid = {10000.0, CLEMBED_EXPONENT_PAIR, CLEMBED_LAYOUT_INTERLEAVED};
+clembed_sinusoid clembed_sinusoid_defaults(void) {
+  clembed_sinusoid s;
+  memset(&s, 0, sizeof s);
+  s.struct_size = sizeof s;
+  s.base = 10000.0;
+  s.exponent = CLEMBED_EXPONENT_PAIR;
+  s.layout = CLEMBED_LAYOUT_INTERLEAVED;
+  return s;
+}
 
 clembed_status clembed_positional(clembed_context *ctx, const clembed_sinusoid *s, size_t first_position,
                                   clembed_matrix *out, cl_uint nwait, const cl_event *wait, cl_event *event) {
   cl_event own;
   CE_ENTER(ctx, "clembed_positional");
   cl_event *ev = CE_EVENT_BEGIN(event, own);
-  clembed_status status = ce_positional_run(ctx, s, first_position, out, nwait, wait, ev);
+  clembed_sinusoid sn = clembed_sinusoid_defaults(); /* the caller's, as far as its struct_size goes */
+  clembed_status status = ce_struct_read(ctx, NULL, "s", -1, &ce_sinusoid_layout, s, &sn);
+  if (status == CLEMBED_OK) status = ce_positional_run(ctx, &sn, first_position, out, nwait, wait, ev);
   return ce_track_end(ctx, status, event, &own);
 }
 
@@ -103,7 +114,8 @@ clembed_status ce_positional_run(clembed_context *ctx, const clembed_sinusoid *s
   ce_chain ch;
   ce_chain_init(&ch, ctx, nwait, wait);
   ce_pieces_none(&op);
-  if (!s) s = &default_sinusoid;
+  clembed_sinusoid defaults = clembed_sinusoid_defaults();
+  if (!s) s = &defaults;
   CHECK(ce_check_events(ctx, nwait, wait));
   CHECK(ce_check_pieces(ctx, out, "clembed_positional: out", 0, &op));
   CHECK(ce_sinusoid_check(ctx, s));

@@ -1,5 +1,5 @@
 /* Rotary position embeddings: the cos/sin cache and the rotation, on exact
- * angles (cl/lib/angle.cl), with frequencies from angle.c (ce_rope_freq). */
+ * angles (cl/lib/angle.cl), with frequencies from freq_cache.c (ce_rope_freq). */
 #include "ops.h"
 
 #include <stdio.h>
@@ -8,6 +8,7 @@
 clembed_rope clembed_rope_defaults(void) {
   clembed_rope r;
   memset(&r, 0, sizeof r);
+  r.struct_size = sizeof r;
   r.base = 10000.0;
   r.layout = CLEMBED_ROPE_NEOX;
   r.scaling = CLEMBED_ROPE_SCALING_NONE;
@@ -34,7 +35,9 @@ clembed_status clembed_rope_cache(clembed_context *ctx, const clembed_rope *r, s
   cl_event own;
   CE_ENTER(ctx, "clembed_rope_cache");
   cl_event *ev = CE_EVENT_BEGIN(event, own);
-  clembed_status status = cache_run(ctx, r, first_position, cos_sin, nwait, wait, ev);
+  clembed_rope rr = clembed_rope_defaults(); /* the caller's, as far as its struct_size goes (NULL: refused later) */
+  clembed_status status = ce_struct_read(ctx, NULL, "r", -1, &ce_rope_layout, r, &rr);
+  if (status == CLEMBED_OK) status = cache_run(ctx, r ? &rr : NULL, first_position, cos_sin, nwait, wait, ev);
   return ce_track_end(ctx, status, event, &own);
 }
 
@@ -44,7 +47,10 @@ clembed_status clembed_rope_apply(clembed_context *ctx, const clembed_rope *r, c
   cl_event own;
   CE_ENTER(ctx, "clembed_rope_apply");
   cl_event *ev = CE_EVENT_BEGIN(event, own);
-  clembed_status status = apply_run(ctx, r, x, positions, seq_len, position_offset, inverse, out, nwait, wait, ev);
+  clembed_rope rr = clembed_rope_defaults(); /* the caller's, as far as its struct_size goes (NULL: refused later) */
+  clembed_status status = ce_struct_read(ctx, NULL, "r", -1, &ce_rope_layout, r, &rr);
+  if (status == CLEMBED_OK)
+    status = apply_run(ctx, r ? &rr : NULL, x, positions, seq_len, position_offset, inverse, out, nwait, wait, ev);
   return ce_track_end(ctx, status, event, &own);
 }
 

@@ -72,8 +72,9 @@ static clembed_status buffer_size(clembed_context *ctx, cl_mem b, const char *wh
 static clembed_status check_split(clembed_context *ctx, const clembed_matrix *m, const char *what, size_t l,
                                   size_t rows, size_t cols, clembed_dtype dtype, ce_pieces *p) {
   if (m->dtype != dtype)
-    return ARG_FAIL(m->dtype, "%s: its buffer holds a %zu x %zu matrix of dtype %d in %zu buffers; a view of it "
-                    "keeps that dtype (not %d)", what, rows, cols, (int)dtype, p->count, (int)m->dtype);
+    return ARG_FAIL(m->dtype, "%s: its buffer holds a %zu x %zu %s matrix in %zu buffers; a view of it "
+                    "keeps that dtype (not %s)", what, rows, cols, ce_dtype_name(dtype), p->count,
+                    ce_dtype_name(m->dtype));
   if (l != cols)
     return ARG_FAIL(l, "%s: its buffer holds a %zu x %zu matrix in %zu buffers; a view of it keeps ld %zu (not %zu)",
                     what, rows, cols, p->count, cols, l);

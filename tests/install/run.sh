@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs clembed (library, header, CMake package, clembed.pc and the clembed
-# tool) into a temporary prefix, then, with the build tree gone, as a user would:
+# Installs clembed (library, header, CMake package, clembed.pc, the clembed
+# tool and its benchmark clembed-bench) into a temporary prefix, then, with the
+# build tree gone, as a user would:
 # runs the installed tool (it finds its library through its relative RPATH,
 # with no LD_LIBRARY_PATH), and builds and runs a consumer with
 # find_package(clembed) and another with `pkg-config --cflags --libs clembed`.
@@ -24,7 +25,7 @@ echo "== configure, build and install clembed into $work/prefix"
 "$cmake" --install "$work/build" >"$work/install.log" 2>&1 || { cat "$work/install.log"; exit 1; }
 
 # the installed files a consumer needs, and the licence
-for f in include/clembed.h bin/clembed share/doc/clembed/LICENSE; do
+for f in include/clembed.h bin/clembed bin/clembed-bench share/doc/clembed/LICENSE; do
   [ -f "$work/prefix/$f" ] || { echo "missing $f in the prefix"; exit 1; }
 done
 cfg=$(find "$work/prefix" -name clembedConfig.cmake | head -n 1)
@@ -54,6 +55,12 @@ unset LD_LIBRARY_PATH
 "$work/prefix/bin/clembed" positional --length 3 --dim 4 -o "$work/pe.npy" ||
   { echo "the installed clembed positional failed"; exit 1; }
 [ -s "$work/pe.npy" ] || { echo "the installed clembed wrote no output"; exit 1; }
+# `clembed bench` runs the installed clembed-bench beside it (the tool itself links no bench code)
+"$work/prefix/bin/clembed" bench --list >"$work/bench.txt" || { echo "the installed clembed bench --list failed"; exit 1; }
+grep -q "one-token" "$work/bench.txt" || { echo "clembed bench --list printed no row"; cat "$work/bench.txt"; exit 1; }
+if command -v nm >/dev/null 2>&1 && nm "$work/prefix/bin/clembed" 2>/dev/null | grep -qw ceiling_isa; then
+  echo "the installed clembed links the bench's ceilings"; exit 1
+fi
 
 echo "== build and run a consumer with pkg-config"
 pc=$(find "$work/prefix" -name clembed.pc | head -n 1)

@@ -215,6 +215,15 @@ TU_CASE(create_refusals) {
   }
   s = clembed_mpi_table_create(ctx, MPI_COMM_WORLD, 10, 4, (size_t)g_rank == last ? CLEMBED_BF16 : CLEMBED_F32, &t);
   expect_status(ctx, s, g_size > 1 ? CLEMBED_ERR_INVALID_ARGUMENT : CLEMBED_OK, "dtypes differ");
+  if (g_size > 1) { /* every rank's value, by its name: "rank 0 passed F32, rank 1 passed BF16" */
+    char want[96];
+    if (last == 1) snprintf(want, sizeof want, "rank 0 passed F32, rank 1 passed BF16");
+    else snprintf(want, sizeof want, "ranks 0-%zu passed F32, rank %zu passed BF16", last - 1, last);
+    const char *m = clembed_context_message(ctx);
+    EXPECT(strstr(m, "disagree on dtype") && strstr(m, want) && !strstr(m, "this rank passed") &&
+               strstr(m, "the same call with the same arguments"),
+           "message: %s (want %s)", m, want);
+  }
   clembed_mpi_table_release(t);
   t = NULL;
   /* one rank's own bad argument: it names it, the others name the rank */
@@ -282,6 +291,26 @@ static void write_npy(const char *path, const float *v, size_t R, size_t C) {
   fclose(f);
 }
 
+/* A .safetensors file of two R x C F32 tensors, "a" and "b" (both v). */
+static void write_two_tensors(const char *path, const float *v, size_t R, size_t C) {
+  char hdr[256];
+  size_t bytes = R * C * sizeof *v;
+  int n = snprintf(hdr, sizeof hdr,
+                   "{\"a\":{\"dtype\":\"F32\",\"shape\":[%zu,%zu],\"data_offsets\":[0,%zu]},"
+                   "\"b\":{\"dtype\":\"F32\",\"shape\":[%zu,%zu],\"data_offsets\":[%zu,%zu]}}",
+                   R, C, bytes, R, C, bytes, 2 * bytes);
+  while (n % 8) hdr[n++] = ' ';
+  unsigned char len[8];
+  for (int i = 0; i < 8; i++) len[i] = (unsigned char)((uint64_t)n >> (8 * i));
+  FILE *f = fopen(path, "wb");
+  if (!f) return;
+  fwrite(len, 1, 8, f);
+  fwrite(hdr, 1, (size_t)n, f);
+  fwrite(v, 1, bytes, f);
+  fwrite(v, 1, bytes, f);
+  fclose(f);
+}
+
 /* The shard holds the bits of clembed_matrix_load's rows (F32, BF16, Q8_0
  * quantized on loading); a lookup of the Q8_0 table equals one device's. */
 TU_CASE(load_rows_of_a_file) {
@@ -318,8 +347,30 @@ TU_CASE(load_rows_of_a_file) {
   expect_status(ctx, s, CLEMBED_ERR_INVALID_ARGUMENT, "a missing tensor on one rank");
   EXPECT(t == NULL, "a refused load gave a table");
   clembed_file_close(f);
+  /* the ranks name different tensors of one file: the message names each rank's */
+  char two[340];
+  snprintf(two, sizeof two, "%s/two.safetensors", g_dir);
+  if (g_rank == 0) write_two_tensors(two, h, R, C);
+  MPI_Barrier(MPI_COMM_WORLD);
+  f = NULL;
+  OK(NULL, clembed_file_open(two, &f));
+  if (f) {
+    t = NULL;
+    s = clembed_mpi_table_load(ctx, MPI_COMM_WORLD, f, g_rank ? "b" : "a", CLEMBED_F32, &t);
+    expect_status(ctx, s, g_size > 1 ? CLEMBED_ERR_INVALID_ARGUMENT : CLEMBED_OK, "names differ");
+    if (g_size > 1) {
+      char want[96];
+      if (g_size == 2) snprintf(want, sizeof want, "disagree on name (rank 0 passed 'a', rank 1 passed 'b')");
+      else snprintf(want, sizeof want, "disagree on name (rank 0 passed 'a', ranks 1-%d passed 'b')", g_size - 1);
+      EXPECT(strstr(clembed_context_message(ctx), want) != NULL, "message: %s (want %s)", clembed_context_message(ctx),
+             want);
+    }
+    clembed_mpi_table_release(t);
+    clembed_file_close(f);
+  }
   MPI_Barrier(MPI_COMM_WORLD);
   if (g_rank == 0) {
+    unlink(two);
     unlink(path);
     rmdir(g_dir);
   }
@@ -384,6 +435,15 @@ TU_CASE(embed_equals_one_device) {
     b.hi = (int64_t)R; /* the last row (the padding row) occurs */
     check_embed(ctx, R, C, DTS[k], &b, &o, CLEMBED_F32, CLEMBED_OK, "scale, sinusoid, padding -1");
     check_embed(ctx, R, C, DTS[k], &b, &o, CLEMBED_BF16, CLEMBED_OK, "a BF16 output");
+    /* padding_keeps_row: the padding row fetched and read as stored, on the device's path and
+     * (plain options) the host's */
+    o.padding_keeps_row = 1;
+    check_embed(ctx, R, C, DTS[k], &b, &o, CLEMBED_F32, CLEMBED_OK, "padding_keeps_row, scale, sinusoid");
+    clembed_embed_options kp = clembed_embed_defaults();
+    kp.padding_idx = -1;
+    check_embed(ctx, R, C, DTS[k], &b, &kp, CLEMBED_F32, CLEMBED_OK, "padding -1, plain options");
+    kp.padding_keeps_row = 1;
+    check_embed(ctx, R, C, DTS[k], &b, &kp, CLEMBED_F32, CLEMBED_OK, "padding_keeps_row, plain options");
     /* learned positions, sequence offsets and dropout, each rank's own */
     clembed_matrix pt = {0};
     float *ph = table_values(16, C, 9);
@@ -506,6 +566,19 @@ TU_CASE(embed_refusals) {
   o.padding_idx = 17; /* outside the table, on every rank */
   s = clembed_mpi_embed(t, &ids, &o, &out);
   expect_status(ctx, s, CLEMBED_ERR_INVALID_ARGUMENT, "padding_idx 17");
+  o = clembed_embed_defaults();
+  o.padding_idx = 3;
+  o.padding_keeps_row = g_rank == g_size - 1; /* agreed, as padding_idx */
+  s = clembed_mpi_embed(t, &ids, &o, &out);
+  expect_status(ctx, s, g_size > 1 ? CLEMBED_ERR_INVALID_ARGUMENT : CLEMBED_OK, "padding_keeps_row differs");
+  if (g_size > 1) expect_argument(ctx, "clembed_mpi_embed", "padding_keeps_row", "padding_keeps_row differs");
+  /* an option struct without a valid struct_size (a caller of clembed 0.3) on rank 0: its own refusal */
+  o = clembed_embed_defaults();
+  if (g_rank == 0) o.struct_size = 0;
+  s = clembed_mpi_embed(t, &ids, &o, &out);
+  expect_status(ctx, s, g_rank == 0 ? CLEMBED_ERR_INVALID_ARGUMENT : CLEMBED_OK, "rank 0's opt.struct_size 0");
+  if (g_rank == 0) expect_argument(ctx, "clembed_mpi_embed", "opt", "struct_size 0");
+  else expect_same(ctx, &out, &ref, "the others' rows beside a refused struct");
   s = clembed_mpi_embed(t, g_rank == 0 ? NULL : &ids, NULL, &out);
   expect_status(ctx, s, g_rank == 0 ? CLEMBED_ERR_INVALID_ARGUMENT : CLEMBED_OK, "NULL ids on rank 0");
   FAILS(NULL, CLEMBED_ERR_INVALID_ARGUMENT, clembed_mpi_embed(NULL, &ids, NULL, &out));
@@ -825,6 +898,8 @@ TU_CASE(step_refusals) {
   s = clembed_mpi_optimizer_step(t, &grad, &ids, NULL, &adam);
   expect_status(ctx, s, CLEMBED_ERR_INVALID_ARGUMENT, "ADAM after ADAGRAD");
   expect_argument(ctx, op, "kind", "another kind");
+  EXPECT(strstr(clembed_context_message(ctx), "belongs to ADAGRAD; a step of ADAM cannot use it") != NULL,
+         "the kinds by name: %s", clembed_context_message(ctx));
   adam.step = 0;
   FAILS(NULL, CLEMBED_ERR_INVALID_ARGUMENT, clembed_mpi_optimizer_step(NULL, &grad, &ids, NULL, &adam));
   clembed_matrix_release(&grad);
@@ -1390,8 +1465,17 @@ TU_CASE(different_calls) {
     clembed_ids_release(&ids);
   }
   expect_status(ctx, s, g_size > 1 ? CLEMBED_ERR_INVALID_ARGUMENT : CLEMBED_OK, "init on rank 0, embed elsewhere");
-  if (g_size > 1) EXPECT(strstr(clembed_context_message(ctx), "a rank called another clembed_mpi function") != NULL, "message: %s",
-                         clembed_context_message(ctx));
+  if (g_size > 1) { /* each rank's function by its name, and no "the same the call" */
+    char want[160];
+    if (g_size == 2)
+      snprintf(want, sizeof want, "rank 0 called clembed_mpi_table_init_normal, rank 1 called clembed_mpi_embed");
+    else
+      snprintf(want, sizeof want, "rank 0 called clembed_mpi_table_init_normal, ranks 1-%d called clembed_mpi_embed",
+               g_size - 1);
+    const char *m = clembed_context_message(ctx);
+    EXPECT(strstr(m, "the ranks call different functions") && strstr(m, want) && !strstr(m, "the same the call"),
+           "message: %s (want %s)", m, want);
+  }
   clembed_mpi_table_release(t);
   free(h);
 }

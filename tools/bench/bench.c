@@ -36,7 +36,9 @@
  * one buffer in the same rounds, and prints the split's speed over it (1.00 =
  * as fast as one buffer).
  *
- * Uses the public API, OpenCL and tools/ceiling/ only. */
+ * A program of its own, clembed-bench (built with the tools, installed beside
+ * clembed); `clembed bench ARGS` runs it with the same arguments. Uses the
+ * public API, OpenCL and tools/ceiling/ only. */
 #define _DEFAULT_SOURCE
 #define _POSIX_C_SOURCE 200809L
 #include "clembed.h"
@@ -52,8 +54,6 @@
 #include <unistd.h>
 
 #include "timing.h"
-
-int clembed_bench_main(int argc, char **argv);
 
 /* ------------------------------------------------------------- caches */
 
@@ -725,6 +725,7 @@ static clembed_status bags_prepare(bench_state *s, const spec *r, size_t bags, s
     s->fids[f] = s->ids;
     s->fids[f].offset = f * n;
     s->fids[f].count = n;
+    s->feats[f] = clembed_bag_feature_defaults();
     s->feats[f].table = &s->ftab[f];
     s->feats[f].ids = &s->fids[f];
     s->feats[f].offsets = &s->offsets;
@@ -844,7 +845,12 @@ static clembed_status state_prepare(bench_state *s, const spec *r) {
     s->eopt.norm.weight = &s->nw;
     s->eopt.norm.bias = &s->nb;
     s->eopt.norm.eps = 1e-12f;
-    s->egrads = (clembed_embed_grads){&s->dW, &s->gP, &s->gS, &s->gw, &s->gb};
+    s->egrads = clembed_embed_grads_defaults();
+    s->egrads.table = &s->dW;
+    s->egrads.position_table = &s->gP;
+    s->egrads.segment_table = &s->gS;
+    s->egrads.norm_weight = &s->gw;
+    s->egrads.norm_bias = &s->gb;
   }
   if (r->op == OP_EMBED_SINUSOID || r->op == OP_EMBED_LEARNED || bert) {
     s->eopt.seq_len = r->seq;
@@ -859,9 +865,7 @@ static clembed_status state_prepare(bench_state *s, const spec *r) {
   s->optim.state = &s->s1;
   s->optim.state2 = &s->s2;
   s->optim.step = 0;
-  s->sin.base = 10000.0;
-  s->sin.exponent = CLEMBED_EXPONENT_PAIR;
-  s->sin.layout = CLEMBED_LAYOUT_INTERLEAVED;
+  s->sin = clembed_sinusoid_defaults(); /* 10000, PAIR, INTERLEAVED */
   s->rope = clembed_rope_defaults();
   s->rope.head_dim = 128;
   if (bags_op && (st = bags_prepare(s, r, bags, features)) != CLEMBED_OK) return st;
@@ -1212,6 +1216,8 @@ static void usage(FILE *f) {
   fprintf(f,
           "usage: clembed bench [--quick] [--json] [--reps N] [--only TEXT] [--ceiling] [--against SETTINGS]\n"
           "                     [--list] [--device SPEC]\n"
+          "  (the program clembed-bench, beside clembed, which `clembed bench` runs: clembed-bench\n"
+          "  takes the same arguments)\n"
           "  Times each operation at the sizes models have (a 1 GiB f32 table, Llama 3's\n"
           "  128256 x 4096 token table in bf16, f16 and ggml's block types, a 1000000 x 128\n"
           "  recommendation table, BERT's input layer 32000 x 1024 with LayerNorm)\n"
@@ -1241,7 +1247,7 @@ static void usage(FILE *f) {
           "  --json      one JSON object per row, after one for the reference\n");
 }
 
-int clembed_bench_main(int argc, char **argv) {
+int main(int argc, char **argv) {
   int json = 0, reps = 15, with_ceiling = 0;
   const char *device = NULL, *only = NULL, *against = NULL;
   for (int i = 1; i < argc; i++) {

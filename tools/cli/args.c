@@ -53,7 +53,7 @@ static int describes(const char *usage, const char *name) {
  * (checked here, so that a flag added without its line cannot pass the tests). */
 static _Noreturn void print_help(const cli_flag *f, size_t nf, const char *usage) {
   int missing = 0;
-  fputs(usage, stdout);
+  cli_put_usage(usage, stdout);
   fflush(stdout);
   for (size_t i = 0; i < nf; i++)
     if (!describes(usage, f[i].name))
@@ -229,7 +229,7 @@ clembed_index_policy cli_arg_policy(const char *s) {
 }
 
 clembed_sinusoid cli_arg_sinusoid(const char *base, const char *exponent, const char *layout) {
-  clembed_sinusoid s = {10000.0, CLEMBED_EXPONENT_PAIR, CLEMBED_LAYOUT_INTERLEAVED};
+  clembed_sinusoid s = clembed_sinusoid_defaults(); /* 10000, PAIR, INTERLEAVED */
   if (base) {
     double b;
     if (!cli_parse_double(base, &b)) cli_fail(1, "--base: '%s' is not a number", base);

@@ -24,6 +24,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #if defined(__GNUC__) || defined(__clang__)
 #define CLI_PRINTF(f, a) __attribute__((format(printf, f, a)))
@@ -150,7 +151,7 @@ void cli_output_abort(void);
 
 /* ---------------------------------------------------------- dtype.c */
 
-/* Sets of dtypes (a dtype's entry in dtype.c says which it belongs to): */
+/* Sets of dtypes (dtype.c decides them from the library's facts of each dtype): */
 #define CLI_DT_FLOAT 1u /* f32 f16 bf16: --out-dtype, rope's input */
 #define CLI_DT_NPY 2u   /* f32 f16: what a .npy file holds */
 #define CLI_DT_EMBED 4u /* embed's --dtype: a float type, or one the library quantizes to */
@@ -162,6 +163,11 @@ const char *cli_dtype_name(int dtype);
 const char *cli_dtype_list(unsigned set, char *buf, size_t cap);
 /* A dtype of `set` by its name; exit 1 naming the flag and the set. */
 clembed_dtype cli_arg_dtype(const char *flagname, const char *s, unsigned set);
+/* In a --help text, the names of every table dtype (CLI_DT_TABLE, the
+ * library's list), space-separated and wrapped at the marker's column. */
+#define CLI_TABLE_DTYPES "@table-dtypes@"
+/* Prints a --help text to f with CLI_TABLE_DTYPES replaced by the names. */
+void cli_put_usage(const char *usage, FILE *f);
 /* A tensor's type in the same lower-case scheme: clembed's name, else i32,
  * i64, f64, u8, bool ... (a NumPy type string of a little-endian number),
  * the file's own name in lower case (q5_k, f8_e4m3), or a NumPy type string

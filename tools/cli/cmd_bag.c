@@ -12,8 +12,9 @@ static const char usage[] =
     "                   [--out-dtype f32|f16|bf16] [--device SPEC] -o OUT.npy|OUT.safetensors\n"
     "\n"
     "Each bag of ids pooled into one row (PyTorch's F.embedding_bag); output shape (B, D).\n"
-    "  --table W         table (V, D): .npy (<f4, <f2), .safetensors or .gguf (F32, F16, BF16, and\n"
-    "                    ggml's q8_0, q4_0, q4_K, q6_K; FILE:NAME picks a tensor)\n"
+    "  --table W         table (V, D): .npy (<f4, <f2), .safetensors or .gguf (FILE:NAME picks a\n"
+    "                    tensor), of any dtype:\n"
+    "                    " CLI_TABLE_DTYPES "\n"
     "  --ids IDS.npy     <i4 or <i8 ids: 2-D (B, L) without --offsets, B bags of L ids; 1-D\n"
     "                    (n,) with --offsets\n"
     "  --offsets OFF     <i4 or <i8, 1-D: the B bags' first positions (bag b is ids[OFF[b] ..\n"
@@ -21,7 +22,8 @@ static const char usage[] =
     "  --include-last-offset   OFF holds B + 1 entries, the last the number of ids (CSR)\n"
     "  --mode            sum, mean or max, per column over the bag's ids in order; an empty bag\n"
     "                    gives zeros\n"
-    "  --weights PSW     <f4 or <f2 per-sample weights, the shape of the ids (mode sum only)\n"
+    "  --weights PSW     per-sample weights (f32, f16 or bf16: <f4 or <f2 in a .npy), the shape of\n"
+    "                    the ids (mode sum only)\n"
     "  --padding-idx V   ids equal to V are left out of their bag and of mean's count\n"
     "                    (negative: counts from the end)\n"
     "  --on-bad-id       check (default: exit 1 naming the position), clamp, zero (left out of\n"
@@ -84,10 +86,9 @@ int cli_cmd_bag(int argc, char **argv) {
   }
   const npy_array *psw = NULL;
   if (GIVEN("--weights")) {
-    psw = cli_load("--weights", VAL("--weights"));
-    if ((psw->dtype != NPY_F4 && psw->dtype != NPY_F2) || psw->ndim != ids->ndim ||
-        memcmp(psw->shape, ids->shape, (size_t)ids->ndim * sizeof *ids->shape) != 0)
-      cli_fail(1, "--weights %s: must be <f4 or <f2 of the shape of --ids %s", VAL("--weights"), ipath);
+    psw = cli_load_as("--weights", VAL("--weights"), CLI_TAKES_FLOAT); /* a type it refuses: the message lists these */
+    if (psw->ndim != ids->ndim || memcmp(psw->shape, ids->shape, (size_t)ids->ndim * sizeof *ids->shape) != 0)
+      cli_fail(1, "--weights %s: must have the shape of --ids %s", VAL("--weights"), ipath);
   }
   char ids_what[1100];
   snprintf(ids_what, sizeof ids_what, "--ids %s", ipath);

@@ -142,7 +142,9 @@ int cli_cmd_demo(int argc, char **argv) {
 
   /* 2. l_max = 5 as the base, exponent per index */
   enum { L2 = 5 };
-  clembed_sinusoid s5 = {5.0, CLEMBED_EXPONENT_INDEX, CLEMBED_LAYOUT_INTERLEAVED};
+  clembed_sinusoid s5 = clembed_sinusoid_defaults();
+  s5.base = 5.0;
+  s5.exponent = CLEMBED_EXPONENT_INDEX;
   printf("2. Positional encoding with l_max = %d as the base and the exponent per index "
          "(sin/cos of p * 5^(-i/d), interleaved), positions 0..%d\n", L2, L2 - 1);
   clembed_matrix *pe5 = cli_zeros(L2, D1, CLEMBED_F32);
@@ -157,7 +159,7 @@ int cli_cmd_demo(int argc, char **argv) {
   printf("\n");
 
   /* 3. the standard formula */
-  clembed_sinusoid std = {10000.0, CLEMBED_EXPONENT_PAIR, CLEMBED_LAYOUT_INTERLEAVED};
+  clembed_sinusoid std = clembed_sinusoid_defaults(); /* 10000, PAIR, INTERLEAVED */
   printf("3. The standard formula (Vaswani et al.: base 10000, one frequency per sin/cos pair)\n");
   clembed_matrix *pe = cli_zeros(T1, D1, CLEMBED_F32);
   cli_check(clembed_positional(cli_ctx, &std, 0, pe, 0, NULL, NULL));

@@ -11,21 +11,19 @@ static const char usage[] =
     "\n"
     "Lists the tensors of a .npy, .safetensors or .gguf file (recognised by its content),\n"
     "one line each: name, dtype and shape (AxB..., outermost first; a GGUF file's dims\n"
-    "reversed as NumPy's). The dtype is clembed's lower-case name (f32 f16 bf16, and ggml's\n"
-    "block types q8_0 q4_0 q4_1 q5_0 q5_1 q2_k q3_k q4_k q5_k q6_k iq4_nl iq4_xs iq2_xxs\n"
-    "iq2_xs iq2_s iq3_xxs iq3_s iq1_s iq1_m) for what clembed can load as a table, and the\n"
-    "file's own type name for the rest (I64, F64 and U8 in .safetensors, <i8 and <f8 in\n"
-    ".npy, ggml's names).\n"
+    "reversed as NumPy's). The dtype is clembed's lower-case name for what clembed can load\n"
+    "as a table:\n"
+    "  " CLI_TABLE_DTYPES "\n"
+    "and the same lower-case scheme for the rest: i32, i64, f64, u8, bool (I64 in a\n"
+    ".safetensors file, <i8 in a .npy: i64), ggml's type names in lower case; a NumPy type\n"
+    "with no such name (big-endian, text) as NumPy writes it (>f4, <U10).\n"
     "A .npy file's one array has no name: it shows as -.\n"
     "  --json          an array of {\"name\", \"dtype\", \"shape\", \"bytes\"} instead\n"
     "  --device SPEC   accepted as by every subcommand; inspect reads the file on the host\n"
     "                  and opens no device\n";
 
-/* clembed's name for what it can load as a table, else the file's own */
-static const char *dtype_text(const clembed_tensor_info *t, char *buf, size_t cap) {
-  if (cli_dtype_name(t->dtype) || !t->type_name || !*t->type_name) return cli_type_text(t, buf, cap);
-  return t->type_name;
-}
+/* clembed's name for what it can load as a table, else the file's own type in the same lower-case scheme */
+static const char *dtype_text(const clembed_tensor_info *t, char *buf, size_t cap) { return cli_type_text(t, buf, cap); }
 
 void cli_json_string(const char *s) {
   putchar('"');

@@ -1,68 +1,85 @@
-/* The tool's names of dtypes: one table, lower case everywhere (flags,
- * messages, `clembed inspect`). clembed's dtypes by clembed's names (ggml's
- * type names in lower case for the block types); a new clembed_dtype is one
- * line in `dtypes` below, with the sets of flags that take it. The types a
- * file holds that clembed cannot use are named in the same scheme (i32, i64,
- * f64, u8, bool, q8_k, ...; see cli_type_text). */
+/* The tool's names of dtypes, lower case everywhere (flags, messages, --help,
+ * `clembed inspect`). The dtypes and their names are the library's one list
+ * (src/runtime/dtypes.h), asked through the public API as any program would:
+ * every code that clembed_dtype_name names, in code order. A new clembed_dtype
+ * is in every flag, message and --help that takes table dtypes with nothing
+ * typed here. The sets of flags that take a dtype (CLI_DT_*) follow from its
+ * facts: the float types (one value a block), NumPy's two (f32, f16), and the
+ * block types clembed_matrix_write quantizes float values into (Q8_0, Q4_0,
+ * include/clembed.h). The types a file holds that clembed cannot use are
+ * named in the same scheme (i32, i64, f64, u8, bool, q8_k, ...; see
+ * cli_type_text). */
 #include "cli.h"
 
 #include <ctype.h>
 #include <stdio.h>
 #include <string.h>
 
-static const struct {
-  const char *name;
-  clembed_dtype dtype;
-  unsigned sets; /* CLI_DT_* */
-} dtypes[] = {
-    {"f32", CLEMBED_F32, CLI_DT_FLOAT | CLI_DT_NPY | CLI_DT_EMBED | CLI_DT_TABLE},
-    {"f16", CLEMBED_F16, CLI_DT_FLOAT | CLI_DT_NPY | CLI_DT_EMBED | CLI_DT_TABLE},
-    {"bf16", CLEMBED_BF16, CLI_DT_FLOAT | CLI_DT_EMBED | CLI_DT_TABLE},
-    {"q8_0", CLEMBED_Q8_0, CLI_DT_EMBED | CLI_DT_TABLE},
-    {"q4_0", CLEMBED_Q4_0, CLI_DT_EMBED | CLI_DT_TABLE},
-    {"q4_k", CLEMBED_Q4_K, CLI_DT_TABLE},
-    {"q6_k", CLEMBED_Q6_K, CLI_DT_TABLE},
-    {"q4_1", CLEMBED_Q4_1, CLI_DT_TABLE},
-    {"q5_0", CLEMBED_Q5_0, CLI_DT_TABLE},
-    {"q5_1", CLEMBED_Q5_1, CLI_DT_TABLE},
-    {"q2_k", CLEMBED_Q2_K, CLI_DT_TABLE},
-    {"q3_k", CLEMBED_Q3_K, CLI_DT_TABLE},
-    {"q5_k", CLEMBED_Q5_K, CLI_DT_TABLE},
-    {"iq4_nl", CLEMBED_IQ4_NL, CLI_DT_TABLE},
-    {"iq4_xs", CLEMBED_IQ4_XS, CLI_DT_TABLE},
-    {"iq2_xxs", CLEMBED_IQ2_XXS, CLI_DT_TABLE},
-    {"iq2_xs", CLEMBED_IQ2_XS, CLI_DT_TABLE},
-    {"iq2_s", CLEMBED_IQ2_S, CLI_DT_TABLE},
-    {"iq3_xxs", CLEMBED_IQ3_XXS, CLI_DT_TABLE},
-    {"iq3_s", CLEMBED_IQ3_S, CLI_DT_TABLE},
-    {"iq1_s", CLEMBED_IQ1_S, CLI_DT_TABLE},
-    {"iq1_m", CLEMBED_IQ1_M, CLI_DT_TABLE},
-};
-#define NDTYPES (sizeof dtypes / sizeof dtypes[0])
+/* The codes asked: the list's values are small and dense (0, 1, 2, ...). */
+#define CLI_DTYPE_CODES 256
 
-const char *cli_dtype_name(int dtype) {
-  for (size_t i = 0; i < NDTYPES; i++)
-    if ((int)dtypes[i].dtype == dtype) return dtypes[i].name;
-  return NULL;
+static int known(int d) { return d >= 0 && strcmp(clembed_dtype_name((clembed_dtype)d), "unknown") != 0; }
+
+/* The CLI_DT_* sets a known dtype belongs to. */
+static unsigned sets_of(int d) {
+  unsigned s = CLI_DT_TABLE;
+  if (clembed_dtype_block_values((clembed_dtype)d) == 1) s |= CLI_DT_FLOAT | CLI_DT_EMBED;
+  if (d == CLEMBED_F32 || d == CLEMBED_F16) s |= CLI_DT_NPY;
+  if (d == CLEMBED_Q8_0 || d == CLEMBED_Q4_0) s |= CLI_DT_EMBED;
+  return s;
 }
 
-const char *cli_dtype_list(unsigned set, char *buf, size_t cap) {
+const char *cli_dtype_name(int dtype) { return known(dtype) ? clembed_dtype_name((clembed_dtype)dtype) : NULL; }
+
+/* The names of a set, each with `sep` before it but the first. */
+static const char *list_of(unsigned set, const char *sep, char *buf, size_t cap) {
   size_t used = 0;
   buf[0] = '\0';
-  for (size_t i = 0; i < NDTYPES; i++) {
-    if (!(dtypes[i].sets & set)) continue;
-    int w = snprintf(buf + used, cap - used, "%s%s", used ? ", " : "", dtypes[i].name);
+  for (int d = 0; d < CLI_DTYPE_CODES; d++) {
+    if (!known(d) || !(sets_of(d) & set)) continue;
+    int w = snprintf(buf + used, cap - used, "%s%s", used ? sep : "", clembed_dtype_name((clembed_dtype)d));
     if (w < 0 || (size_t)w >= cap - used) break;
     used += (size_t)w;
   }
   return buf;
 }
 
+const char *cli_dtype_list(unsigned set, char *buf, size_t cap) { return list_of(set, ", ", buf, cap); }
+
 clembed_dtype cli_arg_dtype(const char *flagname, const char *s, unsigned set) {
-  for (size_t i = 0; i < NDTYPES; i++)
-    if ((dtypes[i].sets & set) && !strcmp(s, dtypes[i].name)) return dtypes[i].dtype;
-  char list[256];
+  for (int d = 0; d < CLI_DTYPE_CODES; d++)
+    if (known(d) && (sets_of(d) & set) && !strcmp(s, clembed_dtype_name((clembed_dtype)d))) return (clembed_dtype)d;
+  char list[1024];
   cli_fail(1, "%s: '%s' is not one of %s", flagname, s, cli_dtype_list(set, list, sizeof list));
+}
+
+void cli_put_usage(const char *usage, FILE *f) {
+  const char *mark = CLI_TABLE_DTYPES;
+  size_t marklen = strlen(mark);
+  const char *p = usage, *m;
+  while ((m = strstr(p, mark)) != NULL) {
+    fwrite(p, 1, (size_t)(m - p), f);
+    /* the names from the marker's column on, wrapped before column 92 at that column */
+    const char *line = m;
+    while (line > usage && line[-1] != '\n') line--;
+    size_t column = (size_t)(m - line), at = column;
+    char names[1024];
+    list_of(CLI_DT_TABLE, " ", names, sizeof names);
+    for (char *w = strtok(names, " "); w; w = strtok(NULL, " ")) {
+      size_t n = strlen(w);
+      if (at > column && at + 1 + n > 92) {
+        fprintf(f, "\n%*s", (int)column, "");
+        at = column;
+      } else if (at > column) {
+        fputc(' ', f);
+        at++;
+      }
+      fputs(w, f);
+      at += n;
+    }
+    p = m + marklen;
+  }
+  fputs(p, f);
 }
 
 /* A NumPy type string of a little-endian (or one-byte) number: the scheme's

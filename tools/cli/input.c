@@ -163,7 +163,7 @@ static unsigned kind_of(const clembed_tensor_info *t, npy_dtype *host) {
 
 /* "f32, f16, bf16, i32, i64": what `takes` admits, for a message. */
 static const char *takes_text(unsigned takes, char *buf, size_t cap) {
-  char list[256];
+  char list[1024]; /* every table dtype, the library's list */
   buf[0] = '\0';
   if (takes & CLI_TAKES_FLOAT) cli_dtype_list(CLI_DT_FLOAT, buf, cap);
   if (takes & CLI_TAKES_BLOCKS) {
@@ -238,7 +238,7 @@ const npy_array *cli_load_as(const char *flagname, const char *arg, unsigned tak
   npy_array *a = &in->a;
   npy_dtype host = NPY_F4;
   unsigned kind = kind_of(&t, &host);
-  char what[600], tb[64], list[256];
+  char what[600], tb[64], list[1024];
   if (t.name[0]) snprintf(what, sizeof what, "tensor '%s' is", t.name);
   else snprintf(what, sizeof what, "the array is");
   if (!(kind & takes)) {

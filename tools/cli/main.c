@@ -21,7 +21,8 @@ static const char usage_main[] =
     "  sgd         one fused sparse SGD step on a table\n"
     "  init        table initialisation (Philox normal or uniform)\n"
     "  bag         bags of ids pooled per sample (sum, mean, max; EmbeddingBag), shape (B, D)\n"
-    "  bench       the benchmark against the device's own copy\n"
+    "  bench       the benchmark against the device's own copy (runs clembed-bench, the\n"
+    "              program beside clembed, with the same arguments)\n"
     "  demo        the tutorial end to end on the default device; `demo model FILE`: a model\n"
     "              file's embedding table (.gguf quantized or float, .safetensors) looked up\n"
     "  inspect     the tensors of a .npy, .safetensors or .gguf file\n"
@@ -40,7 +41,8 @@ static const char usage_main[] =
     "symlink's target is replaced (not the link), a device node or FIFO is written\n"
     "directly, and -o - writes the .npy to standard output. Input files are mapped, not\n"
     "copied; a run whose host plus device memory exceeds the machine's is refused.\n"
-    "Exit status: 0 success, 1 bad usage or bad input, 2 device or OpenCL failure.\n"
+    "Exit status: 0 success, 1 bad usage or bad input, 2 device or OpenCL failure (bench: 127\n"
+    "when there is no clembed-bench beside clembed).\n"
     "\n"
     "  clembed --version   prints the version\n";
 

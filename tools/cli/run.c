@@ -184,7 +184,12 @@ void cli_check(clembed_status s) {
     for (size_t i = 0; !what && i < sizeof g_blame / sizeof g_blame[0] && g_blame[i].argument; i++)
       if (!strcmp(d.argument, g_blame[i].argument)) what = g_blame[i].what;
   }
-  if (s == CLEMBED_ERR_INDEX_OUT_OF_RANGE || s == CLEMBED_ERR_INVALID_ARGUMENT) {
+  /* bad input, and what the library refuses to do with an argument it names
+   * (a quantized table to train, a matrix in more buffers than an operation
+   * takes): exit 1; the device's own failures: exit 2 */
+  int refused = s == CLEMBED_ERR_UNSUPPORTED && clembed_context_error(cli_ctx, &d) == CLEMBED_OK && d.argument &&
+                *d.argument;
+  if (s == CLEMBED_ERR_INDEX_OUT_OF_RANGE || s == CLEMBED_ERR_INVALID_ARGUMENT || refused) {
     if (what) cli_fail(1, "%s: %s", what, *m ? m : clembed_status_string(s));
     cli_fail(1, "%s", *m ? m : clembed_status_string(s));
   }

@@ -1,8 +1,8 @@
 /* Angles: the sinusoid's and RoPE's frequencies in double on the host, as the
- * exact-angle pieces of rope_freq.c, cached on the device per context (the
+ * exact-angle pieces of freq.c, cached on the device per context (the
  * kernels' angle reduction is cl/lib/angle.cl). */
 #include "ops.h"
-#include "rope_freq.h"
+#include "freq.h"
 
 #include <math.h>
 #include <stdlib.h>

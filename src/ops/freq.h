@@ -1,7 +1,7 @@
 /* Host-side angle preparation (exact angles on a float32 device) and the RoPE
  * frequencies with their scalings, in double. Plain C: no context, no OpenCL. */
-#ifndef CLEMBED_ROPE_FREQ_H
-#define CLEMBED_ROPE_FREQ_H
+#ifndef CLEMBED_OPS_FREQ_H
+#define CLEMBED_OPS_FREQ_H
 
 #include "clembed.h"
 

@@ -1,5 +1,5 @@
-/* Host-side angle preparation and the RoPE frequencies (see rope_freq.h). */
-#include "rope_freq.h"
+/* Host-side angle preparation and the RoPE frequencies (see freq.h). */
+#include "freq.h"
 
 #include <math.h>
 
