@@ -507,10 +507,11 @@ CLEMBED_API void clembed_ids_release(clembed_ids *ids);
  *   CLEMBED_BAGS_BUFFERS; a table in more pieces than that leaves room for
  *   (any number: a 24 GiB table under a 1 GiB limit is 24) first has the rows
  *   its ids take copied, in id order, into one temporary buffer of ids->count
- *   rows, which the feature is pooled from: the same bits, the same deferred
- *   errors and max_rows (that temporary must fit one buffer of the device,
- *   else CLEMBED_ERR_UNSUPPORTED naming "ids"; CLEMBED_MAX_BUFFER_BYTES does
- *   not bound it). clembed_bag_backward's grad_weights and the steps take any
+ *   rows, which the feature is pooled from: the same bits and max_rows, and
+ *   the same deferred errors (where its offsets are bad too, the first bad id
+ *   may be named before a bad offset that comes earlier). That temporary must
+ *   fit one buffer of the device, else CLEMBED_ERR_UNSUPPORTED naming "ids";
+ *   CLEMBED_MAX_BUFFER_BYTES does not bound it. clembed_bag_backward's grad_weights and the steps take any
  *   number of pieces. per_sample_weights and grad_weights (ids->count x 1)
  *   are taken in one buffer: a split one is CLEMBED_ERR_UNSUPPORTED naming it.
  * - Copies of the struct share the pieces. Release exactly one copy, with

@@ -22,8 +22,11 @@
  *   grad_weights clembed_bag_backward's per_sample_weights gradient against
  *               the float32 reference
  *   layer       BERT's layer (segments and LayerNorm) equals the twin's
- *   split       the table in several buffers (CLEMBED_MAX_BUFFER_BYTES) gives
- *               the bits of one buffer (lookup and bags)
+ *   split       the table in 14 buffers (CLEMBED_MAX_BUFFER_BYTES, 3 rows a
+ *               buffer): the four poolings (max_rows too) against the
+ *               reference, SUM and MEAN with the table's pieces in their
+ *               launch, weighted SUM and MAX (17 buffers with their weights
+ *               or max_rows) through the gathered rows
  *   refusals    the operations that write a table, a gradient or an output
  *               take the float dtypes and refuse every block type with
  *               CLEMBED_ERR_UNSUPPORTED naming it
@@ -48,7 +51,7 @@ static const int DTS[] = {CE_DTYPES(DT_CODE)};
 
 static int is_float(int dt) { return clembed_dtype_block_values((clembed_dtype)dt) == 1; }
 
-#define ROWS 12
+#define ROWS 40
 #define PAD_ID 3
 
 /* One dtype's table and its F32 twin. */
@@ -171,7 +174,7 @@ TU_CASE(values) {
 
 /* --------------------------------------------------------------- lookup */
 
-static const int64_t LOOK[] = {5, 0, 11, PAD_ID, 5, 7, ROWS + 4, 2};
+static const int64_t LOOK[] = {5, 0, 39, PAD_ID, 5, 27, ROWS + 4, 2};
 #define NLOOK (sizeof LOOK / sizeof LOOK[0])
 
 TU_CASE(lookup) {
@@ -238,7 +241,7 @@ TU_CASE(lookup) {
 
 /* Bags: [0, 3) [3, 3) empty, [3, 7), [7, 8), [8, 12): a padding id, a bad id
  * (ZERO leaves it out), repeated rows. */
-static const int64_t BIDS[] = {4, 9, 4, PAD_ID, 1, ROWS + 2, 10, 6, 0, 11, 2, 8};
+static const int64_t BIDS[] = {34, 9, 34, PAD_ID, 1, ROWS + 2, 37, 6, 0, 11, 22, 8};
 static const int64_t BOFF[] = {0, 3, 3, 7, 8, 12};
 #define NB 5
 #define NBID 12
@@ -564,13 +567,14 @@ TU_CASE(split) {
     int dt = DTS[k];
     if (!dtype_runs(k) || !op_runs(k, OP_SPLIT)) continue;
     size_t rb = clembed_dtype_row_bytes((clembed_dtype)dt, cols_of(dt));
-    clembed_context *c = limited_context((rb * 3 + 3) / 4 * 4); /* 3 rows a piece: 4 pieces */
+    clembed_context *c = limited_context((rb * 3 + 3) / 4 * 4); /* 3 rows a piece: 14 pieces */
     if (!c) return;
     fx f;
     if (fx_make_twin(c, dt, &f, 0)) {
       size_t np = 0, cols = f.cols;
       OK(c, clembed_matrix_pieces(c, &f.tab, 0, NULL, NULL, &np));
-      EXPECT(np == 4, "%s: a %d-row table of 3 rows a buffer lies in %zu buffers", clembed_dtype_name(dt), ROWS, np);
+      EXPECT(np == (ROWS + 2) / 3, "%s: a %d-row table of 3 rows a buffer lies in %zu buffers", clembed_dtype_name(dt),
+             ROWS, np);
       float *h = calloc(ROWS * cols, sizeof *h);
       OK(c, clembed_matrix_read(c, &f.tab, h, CLEMBED_F32));
       size_t at = 0;
@@ -592,15 +596,20 @@ TU_CASE(split) {
       EXPECT(err == CL_SUCCESS && all.buffer, "clCreateBuffer: %d", (int)err);
       if (all.buffer) {
         h = calloc(NB * 4 * cols, sizeof *h);
+        int64_t *mr = calloc(NB * cols, sizeof *mr), *rmr = calloc(NB * cols, sizeof *rmr);
         OK(c, clembed_embedding_bags(c, F, 4, &all, 0, NULL, NULL));
         OK(c, clembed_matrix_read(c, &all, h, CLEMBED_F32));
+        OK(c, clembed_ids_read(c, &io.mrows, mr));
         for (int q = 0; q < 4; q++)
           for (size_t b = 0; b < NB; b++) {
             float row[512];
-            ref_bag(&f, (int)F[q].options.mode, q == 2, b, row, NULL);
+            ref_bag(&f, (int)F[q].options.mode, q == 2, b, row, q == 3 ? rmr + b * cols : NULL);
             EXPECT(same_bits(h + b * 4 * cols + q * cols, row, cols, &at), "split %s: feature %d bag %zu column %zu",
                    clembed_dtype_name(dt), q, b, at);
           }
+        EXPECT(!memcmp(mr, rmr, NB * cols * sizeof *mr), "split %s: MAX's max_rows differ", clembed_dtype_name(dt));
+        free(mr);
+        free(rmr);
         free(h);
         clReleaseMemObject(all.buffer);
       }
