@@ -522,7 +522,7 @@ static fcase forward_case(clembed_dtype tdt, size_t cols, int m, int k) {
   fc.bad_ids = 1;
   fc.padding_idx = k % 2 ? 5 : k % 4 == 2 ? -2 : CLEMBED_NO_PADDING;
   fc.it = k % 2 ? CLEMBED_I64 : CLEMBED_I32;
-  fc.ot = k % 3 ? CLEMBED_I32 : CLEMBED_I64;
+  fc.ot = k / 4 % 2 ? CLEMBED_I32 : CLEMBED_I64;
   fc.mrt = k % 4 < 2 ? CLEMBED_I64 : CLEMBED_I32;
   size_t qk = qk_of(tdt);
   fc.t_lead = k % 2 ? qk * 2 : 0;
