@@ -494,24 +494,26 @@ CLEMBED_API void clembed_ids_release(clembed_ids *ids);
  *   clembed_bags_optimizer_step, and clembed_renorm's table. A kernel
  *   takes up to 8 pieces of each split matrix; a matrix in more is taken by
  *   several launches of it, each over a window of the pieces, each row by one
- *   of them (never a path per row). Exceptions take every piece in one
- *   launch, so each such matrix must lie in at most 8 buffers (fewer where
- *   CL_DEVICE_MAX_PARAMETER_SIZE is small), else CLEMBED_ERR_UNSUPPORTED
- *   naming it: the grad_out of clembed_backward, clembed_sgd_update,
- *   clembed_optimizer_step, clembed_bag_backward and the bag steps (every
- *   launch reads its rows), and the matrices of BERT's layer (clembed_embed
- *   with segments or a norm, and clembed_embed_backward: the table, position
- *   and segment tables, out, grad_out). The bags' forward pools a bag in one
- *   work-item, so a launch takes every piece of a feature's table beside the
- *   feature's ids, offsets, per_sample_weights and max_rows, within
- *   CLEMBED_BAGS_BUFFERS; a table in more pieces than that leaves room for
- *   (any number: a 24 GiB table under a 1 GiB limit is 24) first has the rows
- *   its ids take copied, in id order, into one temporary buffer of ids->count
- *   rows, which the feature is pooled from: the same bits and max_rows, and
- *   the same deferred errors (where its offsets are bad too, the first bad id
- *   may be named before a bad offset that comes earlier). That temporary must
- *   fit one buffer of the device, else CLEMBED_ERR_UNSUPPORTED naming "ids";
- *   CLEMBED_MAX_BUFFER_BYTES does not bound it. clembed_bag_backward's grad_weights and the steps take any
+ *   of them (never a path per row). Where every launch reads any of a
+ *   matrix's rows (the grad_out of clembed_backward, clembed_sgd_update,
+ *   clembed_optimizer_step, clembed_bag_backward and the bag steps; the
+ *   matrices of BERT's layer, clembed_embed with segments or a norm and
+ *   clembed_embed_backward: a token's row is normalised by one work-group),
+ *   a launch takes all its pieces; one in more than a launch takes (8, fewer
+ *   where CL_DEVICE_MAX_PARAMETER_SIZE is small) is first copied into one
+ *   temporary buffer (an output copied back into its pieces after, only its
+ *   rows' cols), or for a table read through ids (BERT's layer; the bags,
+ *   whose forward pools a bag in one work-item, beside the feature's ids,
+ *   offsets, per_sample_weights and max_rows within CLEMBED_BAGS_BUFFERS),
+ *   the rows its ids take are copied, in id order, into one temporary buffer
+ *   of ids->count rows, read from there. Any number of pieces (a 24 GiB table
+ *   under a 1 GiB limit is 24), the same bits and max_rows, and the same
+ *   deferred errors (a bag feature's bad offsets too: where they are bad as
+ *   well as its ids, the first bad id may be named before a bad offset that
+ *   comes earlier). A temporary must fit one buffer of the device, else
+ *   CLEMBED_ERR_UNSUPPORTED naming "ids" (the gathered rows: pass fewer ids a
+ *   call) or the matrix; CLEMBED_MAX_BUFFER_BYTES does not bound it.
+ *   clembed_bag_backward's grad_weights and the steps take any
  *   number of pieces. per_sample_weights and grad_weights (ids->count x 1)
  *   are taken in one buffer: a split one is CLEMBED_ERR_UNSUPPORTED naming it.
  * - Copies of the struct share the pieces. Release exactly one copy, with
@@ -1121,7 +1123,7 @@ CLEMBED_API clembed_status clembed_embedding_bag(clembed_context *ctx, const cle
  * per_sample_weights); it needs SUM and `table` (any dtype, only read; without
  * grad_weights table may be NULL). Bad ids and offsets as in the forward
  * (deferred errors; they contribute nothing). table, grad_table and grad_out
- * may be split (grad_out in at most 8 buffers); grad_weights is one buffer. */
+ * may be split; grad_weights is one buffer. */
 CLEMBED_API clembed_status clembed_bag_backward(clembed_context *ctx, const clembed_matrix *grad_out,
                                                 const clembed_ids *ids, const clembed_ids *offsets,
                                                 const clembed_bag_options *opt, const clembed_matrix *table,
@@ -1137,7 +1139,7 @@ CLEMBED_API clembed_status clembed_bag_backward(clembed_context *ctx, const clem
  * those with a contribution: every row of a taken id (SUM, MEAN), under MAX
  * only the rows named in max_rows. The table is F32, F16 or BF16; the
  * optimizer's fields and states are checked as clembed_optimizer_step does.
- * The table and states may be split, grad_out too (in at most 8 buffers). */
+ * The table and states may be split, grad_out too. */
 CLEMBED_API clembed_status clembed_bag_optimizer_step(clembed_context *ctx, const clembed_matrix *grad_out,
                                                       const clembed_ids *ids, const clembed_ids *offsets,
                                                       const clembed_bag_options *opt, const clembed_optimizer *o,

@@ -535,19 +535,22 @@ static fcase forward_case(clembed_dtype tdt, size_t cols, int m, int k) {
 
 /* The forward over dtypes x widths x modes in both shapes. With `full` every
  * combination; by default a sample of the same cases: in each shape every mode
- * once, each with the dtype (m + s) % ndt and the width (m + s) % nw, so that
- * each shape meets every dtype and every mode, and the sample still meets every
- * output dtype, bag kind (fixed, I32 and I64 offsets), policy and padding
- * (checked below). */
+ * once, each with the dtype (m + s) % ndt (the CPU shape's float dtypes paired
+ * as batched's float features are: their programs are then built once) and
+ * the width (m + s) % nw, so that each shape meets every dtype and every mode,
+ * and the sample still meets every output dtype, bag kind (fixed, I32 and I64
+ * offsets), policy and padding (checked below). */
 static void forward_dtypes(const clembed_dtype *dts, size_t ndt, const size_t *widths, size_t nw) {
   if (!shapes()) return;
+  static const size_t cpu_floats[4] = {0, 2, 1, 0}; /* SUM F32, weighted SUM BF16, MEAN F16, MAX F32 */
   int k = 0;
   unsigned seen_dt[2] = {0, 0}, seen_mode[2] = {0, 0}, seen_out = 0, seen_bags = 0, seen_policy = 0;
   for (int s = 0; s < 2; s++)
     for (size_t d = 0; d < ndt; d++)
       for (size_t c = 0; c < nw; c++)
         for (int m = 0; m < 4; m++, k++) {
-          if (!tu_full && (d != ((size_t)m + (size_t)s) % ndt || c != ((size_t)m + (size_t)s) % nw)) continue;
+          size_t pick = s == 0 && ndt == 3 ? cpu_floats[m] : ((size_t)m + (size_t)s) % ndt;
+          if (!tu_full && (d != pick || c != ((size_t)m + (size_t)s) % nw)) continue;
           size_t cols = widths[c] * qk_of(dts[d]);
           fcase fc = forward_case(dts[d], cols, m, k);
           char what[160];
@@ -861,35 +864,43 @@ static const fspec SPECS[] = {
 
 /* Batched equals per-feature, bit for bit, with separate buffers (more than
  * one launch takes) and packed ids and offsets (one launch); out F32 and F16.
- * Each shape both ways with `full`; by default the CPU shape with separate
- * buffers, the GPU shape packed. */
+ * Each shape both ways with every feature with `full`; by default the GPU
+ * shape packed with every feature and the CPU shape with separate buffers and
+ * the float features (F32, F16, BF16: its block-type programs, a CPU shape's
+ * dearest to build, are forward_quant's). */
 TU_CASE(batched) {
   if (!shapes()) return;
   size_t bags = tu_small ? 5 : 19;
+  fspec floats[NSPECS]; /* SPECS' float features, in order (the shared tables are features 0 and 1 in both) */
+  size_t nfloats = 0;
+  for (size_t f = 0; f < NSPECS; f++)
+    if (qk_of(SPECS[f].dt) == 1) floats[nfloats++] = SPECS[f];
   for (int s = 0; s < 2; s++)
     for (int packed = 0; packed < 2; packed++) {
       if (!tu_full && packed != s) continue;
       clembed_context *c = shape_ctx[s];
+      const fspec *sp = tu_full || s ? SPECS : floats;
+      size_t ns = tu_full || s ? NSPECS : nfloats;
       batch B;
-      batch_make(c, &B, SPECS, NSPECS, bags, packed, 0xBA6 + (uint64_t)packed);
+      batch_make(c, &B, sp, ns, bags, packed, 0xBA6 + (uint64_t)packed);
       clembed_dtype odt = packed ? CLEMBED_F16 : CLEMBED_F32;
       clembed_matrix out = tu_gapped_matrix(ctx_of(c), bags, B.cols, odt, 2, 1, NULL);
       clembed_ids mr1[NSPECS];
       int64_t *zeros = calloc(bags * 1024 + 1, 8);
-      for (size_t f = 0; f < NSPECS; f++) {
+      for (size_t f = 0; f < ns; f++) {
         memset(&mr1[f], 0, sizeof mr1[f]);
         if (B.f[f].options.mode != CLEMBED_BAG_MAX) continue;
         B.mr[f] = make_ids(c, zeros, bags * B.tab[f].cols, CLEMBED_I64, 0);
         mr1[f] = make_ids(c, zeros, bags * B.tab[f].cols, CLEMBED_I32, 0);
         B.f[f].options.max_rows = &B.mr[f];
       }
-      OK(c, clembed_embedding_bags(c, B.f, NSPECS, &out, 0, NULL, NULL));
+      OK(c, clembed_embedding_bags(c, B.f, ns, &out, 0, NULL, NULL));
       OK(c, clembed_finish(c));
       tu_check_gaps(clembed_context_queue(c), &out, "batched out");
       void *all = tu_alloc_elems(bags * B.cols, odt);
       OK(c, clembed_matrix_read(c, &out, all, odt));
       size_t col0 = 0;
-      for (size_t f = 0; f < NSPECS; f++) {
+      for (size_t f = 0; f < ns; f++) {
         size_t cols = B.tab[f].cols;
         clembed_matrix one;
         OK(c, clembed_matrix_create(c, bags, cols, odt, &one));
@@ -904,7 +915,7 @@ TU_CASE(batched) {
           for (size_t k = 0; k < cols; k++)
             bad += host_bits(all, b * B.cols + col0 + k, odt) != host_bits(single, b * cols + k, odt);
         EXPECT(bad == 0, "%s, %s: features[%zu] (%s, %zu cols, %s): %zu values differ from its own call", SHAPE[s],
-               packed ? "packed" : "separate buffers", f, DTN[B.tab[f].dtype], cols, MODEN[SPECS[f].m], bad);
+               packed ? "packed" : "separate buffers", f, DTN[B.tab[f].dtype], cols, MODEN[sp[f].m], bad);
         if (o.max_rows) {
           int64_t *a = read_ids64(c, &B.mr[f]), *b1 = read_ids64(c, &mr1[f]);
           size_t diff = 0;
@@ -927,7 +938,7 @@ TU_CASE(batched) {
         memcpy(h, B.ids[3], B.n[3] * 8);
         h[at] = bad_id;
         B.di[3] = make_ids(c, h, B.n[3], CLEMBED_I32, 0);
-        OK(c, clembed_embedding_bags(c, B.f, NSPECS, &out, 0, NULL, NULL));
+        OK(c, clembed_embedding_bags(c, B.f, ns, &out, 0, NULL, NULL));
         expect_finish(c, B.n[3] ? CLEMBED_ERR_INDEX_OUT_OF_RANGE : CLEMBED_OK, "ids", (int64_t)at, bad_id,
                       "batched, a bad id");
         EXPECT(!B.n[3] || strstr(clembed_context_message(c), "features[3].ids"), "message: %s",

@@ -10,11 +10,14 @@
  *   kernel, queue and event the library creates holds a reference on the
  *   context (as POCL and Oclgrind implement it); after the library's context
  *   is destroyed the reference count must be back where it was.
- * `test_leaks N [CASE...]` runs N iterations (default 20). */
+ * `test_leaks N [CASE...]` runs N iterations (default 20; 6 with `small`
+ * alone, as in the quick run, whose CLEMBED_TEST_SMALL=1 is `small`). */
 #include "test_util.h"
 #include "test_hooks.h"
 
-static int iterations = 20;
+static int iterations = 0; /* N, or 0: the default (its_n) */
+
+static int its_n(void) { return iterations ? iterations : tu_small && !tu_full ? 6 : 20; }
 
 /* Every operation on small data, with the error paths that allocate. */
 static void workload(clembed_context *ctx, int it) {
@@ -152,7 +155,7 @@ static void setup(clembed_context *unused) {
 /* contexts of the library's own (and one sharing its queue, destroyed first or
  * last), and failed creations, through the workload */
 TU_CASE(library_contexts_in_a_loop) {
-  for (int it = 0; it < iterations; it++) {
+  for (int it = 0; it < its_n(); it++) {
     clembed_context *ctx = NULL, *none = NULL, *joined = NULL;
     EXPECT(clembed_context_create("no device is called this", &none) == CLEMBED_ERR_NO_DEVICE, "bad spec");
     EXPECT(clembed_context_create(NULL, NULL) == CLEMBED_ERR_INVALID_ARGUMENT, "NULL out");
@@ -188,7 +191,7 @@ TU_CASE(opencl_reference_count_restored) {
   if (q) {
     clFinish(q);
     cl_uint before = context_refs(clc), after = before;
-    int n2 = iterations < 5 ? iterations : 5;
+    int n2 = its_n() < 5 ? its_n() : 5;
     for (int it = 0; it < n2; it++) {
       clembed_context *ctx = NULL;
       OK(ctx, clembed_context_create_from_queue(q, &ctx));

@@ -14,16 +14,17 @@
  * an output element is then computed as the forward does, in float32 and in its
  * order (v = scale*w; v = v + p; v = v*keep when kept by dropout; 0 for a zero
  * token row), and rounded to the output dtype (nearest even). Types x output
- * dtypes (all of them for Q8_0 ... Q6_K and with "full", a rotation for the
- * others: tq_runs), lookup and embed (positions, padding, index policies,
- * dropout, sequences), in both kernel shapes (CLEMBED_TUNING cpu and gpu),
+ * dtypes (all of them with "full", a rotation by default: tq_runs), lookup and
+ * embed (positions, padding, index policies, dropout, sequences), in both
+ * kernel shapes (CLEMBED_TUNING cpu and gpu),
  * windows with offsets and ld, extreme, infinite and NaN scales (a NaN must
  * stay a NaN), every load function of cl/lib/quant.cl for every type
  * (dev_loads), matrix write/read in every direction, and the rejections.
  *
  *   test_quant            every case
  *   test_quant host       the host cases
- *   test_quant small      every case, smaller (for Oclgrind)
+ *   test_quant small      every case, smaller (the quick run)
+ *   test_quant small full every case, smaller, Q8_0 ... Q6_K in every shape and output dtype (Oclgrind)
  *   test_quant full       every case, every type x shape x output dtype x option
  *   test_quant --list     the case names
  *   test_quant NAME ...   the named cases */
@@ -489,17 +490,22 @@ static int shapes_state = -1;
 static const char *SHAPE_NAME[2] = {"cpu shapes", "gpu shapes"};
 static const char *DN_F[3] = {"F32", "F16", "BF16"};
 static const clembed_dtype FTYPES[3] = {CLEMBED_F32, CLEMBED_F16, CLEMBED_BF16};
-static int tq_full = 0; /* "full": every type in every shape, output dtype and option (ctest label exhaustive) */
+/* "full" (test_util.h's tu_full): every type in every shape, output dtype and
+ * option (ctest's test_quant_full, label exhaustive); "small full" (Oclgrind and
+ * rusticl): the first four types in all of them, the others as below. */
+#define tq_full tu_full
+static int tq_every(void) { return tq_full && !tu_small; } /* every combination */
 
 /* Whether type TQ[k] runs in shape sh with output dtype FTYPES[f]. By default
- * the first four types (Q8_0 ... Q6_K) in all of them; each other type in both
- * shapes, each shape with one output dtype, rotating over the types so that
- * every shape meets every output dtype (the loads are the table's, the stores
- * the output's: they meet in the forward, whose every pairing is in "full").
- * Under Oclgrind (small) the other types in one shape each. */
+ * each type in both shapes, each shape with one output dtype, rotating over the
+ * types so that every shape meets every output dtype (the loads are the
+ * table's, the stores the output's: they meet in the forward, whose every
+ * pairing is in "full"); with "small full" the first four types (Q8_0 ... Q6_K)
+ * in all of them. Under small (Oclgrind, the quick run) the other types in one
+ * shape each. */
 static int tq_runs(int k, int sh, int f) {
-  if (tq_full || k < 4) return 1;
-  if (tu_small && sh != k % 2) return 0;
+  if (tq_full && (!tu_small || k < 4)) return 1;
+  if (tu_small && k >= 4 && sh != k % 2) return 0;
   return f == (k + sh) % 3;
 }
 
@@ -880,7 +886,7 @@ TU_CASE(dev_embed) {
         for (size_t j = 0; j < nopt; j++) {
           if (!tq_runs(k, sh, f)) continue;
           if (tu_small && (j + (size_t)f + (size_t)k) % 3 != 0) continue; /* a third of the grid under Oclgrind */
-          if (!tq_full && k >= 4 && j % 3 != (size_t)(k + sh) % 3) continue; /* the other types: 2 options a shape */
+          if (!tq_every() && k >= 4 && j % 3 != (size_t)(k + sh) % 3) continue; /* the other types: 2 options a shape */
           run_embed(shape_ctx[sh], SHAPE_NAME[sh], TQ[k].dtype, FTYPES[f], &opts[j]);
         }
 }
@@ -954,7 +960,7 @@ TU_CASE(dev_edges) {
     for (size_t i = 0; i < n; i++)
       ids[i] = i % 3 == 0 ? (int64_t)rows - 1 : i % 3 == 1 ? (int64_t)(rows + i) : -(int64_t)i - 1;
     for (int sh = 0; sh < 2; sh++) {
-      int f = k < 4 ? 0 : (k + sh) % 3; /* (the other types: dev_lookup's output dtype, the same program) */
+      int f = k < 4 && tq_full ? 0 : (k + sh) % 3; /* (dev_lookup's output dtype, the same program) */
       if (!tq_runs(k, sh, f)) continue;
       ctx = shape_ctx[sh];
       for (int policy = 0; policy < 4; policy++) {
@@ -1024,7 +1030,7 @@ TU_CASE(dev_extreme) {
     float *want = malloc(n * cols * sizeof(float));
     for (size_t i = 0; i < n; i++) memcpy(want + i * cols, q.ref + (size_t)ids[i] * cols, cols * sizeof(float));
     for (int sh = 0; sh < 2; sh++) {
-      int f = k < 4 ? 0 : (k + sh) % 3;
+      int f = k < 4 && tq_full ? 0 : (k + sh) % 3;
       if (!tq_runs(k, sh, f)) continue;
       ctx = shape_ctx[sh];
       clembed_ids dids = {0};
@@ -1287,7 +1293,7 @@ int main(int argc, char **argv) {
     tq_full = 1;
     argv[1] = argv[0];
     argc--, argv++;
-  }
+  } /* (tu_main takes "full" anywhere else) */
   if (argc == 2 && !strcmp(argv[1], "host")) { /* the cases that need no device */
     char *host[] = {argv[0], "layouts", "row_bytes", "f16", "dequantize", "every_scale", "known_values", "quantize", "quantize_known", "tiny_scale", "nan_inputs", "roundtrip"};
     return tu_main((int)(sizeof host / sizeof *host), host, suite);

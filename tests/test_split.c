@@ -32,10 +32,10 @@
  *                   ROWWISE_ADAGRAD, ADAM; one table and several), renorm
  *   init            uniform and normal, F32/F16/BF16, both kernel shapes, a view
  *                   initialised as rows of a larger table (the _at calls)
- *   norm_layer      BERT's layer (segments, LayerNorm and RMSNorm) and its
- *                   backward into every gradient, where its matrices lie in
- *                   at most 8 buffers (its kernels take every piece at once),
- *                   and the refusal past that
+ *   norm_layer      BERT's layer (segments, LayerNorm and RMSNorm, the
+ *                   policies, padding, a view as output) and its backward
+ *                   into every gradient, its matrices in any number of
+ *                   buffers (21 and 37 under the last limit)
  *   positional_rope the sinusoid table, the RoPE cache, RoPE applied (a
  *                   positions buffer, in place, GPT-J pairs)
  *   load            .npy files loaded split: as stored (the file's pages on
@@ -44,8 +44,8 @@
  *   gpu_shapes      the forward, backward and steps in the GPU kernel shapes
  *                   (the bags' too)
  *   limits          a limit below one row (CLEMBED_ERR_INVALID_ARGUMENT naming
- *                   CLEMBED_MAX_BUFFER_BYTES), a malformed limit, a grad_out in
- *                   more buffers than one launch takes
+ *                   CLEMBED_MAX_BUFFER_BYTES), a malformed limit, a limit
+ *                   above the device's largest buffer
  *   registry        release through one copy, clReleaseMemObject on the first
  *                   piece (where the implementation calls destructor
  *                   callbacks), a second context on the same cl_context, a
@@ -53,8 +53,9 @@
  *                   releasing split matrices at once
  * `small` (Oclgrind) runs fewer variants and limits. Without `full` (ctest's
  * test_split_full, label exhaustive) each scenario is compared under one of the
- * limits, in turns, and lookup_embed takes each table dtype with one of its
- * options, in turns (every option meets some dtype). */
+ * limits, in turns; lookup_embed takes each table dtype with one of its
+ * options, in turns (every option meets some dtype); bags and gpu_shapes a
+ * share of their scenarios, every operation among them. */
 #include "test_util.h"
 
 #include "clembed_io.h"
@@ -165,25 +166,11 @@ static void token_ids(int64_t *h, size_t n, size_t rows, unsigned seed) {
   for (size_t i = 0; i < n; i++) h[i] = (int64_t)((i * 7 + seed * 13 + (i * i) % 5) % rows);
 }
 
-/* A gradient-like matrix (rows x cols F32): made by clembed_matrix_create, or,
- * when that splits it over more buffers than a launch takes them for a
- * gradient, a caller's own buffer (one cl_mem, filled by hand). */
+/* A gradient-like matrix (rows x cols F32), made by clembed_matrix_create: in
+ * as many buffers as the limit makes (37 under the last: more than one launch
+ * takes, so the backward joins them first). */
 static clembed_matrix grad_matrix(clembed_context *ctx, size_t rows, size_t cols, unsigned seed) {
-  clembed_matrix g = filled(ctx, rows, cols, CLEMBED_F32, seed);
-  if (pieces_of(ctx, &g) <= 8) return g;
-  clembed_matrix_release(&g);
-  float *h = values(rows * cols, seed);
-  cl_int err;
-  g.buffer = clCreateBuffer(cl_context_of(ctx), CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR,
-                            (rows * cols + 1) * sizeof(float), h, &err);
-  EXPECT(err == CL_SUCCESS, "clCreateBuffer: %d", err);
-  g.offset = 0;
-  g.rows = rows;
-  g.cols = cols;
-  g.ld = cols;
-  g.dtype = CLEMBED_F32;
-  free(h);
-  return g;
+  return filled(ctx, rows, cols, CLEMBED_F32, seed);
 }
 
 /* ----------------------------------------------------------- scenarios */
@@ -770,15 +757,23 @@ static void transfer_scenario(clembed_context *ctx, int v, result *r) {
 /* ---- BERT's layer (segments, a norm; norm.c): 0 LayerNorm with weight and bias,
  * learned positions and segment ids, the forward then clembed_embed_backward
  * into every gradient; 1 RMSNorm with sinusoid positions and dropout; 2 segments
- * without a norm, a bad segment id */
+ * without a norm, a bad segment id; 3 LayerNorm, a bad id under CHECK and a
+ * padding id; 4 RMSNorm under WRAP (negative ids), padding_keeps_row, no
+ * segment ids (type 0); 5 LayerNorm under CLAMP into an F16 output that is a
+ * view (columns 1 .. D of a wider matrix, whose other columns must not
+ * change), learned positions from sequence offsets */
 static void norm_scenario(clembed_context *ctx, int v, result *r) {
   int64_t h[N], sid[N];
   token_ids(h, N, R, 7 + (unsigned)v);
   for (size_t i = 0; i < N; i++) sid[i] = (int64_t)((i * 5) % 3);
   if (v == 2) sid[9] = 3;
+  if (v == 3) h[7] = R + 4;
+  if (v == 4) h[2] = -1, h[11] = -R, h[20] = 1;
+  if (v == 5) h[3] = R + 9, h[30] = -4;
   clembed_matrix table = filled(ctx, R, D, CLEMBED_F32, 60), seg = filled(ctx, 3, D, CLEMBED_F32, 61);
   clembed_matrix pt = {0}, w = filled(ctx, 1, D, CLEMBED_F32, 62), b = filled(ctx, 1, D, CLEMBED_F32, 63);
-  clembed_matrix out = {0}, g = grad_matrix(ctx, N, D, 64);
+  clembed_matrix out = {0}, wide = {0}, g = grad_matrix(ctx, N, D, 64);
+  clembed_ids so = {0};
   clembed_matrix gt = filled(ctx, R, D, CLEMBED_F32, 65), gp = {0}, gs = filled(ctx, 3, D, CLEMBED_F32, 66);
   clembed_matrix gw = filled(ctx, 1, D, CLEMBED_F32, 67), gb = filled(ctx, 1, D, CLEMBED_F32, 68);
   clembed_ids ids = ids_of(ctx, h, N), sids = ids_of(ctx, sid, N);
@@ -807,19 +802,52 @@ static void norm_scenario(clembed_context *ctx, int v, result *r) {
     opt.dropout = 0.2f;
     opt.dropout_seed = 3;
     grads.norm_weight = &gw;
+  } else if (v >= 3) {
+    opt.norm.kind = v == 4 ? CLEMBED_NORM_RMS : CLEMBED_NORM_LAYER;
+    opt.norm.weight = &w;
+    if (v != 4) opt.norm.bias = &b;
+    grads.norm_weight = &gw;
+    if (v != 4) grads.norm_bias = &gb;
+    opt.policy = v == 3 ? CLEMBED_INDEX_CHECK : v == 4 ? CLEMBED_INDEX_WRAP : CLEMBED_INDEX_CLAMP;
+    if (v == 3) opt.padding_idx = 2;
+    if (v == 4) {
+      opt.padding_idx = 1;
+      opt.padding_keeps_row = 1;
+      opt.segment_ids = NULL;
+    }
+    if (v == 5) {
+      int64_t starts[4] = {0, 3, 1, 5};
+      so = ids_of(ctx, starts, 4);
+      pt = filled(ctx, 15, D, CLEMBED_F32, 70);
+      opt.positions = CLEMBED_POSITIONS_TABLE;
+      opt.position_table = &pt;
+      opt.seq_len = 10;
+      opt.sequence_offsets = &so;
+    }
   }
-  OK(ctx, clembed_matrix_create(ctx, N, D, CLEMBED_F32, &out));
+  if (v == 5) { /* out: columns 1 .. D of an N x (D + 3) F16 matrix */
+    wide = filled(ctx, N, D + 3, CLEMBED_F16, 71);
+    out = wide;
+    out.offset = wide.offset + 1;
+    out.cols = D;
+    out.ld = D + 3;
+  } else {
+    OK(ctx, clembed_matrix_create(ctx, N, D, CLEMBED_F32, &out));
+  }
   clembed_status s = clembed_embed(ctx, &table, &ids, &opt, &out, 0, NULL, NULL);
   if (s == CLEMBED_OK) s = clembed_finish(ctx);
   if (s == CLEMBED_OK) s = clembed_embed_backward(ctx, &g, &table, &ids, &opt, &grads, 0, NULL, NULL);
   keep_status(r, ctx, s);
   note(r, ctx, &table);
-  keep(r, ctx, &out);
+  if (pt.buffer) note(r, ctx, &pt);
+  keep(r, ctx, v == 5 ? &wide : &out);
   clembed_matrix *res[] = {&gt, &gp, &gs, &gw, &gb};
   for (size_t k = 0; k < 5; k++)
     if (res[k]->buffer) keep(r, ctx, res[k]);
-  RELEASE(&table, &seg, &pt, &w, &b, &out, &g, &gt, &gp, &gs, &gw, &gb);
+  if (v == 5) out = (clembed_matrix){0};
+  RELEASE(&table, &seg, &pt, &w, &b, &out, &wide, &g, &gt, &gp, &gs, &gw, &gb);
   clembed_ids_release(&ids);
+  clembed_ids_release(&so);
   clembed_ids_release(&sids);
 }
 
@@ -1024,12 +1052,14 @@ TU_CASE(bags) {
   /* the fourth limit (the table in 21 pieces, gathered) for SUM, MAX with
    * max_rows, weighted SUM, and bad ids under CHECK (the 5-feature call's F16
    * output rows do not fit it) */
+  /* (without `full`: SUM and the batched call (its features MAX, weighted, Q8_0 MEAN, padding); the
+   * backward with grad_weights, an SGD step, the batched step, renorm: every bag operation once) */
   for (int v = 0; v < 9; v++)
-    if (!tu_small || v % 2 == 0) /* (the F16 and Q8_0 tables and out fit 1458 bytes) */
+    if ((!tu_small || v % 2 == 0) && (tu_full || v == 0 || v == 8)) /* (the F16 and Q8_0 tables and out fit 1458 bytes) */
       same_everywhere(ctx, "bags forward", bags_forward_scenario, v, v == 0 || v == 2 || v == 3 || v == 7 ? NLIM : 3,
                       v == 4 || v == 5 ? 0 : 2);
   for (int v = 0; v < 12; v++)
-    if (!tu_small || v % 2 == 0 || v == 3) /* (the 21-row F16 and BF16 tables fit 1458 bytes) */
+    if ((!tu_small || v % 2 == 0 || v == 3) && (tu_full || v % 4 == 0 || v == 10)) /* (the 21-row F16 and BF16 tables fit 1458 bytes) */
       same_everywhere(ctx, "bags train", bags_train_scenario, v, NLIM, v >= 10 ? 0 : 2);
   clembed_context *c = lim_ctx[3];
   if (!c) return;
@@ -1047,27 +1077,13 @@ TU_CASE(positional_rope) {
   for (int v = 0; v < 6; v++) same_everywhere(ctx, "positional_rope", positional_scenario, v, NLIM, 2);
 }
 
-/* BERT's layer: where its matrices lie in at most 8 buffers (the first two
- * limits: the 37-row output and gradient in 4 and 6), the same bits; past
- * that (the output in 13 buffers) refused, naming the matrix. */
+/* BERT's layer with its matrices in any number of buffers (under the last
+ * limits the table in 21, the output and gradient in 37: the table's rows
+ * gathered, the others joined), the same bits and the same errors as in one
+ * buffer each. */
 TU_CASE(norm_layer) {
-  for (int v = 0; v < 3; v++)
-    if (!tu_small || v != 1) same_everywhere(ctx, "norm_layer", norm_scenario, v, 2, 2);
-  clembed_context *c = lim_ctx[2];
-  if (!c) return;
-  clembed_matrix table = filled(c, R, D, CLEMBED_F32, 1), out = {0};
-  OK(c, clembed_matrix_create(c, N, D, CLEMBED_F32, &out));
-  int64_t h[N];
-  token_ids(h, N, R, 1);
-  clembed_ids ids = ids_of(c, h, N);
-  clembed_embed_options opt = clembed_embed_defaults();
-  opt.norm.kind = CLEMBED_NORM_RMS;
-  FAILS(c, CLEMBED_ERR_UNSUPPORTED, clembed_embed(c, &table, &ids, &opt, &out, 0, NULL, NULL));
-  EXPECT(strstr(clembed_context_message(c), "out lies in 13 buffers") != NULL, "message: %s",
-         clembed_context_message(c));
-  clembed_matrix_release(&table);
-  clembed_matrix_release(&out);
-  clembed_ids_release(&ids);
+  for (int v = 0; v < 6; v++)
+    if (!tu_small || v % 2 == 0) same_everywhere(ctx, "norm_layer", norm_scenario, v, NLIM, 2);
 }
 
 TU_CASE(load) {
@@ -1083,13 +1099,15 @@ TU_CASE(gpu_shapes) {
   clembed_context *g = limited(NULL, "gpu");
   for (int l = 0; l < NLIM; l++) lim_ctx[l] = (l == 1 || l == 3) ? limited(LIMITS[l], "gpu") : NULL;
   if (g) {
+    /* (without `full`: every other backward, step and bag forward) */
+    int every = tu_full ? 1 : 2;
     for (int t = 0; t < 4; t++) same_everywhere(g, "lookup_embed gpu", embed_scenario, t * EMBED_OPTS + 3, NLIM, 2);
-    for (int v = 0; v < 7; v += 2) same_everywhere(g, "backward gpu", backward_scenario, v, NLIM, 2);
-    for (int v = 3; v < 9; v++) same_everywhere(g, "steps gpu", steps_scenario, v, NLIM, 2);
+    for (int v = 0; v < 7; v += 2 * every) same_everywhere(g, "backward gpu", backward_scenario, v, NLIM, 2);
+    for (int v = 3; v < 9; v += every) same_everywhere(g, "steps gpu", steps_scenario, v, NLIM, 2);
     same_everywhere(g, "init gpu", init_scenario, 4, NLIM, 2);
     same_everywhere(g, "rope gpu", positional_scenario, 3, NLIM, 2);
     same_everywhere(g, "norm gpu", norm_scenario, 0, 2, 2);
-    for (int v = 0; v < 9; v += 2) same_everywhere(g, "bags forward gpu", bags_forward_scenario, v, 3, 2);
+    for (int v = 0; v < 9; v += 2 * every) same_everywhere(g, "bags forward gpu", bags_forward_scenario, v, 3, 2);
     for (int v = 0; v < 9; v += 3) same_everywhere(g, "bags train gpu", bags_train_scenario, v, NLIM, 2);
   }
   for (int l = 0; l < NLIM; l++) clembed_context_destroy(lim_ctx[l]);
@@ -1141,20 +1159,6 @@ TU_CASE(limits) {
     EXPECT(pieces_of(c, &m) == 1, "a high limit split a small matrix");
     clembed_matrix_release(&m);
     clembed_context_destroy(c);
-  }
-  /* a gradient in more buffers than one launch takes: refused, naming it */
-  c = lim_ctx[3];
-  if (c) {
-    clembed_matrix g = filled(c, N, D, CLEMBED_F32, 1), t = filled(c, R, D, CLEMBED_F32, 2);
-    int64_t h[N];
-    token_ids(h, N, R, 1);
-    clembed_ids ids = ids_of(c, h, N);
-    FAILS(c, CLEMBED_ERR_UNSUPPORTED, clembed_sgd_update(c, &g, &ids, 0.1f, NULL, &t, 0, NULL, NULL));
-    EXPECT(strstr(clembed_context_message(c), "grad_out lies in 37 buffers") != NULL, "message: %s",
-           clembed_context_message(c));
-    clembed_matrix_release(&g);
-    clembed_matrix_release(&t);
-    clembed_ids_release(&ids);
   }
 }
 

@@ -34,9 +34,9 @@
  *   ce_bag_gather_max  MAX: the features' max_rows as one I64 array
  *   ce_bag_grad_weights  grad_weights
  *   ce_bag_record   devices without 64-bit atomics: the bad values
- * Tables in more buffers than a launch takes: ce_bag_gather (their rows, in id
- * order, into one buffer, which the pooling reads), ce_bag_gather_rows (MAX's
- * max_rows from the gathered positions).
+ * Tables in more buffers than a launch takes: util.cl's ce_gather (their rows,
+ * in id order, into one buffer, which the pooling reads), ce_bag_gather_rows
+ * (MAX's max_rows from the gathered positions).
  * Renorm: ce_renorm_keys, then the sort, then ce_renorm_rows (a row per segment).
  *
  * Build options: OUT_DT, GRAD_DT dtype codes; TABLE_DT, the dtype code of
@@ -850,28 +850,6 @@ __kernel void ce_bag_gather_max(CE_BAG_ARGS, __global long *mrt) {
 }
 
 /* ------------------------------------------ tables in many buffers */
-
-/* A feature whose table lies in more buffers than one launch takes is pooled
- * from its rows gathered first (src/ops/bag.c's gather_rows): a launch per
- * piece of the table (src, holding rows [first, first + nrows), row r at byte
- * src_off + (r - first) * src_ld) copies the bytes of each id j's row, under
- * the feature's policy and padding, to row j of dst (row_bytes apart, the
- * bytes as they lie: any dtype). The first piece's launch (`head`) also
- * writes idx[j] = j for an id that takes a row and -1 for one left out, and
- * reports the bad ids as the pooling would. */
-__kernel void ce_bag_gather(__global const int *ids32, __global const long *ids64, ulong id_off, int id64, ulong n,
-                            ulong rows, int policy, long padding, __global uint *err, uint slot, int report, int head,
-                            __global const uchar *src, ulong src_off, ulong src_ld, ulong first, ulong nrows,
-                            __global uchar *dst, ulong row_bytes, __global long *idx) {
-  ulong j = get_global_id(0);
-  if (j >= n) return;
-  long r = ce_token_row(ids32, ids64, id64, id_off, j, rows, policy, padding, err, slot, head && report);
-  if (head) idx[j] = r >= 0 ? (long)j : -1;
-  if (r < 0 || (ulong)r < first || (ulong)r - first >= nrows) return;
-  __global const uchar *s = src + src_off + ((ulong)r - first) * src_ld;
-  __global uchar *d = dst + j * row_bytes;
-  for (ulong b = 0; b < row_bytes; b++) d[b] = s[b];
-}
 
 /* A gathered MAX feature's max_rows: the pooling named positions j (pos, -1
  * for none); each becomes the row ids[j] resolves to. */

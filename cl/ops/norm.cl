@@ -94,7 +94,10 @@
 /* The table, the position and segment tables, the output and the backward's
  * gradient may be split matrices (cl/lib/pieces.cl), each with all its pieces
  * in the one launch (the host marks them whole: a work-group's items share a
- * token's row, so no launch leaves rows to another). */
+ * token's row, so no launch leaves rows to another; one in more pieces than
+ * that is brought into one buffer first, src/ops/norm.c's fit_pieces: the
+ * table's rows then come gathered, through ids under `policy` ZERO, while the
+ * segment ids keep the call's, `seg_policy`). */
 #if TABLE_DT <= 2 /* elements, not blocks: a row's piece without a branch (CE_ROWP) */
 #define TABLE_ROW(r) CE_ROWP(const TABLE_T, table, t_off, t_ld, (ulong)(r))
 #else
@@ -107,7 +110,8 @@
 #define CE_NORM_IN_ARGS                                                                                        \
   __global const TABLE_T *table, ulong t_off CE_PIECE_PARAMS(const TABLE_T, table), ulong t_ld, ulong t_rows, \
       __global const int *ids32, __global const long *ids64, ulong id_off, int id64, ulong n, ulong cols,     \
-      float scale, int policy, long padding, __global const float *freq, __global const POS_T *ptab,          \
+      float scale, int policy, int seg_policy, long padding, __global const float *freq,                       \
+      __global const POS_T *ptab,                                                                            \
       ulong p_off CE_PIECE_PARAMS(const POS_T, ptab), ulong p_ld, ulong p_rows, ulong seq_len,                \
       ulong pos_offset, __global const int *so32, __global const long *so64, ulong so_off, int so64f,         \
       int has_so, __global const SEG_T *stab, ulong s_off CE_PIECE_PARAMS(const SEG_T, stab), ulong s_ld,     \
@@ -137,7 +141,7 @@
 #if SEGMENTS
 /* the segment row (-1: none), reported into sslot; row 0 without segment ids */
 #define CE_NORM_SEGMENT(i, report)                                                                             \
-  long sr_ = has_sid ? ce_token_row(sid32, sid64, sid64f, sid_off, (i), s_rows, policy, -1, err, sslot, (report)) \
+  long sr_ = has_sid ? ce_token_row(sid32, sid64, sid64f, sid_off, (i), s_rows, seg_policy, -1, err, sslot, (report)) \
                      : 0;                                                                                      \
   int sok = sr_ >= 0;                                                                                          \
   __global const SEG_T *srow = CE_AT(stab, (ulong)(sok ? sr_ : 0)) + CE_OFF(stab, s_off, s_ld, (ulong)(sok ? sr_ : 0));

@@ -132,7 +132,7 @@ _CLASSES = {ERR_INVALID_ARGUMENT: InvalidArgumentError, ERR_INDEX_OUT_OF_RANGE: 
 PY_CALLS = {
     "clembed_embed": "Context.embed", "clembed_lookup": "Context.lookup",
     "clembed_positional": "Context.positional", "clembed_backward": "Context.backward",
-    "clembed_sgd_update": "Context.sgd", "clembed_optimizer_step": "Optimizer.step",
+    "clembed_sgd_update": "Context.sgd", "clembed_optimizer_step": "Context.optimizer_step",
     "clembed_matrix_init_normal": "Context.init", "clembed_matrix_init_uniform": "Context.init",
     "clembed_rope_cache": "Context.rope_cache", "clembed_rope_apply": "Context.rope",
     "clembed_matrix_read": "Matrix.numpy", "clembed_matrix_write": "Matrix.write",
@@ -142,8 +142,8 @@ PY_CALLS = {
     "clembed_context_create_from_queue": "Context.from_queue", "clembed_devices": "devices",
     "clembed_file_open": "inspect", "clembed_embed_backward": "Context.embed_backward",
     "clembed_embedding_bag": "Context.embedding_bag", "clembed_embedding_bags": "Context.embedding_bags",
-    "clembed_bag_backward": "Context.bag_backward", "clembed_bag_optimizer_step": "Optimizer.bag_step",
-    "clembed_bags_optimizer_step": "Optimizer.bags_step", "clembed_renorm": "Context.renorm",
+    "clembed_bag_backward": "Context.bag_backward", "clembed_bag_optimizer_step": "Context.bag_optimizer_step",
+    "clembed_bags_optimizer_step": "Context.bags_optimizer_step", "clembed_renorm": "Context.renorm",
 }
 
 # C argument names that the binding spells differently (the same in every call).

@@ -1,20 +1,20 @@
 """Training helpers: clembed.Optimizer (sparse steps), clembed.Embedding and clembed.EmbeddingBag
 (nn.Embedding- and nn.EmbeddingBag-like layers on a clembed context) and clembed.manual_seed (the generator that
 draws the seeds of layers made without one, as PyTorch's global RNG does)."""
-import ctypes
 import weakref
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from . import _lib
-from ._lib import lib, OPTIMIZERS
+from ._lib import OPTIMIZERS
 from ._core import Context, Matrix, Ids, default_context, WaitFor
-from ._errors import api, invalid, wrong_type, state, missing, require
-from ._args import (DTYPE_NAMES, FLOAT_DTYPES, F16, BF16, choice, count, dtype_code, host_values, index_array,
+from ._errors import api, invalid, wrong_type, state, require
+from ._args import (FLOAT_DTYPES, choice, count, dtype_code, host_values, index_array,
                     integer, real, seed as _seed)
 
 KINDS = OPTIMIZERS
+FLOAT_NAMES = ("f32", "f16", "bf16")   # the dtypes a layer trains (Matrix.dtype)
 _EPS = {"sgd": 0.0, "adagrad": 1e-10, "rowwise_adagrad": 1e-8, "adam": 1e-8}
 
 # ------------------------------------------------------------------ seeds
@@ -85,20 +85,11 @@ class Optimizer:
             s = self._state[table] = [st, st2, 0]
         return s
 
-    def _c_optimizer(self, table: Matrix, lr: Optional[float]) -> Tuple[Any, List[Any]]:
-        """(clembed_optimizer for a step of table, its state list [state, state2, t])."""
-        s = self._states(table)
-        o = lib.clembed_optimizer_defaults(KINDS[self.kind])
-        o.learning_rate = self.lr if lr is None else real(lr, "lr")
-        o.eps = self.eps
-        o.beta1, o.beta2 = self.betas
-        o.weight_decay = self.weight_decay
-        o.step = s[2] + 1
-        if s[0] is not None:
-            o.state = ctypes.pointer(s[0]._m)
-        if s[1] is not None:
-            o.state2 = ctypes.pointer(s[1]._m)
-        return o, s
+    def _settings(self, s: List[Any], lr: Optional[float]) -> Dict[str, Any]:
+        """The optimizer keywords of Context.optimizer_step for the next step of the table
+        whose state list is s ([state, state2, t])."""
+        return dict(kind=self.kind, lr=self.lr if lr is None else real(lr, "lr"), state=s[0], state2=s[1],
+                    step=s[2] + 1, eps=self.eps, betas=self.betas, weight_decay=self.weight_decay)
 
     @api("Optimizer.bag_step", "clembed_bag_optimizer_step")
     def bag_step(self, table: Matrix, grad: Any, ids: Any, offsets: Any = None, *, lr: Optional[float] = None,
@@ -109,20 +100,14 @@ class Optimizer:
         output of Context.embedding_bag on these bags (the same arguments; max_rows: the
         forward's, for mode 'max'): each row is folded as Context.bag_backward folds it, then
         stepped; only the rows with a contribution are touched. Returns table."""
-        ctx = self.ctx
-        fn = require("clembed_bag_optimizer_step", "Optimizer(%r).bag_step" % self.kind)
+        require("clembed_bag_optimizer_step", "Optimizer(%r).bag_step" % self.kind)
         if not isinstance(table, Matrix):
             raise wrong_type("table", "must be a clembed.Matrix (stepped in place), not %s" % type(table).__name__)
-        ids = ctx._as_ids(ids)
-        grad = ctx._grad(grad)
-        keep: List[Any] = []
-        off, _ = ctx._bags(ids, offsets, include_last_offset, keep)
-        bo = ctx._bag_options(ids, mode, per_sample_weights, padding_idx, on_bad_id, max_rows, keep)
-        o, s = self._c_optimizer(table, lr)
-        ctx._run("clembed_bag_optimizer_step", fn,
-                 (ctx._live, ctypes.byref(grad._m), ctypes.byref(ids._ids),
-                  ctypes.byref(off._ids) if off is not None else None, ctypes.byref(bo), ctypes.byref(o),
-                  ctypes.byref(table._m)), wait_for, [table])
+        s = self._states(table)
+        self.ctx.bag_optimizer_step(table, grad, ids, offsets, mode=mode, per_sample_weights=per_sample_weights,
+                                    padding_idx=padding_idx, include_last_offset=include_last_offset,
+                                    on_bad_id=on_bad_id, max_rows=max_rows, wait_for=wait_for,
+                                    **self._settings(s, lr))
         s[2] += 1
         return table
 
@@ -134,32 +119,20 @@ class Optimizer:
         returns it): features as Context.embedding_bags takes them, plus 'max_rows' for a
         'max' feature. A table shared by several features (the same Matrix) folds their
         contributions in feature order, then id order, and is stepped once."""
-        ctx = self.ctx
-        fn = require("clembed_bags_optimizer_step", "Optimizer(%r).bags_step" % self.kind)
+        require("clembed_bags_optimizer_step", "Optimizer(%r).bags_step" % self.kind)
         if isinstance(features, dict) or not isinstance(features, (list, tuple)):
             raise wrong_type("features", "must be a list of dicts (one per feature), not %s" % type(features).__name__)
         for f, d in enumerate(features):
             if not isinstance(d, dict) or not isinstance(d.get("table"), Matrix):
                 raise wrong_type("features", "features[%d]['table'] must be a clembed.Matrix (stepped in place)" % f)
-        grad = ctx._grad(grad)
-        keep: List[Any] = []
-        plain = [{k: v for k, v in d.items() if k != "max_rows"} for d in features]
-        arr, n, _, _ = ctx._bag_features(plain, keep, False)
-        tables: List[Matrix] = [d["table"] for d in features]
-        for f, d in enumerate(features):
-            if d.get("max_rows") is not None:
-                mr = d["max_rows"]
-                mr = mr if isinstance(mr, Ids) else ctx._upload_ids(index_array(mr, "max_rows"), "max_rows")
-                keep.append(mr)
-                arr[f].options.max_rows = ctypes.pointer(mr._ids)
-        os_ = _lib.sized_array(_lib.Optimizer_t, n)   # read with the stride of os_[0].struct_size
-        seen: Dict[int, Tuple[Any, List[Any]]] = {}
-        for f, table in enumerate(tables):
+        seen: Dict[int, Tuple[List[Any], Dict[str, Any]]] = {}   # a table's states and settings, once
+        for d in features:
+            table = d["table"]
             if id(table) not in seen:
-                seen[id(table)] = self._c_optimizer(table, lr)
-            os_[f] = seen[id(table)][0]
-        ctx._run("clembed_bags_optimizer_step", fn, (ctx._live, arr, n, ctypes.byref(grad._m), os_), wait_for, tables)
-        for _, s in seen.values():
+                s = self._states(table)
+                seen[id(table)] = (s, self._settings(s, lr))
+        self.ctx.bags_optimizer_step(features, grad, [seen[id(d["table"])][1] for d in features], wait_for=wait_for)
+        for s, _ in seen.values():
             s[2] += 1
 
     @api("Optimizer.step", "clembed_optimizer_step")
@@ -169,28 +142,17 @@ class Optimizer:
         of the tokens ids. backward_options as Context.backward (scale, padding_idx,
         scale_grad_by_freq, on_bad_id, seq_len, offset, sequence_offsets, position_grad,
         dropout, seed). Returns table."""
-        ctx = self.ctx
         lr = self.lr if lr is None else real(lr, "lr")
-        if not _lib.has("clembed_optimizer_step"):
-            raise missing("clembed_optimizer_step", "Optimizer(%r).step" % self.kind)
+        require("clembed_optimizer_step", "Optimizer(%r).step" % self.kind)
         if not isinstance(table, Matrix):
             raise wrong_type("table", "must be a clembed.Matrix (stepped in place), not %s" % type(table).__name__)
-        ids = ctx._as_ids(ids)
-        grad = ctx._grad(grad)
-        keep: List[Any] = []
-        opts = dict(scale=1.0, padding_idx=None, scale_grad_by_freq=False, on_bad_id="check", seq_len=None,
-                    offset=0, sequence_offsets=None, position_grad=None, dropout=0.0, seed=0)
+        opts = ("scale", "padding_idx", "scale_grad_by_freq", "on_bad_id", "seq_len", "offset", "sequence_offsets",
+                "position_grad", "dropout", "seed")
         unknown = sorted(set(backward_options) - set(opts))
         if unknown:
             raise wrong_type(unknown[0], "is not an option of Optimizer.step (%s)" % ", ".join(opts))
-        opts.update(backward_options)
-        bo = ctx._backward_options(opts["scale"], opts["padding_idx"], opts["scale_grad_by_freq"], True, True,
-                                   opts["on_bad_id"], opts["seq_len"], opts["offset"], opts["sequence_offsets"],
-                                   opts["position_grad"], opts["dropout"], opts["seed"], ids, keep)
-        o, s = self._c_optimizer(table, lr)
-        ctx._run("clembed_optimizer_step", lib.clembed_optimizer_step,
-                 (ctx._live, ctypes.byref(grad._m), ctypes.byref(ids._ids), ctypes.byref(bo),
-                  ctypes.byref(o), ctypes.byref(table._m)), wait_for, [table])
+        s = self._states(table)
+        self.ctx.optimizer_step(table, grad, ids, wait_for=wait_for, **self._settings(s, lr), **backward_options)
         s[2] += 1
         return table
 
@@ -311,7 +273,7 @@ class Embedding:
         self._setup(weight.rows, weight.cols, padding_idx, scale, positions, ctx, optimizer, max_norm, norm_type)
         self.seed = None
         self.freeze = bool(freeze)
-        if not self.freeze and weight._m.dtype not in FLOAT_DTYPES:
+        if not self.freeze and weight.dtype not in FLOAT_NAMES:
             raise invalid("freeze", "False needs an f32, f16 or bf16 weight to train, not %s" % weight.dtype)
         self.weight = weight
         return self
@@ -324,7 +286,7 @@ class Embedding:
 
     @property
     def _out_dtype(self) -> str:
-        return {F16: "f16", BF16: "bf16"}.get(self.weight._m.dtype, "f32")
+        return self.weight.dtype if self.weight.dtype in ("f16", "bf16") else "f32"
 
     def __repr__(self) -> str:
         return "clembed.Embedding(%d, %d, padding_idx=%r, dtype=%r)" % (
@@ -335,7 +297,7 @@ class Embedding:
         """{'weight': a copy of the weight}: float32 (float16 for an 'f16' weight; 'bf16'
         values are exact in float32), or uint8 blocks for a block-quantized weight (so
         load_state_dict restores it bit for bit)."""
-        if DTYPE_NAMES[self.weight._m.dtype] not in ("f32", "f16", "bf16"):
+        if self.weight.dtype not in FLOAT_NAMES:
             return {"weight": self.weight.raw()}
         return {"weight": self.weight.numpy(None)}
 
@@ -505,7 +467,7 @@ class EmbeddingBag:
             self.ctx.renorm(self.weight, a, self.max_norm, self.norm_type)
         out = self.ctx.embedding_bag(self.weight, a, offsets, mode=self.mode, per_sample_weights=per_sample_weights,
                                      padding_idx=self.padding_idx, include_last_offset=include_last_offset,
-                                     out_dtype="f16" if self.weight._m.dtype == F16 else "f32")
+                                     out_dtype="f16" if self.weight.dtype == "f16" else "f32")
         bags = out.rows
         if a.ndim == 2:
             csr = np.arange(0, a.size + 1, max(a.shape[1], 1), dtype=np.int64)[:bags + 1]

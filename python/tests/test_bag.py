@@ -263,6 +263,47 @@ def test_bags_step_shared_table(ctx):
     assert np.array_equal(bits(A.numpy()), bits(want))
 
 
+def test_context_bag_optimizer_steps(ctx):
+    """Context.bag_optimizer_step and bags_optimizer_step, the caller keeping the states,
+    give the bits of Optimizer.bag_step and bags_step (which stand on them)."""
+    need("clembed_bags_optimizer_step")
+    V, D = 10, 4
+    W = rng.standard_normal((V, D)).astype(F)
+    ids = rng.integers(0, V, size=(3, 2))
+    grad = rng.standard_normal((3, D)).astype(F)
+    a, b = ctx.matrix(W), ctx.matrix(W)
+    opt = clembed.Optimizer(ctx, "rowwise_adagrad", 0.5)
+    opt.bag_step(a, grad, ids, mode="sum")
+    state = ctx.empty(V, 1)
+    assert ctx.bag_optimizer_step(b, grad, ids, mode="sum", kind="rowwise_adagrad", lr=0.5, state=state,
+                                  eps=1e-8) is b
+    assert np.array_equal(bits(b.numpy()), bits(a.numpy()))
+    assert np.array_equal(bits(state.numpy()), bits(opt.state(a)[0].numpy()))
+    # two features on one table, then one of its own
+    ids2 = rng.integers(0, V, size=(3, 3))
+    grad2 = rng.standard_normal((3, 3 * D)).astype(F)
+    c, d, e_, f_ = (ctx.matrix(W) for _ in range(4))
+    max_rows = ctx.embedding_bag(W, ids2, mode="max").max_rows
+
+    def feats(t, u):
+        return [dict(table=t, ids=ids, mode="sum"), dict(table=t, ids=ids2, mode="mean"),
+                dict(table=u, ids=ids2, mode="max", max_rows=max_rows)]
+
+    adam = clembed.Optimizer(ctx, "adam", 0.01)
+    adam.bags_step(feats(c, e_), grad2)
+    m, v, m2, v2 = (ctx.empty(V, D) for _ in range(4))
+    one = dict(kind="adam", lr=0.01, state=m, state2=v, step=1)
+    ctx.bags_optimizer_step(feats(d, f_), grad2, [one, one, dict(kind="adam", lr=0.01, state=m2, state2=v2)])
+    assert np.array_equal(bits(d.numpy()), bits(c.numpy()))
+    assert np.array_equal(bits(f_.numpy()), bits(e_.numpy()))
+    with pytest.raises(clembed.InvalidArgumentError) as e:
+        ctx.bags_optimizer_step(feats(d, f_), grad2, [one, one])
+    assert e.value.argument == "optimizers" and e.value.call == "Context.bags_optimizer_step"
+    with pytest.raises(clembed.InvalidArgumentError) as e:
+        ctx.bags_optimizer_step(feats(d, f_), grad2, [one, one, dict(kind="adam", rate=0.1)])
+    assert e.value.argument == "optimizers" and "rate" in str(e.value)
+
+
 def test_renorm(ctx):
     need("clembed_renorm")
     W = (rng.standard_normal((8, 6)) * 3).astype(F)

@@ -25,7 +25,13 @@ def public_callables():
         obj = getattr(clembed, name)
         if inspect.isclass(obj):
             out.append((name, obj))
-            for attr, member in vars(obj).items():
+            # the class's own members and those of its bases in the package (Context is
+            # composed of mixins), the most derived one of each name
+            members = {}
+            for klass in reversed(obj.__mro__):
+                if klass.__module__.split(".")[0] == "clembed":
+                    members.update(vars(klass))
+            for attr, member in members.items():
                 if attr.startswith("_") and attr not in ("__init__", "__array__"):
                     continue
                 if isinstance(member, (classmethod, staticmethod)):
@@ -95,7 +101,7 @@ def test_options_beyond_the_contract_are_keyword_only(fn, positional):
 
 def m_own_dtype(a, name):
     """Matrix.numpy() reads the matrix's own dtype by default where NumPy has one (f32,
-    f16), else float32 (the contract, API.md)."""
+    f16), else float32 (docs/python.md, "Types")."""
     return a.dtype == (np.float16 if name == "f16" else np.float32)
 
 
@@ -143,7 +149,7 @@ def test_numpy_dtypes_and_names(ctx):
         assert ctx.matrix(a, dtype=spelling).dtype == "f32", spelling
     assert ctx.matrix(a, dtype="bfloat16").dtype == "bf16"
     out = ctx.lookup(a, [2, 0], out_dtype=np.float16)
-    # numpy() with no dtype: the matrix's own where NumPy has one (API.md)
+    # numpy() with no dtype: the matrix's own where NumPy has one (docs/python.md, "Types")
     assert out.dtype == "f16" and out.numpy(None).dtype == np.float16 and out.numpy().dtype == np.float16
     assert out.numpy(np.float32).dtype == np.float32
     m = ctx.matrix(a)

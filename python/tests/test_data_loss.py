@@ -26,7 +26,7 @@ def test_f16_output_reads_as_float16(ctx):
     m = ctx.embed(W, ids, out_dtype="f16")
     assert m.dtype == "f16"
     assert m.numpy(None).dtype == np.float16 and np.array_equal(bits(m.numpy(None)), bits(want))
-    assert m.numpy().dtype == np.float16                 # the default: the matrix's own dtype (API.md)
+    assert m.numpy().dtype == np.float16                 # the default: the matrix's own dtype (docs/python.md)
     assert np.array_equal(bits(m.numpy()), bits(want))
     assert np.asarray(m).dtype == np.float16
     assert m.numpy(np.float32).dtype == np.float32       # a wider type on request

@@ -4,12 +4,12 @@ import numpy as np
 import pytest
 
 import clembed
-from clembed import _core
+from clembed import _events
 
 
 @pytest.fixture
 def no_pyopencl(monkeypatch):
-    monkeypatch.setattr(_core, "_cl", None)
+    monkeypatch.setattr(_events, "_cl", None)     # what pyopencl_module() answers
 
 
 def test_clembed_events_chain(ctx, no_pyopencl):

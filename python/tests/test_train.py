@@ -158,6 +158,32 @@ def test_optimizer_state_per_table(ctx):
     assert_same_bits(b.numpy(), c.numpy())
 
 
+def test_context_optimizer_step_is_the_optimizers(ctx):
+    """Context.optimizer_step with the states and step count kept by the caller gives
+    Optimizer.step's bits (Optimizer stands on it)."""
+    W, ids, grad = case()
+    a, b = ctx.matrix(W), ctx.matrix(W)
+    opt = clembed.Optimizer(ctx, "adam", 0.01, weight_decay=0.1)
+    m, v = ctx.empty(*W.shape), ctx.empty(*W.shape)
+    for t in (1, 2):
+        opt.step(a, grad, ids, scale=0.5)
+        assert ctx.optimizer_step(b, grad, ids, "adam", 0.01, state=m, state2=v, step=t, eps=1e-8,
+                                  weight_decay=0.1, scale=0.5) is b
+    assert_same_bits(b.numpy(), a.numpy())
+    assert_same_bits(m.numpy(), opt.state(a)[0].numpy())
+    c = ctx.matrix(W)                                # sgd needs no state
+    ctx.optimizer_step(c, grad, ids, "sgd", 0.05)
+    d = ctx.matrix(W)
+    clembed.Optimizer(ctx, "sgd", 0.05).step(d, grad, ids)
+    assert_same_bits(c.numpy(), d.numpy())
+    with pytest.raises(clembed.ArgumentTypeError) as e:
+        ctx.optimizer_step(c, grad, ids, "adagrad", 0.1, state=np.zeros(W.shape, np.float32))
+    assert e.value.argument == "state" and e.value.call == "Context.optimizer_step"
+    with pytest.raises(clembed.InvalidArgumentError) as e:
+        ctx.optimizer_step(c, grad, ids, "adam", 0.1, state=m, state2=v, step=0)   # Adam counts from 1
+    assert e.value.call == "Context.optimizer_step"
+
+
 def test_optimizer_bad_kind(ctx):
     with pytest.raises(ValueError, match="argument kind: must be one of 'sgd'"):
         clembed.Optimizer(ctx, "lion", 0.1)

@@ -90,6 +90,7 @@ typedef struct seg_call {
   ce_record rec;
   ce_sort srt;
   cl_mem counts;
+  ce_joined gj; /* grad_out joined into one buffer (more pieces than a launch takes) */
 } seg_call;
 
 static clembed_status check_args(seg_call *b) {
@@ -163,7 +164,11 @@ static clembed_status prepare(seg_call *b) {
    * every kernel of the call sees the same counts */
   ce_optim_step *o = b->step->optim;
   ce_pieces *mats[5] = {&b->gp, &b->tp, o ? &o->s1 : NULL, o ? &o->s2 : NULL, b->pg ? &b->pgp : NULL};
-  clembed_status status = ce_pieces_plan(ctx, b->step->what, mats, 5);
+  /* grad_out (whole) in more pieces than a launch takes: joined into one buffer first */
+  clembed_status status = CLEMBED_OK;
+  if (ce_pieces_plan_short(ctx, mats, 5) == 0)
+    status = ce_join(&b->ch, b->step->what, b->grad, &b->gp, 1, &b->gj);
+  if (status == CLEMBED_OK) status = ce_pieces_plan(ctx, b->step->what, mats, 5);
   if (status != CLEMBED_OK) return status;
   ce_pieces_option(b->opts, sizeof b->opts, &b->gp, "grad");
   ce_pieces_option(b->opts, sizeof b->opts, &b->tp, "tab");
@@ -523,6 +528,7 @@ cleanup:
   ce_sort_release(&b.srt);
   if (b.counts) clReleaseMemObject(b.counts);
   ce_chain_release(&b.ch);
+  ce_joined_release(&b.gj);
   ce_pieces_release(&b.gp);
   ce_pieces_release(&b.tp);
   ce_pieces_release(&b.pgp);

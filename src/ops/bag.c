@@ -531,60 +531,21 @@ static clembed_status feature_slot(clembed_context *ctx, const char *what, bag_f
 
 /* A feature whose table lies in more buffers than one launch takes beside its
  * ids, offsets, weights and max_rows (a table of any number of pieces): the
- * rows its ids take are gathered first, in id order, into one temporary
- * buffer (ids->count rows of the table's dtype, their bytes as they lie; a
- * launch of ce_bag_gather per piece), and the feature is pooled from there
- * through idx (j for an id that takes a row, -1 for one left out) under ZERO
- * with no padding: the same values in the same order, so the same bits. The
- * gather resolves and reports the ids as the pooling would; MAX's max_rows,
- * which the pooling then writes as positions, become rows afterwards
- * (gathered_after). The temporary is sized by the call's ids, not by the
- * table: it must fit one buffer of the device (CL_DEVICE_MAX_MEM_ALLOC_SIZE;
- * CLEMBED_MAX_BUFFER_BYTES bounds matrices, not it). */
+ * rows its ids take are gathered first (gather.c's ce_gather_rows), and the
+ * feature is pooled from there through idx under ZERO with no padding: the
+ * same values in the same order, so the same bits. The gather resolves and
+ * reports the ids as the pooling would; MAX's max_rows, which the pooling then
+ * writes as positions, become rows afterwards (gathered_after). */
 static clembed_status gather_rows(ce_chain *ch, const char *what, bag_feat *F) {
   clembed_status status = CLEMBED_OK;
   clembed_context *ctx = ch->ctx;
   const clembed_matrix *t = F->table;
-  const clembed_ids *ids = F->ids;
-  size_t n = ids->count, rb = clembed_dtype_row_bytes(t->dtype, t->cols), bytes, np = F->tp.count;
-  char *opts = NULL;
-  cl_kernel k;
-  if (ce_mul_overflows(n, rb, &bytes) || (ctx->max_alloc && bytes + 4 > ctx->max_alloc))
-    FAIL_ARG(CLEMBED_ERR_UNSUPPORTED, "ids", -1, (int64_t)n,
-             "%s: table lies in %zu buffers, more than a launch of the bag kernels takes with its other buffers "
-             "(CLEMBED_BAGS_BUFFERS %d), so the rows its ids take are gathered into one buffer first; %zu ids of "
-             "%zu-byte rows are more than the device's largest buffer (%llu bytes): pass fewer ids a call",
-             what, np, CLEMBED_BAGS_BUFFERS, n, rb, (unsigned long long)ctx->max_alloc);
   F->g.on = 1;
   F->g.table = t;
-  F->g.ids = ids;
+  F->g.ids = F->ids;
   F->g.policy = F->opt.policy;
   F->g.padding = F->padding;
-  F->g.rows = (clembed_matrix){NULL, 0, n, t->cols, t->cols, t->dtype};
-  CHECK(ce_buffer(ctx, CE_BUFFER_TEMP, (bytes / 4 + 1) * 4, NULL, "bags: gathered rows", &F->g.rows.buffer));
-  F->g.idx = (clembed_ids){NULL, 0, n, CLEMBED_I64};
-  CHECK(ce_buffer(ctx, CE_BUFFER_TEMP, (n ? n : 1) * sizeof(cl_long), NULL, "bags: gathered ids", &F->g.idx.buffer));
-  opts = base_options(ctx, "-DMODES=0");
-  if (!opts) FAIL(CLEMBED_ERR_OUT_OF_MEMORY, "%s: out of host memory", what);
-  CHECK(ce_kernel(ctx, CE_FAMILY_BAG, opts, "ce_bag_gather", &k));
-  {
-    cl_ulong id_off = ids->offset, nn = n, rows = t->rows, rbl = rb, ld = clembed_dtype_row_bytes(t->dtype, F->t_ld);
-    cl_int id64 = ids->type == CLEMBED_I64, policy = (cl_int)F->opt.policy, report = F->slot != CE_NO_SLOT;
-    cl_long padding = F->padding;
-    cl_uint slot = report ? F->slot : 0;
-    for (size_t j = 0; j < np; j++) {
-      const ce_piece *pc = &F->tp.piece[j];
-      cl_ulong first = pc->first, nrows = ce_piece_nrows(&F->tp, j);
-      cl_ulong off = clembed_dtype_row_bytes(t->dtype, pc->offset);
-      cl_int head = j == 0;
-      CHECK(ce_set_args(ctx, k, "ce_bag_gather", CE_ARG(ids->buffer), CE_ARG(ids->buffer), CE_ARG(id_off),
-                        CE_ARG(id64), CE_ARG(nn), CE_ARG(rows), CE_ARG(policy), CE_ARG(padding), CE_ARG(ctx->errbuf),
-                        CE_ARG(slot), CE_ARG(report), CE_ARG(head), CE_ARG(pc->buffer), CE_ARG(off), CE_ARG(ld),
-                        CE_ARG(first), CE_ARG(nrows), CE_ARG(F->g.rows.buffer), CE_ARG(rbl), CE_ARG(F->g.idx.buffer),
-                        CE_END));
-      CHECK(ce_chain_1d(ch, k, "ce_bag_gather", n, 0));
-    }
-  }
+  CHECK(ce_gather_rows(ch, what, t, &F->tp, F->ids, F->opt.policy, F->padding, F->slot, &F->g.rows, &F->g.idx));
   if (F->opt.mode == CLEMBED_BAG_MAX && F->opt.max_rows) {
     size_t m = F->opt.max_rows->count;
     F->g.max_rows = F->opt.max_rows;
@@ -604,7 +565,6 @@ static clembed_status gather_rows(ce_chain *ch, const char *what, bag_feat *F) {
   F->pg0 = 0;
   F->pgn = F->tp.count;
 cleanup:
-  free(opts);
   return status;
 }
 
@@ -963,6 +923,8 @@ static clembed_status grad_weights_run(ce_chain *ch, const char *what, bag_feat 
   cl_mem desc = NULL;
   char *base = NULL, opts[2048], extra[64];
   cl_kernel k;
+  ce_joined gj;
+  memset(&gj, 0, sizeof gj);
   F.slot = CE_NO_SLOT;
   {
     cl_mem m[BAG_FEATURE_BUFFERS];
@@ -970,8 +932,9 @@ static clembed_status grad_weights_run(ce_chain *ch, const char *what, bag_feat 
     int others = feature_buffers(&F, 0, m) - 1; /* ids, offsets, per_sample_weights */
     per = (size_t)(CLEMBED_BAGS_BUFFERS - others);
   }
-  ce_pieces *gmats[1] = {gp}; /* grad_out: every piece in each launch, as in the fold */
-  gp->whole = 1;
+  ce_pieces *gmats[1] = {gp}; /* grad_out: every piece in each launch, as in the fold (joined when they */
+  gp->whole = 1;              /* do not fit one launch) */
+  if (ce_pieces_plan_short(ctx, gmats, 1) == 0) CHECK(ce_join(ch, what, grad_out, gp, 1, &gj));
   CHECK(ce_pieces_plan(ctx, what, gmats, 1));
   snprintf(extra, sizeof extra, "-DGRAD_DT=%d", (int)grad_out->dtype);
   ce_pieces_option(extra, sizeof extra, gp, "grad");
@@ -997,6 +960,7 @@ cleanup:
   if (desc) clReleaseMemObject(desc);
   free(L);
   free(base);
+  ce_joined_release(&gj);
   return status;
 }
 

@@ -64,7 +64,7 @@ clembed_embed_grads clembed_embed_grads_defaults(void) {
 
 /* The arguments every norm.cl kernel starts with (CE_NORM_IN_ARGS), its
  * matrices in one buffer each (norm_call's in_args: with their pieces). */
-#define NORM_IN_ARGS 47
+#define NORM_IN_ARGS 48
 
 /* ce_norm_params' widest block of columns per CPU work-item (its sums, two
  * rows of this many floats and one per segment row, are private) */
@@ -80,12 +80,20 @@ typedef struct norm_call {
   const clembed_matrix *table;
   size_t t_ld, s_ld;
   ce_pieces *tp, *rp;       /* the table's pieces, and the output's or grad_out's */
+  const clembed_matrix *rm; /* the output or grad_out */
   ce_pieces sp, wp, bp;     /* the segment table's, norm.weight's, norm.bias's (ce_pieces_release) */
   cl_uint in_args;          /* the CE_NORM_IN_ARGS the kernels take */
   const clembed_ids *ids, *sids; /* sids: the segment ids, NULL for type 0 everywhere */
   const clembed_embed_options *opt;
   ce_embed_pos *p;
   cl_long padding;
+  clembed_index_policy policy; /* the table's: the call's, CLEMBED_INDEX_ZERO for gathered rows */
+  /* matrices in more buffers than a launch takes (fit_pieces): the table's
+   * rows gathered through idx; the position table, segment table and out or
+   * grad_out joined into one buffer each */
+  clembed_matrix grows;
+  clembed_ids gidx;
+  ce_joined joined[3];
   ce_record rec, srec; /* the slots of ids and positions, and of segment ids */
   unsigned rows;       /* the CPU shape's tokens per work-item (0: the GPU shape) */
   int strided;         /* ...which take one position of `rows` sequences */
@@ -97,8 +105,10 @@ typedef struct norm_call {
  * parameters: checked by ce_norm_check already); norm_release after. */
 static clembed_status norm_init(norm_call *c, clembed_context *ctx, const char *op, const clembed_matrix *table,
                                 ce_pieces *tp, const clembed_ids *ids, const clembed_embed_options *opt,
-                                ce_embed_pos *p, cl_long padding, ce_pieces *rp) {
+                                ce_embed_pos *p, cl_long padding, const clembed_matrix *rm, ce_pieces *rp) {
   memset(c, 0, sizeof *c);
+  c->rm = rm;
+  c->policy = opt->policy;
   c->ctx = ctx;
   c->op = op;
   c->table = table;
@@ -124,6 +134,9 @@ static clembed_status norm_init(norm_call *c, clembed_context *ctx, const char *
 }
 
 static void norm_release(norm_call *c) {
+  if (c->grows.buffer) clReleaseMemObject(c->grows.buffer);
+  if (c->gidx.buffer) clReleaseMemObject(c->gidx.buffer);
+  for (int i = 0; i < 3; i++) ce_joined_release(&c->joined[i]);
   ce_pieces_release(&c->sp);
   ce_pieces_release(&c->wp);
   ce_pieces_release(&c->bp);
@@ -196,13 +209,52 @@ cleanup:
   return status;
 }
 
+/* Split matrices: each with all its pieces in the one launch (whole: a row's
+ * work-items share it). One that does not fit is brought into one buffer
+ * (gather.c), the one with the most pieces first, until the rest fit: the
+ * table's rows that the ids take are gathered (the call then reads them
+ * through idx, under ZERO with no padding: the gather resolved the ids and
+ * reported the bad ones as the kernels would), the position and segment
+ * tables and grad_out are joined, and so is the forward's output, copied back
+ * after the kernel (norm_finish). The same values, so the same bits. */
+static clembed_status fit_pieces(norm_call *c, ce_chain *ch, int backward) {
+  clembed_context *ctx = c->ctx;
+  const clembed_matrix *mat[4] = {c->table, c->p->pt, c->opt->segment_table, c->rm};
+  for (;;) {
+    ce_pieces *mats[4] = {c->tp, &c->p->pp, &c->sp, c->rp};
+    for (int i = 0; i < 4; i++) mats[i]->whole = 1;
+    long i = ce_pieces_plan_short(ctx, mats, 4);
+    clembed_status s = CLEMBED_OK;
+    if (i < 0) return CLEMBED_OK;
+    if (i == 0) {
+      s = ce_gather_rows(ch, c->op, c->table, c->tp, c->ids, c->policy, c->padding, c->rec.slot, &c->grows, &c->gidx);
+      if (s != CLEMBED_OK) return s;
+      c->table = &c->grows;
+      c->ids = &c->gidx;
+      c->policy = CLEMBED_INDEX_ZERO;
+      c->padding = -1;
+      ce_pieces_release(c->tp);
+      s = ce_check_pieces(ctx, c->table, "table", 1, c->tp);
+      c->t_ld = c->tp->ld;
+    } else {
+      s = ce_join(ch, c->op, mat[i], mats[i], i < 3 || backward, &c->joined[i - 1]);
+    }
+    if (s != CLEMBED_OK) return s;
+  }
+}
+
+/* After the forward's kernel: a joined output copied back into its pieces. */
+static clembed_status norm_finish(norm_call *c, ce_chain *ch) {
+  return c->joined[2].m ? ce_join_back(ch, &c->joined[2]) : CLEMBED_OK;
+}
+
 /* The program's options (one program serves the keys, the forward and the
  * backward's rows of a call) and the two error slots. */
 /* The backward's dx_other: dx for a fold other than the position table's;
  * posg_ok: the position gradient may be summed by the rows (POSG) where the
  * shape allows, else dx for its fold. */
-static clembed_status norm_prepare(norm_call *c, clembed_dtype out_dtype, const clembed_matrix *grad, int dx_other,
-                                   int posg_ok, int stats, const ce_tuning *t, int stream, int next) {
+static clembed_status norm_prepare(norm_call *c, ce_chain *ch, clembed_dtype out_dtype, const clembed_matrix *grad,
+                                   int dx_other, int posg_ok, int stats, const ce_tuning *t, int stream, int next) {
   clembed_context *ctx = c->ctx;
   const clembed_embed_options *opt = c->opt;
   const clembed_matrix *st = opt->segment_table;
@@ -241,11 +293,20 @@ static clembed_status norm_prepare(norm_call *c, clembed_dtype out_dtype, const 
   if (grad)
     snprintf(c->opts + n, sizeof c->opts - (size_t)n, " -DGRAD_DT=%d -DDX=%d -DSTATS=%d -DPOSG=%d -DPSEG=%d -DPWMAX=%u",
              (int)grad->dtype, c->dx, stats, c->posg, t->norm_sums != 0, c->rows ? NORM_PWMAX : 1);
-  /* split matrices: all their pieces in the one launch (whole: a row's
-   * work-items share it), named in the options */
-  ce_pieces *mats[4] = {c->tp, &c->p->pp, &c->sp, c->rp};
-  for (int i = 0; i < 4; i++) mats[i]->whole = 1;
-  clembed_status s = ce_pieces_plan(ctx, c->op, mats, 4);
+  /* the error slots (before fit_pieces, whose gather reports into the first) */
+  c->rec = (ce_record){CE_NO_SLOT, CE_FAMILY_NORM, c->opts, c->ids, c->p->so, opt->seq_len};
+  c->srec = (ce_record){CE_NO_SLOT, CE_FAMILY_NORM, c->opts, c->sids, NULL, 0};
+  clembed_status s = ce_embed_slot(ctx, c->op, c->table, c->ids, opt, c->p, &c->rec.slot);
+  if (s == CLEMBED_OK && c->sids && c->ids->count) {
+    size_t types = st->rows;
+    if (opt->policy == CLEMBED_INDEX_CHECK || opt->policy == CLEMBED_INDEX_WRAP ||
+        (opt->policy == CLEMBED_INDEX_CLAMP && types == 0)) {
+      ce_slot_info info = {c->op,   "position_table", opt->policy == CLEMBED_INDEX_WRAP, types, 0, 0, 0, 0, 0,
+                           "segment_ids", 0, 0, 0};
+      s = ce_slot_reserve(ctx, &info, &c->srec.slot);
+    }
+  }
+  if (s == CLEMBED_OK) s = fit_pieces(c, ch, grad != NULL);
   if (s != CLEMBED_OK) return s;
   ce_pieces_option(c->opts, sizeof c->opts, c->tp, "table");
   ce_pieces_option(c->opts, sizeof c->opts, &c->p->pp, "ptab");
@@ -253,18 +314,7 @@ static clembed_status norm_prepare(norm_call *c, clembed_dtype out_dtype, const 
   ce_pieces_option(c->opts, sizeof c->opts, c->rp, grad ? "grad" : "out");
   c->in_args = NORM_IN_ARGS + ce_pieces_extra_args(c->tp) + ce_pieces_extra_args(&c->p->pp) +
                ce_pieces_extra_args(&c->sp);
-  c->rec = (ce_record){CE_NO_SLOT, CE_FAMILY_NORM, c->opts, c->ids, c->p->so, opt->seq_len};
-  c->srec = (ce_record){CE_NO_SLOT, CE_FAMILY_NORM, c->opts, c->sids, NULL, 0};
-  s = ce_embed_slot(ctx, c->op, c->table, c->ids, opt, c->p, &c->rec.slot);
-  if (s != CLEMBED_OK || !c->sids || !c->ids->count) return s;
-  size_t types = st->rows;
-  if (opt->policy == CLEMBED_INDEX_CHECK || opt->policy == CLEMBED_INDEX_WRAP ||
-      (opt->policy == CLEMBED_INDEX_CLAMP && types == 0)) {
-    ce_slot_info info = {c->op,   "position_table", opt->policy == CLEMBED_INDEX_WRAP, types, 0, 0, 0, 0, 0,
-                         "segment_ids", 0, 0, 0};
-    s = ce_slot_reserve(ctx, &info, &c->srec.slot);
-  }
-  return s;
+  return CLEMBED_OK;
 }
 
 /* Sets the CE_NORM_IN_ARGS of kernel k. */
@@ -283,7 +333,7 @@ static clembed_status norm_in_args(norm_call *c, cl_kernel k, const char *name) 
   cl_ulong nw_off = c->wp.piece[0].offset, nb_off = c->bp.piece[0].offset;
   cl_int id64 = ids->type == CLEMBED_I64, so64 = so && so->type == CLEMBED_I64, has_so = so != NULL;
   cl_int sid64 = sid && sid->type == CLEMBED_I64, has_sid = sid != NULL;
-  cl_int policy = (cl_int)opt->policy;
+  cl_int policy = (cl_int)c->policy, seg_policy = (cl_int)opt->policy;
   cl_long padding = c->padding;
   int dropout = opt->dropout > 0.0f;
   cl_float scale = opt->scale, eps = opt->norm.eps, inv_d = cols ? (float)(1.0 / (double)cols) : 0.0f;
@@ -292,7 +342,7 @@ static clembed_status norm_in_args(norm_call *c, cl_kernel k, const char *name) 
   cl_uint slot = c->rec.slot == CE_NO_SLOT ? 0 : c->rec.slot, sslot = c->srec.slot == CE_NO_SLOT ? 0 : c->srec.slot;
   return ce_set_args(ctx, k, name, CE_PIECES(c->tp), CE_ARG(t_ldl), CE_ARG(t_rows), CE_ARG(idb), CE_ARG(idb),
                      CE_ARG(id_off), CE_ARG(id64), CE_ARG(n), CE_ARG(cols), CE_ARG(scale), CE_ARG(policy),
-                     CE_ARG(padding), CE_ARG(c->p->freq), CE_PIECES(&c->p->pp), CE_ARG(p_ldl), CE_ARG(p_rows),
+                     CE_ARG(seg_policy), CE_ARG(padding), CE_ARG(c->p->freq), CE_PIECES(&c->p->pp), CE_ARG(p_ldl), CE_ARG(p_rows),
                      CE_ARG(seq_len), CE_ARG(pos_offset), CE_ARG(sob), CE_ARG(sob), CE_ARG(so_off), CE_ARG(so64),
                      CE_ARG(has_so), CE_PIECES(&c->sp), CE_ARG(s_ldl), CE_ARG(s_rows), CE_ARG(sidb),
                      CE_ARG(sidb), CE_ARG(sid_off), CE_ARG(sid64), CE_ARG(has_sid), CE_ARG(nwb), CE_ARG(nw_off),
@@ -352,11 +402,11 @@ clembed_status ce_norm_forward(clembed_context *ctx, ce_chain *ch, const clembed
   const ce_tuning *t = ctx->tune;
   norm_call c;
   cl_kernel k;
-  CHECK(norm_init(&c, ctx, ctx->op, table, tp, ids, opt, p, padding, op));
+  CHECK(norm_init(&c, ctx, ctx->op, table, tp, ids, opt, p, padding, out, op));
   /* an output larger than the device's cache goes out with streaming stores */
   size_t out_bytes = ids->count * table->cols * clembed_dtype_size(out->dtype);
   int stream = t->norm_rows && ce_stream_output(ctx, out_bytes);
-  CHECK(norm_prepare(&c, out->dtype, NULL, 0, 0, 0, t, stream, ctx->prefetch && t->norm_next));
+  CHECK(norm_prepare(&c, ch, out->dtype, NULL, 0, 0, 0, t, stream, ctx->prefetch && t->norm_next));
   if (ids->count && table->cols == 0) {
     CHECK(norm_keys(&c, ch, NULL, NULL)); /* no column to write: the ids are still checked */
   } else if (ids->count) {
@@ -366,6 +416,7 @@ clembed_status ce_norm_forward(clembed_context *ctx, ce_chain *ch, const clembed
     CHECK(norm_in_args(&c, k, name));
     CHECK(ce_set_args_at(ctx, k, name, c.in_args, CE_PIECES(op), CE_ARG(o_ldl), CE_END));
     CHECK(norm_launch(&c, ch, k, name, 32, c.in_args + 3 + ce_pieces_extra_args(op)));
+    CHECK(norm_finish(&c, ch));
   }
   CHECK(ce_chain_record(ch, &c.srec));
   CHECK(ce_chain_close_checked(ch, &c.rec, event));
@@ -608,10 +659,10 @@ static clembed_status embed_backward_run(clembed_context *ctx, const clembed_mat
   int dx_other = norm && cols &&
                  (grads->table || (grads->position_table && !posg_ok) || (grads->segment_table && !seg_params));
   int want_stats = cols && (grads->norm_weight || seg_params);
-  CHECK(norm_init(&c, ctx, ctx->op, table, &tp, ids, opt, &p, padding, &gp));
+  CHECK(norm_init(&c, ctx, ctx->op, table, &tp, ids, opt, &p, padding, grad_out, &gp));
   /* dx larger than the device's cache goes out with streaming stores */
   int stream = t->norm_rows && ce_stream_output(ctx, n * cols * sizeof(float));
-  CHECK(norm_prepare(&c, CLEMBED_F32, grad_out, dx_other, posg_ok, want_stats, t, stream,
+  CHECK(norm_prepare(&c, &ch, CLEMBED_F32, grad_out, dx_other, posg_ok, want_stats, t, stream,
                      ctx->prefetch && t->norm_next));
   int want_dx = c.dx;
   if (n == 0) goto close;

@@ -77,6 +77,33 @@ clembed_status ce_embed_slot(clembed_context *ctx, const char *op, const clembed
                              const clembed_ids *ids, const clembed_embed_options *opt, const ce_embed_pos *p,
                              cl_uint *slot);
 
+/* ----- matrices in more buffers than a launch takes (gather.c) */
+/* The rows `ids` take from table t (resolved into tp: any number of pieces),
+ * in id order, gathered into *rows (ids->count x t->cols of t's dtype, one
+ * buffer, the bytes as they lie) with *idx (I64: j for an id that takes a row
+ * under policy and padding, -1 for one left out), the bad ids reported into
+ * `slot` (CE_NO_SLOT: none) as the operation would; the operation then reads
+ * rows through idx under CLEMBED_INDEX_ZERO with no padding: the same values.
+ * fn names the call in messages; the caller releases both buffers. */
+clembed_status ce_gather_rows(ce_chain *ch, const char *fn, const clembed_matrix *t, const ce_pieces *tp,
+                              const clembed_ids *ids, clembed_index_policy policy, cl_long padding, cl_uint slot,
+                              clembed_matrix *rows, clembed_ids *idx);
+/* A split matrix joined into one temporary buffer (row r at element r * ld):
+ * ce_join makes *p that one buffer (copying the rows in with copy_in: an input,
+ * or an output whose rows a kernel does not all write) and keeps the pieces in
+ * j; ce_join_back copies the rows back into the pieces (an output), only each
+ * row's cols; ce_joined_release (after enqueueing) lets the temporary and the
+ * pieces' list go. j starts zeroed. */
+typedef struct ce_joined {
+  const clembed_matrix *m;
+  ce_pieces from;
+  cl_mem buffer;
+} ce_joined;
+clembed_status ce_join(ce_chain *ch, const char *fn, const clembed_matrix *m, ce_pieces *p, int copy_in,
+                       ce_joined *j);
+clembed_status ce_join_back(ce_chain *ch, const ce_joined *j);
+void ce_joined_release(ce_joined *j);
+
 /* ----- BERT's segments and the fused norm (norm.c) */
 /* Checks opt's segment and norm fields; *layer = 1 when it asks for segments
  * or a norm (clembed_embed then runs ce_norm_forward). */

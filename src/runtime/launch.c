@@ -80,7 +80,9 @@ clembed_status ce_set_args_at(clembed_context *ctx, cl_kernel k, const char *nam
  * (2 ulongs) and 3 arguments for each piece after its first. */
 static size_t piece_bytes(size_t k) { return k ? (2 + 3 * (k - 1)) * 8 : 0; }
 
-clembed_status ce_pieces_plan(clembed_context *ctx, const char *fn, ce_pieces *const *mats, size_t n) {
+/* Plans the launches; returns the index of the whole matrix with the most
+ * pieces that does not fit one launch, or -1. */
+static long plan(clembed_context *ctx, ce_pieces *const *mats, size_t n) {
   size_t budget = ctx->max_param > CE_OWN_PARAM_BYTES ? ctx->max_param - CE_OWN_PARAM_BYTES : 0, used = 0;
   size_t pref = ctx->tune->piece_args < CE_PIECE_ARGS_MAX ? ctx->tune->piece_args : CE_PIECE_ARGS_MAX;
   if (pref == 0) pref = 1;
@@ -107,15 +109,25 @@ clembed_status ce_pieces_plan(clembed_context *ctx, const char *fn, ce_pieces *c
     big->per_launch--;
     used += piece_bytes(big->per_launch);
   }
+  long worst = -1;
   for (size_t i = 0; i < n; i++) {
     ce_pieces *p = mats[i];
-    if (p && p->whole && p->count > 1 && p->per_launch < p->count)
-      return ce_fail_arg(ctx, CLEMBED_ERR_UNSUPPORTED, NULL, p->what, -1, (int64_t)p->count,
-                         "%s: %s lies in %zu buffers; this operation takes it in at most %zu on this device", fn,
-                         p->what, p->count, p->per_launch);
+    if (p && p->whole && p->count > 1 && p->per_launch < p->count && (worst < 0 || p->count > mats[worst]->count))
+      worst = (long)i;
   }
-  return CLEMBED_OK;
+  return worst;
 }
+
+clembed_status ce_pieces_plan(clembed_context *ctx, const char *fn, ce_pieces *const *mats, size_t n) {
+  long i = plan(ctx, mats, n);
+  if (i < 0) return CLEMBED_OK;
+  const ce_pieces *p = mats[i];
+  return ce_fail_arg(ctx, CLEMBED_ERR_UNSUPPORTED, NULL, p->what, -1, (int64_t)p->count,
+                     "%s: %s lies in %zu buffers; this operation takes it in at most %zu on this device", fn, p->what,
+                     p->count, p->per_launch);
+}
+
+long ce_pieces_plan_short(clembed_context *ctx, ce_pieces *const *mats, size_t n) { return plan(ctx, mats, n); }
 
 void ce_pieces_option(char *opts, size_t cap, const ce_pieces *p, const char *role) {
   if (!p || !p->per_launch) return;

@@ -436,6 +436,10 @@ clembed_status ce_set_args_at(clembed_context *ctx, cl_kernel k, const char *nam
  * a matrix marked `whole` must fit in one launch, else CLEMBED_ERR_UNSUPPORTED
  * naming it), and the first launch's groups. NULL entries are skipped. */
 clembed_status ce_pieces_plan(clembed_context *ctx, const char *fn, ce_pieces *const *mats, size_t n);
+/* The same plan without failing: the index of the `whole` matrix with the most
+ * pieces that does not fit one launch (the operation brings it into one buffer,
+ * src/ops/gather.c, and plans again), or -1 when every one fits. */
+long ce_pieces_plan_short(clembed_context *ctx, ce_pieces *const *mats, size_t n);
 /* Appends " -DCE_PIECES_<role>=K" for a split matrix (its kernel argument is
  * `role`): K pieces in every launch, or 8 + K for launches over windows of K. */
 void ce_pieces_option(char *opts, size_t cap, const ce_pieces *p, const char *role);
