@@ -129,6 +129,26 @@ CLEMBED_API cl_command_queue clembed_context_queue(const clembed_context *ctx);
 /* "platform name / device name"; "" for NULL. Owned by the context. */
 CLEMBED_API const char *clembed_context_device_name(const clembed_context *ctx);
 
+/* The tuning this context's device runs with (docs/tuning.md): the entries of
+ * the tuning database that apply to it and where each came from, e.g.
+ * "default cpu, device pocl-cpu (built in); device my-gpu
+ * (/home/u/.cache/clembed/tuning.conf)", then any CLEMBED_TUNE settings. The
+ * built-in entries are tuning/devices.conf's; a user's own, written by
+ * `clembed tune`, are read from CLEMBED_TUNING_FILE (empty or "none": no
+ * file), else $XDG_CACHE_HOME/clembed/tuning.conf, else
+ * ~/.cache/clembed/tuning.conf, whenever a context is made (not with
+ * CLEMBED_TUNING=cpu|gpu, which asks for a type's built-in shapes); a file that
+ * does not parse fails the context's creation with
+ * CLEMBED_ERR_INVALID_ARGUMENT naming the file and line. No entry changes a
+ * bit of any result. "" for NULL. Owned by the context. */
+CLEMBED_API const char *clembed_context_tuning(const clembed_context *ctx);
+
+/* The user's tuning file (see clembed_context_tuning), which `clembed tune`
+ * writes, into path (capacity bytes): CLEMBED_OK; CLEMBED_ERR_UNSUPPORTED when
+ * there is none (CLEMBED_TUNING_FILE empty or "none", no HOME);
+ * CLEMBED_ERR_INVALID_ARGUMENT for a NULL path or a capacity it does not fit. */
+CLEMBED_API clembed_status clembed_tuning_file(char *path, size_t capacity);
+
 /* Detail of the last failure on this context, "" if none (and for NULL). Valid
  * until the next call on the context. */
 CLEMBED_API const char *clembed_context_message(const clembed_context *ctx);

@@ -1195,7 +1195,11 @@ static void expect_devices_json(const clembed_device_info *list, size_t n, long 
   static char want[1 << 15];
   size_t o = (size_t)snprintf(want, sizeof want, "[");
   for (size_t i = 0; i < n; i++) {
-    char pl[300], nm[300];
+    char pl[300], nm[300], tu[2100];
+    clembed_context *c = NULL;
+    EXPECT(clembed_context_create(list[i].spec, &c) == CLEMBED_OK, "a context on %s", list[i].spec);
+    json_escape(tu, sizeof tu, clembed_context_tuning(c));
+    clembed_context_destroy(c);
     json_escape(pl, sizeof pl, list[i].platform);
     json_escape(nm, sizeof nm, list[i].name);
     cl_device_type t = list[i].type;
@@ -1203,10 +1207,11 @@ static void expect_devices_json(const clembed_device_info *list, size_t n, long 
                        : (t & CL_DEVICE_TYPE_CPU) ? "cpu" : "other";
     o += (size_t)snprintf(want + o, sizeof want - o,
                           "%s{\"spec\": \"%s\", \"platform\": \"%s\", \"name\": \"%s\", \"type\": \"%s\", "
-                          "\"is_default\": %s, \"selected\": %s, \"global_mem_bytes\": %llu, \"max_alloc_bytes\": %llu}",
+                          "\"is_default\": %s, \"selected\": %s, \"global_mem_bytes\": %llu, \"max_alloc_bytes\": %llu, "
+                          "\"tuning\": \"%s\"}",
                           i ? ", " : "", list[i].spec, pl, nm, type, list[i].is_default ? "true" : "false",
                           (long)i == selected ? "true" : "false", (unsigned long long)list[i].global_mem_bytes,
-                          (unsigned long long)list[i].max_alloc_bytes);
+                          (unsigned long long)list[i].max_alloc_bytes, tu);
   }
   snprintf(want + o, sizeof want - o, "]\n");
   EXPECT(!strcmp(g_out, want), "devices --json:\n%s\nexpected:\n%s", g_out, want);

@@ -1064,7 +1064,7 @@ TU_CASE(dev_extreme) {
 }
 
 /* Every load function of cl/lib/quant.cl, for every type, in one program of
- * the helpers (dtype.cl, iqtables.cl with every table, quant.cl, read from the
+ * the helpers (loadstore.cl, iqtables.cl with every table, quant.cl, read from the
  * source tree) and a kernel per type that writes each value of a table
  * through each of them: ce_load_T (one value), ce_load4_T (4), the 8-value
  * load, ce_loadv_T (VEC 16), ce_loadw_T (2 x 16), and the 2 x 4 and 2 x 8
@@ -1121,7 +1121,7 @@ TU_CASE(dev_loads) {
   cl_device_id dev = NULL;
   clGetCommandQueueInfo(queue, CL_QUEUE_CONTEXT, sizeof cc, &cc, NULL);
   clGetCommandQueueInfo(queue, CL_QUEUE_DEVICE, sizeof dev, &dev, NULL);
-  static const char *const files[] = {"dtype.cl", "iqtables.cl", "quant.cl"};
+  static const char *const files[] = {"loadstore.cl", "iqtables.cl", "quant.cl"};
   const char *src[4];
   size_t len[4];
   int have = 1;

@@ -26,8 +26,8 @@
  * below. Every helper here is static: a program compiles only those it calls
  * (an unused inline helper of external linkage would still be compiled).
  *
- * f16 scales are converted by their bits with ce_half_to_float (dtype
- * helpers): exact, as ggml's GGML_FP16_TO_FP32, and the same bits on every
+ * f16 scales are converted by their bits with ce_half_to_float
+ * (loadstore.cl): exact, as ggml's GGML_FP16_TO_FP32, and the same bits on every
  * device (vload_half leaves a NaN's payload to the implementation). Blocks are
  * read as bytes: no alignment is assumed beyond the buffer's. */
 

@@ -64,7 +64,7 @@
 #define load_tablev CE_XCAT(ce_loadv_, TABLE_DT)
 #define store_tablev CE_XCAT(ce_storev_, TABLE_DT)
 
-/* BAG (1: the bag backward, src/ops/bag.c): a sorted entry is an id of a bag,
+/* BAG (1: the bag backward, src/ops/bag_train.c): a sorted entry is an id of a bag,
  * not a token. Its record (cb, two ulongs per entry, written by bag.cl's
  * ce_bag_keys) gives the element offset of its gradient row (bag b's row of
  * grad_out, relative to g_off) and, in the top two bits of the second, how

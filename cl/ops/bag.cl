@@ -4,7 +4,7 @@
  * gradient; renorm (max_norm). OpenCL C 1.2; cl/lib/ files come first.
  *
  * Features. A launch serves features f0 .. f0 + nf - 1 of a descriptor `fd`
- * (BF_COUNT ulongs per feature; the field indices BF_* come from src/ops/bag.c's
+ * (BF_COUNT ulongs per feature; the field indices BF_* come from src/ops/bag.h's
  * one list as -D options) and up to CE_BAG_BUFS buffers b0 .. b15: a feature
  * names the buffer of its table, ids, offsets, per_sample_weights and max_rows
  * by its index among them (CE_BAG_NONE: absent) and its elements by offsets.
@@ -12,7 +12,7 @@
  *
  * Forward, one kernel per shape, the same float32 operations in the same
  * order (so the same bits), per output column over the bag's ids in ascending
- * order (src/ops/bag.c and include/clembed.h give the contract):
+ * order (src/ops/bag_forward.c and include/clembed.h give the contract):
  *   ce_bag_rows  (CPU) a work-item per bag and feature, a feature's bags on
  *                consecutive items (BY_FEATURE; 0: a work-item per bag, every
  *                feature of the launch), whole
@@ -27,7 +27,7 @@
  * The work-item that holds a feature's first columns (chunk 0) reports its bad
  * ids and offsets; a feature of 0 columns gets a chunk that only checks.
  *
- * Backward (src/ops/bag.c; the fold is backward.cl's with -DBAG=1):
+ * Backward (src/ops/bag_train.c; the fold is backward.cl's with -DBAG=1):
  *   ce_bag_counts   checks the offsets; MEAN: each bag's count of taken ids
  *   ce_bag_keys     one entry per id: the sort key (its row, or `none`), and the
  *                   record the fold reads (the gradient row and the kind)

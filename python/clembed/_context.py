@@ -187,6 +187,13 @@ class ContextBase:
         return s.decode(errors="replace") if s else ""
 
     @property
+    def tuning(self) -> str:
+        """The tuning database's entries the device runs with and where each came from
+        (clembed_context_tuning; docs/tuning.md); "" once closed."""
+        s = lib.clembed_context_tuning(self._h)
+        return s.decode(errors="replace") if s else ""
+
+    @property
     def queue(self) -> int:
         """The cl_command_queue (int). With pyopencl, pyopencl_queue() wraps it."""
         return lib.clembed_context_queue(self._live)

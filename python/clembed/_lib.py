@@ -320,6 +320,8 @@ PROTOTYPES: Dict[str, Tuple[Any, List[Any]]] = {
     "clembed_context_destroy": (None, [CTX]),
     "clembed_context_queue": (c_void_p, [CTX]),
     "clembed_context_device_name": (c_char_p, [CTX]),
+    "clembed_context_tuning": (c_char_p, [CTX]),
+    "clembed_tuning_file": (c_int, [c_char_p, c_size_t]),
     "clembed_context_message": (c_char_p, [CTX]),
     "clembed_last_error_message": (c_char_p, []),
     "clembed_finish": (c_int, [CTX]),

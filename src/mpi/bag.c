@@ -137,7 +137,7 @@ clembed_status clembed_mpi_embedding_bag(clembed_mpi_table *t, const clembed_ids
   if (!ce_mpi_forward_vote(t, ctx, op, &v, &e, &voted)) return voted;
 
   clembed_dtype wire;
-  if (!ce_mpi_fetch_rows(t, op, host, n, o.policy, pad, NULL, 0, CLEMBED_F32, &d, &pad_local, &wire, &e, &serve))
+  if (!ce_mpi_fetch_rows(t, op, host, n, o.policy, pad, NULL, 0, &d, &pad_local, &wire, &e, &serve))
     goto done;
 
   /* the rank's own pooling on the rows it received (the in stage) */

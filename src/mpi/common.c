@@ -499,87 +499,40 @@ int ce_mpi_rows_wait(MPI_Datatype *row, MPI_Request *req, ce_mpi_error *e) {
   return ok;
 }
 
-/* m, a matrix of a float dtype and t->cols columns in one buffer
- * (clembed_matrix_pieces checks it as every operation does), mapped into the
- * slot (*mem, *slot; CL_MAP_WRITE becomes CL_MAP_WRITE_INVALIDATE_REGION where
- * the rows have no gaps between them): 1 with *host its first row (NULL with
- * no rows or cols: nothing mapped) and *ld its row stride in bytes; 0 when
- * the slot is taken, m is not such a matrix or the map fails. */
-static int map_one(clembed_mpi_table *t, const clembed_matrix *m, cl_map_flags flags, cl_mem *mem, void **slot,
-                   char **host, size_t *ld) {
+int ce_mpi_map_matrix(clembed_mpi_table *t, const clembed_matrix *m, cl_map_flags flags, char **host, size_t *ld) {
   clembed_matrix piece = {0};
   size_t first = 0, count = 0, es = clembed_dtype_size(m->dtype);
   *host = NULL;
   *ld = 0;
-  if (*slot || !es || clembed_dtype_block_values(m->dtype) != 1 || m->cols != t->cols) return 0;
+  if (t->uhost || !es || clembed_dtype_block_values(m->dtype) != 1 || m->cols != t->cols) return 0;
   if (clembed_matrix_pieces(t->ctx, m, 1, &piece, &first, &count) != CLEMBED_OK || count != 1) return 0;
   size_t l = piece.ld ? piece.ld : piece.cols;
   *ld = l * es;
   if (!m->rows || !m->cols) return 1; /* nothing to map; checked all the same */
+  /* without gaps between the rows, the region's old contents are not fetched */
   if (flags == CL_MAP_WRITE && l == m->cols) flags = CL_MAP_WRITE_INVALIDATE_REGION;
   cl_int err = CL_SUCCESS;
   void *p = clEnqueueMapBuffer(t->queue, piece.buffer, CL_TRUE, flags, piece.offset * es,
                                ((m->rows - 1) * l + m->cols) * es, 0, NULL, NULL, &err);
   if (err != CL_SUCCESS || !p) return 0;
-  *mem = piece.buffer;
-  *slot = p;
+  t->umem = piece.buffer;
+  t->uhost = p;
   *host = p;
   return 1;
 }
 
-/* Undoes map_one's mapping in the slot (if any) and waits until the device
- * sees the host's writes. CLEMBED_OK or the failure (recorded on e). */
-static clembed_status unmap_one(clembed_mpi_table *t, cl_mem *mem, void **slot, const char *what, ce_mpi_error *e) {
-  if (!*slot) return CLEMBED_OK;
+clembed_status ce_mpi_unmap_matrix(clembed_mpi_table *t, ce_mpi_error *e) {
+  if (!t->uhost) return CLEMBED_OK;
   cl_event ev = NULL;
-  cl_int err = clEnqueueUnmapMemObject(t->queue, *mem, *slot, 0, NULL, &ev);
-  *slot = NULL;
-  *mem = NULL;
+  cl_int err = clEnqueueUnmapMemObject(t->queue, t->umem, t->uhost, 0, NULL, &ev);
+  t->uhost = NULL;
+  t->umem = NULL;
   if (err == CL_SUCCESS) err = clWaitForEvents(1, &ev);
   if (ev) clReleaseEvent(ev);
   if (err != CL_SUCCESS)
-    return ce_mpi_fail(e, (clembed_status)err, "", -1, err, "clembed_mpi: unmapping %s: %s", what,
+    return ce_mpi_fail(e, (clembed_status)err, "", -1, err, "clembed_mpi: unmapping a caller's buffer: %s",
                        clembed_status_string((clembed_status)err));
   return CLEMBED_OK;
-}
-
-int ce_mpi_map_matrix(clembed_mpi_table *t, const clembed_matrix *m, cl_map_flags flags, char **host, size_t *ld) {
-  return map_one(t, m, flags, &t->umem, &t->uhost, host, ld);
-}
-
-clembed_status ce_mpi_unmap_matrix(clembed_mpi_table *t, ce_mpi_error *e) {
-  return unmap_one(t, &t->umem, &t->uhost, "a caller's buffer", e);
-}
-
-void ce_mpi_host_arith(clembed_mpi_table *t) {
-  cl_device_id dev = NULL;
-  cl_device_type type = 0;
-  cl_bool unified = CL_FALSE;
-  cl_device_fp_config fp = 0;
-  const char *tuning = getenv("CLEMBED_TUNING");
-  clembed_matrix piece = {0};
-  size_t first = 0, count = 0;
-  t->host_values = t->host_reads = 0;
-  if (tuning && !strcmp(tuning, "gpu")) return;
-  if (!t->queue || clGetCommandQueueInfo(t->queue, CL_QUEUE_DEVICE, sizeof dev, &dev, NULL) != CL_SUCCESS ||
-      clGetDeviceInfo(dev, CL_DEVICE_TYPE, sizeof type, &type, NULL) != CL_SUCCESS ||
-      clGetDeviceInfo(dev, CL_DEVICE_HOST_UNIFIED_MEMORY, sizeof unified, &unified, NULL) != CL_SUCCESS ||
-      clGetDeviceInfo(dev, CL_DEVICE_SINGLE_FP_CONFIG, sizeof fp, &fp, NULL) != CL_SUCCESS)
-    return;
-  t->host_values = (type & CL_DEVICE_TYPE_CPU) && (fp & CL_FP_DENORM);
-  t->host_reads = t->host_values && unified &&
-                  (t->dtype == CLEMBED_F32 || t->dtype == CLEMBED_F16 || t->dtype == CLEMBED_BF16) &&
-                  clembed_matrix_pieces(t->ctx, &t->shard, 1, &piece, &first, &count) == CLEMBED_OK && count == 1;
-}
-
-const char *ce_mpi_map_shard(clembed_mpi_table *t, size_t *ld) {
-  char *p = NULL;
-  *ld = 0;
-  return t->host_reads && map_one(t, &t->shard, CL_MAP_READ, &t->smem, &t->shost, &p, ld) ? p : NULL;
-}
-
-clembed_status ce_mpi_unmap_shard(clembed_mpi_table *t, ce_mpi_error *e) {
-  return unmap_one(t, &t->smem, &t->shost, "the shard", e);
 }
 
 int ce_mpi_forward_vote(clembed_mpi_table *t, clembed_context *ctx, const char *op, ce_mpi_vote *v, ce_mpi_error *e,

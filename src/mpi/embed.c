@@ -3,27 +3,25 @@
  * by row (a radix sort), which finds each distinct row of its batch once and
  * groups them by owner; it asks each owner once for every distinct row
  * (MPI_Alltoallv of the rows' indices in the owner's shard, ascending), the
- * owners gather those rows (in ascending row order: on their devices with
- * clembed_lookup, or, on a CPU device, by the host from the shard mapped, with
- * the bits clembed_lookup gives: ce_mpi_host_arith) and send them back
- * (MPI_Alltoallv of the rows' bytes). The rank then runs clembed_embed, with
- * its own options, on the rows it received: a matrix of its distinct rows, its
- * ids renumbered into it. With plain options (scale 1, no positions, segments,
- * norm or dropout) and an output of the rows' dtype in one buffer (or of F32
- * from F16 or BF16 rows, where the host may widen them: ce_mpi_host_arith),
- * the output is the rows themselves, as clembed_lookup gave them on the owners
- * (widened as clembed_embed widens them): the host writes it, mapped, from the
- * rows as they arrived, and the rows a rank asks of itself do not go through
- * MPI (it writes their tokens, from where it gathered them or straight from
- * its shard, while the other ranks' rows travel). The rows travel in the
+ * owners gather those rows on their devices with clembed_lookup (in ascending
+ * row order) and send them back (MPI_Alltoallv of the rows' bytes). The rank
+ * then runs clembed_embed, with its own options, on the rows it received: a
+ * matrix of its distinct rows, its ids renumbered into it. With plain options
+ * (scale 1, no positions, segments, norm or dropout) and an output of the
+ * rows' dtype in one buffer, the output is the rows themselves, as
+ * clembed_lookup gave them on the owners: the host copies their bytes into
+ * it, mapped, from the rows as they arrived, and the rows a rank asks of
+ * itself do not go through MPI (it writes their tokens from where its device
+ * gathered them while the other ranks' rows travel). The rows travel in the
  * table's own dtype (block-quantized rows as the F32 values every kernel
- * dequantizes them to), so each output element is computed from the same
- * float32 values in the same operations as on one device. Bad ids keep their
- * value in the renumbered ids: a bad id of the table is outside the smaller
- * matrix too (negative, or at least rows), so the local clembed_embed zeroes
- * and reports it exactly as one device would; the report is then restated
- * against the whole table. On the host's path bad, dropped and padding tokens
- * get zero rows and the first bad id is reported, as clembed_embed does. */
+ * dequantizes them to), so each output element is computed by a device from
+ * the same float32 values in the same operations as on one device. Bad ids
+ * keep their value in the renumbered ids: a bad id of the table is outside
+ * the smaller matrix too (negative, or at least rows), so the local
+ * clembed_embed zeroes and reports it exactly as one device would; the report
+ * is then restated against the whole table. Where the host copies the rows,
+ * bad, dropped and padding tokens get zero rows and the first bad id is
+ * reported, as clembed_embed does. */
 #include "mpi_table.h"
 
 #include <limits.h>
@@ -166,127 +164,44 @@ static long long plan(clembed_mpi_table *t, const int64_t *host, size_t n, clemb
   return (long long)d;
 }
 
-/* The rank's own rows, the distinct rows q in [first, first + count): row
- * q - first at base + (q - first) * ld (the rows the device gathered for the
- * rank itself, in its ask order), or with ids (the host reading the shard:
- * ce_mpi_host_arith) at base + ids[q - first] * ld (ids int32, int64 with
- * big), made what clembed_lookup gives (ce_mpi_lookup_row, dtype). */
-typedef struct own_rows {
-  size_t first, count;
-  const char *base;
-  size_t ld;
-  const void *ids;
-  int big;
-  clembed_dtype dtype;
-} own_rows;
-
-/* Row index j of ids in an owner's shard, as asked (int32, int64 with big). */
-static inline uint64_t asked_id(const void *ids, int big, size_t j) {
-  return big ? (uint64_t)((const int64_t *)ids)[j] : (uint64_t)(uint32_t)((const int32_t *)ids)[j];
-}
-
-static inline const char *own_row(const own_rows *o, size_t i) {
-  return o->base + (o->ids ? (size_t)asked_id(o->ids, o->big, i) : i) * o->ld;
-}
-
-/* The host's writing of the output: in the sorted tokens' order, distinct row
- * q (counted along it) from the rank's own rows (o) or from `in` (row q, as
- * received; rows rb bytes each), to its tokens' rows (ob bytes each, ld
- * apart; reading along the rows, writing where the tokens lie, with
- * streaming stores where the output's rows allow them: ce_mpi_stream_row),
- * as they are or, with `widen`, widened from o->dtype (F16, BF16) to an F32
- * output (ce_mpi_widen_row). `which`: 1 the tokens of the rank's own rows
- * only (with req, the rows' exchange in flight meanwhile: MPI_Test now and
- * then lets it progress), 2 the others only and the zeros to the nzero
- * tokens `zero`, 3 both. */
-static void place(const sorted_tokens *st, const int *zero, size_t nzero, const own_rows *o, const char *in,
-                  size_t rb, char *out, size_t ld, size_t ob, int widen, int which, MPI_Request *req) {
-  size_t q = 0, placed = 0, cols = ob / 4;
-  const int stream = ce_mpi_stream_ok(out, ld, ob); /* streaming stores: the output's lines are not read first */
-  if (o->ids && (which & 1)) /* the shard's rows lie anywhere: each asked for CE_MPI_AHEAD rows before it is read */
-    for (size_t i = 0; i < CE_MPI_AHEAD && i < o->count; i++) ce_mpi_prefetch(own_row(o, i), rb);
+/* The host's copying of the output: in the sorted tokens' order, distinct
+ * row q (counted along it) from the rank's own rows (rows q - own_first, for
+ * own_count of them, at own) or from `in` (row q, as received), rb bytes
+ * each, to its tokens' rows (ld apart; reading along the rows, writing where
+ * the tokens lie, with streaming stores where the output's rows allow them:
+ * ce_mpi_stream_row), bytes as they lie. `which`: 1 the tokens of the rank's
+ * own rows only (with req, the rows' exchange in flight meanwhile: MPI_Test
+ * now and then lets it progress), 2 the others only and the zeros to the
+ * nzero tokens `zero`, 3 both. */
+static void place(const sorted_tokens *st, const int *zero, size_t nzero, size_t own_first, size_t own_count,
+                  const char *own, const char *in, size_t rb, char *out, size_t ld, int which, MPI_Request *req) {
+  size_t q = 0, placed = 0;
+  const int stream = ce_mpi_stream_ok(out, ld, rb); /* streaming stores: the output's lines are not read first */
   for (size_t j = 0; j < st->m; j++) {
-    int next = j && row_of(st, j) != row_of(st, j - 1);
-    q += (size_t)next;
-    int mine = q - o->first < o->count;
+    q += (size_t)(j && row_of(st, j) != row_of(st, j - 1));
+    int mine = q - own_first < own_count;
     if (!((mine ? 1 : 2) & which)) continue;
     if (req && *req != MPI_REQUEST_NULL && ++placed % CE_MPI_TEST == 0) {
       int done = 0;
       MPI_Test(req, &done, MPI_STATUS_IGNORE); /* a failure shows in the wait */
     }
     char *dst = out + token_of(st, j) * ld;
-    if (mine && o->ids) {
-      size_t i = q - o->first;
-      if ((next || !j) && i + CE_MPI_AHEAD < o->count) ce_mpi_prefetch(own_row(o, i + CE_MPI_AHEAD), rb);
-      if (widen) ce_mpi_widen_row(dst, own_row(o, i), cols, o->dtype, stream);
-      else ce_mpi_lookup_row(dst, own_row(o, i), rb, o->dtype, stream);
-      continue;
-    }
-    const char *src = mine ? own_row(o, q - o->first) : in + q * rb;
-    if (widen) {
-      ce_mpi_widen_row(dst, src, cols, o->dtype, stream);
-    } else if (stream) {
+    const char *src = mine ? own + (q - own_first) * rb : in + q * rb;
+    if (stream) {
       ce_mpi_stream_row(dst, src, rb);
     } else {
-      if (j + CE_MPI_AHEAD < st->m) ce_mpi_prefetch_write(out + token_of(st, j + CE_MPI_AHEAD) * ld, ob);
+      if (j + CE_MPI_AHEAD < st->m) ce_mpi_prefetch_write(out + token_of(st, j + CE_MPI_AHEAD) * ld, rb);
       memcpy(dst, src, rb);
     }
   }
   if (stream) ce_mpi_stream_done();
   if (which & 2)
-    for (size_t z = 0; z < nzero; z++) memset(out + (size_t)zero[z] * ld, 0, ob);
+    for (size_t z = 0; z < nzero; z++) memset(out + (size_t)zero[z] * ld, 0, rb);
 }
 
-/* The host's serving (ce_mpi_host_arith), where the rank writes its output
- * on the host: the rows the other ranks asked of this shard (ids `asked`,
- * int32 or int64 with big, in the order of the receive counts) read from the
- * shard (hs, rows hld bytes apart) into `rows` (rb bytes each) as
- * clembed_lookup gives them (the rank's own are read when they are placed).
- * An id outside the shard fails the serve (on e; the rows then go as they
- * are). */
-static void serve_host(clembed_mpi_table *t, const char *op, const char *hs, size_t hld, const void *asked, int big,
-                       char *rows, size_t rb, ce_mpi_error *e) {
-  const int *rc = t->counts + t->size, *rd = t->counts + 3 * t->size;
-  const size_t nrows = t->shard.rows;
-  for (int k = 0; k < t->size; k++) {
-    if (k == t->rank) continue;
-    size_t a = (size_t)rd[k], b = a + (size_t)rc[k];
-    /* each row asked for CE_MPI_AHEAD rows before it is read (an id past the shard: not asked for) */
-    for (size_t j = a; j < b && j < a + CE_MPI_AHEAD; j++)
-      if (asked_id(asked, big, j) < nrows) ce_mpi_prefetch(hs + asked_id(asked, big, j) * hld, rb);
-    for (size_t j = a; j < b; j++) {
-      uint64_t id = asked_id(asked, big, j);
-      if (id >= nrows) {
-        ce_mpi_fail(e, CLEMBED_ERR_INVALID_ARGUMENT, "", k, (int64_t)id,
-                    "%s: rank %d asked for row %llu of a shard of %zu rows", op, k, (unsigned long long)id, nrows);
-        return;
-      }
-      if (j + CE_MPI_AHEAD < b && asked_id(asked, big, j + CE_MPI_AHEAD) < nrows)
-        ce_mpi_prefetch(hs + asked_id(asked, big, j + CE_MPI_AHEAD) * hld, rb);
-      ce_mpi_lookup_row(rows + j * rb, hs + id * hld, rb, t->dtype, 0);
-    }
-  }
-}
-
-static int fetch_rows(clembed_mpi_table *t, const char *op, const int64_t *host, size_t n, clembed_index_policy policy,
-                      uint64_t pad, char *direct, size_t direct_ld, clembed_dtype direct_dtype, size_t *d_out,
-                      int64_t *pad_local, clembed_dtype *wire_out, ce_mpi_error *e, ce_mpi_error *serve);
-
-/* The forward's fetch, shared with clembed_mpi_embedding_bag (mpi_table.h):
- * fetch_rows, then the shard unmapped if the host read it. */
 int ce_mpi_fetch_rows(clembed_mpi_table *t, const char *op, const int64_t *host, size_t n,
-                      clembed_index_policy policy, uint64_t pad, char *direct, size_t direct_ld,
-                      clembed_dtype direct_dtype, size_t *d_out, int64_t *pad_local, clembed_dtype *wire_out,
-                      ce_mpi_error *e, ce_mpi_error *serve) {
-  int ok = fetch_rows(t, op, host, n, policy, pad, direct, direct_ld, direct_dtype, d_out, pad_local, wire_out, e,
-                      serve);
-  return ce_mpi_unmap_shard(t, e) == CLEMBED_OK && ok;
-}
-
-static int fetch_rows(clembed_mpi_table *t, const char *op, const int64_t *host, size_t n,
-                      clembed_index_policy policy, uint64_t pad, char *direct, size_t direct_ld,
-                      clembed_dtype direct_dtype, size_t *d_out, int64_t *pad_local, clembed_dtype *wire_out,
-                      ce_mpi_error *e, ce_mpi_error *serve) {
+                      clembed_index_policy policy, uint64_t pad, char *direct, size_t direct_ld, size_t *d_out,
+                      int64_t *pad_local, clembed_dtype *wire_out, ce_mpi_error *e, ce_mpi_error *serve) {
   clembed_context *ctx = t->ctx;
   int big = t->max_shard > (size_t)INT32_MAX, idb = big ? 8 : 4, to_out = direct_ld != 0;
   long long d = 0;
@@ -298,7 +213,7 @@ static int fetch_rows(clembed_mpi_table *t, const char *op, const int64_t *host,
   *wire_out = clembed_dtype_size(t->dtype) ? t->dtype : CLEMBED_F32;
   /* the request: distinct rows per owner, as indices in the owner's shard; the
    * rank's ids renumbered into them (into the ids of its own forward, or for
-   * the host's writing of the output) */
+   * the host's copying of the output) */
   int *sc = ce_mpi_send_counts(t);
   memset(sc, 0, (size_t)t->size * sizeof *sc);
   if (e->status == CLEMBED_OK && !to_out) local = ce_mpi_stage_write(t, CE_MPI_ST_LOCAL, n * 8, e);
@@ -317,31 +232,22 @@ static int fetch_rows(clembed_mpi_table *t, const char *op, const int64_t *host,
   long long nserve = ce_mpi_exchange_counts(t, e);
   if (nserve < 0) return 0;
   /* the ids asked of this shard arrive in its ids stage (a host buffer if that
-   * fails: the answer must still go), or in host memory when the host, which
-   * writes the output, also reads the rows from the shard, mapped
-   * (ce_mpi_host_arith) */
-  size_t hld = 0;
-  const char *hs = to_out && serve->status == CLEMBED_OK && nserve ? ce_mpi_map_shard(t, &hld) : NULL;
-  void *asked = hs ? NULL : ce_mpi_stage_write(t, CE_MPI_ST_ASKED, (size_t)nserve * (size_t)idb, serve);
+   * fails: the answer must still go) */
+  void *asked = ce_mpi_stage_write(t, CE_MPI_ST_ASKED, (size_t)nserve * (size_t)idb, serve);
   if (!asked) asked = ce_mpi_buffer(t, CE_MPI_RECV, (size_t)nserve * 8 + 8);
   if (!asked) {
     ce_mpi_fail(e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory for %lld requests", op, nserve);
     return 0;
   }
   if (!ce_mpi_alltoallv(t, send, asked, big ? MPI_INT64_T : MPI_INT32_T, 0, e)) return 0;
-  if (!hs) ce_mpi_stage_done(t, CE_MPI_ST_ASKED, serve);
+  ce_mpi_stage_done(t, CE_MPI_ST_ASKED, serve);
 
-  /* serve: the rows asked of this shard, read by the host (into host memory;
-   * the rank's own are read when they are placed) or gathered on the device
-   * into the out stage */
+  /* serve: the rows asked of this shard, gathered on the device into the out stage */
   clembed_dtype wire = *wire_out;
   size_t rb = clembed_dtype_size(wire) * t->cols;
   void *rows_out = NULL, *rows_in = NULL;
   int me = t->rank, *sd = t->counts + 2 * t->size, *rd = t->counts + 3 * t->size;
-  if (hs && rb) {
-    if ((rows_out = ce_mpi_buffer(t, CE_MPI_SEND2, (size_t)nserve * rb + 1)))
-      serve_host(t, op, hs, hld, asked, big, (char *)rows_out, rb, serve);
-  } else if (serve->status == CLEMBED_OK && nserve && rb) {
+  if (serve->status == CLEMBED_OK && nserve && rb) {
     clembed_status s = ce_mpi_stage_reserve(t, CE_MPI_ST_OUT, (size_t)nserve * rb, serve);
     clembed_ids sids = ce_mpi_stage_ids(t, CE_MPI_ST_ASKED, (size_t)nserve, big ? CLEMBED_I64 : CLEMBED_I32);
     clembed_matrix gathered = ce_mpi_stage_matrix(t, CE_MPI_ST_OUT, (size_t)nserve, t->cols, wire);
@@ -360,19 +266,13 @@ static int fetch_rows(clembed_mpi_table *t, const char *op, const int64_t *host,
     return 0;
   }
   /* (to the output: the rank's own rows placed while the others' travel) */
-  own_rows own = {(size_t)sd[me], (size_t)sc[me], (const char *)rows_out + (size_t)rd[me] * rb, rb, NULL, big, wire};
-  if (hs) { /* read from the shard where they lie */
-    own.base = hs;
-    own.ld = hld;
-    own.ids = (const char *)asked + (size_t)rd[me] * (size_t)idb;
-  }
+  size_t own_first = (size_t)sd[me], own_count = (size_t)sc[me];
+  const char *own = (const char *)rows_out + (size_t)rd[me] * rb;
   MPI_Datatype rowt;
   MPI_Request req;
   int started = ce_mpi_rows_start(t, rows_out, rows_in, rb, 1, to_out, &rowt, &req, e);
   int own_early = started && to_out && rb && e->status == CLEMBED_OK && serve->status == CLEMBED_OK;
-  int widen = to_out && direct_dtype != wire; /* F16 or BF16 rows to an F32 output */
-  size_t ob = widen ? 4 * t->cols : rb;
-  if (own_early) place(&st, NULL, 0, &own, rows_in, rb, direct, direct_ld, ob, widen, 1, &req);
+  if (own_early) place(&st, NULL, 0, own_first, own_count, own, rows_in, rb, direct, direct_ld, 1, &req);
   if (!ce_mpi_rows_wait(&rowt, &req, e) || !started) return 0;
   /* a rank that could not serve spoils the others' rows: every rank learns it */
   clembed_status theirs = CLEMBED_OK;
@@ -386,8 +286,8 @@ static int fetch_rows(clembed_mpi_table *t, const char *op, const int64_t *host,
   }
   if (e->status != CLEMBED_OK) return 0;
   if (to_out && rb) /* each token's row, from where it arrived (or its own rows, where it gathered them) */
-    place(&st, t->buf[CE_MPI_VALS].p, nzero, &own, rows_in, rb, direct, direct_ld, ob, widen, own_early ? 2 : 3,
-          NULL);
+    place(&st, t->buf[CE_MPI_VALS].p, nzero, own_first, own_count, own, rows_in, rb, direct, direct_ld,
+          own_early ? 2 : 3, NULL);
   if (to_out && bad_at >= 0) ce_mpi_bad_id(e, op, bad_at, bad_id, policy, t->rows);
   *d_out = (size_t)d;
   return 1;
@@ -467,12 +367,10 @@ clembed_status clembed_mpi_embed(clembed_mpi_table *t, const clembed_ids *ids, c
   clembed_dtype wire = clembed_dtype_size(t->dtype) ? t->dtype : CLEMBED_F32;
   char *direct = NULL;
   size_t direct_ld = 0;
-  int widened = t->host_values && out && out->dtype == CLEMBED_F32 && (wire == CLEMBED_F16 || wire == CLEMBED_BF16);
-  if (e.status == CLEMBED_OK && plain(&o) && (out->dtype == wire || widened) &&
+  if (e.status == CLEMBED_OK && plain(&o) && out->dtype == wire &&
       !ce_mpi_map_matrix(t, out, CL_MAP_WRITE, &direct, &direct_ld))
     direct_ld = 0;
-  if (!ce_mpi_fetch_rows(t, op, host, n, o.policy, pad_fetch, direct, direct_ld, out ? out->dtype : wire, &d, &pad_local,
-                         &wire, &e, &serve))
+  if (!ce_mpi_fetch_rows(t, op, host, n, o.policy, pad_fetch, direct, direct_ld, &d, &pad_local, &wire, &e, &serve))
     goto done;
   if (direct_ld) goto done;
 

@@ -71,10 +71,6 @@ struct clembed_mpi_table {
   int *wcounts;              /* 2 * size ints: send and receive counts without the rank's own part */
   cl_mem umem;               /* a caller's buffer mapped by the call (ce_mpi_map_matrix), or NULL */
   void *uhost;
-  int host_values;           /* the host may make a plain forward's values itself (ce_mpi_host_arith) */
-  int host_reads;            /* ... and read the shard's rows for it (ce_mpi_host_arith) */
-  cl_mem smem;               /* the shard's buffer while mapped for that (ce_mpi_map_shard), or NULL */
-  void *shost;
   ce_mpi_buf buf[CE_MPI_NBUF];
   ce_mpi_stage stage[CE_MPI_NSTAGE];
   cl_context cl;             /* the context's OpenCL context and queue */
@@ -219,16 +215,9 @@ int ce_mpi_map_matrix(clembed_mpi_table *t, const clembed_matrix *m, cl_map_flag
  * device sees the host's writes. CLEMBED_OK or the failure (recorded on e). */
 clembed_status ce_mpi_unmap_matrix(clembed_mpi_table *t, ce_mpi_error *e);
 
-/* Rows copied on the host from or to random places: each one's lines asked
- * for (to read, or to write) CE_MPI_AHEAD rows before it is copied. */
+/* Rows copied on the host to random places: each one's lines asked for (to
+ * write) CE_MPI_AHEAD rows before it is copied. */
 #define CE_MPI_AHEAD 8
-static inline void ce_mpi_prefetch(const void *p, size_t bytes) {
-#if defined(__GNUC__)
-  for (size_t b = 0; b < bytes && b < 512; b += 64) __builtin_prefetch((const char *)p + b);
-#else
-  (void)p, (void)bytes;
-#endif
-}
 static inline void ce_mpi_prefetch_write(void *p, size_t bytes) {
 #if defined(__GNUC__)
   for (size_t b = 0; b < bytes && b < 512; b += 64) __builtin_prefetch((char *)p + b, 1);
@@ -239,8 +228,7 @@ static inline void ce_mpi_prefetch_write(void *p, size_t bytes) {
 
 /* Rows written to scattered places of a large output that nothing reads
  * before the call returns: with SSE2, streaming stores (no line read for
- * ownership before it is written; docs/scaling.md has the figures); memcpy
- * elsewhere. ce_mpi_stream_ok says whether dst rows `ld` bytes apart of
+ * ownership before it is written); memcpy elsewhere. ce_mpi_stream_ok says whether dst rows `ld` bytes apart of
  * `bytes` bytes can take them (16-byte aligned); ce_mpi_stream_done orders
  * the streamed stores before what follows (an MPI call, an unmap). The
  * bytes are memcpy's. */
@@ -265,146 +253,6 @@ static inline void ce_mpi_stream_done(void) {
 #if CE_MPI_STREAM
   _mm_sfence();
 #endif
-}
-
-/* ------------------------------------------------ the host reading the shard */
-
-/* What the host may do itself in a plain forward (set when the table is
- * made), where the device is a CPU whose float32 arithmetic keeps denormals
- * (CL_FP_DENORM) and CLEMBED_TUNING is not "gpu" (which takes the device's
- * path, as a GPU does): host_values, make the values clembed_embed gives
- * with scale 1 (ce_mpi_lookup_row, ce_mpi_widen_row: the device's
- * multiplication by 1, which quiets a NaN and keeps every other value, on a
- * CPU); host_reads, also read the rows asked of its shard itself, in place of
- * clembed_lookup on the device, where the device's buffers are the host's
- * memory (CL_DEVICE_HOST_UNIFIED_MEMORY: mapping one copies nothing) and the
- * table's dtype is a float one (the rows travel as they lie) in one buffer. */
-void ce_mpi_host_arith(clembed_mpi_table *t);
-/* The shard mapped for reading: its first row (rows *ld bytes apart), or NULL
- * (nothing mapped; the caller takes the device's path). One mapping at a time,
- * undone by ce_mpi_unmap_shard (which may be called when nothing is mapped). */
-const char *ce_mpi_map_shard(clembed_mpi_table *t, size_t *ld);
-clembed_status ce_mpi_unmap_shard(clembed_mpi_table *t, ce_mpi_error *e);
-
-/* float32 bits as the multiplication by 1 leaves them where denormals are
- * kept: a NaN made quiet (its quiet bit set), every other value as it is. */
-static inline uint32_t ce_mpi_quiet_f32(uint32_t u) { return (u & 0x7fffffffu) > 0x7f800000u ? u | 0x00400000u : u; }
-
-/* A row of a float dtype as clembed_lookup gives it from a table of that
- * dtype: a NaN made quiet (its quiet bit set: forward.cl's COPY for F16 and
- * BF16, and what the multiplication by scale 1 gives for F32 where denormals
- * are kept), every other value as it is; `bytes` a multiple of the element's
- * size. With `stream` (ce_mpi_stream_ok) the stores are streaming ones. */
-static inline void ce_mpi_lookup_row(void *dst, const void *src, size_t bytes, clembed_dtype dt, int stream) {
-  size_t b = 0;
-#if CE_MPI_STREAM
-  const int f32 = dt == CLEMBED_F32;
-  const __m128i absm = f32 ? _mm_set1_epi32(0x7fffffff) : _mm_set1_epi16(0x7fff);
-  const __m128i inf = f32 ? _mm_set1_epi32(0x7f800000) : _mm_set1_epi16(dt == CLEMBED_F16 ? 0x7c00 : 0x7f80);
-  const __m128i quiet = f32 ? _mm_set1_epi32(0x00400000) : _mm_set1_epi16(dt == CLEMBED_F16 ? 0x0200 : 0x0040);
-  for (; b + 16 <= bytes; b += 16) {
-    __m128i v = _mm_loadu_si128((const __m128i *)((const char *)src + b)), a = _mm_and_si128(v, absm);
-    __m128i nan = f32 ? _mm_cmpgt_epi32(a, inf) : _mm_cmpgt_epi16(a, inf); /* signed: a is positive */
-    v = _mm_or_si128(v, _mm_and_si128(nan, quiet));
-    if (stream) _mm_stream_si128((__m128i *)((char *)dst + b), v);
-    else _mm_storeu_si128((__m128i *)((char *)dst + b), v);
-  }
-#else
-  (void)stream;
-#endif
-  if (dt == CLEMBED_F32) {
-    for (; b + 4 <= bytes; b += 4) {
-      uint32_t u;
-      memcpy(&u, (const char *)src + b, 4);
-      u = ce_mpi_quiet_f32(u);
-      memcpy((char *)dst + b, &u, 4);
-    }
-  } else {
-    const uint16_t inf16 = dt == CLEMBED_F16 ? 0x7c00 : 0x7f80, quiet16 = dt == CLEMBED_F16 ? 0x0200 : 0x0040;
-    for (; b + 2 <= bytes; b += 2) {
-      uint16_t h;
-      memcpy(&h, (const char *)src + b, 2);
-      if ((h & 0x7fff) > inf16) h |= quiet16;
-      memcpy((char *)dst + b, &h, 2);
-    }
-  }
-}
-
-/* A scalar F16 value's float32 bits, exactly (subnormals made normal, a NaN's
- * payload kept in the top bits), and made what the multiplication by 1 gives
- * (a NaN quiet). */
-static inline uint32_t ce_mpi_widen_f16(uint16_t h) {
-  uint32_t sign = (uint32_t)(h & 0x8000u) << 16, em = h & 0x7fffu, u;
-  if (em >= 0x7c00u) {
-    u = sign | 0x7f800000u | (em & 0x3ffu) << 13;
-  } else if (em >= 0x0400u) {
-    u = sign | ((em << 13) + 0x38000000u); /* the exponent rebiased: + (127 - 15) << 23 */
-  } else if (em) { /* a subnormal: em * 2^-24, normal in float32 */
-    int shift = 0;
-    while (!(em & 0x400u)) em <<= 1, shift++;
-    u = sign | (uint32_t)(113 - shift) << 23 | (em & 0x3ffu) << 13;
-  } else {
-    u = sign;
-  }
-  return ce_mpi_quiet_f32(u);
-}
-
-/* A row of `cols` F16 or BF16 values (src) as the F32 values clembed_embed
- * writes from it with scale 1 (to an F32 output): each value widened
- * exactly, a NaN made quiet (what the multiplication by 1 gives where
- * denormals are kept: ce_mpi_host_arith). With `stream` (ce_mpi_stream_ok of
- * the F32 row) the stores are streaming ones. */
-static inline void ce_mpi_widen_row(void *dst, const void *src, size_t cols, clembed_dtype dt, int stream) {
-  const uint16_t *h = (const uint16_t *)src;
-  size_t c = 0, cv = 0; /* columns [0, cv) in vectors of 8, the rest one by one */
-#if CE_MPI_STREAM
-  cv = cols / 8 * 8;
-  const __m128i zero = _mm_setzero_si128(), absm = _mm_set1_epi32(0x7fffffff), inf = _mm_set1_epi32(0x7f800000),
-                quiet = _mm_set1_epi32(0x00400000);
-  for (; c < cv; c += 8) {
-    __m128i v = _mm_loadu_si128((const __m128i *)(h + c)), w[2];
-    if (dt == CLEMBED_BF16) { /* the top half of a float32 */
-      w[0] = _mm_unpacklo_epi16(zero, v);
-      w[1] = _mm_unpackhi_epi16(zero, v);
-    } else {
-      /* the values' magnitudes; a subnormal among them: one by one */
-      __m128i em = _mm_and_si128(v, _mm_set1_epi16(0x7fff));
-      __m128i sub = _mm_andnot_si128(_mm_cmpeq_epi16(em, zero), _mm_cmplt_epi16(em, _mm_set1_epi16(0x0400)));
-      if (_mm_movemask_epi8(sub)) {
-        uint32_t u[8];
-        for (int k = 0; k < 8; k++) u[k] = ce_mpi_widen_f16(h[c + (size_t)k]);
-        w[0] = _mm_loadu_si128((const __m128i *)u);
-        w[1] = _mm_loadu_si128((const __m128i *)(u + 4));
-      } else {
-        __m128i sign16 = _mm_and_si128(v, _mm_set1_epi16((short)0x8000));
-        for (int k = 0; k < 2; k++) {
-          __m128i e32 = k ? _mm_unpackhi_epi16(em, zero) : _mm_unpacklo_epi16(em, zero);
-          __m128i s32 = k ? _mm_unpackhi_epi16(zero, sign16) : _mm_unpacklo_epi16(zero, sign16);
-          __m128i sh = _mm_slli_epi32(e32, 13);
-          __m128i infnan = _mm_cmpgt_epi32(e32, _mm_set1_epi32(0x7bff));
-          __m128i normal = _mm_add_epi32(sh, _mm_set1_epi32(0x38000000));
-          __m128i special = _mm_or_si128(_mm_and_si128(sh, _mm_set1_epi32(0x007fe000)), inf);
-          __m128i r = _mm_or_si128(_mm_and_si128(infnan, special), _mm_andnot_si128(infnan, normal));
-          r = _mm_andnot_si128(_mm_cmpeq_epi32(e32, zero), r); /* zeros stay zero */
-          w[k] = _mm_or_si128(r, s32);
-        }
-      }
-    }
-    for (int k = 0; k < 2; k++) {
-      __m128i nan = _mm_cmpgt_epi32(_mm_and_si128(w[k], absm), inf);
-      w[k] = _mm_or_si128(w[k], _mm_and_si128(nan, quiet));
-      __m128i *to = (__m128i *)((char *)dst + (c + 4 * (size_t)k) * 4);
-      if (stream) _mm_stream_si128(to, w[k]);
-      else _mm_storeu_si128(to, w[k]);
-    }
-  }
-#else
-  (void)stream;
-#endif
-  for (c = cv; c < cols; c++) {
-    uint32_t u = dt == CLEMBED_BF16 ? ce_mpi_quiet_f32((uint32_t)h[c] << 16) : ce_mpi_widen_f16(h[c]);
-    memcpy((char *)dst + c * 4, &u, 4);
-  }
 }
 
 /* The rank that owns global row v (< rows). */
@@ -506,31 +354,26 @@ clembed_status ce_mpi_fetched(clembed_mpi_table *t, size_t d, size_t n, clembed_
 
 /* The forward's fetch (embed.c): the rows of the rank's n ids (host, resolved
  * under policy; pad the padding row or UINT64_MAX) from their owners, while
- * the rank serves the rows asked of its shard (read by the host from the
- * shard, mapped, where ce_mpi_host_arith allows; else gathered by
- * clembed_lookup on the device); a rank whose own arguments
- * failed (e set on entry) asks for nothing but still serves. Each distinct
- * row is asked once; the rows travel in *wire (the table's dtype, F32 for
- * block-quantized ones). Into a matrix of their own (direct_ld 0): on
- * success the in stage holds the *d distinct rows (in ascending row order,
- * so grouped by owner; their global rows in t->buf[CE_MPI_KEYS]) and the
- * local stage the n ids renumbered into them (I64; a bad id keeps its value,
- * outside the smaller matrix too), both still mapped; *pad_local the padding
- * row's place among them or -1. Or into the rank's output (direct_ld not 0:
- * direct its first row, mapped, rows direct_ld bytes apart, of direct_dtype:
- * *wire, or F32 from F16 or BF16 rows where the table's host_values allows):
- * the host writes each token's row there from the rows as they arrived (in
- * host memory; the rank's own rows are not sent through MPI but read where
- * it gathered them for itself, or from its shard), widened where the output
- * is F32 (ce_mpi_widen_row), zeros for the bad, dropped and padding tokens
+ * the rank serves the rows asked of its shard (gathered by clembed_lookup on
+ * its device); a rank whose own arguments failed (e set on entry) asks for
+ * nothing but still serves. Each distinct row is asked once; the rows travel
+ * in *wire (the table's dtype, F32 for block-quantized ones). Into a matrix of
+ * their own (direct_ld 0): on success the in stage holds the *d distinct rows
+ * (in ascending row order, so grouped by owner; their global rows in
+ * t->buf[CE_MPI_KEYS]) and the local stage the n ids renumbered into them
+ * (I64; a bad id keeps its value, outside the smaller matrix too), both still
+ * mapped; *pad_local the padding row's place among them or -1. Or into the
+ * rank's output (direct_ld not 0: direct its first row, mapped, rows
+ * direct_ld bytes apart, of dtype *wire): the host copies each token's row
+ * there, bytes as they lie, from the rows as they arrived (in host memory;
+ * the rank's own rows are not sent through MPI but read where its device
+ * gathered them for itself), zeros for the bad, dropped and padding tokens
  * (the padding row is not asked for), and reports the first bad id on e:
- * what clembed_embed with the defaults gives. 1 on success;
- * 0: a failure, on e (serve: the rank's own serving failure, for the stages'
- * unmapping). */
+ * what clembed_embed with the defaults gives. 1 on success; 0: a failure, on
+ * e (serve: the rank's own serving failure, for the stages' unmapping). */
 int ce_mpi_fetch_rows(clembed_mpi_table *t, const char *op, const int64_t *host, size_t n,
-                      clembed_index_policy policy, uint64_t pad, char *direct, size_t direct_ld,
-                      clembed_dtype direct_dtype, size_t *d, int64_t *pad_local, clembed_dtype *wire,
-                      ce_mpi_error *e, ce_mpi_error *serve);
+                      clembed_index_policy policy, uint64_t pad, char *direct, size_t direct_ld, size_t *d,
+                      int64_t *pad_local, clembed_dtype *wire, ce_mpi_error *e, ce_mpi_error *serve);
 
 /* The optimizer of a sharded step (step.c): no states passed in, the kind of
  * the table's state, and clembed_optimizer_step's own checks run on 0 rows

@@ -31,7 +31,6 @@ static void release_table(clembed_mpi_table *t) {
   if (!t) return;
   ce_mpi_error ignored = {0};
   ce_mpi_unmap_matrix(t, &ignored);
-  ce_mpi_unmap_shard(t, &ignored);
   ce_mpi_stage_release(t);
   clembed_matrix_release(&t->shard);
   clembed_matrix_release(&t->state);
@@ -123,7 +122,6 @@ static clembed_status finish(clembed_mpi_table *t, const char *op, ce_mpi_error 
     if (s == CLEMBED_OK) s = clembed_finish(ctx);
     if (s != CLEMBED_OK) ce_mpi_fail_from(e, ctx, s);
   }
-  if (e->status == CLEMBED_OK) ce_mpi_host_arith(t);
   clembed_status theirs = CLEMBED_OK;
   int first = ce_mpi_first_failed(t->comm, t->rank, t->size, e->status, e, &theirs);
   if (first >= 0 && e->status == CLEMBED_OK)

@@ -1,5 +1,5 @@
 /* Host-side dtype conversions: F16 and BF16, bit for bit the kernels'
- * (cl/lib/dtype.cl); the block-quantized types through quant.c (ggml's
+ * (cl/lib/loadstore.cl); the block-quantized types through quant.c (ggml's
  * formats, bit for bit cl/lib/quant.cl). The dtypes' sizes and names are the
  * runtime's (src/runtime/dtypes.h, dtypes.c). */
 #include "ops.h"

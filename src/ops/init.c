@@ -9,13 +9,12 @@
 #include <stdio.h>
 #include <string.h>
 
-/* Two kernel shapes (cl/ops/init.cl), the same bits: with the CPU shapes and a
- * dense matrix (ld == cols, or one row) 16 Philox counters (64 elements) per
- * work-item in 16-lane vectors (`kernel` + "16"); otherwise one counter (4
- * elements, any ld) per work-item; the 16-counter shape writes a matrix
- * larger than the device's cache with streaming stores (the tuning's
- * embed_stream, as the forward). Mesa's rusticl gets the one-counter shape
- * on its CPU device too: its compiler spends minutes on the 16-lane kernel. */
+/* Two kernel shapes (cl/ops/init.cl), the same bits: with the tuning's
+ * init_wide and a dense matrix (ld == cols, or one row) 16 Philox counters
+ * (64 elements) per work-item in 16-lane vectors (`kernel` + "16"); otherwise
+ * one counter (4 elements, any ld) per work-item; the 16-counter shape writes
+ * a matrix larger than the device's cache with streaming stores (the tuning's
+ * embed_stream, as the forward). */
 static clembed_status init(clembed_context *ctx, const char *fn, const char *kernel, clembed_matrix *m,
                            uint64_t first_row, float a, float b, uint64_t seed, cl_uint nwait, const cl_event *wait,
                            cl_event *event) {
@@ -41,7 +40,7 @@ static clembed_status init(clembed_context *ctx, const char *fn, const char *ker
              "%s: (first_row %llu + rows %zu) * cols %zu passes 2^63, the largest element index", fn,
              (unsigned long long)first_row, m->rows, m->cols);
   first = first_row * m->cols;
-  int wide = ctx->tune->cpu_shapes && (ld == m->cols || m->rows == 1) && !strstr(ctx->device_name, "rusticl");
+  int wide = ctx->tune->init_wide && (ld == m->cols || m->rows == 1);
   /* a matrix larger than the device's cache goes out with streaming stores */
   size_t bytes = m->rows * m->cols * (m->dtype == CLEMBED_F32 ? 4 : 2);
   int stream = wide && ctx->tune->embed_stream && ctx->cache_bytes && bytes > ctx->cache_bytes;

@@ -596,49 +596,65 @@ cleanup:
   return status;
 }
 
-static clembed_status embed_backward_run(clembed_context *ctx, const clembed_matrix *grad_out,
-                                         const clembed_matrix *table, const clembed_ids *ids,
-                                         const clembed_embed_options *opt, const clembed_embed_grads *grads,
-                                         cl_uint nwait, const cl_event *wait, cl_event *event) {
-  clembed_status status = CLEMBED_OK;
-  clembed_embed_options o = clembed_embed_defaults();
-  clembed_embed_grads g = clembed_embed_grads_defaults();
+/* One clembed_embed_backward call: its arguments as read and checked, the
+ * steps' decisions, the norm's call (its pointers lead back here: the call is
+ * never copied), the temporaries and the chain. */
+typedef struct bwd_call {
+  clembed_context *ctx;
+  const clembed_matrix *grad_out, *table;
+  const clembed_ids *ids;
+  clembed_embed_options o;          /* opt as far as its struct_size goes (NULL: the defaults) */
+  clembed_embed_grads g;            /* grads as far as its struct_size goes */
+  const clembed_embed_options *opt; /* &o */
+  const clembed_embed_grads *grads; /* &g, NULL for grads NULL (refused by check_grads) */
   cl_long padding;
-  int layer;
   ce_embed_pos p;
   ce_pieces tp, gp;
   norm_call c;
   bwd_temps tmp;
-  cl_kernel k;
   ce_chain ch;
-  memset(&tmp, 0, sizeof tmp);
-  memset(&c, 0, sizeof c);
-  ce_pieces_none(&c.sp);
-  ce_pieces_none(&c.wp);
-  ce_pieces_none(&c.bp);
-  ce_pieces_none(&tp);
-  ce_pieces_none(&gp);
-  ce_pieces_none(&p.pp);
-  ce_chain_init(&ch, ctx, nwait, wait);
-  CHECK(ce_struct_read(ctx, NULL, "opt", -1, &ce_embed_options_layout, opt, &o)); /* NULL: the defaults */
-  opt = &o;
-  CHECK(ce_struct_read(ctx, NULL, "grads", -1, &ce_embed_grads_layout, grads, &g));
-  if (grads) grads = &g; /* NULL: refused by check_grads */
+  int norm;       /* a LayerNorm or RMSNorm */
+  int seg_params; /* segment_table's gradient summed by ce_norm_params (step 3), not by a fold */
+  int want_stats; /* the rows' stats, for step 3 */
+} bwd_call;
+
+/* The call's arguments: opt and grads read, then checked as the forward
+ * checks them, and the gradients asked for against the forward's parts. */
+static clembed_status bwd_check(bwd_call *b, const clembed_embed_options *opt, const clembed_embed_grads *grads,
+                                cl_uint nwait, const cl_event *wait) {
+  clembed_status status = CLEMBED_OK;
+  clembed_context *ctx = b->ctx;
+  const clembed_ids *ids = b->ids;
+  int layer;
+  CHECK(ce_struct_read(ctx, NULL, "opt", -1, &ce_embed_options_layout, opt, &b->o)); /* NULL: the defaults */
+  b->opt = &b->o;
+  CHECK(ce_struct_read(ctx, NULL, "grads", -1, &ce_embed_grads_layout, grads, &b->g));
+  if (grads) b->grads = &b->g; /* NULL: refused by check_grads */
   CHECK(ce_check_events(ctx, nwait, wait));
-  CHECK(ce_embed_check(ctx, table, ids, opt, grad_out, "grad_out", &tp, &gp, &padding));
+  CHECK(ce_embed_check(ctx, b->table, ids, b->opt, b->grad_out, "grad_out", &b->tp, &b->gp, &b->padding));
   /* padding_keeps_row: the rows are recomputed with the padding row as stored; the
    * table's fold below still gives it no gradient (bo.padding_idx) */
-  if (opt->padding_keeps_row) padding = -1;
+  if (b->opt->padding_keeps_row) b->padding = -1;
   if ((uint64_t)ids->count >= 0xFFFFFFFFu)
     FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "ids", -1, (int64_t)ids->count,
              "clembed_embed_backward: %zu ids; at most 4294967294 per call", ids->count);
-  CHECK(ce_norm_check(ctx, table, ids, opt, &layer));
-  CHECK(ce_embed_positions(ctx, table, ids, opt, &p));
-  CHECK(check_grads(ctx, table, opt, grads));
+  CHECK(ce_norm_check(ctx, b->table, ids, b->opt, &layer));
+  CHECK(ce_embed_positions(ctx, b->table, ids, b->opt, &b->p));
+  CHECK(check_grads(ctx, b->table, b->opt, b->grads));
+cleanup:
+  return status;
+}
 
+/* Which step sums which gradient (steps 2 to 4 of the file's comment), and
+ * the norm's call prepared for them (its program's options, its slots). */
+static clembed_status bwd_decide(bwd_call *b) {
+  clembed_status status = CLEMBED_OK;
+  clembed_context *ctx = b->ctx;
+  const clembed_embed_options *opt = b->opt;
+  const clembed_embed_grads *grads = b->grads;
   const ce_tuning *t = ctx->tune;
-  size_t n = ids->count, cols = table->cols;
-  int norm = opt->norm.kind != CLEMBED_NORM_NONE;
+  size_t n = b->ids->count, cols = b->table->cols;
+  int norm = b->norm = opt->norm.kind != CLEMBED_NORM_NONE;
   /* with a norm, a segment table of a few rows in one piece has its gradient
    * summed by ce_norm_params (with the norm's), not by a fold */
   int seg_params = t->norm_sums && norm && cols && grads->segment_table && opt->segment_table->rows <= NORM_SMAX;
@@ -648,6 +664,7 @@ static clembed_status embed_backward_run(clembed_context *ctx, const clembed_mat
     seg_params = sgp.count == 1;
     ce_pieces_release(&sgp);
   }
+  b->seg_params = seg_params;
   /* a position gradient in one buffer may be summed by the rows (norm_prepare decides) */
   int posg_ok = norm && cols && grads->position_table;
   if (posg_ok) {
@@ -658,79 +675,127 @@ static clembed_status embed_backward_run(clembed_context *ctx, const clembed_mat
   }
   int dx_other = norm && cols &&
                  (grads->table || (grads->position_table && !posg_ok) || (grads->segment_table && !seg_params));
-  int want_stats = cols && (grads->norm_weight || seg_params);
-  CHECK(norm_init(&c, ctx, ctx->op, table, &tp, ids, opt, &p, padding, grad_out, &gp));
+  int want_stats = b->want_stats = cols && (grads->norm_weight || seg_params);
+  CHECK(norm_init(&b->c, ctx, ctx->op, b->table, &b->tp, b->ids, opt, &b->p, b->padding, b->grad_out, &b->gp));
   /* dx larger than the device's cache goes out with streaming stores */
   int stream = t->norm_rows && ce_stream_output(ctx, n * cols * sizeof(float));
-  CHECK(norm_prepare(&c, &ch, CLEMBED_F32, grad_out, dx_other, posg_ok, want_stats, t, stream,
+  CHECK(norm_prepare(&b->c, &b->ch, CLEMBED_F32, b->grad_out, dx_other, posg_ok, want_stats, t, stream,
                      ctx->prefetch && t->norm_next));
-  int want_dx = c.dx;
+cleanup:
+  return status;
+}
+
+/* Step 2, with a norm: dx (and the rows' stats) row by row; the CPU shape's
+ * strided items also sum the position gradient (POSG). */
+static clembed_status bwd_rows(bwd_call *b) {
+  clembed_status status = CLEMBED_OK;
+  clembed_context *ctx = b->ctx;
+  norm_call *c = &b->c;
+  size_t n = b->ids->count, cols = b->table->cols;
+  int want_dx = c->dx, want_stats = b->want_stats;
+  const char *name = c->rows ? "ce_norm_bwd_rows" : "ce_norm_bwd";
+  cl_kernel k;
+  cl_mem none = NULL;
+  cl_ulong g_ldl = b->gp.ld;
+  if (want_dx) CHECK(temp_matrix(ctx, 0, n, cols, "dx", &b->tmp.dx, &b->tmp.own_dx));
+  if (want_stats) CHECK(temp_matrix(ctx, 1, n, 4, "the rows' stats", &b->tmp.stats, &b->tmp.own_stats));
+  cl_mem dxb = want_dx ? b->tmp.dx.buffer : none, stb = want_stats ? b->tmp.stats.buffer : none;
+  cl_uint last = c->in_args + 5 + ce_pieces_extra_args(&b->gp);
+  CHECK(ce_kernel(ctx, CE_FAMILY_NORM, c->opts, name, &k));
+  CHECK(norm_in_args(c, k, name));
+  CHECK(ce_set_args_at(ctx, k, name, c->in_args, CE_PIECES(&b->gp), CE_ARG(g_ldl), CE_ARG(dxb), CE_ARG(stb), CE_END));
+  if (c->rows) { /* the CPU shape: the position gradient's buffer (POSG) */
+    ce_pieces pgp;
+    ce_pieces_none(&pgp);
+    if (c->posg) CHECK(ce_check_pieces(ctx, b->grads->position_table, "grads.position_table", 0, &pgp));
+    cl_mem pgb = c->posg ? pgp.piece[0].buffer : none;
+    cl_ulong pg_off = c->posg ? pgp.piece[0].offset : 0, pg_ld = c->posg ? pgp.ld : 0;
+    ce_pieces_release(&pgp);
+    CHECK(ce_set_args_at(ctx, k, name, last, CE_ARG(pgb), CE_ARG(pg_off), CE_ARG(pg_ld), CE_END));
+    last += 3;
+  }
+  CHECK(norm_launch(c, &b->ch, k, name, 2 * 32, last));
+cleanup:
+  return status;
+}
+
+/* Step 4, the folds: dx is grad_out with its dropout when there is no norm. */
+static clembed_status bwd_folds(bwd_call *b) {
+  clembed_status status = CLEMBED_OK;
+  const clembed_embed_options *opt = b->opt;
+  const clembed_embed_grads *grads = b->grads;
+  int norm = b->norm;
+  const clembed_matrix *src = norm ? &b->tmp.dx : b->grad_out;
+  clembed_backward_options bo = clembed_backward_defaults(), keyed;
+  bo.scale = opt->scale;
+  bo.policy = opt->policy;
+  bo.padding_idx = opt->padding_idx;
+  if (!norm) {
+    bo.dropout = opt->dropout;
+    bo.dropout_seed = opt->dropout_seed;
+  }
+  keyed = clembed_backward_defaults(); /* resolved keys, unscaled */
+  keyed.policy = CLEMBED_INDEX_ZERO;
+  keyed.dropout = bo.dropout;
+  keyed.dropout_seed = bo.dropout_seed;
+  if (norm && !b->table->cols) src = b->grad_out; /* nothing to add: the folds only check their keys */
+  if (grads->table) CHECK(fold(&b->ch, src, b->ids, &bo, grads->table));
+  if (grads->position_table && !b->c.posg) CHECK(fold(&b->ch, src, &b->tmp.pos_keys, &keyed, grads->position_table));
+  if (grads->segment_table && !b->seg_params)
+    CHECK(fold(&b->ch, src, &b->tmp.seg_keys, &keyed, grads->segment_table));
+cleanup:
+  return status;
+}
+
+static clembed_status embed_backward_run(clembed_context *ctx, const clembed_matrix *grad_out,
+                                         const clembed_matrix *table, const clembed_ids *ids,
+                                         const clembed_embed_options *opt, const clembed_embed_grads *grads,
+                                         cl_uint nwait, const cl_event *wait, cl_event *event) {
+  clembed_status status = CLEMBED_OK;
+  bwd_call b;
+  memset(&b, 0, sizeof b);
+  b.ctx = ctx;
+  b.grad_out = grad_out;
+  b.table = table;
+  b.ids = ids;
+  b.o = clembed_embed_defaults();
+  b.g = clembed_embed_grads_defaults();
+  ce_pieces_none(&b.c.sp);
+  ce_pieces_none(&b.c.wp);
+  ce_pieces_none(&b.c.bp);
+  ce_pieces_none(&b.tp);
+  ce_pieces_none(&b.gp);
+  ce_pieces_none(&b.p.pp);
+  ce_chain_init(&b.ch, ctx, nwait, wait);
+  CHECK(bwd_check(&b, opt, grads, nwait, wait));
+  CHECK(bwd_decide(&b));
+  grads = b.grads;
+  size_t n = ids->count, cols = table->cols;
   if (n == 0) goto close;
 
   /* 1. the keys (and the forward's checks) */
-  if (grads->position_table && !c.posg) CHECK(temp_ids(ctx, n, CLEMBED_I64, "position keys", &tmp.pos_keys));
-  if (grads->segment_table && !seg_params) CHECK(temp_ids(ctx, n, CLEMBED_I64, "segment keys", &tmp.seg_keys));
-  CHECK(norm_keys(&c, &ch, tmp.pos_keys.buffer, tmp.seg_keys.buffer));
+  if (grads->position_table && !b.c.posg) CHECK(temp_ids(ctx, n, CLEMBED_I64, "position keys", &b.tmp.pos_keys));
+  if (grads->segment_table && !b.seg_params) CHECK(temp_ids(ctx, n, CLEMBED_I64, "segment keys", &b.tmp.seg_keys));
+  CHECK(norm_keys(&b.c, &b.ch, b.tmp.pos_keys.buffer, b.tmp.seg_keys.buffer));
   /* 2. with a norm: dx (and the rows' stats) row by row */
-  if (want_dx || want_stats || c.posg) {
-    const char *name = c.rows ? "ce_norm_bwd_rows" : "ce_norm_bwd";
-    cl_mem none = NULL;
-    cl_ulong g_ldl = gp.ld;
-    if (want_dx) CHECK(temp_matrix(ctx, 0, n, cols, "dx", &tmp.dx, &tmp.own_dx));
-    if (want_stats) CHECK(temp_matrix(ctx, 1, n, 4, "the rows' stats", &tmp.stats, &tmp.own_stats));
-    cl_mem dxb = want_dx ? tmp.dx.buffer : none, stb = want_stats ? tmp.stats.buffer : none;
-    cl_uint last = c.in_args + 5 + ce_pieces_extra_args(&gp);
-    CHECK(ce_kernel(ctx, CE_FAMILY_NORM, c.opts, name, &k));
-    CHECK(norm_in_args(&c, k, name));
-    CHECK(ce_set_args_at(ctx, k, name, c.in_args, CE_PIECES(&gp), CE_ARG(g_ldl), CE_ARG(dxb), CE_ARG(stb), CE_END));
-    if (c.rows) { /* the CPU shape: the position gradient's buffer (POSG) */
-      ce_pieces pgp;
-      ce_pieces_none(&pgp);
-      if (c.posg) CHECK(ce_check_pieces(ctx, grads->position_table, "grads.position_table", 0, &pgp));
-      cl_mem pgb = c.posg ? pgp.piece[0].buffer : none;
-      cl_ulong pg_off = c.posg ? pgp.piece[0].offset : 0, pg_ld = c.posg ? pgp.ld : 0;
-      ce_pieces_release(&pgp);
-      CHECK(ce_set_args_at(ctx, k, name, last, CE_ARG(pgb), CE_ARG(pg_off), CE_ARG(pg_ld), CE_END));
-      last += 3;
-    }
-    CHECK(norm_launch(&c, &ch, k, name, 2 * 32, last));
-  }
+  if (b.c.dx || b.want_stats || b.c.posg) CHECK(bwd_rows(&b));
   /* 3. the norm's weight and bias (and the few segment rows): every token's
    * g * xh, g (and dx) summed in token order, column by column */
-  if ((grads->norm_weight || grads->norm_bias || seg_params) && cols)
-    CHECK(norm_params(&c, &ch, &gp, &tmp.stats, grads, seg_params));
-  CHECK(ce_chain_record(&ch, &c.rec));
-  CHECK(ce_chain_record(&ch, &c.srec));
-
-  /* 4. the folds: dx is grad_out with its dropout when there is no norm */
-  {
-    const clembed_matrix *src = norm ? &tmp.dx : grad_out;
-    clembed_backward_options bo = clembed_backward_defaults(), keyed;
-    bo.scale = opt->scale;
-    bo.policy = opt->policy;
-    bo.padding_idx = opt->padding_idx;
-    if (!norm) {
-      bo.dropout = opt->dropout;
-      bo.dropout_seed = opt->dropout_seed;
-    }
-    keyed = clembed_backward_defaults(); /* resolved keys, unscaled */
-    keyed.policy = CLEMBED_INDEX_ZERO;
-    keyed.dropout = bo.dropout;
-    keyed.dropout_seed = bo.dropout_seed;
-    if (norm && !cols) src = grad_out; /* nothing to add: the folds only check their keys */
-    if (grads->table) CHECK(fold(&ch, src, ids, &bo, grads->table));
-    if (grads->position_table && !c.posg) CHECK(fold(&ch, src, &tmp.pos_keys, &keyed, grads->position_table));
-    if (grads->segment_table && !seg_params) CHECK(fold(&ch, src, &tmp.seg_keys, &keyed, grads->segment_table));
-  }
+  if ((grads->norm_weight || grads->norm_bias || b.seg_params) && cols)
+    CHECK(norm_params(&b.c, &b.ch, &b.gp, &b.tmp.stats, grads, b.seg_params));
+  CHECK(ce_chain_record(&b.ch, &b.c.rec));
+  CHECK(ce_chain_record(&b.ch, &b.c.srec));
+  /* 4. the folds */
+  CHECK(bwd_folds(&b));
 close:
-  CHECK(ce_chain_close(&ch, event));
+  CHECK(ce_chain_close(&b.ch, event));
 cleanup:
-  bwd_temps_release(&tmp); /* after enqueueing: OpenCL keeps them until the commands finish */
-  ce_chain_release(&ch);
-  norm_release(&c);
-  ce_pieces_release(&tp);
-  ce_pieces_release(&gp);
-  ce_pieces_release(&p.pp);
+  bwd_temps_release(&b.tmp); /* after enqueueing: OpenCL keeps them until the commands finish */
+  ce_chain_release(&b.ch);
+  norm_release(&b.c);
+  ce_pieces_release(&b.tp);
+  ce_pieces_release(&b.gp);
+  ce_pieces_release(&b.p.pp);
   return status;
 }
 

@@ -12,7 +12,34 @@ cl_command_queue clembed_context_queue(const clembed_context *ctx) { return ctx 
 
 const char *clembed_context_device_name(const clembed_context *ctx) { return ctx ? ctx->device_name : ""; }
 
+const char *clembed_context_tuning(const clembed_context *ctx) { return ctx ? ctx->tuning_desc : ""; }
+
+clembed_status clembed_tuning_file(char *path, size_t capacity) {
+  char buf[4096];
+  if (!path || !capacity) {
+    ce_last_message("clembed_tuning_file: %s", path ? "capacity is 0" : "path is NULL");
+    return ce_last_fail(CLEMBED_ERR_INVALID_ARGUMENT, "clembed_tuning_file", path ? "capacity" : "path");
+  }
+  path[0] = 0;
+  if (!ce_tuning_user_file(buf, sizeof buf)) {
+    ce_last_message("clembed_tuning_file: no tuning file (CLEMBED_TUNING_FILE is empty or \"none\", or there is no "
+                    "HOME)");
+    return ce_last_fail(CLEMBED_ERR_UNSUPPORTED, "clembed_tuning_file", "CLEMBED_TUNING_FILE");
+  }
+  if (strlen(buf) >= capacity) {
+    ce_last_message("clembed_tuning_file: the path takes %zu bytes, capacity is %zu", strlen(buf) + 1, capacity);
+    return ce_last_fail(CLEMBED_ERR_INVALID_ARGUMENT, "clembed_tuning_file", "capacity");
+  }
+  memcpy(path, buf, strlen(buf) + 1);
+  return CLEMBED_OK;
+}
+
 int clembed__test_cpu_shapes(const clembed_context *ctx) { return ctx ? ctx->cpu_shapes : -1; }
+
+long long clembed__test_tuning_value(const clembed_context *ctx, const char *name) {
+  int i = ctx && name ? ce_tuning_field(name) : -1;
+  return i < 0 ? -1 : (long long)ce_tuning_get(ctx->tune, i);
+}
 
 void *ce_cache_find(const clembed_context *ctx, const void *key) {
   for (int i = 0; i < CE_CACHES; i++)

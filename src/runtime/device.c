@@ -219,13 +219,16 @@ clembed_status clembed_devices(clembed_device_info *list, size_t capacity, size_
   return CLEMBED_OK;
 }
 
-/* Work-group limits, 64-bit atomics, the device's name, the prefetch hint,
- * buffers on host pages. */
-static void limits(clembed_context *ctx, cl_device_type type) {
-  char pname[256] = "", dname[256] = "";
-  clGetPlatformInfo(ctx->platform, CL_PLATFORM_NAME, sizeof pname - 1, pname, NULL);
-  clGetDeviceInfo(ctx->device, CL_DEVICE_NAME, sizeof dname - 1, dname, NULL);
-  snprintf(ctx->device_name, sizeof ctx->device_name, "%.250s / %.250s", pname, dname);
+/* Work-group limits, 64-bit atomics, the device's name and what the tuning
+ * database matches. */
+static void limits(clembed_context *ctx, cl_device_type type, ce_device_ident *id) {
+  memset(id, 0, sizeof *id);
+  clGetPlatformInfo(ctx->platform, CL_PLATFORM_NAME, sizeof id->platform - 1, id->platform, NULL);
+  clGetDeviceInfo(ctx->device, CL_DEVICE_NAME, sizeof id->device - 1, id->device, NULL);
+  clGetDeviceInfo(ctx->device, CL_DEVICE_VENDOR, sizeof id->vendor - 1, id->vendor, NULL);
+  clGetDeviceInfo(ctx->device, CL_DRIVER_VERSION, sizeof id->driver - 1, id->driver, NULL);
+  id->type = (type & CL_DEVICE_TYPE_CPU) ? "cpu" : (type & CL_DEVICE_TYPE_GPU) ? "gpu" : "accelerator";
+  snprintf(ctx->device_name, sizeof ctx->device_name, "%.250s / %.250s", id->platform, id->device);
   clGetDeviceInfo(ctx->device, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof ctx->max_work_group, &ctx->max_work_group, NULL);
   if (ctx->max_work_group == 0) ctx->max_work_group = 1;
   size_t items[3] = {1, 1, 1};
@@ -243,57 +246,25 @@ static void limits(clembed_context *ctx, cl_device_type type) {
     }
     free(ext);
   }
-  /* Oclgrind 21.10's uninitialised-value checker keeps the shadow state of a
-   * released buffer for the next buffer that gets its id: temporaries are
-   * created zeroed there */
-  ctx->zero_temporaries = strstr(ctx->device_name, "Oclgrind") != NULL;
-  /* POCL compiles a CPU kernel with clang for the host, where
-   * __builtin_prefetch is the CPU's prefetch instruction; compilers that go
-   * through SPIR-V (rusticl) reject it, so it is used on POCL's CPU devices only */
-  int pocl_cpu = (type & CL_DEVICE_TYPE_CPU) && !strcmp(pname, "Portable Computing Language");
-  ctx->prefetch = pocl_cpu;
-  /* Buffers over host memory that clembed frees when OpenCL deletes the
-   * buffer (huge pages, a file's pages): on POCL's CPU devices, which share
-   * the host's memory. Mesa 22's rusticl never calls a buffer's destructor
-   * callback (the memory would never be freed), and its kernels crashed when
-   * such a buffer was released while they ran (clembed bench); there, and on
-   * other devices, buffers are ordinary. */
-  cl_bool unified = CL_FALSE;
-  clGetDeviceInfo(ctx->device, CL_DEVICE_HOST_UNIFIED_MEMORY, sizeof unified, &unified, NULL);
-  ctx->host_pages = pocl_cpu && unified;
 }
 
 clembed_status ce_device_facts(clembed_context *ctx) {
   cl_device_type type = 0;
   clGetDeviceInfo(ctx->device, CL_DEVICE_TYPE, sizeof type, &type, NULL);
-  limits(ctx, type);
-  const char *env = getenv("CLEMBED_TUNING");
-  const ce_tuning *table = ce_tuning_choose((type & CL_DEVICE_TYPE_CPU) != 0, env);
-  if (!table) {
-    ce_last_message("CLEMBED_TUNING is '%.100s'; it must be cpu, gpu, or unset", env);
-    return CLEMBED_ERR_INVALID_ARGUMENT;
-  }
-  /* Mesa's llvmpipe (rusticl on the CPU): gallivm compiles the bag kernels'
-   * passes of bag_tile vectors, written out lane by lane, in minutes for 8
-   * vectors (test_bag's forward case, shader cache empty: over 8 minutes,
-   * against 55 s for 1 vector and 89 s for 2), so a pass there is one vector
-   * and a bag's ids go one at a time (the same bits; CLEMBED_TUNE may still
-   * set them). Likewise the norm backward's own position and segment sums
-   * (norm_sums 0): gallivm had not compiled ce_norm_params with the segment
-   * rows' private sums after 6 minutes (in LLVM's coroutine frame; test_norm's
-   * backward_layer ran into its 25-minute timeout), so there the folds sum
-   * them, as on the GPU shape */
-  ce_tuning base = *table;
-  if (strstr(ctx->device_name, "llvmpipe")) {
-    if (base.bag_tile > 1) base.bag_tile = 1;
-    if (base.bag_rows > 1) base.bag_rows = 1;
-    if (base.bag_rows_features > 1) base.bag_rows_features = 1;
-    base.norm_sums = 0;
-  }
-  clembed_status s = ce_tuning_apply(&base, getenv("CLEMBED_TUNE"), &ctx->tune_table);
+  ce_device_ident id;
+  limits(ctx, type, &id);
+  clembed_status s = ce_tuning_resolve(&id, &ctx->tune_table, ctx->tuning_desc, sizeof ctx->tuning_desc);
   if (s != CLEMBED_OK) return s;
   ctx->tune = &ctx->tune_table;
   ctx->cpu_shapes = ctx->tune->cpu_shapes;
+  ctx->zero_temporaries = ctx->tune->zero_temporaries;
+  ctx->prefetch = ctx->tune->prefetch;
+  /* buffers over host memory that clembed frees when OpenCL deletes the buffer
+   * (huge pages, a file's pages) where the entry says so and the device's
+   * buffers are the host's memory */
+  cl_bool unified = CL_FALSE;
+  clGetDeviceInfo(ctx->device, CL_DEVICE_HOST_UNIFIED_MEMORY, sizeof unified, &unified, NULL);
+  ctx->host_pages = ctx->tune->host_pages && unified;
   /* the largest buffer of a matrix: the device's largest allocation, or less */
   ctx->max_piece = ctx->max_alloc && ctx->max_alloc < SIZE_MAX ? (size_t)ctx->max_alloc : SIZE_MAX;
   const char *limit = getenv("CLEMBED_MAX_BUFFER_BYTES");

@@ -22,7 +22,7 @@
   X(BAG, bag)
 
 #define CE_LIB_SOURCES(L) \
-  L(dtype)                \
+  L(loadstore)            \
   L(pieces)               \
   L(iqtables)             \
   L(quant)                \

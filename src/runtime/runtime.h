@@ -48,11 +48,11 @@
 
 /* ------------------------------------------------------------------ tuning */
 
-/* Every kernel-shape number, one table per kind of device (tuning.c). Kernels
- * receive theirs as -D options and keep #ifndef defaults equal to the GPU
- * table's. */
+/* Every kernel-shape number and device fact, resolved for a device from the
+ * tuning database (tuning.c; tuning/devices.conf, the user's entries,
+ * CLEMBED_TUNE; docs/tuning.md). Kernels receive theirs as -D options and keep
+ * #ifndef defaults equal to the GPU default's. */
 typedef struct ce_tuning {
-  const char *name;            /* "cpu", "gpu": CLEMBED_TUNING's values */
   int cpu_shapes;              /* whole rows per work-item, wide vectors */
   /* launches */
   size_t group_target;         /* work-items per work-group the 1-D/2-D launches aim for */
@@ -134,13 +134,17 @@ typedef struct ce_tuning {
   /* split matrices */
   size_t piece_args;                 /* pieces of a split matrix one launch takes (1 .. 8): 1 is a launch per
                                         piece, over the rows that fall in it */
+  /* initialisation */
+  int init_wide;                     /* the CPU shape's 64 values a work-item, 16 at a time (else 4) */
+  /* device facts */
+  int prefetch;                      /* kernels may use __builtin_prefetch (-DCE_PREFETCH=1) */
+  int host_pages;                    /* large buffers on huge host pages, files used in place (where the
+                                        device's memory is the host's) */
+  int zero_temporaries;              /* temporaries created zeroed */
 } ce_tuning;
 
-/* The table for a device (cpu: its type is CPU), overridden by CLEMBED_TUNING;
- * NULL for a CLEMBED_TUNING value other than cpu or gpu. */
-const ce_tuning *ce_tuning_choose(int is_cpu, const char *env);
-/* The numeric fields CLEMBED_TUNE may set ("name=value,name=value"): every
- * field of ce_tuning but its name. */
+/* The parameters, by name (the database's, CLEMBED_TUNE's and the kernels'
+ * -D options' names). */
 #define CE_TUNING_FIELDS(X)                                                                                     \
   X(cpu_shapes) X(group_target) X(row_items_max) X(row_groups_per_unit) X(embed_rows) X(embed_strided_rows)     \
   X(embed_vec) X(embed_stream) X(stream_cache_bytes) X(embed_next) X(embed_strided_prefetch_bytes) X(embed_strided_ahead) X(positional_rowwise) X(positional_vec) X(rope_rowwise) X(rope_pairs) \
@@ -149,10 +153,36 @@ const ce_tuning *ce_tuning_choose(int is_cpu, const char *env);
   X(fold_min_slices) X(row_items) X(sinusoid_table_max_elements) X(sinusoid_table_min_rows)                      \
   X(sinusoid_table_inline_rows) X(huge_page_bytes)                                                               \
   X(norm_rows) X(norm_strided_rows) X(norm_group_rows) X(norm_next) X(norm_scratch_cols) X(norm_side_cols) X(norm_sums) X(piece_args)  \
-  X(bag_vec) X(bag_tile) X(bag_rows) X(bag_rows_features) X(bag_ahead) X(bag_plain) X(bag_by_feature)
-/* Copies `base` into *out with CLEMBED_TUNE's settings applied (env NULL or
- * "": none); a name it does not know or a value that is not a count is an
- * error whose message goes to ce_last_message. */
+  X(bag_vec) X(bag_tile) X(bag_rows) X(bag_rows_features) X(bag_ahead) X(bag_plain) X(bag_by_feature)         \
+  X(init_wide) X(prefetch) X(host_pages) X(zero_temporaries)
+/* What the database's match lines compare: the platform's and device's
+ * names, the vendor, the driver version, and the type ("cpu", "gpu",
+ * "accelerator"). */
+typedef struct ce_device_ident {
+  char platform[256], device[256], vendor[256], driver[128];
+  const char *type;
+} ce_device_ident;
+/* The device's tuning: the default of its type (or CLEMBED_TUNING's), the
+ * built-in entries that match it, the user's (unless CLEMBED_TUNING is set),
+ * CLEMBED_TUNE's settings; desc (cap bytes) names them and where they came
+ * from. A bad user file or setting is CLEMBED_ERR_INVALID_ARGUMENT with its
+ * message in ce_last_message. */
+clembed_status ce_tuning_resolve(const ce_device_ident *d, ce_tuning *out, char *desc, size_t cap);
+/* The parameters by index (0 .. ce_tuning_field_count() - 1): a name's index
+ * (-1: none), an index's name (NULL: none), a tuning's value. */
+int ce_tuning_field(const char *name);
+const char *ce_tuning_field_name(int i);
+size_t ce_tuning_field_count(void);
+unsigned long long ce_tuning_get(const ce_tuning *t, int i);
+/* The user's tuning file (CLEMBED_TUNING_FILE, else $XDG_CACHE_HOME/clembed/
+ * tuning.conf, else ~/.cache/clembed/tuning.conf) into path: 1, or 0 when
+ * there is none (CLEMBED_TUNING_FILE empty or "none", no HOME). */
+int ce_tuning_user_file(char *path, size_t cap);
+/* The built-in database's text (tuning/devices.conf). */
+const char *ce_tuning_builtin_text(size_t *len);
+/* Copies `base` into *out (out may be base) with CLEMBED_TUNE's settings
+ * ("name=count,..."; env NULL: none) applied; a name it does not know or a
+ * value that is not a count is an error whose message goes to ce_last_message. */
 clembed_status ce_tuning_apply(const ce_tuning *base, const char *env, ce_tuning *out);
 
 /* ---------------------------------------------------------- error records */
@@ -220,7 +250,8 @@ struct clembed_context {
   int in_order;
   int atom64;     /* cl_khr_int64_base_atomics: error records need no second kernel */
   const ce_tuning *tune; /* &tune_table */
-  ce_tuning tune_table;   /* the device's table, with CLEMBED_TUNE's settings */
+  ce_tuning tune_table;   /* the device's tuning (ce_tuning_resolve) */
+  char tuning_desc[1024]; /* ...its entries and where they came from (clembed_context_tuning) */
   int cpu_shapes; /* tune->cpu_shapes */
   cl_uint units;  /* CL_DEVICE_MAX_COMPUTE_UNITS */
   cl_ulong cache_bytes; /* CL_DEVICE_GLOBAL_MEM_CACHE_SIZE (0: unknown) */

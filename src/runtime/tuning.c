@@ -1,136 +1,412 @@
-/* Every kernel-shape number in one place, a table per kind of device. The
- * kernels get theirs as -D options (with #ifndef defaults equal to the GPU
- * table's). The figures behind these choices are in docs/performance.md. */
+/* The tuning database (tuning/devices.conf, built into the library; the
+ * user's entries from a file; CLEMBED_TUNE): every kernel-shape number and
+ * device fact of ce_tuning, resolved for a device when its context is made.
+ * The format is docs/tuning.md's; the kernels get the numbers as -D options
+ * under the same names. */
 #include "runtime.h"
 
+#include <ctype.h>
+#include <pthread.h>
+#include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
-static const ce_tuning gpu = {
-    .name = "gpu",
-    .cpu_shapes = 0,
-    .group_target = 256,
-    .row_items_max = 16,
-    .row_groups_per_unit = 8,
-    .embed_rows = 0, /* work-item (x, token): consecutive items on consecutive columns */
-    .embed_strided_rows = 0,
-    .embed_vec = 16,
-    .embed_stream = 0,
-    .stream_cache_bytes = 0,
-    .embed_next = 0,
-    .embed_strided_prefetch_bytes = 0,
-    .embed_strided_ahead = 0,
-    .norm_rows = 0,           /* work-group rows of 32 work-items, 8 tokens per group */
-    .norm_strided_rows = 0,
-    .norm_group_rows = 8,
-    .norm_next = 0,
-    .norm_scratch_cols = 0,
-    .norm_side_cols = 0,
-    .norm_sums = 0,           /* the backward's position and segment gradients by their folds */
-    .positional_rowwise = 0,
-    .positional_vec = 16,
-    .rope_rowwise = 0,
-    .rope_pairs = 4,
-    .sort_chunk = 64,
-    .sort_max_chunks = 4096,
-    .sort_radix_bits = 8,
-    .sort_local = 64,
-    .fold_vec = 4,
-    .fold_tile = 1,
-    .fold_block_columns = 256,
-    .fold_split = 1, /* every segment is split into column blocks */
-    .fold_group = 4,
-    .fold_ahead_bytes = 0,
-    .fold_ahead = 4,
-    .step_ahead = 1,
-    .fold_slices_per_unit = 16 * 256,
-    .fold_min_slices = 256,
-    .row_items = 256,
-    .bag_vec = 4,  /* consecutive work-items on consecutive 4-column vectors */
-    .bag_tile = 1,
-    .bag_rows = 1,
-    .bag_rows_features = 1,
-    .bag_ahead = 0,
-    .bag_plain = 0,
-    .bag_by_feature = 0,
-    .sinusoid_table_max_elements = (size_t)16 << 20,
-    .sinusoid_table_min_rows = 64,
-    .sinusoid_table_inline_rows = 4096,
-    .huge_page_bytes = (size_t)2 << 20,
-    .piece_args = 8,
-};
+/* the embedded sources (cmake/embed_cl.cmake): the database is "devices" */
+extern const char *const ce_cl_names[];
+extern const unsigned char *const ce_cl_data[];
+extern const size_t ce_cl_sizes[];
+extern const size_t ce_cl_count;
 
-static const ce_tuning cpu = {
-    .name = "cpu",
-    .cpu_shapes = 1,
-    .group_target = 256,
-    .row_items_max = 16, /* a CPU runtime runs a work-group's items in one thread */
-    .row_groups_per_unit = 8,
-    .embed_rows = 8,          /* whole output rows of 8 tokens per work-item, side by side */
-    .embed_strided_rows = 8,  /* one position of 8 sequences per work-item */
-    .embed_vec = 16,
-    .embed_stream = 1,        /* streaming stores for an output larger than the cache, */
-    .stream_cache_bytes = (size_t)32 << 20, /* 32 MiB where the device does not say (a server core's L3) */
-    .embed_next = 1,          /* (POCL) the next item's 8 rows asked for during the item's */
-    .embed_strided_prefetch_bytes = 2048, /* positions shared: quantized rows, 16-bit rows of 1024, */
-    .embed_strided_ahead = 4,     /* 4 rows on */
-    .norm_rows = 1,               /* the norm: a token per work-item, */
-    .norm_strided_rows = 8,       /* one position of 8 sequences when positions are shared, */
-    .norm_group_rows = 8,
-    .norm_next = 1,               /* (POCL) the next rows asked for during the first pass; */
-    .norm_scratch_cols = 9216,    /* rows of up to 9216 kept aside between the norm's passes, */
-    .norm_side_cols = 4608,       /* as many side by side as take 18 KiB (4 of 1024: 1.04 - 1.09x over 8) */
-    .norm_sums = 1,               /* the backward: the position and a few segment rows' gradients summed in its passes */
-    .positional_rowwise = 1,  /* a row per work-item, 16 columns at a time */
-    .positional_vec = 16,
-    .rope_rowwise = 1,        /* a row per work-item, */
-    .rope_pairs = 4,          /* 64 pairs' cos and sin at a time, every head's columns in order */
-    .sort_chunk = 4096,       /* a few long chunks: each item's 256 counters stay in its cache */
-    .sort_max_chunks = 4096,
-    .sort_radix_bits = 8,
-    .sort_local = 64,
-    .fold_vec = 16,
-    .fold_tile = 4,           /* 4 vectors of 16 columns folded at once */
-    .fold_block_columns = 256,
-    .fold_split = 64,         /* shorter segments are folded over whole rows */
-    .fold_group = 4,          /* sorted positions per work-item */
-    .fold_ahead_bytes = 1024, /* (POCL) rows of up to 1 KiB one after another, */
-    .fold_ahead = 4,          /* the rows of the position 4 on asked for during a fold */
-    .step_ahead = 1,          /* (POCL) the steps ask for their table and state rows ahead */
-    .fold_slices_per_unit = (size_t)1 << 24, /* an item per group: a thread takes sorted positions in order */
-    .fold_min_slices = 256,
-    .row_items = 256,
-    .bag_vec = 16,
-    .bag_tile = 8,            /* a bag's rows pooled 128 columns at a time, in registers, */
-    .bag_rows = 8,            /* 8 rows read side by side, */
-    .bag_rows_features = 4,   /* 4 in a call of several features (26 features: 1.15 - 1.2x over 8) */
-    .bag_ahead = 32,          /* (POCL) the row of the id 32 on asked for (64-column rows 1.1-1.2x over 8; 128 level) */
-    .bag_plain = 1,           /* bags of plain ids a row at a time, without masks */
-    .bag_by_feature = 1,      /* a feature's bags one after another: one table read at a time */
-    .sinusoid_table_max_elements = (size_t)16 << 20,
-    .sinusoid_table_min_rows = 64,
-    .sinusoid_table_inline_rows = 4096,
-    .huge_page_bytes = (size_t)2 << 20,
-    .piece_args = 8,
-};
-
-const ce_tuning *ce_tuning_choose(int is_cpu, const char *env) {
-  if (env && *env) {
-    if (!strcasecmp(env, "cpu")) return &cpu;
-    if (!strcasecmp(env, "gpu")) return &gpu;
-    return NULL;
-  }
-  return is_cpu ? &cpu : &gpu;
-}
+/* ------------------------------------------------------------- fields */
 
 static void set_int(int *f, unsigned long long v) { *f = (int)v; }
 static void set_unsigned(unsigned *f, unsigned long long v) { *f = (unsigned)v; }
 static void set_size(size_t *f, unsigned long long v) { *f = (size_t)v; }
 #define CE_SET_FIELD(f, v) _Generic((f), int *: set_int, unsigned *: set_unsigned, size_t *: set_size)((f), (v))
 
+static const char *const field_names[] = {
+#define CE_FIELD_NAME(name) #name,
+    CE_TUNING_FIELDS(CE_FIELD_NAME)
+#undef CE_FIELD_NAME
+};
+#define FIELD_COUNT (sizeof field_names / sizeof field_names[0])
+
+int ce_tuning_field(const char *name) {
+  for (size_t i = 0; i < FIELD_COUNT; i++)
+    if (!strcmp(field_names[i], name)) return (int)i;
+  return -1;
+}
+
+const char *ce_tuning_field_name(int i) { return i >= 0 && (size_t)i < FIELD_COUNT ? field_names[i] : NULL; }
+
+size_t ce_tuning_field_count(void) { return FIELD_COUNT; }
+
+static void set_field(ce_tuning *t, int i, unsigned long long v) {
+  int k = 0;
+#define CE_SET_ONE(name)                 \
+  if (k++ == i) {                        \
+    CE_SET_FIELD(&t->name, v);           \
+    return;                              \
+  }
+  CE_TUNING_FIELDS(CE_SET_ONE)
+#undef CE_SET_ONE
+}
+
+unsigned long long ce_tuning_get(const ce_tuning *t, int i) {
+  int k = 0;
+#define CE_GET_ONE(name) \
+  if (k++ == i) return (unsigned long long)t->name;
+  CE_TUNING_FIELDS(CE_GET_ONE)
+#undef CE_GET_ONE
+  return 0;
+}
+
+/* A count from 0 to 2^40, the whole of s. */
+static int parse_count(const char *s, unsigned long long *v) {
+  char *end = NULL;
+  if (!isdigit((unsigned char)*s)) return 0;
+  errno = 0;
+  *v = strtoull(s, &end, 10);
+  return !errno && !*end && *v <= (1ull << 40);
+}
+
+/* ------------------------------------------------------------- entries */
+
+enum { MATCH_PLATFORM, MATCH_DEVICE, MATCH_VENDOR, MATCH_DRIVER, MATCH_TYPE, MATCH_KINDS };
+static const char *const match_keys[MATCH_KINDS] = {"platform", "device", "vendor", "driver", "type"};
+
+typedef struct setting {
+  int field;
+  unsigned long long value;
+} setting;
+
+typedef struct entry {
+  char name[128];
+  int is_default;            /* [default NAME], else [device NAME] */
+  char base[128];            /* base = NAME ("" none) */
+  char match[MATCH_KINDS][256];
+  setting *set;
+  size_t nset;
+} entry;
+
+typedef struct database {
+  entry *e;
+  size_t n;
+} database;
+
+static void db_free(database *db) {
+  for (size_t i = 0; db && i < db->n; i++) free(db->e[i].set);
+  if (db) free(db->e);
+  if (db) db->e = NULL, db->n = 0;
+}
+
+static char *trim(char *s) {
+  while (isspace((unsigned char)*s)) s++;
+  size_t n = strlen(s);
+  while (n && isspace((unsigned char)s[n - 1])) s[--n] = 0;
+  return s;
+}
+
+/* Parses `text` (len bytes) into *db; `origin` names it in messages. 0, or -1
+ * with the message in err. */
+static int db_parse(const char *text, size_t len, const char *origin, database *db, char *err, size_t errlen) {
+  size_t line_no = 0;
+  memset(db, 0, sizeof *db);
+  for (size_t at = 0; at < len;) {
+    size_t end = at;
+    while (end < len && text[end] != '\n') end++;
+    char line[1024];
+    size_t n = end - at;
+    line_no++;
+    if (n >= sizeof line) {
+      snprintf(err, errlen, "%s:%zu: a line longer than %zu characters", origin, line_no, sizeof line - 1);
+      goto fail;
+    }
+    memcpy(line, text + at, n);
+    line[n] = 0;
+    at = end + 1;
+    char *hash = strchr(line, '#');
+    if (hash) *hash = 0;
+    char *s = trim(line);
+    if (!*s) continue;
+    if (*s == '[') {
+      char kind[16], name[128];
+      size_t sl = strlen(s);
+      if (s[sl - 1] != ']' || sscanf(s, "[%15s %127[^]]]", kind, name) != 2 ||
+          (strcmp(kind, "default") && strcmp(kind, "device"))) {
+        snprintf(err, errlen, "%s:%zu: '%.200s' is not an entry's heading ([default NAME] or [device NAME])", origin,
+                 line_no, s);
+        goto fail;
+      }
+      entry *ne = realloc(db->e, (db->n + 1) * sizeof *ne);
+      if (!ne) {
+        snprintf(err, errlen, "%s: out of host memory", origin);
+        goto fail;
+      }
+      db->e = ne;
+      entry *e = &db->e[db->n++];
+      memset(e, 0, sizeof *e);
+      snprintf(e->name, sizeof e->name, "%s", trim(name));
+      e->is_default = !strcmp(kind, "default");
+      continue;
+    }
+    char *eq = strchr(s, '=');
+    if (!eq) {
+      snprintf(err, errlen, "%s:%zu: '%.200s' is not a 'name = value' line", origin, line_no, s);
+      goto fail;
+    }
+    *eq = 0;
+    char *key = trim(s), *value = trim(eq + 1);
+    if (!db->n) {
+      snprintf(err, errlen, "%s:%zu: '%.100s' before any entry's heading", origin, line_no, key);
+      goto fail;
+    }
+    entry *e = &db->e[db->n - 1];
+    if (!strncmp(key, "match.", 6)) {
+      int k = -1;
+      for (int m = 0; m < MATCH_KINDS; m++)
+        if (!strcmp(key + 6, match_keys[m])) k = m;
+      if (k < 0 || !*value || strlen(value) >= sizeof e->match[0]) {
+        snprintf(err, errlen, "%s:%zu: '%.100s = %.100s': match.platform, .device, .vendor, .driver or .type with a "
+                 "value", origin, line_no, key, value);
+        goto fail;
+      }
+      if (k == MATCH_TYPE && strcmp(value, "cpu") && strcmp(value, "gpu") && strcmp(value, "accelerator")) {
+        snprintf(err, errlen, "%s:%zu: match.type is '%.100s'; it must be cpu, gpu or accelerator", origin, line_no,
+                 value);
+        goto fail;
+      }
+      snprintf(e->match[k], sizeof e->match[k], "%s", value);
+      continue;
+    }
+    if (!strcmp(key, "base")) {
+      snprintf(e->base, sizeof e->base, "%s", value);
+      continue;
+    }
+    int f = ce_tuning_field(key);
+    unsigned long long v = 0;
+    if (f < 0) {
+      snprintf(err, errlen, "%s:%zu: '%.100s' is not a tuning parameter (docs/tuning.md lists them)", origin, line_no,
+               key);
+      goto fail;
+    }
+    if (!parse_count(value, &v)) {
+      snprintf(err, errlen, "%s:%zu: %s = '%.100s' is not a count from 0 to 2^40", origin, line_no, key, value);
+      goto fail;
+    }
+    setting *ns = realloc(e->set, (e->nset + 1) * sizeof *ns);
+    if (!ns) {
+      snprintf(err, errlen, "%s: out of host memory", origin);
+      goto fail;
+    }
+    e->set = ns;
+    e->set[e->nset++] = (setting){f, v};
+  }
+  return 0;
+fail:
+  db_free(db);
+  return -1;
+}
+
+/* ------------------------------------------------------------- matching */
+
+static int contains(const char *hay, const char *needle) {
+  size_t n = strlen(needle);
+  for (const char *p = hay; *p; p++)
+    if (!strncasecmp(p, needle, n)) return 1;
+  return !*needle;
+}
+
+static int matches(const entry *e, const ce_device_ident *d) {
+  const char *have[MATCH_KINDS] = {d->platform, d->device, d->vendor, d->driver, d->type};
+  int any = 0;
+  for (int m = 0; m < MATCH_KINDS; m++) {
+    if (!e->match[m][0]) continue;
+    any = 1;
+    if (m == MATCH_TYPE ? strcmp(e->match[m], d->type) != 0 : !contains(have[m], e->match[m])) return 0;
+  }
+  return any;
+}
+
+static const entry *find_default(const database *db, const char *name) {
+  for (size_t i = 0; i < db->n; i++)
+    if (db->e[i].is_default && !strcmp(db->e[i].name, name)) return &db->e[i];
+  return NULL;
+}
+
+static void apply(ce_tuning *t, const entry *e) {
+  for (size_t i = 0; i < e->nset; i++) set_field(t, e->set[i].field, e->set[i].value);
+}
+
+/* Applies default `name` after its bases (at most 8 deep). */
+static int apply_default(const database *db, const char *name, ce_tuning *t, int depth) {
+  const entry *e = find_default(db, name);
+  if (!e || depth > 8) return -1;
+  if (e->base[0] && apply_default(db, e->base, t, depth + 1)) return -1;
+  apply(t, e);
+  return 0;
+}
+
+static void append(char *desc, size_t cap, const char *fmt, const char *a, const char *b) {
+  size_t used = strlen(desc);
+  if (used < cap) snprintf(desc + used, cap - used, fmt, a, b);
+}
+
+/* ------------------------------------------------------------- the built-in database */
+
+static database shipped;
+static int shipped_state; /* 0 not read, 1 read, -1 failed */
+static char shipped_err[512];
+static pthread_mutex_t shipped_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static const database *shipped_db(void) {
+  pthread_mutex_lock(&shipped_lock);
+  if (!shipped_state) {
+    shipped_state = -1;
+    snprintf(shipped_err, sizeof shipped_err, "the built-in tuning database is missing");
+    for (size_t i = 0; i < ce_cl_count; i++)
+      if (!strcmp(ce_cl_names[i], "devices")) {
+        int rc = db_parse((const char *)ce_cl_data[i], ce_cl_sizes[i], "tuning/devices.conf", &shipped, shipped_err,
+                          sizeof shipped_err);
+        if (!rc && (!find_default(&shipped, "cpu") || !find_default(&shipped, "gpu"))) {
+          snprintf(shipped_err, sizeof shipped_err, "tuning/devices.conf has no [default cpu] or [default gpu]");
+          db_free(&shipped);
+          rc = -1;
+        }
+        shipped_state = rc ? -1 : 1;
+      }
+  }
+  pthread_mutex_unlock(&shipped_lock);
+  return shipped_state == 1 ? &shipped : NULL;
+}
+
+const char *ce_tuning_builtin_text(size_t *len) {
+  for (size_t i = 0; i < ce_cl_count; i++)
+    if (!strcmp(ce_cl_names[i], "devices")) {
+      *len = ce_cl_sizes[i];
+      return (const char *)ce_cl_data[i];
+    }
+  *len = 0;
+  return NULL;
+}
+
+/* ------------------------------------------------------------- the user's file */
+
+int ce_tuning_user_file(char *path, size_t cap) {
+  const char *env = getenv("CLEMBED_TUNING_FILE");
+  if (env) {
+    if (!*env || !strcmp(env, "none")) return 0;
+    return snprintf(path, cap, "%s", env) < (int)cap;
+  }
+  const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+  if (xdg && *xdg) return snprintf(path, cap, "%s/clembed/tuning.conf", xdg) < (int)cap;
+  if (home && *home) return snprintf(path, cap, "%s/.cache/clembed/tuning.conf", home) < (int)cap;
+  return 0;
+}
+
+/* Reads the user's file into *db: 0 (an absent file is an empty database), or
+ * -1 with the message in err. */
+static int user_db(const char *path, database *db, char *err, size_t errlen) {
+  memset(db, 0, sizeof *db);
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    if (errno == ENOENT || errno == ENOTDIR) return 0;
+    snprintf(err, errlen, "cannot read the tuning file %.600s: %s", path, strerror(errno));
+    return -1;
+  }
+  size_t cap = 1 << 16, n = 0;
+  char *text = malloc(cap);
+  int rc = 0;
+  while (text) {
+    size_t got = fread(text + n, 1, cap - n, f);
+    n += got;
+    if (n < cap) break;
+    if (cap >= ((size_t)16 << 20)) {
+      snprintf(err, errlen, "the tuning file %.600s is larger than 16 MiB", path);
+      rc = -1;
+      break;
+    }
+    char *bigger = realloc(text, cap * 2);
+    if (!bigger) {
+      free(text);
+      text = NULL;
+      break;
+    }
+    text = bigger;
+    cap *= 2;
+  }
+  if (!text) {
+    snprintf(err, errlen, "out of host memory reading %.600s", path);
+    rc = -1;
+  } else if (!rc && ferror(f)) {
+    snprintf(err, errlen, "cannot read the tuning file %.600s", path);
+    rc = -1;
+  }
+  fclose(f);
+  if (!rc) rc = db_parse(text, n, path, db, err, errlen);
+  free(text);
+  return rc;
+}
+
+/* ------------------------------------------------------------- resolving */
+
+clembed_status ce_tuning_resolve(const ce_device_ident *d, ce_tuning *out, char *desc, size_t cap) {
+  const char *env = getenv("CLEMBED_TUNING");
+  const char *def = !strcmp(d->type, "cpu") ? "cpu" : "gpu";
+  char err[768] = "";
+  desc[0] = 0;
+  memset(out, 0, sizeof *out);
+  if (env && *env) {
+    if (strcasecmp(env, "cpu") && strcasecmp(env, "gpu")) {
+      ce_last_message("CLEMBED_TUNING is '%.100s'; it must be cpu, gpu, or unset", env);
+      return CLEMBED_ERR_INVALID_ARGUMENT;
+    }
+    def = !strcasecmp(env, "cpu") ? "cpu" : "gpu";
+  }
+  const database *db = shipped_db();
+  if (!db) {
+    ce_last_message("%s", shipped_err);
+    return CLEMBED_ERR_INVALID_ARGUMENT;
+  }
+  apply_default(db, def, out, 0);
+  append(desc, cap, "default %s%s", def, env && *env ? " (CLEMBED_TUNING)" : "");
+  for (size_t i = 0; i < db->n; i++)
+    if (!db->e[i].is_default && matches(&db->e[i], d)) {
+      apply(out, &db->e[i]);
+      append(desc, cap, ", device %s%s", db->e[i].name, "");
+    }
+  append(desc, cap, " (built in)%s%s", "", "");
+  /* the user's entries (not with CLEMBED_TUNING, which asks for the built-in shapes) */
+  char path[1024];
+  if (!(env && *env) && ce_tuning_user_file(path, sizeof path)) {
+    database user;
+    if (user_db(path, &user, err, sizeof err)) {
+      ce_last_message("%s (CLEMBED_TUNING_FILE=none reads no file)", err);
+      return CLEMBED_ERR_INVALID_ARGUMENT;
+    }
+    int first = 1;
+    for (size_t i = 0; i < user.n; i++)
+      if (!user.e[i].is_default && matches(&user.e[i], d)) {
+        apply(out, &user.e[i]);
+        append(desc, cap, first ? "; device %s%s" : ", device %s%s", user.e[i].name, "");
+        first = 0;
+      }
+    if (!first) append(desc, cap, " (%s)%s", path, "");
+    db_free(&user);
+  }
+  const char *tune = getenv("CLEMBED_TUNE");
+  if (tune && *tune) {
+    clembed_status s = ce_tuning_apply(out, tune, out);
+    if (s != CLEMBED_OK) return s;
+    append(desc, cap, "; CLEMBED_TUNE=%.200s%s", tune, "");
+  }
+  return CLEMBED_OK;
+}
+
 clembed_status ce_tuning_apply(const ce_tuning *base, const char *env, ce_tuning *out) {
-  *out = *base;
+  if (out != base) *out = *base;
   if (!env) return CLEMBED_OK;
   char item[128];
   for (const char *p = env; *p;) {
@@ -142,28 +418,20 @@ clembed_status ce_tuning_apply(const ce_tuning *base, const char *env, ce_tuning
     memcpy(item, p, len);
     item[len] = 0;
     p += len + (p[len] == ',');
-    char *eq = strchr(item, '='), *end = NULL;
+    char *eq = strchr(item, '=');
     unsigned long long v = 0;
-    if (eq) {
-      *eq = 0;
-      v = strtoull(eq + 1, &end, 10);
-    }
-    if (!eq || !eq[1] || *end || eq[1] == '-' || v > (1ull << 40)) {
+    if (eq) *eq = 0;
+    if (!eq || !parse_count(eq + 1, &v)) {
+      if (eq) *eq = '=';
       ce_last_message("CLEMBED_TUNE: '%.100s' must be name=count (a count from 0 to 2^40)", item);
       return CLEMBED_ERR_INVALID_ARGUMENT;
     }
-    int known = 0;
-#define CE_TUNE_FIELD(name)            \
-    if (!strcmp(item, #name)) {        \
-      CE_SET_FIELD(&out->name, v);     \
-      known = 1;                       \
-    }
-    CE_TUNING_FIELDS(CE_TUNE_FIELD)
-#undef CE_TUNE_FIELD
-    if (!known) {
-      ce_last_message("CLEMBED_TUNE: '%.100s' is not a tuning field (src/runtime/runtime.h lists them)", item);
+    int f = ce_tuning_field(item);
+    if (f < 0) {
+      ce_last_message("CLEMBED_TUNE: '%.100s' is not a tuning parameter (docs/tuning.md lists them)", item);
       return CLEMBED_ERR_INVALID_ARGUMENT;
     }
+    set_field(out, f, v);
   }
   return CLEMBED_OK;
 }

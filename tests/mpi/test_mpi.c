@@ -11,9 +11,8 @@
  *   mpirun -n N test_mpi [CASE ...]   (--list names the cases) */
 #define _GNU_SOURCE
 #include "clembed_mpi.h"
-#include "test_util.h"
+#include "test_mpi_util.h"
 
-#include <mpi.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -601,8 +600,8 @@ TU_CASE(embed_odd_values) {
   const uint16_t f16[6] = {0x7c01, 0xfd55, 0x7e00, 0x0001, 0x8000, 0x7c00};
   const uint16_t bf16[6] = {0x7f81, 0xffa5, 0x7fc3, 0x0001, 0x8000, 0x7f80};
   const clembed_dtype dts[3] = {CLEMBED_F32, CLEMBED_F16, CLEMBED_BF16};
-  /* 8 columns: rows of whole 16-byte vectors; 5: a row's last values (F32) or all of them (16-bit) one by one
-   * where the host reads the shard (ce_mpi_lookup_row) */
+  /* 8 columns: rows of whole 16-byte vectors (streaming copies where the host copies the rows to the output);
+   * 5: rows that are not (memcpy) */
   for (int k = 0; k < 6; k++) {
     clembed_dtype dt = dts[k % 3];
     const size_t C = k < 3 ? 8 : 5;
@@ -1480,15 +1479,4 @@ TU_CASE(different_calls) {
   free(h);
 }
 
-int main(int argc, char **argv) {
-  int provided = 0;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
-  MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &g_size);
-  int rc = tu_main(argc, argv, (tu_suite){.name = "test_mpi", .device = 1, .case_timeout_s = 1200});
-  int worst = 0;
-  MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  if (g_rank == 0) printf("test_mpi on %d ranks: %s\n", g_size, worst ? "FAILED" : "passed");
-  MPI_Finalize();
-  return rc;
-}
+int main(int argc, char **argv) { return tu_mpi_main(argc, argv, "test_mpi", 1200, &g_rank, &g_size); }

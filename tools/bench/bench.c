@@ -53,6 +53,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench.h"
 #include "timing.h"
 
 /* ------------------------------------------------------------- caches */
@@ -1212,6 +1213,121 @@ static int split_state(bench_state *s, size_t *limit, const spec *r, int pieces,
 /* Whether a row is measured: --only's text (NULL: every row) is in its name. */
 static int wanted(const char *only, const char *name) { return !only || strstr(name, only) != NULL; }
 
+
+/* ------------------------------------------------- for the tuner (tune.c) */
+
+struct bench_run {
+  bench_state s;
+  spec r;
+  int alias; /* another run's state on another context: its matrices are not this run's */
+};
+
+struct bench_ref {
+  reference r;
+};
+
+size_t bench_row_count(void) { return ROW_COUNT; }
+const char *bench_row_name(size_t k) { return k < ROW_COUNT ? rows_table[k].name : NULL; }
+
+bench_run *bench_run_open(clembed_context *ctx, size_t k, size_t shrink, clembed_status *st) {
+  bench_run *b = calloc(1, sizeof *b);
+  if (!b) {
+    *st = CLEMBED_ERR_OUT_OF_MEMORY;
+    return NULL;
+  }
+  b->s.ctx = ctx;
+  b->r = rows_table[k];
+  if (shrink > 1) { /* the same shapes but V and n: a table and a call of 1/shrink (whole bags and sequences) */
+    size_t unit = b->r.op == OP_BAGS ? BAGS_FEATURES * b->r.seq : b->r.seq ? b->r.seq : 1;
+    if (b->r.V > shrink * 64) b->r.V /= shrink;
+    if (b->r.n > shrink * unit) b->r.n = b->r.n / shrink / unit * unit;
+  }
+  *st = state_prepare(&b->s, &b->r);
+  if (*st != CLEMBED_OK) {
+    bench_run_close(b);
+    return NULL;
+  }
+  return b;
+}
+
+bench_run *bench_run_alias(const bench_run *from, clembed_context *ctx) {
+  bench_run *b = malloc(sizeof *b);
+  if (!b) return NULL;
+  *b = *from;
+  b->s.ctx = ctx;
+  b->alias = 1;
+  return b;
+}
+
+void bench_run_close(bench_run *b) {
+  if (!b) return;
+  if (!b->alias) state_release(&b->s);
+  free(b);
+}
+
+clembed_status bench_run_once(bench_run *b) {
+  clembed_status st = run_op(&b->s, &b->r);
+  return st == CLEMBED_OK ? clembed_finish(b->s.ctx) : st;
+}
+
+/* Appends matrix m's bytes as stored (its own dtype) to *buf. */
+static clembed_status append_matrix(clembed_context *ctx, const clembed_matrix *m, unsigned char **buf, size_t *n) {
+  if (!m->buffer) return CLEMBED_OK;
+  size_t bytes = m->rows * clembed_dtype_row_bytes(m->dtype, m->cols);
+  unsigned char *more = realloc(*buf, *n + bytes + 1);
+  if (!more) return CLEMBED_ERR_OUT_OF_MEMORY;
+  *buf = more;
+  clembed_status st = clembed_matrix_read(ctx, m, more + *n, m->dtype);
+  *n += bytes;
+  return st;
+}
+
+clembed_status bench_run_result(bench_run *b, unsigned char **bytes, size_t *n) {
+  bench_state *s = &b->s;
+  const op_kind op = b->r.op;
+  const int writes_table = op == OP_SGD || op == OP_OPTIM || op == OP_INIT_NORMAL || op == OP_INIT_UNIFORM ||
+                           op == OP_BAG_STEP;
+  const clembed_matrix *m[] = {&s->out, writes_table ? &s->table : &s->ptable, &s->dW, &s->s1, &s->s2,
+                               &s->gP, &s->gS, &s->gw, &s->gb};
+  clembed_status st = CLEMBED_OK;
+  *bytes = NULL;
+  *n = 0;
+  for (size_t i = 0; i < sizeof m / sizeof m[0] && st == CLEMBED_OK; i++)
+    if (i != 1 || writes_table) st = append_matrix(s->ctx, m[i], bytes, n);
+  return st;
+}
+
+bench_ref *bench_ref_open(clembed_context *ctx, int reps, char *err, size_t errlen) {
+  bench_ref *r = calloc(1, sizeof *r);
+  if (!r) {
+    snprintf(err, errlen, "out of memory");
+    return NULL;
+  }
+  if (reference_init(ctx, &r->r, reps < 11 ? 11 : reps, 0, err, errlen)) {
+    bench_ref_close(r);
+    return NULL;
+  }
+  return r;
+}
+
+void bench_ref_close(bench_ref *r) {
+  if (!r) return;
+  reference_release(&r->r);
+  free(r);
+}
+
+int bench_time(bench_run *b, bench_run *alt, bench_ref *ref, int reps, bench_timing *t, char *err, size_t errlen) {
+  result res;
+  memset(&res, 0, sizeof res);
+  int rc = measure(&b->s, alt ? &alt->s : NULL, NULL, &ref->r, &b->r, NULL, row_bytes_moved(&b->s, &b->r), reps,
+                   &res, err, errlen);
+  t->ms = res.op_ms;
+  t->ratio = res.ratio;
+  t->alt_ms = res.alt_ms;
+  t->alt_speedup = res.alt_speedup;
+  return rc;
+}
+
 static void usage(FILE *f) {
   fprintf(f,
           "usage: clembed bench [--quick] [--json] [--reps N] [--only TEXT] [--ceiling] [--against SETTINGS]\n"
@@ -1248,6 +1364,7 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
+  if (argc > 1 && !strcmp(argv[1], "--tune")) return tune_main(argc - 1, argv + 1); /* clembed tune */
   int json = 0, reps = 15, with_ceiling = 0;
   const char *device = NULL, *only = NULL, *against = NULL;
   for (int i = 1; i < argc; i++) {

@@ -1,14 +1,14 @@
 /* clembed, the command-line tool: what its files share (README, "The
  * command-line tool"; `clembed --help`).
  *
- *   main.c       dispatch to the subcommands, the top-level help
- *   args.c       flag parsing and the values of flags
- *   dtype.c      the names of dtypes (one table, lower case)
- *   run.c        resources, failures and exit codes, the device, the memory budget
- *   input.c      inputs, read through clembed_io.h and checked for their role
- *   output.c     the one output: checked before the work, written at the end
- *   npy_write.c  the .npy writer (output.c's, and the tests')
- *   cmd_*.c      one file per subcommand
+ *   main.c         dispatch to the subcommands, the top-level help
+ *   args.c         flag parsing and the values of flags
+ *   dtype_names.c  the names of dtypes (one table, lower case)
+ *   run.c          resources, failures and exit codes, the device, the memory budget
+ *   input.c        inputs, read through clembed_io.h and checked for their role
+ *   output.c       the one output: checked before the work, written at the end
+ *   npy_write.c    the .npy writer (output.c's, and the tests')
+ *   cmd_*.c        one file per subcommand
  *
  * Built on the public headers alone. Exit status: 0 success; 1 bad usage or
  * bad input (the message names the file, flag or position); 2 device or
@@ -149,9 +149,9 @@ void cli_output_array(clembed_dtype dtype, int ndim, const size_t *shape, const 
 /* Removes the temporary file, if any (cli_release_all calls it). */
 void cli_output_abort(void);
 
-/* ---------------------------------------------------------- dtype.c */
+/* ---------------------------------------------------- dtype_names.c */
 
-/* Sets of dtypes (dtype.c decides them from the library's facts of each dtype): */
+/* Sets of dtypes (dtype_names.c decides them from the library's facts of each dtype): */
 #define CLI_DT_FLOAT 1u /* f32 f16 bf16: --out-dtype, rope's input */
 #define CLI_DT_NPY 2u   /* f32 f16: what a .npy file holds */
 #define CLI_DT_EMBED 4u /* embed's --dtype: a float type, or one the library quantizes to */
@@ -250,6 +250,7 @@ int cli_cmd_backward(int argc, char **argv);
 int cli_cmd_sgd(int argc, char **argv);
 int cli_cmd_init(int argc, char **argv);
 int cli_cmd_bench(int argc, char **argv);
+int cli_cmd_tune(int argc, char **argv);
 int cli_cmd_demo(int argc, char **argv);
 int cli_cmd_inspect(int argc, char **argv);
 int cli_cmd_bag(int argc, char **argv);

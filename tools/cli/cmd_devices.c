@@ -9,10 +9,12 @@ static const char usage[] =
     "usage: clembed devices [--json] [--device SPEC]\n"
     "\n"
     "Lists the OpenCL devices, by platform, as P:D pairs for --device, and marks with\n"
-    "'*' the device that a run with no --device (or with this --device) uses.\n"
+    "'*' the device that a run with no --device (or with this --device) uses. Under each,\n"
+    "its tuning: the entries of the tuning database it runs with and where each came\n"
+    "from (built in, or the user's file that `clembed tune` writes; docs/tuning.md).\n"
     "  --json          an array of {\"spec\", \"platform\", \"name\", \"type\" (gpu, cpu,\n"
     "                  accelerator or other), \"is_default\", \"selected\" (the device marked\n"
-    "                  '*'), \"global_mem_bytes\", \"max_alloc_bytes\"} instead\n"
+    "                  '*'), \"global_mem_bytes\", \"max_alloc_bytes\", \"tuning\"} instead\n"
     "  --device SPEC   mark the device this spec picks (a bad spec is exit 1 or 2, as for\n"
     "                  every subcommand)\n";
 
@@ -29,6 +31,17 @@ static const char *type_key(cl_device_type t) {
          : (t & CL_DEVICE_TYPE_ACCELERATOR) ? "accelerator"
          : (t & CL_DEVICE_TYPE_CPU)         ? "cpu"
                                             : "other";
+}
+
+/* The tuning a context on the device `spec` runs with, or why no context was made. */
+static void tuning_of(const char *spec, char *buf, size_t cap) {
+  clembed_context *ctx = NULL;
+  clembed_status s = clembed_context_create(spec, &ctx);
+  if (s == CLEMBED_OK)
+    snprintf(buf, cap, "%s", clembed_context_tuning(ctx));
+  else
+    snprintf(buf, cap, "(no context: %s)", clembed_last_error_message());
+  clembed_context_destroy(ctx);
 }
 
 int cli_cmd_devices(int argc, char **argv) {
@@ -53,9 +66,11 @@ int cli_cmd_devices(int argc, char **argv) {
     for (size_t i = 0; i < n; i++)
       if (list[i].is_default) chosen = (long)i;
   }
+  char tuning[1024];
   if (GIVEN("--json")) {
     printf("[");
     for (size_t i = 0; i < n; i++) {
+      tuning_of(list[i].spec, tuning, sizeof tuning);
       printf("%s{\"spec\": ", i ? ", " : "");
       cli_json_string(list[i].spec);
       printf(", \"platform\": ");
@@ -63,9 +78,11 @@ int cli_cmd_devices(int argc, char **argv) {
       printf(", \"name\": ");
       cli_json_string(list[i].name);
       printf(", \"type\": \"%s\", \"is_default\": %s, \"selected\": %s, \"global_mem_bytes\": %llu, "
-             "\"max_alloc_bytes\": %llu}",
+             "\"max_alloc_bytes\": %llu, \"tuning\": ",
              type_key(list[i].type), list[i].is_default ? "true" : "false", (long)i == chosen ? "true" : "false",
              (unsigned long long)list[i].global_mem_bytes, (unsigned long long)list[i].max_alloc_bytes);
+      cli_json_string(tuning);
+      printf("}");
     }
     printf("]\n");
     cli_release_all();
@@ -82,6 +99,8 @@ int cli_cmd_devices(int argc, char **argv) {
     printf("  %c %-5s %s  [%s, %.1f GiB, largest buffer %.1f GiB]\n", (long)i == chosen ? '*' : ' ', list[i].spec,
            list[i].name, type_name(list[i].type), (double)list[i].global_mem_bytes / (1024.0 * 1024.0 * 1024.0),
            (double)list[i].max_alloc_bytes / (1024.0 * 1024.0 * 1024.0));
+    tuning_of(list[i].spec, tuning, sizeof tuning);
+    printf("          tuning: %s\n", tuning);
   }
   if (chosen >= 0) {
     printf("* %s: %s / %s\n", spec && *spec ? "--device" : "default", list[chosen].platform, list[chosen].name);

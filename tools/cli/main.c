@@ -23,6 +23,8 @@ static const char usage_main[] =
     "  bag         bags of ids pooled per sample (sum, mean, max; EmbeddingBag), shape (B, D)\n"
     "  bench       the benchmark against the device's own copy (runs clembed-bench, the\n"
     "              program beside clembed, with the same arguments)\n"
+    "  tune        find this device's kernel shapes on the device and write them as its\n"
+    "              entry of your tuning file (runs clembed-bench --tune)\n"
     "  demo        the tutorial end to end on the default device; `demo model FILE`: a model\n"
     "              file's embedding table (.gguf quantized or float, .safetensors) looked up\n"
     "  inspect     the tensors of a .npy, .safetensors or .gguf file\n"
@@ -30,9 +32,11 @@ static const char usage_main[] =
     "\n"
     "Every subcommand takes --device SPEC (\"P:D\" as `clembed devices` lists, gpu, cpu,\n"
     "accelerator, or part of the platform and device name; default: $CLEMBED_DEVICE, else\n"
-    "the first GPU, accelerator, CPU) and --help. CLEMBED_TUNING=cpu or gpu picks the\n"
-    "kernel shapes (default: cpu on a CPU device, gpu elsewhere; the same results but\n"
-    "for the atomic backward's order; another value is bad input, exit 1).\n"
+    "the first GPU, accelerator, CPU) and --help. The kernel shapes are the device's\n"
+    "entries of the tuning database (built in, and yours that `clembed tune` writes;\n"
+    "`clembed devices` shows them); CLEMBED_TUNING=cpu or gpu picks a type's built-in\n"
+    "shapes instead (the same results but for the atomic backward's order; another value\n"
+    "is bad input, exit 1).\n"
     "\n"
     "Output (-o OUT.npy, or OUT.safetensors: one tensor \"output\"; --out-dtype f32|f16|bf16)\n"
     "is checked before the work starts and written to a temporary file renamed into place,\n"
@@ -41,8 +45,8 @@ static const char usage_main[] =
     "symlink's target is replaced (not the link), a device node or FIFO is written\n"
     "directly, and -o - writes the .npy to standard output. Input files are mapped, not\n"
     "copied; a run whose host plus device memory exceeds the machine's is refused.\n"
-    "Exit status: 0 success, 1 bad usage or bad input, 2 device or OpenCL failure (bench: 127\n"
-    "when there is no clembed-bench beside clembed).\n"
+    "Exit status: 0 success, 1 bad usage or bad input, 2 device or OpenCL failure (bench,\n"
+    "tune: 127 when there is no clembed-bench beside clembed).\n"
     "\n"
     "  clembed --version   prints the version\n";
 
@@ -55,7 +59,7 @@ static const command commands[] = {
     {"devices", cli_cmd_devices}, {"positional", cli_cmd_positional}, {"embed", cli_cmd_embed},
     {"rope-cache", cli_cmd_rope_cache}, {"rope", cli_cmd_rope},
     {"backward", cli_cmd_backward}, {"sgd", cli_cmd_sgd},             {"init", cli_cmd_init},
-    {"bench", cli_cmd_bench},     {"demo", cli_cmd_demo},
+    {"bench", cli_cmd_bench},     {"tune", cli_cmd_tune},           {"demo", cli_cmd_demo},
     {"inspect", cli_cmd_inspect},
     {"bag", cli_cmd_bag},
 };

@@ -1,5 +1,5 @@
-/* dtype.cl: the first of the helpers every program starts with (cl/lib/, in
- * the order dtype, quant, report, ids, philox, angle). OpenCL C 1.2 only.
+/* loadstore.cl: the first of the helpers every program starts with (cl/lib/,
+ * in src/runtime/families.h's order). OpenCL C 1.2 only.
  * Loads and stores of each dtype (scalar, 4-wide, and VEC-wide when the
  * program is built with -DVEC=4, 8 or 16), F16 and BF16 by their bits, the
  * streaming stores, and the load of an id of either index type. */

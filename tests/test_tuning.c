@@ -1,0 +1,291 @@
+/* The tuning database (src/runtime/tuning.c, tuning/devices.conf,
+ * docs/tuning.md): the built-in entries a device gets, a user's file
+ * (CLEMBED_TUNING_FILE) applied where its entries match and skipped under
+ * CLEMBED_TUNING, CLEMBED_TUNE on top, every malformed file refused naming its
+ * line, clembed_tuning_file's path, and the same bits with a user's entry
+ * that changes the shapes. */
+#include "test_util.h"
+
+#include <unistd.h>
+
+static char dir[256];
+
+/* The default device's platform and device names (what an entry matches). */
+static void device_names(clembed_context *ctx, char *platform, char *device) {
+  cl_device_id dev = NULL;
+  cl_platform_id plat = NULL;
+  clGetCommandQueueInfo(clembed_context_queue(ctx), CL_QUEUE_DEVICE, sizeof dev, &dev, NULL);
+  clGetDeviceInfo(dev, CL_DEVICE_NAME, 255, device, NULL);
+  clGetDeviceInfo(dev, CL_DEVICE_PLATFORM, sizeof plat, &plat, NULL);
+  clGetPlatformInfo(plat, CL_PLATFORM_NAME, 255, platform, NULL);
+}
+
+static int device_is_cpu(clembed_context *ctx) {
+  cl_device_id dev = NULL;
+  cl_device_type t = 0;
+  clGetCommandQueueInfo(clembed_context_queue(ctx), CL_QUEUE_DEVICE, sizeof dev, &dev, NULL);
+  clGetDeviceInfo(dev, CL_DEVICE_TYPE, sizeof t, &t, NULL);
+  return (t & CL_DEVICE_TYPE_CPU) != 0;
+}
+
+static const char *write_file(const char *name, const char *text) {
+  static char path[512];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  FILE *f = fopen(path, "w");
+  EXPECT(f != NULL, "cannot write %s", path);
+  if (f) {
+    fputs(text, f);
+    fclose(f);
+  }
+  return path;
+}
+
+/* A context made with the file `path` as the user's (NULL: none read). */
+static clembed_status make(const char *path, clembed_context **out) {
+  setenv("CLEMBED_TUNING_FILE", path ? path : "none", 1);
+  clembed_status s = clembed_context_create(NULL, out);
+  unsetenv("CLEMBED_TUNING_FILE");
+  return s;
+}
+
+static void setup(clembed_context *ctx) {
+  (void)ctx;
+  const char *tmp = getenv("TMPDIR");
+  snprintf(dir, sizeof dir, "%s/clembed_tuning_XXXXXX", tmp && *tmp ? tmp : "/tmp");
+  EXPECT(mkdtemp(dir) != NULL, "mkdtemp");
+  unsetenv("CLEMBED_TUNING");
+  unsetenv("CLEMBED_TUNE");
+}
+
+/* the built-in entries: the device type's default, and the device's own */
+TU_CASE(builtin_entries) {
+  clembed_context *c = NULL;
+  OK(c, make(NULL, &c));
+  const char *d = clembed_context_tuning(c);
+  int cpu = device_is_cpu(c);
+  EXPECT(!strncmp(d, cpu ? "default cpu" : "default gpu", 11) && strstr(d, "(built in)"), "tuning: %s", d);
+  EXPECT(clembed__test_cpu_shapes(c) == cpu, "cpu_shapes %d on a %s device", clembed__test_cpu_shapes(c),
+         cpu ? "CPU" : "non-CPU");
+  char platform[256] = "", device[256] = "";
+  device_names(c, platform, device);
+  if (strstr(platform, "Portable Computing Language") && cpu)
+    EXPECT(strstr(d, "device pocl-cpu") && clembed__test_tuning_value(c, "prefetch") == 1, "POCL's CPU: %s", d);
+  if (strstr(device, "llvmpipe"))
+    EXPECT(strstr(d, "device llvmpipe") && clembed__test_tuning_value(c, "bag_tile") == 1, "llvmpipe: %s", d);
+  EXPECT(clembed__test_tuning_value(c, "no_such_parameter") == -1 && clembed__test_tuning_value(NULL, "bag_vec") == -1,
+         "the hook's -1");
+  EXPECT(!strcmp(clembed_context_tuning(NULL), ""), "NULL: \"\"");
+  clembed_context_destroy(c);
+  /* CLEMBED_TUNING picks a type's default */
+  setenv("CLEMBED_TUNING", cpu ? "gpu" : "cpu", 1);
+  OK(c, make(NULL, &c));
+  unsetenv("CLEMBED_TUNING");
+  EXPECT(strstr(clembed_context_tuning(c), "(CLEMBED_TUNING)") && clembed__test_cpu_shapes(c) == !cpu, "%s",
+         clembed_context_tuning(c));
+  clembed_context_destroy(c);
+}
+
+/* a user's entry that matches this device applies over the built-in ones, in
+ * the file's order; one that does not match, or a default, changes nothing */
+TU_CASE(user_entries) {
+  clembed_context *c = NULL;
+  OK(c, make(NULL, &c));
+  char platform[256] = "", device[256] = "", text[4096];
+  device_names(c, platform, device);
+  long long vec0 = clembed__test_tuning_value(c, "embed_vec"), ahead0 = clembed__test_tuning_value(c, "bag_ahead");
+  long long tile0 = clembed__test_tuning_value(c, "fold_tile");
+  clembed_context_destroy(c);
+  snprintf(text, sizeof text,
+           "# a user's entries\n"
+           "[device mine]   # this device\n"
+           "match.platform = %s\n"
+           "match.device = %s\n"
+           "embed_vec = %lld\n"
+           "bag_ahead = 7\n"
+           "\n"
+           "[device other]\n"
+           "match.device = no device is called this\n"
+           "fold_tile = %lld\n"
+           "[device mine again]\n"
+           "match.device = %s\n"
+           "bag_ahead = 9\n"
+           "[default gpu]\n"
+           "fold_tile = 3\n",
+           platform, device, vec0 == 8 ? 4LL : 8LL, tile0 + 1, device);
+  const char *path = write_file("user.conf", text);
+  OK(c, make(path, &c));
+  const char *d = clembed_context_tuning(c);
+  EXPECT(clembed__test_tuning_value(c, "embed_vec") == (vec0 == 8 ? 4 : 8), "embed_vec %lld",
+         clembed__test_tuning_value(c, "embed_vec"));
+  EXPECT(clembed__test_tuning_value(c, "bag_ahead") == 9, "bag_ahead %lld (the later entry wins; built in %lld)",
+         clembed__test_tuning_value(c, "bag_ahead"), ahead0);
+  EXPECT(clembed__test_tuning_value(c, "fold_tile") == tile0, "fold_tile %lld: a non-matching entry applied",
+         clembed__test_tuning_value(c, "fold_tile"));
+  EXPECT(strstr(d, "; device mine, device mine again (") && strstr(d, path) && !strstr(d, "other"), "tuning: %s", d);
+  clembed_context_destroy(c);
+  /* CLEMBED_TUNE on top of it */
+  setenv("CLEMBED_TUNE", "bag_ahead=11", 1);
+  OK(c, make(path, &c));
+  unsetenv("CLEMBED_TUNE");
+  EXPECT(clembed__test_tuning_value(c, "bag_ahead") == 11 && strstr(clembed_context_tuning(c), "CLEMBED_TUNE=bag_ahead=11"),
+         "CLEMBED_TUNE over the file: %lld, %s", clembed__test_tuning_value(c, "bag_ahead"), clembed_context_tuning(c));
+  clembed_context_destroy(c);
+  /* CLEMBED_TUNING: the built-in shapes, no user entry */
+  setenv("CLEMBED_TUNING", "cpu", 1);
+  OK(c, make(path, &c));
+  unsetenv("CLEMBED_TUNING");
+  EXPECT(!strstr(clembed_context_tuning(c), "mine") && clembed__test_tuning_value(c, "bag_ahead") != 9,
+         "CLEMBED_TUNING read the user's file: %s", clembed_context_tuning(c));
+  clembed_context_destroy(c);
+  /* an absent file is no entry */
+  char absent[600];
+  snprintf(absent, sizeof absent, "%s/absent/tuning.conf", dir);
+  OK(c, make(absent, &c));
+  EXPECT(!strchr(clembed_context_tuning(c), ';'), "absent file: %s", clembed_context_tuning(c));
+  clembed_context_destroy(c);
+}
+
+/* every malformed file refuses the context, naming the file, the line and what is wrong */
+TU_CASE(malformed_files) {
+  static const struct {
+    const char *text, *want;
+  } bad[] = {
+      {"[device x]\nmatch.device = a\nno_such_parameter = 4\n", ":3: 'no_such_parameter' is not a tuning parameter"},
+      {"[device x]\nbag_tile = -4\n", ":2: bag_tile = '-4' is not a count"},
+      {"[device x]\nbag_tile = 4kb\n", ":2: bag_tile = '4kb' is not a count"},
+      {"[device x]\nbag_tile = 99999999999999999\n", ":2: bag_tile = '99999999999999999' is not a count"},
+      {"bag_tile = 4\n", ":1: 'bag_tile' before any entry's heading"},
+      {"[entry x]\n", ":1: '[entry x]' is not an entry's heading"},
+      {"[device x\n", ":1: '[device x' is not an entry's heading"},
+      {"[device x]\nmatch.colour = red\n", ":2: 'match.colour = red': match.platform"},
+      {"[device x]\nmatch.type = fpga\n", ":2: match.type is 'fpga'"},
+      {"[device x]\njust words\n", ":2: 'just words' is not a 'name = value' line"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    const char *path = write_file("bad.conf", bad[i].text);
+    clembed_context *c = NULL;
+    clembed_status s = make(path, &c);
+    const char *m = clembed_last_error_message();
+    EXPECT(s == CLEMBED_ERR_INVALID_ARGUMENT && c == NULL && strstr(m, path) && strstr(m, bad[i].want),
+           "file %zu: %s, message '%s' (expected '%s')", i, clembed_status_string(s), m, bad[i].want);
+    clembed_context_destroy(c);
+  }
+  /* a path that is a directory: cannot be read */
+  clembed_context *c = NULL;
+  clembed_status s = make(dir, &c);
+  EXPECT(s == CLEMBED_ERR_INVALID_ARGUMENT && strstr(clembed_last_error_message(), dir), "a directory: %s (%s)",
+         clembed_status_string(s), clembed_last_error_message());
+  clembed_context_destroy(c);
+  /* CLEMBED_TUNE: a name that is not a parameter */
+  setenv("CLEMBED_TUNE", "bag_tiles=4", 1);
+  s = make(NULL, &c);
+  unsetenv("CLEMBED_TUNE");
+  EXPECT(s == CLEMBED_ERR_INVALID_ARGUMENT && strstr(clembed_last_error_message(), "'bag_tiles' is not a tuning parameter"),
+         "CLEMBED_TUNE=bag_tiles=4: %s (%s)", clembed_status_string(s), clembed_last_error_message());
+  clembed_context_destroy(c);
+}
+
+/* clembed_tuning_file: CLEMBED_TUNING_FILE, else XDG_CACHE_HOME, else HOME */
+TU_CASE(tuning_file_path) {
+  char path[512];
+  char *home = getenv("HOME") ? strdup(getenv("HOME")) : NULL, *xdg = getenv("XDG_CACHE_HOME") ? strdup(getenv("XDG_CACHE_HOME")) : NULL;
+  setenv("CLEMBED_TUNING_FILE", "/x/y.conf", 1);
+  EXPECT(clembed_tuning_file(path, sizeof path) == CLEMBED_OK && !strcmp(path, "/x/y.conf"), "%s", path);
+  EXPECT(clembed_tuning_file(path, 5) == CLEMBED_ERR_INVALID_ARGUMENT && !strcmp(clembed_last_error_message(),
+         "clembed_tuning_file: the path takes 10 bytes, capacity is 5"), "short: %s", clembed_last_error_message());
+  EXPECT(clembed_tuning_file(NULL, 10) == CLEMBED_ERR_INVALID_ARGUMENT, "NULL path");
+  setenv("CLEMBED_TUNING_FILE", "none", 1);
+  EXPECT(clembed_tuning_file(path, sizeof path) == CLEMBED_ERR_UNSUPPORTED, "none");
+  unsetenv("CLEMBED_TUNING_FILE");
+  setenv("XDG_CACHE_HOME", "/cache", 1);
+  EXPECT(clembed_tuning_file(path, sizeof path) == CLEMBED_OK && !strcmp(path, "/cache/clembed/tuning.conf"), "%s",
+         path);
+  unsetenv("XDG_CACHE_HOME");
+  setenv("HOME", "/home/u", 1);
+  EXPECT(clembed_tuning_file(path, sizeof path) == CLEMBED_OK && !strcmp(path, "/home/u/.cache/clembed/tuning.conf"),
+         "%s", path);
+  unsetenv("HOME");
+  EXPECT(clembed_tuning_file(path, sizeof path) == CLEMBED_ERR_UNSUPPORTED, "no HOME");
+  if (home) setenv("HOME", home, 1);
+  if (xdg) setenv("XDG_CACHE_HOME", xdg, 1);
+  free(home);
+  free(xdg);
+}
+
+/* Lookup, embed, bags, a backward and an SGD step on ctx: their results' bytes. */
+static uint8_t *work(clembed_context *c, size_t *n) {
+  enum { V = 301, D = 70, N = 257, B = 19 };
+  clembed_matrix t = {0}, out = {0}, e = {0}, bag = {0}, g = {0}, dw = {0};
+  float *h = malloc(V * D * sizeof *h);
+  uint64_t rng = 5;
+  for (size_t i = 0; i < V * D; i++) h[i] = tu_rand(&rng) * 4 - 2;
+  int64_t ids[N], off[B + 1];
+  for (size_t i = 0; i < N; i++) ids[i] = (int64_t)((i * 37 + i * i) % V);
+  for (size_t b = 0; b <= B; b++) off[b] = (int64_t)(b * N / B);
+  clembed_ids di = {0}, doff = {0};
+  OK(c, clembed_matrix_create(c, V, D, CLEMBED_F32, &t));
+  OK(c, clembed_matrix_write(c, &t, h, CLEMBED_F32));
+  OK(c, clembed_ids_create(c, ids, N, CLEMBED_I64, &di));
+  OK(c, clembed_ids_create(c, off, B + 1, CLEMBED_I64, &doff));
+  OK(c, clembed_matrix_create(c, N, D, CLEMBED_F32, &out));
+  OK(c, clembed_matrix_create(c, N, D, CLEMBED_F16, &e));
+  OK(c, clembed_matrix_create(c, B, D, CLEMBED_F32, &bag));
+  OK(c, clembed_matrix_create(c, N, D, CLEMBED_F32, &g));
+  OK(c, clembed_matrix_write(c, &g, h, CLEMBED_F32));
+  OK(c, clembed_matrix_create(c, V, D, CLEMBED_F32, &dw));
+  OK(c, clembed_matrix_init_uniform(c, &dw, 0.0f, 0.0f, 1, 0, NULL, NULL));
+  OK(c, clembed_lookup(c, &t, &di, &out, 0, NULL, NULL));
+  clembed_embed_options eo = clembed_embed_defaults();
+  eo.positions = CLEMBED_POSITIONS_SINUSOID;
+  eo.seq_len = 64;
+  eo.scale = 1.5f;
+  OK(c, clembed_embed(c, &t, &di, &eo, &e, 0, NULL, NULL));
+  clembed_bag_options bo = clembed_bag_defaults();
+  OK(c, clembed_embedding_bag(c, &t, &di, &doff, &bo, &bag, 0, NULL, NULL));
+  OK(c, clembed_backward(c, &g, &di, NULL, &dw, 0, NULL, NULL));
+  OK(c, clembed_sgd_update(c, &g, &di, 0.25f, NULL, &t, 0, NULL, NULL));
+  OK(c, clembed_finish(c));
+  size_t sizes[5] = {N * D * 4, N * D * 2, B * D * 4, V * D * 4, V * D * 4}, total = 0;
+  for (int k = 0; k < 5; k++) total += sizes[k];
+  uint8_t *all = malloc(total), *p = all;
+  clembed_matrix *m[5] = {&out, &e, &bag, &dw, &t};
+  for (int k = 0; k < 5; k++, p += sizes[k - 1]) OK(c, clembed_matrix_read(c, m[k], p, m[k]->dtype));
+  clembed_matrix *all_m[] = {&t, &out, &e, &bag, &g, &dw};
+  for (size_t k = 0; k < 6; k++) clembed_matrix_release(all_m[k]);
+  clembed_ids_release(&di);
+  clembed_ids_release(&doff);
+  free(h);
+  *n = total;
+  return all;
+}
+
+/* a user's entry that changes the shapes changes no bit of any result */
+TU_CASE(user_entry_same_bits) {
+  clembed_context *c = NULL;
+  OK(c, make(NULL, &c));
+  char platform[256] = "", device[256] = "", text[2048];
+  device_names(c, platform, device);
+  size_t n0 = 0, n1 = 0;
+  uint8_t *want = work(c, &n0);
+  int cpu = clembed__test_cpu_shapes(c);
+  clembed_context_destroy(c);
+  snprintf(text, sizeof text,
+           "[device shapes]\nmatch.device = %s\n"
+           "embed_rows = %d\nembed_vec = 4\nbag_vec = 8\nbag_tile = 2\nbag_rows = 2\nbag_plain = 0\n"
+           "fold_vec = 8\nfold_tile = 2\nfold_split = 16\nsort_chunk = 1024\npositional_vec = 8\n",
+           device, cpu ? 2 : 0);
+  const char *path = write_file("shapes.conf", text);
+  OK(c, make(path, &c));
+  EXPECT(strstr(clembed_context_tuning(c), "device shapes"), "the entry: %s", clembed_context_tuning(c));
+  uint8_t *got = work(c, &n1);
+  size_t diff = 0;
+  for (size_t i = 0; i < n0 && i < n1; i++) diff += got[i] != want[i];
+  EXPECT(n0 == n1 && diff == 0, "%zu of %zu result bytes differ with the user's entry", diff, n0);
+  free(want);
+  free(got);
+  clembed_context_destroy(c);
+}
+
+int main(int argc, char **argv) {
+  return tu_main(argc, argv, (tu_suite){.name = "test_tuning", .device = 1, .setup = setup, .case_timeout_s = 300});
+}
