@@ -226,8 +226,8 @@ inline void ce_storev_2(__global ushort *p, ulong o, FV v) { ce_storev_us(p + o,
 #endif
 #endif
 /* Two 16-bit vectors side by side as one vector of 32-bit words (a cache
- * line for VEC 16), for one streaming store: stored as two halves, the line
- * went out several times slower (seen on an AMD EPYC under POCL). */
+ * line for VEC 16), for one streaming store rather than two half-line ones
+ * (docs/performance.md). */
 #if VEC == 4
 #define CE_US2 uint4
 #define ce_us2(a, b) ((uint4)(as_uint2(a), as_uint2(b)))

@@ -26,13 +26,13 @@
  * ce_bwd_count counts each row's tokens for scale_grad_by_freq.
  *
  * Build options: GRAD_DT, TABLE_DT (dtype codes), DROPOUT (0/1), KEY64 (0: uint
- * keys, 1: ulong keys), VEC (4, 8 or 16), TILE and CE_GROUP (the tuning
- * table's): a work-item of the grouped shapes folds TILE vectors of VEC
- * columns at once over CE_GROUP sorted positions (ce_bwd_rowwise_grouped:
+ * keys, 1: ulong keys), VEC (4, 8 or 16), FOLD_TILE and FOLD_GROUP (the tuning
+ * table's): a work-item of the grouped shapes folds FOLD_TILE vectors of VEC
+ * columns at once over FOLD_GROUP sorted positions (ce_bwd_rowwise_grouped:
  * one vector at a time over VEC positions); BAG (below). */
 
-#ifndef TILE
-#define TILE 1
+#ifndef FOLD_TILE
+#define FOLD_TILE 1
 #endif
 
 /* Split matrices (cl/lib/pieces.cl): the gradient (whole in every launch: a
@@ -209,16 +209,16 @@ inline float ce_fold1(GRAD_PARAMS, ulong cols, __global const uint *sidx, ulong 
   return s;
 }
 
-/* TILE (CPU) vectors of consecutive columns from c folded at once, so that
- * each gradient row is read TILE * VEC columns at a time. Every column is still
+/* FOLD_TILE (CPU) vectors of consecutive columns from c folded at once, so that
+ * each gradient row is read FOLD_TILE * VEC columns at a time. Every column is still
  * the same left fold in ascending token order. */
 CE_INLINE void ce_fold_tile(FV *acc, GRAD_PARAMS, ulong cols, __global const uint *sidx, ulong j, ulong end
                             CE_BAG_FPARAMS, ulong c, float dropout, uint seed_lo, uint seed_hi, float keep) {
-  for (int k = 0; k < TILE; k++) acc[k] = (FV)(0.0f);
+  for (int k = 0; k < FOLD_TILE; k++) acc[k] = (FV)(0.0f);
   for (ulong t = j; t < end; t++) {
     ulong i = sidx[t], base = CE_GRAD_OFF(i) + c;
     __global const GRAD_T *gp = CE_GRAD_AT(i);
-    for (int k = 0; k < TILE; k++) {
+    for (int k = 0; k < FOLD_TILE; k++) {
       FV g = load_gradv(gp, base + (ulong)k * VEC);
 #if BAG
       g = ce_bag_contribv(g, cb, mr, key, sidx, t, j, c + (ulong)k * VEC);
@@ -237,16 +237,16 @@ CE_INLINE void ce_fold_tile(FV *acc, GRAD_PARAMS, ulong cols, __global const uin
  * column blocks of bw columns, which go to different work-groups: the item
  * takes the columns [lo_, hi_) of block `block`; a shorter segment is done
  * whole by the items of block 0 (lo_ = x * VEC, hi_ = cols). On a GPU
- * (TILE 1) split is 1 (every segment is split; a block is 256 columns) and the
+ * (FOLD_TILE 1) split is 1 (every segment is split; a block is 256 columns) and the
  * item takes one VEC at lo_, lo_ + get_global_size(0) * VEC, ...: consecutive
  * work-items read consecutive columns of a gradient row. So one id repeated
  * 20,000 times is still summed in parallel over its columns. The number of
  * slices is a power of two (shifts, not / and %: see ce_bwd_pos_keys).
  * CE_SEGMENTS opens the loop over the item's segments, with key, j (start),
  * end, lo_ and hi_ defined; it skips a segment unless OWNED (an expression in
- * key: its rows are in the launch's windows of split matrices). It serves the GPU shapes (TILE 1); the CPU shapes
- * (TILE > 1, one work-item across) use CE_GROUPS below, where the item reads
- * its columns in order, TILE * VEC at a time: whole rows of the short segments
+ * key: its rows are in the launch's windows of split matrices). It serves the GPU shapes (FOLD_TILE 1); the CPU shapes
+ * (FOLD_TILE > 1, one work-item across) use CE_GROUPS below, where the item reads
+ * its columns in order, FOLD_TILE * VEC at a time: whole rows of the short segments
  * (sequential reads) and 256-column blocks of long ones. */
 #define CE_SEGMENTS(skeys, n, none, slice_bits, bw, split, cols, OWNED)              \
   ulong y_ = get_global_id(1), nslices_ = (ulong)1 << (slice_bits);                 \
@@ -273,18 +273,18 @@ CE_INLINE void ce_fold_tile(FV *acc, GRAD_PARAMS, ulong cols, __global const uin
  * ...) and STORE1(o, sum of one column, ...) with o = base + column. */
 #define CE_FOLD_ARGS GRAD_PASS, cols, sidx, j, end CE_BAG_FARGS
 #define CE_MASK_ARGS dropout, seed_lo, seed_hi, keep
-/* The TILE * VEC columns from c of the segment [j, end), folded and stored. */
+/* The FOLD_TILE * VEC columns from c of the segment [j, end), folded and stored. */
 #define CE_TILE_STORE(STOREV, base, c, ...)                                                 \
   {                                                                                        \
-    FV acc[TILE];                                                                          \
+    FV acc[FOLD_TILE];                                                                          \
     ce_fold_tile(acc, CE_FOLD_ARGS, c, CE_MASK_ARGS);                                      \
-    for (int k = 0; k < TILE; k++) STOREV((base) + (c) + (ulong)k * VEC, acc[k], __VA_ARGS__); \
+    for (int k = 0; k < FOLD_TILE; k++) STOREV((base) + (c) + (ulong)k * VEC, acc[k], __VA_ARGS__); \
   }
-/* The grouped shapes' columns: in order, TILE * VEC at a time. */
+/* The grouped shapes' columns: in order, FOLD_TILE * VEC at a time. */
 #define CE_COLUMNS_TILED(STOREV, STORE1, base, ...)                                           \
   {                                                                                          \
     ulong c = lo_;                                                                           \
-    for (; c + TILE * VEC <= hi_; c += TILE * VEC) CE_TILE_STORE(STOREV, base, c, __VA_ARGS__) \
+    for (; c + FOLD_TILE * VEC <= hi_; c += FOLD_TILE * VEC) CE_TILE_STORE(STOREV, base, c, __VA_ARGS__) \
     for (; c + VEC <= hi_; c += VEC) STOREV((base) + c, ce_foldv(CE_FOLD_ARGS, c, CE_MASK_ARGS), __VA_ARGS__); \
     for (; c < hi_; c++) STORE1((base) + c, ce_fold1(CE_FOLD_ARGS, c, CE_MASK_ARGS), __VA_ARGS__);           \
   }
@@ -302,8 +302,8 @@ CE_INLINE void ce_fold_tile(FV *acc, GRAD_PARAMS, ulong cols, __global const uin
  * several streams; one row at a time leaves the memory system idle between
  * rows), or, where the device takes prefetch hints, one after another with
  * the rows of later positions asked for (CE_COLUMNS_GROUP below). Work-item
- * (0, y), y = block * 2^slice_bits + slice, takes the groups of CE_GROUP
- * sorted positions [g, g + CE_GROUP), g = CE_GROUP * (slice,
+ * (0, y), y = block * 2^slice_bits + slice, takes the groups of FOLD_GROUP
+ * sorted positions [g, g + FOLD_GROUP), g = FOLD_GROUP * (slice,
  * slice + 2^slice_bits, ...). Of the segments that start there, a long one (at
  * least `split` tokens) is done by every block, bw columns each, as
  * CE_SEGMENTS does; the short ones by block 0, whole rows, side by side.
@@ -311,11 +311,11 @@ CE_INLINE void ce_fold_tile(FV *acc, GRAD_PARAMS, ulong cols, __global const uin
  * lo_, hi_ and cnt_ = end - j as a float defined); CE_GROUPS_SHORT ends that
  * body and CE_COLUMNS_GROUP folds the group's short segments (m_ of them,
  * starts sj_, ends se_, keys sk_); CE_GROUPS_END closes the loop. */
-#ifndef CE_GROUP
-#define CE_GROUP 4 /* the tuning table's fold_group */
+#ifndef FOLD_GROUP
+#define FOLD_GROUP 4 /* the tuning table's fold_group */
 #endif
 #define CE_GROUPS(skeys, n, none, slice_bits, bw, split, cols, OWNED) \
-  CE_GROUPS_OF(CE_GROUP, skeys, n, none, slice_bits, bw, split, cols, OWNED)
+  CE_GROUPS_OF(FOLD_GROUP, skeys, n, none, slice_bits, bw, split, cols, OWNED)
 /* The same with groups of G positions (ce_bwd_rowwise_grouped: VEC). */
 #define CE_GROUPS_OF(G, skeys, n, none, slice_bits, bw, split, cols, OWNED)           \
   ulong y_ = get_global_id(1), nslices_ = (ulong)1 << (slice_bits);                 \
@@ -346,15 +346,15 @@ CE_INLINE void ce_fold_tile(FV *acc, GRAD_PARAMS, ulong cols, __global const uin
 #define CE_GROUPS_SHORT }
 #define CE_GROUPS_END }
 
-#ifndef CE_AHEAD
-#define CE_AHEAD 4 /* the tuning table's fold_ahead */
+#ifndef FOLD_AHEAD
+#define FOLD_AHEAD 4 /* the tuning table's fold_ahead */
 #endif
-#ifndef CE_STEP_AHEAD
-#define CE_STEP_AHEAD 1 /* the tuning table's step_ahead */
+#ifndef STEP_AHEAD
+#define STEP_AHEAD 1 /* the tuning table's step_ahead */
 #endif
 /* CE_FOLD_ORDER (the CPU shapes' short segments): 0 side by side; 1 (where
  * the device takes prefetch hints, for short rows: the host's choice from the
- * tuning table's fold_ahead_bytes) one after another with the rows CE_AHEAD
+ * tuning table's fold_ahead_bytes) one after another with the rows FOLD_AHEAD
  * positions on asked for */
 #ifndef CE_FOLD_ORDER
 #define CE_FOLD_ORDER 0
@@ -362,7 +362,7 @@ CE_INLINE void ce_fold_tile(FV *acc, GRAD_PARAMS, ulong cols, __global const uin
 #if CE_FOLD_ORDER == 1
 /* With prefetch hints (a CPU under POCL): the segments one after another,
  * whole rows, and while one is folded, the gradient row and the TABP row
- * (TABP + base) of the sorted position CE_AHEAD on from its start are asked
+ * (TABP + base) of the sorted position FOLD_AHEAD on from its start are asked
  * for, whole lines at each column step, and with them the row's float state
  * rows (the optimizers'). Requests spread over the work let the
  * loads of the rows being folded through; rows side by side without them left
@@ -374,11 +374,11 @@ CE_INLINE void ce_fold_tile(FV *acc, GRAD_PARAMS, ulong cols, __global const uin
   {                                                                                              \
     const ulong gb_ = (ulong)(cols) * sizeof(GRAD_T), tb_ = (ulong)(cols) * sizeof(*(TABP));     \
     const ulong sb_ = (ulong)(cols) * sizeof(float);                                             \
-    const ulong gs_ = ce_prefetch_step(gb_, (ulong)(cols) / (TILE * VEC));                       \
-    const ulong ts_ = ce_prefetch_step(tb_, (ulong)(cols) / (TILE * VEC));                       \
-    const ulong ss_ = ce_prefetch_step(sb_, (ulong)(cols) / (TILE * VEC));                       \
+    const ulong gs_ = ce_prefetch_step(gb_, (ulong)(cols) / (FOLD_TILE * VEC));                       \
+    const ulong ts_ = ce_prefetch_step(tb_, (ulong)(cols) / (FOLD_TILE * VEC));                       \
+    const ulong ss_ = ce_prefetch_step(sb_, (ulong)(cols) / (FOLD_TILE * VEC));                       \
     for (int s_ = 0; s_ < m_; s_++) {                                                            \
-      ulong j = sj_[s_], end = se_[s_], q_ = j + CE_AHEAD;                                       \
+      ulong j = sj_[s_], end = se_[s_], q_ = j + FOLD_AHEAD;                                       \
       __global const uchar *pg_ = 0, *pt_ = 0, *p1_ = 0, *p2_ = 0;                               \
       if (q_ < (n)) {                                                                            \
         KEY_T key = skeys[q_];                                                                   \
@@ -392,7 +392,7 @@ CE_INLINE void ce_fold_tile(FV *acc, GRAD_PARAMS, ulong cols, __global const uin
       KEY_T key = sk_[s_];                                                                       \
       float cnt_ = (float)(end - j);                                                             \
       ulong c = 0, gl_ = 0, tl_ = 0, sl_ = 0;                                                    \
-      for (; c + TILE * VEC <= cols; c += TILE * VEC, gl_ += gs_, tl_ += ts_, sl_ += ss_) {      \
+      for (; c + FOLD_TILE * VEC <= cols; c += FOLD_TILE * VEC, gl_ += gs_, tl_ += ts_, sl_ += ss_) {      \
         if (pg_) {                                                                               \
           ce_prefetch_part(pg_, gl_, gs_, gb_);                                                  \
           if (pt_) ce_prefetch_part(pt_, tl_, ts_, tb_);                                         \
@@ -409,7 +409,7 @@ CE_INLINE void ce_fold_tile(FV *acc, GRAD_PARAMS, ulong cols, __global const uin
 #define CE_COLUMNS_GROUP(STOREV, STORE1, TABP, AHEADP, AHEADS1, AHEADS2, base, ...)               \
   {                                                                                          \
     ulong c = 0;                                                                             \
-    for (; c + TILE * VEC <= cols; c += TILE * VEC) {                                        \
+    for (; c + FOLD_TILE * VEC <= cols; c += FOLD_TILE * VEC) {                                        \
       for (int s_ = 0; s_ < m_; s_++) {                                                      \
         ulong j = sj_[s_], end = se_[s_];                                                    \
         KEY_T key = sk_[s_];                                                                 \
@@ -463,7 +463,7 @@ inline void ce_rows_store1(ulong o, float s, __global TABLE_T *tab, float scale,
 
 /* Each (row, column) is written by exactly one work-item, in one of two shapes:
  * ce_bwd_rows (segments, consecutive work-items on consecutive columns) and
- * ce_bwd_rows_grouped (groups of segments, whole rows, TILE * VEC columns at
+ * ce_bwd_rows_grouped (groups of segments, whole rows, FOLD_TILE * VEC columns at
  * a time). */
 #define CE_ROWS_ARGS                                                                                           \
   GRAD_PARAMS, ulong cols, __global const KEY_T *skeys, __global const uint *sidx, ulong n, KEY_T none,       \
@@ -562,11 +562,11 @@ inline void ce_opt_store1(ulong o, float s, CE_OPT_PARAMS) {
 #define CE_OPT_OWNED CE_OWNS(tab, (ulong)key) && CE_OWNS(s1, (ulong)key) && CE_OWNS(s2, (ulong)key)
 /* a keyed row's state rows asked for ahead (where the mode has them), or 0 */
 #define S1_AHEAD(key)                                                                                     \
-  ((CE_STEP_AHEAD && (mode == CE_STORE_ADAGRAD || mode == CE_STORE_ADAM) && CE_OWNS(s1, (ulong)(key))) \
+  ((STEP_AHEAD && (mode == CE_STORE_ADAGRAD || mode == CE_STORE_ADAM) && CE_OWNS(s1, (ulong)(key))) \
        ? CE_AT(s1, (ulong)(key)) + CE_OFF(s1, s1_off, s1_ld, (ulong)(key))                               \
        : 0)
 #define S2_AHEAD(key)                                                                \
-  ((CE_STEP_AHEAD && mode == CE_STORE_ADAM && CE_OWNS(s2, (ulong)(key)))             \
+  ((STEP_AHEAD && mode == CE_STORE_ADAM && CE_OWNS(s2, (ulong)(key)))             \
        ? CE_AT(s2, (ulong)(key)) + CE_OFF(s2, s2_off, s2_ld, (ulong)(key))          \
        : 0)
 
@@ -735,7 +735,7 @@ CE_INLINE void ce_transpose(FV *q) {
  * order. Each lane is still its row's left fold over the columns in ascending
  * order, with the same bits as ce_bwd_rowwise's, but VEC rows advance with
  * each add (one row's chain is a float add's latency per column). With
- * prefetch hints (CE_STEP_AHEAD 1), pass 1 also asks for the rows' table lines
+ * prefetch hints (STEP_AHEAD 1), pass 1 also asks for the rows' table lines
  * and states, which pass 2 then steps VEC columns at a time, row by row. */
 __kernel void ce_bwd_rowwise_grouped(CE_RW_ARGS) {
   CE_GROUPS_OF(VEC, skeys, n, none, slice_bits, cols, n + 1, cols, CE_RW_OWNED)
@@ -756,7 +756,7 @@ __kernel void ce_bwd_rowwise_grouped(CE_RW_ARGS) {
         FV w, g = ce_rw_gradv(TAB_OFF(sk_[s_]) + c, ce_foldv(CE_FOLD_ARGS, c, CE_MASK_ARGS), TAB_AT(sk_[s_]),
                               scale, freq, (float)(end - j), wd, 0, &w);
         q[s_] = g * g;
-        if (CE_STEP_AHEAD) { /* the table row's line (and first its state) asked for: pass 2 steps them */
+        if (STEP_AHEAD) { /* the table row's line (and first its state) asked for: pass 2 steps them */
           ce_prefetch(TAB_AT(sk_[s_]) + TAB_OFF(sk_[s_]) + c);
           if (c == 0) ce_prefetch(S1_AT(sk_[s_]));
         }

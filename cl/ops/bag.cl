@@ -14,13 +14,13 @@
  * order (so the same bits), per output column over the bag's ids in ascending
  * order (src/ops/bag_forward.c and include/clembed.h give the contract):
  *   ce_bag_rows  (CPU) a work-item per bag and feature, a feature's bags on
- *                consecutive items (BY_FEATURE; 0: a work-item per bag, every
+ *                consecutive items (BAG_BY_FEATURE; 0: a work-item per bag, every
  *                feature of the launch), whole
- *                rows TILE vectors of VEC columns at a time (accumulators in
+ *                rows BAG_TILE vectors of VEC columns at a time (accumulators in
  *                registers), the bag's ids ROWS at a time: the group's rows
  *                found first and read side by side, each vector adding them
  *                in ascending order without a branch; the row of the id
- *                AHEAD on asked for (CE_PREFETCH); with PLAIN, a bag of
+ *                BAG_AHEAD on asked for (CE_PREFETCH); with BAG_PLAIN, a bag of
  *                plain ids a row at a time (CE_BAG_PLAIN)
  *   ce_bag_cols  (GPU) work-item (x, bag): x a chunk of VEC columns of one
  *                feature (consecutive items on consecutive columns)
@@ -43,8 +43,8 @@
  * the table every feature of the launch reads (src/ops/bag.c's launches each
  * read one table dtype, any of the dtype list's: the pooling is written once,
  * for it, with no switch over dtypes; renorm's table too, a float one); MODES
- * (a bit per pooling the launch's features use: the others are left out); VEC, TILE, ROWS (1 to 16; the GPU shape 1), AHEAD,
- * PLAIN, BY_FEATURE; KEY64;
+ * (a bit per pooling the launch's features use: the others are left out); VEC, BAG_TILE, ROWS (1 to 16; the GPU shape 1), BAG_AHEAD,
+ * BAG_PLAIN, BAG_BY_FEATURE; KEY64;
  * BF_* and BF_COUNT; BAG_SPLIT (1: a feature's table lies in several of the
  * launch's buffers, BF_TAB_NP pieces
  * listed from fd[BF_TAB_P] on, holding its rows [BF_TAB_LO, BF_TAB_HI)); the
@@ -59,23 +59,23 @@
 #ifndef TABLE_DT
 #define TABLE_DT 0
 #endif
-#ifndef TILE
-#define TILE 1
+#ifndef BAG_TILE
+#define BAG_TILE 1
 #endif
 #ifndef BAG_SPLIT
 #define BAG_SPLIT 0
 #endif
-#ifndef AHEAD
-#define AHEAD 0
+#ifndef BAG_AHEAD
+#define BAG_AHEAD 0
 #endif
-#ifndef PLAIN
-#define PLAIN 0
+#ifndef BAG_PLAIN
+#define BAG_PLAIN 0
 #endif
 #ifndef ROWS
 #define ROWS 1
 #endif
-#ifndef BY_FEATURE
-#define BY_FEATURE 0
+#ifndef BAG_BY_FEATURE
+#define BAG_BY_FEATURE 0
 #endif
 #ifndef MODES
 #define MODES 7
@@ -323,8 +323,8 @@ CE_INLINE FV ce_bag_fmav(FV w, FV t, FV a) {
  * bag's ids, so the accumulators stay in registers whatever the compiler
  * unrolls (and Mesa's llvmpipe, which ends a work-item's loops after 65,535
  * iterations in all, counts one per group of ids). */
-#if TILE > 16 || VEC > 16 || ROWS > 16 || ROWS < 1
-#error "bag.cl writes out at most 16 lanes of a pass and 16 rows of a group: TILE, VEC and ROWS are 1 to 16"
+#if BAG_TILE > 16 || VEC > 16 || ROWS > 16 || ROWS < 1
+#error "bag.cl writes out at most 16 lanes of a pass and 16 rows of a group: BAG_TILE, VEC and ROWS are 1 to 16"
 #endif
 #define CE_L1(M, D) M(0, D)
 #define CE_L2(M, D) CE_L1(M, D) M(1, D)
@@ -358,12 +358,12 @@ CE_INLINE FV ce_bag_fmav(FV w, FV t, FV a) {
 #define CE_R14(M, D) CE_R13(M, D) M(13, D)
 #define CE_R15(M, D) CE_R14(M, D) M(14, D)
 #define CE_R16(M, D) CE_R15(M, D) M(15, D)
-#define CE_BAG_EACH_V(M, D) CE_XCAT(CE_L, TILE)(M, D) /* a pass's vectors */
+#define CE_BAG_EACH_V(M, D) CE_XCAT(CE_L, BAG_TILE)(M, D) /* a pass's vectors */
 #define CE_BAG_EACH_T(M, D) CE_XCAT(CE_L, VEC)(M, D)  /* its tail columns (at most VEC - 1) */
 #define CE_BAG_EACH_R(M, D) CE_XCAT(CE_R, ROWS)(M, D)  /* a group's rows */
 
-/* vector k (of TILE, nv live) and tail column l (of VEC - 1, nt live) */
-#define CE_BAG_V(k) if ((k) < TILE && (k) < nv)
+/* vector k (of BAG_TILE, nv live) and tail column l (of VEC - 1, nt live) */
+#define CE_BAG_V(k) if ((k) < BAG_TILE && (k) < nv)
 #define CE_BAG_T(l) if ((l) < VEC - 1 && (l) < nt)
 #define CE_BAG_TLOAD(l, D) CE_XCAT(ce_load_, D)(p, ct + (ulong)(l))
 /* Row r's values of the vector from column cv_ into a_ (g_: MAX's
@@ -416,12 +416,12 @@ CE_INLINE FV ce_bag_fmav(FV w, FV t, FV a) {
     some |= has_;                                                                                            \
     taken += has_;                                                                                           \
   }
-/* With prefetch hints (TILE > 1): the pass's columns of the row of the id
- * AHEAD on from row r's (past the bag's end the next bag's, which the next
+/* With prefetch hints (BAG_TILE > 1): the pass's columns of the row of the id
+ * BAG_AHEAD on from row r's (past the bag's end the next bag's, which the next
  * work-item pools) asked for */
 #define CE_BAG_AHEAD(r, D)                                                                                    \
-  if ((r) < ROWS && CE_PREFETCH && AHEAD && TILE > 1 && j + (r) + AHEAD < F->n) {                               \
-    long id_ = ce_load_id(F->ids32, F->ids64, F->id64, F->id_off + j + (r) + AHEAD);                         \
+  if ((r) < ROWS && CE_PREFETCH && BAG_AHEAD && BAG_TILE > 1 && j + (r) + BAG_AHEAD < F->n) {                               \
+    long id_ = ce_load_id(F->ids32, F->ids64, F->id64, F->id_off + j + (r) + BAG_AHEAD);                         \
     if (id_ >= 0 && (ulong)id_ < F->t_rows) {                                                                 \
       __global const CE_STORE_##D *rp_ = ce_bag_rowp_##D(F, (ulong)id_, 0);                                  \
       __global const uchar *a_ = (__global const uchar *)ce_ptr_##D(rp_, c);                                  \
@@ -467,7 +467,7 @@ CE_INLINE FV ce_bag_fmav(FV w, FV t, FV a) {
 
 /* The poolings a launch compiles (MODES: bit 0 SUM and MEAN, bit 1 weighted
  * SUM, bit 2 MAX; the host sets the bits of its features' modes), each
- * written out ROWS x TILE times per dtype: less for the compiler to do */
+ * written out ROWS x BAG_TILE times per dtype: less for the compiler to do */
 #if MODES & 1
 #define CE_BAG_IF_SUM(...) __VA_ARGS__
 #else
@@ -484,10 +484,10 @@ CE_INLINE FV ce_bag_fmav(FV w, FV t, FV a) {
 #define CE_BAG_IF_MAX(...)
 #endif
 
-/* PLAIN (the CPU shape): a SUM, MEAN or weighted SUM bag whose ids are all
+/* BAG_PLAIN (the CPU shape): a SUM, MEAN or weighted SUM bag whose ids are all
  * plain (in the table, not the padding row: every policy takes them as they
  * are, none is reported) in a table of one piece (any dtype) is pooled a row
- * at a time without the groups' masks, the row of the id AHEAD on asked for
+ * at a time without the groups' masks, the row of the id BAG_AHEAD on asked for
  * a line with each vector (CE_BAG_PMIX), the tail columns after the row's
  * vectors; the same operations in the same order as CE_BAG_GROUPS (each
  * column's ids one by one in ascending order). The check is a first pass over
@@ -496,7 +496,7 @@ CE_INLINE FV ce_bag_fmav(FV w, FV t, FV a) {
  * piece). */
 #define CE_BAG_PROW(D, row) \
   ce_ptr_##D((__global const CE_STORE_##D *)F->tab, F->t_off + (ulong)(row) * F->t_ld)
-#if PLAIN && CE_PREFETCH && AHEAD && TILE > 1
+#if BAG_PLAIN && CE_PREFETCH && BAG_AHEAD && BAG_TILE > 1
 #define CE_BAG_PMIX(k) ce_prefetch(pa_ + min((ulong)(k) * pst, plast));
 /* the bytes of the pass's columns in a row (row 0's, never read); the part a vector asks for */
 #define CE_BAG_SPAN_DECL(D)                                                                              \
@@ -504,7 +504,7 @@ CE_INLINE FV ce_bag_fmav(FV w, FV t, FV a) {
                               (__global const uchar *)ce_bag_rowp_##D(F, 0, c)),                         \
               pst = ce_prefetch_step(pspan, (ulong)nv), plast = max(pspan, (ulong)1) - 1;
 #define CE_BAG_PAHEAD(D)                                                                                    \
-  long ida_ = j + AHEAD < F->n ? ce_load_id(F->ids32, F->ids64, F->id64, F->id_off + j + AHEAD) : id_;        \
+  long ida_ = j + BAG_AHEAD < F->n ? ce_load_id(F->ids32, F->ids64, F->id64, F->id_off + j + BAG_AHEAD) : id_;        \
   ida_ = (ulong)ida_ < F->t_rows ? ida_ : id_;                                                              \
   __global const uchar *pa_ = (__global const uchar *)ce_ptr_##D(CE_BAG_PROW(D, ida_), c);
 #else
@@ -512,13 +512,13 @@ CE_INLINE FV ce_bag_fmav(FV w, FV t, FV a) {
 #define CE_BAG_SPAN_DECL(D)
 #define CE_BAG_PAHEAD(D)
 #endif
-/* Vectors k and k + 1 (k even, TILE even: the pair's first column a multiple
+/* Vectors k and k + 1 (k even, BAG_TILE even: the pair's first column a multiple
  * of 2 * VEC) through one ce_loadw (a block type decodes its block's scales
  * once for both: the same operations as two ce_loadv, so the same bits); an
  * odd k was taken with k - 1, a last even one alone. OP(k, v) adds v into
  * vector k's accumulator. */
-#define CE_BAG_PAIRS (TILE % 2 == 0)
-#define CE_BAG_K1(k) ((k) + 1 < TILE ? (k) + 1 : (k))
+#define CE_BAG_PAIRS (BAG_TILE % 2 == 0)
+#define CE_BAG_K1(k) ((k) + 1 < BAG_TILE ? (k) + 1 : (k))
 #define CE_BAG_PLOAD2(k, D, OP)                                        \
   CE_BAG_V(k) {                                                        \
     if (CE_BAG_PAIRS && (k) % 2 == 0 && (k) + 1 < nv) {                \
@@ -561,14 +561,14 @@ CE_INLINE int ce_bag_plain(const ce_bag_feat *F, ulong lo, ulong hi) {
     }                                                                                                       \
   }                                                                                                         \
   taken = (int)(hi - lo);
-/* The same with the pass's vector count a constant where the row is TILE or
- * TILE / 2 whole vectors (the common widths: no per-vector test) */
+/* The same with the pass's vector count a constant where the row is BAG_TILE or
+ * BAG_TILE / 2 whole vectors (the common widths: no per-vector test) */
 #define CE_BAG_PLAIN_NV(PFN, TFN, D)               \
-  if (nt == 0 && nv == TILE) {                     \
-    const int nv = TILE, nt = 0;                   \
+  if (nt == 0 && nv == BAG_TILE) {                     \
+    const int nv = BAG_TILE, nt = 0;                   \
     CE_BAG_PLAIN(PFN, TFN, D)                      \
-  } else if (nt == 0 && nv == TILE / 2) {          \
-    const int nv = TILE / 2, nt = 0;               \
+  } else if (nt == 0 && nv == BAG_TILE / 2) {          \
+    const int nv = BAG_TILE / 2, nt = 0;               \
     CE_BAG_PLAIN(PFN, TFN, D)                      \
   } else {                                         \
     CE_BAG_PLAIN(PFN, TFN, D)                      \
@@ -579,9 +579,9 @@ CE_INLINE int ce_bag_plain(const ce_bag_feat *F, ulong lo, ulong hi) {
 #define CE_BAG_ONE_PIECE(F) 1
 #endif
 
-/* The pooling of the columns from c of bag [lo, hi): nv (at most TILE)
+/* The pooling of the columns from c of bag [lo, hi): nv (at most BAG_TILE)
  * vectors of VEC columns into acc/arg, then nt (< VEC) single columns into
- * tacc/targ (so a bag's ids are read once per TILE * VEC columns; with one
+ * tacc/targ (so a bag's ids are read once per BAG_TILE * VEC columns; with one
  * row a group the tail rides along with the last vectors); *cnt receives the
  * ids taken. Every accumulator starts from `zero` (0.0f, a kernel argument,
  * so that no compiler turns the first fma(w, t, 0) into w * t). Each column
@@ -600,7 +600,7 @@ CE_INLINE int ce_bag_plain(const ce_bag_feat *F, ulong lo, ulong hi) {
     const ulong ct = c + (ulong)nv * VEC; /* the tail's first column */                                           \
     int taken = 0, tail_taken = 0;                                                                                \
     CE_BAG_SPAN_DECL(D)                                                                                           \
-    for (int k = 0; k < TILE; k++) {                                                                              \
+    for (int k = 0; k < BAG_TILE; k++) {                                                                              \
       acc[k] = (FV)(zero);                                                                                        \
       arg[k] = (UV)(CE_BAG_NO_ARG);                                                                               \
     }                                                                                                             \
@@ -611,7 +611,7 @@ CE_INLINE int ce_bag_plain(const ce_bag_feat *F, ulong lo, ulong hi) {
     if (F->mode == CE_BAG_MAX) {                                                                                  \
       CE_BAG_IF_MAX(const int weighted = 0; CE_BAG_GROUPS(CE_BAG_VMAX, CE_BAG_TMAX, D)                            \
                     if (ROWS > 1 && nt) CE_BAG_TAILS(CE_BAG_TMAX, D))                                             \
-    } else if (PLAIN && CE_BAG_ONE_PIECE(F) && ce_bag_plain(F, lo, hi)) {                                         \
+    } else if (BAG_PLAIN && CE_BAG_ONE_PIECE(F) && ce_bag_plain(F, lo, hi)) {                                         \
       if (F->has_w) {                                                                                             \
         CE_BAG_IF_W(const int weighted = 1; CE_BAG_PLAIN_NV(CE_BAG_PFMA, CE_BAG_TFMA, D))                         \
       } else {                                                                                                    \
@@ -649,7 +649,7 @@ CE_INLINE void ce_bag_store_rows(const ce_bag_feat *F, ulong b, ulong c, const u
 }
 
 /* Bag b of feature F, columns [c, c_end), into its output row: passes of
- * TILE vectors of VEC columns, the last pass with the columns past the last
+ * BAG_TILE vectors of VEC columns, the last pass with the columns past the last
  * whole vector; MEAN divides by the count, MAX writes max_rows. The first pass
  * reports the bag's bad ids (`report`); with no column to write the ids are
  * still checked. */
@@ -660,16 +660,16 @@ CE_INLINE void ce_bag_columns(const ce_bag_feat *F, ulong b, ulong bags, ulong c
   int mean = F->mode == CE_BAG_MEAN, max = F->mode == CE_BAG_MAX && F->has_mr;
   while (c < c_end) {
     ulong left = c_end - c;
-    int last = left / VEC <= TILE, nv = (int)min((ulong)TILE, left / VEC), nt = last ? (int)(left % VEC) : 0;
+    int last = left / VEC <= BAG_TILE, nv = (int)min((ulong)BAG_TILE, left / VEC), nt = last ? (int)(left % VEC) : 0;
     int cnt = 0;
-    FV acc[TILE];
-    UV arg[TILE];
+    FV acc[BAG_TILE];
+    UV arg[BAG_TILE];
     float tacc[VEC];
     uint targ[VEC];
     ce_bag_pool(F, lo, hi, c, nv, nt, zero, acc, arg, tacc, targ, &cnt, report, err);
     report = 0;
     FV div = (FV)((float)cnt);
-    for (int k = 0; k < TILE; k++)
+    for (int k = 0; k < BAG_TILE; k++)
       if (k < nv) {
         FV v = acc[k];
         if (mean && cnt) v = v / div;
@@ -701,14 +701,14 @@ CE_INLINE void ce_bag_columns(const ce_bag_feat *F, ulong b, ulong bags, ulong c
 #define CE_BAG_OROW(b) (CE_AT(out, (b)) + CE_OFF(out, o_off, o_ld, (b)))
 #define CE_BAG_MINE(b) (bags ? CE_OWNS(out, (b)) : CE_FIRST(out))
 
-/* CPU shape, whole rows: BY_FEATURE 1, work-item (b, f) at b + f * bags, so
+/* CPU shape, whole rows: BAG_BY_FEATURE 1, work-item (b, f) at b + f * bags, so
  * consecutive items take consecutive bags of one feature and one table is
  * read at a time; 0, a work-item per bag, every feature of the launch in turn
  * (with no bags, item 0, or each feature's item, checks the offsets). */
 __kernel void ce_bag_rows(CE_BAG_ARGS, CE_BAG_OUT_ARGS) {
   CE_BAG_BUFS_ARRAY;
   const ulong nb = max(bags, (ulong)1), g = get_global_id(0);
-#if BY_FEATURE
+#if BAG_BY_FEATURE
   if (g >= nb * nf) return;
   const ulong b = g % nb;
   const uint fa = (uint)(g / nb), fz = fa + 1;

@@ -34,18 +34,18 @@
 #ifndef STREAM
 #define STREAM 0
 #endif
-/* AHEAD (the strided shape; the host sets it for short table rows where
+/* EMBED_STRIDED_AHEAD (the strided shape; the host sets it for short table rows where
  * CE_PREFETCH is 1): the rows are written one after another, and the table
- * row AHEAD rows on is asked for while one is written; 0: none */
-#ifndef AHEAD
-#define AHEAD 0
+ * row EMBED_STRIDED_AHEAD rows on is asked for while one is written; 0: none */
+#ifndef EMBED_STRIDED_AHEAD
+#define EMBED_STRIDED_AHEAD 0
 #endif
-/* NEXT (the row shapes without AHEAD; the host sets it where CE_PREFETCH is
+/* EMBED_NEXT (the row shapes without EMBED_STRIDED_AHEAD; the host sets it where CE_PREFETCH is
  * 1): while an item's rows are written side by side, the table rows of the
  * next item's tokens (from t0 + tnext) are asked for, a line or more of each
  * at every column step; 0: none */
-#ifndef NEXT
-#define NEXT 0
+#ifndef EMBED_NEXT
+#define EMBED_NEXT 0
 #endif
 /* COPY (the host sets it for a same-dtype F16 or BF16 lookup: scale 1, no
  * positions, no dropout): the row shapes move each row's 16-bit words as they
@@ -227,7 +227,7 @@ __kernel void ce_embed_vec4(CE_EMBED_ARGS) {
  * the shared position's sinusoid), VEC columns, one column. */
 #if COPY
 /* two vectors: a whole line (VEC 16) in one streaming store where the row is
- * aligned to it (two half-line streaming stores go out several times slower) */
+ * aligned to it, not two half-line stores (docs/performance.md) */
 #define CE_COPY_WORDS(k, c)                                                                            \
   (has[k] ? vloadV(0, (__global const ushort *)trow[k] + (c)) : (USV)(0))
 #define CE_QUIET(h) select((h), (h) | (USV)(CE_COPY_QUIET), ((h) & (USV)(0x7FFF)) > (USV)(CE_COPY_INF))
@@ -295,13 +295,13 @@ __kernel void ce_embed_vec4(CE_EMBED_ARGS) {
 
 /* The row shapes' work: tokens t0, t0 + tstep, ... (ROWS of them, fewer for
  * the last work-item: `live`). With `shared` (the strided shape) every token
- * is at the same position. Without AHEAD the rows go side by side, a chunk of
+ * is at the same position. Without EMBED_STRIDED_AHEAD the rows go side by side, a chunk of
  * columns of each in turn (a CPU's prefetchers get several streams; a shared
- * position's sinusoid is computed once per chunk), and with NEXT the next
+ * position's sinusoid is computed once per chunk), and with EMBED_NEXT the next
  * item's rows (from t0 + tnext) are asked for a line or so of each per chunk.
- * With AHEAD (short rows, positions shared, where CE_PREFETCH is 1) they go
+ * With EMBED_STRIDED_AHEAD (short rows, positions shared, where CE_PREFETCH is 1) they go
  * one after another, and while row k is
- * written the table row AHEAD rows on (in the order the rows are taken: this
+ * written the table row EMBED_STRIDED_AHEAD rows on (in the order the rows are taken: this
  * item's, then the next items' from t0 + tnext) is asked for, line s at
  * column step s (whole lines a step): requests spread over the work, rather
  * than all queued at once, let the loads of the row being written through. */
@@ -321,8 +321,7 @@ inline void ce_embed_row_tokens(CE_EMBED_ARGS, ulong t0, ulong tstep, ulong tnex
 #if POSITIONS == 2
   __global const POS_T *prow[ROWS];
 #endif
-  /* unrolled: the tokens' rows resolved in straight-line code (1.19x the
-   * loop's speed on 512-byte rows: docs/performance.md) */
+  /* unrolled: the tokens' rows resolved in straight-line code (docs/performance.md) */
 #pragma unroll
   for (int k = 0; k < ROWS; k++) {
     ulong t = t0 + k * tstep, i = min(t, n - 1);
@@ -347,12 +346,12 @@ inline void ce_embed_row_tokens(CE_EMBED_ARGS, ulong t0, ulong tstep, ulong tnex
    * vectors; a 16-bit output's cache line written whole, back to back), then
    * a last VEC, then single columns */
   const ulong cw = cols / (2 * VEC) * (2 * VEC), cv = cols / VEC * VEC;
-#if AHEAD
+#if EMBED_STRIDED_AHEAD
   const ulong bytes = (ulong)((__global const uchar *)table_ptr(table, cols) - (__global const uchar *)table);
   const ulong step = ce_prefetch_step(bytes, cols / (2 * VEC));
   for (int k = 0; k < live; k++) {
     if (!OWNED(k)) continue;
-    const ulong ta = t0 + (ulong)((k + AHEAD) / ROWS) * tnext + (ulong)((k + AHEAD) % ROWS) * tstep;
+    const ulong ta = t0 + (ulong)((k + EMBED_STRIDED_AHEAD) / ROWS) * tnext + (ulong)((k + EMBED_STRIDED_AHEAD) % ROWS) * tstep;
     const long id = ta < n ? ce_load_id(ids32, ids64, id64, id_off + ta) : -1;
     __global const uchar *pf = id >= 0 && (ulong)id < t_rows && CE_OWNS(table, (ulong)id)
                                    ? (__global const uchar *)TABLE_ROW(id)
@@ -374,7 +373,7 @@ inline void ce_embed_row_tokens(CE_EMBED_ARGS, ulong t0, ulong tstep, ulong tnex
     for (ulong c = cv; c < cols; c++) CE_STEP0(k, c);
   }
 #else
-#if NEXT
+#if EMBED_NEXT
   const ulong bytes = (ulong)((__global const uchar *)table_ptr(table, cols) - (__global const uchar *)table);
   const ulong step = ce_prefetch_step(bytes, cols / (2 * VEC));
   __global const uchar *pf[ROWS];
@@ -395,7 +394,7 @@ inline void ce_embed_row_tokens(CE_EMBED_ARGS, ulong t0, ulong tstep, ulong tnex
     }
 #endif
     for (int k = 0; k < ROWS && k < live; k++) {
-#if NEXT
+#if EMBED_NEXT
       if (pf[k]) ce_prefetch_part(pf[k], line, step, bytes);
 #endif
       if (OWNED(k)) CE_STEP2(k, c, pe0, pe1);

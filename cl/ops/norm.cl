@@ -18,7 +18,7 @@
  *                     vectors; the tokens in groups of SIDE whose first pass
  *                     reads their rows side by side into a private scratch
  *                     (the later passes take each row from there); where
- *                     CE_PREFETCH is 1 (NEXT) the next group's table rows are
+ *                     CE_PREFETCH is 1 (NORM_NEXT) the next group's table rows are
  *                     asked for during that pass ("CPU row groups" below);
  *   ce_norm_bwd, ce_norm_bwd_rows   the backward's rows in the same two shapes.
  * The GPU shape's passes over a row, and the CPU shapes' for a row wider
@@ -29,10 +29,10 @@
  * Build options: TABLE_DT, OUT_DT, POSITIONS (0 none, 1 sinusoid, 2 table),
  * POS_DT, SEGMENTS (0/1), SEG_DT, NORM (0 none, 1 layer, 2 rms), HAS_W, HAS_B
  * (the norm's weight and bias, 0/1), DROPOUT, VEC;
- * the CPU shapes ROWS, SIDE, SCRATCH, STREAM and NEXT; the backward GRAD_DT,
+ * the CPU shapes ROWS, SIDE, SCRATCH, STREAM and NORM_NEXT; the backward GRAD_DT,
  * DX (0/1: write dx), STATS (0/1: write each row's mean, rstd, A and B
  * for ce_norm_params), POSG (0/1: the CPU shape's strided items sum their
- * position's gradient themselves, below) and PSEG (0/1: ce_norm_params may sum
+ * position's gradient themselves, below) and NORM_SUMS (0/1: ce_norm_params may sum
  * a few segment rows' gradient). */
 
 #ifndef ROWS
@@ -41,8 +41,8 @@
 #ifndef STREAM
 #define STREAM 0
 #endif
-#ifndef NEXT
-#define NEXT 0
+#ifndef NORM_NEXT
+#define NORM_NEXT 0
 #endif
 #ifndef DX
 #define DX 1
@@ -512,7 +512,7 @@ inline ulong ce_norm_first(ulong g, int strided, ulong seq_len, ulong *tstep) {
  * group's first pass reads its rows side by side, VEC columns of each in
  * turn (a CPU's prefetchers get several streams), putting x in the scratch
  * and adding it (RMS: x * x) into the row's partial sums; the later passes
- * then take one row at a time from the scratch. With NEXT (where CE_PREFETCH
+ * then take one row at a time from the scratch. With NORM_NEXT (where CE_PREFETCH
  * is 1) the table rows of the next group (this item's, or the next item's
  * first: the tokens the work-item takes next) and, in the backward, their
  * gradient rows are asked for during the memory-bound pass, a line or so of
@@ -595,10 +595,10 @@ inline ulong ce_norm_first(ulong g, int strided, ulong seq_len, ulong *tstep) {
     int live = min(SIDE, ROWS - r0_);                                 \
     if ((ulong)(live - 1) * tstep >= n - tg) live = (int)((n - tg - 1) / tstep + 1);
 
-/* NEXT: pf_ (2 * SIDE rows: the next group's table rows, then the rows
+/* NORM_NEXT: pf_ (2 * SIDE rows: the next group's table rows, then the rows
  * GROW(token) gives, its gradient rows in the backward, 0 in the forward) and the spread of their lines over `steps` column
  * steps: CE_G_ASK(line) asks for each row's lines from `line`. */
-#if NEXT
+#if NORM_NEXT
 #define CE_G_NEXT(steps, GROW)                                                                                  \
   __global const uchar *pf_[2 * SIDE];                                                                        \
   const ulong pb_ = (ulong)((__global const uchar *)table_ptr(table, cols) - (__global const uchar *)table);    \
@@ -680,7 +680,7 @@ inline ulong ce_norm_first(ulong g, int strided, ulong seq_len, ulong *tstep) {
     else                                    \
       CE_G_PASS1_(, sum_k)                  \
   }
-/* The column steps of the first pass (NEXT's spread): the whole 32s' vectors. */
+/* The column steps of the first pass (NORM_NEXT's spread): the whole 32s' vectors. */
 #define CE_G_STEPS (cols / CE_ROWSUM_PARTS * CE_NP)
 
 /* Row k's mean and rstd from its first pass's sum (LAYER: the second pass,
@@ -1056,23 +1056,23 @@ __kernel void ce_norm_bwd_rows(CE_NORM_IN_ARGS, __global const GRAD_T *grad,
  * gs[r][c] = gs[r][c] + ss[r] for each row r some token has: the fold of
  * every token keyed to one row (to its segment row), bit for bit. The host
  * sets want_s only when the segment table has at most CE_NORM_SMAX rows,
- * and only with PSEG 1: without it (llvmpipe, the GPU shape) the segment sums
+ * and only with NORM_SUMS 1: without it (llvmpipe, the GPU shape) the segment sums
  * and their private rows are not compiled at all (gallivm had not compiled
  * this kernel with them after minutes) and the segment table goes to its fold.
- * The CPU shape (PWMAX > 1: pw <= PWMAX, a multiple of VEC but for the last
+ * The CPU shape (NORM_PARAMS_COLS > 1: pw <= NORM_PARAMS_COLS, a multiple of VEC but for the last
  * item) keeps the sums of a wide block in private rows (each row read a long
  * run at a time; where CE_PREFETCH is 1 the table and gradient rows
  * CE_PAHEAD tokens on asked for a line at each vector); the GPU shape
- * (PWMAX 1) a column per work-item. */
-#ifndef PWMAX
-#define PWMAX 1
+ * (NORM_PARAMS_COLS 1) a column per work-item. */
+#ifndef NORM_PARAMS_COLS
+#define NORM_PARAMS_COLS 1
 #endif
 #define CE_PAHEAD 4
 #define CE_NORM_SMAX 4
-#ifndef PSEG
-#define PSEG 0
+#ifndef NORM_SUMS
+#define NORM_SUMS 0
 #endif
-#if SEGMENTS && PSEG
+#if SEGMENTS && NORM_SUMS
 #define CE_PSEG(r) (want_s && sok ? (int)(r) : -1)
 #else
 #define CE_PSEG(r) (-1)
@@ -1093,7 +1093,7 @@ __kernel void ce_norm_bwd_rows(CE_NORM_IN_ARGS, __global const GRAD_T *grad,
       CE_PARAMS_SEGV(c, g, xh);                                             \
     }                                                                       \
   }
-#if PSEG
+#if NORM_SUMS
 #define CE_PARAMS_SEGV(c, g, xh)                                            \
   if (sg >= 0) {                                                            \
     const FV h = CE_HV(c, g);                                               \
@@ -1110,7 +1110,7 @@ __kernel void ce_norm_params(CE_NORM_IN_ARGS, __global const GRAD_T *grad,
   const ulong c0 = get_global_id(0) * pw;
   if (c0 >= cols) return;
   const ulong c1 = min(c0 + pw, cols);
-#if PSEG
+#if NORM_SUMS
   const int want_x = want_w || want_s;
   int seen[CE_NORM_SMAX];
   for (int r = 0; r < CE_NORM_SMAX; r++) seen[r] = 0;
@@ -1121,14 +1121,14 @@ __kernel void ce_norm_params(CE_NORM_IN_ARGS, __global const GRAD_T *grad,
   (void)gs_ld;
   (void)want_s;
 #endif
-#if PWMAX > 1
+#if NORM_PARAMS_COLS > 1
   const ulong nv = (c1 - c0) / VEC, cv = c0 + nv * VEC;
-  FV sw[PWMAX / VEC], sb[PWMAX / VEC];
+  FV sw[NORM_PARAMS_COLS / VEC], sb[NORM_PARAMS_COLS / VEC];
   float tw[VEC], tb[VEC];
   for (ulong m = 0; m < nv; m++) sw[m] = sb[m] = (FV)(0.0f);
   for (int m = 0; m < VEC; m++) tw[m] = tb[m] = 0.0f;
-#if PSEG
-  FV ss[CE_NORM_SMAX][PWMAX / VEC];
+#if NORM_SUMS
+  FV ss[CE_NORM_SMAX][NORM_PARAMS_COLS / VEC];
   float ts[CE_NORM_SMAX][VEC];
   for (ulong m = 0; m < nv; m++)
     for (int r = 0; r < CE_NORM_SMAX; r++) ss[r][m] = (FV)(0.0f);
@@ -1149,7 +1149,7 @@ __kernel void ce_norm_params(CE_NORM_IN_ARGS, __global const GRAD_T *grad,
     }
     (void)mean;
     (void)A;
-#if PSEG
+#if NORM_SUMS
     const int sg = CE_PSEG(sr_);
     if (sg >= 0) seen[sg] = 1;
 #endif
@@ -1179,7 +1179,7 @@ __kernel void ce_norm_params(CE_NORM_IN_ARGS, __global const GRAD_T *grad,
         CE_X1(c, x);
         const float xh = CE_XH(x);
         if (want_w) tw[c - cv] = tw[c - cv] + g * xh;
-#if PSEG
+#if NORM_SUMS
         if (sg >= 0) {
           const float h = CE_H1(c, g);
           ts[sg][c - cv] = ts[sg][c - cv] + CE_DX(h, xh);
@@ -1192,7 +1192,7 @@ __kernel void ce_norm_params(CE_NORM_IN_ARGS, __global const GRAD_T *grad,
     const ulong c = c0 + m * VEC;
     if (want_w) ce_storev_0(gw, gw_off + c, ce_loadv_0(gw, gw_off + c) + sw[m]);
     if (want_b) ce_storev_0(gb, gb_off + c, ce_loadv_0(gb, gb_off + c) + sb[m]);
-#if PSEG
+#if NORM_SUMS
     for (int r = 0; r < CE_NORM_SMAX; r++)
       if (seen[r]) {
         const ulong o = gs_off + (ulong)r * gs_ld + c;
@@ -1203,7 +1203,7 @@ __kernel void ce_norm_params(CE_NORM_IN_ARGS, __global const GRAD_T *grad,
   for (ulong c = cv; c < c1; c++) {
     if (want_w) gw[gw_off + c] = gw[gw_off + c] + tw[c - cv];
     if (want_b) gb[gb_off + c] = gb[gb_off + c] + tb[c - cv];
-#if PSEG
+#if NORM_SUMS
     for (int r = 0; r < CE_NORM_SMAX; r++)
       if (seen[r]) {
         const ulong o = gs_off + (ulong)r * gs_ld + c;
@@ -1214,7 +1214,7 @@ __kernel void ce_norm_params(CE_NORM_IN_ARGS, __global const GRAD_T *grad,
 #else
   for (ulong c = c0; c < c1; c++) {
     float sw = 0.0f, sb = 0.0f;
-#if PSEG
+#if NORM_SUMS
     float ss[CE_NORM_SMAX];
     for (int r = 0; r < CE_NORM_SMAX; r++) ss[r] = 0.0f;
 #endif
@@ -1234,7 +1234,7 @@ __kernel void ce_norm_params(CE_NORM_IN_ARGS, __global const GRAD_T *grad,
         CE_X1(c, x);
         const float xh = CE_XH(x);
         if (want_w) sw = sw + g * xh;
-#if PSEG
+#if NORM_SUMS
         const int sg = CE_PSEG(sr_);
         if (sg >= 0) {
           const float h = CE_H1(c, g);
@@ -1246,7 +1246,7 @@ __kernel void ce_norm_params(CE_NORM_IN_ARGS, __global const GRAD_T *grad,
     }
     if (want_w) gw[gw_off + c] = gw[gw_off + c] + sw;
     if (want_b) gb[gb_off + c] = gb[gb_off + c] + sb;
-#if PSEG
+#if NORM_SUMS
     for (int r = 0; r < CE_NORM_SMAX; r++)
       if (seen[r]) gs[gs_off + (ulong)r * gs_ld + c] = gs[gs_off + (ulong)r * gs_ld + c] + ss[r];
 #endif

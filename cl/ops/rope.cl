@@ -111,12 +111,12 @@ __kernel void ce_rope_apply(CE_ROPE_ARGS) {
   ce_rope_pair(xr, orow, heads, head_dim, ca, cb, c, s);
 }
 
-/* RKB: vectors of pairs whose cos and sin a row keeps at once (the host's
+/* ROPE_PAIRS: vectors of pairs whose cos and sin a row keeps at once (the host's
  * choice, even); STREAM: an output larger than the device's cache is written
  * with streaming stores, two vectors (a whole line of a 16-bit output) at a
  * time, where every such pair starts on a line */
-#ifndef RKB
-#define RKB 4
+#ifndef ROPE_PAIRS
+#define ROPE_PAIRS 4
 #endif
 #ifndef STREAM
 #define STREAM 0
@@ -141,7 +141,7 @@ __kernel void ce_rope_apply_rows(CE_ROPE_ARGS) {
   __global const X_T *xr = X_ROW(i);
   __global OUT_T *orow = OUT_ROW(i);
   const ulong line = 2 * VEC * sizeof(OUT_T) < 64 ? 2 * VEC * sizeof(OUT_T) : 64; /* a pair's alignment */
-#if STREAM && CE_STREAMING && RKB % 2 == 0
+#if STREAM && CE_STREAMING && ROPE_PAIRS % 2 == 0
   const int nt = ((ulong)orow & (line - 1)) == 0 && (head_dim * sizeof(OUT_T)) % line == 0 &&
                  (nh * sizeof(OUT_T)) % line == 0;
 #else
@@ -152,12 +152,12 @@ __kernel void ce_rope_apply_rows(CE_ROPE_ARGS) {
       for (ulong c = 0; c < heads * head_dim; c++) store_out(orow, c, load_x(xr, c));
     return;
   }
-  /* RKB pairs at a time: their cos and sin computed once, then every head's
+  /* ROPE_PAIRS pairs at a time: their cos and sin computed once, then every head's
    * pairs of them, the heads in order (each head's columns read in order) */
   ulong k = 0;
-  for (; k + VEC <= nh; k += RKB * VEC) {
-    FV cv[RKB], sv[RKB];
-    const int nb = (int)min((ulong)RKB, (nh - k) / VEC);
+  for (; k + VEC <= nh; k += ROPE_PAIRS * VEC) {
+    FV cv[ROPE_PAIRS], sv[ROPE_PAIRS];
+    const int nb = (int)min((ulong)ROPE_PAIRS, (nh - k) / VEC);
     for (int q = 0; q < nb; q++) {
       ce_angle_cos_sinv(p, freq, nh, k + (ulong)q * VEC, &cv[q], &sv[q]);
       cv[q] = (FV)(attention) * cv[q];

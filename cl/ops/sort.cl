@@ -1,7 +1,7 @@
-/* sort.cl: one pass of a stable LSD radix sort of (key, idx) pairs, CE_RADIX_BITS
+/* sort.cl: one pass of a stable LSD radix sort of (key, idx) pairs, SORT_RADIX_BITS
  * bits a pass (src/ops/sort.c runs the passes). One work-item per chunk of
  * consecutive entries, so equal keys keep their order. Build options: KEY64 (0:
- * uint keys, 1: ulong keys), CE_RADIX_BITS. */
+ * uint keys, 1: ulong keys), SORT_RADIX_BITS. */
 
 #if KEY64
 #define KEY_T ulong
@@ -12,10 +12,10 @@
 /* Entries [g*chunk, min((g+1)*chunk, n)) form chunk g. hist is digit-major:
  * hist[d * nchunks + g] = entries of chunk g whose digit is d, so its exclusive
  * prefix sum is, for each (d, g), where chunk g's first d-entry goes. */
-#ifndef CE_RADIX_BITS
-#define CE_RADIX_BITS 8
+#ifndef SORT_RADIX_BITS
+#define SORT_RADIX_BITS 8
 #endif
-#define CE_RADIX (1u << CE_RADIX_BITS)
+#define CE_RADIX (1u << SORT_RADIX_BITS)
 
 __kernel void ce_sort_hist(__global const KEY_T *keys, ulong n, ulong chunk, uint nchunks, uint shift,
                           __global uint *hist) {

@@ -154,8 +154,8 @@ static clembed_status prepare(seg_call *b) {
   /* exact (correctly rounded) division for scale_grad_by_freq where the device can */
   const char *div = ctx->exact_div ? " -cl-fp32-correctly-rounded-divide-sqrt" : "";
   snprintf(b->opts, sizeof b->opts,
-           "-DGRAD_DT=%d -DTABLE_DT=%d -DDROPOUT=%d -DKEY64=%d -DVEC=%u -DTILE=%u -DCE_GROUP=%u -DCE_AHEAD=%u "
-           "-DCE_STEP_AHEAD=%u -DCE_FOLD_ORDER=%u -DCE_STORE_OVERWRITE=%d -DCE_STORE_ACCUMULATE=%d -DCE_STORE_SGD=%d "
+           "-DGRAD_DT=%d -DTABLE_DT=%d -DDROPOUT=%d -DKEY64=%d -DVEC=%u -DFOLD_TILE=%u -DFOLD_GROUP=%u -DFOLD_AHEAD=%u "
+           "-DSTEP_AHEAD=%u -DCE_FOLD_ORDER=%u -DCE_STORE_OVERWRITE=%d -DCE_STORE_ACCUMULATE=%d -DCE_STORE_SGD=%d "
            "-DCE_STORE_ADAGRAD=%d -DCE_STORE_ADAM=%d -DBAG=%d%s",
            (int)b->grad->dtype, (int)b->target->dtype, opt->dropout > 0.0f, b->key64, t->fold_vec, t->fold_tile,
            t->fold_group, t->fold_ahead, t->step_ahead, order, CE_STORE_OVERWRITE,

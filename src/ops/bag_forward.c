@@ -5,7 +5,7 @@
  * block of the batched output has the bits of the feature alone. The CPU shape
  * takes a feature's bags on consecutive work-items (the tuning's
  * bag_by_feature), so one table is read at a time, and pools a bag of plain
- * ids a row at a time without masks (bag_plain, -DPLAIN). */
+ * ids a row at a time without masks (bag_plain, -DBAG_PLAIN). */
 #include "bag.h"
 
 #include <stdio.h>
@@ -152,7 +152,7 @@ static clembed_status forward_run(clembed_context *ctx, const char *what, bag_fe
   {
     char extra[256];
     snprintf(extra, sizeof extra,
-             "-DOUT_DT=%d -DTILE=%u -DROWS=%u -DAHEAD=%u -DPLAIN=%d -DBY_FEATURE=%d", (int)out->dtype, t->bag_tile,
+             "-DOUT_DT=%d -DBAG_TILE=%u -DROWS=%u -DBAG_AHEAD=%u -DBAG_PLAIN=%d -DBAG_BY_FEATURE=%d", (int)out->dtype, t->bag_tile,
              !cpu ? 1 : n > 1 ? t->bag_rows_features : t->bag_rows, ctx->prefetch ? t->bag_ahead : 0,
              cpu && t->bag_plain, by_feature);
     ce_pieces_option(extra, sizeof extra, &op, "out");

@@ -81,8 +81,8 @@ cleanup:
 typedef struct embed_shape {
   const char *name;
   unsigned rows;   /* tokens (or sequences) per work-item; 0 for the column shapes */
-  unsigned ahead;  /* the row shapes: rows on whose table row is prefetched (forward.cl's AHEAD; 0: none) */
-  int next;        /* the row shapes side by side: the next item's rows asked for (forward.cl's NEXT) */
+  unsigned ahead;  /* the row shapes: rows on whose table row is prefetched (forward.cl's EMBED_STRIDED_AHEAD; 0: none) */
+  int next;        /* the row shapes side by side: the next item's rows asked for (forward.cl's EMBED_NEXT) */
   int stream, vw;
   size_t nx, ny;   /* the 2-D range, or (rows) the 1-D count ny */
 } embed_shape;
@@ -104,7 +104,7 @@ static embed_shape choose_shape(const clembed_context *ctx, const clembed_matrix
   if (strided) s.rows = t->embed_strided_rows;
   /* shared positions and short table rows, where the device takes prefetch
    * hints: written one after another, a later row's table row asked for
-   * during each (forward.cl's AHEAD) */
+   * during each (forward.cl's EMBED_STRIDED_AHEAD) */
   size_t row_bytes = clembed_dtype_row_bytes(table->dtype, table->cols);
   if (s.rows && ctx->prefetch && strided && row_bytes <= t->embed_strided_prefetch_bytes &&
       p->kind != (int)CLEMBED_POSITIONS_SINUSOID) /* (a sinusoid computed, not cached: once per position) */
@@ -228,7 +228,7 @@ static clembed_status embed_run(clembed_context *ctx, const clembed_matrix *tabl
   int copy = table->dtype == out->dtype && (table->dtype == CLEMBED_F16 || table->dtype == CLEMBED_BF16) &&
              opt->scale == 1.0f && p.kind == 0 && !(opt->dropout > 0.0f);
   if (sh.rows)
-    snprintf(opts + n, sizeof opts - (size_t)n, " -DROWS=%u -DSTREAM=%d -DCOPY=%d -DAHEAD=%u -DNEXT=%d", sh.rows,
+    snprintf(opts + n, sizeof opts - (size_t)n, " -DROWS=%u -DSTREAM=%d -DCOPY=%d -DEMBED_STRIDED_AHEAD=%u -DEMBED_NEXT=%d", sh.rows,
              sh.stream, copy, sh.ahead, sh.next);
   /* split matrices: a launch per window of their pieces (usually one) */
   ce_pieces *mats[3] = {&tp, &p.pp, &op};

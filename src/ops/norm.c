@@ -27,7 +27,7 @@
  *      gradient themselves (POSG: no position fold); without a norm dx is
  *      grad_out itself, its dropout replayed by the fold;
  *   3. norm_weight (g * xh), norm_bias (grad_out with its dropout) and, with
- *      norm_sums (PSEG), for a segment table of at most NORM_SMAX rows,
+ *      norm_sums (NORM_SUMS), for a segment table of at most NORM_SMAX rows,
  *      segment_table (dx): every token is in these few sums, so
  *      ce_norm_params walks the tokens in order
  *      for a block of columns per work-item, recomputing xh and dx from the
@@ -66,9 +66,6 @@ clembed_embed_grads clembed_embed_grads_defaults(void) {
  * matrices in one buffer each (norm_call's in_args: with their pieces). */
 #define NORM_IN_ARGS 48
 
-/* ce_norm_params' widest block of columns per CPU work-item (its sums, two
- * rows of this many floats and one per segment row, are private) */
-#define NORM_PWMAX 512
 /* ce_norm_params' segment rows (CE_NORM_SMAX): a segment table of at most
  * this many rows has its gradient summed there, a larger one by the fold */
 #define NORM_SMAX 4
@@ -285,14 +282,14 @@ static clembed_status norm_prepare(norm_call *c, ce_chain *ch, clembed_dtype out
   }
   if (c->rows)
     n += snprintf(c->opts + n, sizeof c->opts - (size_t)n,
-                  " -DROWS=%u -DSTREAM=%d -DNEXT=%d -DSCRATCH=%u -DSIDE=%u", c->rows, stream, next, scratch, side);
+                  " -DROWS=%u -DSTREAM=%d -DNORM_NEXT=%d -DSCRATCH=%u -DSIDE=%u", c->rows, stream, next, scratch, side);
   /* the position gradient in the strided items: every position's tokens in one item */
   c->posg = posg_ok && t->norm_sums && c->strided && scratch && c->ids->count <= (size_t)c->rows * opt->seq_len;
   c->dx = dx_other || (posg_ok && !c->posg);
-  /* the backward's weight and bias sums: up to NORM_PWMAX columns per CPU work-item, one per GPU one */
+  /* the backward's weight and bias sums: up to norm_params_cols columns per CPU work-item, one per GPU one */
   if (grad)
-    snprintf(c->opts + n, sizeof c->opts - (size_t)n, " -DGRAD_DT=%d -DDX=%d -DSTATS=%d -DPOSG=%d -DPSEG=%d -DPWMAX=%u",
-             (int)grad->dtype, c->dx, stats, c->posg, t->norm_sums != 0, c->rows ? NORM_PWMAX : 1);
+    snprintf(c->opts + n, sizeof c->opts - (size_t)n, " -DGRAD_DT=%d -DDX=%d -DSTATS=%d -DPOSG=%d -DNORM_SUMS=%d -DNORM_PARAMS_COLS=%u",
+             (int)grad->dtype, c->dx, stats, c->posg, t->norm_sums != 0, c->rows ? t->norm_params_cols : 1);
   /* the error slots (before fit_pieces, whose gather reports into the first) */
   c->rec = (ce_record){CE_NO_SLOT, CE_FAMILY_NORM, c->opts, c->ids, c->p->so, opt->seq_len};
   c->srec = (ce_record){CE_NO_SLOT, CE_FAMILY_NORM, c->opts, c->sids, NULL, 0};
@@ -572,7 +569,7 @@ static clembed_status norm_params(norm_call *c, ce_chain *ch, ce_pieces *gp, con
     if (c->rows) {
       pw = (cols + ctx->units - 1) / ctx->units;
       pw = (pw + vec - 1) / vec * vec;
-      if (pw > NORM_PWMAX) pw = NORM_PWMAX;
+      if (pw > t->norm_params_cols) pw = t->norm_params_cols;
     }
     cl_ulong pwl = pw;
     cl_ulong g_ldl = gp->ld, w_off = grads->norm_weight ? wp.piece[0].offset : 0;

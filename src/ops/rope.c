@@ -170,7 +170,7 @@ static clembed_status apply_run(clembed_context *ctx, const clembed_rope *r, con
   int stream = rowwise && !in_place && ctx->tune->embed_stream && ctx->cache_bytes && out_bytes > ctx->cache_bytes;
   ce_pieces *mats[2] = {&xp, &op};
   CHECK(ce_pieces_plan(ctx, "clembed_rope_apply", mats, 2));
-  snprintf(opts, sizeof opts, "-DOUT_DT=%d -DX_DT=%d -DPOS=%d -DVEC=16 -DRKB=%u -DSTREAM=%d", (int)out->dtype,
+  snprintf(opts, sizeof opts, "-DOUT_DT=%d -DX_DT=%d -DPOS=%d -DVEC=16 -DROPE_PAIRS=%u -DSTREAM=%d", (int)out->dtype,
            (int)x->dtype, positions != NULL, ctx->tune->rope_pairs, stream);
   ce_pieces_option(opts, sizeof opts, &xp, "x");
   ce_pieces_option(opts, sizeof opts, &op, "out");

@@ -31,7 +31,7 @@ clembed_status ce_sort_alloc(clembed_context *ctx, size_t n, int key64, ce_sort 
     s->chunk = (n + t->sort_max_chunks - 1) / t->sort_max_chunks;
     s->nchunks = (n + s->chunk - 1) / s->chunk;
   }
-  snprintf(s->opts, sizeof s->opts, "-DKEY64=%d -DCE_RADIX_BITS=%u", key64, t->sort_radix_bits);
+  snprintf(s->opts, sizeof s->opts, "-DKEY64=%d -DSORT_RADIX_BITS=%u", key64, t->sort_radix_bits);
   size_t key_bytes = key64 ? sizeof(cl_ulong) : sizeof(cl_uint);
   for (int i = 0; i < 2; i++) {
     CHECK(ce_buffer(ctx, CE_BUFFER_TEMP, n * key_bytes, NULL, "backward: sort keys", &s->keys[i]));

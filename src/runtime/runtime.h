@@ -67,7 +67,7 @@ typedef struct ce_tuning {
                                 * size 0, as POCL on a machine whose sysfs has no cache facts; 0: no stream) */
   /* where the device takes prefetch hints (ctx->prefetch): the row shapes'
    * rows side by side ask for the next work-item's table rows, a line or two
-   * of each at a column step (forward.cl's NEXT), when embed_next is 1; */
+   * of each at a column step (forward.cl's EMBED_NEXT), when embed_next is 1; */
   int embed_next;
   /* with positions shared (the strided shape), rows of at most this many
    * bytes are written one after another instead, the table row this many rows
@@ -84,8 +84,10 @@ typedef struct ce_tuning {
   unsigned norm_side_cols;     /* CPU shape: rows side by side only while they take at most this many of the
                                 * scratch's floats (an L1 budget), two at least where two fit (0: no budget) */
   unsigned norm_sums;          /* the backward with a norm: ce_norm_params sums a segment table of a few rows
-                                * (PSEG) and the CPU shape's strided items the position table (POSG), 1;
+                                * (NORM_SUMS) and the CPU shape's strided items the position table (POSG), 1;
                                 * or their folds over dx, 0 (the same bits) */
+  unsigned norm_params_cols;   /* CPU shape: ce_norm_params' widest block of columns per work-item (its sums,
+                                * two rows of this many floats and one per segment row, are private) */
   /* positional table */
   int positional_rowwise;      /* a row per work-item */
   unsigned positional_vec;
@@ -105,9 +107,9 @@ typedef struct ce_tuning {
   size_t fold_ahead_bytes;     /* ...and, with prefetch hints, the short segments of gradient rows of at
                                   most this many bytes go one after another (backward.cl's CE_FOLD_ORDER
                                   1), the rows fold_ahead sorted positions on asked for while one is
-                                  folded (CE_AHEAD); longer rows go side by side */
+                                  folded (FOLD_AHEAD); longer rows go side by side */
   unsigned fold_ahead;
-  unsigned step_ahead;         /* the steps, with prefetch hints (backward.cl's CE_STEP_AHEAD): 1,
+  unsigned step_ahead;         /* the steps, with prefetch hints (backward.cl's STEP_AHEAD): 1,
                                   row-wise Adagrad's first pass asks for the group's table and state
                                   rows, which the second steps, and the other optimizers ask for the
                                   state rows with the table row (CE_COLUMNS_GROUP); 0, neither */
@@ -152,7 +154,7 @@ typedef struct ce_tuning {
   X(fold_block_columns) X(fold_split) X(fold_group) X(fold_ahead_bytes) X(fold_ahead) X(step_ahead) X(fold_slices_per_unit)        \
   X(fold_min_slices) X(row_items) X(sinusoid_table_max_elements) X(sinusoid_table_min_rows)                      \
   X(sinusoid_table_inline_rows) X(huge_page_bytes)                                                               \
-  X(norm_rows) X(norm_strided_rows) X(norm_group_rows) X(norm_next) X(norm_scratch_cols) X(norm_side_cols) X(norm_sums) X(piece_args)  \
+  X(norm_rows) X(norm_strided_rows) X(norm_group_rows) X(norm_next) X(norm_scratch_cols) X(norm_side_cols) X(norm_sums) X(norm_params_cols) X(piece_args)  \
   X(bag_vec) X(bag_tile) X(bag_rows) X(bag_rows_features) X(bag_ahead) X(bag_plain) X(bag_by_feature)         \
   X(init_wide) X(prefetch) X(host_pages) X(zero_temporaries)
 /* What the database's match lines compare: the platform's and device's
