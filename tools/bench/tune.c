@@ -327,8 +327,9 @@ static void usage(FILE *f) {
           "  --device SPEC    the device (as `clembed devices` lists them)\n"
           "  --only GROUPS    the groups to tune, comma-separated (--list names them;\n"
           "                   default: every group)\n"
-          "  --budget SECONDS stop searching after this long (default 900); the summary\n"
-          "                   and the entry follow\n"
+          "  --budget SECONDS stop searching after this long (default 900): the group being\n"
+          "                   searched gets its summary, the groups after it keep the\n"
+          "                   built-in shapes, and the entry follows\n"
           "  --reps N         timed rounds per candidate and row (default 5; the summary 9)\n"
           "  --output FILE    the tuning file to write (default: CLEMBED_TUNING_FILE, else\n"
           "                   $XDG_CACHE_HOME/clembed/tuning.conf, else\n"
@@ -451,6 +452,11 @@ int tune_main(int argc, char **argv) {
   for (size_t g = 0; g < NGROUPS && !rc; g++) {
     const group *G = &groups[g];
     if (!wanted_group(only, G->name)) continue;
+    if (out_of_time || elapsed() > budget) {
+      out_of_time = 1;
+      printf("[%5.0fs] %s: not tuned (the budget is spent): the built-in shapes\n", elapsed(), G->name);
+      continue;
+    }
     grow rows[5];
     int nr = 0;
     memset(rows, 0, sizeof rows);
