@@ -149,6 +149,11 @@ CLEMBED_API const char *clembed_context_tuning(const clembed_context *ctx);
  * CLEMBED_ERR_INVALID_ARGUMENT for a NULL path or a capacity it does not fit. */
 CLEMBED_API clembed_status clembed_tuning_file(char *path, size_t capacity);
 
+/* The value this context runs with of tuning parameter `name` (docs/tuning.md
+ * lists them) into *value: CLEMBED_OK; CLEMBED_ERR_INVALID_ARGUMENT for a NULL
+ * argument or a name that is not a parameter (the message names it). */
+CLEMBED_API clembed_status clembed_tuning_value(const clembed_context *ctx, const char *name, uint64_t *value);
+
 /* Detail of the last failure on this context, "" if none (and for NULL). Valid
  * until the next call on the context. */
 CLEMBED_API const char *clembed_context_message(const clembed_context *ctx);

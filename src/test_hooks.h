@@ -21,10 +21,6 @@ CLEMBED_API clembed_status clembed__test_override_source(clembed_context *ctx, c
  * NULL: lets a test check that CLEMBED_TUNING took effect. */
 CLEMBED_API int clembed__test_cpu_shapes(const clembed_context *ctx);
 
-/* The value of tuning parameter `name` (docs/tuning.md) the context runs
- * with; -1 for NULL or a name that is not a parameter. */
-CLEMBED_API long long clembed__test_tuning_value(const clembed_context *ctx, const char *name);
-
 #ifdef __cplusplus
 }
 #endif

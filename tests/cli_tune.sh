@@ -35,9 +35,18 @@ conf="$tmp/cache/clembed/tuning.conf"
 mkdir -p "$(dirname "$conf")"
 printf '# an entry of another device\n[device other]\nmatch.device = no device is called this\nbag_tile = 2\n' >"$conf"
 for run in 1 2; do
-  "$CLI" tune --only positional --budget 1 --reps 1 --output "$conf" >"$tmp/out" 2>"$tmp/err" ||
+  # the first run searches (candidates checked bit for bit and timed); the second's budget ends before it
+  budget=1
+  [ "$run" = 1 ] && budget=45
+  "$CLI" tune --only positional --budget "$budget" --reps 1 --output "$conf" >"$tmp/out" 2>"$tmp/err" ||
     fail "tune run $run: exit $?: $(cat "$tmp/err")"
   grep -q '^summary positional ' "$tmp/out" || fail "tune run $run printed no summary: $(cat "$tmp/out")"
+  if [ "$run" = 1 ]; then
+    grep -Eq '^\[ *[0-9]+s\] positional: positional_[a-z]+=[0-9]+ \.\.\. (same bits, [0-9.]+x|rejected: )' "$tmp/out" ||
+      fail "tune run 1 tried no candidate: $(cat "$tmp/out")"
+  else
+    grep -Eq '^summary positional +not tuned: the budget was spent' "$tmp/out" || fail "tune run 2: $(cat "$tmp/out")"
+  fi
   grep -q "^written to $conf" "$tmp/out" || fail "tune run $run: $(cat "$tmp/out")"
   [ "$(grep -c '^\[device ' "$conf")" = 2 ] || fail "after run $run the file has $(grep -c '^\[device ' "$conf") entries: $(cat "$conf")"
   [ "$(grep -c '^# clembed tune, ' "$conf")" = 1 ] || fail "after run $run: $(cat "$conf")"

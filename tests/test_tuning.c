@@ -8,6 +8,12 @@
 
 #include <unistd.h>
 
+/* The parameter's value (clembed_tuning_value), -1 where it fails. */
+static long long tuning_value(const clembed_context *c, const char *name) {
+  uint64_t v = 0;
+  return clembed_tuning_value(c, name, &v) == CLEMBED_OK ? (long long)v : -1;
+}
+
 static char dir[256];
 
 /* The default device's platform and device names (what an entry matches). */
@@ -69,10 +75,10 @@ TU_CASE(builtin_entries) {
   char platform[256] = "", device[256] = "";
   device_names(c, platform, device);
   if (strstr(platform, "Portable Computing Language") && cpu)
-    EXPECT(strstr(d, "device pocl-cpu") && clembed__test_tuning_value(c, "prefetch") == 1, "POCL's CPU: %s", d);
+    EXPECT(strstr(d, "device pocl-cpu") && tuning_value(c, "prefetch") == 1, "POCL's CPU: %s", d);
   if (strstr(device, "llvmpipe"))
-    EXPECT(strstr(d, "device llvmpipe") && clembed__test_tuning_value(c, "bag_tile") == 1, "llvmpipe: %s", d);
-  EXPECT(clembed__test_tuning_value(c, "no_such_parameter") == -1 && clembed__test_tuning_value(NULL, "bag_vec") == -1,
+    EXPECT(strstr(d, "device llvmpipe") && tuning_value(c, "bag_tile") == 1, "llvmpipe: %s", d);
+  EXPECT(tuning_value(c, "no_such_parameter") == -1 && tuning_value(NULL, "bag_vec") == -1,
          "the hook's -1");
   EXPECT(!strcmp(clembed_context_tuning(NULL), ""), "NULL: \"\"");
   clembed_context_destroy(c);
@@ -92,8 +98,8 @@ TU_CASE(user_entries) {
   OK(c, make(NULL, &c));
   char platform[256] = "", device[256] = "", text[4096];
   device_names(c, platform, device);
-  long long vec0 = clembed__test_tuning_value(c, "embed_vec"), ahead0 = clembed__test_tuning_value(c, "bag_ahead");
-  long long tile0 = clembed__test_tuning_value(c, "fold_tile");
+  long long vec0 = tuning_value(c, "embed_vec"), ahead0 = tuning_value(c, "bag_ahead");
+  long long tile0 = tuning_value(c, "fold_tile");
   clembed_context_destroy(c);
   snprintf(text, sizeof text,
            "# a user's entries\n"
@@ -115,26 +121,26 @@ TU_CASE(user_entries) {
   const char *path = write_file("user.conf", text);
   OK(c, make(path, &c));
   const char *d = clembed_context_tuning(c);
-  EXPECT(clembed__test_tuning_value(c, "embed_vec") == (vec0 == 8 ? 4 : 8), "embed_vec %lld",
-         clembed__test_tuning_value(c, "embed_vec"));
-  EXPECT(clembed__test_tuning_value(c, "bag_ahead") == 9, "bag_ahead %lld (the later entry wins; built in %lld)",
-         clembed__test_tuning_value(c, "bag_ahead"), ahead0);
-  EXPECT(clembed__test_tuning_value(c, "fold_tile") == tile0, "fold_tile %lld: a non-matching entry applied",
-         clembed__test_tuning_value(c, "fold_tile"));
+  EXPECT(tuning_value(c, "embed_vec") == (vec0 == 8 ? 4 : 8), "embed_vec %lld",
+         tuning_value(c, "embed_vec"));
+  EXPECT(tuning_value(c, "bag_ahead") == 9, "bag_ahead %lld (the later entry wins; built in %lld)",
+         tuning_value(c, "bag_ahead"), ahead0);
+  EXPECT(tuning_value(c, "fold_tile") == tile0, "fold_tile %lld: a non-matching entry applied",
+         tuning_value(c, "fold_tile"));
   EXPECT(strstr(d, "; device mine, device mine again (") && strstr(d, path) && !strstr(d, "other"), "tuning: %s", d);
   clembed_context_destroy(c);
   /* CLEMBED_TUNE on top of it */
   setenv("CLEMBED_TUNE", "bag_ahead=11", 1);
   OK(c, make(path, &c));
   unsetenv("CLEMBED_TUNE");
-  EXPECT(clembed__test_tuning_value(c, "bag_ahead") == 11 && strstr(clembed_context_tuning(c), "CLEMBED_TUNE=bag_ahead=11"),
-         "CLEMBED_TUNE over the file: %lld, %s", clembed__test_tuning_value(c, "bag_ahead"), clembed_context_tuning(c));
+  EXPECT(tuning_value(c, "bag_ahead") == 11 && strstr(clembed_context_tuning(c), "CLEMBED_TUNE=bag_ahead=11"),
+         "CLEMBED_TUNE over the file: %lld, %s", tuning_value(c, "bag_ahead"), clembed_context_tuning(c));
   clembed_context_destroy(c);
   /* CLEMBED_TUNING: the built-in shapes, no user entry */
   setenv("CLEMBED_TUNING", "cpu", 1);
   OK(c, make(path, &c));
   unsetenv("CLEMBED_TUNING");
-  EXPECT(!strstr(clembed_context_tuning(c), "mine") && clembed__test_tuning_value(c, "bag_ahead") != 9,
+  EXPECT(!strstr(clembed_context_tuning(c), "mine") && tuning_value(c, "bag_ahead") != 9,
          "CLEMBED_TUNING read the user's file: %s", clembed_context_tuning(c));
   clembed_context_destroy(c);
   /* an absent file is no entry */

@@ -322,6 +322,7 @@ PROTOTYPES: Dict[str, Tuple[Any, List[Any]]] = {
     "clembed_context_device_name": (c_char_p, [CTX]),
     "clembed_context_tuning": (c_char_p, [CTX]),
     "clembed_tuning_file": (c_int, [c_char_p, c_size_t]),
+    "clembed_tuning_value": (c_int, [CTX, c_char_p, POINTER(ctypes.c_uint64)]),
     "clembed_context_message": (c_char_p, [CTX]),
     "clembed_last_error_message": (c_char_p, []),
     "clembed_finish": (c_int, [CTX]),

@@ -36,9 +36,18 @@ clembed_status clembed_tuning_file(char *path, size_t capacity) {
 
 int clembed__test_cpu_shapes(const clembed_context *ctx) { return ctx ? ctx->cpu_shapes : -1; }
 
-long long clembed__test_tuning_value(const clembed_context *ctx, const char *name) {
+clembed_status clembed_tuning_value(const clembed_context *ctx, const char *name, uint64_t *value) {
   int i = ctx && name ? ce_tuning_field(name) : -1;
-  return i < 0 ? -1 : (long long)ce_tuning_get(ctx->tune, i);
+  if (i < 0 || !value) {
+    const char *arg = !ctx ? "ctx" : !name ? "name" : !value ? "value" : "name";
+    if (ctx && name && value)
+      ce_last_message("clembed_tuning_value: '%.100s' is not a tuning parameter (docs/tuning.md lists them)", name);
+    else
+      ce_last_message("clembed_tuning_value: %s is NULL", arg);
+    return ce_last_fail(CLEMBED_ERR_INVALID_ARGUMENT, "clembed_tuning_value", arg);
+  }
+  *value = ce_tuning_get(ctx->tune, i);
+  return CLEMBED_OK;
 }
 
 void *ce_cache_find(const clembed_context *ctx, const void *key) {

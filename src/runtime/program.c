@@ -178,10 +178,11 @@ static clembed_status build(clembed_context *ctx, ce_family family, const char *
     status = ce_cl_fail(ctx, err, "clCreateProgramWithSource");
     goto cleanup;
   }
-  /* options every family sees: the language version, the device's error-record
-   * mode and the record's layout (src/runtime/runtime.h's, one copy) */
+  /* options every family sees: the language version, no warnings (some
+   * compilers print their count on the terminal at every build), the device's
+   * error-record mode and the record's layout (src/runtime/runtime.h's, one copy) */
   char base[96];
-  snprintf(base, sizeof base, "-cl-std=CL1.2 -DCE_ATOM64=%d -DCE_SLOT_UINTS=%d -DCE_PREFETCH=%d ", ctx->atom64,
+  snprintf(base, sizeof base, "-cl-std=CL1.2 -w -DCE_ATOM64=%d -DCE_SLOT_UINTS=%d -DCE_PREFETCH=%d ", ctx->atom64,
            CE_SLOT_UINTS, ctx->prefetch);
   opts = malloc(strlen(base) + strlen(options) + 1);
   if (!opts) FAIL(CLEMBED_ERR_OUT_OF_MEMORY, "build options: out of host memory");

@@ -1034,8 +1034,10 @@ static int run_wait(bench_state *s, const spec *r, const char *what, char *err, 
 }
 
 /* Times the operation, the reference copy and (when given) the C ceiling, the
- * other tuning's context (alt) and the table in one buffer (one) alternately;
- * returns 0 and fills res. A latency row times a 16-byte copy kernel instead. */
+ * other tuning's context (alt) and the table in one buffer (one) alternately,
+ * each of alt's and one's runs after an untimed copy of its own (so no run
+ * finds the rows of the run before it in the caches); returns 0 and fills res.
+ * A latency row times a 16-byte copy kernel instead. */
 static int measure(bench_state *s, bench_state *alt, bench_state *one, reference *ref, const spec *r, ceiling *ceil,
                    double bytes, int reps, result *res, char *err, size_t errlen) {
   const int latency = r->op == OP_LATENCY;
@@ -1090,6 +1092,13 @@ static int measure(bench_state *s, bench_state *alt, bench_state *one, reference
       ctimes[i] = now() - t3;
       cratios[i] = ctimes[i] / times[i]; /* the same bytes: operation rate / ceiling rate */
     }
+    /* the other contexts' runs each after a copy too (untimed), as the operation's is: none finds
+     * the rows the run before it left in the caches */
+    if ((alt || one) && reference_copy(ref, kind, cbytes)) {
+      snprintf(err, errlen, "the reference copy failed");
+      rc = -1;
+      goto done;
+    }
     if (alt) {
       double t4 = now();
       if (run_wait(alt, r, "--against: ", err, errlen)) {
@@ -1098,6 +1107,11 @@ static int measure(bench_state *s, bench_state *alt, bench_state *one, reference
       }
       atimes[i] = now() - t4;
       aspeed[i] = times[i] / atimes[i]; /* the other tuning's rate / the default's */
+    }
+    if (one && alt && reference_copy(ref, kind, cbytes)) {
+      snprintf(err, errlen, "the reference copy failed");
+      rc = -1;
+      goto done;
     }
     if (one) {
       double t5 = now();
@@ -1135,6 +1149,18 @@ done:
 }
 
 static const char *dtype_name(clembed_dtype t) { return clembed_dtype_name(t); }
+
+/* s as the inside of a JSON string (quotes, backslashes and control characters escaped) in buf. */
+static const char *json_text(const char *s, char *buf, size_t cap) {
+  size_t o = 0;
+  for (; *s && o + 7 < cap; s++) {
+    if (*s == '"' || *s == '\\') buf[o++] = '\\', buf[o++] = *s;
+    else if ((unsigned char)*s < 0x20) o += (size_t)snprintf(buf + o, cap - o, "\\u%04x", (unsigned char)*s);
+    else buf[o++] = *s;
+  }
+  buf[o] = 0;
+  return buf;
+}
 
 static void print_row(const spec *r, const result *res, int json, int with_ceiling, int with_alt) {
   if (json) {
@@ -1442,19 +1468,22 @@ int main(int argc, char **argv) {
   {
     char names[COPY_KINDS][48];
     for (int k = 0; k < COPY_KINDS; k++) copy_name(&ref, k, names[k], sizeof names[k]);
+    char tjson[2400];
     if (json) {
       printf("{\"reference\": \"%s\", \"reference_gb_per_s\": %.3f, \"copy_kernel_gb_per_s\": %.3f, "
              "\"copy_buffer_gb_per_s\": %.3f, \"memcpy_gb_per_s\": %.3f, \"streaming_copy_gb_per_s\": %.3f, "
              "\"memcpy_threads\": %d, \"cache_bytes\": %zu, \"cache_source\": \"%s\", \"sysfs_cache_bytes\": %zu, "
              "\"cpuid_cache_bytes\": %zu, \"device_cache_bytes\": %zu, \"min_copy_bytes\": %zu, "
-             "\"device\": \"%s\", \"ceiling\": \"%s\"}\n",
+             "\"device\": \"%s\", \"tuning\": \"%s\", \"ceiling\": \"%s\"}\n",
              names[ref.kind], ref.rate[ref.kind] / 1e9, ref.rate[COPY_KERNEL] / 1e9, ref.rate[COPY_BUFFER] / 1e9,
              ref.rate[COPY_MEMCPY] / 1e9, ref.rate[COPY_STREAM] / 1e9, ref.cpu ? ref.pool.threads : 0,
              ref.cache.bytes, ref.cache.source, ref.cache.sysfs, ref.cache.cpuid, ref.cache.device, ref.min_bytes,
-             clembed_context_device_name(s.ctx), with_ceiling ? ceiling_isa() : "");
+             clembed_context_device_name(s.ctx), json_text(clembed_context_tuning(s.ctx), tjson, sizeof tjson),
+             with_ceiling ? ceiling_isa() : "");
     } else {
       printf("clembed bench on %s, %d timed rounds per row (the latency row %d)\n", clembed_context_device_name(s.ctx),
              reps, reps * LATENCY_PAIRS);
+      printf("tuning: %s\n", clembed_context_tuning(s.ctx));
       printf("largest cache: %.1f MiB from %s (sysfs %.1f MiB, CPUID %.1f MiB, device %.1f MiB); every copy buffer >= "
              "%.1f MiB%s\n",
              ref.cache.bytes / 1048576.0, ref.cache.source, ref.cache.sysfs / 1048576.0, ref.cache.cpuid / 1048576.0,

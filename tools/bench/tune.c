@@ -26,6 +26,7 @@
 #include "bench.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -130,6 +131,18 @@ static clembed_context *make_context(cl_command_queue q, const settings *s, char
   unsetenv("CLEMBED_TUNE");
   if (st != CLEMBED_OK) snprintf(err, errlen, "%s", clembed_last_error_message());
   return st == CLEMBED_OK ? c : NULL;
+}
+
+/* The value of parameter `name` that a context with settings s runs with
+ * (ULLONG_MAX where none can be made). */
+static unsigned long long current_value(cl_command_queue q, const settings *s, const char *name) {
+  char err[256];
+  unsigned long long v = ULLONG_MAX;
+  clembed_context *c = make_context(q, s, err, sizeof err);
+  uint64_t got = 0;
+  if (c && clembed_tuning_value(c, name, &got) == CLEMBED_OK) v = got;
+  clembed_context_destroy(c);
+  return v;
 }
 
 /* ------------------------------------------------------------- the rows */
@@ -327,9 +340,9 @@ static void usage(FILE *f) {
           "  --device SPEC    the device (as `clembed devices` lists them)\n"
           "  --only GROUPS    the groups to tune, comma-separated (--list names them;\n"
           "                   default: every group)\n"
-          "  --budget SECONDS stop searching after this long (default 900): the group being\n"
-          "                   searched gets its summary, the groups after it keep the\n"
-          "                   built-in shapes, and the entry follows\n"
+          "  --budget SECONDS the run's time (default 900): the search stops at 92 %% of it,\n"
+          "                   the group being searched gets its summary, the groups after\n"
+          "                   it keep the built-in shapes, and the entry follows\n"
           "  --reps N         timed rounds per candidate and row (default 5; the summary 9)\n"
           "  --output FILE    the tuning file to write (default: CLEMBED_TUNING_FILE, else\n"
           "                   $XDG_CACHE_HOME/clembed/tuning.conf, else\n"
@@ -427,6 +440,8 @@ int tune_main(int argc, char **argv) {
     return 1;
   }
   t_start = now();
+  /* the search ends early enough for the last group's summary and the entry within the budget */
+  const double search_end = budget * 0.92;
   char err[1024] = "";
   clembed_context *def = NULL;
   clembed_status st = clembed_context_create(device, &def);
@@ -452,9 +467,9 @@ int tune_main(int argc, char **argv) {
   for (size_t g = 0; g < NGROUPS && !rc; g++) {
     const group *G = &groups[g];
     if (!wanted_group(only, G->name)) continue;
-    if (out_of_time || elapsed() > budget) {
+    if (out_of_time || elapsed() > search_end) {
       out_of_time = 1;
-      printf("[%5.0fs] %s: not tuned (the budget is spent): the built-in shapes\n", elapsed(), G->name);
+      printf("summary %-10s not tuned: the budget was spent before it (the built-in shapes)\n", G->name);
       continue;
     }
     grow rows[5];
@@ -477,15 +492,13 @@ int tune_main(int argc, char **argv) {
       const param *P = &G->params[p];
       for (int v = 0; v < 8 && !out_of_time; v++) {
         if (v > 0 && P->values[v] == 0) break; /* the list's end (a value of 0 only comes first) */
-        if (elapsed() > budget) {
+        if (elapsed() > search_end) {
           out_of_time = 1;
           printf("[%5.0fs] the budget is spent: the search stops here\n", elapsed());
           break;
         }
         settings cand = best;
-        int already = 0;
-        for (int i = 0; i < best.n; i++) already |= !strcmp(best.name[i], P->name) && best.value[i] == P->values[v];
-        if (already) continue;
+        if (current_value(q, &best, P->name) == P->values[v]) continue; /* the best's own value */
         settings_set(&cand, P->name, P->values[v]);
         char what[2048];
         settings_string(&cand, what, sizeof what);
@@ -594,6 +607,12 @@ int tune_main(int argc, char **argv) {
                                 "match.device = %s\n",
                                 when, id.driver, only ? ", groups " : "", only ? only : "", id.device, id.platform,
                                 id.device);
+    settings none;
+    memset(&none, 0, sizeof none);
+    settings diff = none; /* the kept settings whose values are not the built-in ones */
+    for (int i = 0; i < best.n; i++)
+      if (current_value(q, &none, best.name[i]) != best.value[i]) settings_set(&diff, best.name[i], best.value[i]);
+    best = diff;
     for (int i = 0; i < best.n && o < sizeof entry; i++)
       o += (size_t)snprintf(entry + o, sizeof entry - o, "%s = %llu\n", best.name[i], best.value[i]);
     settings_string(&best, list, sizeof list);
