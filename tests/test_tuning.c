@@ -292,6 +292,19 @@ TU_CASE(user_entry_same_bits) {
   clembed_context_destroy(c);
 }
 
+/* the temporary files and their directory go */
+static void teardown(clembed_context *ctx) {
+  (void)ctx;
+  static const char *const names[] = {"user.conf", "bad.conf", "shapes.conf"};
+  char path[600];
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+    snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+    unlink(path);
+  }
+  rmdir(dir);
+}
+
 int main(int argc, char **argv) {
-  return tu_main(argc, argv, (tu_suite){.name = "test_tuning", .device = 1, .setup = setup, .case_timeout_s = 300});
+  return tu_main(argc, argv, (tu_suite){.name = "test_tuning", .device = 1, .setup = setup, .teardown = teardown,
+                                        .case_timeout_s = 300});
 }

@@ -274,9 +274,15 @@ static int write_entry(const char *path, const char *name, const char *entry, ch
   /* the old lines, less the device's entry (from its heading, and the comment
    * lines just before it, to the next heading) */
   int skipping = 0;
-  size_t pending = 0; /* comment lines held back until the next line says whether they precede the entry */
-  char *held = malloc(len + 1);
+  char *held = malloc(len + 1); /* comment lines held back until the next line says whether they precede the entry */
   size_t heldn = 0;
+  if (!held) {
+    snprintf(err, errlen, "out of memory writing %s", path);
+    fclose(f);
+    unlink(tmp);
+    free(old);
+    return -1;
+  }
   for (size_t at = 0; old && at < len;) {
     size_t end = at;
     while (end < len && old[end] != '\n') end++;
@@ -289,7 +295,6 @@ static int write_entry(const char *path, const char *name, const char *entry, ch
       skipping = !strncmp(p, heading, strlen(heading));
       if (!skipping && heldn) fwrite(held, 1, heldn, f);
       heldn = 0;
-      pending = 0;
       if (!skipping) fwrite(line, 1, n, f);
       continue;
     }
@@ -297,16 +302,13 @@ static int write_entry(const char *path, const char *name, const char *entry, ch
     if (*p == '#') { /* a comment: held until we know what follows */
       memcpy(held + heldn, line, n);
       heldn += n;
-      pending++;
       continue;
     }
     if (heldn) fwrite(held, 1, heldn, f);
     heldn = 0;
-    pending = 0;
     fwrite(line, 1, n, f);
   }
   if (heldn) fwrite(held, 1, heldn, f);
-  (void)pending;
   free(held);
   if (old && len && old[len - 1] != '\n') fputc('\n', f);
   fputs(entry, f);
