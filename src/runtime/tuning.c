@@ -7,6 +7,7 @@
 
 #include <ctype.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -249,9 +250,13 @@ static int apply_default(const database *db, const char *name, ce_tuning *t, int
   return 0;
 }
 
-static void append(char *desc, size_t cap, const char *fmt, const char *a, const char *b) {
+/* Appends printf-style text to desc (cap bytes), truncating. */
+static void append(char *desc, size_t cap, const char *fmt, ...) {
   size_t used = strlen(desc);
-  if (used < cap) snprintf(desc + used, cap - used, fmt, a, b);
+  va_list ap;
+  va_start(ap, fmt);
+  if (used < cap) vsnprintf(desc + used, cap - used, fmt, ap);
+  va_end(ap);
 }
 
 /* ------------------------------------------------------------- the built-in database */
@@ -375,9 +380,9 @@ clembed_status ce_tuning_resolve(const ce_device_ident *d, ce_tuning *out, char 
   for (size_t i = 0; i < db->n; i++)
     if (!db->e[i].is_default && matches(&db->e[i], d)) {
       apply(out, &db->e[i]);
-      append(desc, cap, ", device %s%s", db->e[i].name, "");
+      append(desc, cap, ", device %s", db->e[i].name);
     }
-  append(desc, cap, " (built in)%s%s", "", "");
+  append(desc, cap, " (built in)");
   /* the user's entries (not with CLEMBED_TUNING, which asks for the built-in shapes) */
   char path[1024];
   if (!(env && *env) && ce_tuning_user_file(path, sizeof path)) {
@@ -390,17 +395,17 @@ clembed_status ce_tuning_resolve(const ce_device_ident *d, ce_tuning *out, char 
     for (size_t i = 0; i < user.n; i++)
       if (!user.e[i].is_default && matches(&user.e[i], d)) {
         apply(out, &user.e[i]);
-        append(desc, cap, first ? "; device %s%s" : ", device %s%s", user.e[i].name, "");
+        append(desc, cap, first ? "; device %s" : ", device %s", user.e[i].name);
         first = 0;
       }
-    if (!first) append(desc, cap, " (%s)%s", path, "");
+    if (!first) append(desc, cap, " (%s)", path);
     db_free(&user);
   }
   const char *tune = getenv("CLEMBED_TUNE");
   if (tune && *tune) {
     clembed_status s = ce_tuning_apply(out, tune, out);
     if (s != CLEMBED_OK) return s;
-    append(desc, cap, "; CLEMBED_TUNE=%.200s%s", tune, "");
+    append(desc, cap, "; CLEMBED_TUNE=%.200s", tune);
   }
   return CLEMBED_OK;
 }
