@@ -64,9 +64,10 @@ CLEMBED_QUICK_EXCLUDE="oclgrind|rusticl|large|install|scripts|mpi|exhaustive|slo
 # What the tests need beyond the build, in every mode (--quick runs the Python
 # suite too): the Python package's tests (label python) need NumPy and pytest;
 # pyopencl and matplotlib its interop and plot tests; tools/python_setup.sh's
-# recipe, tested offline (python_setup), a venv that builds a wheel. (Open MPI,
-# for the label mpi, is in setup.sh's list.)
-CLEMBED_OPTIONAL_PACKAGES+=(python3-numpy python3-pytest python3-pyopencl python3-matplotlib)
+# recipe, tested offline (python_setup), a venv that builds a wheel; PyTorch the
+# clembed.torch modules' tests (Debian's 1.13). (Open MPI, for the label mpi, is in
+# setup.sh's list.)
+CLEMBED_OPTIONAL_PACKAGES+=(python3-numpy python3-pytest python3-pyopencl python3-matplotlib python3-torch)
 CLEMBED_OPTIONAL_PACKAGES+=(python3-venv python3-pip python3-wheel python3-setuptools)
 
 # The last ctest run's output (clembed_ctest keeps it here for the summary).
