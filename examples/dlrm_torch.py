@@ -14,6 +14,7 @@ batches; the script prints each engine's loss every --print steps and its time p
                                      # over sparse gradients, the same formula as clembed's)
     ... --optimizer rowwise_adagrad  # clembed and FBGEMM only (PyTorch has no row-wise Adagrad)
     ... --engines clembed            # one engine alone
+    ... --copy                       # clembed copies each tensor (counted), as on a device with its own memory
 """
 import argparse
 import os
@@ -183,6 +184,8 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: PyTorch's default)")
     ap.add_argument("--print", type=int, default=10, dest="every")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--copy", action="store_true",
+                    help="clembed copies every tensor to and from the device (as where the device has its own memory)")
     a = ap.parse_args()
     if a.threads:
         torch.set_num_threads(a.threads)
@@ -190,6 +193,7 @@ def main() -> int:
     gen = torch.Generator().manual_seed(a.seed)
     init = [torch.randn(r, a.dim, generator=gen) * 0.05 for r in rows]
     ctx = clembed.Context()
+    ct.bridge(ctx, zero_copy=False if a.copy else None)
     engines = {}
     for name in a.engines.split(","):
         if name == "clembed":

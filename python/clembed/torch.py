@@ -70,6 +70,8 @@ class Bridge:
         self.ctx = ctx
         self.copies = 0
         self.copied_bytes = 0
+        v = ctypes.c_uint64(0)
+        self.host_pages = lib.clembed_tuning_value(ctx._live, b"host_pages", ctypes.byref(v)) == 0 and v.value != 0
         self.shares = self._probe()
         self.zero_copy = self.shares if zero_copy is None else bool(zero_copy)
 
@@ -257,27 +259,44 @@ class _Table:
         return self.matrix
 
 
-def _new_weight(ctx: Context, rows: int, cols: int, dtype: Any, seed: Optional[int], std: float,
-                init: Optional[torch.Tensor], padding_idx: Optional[int], fill: Optional[float],
-                argument: str) -> Tuple[torch.Tensor, Optional[int]]:
-    """A table's first values: `init` copied, a constant `fill`, or N(0, std) from Philox(seed)
-    made on the device (the same values on every device), the padding row zero."""
+_MADV_HUGEPAGE = 14
+_HUGE = 2 << 20
+
+
+def _host_tensor(b: Bridge, rows: int, cols: int, dtype: Any) -> torch.Tensor:
+    """A new table's tensor; on a device whose tuning entry sets host_pages (its memory is
+    the host's), a large one is advised for transparent huge pages before its first touch,
+    as clembed's own large buffers are (rows gathered at random then miss the TLB less)."""
+    t = torch.empty(rows, cols, dtype=dtype)
+    n = t.numel() * t.element_size()
+    if b.host_pages and b.zero_copy and n >= 2 * _HUGE:
+        start = (t.data_ptr() + _HUGE - 1) // _HUGE * _HUGE
+        end = (t.data_ptr() + n) // _HUGE * _HUGE
+        if end > start:
+            try:
+                libc = ctypes.CDLL(None, use_errno=True)
+                libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), _MADV_HUGEPAGE)
+            except (OSError, AttributeError):
+                pass        # advice only
+    return t
+
+
+def _new_weight(b: Bridge, rows: int, cols: int, dtype: Any, seed: Optional[int], init: Optional[torch.Tensor],
+                fill: Optional[float], argument: str) -> Tuple[torch.Tensor, Optional[int]]:
+    """A table's tensor: `init` copied, a constant `fill`, or (seed not None) to be drawn
+    on the device by the caller: (the tensor, the seed)."""
     if dtype not in _DTYPES:
         raise invalid("dtype", "is torch.float32, torch.float16 or torch.bfloat16, not %s" % (dtype,))
+    if init is not None and (not isinstance(init, torch.Tensor) or tuple(init.shape) != (rows, cols)):
+        raise invalid(argument, "is a torch.Tensor of shape %s" % ((rows, cols),))
+    w = _host_tensor(b, rows, cols, dtype)
     if init is not None:
-        if not isinstance(init, torch.Tensor) or tuple(init.shape) != (rows, cols):
-            raise invalid(argument, "is a torch.Tensor of shape %s" % ((rows, cols),))
-        return init.detach().to("cpu", dtype).contiguous().clone(), None
+        w.copy_(init.detach())
+        return w, None
     if fill is not None:
-        return torch.full((rows, cols), fill, dtype=dtype), None
-    s = draw_seed(seed)
-    m = ctx.init(ctx.empty(rows, cols, _DTYPES[dtype]), "normal", std=std, seed=s)
-    if padding_idx is not None:
-        m.rows_view(padding_idx, 1).write(np.zeros(cols, np.float32))
-    w = torch.empty(rows, cols, dtype=dtype)
-    st = lib.clembed_matrix_read(ctx._live, ctypes.byref(m._m), ctypes.c_void_p(w.data_ptr()), _CODES[_DTYPES[dtype]])
-    ctx._check(st, "clembed_matrix_read")
-    return w, s
+        w.fill_(fill)
+        return w, None
+    return w, draw_seed(seed)
 
 
 class _TableModule(torch.nn.Module):
@@ -288,11 +307,17 @@ class _TableModule(torch.nn.Module):
                     std: float = 1.0, init: Optional[torch.Tensor] = None, padding_idx: Optional[int] = None,
                     fill: Optional[float] = None, shape: Optional[Tuple[int, ...]] = None,
                     optimizer: Optional[Optimizer] = None, argument: str = "weight") -> None:
-        w, self.seed = _new_weight(ctx, rows, cols, dtype, seed, std, init, padding_idx, fill, argument)
+        b = bridge(ctx)
+        w, self.seed = _new_weight(b, rows, cols, dtype, seed, init, fill, argument)
         self.weight = torch.nn.Parameter(w.reshape(shape) if shape is not None else w)
         # detach() shares the Parameter's version counter (.data would not): in-place steps show
-        self._t = _Table(bridge(ctx), self.weight.detach().view(rows, cols))
+        self._t = _Table(b, self.weight.detach().view(rows, cols))
         self._opt = optimizer
+        if self.seed is not None:    # N(0, std) from Philox(seed), drawn on the device: the same everywhere
+            ctx.init(self._t.matrix, "normal", std=std, seed=self.seed)
+            if padding_idx is not None:
+                self._t.matrix.rows_view(padding_idx, 1).write(np.zeros(cols, np.float32))
+            self._t.device_changed(now=True)
 
     def __getattr__(self, name: str) -> Any:
         if name == "weight" and "_t" in self.__dict__:
@@ -843,8 +868,10 @@ class BertEmbeddings(torch.nn.Module):
     token_type_embeddings.weight (N(0, initializer_range) from Philox(seed), the
     pad_token_id row zero, then read as stored, no gradient), LayerNorm.weight (1) and
     LayerNorm.bias (0). forward(input_ids, token_type_ids=None, position_ids=None,
-    past_key_values_length=0) -> (batch, seq, hidden) float32; position_ids, when given, are
-    past_key_values_length + arange(seq) (other positions: UnsupportedError... refused).
+    inputs_embeds=None, past_key_values_length=0) -> (batch, seq, hidden) float32, called
+    as Hugging Face's BertModel calls its embeddings (other keywords are ignored);
+    position_ids, when given, must be past_key_values_length + arange(seq), and
+    inputs_embeds None (others are refused, naming the argument).
     In training mode, dropout with hidden_dropout_prob, the mask from Philox (a new seed
     every call; not PyTorch's generator). norm='rms' makes it RMSNorm (no bias). optimizer
     as Embedding's, stepping the rows used of each table and the norm's parameters.
@@ -889,8 +916,10 @@ class BertEmbeddings(torch.nn.Module):
                  ("segment_table", self.token_type_embeddings._t), ("norm_weight", self._norm_w)]
         return parts + ([("norm_bias", self._norm_b)] if self._norm_b is not None else [])
 
-    def forward(self, input_ids: Any, token_type_ids: Any = None, position_ids: Any = None,
-                past_key_values_length: int = 0) -> torch.Tensor:
+    def forward(self, input_ids: Any = None, token_type_ids: Any = None, position_ids: Any = None,
+                inputs_embeds: Any = None, past_key_values_length: int = 0, **unused: Any) -> torch.Tensor:
+        if inputs_embeds is not None or input_ids is None:
+            raise invalid("inputs_embeds", "are not supported: this layer looks input_ids up itself")
         ids = _as_ids(input_ids)
         if ids.dim() == 0:
             raise invalid("input_ids", "has at least one dimension")

@@ -458,3 +458,40 @@ def test_dlrm_example_loss_curve_matches_pytorch():
     assert rel.max() <= 1e-5, rel.max()
     for f in range(len(rows)):                                     # and the tables agree
         close(a.pool.ebc.embedding_bags["t%d" % f].weight, b.pool.bags[f].weight, 1e-4, "table %d" % f)
+
+
+def test_bert_example_inside_a_transformers_encoder():
+    """examples/bert_torch.py's swap: a small transformers BertModel with clembed's layer
+    gives the encoder's outputs within 1e-5, and its losses follow the unchanged model's
+    over SGD steps (dropout off)."""
+    transformers = pytest.importorskip("transformers", reason="transformers is not installed (pip install transformers)")
+    import importlib.util
+    import os
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples", "bert_torch.py")
+    spec = importlib.util.spec_from_file_location("bert_torch", path)
+    ex = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ex)
+    torch.manual_seed(0)
+    cfg = transformers.BertConfig(vocab_size=500, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                  intermediate_size=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    ref = transformers.BertModel(cfg)
+    mine = ex.with_clembed_embeddings(ref, clembed.Context(), optimizer="sgd", lr=0.05)
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(1, 500, (3, 10), generator=g)
+    types = torch.randint(0, 2, (3, 10), generator=g)
+    for m in (ref, mine):
+        m.eval()
+    close(mine(ids, token_type_ids=types).last_hidden_state, ref(ids, token_type_ids=types).last_hidden_state,
+          1e-5, "encoder output")
+    opt_ref = torch.optim.SGD(ref.parameters(), lr=0.05)
+    opt_mine = torch.optim.SGD([p for n, p in mine.named_parameters() if not n.startswith("embeddings.")], lr=0.05)
+    for _ in range(3):
+        losses = []
+        for m, o in ((ref, opt_ref), (mine, opt_mine)):
+            o.zero_grad()
+            loss = m(ids, token_type_ids=types).last_hidden_state.pow(2).mean()
+            loss.backward()
+            o.step()
+            losses.append(loss.item())
+        assert abs(losses[0] - losses[1]) <= 1e-5 * abs(losses[0]), losses
+    close(mine.embeddings.word_embeddings.weight, ref.embeddings.word_embeddings.weight, 1e-5, "word embeddings")
