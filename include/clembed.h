@@ -310,16 +310,17 @@ typedef enum clembed_dtype { CLEMBED_F32 = 0, CLEMBED_F16 = 1, CLEMBED_BF16 = 2,
                              CLEMBED_Q4_1 = 7, CLEMBED_Q5_0 = 8, CLEMBED_Q5_1 = 9, CLEMBED_Q2_K = 10,
                              CLEMBED_Q3_K = 11, CLEMBED_Q5_K = 12, CLEMBED_IQ4_NL = 13, CLEMBED_IQ4_XS = 14,
                              CLEMBED_IQ2_XXS = 15, CLEMBED_IQ2_XS = 16, CLEMBED_IQ2_S = 17, CLEMBED_IQ3_XXS = 18,
-                             CLEMBED_IQ3_S = 19, CLEMBED_IQ1_S = 20, CLEMBED_IQ1_M = 21 } clembed_dtype;
+                             CLEMBED_IQ3_S = 19, CLEMBED_IQ1_S = 20, CLEMBED_IQ1_M = 21, CLEMBED_TQ1_0 = 22,
+                             CLEMBED_TQ2_0 = 23, CLEMBED_MXFP4 = 24 } clembed_dtype;
 typedef enum clembed_index_type { CLEMBED_I32 = 0, CLEMBED_I64 = 1 } clembed_index_type;
 
 /* Bytes of one element: 4, 2, 2 for F32, F16, BF16; 0 for the block-quantized
  * dtypes (see clembed_dtype_row_bytes) and for an unknown value. */
 CLEMBED_API size_t clembed_dtype_size(clembed_dtype dtype);
 
-/* Values per block: 1 for F32, F16, BF16; 32 for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1
- * and IQ4_NL; 256 for the K, IQ4_XS, IQ2, IQ3 and IQ1 types; 0 for an unknown
- * value. */
+/* Values per block: 1 for F32, F16, BF16; 32 for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
+ * IQ4_NL and MXFP4; 256 for the K, IQ4_XS, IQ2, IQ3, IQ1 and TQ types; 0 for an
+ * unknown value. */
 CLEMBED_API size_t clembed_dtype_block_values(clembed_dtype dtype);
 
 /* Bytes of a row of `cols` values: 4*cols (F32), 2*cols (F16, BF16), and
@@ -331,8 +332,8 @@ CLEMBED_API size_t clembed_dtype_row_bytes(clembed_dtype dtype, size_t cols);
 /* clembed's lower-case name of a dtype, as the CLI and the Python package
  * spell it: "f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q6_k", "q4_1", "q5_0",
  * "q5_1", "q2_k", "q3_k", "q5_k", "iq4_nl", "iq4_xs", "iq2_xxs", "iq2_xs",
- * "iq2_s", "iq3_xxs", "iq3_s", "iq1_s", "iq1_m"; "unknown" for a value that is
- * none. Never NULL. */
+ * "iq2_s", "iq3_xxs", "iq3_s", "iq1_s", "iq1_m", "tq1_0", "tq2_0", "mxfp4";
+ * "unknown" for a value that is none. Never NULL. */
 CLEMBED_API const char *clembed_dtype_name(clembed_dtype dtype);
 
 /* Block-quantized tables use ggml's (GGUF's) block layouts byte for byte, so a
@@ -371,14 +372,28 @@ CLEMBED_API const char *clembed_dtype_name(clembed_dtype dtype);
  *            a 3-bit scale and the sign of a 0.125 shift per 32 values)
  *   IQ1_M   256 values,  56 bytes: q[32] 0, qh[16] 32, scales[8] 48 (3-bit scales;
  *            d is the f16 of their four top nibbles)
+ *   TQ1_0   256 values,  54 bytes: q[48] 0 (5 ternary digits a byte), qh[4] 48 (4 a byte),
+ *            d 52; value v = (t - 1)*d for digit t = ((uint8)(b*3^n)*3) >> 8 of byte b:
+ *            b = q[v%32], n = v/32 for v < 160; q[32 + v%16], (v-160)/16 for v < 240;
+ *            qh[v%4], (v-240)/4 for the last 16
+ *   TQ2_0   256 values,  66 bytes: q[64] 0 (2 bits), d 64; value 128h + 32l + m
+ *            (h < 2, l < 4, m < 32) = (((q[32h + m] >> 2l) & 3) - 1)*d
+ *   MXFP4    32 values,  17 bytes: e (uint8, an E8M0 exponent) 0, q[16] 1; value j =
+ *            kvalues_mxfp4[nibble]*2^(e - 128) (ggml's GGML_E8M0_TO_FP32_HALF, whose e = 255
+ *            is 2^127), j < 16 the low nibble of q[j], j + 16 its high one
  * (d, m, dmin: f16 at offset 0, 2 unless given.) The IQ2, IQ3 and IQ1 types'
  * values come from ggml's grids (iq2xxs_grid ... iq1s_grid, ksigns_iq2xs), the
- * IQ4 types' from kvalues_iq4nl: the tables of ggml's ggml-common.h, which the
+ * IQ4 types' from kvalues_iq4nl, MXFP4's from kvalues_mxfp4 (twice the E2M1
+ * values): the tables of ggml's ggml-common.h, which the
  * kernels hold in constant memory (at most 16 KiB per program: every device's
  * 64 KiB holds them). Values are dequantized exactly as ggml's dequantize_row_*
  * (the same integer operations and float32 products in the same order, none
- * fused), on the host and in every kernel; a NaN or infinite f16 scale gives
- * what ggml's code gives (a NaN's payload is the device's). For these dtypes cols, offset and ld count values and
+ * fused; the kernels compute an MXFP4 product of e 0 or 1, exact, as two exact
+ * ones), on the host and in every kernel; a NaN or infinite f16 scale gives
+ * what ggml's code gives (a NaN's payload is the device's), and so does an MXFP4
+ * value past FLT_MAX (an infinity). MXFP4's values below 2^-126 in magnitude (e 0
+ * or 1 with a small nibble) are subnormal floats: a device that flushes subnormals
+ * (without CL_FP_DENORM) gives 0 for them. For these dtypes cols, offset and ld count values and
  * must be multiples of the block size (clembed_dtype_block_values), else
  * CLEMBED_ERR_INVALID_ARGUMENT; row r of a matrix starts at byte
  * clembed_dtype_row_bytes(dtype, offset + r*ld) of its buffer.

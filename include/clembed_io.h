@@ -19,9 +19,10 @@
  *                 skipped except for general.alignment (uint32, a power of two,
  *                 default 32). ggml types f32, f16, bf16 and the block types
  *                 q8_0, q4_0, q4_1, q5_0, q5_1, q2_K ... q6_K, iq4_nl, iq4_xs,
- *                 iq2_xxs, iq2_xs, iq2_s, iq3_xxs, iq3_s, iq1_s, iq1_m are
- *                 usable; i32 and i64 are ids; every other ggml type is listed
- *                 with dtype -1 and ggml's name for it ("q8_K", "tq1_0", ...).
+ *                 iq2_xxs, iq2_xs, iq2_s, iq3_xxs, iq3_s, iq1_s, iq1_m, tq1_0,
+ *                 tq2_0, mxfp4 are usable; i32 and i64 are ids; every other
+ *                 ggml type is listed with dtype -1 and ggml's name for it
+ *                 ("q8_K", "nvfp4", ...).
  *
  * Files are mapped read-only, never read whole. Every offset, length, count and
  * shape in a file is checked against the file before use (with overflow-safe
@@ -48,9 +49,9 @@ typedef struct clembed_file clembed_file; /* opaque: an opened .npy, .safetensor
 
 typedef struct clembed_tensor_info {
   const char *name;      /* owned by the file; "" for .npy */
-  int dtype;             /* a clembed_dtype (CLEMBED_Q8_0 = 3 ... CLEMBED_IQ1_M = 21 for ggml's block
+  int dtype;             /* a clembed_dtype (CLEMBED_Q8_0 = 3 ... CLEMBED_MXFP4 = 24 for ggml's block
                             types), or -1 for a type clembed cannot use as a table (ids included, and
-                            ggml's q8_K, tq1_0, tq2_0, mxfp4, nvfp4, q1_0, q2_0: see type_name) */
+                            ggml's q8_1, q8_K, nvfp4, q1_0, q2_0: see type_name) */
   const char *type_name; /* the file's own name for the type: "F32", "BF16", "q4_K", "<f4", ...
                             (owned by the file) */
   int ndim;              /* 0 to 4: a tensor of more than 4 dimensions shows as 4, the last
@@ -116,7 +117,7 @@ CLEMBED_API clembed_status clembed_file_tensor_data(const clembed_file *f, size_
  *   cols = the product of the others; 1 dimension (n,) loads as 1 x n; 0
  *   dimensions as 1 x 1.
  * - `dtype` is the device dtype, from any stored F32, F16, BF16 or block-quantized
- *   (Q8_0 ... IQ1_M) tensor: F32, F16 or BF16 from a float tensor (converted on
+ *   (Q8_0 ... MXFP4) tensor: F32, F16 or BF16 from a float tensor (converted on
  *   the host, rounding to nearest even) or from a block-quantized one
  *   (dequantized exactly as ggml's dequantize_row_*); a block type from a
  *   tensor of that same type (its blocks as they lie); Q8_0 or Q4_0 from a

@@ -159,7 +159,9 @@ def quantize_dequantize(kind, x):
             d = (np.abs(blocks).max(axis=1, keepdims=True) / F32(127)).astype(F32)
             idv = np.where(d != 0, F32(1) / d, F32(0)).astype(F32)
             v = (blocks * idv).astype(np.float64)
-            q = np.sign(v) * np.floor(np.abs(v) + 0.5)  # roundf: half away from zero
+            # roundf (half away from zero), then an integer as ggml's int8 quant: a value rounding to 0
+            # is +0 dequantized, never -0
+            q = (np.sign(v) * np.floor(np.abs(v) + 0.5)).astype(np.int32)
             return (q.astype(F32) * d.astype(np.float16).astype(F32)).reshape(x.shape)
         first = np.argmax(np.abs(blocks), axis=1)  # the first of the largest magnitude
         d = (blocks[np.arange(len(blocks)), first][:, None] / F32(-8)).astype(F32)
@@ -247,7 +249,10 @@ def main():
                 continue
             _, qk, nbytes = gguf_reader.GGML_TYPES[gt]
             cols, nrows = qk * (2 if qk == 32 else 1), 6
-            raw = rng.integers(0, 0x78, size=nrows * cols // qk * nbytes, dtype=np.uint8).tobytes()
+            raw = rng.integers(0, 0x78, size=nrows * cols // qk * nbytes, dtype=np.uint8)
+            if kind == "mxfp4":  # exponents 32 .. 119: no subnormal values (a device may flush them)
+                raw[::nbytes] |= 0x20
+            raw = raw.tobytes()
             qg = os.path.join(d, kind + ".gguf")
             gguf(qg, [("token_embd.weight", gt, (nrows, cols), raw)])
             t = gguf_reader.read(qg)

@@ -17,7 +17,7 @@ import sys
 # ggml's types (ggml.c's type_traits): number -> (name, values per block, bytes per block)
 GGML_TYPES = {
     0: ("f32", 1, 4), 1: ("f16", 1, 2), 2: ("q4_0", 32, 18), 3: ("q4_1", 32, 20), 6: ("q5_0", 32, 22),
-    7: ("q5_1", 32, 24), 8: ("q8_0", 32, 34), 9: ("q8_1", 32, 40), 10: ("q2_K", 256, 84), 11: ("q3_K", 256, 110),
+    7: ("q5_1", 32, 24), 8: ("q8_0", 32, 34), 9: ("q8_1", 32, 36), 10: ("q2_K", 256, 84), 11: ("q3_K", 256, 110),
     12: ("q4_K", 256, 144), 13: ("q5_K", 256, 176), 14: ("q6_K", 256, 210), 15: ("q8_K", 256, 292),
     16: ("iq2_xxs", 256, 66), 17: ("iq2_xs", 256, 74), 18: ("iq3_xxs", 256, 98), 19: ("iq1_s", 256, 50),
     20: ("iq4_nl", 32, 18), 21: ("iq3_s", 256, 110), 22: ("iq2_s", 256, 82), 23: ("iq4_xs", 256, 136),
@@ -29,7 +29,7 @@ GGML_TYPES = {
 # clembed_dtype's order
 CLEMBED_BLOCK_TYPES = {8: "q8_0", 2: "q4_0", 12: "q4_k", 14: "q6_k", 3: "q4_1", 6: "q5_0", 7: "q5_1", 10: "q2_k",
                        11: "q3_k", 13: "q5_k", 20: "iq4_nl", 23: "iq4_xs", 16: "iq2_xxs", 17: "iq2_xs", 22: "iq2_s",
-                       18: "iq3_xxs", 21: "iq3_s", 19: "iq1_s", 29: "iq1_m"}
+                       18: "iq3_xxs", 21: "iq3_s", 19: "iq1_s", 29: "iq1_m", 34: "tq1_0", 35: "tq2_0", 39: "mxfp4"}
 # the value types of the key/value pairs: number -> struct format ("" for string and array)
 VALUE_FORMATS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "B", 8: "", 9: "", 10: "Q", 11: "q", 12: "d"}
 

@@ -16,7 +16,8 @@
 /* The block types: clembed's dtype, ggml's type number (reference_ggml.h's
  * traits give the block's values, bytes and dequantizer: the test's own sizes)
  * and the byte offsets of the block's f16 scales (IQ1_M has none: its d is the
- * top nibbles of its four scale words, set_half). */
+ * top nibbles of its four scale words; MXFP4 neither: its scale is the E8M0
+ * byte e; set_half). */
 typedef struct tq_type {
   int dtype, ggml;
   const char *name;
@@ -43,6 +44,9 @@ static const tq_type TQ[] = {
     {CLEMBED_IQ3_S, 21, "IQ3_S", 1, {offsetof(ref_block_iq3_s, d)}},
     {CLEMBED_IQ1_S, 19, "IQ1_S", 1, {offsetof(ref_block_iq1_s, d)}},
     {CLEMBED_IQ1_M, 29, "IQ1_M", 1, {0}},
+    {CLEMBED_TQ1_0, 34, "TQ1_0", 1, {offsetof(ref_block_tq1_0, d)}},
+    {CLEMBED_TQ2_0, 35, "TQ2_0", 1, {offsetof(ref_block_tq2_0, d)}},
+    {CLEMBED_MXFP4, 39, "MXFP4", 1, {offsetof(ref_block_mxfp4, e)}},
 };
 #define NTQ ((int)(sizeof TQ / sizeof TQ[0]))
 
@@ -70,8 +74,14 @@ static const uint16_t EXTREME_HALVES[] = {0x7BFF, 0xFBFF, 0x0001, 0x8001, 0x0400
 #define N_EXTREME_FINITE 7 /* the first 7 are finite */
 
 /* Scale k of a block set to half h (IQ1_M: d's 4 nibbles, the top nibble of
- * each of its scale words, ggml's iq1m_scale_t). */
+ * each of its scale words, ggml's iq1m_scale_t; MXFP4: its exponent e, the
+ * half's low byte, so that the halves run through every e, and the extreme
+ * ones give e 255 (2^127: values past FLT_MAX), 0 and 1 (subnormal scales)). */
 static inline void set_half(int dtype, uint8_t *b, int k, uint16_t h) {
+  if (dtype == CLEMBED_MXFP4) {
+    b[offsetof(ref_block_mxfp4, e)] = (uint8_t)h;
+    return;
+  }
   if (dtype == CLEMBED_IQ1_M) {
     for (int w = 0; w < 4; w++) {
       uint8_t *hi = b + offsetof(ref_block_iq1_m, scales) + 2 * w + 1; /* little-endian: the high byte */
@@ -86,16 +96,25 @@ static inline void set_half(int dtype, uint8_t *b, int k, uint16_t h) {
 static inline int n_halves(int dtype) { return dtype == CLEMBED_IQ1_M ? 1 : tq(dtype)->nhalf; }
 
 /* Block bytes of `dtype`, random, with finite f16 scales: random ones, or
- * (one block in 8) extreme finite ones. */
+ * (one block in 8) extreme finite ones. MXFP4's scale 2^(e - 128) is random
+ * with e from 28 to 228 (one block in 8 an end): its values normal floats or 0,
+ * as every other type's, far from FLT_MAX and from the subnormals (which a
+ * device may flush), their sums and products in the tests too; e 0, 1 and 255
+ * are rnd_block_any's and set_half's. */
 static inline void rnd_block(int dtype, uint8_t *b) {
   size_t bytes = tq_bb(dtype);
   for (size_t i = 0; i < bytes; i++) b[i] = (uint8_t)rnd32();
   int edge = rnd32() % 8 == 0;
+  if (dtype == CLEMBED_MXFP4) {
+    b[offsetof(ref_block_mxfp4, e)] = (uint8_t)(edge ? (rnd32() % 2 ? 228 : 28) : 28 + rnd32() % 201);
+    return;
+  }
   for (int k = 0; k < n_halves(dtype); k++)
     set_half(dtype, b, k, edge ? EXTREME_HALVES[rnd32() % N_EXTREME_FINITE] : rnd_finite_half());
 }
 
-/* The same with any scale, infinities and NaNs among them (one in 3). */
+/* The same with any scale, infinities and NaNs among them (one in 3; MXFP4:
+ * e 0 and 1, subnormal scales, and 255, values past FLT_MAX). */
 static inline void rnd_block_any(int dtype, uint8_t *b) {
   rnd_block(dtype, b);
   for (int k = 0; k < n_halves(dtype); k++)

@@ -429,6 +429,54 @@ typedef struct {
 _Static_assert(sizeof(ref_block_iq4_xs) == sizeof(ref_ggml_half) + sizeof(uint16_t) + REF_QK_K / 64 + REF_QK_K / 2,
                "wrong iq4_xs block size/padding");
 
+#define REF_QK_MXFP4 32
+typedef struct {
+  uint8_t e; /* E8M0 */
+  uint8_t qs[REF_QK_MXFP4 / 2];
+} ref_block_mxfp4;
+_Static_assert(sizeof(ref_block_mxfp4) == sizeof(uint8_t) + REF_QK_MXFP4 / 2, "wrong mxfp4 block size/padding");
+
+/* 1.6875 bpw */
+typedef struct {
+  uint8_t qs[(REF_QK_K - 4 * REF_QK_K / 64) / 5]; /* 5 elements per byte (3^5 = 243 < 256) */
+  uint8_t qh[REF_QK_K / 64];                      /* 4 elements per byte */
+  ref_ggml_half d;
+} ref_block_tq1_0;
+_Static_assert(sizeof(ref_block_tq1_0) == sizeof(ref_ggml_half) + REF_QK_K / 64 + (REF_QK_K - 4 * REF_QK_K / 64) / 5,
+               "wrong tq1_0 block size/padding");
+
+/* 2.0625 bpw */
+typedef struct {
+  uint8_t qs[REF_QK_K / 4]; /* 2 bits per element */
+  ref_ggml_half d;
+} ref_block_tq2_0;
+_Static_assert(sizeof(ref_block_tq2_0) == sizeof(ref_ggml_half) + REF_QK_K / 4, "wrong tq2_0 block size/padding");
+
+/* ---- ggml-impl.h: ggml_e8m0_to_fp32_half (GGML_E8M0_TO_FP32_HALF) */
+
+/* Equal to ggml_e8m0_to_fp32/2
+ * Useful with MXFP4 quantization since the E0M2 values are doubled */
+static inline float ref_ggml_e8m0_to_fp32_half(uint8_t x) {
+  uint32_t bits;
+
+  /* For x < 2: use precomputed denormal patterns */
+  if (x < 2) {
+    /* 0x00200000 = 2^(-128), 0x00400000 = 2^(-127) */
+    bits = 0x00200000 << x;
+  }
+  /* For x >= 2: normalized exponent adjustment */
+  else {
+    /* 0.5 * 2^(x-127) = 2^(x-128) = normalized with exponent (x-1) */
+    bits = (uint32_t)(x - 1) << 23;
+  }
+  /* Note: NaNs are not handled here */
+
+  float result;
+  memcpy(&result, &bits, sizeof(float));
+  return result;
+}
+#define REF_GGML_E8M0_TO_FP32_HALF(x) ref_ggml_e8m0_to_fp32_half(x)
+
 /* the tables, as data (names ce_ + ggml's) */
 #define CE_TABLES_FOR(t) 1
 #include "../cl/lib/iqtables.cl"
@@ -460,6 +508,7 @@ static inline int ref_check_tables(void) {
   bad += ref_table_hash(ce_iq3xxs_grid, 256, 4) != 0xdfa5dc83d6a155d5ull;
   bad += ref_table_hash(ce_iq3s_grid, 512, 4) != 0xfa37020c25b44829ull;
   bad += ref_table_hash(ce_iq1s_grid, 2048, 8) != 0x6703ed863501ae2eull;
+  bad += ref_table_hash(ce_kvalues_fp4, 16, 1) != 0x3f0e3c08af1e5eb5ull;
   return bad;
 }
 
@@ -906,6 +955,84 @@ static inline void ref_dequantize_row_iq4_xs(const ref_block_iq4_xs *x, float *y
   }
 }
 
+static inline void ref_dequantize_row_mxfp4(const ref_block_mxfp4 *x, float *y, int64_t k) {
+  static const int qk = REF_QK_MXFP4;
+
+  assert(k % qk == 0);
+
+  const int nb = k / qk;
+
+  for (int i = 0; i < nb; i++) {
+    const float d = REF_GGML_E8M0_TO_FP32_HALF(x[i].e);
+
+    for (int j = 0; j < qk / 2; ++j) {
+      const int8_t x0 = ce_kvalues_fp4[x[i].qs[j] & 0x0F]; /* kvalues_mxfp4 */
+      const int8_t x1 = ce_kvalues_fp4[x[i].qs[j] >> 4];
+
+      y[i * qk + j + 0] = x0 * d;
+      y[i * qk + j + qk / 2] = x1 * d;
+    }
+  }
+}
+
+static inline void ref_dequantize_row_tq1_0(const ref_block_tq1_0 *x, float *y, int64_t k) {
+  assert(k % REF_QK_K == 0);
+  const int64_t nb = k / REF_QK_K;
+
+  const uint8_t pow3[6] = {1, 3, 9, 27, 81, 243};
+
+  for (int64_t i = 0; i < nb; ++i) {
+
+    const float d = REF_GGML_FP16_TO_FP32(x[i].d);
+
+    for (size_t j = 0; j < sizeof(x->qs) - sizeof(x->qs) % 32; j += 32) {
+      for (size_t n = 0; n < 5; ++n) {
+        for (size_t m = 0; m < 32; ++m) {
+          uint8_t q = x[i].qs[j + m] * pow3[n];
+          int16_t xi = ((uint16_t)q * 3) >> 8;
+          *y++ = (float)(xi - 1) * d;
+        }
+      }
+    }
+    for (size_t j = sizeof(x->qs) - sizeof(x->qs) % 32; j < sizeof(x->qs); j += 16) {
+      for (size_t n = 0; n < 5; ++n) {
+        for (size_t m = 0; m < 16; ++m) {
+          uint8_t q = x[i].qs[j + m] * pow3[n];
+          int16_t xi = ((uint16_t)q * 3) >> 8;
+          *y++ = (float)(xi - 1) * d;
+        }
+      }
+    }
+
+    for (size_t n = 0; n < 4; ++n) {
+      for (size_t j = 0; j < sizeof(x->qh); ++j) {
+        uint8_t q = x[i].qh[j] * pow3[n];
+        int16_t xi = ((uint16_t)q * 3) >> 8;
+        *y++ = (float)(xi - 1) * d;
+      }
+    }
+  }
+}
+
+static inline void ref_dequantize_row_tq2_0(const ref_block_tq2_0 *x, float *y, int64_t k) {
+  assert(k % REF_QK_K == 0);
+  const int64_t nb = k / REF_QK_K;
+
+  for (int64_t i = 0; i < nb; ++i) {
+
+    const float d = REF_GGML_FP16_TO_FP32(x[i].d);
+
+    for (size_t j = 0; j < sizeof(x->qs); j += 32) {
+      for (size_t l = 0; l < 4; ++l) {
+        for (size_t m = 0; m < 32; ++m) {
+          int8_t q = (x[i].qs[j + m] >> (l * 2)) & 3;
+          *y++ = (float)(q - 1) * d;
+        }
+      }
+    }
+  }
+}
+
 /* ---- ggml.c's type_traits for the block types: ggml's type number, values
  * and bytes per block, and to_float (dequantize_row_*). */
 typedef void (*ref_to_float_t)(const void *x, float *y, int64_t k);
@@ -924,7 +1051,8 @@ typedef struct {
 REF_TO_FLOAT(q4_0) REF_TO_FLOAT(q4_1) REF_TO_FLOAT(q5_0) REF_TO_FLOAT(q5_1) REF_TO_FLOAT(q8_0)
 REF_TO_FLOAT(q2_K) REF_TO_FLOAT(q3_K) REF_TO_FLOAT(q4_K) REF_TO_FLOAT(q5_K) REF_TO_FLOAT(q6_K)
 REF_TO_FLOAT(iq2_xxs) REF_TO_FLOAT(iq2_xs) REF_TO_FLOAT(iq3_xxs) REF_TO_FLOAT(iq1_s) REF_TO_FLOAT(iq4_nl)
-REF_TO_FLOAT(iq3_s) REF_TO_FLOAT(iq2_s) REF_TO_FLOAT(iq4_xs) REF_TO_FLOAT(iq1_m)
+REF_TO_FLOAT(iq3_s) REF_TO_FLOAT(iq2_s) REF_TO_FLOAT(iq4_xs) REF_TO_FLOAT(iq1_m) REF_TO_FLOAT(tq1_0)
+REF_TO_FLOAT(tq2_0) REF_TO_FLOAT(mxfp4)
 #undef REF_TO_FLOAT
 #define REF_TRAIT(name, num, blk, block) {#name, num, blk, sizeof(ref_block_##block), ref_to_float_##block}
 static const ref_type_traits_t ref_type_traits[] = {
@@ -937,7 +1065,8 @@ static const ref_type_traits_t ref_type_traits[] = {
     REF_TRAIT(iq3_xxs, 18, REF_QK_K, iq3_xxs),  REF_TRAIT(iq1_s, 19, REF_QK_K, iq1_s),
     REF_TRAIT(iq4_nl, 20, REF_QK4_NL, iq4_nl),  REF_TRAIT(iq3_s, 21, REF_QK_K, iq3_s),
     REF_TRAIT(iq2_s, 22, REF_QK_K, iq2_s),      REF_TRAIT(iq4_xs, 23, REF_QK_K, iq4_xs),
-    REF_TRAIT(iq1_m, 29, REF_QK_K, iq1_m),
+    REF_TRAIT(iq1_m, 29, REF_QK_K, iq1_m),      REF_TRAIT(tq1_0, 34, REF_QK_K, tq1_0),
+    REF_TRAIT(tq2_0, 35, REF_QK_K, tq2_0),      REF_TRAIT(mxfp4, 39, REF_QK_MXFP4, mxfp4),
 };
 #undef REF_TRAIT
 

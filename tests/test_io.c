@@ -774,7 +774,7 @@ TU_CASE(load) {
     expect_load_fails(f, "q8k", CLEMBED_F32, CLEMBED_ERR_INVALID_ARGUMENT, "is of type q8_K");
     expect_load_fails(f, "q8k", CLEMBED_F32, CLEMBED_ERR_INVALID_ARGUMENT,
                       "block types q8_0, q4_0, q4_k, q6_k, q4_1, q5_0, q5_1, q2_k, q3_k, q5_k, iq4_nl, iq4_xs, "
-                      "iq2_xxs, iq2_xs, iq2_s, iq3_xxs, iq3_s, iq1_s, iq1_m can");
+                      "iq2_xxs, iq2_xs, iq2_s, iq3_xxs, iq3_s, iq1_s, iq1_m, tq1_0, tq2_0, mxfp4 can");
     static const uint64_t q81_shape[2] = {2, 32};
     expect_info(f, 4, "q81", -1, "q8_1", 2, q81_shape, 2 * 36);
     clembed_file_close(f);

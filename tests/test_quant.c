@@ -1,6 +1,6 @@
 /* test_quant: ggml's block formats, every type clembed takes as a table (Q8_0,
  * Q4_0, Q4_1, Q5_0, Q5_1, Q2_K ... Q6_K, IQ4_NL, IQ4_XS, IQ2_XXS, IQ2_XS, IQ2_S,
- * IQ3_XXS, IQ3_S, IQ1_S, IQ1_M: tests/quant_types.h).
+ * IQ3_XXS, IQ3_S, IQ1_S, IQ1_M, TQ1_0, TQ2_0, MXFP4: tests/quant_types.h).
  *
  * Host cases check the library's block code (src/ops/quant.c) bit for bit
  * against a plain transcription of ggml's own functions (reference_ggml.h):
@@ -87,6 +87,10 @@ TU_CASE(layouts) {
              offsetof(ref_block_iq1_s, qh) == 34 && offsetof(ref_block_iq1_m, qh) == 32 &&
              offsetof(ref_block_iq1_m, scales) == 48,
          "iq layouts");
+  EXPECT(sizeof(ref_block_tq1_0) == 54 && offsetof(ref_block_tq1_0, qh) == 48 && offsetof(ref_block_tq1_0, d) == 52 &&
+             sizeof(ref_block_tq2_0) == 66 && offsetof(ref_block_tq2_0, d) == 64 && sizeof(ref_block_mxfp4) == 17 &&
+             offsetof(ref_block_mxfp4, e) == 0 && offsetof(ref_block_mxfp4, qs) == 1,
+         "tq1_0, tq2_0, mxfp4 layouts");
   /* every type: the library's block facts are ggml's (type_traits) */
   for (int k = 0; k < NTQ; k++) {
     const ref_type_traits_t *r = ref_get_type_traits(TQ[k].ggml);
@@ -110,8 +114,10 @@ TU_CASE(row_bytes) {
       {CLEMBED_Q3_K, 256, 110}, {CLEMBED_Q5_K, 768, 528}, {CLEMBED_IQ4_NL, 64, 36}, {CLEMBED_IQ4_XS, 256, 136},
       {CLEMBED_IQ2_XXS, 256, 66}, {CLEMBED_IQ2_XS, 512, 148}, {CLEMBED_IQ2_S, 256, 82}, {CLEMBED_IQ3_XXS, 256, 98},
       {CLEMBED_IQ3_S, 256, 110}, {CLEMBED_IQ1_S, 256, 50}, {CLEMBED_IQ1_M, 512, 112}, {CLEMBED_IQ4_NL, 16, 0},
-      {CLEMBED_IQ1_M, 128, 0},
-      {22, 32, 0},         {-1, 32, 0},       {CE_Q8_0, (SIZE_MAX / 32) * 32, 0}};
+      {CLEMBED_IQ1_M, 128, 0}, {CLEMBED_TQ1_0, 512, 108}, {CLEMBED_TQ2_0, 256, 66}, {CLEMBED_MXFP4, 96, 51},
+      {CLEMBED_TQ1_0, 32, 0}, {CLEMBED_MXFP4, 16, 0},
+      {CLEMBED_MXFP4, (SIZE_MAX / 32) * 32, (SIZE_MAX / 32) * 17}, /* fewer bytes than values: no overflow */
+      {25, 32, 0},         {-1, 32, 0},       {CE_Q8_0, (SIZE_MAX / 32) * 32, 0}};
   for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
     size_t got = clembed_dtype_row_bytes((clembed_dtype)t[i].dtype, t[i].cols);
     EXPECT(got == t[i].bytes, "row bytes of %s x %zu: %zu, expected %zu", qname(t[i].dtype), t[i].cols, got,
@@ -120,12 +126,13 @@ TU_CASE(row_bytes) {
   static const char *const names[] = {"f32",    "f16",    "bf16",    "q8_0",   "q4_0",   "q4_k",
                                       "q6_k",   "q4_1",   "q5_0",    "q5_1",   "q2_k",   "q3_k",
                                       "q5_k",   "iq4_nl", "iq4_xs",  "iq2_xxs", "iq2_xs", "iq2_s",
-                                      "iq3_xxs", "iq3_s", "iq1_s",   "iq1_m"};
-  for (int d = 0; d < 22; d++)
+                                      "iq3_xxs", "iq3_s", "iq1_s",   "iq1_m",   "tq1_0",  "tq2_0",
+                                      "mxfp4"};
+  for (int d = 0; d < 25; d++)
     EXPECT(!strcmp(clembed_dtype_name((clembed_dtype)d), names[d]), "clembed_dtype_name(%d) is '%s', expected '%s'",
            d, clembed_dtype_name((clembed_dtype)d), names[d]);
   EXPECT(!strcmp(clembed_dtype_name((clembed_dtype)-1), "unknown") &&
-             !strcmp(clembed_dtype_name((clembed_dtype)22), "unknown"),
+             !strcmp(clembed_dtype_name((clembed_dtype)25), "unknown"),
          "clembed_dtype_name of a value that is none");
 }
 
@@ -185,7 +192,7 @@ TU_CASE(dequantize) {
     free(want);
   }
   EXPECT(ce_quant_dequantize(2, NULL, NULL, 0) == -1, "a float dtype is refused");
-  EXPECT(ce_quant_dequantize(22, NULL, NULL, 0) == -1, "a dtype that is none is refused");
+  EXPECT(ce_quant_dequantize(25, NULL, NULL, 0) == -1, "a dtype that is none is refused");
 }
 
 /* One block of each type with every possible f16 scale (inf and NaN
@@ -311,6 +318,36 @@ TU_CASE(known_values) {
   memset(b, 0, sizeof b), b[48 + 5] = 0xC0, b[48 + 7] = 0x30, b[48] = 1 << 3, b[33] = 0x80;
   ce_quant_dequantize(CLEMBED_IQ1_M, b, y, 256);
   EXPECT(y[0] == -0.875f && y[16] == 3 * -0.875f && y[24] == 3 * -1.125f, "iq1_m: %g %g %g", y[0], y[16], y[24]);
+  /* TQ1_0: d = 0.5; digit n of byte x is ((uint8)(x*3^n)*3) >> 8, minus 1. x = 200: 200 (600 >> 8 = 2: +1),
+   * 88 (264 >> 8 = 1: 0), 8 (-1); x = 100: 100 (300 >> 8 = 1: 0), 44 (132 >> 8 = 0: -1), 132 (396 >> 8 = 1: 0);
+   * x = 0: -1 everywhere. qs[0] = 200: values 0, 32, 64 (32 a digit); qs[33] = 200: values 161, 177, 193 (16 a
+   * digit from 160); qh[2] = 100: values 242, 246, 250 (4 a digit from 240) */
+  memset(b, 0, sizeof b), b[53] = 0x38, b[0] = 200, b[33] = 200, b[48 + 2] = 100;
+  ce_quant_dequantize(CLEMBED_TQ1_0, b, y, 256);
+  EXPECT(y[0] == 0.5f && y[32] == 0.0f && y[64] == -0.5f && y[1] == -0.5f, "tq1_0 qs[0]: %g %g %g %g", y[0], y[32],
+         y[64], y[1]);
+  EXPECT(y[161] == 0.5f && y[177] == 0.0f && y[193] == -0.5f && y[160] == -0.5f, "tq1_0 qs[33]: %g %g %g %g", y[161],
+         y[177], y[193], y[160]);
+  EXPECT(y[242] == 0.0f && y[246] == -0.5f && y[250] == 0.0f && y[255] == -0.5f, "tq1_0 qh[2]: %g %g %g %g", y[242],
+         y[246], y[250], y[255]);
+  /* TQ2_0: d = 2; qs[0] = 0xE4: 2-bit fields 0, 1, 2, 3 (values 0, 32, 64, 96) = -2, 0, 2, 4; qs[37] = 0x03: value
+   * 128 + 5 = 4, value 165 = -2 */
+  memset(b, 0, sizeof b), b[65] = 0x40, b[0] = 0xE4, b[37] = 0x03;
+  ce_quant_dequantize(CLEMBED_TQ2_0, b, y, 256);
+  EXPECT(y[0] == -2.0f && y[32] == 0.0f && y[64] == 2.0f && y[96] == 4.0f && y[133] == 4.0f && y[165] == -2.0f,
+         "tq2_0: %g %g %g %g %g %g", y[0], y[32], y[64], y[96], y[133], y[165]);
+  /* MXFP4 (kvalues_mxfp4 = 2 * E2M1: 0 1 2 3 4 6 8 12, then their negatives), d = 2^(e - 128): block 0 e = 128
+   * (d 1), qs[0] = 0xF7: value 0 = 12, value 16 = -12; block 1 e = 127 (d 0.5), qs[1] = 0x91: 0.5, -0.5;
+   * block 2 e = 1 (d 2^-127, subnormal), qs[0] = 0x17: 12 * 2^-127 (normal), value 16 = 2^-127 (subnormal);
+   * block 3 e = 255 (d 2^127), qs[0] = 0x21: 2^127, value 16 = 2 * 2^127 = inf; block 4 e = 0: 8 * 2^-128 */
+  memset(b, 0, sizeof b);
+  b[0] = 128, b[1] = 0xF7, b[17] = 127, b[18 + 1] = 0x91, b[34] = 1, b[35] = 0x17, b[51] = 255, b[52] = 0x21, b[68] = 0,
+  b[69] = 0x06;
+  ce_quant_dequantize(CLEMBED_MXFP4, b, y, 160);
+  EXPECT(y[0] == 12.0f && y[16] == -12.0f && y[1] == 0.0f && y[33] == 0.5f && y[49] == -0.5f,
+         "mxfp4 e 128, 127: %g %g %g %g %g", y[0], y[16], y[1], y[33], y[49]);
+  EXPECT(y[64] == 0x1.8p-124f && y[80] == 0x1p-127f && y[96] == 0x1p127f && y[112] == INFINITY && y[128] == 0x1p-125f,
+         "mxfp4 e 1, 255, 0: %a %a %a %a %a", y[64], y[80], y[96], y[112], y[128]);
 }
 
 /* Rows for the quantizers: random, with zeros, blocks of zeros, +-FLT_MAX,
@@ -1000,20 +1037,37 @@ static int nan_bits(uint32_t g, clembed_dtype t) {
   if (t == CLEMBED_F32) return (g & 0x7FFFFFFFu) > 0x7F800000u;
   return (g & 0x7FFFu) > (t == CLEMBED_F16 ? 0x7C00u : 0x7F80u);
 }
+/* 1 when ctx's device flushes subnormal floats (no CL_FP_DENORM, which OpenCL
+ * 1.2 allows): MXFP4's values of e 0 and 1 below 2^-126 may then come out 0, as
+ * include/clembed.h says (the other types' values are never subnormal). */
+static int flushes_subnormals(clembed_context *c) {
+  cl_device_id d = NULL;
+  cl_device_fp_config fc = 0;
+  clGetCommandQueueInfo(clembed_context_queue(c), CL_QUEUE_DEVICE, sizeof d, &d, NULL);
+  clGetDeviceInfo(d, CL_DEVICE_SINGLE_FP_CONFIG, sizeof fc, &fc, NULL);
+  return (fc & CL_FP_DENORM) == 0;
+}
+/* Whether g, a device's stored bits of dtype t for want, is what `flush`
+ * allows besides want's own bits: a zero for a subnormal want. */
+static int flushed_zero(uint32_t g, clembed_dtype t, float want, int flush) {
+  return flush && fpclassify(want) == FP_SUBNORMAL && (g & (t == CLEMBED_F32 ? 0x7FFFFFFFu : 0x7FFFu)) == 0;
+}
 /* As expect_out, where want may hold NaNs: a NaN must come out a NaN (its
- * payload is the device's: OpenCL leaves it free), every other value exact. */
-static size_t count_differ_nan(const void *got, clembed_dtype t, const float *want, size_t n) {
+ * payload is the device's: OpenCL leaves it free), every other value exact
+ * (or a zero for a subnormal, with `flush`). */
+static size_t count_differ_nan(const void *got, clembed_dtype t, const float *want, size_t n, int flush) {
   size_t bad = 0;
   for (size_t i = 0; i < n; i++) {
     uint32_t g = host_bits(got, i, t);
-    bad += isnan(want[i]) ? !nan_bits(g, t) : g != stored_bits(want[i], t);
+    bad += isnan(want[i]) ? !nan_bits(g, t) : g != stored_bits(want[i], t) && !flushed_zero(g, t, want[i], flush);
   }
   return bad;
 }
 
 /* Blocks with any f16 scale: the largest, subnormal, zero, infinite and NaN
  * (ggml's products then give infinities and NaNs: inf * 0 is a NaN, as in
- * ggml), in lookups (both shapes) and read back as F32, F16 and BF16. */
+ * ggml; MXFP4: e 0 and 1, subnormal scales, and 255, values past FLT_MAX), in
+ * lookups (both shapes) and read back as F32, F16 and BF16. */
 TU_CASE(dev_extreme) {
   if (!shapes()) return;
   for (int k = 0; k < NTQ; k++) {
@@ -1042,14 +1096,14 @@ TU_CASE(dev_extreme) {
       OK(ctx, clembed_lookup(ctx, &table, &dids, &out, 0, NULL, NULL));
       void *got = tu_alloc_elems(n * cols, FTYPES[f]);
       OK(ctx, clembed_matrix_read(ctx, &out, got, FTYPES[f]));
-      size_t bad = count_differ_nan(got, FTYPES[f], want, n * cols);
+      size_t bad = count_differ_nan(got, FTYPES[f], want, n * cols, flushes_subnormals(ctx));
       EXPECT(bad == 0, "%s: lookup of %s blocks with extreme scales -> %s: %zu of %zu values differ", SHAPE_NAME[sh],
              dname(t), DN_F[f], bad, n * cols);
       free(got);
       for (int g = 0; g < 3 && sh == 0; g++) { /* read back, dequantized on the host */
         got = tu_alloc_elems(rows * cols, FTYPES[g]);
         OK(ctx, clembed_matrix_read(ctx, &table, got, FTYPES[g]));
-        bad = count_differ_nan(got, FTYPES[g], q.ref, rows * cols);
+        bad = count_differ_nan(got, FTYPES[g], q.ref, rows * cols, 0); /* the host's values */
         EXPECT(bad == 0, "%s blocks with extreme scales read as %s: %zu of %zu values differ", dname(t), DN_F[g], bad,
                rows * cols);
         free(got);
@@ -1096,7 +1150,8 @@ static const char LOADS_KERNELS[] =
     "T_LOADS(3, q8_0) T_LOADS(4, q4_0) T_LOADS(5, q4_k) T_LOADS(6, q6_k) T_LOADS(7, q4_1)          \n"
     "T_LOADS(8, q5_0) T_LOADS(9, q5_1) T_LOADS(10, q2_k) T_LOADS(11, q3_k) T_LOADS(12, q5_k)       \n"
     "T_LOADS(13, iq4_nl) T_LOADS(14, iq4_xs) T_LOADS(15, iq2_xxs) T_LOADS(16, iq2_xs)             \n"
-    "T_LOADS(17, iq2_s) T_LOADS(18, iq3_xxs) T_LOADS(19, iq3_s) T_LOADS(20, iq1_s) T_LOADS(21, iq1_m) \n";
+    "T_LOADS(17, iq2_s) T_LOADS(18, iq3_xxs) T_LOADS(19, iq3_s) T_LOADS(20, iq1_s) T_LOADS(21, iq1_m) \n"
+    "T_LOADS(22, tq1_0) T_LOADS(23, tq2_0) T_LOADS(24, mxfp4)                                      \n";
 #define N_LOADS 7
 static const char *LOAD_NAMES[N_LOADS] = {"ce_load_T", "ce_load4_T", "load8", "ce_loadv_T (16)", "ce_loadw_T (2 x 16)",
                                           "load2x4", "load2x8"};
@@ -1143,11 +1198,16 @@ TU_CASE(dev_loads) {
     fprintf(stderr, "%s\n", log);
   }
   EXPECT(prog && err == CL_SUCCESS, "building the loads' program: %d", (int)err);
+  const int flush = flushes_subnormals(ctx);
   for (int k = 0; prog && err == CL_SUCCESS && k < NTQ; k++) {
     int t = TQ[k].dtype;
     size_t qk = tq_qk(t), n = qk == 32 ? 32 * 24 : 256 * (tu_small ? 2 : 6), nb = n / qk;
     qtab q = qtab_make(t, 1, n);
     for (size_t b = 0; b < nb; b++) rnd_block(t, q.blocks + b * tq_bb(t));
+    if (t == CLEMBED_MXFP4) { /* the exponents of subnormal scales and of values past FLT_MAX, through every load */
+      static const uint8_t es[4] = {0, 1, 254, 255};
+      for (size_t b = 0; b < 4; b++) q.blocks[b * tq_bb(t) + offsetof(ref_block_mxfp4, e)] = es[b];
+    }
     ref_dequantize(t, q.blocks, q.ref, n);
     char name[32];
     snprintf(name, sizeof name, "t_loads_%d", t);
@@ -1167,8 +1227,10 @@ TU_CASE(dev_loads) {
     EXPECT(e2 == CL_SUCCESS, "%s: running %s: %d", dname(t), name, (int)e2);
     for (int v = 0; e2 == CL_SUCCESS && v < N_LOADS; v++) {
       size_t bad = 0, first = 0;
-      for (size_t i = 0; i < n; i++)
-        if (bits_of(got[v * n + i]) != bits_of(q.ref[i]) && !bad++) first = i;
+      for (size_t i = 0; i < n; i++) {
+        uint32_t g = bits_of(got[v * n + i]);
+        if (g != bits_of(q.ref[i]) && !flushed_zero(g, CLEMBED_F32, q.ref[i], flush) && !bad++) first = i;
+      }
       EXPECT(bad == 0, "%s through %s: %zu of %zu values differ from ggml's, first %zu: %a, expected %a", dname(t),
              LOAD_NAMES[v], bad, n, first, got[v * n + first], q.ref[first]);
     }
@@ -1208,8 +1270,10 @@ TU_CASE(dev_rejections) {
   REFUSES(ctx, CLEMBED_ERR_INVALID_ARGUMENT, "cols", "Q5_1 block size 32", clembed_matrix_create(ctx, 2, 48, CLEMBED_Q5_1, &m));
   REFUSES(ctx, CLEMBED_ERR_INVALID_ARGUMENT, "cols", "IQ4_XS block size 256", clembed_matrix_create(ctx, 2, 96, CLEMBED_IQ4_XS, &m));
   REFUSES(ctx, CLEMBED_ERR_INVALID_ARGUMENT, "cols", "IQ1_M block size 256", clembed_matrix_create(ctx, 2, 32, CLEMBED_IQ1_M, &m));
+  REFUSES(ctx, CLEMBED_ERR_INVALID_ARGUMENT, "cols", "TQ1_0 block size 256", clembed_matrix_create(ctx, 2, 160, CLEMBED_TQ1_0, &m));
+  REFUSES(ctx, CLEMBED_ERR_INVALID_ARGUMENT, "cols", "MXFP4 block size 32", clembed_matrix_create(ctx, 2, 17, CLEMBED_MXFP4, &m));
   FAILS(ctx, CLEMBED_ERR_INVALID_ARGUMENT, clembed_matrix_create(ctx, 2, 32, (clembed_dtype)99, &m));
-  FAILS(ctx, CLEMBED_ERR_INVALID_ARGUMENT, clembed_matrix_create(ctx, 2, 32, (clembed_dtype)22, &m));
+  FAILS(ctx, CLEMBED_ERR_INVALID_ARGUMENT, clembed_matrix_create(ctx, 2, 32, (clembed_dtype)25, &m));
   EXPECT(clembed_dtype_row_bytes(CLEMBED_Q4_K, 512) == 288 && clembed_dtype_row_bytes(CLEMBED_Q8_0, 31) == 0 &&
              clembed_dtype_row_bytes(CLEMBED_F16, 3) == 6 && clembed_dtype_row_bytes((clembed_dtype)99, 32) == 0,
          "clembed_dtype_row_bytes");

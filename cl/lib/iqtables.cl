@@ -1,4 +1,4 @@
-/* iqtables.cl: the tables of ggml's non-linear and grid block types, as ggml's
+/* iqtables.cl: the tables of ggml's non-linear, grid and fp4 block types, as ggml's
  * src/ggml-common.h defines them (github.com/ggml-org/ggml, commit d99724f2;
  * MIT License, Copyright (c) 2023-2026 The ggml authors), the values copied
  * verbatim between each GGML_TABLE_BEGIN and GGML_TABLE_END.
@@ -6,15 +6,15 @@
  * In a program (OpenCL C 1.2) each table is a program-scope __constant array,
  * and only in a program that reads a table of a dtype that needs it
  * (CE_TABLES_FOR below): a program carries at most 16 KiB of them (IQ1_S's
- * grid), all of them together 33.1 KiB, within the 64 KiB every device's
+ * grid), all of them together 33.2 KiB, within the 64 KiB every device's
  * constant memory holds (CL_DEVICE_MAX_CONSTANT_BUFFER_SIZE's minimum).
  * Entries are read by their value (8 or 4 bytes, little-endian: byte k of an
  * entry is bits 8k..8k+7), whatever the device's byte order.
  *
  * The file is also valid C: src/ops/quant.c and the tests include it, with
  * CE_TABLES_FOR(t) defined to 1 (every table) and GGML_TABLE_BEGIN giving
- * static const arrays. Sizes: ksigns 128 B, kvalues 16 B, iq2xxs 2 KiB,
- * iq2xs 4 KiB, iq2s 8 KiB, iq3xxs 1 KiB, iq3s 2 KiB, iq1s 16 KiB. */
+ * static const arrays. Sizes: ksigns 128 B, kvalues_iq4nl and kvalues_fp4 16 B
+ * each, iq2xxs 2 KiB, iq2xs 4 KiB, iq2s 8 KiB, iq3xxs 1 KiB, iq3s 2 KiB, iq1s 16 KiB. */
 
 #ifdef __OPENCL_VERSION__
 /* The dtypes a program reads tables of: its TABLE_DT and POS_DT (forward.cl),
@@ -51,6 +51,13 @@ GGML_TABLE_END()
 #if CE_TABLES_FOR(13) || CE_TABLES_FOR(14)
 GGML_TABLE_BEGIN(int8_t, kvalues_iq4nl, 16)
     -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
+GGML_TABLE_END()
+#endif
+
+/* MXFP4: the 16 E2M1 values, doubled (ggml's kvalues_fp4, alias kvalues_mxfp4) */
+#if CE_TABLES_FOR(24)
+GGML_TABLE_BEGIN(int8_t, kvalues_fp4, 16)
+    0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12,
 GGML_TABLE_END()
 #endif
 

@@ -22,7 +22,7 @@
  * that share a block, a sub-block scale (Q4_K: 32, Q6_K: 16) and a nibble half
  * (Q4_0: 16).
  *
- * The codes 7 .. 21 (ggml's other types) are described with their loads
+ * The codes 7 .. 24 (ggml's other types) are described with their loads
  * below. Every helper here is static: a program compiles only those it calls
  * (an unused inline helper of external linkage would still be compiled).
  *
@@ -247,6 +247,9 @@ static inline float4 ce_load4_6(__global const uchar *p, ulong base, ulong j) { 
  *   19 IQ3_S   256 values, 110 bytes: d 0, qs[64] 2, qh[8] 66, signs[32] 74, scales[4] 106
  *   20 IQ1_S   256 values,  50 bytes: d 0, qs[32] 2, qh[8] 34 (uint16)
  *   21 IQ1_M   256 values,  56 bytes: qs[32] 0, qh[16] 32, scales[8] 48 (d: their top nibbles)
+ *   22 TQ1_0   256 values,  54 bytes: qs[48] 0 (5 ternary digits a byte), qh[4] 48 (4 a byte), d 52
+ *   23 TQ2_0   256 values,  66 bytes: qs[64] 0 (2 bits a value), d 64         y = (q - 1)*d
+ *   24 MXFP4    32 values,  17 bytes: e 0 (E8M0), qs[16] 1    y = kvalues_mxfp4[q]*2^(e - 128)
  * Each value is computed with ggml's operations in ggml's order (its
  * dequantize_row_*: the integer arithmetic, then the float32 products and sums
  * as written, e.g. IQ2_XXS's (db * grid) * sign with db = d * (0.5 + s) * 0.25).
@@ -255,7 +258,7 @@ static inline float4 ce_load4_6(__global const uchar *p, ulong base, ulong j) { 
  * (j a multiple of N): 16 values share every scale of the legacy and K types
  * (Q2_K's and Q3_K's scales are per 16 values); the grid types are computed
  * 8 values at a time (one grid entry, or two of IQ3's 4-value entries, and one
- * sign byte), 16 as two such groups. The IQ4 and grid types' tables are
+ * sign byte), 16 as two such groups. The IQ4, grid and MXFP4 types' tables are
  * iqtables.cl's, present only in a program that reads their dtype
  * (CE_TABLES_FOR there), and so are these types' functions. */
 
@@ -284,6 +287,9 @@ static inline uint ce_q_u32(__global const uchar *b) { return ce_q_u16(b) | (ce_
 #define CE_STORE_19 uchar
 #define CE_STORE_20 uchar
 #define CE_STORE_21 uchar
+#define CE_STORE_22 uchar
+#define CE_STORE_23 uchar
+#define CE_STORE_24 uchar
 #define ce_ptr_7(p, i) ((p) + ((ulong)(i) >> 5) * 20)
 #define ce_ptr_8(p, i) ((p) + ((ulong)(i) >> 5) * 22)
 #define ce_ptr_9(p, i) ((p) + ((ulong)(i) >> 5) * 24)
@@ -299,6 +305,9 @@ static inline uint ce_q_u32(__global const uchar *b) { return ce_q_u16(b) | (ce_
 #define ce_ptr_19(p, i) ((p) + ((ulong)(i) >> 8) * 110)
 #define ce_ptr_20(p, i) ((p) + ((ulong)(i) >> 8) * 50)
 #define ce_ptr_21(p, i) ((p) + ((ulong)(i) >> 8) * 56)
+#define ce_ptr_22(p, i) ((p) + ((ulong)(i) >> 8) * 54)
+#define ce_ptr_23(p, i) ((p) + ((ulong)(i) >> 8) * 66)
+#define ce_ptr_24(p, i) ((p) + ((ulong)(i) >> 5) * 17)
 
 /* Q3_K's 6-bit scale `is` (0..15), minus 32: ggml's unpacking of scales[12]
  * into aux[4], byte `is` of it: the low 4 bits from byte is % 8 (its low
@@ -377,6 +386,41 @@ CE_Q_OTHER_AT(4)
 CE_Q_OTHER_AT(8)
 CE_Q_OTHER_AT(16)
 
+/* TQ1_0's 3^n modulo 256 (ggml's pow3[n], n <= 4) */
+static inline uint ce_tq_pow3(uint n) { return (uint)(0xF3511B090301UL >> (8 * n)) & 0xFFu; }
+
+/* The ternary types, N values from value j of block b: y = (t - 1)*d for a digit t of 0, 1, 2. */
+#define CE_Q_TERNARY_AT(N)                                                                              \
+  /* TQ1_0: values 0..159 digit j/32 of qs[j%32], 160..239 digit (j-160)/16 of qs[32 + j%16]      \
+   * (N values share the digit), 240..255 digit (j-240)/4 of qh[j%4] (lane k: digit              \
+   * (j-240)/4 + k/4 of qh[k%4]); digit n of byte x: t = ((uchar)(x*3^n)*3) >> 8, as ggml */       \
+  static CE_INLINE float##N ce_tq1_0_at##N(__global const uchar *b, uint j) {                          \
+    uchar##N x, p;                                                                                     \
+    if (j < 160) {                                                                                     \
+      x = vload##N(0, b + (j & 31u));                                                                  \
+      p = (uchar##N)((uchar)ce_tq_pow3(j >> 5));                                                       \
+    } else if (j < 240) {                                                                              \
+      x = vload##N(0, b + 32 + (j & 15u));                                                             \
+      p = (uchar##N)((uchar)ce_tq_pow3((j - 160) >> 4));                                               \
+    } else {                                                                                           \
+      x = shuffle(vload4(0, b + 48), convert_uchar##N(CE_LANES##N & 3u));                              \
+      const uint##N n = (uint##N)((j - 240) >> 2) + (CE_LANES##N >> 2);                                \
+      p = convert_uchar##N(((uint##N)(0x1B090301u) >> (8u * n)) & 0xFFu);                              \
+    }                                                                                                  \
+    const uchar##N q = x * p; /* modulo 256, as ggml's uint8_t q */                                    \
+    const int##N t = convert_int##N((convert_ushort##N(q) * (ushort)3) >> (ushort)8);                  \
+    return convert_float##N(t - 1) * ce_q_half(b + 52);                                                \
+  }                                                                                                    \
+  /* TQ2_0: 2 bits of qs[32(j/128) + j%32] at 2((j/32) % 4) */                                         \
+  static CE_INLINE float##N ce_tq2_0_at##N(__global const uchar *b, uint j) {                          \
+    const uchar##N q = (vload##N(0, b + 32 * (j >> 7) + (j & 31u)) >> (uchar)(2 * ((j >> 5) & 3u))) & \
+                       (uchar)3;                                                                       \
+    return convert_float##N(convert_int##N(q) - 1) * ce_q_half(b + 64);                                \
+  }
+CE_Q_TERNARY_AT(4)
+CE_Q_TERNARY_AT(8)
+CE_Q_TERNARY_AT(16)
+
 /* IQ4_NL and IQ4_XS: N values j.. of 16 nibbles from qs (low nibbles for j < 16 of their 32),
  * each mapped through kvalues_iq4nl and multiplied by d: d * kvalues[q] */
 #if CE_TABLES_FOR(13) || CE_TABLES_FOR(14)
@@ -403,6 +447,29 @@ CE_Q_OTHER_AT(16)
 CE_Q_IQ4_AT(4)
 CE_Q_IQ4_AT(8)
 CE_Q_IQ4_AT(16)
+#endif
+
+/* MXFP4: N values j.. of its 16 nibbles (low nibbles for j < 16), k = kvalues_mxfp4[q], times
+ * d = 2^(e - 128) (ggml's GGML_E8M0_TO_FP32_HALF: the float of bits (e - 1) << 23 for e >= 2, the
+ * subnormal 2^-128 and 2^-127 for e 0 and 1). ggml's k*d is exact (k has at most 2 significant
+ * bits) but past FLT_MAX (an infinity); for e < 2 it is computed here as (k * 2^-126) * 2^(e - 2):
+ * the same value, with no subnormal operand (a device that flushes them still gets those of the
+ * products that are normal). */
+#if CE_TABLES_FOR(24)
+#define CE_Q_MXFP4_AT(N)                                                                               \
+  static CE_INLINE float##N ce_mxfp4_at##N(__global const uchar *b, uint j) {                          \
+    float t[N];                                                                                        \
+    for (uint k = 0; k < N; k++) {                                                                     \
+      const uint q = b[1 + ((j + k) & 15)];                                                            \
+      t[k] = (float)ce_kvalues_fp4[j < 16 ? q & 0xFu : q >> 4];                                        \
+    }                                                                                                  \
+    const uint e = b[0];                                                                               \
+    if (e >= 2) return vload##N(0, t) * as_float((e - 1) << 23);                                       \
+    return (vload##N(0, t) * 0x1p-126f) * (e ? 0.5f : 0.25f);                                          \
+  }
+CE_Q_MXFP4_AT(4)
+CE_Q_MXFP4_AT(8)
+CE_Q_MXFP4_AT(16)
 #endif
 
 /* The grid types: 8 values (a group g = j/8, j a multiple of 8). */
@@ -580,6 +647,11 @@ CE_Q_GRID_LOADS(iq1_s, 20)
 #if CE_TABLES_FOR(21)
 CE_Q_GRID_LOADS(iq1_m, 21)
 #endif
+CE_Q_LOADS(tq1_0, 22, 255)
+CE_Q_LOADS(tq2_0, 23, 255)
+#if CE_TABLES_FOR(24)
+CE_Q_LOADS(mxfp4, 24, 31)
+#endif
 
 /* VEC values and 2 VEC values (a macro of VEC, which the program defines) */
 #define ce_loadv_7(p, o) CE_QXCAT(ce_q4_1_load, VEC)(p, o)
@@ -597,6 +669,9 @@ CE_Q_GRID_LOADS(iq1_m, 21)
 #define ce_loadv_19(p, o) CE_QXCAT(ce_iq3_s_load, VEC)(p, o)
 #define ce_loadv_20(p, o) CE_QXCAT(ce_iq1_s_load, VEC)(p, o)
 #define ce_loadv_21(p, o) CE_QXCAT(ce_iq1_m_load, VEC)(p, o)
+#define ce_loadv_22(p, o) CE_QXCAT(ce_tq1_0_load, VEC)(p, o)
+#define ce_loadv_23(p, o) CE_QXCAT(ce_tq2_0_load, VEC)(p, o)
+#define ce_loadv_24(p, o) CE_QXCAT(ce_mxfp4_load, VEC)(p, o)
 #define ce_loadw_7(p, o, a, b) CE_QXCAT(ce_q4_1_load2x, VEC)(p, o, &(a), &(b))
 #define ce_loadw_8(p, o, a, b) CE_QXCAT(ce_q5_0_load2x, VEC)(p, o, &(a), &(b))
 #define ce_loadw_9(p, o, a, b) CE_QXCAT(ce_q5_1_load2x, VEC)(p, o, &(a), &(b))
@@ -612,3 +687,6 @@ CE_Q_GRID_LOADS(iq1_m, 21)
 #define ce_loadw_19(p, o, a, b) CE_QXCAT(ce_iq3_s_load2x, VEC)(p, o, &(a), &(b))
 #define ce_loadw_20(p, o, a, b) CE_QXCAT(ce_iq1_s_load2x, VEC)(p, o, &(a), &(b))
 #define ce_loadw_21(p, o, a, b) CE_QXCAT(ce_iq1_m_load2x, VEC)(p, o, &(a), &(b))
+#define ce_loadw_22(p, o, a, b) CE_QXCAT(ce_tq1_0_load2x, VEC)(p, o, &(a), &(b))
+#define ce_loadw_23(p, o, a, b) CE_QXCAT(ce_tq2_0_load2x, VEC)(p, o, &(a), &(b))
+#define ce_loadw_24(p, o, a, b) CE_QXCAT(ce_mxfp4_load2x, VEC)(p, o, &(a), &(b))

@@ -13,7 +13,7 @@
 /* The formats, recognised by content. */
 typedef enum ce_io_format { CE_IO_NPY = 0, CE_IO_SAFETENSORS, CE_IO_GGUF } ce_io_format;
 
-/* The block types are clembed_dtype's CLEMBED_Q8_0 ... CLEMBED_IQ1_M
+/* The block types are clembed_dtype's CLEMBED_Q8_0 ... CLEMBED_MXFP4
  * (clembed.h, included by clembed_io.h). */
 
 /* How a tensor's elements are stored, as far as loading is concerned. */

@@ -343,7 +343,7 @@ static void dequantize_q3_k(const uint8_t *x, float *y, size_t nb) {
 
 /* ------------------------------------------- the non-linear and grid types */
 
-/* ggml's tables (cl/lib/iqtables.cl, valid C): every one of them here. */
+/* ggml's tables (cl/lib/iqtables.cl, valid C): every one of them here (kvalues_fp4 too, MXFP4's). */
 #define CE_TABLES_FOR(t) 1
 #include "../../cl/lib/iqtables.cl"
 
@@ -555,6 +555,75 @@ static void dequantize_iq1_m(const uint8_t *x, float *y, size_t nb) {
   }
 }
 
+/* ------------------------------------------------ the ternary and fp4 types */
+
+/* dequantize_row_tq1_0: bytes 0-47 qs (5 ternary digits a byte), 48-51 qh (4
+ * a byte), 52-53 d. Digit n of byte b: q = (uint8_t)(b * 3^n), xi = (q * 3) >> 8
+ * (0, 1 or 2), value (xi - 1) * d; ggml's loops: qs[0..31] digit by digit (32
+ * values a digit), qs[32..47] likewise (16 a digit), then qh (4 a digit). */
+static void dequantize_tq1_0(const uint8_t *x, float *y, size_t nb) {
+  static const uint8_t pow3[6] = {1, 3, 9, 27, 81, 243};
+  for (size_t i = 0; i < nb; i++, x += CE_TQ1_0_BYTES) {
+    const float d = get_half(x + 52);
+    const uint8_t *qs = x, *qh = x + 48;
+    for (size_t j = 0; j < 32; j += 32) /* ggml's sizeof(qs) - sizeof(qs) % 32 */
+      for (size_t n = 0; n < 5; ++n)
+        for (size_t m = 0; m < 32; ++m) {
+          const uint8_t q = (uint8_t)(qs[j + m] * pow3[n]);
+          const int16_t xi = (int16_t)(((uint16_t)q * 3) >> 8);
+          *y++ = (float)(xi - 1) * d;
+        }
+    for (size_t j = 32; j < 48; j += 16)
+      for (size_t n = 0; n < 5; ++n)
+        for (size_t m = 0; m < 16; ++m) {
+          const uint8_t q = (uint8_t)(qs[j + m] * pow3[n]);
+          const int16_t xi = (int16_t)(((uint16_t)q * 3) >> 8);
+          *y++ = (float)(xi - 1) * d;
+        }
+    for (size_t n = 0; n < 4; ++n)
+      for (size_t j = 0; j < 4; ++j) {
+        const uint8_t q = (uint8_t)(qh[j] * pow3[n]);
+        const int16_t xi = (int16_t)(((uint16_t)q * 3) >> 8);
+        *y++ = (float)(xi - 1) * d;
+      }
+  }
+}
+
+/* dequantize_row_tq2_0: bytes 0-63 qs (2 bits a value), 64-65 d */
+static void dequantize_tq2_0(const uint8_t *x, float *y, size_t nb) {
+  for (size_t i = 0; i < nb; i++, x += CE_TQ2_0_BYTES) {
+    const float d = get_half(x + 64);
+    for (size_t j = 0; j < 64; j += 32)
+      for (size_t l = 0; l < 4; ++l)
+        for (size_t m = 0; m < 32; ++m) {
+          const int8_t q = (int8_t)((x[j + m] >> (l * 2)) & 3);
+          *y++ = (float)(q - 1) * d;
+        }
+  }
+}
+
+/* ggml_e8m0_to_fp32_half (GGML_E8M0_TO_FP32_HALF): 2^(e - 128) by its bits,
+ * the two smallest subnormal; e = 255 is 2^127, not a NaN */
+static float e8m0_to_fp32_half(uint8_t e) {
+  const uint32_t bits = e < 2 ? UINT32_C(0x00200000) << e : (uint32_t)(e - 1) << 23;
+  return f32_from_bits(bits);
+}
+
+/* dequantize_row_mxfp4: byte 0 e, 1-16 qs */
+static void dequantize_mxfp4(const uint8_t *x, float *y, size_t nb) {
+  const int qk = CE_MXFP4_VALUES;
+  for (size_t i = 0; i < nb; i++, x += CE_MXFP4_BYTES) {
+    const float d = e8m0_to_fp32_half(x[0]);
+    const uint8_t *qs = x + 1;
+    for (int j = 0; j < qk / 2; ++j) {
+      const int8_t x0 = ce_kvalues_fp4[qs[j] & 0x0F];
+      const int8_t x1 = ce_kvalues_fp4[qs[j] >> 4];
+      y[i * qk + j + 0] = (float)x0 * d;
+      y[i * qk + j + qk / 2] = (float)x1 * d;
+    }
+  }
+}
+
 int ce_quant_dequantize(int dtype, const void *blocks, float *y, size_t n) {
   const ce_dtype_facts *f = ce_dtype_facts_of(dtype);
   if (!f || f->block_values == 1 || n % f->block_values != 0) return -1;
@@ -580,6 +649,9 @@ int ce_quant_dequantize(int dtype, const void *blocks, float *y, size_t n) {
   case CE_IQ3_S: dequantize_iq3_s(x, y, n / qk); break;
   case CE_IQ1_S: dequantize_iq1_s(x, y, n / qk); break;
   case CE_IQ1_M: dequantize_iq1_m(x, y, n / qk); break;
+  case CE_TQ1_0: dequantize_tq1_0(x, y, n / qk); break;
+  case CE_TQ2_0: dequantize_tq2_0(x, y, n / qk); break;
+  case CE_MXFP4: dequantize_mxfp4(x, y, n / qk); break;
   default: return -1;
   }
   return 0;

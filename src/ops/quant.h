@@ -8,10 +8,10 @@
  *                               eight 6-bit mins); uint8 qs[128] (4-bit quants)
  *   Q6_K 256 values, 210 bytes: uint8 ql[128] (low 4 bits); uint8 qh[64] (high 2 bits);
  *                               int8 scales[16]; f16 d
- * and ggml's other types (dtypes 7 .. 21: Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q5_K,
- * IQ4_NL, IQ4_XS, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M), whose
- * layouts quant.c's dequantizers and cl/lib/quant.cl spell out, the grid
- * types' tables from cl/lib/iqtables.cl (ggml's).
+ * and ggml's other types (dtypes 7 .. 24: Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q5_K,
+ * IQ4_NL, IQ4_XS, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M, TQ1_0,
+ * TQ2_0, MXFP4), whose layouts quant.c's dequantizers and cl/lib/quant.cl spell
+ * out, the grid, IQ4 and MXFP4 types' tables from cl/lib/iqtables.cl (ggml's).
  * Dequantization is ggml's dequantize_row_* in float32, operation for operation
  * (no contraction into fused multiply-adds); quantization of F32 rows is ggml's
  * quantize_row_q8_0_ref and quantize_row_q4_0_ref, bit for bit.

@@ -41,7 +41,10 @@
   X(IQ3_XXS, 18, iq3_xxs, 256, 98)    \
   X(IQ3_S, 19, iq3_s, 256, 110)       \
   X(IQ1_S, 20, iq1_s, 256, 50)        \
-  X(IQ1_M, 21, iq1_m, 256, 56)
+  X(IQ1_M, 21, iq1_m, 256, 56)        \
+  X(TQ1_0, 22, tq1_0, 256, 54)        \
+  X(TQ2_0, 23, tq2_0, 256, 66)        \
+  X(MXFP4, 24, mxfp4, 32, 17)
 
 /* CE_Q4_K = 5, CE_Q4_K_VALUES = 256, CE_Q4_K_BYTES = 144, ... */
 #define CE_DTYPE_ENUM(ID, value, name, qk, bytes) CE_##ID = value, CE_##ID##_VALUES = qk, CE_##ID##_BYTES = bytes,

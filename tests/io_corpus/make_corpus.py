@@ -209,13 +209,15 @@ BLOCK_TYPES = [(8, 32, 34, "q8_0"), (2, 32, 18, "q4_0"), (12, 256, 144, "q4_k"),
                (3, 32, 20, "q4_1"), (6, 32, 22, "q5_0"), (7, 32, 24, "q5_1"), (10, 256, 84, "q2_k"),
                (11, 256, 110, "q3_k"), (13, 256, 176, "q5_k"), (20, 32, 18, "iq4_nl"), (23, 256, 136, "iq4_xs"),
                (16, 256, 66, "iq2_xxs"), (17, 256, 74, "iq2_xs"), (22, 256, 82, "iq2_s"), (18, 256, 98, "iq3_xxs"),
-               (21, 256, 110, "iq3_s"), (19, 256, 50, "iq1_s"), (29, 256, 56, "iq1_m")]
+               (21, 256, 110, "iq3_s"), (19, 256, 50, "iq1_s"), (29, 256, 56, "iq1_m"), (34, 256, 54, "tq1_0"),
+               (35, 256, 66, "tq2_0"), (39, 32, 17, "mxfp4")]
 
 
 def block_bytes(gtype, n):
     """n bytes of a tensor of ggml type gtype: byte i is (37 i + 11 gtype) mod 119, below 0x78, so that
-    every f16 scale (a byte pair, or IQ1_M's four top nibbles) is finite. tests/test_io.c (case corpus)
-    and tests/gguf_reader.py compute the same bytes."""
+    every f16 scale (a byte pair, or IQ1_M's four top nibbles) is finite, as are MXFP4's values (an
+    exponent byte below 0x78). tests/test_io.c (case corpus) and tests/gguf_reader.py compute the same
+    bytes."""
     return bytes((37 * i + 11 * gtype) % 119 for i in range(n))
 
 
