@@ -50,7 +50,6 @@ def _cl() -> ctypes.CDLL:
                                          ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)]
         o.clEnqueueUnmapMemObject.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint,
                                               ctypes.c_void_p, ctypes.c_void_p]
-        o.clFinish.argtypes = [ctypes.c_void_p]
         o._clembed_torch = True
     return o
 
@@ -423,9 +422,7 @@ def _grad_matrix(b: Bridge, g: torch.Tensor) -> Matrix:
     g = g.detach()
     if g.dtype not in (torch.float32, torch.float16):
         g = g.to(torch.float32)
-    m, t = b.matrix(g.reshape(-1, g.shape[-1]), "grad")
-    m._keep = (m._keep, t)
-    return m
+    return b.matrix(g.reshape(-1, g.shape[-1]), "grad")[0]
 
 
 def _dense(b: Bridge, m: Matrix, dtype: torch.dtype, shape: Optional[Tuple[int, ...]] = None) -> torch.Tensor:
@@ -595,8 +592,7 @@ class _BagFn(torch.autograd.Function):
         if psw is not None:
             if psw.numel() != i.count:
                 raise invalid("per_sample_weights", "has %d values for %d ids" % (psw.numel(), i.count))
-            w, wt = b.matrix(psw.detach().reshape(-1, 1).to(torch.float32), "per_sample_weights")
-            w._keep = (w._keep, wt)
+            w = b.matrix(psw.detach().reshape(-1, 1).to(torch.float32), "per_sample_weights")[0]
         if mod.max_norm is not None:
             mod.ctx.renorm(tab, i, mod.max_norm, mod.norm_type)
             mod._t.device_changed(now=mod._opt is None)
@@ -605,6 +601,7 @@ class _BagFn(torch.autograd.Function):
                               include_last_offset=off is not None, out=m)
         b.done(m, out)
         fctx.mod, fctx.ids, fctx.csr, fctx.w = mod, it, csr, w
+        fctx.psw_shape = psw.shape if psw is not None else None
         fctx.max_rows = getattr(m, "max_rows_ids", None)
         return out
 
@@ -620,7 +617,7 @@ class _BagFn(torch.autograd.Function):
         gpsw = None
         if fctx.needs_input_grad[1]:   # d/d per_sample_weights (mode 'sum'): the table read again
             gg = mod.ctx.bag_backward(g, i, off, table=mod._t.matrix, grad_weights=True, **opts)
-            gpsw = torch.from_numpy(gg.grad_weights.reshape(-1).copy()).reshape(fctx.w._keep[1].shape[0])
+            gpsw = torch.from_numpy(gg.grad_weights.reshape(-1).copy()).reshape(fctx.psw_shape)
         if mod._opt is not None:
             mod._opt.bag_step(mod._t.matrix, g, i, off, **opts)
             mod._t.device_changed()
@@ -820,8 +817,7 @@ class EmbeddingBagCollection(torch.nn.Module):
         ids, it = b.ids(batch["values"], "values")
         w = None
         if batch["weights"] is not None:
-            w, wt = b.matrix(torch.as_tensor(batch["weights"]).detach().reshape(-1, 1).to(torch.float32), "weights")
-            w._keep = (w._keep, wt)
+            w = b.matrix(torch.as_tensor(batch["weights"]).detach().reshape(-1, 1).to(torch.float32), "weights")[0]
         out = []
         for f, tname, pooling in self._layout:
             k = batch["keys"].index(f)
