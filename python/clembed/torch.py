@@ -533,11 +533,11 @@ class Embedding(_Layer):
     """
 
     def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: Optional[int] = None,
-                 max_norm: Optional[float] = None, norm_type: float = 2.0, scale: Any = 1.0, positions: Any = None,
+                 max_norm: Optional[float] = None, scale: Any = 1.0, positions: Any = None,
                  optimizer: Any = None, lr: Optional[float] = None, eps: Optional[float] = None,
-                 betas: Tuple[float, float] = (0.9, 0.999), weight_decay: float = 0.0, sparse: bool = False,
-                 dtype: torch.dtype = torch.float32, ctx: Optional[Context] = None, seed: Optional[int] = None,
-                 _weight: Optional[torch.Tensor] = None) -> None:
+                 betas: Tuple[float, float] = (0.9, 0.999), weight_decay: float = 0.0,
+                 dtype: torch.dtype = torch.float32, ctx: Optional[Context] = None, seed: Optional[int] = None, *,
+                 norm_type: float = 2.0, sparse: bool = False, _weight: Optional[torch.Tensor] = None) -> None:
         super().__init__()
         self._layer_setup(ctx, num_embeddings, embedding_dim, padding_idx, max_norm, norm_type, optimizer, lr, eps,
                           betas, weight_decay, sparse, dtype, seed, _weight)
@@ -875,10 +875,10 @@ class BertEmbeddings(torch.nn.Module):
 
     def __init__(self, vocab_size: int, hidden_size: int, max_position_embeddings: int = 512,
                  type_vocab_size: int = 2, layer_norm_eps: float = 1e-12, hidden_dropout_prob: float = 0.1,
-                 pad_token_id: Optional[int] = 0, initializer_range: float = 0.02, norm: str = "layer",
                  optimizer: Any = None, lr: Optional[float] = None, eps: Optional[float] = None,
                  betas: Tuple[float, float] = (0.9, 0.999), weight_decay: float = 0.0,
-                 ctx: Optional[Context] = None, seed: Optional[int] = None) -> None:
+                 ctx: Optional[Context] = None, seed: Optional[int] = None, *, pad_token_id: Optional[int] = 0,
+                 initializer_range: float = 0.02, norm: str = "layer") -> None:
         super().__init__()
         self.ctx = _context(ctx)
         self._bridge = bridge(self.ctx)

@@ -495,3 +495,19 @@ def test_bert_example_inside_a_transformers_encoder():
             losses.append(loss.item())
         assert abs(losses[0] - losses[1]) <= 1e-5 * abs(losses[0]), losses
     close(mine.embeddings.word_embeddings.weight, ref.embeddings.word_embeddings.weight, 1e-5, "word embeddings")
+
+
+def test_signatures_follow_the_contract():
+    """The positional order of API.md's "Python: PyTorch modules"."""
+    import inspect
+
+    def names(cls):
+        return [p.name for p in inspect.signature(cls.__init__).parameters.values()
+                if p.kind == p.POSITIONAL_OR_KEYWORD][1:]
+    assert names(ct.Embedding)[:14] == ["num_embeddings", "embedding_dim", "padding_idx", "max_norm", "scale",
+                                        "positions", "optimizer", "lr", "eps", "betas", "weight_decay", "dtype",
+                                        "ctx", "seed"]
+    assert names(ct.EmbeddingBag)[:4] == ["num_embeddings", "embedding_dim", "mode", "padding_idx"]
+    assert names(ct.EmbeddingBagCollection)[:2] == ["tables", "optimizer"]
+    assert names(ct.BertEmbeddings)[:7] == ["vocab_size", "hidden_size", "max_position_embeddings", "type_vocab_size",
+                                            "layer_norm_eps", "hidden_dropout_prob", "optimizer"]
