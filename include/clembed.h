@@ -72,8 +72,10 @@ typedef enum clembed_status {
   CLEMBED_ERR_BUILD_FAILED = -2004,       /* a kernel did not compile; the log is in the message */
   CLEMBED_ERR_OUT_OF_MEMORY = -2005,      /* host or device allocation failed */
   CLEMBED_ERR_UNSUPPORTED = -2006,        /* the device cannot do what was asked */
-  CLEMBED_ERR_COMMUNICATION = -2007       /* an MPI call of clembed_mpi failed (MPI's error string
+  CLEMBED_ERR_COMMUNICATION = -2007,      /* an MPI call of clembed_mpi failed (MPI's error string
                                              is in the message) */
+  CLEMBED_ERR_FILE = -2008                /* a file could not be written (no space, a write error, a
+                                             folder that does not exist); the message names the path */
 } clembed_status;
 
 /* A fixed string for every code, OpenCL's included ("CL_INVALID_VALUE"); never NULL.
@@ -777,7 +779,8 @@ CLEMBED_API clembed_status clembed_backward(clembed_context *ctx, const clembed_
 
 /* table[v] -= learning_rate * grad[v] for the rows v that occur in ids, where
  * grad[v] is r of clembed_backward (the same float32 operations), then rounded to
- * the table's dtype (F32, F16 or BF16); no other row is touched and no dense
+ * the table's dtype (F32, F16 or BF16; to nearest even: clembed_optimizer_step with
+ * kind SGD rounds stochastically when asked); no other row is touched and no dense
  * gradient is materialised (temporaries are O(ids)). Always the sorted,
  * deterministic path (deterministic and accumulate are ignored); a position_grad
  * in opt is added into as by clembed_backward. opt NULL means the defaults. */
@@ -860,12 +863,21 @@ typedef struct clembed_optimizer {
   clembed_matrix *state;   /* ADAGRAD: sum of squares (rows x cols); ROWWISE_ADAGRAD: (rows x 1);
                               ADAM: 1st moment (rows x cols). F32; the caller creates it (zeros) */
   clembed_matrix *state2;  /* ADAM: 2nd moment (rows x cols), F32 */
+  int stochastic_rounding; /* how an F16 or BF16 table is written back: 0 (default) rounded to
+                              nearest even; 1 stochastically rounded (clembed_optimizer_step
+                              defines the bits). An F32 table ignores it */
+  uint64_t seed;           /* stochastic rounding's random bits: Philox(seed, step, row, column) */
+  uint64_t first_row;      /* the row, in those bits, of the table's row 0: 0 (default) for a
+                              whole table; a table that holds rows [first_row, first_row + rows)
+                              of a larger one gets the larger table's bits (libclembed_mpi's
+                              shards set it themselves) */
 } clembed_optimizer;
 
 /* learning_rate 0.01 (SGD 0.1), eps 1e-10 (ADAGRAD) or 1e-8, beta1 0.9, beta2
- * 0.999, weight_decay 0, step 0, no states; struct_size this version's sizeof. A
- * caller's optimizer shorter than this version's takes the missing fields from
- * the defaults of its own kind. */
+ * 0.999, weight_decay 0, step 0, no states, stochastic_rounding 0, seed 0,
+ * first_row 0; struct_size this version's sizeof. A caller's optimizer shorter
+ * than this version's takes the missing fields from the defaults of its own
+ * kind. */
 CLEMBED_API clembed_optimizer clembed_optimizer_defaults(clembed_optimizer_kind kind);
 
 /* One fused sparse step, like clembed_sgd_update: for every row v that occurs in
@@ -885,9 +897,33 @@ CLEMBED_API clembed_optimizer clembed_optimizer_defaults(clembed_optimizer_kind 
  *                    rows not in ids are not decayed)
  * where 1 - beta1, 1 - beta2 and step_size = lr * sqrt(1 - beta2^t) / (1 - beta1^t), t = step,
  * are computed in float64 on the host and each rounded to float32 once. The table is F32,
- * F16 or BF16 (written back rounded to nearest even); the states are F32 with the table's
- * rows. sqrt and / are correctly rounded where the device says it can
- * (CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT), else the device's (a few ulp).
+ * F16 or BF16 (written back rounded to nearest even, or with stochastic_rounding 1 as
+ * below); the states are F32 with the table's rows. sqrt and / are correctly rounded where
+ * the device says it can (CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT), else the device's (a few ulp).
+ *
+ * Stochastic rounding (stochastic_rounding 1; an F16 or BF16 table, every kind): each element
+ * the step writes, x its float32 result w, is written as lo or hi with x's sign, the two values
+ * of the table's dtype around |x|: lo <= |x| < hi, lo = |x| truncated (BF16: the low 16 bits of
+ * x's float32 pattern cleared; F16: x's significand cut to the half's 10 bits, or below 2^-14
+ * to whole units of 2^-24, the subnormal halves) and hi the dtype's next value above lo
+ * (infinity after the largest finite value: 65504 for F16, 0x7F7F for BF16). With
+ * f = floor(2^32 * (|x| - lo) / u), u the dtype's spacing at lo (hi - lo; after the largest
+ * finite value the spacing below it, 32 for F16 and 2^120 for BF16), the fraction that lo
+ * discards (exact but for an F16 |x| below 2^-33, where it is truncated to 32 bits), and r
+ * the element's random word, the element is hi when f + r >= 2^32, else lo: hi with
+ * probability f / 2^32, so that its expected value is x. +0 and -0 stay; an F16 |x| >= 2^16
+ * and an infinity give infinity; a NaN is stored as the nearest-even store stores it. The random word of element (v, c), v the
+ * table row and c the column, with Philox4x32-10 as in clembed_matrix_init_normal (Random123;
+ * words x0 .. x3; key and counter words in the order written):
+ *   K = (x0, x1) of Philox4x32-10 with key (seed low 32 bits, seed high 32 bits) and counter
+ *       (step low 32 bits, step high 32 bits, 0x53524E44, 0)                  (the step's key)
+ *   r = x0 of Philox4x32-10 with key K and counter (c low 32 bits, c high 32 bits,
+ *       R low 32 bits, R high 32 bits), R = first_row + v.
+ * So the bits are the same on every device, work size, kernel shape and number of MPI ranks.
+ * step is the optimizer's field: the caller counts the steps there for SGD and ADAGRAD too
+ * (whose step is otherwise unused; 0 is allowed), so that each step draws fresh bits (the same
+ * seed, step and row draw the same bits again). clembed_sgd_update always rounds to nearest
+ * even: its stochastic form is this step with kind SGD.
  *
  * One pass after the sort of clembed_backward: each touched row of the table and of each
  * state is read once and written once, in the kernel that folds its gradient; no dense
@@ -901,7 +937,8 @@ CLEMBED_API clembed_optimizer clembed_optimizer_defaults(clembed_optimizer_kind 
  * Refused with CLEMBED_ERR_INVALID_ARGUMENT naming the field: a NULL optimizer, an unknown
  * kind, a missing state, a state of the wrong shape or dtype, learning_rate negative or not
  * finite, eps negative or not finite, beta1 or beta2 outside [0, 1), weight_decay negative
- * or not finite, step 0 for ADAM. A quantized table: CLEMBED_ERR_UNSUPPORTED. Bad ids as in
+ * or not finite, step 0 for ADAM, stochastic_rounding other than 0 and 1, first_row + the
+ * table's rows past 2^64. A quantized table: CLEMBED_ERR_UNSUPPORTED. Bad ids as in
  * the backward (deferred; they add nothing and no row is stepped for them). */
 CLEMBED_API clembed_status clembed_optimizer_step(clembed_context *ctx, const clembed_matrix *grad_out,
                                                   const clembed_ids *ids,
@@ -1178,8 +1215,9 @@ CLEMBED_API clembed_status clembed_bag_backward(clembed_context *ctx, const clem
  * the table and its state rows read and written once. The rows stepped are
  * those with a contribution: every row of a taken id (SUM, MEAN), under MAX
  * only the rows named in max_rows. The table is F32, F16 or BF16; the
- * optimizer's fields and states are checked as clembed_optimizer_step does.
- * The table and states may be split, grad_out too. */
+ * optimizer's fields and states are checked as clembed_optimizer_step does,
+ * and its stochastic_rounding rounds the table's elements as there (v the
+ * table's row). The table and states may be split, grad_out too. */
 CLEMBED_API clembed_status clembed_bag_optimizer_step(clembed_context *ctx, const clembed_matrix *grad_out,
                                                       const clembed_ids *ids, const clembed_ids *offsets,
                                                       const clembed_bag_options *opt, const clembed_optimizer *o,

@@ -11,7 +11,7 @@
  *                 refused.
  *   .safetensors  an 8-byte little-endian header length, a JSON header
  *                 ({name: {"dtype", "shape", "data_offsets"}}, plus an optional
- *                 "__metadata__" map of strings, which is skipped) and the data;
+ *                 "__metadata__" map of strings: clembed_file_metadata) and the data;
  *                 0 to CLEMBED_FILE_MAX_DIMS dimensions. F32, F16 and BF16
  *                 load as tables; I32 and I64 are ids; the
  *                 other safetensors types are listed with dtype -1.
@@ -109,6 +109,22 @@ CLEMBED_API clembed_status clembed_file_find(const clembed_file *f, const char *
  * byte). *data is NULL for a tensor of 0 bytes. */
 CLEMBED_API clembed_status clembed_file_tensor_data(const clembed_file *f, size_t i, const void **data);
 
+/* A .safetensors file's "__metadata__" (a map of strings), in the file's
+ * order; 0 entries for .npy and .gguf files (GGUF's key/value section is not
+ * kept) and for NULL. */
+CLEMBED_API size_t clembed_file_metadata_count(const clembed_file *f);
+
+/* Entry i of the metadata: *key and *value (either may be NULL) receive
+ * NUL-terminated UTF-8 strings owned by the file (a NUL inside a string, "\u0000",
+ * is refused when the file is opened). i past the count:
+ * CLEMBED_ERR_INVALID_ARGUMENT. */
+CLEMBED_API clembed_status clembed_file_metadata(const clembed_file *f, size_t i, const char **key,
+                                                 const char **value);
+
+/* The value of the first metadata entry whose key is `key` (exact), or NULL
+ * when there is none (or f or key is NULL). Owned by the file. */
+CLEMBED_API const char *clembed_file_metadata_find(const clembed_file *f, const char *key);
+
 /* Creates *m (the caller owns it; release with clembed_matrix_release) and
  * uploads the tensor into it, straight from the file's mapping. Blocking.
  * - `name` NULL means the file's only tensor; for a GGUF file with several
@@ -159,6 +175,68 @@ CLEMBED_API clembed_status clembed_matrix_load_rows(clembed_context *ctx, const 
  * Blocking; the caller releases *ids with clembed_ids_release. */
 CLEMBED_API clembed_status clembed_ids_load(clembed_context *ctx, const clembed_file *f, const char *name,
                                             clembed_ids *ids);
+
+/* ------------------------------------------------------------- checkpoints
+ *
+ * A checkpoint is one .safetensors file holding matrices (tables, optimizer
+ * states, position tables, ...) under names the caller chooses, and the
+ * caller's metadata (step counts, seeds) as strings. Any safetensors reader
+ * reads it: F32, F16 and BF16 matrices are tensors of their own type and
+ * shape [rows, cols]; every other dtype (the block-quantized ones) is "U8" of
+ * shape [rows, clembed_dtype_row_bytes(dtype, cols)], the rows' bytes as the
+ * device holds them. "__metadata__" holds "clembed.checkpoint": "1", and for
+ * each tensor "clembed.tensor.NAME": "dtype=q4_0 rows=R cols=C crc32c=XXXXXXXX"
+ * (clembed_dtype_name's name, the matrix's shape, the CRC-32C of the
+ * tensor's bytes as 8 lower-case hex digits), then the caller's entries. The
+ * header is padded with spaces so that the data start at a multiple of 64
+ * bytes; the tensors follow in the order given, with no gaps.
+ * Optimizer states go under "TABLE.momentum1" and "TABLE.momentum2"
+ * (clembed_optimizer's state and state2, as FBGEMM names them) and the step
+ * count as metadata (clembed_optimizer.step): that is how the Python package
+ * and libclembed_mpi name them; read them back with clembed_file_open and
+ * clembed_file_metadata_find. */
+typedef struct clembed_checkpoint_item { /* one tensor to save or load */
+  const char *name;                      /* its name in the file */
+  clembed_matrix *matrix;                /* a table, an optimizer state, a position table ... */
+} clembed_checkpoint_item;
+
+/* Saves n matrices (any dtype, any shape, split ones and views too) and n_meta
+ * metadata entries (meta_keys[i]: meta_values[i]; keys non-empty and unique,
+ * not starting with "clembed."; keys, values and names valid UTF-8; names
+ * non-empty, unique, not "__metadata__") into `path`. Blocking (it waits for
+ * the context's work before reading each matrix).
+ * Atomic: the file is written to a temporary file in the same folder
+ * (".NAME.clembed-tmp.HOST.PID"), fsynced, renamed over `path`, and the folder
+ * fsynced; a failure (no space, a write error, a kill of the process at any
+ * moment) leaves the previous file at `path` whole. A failed save removes its
+ * temporary file; one left by a killed process is removed by the next save to
+ * the same path on the same host. One save to a path at a time.
+ * The matrices are read a piece of rows (at most 32 MiB) at a time, never
+ * staged whole; a split matrix piece by piece.
+ * Errors: a bad argument (a NULL, a name or key as above, a matrix the data
+ * calls refuse) CLEMBED_ERR_INVALID_ARGUMENT naming it; the file cannot be
+ * created, written, synced or renamed (no space, RLIMIT_FSIZE, a missing
+ * folder, no permission) CLEMBED_ERR_FILE, the message naming the path and
+ * the system's reason; a device failure while reading a matrix its status. */
+CLEMBED_API clembed_status clembed_checkpoint_save(clembed_context *ctx, const char *path,
+                                                   const clembed_checkpoint_item *items, size_t n,
+                                                   const char *const *meta_keys, const char *const *meta_values,
+                                                   size_t n_meta);
+
+/* Loads n matrices saved by clembed_checkpoint_save into existing matrices
+ * (each item's matrix, written in place: a split one piece by piece). Every
+ * check comes before any matrix is written: the file is a checkpoint (its
+ * "clembed.checkpoint" entry), each item's name is in it, with the matrix's
+ * dtype, rows and cols, stored as the format says, and the CRC-32C of every
+ * tensor's bytes is the one its entry records. A failure of any of them is
+ * CLEMBED_ERR_INVALID_ARGUMENT, the message naming the path, the tensor and
+ * what differs (the file's shape and dtype and the matrix's, the stored and
+ * computed checksums; a file that is not safetensors, is truncated or damaged
+ * in its header: the reader's message), and no matrix is modified. The file
+ * may hold more tensors than asked for. The metadata is read with
+ * clembed_file_open and clembed_file_metadata_find. Blocking. */
+CLEMBED_API clembed_status clembed_checkpoint_load(clembed_context *ctx, const char *path,
+                                                   const clembed_checkpoint_item *items, size_t n);
 
 #ifdef __cplusplus
 }

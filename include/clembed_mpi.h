@@ -42,7 +42,10 @@
  *   received for that row, which is the id's count over every rank. No partial
  *   sum is ever formed on the sending side (that would change the order of
  *   the additions), so a row's gradient crosses the network once per token.
- *   Weight decay, the step and the states are the owner's, as on one device.
+ *   Weight decay, the step and the states are the owner's, as on one device,
+ *   and so is the write back: with stochastic_rounding, each owner steps its
+ *   shard with first_row moved on by the shard's first row, so every element
+ *   draws the random bits of its row in the whole table;
  * - embedding_bag: each rank's bags are clembed_embedding_bag's on the whole
  *   table: the rank fetches its ids' rows as embed does and pools its own
  *   bags over them (each bag over its ids in ascending position);
@@ -210,7 +213,9 @@ CLEMBED_API clembed_status clembed_mpi_embedding_bag(clembed_mpi_table *t, const
  * batch). o->state and o->state2 must be NULL: the state lives with each
  * shard, made (zeros) by the table's first step, and a later step of another
  * kind is CLEMBED_ERR_INVALID_ARGUMENT. o->step as in one process (ADAM's t,
- * the same on every rank). Agreed: scale, policy, padding_idx,
+ * and stochastic rounding's step; the same on every rank). o->stochastic_rounding
+ * and o->seed as in clembed_optimizer_step; o->first_row is the whole table's
+ * (0 for the table itself), each shard's step adds its first row to it. Agreed: scale, policy, padding_idx,
  * scale_grad_by_freq and every field of o; dropout and its seed are each
  * rank's own (the mask of its own forward). Collective and blocking. */
 CLEMBED_API clembed_status clembed_mpi_optimizer_step(clembed_mpi_table *t, const clembed_matrix *grad_out,
@@ -238,6 +243,51 @@ CLEMBED_API clembed_status clembed_mpi_optimizer_step(clembed_mpi_table *t, cons
 CLEMBED_API clembed_status clembed_mpi_bag_optimizer_step(clembed_mpi_table *t, const clembed_matrix *grad_out,
                                                           const clembed_ids *ids, const clembed_ids *offsets,
                                                           const clembed_bag_options *opt, const clembed_optimizer *o);
+
+/* Checkpoints: the tables (and the optimizer states their steps made) in one
+ * file of clembed_checkpoint_save's format (clembed_io.h), which loads on any
+ * number of ranks, with clembed_mpi_checkpoint_load, and in one process, with
+ * clembed_checkpoint_load (a whole table into one matrix). Table i is saved
+ * under names[i], its states under "NAMES[i].momentum1" (and ".momentum2" for
+ * ADAM) with "clembed.optimizer.NAMES[i]": "adagrad", "rowwise_adagrad" or
+ * "adam" in the metadata, after the caller's n_meta entries (meta_keys[j]:
+ * meta_values[j], as clembed_checkpoint_save takes them: step counts, seeds).
+ * Every rank writes its own rows of each tensor at their place in the file
+ * (pwrite into one temporary file, which rank 0 creates, then a CRC-32C of each
+ * tensor from the ranks' in rank order, the header, fsync, the rename and the
+ * folder's fsync by rank 0): the path must be on a file system every rank sees
+ * (one machine, NFS, a parallel file system); a rank that cannot open the
+ * temporary file says so. Atomic as clembed_checkpoint_save: a failure on any
+ * rank (CLEMBED_ERR_FILE naming the path on that rank) leaves the previous file
+ * whole and no temporary file. Collective over the tables' communicator (every
+ * table over the same one, or a duplicate of it); the ranks agree on path, n,
+ * the names, the states and the metadata (else CLEMBED_ERR_INVALID_ARGUMENT on
+ * every rank, nothing written). Blocking; each rank reads its rows a piece of
+ * at most 32 MiB at a time. The file's bytes do not depend on the number of
+ * ranks that saved it. */
+CLEMBED_API clembed_status clembed_mpi_checkpoint_save(const char *path, clembed_mpi_table *const *tables,
+                                                       const char *const *names, size_t n,
+                                                       const char *const *meta_keys,
+                                                       const char *const *meta_values, size_t n_meta);
+
+/* Loads tables saved by clembed_mpi_checkpoint_save (on any number of ranks)
+ * or by clembed_checkpoint_save (tensors of the tables' shapes and dtypes),
+ * each rank reading only its own rows from its mapping of the file: tables[i]
+ * from tensor names[i], and where the file holds its optimizer state (the
+ * metadata's "clembed.optimizer.NAMES[i]") the state too, made for the table
+ * if it had none (so that the next step continues the saved run); a table
+ * whose saved self had no state loses its own. Every check comes before any
+ * row is written, on every rank: the file is a checkpoint, every tensor is
+ * there with the table's dtype and shape, a table's state is of the kind its
+ * table already has (if any), and every tensor's CRC-32C (combined from the
+ * ranks' rows) is the one the file records; a failure is
+ * CLEMBED_ERR_INVALID_ARGUMENT on every rank, naming the tensor and what
+ * differs, and no table is modified. Collective; the ranks agree on path, n
+ * and the names. The caller's metadata is read with clembed_file_open and
+ * clembed_file_metadata_find. Resuming is exact: K steps equal k steps, a
+ * save on N ranks, a load on M and K - k steps, bit for bit. */
+CLEMBED_API clembed_status clembed_mpi_checkpoint_load(const char *path, clembed_mpi_table *const *tables,
+                                                       const char *const *names, size_t n);
 
 #ifdef __cplusplus
 }

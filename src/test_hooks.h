@@ -21,6 +21,13 @@ CLEMBED_API clembed_status clembed__test_override_source(clembed_context *ctx, c
  * NULL: lets a test check that CLEMBED_TUNING took effect. */
 CLEMBED_API int clembed__test_cpu_shapes(const clembed_context *ctx);
 
+/* Calls fn(stage) at each stage of every clembed_checkpoint_save of the
+ * process: "opened" (the temporary file created), "data" (the tensors
+ * written), "header" (the header written), "synced" (the temporary file
+ * synced and closed), "renamed" (renamed over the path, its folder not yet
+ * synced), "done". NULL removes it. Lets a test kill a save at each stage. */
+CLEMBED_API void clembed__test_checkpoint_hook(void (*fn)(const char *stage));
+
 #ifdef __cplusplus
 }
 #endif

@@ -115,6 +115,9 @@ int main(void) {
   FIELD(clembed_optimizer, step)
   FIELD(clembed_optimizer, state)
   FIELD(clembed_optimizer, state2)
+  FIELD(clembed_optimizer, stochastic_rounding)
+  FIELD(clembed_optimizer, seed)
+  FIELD(clembed_optimizer, first_row)
 
   STRUCT(clembed_rope)
   FIELD(clembed_rope, struct_size)
@@ -146,6 +149,9 @@ int main(void) {
   FIELD(clembed_bag_feature, offsets)
   FIELD(clembed_bag_feature, options)
 
+  STRUCT(clembed_checkpoint_item)
+  FIELD(clembed_checkpoint_item, name)
+  FIELD(clembed_checkpoint_item, matrix)
   STRUCT(clembed_tensor_info)
   FIELD(clembed_tensor_info, name)
   FIELD(clembed_tensor_info, dtype)
@@ -162,6 +168,7 @@ int main(void) {
   CONST(CLEMBED_ERR_OUT_OF_MEMORY)
   CONST(CLEMBED_ERR_UNSUPPORTED)
   CONST(CLEMBED_ERR_COMMUNICATION)
+  CONST(CLEMBED_ERR_FILE)
   CONST(CLEMBED_F32)
   CONST(CLEMBED_F16)
   CONST(CLEMBED_BF16)

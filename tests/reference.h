@@ -428,4 +428,74 @@ static inline void ref_optimizer_step(const clembed_optimizer *o, const float *G
   }
 }
 
+/* ------------------------------------------------------------ stochastic rounding */
+
+/* Philox4x32-10 with any key (k0, k1) and counter c[0..3], plainly (Random123). */
+static inline void ref_philox_kc(uint32_t k0, uint32_t k1, const uint32_t c[4], uint32_t out[4]) {
+  uint32_t c0 = c[0], c1 = c[1], c2 = c[2], c3 = c[3];
+  for (int r = 0; r < 10; r++) {
+    if (r) { k0 += 0x9E3779B9u; k1 += 0xBB67AE85u; }
+    uint64_t p0 = (uint64_t)0xD2511F53u * c0, p1 = (uint64_t)0xCD9E8D57u * c2;
+    uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0, n1 = (uint32_t)p1;
+    uint32_t n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1, n3 = (uint32_t)p0;
+    c0 = n0; c1 = n1; c2 = n2; c3 = n3;
+  }
+  out[0] = c0; out[1] = c1; out[2] = c2; out[3] = c3;
+}
+
+/* The random word of table element (row, col) of a step (clembed_optimizer_step's
+ * stochastic rounding): K = (x0, x1) of Philox(seed; step lo, step hi, 0x53524E44, 0),
+ * then x0 of Philox(K; col lo, col hi, row lo, row hi). row: first_row + the table's row. */
+static inline uint32_t ref_sr_word(uint64_t seed, uint64_t step, uint64_t row, uint64_t col) {
+  uint32_t k[4], x[4];
+  const uint32_t c1[4] = {(uint32_t)step, (uint32_t)(step >> 32), 0x53524E44u, 0u};
+  ref_philox_kc((uint32_t)seed, (uint32_t)(seed >> 32), c1, k);
+  const uint32_t c2[4] = {(uint32_t)col, (uint32_t)(col >> 32), (uint32_t)row, (uint32_t)(row >> 32)};
+  ref_philox_kc(k[0], k[1], c2, x);
+  return x[0];
+}
+
+/* hi (1) or lo (0) for |x| = a between lo and lo + u (u the spacing at lo): with
+ * f = floor(2^32 (a - lo) / u), hi when f + r >= 2^32. In float64, exactly:
+ * a - lo is exact (both floats near each other or lo 0), u a power of two. */
+static inline int ref_sr_up(double a, double lo, double u, uint32_t r) {
+  double f = floor((a - lo) / u * 4294967296.0);
+  return (uint64_t)f + (uint64_t)r >= ((uint64_t)1 << 32);
+}
+
+/* Stochastic rounding of x to BF16 bits with the random word r: lo is |x|
+ * truncated (the low 16 bits of its pattern cleared), hi the next BF16
+ * (infinity after 0x7F7F, whose spacing is 2^120); NaN as the nearest-even store. */
+static inline uint16_t ref_sr_bf16(float x, uint32_t r) {
+  uint32_t u;
+  memcpy(&u, &x, 4);
+  if (isnan(x)) return (uint16_t)((u >> 16) | 0x40);
+  uint16_t sign = (uint16_t)((u >> 16) & 0x8000), lo = (uint16_t)((u >> 16) & 0x7FFF);
+  if (lo == 0x7F80) return sign | lo; /* infinity */
+  double a = fabs((double)x), vlo = (double)ref_bf16_to_f32(lo);
+  double spacing = lo == 0x7F7F ? ldexp(1.0, 120) : (double)ref_bf16_to_f32((uint16_t)(lo + 1)) - vlo;
+  return sign | (uint16_t)(lo + ref_sr_up(a, vlo, spacing, r));
+}
+
+/* Stochastic rounding of x to F16 bits with the random word r: lo the largest
+ * half <= |x| (found by search), hi the next (infinity after 65504, whose
+ * spacing is 32); |x| >= 65536 and infinity give infinity; NaN as the
+ * nearest-even store (quiet, its sign and top 10 payload bits). */
+static inline uint16_t ref_sr_f16(float x, uint32_t r) {
+  uint32_t u;
+  memcpy(&u, &x, 4);
+  uint16_t sign = (u >> 31) ? 0x8000 : 0;
+  if (isnan(x)) return sign | 0x7E00 | (uint16_t)((u >> 13) & 0x3FF);
+  double a = fabs((double)x);
+  if (a >= 65536.0) return sign | 0x7C00;
+  int lo = 0, hi = 0x7BFF; /* the largest half <= a */
+  while (lo < hi) {
+    int mid = (lo + hi + 1) / 2;
+    if ((double)ref_f16_to_f32((uint16_t)mid) <= a) lo = mid; else hi = mid - 1;
+  }
+  double vlo = (double)ref_f16_to_f32((uint16_t)lo);
+  double spacing = lo == 0x7BFF ? 32.0 : (double)ref_f16_to_f32((uint16_t)(lo + 1)) - vlo;
+  return sign | (uint16_t)(lo + ref_sr_up(a, vlo, spacing, r));
+}
+
 #endif

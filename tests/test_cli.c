@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "cli_run.h"
+#include "clembed_io.h"
 
 static int exists(const char *path) {
   struct stat st;
@@ -1039,7 +1040,7 @@ TU_CASE(help_lists_every_flag) {
       {"sgd", {"--table", "--ids", "--grad", "--lr", "--scale", "--padding-idx", "--scale-grad-by-freq", "--on-bad-id",
                "--dropout", "--seed", "--out-dtype", "--device", "-o"}},
       {"init", {"--rows", "--dim", "--normal", "--uniform", "--seed", "--dtype", "--out-dtype", "--device", "-o"}},
-      {"inspect", {"--json", "--device"}},
+      {"inspect", {"--json", "--metadata", "--device"}},
       {"demo", {"--device"}},
       {"bench", {"--json", "--device"}},
   };
@@ -1239,6 +1240,32 @@ TU_CASE(devices_json) {
   expect_devices_json(list, n, pick);
   RUNS(1, "devices", "--json=yes");
   ERR_HAS("--json takes no value");
+}
+
+/* inspect of a checkpoint: each tensor's matrix (dtype, shape, CRC-32C) and the metadata. */
+TU_CASE(inspect_checkpoint) {
+  ctx = tu_context();
+  clembed_matrix a, q;
+  OK(ctx, clembed_matrix_create(ctx, 3, 4, CLEMBED_F32, &a));
+  OK(ctx, clembed_matrix_create(ctx, 2, 32, CLEMBED_Q8_0, &q));
+  clembed_checkpoint_item items[] = {{"emb", &a}, {"emb.q", &q}};
+  const char *keys[] = {"step"}, *values[] = {"12"};
+  OK(ctx, clembed_checkpoint_save(ctx, P("ck.safetensors"), items, 2, keys, values, 1));
+  RUNS(0, "inspect", P("ck.safetensors"));
+  /* CRC-32C of 48 zero bytes, and of two Q8_0 blocks of zeros (68 bytes) */
+  EXPECT(!strcmp(g_out, "emb f32 3x4 = f32 3x4 crc32c=288c3ab9\nemb.q u8 2x34 = q8_0 2x32 crc32c=d80d46e8\n"
+                        "metadata:\n  clembed.checkpoint: 1\n  step: 12\n"),
+         "inspect of a checkpoint: %s", g_out);
+  RUNS(0, "inspect", P("ck.safetensors"), "--metadata", "--json");
+  EXPECT(!strcmp(g_out, "{\"clembed.checkpoint\": \"1\", \"clembed.tensor.emb\": \"dtype=f32 rows=3 cols=4 crc32c=288c3ab9\", "
+                        "\"clembed.tensor.emb.q\": \"dtype=q8_0 rows=2 cols=32 crc32c=d80d46e8\", \"step\": \"12\"}\n"),
+         "inspect --metadata --json: %s", g_out);
+  RUNS(0, "inspect", P("ck.safetensors"), "--json");
+  EXPECT(strstr(g_out, "\"matrix\": {\"dtype\": \"q8_0\", \"rows\": 2, \"cols\": 32, \"crc32c\": \"d80d46e8\"}"),
+         "inspect --json of a checkpoint: %s", g_out);
+  clembed_matrix_release(&a);
+  clembed_matrix_release(&q);
+  clembed_context_destroy(ctx);
 }
 
 /* inspect takes --device (and opens no device), before or after FILE; a file

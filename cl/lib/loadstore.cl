@@ -65,6 +65,46 @@ inline ushort ce_to_bf16(float v) {
 }
 inline void ce_store_2(__global ushort *p, ulong i, float v) { p[i] = ce_to_bf16(v); }
 
+/* Stochastic rounding to F16 and BF16 with a random 32-bit word r (the
+ * optimizers' stochastic_rounding; include/clembed.h is the contract). For a
+ * finite v, lo <= |v| < hi are the neighbours of |v| in the format (lo = |v|
+ * truncated: its bits past the format's dropped, or for an F16 below 2^-14 the
+ * whole units of 2^-24; hi the next value up, infinity past the largest finite
+ * one) and f = floor(2^32 * (|v| - lo) / u), u the spacing at lo (hi - lo, or
+ * below the infinity the spacing before it), exact but for an F16 below 2^-33;
+ * the result, with v's sign, is hi when f + r carries out of 32 bits,
+ * else lo: hi with probability f / 2^32 over a uniform r. F16: |v| >= 2^16 and
+ * infinity give infinity. NaN as the nearest-even stores. */
+inline uint ce_sr_carry(uint f, uint r) { return f + r < r ? 1u : 0u; }
+inline ushort ce_to_bf16_sr(float v, uint r) {
+  uint x = as_uint(v);
+  if ((x & 0x7FFFFFFFu) > 0x7F800000u) return (ushort)((x >> 16) | 0x40u); /* quiet nan */
+  return (ushort)((x >> 16) + ce_sr_carry(x << 16, r));
+}
+inline ushort ce_float_to_half_sr(float v, uint r) {
+  uint x = as_uint(v), a = x & 0x7FFFFFFFu, sign = (x >> 16) & 0x8000u, h;
+  if (a > 0x7F800000u) {
+    h = 0x7E00u | ((a >> 13) & 0x3FFu); /* nan */
+  } else if (a >= 0x47800000u) {
+    h = 0x7C00u; /* 2^16 and up: inf */
+  } else if (a >= 0x38800000u) {
+    uint t = a - 0x38000000u; /* rebias 127 -> 15; the 13 bits dropped are the fraction */
+    h = (t >> 13) + ce_sr_carry(t << 19, r);
+  } else { /* below 2^-14: |v| = m * 2^-(24 + s) in units of 2^-24 (s = 14 .. 125) */
+    uint e = a >> 23, m = e ? (a & 0x7FFFFFu) | 0x800000u : a, s = e ? 126u - e : 125u;
+    uint q = s < 24u ? m >> s : 0u, d = s < 24u ? m & ((1u << s) - 1u) : m; /* units, fraction d / 2^s */
+    uint f = s <= 32u ? d << (32u - s) : s < 56u ? d >> (s - 32u) : 0u;
+    h = q + ce_sr_carry(f, r);
+  }
+  return (ushort)(h | sign);
+}
+/* The stores with stochastic rounding (F32: the plain store, r unused). */
+inline void ce_store_sr_0(__global float *p, ulong i, float v, uint r) { p[i] = v; }
+inline void ce_store_sr_1(__global half *p, ulong i, float v, uint r) {
+  ((__global ushort *)p)[i] = ce_float_to_half_sr(v, r);
+}
+inline void ce_store_sr_2(__global ushort *p, ulong i, float v, uint r) { p[i] = ce_to_bf16_sr(v, r); }
+
 /* Four consecutive elements p[base + 4j .. base + 4j + 3] (element alignment only). */
 inline float4 ce_load4_0(__global const float *p, ulong base, ulong j) { return vload4((size_t)j, p + base); }
 inline float4 ce_load4_1(__global const half *p, ulong base, ulong j) {
@@ -203,6 +243,26 @@ inline USV ce_bf16_bitsv(FV v) { /* ce_to_bf16, lane-wise */
   UV rne = (x + 0x7FFFu + ((x >> 16) & 1u)) >> 16, qnan = (x >> 16) | 0x40u;
   return convert_USV(select(rne, qnan, (x & 0x7FFFFFFFu) > 0x7F800000u));
 }
+/* ce_float_to_half_sr and ce_to_bf16_sr, lane-wise (r: each lane's word). */
+CE_INLINE UV ce_sr_carryv(UV f, UV r) { return select((UV)(0u), (UV)(1u), f + r < r); }
+CE_INLINE USV ce_bf16_bitsv_sr(FV v, UV r) {
+  UV x = as_UV(v);
+  UV sr = (x >> 16) + ce_sr_carryv(x << 16, r), qnan = (x >> 16) | 0x40u;
+  return convert_USV(select(sr, qnan, (x & 0x7FFFFFFFu) > 0x7F800000u));
+}
+CE_INLINE USV ce_f16_bitsv_sr(FV v, UV r) {
+  UV x = as_UV(v), a = x & 0x7FFFFFFFu, sign = (x >> 16) & 0x8000u;
+  UV t = a - 0x38000000u;
+  UV normal = (t >> 13) + ce_sr_carryv(t << 19, r);
+  /* below 2^-14 (the other lanes' shifts are out of range, and not selected) */
+  UV e = a >> 23, m = select(a, (a & 0x7FFFFFu) | 0x800000u, e != 0u), s = select((UV)(125u), (UV)(126u) - e, e != 0u);
+  UV q = select((UV)(0u), m >> s, s < 24u), d = select(m, m & (((UV)(1u) << s) - 1u), s < 24u);
+  UV f = select(select((UV)(0u), d >> (s - 32u), s < 56u), d << ((UV)(32u) - s), s <= 32u);
+  UV h = select(normal, q + ce_sr_carryv(f, r), a < 0x38800000u);
+  h = select(h, (UV)(0x7C00u), a >= 0x47800000u);                        /* 2^16 and up: inf */
+  h = select(h, (UV)(0x7E00u) | ((a >> 13) & 0x3FFu), a > 0x7F800000u); /* nan */
+  return convert_USV(h | sign);
+}
 /* A 16-bit vector is stored whole when p + o is aligned to the vector's size:
  * POCL compiles vstoreV of ushort to one 2-byte store per lane. */
 inline void ce_storev_us(__global ushort *q, USV h) {
@@ -213,6 +273,12 @@ inline void ce_storev_us(__global ushort *q, USV h) {
 }
 inline void ce_storev_1(__global half *p, ulong o, FV v) { ce_storev_us((__global ushort *)p + o, ce_f16_bitsv(v)); }
 inline void ce_storev_2(__global ushort *p, ulong o, FV v) { ce_storev_us(p + o, ce_bf16_bitsv(v)); }
+/* ... and with stochastic rounding (ce_store_sr_*, lane-wise) */
+CE_INLINE void ce_storev_sr_0(__global float *p, ulong o, FV v, UV r) { ce_storev_0(p, o, v); }
+CE_INLINE void ce_storev_sr_1(__global half *p, ulong o, FV v, UV r) {
+  ce_storev_us((__global ushort *)p + o, ce_f16_bitsv_sr(v, r));
+}
+CE_INLINE void ce_storev_sr_2(__global ushort *p, ulong o, FV v, UV r) { ce_storev_us(p + o, ce_bf16_bitsv_sr(v, r)); }
 
 /* Streaming stores (the compiler's non-temporal store: the data goes to memory
  * without first reading the line into the cache, like memcpy's large copies)

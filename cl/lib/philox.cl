@@ -1,5 +1,6 @@
-/* philox.cl: the counter-based Philox4x32-10 generator (table initialisation)
- * and the dropout mask the forward applies and the backward replays. */
+/* philox.cl: the counter-based Philox4x32-10 generator (table initialisation),
+ * the dropout mask the forward applies and the backward replays, and the
+ * random words of the optimizers' stochastic rounding. */
 
 /* Philox4x32-10 (Salmon et al., Random123): counter ctr, key key. */
 inline uint4 ce_philox(uint2 key, uint4 ctr) {
@@ -27,12 +28,23 @@ inline float ce_mask1(float g, ulong e, float dropout, float keep, uint seed_lo,
   return ce_unit(ce_philox_element(seed_lo, seed_hi, e).x) >= dropout ? g * keep : 0.0f;
 }
 
+/* Stochastic rounding (clembed_optimizer's stochastic_rounding; include/clembed.h
+ * defines the bits): the key of step `step` under seed (lo, hi) is the words
+ * (x0, x1) of Philox4x32-10 with key (seed lo, seed hi) and counter (step lo,
+ * step hi, CE_SR_TAG, 0); the random word of table element (row, col) is x0 of
+ * Philox4x32-10 with that key and counter (col lo, col hi, row lo, row hi). */
+#define CE_SR_TAG 0x53524E44u /* "SRND" */
+inline uint2 ce_sr_key(uint seed_lo, uint seed_hi, ulong step) {
+  return ce_philox((uint2)(seed_lo, seed_hi), (uint4)((uint)step, (uint)(step >> 32), CE_SR_TAG, 0u)).s01;
+}
+inline uint ce_sr_word(uint2 k, ulong row, ulong col) {
+  return ce_philox(k, (uint4)((uint)col, (uint)(col >> 32), (uint)row, (uint)(row >> 32))).x;
+}
+
 #ifdef VEC
-/* x0 of Philox(seed, e0 + lane) for each lane: ce_philox_element(...).x, lane-wise. */
-inline UV ce_philox_xv(uint seed_lo, uint seed_hi, ulong e0) {
-  ULV e = (ULV)(e0) + CE_LANES;
-  UV c0 = convert_UV(e), c1 = convert_UV(e >> 32), c2 = (UV)(0u), c3 = (UV)(0u);
-  uint k0 = seed_lo, k1 = seed_hi;
+/* x0 of Philox4x32-10 with key (k0, k1) and counter (c0, c1, c2, c3), lane-wise
+ * (ce_philox(...).x of each lane's counter). */
+CE_INLINE UV ce_philox_x0v(uint k0, uint k1, UV c0, UV c1, UV c2, UV c3) {
   for (int r = 0; r < 10; r++) {
     if (r) {
       k0 += 0x9E3779B9u;
@@ -47,6 +59,18 @@ inline UV ce_philox_xv(uint seed_lo, uint seed_hi, ulong e0) {
     c3 = lo0;
   }
   return c0;
+}
+
+/* x0 of Philox(seed, e0 + lane) for each lane: ce_philox_element(...).x, lane-wise. */
+inline UV ce_philox_xv(uint seed_lo, uint seed_hi, ulong e0) {
+  ULV e = (ULV)(e0) + CE_LANES;
+  return ce_philox_x0v(seed_lo, seed_hi, convert_UV(e), convert_UV(e >> 32), (UV)(0u), (UV)(0u));
+}
+
+/* ce_sr_word of columns col0 + lane of row `row`, lane-wise. */
+CE_INLINE UV ce_sr_wordv(uint2 k, ulong row, ulong col0) {
+  ULV c = (ULV)(col0) + CE_LANES;
+  return ce_philox_x0v(k.x, k.y, convert_UV(c), convert_UV(c >> 32), (UV)((uint)row), (UV)((uint)(row >> 32)));
 }
 
 /* The dropout mask on element e (row i, column c: e = i*cols + c), as the

@@ -29,7 +29,7 @@
  * keys, 1: ulong keys), VEC (4, 8 or 16), FOLD_TILE and FOLD_GROUP (the tuning
  * table's): a work-item of the grouped shapes folds FOLD_TILE vectors of VEC
  * columns at once over FOLD_GROUP sorted positions (ce_bwd_rowwise_grouped:
- * one vector at a time over VEC positions); BAG (below). */
+ * one vector at a time over VEC positions); BAG (below); STOCH_ROUND (below). */
 
 #ifndef FOLD_TILE
 #define FOLD_TILE 1
@@ -63,6 +63,33 @@
 #define load_gradv CE_XCAT(ce_loadv_, GRAD_DT)
 #define load_tablev CE_XCAT(ce_loadv_, TABLE_DT)
 #define store_tablev CE_XCAT(ce_storev_, TABLE_DT)
+
+/* STOCH_ROUND (1: the host's choice for an F16 or BF16 table whose optimizer
+ * asks for stochastic rounding; 0: round to nearest even). The steps store a
+ * table element through store_table_at / store_tablev_at, which take the
+ * step's key k (CE_SR_KEY of the kernel arguments sr_lo, sr_hi, sr_step:
+ * the seed and the step), the element's row in the whole table (sr_row0 +
+ * the row here) and its column, and round with the random word of cl/lib/philox.cl's
+ * ce_sr_word (lane-wise ce_sr_wordv: columns col .. col + VEC - 1) as
+ * cl/lib/loadstore.cl's ce_store_sr_* define. */
+#ifndef STOCH_ROUND
+#define STOCH_ROUND 0
+#endif
+#if STOCH_ROUND
+#define CE_SR_KEY(lo, hi, step) ce_sr_key(lo, hi, step)
+#define store_table_at(p, o, v, k, row, col) CE_XCAT(ce_store_sr_, TABLE_DT)(p, o, v, ce_sr_word(k, row, col))
+#define store_tablev_at(p, o, v, k, row, col) CE_XCAT(ce_storev_sr_, TABLE_DT)(p, o, v, ce_sr_wordv(k, row, col))
+#else
+#define CE_SR_KEY(lo, hi, step) ((uint2)(0u, 0u))
+#define store_table_at(p, o, v, k, row, col) store_table(p, o, v)
+#define store_tablev_at(p, o, v, k, row, col) store_tablev(p, o, v)
+#endif
+/* the kernel arguments, and the step's key, made once per work-item */
+#define CE_SR_KPARAMS , uint sr_lo, uint sr_hi, ulong sr_step, ulong sr_row0
+#define CE_SR_BEGIN const uint2 srk = CE_SR_KEY(sr_lo, sr_hi, sr_step);
+/* what a store needs of row `key`: its first element (the column of element o
+ * is o - TAB_OFF(key)), the key, and its row in the whole table */
+#define CE_SR_ARGS(key) TAB_OFF(key), srk, sr_row0 + (ulong)(key)
 
 /* BAG (1: the bag backward, src/ops/bag_train.c): a sorted entry is an id of a bag,
  * not a token. Its record (cb, two ulongs per entry, written by bag.cl's
@@ -429,19 +456,20 @@ CE_INLINE void ce_fold_tile(FV *acc, GRAD_PARAMS, ulong cols, __global const uin
 /* The store modes (src/ops/ops.h's ce_store_mode), a kernel argument: one
  * program serves them all. The row gradient r = (scale * S) / count (the
  * division only with freq): OVERWRITE stores r, ACCUMULATE adds r
- * (grad_table, F32), SGD stores w - lr * r rounded to the table's dtype. */
+ * (grad_table, F32), SGD stores w - lr * r rounded to the table's dtype
+ * (store_table_at: to nearest even, or stochastically with STOCH_ROUND). */
 #ifndef CE_STORE_SGD /* given by the host with every build */
 #define CE_STORE_OVERWRITE 0
 #define CE_STORE_ACCUMULATE 1
 #define CE_STORE_SGD 2
 #endif
 CE_INLINE void ce_rows_storev(ulong o, FV s, __global TABLE_T *tab, float scale, int freq, float cnt, float lr,
-                           int mode) {
+                           int mode, ulong tb, uint2 srk, ulong grow) {
   FV r = scale * s;
   if (freq) r = r / cnt;
   if (mode == CE_STORE_SGD) {
     FV w = load_tablev(tab, o), d = lr * r;
-    store_tablev(tab, o, w - d);
+    store_tablev_at(tab, o, w - d, srk, grow, o - tb);
   } else {
     __global float *f = (__global float *)tab; /* grad_table is F32 */
     ce_storev_0(f, o, mode == CE_STORE_ACCUMULATE ? ce_loadv_0(f, o) + r : r);
@@ -449,12 +477,12 @@ CE_INLINE void ce_rows_storev(ulong o, FV s, __global TABLE_T *tab, float scale,
 }
 
 inline void ce_rows_store1(ulong o, float s, __global TABLE_T *tab, float scale, int freq, float cnt, float lr,
-                           int mode) {
+                           int mode, ulong tb, uint2 srk, ulong grow) {
   float r = scale * s;
   if (freq) r = r / cnt;
   if (mode == CE_STORE_SGD) {
     float w = load_table(tab, o), d = lr * r;
-    store_table(tab, o, w - d);
+    store_table_at(tab, o, w - d, srk, grow, o - tb);
   } else {
     __global float *f = (__global float *)tab;
     ce_store_0(f, o, mode == CE_STORE_ACCUMULATE ? ce_load_0(f, o) + r : r);
@@ -469,21 +497,25 @@ inline void ce_rows_store1(ulong o, float s, __global TABLE_T *tab, float scale,
   GRAD_PARAMS, ulong cols, __global const KEY_T *skeys, __global const uint *sidx, ulong n, KEY_T none,       \
       uint slice_bits, ulong bw, ulong split, float scale, int freq, __global TABLE_T *tab,                    \
       ulong t_off CE_PIECE_PARAMS(TABLE_T, tab), ulong t_ld, float lr, int mode, float dropout, uint seed_lo,  \
-      uint seed_hi, float keep CE_BAG_KPARAMS
+      uint seed_hi, float keep CE_SR_KPARAMS CE_BAG_KPARAMS
 
 __kernel void ce_bwd_rows(CE_ROWS_ARGS) {
+  CE_SR_BEGIN
   CE_SEGMENTS(skeys, n, none, slice_bits, bw, split, cols, CE_OWNS(tab, (ulong)key))
   float cnt = (float)(end - j);
-  CE_COLUMNS_STRIDED(ce_rows_storev, ce_rows_store1, TAB_OFF(key), TAB_AT(key), scale, freq, cnt, lr, mode)
+  CE_COLUMNS_STRIDED(ce_rows_storev, ce_rows_store1, TAB_OFF(key), TAB_AT(key), scale, freq, cnt, lr, mode,
+                     CE_SR_ARGS(key))
   CE_SEGMENTS_END
 }
 
 __kernel void ce_bwd_rows_grouped(CE_ROWS_ARGS) {
+  CE_SR_BEGIN
   CE_GROUPS(skeys, n, none, slice_bits, bw, split, cols, CE_OWNS(tab, (ulong)key))
-  CE_COLUMNS_TILED(ce_rows_storev, ce_rows_store1, TAB_OFF(key), TAB_AT(key), scale, freq, cnt_, lr, mode)
+  CE_COLUMNS_TILED(ce_rows_storev, ce_rows_store1, TAB_OFF(key), TAB_AT(key), scale, freq, cnt_, lr, mode,
+                   CE_SR_ARGS(key))
   CE_GROUPS_SHORT
   CE_COLUMNS_GROUP(ce_rows_storev, ce_rows_store1, tab, TAB_AHEAD(key), 0, 0, TAB_OFF(key), TAB_AT(key), scale, freq,
-                   cnt_, lr, mode)
+                   cnt_, lr, mode, CE_SR_ARGS(key))
   CE_GROUPS_END
 }
 
@@ -498,7 +530,8 @@ __kernel void ce_bwd_rows_grouped(CE_ROWS_ARGS) {
  * (ROWWISE_ADAGRAD is ce_bwd_rowwise below). o is the table element; its
  * column o - tb (tb = the row's first element) places it in the state rows
  * s1b and s2b. Each touched element of the table and the states is read once
- * and written once, by one work-item. */
+ * and written once, by one work-item; the table's through store_table_at
+ * (row grow of the whole table, column c: its stochastic rounding's word). */
 #ifndef CE_STORE_ADAM /* given by the host with every build */
 #define CE_STORE_ADAGRAD 3
 #define CE_STORE_ADAM 5
@@ -506,7 +539,7 @@ __kernel void ce_bwd_rows_grouped(CE_ROWS_ARGS) {
 #define CE_OPT_PARAMS                                                                                      \
   __global TABLE_T *tab, float scale, int freq, float cnt, ulong tb, __global float *s1, ulong s1b,        \
       __global float *s2, ulong s2b, float lr, float eps, float wd, float b1c, float b2c, float step_size, \
-      int mode
+      int mode, uint2 srk, ulong grow
 
 /* One body for a vector of VEC columns (T = FV) and for one column (T =
  * float): the same operations in the same order, so the same bits. */
@@ -539,14 +572,14 @@ __kernel void ce_bwd_rows_grouped(CE_ROWS_ARGS) {
   } else {                                                                     \
     d = lr * g;                                                                \
   }                                                                            \
-  STORE_TABLE(tab, o, w - d);
+  STORE_TABLE(tab, o, w - d, srk, grow, c);
 
 CE_INLINE void ce_opt_storev(ulong o, FV s, CE_OPT_PARAMS) {
-  CE_OPT_STORE_BODY(FV, load_tablev, store_tablev, ce_loadv_0, ce_storev_0)
+  CE_OPT_STORE_BODY(FV, load_tablev, store_tablev_at, ce_loadv_0, ce_storev_0)
 }
 
 inline void ce_opt_store1(ulong o, float s, CE_OPT_PARAMS) {
-  CE_OPT_STORE_BODY(float, load_table, store_table, ce_load_0, ce_store_0)
+  CE_OPT_STORE_BODY(float, load_table, store_table_at, ce_load_0, ce_store_0)
 }
 
 #define CE_OPT_ARGS                                                                                          \
@@ -555,10 +588,12 @@ inline void ce_opt_store1(ulong o, float s, CE_OPT_PARAMS) {
       ulong t_off CE_PIECE_PARAMS(TABLE_T, tab), ulong t_ld, __global float *s1,                               \
       ulong s1_off CE_PIECE_PARAMS(float, s1), ulong s1_ld, __global float *s2,                                \
       ulong s2_off CE_PIECE_PARAMS(float, s2), ulong s2_ld, float lr, float eps, float wd, float b1c,          \
-      float b2c, float step_size, int mode, float dropout, uint seed_lo, uint seed_hi, float keep CE_BAG_KPARAMS
+      float b2c, float step_size, int mode, float dropout, uint seed_lo, uint seed_hi,                         \
+      float keep CE_SR_KPARAMS CE_BAG_KPARAMS
 #define CE_OPT_STORE_ARGS(cnt)                                                                               \
   TAB_AT(key), scale, freq, cnt, TAB_OFF(key), CE_AT(s1, (ulong)key), CE_OFF(s1, s1_off, s1_ld, (ulong)key), \
-      CE_AT(s2, (ulong)key), CE_OFF(s2, s2_off, s2_ld, (ulong)key), lr, eps, wd, b1c, b2c, step_size, mode
+      CE_AT(s2, (ulong)key), CE_OFF(s2, s2_off, s2_ld, (ulong)key), lr, eps, wd, b1c, b2c, step_size, mode,   \
+      srk, sr_row0 + (ulong)key
 #define CE_OPT_OWNED CE_OWNS(tab, (ulong)key) && CE_OWNS(s1, (ulong)key) && CE_OWNS(s2, (ulong)key)
 /* a keyed row's state rows asked for ahead (where the mode has them), or 0 */
 #define S1_AHEAD(key)                                                                                     \
@@ -572,6 +607,7 @@ inline void ce_opt_store1(ulong o, float s, CE_OPT_PARAMS) {
 
 /* The two shapes of ce_bwd_rows, with the optimizer store modes. */
 __kernel void ce_bwd_optim(CE_OPT_ARGS) {
+  CE_SR_BEGIN
   CE_SEGMENTS(skeys, n, none, slice_bits, bw, split, cols, CE_OPT_OWNED)
   float cnt = (float)(end - j);
   CE_COLUMNS_STRIDED(ce_opt_storev, ce_opt_store1, TAB_OFF(key), CE_OPT_STORE_ARGS(cnt))
@@ -579,6 +615,7 @@ __kernel void ce_bwd_optim(CE_OPT_ARGS) {
 }
 
 __kernel void ce_bwd_optim_grouped(CE_OPT_ARGS) {
+  CE_SR_BEGIN
   CE_GROUPS(skeys, n, none, slice_bits, bw, split, cols, CE_OPT_OWNED)
   CE_COLUMNS_TILED(ce_opt_storev, ce_opt_store1, TAB_OFF(key), CE_OPT_STORE_ARGS(cnt_))
   CE_GROUPS_SHORT
@@ -595,7 +632,9 @@ __kernel void ce_bwd_optim_grouped(CE_OPT_ARGS) {
  * (sqrt(m) + eps); pass 2 folds the gradient again (the same bits) and stores
  * w - rate * g. The gradient rows are read twice, and with weight decay the
  * table row too (from the cache, on a CPU). */
-#define CE_RW_PARAMS __global TABLE_T *tab, float scale, int freq, float cnt, float wd, float rate, float *sum
+#define CE_RW_PARAMS                                                                                      \
+  __global TABLE_T *tab, float scale, int freq, float cnt, float wd, float rate, float *sum, ulong tb, uint2 srk, \
+      ulong grow
 
 /* The row gradient of VEC columns at table element o (with weight decay), as
  * both passes compute it; w: the table's values there (read when needed). */
@@ -620,7 +659,7 @@ CE_INLINE void ce_rw_storev(ulong o, FV s, CE_RW_PARAMS) {
     for (int k = 0; k < VEC; k++) *sum = *sum + sq[k];
   } else {
     FV d = rate * g;
-    store_tablev(tab, o, w - d);
+    store_tablev_at(tab, o, w - d, srk, grow, o - tb);
   }
 }
 
@@ -638,7 +677,7 @@ inline void ce_rw_store1(ulong o, float s, CE_RW_PARAMS) {
     *sum = *sum + sq;
   } else {
     float d = rate * g;
-    store_table(tab, o, w - d);
+    store_table_at(tab, o, w - d, srk, grow, o - tb);
   }
 }
 
@@ -655,23 +694,24 @@ inline void ce_rw_store1(ulong o, float s, CE_RW_PARAMS) {
   GRAD_PARAMS, ulong cols, __global const KEY_T *skeys, __global const uint *sidx, ulong n, KEY_T none,       \
       uint slice_bits, float scale, int freq, __global TABLE_T *tab, ulong t_off CE_PIECE_PARAMS(TABLE_T, tab), \
       ulong t_ld, __global float *s1, ulong s1_off CE_PIECE_PARAMS(float, s1), ulong s1_ld, float lr,         \
-      float eps, float wd, float dropout, uint seed_lo, uint seed_hi, float keep CE_BAG_KPARAMS
+      float eps, float wd, float dropout, uint seed_lo, uint seed_hi, float keep CE_SR_KPARAMS CE_BAG_KPARAMS
 #define CE_RW_OWNED CE_OWNS(tab, (ulong)key) && CE_OWNS(s1, (ulong)key)
 /* row `key`'s state (rows x 1) */
 #define S1_AT(key) (CE_AT(s1, (ulong)(key)) + CE_OFF(s1, s1_off, s1_ld, (ulong)(key)))
 
 __kernel void ce_bwd_rowwise(CE_RW_ARGS) {
   if (get_global_id(0) != 0) return; /* one item across: columns VEC at a time, in order */
+  CE_SR_BEGIN
   CE_SEGMENTS(skeys, n, none, slice_bits, cols, n + 1, cols, CE_RW_OWNED)
   float cnt = (float)(end - j), sum = 0.0f;
   ulong tb = TAB_OFF(key);
   __global TABLE_T *tp = TAB_AT(key);
   __global float *sm = S1_AT(key);
-  CE_COLUMNS_ALL(ce_rw_storev, ce_rw_store1, tb, tp, scale, freq, cnt, wd, 0.0f, &sum)
+  CE_COLUMNS_ALL(ce_rw_storev, ce_rw_store1, tb, tp, scale, freq, cnt, wd, 0.0f, &sum, CE_SR_ARGS(key))
   float mean = sum / (float)cols, m = *sm + mean;
   *sm = m;
   float den = sqrt(m) + eps, rate = lr / den;
-  CE_COLUMNS_ALL(ce_rw_storev, ce_rw_store1, tb, tp, scale, freq, cnt, wd, rate, (float *)0)
+  CE_COLUMNS_ALL(ce_rw_storev, ce_rw_store1, tb, tp, scale, freq, cnt, wd, rate, (float *)0, CE_SR_ARGS(key))
   CE_SEGMENTS_END
 }
 
@@ -738,6 +778,7 @@ CE_INLINE void ce_transpose(FV *q) {
  * prefetch hints (STEP_AHEAD 1), pass 1 also asks for the rows' table lines
  * and states, which pass 2 then steps VEC columns at a time, row by row. */
 __kernel void ce_bwd_rowwise_grouped(CE_RW_ARGS) {
+  CE_SR_BEGIN
   CE_GROUPS_OF(VEC, skeys, n, none, slice_bits, cols, n + 1, cols, CE_RW_OWNED)
   CE_GROUPS_SHORT
   if (m_ == 0) continue; /* no row starts here (inside a long segment) */
@@ -774,7 +815,7 @@ __kernel void ce_bwd_rowwise_grouped(CE_RW_ARGS) {
     __global float *sm = S1_AT(sk_[s_]);
     for (ulong k = c; k < cols; k++) /* the columns past the last whole vector */
       ce_rw_store1(tb + k, ce_fold1(CE_FOLD_ARGS, k, CE_MASK_ARGS), TAB_AT(sk_[s_]), scale, freq, (float)(end - j),
-                   wd, 0.0f, &sum[s_]);
+                   wd, 0.0f, &sum[s_], CE_SR_ARGS(sk_[s_]));
     float mean = sum[s_] / (float)cols, m = *sm + mean;
     *sm = m;
     float den = sqrt(m) + eps;
@@ -783,7 +824,7 @@ __kernel void ce_bwd_rowwise_grouped(CE_RW_ARGS) {
 /* pass 2's step for VEC columns from c of row s_ (j, end: its segment) */
 #define CE_RW_STEP(c)                                                                                         \
   ce_rw_storev(TAB_OFF(sk_[s_]) + (c), ce_foldv(CE_FOLD_ARGS, (c), CE_MASK_ARGS), TAB_AT(sk_[s_]), scale, freq, \
-               (float)(end - j), wd, rate[s_], (float *)0)
+               (float)(end - j), wd, rate[s_], (float *)0, CE_SR_ARGS(sk_[s_]))
   for (c = 0; c + VEC <= cols; c += VEC) /* pass 2: the step */ {
     for (int s_ = 0; s_ < m_; s_++) {
       ulong j = sj_[s_], end = se_[s_];
@@ -798,7 +839,7 @@ __kernel void ce_bwd_rowwise_grouped(CE_RW_ARGS) {
     (void)key;
     for (ulong k = c; k < cols; k++)
       ce_rw_store1(tb + k, ce_fold1(CE_FOLD_ARGS, k, CE_MASK_ARGS), TAB_AT(sk_[s_]), scale, freq, (float)(end - j),
-                   wd, rate[s_], (float *)0);
+                   wd, rate[s_], (float *)0, CE_SR_ARGS(sk_[s_]));
   }
   CE_GROUPS_END
 }

@@ -24,9 +24,11 @@ from ._lib import LibraryNotFoundError, DTYPES
 from ._errors import (Error, InvalidArgumentError, ArgumentTypeError, IndexOutOfRangeError, NoDeviceError,
                       BuildFailedError, OutOfMemoryError, UnsupportedError, MissingFunctionError, StateError,
                       OpenCLError, ERR_INVALID_ARGUMENT, ERR_INDEX_OUT_OF_RANGE, ERR_NO_DEVICE,
-                      ERR_BUILD_FAILED, ERR_OUT_OF_MEMORY, ERR_UNSUPPORTED, ERR_COMMUNICATION)
+                      ERR_BUILD_FAILED, ERR_OUT_OF_MEMORY, ERR_UNSUPPORTED, ERR_COMMUNICATION, ERR_FILE,
+                      FileError)
 from ._core import Context, Matrix, Ids, Event, Device, devices, inspect, embed, default_context
 from .nn import Optimizer, Embedding, EmbeddingBag, BertEmbeddings, manual_seed
+from ._checkpoint import save, load
 
 library_path = _lib.path
 
@@ -51,10 +53,10 @@ def __getattr__(name: str):  # type: ignore[no-untyped-def]
 
 __all__: List[str] = [
     "Context", "Matrix", "Ids", "Event", "Device", "devices", "inspect", "embed", "default_context",
-    "Optimizer", "Embedding", "EmbeddingBag", "BertEmbeddings", "manual_seed",
+    "Optimizer", "Embedding", "EmbeddingBag", "BertEmbeddings", "manual_seed", "save", "load",
     "Error", "InvalidArgumentError", "ArgumentTypeError", "IndexOutOfRangeError", "NoDeviceError",
     "BuildFailedError", "OutOfMemoryError", "UnsupportedError", "MissingFunctionError", "StateError",
     "OpenCLError", "LibraryNotFoundError",
     "ERR_INVALID_ARGUMENT", "ERR_INDEX_OUT_OF_RANGE", "ERR_NO_DEVICE", "ERR_BUILD_FAILED",
-    "ERR_OUT_OF_MEMORY", "ERR_UNSUPPORTED", "ERR_COMMUNICATION",
+    "ERR_OUT_OF_MEMORY", "ERR_UNSUPPORTED", "ERR_COMMUNICATION", "ERR_FILE", "FileError",
     "library_path", "library_version", "has_function", "DTYPES", "__version__"]

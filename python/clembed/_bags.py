@@ -222,7 +222,8 @@ class BagOps(ContextBase):
     def bag_optimizer_step(self, table: Matrix, grad: Any, ids: Any, offsets: Any = None, *, kind: str, lr: float,
                            state: Optional[Matrix] = None, state2: Optional[Matrix] = None, step: int = 1,
                            eps: Optional[float] = None, betas: Tuple[float, float] = (0.9, 0.999),
-                           weight_decay: float = 0.0, mode: str = "mean", per_sample_weights: Any = None,
+                           weight_decay: float = 0.0, stochastic_rounding: bool = False, rounding_seed: int = 0,
+                           mode: str = "mean", per_sample_weights: Any = None,
                            padding_idx: Optional[int] = None, include_last_offset: bool = False,
                            on_bad_id: str = "check", max_rows: Any = None, wait_for: WaitFor = None) -> Matrix:
         """One fused step of table (in place, clembed_bag_optimizer_step) with the gradient
@@ -231,8 +232,8 @@ class BagOps(ContextBase):
         max_rows: the forward's .max_rows or .max_rows_ids, for mode 'max'): each row's
         gradient is folded as bag_backward folds it, then stepped as by optimizer_step,
         whose optimizer keywords (kind, lr, state, state2, step, eps, betas,
-        weight_decay) it takes. Only the rows with a contribution are touched. Returns
-        table (its .event set)."""
+        weight_decay, stochastic_rounding, rounding_seed) it takes. Only the rows with a
+        contribution are touched. Returns table (its .event set)."""
         fn = require("clembed_bag_optimizer_step", "Context.bag_optimizer_step")
         if not isinstance(table, Matrix):
             raise wrong_type("table", "must be a clembed.Matrix (stepped in place), not %s" % type(table).__name__)
@@ -241,7 +242,8 @@ class BagOps(ContextBase):
         keep: List[Any] = []
         off, _ = self._bags(ids, offsets, include_last_offset, keep)
         bo = self._bag_options(ids, mode, per_sample_weights, padding_idx, on_bad_id, max_rows, keep)
-        o = optimizer_options(kind, lr, state, state2, step, eps, betas, weight_decay)
+        o = optimizer_options(kind, lr, state, state2, step, eps, betas, weight_decay, stochastic_rounding,
+                              rounding_seed)
         self._run("clembed_bag_optimizer_step", fn,
                   (self._live, byref(grad._m), byref(ids._ids), byref(off._ids) if off is not None else None,
                    byref(bo), byref(o), byref(table._m)), wait_for, [table])
@@ -254,7 +256,8 @@ class BagOps(ContextBase):
         from grad (bags x the features' cols together, as embedding_bags returns it):
         features as embedding_bags takes them (each 'table' a Matrix), plus 'max_rows' for
         a 'max' feature; optimizers: one dict per feature of optimizer_step's optimizer
-        keywords (kind, lr, state, state2, step, eps, betas, weight_decay). Features that
+        keywords (kind, lr, state, state2, step, eps, betas, weight_decay,
+        stochastic_rounding, rounding_seed). Features that
         share a table (the same Matrix) give the same optimizer (kind, values and states);
         their contributions are folded in feature order, then id order, and the table is
         stepped once."""

@@ -12,6 +12,8 @@ class, its Python call and its Python argument.
       OutOfMemoryError              + MemoryError   CLEMBED_ERR_OUT_OF_MEMORY, OpenCL's
                                                     out-of-memory codes
       UnsupportedError              + RuntimeError  CLEMBED_ERR_UNSUPPORTED
+      FileError                     + OSError       CLEMBED_ERR_FILE (a checkpoint could not be
+                                                    written: no space, a write error)
         MissingFunctionError        + NotImplementedError  the loaded library lacks a function
       StateError                    + RuntimeError  a call out of order (backward before forward)
       OpenCLError                   + RuntimeError  any other OpenCL status
@@ -34,6 +36,7 @@ ERR_BUILD_FAILED = -2004
 ERR_OUT_OF_MEMORY = -2005
 ERR_UNSUPPORTED = -2006
 ERR_COMMUNICATION = -2007  # libclembed_mpi's (an MPI call failed): not raised by this package's calls
+ERR_FILE = -2008
 
 # OpenCL's statuses that mean memory ran out
 _CL_OUT_OF_MEMORY = {-4: "CL_MEM_OBJECT_ALLOCATION_FAILURE", -5: "CL_OUT_OF_RESOURCES",
@@ -111,6 +114,11 @@ class UnsupportedError(Error, RuntimeError):
     """CLEMBED_ERR_UNSUPPORTED: the device or the dtype cannot do what was asked."""
 
 
+class FileError(Error, OSError):
+    """CLEMBED_ERR_FILE: a file could not be written (no space, a write error, a missing folder);
+    the message names the path."""
+
+
 class MissingFunctionError(UnsupportedError, NotImplementedError):
     """The loaded libclembed does not export the C function this call needs."""
 
@@ -125,7 +133,7 @@ class OpenCLError(Error, RuntimeError):
 
 _CLASSES = {ERR_INVALID_ARGUMENT: InvalidArgumentError, ERR_INDEX_OUT_OF_RANGE: IndexOutOfRangeError,
             ERR_NO_DEVICE: NoDeviceError, ERR_BUILD_FAILED: BuildFailedError,
-            ERR_OUT_OF_MEMORY: OutOfMemoryError, ERR_UNSUPPORTED: UnsupportedError}
+            ERR_OUT_OF_MEMORY: OutOfMemoryError, ERR_UNSUPPORTED: UnsupportedError, ERR_FILE: FileError}
 
 # The Python call of each C function, for an error found after the call returned (a bad
 # id, reported by a later read or finish). A binding of a new C function adds its line.

@@ -208,7 +208,8 @@ class BackwardOptions_t(Options_t):
 class Optimizer_t(Options_t):
     _fields_ = [("struct_size", c_size_t), ("kind", c_int), ("learning_rate", c_float), ("eps", c_float),
                 ("beta1", c_float), ("beta2", c_float), ("weight_decay", c_float),
-                ("step", c_uint64), ("state", POINTER(Matrix_t)), ("state2", POINTER(Matrix_t))]
+                ("step", c_uint64), ("state", POINTER(Matrix_t)), ("state2", POINTER(Matrix_t)),
+                ("stochastic_rounding", c_int), ("seed", c_uint64), ("first_row", c_uint64)]
 
 
 class Rope_t(Options_t):
@@ -245,12 +246,17 @@ class TensorInfo_t(ctypes.Structure):
                 ("shape", c_uint64 * 4), ("bytes", c_uint64)]
 
 
+class CheckpointItem_t(ctypes.Structure):
+    _fields_ = [("name", c_char_p), ("matrix", POINTER(Matrix_t))]
+
+
 # C struct name -> its mirror (every public struct; test_abi.py compares the layouts)
 STRUCTS: Dict[str, Any] = {
     "clembed_matrix": Matrix_t, "clembed_ids": Ids_t, "clembed_sinusoid": Sinusoid_t,
     "clembed_embed_options": EmbedOptions_t, "clembed_backward_options": BackwardOptions_t,
     "clembed_optimizer": Optimizer_t, "clembed_rope": Rope_t, "clembed_device_info": DeviceInfo_t,
     "clembed_error_detail": ErrorDetail_t, "clembed_tensor_info": TensorInfo_t,
+    "clembed_checkpoint_item": CheckpointItem_t,
     "clembed_norm": Norm_t, "clembed_embed_grads": EmbedGrads_t,
     "clembed_bag_options": BagOptions_t, "clembed_bag_feature": BagFeature_t,
 }
@@ -276,7 +282,7 @@ STRUCT_TYPES = {"sinusoid": 0, "norm": 1, "embed_options": 2, "embed_grads": 3, 
                 "optimizer": 5, "rope": 6, "bag_options": 7, "bag_feature": 8}
 STATUSES = {"ok": 0, "err_invalid_argument": -2001, "err_index_out_of_range": -2002,
             "err_no_device": -2003, "err_build_failed": -2004, "err_out_of_memory": -2005,
-            "err_unsupported": -2006, "err_communication": -2007}
+            "err_unsupported": -2006, "err_communication": -2007, "err_file": -2008}
 
 # C enum type -> (its Python table, the prefix of its constants' C names)
 ENUMS: Dict[str, Tuple[Dict[str, int], str]] = {
@@ -373,6 +379,13 @@ PROTOTYPES: Dict[str, Tuple[Any, List[Any]]] = {
     "clembed_file_find": (c_int, [c_void_p, c_char_p, POINTER(c_size_t)]),
     "clembed_matrix_load": (c_int, [CTX, c_void_p, c_char_p, c_int, PM]),
     "clembed_ids_load": (c_int, [CTX, c_void_p, c_char_p, PI]),
+    "clembed_file_metadata_count": (c_size_t, [c_void_p]),
+    "clembed_file_metadata": (c_int, [c_void_p, c_size_t, POINTER(c_char_p), POINTER(c_char_p)]),
+    "clembed_file_metadata_find": (c_char_p, [c_void_p, c_char_p]),
+    # Checkpoints
+    "clembed_checkpoint_save": (c_int, [CTX, c_char_p, POINTER(CheckpointItem_t), c_size_t, POINTER(c_char_p),
+                                        POINTER(c_char_p), c_size_t]),
+    "clembed_checkpoint_load": (c_int, [CTX, c_char_p, POINTER(CheckpointItem_t), c_size_t]),
     # Bags of ids
     "clembed_bag_defaults": (BagOptions_t, []),
     "clembed_embedding_bag": (c_int, [CTX, PM, PI, PI, POINTER(BagOptions_t), PM] + EV),

@@ -15,13 +15,16 @@ from ._context import ContextBase
 
 byref = ctypes.byref
 
-OPTIMIZER_KEYS = ("kind", "lr", "state", "state2", "step", "eps", "betas", "weight_decay")
+OPTIMIZER_KEYS = ("kind", "lr", "state", "state2", "step", "eps", "betas", "weight_decay", "stochastic_rounding",
+                  "rounding_seed")
 
 
 def optimizer_options(kind: Any, lr: Any, state: Optional[Matrix] = None, state2: Optional[Matrix] = None,
-                      step: Any = 1, eps: Any = None, betas: Any = (0.9, 0.999), weight_decay: Any = 0.0) -> Any:
+                      step: Any = 1, eps: Any = None, betas: Any = (0.9, 0.999), weight_decay: Any = 0.0,
+                      stochastic_rounding: Any = False, rounding_seed: Any = 0) -> Any:
     """clembed_optimizer from the optimizer keywords of Context.optimizer_step (eps None:
-    the C default of the kind)."""
+    the C default of the kind; stochastic_rounding and rounding_seed: its
+    stochastic_rounding and seed)."""
     o = lib.clembed_optimizer_defaults(choice(OPTIMIZERS, kind, "kind"))
     o.learning_rate = real(lr, "lr")
     if eps is not None:
@@ -31,6 +34,10 @@ def optimizer_options(kind: Any, lr: Any, state: Optional[Matrix] = None, state2
     o.beta1, o.beta2 = real(betas[0], "betas"), real(betas[1], "betas")
     o.weight_decay = real(weight_decay, "weight_decay")
     o.step = _count(step, "step")
+    if not isinstance(stochastic_rounding, (bool, int)) or stochastic_rounding not in (0, 1):
+        raise wrong_type("stochastic_rounding", "must be True or False, not %r" % (stochastic_rounding,))
+    o.stochastic_rounding = 1 if stochastic_rounding else 0
+    o.seed = _seed(rounding_seed, "rounding_seed")
     for name, m in (("state", state), ("state2", state2)):
         if m is None:
             continue
@@ -111,7 +118,8 @@ class TrainOps(ContextBase):
                        weight_decay: float = 0.0, scale: float = 1.0, padding_idx: Optional[int] = None,
                        scale_grad_by_freq: bool = False, on_bad_id: str = "check", seq_len: Optional[int] = None,
                        offset: int = 0, sequence_offsets: Any = None, position_grad: Optional[Matrix] = None,
-                       dropout: float = 0.0, seed: int = 0, wait_for: WaitFor = None) -> Matrix:
+                       dropout: float = 0.0, seed: int = 0, stochastic_rounding: bool = False,
+                       rounding_seed: int = 0, wait_for: WaitFor = None) -> Matrix:
         """One fused sparse step of table (in place, clembed_optimizer_step): each row v
         in ids gets its gradient g (grad has ids.shape + (cols,); g as Context.backward
         folds it, with the same scale, padding_idx, scale_grad_by_freq, on_bad_id, seq_len,
@@ -121,9 +129,13 @@ class TrainOps(ContextBase):
         before the first step; 'adagrad' and 'adam' table.rows x cols, 'rowwise_adagrad'
         table.rows x 1), state2 ('adam', table.rows x cols) and step (Adam's step number
         t >= 1). eps None: the kind's default (1e-10 'adagrad', 1e-8 otherwise); betas:
-        Adam's (beta1, beta2); weight_decay: L2, g + weight_decay * w. Only the rows in ids
-        and their state rows are touched. clembed.Optimizer keeps the states and counts the
-        steps for you. Returns table (its .event set)."""
+        Adam's (beta1, beta2); weight_decay: L2, g + weight_decay * w. stochastic_rounding
+        (an 'f16' or 'bf16' table; 'f32' ignores it): each written element is rounded up or
+        down at random, up with the probability of the fraction it would lose, from the
+        random bits Philox(rounding_seed, step, row, column) (the same on every device; count
+        the steps in step for every kind, so that each step draws fresh bits; seed is the
+        dropout's). Only the rows in ids and their state rows are touched. clembed.Optimizer
+        keeps the states and counts the steps for you. Returns table (its .event set)."""
         fn = require("clembed_optimizer_step", "Context.optimizer_step")
         if not isinstance(table, Matrix):
             raise wrong_type("table", "must be a clembed.Matrix (stepped in place), not %s" % type(table).__name__)
@@ -132,7 +144,8 @@ class TrainOps(ContextBase):
         keep: List[Any] = []
         bo = self._backward_options(scale, padding_idx, scale_grad_by_freq, True, True, on_bad_id, seq_len,
                                     offset, sequence_offsets, position_grad, dropout, seed, ids, keep)
-        o = optimizer_options(kind, lr, state, state2, step, eps, betas, weight_decay)
+        o = optimizer_options(kind, lr, state, state2, step, eps, betas, weight_decay, stochastic_rounding,
+                              rounding_seed)
         self._run("clembed_optimizer_step", fn,
                   (self._live, byref(grad._m), byref(ids._ids), byref(bo), byref(o), byref(table._m)),
                   wait_for, [table, position_grad])

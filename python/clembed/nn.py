@@ -48,13 +48,18 @@ class Optimizer:
     """A sparse optimizer step over the rows that occur in ids (clembed_optimizer_step).
 
     kind: 'sgd', 'adagrad', 'rowwise_adagrad' or 'adam'. The optimizer owns its state
-    matrices (F32, made zero on first use, one set per table) and counts Adam's step
-    number per table. Every kind runs clembed_optimizer_step.
+    matrices (F32, made zero on first use, one set per table) and counts the steps per
+    table (Adam's t, and stochastic rounding's step). Every kind runs clembed_optimizer_step.
+    stochastic_rounding=True writes an 'f16' or 'bf16' table back with stochastic rounding
+    (up with the probability of the fraction rounding down would lose; 'f32' tables ignore
+    it), from the random bits Philox(seed, step, row, column): the same bits on every
+    device, a fresh draw at every step.
     """
 
     @api("Optimizer")
     def __init__(self, ctx: Optional[Context], kind: str, lr: float, eps: Optional[float] = None,
-                 betas: Tuple[float, float] = (0.9, 0.999), weight_decay: float = 0.0) -> None:
+                 betas: Tuple[float, float] = (0.9, 0.999), weight_decay: float = 0.0, *,
+                 stochastic_rounding: bool = False, seed: int = 0) -> None:
         self.ctx = ctx if ctx is not None else default_context()
         choice(KINDS, kind, "kind")
         self.kind = kind.lower()
@@ -64,6 +69,10 @@ class Optimizer:
             raise wrong_type("betas", "must be a pair (beta1, beta2), not %r" % (betas,))
         self.betas = (real(betas[0], "betas"), real(betas[1], "betas"))
         self.weight_decay = real(weight_decay, "weight_decay")
+        if not isinstance(stochastic_rounding, (bool, int)) or stochastic_rounding not in (0, 1):
+            raise wrong_type("stochastic_rounding", "must be True or False, not %r" % (stochastic_rounding,))
+        self.stochastic_rounding = bool(stochastic_rounding)
+        self.seed = _seed(seed)
         self._state: "weakref.WeakKeyDictionary[Matrix, List[Any]]" = weakref.WeakKeyDictionary()
 
     def state(self, table: Matrix) -> Tuple[Optional[Matrix], Optional[Matrix], int]:
@@ -85,11 +94,87 @@ class Optimizer:
             s = self._state[table] = [st, st2, 0]
         return s
 
+    def _state_matrices(self, table: Matrix) -> Tuple[Optional[Matrix], Optional[Matrix]]:
+        """The table's state matrices, made (zeros, no step taken) when it has none."""
+        s = self._states(table)
+        return s[0], s[1]
+
+    def tables(self) -> List[Matrix]:
+        """The tables this optimizer holds state for, in the order it first stepped them."""
+        return list(self._state.keys())
+
+    def state_dict(self, tables: Optional[Sequence[Matrix]] = None) -> Dict[str, Any]:
+        """The optimizer's settings and its state of each table (default: every table it
+        holds state for, in the order of tables()), as torch.optim's state_dict lays them out:
+        {'kind', 'lr', 'eps', 'betas', 'weight_decay', 'state': [{'momentum1': ndarray or
+        None, 'momentum2': ndarray or None, 'step': int}, ...]}, entry i for tables[i]; the
+        arrays are float32 copies (exact)."""
+        tables = self.tables() if tables is None else list(tables)
+        state = []
+        for t in tables:
+            if not isinstance(t, Matrix):
+                raise wrong_type("tables", "must be clembed.Matrix objects, not %s" % type(t).__name__)
+            st, st2, n = self.state(t)
+            state.append({"momentum1": st.numpy(None) if st is not None else None,
+                          "momentum2": st2.numpy(None) if st2 is not None else None, "step": n})
+        return {"kind": self.kind, "lr": self.lr, "eps": self.eps, "betas": self.betas,
+                "weight_decay": self.weight_decay, "state": state}
+
+    @api("Optimizer.load_state_dict", "clembed_matrix_write")
+    def load_state_dict(self, state_dict: Dict[str, Any], tables: Optional[Sequence[Matrix]] = None) -> None:
+        """Restores what state_dict() gave: the settings (lr, eps, betas, weight_decay; the
+        kind must be this optimizer's) and state entry i into tables[i] (default: the tables
+        this optimizer already holds state for, in the order of tables(); the counts must
+        agree), its state matrices made if it had none. Every entry is checked (shapes,
+        kind) before anything is written."""
+        if not isinstance(state_dict, dict) or "state" not in state_dict:
+            raise wrong_type("state_dict", "must be a dict from Optimizer.state_dict()")
+        if state_dict.get("kind") != self.kind:
+            raise invalid("state_dict", "is of a %r optimizer, this one is %r" % (state_dict.get("kind"), self.kind))
+        tables = self.tables() if tables is None else list(tables)
+        entries = list(state_dict["state"])
+        if len(entries) != len(tables):
+            raise invalid("state_dict", "holds %d tables' states for %d tables" % (len(entries), len(tables)))
+        shapes = {"adagrad": (True, False), "rowwise_adagrad": (True, False), "adam": (True, True),
+                  "sgd": (False, False)}[self.kind]
+        arrays = []
+        for i, (t, e) in enumerate(zip(tables, entries)):
+            if not isinstance(t, Matrix):
+                raise wrong_type("tables", "must be clembed.Matrix objects, not %s" % type(t).__name__)
+            cols = 1 if self.kind == "rowwise_adagrad" else t.cols
+            pair = []
+            for key, wanted in zip(("momentum1", "momentum2"), shapes):
+                a = e.get(key)
+                if wanted and a is not None:
+                    a = np.asarray(a, dtype=np.float32)
+                    if a.shape != (t.rows, cols):
+                        raise invalid("state_dict", "state[%d][%r] has shape %s, the table needs %s"
+                                      % (i, key, a.shape, (t.rows, cols)))
+                elif a is not None:
+                    raise invalid("state_dict", "state[%d] has %r, which a %r optimizer has not" % (i, key, self.kind))
+                pair.append(a)
+            arrays.append((t, pair, int(e.get("step", 0))))
+        self.lr = real(state_dict.get("lr", self.lr), "lr")
+        self.eps = real(state_dict.get("eps", self.eps), "eps")
+        b = state_dict.get("betas", self.betas)
+        self.betas = (real(b[0], "betas"), real(b[1], "betas"))
+        self.weight_decay = real(state_dict.get("weight_decay", self.weight_decay), "weight_decay")
+        for t, pair, n in arrays:
+            s = self._states(t)
+            for k in range(2):
+                if s[k] is not None:
+                    if pair[k] is not None:
+                        s[k].write(pair[k])
+                    else:
+                        s[k].write(np.zeros((s[k].rows, s[k].cols), np.float32))
+            s[2] = n
+
     def _settings(self, s: List[Any], lr: Optional[float]) -> Dict[str, Any]:
         """The optimizer keywords of Context.optimizer_step for the next step of the table
         whose state list is s ([state, state2, t])."""
         return dict(kind=self.kind, lr=self.lr if lr is None else real(lr, "lr"), state=s[0], state2=s[1],
-                    step=s[2] + 1, eps=self.eps, betas=self.betas, weight_decay=self.weight_decay)
+                    step=s[2] + 1, eps=self.eps, betas=self.betas, weight_decay=self.weight_decay,
+                    stochastic_rounding=self.stochastic_rounding, rounding_seed=self.seed)
 
     @api("Optimizer.bag_step", "clembed_bag_optimizer_step")
     def bag_step(self, table: Matrix, grad: Any, ids: Any, offsets: Any = None, *, lr: Optional[float] = None,

@@ -274,3 +274,143 @@ def test_embedding_optimizer_by_name(ctx):
     d = emb.weight.numpy() - W0
     assert np.allclose(d[touched], -0.01 * np.sign(gr[touched]), rtol=1e-3, atol=1e-6)
     assert_same_bits(d[~touched], np.zeros_like(d[~touched]))
+
+
+# ------------------------------------------------------------- stochastic rounding
+
+def philox_kc(k0, k1, c):
+    """Philox4x32-10 with key (k0, k1) and counter words c (four uint64 arrays holding
+    32-bit values), plainly (Random123). Returns the four output words as uint64 arrays."""
+    M = np.uint64(0xFFFFFFFF)
+    c0, c1, c2, c3 = [np.asarray(x, np.uint64) & M for x in c]
+    k0, k1 = np.uint64(k0) & M, np.uint64(k1) & M
+    for r in range(10):
+        if r:
+            k0 = (k0 + np.uint64(0x9E3779B9)) & M
+            k1 = (k1 + np.uint64(0xBB67AE85)) & M
+        p0 = np.uint64(0xD2511F53) * c0
+        p1 = np.uint64(0xCD9E8D57) * c2
+        c0, c1, c2, c3 = (p1 >> np.uint64(32)) ^ c1 ^ k0, p1 & M, (p0 >> np.uint64(32)) ^ c3 ^ k1, p0 & M
+    return c0, c1, c2, c3
+
+
+def sr_words(seed, step, rows, cols, first_row=0):
+    """include/clembed.h's random words of a rows x cols table's step: K = (x0, x1) of
+    Philox(seed; step lo, step hi, 0x53524E44, 0), then x0 of Philox(K; col, row)."""
+    k = philox_kc(seed & 0xFFFFFFFF, seed >> 32, [step & 0xFFFFFFFF, step >> 32, 0x53524E44, 0])
+    r = (np.arange(rows, dtype=np.uint64) + np.uint64(first_row))[:, None] + np.zeros((1, cols), np.uint64)
+    c = np.arange(cols, dtype=np.uint64)[None, :] + np.zeros((rows, 1), np.uint64)
+    M = np.uint64(0xFFFFFFFF)
+    return philox_kc(int(k[0]), int(k[1]), [c & M, c >> np.uint64(32), r & M, r >> np.uint64(32)])[0]
+
+
+def sr_bits(x, words, dtype):
+    """The stochastically rounded bits of float32 x (finite here): lo <= |x| < hi the
+    neighbours in dtype, f = floor(2^32 (|x| - lo) / spacing), hi when f + word >= 2^32."""
+    x = np.asarray(x, np.float32)
+    a = np.abs(x).astype(np.float64)
+    if dtype == "f16":
+        lo = np.abs(x).astype(np.float16)                      # nearest, then down to <= |x|
+        lo = np.where(lo.astype(np.float64) > a, np.nextafter(lo, np.float16(0)), lo).astype(np.float16)
+        lo_bits = lo.view(np.uint16).astype(np.uint64)
+        nxt = np.nextafter(lo, np.float16(np.inf)).astype(np.float64)
+        spacing = np.where(np.isinf(nxt), 32.0, nxt - lo.astype(np.float64))
+        vlo = lo.astype(np.float64)
+    else:
+        lo_bits = (np.abs(x).view(np.uint32) >> np.uint32(16)).astype(np.uint64)
+        vlo = (lo_bits.astype(np.uint32) << np.uint32(16)).view(np.float32).astype(np.float64)
+        vhi = ((lo_bits + np.uint64(1)).astype(np.uint32) << np.uint32(16)).view(np.float32).astype(np.float64)
+        spacing = np.where(np.isinf(vhi), 2.0 ** 120, vhi - vlo)
+    f = np.floor((a - vlo) / spacing * 2.0 ** 32).astype(np.uint64)
+    up = (f + np.asarray(words, np.uint64)) >= np.uint64(1 << 32)
+    sign = np.where(np.signbit(x), 0x8000, 0).astype(np.uint64)
+    return ((lo_bits + up.astype(np.uint64)) | sign).astype(np.uint16)
+
+
+def table_bits(m):
+    a = m.numpy()
+    return a.view(np.uint16) if a.dtype == np.float16 else (a.view(np.uint32) >> np.uint32(16)).astype(np.uint16)
+
+
+@pytest.mark.parametrize("kind", ["sgd", "adagrad", "rowwise_adagrad", "adam"])
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_stochastic_rounding_bits(ctx, kind, dtype):
+    """Every element of an F16/BF16 table after each step is the stochastic rounding of x,
+    the step's float32 result (from the same step on an F32 twin), with the contract's
+    Philox words of (seed, step, row, column)."""
+    W, ids, grad = case(V=20, D=37)
+    table = ctx.matrix(W, dtype=dtype)
+    twin = ctx.matrix(table.numpy().astype(np.float32))
+    seed = 0x1234_5678_9ABC
+    opt = clembed.Optimizer(ctx, kind, 0.05, weight_decay=0.01, stochastic_rounding=True, seed=seed)
+    topt = clembed.Optimizer(ctx, kind, 0.05, weight_decay=0.01, stochastic_rounding=True, seed=seed)
+    other = 0
+    for t in (1, 2, 3):
+        opt.step(table, grad, ids)
+        topt.step(twin, grad, ids)
+        x = twin.numpy()
+        want = sr_bits(x, sr_words(seed, t, *W.shape), dtype)
+        got = table_bits(table)
+        assert np.array_equal(got, want), "step %d: first difference at %s" % (t, np.argwhere(got != want)[0])
+        nearest = x.astype(np.float16).view(np.uint16) if dtype == "f16" else None
+        if nearest is not None:
+            other += int(np.count_nonzero(got != nearest))
+        if opt.state(table)[0] is not None:
+            assert_same_bits(opt.state(table)[0].numpy(), topt.state(twin)[0].numpy())
+        twin.write(table.numpy().astype(np.float32))          # the twin takes the rounded values
+    assert dtype == "bf16" or other > 0
+
+
+def test_stochastic_rounding_context_and_bags(ctx):
+    """Context.optimizer_step's and Context.bag_optimizer_step's stochastic_rounding and
+    rounding_seed are the Optimizer's; an F32 table ignores them; 0/1 only."""
+    W, ids, grad = case(V=16, D=9)
+    a, b = ctx.matrix(W, dtype="bf16"), ctx.matrix(W, dtype="bf16")
+    opt = clembed.Optimizer(ctx, "adagrad", 0.1, stochastic_rounding=True, seed=5)
+    st = ctx.empty(*W.shape)
+    for t in (1, 2):
+        opt.step(a, grad, ids)
+        ctx.optimizer_step(b, grad, ids, "adagrad", 0.1, state=st, step=t, stochastic_rounding=True, rounding_seed=5)
+    assert_same_bits(a.numpy(), b.numpy())
+    n = ctx.matrix(W, dtype="bf16")
+    ctx.optimizer_step(n, grad, ids, "adagrad", 0.1, state=ctx.empty(*W.shape), step=1)
+    c = ctx.matrix(W, dtype="bf16")
+    ctx.optimizer_step(c, grad, ids, "adagrad", 0.1, state=ctx.empty(*W.shape), step=1, stochastic_rounding=True,
+                       rounding_seed=5)
+    assert not np.array_equal(table_bits(n), table_bits(c))     # the option does something
+    f, g = ctx.matrix(W), ctx.matrix(W)                           # ...but not to an F32 table
+    ctx.optimizer_step(f, grad, ids, "sgd", 0.1, step=1)
+    ctx.optimizer_step(g, grad, ids, "sgd", 0.1, step=1, stochastic_rounding=True, rounding_seed=5)
+    assert_same_bits(f.numpy(), g.numpy())
+    # bags: the same bits as the Optimizer's bag_step
+    bids, offsets = np.array([1, 2, 2, 5, 7, 1]), np.array([0, 2, 6])
+    bgrad = rng.standard_normal((2, W.shape[1])).astype(np.float32)
+    p, q = ctx.matrix(W, dtype="f16"), ctx.matrix(W, dtype="f16")
+    clembed.Optimizer(ctx, "sgd", 0.3, stochastic_rounding=True, seed=9).bag_step(p, bgrad, bids, offsets,
+                                                                                  include_last_offset=True)
+    ctx.bag_optimizer_step(q, bgrad, bids, offsets, kind="sgd", lr=0.3, step=1, stochastic_rounding=True,
+                           rounding_seed=9, include_last_offset=True)
+    assert_same_bits(p.numpy(), q.numpy())
+    with pytest.raises(clembed.ArgumentTypeError) as e:
+        clembed.Optimizer(ctx, "sgd", 0.1, stochastic_rounding=2)
+    assert e.value.argument == "stochastic_rounding"
+    with pytest.raises(clembed.ArgumentTypeError) as e:
+        ctx.optimizer_step(f, grad, ids, "sgd", 0.1, stochastic_rounding="yes")
+    assert e.value.argument == "stochastic_rounding"
+
+
+def test_stochastic_rounding_unbiased(ctx):
+    """10^5 elements stepped from 1 to x = 1 - 0.001 (between the BF16 values 255/256 and
+    1): the stochastic mean is within 5 standard errors of x, nearest even's is 1."""
+    rows, cols = 100, 1000
+    W = np.ones((rows, cols), np.float32)
+    grad = np.ones((rows, cols), np.float32)
+    ids = np.arange(rows)
+    x = float(np.float32(1) - np.float32(0.001) * np.float32(1))
+    p = (x - 255 / 256) * 256
+    se = np.sqrt(p * (1 - p) / (rows * cols)) / 256
+    s, r = ctx.matrix(W, dtype="bf16"), ctx.matrix(W, dtype="bf16")
+    ctx.optimizer_step(s, grad, ids, "sgd", 0.001, stochastic_rounding=True, rounding_seed=77)
+    ctx.optimizer_step(r, grad, ids, "sgd", 0.001)
+    assert abs(s.numpy().astype(np.float64).mean() - x) <= 5 * se
+    assert abs(r.numpy().astype(np.float64).mean() - x) >= 100 * se

@@ -196,6 +196,31 @@ clembed_status clembed_file_tensor_data(const clembed_file *f, size_t i, const v
   return CLEMBED_OK;
 }
 
+size_t clembed_file_metadata_count(const clembed_file *f) { return f ? f->table.meta_count : 0; }
+
+clembed_status clembed_file_metadata(const clembed_file *f, size_t i, const char **key, const char **value) {
+  const char *op = "clembed_file_metadata";
+  if (!f) {
+    ce_set_last_error(CLEMBED_ERR_INVALID_ARGUMENT, op, "f", "%s: f is NULL", op);
+    return CLEMBED_ERR_INVALID_ARGUMENT;
+  }
+  if (i >= f->table.meta_count) {
+    ce_set_last_error(CLEMBED_ERR_INVALID_ARGUMENT, op, "i", "%s: metadata entry %zu does not exist (the file has %zu)",
+                      f->path, i, f->table.meta_count);
+    return CLEMBED_ERR_INVALID_ARGUMENT;
+  }
+  if (key) *key = f->table.strings + f->table.meta[2 * i];
+  if (value) *value = f->table.strings + f->table.meta[2 * i + 1];
+  return CLEMBED_OK;
+}
+
+const char *clembed_file_metadata_find(const clembed_file *f, const char *key) {
+  if (!f || !key) return NULL;
+  for (size_t i = 0; i < f->table.meta_count; i++)
+    if (!strcmp(f->table.strings + f->table.meta[2 * i], key)) return f->table.strings + f->table.meta[2 * i + 1];
+  return NULL;
+}
+
 void ce_file_list(const clembed_file *f, char *buf, size_t cap) {
   size_t o = 0;
   if (!cap) return;

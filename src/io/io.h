@@ -52,6 +52,8 @@ typedef struct ce_io_table {
   size_t strings_len, strings_cap;
   uint64_t *dims; /* the shapes of tensors of more than 4 dimensions */
   size_t dims_len, dims_cap;
+  size_t *meta;   /* a safetensors file's __metadata__: key and value offsets into strings, in pairs */
+  size_t meta_count, meta_cap;
   char message[512]; /* what is wrong (without the file name) */
 } ce_io_table;
 
@@ -70,6 +72,9 @@ int ce_io_fail(ce_io_table *table, const char *fmt, ...)
 ce_io_tensor *ce_io_add(ce_io_table *table);
 /* Stores `len` bytes plus a NUL; returns its offset, or (size_t)-1 (message set). */
 size_t ce_io_string(ce_io_table *table, const char *s, size_t len);
+/* Keeps a metadata entry (a safetensors file's __metadata__: key, value). 0, or
+ * -1 (message set) when out of memory. */
+int ce_io_meta(ce_io_table *table, const char *key, size_t key_len, const char *value, size_t value_len);
 /* Sets e's shape from `ndim` dimensions (at most CE_IO_MAX_DIMS, outermost
  * first, their product checked by the caller with ce_io_elements): info.ndim
  * and info.shape as clembed_tensor_info shows them (more than 4: the first

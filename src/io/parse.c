@@ -23,6 +23,9 @@ void ce_io_table_free(ce_io_table *table) {
   free(table->t);
   free(table->strings);
   free(table->dims);
+  free(table->meta);
+  table->meta = NULL;
+  table->meta_count = table->meta_cap = 0;
   table->t = NULL;
   table->strings = NULL;
   table->dims = NULL;
@@ -75,6 +78,24 @@ size_t ce_io_string(ce_io_table *table, const char *s, size_t len) {
   table->strings[off + len] = '\0';
   table->strings_len = need;
   return off;
+}
+
+int ce_io_meta(ce_io_table *table, const char *key, size_t key_len, const char *value, size_t value_len) {
+  if (table->meta_count == table->meta_cap) {
+    size_t cap = table->meta_cap ? table->meta_cap * 2 : 16;
+    size_t *m = cap < SIZE_MAX / (2 * sizeof *m) ? realloc(table->meta, cap * 2 * sizeof *m) : NULL;
+    if (!m) return ce_io_fail(table, "out of host memory");
+    table->meta = m;
+    table->meta_cap = cap;
+  }
+  size_t k = ce_io_string(table, key, key_len);
+  if (k == (size_t)-1) return -1;
+  size_t v = ce_io_string(table, value, value_len);
+  if (v == (size_t)-1) return -1;
+  table->meta[2 * table->meta_count] = k;
+  table->meta[2 * table->meta_count + 1] = v;
+  table->meta_count++;
+  return 0;
 }
 
 int ce_io_mul(uint64_t a, uint64_t b, uint64_t *out) {

@@ -4,7 +4,8 @@
  *   The JSON is an object: each member is a tensor
  *     "name": {"dtype": "F32", "shape": [2, 3], "data_offsets": [begin, end]}
  *   (offsets into the data, which starts after the header), except
- *   "__metadata__", an object of strings, which is checked and skipped.
+ *   "__metadata__", an object of strings, which is checked and kept
+ *   (clembed_file_metadata).
  * The JSON parser is strict RFC 8259 for exactly this (no trailing commas, no
  * comments, valid UTF-8, escapes decoded, nesting bounded); a tensor's other
  * members, if any, are skipped as the reference reader does. As the reference
@@ -388,7 +389,13 @@ static int metadata(json *j) {
     ws(j);
     if (j->p >= j->end || *j->p != '"')
       return ce_io_fail(j->table, "malformed safetensors header: a '__metadata__' value is not a string");
-    if (string(j, &len)) return -1;
+    char *key = malloc(len + 1);
+    if (!key) return ce_io_fail(j->table, "out of host memory");
+    memcpy(key, j->scratch, len + 1);
+    size_t vlen;
+    int bad = string(j, &vlen) || ce_io_meta(j->table, key, len, j->scratch, vlen);
+    free(key);
+    if (bad) return -1;
     int r = next(j, '}', "expected ',' or '}' in '__metadata__'");
     if (r < 0) return -1;
     if (!r) return 0;

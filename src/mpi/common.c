@@ -112,7 +112,8 @@ static void field_text(const ce_mpi_vote *v, int i, char *buf, size_t cap) {
   static const char *const calls[] = {"", "clembed_mpi_table_create", "clembed_mpi_table_load",
                                       "clembed_mpi_table_init_normal", "clembed_mpi_table_init_uniform",
                                       "clembed_mpi_embed", "clembed_mpi_optimizer_step",
-                                      "clembed_mpi_embedding_bag", "clembed_mpi_bag_optimizer_step"};
+                                      "clembed_mpi_embedding_bag", "clembed_mpi_bag_optimizer_step",
+                                      "clembed_mpi_checkpoint_save", "clembed_mpi_checkpoint_load"};
   uint64_t x = v->agree[i];
   char tmp[64];
   switch (v->kinds[i]) {
@@ -559,4 +560,7 @@ void ce_mpi_agree_optimizer(ce_mpi_vote *v, const clembed_optimizer *o) {
   ce_mpi_agree_float(v, "beta2", o ? o->beta2 : 0.0f);
   ce_mpi_agree_float(v, "weight_decay", o ? o->weight_decay : 0.0f);
   ce_mpi_agree(v, "step", o ? o->step : 0);
+  ce_mpi_agree(v, "stochastic_rounding", o ? (uint64_t)(int64_t)o->stochastic_rounding : 0);
+  ce_mpi_agree(v, "seed", o ? o->seed : 0);
+  ce_mpi_agree(v, "first_row", o ? o->first_row : 0);
 }

@@ -1,7 +1,8 @@
 /* What the files of libclembed_mpi share: the table, the agreement among the
  * ranks, a rank's own failures kept until the collectives are over, the host
  * staging buffers, and MPI calls checked. On clembed's public headers and MPI
- * only (src/mpi never includes the core library's src/). */
+ * only (src/mpi never includes the core library's src/, but for the checkpoint
+ * format, src/io/ckpt.h, whose ckpt_format.c this library compiles too). */
 #ifndef CLEMBED_MPI_TABLE_H
 #define CLEMBED_MPI_TABLE_H
 
@@ -113,7 +114,8 @@ int ce_mpi_ok(ce_mpi_error *e, int mpi_code, const char *call);
 /* The calls, the first field of every agreement (a rank calling another
  * function than its peers disagrees at once). */
 enum { CE_MPI_CALL_CREATE = 1, CE_MPI_CALL_LOAD, CE_MPI_CALL_INIT_NORMAL, CE_MPI_CALL_INIT_UNIFORM,
-       CE_MPI_CALL_EMBED, CE_MPI_CALL_STEP, CE_MPI_CALL_BAG, CE_MPI_CALL_BAG_STEP };
+       CE_MPI_CALL_EMBED, CE_MPI_CALL_STEP, CE_MPI_CALL_BAG, CE_MPI_CALL_BAG_STEP, CE_MPI_CALL_CKPT_SAVE,
+       CE_MPI_CALL_CKPT_LOAD };
 
 /* What a field's value is, for the message that names each rank's value in words. */
 enum { CE_MPI_UINT, CE_MPI_PADDING, CE_MPI_FLOAT, CE_MPI_STRING, CE_MPI_DTYPE, CE_MPI_KIND, CE_MPI_MODE, CE_MPI_POLICY,

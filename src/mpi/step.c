@@ -41,11 +41,16 @@
 static int is_float(clembed_dtype d) { return d == CLEMBED_F32 || d == CLEMBED_F16 || d == CLEMBED_BF16; }
 
 /* The optimizer as the owner's clembed_optimizer_step gets it: the state
- * matrices given (the shard's, or 0-row stand-ins for the argument check). */
-static clembed_optimizer with_states(const clembed_optimizer *o, clembed_matrix *s1, clembed_matrix *s2) {
+ * matrices given (the shard's, or 0-row stand-ins for the argument check),
+ * and first_row moved on by the shard's first row (first), so that stochastic
+ * rounding draws the whole table's bits (row first_row + first + v for the
+ * shard's row v). */
+static clembed_optimizer with_states(const clembed_optimizer *o, clembed_matrix *s1, clembed_matrix *s2,
+                                     size_t first) {
   clembed_optimizer p = *o;
   p.state = o->kind == CLEMBED_SGD ? NULL : s1;
   p.state2 = o->kind == CLEMBED_ADAM ? s2 : NULL;
+  p.first_row = o->first_row + (uint64_t)first;
   return p;
 }
 
@@ -85,8 +90,14 @@ void ce_mpi_check_optimizer(clembed_mpi_table *t, const char *op, const clembed_
     g0.ld = s1.ld = s2.ld = 0;
     clembed_ids none = {0};
     none.type = CLEMBED_I32;
-    clembed_optimizer p = with_states(o, &s1, &s2);
-    clembed_status s = clembed_optimizer_step(ctx, &g0, &none, b, &p, &tv, 0, NULL, NULL);
+    clembed_optimizer p = with_states(o, &s1, &s2, 0);
+    clembed_status s = CLEMBED_OK;
+    if (t->rows && o->first_row > (uint64_t)0 - (uint64_t)t->rows) /* (a shard's step would refuse it) */
+      ce_mpi_fail(e, CLEMBED_ERR_INVALID_ARGUMENT, "first_row", -1, 0,
+                  "%s: first_row %llu + the table's %zu rows pass 2^64", op, (unsigned long long)o->first_row,
+                  t->rows);
+    else
+      s = clembed_optimizer_step(ctx, &g0, &none, b, &p, &tv, 0, NULL, NULL);
     if (s == CLEMBED_OK) s = clembed_finish(ctx);
     if (s != CLEMBED_OK) ce_mpi_fail_from(e, ctx, s);
   }
@@ -308,7 +319,7 @@ void ce_mpi_step_deliver(clembed_mpi_table *t, const char *op, const clembed_opt
 
   /* the owner's step on what it received, in global token order */
   if (nrecv && own->status == CLEMBED_OK) {
-    clembed_optimizer p = with_states(o, &t->state, &t->state2);
+    clembed_optimizer p = with_states(o, &t->state, &t->state2, t->bounds[t->rank]);
     clembed_status s = ce_mpi_stage_done(t, CE_MPI_ST_ASKED, own);
     if (s == CLEMBED_OK) s = ce_mpi_stage_done(t, CE_MPI_ST_IN, own);
     clembed_matrix rows = ce_mpi_stage_matrix(t, CE_MPI_ST_IN, (size_t)nrecv, t->cols, wire);

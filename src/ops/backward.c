@@ -85,7 +85,7 @@ typedef struct seg_call {
   ce_pieces gp, tp, pgp;          /* grad_out, the target, position_grad: their pieces */
   cl_long padding;
   int key64;
-  char opts[512];
+  char opts[768];
   ce_chain ch;
   ce_record rec;
   ce_sort srt;
@@ -153,13 +153,16 @@ static clembed_status prepare(seg_call *b) {
   unsigned order = ctx->prefetch && clembed_dtype_row_bytes(b->grad->dtype, b->grad->cols) <= t->fold_ahead_bytes;
   /* exact (correctly rounded) division for scale_grad_by_freq where the device can */
   const char *div = ctx->exact_div ? " -cl-fp32-correctly-rounded-divide-sqrt" : "";
+  /* stochastic rounding: the stores of a stepped F16 or BF16 table (an F32 table ignores it) */
+  int sr = b->step->mode >= CE_STORE_SGD && b->step->rounding.stochastic &&
+           (b->target->dtype == CLEMBED_F16 || b->target->dtype == CLEMBED_BF16);
   snprintf(b->opts, sizeof b->opts,
            "-DGRAD_DT=%d -DTABLE_DT=%d -DDROPOUT=%d -DKEY64=%d -DVEC=%u -DFOLD_TILE=%u -DFOLD_GROUP=%u -DFOLD_AHEAD=%u "
            "-DSTEP_AHEAD=%u -DCE_FOLD_ORDER=%u -DCE_STORE_OVERWRITE=%d -DCE_STORE_ACCUMULATE=%d -DCE_STORE_SGD=%d "
-           "-DCE_STORE_ADAGRAD=%d -DCE_STORE_ADAM=%d -DBAG=%d%s",
+           "-DCE_STORE_ADAGRAD=%d -DCE_STORE_ADAM=%d -DBAG=%d -DSTOCH_ROUND=%d%s",
            (int)b->grad->dtype, (int)b->target->dtype, opt->dropout > 0.0f, b->key64, t->fold_vec, t->fold_tile,
            t->fold_group, t->fold_ahead, t->step_ahead, order, CE_STORE_OVERWRITE,
-           CE_STORE_ACCUMULATE, CE_STORE_SGD, CE_STORE_ADAGRAD, CE_STORE_ADAM, b->step->contrib != NULL, div);
+           CE_STORE_ACCUMULATE, CE_STORE_SGD, CE_STORE_ADAGRAD, CE_STORE_ADAM, b->step->contrib != NULL, sr, div);
   /* split matrices: the pieces each launch takes, planned together so that
    * every kernel of the call sees the same counts */
   ce_optim_step *o = b->step->optim;
@@ -288,6 +291,9 @@ static clembed_status fold_optim(seg_call *b, seg_grid grid, int which, const vo
   cl_float keep = opt->dropout > 0.0f ? 1.0f / (1.0f - opt->dropout) : 1.0f;
   cl_float eps = o->eps, wd = o->weight_decay, b1c = o->b1c, b2c = o->b2c, step_size = o->step_size;
   cl_uint seed_lo = (cl_uint)opt->dropout_seed, seed_hi = (cl_uint)(opt->dropout_seed >> 32);
+  const ce_rounding *rd = &b->step->rounding; /* stochastic rounding's (unused without it) */
+  cl_uint sr_lo = (cl_uint)rd->seed, sr_hi = (cl_uint)(rd->seed >> 32);
+  cl_ulong sr_step = rd->step, sr_row0 = rd->first_row;
   cl_kernel k;
   if (b->step->mode == CE_STORE_ROWWISE_ADAGRAD) {
     /* slices: a power of two, the tuning's work-items per compute unit, at
@@ -304,7 +310,7 @@ static clembed_status fold_optim(seg_call *b, seg_grid grid, int which, const vo
                         CE_ARG(b->srt.idx[which]), CE_ARG(nl), none_size, none, CE_ARG(slice_bits), CE_ARG(scale),
                         CE_ARG(freq_i), CE_PIECES(&b->tp), CE_ARG(t_ldl), CE_PIECES(&o->s1), CE_ARG(s1_ld),
                         CE_ARG(lr), CE_ARG(eps), CE_ARG(wd), CE_ARG(drop), CE_ARG(seed_lo), CE_ARG(seed_hi),
-                        CE_ARG(keep), CE_END));
+                        CE_ARG(keep), CE_ARG(sr_lo), CE_ARG(sr_hi), CE_ARG(sr_step), CE_ARG(sr_row0), CE_END));
       CHECK(contrib_args(b, k, name));
       CHECK(ce_chain_2d(&b->ch, k, name, 1, slices));
     } while (ce_pieces_next(mats, 2));
@@ -317,7 +323,8 @@ static clembed_status fold_optim(seg_call *b, seg_grid grid, int which, const vo
                         CE_ARG(grid.bw), CE_ARG(grid.split), CE_ARG(scale), CE_ARG(freq_i), CE_PIECES(&b->tp),
                         CE_ARG(t_ldl), CE_PIECES(&o->s1), CE_ARG(s1_ld), CE_PIECES(&o->s2), CE_ARG(s2_ld),
                         CE_ARG(lr), CE_ARG(eps), CE_ARG(wd), CE_ARG(b1c), CE_ARG(b2c), CE_ARG(step_size),
-                        CE_ARG(mode), CE_ARG(drop), CE_ARG(seed_lo), CE_ARG(seed_hi), CE_ARG(keep), CE_END));
+                        CE_ARG(mode), CE_ARG(drop), CE_ARG(seed_lo), CE_ARG(seed_hi), CE_ARG(keep), CE_ARG(sr_lo),
+                        CE_ARG(sr_hi), CE_ARG(sr_step), CE_ARG(sr_row0), CE_END));
       CHECK(contrib_args(b, k, name));
       CHECK(ce_chain_2d(&b->ch, k, name, grid.nx, grid.ny));
     } while (ce_pieces_next(mats, 3));
@@ -366,6 +373,9 @@ static clembed_status fold_rows(seg_call *b) {
   cl_float keep = opt->dropout > 0.0f ? 1.0f / (1.0f - opt->dropout) : 1.0f;
   cl_uint seed_lo = (cl_uint)opt->dropout_seed, seed_hi = (cl_uint)(opt->dropout_seed >> 32);
   cl_int mode = (cl_int)b->step->mode; /* a kernel argument: one program for every store mode */
+  const ce_rounding *rd = &b->step->rounding; /* stochastic rounding's (unused without it) */
+  cl_uint sr_lo = (cl_uint)rd->seed, sr_hi = (cl_uint)(rd->seed >> 32);
+  cl_ulong sr_step = rd->step, sr_row0 = rd->first_row;
   size_t none_size = b->key64 ? sizeof none64 : sizeof none32;
   const void *none = b->key64 ? (const void *)&none64 : (const void *)&none32;
   if (b->step->optim) {
@@ -381,7 +391,7 @@ static clembed_status fold_rows(seg_call *b) {
                       CE_ARG(b->srt.idx[which]), CE_ARG(nl), none_size, none, CE_ARG(grid.slice_bits),
                       CE_ARG(grid.bw), CE_ARG(grid.split), CE_ARG(scale), CE_ARG(freq_i), CE_PIECES(&b->tp),
                       CE_ARG(t_ldl), CE_ARG(lr), CE_ARG(mode), CE_ARG(drop), CE_ARG(seed_lo), CE_ARG(seed_hi),
-                      CE_ARG(keep), CE_END));
+                      CE_ARG(keep), CE_ARG(sr_lo), CE_ARG(sr_hi), CE_ARG(sr_step), CE_ARG(sr_row0), CE_END));
     CHECK(contrib_args(b, k, name));
     CHECK(ce_chain_2d(&b->ch, k, name, grid.nx, grid.ny));
   } while (ce_pieces_next(mats, 1));
@@ -544,7 +554,7 @@ clembed_status clembed_backward(clembed_context *ctx, const clembed_matrix *grad
   clembed_backward_options o = clembed_backward_defaults(); /* the caller's, as far as its struct_size goes */
   clembed_status status = ce_struct_read(ctx, NULL, "opt", -1, &ce_backward_options_layout, opt, &o);
   ce_step step = {"clembed_backward", o.accumulate ? CE_STORE_ACCUMULATE : CE_STORE_OVERWRITE, 0.0f,
-                  !o.deterministic, NULL, NULL};
+                  !o.deterministic, NULL, NULL, {0, 0, 0, 0}};
   if (status == CLEMBED_OK) status = ce_segment_step(ctx, &step, grad_out, ids, &o, grad_table, nwait, wait, ev);
   return ce_track_end(ctx, status, event, &own);
 }

@@ -145,7 +145,7 @@ static clembed_status fold_run(bag_fold *s, const clembed_matrix *grad_out, clem
   if (o) {
     CHECK(ce_optimizer_fold(s->ctx, s->what, grad_out, NULL, &bo, o, target, &s->contrib, nwait, wait, event));
   } else {
-    ce_step step = {s->what, CE_STORE_ACCUMULATE, 0.0f, 0, NULL, &s->contrib};
+    ce_step step = {s->what, CE_STORE_ACCUMULATE, 0.0f, 0, NULL, &s->contrib, {0, 0, 0, 0}};
     CHECK(ce_segment_step(s->ctx, &step, grad_out, NULL, &bo, target, nwait, wait, event));
   }
   if (s->contrib.count == 0) CHECK(fold_checks_alone(s, event));
@@ -314,7 +314,8 @@ static int same_state(const clembed_matrix *a, const clembed_matrix *b) {
 static int same_optimizer(const clembed_optimizer *a, const clembed_optimizer *b) {
   return a->kind == b->kind && a->learning_rate == b->learning_rate && a->eps == b->eps && a->beta1 == b->beta1 &&
          a->beta2 == b->beta2 && a->weight_decay == b->weight_decay && a->step == b->step &&
-         same_state(a->state, b->state) && same_state(a->state2, b->state2);
+         same_state(a->state, b->state) && same_state(a->state2, b->state2) &&
+         a->stochastic_rounding == b->stochastic_rounding && a->seed == b->seed && a->first_row == b->first_row;
 }
 
 /* The steps of the features' tables: o[f] for feature f (o[0] for a single

@@ -524,7 +524,7 @@ cleanup:
  * when bo says so) into `target`, as the chain's next command. */
 static clembed_status fold(ce_chain *ch, const clembed_matrix *src, const clembed_ids *keys,
                            const clembed_backward_options *bo, clembed_matrix *target) {
-  static const ce_step step = {"clembed_embed_backward", CE_STORE_ACCUMULATE, 0.0f, 0, NULL, NULL};
+  static const ce_step step = {"clembed_embed_backward", CE_STORE_ACCUMULATE, 0.0f, 0, NULL, NULL, {0, 0, 0, 0}};
   cl_event ev = NULL;
   clembed_status s = ce_segment_step(ch->ctx, &step, src, keys, bo, target, ce_chain_nwait(ch), ce_chain_wait(ch), &ev);
   ce_chain_adopt(ch, ev);

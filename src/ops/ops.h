@@ -165,6 +165,15 @@ struct ce_contrib {
   void *data;      /* the producer's */
 };
 
+/* The write back of a stepped F16/BF16 table: to nearest even (stochastic 0),
+ * or stochastic rounding with the random words of (seed, step, first_row +
+ * the row, the column) (an optimizer's stochastic_rounding, seed, step and
+ * first_row; include/clembed.h). An F32 table ignores it. */
+typedef struct ce_rounding {
+  int stochastic;
+  uint64_t seed, step, first_row;
+} ce_rounding;
+
 /* One fused step over the rows the ids touch: the sort, the fold and the
  * store; the operation's checks, slot and chain included. */
 typedef struct ce_step {
@@ -175,6 +184,7 @@ typedef struct ce_step {
   ce_optim_step *optim;           /* clembed_optimizer_step: the kernels with states (else NULL) */
   const ce_contrib *contrib;      /* NULL: a contribution per token of ids, ids[i] from row i of grad_out;
                                      else these (ids is NULL, grad_out checked by their producer) */
+  ce_rounding rounding;           /* how an F16/BF16 table's elements are written back (zeros: nearest even) */
 } ce_step;
 clembed_status ce_segment_step(clembed_context *ctx, const ce_step *step, const clembed_matrix *grad_out,
                                const clembed_ids *ids, const clembed_backward_options *opt,

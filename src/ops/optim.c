@@ -9,7 +9,9 @@
  * further store modes (ADAGRAD, ROWWISE_ADAGRAD, ADAM; SGD with weight decay),
  * with their state rows beside the table's: this file checks the optimizer's
  * fields and states and computes the step's float32 constants; backward.c
- * folds and stores. */
+ * folds and stores. An optimizer's stochastic_rounding (with its seed, step and
+ * first_row) goes to the fold as the step's ce_rounding; clembed_sgd_update
+ * always rounds to nearest even. */
 #include "ops.h"
 
 #include <math.h>
@@ -21,7 +23,7 @@ clembed_status clembed_sgd_update(clembed_context *ctx, const clembed_matrix *gr
   cl_event own;
   CE_ENTER(ctx, "clembed_sgd_update");
   cl_event *ev = CE_EVENT_BEGIN(event, own);
-  ce_step step = {"clembed_sgd_update", CE_STORE_SGD, learning_rate, 0, NULL, NULL};
+  ce_step step = {"clembed_sgd_update", CE_STORE_SGD, learning_rate, 0, NULL, NULL, {0, 0, 0, 0}};
   clembed_backward_options o = clembed_backward_defaults(); /* the caller's, as far as its struct_size goes */
   clembed_status status = ce_struct_read(ctx, NULL, "opt", -1, &ce_backward_options_layout, opt, &o);
   if (status == CLEMBED_OK) status = ce_segment_step(ctx, &step, grad_out, ids, &o, table, nwait, wait, ev);
@@ -83,6 +85,14 @@ clembed_status ce_optimizer_check(clembed_context *ctx, const char *what, const 
   if (!(o->weight_decay >= 0.0f) || isinf(o->weight_decay))
     FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "weight_decay", -1, 0, "%s: weight_decay %g must be finite and >= 0",
              what, (double)o->weight_decay);
+  if (o->stochastic_rounding != 0 && o->stochastic_rounding != 1)
+    FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "stochastic_rounding", -1, (int64_t)o->stochastic_rounding,
+             "%s: stochastic_rounding is %d; 0 (round to nearest even) or 1 (stochastic)", what,
+             o->stochastic_rounding);
+  if (table->rows && o->first_row > (uint64_t)0 - (uint64_t)table->rows) /* its last row past 2^64 - 1 */
+    FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "first_row", -1, (int64_t)(o->first_row > INT64_MAX ? INT64_MAX : o->first_row),
+             "%s: first_row %llu + the table's %zu rows pass 2^64", what, (unsigned long long)o->first_row,
+             table->rows);
   if (o->kind != CLEMBED_SGD && (!(o->eps >= 0.0f) || isinf(o->eps)))
     FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "eps", -1, 0, "%s: eps %g must be finite and >= 0", what,
              (double)o->eps);
@@ -165,7 +175,8 @@ clembed_status ce_optimizer_fold(clembed_context *ctx, const char *what, const c
     /* SGD without weight decay is clembed_sgd_update's fold (the same
      * operations, and its kernel has no state arguments to carry) */
     int plain = o->kind == CLEMBED_SGD && o->weight_decay == 0.0f;
-    ce_step step = {what, modes[o->kind], o->learning_rate, 0, plain ? NULL : &p, contrib};
+    ce_step step = {what, modes[o->kind], o->learning_rate, 0, plain ? NULL : &p, contrib,
+                    {o->stochastic_rounding, o->seed, o->step, o->first_row}};
     status = ce_segment_step(ctx, &step, grad_out, ids, opt, table, nwait, wait, event);
   }
 cleanup:

@@ -79,6 +79,7 @@ LAYOUT(ce_backward_options_layout, clembed_backward_options, "clembed_backward_d
 static const size_t optimizer_ends[] = {END(OP, kind),         END(OP, learning_rate), END(OP, eps),
                                         END(OP, beta1),        END(OP, beta2),         END(OP, weight_decay),
                                         END(OP, step),         END(OP, state),         END(OP, state2),
+                                        END(OP, stochastic_rounding), END(OP, seed),   END(OP, first_row),
                                         sizeof(OP)};
 LAYOUT(ce_optimizer_layout, clembed_optimizer, "clembed_optimizer_defaults(kind)", optimizer_ends, NULL, 0);
 #undef OP

@@ -12,6 +12,7 @@
   OWN(CLEMBED_ERR_OUT_OF_MEMORY, -2005)               \
   OWN(CLEMBED_ERR_UNSUPPORTED, -2006)                 \
   OWN(CLEMBED_ERR_COMMUNICATION, -2007)               \
+  OWN(CLEMBED_ERR_FILE, -2008)                        \
   X(CL_DEVICE_NOT_FOUND, -1)                        \
   X(CL_DEVICE_NOT_AVAILABLE, -2)                    \
   X(CL_COMPILER_NOT_AVAILABLE, -3)                  \

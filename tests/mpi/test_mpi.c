@@ -665,6 +665,11 @@ TU_CASE(embed_odd_values) {
 
 /* --------------------------------------------------------------------- step */
 
+/* Stochastic rounding in the steps of check_steps and check_bag_steps (both
+ * sides, with this seed; 0: off): set by step_stochastic_rounding. */
+static int g_sr;
+static const uint64_t SR_SEED = 0xC0FFEE12345ull;
+
 /* Rank r's gradient rows (n x C), as float values of dtype gdt. */
 static float *grad_values(int r, size_t n, size_t C, unsigned seed, clembed_dtype gdt) {
   float *g = malloc((n * C + 1) * sizeof *g);
@@ -727,6 +732,8 @@ static void check_steps(clembed_context *ctx, size_t R, size_t C, const batch_sp
     o.learning_rate = 0.05f;
     o.weight_decay = sc->weight_decay;
     o.step = (uint64_t)step;
+    o.stochastic_rounding = g_sr;
+    o.seed = SR_SEED;
     clembed_status s = clembed_mpi_optimizer_step(t, &grad, &ids, &bo, &o);
     expect_status(ctx, s, g_rank == bad_rank ? CLEMBED_ERR_INDEX_OUT_OF_RANGE : CLEMBED_OK, what);
     if (g_rank == bad_rank) {
@@ -1286,6 +1293,8 @@ static void check_bag_steps(clembed_context *ctx, size_t R, size_t C, clembed_dt
     o.learning_rate = 0.05f;
     o.weight_decay = step == 2 ? 0.01f : 0.0f;
     o.step = (uint64_t)step;
+    o.stochastic_rounding = g_sr;
+    o.seed = SR_SEED;
     clembed_status st = clembed_mpi_bag_optimizer_step(t, &grad, &d.ids, offs, &d.o, &o);
     expect_status(ctx, st, g_rank == bad_rank ? CLEMBED_ERR_INDEX_OUT_OF_RANGE : CLEMBED_OK, what);
     if (g_rank == bad_rank) {
@@ -1370,6 +1379,54 @@ TU_CASE(bag_step_equals_one_device) {
   o.mode = CLEMBED_BAG_MAX;
   check_bag_steps(ctx, 2, C, CLEMBED_F32, &tiny, &o, 0, CLEMBED_ROWWISE_ADAGRAD, CLEMBED_F32, 2, -1,
                   "bag step: MAX, 2 rows, rank 0 has no bags");
+}
+
+/* Stochastic rounding (clembed_optimizer.stochastic_rounding): the sharded
+ * token and bag steps of F16 and BF16 tables equal one device's on the whole
+ * table bit for bit, every kind, so the random bits are those of each row in
+ * the whole table (each shard steps with first_row its first row) and any
+ * rank count gives the same table. A rank whose seed differs is refused. */
+TU_CASE(step_stochastic_rounding) {
+  const size_t R = 29, C = 37; /* 37: the vector columns and a tail */
+  batch_spec b = {40, 4, 0, 0, 29, 52};
+  const clembed_optimizer_kind kinds[4] = {CLEMBED_SGD, CLEMBED_ADAGRAD, CLEMBED_ROWWISE_ADAGRAD, CLEMBED_ADAM};
+  const clembed_dtype dts[2] = {CLEMBED_F16, CLEMBED_BF16};
+  g_sr = 1;
+  for (int k = 0; k < 4; k++)
+    for (int d = 0; d < 2; d++) {
+      char what[128];
+      step_case sc = {kinds[k], dts[d], {CLEMBED_F32, CLEMBED_F32}, clembed_backward_defaults(), 0.01f, 3};
+      snprintf(what, sizeof what, "stochastic rounding: kind %d, %s table", (int)kinds[k], DNAME[dts[d]]);
+      check_steps(ctx, R, C, &b, &sc, -1, what);
+      bag_spec s = {5, 2, 0, 0, 0, (int64_t)R, 85};
+      clembed_bag_options o = clembed_bag_defaults();
+      o.mode = d ? CLEMBED_BAG_MEAN : CLEMBED_BAG_SUM;
+      snprintf(what, sizeof what, "stochastic rounding: bag step, kind %d, %s table", (int)kinds[k], DNAME[dts[d]]);
+      check_bag_steps(ctx, R, C, dts[d], &s, &o, 0, kinds[k], CLEMBED_F32, 2, -1, what);
+    }
+  g_sr = 0;
+  /* the seed must agree */
+  float *h = table_values(R, C, 43);
+  clembed_mpi_table *t = make_table(ctx, R, C, CLEMBED_BF16, h);
+  int64_t ids_h[3] = {1, 2, 3};
+  clembed_ids ids = make_ids(ctx, ids_h, 3, CLEMBED_I64);
+  clembed_matrix grad = {0};
+  OK(ctx, clembed_matrix_create(ctx, 3, C, CLEMBED_F32, &grad));
+  clembed_optimizer o = clembed_optimizer_defaults(CLEMBED_SGD);
+  o.stochastic_rounding = 1;
+  o.seed = g_size > 1 && g_rank == g_size - 1 ? 8 : 7;
+  clembed_status s = clembed_mpi_optimizer_step(t, &grad, &ids, NULL, &o);
+  expect_status(ctx, s, g_size > 1 ? CLEMBED_ERR_INVALID_ARGUMENT : CLEMBED_OK, "seeds that differ");
+  if (g_size > 1) expect_argument(ctx, "clembed_mpi_optimizer_step", "seed", "seeds that differ");
+  o.seed = 7;
+  o.stochastic_rounding = 2;
+  s = clembed_mpi_optimizer_step(t, &grad, &ids, NULL, &o);
+  expect_status(ctx, s, CLEMBED_ERR_INVALID_ARGUMENT, "stochastic_rounding 2");
+  expect_argument(ctx, "clembed_mpi_optimizer_step", "stochastic_rounding", "stochastic_rounding 2");
+  clembed_ids_release(&ids);
+  clembed_matrix_release(&grad);
+  clembed_mpi_table_release(t);
+  free(h);
 }
 
 /* Refusals: the mode differs on the last rank (every rank refuses, nothing is

@@ -7,7 +7,7 @@
 #include <string.h>
 
 static const char usage[] =
-    "usage: clembed inspect FILE [--json] [--device SPEC]\n"
+    "usage: clembed inspect FILE [--json] [--metadata] [--device SPEC]\n"
     "\n"
     "Lists the tensors of a .npy, .safetensors or .gguf file (recognised by its content),\n"
     "one line each: name, dtype and shape (AxB..., outermost first; a GGUF file's dims\n"
@@ -18,7 +18,13 @@ static const char usage[] =
     ".safetensors file, <i8 in a .npy: i64), ggml's type names in lower case; a NumPy type\n"
     "with no such name (big-endian, text) as NumPy writes it (>f4, <U10).\n"
     "A .npy file's one array has no name: it shows as -.\n"
-    "  --json          an array of {\"name\", \"dtype\", \"shape\", \"bytes\"} instead\n"
+    "A .safetensors file's metadata (\"__metadata__\") follows the tensors, one \"key: value\"\n"
+    "line each. In a checkpoint (clembed_checkpoint_save, clembed.save) each tensor's line\n"
+    "ends with what it holds: \"= q4_k 1000x256 crc32c=1a2b3c4d\" (clembed's dtype, the matrix's\n"
+    "shape and the CRC-32C its load checks; block-quantized matrices are stored as u8 rows).\n"
+    "  --json          an array of {\"name\", \"dtype\", \"shape\", \"bytes\"} instead (in a\n"
+    "                  checkpoint with \"matrix\": {\"dtype\", \"rows\", \"cols\", \"crc32c\"} too)\n"
+    "  --metadata      the metadata only: \"key: value\" lines, or with --json one object\n"
     "  --device SPEC   accepted as by every subcommand; inspect reads the file on the host\n"
     "                  and opens no device\n";
 
@@ -38,14 +44,47 @@ void cli_json_string(const char *s) {
   putchar('"');
 }
 
+/* A checkpoint's entry for tensor `name` ("dtype=f32 rows=R cols=C crc32c=X"), or NULL. */
+static const char *checkpoint_entry(const clembed_file *f, const char *name) {
+  if (!clembed_file_metadata_find(f, "clembed.checkpoint")) return NULL;
+  char key[1024];
+  if ((size_t)snprintf(key, sizeof key, "clembed.tensor.%s", name) >= sizeof key) return NULL;
+  return clembed_file_metadata_find(f, key);
+}
+
+static void print_text(const char *s) {
+  for (const unsigned char *p = (const unsigned char *)s; *p; p++) putchar(*p < 0x20 || *p == 0x7f ? '?' : *p);
+}
+
 int cli_cmd_inspect(int argc, char **argv) {
-  cli_flag fl[] = {FS("--json"), FV("--device")};
+  cli_flag fl[] = {FS("--json"), FS("--metadata"), FV("--device")};
   const char *path = cli_parse_operand(argc, argv, fl, NFLAGS(fl), usage, "FILE");
 
   clembed_file *f = cli_open_file(NULL, path); /* released by cli_release_all */
   size_t n = clembed_file_tensor_count(f);
-  int json = GIVEN("--json");
-  if (json) putchar('[');
+  int json = GIVEN("--json"), meta_only = GIVEN("--metadata");
+  size_t nm = clembed_file_metadata_count(f);
+  if (meta_only) {
+    if (json) putchar('{');
+    for (size_t i = 0; i < nm; i++) {
+      const char *k, *v;
+      clembed_file_metadata(f, i, &k, &v);
+      if (json) {
+        printf("%s", i ? ", " : "");
+        cli_json_string(k);
+        printf(": ");
+        cli_json_string(v);
+      } else {
+        print_text(k);
+        printf(": ");
+        print_text(v);
+        putchar('\n');
+      }
+    }
+    if (json) printf("}\n");
+    n = 0;
+  }
+  if (json && !meta_only) putchar('[');
   for (size_t i = 0; i < n; i++) {
     clembed_tensor_info t;
     char tb[64];
@@ -61,17 +100,44 @@ int cli_cmd_inspect(int argc, char **argv) {
       cli_json_string(dtype_text(&t, tb, sizeof tb));
       printf(", \"shape\": [");
       for (int d = 0; d < ndim; d++) printf("%s%" PRIu64, d ? ", " : "", shape[d]);
-      printf("], \"bytes\": %" PRIu64 "}", t.bytes);
+      printf("], \"bytes\": %" PRIu64, t.bytes);
+      const char *entry = checkpoint_entry(f, t.name);
+      char dt[32];
+      unsigned long long rows, cols;
+      unsigned crc;
+      if (entry && sscanf(entry, "dtype=%31s rows=%llu cols=%llu crc32c=%x", dt, &rows, &cols, &crc) == 4)
+        printf(", \"matrix\": {\"dtype\": \"%s\", \"rows\": %llu, \"cols\": %llu, \"crc32c\": \"%08x\"}", dt, rows,
+               cols, crc);
+      putchar('}');
     } else {
       if (!t.name[0]) putchar('-');
-      for (const unsigned char *p = (const unsigned char *)t.name; *p; p++) putchar(*p < 0x20 || *p == 0x7f ? '?' : *p);
+      print_text(t.name);
       printf(" %s ", dtype_text(&t, tb, sizeof tb));
       if (ndim == 0) printf("()");
       for (int d = 0; d < ndim; d++) printf("%s%" PRIu64, d ? "x" : "", shape[d]);
+      const char *entry = checkpoint_entry(f, t.name);
+      char dt[32];
+      unsigned long long rows, cols;
+      unsigned crc;
+      if (entry && sscanf(entry, "dtype=%31s rows=%llu cols=%llu crc32c=%x", dt, &rows, &cols, &crc) == 4)
+        printf(" = %s %llux%llu crc32c=%08x", dt, rows, cols, crc);
       putchar('\n');
     }
   }
-  if (json) printf("]\n");
+  if (json && !meta_only) printf("]\n");
+  if (!json && !meta_only && nm) {
+    printf("metadata:\n");
+    for (size_t i = 0; i < nm; i++) {
+      const char *k, *v;
+      clembed_file_metadata(f, i, &k, &v);
+      if (!strncmp(k, "clembed.tensor.", 15)) continue; /* shown on the tensors' lines */
+      printf("  ");
+      print_text(k);
+      printf(": ");
+      print_text(v);
+      putchar('\n');
+    }
+  }
   cli_release_all();
   if (fflush(stdout) != 0 || ferror(stdout)) cli_fail(1, "writing to standard output failed");
   return 0;

@@ -1,0 +1,300 @@
+/* clembed_checkpoint_save / _load: matrices and metadata in one .safetensors
+ * file (the format: ckpt.h), written to a temporary file, synced and renamed;
+ * read back with every check made before any matrix is written. Through the
+ * public data functions only, a bounded piece of rows at a time (split
+ * matrices piece by piece, nothing staged whole). */
+#define _POSIX_C_SOURCE 200809L
+#include "ckpt.h"
+#include "clembed_io.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Rows move between the device and the file in pieces of at most this many bytes. */
+#define CE_CKPT_CHUNK ((size_t)32 << 20)
+
+#include "../test_hooks.h"
+
+void clembed__test_checkpoint_hook(void (*fn)(const char *stage)) { ce_ckpt_stage_hook = fn; }
+
+static const char *SAVE = "clembed_checkpoint_save";
+static const char *LOAD = "clembed_checkpoint_load";
+
+/* The item's matrix, checked as far as its shape goes (the data calls check the rest). */
+static clembed_status check_item(clembed_context *ctx, const char *op, const clembed_checkpoint_item *it, size_t i) {
+  if (!it->matrix)
+    return clembed_context_fail(ctx, CLEMBED_ERR_INVALID_ARGUMENT, op, "items", (int64_t)i, 0,
+                                "%s: the matrix of item %zu ('%s') is NULL", op, i, it->name ? it->name : "(NULL)");
+  if (!it->name)
+    return clembed_context_fail(ctx, CLEMBED_ERR_INVALID_ARGUMENT, op, "items", (int64_t)i, 0,
+                                "%s: the name of item %zu is NULL", op, i);
+  return CLEMBED_OK;
+}
+
+/* Rows per piece for a row of rb bytes. */
+static size_t rows_per_chunk(uint64_t rb) { return rb >= CE_CKPT_CHUNK ? 1 : (size_t)(CE_CKPT_CHUNK / (rb ? rb : 1)); }
+
+/* A view of rows [r0, r0 + k) of m. */
+static clembed_matrix rows_of(const clembed_matrix *m, size_t r0, size_t k) {
+  clembed_matrix v = *m;
+  v.offset = m->offset + r0 * (m->ld ? m->ld : m->cols);
+  v.rows = k;
+  return v;
+}
+
+clembed_status clembed_checkpoint_save(clembed_context *ctx, const char *path, const clembed_checkpoint_item *items,
+                                       size_t n, const char *const *meta_keys, const char *const *meta_values,
+                                       size_t n_meta) {
+  const char *op = SAVE;
+  if (!ctx) return clembed_context_fail(NULL, CLEMBED_ERR_INVALID_ARGUMENT, op, "ctx", -1, 0, "%s: ctx is NULL", op);
+  if (!path || !path[0])
+    return clembed_context_fail(ctx, CLEMBED_ERR_INVALID_ARGUMENT, op, "path", -1, 0, "%s: path is %s", op,
+                                path ? "empty" : "NULL");
+  if (n && !items)
+    return clembed_context_fail(ctx, CLEMBED_ERR_INVALID_ARGUMENT, op, "items", -1, 0, "%s: items is NULL", op);
+  if (n_meta && (!meta_keys || !meta_values))
+    return clembed_context_fail(ctx, CLEMBED_ERR_INVALID_ARGUMENT, op, !meta_keys ? "meta_keys" : "meta_values", -1,
+                                0, "%s: %s is NULL", op, !meta_keys ? "meta_keys" : "meta_values");
+  clembed_status status = CLEMBED_OK;
+  ce_ckpt_tensor *t = calloc(n ? n : 1, sizeof *t);
+  char *header = NULL, *tmp = NULL;
+  void *buf = NULL;
+  int fd = -1;
+  if (!t) return clembed_context_fail(ctx, CLEMBED_ERR_OUT_OF_MEMORY, op, "", -1, 0, "%s: out of host memory", op);
+  for (size_t i = 0; i < n; i++) {
+    if ((status = check_item(ctx, op, &items[i], i)) != CLEMBED_OK) goto done;
+    t[i].name = items[i].name;
+    t[i].dtype = items[i].matrix->dtype;
+    t[i].rows = items[i].matrix->rows;
+    t[i].cols = items[i].matrix->cols;
+  }
+  char msg[512];
+  size_t hlen = 0;
+  header = ce_ckpt_header(t, n, meta_keys, meta_values, n_meta, &hlen, &status, msg, sizeof msg);
+  if (!header) {
+    status = clembed_context_fail(ctx, status, op, strncmp(msg, "metadata", 8) ? "items" : "meta_keys", -1, 0,
+                                  "%s: %s: %s", op, path, msg);
+    goto done;
+  }
+  uint64_t most = 0;
+  for (size_t i = 0; i < n; i++) {
+    uint64_t piece = (uint64_t)rows_per_chunk(t[i].row_bytes) * t[i].row_bytes;
+    if (piece > t[i].bytes) piece = t[i].bytes;
+    if (piece > most) most = piece;
+  }
+  buf = malloc(most ? (size_t)most : 1);
+  tmp = ce_ckpt_temp_path(path);
+  if (!buf || !tmp) {
+    status = clembed_context_fail(ctx, CLEMBED_ERR_OUT_OF_MEMORY, op, "", -1, 0, "%s: out of host memory", op);
+    goto done;
+  }
+  ce_ckpt_remove_stale(path);
+  fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+  if (fd < 0) {
+    status = clembed_context_fail(ctx, CLEMBED_ERR_FILE, op, "path", -1, 0, "%s: %s: cannot create %s: %s", op, path,
+                                  tmp, strerror(errno));
+    goto done;
+  }
+  ce_ckpt_stage("opened");
+  for (size_t i = 0; i < n; i++) {
+    const clembed_matrix *m = items[i].matrix;
+    size_t step = rows_per_chunk(t[i].row_bytes);
+    uint32_t crc = 0;
+    for (size_t r = 0; r < m->rows; r += step) {
+      size_t k = m->rows - r < step ? m->rows - r : step;
+      clembed_matrix v = rows_of(m, r, k);
+      size_t bytes = k * (size_t)t[i].row_bytes;
+      if (bytes) {
+        clembed_status s = clembed_matrix_read(ctx, &v, buf, m->dtype);
+        if (s != CLEMBED_OK) {
+          /* the read's own message names what is wrong; say which item it was */
+          status = s;
+          char first[1024];
+          snprintf(first, sizeof first, "%s", clembed_context_message(ctx));
+          clembed_context_fail(ctx, s, op, "items", (int64_t)i, 0, "%s: item %zu ('%s'): %s", op, i, items[i].name,
+                               first);
+          goto done;
+        }
+        crc = ce_ckpt_crc32c(crc, buf, bytes);
+        uint64_t at = t[i].offset + (uint64_t)r * t[i].row_bytes;
+        if (ce_ckpt_pwrite(fd, buf, bytes, at) != 0) {
+          status = clembed_context_fail(ctx, CLEMBED_ERR_FILE, op, "path", -1, 0, "%s: %s: writing %s failed: %s", op,
+                                        path, tmp, strerror(errno));
+          goto done;
+        }
+        ce_ckpt_start_writeback(fd, at, bytes);
+      }
+    }
+    t[i].crc = crc;
+  }
+  ce_ckpt_stage("data");
+  free(header);
+  header = ce_ckpt_header(t, n, meta_keys, meta_values, n_meta, &hlen, &status, msg, sizeof msg);
+  if (!header) {
+    status = clembed_context_fail(ctx, status, op, "", -1, 0, "%s: %s: %s", op, path, msg);
+    goto done;
+  }
+  if (ce_ckpt_pwrite(fd, header, hlen, 0) != 0) {
+    status = clembed_context_fail(ctx, CLEMBED_ERR_FILE, op, "path", -1, 0, "%s: %s: writing %s failed: %s", op, path,
+                                  tmp, strerror(errno));
+    goto done;
+  }
+  ce_ckpt_stage("header");
+  if (fsync(fd) != 0) {
+    status = clembed_context_fail(ctx, CLEMBED_ERR_FILE, op, "path", -1, 0, "%s: %s: syncing %s failed: %s", op, path,
+                                  tmp, strerror(errno));
+    goto done;
+  }
+  int rc = close(fd);
+  fd = -1;
+  if (rc != 0) {
+    status = clembed_context_fail(ctx, CLEMBED_ERR_FILE, op, "path", -1, 0, "%s: %s: closing %s failed: %s", op, path,
+                                  tmp, strerror(errno));
+    goto done;
+  }
+  ce_ckpt_stage("synced");
+  if (rename(tmp, path) != 0) {
+    status = clembed_context_fail(ctx, CLEMBED_ERR_FILE, op, "path", -1, 0, "%s: %s: renaming %s to it failed: %s", op,
+                                  path, tmp, strerror(errno));
+    goto done;
+  }
+  ce_ckpt_stage("renamed");
+  free(tmp); /* renamed: nothing to remove */
+  tmp = NULL;
+  if (ce_ckpt_sync_folder(path) != 0) {
+    status = clembed_context_fail(ctx, CLEMBED_ERR_FILE, op, "path", -1, 0,
+                                  "%s: %s: syncing its folder failed (the file is written): %s", op, path,
+                                  strerror(errno));
+    goto done;
+  }
+  ce_ckpt_stage("done");
+done:
+  if (fd >= 0) close(fd);
+  if (tmp && status != CLEMBED_OK) unlink(tmp);
+  free(tmp);
+  free(buf);
+  free(header);
+  free(t);
+  return status;
+}
+
+/* --------------------------------------------------------------------- load */
+
+/* Everything about item i that the file must match, checked: *index receives
+ * the tensor's index, *data its bytes. */
+static clembed_status check_tensor(clembed_context *ctx, const clembed_file *f, const char *path,
+                                   const clembed_checkpoint_item *it, size_t i, size_t *index, const uint8_t **data,
+                                   uint64_t *bytes, uint32_t *crc) {
+  const char *op = LOAD;
+  const clembed_matrix *m = it->matrix;
+  size_t klen = strlen(CE_CKPT_TENSOR_KEY) + strlen(it->name) + 1;
+  char *key = malloc(klen);
+  if (!key) return clembed_context_fail(ctx, CLEMBED_ERR_OUT_OF_MEMORY, op, "", -1, 0, "%s: out of host memory", op);
+  snprintf(key, klen, "%s%s", CE_CKPT_TENSOR_KEY, it->name);
+  const char *entry = clembed_file_metadata_find(f, key);
+  free(key);
+  if (clembed_file_find(f, it->name, index) != CLEMBED_OK || !entry)
+    return clembed_context_fail(ctx, CLEMBED_ERR_INVALID_ARGUMENT, op, "items", (int64_t)i, 0,
+                                "%s: %s holds no tensor '%s' (item %zu)", op, path, it->name, i);
+  clembed_dtype dt;
+  uint64_t rows, cols;
+  if (ce_ckpt_parse_entry(entry, &dt, &rows, &cols, crc) != 0)
+    return clembed_context_fail(ctx, CLEMBED_ERR_INVALID_ARGUMENT, op, "items", (int64_t)i, 0,
+                                "%s: %s: tensor '%s': its metadata entry is malformed: \"%s\"", op, path, it->name,
+                                entry);
+  if (dt != m->dtype || rows != m->rows || cols != m->cols)
+    return clembed_context_fail(ctx, CLEMBED_ERR_INVALID_ARGUMENT, op, "items", (int64_t)i, 0,
+                                "%s: %s: tensor '%s' is %llu x %llu %s in the file, but the matrix of item %zu is "
+                                "%zu x %zu %s",
+                                op, path, it->name, (unsigned long long)rows, (unsigned long long)cols,
+                                clembed_dtype_name(dt), i, m->rows, m->cols, clembed_dtype_name(m->dtype));
+  clembed_tensor_info info;
+  clembed_file_tensor_info(f, *index, &info);
+  uint64_t rb = clembed_dtype_row_bytes(dt, (size_t)cols);
+  const char *want = dt == CLEMBED_F32 ? "F32" : dt == CLEMBED_F16 ? "F16" : dt == CLEMBED_BF16 ? "BF16" : "U8";
+  int plain = clembed_dtype_block_values(dt) == 1;
+  if ((cols && !rb) || strcmp(info.type_name, want) || info.ndim != 2 || info.shape[0] != rows ||
+      info.shape[1] != (plain ? cols : rb) || (rb && rows > UINT64_MAX / rb) || info.bytes != rows * rb)
+    return clembed_context_fail(ctx, CLEMBED_ERR_INVALID_ARGUMENT, op, "items", (int64_t)i, 0,
+                                "%s: %s: tensor '%s' is stored as %s of %d dimensions (%llu bytes), which does not "
+                                "hold %llu x %llu %s",
+                                op, path, it->name, info.type_name, info.ndim, (unsigned long long)info.bytes,
+                                (unsigned long long)rows, (unsigned long long)cols, clembed_dtype_name(dt));
+  const void *p = NULL;
+  clembed_file_tensor_data(f, *index, &p);
+  *data = p;
+  *bytes = info.bytes;
+  return CLEMBED_OK;
+}
+
+clembed_status clembed_checkpoint_load(clembed_context *ctx, const char *path, const clembed_checkpoint_item *items,
+                                       size_t n) {
+  const char *op = LOAD;
+  if (!ctx) return clembed_context_fail(NULL, CLEMBED_ERR_INVALID_ARGUMENT, op, "ctx", -1, 0, "%s: ctx is NULL", op);
+  if (!path)
+    return clembed_context_fail(ctx, CLEMBED_ERR_INVALID_ARGUMENT, op, "path", -1, 0, "%s: path is NULL", op);
+  if (n && !items)
+    return clembed_context_fail(ctx, CLEMBED_ERR_INVALID_ARGUMENT, op, "items", -1, 0, "%s: items is NULL", op);
+  for (size_t i = 0; i < n; i++) {
+    clembed_status s = check_item(ctx, op, &items[i], i);
+    if (s != CLEMBED_OK) return s;
+  }
+  clembed_file *f = NULL;
+  if (clembed_file_open(path, &f) != CLEMBED_OK)
+    return clembed_context_fail(ctx, CLEMBED_ERR_INVALID_ARGUMENT, op, "path", -1, 0, "%s: %s", op,
+                                clembed_last_error_message());
+  clembed_status status = CLEMBED_OK;
+  const char *mark = clembed_file_metadata_find(f, "clembed.checkpoint");
+  if (!mark || strcmp(mark, "1")) {
+    status = clembed_context_fail(ctx, CLEMBED_ERR_INVALID_ARGUMENT, op, "path", -1, 0,
+                                  "%s: %s is not a clembed checkpoint (%s)", op, path,
+                                  mark ? "an unknown checkpoint version" : "no \"clembed.checkpoint\" in its metadata");
+    goto done;
+  }
+  /* every check first: names, shapes, dtypes, then every checksum */
+  struct found {
+    size_t index;
+    const uint8_t *data;
+    uint64_t bytes;
+    uint32_t crc;
+  } *fs = calloc(n ? n : 1, sizeof *fs);
+  if (!fs) {
+    status = clembed_context_fail(ctx, CLEMBED_ERR_OUT_OF_MEMORY, op, "", -1, 0, "%s: out of host memory", op);
+    goto done;
+  }
+  for (size_t i = 0; i < n && status == CLEMBED_OK; i++)
+    status = check_tensor(ctx, f, path, &items[i], i, &fs[i].index, &fs[i].data, &fs[i].bytes, &fs[i].crc);
+  for (size_t i = 0; i < n && status == CLEMBED_OK; i++) {
+    uint32_t got = ce_ckpt_crc32c(0, fs[i].data, (size_t)fs[i].bytes);
+    if (got != fs[i].crc)
+      status = clembed_context_fail(ctx, CLEMBED_ERR_INVALID_ARGUMENT, op, "items", (int64_t)i, 0,
+                                    "%s: %s: tensor '%s' is damaged: its bytes' CRC-32C is %08x, the file says %08x",
+                                    op, path, items[i].name, (unsigned)got, (unsigned)fs[i].crc);
+  }
+  /* then the writes, a piece of rows at a time from the mapping */
+  for (size_t i = 0; i < n && status == CLEMBED_OK; i++) {
+    clembed_matrix *m = items[i].matrix;
+    uint64_t rb = clembed_dtype_row_bytes(m->dtype, m->cols);
+    size_t step = rows_per_chunk(rb);
+    for (size_t r = 0; r < m->rows && status == CLEMBED_OK && rb; r += step) {
+      size_t k = m->rows - r < step ? m->rows - r : step;
+      clembed_matrix v = rows_of(m, r, k);
+      clembed_status s = clembed_matrix_write(ctx, &v, fs[i].data + (uint64_t)r * rb, m->dtype);
+      if (s != CLEMBED_OK) {
+        char first[1024];
+        snprintf(first, sizeof first, "%s", clembed_context_message(ctx));
+        status = clembed_context_fail(ctx, s, op, "items", (int64_t)i, 0, "%s: item %zu ('%s'): %s", op, i,
+                                      items[i].name, first);
+      }
+    }
+  }
+  free(fs);
+done:
+  clembed_file_close(f);
+  return status;
+}
