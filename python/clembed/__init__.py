@@ -28,7 +28,7 @@ from ._errors import (Error, InvalidArgumentError, ArgumentTypeError, IndexOutOf
                       FileError)
 from ._core import Context, Matrix, Ids, Event, Device, devices, inspect, embed, default_context
 from .nn import Optimizer, Embedding, EmbeddingBag, BertEmbeddings, manual_seed
-from ._checkpoint import save, load
+from ._checkpoint import save, load, metadata
 
 library_path = _lib.path
 
@@ -53,7 +53,7 @@ def __getattr__(name: str):  # type: ignore[no-untyped-def]
 
 __all__: List[str] = [
     "Context", "Matrix", "Ids", "Event", "Device", "devices", "inspect", "embed", "default_context",
-    "Optimizer", "Embedding", "EmbeddingBag", "BertEmbeddings", "manual_seed", "save", "load",
+    "Optimizer", "Embedding", "EmbeddingBag", "BertEmbeddings", "manual_seed", "save", "load", "metadata",
     "Error", "InvalidArgumentError", "ArgumentTypeError", "IndexOutOfRangeError", "NoDeviceError",
     "BuildFailedError", "OutOfMemoryError", "UnsupportedError", "MissingFunctionError", "StateError",
     "OpenCLError", "LibraryNotFoundError",

@@ -8,7 +8,9 @@ Names in the file, for save(path, {NAME: obj}):
   a BertEmbeddings                          NAME.word_embeddings.weight, ... (its state_dict's keys)
   the optimizer state of a table T above    T.momentum1, T.momentum2 (as FBGEMM names them), with
                                             "T.optimizer" (its kind) and "T.step" (the steps taken)
-                                            in the metadata
+                                            in the metadata, and "T.rounding_seed" where the
+                                            optimizer rounds stochastically (a load checks that the
+                                            Optimizer it restores into rounds with the same seed)
 A layer's own optimizer (an Optimizer given at construction) is saved with it; an Optimizer
 given under its own NAME saves its state of every table named in the same call (its NAME is
 not used in the file: a table is named once, by the object that holds it).
@@ -132,6 +134,8 @@ def save(path: PathLike, objects: Mapping[str, Any], metadata: Optional[Mapping[
             st, st2, t = opt.state(m)
             meta[tname + ".optimizer"] = opt.kind
             meta[tname + ".step"] = str(t)
+            if opt.stochastic_rounding:   # the rounding's seed, which the next steps' bits depend on
+                meta[tname + ".rounding_seed"] = str(opt.seed)
             if st is not None:
                 pairs.append((tname + ".momentum1", st))
             if st2 is not None:
@@ -187,13 +191,18 @@ def load(path: PathLike, objects: Mapping[str, Any]) -> Dict[str, str]:
         kind = meta.get(tname + ".optimizer")
         if kind is None:
             continue
-        own.update((tname + ".optimizer", tname + ".step"))
+        own.update((tname + ".optimizer", tname + ".step", tname + ".rounding_seed"))
         opt = plan.owner(tname)
         if opt is None:
             raise invalid("objects", "the file holds %s state for table %r, but no Optimizer in objects owns it"
                           % (kind, tname))
         if opt.kind != kind:
             raise invalid("objects", "table %r: the file's optimizer is %r, the Optimizer's %r" % (tname, kind, opt.kind))
+        rseed = meta.get(tname + ".rounding_seed")
+        if (rseed is not None) != bool(opt.stochastic_rounding) or (rseed is not None and rseed != str(opt.seed)):
+            raise invalid("objects", "table %r: the file's run rounds %s, the Optimizer %s" % (
+                tname, "stochastically with seed %s" % rseed if rseed is not None else "to nearest",
+                "stochastically with seed %d" % opt.seed if opt.stochastic_rounding else "to nearest"))
         try:
             t = int(meta.get(tname + ".step", ""))
         except ValueError:

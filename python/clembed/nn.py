@@ -106,7 +106,8 @@ class Optimizer:
     def state_dict(self, tables: Optional[Sequence[Matrix]] = None) -> Dict[str, Any]:
         """The optimizer's settings and its state of each table (default: every table it
         holds state for, in the order of tables()), as torch.optim's state_dict lays them out:
-        {'kind', 'lr', 'eps', 'betas', 'weight_decay', 'state': [{'momentum1': ndarray or
+        {'kind', 'lr', 'eps', 'betas', 'weight_decay', 'stochastic_rounding', 'seed',
+        'state': [{'momentum1': ndarray or
         None, 'momentum2': ndarray or None, 'step': int}, ...]}, entry i for tables[i]; the
         arrays are float32 copies (exact)."""
         tables = self.tables() if tables is None else list(tables)
@@ -118,12 +119,13 @@ class Optimizer:
             state.append({"momentum1": st.numpy(None) if st is not None else None,
                           "momentum2": st2.numpy(None) if st2 is not None else None, "step": n})
         return {"kind": self.kind, "lr": self.lr, "eps": self.eps, "betas": self.betas,
-                "weight_decay": self.weight_decay, "state": state}
+                "weight_decay": self.weight_decay, "stochastic_rounding": self.stochastic_rounding,
+                "seed": self.seed, "state": state}
 
     @api("Optimizer.load_state_dict", "clembed_matrix_write")
     def load_state_dict(self, state_dict: Dict[str, Any], tables: Optional[Sequence[Matrix]] = None) -> None:
-        """Restores what state_dict() gave: the settings (lr, eps, betas, weight_decay; the
-        kind must be this optimizer's) and state entry i into tables[i] (default: the tables
+        """Restores what state_dict() gave: the settings (lr, eps, betas, weight_decay,
+        stochastic_rounding, seed; the kind must be this optimizer's) and state entry i into tables[i] (default: the tables
         this optimizer already holds state for, in the order of tables(); the counts must
         agree), its state matrices made if it had none. Every entry is checked (shapes,
         kind) before anything is written."""
@@ -159,6 +161,8 @@ class Optimizer:
         b = state_dict.get("betas", self.betas)
         self.betas = (real(b[0], "betas"), real(b[1], "betas"))
         self.weight_decay = real(state_dict.get("weight_decay", self.weight_decay), "weight_decay")
+        self.stochastic_rounding = bool(state_dict.get("stochastic_rounding", self.stochastic_rounding))
+        self.seed = _seed(state_dict.get("seed", self.seed))
         for t, pair, n in arrays:
             s = self._states(t)
             for k in range(2):

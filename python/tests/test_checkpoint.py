@@ -216,3 +216,34 @@ def test_optimizer_state_dict(ctx):
         clembed.Optimizer(ctx, "sgd", 0.1).load_state_dict(sd, [b])
     with pytest.raises(clembed.InvalidArgumentError, match="1 tables' states for 0 tables"):
         clembed.Optimizer(ctx, "adam", 0.1).load_state_dict(sd)
+
+
+def test_resume_with_stochastic_rounding(ctx, tmp_path):
+    """A bf16 table stepped with stochastic rounding resumes exactly (the rounding's bits
+    depend on the seed and the step count, both restored); an Optimizer that rounds
+    otherwise is refused."""
+    need("clembed_checkpoint_save")
+
+    def layer():
+        opt = clembed.Optimizer(ctx, "adagrad", 0.05, stochastic_rounding=True, seed=42)
+        return clembed.Embedding(V, D, ctx=ctx, seed=5, optimizer=opt, dtype="bf16")
+
+    def run(emb, first, last):
+        for s in range(first, last + 1):
+            ids, grad, _, _ = batch(s)
+            emb.forward(ids)
+            emb.backward(grad * np.float32(1e-3))   # small updates: the rounding decides them
+            emb.step()
+
+    a, b, c = layer(), layer(), layer()
+    run(a, 1, 5)
+    run(b, 1, 2)
+    path = tmp_path / "sr.safetensors"
+    clembed.save(path, {"emb": b})
+    assert clembed.metadata(path)["emb.weight.rounding_seed"] == "42"
+    clembed.load(path, {"emb": c})
+    run(c, 3, 5)
+    assert np.array_equal(a.weight.raw(), c.weight.raw())
+    nearest = clembed.Embedding(V, D, ctx=ctx, dtype="bf16", optimizer=clembed.Optimizer(ctx, "adagrad", 0.05))
+    with pytest.raises(clembed.InvalidArgumentError, match="stochastically with seed 42"):
+        clembed.load(path, {"emb": nearest})
