@@ -6,7 +6,8 @@
  * The table is R x C F32 (default 262144 x 1024: 1 GiB) with an ADAGRAD state
  * of the same shape (1 GiB more), split by rows over the ranks (clembed_mpi).
  * Each repetition times, one after another (a barrier between; a time is the
- * slowest rank's):
+ * slowest rank's; the reference write first in even repetitions, after the
+ * saves in odd ones):
  *   write        the same bytes from host memory into one new file in DIR
  *                (each rank its rows of both tensors at their place, pwrite
  *                in 32 MiB pieces, each handed to the disk at once with
@@ -172,35 +173,44 @@ int main(int argc, char **argv) {
                                           "clembed_mpi_checkpoint_load (cold)"};
   double *times = calloc((size_t)NROW * reps, sizeof *times);
   for (int r = 0; r < reps; r++) {
-    /* write: each rank its rows of both tensors at their place in one file */
-    char tmp[1100];
-    snprintf(tmp, sizeof tmp, "%s.tmp", ref);
-    if (rank == 0) {
-      int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0666);
-      must(fd >= 0, "creating the reference file");
-      close(fd);
+    /* the writes, the reference first in even repetitions and last in odd ones (the
+     * disk's state after one write is the next one's: no side gets it always) */
+    double t0;
+    int fd;
+    for (int half = 0; half < 2; half++) {
+      if ((half == 0) == (r % 2 == 0)) {
+        /* write: each rank its rows of both tensors at their place in one file */
+        char tmp[1100];
+        snprintf(tmp, sizeof tmp, "%s.tmp", ref);
+        if (rank == 0) {
+          int made = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0666);
+          must(made >= 0, "creating the reference file");
+          close(made);
+        }
+        MPI_Barrier(MPI_COMM_WORLD);
+        t0 = now();
+        fd = open(tmp, O_WRONLY);
+        must(fd >= 0, "opening the reference file");
+        write_pieces(fd, host, shard_bytes, first * cols * 4);
+        write_pieces(fd, host + shard_bytes, shard_bytes, rows * cols * 4 + first * cols * 4);
+        must(fsync(fd) == 0, "fsync");
+        close(fd);
+        MPI_Barrier(MPI_COMM_WORLD);
+        if (rank == 0) must(rename(tmp, ref) == 0, "rename");
+        times[WRITE * reps + r] = slowest(t0);
+      } else {
+        if (size == 1) {
+          MPI_Barrier(MPI_COMM_WORLD);
+          t0 = now();
+          TRY(clembed_checkpoint_save(ctx, ck, items, 2, NULL, NULL, 0));
+          times[SAVE * reps + r] = slowest(t0);
+        }
+        MPI_Barrier(MPI_COMM_WORLD);
+        t0 = now();
+        TRY(clembed_mpi_checkpoint_save(mck, tabs, names, 1, NULL, NULL, 0));
+        times[MSAVE * reps + r] = slowest(t0);
+      }
     }
-    MPI_Barrier(MPI_COMM_WORLD);
-    double t0 = now();
-    int fd = open(tmp, O_WRONLY);
-    must(fd >= 0, "opening the reference file");
-    write_pieces(fd, host, shard_bytes, first * cols * 4);
-    write_pieces(fd, host + shard_bytes, shard_bytes, rows * cols * 4 + first * cols * 4);
-    must(fsync(fd) == 0, "fsync");
-    close(fd);
-    MPI_Barrier(MPI_COMM_WORLD);
-    if (rank == 0) must(rename(tmp, ref) == 0, "rename");
-    times[WRITE * reps + r] = slowest(t0);
-    if (size == 1) {
-      MPI_Barrier(MPI_COMM_WORLD);
-      t0 = now();
-      TRY(clembed_checkpoint_save(ctx, ck, items, 2, NULL, NULL, 0));
-      times[SAVE * reps + r] = slowest(t0);
-    }
-    MPI_Barrier(MPI_COMM_WORLD);
-    t0 = now();
-    TRY(clembed_mpi_checkpoint_save(mck, tabs, names, 1, NULL, NULL, 0));
-    times[MSAVE * reps + r] = slowest(t0);
     /* the reads, cold */
     drop(ref);
     t0 = now();
