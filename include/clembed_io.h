@@ -192,9 +192,10 @@ CLEMBED_API clembed_status clembed_ids_load(clembed_context *ctx, const clembed_
  * bytes; the tensors follow in the order given, with no gaps.
  * Optimizer states go under "TABLE.momentum1" and "TABLE.momentum2"
  * (clembed_optimizer's state and state2, as FBGEMM names them) and the step
- * count as metadata (clembed_optimizer.step): that is how the Python package
- * and libclembed_mpi name them; read them back with clembed_file_open and
- * clembed_file_metadata_find. */
+ * count as metadata (clembed_optimizer.step): the Python package names them so,
+ * with "TABLE.optimizer" (the kind) and "TABLE.step"; libclembed_mpi so, with
+ * "clembed.optimizer.TABLE" (and takes either kind entry on load). Read the
+ * metadata back with clembed_file_open and clembed_file_metadata_find. */
 typedef struct clembed_checkpoint_item { /* one tensor to save or load */
   const char *name;                      /* its name in the file */
   clembed_matrix *matrix;                /* a table, an optimizer state, a position table ... */

@@ -274,7 +274,8 @@ CLEMBED_API clembed_status clembed_mpi_checkpoint_save(const char *path, clembed
  * or by clembed_checkpoint_save (tensors of the tables' shapes and dtypes),
  * each rank reading only its own rows from its mapping of the file: tables[i]
  * from tensor names[i], and where the file holds its optimizer state (the
- * metadata's "clembed.optimizer.NAMES[i]") the state too, made for the table
+ * metadata's "clembed.optimizer.NAMES[i]", or the Python package's
+ * "NAMES[i].optimizer") the state too, made for the table
  * if it had none (so that the next step continues the saved run); a table
  * whose saved self had no state loses its own. Every check comes before any
  * row is written, on every rank: the file is a checkpoint, every tensor is

@@ -417,7 +417,7 @@ TU_CASE(load_refuses_and_modifies_nothing) {
   size_t n;
   unsigned char *raw = read_file(path, &n);
   /* a flipped bit in each tensor's data, the last byte missing, a byte of the header changed */
-  const char *tail_name = "q";
+  const char *tail_name = "'q'";
   size_t spots[] = {n - 1, n - 200};
   for (size_t k = 0; k < 2; k++) {
     raw[spots[k]] ^= 0x10;
@@ -452,6 +452,11 @@ TU_CASE(load_refuses_and_modifies_nothing) {
     EXPECT(strstr(clembed_context_message(ctx), "not a clembed checkpoint"), "no mark: '%s'", clembed_context_message(ctx));
   }
   free(raw);
+  /* a good first item and a second whose matrix the writes would refuse (its offset past its buffer) */
+  clembed_matrix past = y;
+  past.offset = 1u << 20;
+  clembed_checkpoint_item half[] = {{"a", &x}, {"q", &past}};
+  FAILS(ctx, CLEMBED_ERR_INVALID_ARGUMENT, clembed_checkpoint_load(ctx, path, half, 2));
   EXPECT(same_matrix(ctx, &x, &x0) && same_matrix(ctx, &y, &y0), "a refused load modified a matrix");
   OK(ctx, clembed_checkpoint_load(ctx, path, into, 2));
   EXPECT(same_matrix(ctx, &x, &a) && same_matrix(ctx, &y, &q), "the good file loads after all that");

@@ -148,7 +148,7 @@ def save(path: PathLike, objects: Mapping[str, Any], metadata: Optional[Mapping[
     for k, v in (metadata or {}).items():
         if not isinstance(k, str):
             raise wrong_type("metadata", "keys must be strings, not %r" % (k,))
-        if k in meta:
+        if k in meta or any(k in (t + ".optimizer", t + ".step", t + ".rounding_seed") for t, _ in plan.tables):
             raise invalid("metadata", "key %r is an optimizer entry of the checkpoint" % k)
         meta[k] = str(v)
     if plan.ctx is None:
@@ -185,13 +185,15 @@ def load(path: PathLike, objects: Mapping[str, Any]) -> Dict[str, str]:
     plan = _Plan(objects)
     meta = metadata(path)
     pairs = list(plan.tables)
-    steps: List[Tuple[Any, Matrix, int]] = []
+    # per table with state in the file: its owner, the state matrices to load into (the
+    # owner's own, or new ones installed only once the load has succeeded) and the step
+    restore: List[Tuple[Any, Matrix, Optional[Matrix], Optional[Matrix], int]] = []
     own = set()
     for tname, m in plan.tables:
-        kind = meta.get(tname + ".optimizer")
+        own.update((tname + ".optimizer", tname + ".step", tname + ".rounding_seed"))
+        kind = meta.get(tname + ".optimizer", meta.get("clembed.optimizer." + tname))
         if kind is None:
             continue
-        own.update((tname + ".optimizer", tname + ".step", tname + ".rounding_seed"))
         opt = plan.owner(tname)
         if opt is None:
             raise invalid("objects", "the file holds %s state for table %r, but no Optimizer in objects owns it"
@@ -206,20 +208,31 @@ def load(path: PathLike, objects: Mapping[str, Any]) -> Dict[str, str]:
         try:
             t = int(meta.get(tname + ".step", ""))
         except ValueError:
-            raise invalid("path", "%s: table %r: its step count %r is not a number"
+            raise invalid("path", "%s: table %r: no step count (%r) for its optimizer state"
                           % (os.fspath(path), tname, meta.get(tname + ".step")))
-        st, st2 = opt._state_matrices(m)
+        st, st2, _ = opt.state(m)
+        if st is None and kind in ("adagrad", "rowwise_adagrad", "adam"):
+            st = m.ctx.empty(m.rows, 1 if kind == "rowwise_adagrad" else m.cols)
+        if st2 is None and kind == "adam":
+            st2 = m.ctx.empty(m.rows, m.cols)
         if st is not None:
             pairs.append((tname + ".momentum1", st))
         if st2 is not None:
             pairs.append((tname + ".momentum2", st2))
-        steps.append((opt, m, t))
+        restore.append((opt, m, st, st2, t))
     ctx = plan.ctx
     if ctx is None:
         from ._core import default_context
         ctx = default_context()
     st = load_c(ctx._live, os.fspath(path).encode(), _items(pairs), len(pairs))
     ctx._check(st, "clembed_checkpoint_load")
-    for opt, m, t in steps:
-        opt._states(m)[2] = t
+    # only now, the load done: the optimizers take the states and steps, and a table the
+    # file holds no state for loses its optimizer's (it had taken no step when saved)
+    restored = {id(m) for _, m, _, _, _ in restore}
+    for tname, m in plan.tables:
+        opt = plan.owner(tname)
+        if opt is not None and id(m) not in restored and m in opt._state:
+            del opt._state[m]
+    for opt, m, st1, st2, t in restore:
+        opt._state[m] = [st1, st2, t]
     return {k: v for k, v in meta.items() if not k.startswith("clembed.") and k not in own}

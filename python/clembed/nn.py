@@ -94,11 +94,6 @@ class Optimizer:
             s = self._state[table] = [st, st2, 0]
         return s
 
-    def _state_matrices(self, table: Matrix) -> Tuple[Optional[Matrix], Optional[Matrix]]:
-        """The table's state matrices, made (zeros, no step taken) when it has none."""
-        s = self._states(table)
-        return s[0], s[1]
-
     def tables(self) -> List[Matrix]:
         """The tables this optimizer holds state for, in the order it first stepped them."""
         return list(self._state.keys())
@@ -156,13 +151,16 @@ class Optimizer:
                     raise invalid("state_dict", "state[%d] has %r, which a %r optimizer has not" % (i, key, self.kind))
                 pair.append(a)
             arrays.append((t, pair, int(e.get("step", 0))))
-        self.lr = real(state_dict.get("lr", self.lr), "lr")
-        self.eps = real(state_dict.get("eps", self.eps), "eps")
         b = state_dict.get("betas", self.betas)
-        self.betas = (real(b[0], "betas"), real(b[1], "betas"))
-        self.weight_decay = real(state_dict.get("weight_decay", self.weight_decay), "weight_decay")
-        self.stochastic_rounding = bool(state_dict.get("stochastic_rounding", self.stochastic_rounding))
-        self.seed = _seed(state_dict.get("seed", self.seed))
+        if not isinstance(b, (tuple, list)) or len(b) != 2:
+            raise wrong_type("state_dict", "['betas'] must be a pair, not %r" % (b,))
+        settings = dict(lr=real(state_dict.get("lr", self.lr), "lr"), eps=real(state_dict.get("eps", self.eps), "eps"),
+                        betas=(real(b[0], "betas"), real(b[1], "betas")),
+                        weight_decay=real(state_dict.get("weight_decay", self.weight_decay), "weight_decay"),
+                        stochastic_rounding=bool(state_dict.get("stochastic_rounding", self.stochastic_rounding)),
+                        seed=_seed(state_dict.get("seed", self.seed)))
+        for k, v in settings.items():   # every setting checked above, before any is set
+            setattr(self, k, v)
         for t, pair, n in arrays:
             s = self._states(t)
             for k in range(2):

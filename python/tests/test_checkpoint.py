@@ -247,3 +247,27 @@ def test_resume_with_stochastic_rounding(ctx, tmp_path):
     nearest = clembed.Embedding(V, D, ctx=ctx, dtype="bf16", optimizer=clembed.Optimizer(ctx, "adagrad", 0.05))
     with pytest.raises(clembed.InvalidArgumentError, match="stochastically with seed 42"):
         clembed.load(path, {"emb": nearest})
+
+
+def test_load_restores_the_optimizer_exactly(ctx, tmp_path):
+    """A file saved before any step, loaded into a layer whose optimizer has stepped, leaves
+    it without state (as saved); a refused load leaves the optimizer as it was."""
+    need("clembed_checkpoint_save")
+    emb, _ = layers(ctx, "adam")
+    path = tmp_path / "fresh.safetensors"
+    clembed.save(path, {"emb": emb})                    # no step yet: no optimizer entries
+    train(emb, layers(ctx, "adam")[1], 1, 2)
+    assert emb.optimizer.state(emb.weight)[2] == 2
+    clembed.load(path, {"emb": emb})
+    assert emb.optimizer.state(emb.weight) == (None, None, 0)
+    # a refused load (another shape) makes no state in the optimizer
+    other = clembed.Embedding(V + 1, D, ctx=ctx, dtype="bf16", optimizer=clembed.Optimizer(ctx, "adam", 0.1))
+    stepped = tmp_path / "stepped.safetensors"
+    a_emb, a_bag = layers(ctx, "adam")
+    train(a_emb, a_bag, 1, 1)
+    clembed.save(stepped, {"emb": a_emb})
+    with pytest.raises(clembed.InvalidArgumentError):
+        clembed.load(stepped, {"emb": other})
+    assert other.optimizer.state(other.weight) == (None, None, 0)
+    with pytest.raises(clembed.InvalidArgumentError, match="optimizer entry"):
+        clembed.save(path, {"emb": emb}, metadata={"emb.weight.optimizer": "sgd"})   # even without state

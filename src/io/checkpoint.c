@@ -18,6 +18,7 @@
 /* Rows move between the device and the file in pieces of at most this many bytes. */
 #define CE_CKPT_CHUNK ((size_t)32 << 20)
 
+#include "../runtime/runtime.h" /* ce_check_pieces: a load checks every matrix before it writes any */
 #include "../test_hooks.h"
 
 void clembed__test_checkpoint_hook(void (*fn)(const char *stage)) { ce_ckpt_stage_hook = fn; }
@@ -94,7 +95,7 @@ clembed_status clembed_checkpoint_save(clembed_context *ctx, const char *path, c
     goto done;
   }
   ce_ckpt_remove_stale(path);
-  fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+  fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666); /* never through a link */
   if (fd < 0) {
     status = clembed_context_fail(ctx, CLEMBED_ERR_FILE, op, "path", -1, 0, "%s: %s: cannot create %s: %s", op, path,
                                   tmp, strerror(errno));
@@ -245,9 +246,9 @@ clembed_status clembed_checkpoint_load(clembed_context *ctx, const char *path, c
     if (s != CLEMBED_OK) return s;
   }
   clembed_file *f = NULL;
-  if (clembed_file_open(path, &f) != CLEMBED_OK)
-    return clembed_context_fail(ctx, CLEMBED_ERR_INVALID_ARGUMENT, op, "path", -1, 0, "%s: %s", op,
-                                clembed_last_error_message());
+  clembed_status opened = clembed_file_open(path, &f);
+  if (opened != CLEMBED_OK)
+    return clembed_context_fail(ctx, opened, op, "path", -1, 0, "%s: %s", op, clembed_last_error_message());
   clembed_status status = CLEMBED_OK;
   const char *mark = clembed_file_metadata_find(f, "clembed.checkpoint");
   if (!mark || strcmp(mark, "1")) {
@@ -267,8 +268,16 @@ clembed_status clembed_checkpoint_load(clembed_context *ctx, const char *path, c
     status = clembed_context_fail(ctx, CLEMBED_ERR_OUT_OF_MEMORY, op, "", -1, 0, "%s: out of host memory", op);
     goto done;
   }
-  for (size_t i = 0; i < n && status == CLEMBED_OK; i++)
+  for (size_t i = 0; i < n && status == CLEMBED_OK; i++) {
     status = check_tensor(ctx, f, path, &items[i], i, &fs[i].index, &fs[i].data, &fs[i].bytes, &fs[i].crc);
+    if (status == CLEMBED_OK) { /* the matrix as the writes will take it (its buffer, offset, ld, pieces) */
+      ce_pieces pc;
+      char what[64];
+      snprintf(what, sizeof what, "%s: items", op);
+      status = ce_check_pieces(ctx, items[i].matrix, what, 1, &pc);
+      if (status == CLEMBED_OK) ce_pieces_release(&pc);
+    }
+  }
   for (size_t i = 0; i < n && status == CLEMBED_OK; i++) {
     uint32_t got = ce_ckpt_crc32c(0, fs[i].data, (size_t)fs[i].bytes);
     if (got != fs[i].crc)

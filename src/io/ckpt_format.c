@@ -300,6 +300,12 @@ char *ce_ckpt_header_own(ce_ckpt_tensor *t, size_t n, const char *const *keys, c
     return fail(status, CLEMBED_ERR_OUT_OF_MEMORY, msg, cap, "out of host memory for the header%s%s", "", "");
   }
   uint64_t hl = b.len - 8;
+  if (hl > 100000000) { /* safetensors' own limit: no reader would open the file */
+    free(b.p);
+    return fail(status, CLEMBED_ERR_INVALID_ARGUMENT, msg, cap,
+                "the header would take more than 100,000,000 bytes (too many tensors or too much metadata)%s%s", "",
+                "");
+  }
   for (int i = 0; i < 8; i++) b.p[i] = (char)(hl >> (8 * i));
   uint64_t off = b.len;
   for (size_t i = 0; i < n; i++) {

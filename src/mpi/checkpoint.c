@@ -211,28 +211,24 @@ clembed_status clembed_mpi_checkpoint_save(const char *path, clembed_mpi_table *
     tmp = ce_ckpt_temp_path(path);
     if (!tmp)
       ce_mpi_fail(&e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory", op);
-    else if ((fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666)) < 0)
+    else if ((fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666)) < 0)
       ce_mpi_fail(&e, CLEMBED_ERR_FILE, "path", -1, 0, "%s: %s: cannot create %s: %s", op, path, tmp, strerror(errno));
     tlen = tmp && fd >= 0 ? strlen(tmp) : 0;
   }
   if (!ce_mpi_ok(&e, MPI_Bcast(&tlen, 1, MPI_UNSIGNED_LONG_LONG, 0, t0->comm), "MPI_Bcast (the file's name)")) goto done;
   if (t0->rank != 0 && tlen) {
     tmp = calloc(1, (size_t)tlen + 1);
-    if (!tmp) { /* the name cannot be received: this rank fails, the others learn it below */
-      ce_mpi_fail(&e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory", op);
-      char *scratch = malloc((size_t)tlen);
-      if (!scratch || !ce_mpi_ok(&e, MPI_Bcast(scratch, (int)tlen, MPI_CHAR, 0, t0->comm), "MPI_Bcast")) {
-        free(scratch);
-        goto done; /* no memory even for that: the others wait in the broadcast, as with any rank that stops */
-      }
-      free(scratch);
-      tlen = 0;
-    }
+    if (!tmp) ce_mpi_fail(&e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory", op);
   }
-  if (tlen && !ce_mpi_ok(&e, MPI_Bcast(tmp, (int)tlen, MPI_CHAR, 0, t0->comm), "MPI_Bcast (the file's name)"))
-    goto done;
+  for (unsigned long long at = 0; at < tlen; at += 256) { /* in pieces of a stack buffer: every rank takes part */
+    char piece[256];
+    int k = (int)(tlen - at < 256 ? tlen - at : 256);
+    if (t0->rank == 0) memcpy(piece, tmp + at, (size_t)k);
+    if (!ce_mpi_ok(&e, MPI_Bcast(piece, k, MPI_CHAR, 0, t0->comm), "MPI_Bcast (the file's name)")) goto done;
+    if (t0->rank != 0 && tmp) memcpy(tmp + at, piece, (size_t)k);
+  }
   if (!all_well(t0, op, &e, "to create the temporary file")) goto done;
-  if (t0->rank != 0 && (fd = open(tmp, O_WRONLY | O_CLOEXEC)) < 0)
+  if (t0->rank != 0 && (fd = open(tmp, O_WRONLY | O_NOFOLLOW | O_CLOEXEC)) < 0)
     ce_mpi_fail(&e, CLEMBED_ERR_FILE, "path", -1, 0,
                 "%s: %s: cannot open %s, which rank 0 created (is the folder on a file system every rank sees?): %s",
                 op, path, tmp, strerror(errno));
@@ -281,6 +277,7 @@ clembed_status clembed_mpi_checkpoint_save(const char *path, clembed_mpi_table *
     all = calloc((size_t)t0->size * (2 * p.count + 1), sizeof *all);
     if (!all) ce_mpi_fail(&e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory", op);
   }
+  if (!all_well(t0, op, &e, "to gather the checksums")) goto done;
   if (!ce_mpi_ok(&e, MPI_Gather(mine, (int)(2 * p.count + 1), MPI_UINT64_T, all, (int)(2 * p.count + 1),
                                 MPI_UINT64_T, 0, t0->comm),
                  "MPI_Gather (the rows' checksums)"))
@@ -381,15 +378,17 @@ clembed_status clembed_mpi_checkpoint_load(const char *path, clembed_mpi_table *
   ce_mpi_vote v = {0};
   clembed_file *f = NULL;
   /* per table: the kind of its states in the file (-1: none), their data and CRCs */
-  int *kinds = calloc(n, sizeof *kinds);
+  int *kinds = calloc(n, sizeof *kinds), *made = calloc(n, sizeof *made);
   const uint8_t **data = calloc(3 * n, sizeof *data);
   uint32_t *crcs = calloc(3 * n, sizeof *crcs);
   uint64_t *mine = calloc(6 * n + 1, sizeof *mine), *all = NULL;
   char *names_digest = NULL;
-  if (!kinds || !data || !crcs || !mine) ce_mpi_fail(&e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory", op);
+  if (!kinds || !made || !data || !crcs || !mine) ce_mpi_fail(&e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory", op);
   if (e.status == CLEMBED_OK) check_tables(op, path, tables, names, n, &e);
-  if (e.status == CLEMBED_OK && clembed_file_open(path, &f) != CLEMBED_OK)
-    ce_mpi_fail(&e, CLEMBED_ERR_INVALID_ARGUMENT, "path", -1, 0, "%s: %s", op, clembed_last_error_message());
+  if (e.status == CLEMBED_OK) {
+    clembed_status opened = clembed_file_open(path, &f);
+    if (opened != CLEMBED_OK) ce_mpi_fail(&e, opened, "path", -1, 0, "%s: %s", op, clembed_last_error_message());
+  }
   if (e.status == CLEMBED_OK) {
     const char *mark = clembed_file_metadata_find(f, "clembed.checkpoint");
     if (!mark || strcmp(mark, "1"))
@@ -400,9 +399,12 @@ clembed_status clembed_mpi_checkpoint_load(const char *path, clembed_mpi_table *
     clembed_mpi_table *t = tables[i];
     kinds[i] = -1;
     if (!find_tensor(f, op, path, names[i], t->dtype, t->rows, t->cols, &data[3 * i], &crcs[3 * i], &e)) break;
-    char *key = joined("clembed.optimizer.", names[i]);
+    /* the state's kind: this library's entry, or the Python package's ("NAME.optimizer") */
+    char *key = joined("clembed.optimizer.", names[i]), *key2 = joined(names[i], ".optimizer");
     const char *kind = key ? clembed_file_metadata_find(f, key) : NULL;
+    if (!kind && key2) kind = clembed_file_metadata_find(f, key2);
     free(key);
+    free(key2);
     if (!kind) continue; /* no states in the file */
     for (int k = 0; k < 4; k++)
       if (!strcmp(kind, kind_names[k])) kinds[i] = k;
@@ -483,6 +485,19 @@ clembed_status clembed_mpi_checkpoint_load(const char *path, clembed_mpi_table *
     }
   if (e.status != CLEMBED_OK) goto done; /* every rank found the same */
 
+  /* the states the file holds and the tables lack, made on every rank first (undone if any rank fails) */
+  for (size_t i = 0; i < n && e.status == CLEMBED_OK; i++) {
+    clembed_mpi_table *t = tables[i];
+    if (kinds[i] > 0 && !t->has_state && ce_mpi_make_state(t, (clembed_optimizer_kind)kinds[i], &e)) made[i] = 1;
+  }
+  if (!all_well(t0, op, &e, "to make the tables' optimizer states")) {
+    for (size_t i = 0; i < n; i++)
+      if (made[i]) {
+        clembed_matrix_release(&tables[i]->state);
+        clembed_matrix_release(&tables[i]->state2);
+      }
+    goto done;
+  }
   /* the writes: each rank its rows of the tables and of their states */
   for (size_t i = 0; i < n && e.status == CLEMBED_OK; i++) {
     clembed_mpi_table *t = tables[i];
@@ -491,9 +506,7 @@ clembed_status clembed_mpi_checkpoint_load(const char *path, clembed_mpi_table *
       clembed_matrix_release(&t->state2);
       t->has_state = 0;
     }
-    if (kinds[i] > 0 && !t->has_state) {
-      ce_mpi_make_state(t, (clembed_optimizer_kind)kinds[i], &e);
-      if (e.status != CLEMBED_OK) break;
+    if (made[i]) {
       t->has_state = 1;
       t->kind = (clembed_optimizer_kind)kinds[i];
     }
@@ -515,6 +528,7 @@ clembed_status clembed_mpi_checkpoint_load(const char *path, clembed_mpi_table *
 done:
   clembed_file_close(f);
   free(kinds);
+  free(made);
   free(data);
   free(crcs);
   free(mine);

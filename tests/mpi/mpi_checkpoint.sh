@@ -31,7 +31,7 @@ run 3 run "$dir/full3" 1 6
 same "$dir/full2" "$dir/full3" "6 steps on 2 and on 3 ranks"
 for n in 1 2 3 4; do
   run "$n" run "$dir/save$n" 1 3
-  same "$dir/save1" "$dir/save$n" "3 steps on 1 and on $n ranks"
+  [ "$n" -gt 1 ] && same "$dir/save1" "$dir/save$n" "3 steps on 1 and on $n ranks"
 done
 if cmp -s "$dir/save1" "$dir/full2"; then
   echo "FAILED: 3 steps and 6 steps saved the same file"
@@ -50,5 +50,5 @@ if [ "$left" -ne 0 ]; then
   echo "FAILED: $left temporary files left"
   status=1
 fi
-[ "$status" -eq 0 ] && echo "sharded checkpoints: $pairs of $pairs comparisons byte-identical (6 steps on 2 and 3 ranks; 3 steps on 1-4; saved on 1-4 ranks, resumed on 1-4 and continued: the uninterrupted run's file)"
+[ "$status" -eq 0 ] && echo "sharded checkpoints: $pairs of $pairs comparisons byte-identical (6 steps on 2 and 3 ranks; 3 steps on 1 and on 2-4; saved on 1-4 ranks, resumed on 1-4 and continued: the uninterrupted run's file)"
 exit "$status"

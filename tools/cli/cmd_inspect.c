@@ -105,9 +105,11 @@ int cli_cmd_inspect(int argc, char **argv) {
       char dt[32];
       unsigned long long rows, cols;
       unsigned crc;
-      if (entry && sscanf(entry, "dtype=%31s rows=%llu cols=%llu crc32c=%x", dt, &rows, &cols, &crc) == 4)
-        printf(", \"matrix\": {\"dtype\": \"%s\", \"rows\": %llu, \"cols\": %llu, \"crc32c\": \"%08x\"}", dt, rows,
-               cols, crc);
+      if (entry && sscanf(entry, "dtype=%31s rows=%llu cols=%llu crc32c=%x", dt, &rows, &cols, &crc) == 4) {
+        printf(", \"matrix\": {\"dtype\": ");
+        cli_json_string(dt);
+        printf(", \"rows\": %llu, \"cols\": %llu, \"crc32c\": \"%08x\"}", rows, cols, crc);
+      }
       putchar('}');
     } else {
       if (!t.name[0]) putchar('-');
@@ -119,8 +121,11 @@ int cli_cmd_inspect(int argc, char **argv) {
       char dt[32];
       unsigned long long rows, cols;
       unsigned crc;
-      if (entry && sscanf(entry, "dtype=%31s rows=%llu cols=%llu crc32c=%x", dt, &rows, &cols, &crc) == 4)
-        printf(" = %s %llux%llu crc32c=%08x", dt, rows, cols, crc);
+      if (entry && sscanf(entry, "dtype=%31s rows=%llu cols=%llu crc32c=%x", dt, &rows, &cols, &crc) == 4) {
+        printf(" = ");
+        print_text(dt);
+        printf(" %llux%llu crc32c=%08x", rows, cols, crc);
+      }
       putchar('\n');
     }
   }
