@@ -219,6 +219,26 @@ static int single(clembed_context *ctx, const char *in) {
       free(a);
       free(b);
     }
+    if (kinds[t] == CLEMBED_ADAGRAD) {
+      /* the whole table and state saved in one process as the Python package names them
+       * ("NAME.optimizer"), loaded into a fresh sharded table: its state comes back too */
+      char py[600];
+      snprintf(py, sizeof py, "%s.python", in);
+      const char *keys[] = {"adagrad.optimizer", "adagrad.step"}, *values[] = {"adagrad", "6"};
+      CHECK(clembed_checkpoint_save(ctx, py, items, 2, keys, values, 2) == CLEMBED_OK, "%s",
+            clembed_context_message(ctx));
+      clembed_mpi_table *fresh = NULL;
+      CHECK(clembed_mpi_table_create(ctx, MPI_COMM_WORLD, ROWS, COLS, dtypes[t], &fresh) == CLEMBED_OK, "create");
+      const char *one[] = {"adagrad"};
+      CHECK(clembed_mpi_checkpoint_load(py, &fresh, one, 1) == CLEMBED_OK, "%s", clembed_context_message(ctx));
+      a = gather_table(ctx, fresh, 1, COLS * 4);
+      b = gather_table(ctx, tabs[t], 1, COLS * 4);
+      CHECK(!memcmp(a, b, ROWS * COLS * 4), "the Python-named state did not load into the sharded table");
+      free(a);
+      free(b);
+      clembed_mpi_table_release(fresh);
+      remove(py);
+    }
     clembed_matrix_release(&m);
     clembed_matrix_release(&st);
   }
