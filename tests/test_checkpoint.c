@@ -653,20 +653,29 @@ static int fsize_main(const char *dir) {
   if (clembed_context_create(NULL, &ctx) != CLEMBED_OK) return 3;
   char path[400];
   snprintf(path, sizeof path, "%s/full.safetensors", dir);
-  clembed_matrix small, big;
+  clembed_matrix small = {0}, big = {0};
+  int rc = 0;
   if (clembed_matrix_create(ctx, 256, GEN_COLS, CLEMBED_F32, &small) != CLEMBED_OK ||
       clembed_matrix_create(ctx, GEN_ROWS, GEN_COLS, CLEMBED_F32, &big) != CLEMBED_OK)
-    return 3;
-  if (save_generation(ctx, path, &small, 1, 256) != CLEMBED_OK) return 5;
-  /* the limit after the device's set-up (a compiler writes its cache files) */
-  signal(SIGXFSZ, SIG_IGN);
-  struct rlimit rl = {256 << 10, 256 << 10};
-  if (setrlimit(RLIMIT_FSIZE, &rl) != 0) return 4;
-  clembed_status s = save_generation(ctx, path, &big, 2, GEN_ROWS);
-  const char *msg = clembed_context_message(ctx);
-  fprintf(stderr, "  the full save: %s: %s\n", clembed_status_string(s), msg);
-  if (s != CLEMBED_ERR_FILE || !strstr(msg, path)) return 6;
-  return 0;
+    rc = 3;
+  else if (save_generation(ctx, path, &small, 1, 256) != CLEMBED_OK)
+    rc = 5;
+  if (!rc) {
+    /* the limit after the device's set-up (a compiler writes its cache files) */
+    signal(SIGXFSZ, SIG_IGN);
+    struct rlimit rl = {256 << 10, 256 << 10};
+    if (setrlimit(RLIMIT_FSIZE, &rl) != 0) rc = 4;
+  }
+  if (!rc) {
+    clembed_status s = save_generation(ctx, path, &big, 2, GEN_ROWS);
+    const char *msg = clembed_context_message(ctx);
+    fprintf(stderr, "  the full save: %s: %s\n", clembed_status_string(s), msg);
+    if (s != CLEMBED_ERR_FILE || !strstr(msg, path)) rc = 6;
+  }
+  clembed_matrix_release(&small); /* everything released: the sanitizer build checks for leaks */
+  clembed_matrix_release(&big);
+  clembed_context_destroy(ctx);
+  return rc;
 }
 
 TU_CASE(full_disk_keeps_the_previous_file) {
