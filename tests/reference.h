@@ -188,11 +188,9 @@ static inline double ref_sinusoid(const clembed_sinusoid *s, size_t d, uint64_t 
 
 /* ------------------------------------------------------------ Philox */
 
-/* Philox4x32-10, written plainly from the Random123 definition: key (seed lo,
- * seed hi), counter (e lo, e hi, 0, 0). */
-static inline void ref_philox(uint64_t seed, uint64_t e, uint32_t out[4]) {
-  uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
-  uint32_t c0 = (uint32_t)e, c1 = (uint32_t)(e >> 32), c2 = 0, c3 = 0;
+/* Philox4x32-10 with any key (k0, k1) and counter c[0..3], plainly (Random123). */
+static inline void ref_philox_kc(uint32_t k0, uint32_t k1, const uint32_t c[4], uint32_t out[4]) {
+  uint32_t c0 = c[0], c1 = c[1], c2 = c[2], c3 = c[3];
   for (int r = 0; r < 10; r++) {
     if (r) { k0 += 0x9E3779B9u; k1 += 0xBB67AE85u; }
     uint64_t p0 = (uint64_t)0xD2511F53u * c0, p1 = (uint64_t)0xCD9E8D57u * c2;
@@ -201,6 +199,12 @@ static inline void ref_philox(uint64_t seed, uint64_t e, uint32_t out[4]) {
     c0 = n0; c1 = n1; c2 = n2; c3 = n3;
   }
   out[0] = c0; out[1] = c1; out[2] = c2; out[3] = c3;
+}
+
+/* ... with key (seed lo, seed hi) and counter (e lo, e hi, 0, 0): the init's and dropout's. */
+static inline void ref_philox(uint64_t seed, uint64_t e, uint32_t out[4]) {
+  const uint32_t c[4] = {(uint32_t)e, (uint32_t)(e >> 32), 0, 0};
+  ref_philox_kc((uint32_t)seed, (uint32_t)(seed >> 32), c, out);
 }
 
 /* u(x) = (x >> 8) * 2^-24, in [0, 1), exact in float. */
@@ -429,19 +433,6 @@ static inline void ref_optimizer_step(const clembed_optimizer *o, const float *G
 }
 
 /* ------------------------------------------------------------ stochastic rounding */
-
-/* Philox4x32-10 with any key (k0, k1) and counter c[0..3], plainly (Random123). */
-static inline void ref_philox_kc(uint32_t k0, uint32_t k1, const uint32_t c[4], uint32_t out[4]) {
-  uint32_t c0 = c[0], c1 = c[1], c2 = c[2], c3 = c[3];
-  for (int r = 0; r < 10; r++) {
-    if (r) { k0 += 0x9E3779B9u; k1 += 0xBB67AE85u; }
-    uint64_t p0 = (uint64_t)0xD2511F53u * c0, p1 = (uint64_t)0xCD9E8D57u * c2;
-    uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0, n1 = (uint32_t)p1;
-    uint32_t n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1, n3 = (uint32_t)p0;
-    c0 = n0; c1 = n1; c2 = n2; c3 = n3;
-  }
-  out[0] = c0; out[1] = c1; out[2] = c2; out[3] = c3;
-}
 
 /* The random word of table element (row, col) of a step (clembed_optimizer_step's
  * stochastic rounding): K = (x0, x1) of Philox(seed; step lo, step hi, 0x53524E44, 0),

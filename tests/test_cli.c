@@ -1260,6 +1260,10 @@ TU_CASE(inspect_checkpoint) {
   EXPECT(!strcmp(g_out, "{\"clembed.checkpoint\": \"1\", \"clembed.tensor.emb\": \"dtype=f32 rows=3 cols=4 crc32c=288c3ab9\", "
                         "\"clembed.tensor.emb.q\": \"dtype=q8_0 rows=2 cols=32 crc32c=d80d46e8\", \"step\": \"12\"}\n"),
          "inspect --metadata --json: %s", g_out);
+  RUNS(0, "inspect", P("ck.safetensors"), "--metadata");
+  EXPECT(!strcmp(g_out, "clembed.checkpoint: 1\nclembed.tensor.emb: dtype=f32 rows=3 cols=4 crc32c=288c3ab9\n"
+                        "clembed.tensor.emb.q: dtype=q8_0 rows=2 cols=32 crc32c=d80d46e8\nstep: 12\n"),
+         "inspect --metadata: %s", g_out);
   RUNS(0, "inspect", P("ck.safetensors"), "--json");
   EXPECT(strstr(g_out, "\"matrix\": {\"dtype\": \"q8_0\", \"rows\": 2, \"cols\": 32, \"crc32c\": \"d80d46e8\"}"),
          "inspect --json of a checkpoint: %s", g_out);

@@ -31,29 +31,29 @@ def need(name):
 
 # ----------------------------------------------------------------- references
 
+def philox_kc(k0, k1, c):
+    """Philox4x32-10 with key (k0, k1) and counter words c (four arrays holding 32-bit
+    values), plainly (Random123). Returns the four output words as uint64 arrays."""
+    M = np.uint64(0xFFFFFFFF)
+    c0, c1, c2, c3 = [np.asarray(x, np.uint64) & M for x in c]
+    k0, k1 = np.uint64(k0) & M, np.uint64(k1) & M
+    for r in range(10):
+        if r:
+            k0 = (k0 + np.uint64(0x9E3779B9)) & M
+            k1 = (k1 + np.uint64(0xBB67AE85)) & M
+        p0 = np.uint64(0xD2511F53) * c0
+        p1 = np.uint64(0xCD9E8D57) * c2
+        c0, c1, c2, c3 = (p1 >> np.uint64(32)) ^ c1 ^ k0, p1 & M, (p0 >> np.uint64(32)) ^ c3 ^ k1, p0 & M
+    return c0, c1, c2, c3
+
+
 def philox(seed, e):
     """Philox4x32-10 of include/clembed.h: key (seed lo, seed hi), counter (e lo, e hi, 0, 0);
     e an array of element indices. Returns the four words (uint32 arrays)."""
     e = np.asarray(e, dtype=np.uint64)
-    M32 = np.uint64(0xFFFFFFFF)
-    k0 = np.uint64(seed & 0xFFFFFFFF)
-    k1 = np.uint64((seed >> 32) & 0xFFFFFFFF)
-    c0 = e & M32
-    c1 = e >> np.uint64(32)
-    c2 = np.zeros_like(e)
-    c3 = np.zeros_like(e)
-    for r in range(10):
-        if r:
-            k0 = (k0 + np.uint64(0x9E3779B9)) & M32
-            k1 = (k1 + np.uint64(0xBB67AE85)) & M32
-        p0 = np.uint64(0xD2511F53) * c0
-        p1 = np.uint64(0xCD9E8D57) * c2
-        n0 = (p1 >> np.uint64(32)) ^ c1 ^ k0
-        n1 = p1 & M32
-        n2 = (p0 >> np.uint64(32)) ^ c3 ^ k1
-        n3 = p0 & M32
-        c0, c1, c2, c3 = n0, n1, n2, n3
-    return [c.astype(np.uint32) for c in (c0, c1, c2, c3)]
+    zero = np.zeros_like(e)
+    words = philox_kc(seed & 0xFFFFFFFF, (seed >> 32) & 0xFFFFFFFF, [e, e >> np.uint64(32), zero, zero])
+    return [w.astype(np.uint32) for w in words]
 
 
 def unit(x):

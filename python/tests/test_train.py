@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import clembed
+from conftest import philox_kc
 from test_ops import backward_f32, assert_same_bits
 
 rng = np.random.default_rng(7)
@@ -277,22 +278,6 @@ def test_embedding_optimizer_by_name(ctx):
 
 
 # ------------------------------------------------------------- stochastic rounding
-
-def philox_kc(k0, k1, c):
-    """Philox4x32-10 with key (k0, k1) and counter words c (four uint64 arrays holding
-    32-bit values), plainly (Random123). Returns the four output words as uint64 arrays."""
-    M = np.uint64(0xFFFFFFFF)
-    c0, c1, c2, c3 = [np.asarray(x, np.uint64) & M for x in c]
-    k0, k1 = np.uint64(k0) & M, np.uint64(k1) & M
-    for r in range(10):
-        if r:
-            k0 = (k0 + np.uint64(0x9E3779B9)) & M
-            k1 = (k1 + np.uint64(0xBB67AE85)) & M
-        p0 = np.uint64(0xD2511F53) * c0
-        p1 = np.uint64(0xCD9E8D57) * c2
-        c0, c1, c2, c3 = (p1 >> np.uint64(32)) ^ c1 ^ k0, p1 & M, (p0 >> np.uint64(32)) ^ c3 ^ k1, p0 & M
-    return c0, c1, c2, c3
-
 
 def sr_words(seed, step, rows, cols, first_row=0):
     """include/clembed.h's random words of a rows x cols table's step: K = (x0, x1) of

@@ -15,9 +15,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* Rows move between the device and the file in pieces of at most this many bytes. */
-#define CE_CKPT_CHUNK ((size_t)32 << 20)
-
 #include "../runtime/runtime.h" /* ce_check_pieces: a load checks every matrix before it writes any */
 #include "../test_hooks.h"
 
@@ -35,17 +32,6 @@ static clembed_status check_item(clembed_context *ctx, const char *op, const cle
     return clembed_context_fail(ctx, CLEMBED_ERR_INVALID_ARGUMENT, op, "items", (int64_t)i, 0,
                                 "%s: the name of item %zu is NULL", op, i);
   return CLEMBED_OK;
-}
-
-/* Rows per piece for a row of rb bytes. */
-static size_t rows_per_chunk(uint64_t rb) { return rb >= CE_CKPT_CHUNK ? 1 : (size_t)(CE_CKPT_CHUNK / (rb ? rb : 1)); }
-
-/* A view of rows [r0, r0 + k) of m. */
-static clembed_matrix rows_of(const clembed_matrix *m, size_t r0, size_t k) {
-  clembed_matrix v = *m;
-  v.offset = m->offset + r0 * (m->ld ? m->ld : m->cols);
-  v.rows = k;
-  return v;
 }
 
 clembed_status clembed_checkpoint_save(clembed_context *ctx, const char *path, const clembed_checkpoint_item *items,
@@ -82,12 +68,7 @@ clembed_status clembed_checkpoint_save(clembed_context *ctx, const char *path, c
                                   "%s: %s: %s", op, path, msg);
     goto done;
   }
-  uint64_t most = 0;
-  for (size_t i = 0; i < n; i++) {
-    uint64_t piece = (uint64_t)rows_per_chunk(t[i].row_bytes) * t[i].row_bytes;
-    if (piece > t[i].bytes) piece = t[i].bytes;
-    if (piece > most) most = piece;
-  }
+  uint64_t most = ce_ckpt_largest_piece(t, n);
   buf = malloc(most ? (size_t)most : 1);
   tmp = ce_ckpt_temp_path(path);
   if (!buf || !tmp) {
@@ -104,11 +85,11 @@ clembed_status clembed_checkpoint_save(clembed_context *ctx, const char *path, c
   ce_ckpt_stage("opened");
   for (size_t i = 0; i < n; i++) {
     const clembed_matrix *m = items[i].matrix;
-    size_t step = rows_per_chunk(t[i].row_bytes);
+    size_t step = ce_ckpt_rows_per_piece(t[i].row_bytes);
     uint32_t crc = 0;
     for (size_t r = 0; r < m->rows; r += step) {
       size_t k = m->rows - r < step ? m->rows - r : step;
-      clembed_matrix v = rows_of(m, r, k);
+      clembed_matrix v = ce_ckpt_rows_of(m, r, k);
       size_t bytes = k * (size_t)t[i].row_bytes;
       if (bytes) {
         clembed_status s = clembed_matrix_read(ctx, &v, buf, m->dtype);
@@ -186,53 +167,6 @@ done:
 
 /* --------------------------------------------------------------------- load */
 
-/* Everything about item i that the file must match, checked: *index receives
- * the tensor's index, *data its bytes. */
-static clembed_status check_tensor(clembed_context *ctx, const clembed_file *f, const char *path,
-                                   const clembed_checkpoint_item *it, size_t i, size_t *index, const uint8_t **data,
-                                   uint64_t *bytes, uint32_t *crc) {
-  const char *op = LOAD;
-  const clembed_matrix *m = it->matrix;
-  size_t klen = strlen(CE_CKPT_TENSOR_KEY) + strlen(it->name) + 1;
-  char *key = malloc(klen);
-  if (!key) return clembed_context_fail(ctx, CLEMBED_ERR_OUT_OF_MEMORY, op, "", -1, 0, "%s: out of host memory", op);
-  snprintf(key, klen, "%s%s", CE_CKPT_TENSOR_KEY, it->name);
-  const char *entry = clembed_file_metadata_find(f, key);
-  free(key);
-  if (clembed_file_find(f, it->name, index) != CLEMBED_OK || !entry)
-    return clembed_context_fail(ctx, CLEMBED_ERR_INVALID_ARGUMENT, op, "items", (int64_t)i, 0,
-                                "%s: %s holds no tensor '%s' (item %zu)", op, path, it->name, i);
-  clembed_dtype dt;
-  uint64_t rows, cols;
-  if (ce_ckpt_parse_entry(entry, &dt, &rows, &cols, crc) != 0)
-    return clembed_context_fail(ctx, CLEMBED_ERR_INVALID_ARGUMENT, op, "items", (int64_t)i, 0,
-                                "%s: %s: tensor '%s': its metadata entry is malformed: \"%s\"", op, path, it->name,
-                                entry);
-  if (dt != m->dtype || rows != m->rows || cols != m->cols)
-    return clembed_context_fail(ctx, CLEMBED_ERR_INVALID_ARGUMENT, op, "items", (int64_t)i, 0,
-                                "%s: %s: tensor '%s' is %llu x %llu %s in the file, but the matrix of item %zu is "
-                                "%zu x %zu %s",
-                                op, path, it->name, (unsigned long long)rows, (unsigned long long)cols,
-                                clembed_dtype_name(dt), i, m->rows, m->cols, clembed_dtype_name(m->dtype));
-  clembed_tensor_info info;
-  clembed_file_tensor_info(f, *index, &info);
-  uint64_t rb = clembed_dtype_row_bytes(dt, (size_t)cols);
-  const char *want = dt == CLEMBED_F32 ? "F32" : dt == CLEMBED_F16 ? "F16" : dt == CLEMBED_BF16 ? "BF16" : "U8";
-  int plain = clembed_dtype_block_values(dt) == 1;
-  if ((cols && !rb) || strcmp(info.type_name, want) || info.ndim != 2 || info.shape[0] != rows ||
-      info.shape[1] != (plain ? cols : rb) || (rb && rows > UINT64_MAX / rb) || info.bytes != rows * rb)
-    return clembed_context_fail(ctx, CLEMBED_ERR_INVALID_ARGUMENT, op, "items", (int64_t)i, 0,
-                                "%s: %s: tensor '%s' is stored as %s of %d dimensions (%llu bytes), which does not "
-                                "hold %llu x %llu %s",
-                                op, path, it->name, info.type_name, info.ndim, (unsigned long long)info.bytes,
-                                (unsigned long long)rows, (unsigned long long)cols, clembed_dtype_name(dt));
-  const void *p = NULL;
-  clembed_file_tensor_data(f, *index, &p);
-  *data = p;
-  *bytes = info.bytes;
-  return CLEMBED_OK;
-}
-
 clembed_status clembed_checkpoint_load(clembed_context *ctx, const char *path, const clembed_checkpoint_item *items,
                                        size_t n) {
   const char *op = LOAD;
@@ -259,7 +193,6 @@ clembed_status clembed_checkpoint_load(clembed_context *ctx, const char *path, c
   }
   /* every check first: names, shapes, dtypes, then every checksum */
   struct found {
-    size_t index;
     const uint8_t *data;
     uint64_t bytes;
     uint32_t crc;
@@ -269,7 +202,14 @@ clembed_status clembed_checkpoint_load(clembed_context *ctx, const char *path, c
     goto done;
   }
   for (size_t i = 0; i < n && status == CLEMBED_OK; i++) {
-    status = check_tensor(ctx, f, path, &items[i], i, &fs[i].index, &fs[i].data, &fs[i].bytes, &fs[i].crc);
+    const clembed_matrix *m = items[i].matrix;
+    char whose[64], msg[1024];
+    int oom;
+    snprintf(whose, sizeof whose, "the matrix of item %zu", i);
+    if (ce_ckpt_find(f, path, items[i].name, m->dtype, m->rows, m->cols, whose, &fs[i].data, &fs[i].bytes, &fs[i].crc,
+                     &oom, msg, sizeof msg) != 0)
+      status = clembed_context_fail(ctx, oom ? CLEMBED_ERR_OUT_OF_MEMORY : CLEMBED_ERR_INVALID_ARGUMENT, op, "items",
+                                    (int64_t)i, 0, "%s: %s (item %zu)", op, msg, i);
     if (status == CLEMBED_OK) { /* the matrix as the writes will take it (its buffer, offset, ld, pieces) */
       ce_pieces pc;
       char what[64];
@@ -289,10 +229,10 @@ clembed_status clembed_checkpoint_load(clembed_context *ctx, const char *path, c
   for (size_t i = 0; i < n && status == CLEMBED_OK; i++) {
     clembed_matrix *m = items[i].matrix;
     uint64_t rb = clembed_dtype_row_bytes(m->dtype, m->cols);
-    size_t step = rows_per_chunk(rb);
+    size_t step = ce_ckpt_rows_per_piece(rb);
     for (size_t r = 0; r < m->rows && status == CLEMBED_OK && rb; r += step) {
       size_t k = m->rows - r < step ? m->rows - r : step;
-      clembed_matrix v = rows_of(m, r, k);
+      clembed_matrix v = ce_ckpt_rows_of(m, r, k);
       clembed_status s = clembed_matrix_write(ctx, &v, fs[i].data + (uint64_t)r * rb, m->dtype);
       if (s != CLEMBED_OK) {
         char first[1024];

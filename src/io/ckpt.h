@@ -22,7 +22,7 @@
 #ifndef CLEMBED_CKPT_H
 #define CLEMBED_CKPT_H
 
-#include "clembed.h"
+#include "clembed_io.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -68,6 +68,45 @@ char *ce_ckpt_header_own(ce_ckpt_tensor *t, size_t n, const char *const *keys, c
 
 /* Parses a "clembed.tensor.NAME" value. 0 on success, -1 when malformed. */
 int ce_ckpt_parse_entry(const char *value, clembed_dtype *dtype, uint64_t *rows, uint64_t *cols, uint32_t *crc);
+
+/* The safetensors type a matrix of dtype is stored as: "F32", "F16", "BF16", else "U8". */
+const char *ce_ckpt_stored_type(clembed_dtype dtype);
+
+/* Tensor `name` of checkpoint f (opened from `path`) as a dtype rows x cols
+ * matrix: its entry there, its shape, dtype and storage checked; *data and
+ * *bytes its bytes in the mapping, *crc the CRC-32C its entry records. 0, or
+ * -1 with msg set ("PATH holds no tensor 'NAME'", "PATH: tensor 'NAME' is R x C
+ * q8_0 in the file, but WHOSE is ...", a malformed entry, a storage that does
+ * not hold the matrix); whose names the caller's matrix in that message
+ * ("the matrix of item 3", "the table"). *oom is set when host memory ran out. */
+int ce_ckpt_find(const clembed_file *f, const char *path, const char *name, clembed_dtype dtype, uint64_t rows,
+                 uint64_t cols, const char *whose, const uint8_t **data, uint64_t *bytes, uint32_t *crc, int *oom,
+                 char *msg, size_t cap);
+
+/* Rows and pieces: the saves and loads move a matrix a piece of at most
+ * CE_CKPT_CHUNK bytes of whole rows at a time (one row when a row is larger). */
+#define CE_CKPT_CHUNK ((size_t)32 << 20)
+static inline size_t ce_ckpt_rows_per_piece(uint64_t row_bytes) {
+  return row_bytes >= CE_CKPT_CHUNK ? 1 : (size_t)(CE_CKPT_CHUNK / (row_bytes ? row_bytes : 1));
+}
+/* The largest piece any of the n tensors (row_bytes and bytes filled) moves:
+ * the size of the buffer a save reads them through. */
+static inline uint64_t ce_ckpt_largest_piece(const ce_ckpt_tensor *t, size_t n) {
+  uint64_t most = 0;
+  for (size_t i = 0; i < n; i++) {
+    uint64_t piece = (uint64_t)ce_ckpt_rows_per_piece(t[i].row_bytes) * t[i].row_bytes;
+    if (piece > t[i].bytes) piece = t[i].bytes;
+    if (piece > most) most = piece;
+  }
+  return most;
+}
+/* A view of rows [r0, r0 + k) of m. */
+static inline clembed_matrix ce_ckpt_rows_of(const clembed_matrix *m, size_t r0, size_t k) {
+  clembed_matrix v = *m;
+  v.offset = m->offset + r0 * (m->ld ? m->ld : m->cols);
+  v.rows = k;
+  return v;
+}
 
 /* The temporary file of a save to `path`: ".BASENAME.clembed-tmp.HOST.PID" in
  * path's folder (malloc'd; NULL when out of memory). */

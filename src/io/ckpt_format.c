@@ -282,7 +282,7 @@ char *ce_ckpt_header_own(ce_ckpt_tensor *t, size_t n, const char *const *keys, c
     puts_(&b, ",");
     putq(&b, t[i].name);
     puts_(&b, ":{\"dtype\":\"");
-    puts_(&b, t[i].dtype == CLEMBED_F32 ? "F32" : t[i].dtype == CLEMBED_F16 ? "F16" : t[i].dtype == CLEMBED_BF16 ? "BF16" : "U8");
+    puts_(&b, ce_ckpt_stored_type(t[i].dtype));
     putf(&b, "\",\"shape\":[%llu,", (unsigned long long)t[i].rows);
     putf(&b, "%llu],", (unsigned long long)(plain ? t[i].cols : t[i].row_bytes));
     putf(&b, "\"data_offsets\":[%llu,", (unsigned long long)at);
@@ -333,6 +333,58 @@ int ce_ckpt_parse_entry(const char *value, clembed_dtype *dtype, uint64_t *rows,
       return 0;
     }
   return -1;
+}
+
+const char *ce_ckpt_stored_type(clembed_dtype d) {
+  return d == CLEMBED_F32 ? "F32" : d == CLEMBED_F16 ? "F16" : d == CLEMBED_BF16 ? "BF16" : "U8";
+}
+
+int ce_ckpt_find(const clembed_file *f, const char *path, const char *name, clembed_dtype dtype, uint64_t rows,
+                 uint64_t cols, const char *whose, const uint8_t **data, uint64_t *bytes, uint32_t *crc, int *oom,
+                 char *msg, size_t cap) {
+  *oom = 0;
+  size_t klen = strlen(CE_CKPT_TENSOR_KEY) + strlen(name) + 1, index;
+  char *key = malloc(klen);
+  if (!key) {
+    *oom = 1;
+    snprintf(msg, cap, "out of host memory");
+    return -1;
+  }
+  snprintf(key, klen, "%s%s", CE_CKPT_TENSOR_KEY, name);
+  const char *entry = clembed_file_metadata_find(f, key);
+  free(key);
+  if (!entry || clembed_file_find(f, name, &index) != CLEMBED_OK) {
+    snprintf(msg, cap, "%s holds no tensor '%s'", path, name);
+    return -1;
+  }
+  clembed_dtype dt;
+  uint64_t r, c;
+  if (ce_ckpt_parse_entry(entry, &dt, &r, &c, crc) != 0) {
+    snprintf(msg, cap, "%s: tensor '%s': its metadata entry is malformed: \"%s\"", path, name, entry);
+    return -1;
+  }
+  if (dt != dtype || r != rows || c != cols) {
+    snprintf(msg, cap, "%s: tensor '%s' is %llu x %llu %s in the file, but %s is %llu x %llu %s", path, name,
+             (unsigned long long)r, (unsigned long long)c, clembed_dtype_name(dt), whose, (unsigned long long)rows,
+             (unsigned long long)cols, clembed_dtype_name(dtype));
+    return -1;
+  }
+  clembed_tensor_info info;
+  clembed_file_tensor_info(f, index, &info);
+  uint64_t rb = clembed_dtype_row_bytes(dt, (size_t)c);
+  int plain = clembed_dtype_block_values(dt) == 1;
+  if ((c && !rb) || strcmp(info.type_name, ce_ckpt_stored_type(dt)) || info.ndim != 2 || info.shape[0] != r ||
+      info.shape[1] != (plain ? c : rb) || (rb && r > UINT64_MAX / rb) || info.bytes != r * rb) {
+    snprintf(msg, cap, "%s: tensor '%s' is stored as %s of %d dimensions (%llu bytes), which does not hold %llu x %llu %s",
+             path, name, info.type_name, info.ndim, (unsigned long long)info.bytes, (unsigned long long)r,
+             (unsigned long long)c, clembed_dtype_name(dt));
+    return -1;
+  }
+  const void *p = NULL;
+  clembed_file_tensor_data(f, index, &p);
+  *data = p;
+  *bytes = info.bytes;
+  return 0;
 }
 
 /* ------------------------------------------------------------ safe writing */

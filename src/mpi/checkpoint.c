@@ -14,8 +14,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#define CE_MPI_CKPT_CHUNK ((size_t)32 << 20)
-
 static const char *const kind_names[] = {"sgd", "adagrad", "rowwise_adagrad", "adam"}; /* clembed_optimizer_kind */
 
 /* One tensor of the file: a table (which 0) or one of its states (1, 2). */
@@ -156,14 +154,6 @@ static int all_well(clembed_mpi_table *t, const char *op, ce_mpi_error *e, const
   return e->status == CLEMBED_OK;
 }
 
-/* rows [r0, r0 + k) of m */
-static clembed_matrix rows_of(const clembed_matrix *m, size_t r0, size_t k) {
-  clembed_matrix v = *m;
-  v.offset = m->offset + r0 * (m->ld ? m->ld : m->cols);
-  v.rows = k;
-  return v;
-}
-
 clembed_status clembed_mpi_checkpoint_save(const char *path, clembed_mpi_table *const *tables,
                                            const char *const *names, size_t n, const char *const *meta_keys,
                                            const char *const *meta_values, size_t n_meta) {
@@ -235,17 +225,18 @@ clembed_status clembed_mpi_checkpoint_save(const char *path, clembed_mpi_table *
 
   /* every rank its rows, at their place; a CRC-32C of each tensor's rows */
   mine = calloc(2 * p.count + 1, sizeof *mine);
-  buf = malloc(CE_MPI_CKPT_CHUNK);
+  uint64_t most = ce_ckpt_largest_piece(p.tensors, p.count); /* a row past 32 MiB is a piece of its own */
+  buf = most <= SIZE_MAX ? malloc(most ? (size_t)most : 1) : NULL;
   if (!mine || !buf) ce_mpi_fail(&e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory", op);
   for (size_t i = 0; i < p.count && e.status == CLEMBED_OK; i++) {
     const clembed_matrix *m = part_matrix(&p.parts[i]);
     clembed_mpi_table *t = p.parts[i].t;
     uint64_t rb = p.tensors[i].row_bytes, first = t->bounds[t->rank];
-    size_t step = rb >= CE_MPI_CKPT_CHUNK ? 1 : CE_MPI_CKPT_CHUNK / (rb ? rb : 1);
+    size_t step = ce_ckpt_rows_per_piece(rb);
     uint32_t crc = 0;
     for (size_t r = 0; r < m->rows && rb && e.status == CLEMBED_OK; r += step) {
       size_t k = m->rows - r < step ? m->rows - r : step;
-      clembed_matrix view = rows_of(m, r, k);
+      clembed_matrix view = ce_ckpt_rows_of(m, r, k);
       size_t bytes = k * (size_t)rb;
       clembed_status s = clembed_matrix_read(t->ctx, &view, buf, m->dtype);
       if (s != CLEMBED_OK) {
@@ -328,42 +319,16 @@ done:
 
 /* --------------------------------------------------------------------- load */
 
-/* Tensor `name` of the file as a part of kind (dtype, rows, cols): its data and stored CRC, checked. */
+/* Tensor `name` of the file as a table's part (dtype, rows, cols): its data and recorded CRC, checked. 0 on failure (recorded on e). */
 static int find_tensor(const clembed_file *f, const char *op, const char *path, const char *name, clembed_dtype dtype,
                        uint64_t rows, uint64_t cols, const uint8_t **data, uint32_t *crc, ce_mpi_error *e) {
-  char *key = joined(CE_CKPT_TENSOR_KEY, name);
-  if (!key) return ce_mpi_fail(e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory", op), 0;
-  const char *entry = clembed_file_metadata_find(f, key);
-  free(key);
-  size_t i;
-  if (!entry || clembed_file_find(f, name, &i) != CLEMBED_OK)
-    return ce_mpi_fail(e, CLEMBED_ERR_INVALID_ARGUMENT, "names", -1, 0, "%s: %s holds no tensor '%s'", op, path, name), 0;
-  clembed_dtype dt;
-  uint64_t r, c;
-  if (ce_ckpt_parse_entry(entry, &dt, &r, &c, crc) != 0)
-    return ce_mpi_fail(e, CLEMBED_ERR_INVALID_ARGUMENT, "names", -1, 0,
-                       "%s: %s: tensor '%s': its metadata entry is malformed: \"%s\"", op, path, name, entry), 0;
-  if (dt != dtype || r != rows || c != cols)
-    return ce_mpi_fail(e, CLEMBED_ERR_INVALID_ARGUMENT, "names", -1, 0,
-                       "%s: %s: tensor '%s' is %llu x %llu %s in the file, but the table's is %llu x %llu %s", op, path,
-                       name, (unsigned long long)r, (unsigned long long)c, clembed_dtype_name(dt),
-                       (unsigned long long)rows, (unsigned long long)cols, clembed_dtype_name(dtype)), 0;
-  clembed_tensor_info info;
-  clembed_file_tensor_info(f, i, &info);
-  uint64_t rb = clembed_dtype_row_bytes(dt, (size_t)c);
-  int plain = clembed_dtype_block_values(dt) == 1;
-  const char *want = dt == CLEMBED_F32 ? "F32" : dt == CLEMBED_F16 ? "F16" : dt == CLEMBED_BF16 ? "BF16" : "U8";
-  if ((c && !rb) || strcmp(info.type_name, want) || info.ndim != 2 || info.shape[0] != r ||
-      info.shape[1] != (plain ? c : rb) || (rb && r > UINT64_MAX / rb) || info.bytes != r * rb)
-    return ce_mpi_fail(e, CLEMBED_ERR_INVALID_ARGUMENT, "names", -1, 0,
-                       "%s: %s: tensor '%s' is stored as %s of %d dimensions (%llu bytes), which does not hold "
-                       "%llu x %llu %s",
-                       op, path, name, info.type_name, info.ndim, (unsigned long long)info.bytes,
-                       (unsigned long long)r, (unsigned long long)c, clembed_dtype_name(dt)), 0;
-  const void *d = NULL;
-  clembed_file_tensor_data(f, i, &d);
-  *data = d;
-  return 1;
+  char msg[1024];
+  uint64_t bytes;
+  int oom;
+  if (ce_ckpt_find(f, path, name, dtype, rows, cols, "the table", data, &bytes, crc, &oom, msg, sizeof msg) == 0)
+    return 1;
+  ce_mpi_fail(e, oom ? CLEMBED_ERR_OUT_OF_MEMORY : CLEMBED_ERR_INVALID_ARGUMENT, "names", -1, 0, "%s: %s", op, msg);
+  return 0;
 }
 
 clembed_status clembed_mpi_checkpoint_load(const char *path, clembed_mpi_table *const *tables,
@@ -515,10 +480,10 @@ clembed_status clembed_mpi_checkpoint_load(const char *path, clembed_mpi_table *
       if (w > 0 && (kinds[i] < 0 || (w == 2 && kinds[i] != CLEMBED_ADAM))) continue;
       const clembed_matrix *m = w == 0 ? &t->shard : w == 1 ? &t->state : &t->state2;
       uint64_t rb = clembed_dtype_row_bytes(m->dtype, m->cols);
-      size_t step = rb >= CE_MPI_CKPT_CHUNK ? 1 : CE_MPI_CKPT_CHUNK / (rb ? rb : 1);
+      size_t step = ce_ckpt_rows_per_piece(rb);
       for (size_t r = 0; r < m->rows && rb && e.status == CLEMBED_OK; r += step) {
         size_t k = m->rows - r < step ? m->rows - r : step;
-        clembed_matrix view = rows_of(m, r, k);
+        clembed_matrix view = ce_ckpt_rows_of(m, r, k);
         clembed_status s = clembed_matrix_write(t->ctx, &view, data[3 * i + w] + (first + r) * rb, m->dtype);
         if (s != CLEMBED_OK) ce_mpi_fail_from(&e, t->ctx, s);
       }

@@ -56,6 +56,21 @@ static void print_text(const char *s) {
   for (const unsigned char *p = (const unsigned char *)s; *p; p++) putchar(*p < 0x20 || *p == 0x7f ? '?' : *p);
 }
 
+/* The metadata as "key: value" lines, each after `indent`; with skip_tensors,
+ * a checkpoint's tensor entries left out (shown on the tensors' lines). */
+static void print_metadata_lines(const clembed_file *f, const char *indent, int skip_tensors) {
+  for (size_t i = 0; i < clembed_file_metadata_count(f); i++) {
+    const char *k, *v;
+    clembed_file_metadata(f, i, &k, &v);
+    if (skip_tensors && !strncmp(k, "clembed.tensor.", 15)) continue;
+    printf("%s", indent);
+    print_text(k);
+    printf(": ");
+    print_text(v);
+    putchar('\n');
+  }
+}
+
 int cli_cmd_inspect(int argc, char **argv) {
   cli_flag fl[] = {FS("--json"), FS("--metadata"), FV("--device")};
   const char *path = cli_parse_operand(argc, argv, fl, NFLAGS(fl), usage, "FILE");
@@ -64,26 +79,21 @@ int cli_cmd_inspect(int argc, char **argv) {
   size_t n = clembed_file_tensor_count(f);
   int json = GIVEN("--json"), meta_only = GIVEN("--metadata");
   size_t nm = clembed_file_metadata_count(f);
-  if (meta_only) {
-    if (json) putchar('{');
+  if (meta_only && json) {
+    putchar('{');
     for (size_t i = 0; i < nm; i++) {
       const char *k, *v;
       clembed_file_metadata(f, i, &k, &v);
-      if (json) {
-        printf("%s", i ? ", " : "");
-        cli_json_string(k);
-        printf(": ");
-        cli_json_string(v);
-      } else {
-        print_text(k);
-        printf(": ");
-        print_text(v);
-        putchar('\n');
-      }
+      printf("%s", i ? ", " : "");
+      cli_json_string(k);
+      printf(": ");
+      cli_json_string(v);
     }
-    if (json) printf("}\n");
-    n = 0;
+    printf("}\n");
+  } else if (meta_only) {
+    print_metadata_lines(f, "", 0);
   }
+  if (meta_only) n = 0;
   if (json && !meta_only) putchar('[');
   for (size_t i = 0; i < n; i++) {
     clembed_tensor_info t;
@@ -93,6 +103,12 @@ int cli_cmd_inspect(int argc, char **argv) {
     if (clembed_file_tensor_info(f, i, &t) != CLEMBED_OK ||
         clembed_file_tensor_shape(f, i, shape, CLEMBED_FILE_MAX_DIMS, &ndim) != CLEMBED_OK)
       cli_fail(2, "%s", clembed_last_error_message());
+    /* in a checkpoint, the matrix the tensor holds */
+    const char *entry = checkpoint_entry(f, t.name);
+    char dt[32];
+    unsigned long long rows, cols;
+    unsigned crc;
+    int matrix = entry && sscanf(entry, "dtype=%31s rows=%llu cols=%llu crc32c=%x", dt, &rows, &cols, &crc) == 4;
     if (json) {
       printf("%s{\"name\": ", i ? ", " : "");
       cli_json_string(t.name);
@@ -101,11 +117,7 @@ int cli_cmd_inspect(int argc, char **argv) {
       printf(", \"shape\": [");
       for (int d = 0; d < ndim; d++) printf("%s%" PRIu64, d ? ", " : "", shape[d]);
       printf("], \"bytes\": %" PRIu64, t.bytes);
-      const char *entry = checkpoint_entry(f, t.name);
-      char dt[32];
-      unsigned long long rows, cols;
-      unsigned crc;
-      if (entry && sscanf(entry, "dtype=%31s rows=%llu cols=%llu crc32c=%x", dt, &rows, &cols, &crc) == 4) {
+      if (matrix) {
         printf(", \"matrix\": {\"dtype\": ");
         cli_json_string(dt);
         printf(", \"rows\": %llu, \"cols\": %llu, \"crc32c\": \"%08x\"}", rows, cols, crc);
@@ -117,11 +129,7 @@ int cli_cmd_inspect(int argc, char **argv) {
       printf(" %s ", dtype_text(&t, tb, sizeof tb));
       if (ndim == 0) printf("()");
       for (int d = 0; d < ndim; d++) printf("%s%" PRIu64, d ? "x" : "", shape[d]);
-      const char *entry = checkpoint_entry(f, t.name);
-      char dt[32];
-      unsigned long long rows, cols;
-      unsigned crc;
-      if (entry && sscanf(entry, "dtype=%31s rows=%llu cols=%llu crc32c=%x", dt, &rows, &cols, &crc) == 4) {
+      if (matrix) {
         printf(" = ");
         print_text(dt);
         printf(" %llux%llu crc32c=%08x", rows, cols, crc);
@@ -132,16 +140,7 @@ int cli_cmd_inspect(int argc, char **argv) {
   if (json && !meta_only) printf("]\n");
   if (!json && !meta_only && nm) {
     printf("metadata:\n");
-    for (size_t i = 0; i < nm; i++) {
-      const char *k, *v;
-      clembed_file_metadata(f, i, &k, &v);
-      if (!strncmp(k, "clembed.tensor.", 15)) continue; /* shown on the tensors' lines */
-      printf("  ");
-      print_text(k);
-      printf(": ");
-      print_text(v);
-      putchar('\n');
-    }
+    print_metadata_lines(f, "  ", 1);
   }
   cli_release_all();
   if (fflush(stdout) != 0 || ferror(stdout)) cli_fail(1, "writing to standard output failed");
