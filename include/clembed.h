@@ -313,7 +313,11 @@ typedef enum clembed_dtype { CLEMBED_F32 = 0, CLEMBED_F16 = 1, CLEMBED_BF16 = 2,
                              CLEMBED_Q3_K = 11, CLEMBED_Q5_K = 12, CLEMBED_IQ4_NL = 13, CLEMBED_IQ4_XS = 14,
                              CLEMBED_IQ2_XXS = 15, CLEMBED_IQ2_XS = 16, CLEMBED_IQ2_S = 17, CLEMBED_IQ3_XXS = 18,
                              CLEMBED_IQ3_S = 19, CLEMBED_IQ1_S = 20, CLEMBED_IQ1_M = 21, CLEMBED_TQ1_0 = 22,
-                             CLEMBED_TQ2_0 = 23, CLEMBED_MXFP4 = 24 } clembed_dtype;
+                             CLEMBED_TQ2_0 = 23, CLEMBED_MXFP4 = 24,
+                             /* FBGEMM's row-wise types (described below) */
+                             CLEMBED_I8_ROWWISE = 25, CLEMBED_I4_ROWWISE = 26, CLEMBED_I2_ROWWISE = 27,
+                             CLEMBED_I8_TBE = 28, CLEMBED_I4_TBE = 29, CLEMBED_I2_TBE = 30,
+                             CLEMBED_FP8_ROWWISE = 31 } clembed_dtype;
 typedef enum clembed_index_type { CLEMBED_I32 = 0, CLEMBED_I64 = 1 } clembed_index_type;
 
 /* Bytes of one element: 4, 2, 2 for F32, F16, BF16; 0 for the block-quantized
@@ -321,20 +325,26 @@ typedef enum clembed_index_type { CLEMBED_I32 = 0, CLEMBED_I64 = 1 } clembed_ind
 CLEMBED_API size_t clembed_dtype_size(clembed_dtype dtype);
 
 /* Values per block: 1 for F32, F16, BF16; 32 for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
- * IQ4_NL and MXFP4; 256 for the K, IQ4_XS, IQ2, IQ3, IQ1 and TQ types; 0 for an
- * unknown value. */
+ * IQ4_NL and MXFP4; 256 for the K, IQ4_XS, IQ2, IQ3, IQ1 and TQ types; 0 for
+ * FBGEMM's row-wise types (a row is their block: clembed_dtype_row_bytes) and
+ * for an unknown value (clembed_dtype_name says "unknown" for that one). */
 CLEMBED_API size_t clembed_dtype_block_values(clembed_dtype dtype);
 
 /* Bytes of a row of `cols` values: 4*cols (F32), 2*cols (F16, BF16), and
  * cols / block values * block bytes for the block types (the table below:
- * cols/32*34 for Q8_0, cols/256*144 for Q4_K, ...). 0 for an unknown dtype, for
- * cols not a multiple of the block size, and when the size overflows size_t. */
+ * cols/32*34 for Q8_0, cols/256*144 for Q4_K, ...); for FBGEMM's row-wise types
+ * the row's values and its scale and bias (cols + 8 for I8_ROWWISE, ...:
+ * described below). 0 for an unknown dtype, for cols not a multiple of the
+ * block size (the cols a row-wise type cannot take), and when the size
+ * overflows size_t. */
 CLEMBED_API size_t clembed_dtype_row_bytes(clembed_dtype dtype, size_t cols);
 
 /* clembed's lower-case name of a dtype, as the CLI and the Python package
  * spell it: "f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q6_k", "q4_1", "q5_0",
  * "q5_1", "q2_k", "q3_k", "q5_k", "iq4_nl", "iq4_xs", "iq2_xxs", "iq2_xs",
- * "iq2_s", "iq3_xxs", "iq3_s", "iq1_s", "iq1_m", "tq1_0", "tq2_0", "mxfp4";
+ * "iq2_s", "iq3_xxs", "iq3_s", "iq1_s", "iq1_m", "tq1_0", "tq2_0", "mxfp4",
+ * "i8_rowwise", "i4_rowwise", "i2_rowwise", "i8_tbe", "i4_tbe", "i2_tbe",
+ * "fp8_rowwise";
  * "unknown" for a value that is none. Never NULL. */
 CLEMBED_API const char *clembed_dtype_name(clembed_dtype dtype);
 
@@ -415,7 +425,44 @@ CLEMBED_API const char *clembed_dtype_name(clembed_dtype dtype);
  * Quantized matrices are tables to read: the table and the position_table of
  * clembed_lookup and clembed_embed. As an output, a gradient, or a table to
  * train or to initialise they are CLEMBED_ERR_UNSUPPORTED, the message and the
- * error detail naming the argument. */
+ * error detail naming the argument.
+ *
+ * FBGEMM's row-wise types (the tables recommendation models are served from),
+ * a row of C values each, byte for byte as FBGEMM's code writes them
+ * (little-endian; q_j the row's value j packed `bits` bits each, value j in
+ * byte j*bits/8 from bit (j*bits) % 8, low bits first):
+ *   I8_ROWWISE  "i8_rowwise"  C + 8 bytes: q[C] (uint8) 0, f32 scale C, f32 bias C + 4
+ *               (FloatToFused8BitRowwiseQuantized; any C)
+ *   I4_ROWWISE  "i4_rowwise"  C/2 + 4 bytes: q[C/2] 0, f16 scale C/2, f16 bias C/2 + 2
+ *               (FloatToFusedNBitRowwiseQuantizedSBHalf, bit rate 4; C a multiple of 4)
+ *   I2_ROWWISE  "i2_rowwise"  C/4 + 4 bytes: q[C/4] 0, f16 scale C/4, f16 bias C/4 + 2
+ *               (bit rate 2; C a multiple of 8)
+ *   I8_TBE      "i8_tbe"      C + 4 bytes: f16 scale 0, f16 bias 2, q[C] 4
+ *   I4_TBE      "i4_tbe"      C/2 + 4 bytes: f16 scale 0, f16 bias 2, q[C/2] 4 (C even)
+ *   I2_TBE      "i2_tbe"      C/4 + 4 bytes: f16 scale 0, f16 bias 2, q[C/4] 4 (C a multiple of 4)
+ *               (the rows of FBGEMM's inference TBE, IntNBitTableBatchedEmbeddingBagsCodegen,
+ *               on the CPU: row_alignment 1, scale and bias first)
+ *   FP8_ROWWISE "fp8_rowwise" C4 + 8 bytes, C4 = C rounded up to a multiple of 4: q[C] 0
+ *               (FBGEMM's hfp8: 4 exponent bits, bias 15, no reserved codes; bytes C .. C4 - 1
+ *               padding), f32 scale C4, f32 0 C4 + 4 (FloatToFP8RowwiseQuantized)
+ * Value j = fma(q_j, scale, bias) in float32, one rounding, as FBGEMM's CPU
+ * dequantizers give it (for the f16 scales the product is exact, so this is
+ * also the product then the sum); FP8_ROWWISE: hfp8(q_j) / scale, correctly
+ * rounded where the device divides so (CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT),
+ * else within the device's division. These are block types whose block is the
+ * row: a matrix's ld must equal its cols and its offset be whole rows (views of
+ * rows; CLEMBED_ERR_INVALID_ARGUMENT otherwise); row r starts at byte
+ * (offset / cols + r) * clembed_dtype_row_bytes(dtype, cols);
+ * clembed_dtype_block_values gives 0 for them. They are tables to read as the
+ * block types are (lookup, embed, the bags, the multi-table call, MPI tables),
+ * never a position table. clembed_matrix_write quantizes F32 (F16, BF16)
+ * values into them on the host bit for bit as FBGEMM's reference quantizers
+ * (FloatOrHalfToFused8BitRowwiseQuantizedSBFloatRef for the 8-bit types, whose
+ * TBE rows keep its scale and bias rounded to f16 as fbgemm_gpu's quantize_embs
+ * does; FloatOrHalfToFusedNBitRowwiseQuantizedSBHalfRef for INT4 and INT2;
+ * FloatToFP8RowwiseQuantized's arithmetic for FP8), and
+ * clembed_matrix_read dequantizes them (clembed_quantize_rows quantizes a
+ * device matrix). */
 
 typedef struct clembed_matrix { /* row-major rows x cols in a cl_mem */
   cl_mem buffer;
@@ -480,6 +527,17 @@ CLEMBED_API void clembed_matrix_release(clembed_matrix *m);
 
 /* Copies `count` host ids of `type` into a new buffer (offset 0). count may be 0
  * (host may then be NULL). Blocking. */
+/* Quantizes F32 matrix `in` into `out` (the same rows and cols), a row-wise
+ * type (I8_ROWWISE ... FP8_ROWWISE), bit for bit as clembed_matrix_write with
+ * F32 host values would: FBGEMM's quantizers, a row at a time on the host (the
+ * rows read from the device and written back, at most 32 MiB of rows at a
+ * time). Blocking: returns after the work of the wait list and of the context
+ * and its own; *event (if not NULL) is a completed event. out of another dtype
+ * is CLEMBED_ERR_UNSUPPORTED; in and out must not overlap. */
+CLEMBED_API clembed_status clembed_quantize_rows(clembed_context *ctx, const clembed_matrix *in,
+                                                 clembed_matrix *out, cl_uint num_events_in_wait_list,
+                                                 const cl_event *event_wait_list, cl_event *event);
+
 CLEMBED_API clembed_status clembed_ids_create(clembed_context *ctx, const void *host, size_t count,
                                               clembed_index_type type, clembed_ids *ids);
 

@@ -5,6 +5,7 @@
  * threads are run one after another here (a phase's parts are independent). */
 #include "test_util.h"
 #include "reference_ggml.h"
+#include "rowwise_ref.h"
 #include "ceiling/ceiling.h"
 
 /* Every instruction set this CPU has, in turn (the case runs once per entry). */
@@ -40,6 +41,8 @@ static void table_row(const ceiling_view *v, clembed_dtype dt, size_t r, size_t 
   if (dt == CLEMBED_Q8_0) ref_dequantize_row_q8_0((const ref_block_q8_0 *)row, y, (int64_t)cols);
   if (dt == CLEMBED_Q4_0) ref_dequantize_row_q4_0((const ref_block_q4_0 *)row, y, (int64_t)cols);
   if (dt == CLEMBED_Q4_K) ref_dequantize_row_q4_K((const ref_block_q4_K *)row, y, (int64_t)cols);
+  if (dt >= CLEMBED_I8_ROWWISE && dt <= CLEMBED_FP8_ROWWISE)
+    for (size_t c = 0; c < cols; c++) y[c] = rw_ref_value(dt, row, cols, c);
 }
 
 static uint32_t stored_bits(const unsigned char *o, clembed_dtype dt, size_t c) {
@@ -354,17 +357,21 @@ static void rope_rotates_once(void) {
 /* BAG: bags of 5 ids over 1 and 3 features, 64, 128 and 96 columns (the
  * accumulators' constant counts and the general one), sums and means, every
  * table dtype it takes, 1 and 3 threads: each value the float sum of the bag's
- * rows in id order (from 0), the mean that sum divided by 5. */
+ * rows in id order (from 0; FBGEMM's row-wise values as rowwise_ref.h gives them),
+ * the mean that sum divided by 5. */
 static void bag_pools_once(void) {
   const size_t widths[4] = {64, 128, 96, 256}, rows_per = 11, seq = 5, bags = 7;
-  const clembed_dtype tdts[6] = {CLEMBED_F32, CLEMBED_F16, CLEMBED_BF16, CLEMBED_Q8_0, CLEMBED_Q4_0, CLEMBED_Q4_K};
+  const clembed_dtype tdts[13] = {CLEMBED_F32,        CLEMBED_F16,         CLEMBED_BF16,      CLEMBED_Q8_0,
+                                  CLEMBED_Q4_0,       CLEMBED_Q4_K,        CLEMBED_I8_ROWWISE, CLEMBED_I4_ROWWISE,
+                                  CLEMBED_I2_ROWWISE, CLEMBED_I8_TBE,      CLEMBED_I4_TBE,    CLEMBED_I2_TBE,
+                                  CLEMBED_FP8_ROWWISE};
   float *y = malloc(256 * sizeof *y), *sum = malloc(256 * sizeof *sum);
   for (size_t wi = 0; wi < 4; wi++)
     for (size_t F = 1, cols = widths[wi]; F <= 3; F += 2) {
     const size_t n = F * bags * seq;
     int32_t *ids = malloc(n * sizeof *ids);
     random_ids(ids, n, rows_per, 7 + F);
-    for (int t = 0; t < 6; t++)
+    for (int t = 0; t < 13; t++)
       for (int mean = 0; mean < 2 && (tdts[t] != CLEMBED_Q4_K || cols % 256 == 0); mean++)
         for (int threads = 1; threads <= 3; threads += 2) {
           ceiling_desc d = {.kind = CEILING_BAG, .table_dtype = tdts[t], .out_dtype = CLEMBED_F32,

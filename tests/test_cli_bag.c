@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "cli_run.h"
+#include "rowwise_ref.h"
 
 #define V 9
 #define D 5
@@ -90,6 +91,41 @@ TU_CASE(modes) {
   expect_output(P("out.npy"), want, 5, 0, "2-D ids");
 }
 
+/* --dtype one of FBGEMM's row-wise types: the table quantized as FBGEMM's
+ * quantizer (rowwise_ref.h, FBGEMM's code written out), its values pooled in
+ * the documented order; a width the type cannot take is refused naming --dtype. */
+TU_CASE(rowwise_dtypes) {
+  size_t vd[2] = {V, D};
+  write_npy(P("w.npy"), NPY_F4, 2, vd, W);
+  const int64_t ids[10] = {1, 2, 3, 4, 4, 0, 8, 7, 2, 2}, csr[5] = {0, 3, 3, 6, 10};
+  size_t n = 10, five = 5;
+  write_npy(P("ids.npy"), NPY_I8, 1, &n, ids);
+  write_npy(P("csr.npy"), NPY_I8, 1, &five, csr);
+  static const clembed_dtype dts[3] = {CLEMBED_I8_ROWWISE, CLEMBED_I8_TBE, CLEMBED_FP8_ROWWISE};
+  float saved[V * D], want[4 * D];
+  memcpy(saved, W, sizeof W);
+  for (int k = 0; k < 3; k++) {
+    uint8_t row[64];
+    for (size_t r = 0; r < V; r++) { /* W becomes the quantized table's values */
+      rw_ref_quantize(dts[k], saved + r * D, D, row);
+      for (size_t c = 0; c < D; c++) W[r * D + c] = rw_ref_value(dts[k], row, D, c);
+    }
+    for (int m = 0; m < 3; m += 2) {
+      ref_bags(ids, csr, 4, m, NULL, INT64_MIN, want);
+      RUNS(0, "bag", "--table", P("w.npy"), "--dtype", clembed_dtype_name(dts[k]), "--ids", P("ids.npy"),
+           "--offsets", P("csr.npy"), "--include-last-offset", "--mode", m ? "max" : "sum", "-o", P("out.npy"));
+      char what[64];
+      snprintf(what, sizeof what, "--dtype %s, %s", clembed_dtype_name(dts[k]), m ? "max" : "sum");
+      expect_output(P("out.npy"), want, 4, 0, what);
+    }
+    memcpy(W, saved, sizeof W);
+  }
+  RUNS(1, "bag", "--table", P("w.npy"), "--dtype", "i4_tbe", "--ids", P("ids.npy"), "--offsets", P("csr.npy"),
+       "--include-last-offset", "--mode", "sum", "-o", P("no.npy"));
+  EXPECT(strstr(g_err, "--dtype") || strstr(g_err, "i4_tbe"), "an odd width refused for i4_tbe: %s", g_err);
+  EXPECT(access(P("no.npy"), F_OK) != 0, "no output left");
+}
+
 TU_CASE(refusals) {
   size_t vd[2] = {V, D}, n = 4, two = 2;
   write_npy(P("w.npy"), NPY_F4, 2, vd, W);
@@ -126,12 +162,15 @@ TU_CASE(refusals) {
 }
 
 /* Every table dtype the library names (clembed_dtype_name, its one list) is
- * in `text` as a word of its own, and no other word of the dtype scheme. */
-static void lists_every_dtype(const char *text, const char *what) {
+ * in `text` as a word of its own, and no other word of the dtype scheme; with
+ * rowwise, FBGEMM's row-wise types too (they are no file's tensor type: only
+ * --dtype names them). */
+static void lists_dtypes(const char *text, const char *what, int rowwise) {
   int named = 0;
   for (int d = 0; d < 256; d++) {
     const char *name = clembed_dtype_name((clembed_dtype)d);
     if (!strcmp(name, "unknown")) continue;
+    if (!rowwise && clembed_dtype_block_values((clembed_dtype)d) == 0) continue;
     named++;
     size_t n = strlen(name);
     int found = 0;
@@ -148,7 +187,7 @@ static void lists_every_dtype(const char *text, const char *what) {
  * those. */
 TU_CASE(dtype_lists) {
   RUNS(0, "bag", "--help");
-  lists_every_dtype(g_out, "bag --help");
+  lists_dtypes(g_out, "bag --help", 0);
   size_t n = 4, two = 2;
   const int32_t i4[4] = {0, 1, 2, 3};
   const int64_t off[2] = {0, 2};
@@ -157,7 +196,7 @@ TU_CASE(dtype_lists) {
   RUNS(1, "bag", "--table", P("ids4.npy"), "--ids", P("ids4.npy"), "--offsets", P("off2.npy"), "--mode", "sum", "-o",
        P("z.npy"));
   ERR_HAS("--table takes ");
-  lists_every_dtype(strstr(g_err, "--table takes "), "bag's refusal of an i32 --table");
+  lists_dtypes(strstr(g_err, "--table takes "), "bag's refusal of an i32 --table", 0);
   size_t wshape[2] = {V, D};
   write_npy(P("wt.npy"), NPY_F4, 2, wshape, W);
   RUNS(1, "bag", "--table", P("wt.npy"), "--ids", P("ids4.npy"), "--offsets", P("off2.npy"), "--mode", "sum",
@@ -165,9 +204,14 @@ TU_CASE(dtype_lists) {
   ERR_HAS("the array is i32; --weights takes f32, f16, bf16");
   EXPECT(strstr(g_err, "i64") == NULL, "--weights' refusal offers ids: %s", g_err);
   RUNS(0, "embed", "--help");
-  lists_every_dtype(g_out, "embed --help");
+  lists_dtypes(g_out, "embed --help", 1); /* its --dtype names the row-wise types */
   RUNS(0, "inspect", "--help");
-  lists_every_dtype(g_out, "inspect --help");
+  lists_dtypes(g_out, "inspect --help", 0);
+  /* --dtype's refusal names what it takes: the float types, Q8_0, Q4_0 and every row-wise type */
+  RUNS(1, "bag", "--table", P("wt.npy"), "--ids", P("ids4.npy"), "--offsets", P("off2.npy"), "--mode", "sum",
+       "--dtype", "q4_k", "-o", P("z.npy"));
+  ERR_HAS("--dtype: 'q4_k' is not one of f32, f16, bf16, q8_0, q4_0, i8_rowwise, i4_rowwise, i2_rowwise, i8_tbe, "
+          "i4_tbe, i2_tbe, fp8_rowwise");
 }
 
 static void setup(clembed_context *unused) {

@@ -569,7 +569,7 @@ TU_CASE(out_of_range_enums) {
   int32_t h[2] = {0, 1};
   clembed_ids d;
   int first = 0; /* the first value that is no dtype (the list grows) */
-  while (clembed_dtype_block_values((clembed_dtype)first) != 0) first++;
+  while (strcmp(clembed_dtype_name((clembed_dtype)first), "unknown") != 0) first++;
   const int bad_values[] = {first, -1, 1000, INT_MAX};
   for (size_t k = 0; k < sizeof bad_values / sizeof bad_values[0]; k++) {
     int v = bad_values[k];

@@ -690,3 +690,170 @@ CE_Q_LOADS(mxfp4, 24, 31)
 #define ce_loadw_22(p, o, a, b) CE_QXCAT(ce_tq1_0_load2x, VEC)(p, o, &(a), &(b))
 #define ce_loadw_23(p, o, a, b) CE_QXCAT(ce_tq2_0_load2x, VEC)(p, o, &(a), &(b))
 #define ce_loadw_24(p, o, a, b) CE_QXCAT(ce_mxfp4_load2x, VEC)(p, o, &(a), &(b))
+
+/* ============================================ FBGEMM's row-wise types
+ *
+ * A row of CE_RW_COLS values (a constant of the program, the table's cols: the
+ * row is these types' block), its values packed bits each (value j in byte
+ * j*bits/8 at bit (j*bits) % 8, low bits first) and its scale and bias,
+ * byte for byte as FBGEMM defines them (src/ops/quant.h has every byte):
+ *   25 I8_ROWWISE  q[C] 0, f32 scale C, f32 bias C + 4     (Fused8BitRowwise)
+ *   26 I4_ROWWISE  q[C/2] 0, f16 scale C/2, f16 bias C/2 + 2 (FusedNBitRowwise...SBHalf)
+ *   27 I2_ROWWISE  q[C/4] 0, f16 scale C/4, f16 bias C/4 + 2
+ *   28 I8_TBE      f16 scale 0, f16 bias 2, q[C] 4         (the inference TBE's rows)
+ *   29 I4_TBE      f16 scale 0, f16 bias 2, q[C/2] 4
+ *   30 I2_TBE      f16 scale 0, f16 bias 2, q[C/4] 4
+ *   31 FP8_ROWWISE q[C4] 0 (FBGEMM's hfp8: 4 exponent bits, bias 15), f32 scale C4,
+ *                  f32 0 C4 + 4 (C4: C rounded up to a multiple of 4)
+ * value j = fma(q_j, scale, bias) in float32 (one rounding), as FBGEMM's CPU
+ * dequantizers give it (for INT4, INT2 and the TBE rows, whose scales are f16,
+ * q_j * scale is exact and so the same as the product then the sum); FP8:
+ * q_j's value / scale, correctly rounded where the device can divide so (the
+ * host adds -cl-fp32-correctly-rounded-divide-sqrt). A program reads at most
+ * one row-wise width: the host adds CE_RW_COLS for a row-wise table
+ * (runtime.h's ce_rowwise_option). */
+#define CE_STORE_25 uchar
+#define CE_STORE_26 uchar
+#define CE_STORE_27 uchar
+#define CE_STORE_28 uchar
+#define CE_STORE_29 uchar
+#define CE_STORE_30 uchar
+#define CE_STORE_31 uchar
+#ifdef CE_RW_COLS
+#define CE_RW_C ((uint)(CE_RW_COLS))
+#define ce_ptr_25(p, i) ((p) + ((ulong)(i) / CE_RW_C) * (CE_RW_C + 8u))
+#define ce_ptr_26(p, i) ((p) + ((ulong)(i) / CE_RW_C) * (CE_RW_C / 2u + 4u))
+#define ce_ptr_27(p, i) ((p) + ((ulong)(i) / CE_RW_C) * (CE_RW_C / 4u + 4u))
+#define ce_ptr_28(p, i) ((p) + ((ulong)(i) / CE_RW_C) * (CE_RW_C + 4u))
+#define ce_ptr_29(p, i) ((p) + ((ulong)(i) / CE_RW_C) * (CE_RW_C / 2u + 4u))
+#define ce_ptr_30(p, i) ((p) + ((ulong)(i) / CE_RW_C) * (CE_RW_C / 4u + 4u))
+#define ce_ptr_31(p, i) ((p) + ((ulong)(i) / CE_RW_C) * ((CE_RW_C + 3u) / 4u * 4u + 8u))
+
+/* a row's (scale, bias) */
+static inline float2 ce_rw_sb_f32(__global const uchar *b) {
+  return (float2)(as_float(ce_q_u32(b)), as_float(ce_q_u32(b + 4)));
+}
+static inline float2 ce_rw_sb_f16(__global const uchar *b) { return (float2)(ce_q_half(b), ce_q_half(b + 2)); }
+
+/* the integer value j of values v packed `bits` each */
+#define CE_RW_Q(v, j, bits) ((uint)((v)[((j) * (bits)) >> 3] >> (((j) * (bits)) & 7u)) & ((1u << (bits)) - 1u))
+
+/* FBGEMM's hfp8 with 4 exponent bits and bias 15 (hfp8_to_float(q, 4, 15)) as
+ * float32, exact: no code is reserved; exponent field 0 is m * 2^-17, built
+ * without a subnormal intermediate (hfp8_to_float's) that a device may flush */
+static inline float ce_rw_hfp8(uint q) {
+  const uint s = (q & 0x80u) << 24, e = (q >> 3) & 0xFu, m = q & 7u;
+  if (e == 0) return as_float(s | as_uint((float)m * 0x1p-17f));
+  return as_float(s | ((e + 112u) << 23) | (m << 20));
+}
+
+/* N integer values (N = 4, 8, 16) of values v packed `bits` each, from value
+ * j (a multiple of N, as every vector load's is), as floats: vector loads and
+ * shifts, no loop over the lanes */
+static CE_INLINE float4 ce_rw_q8_4(__global const uchar *v, uint j) { return convert_float4(vload4(0, v + j)); }
+static CE_INLINE float8 ce_rw_q8_8(__global const uchar *v, uint j) { return convert_float8(vload8(0, v + j)); }
+static CE_INLINE float16 ce_rw_q8_16(__global const uchar *v, uint j) { return convert_float16(vload16(0, v + j)); }
+static CE_INLINE float4 ce_rw_q4_4(__global const uchar *v, uint j) {
+  const uchar4 b = shuffle(vload2(0, v + (j >> 1)), (uchar4)(0, 0, 1, 1));
+  return convert_float4((b >> (uchar4)(0, 4, 0, 4)) & (uchar4)(15));
+}
+static CE_INLINE float8 ce_rw_q4_8(__global const uchar *v, uint j) {
+  const uchar8 b = shuffle(vload4(0, v + (j >> 1)), (uchar8)(0, 0, 1, 1, 2, 2, 3, 3));
+  return convert_float8((b >> (uchar8)(0, 4, 0, 4, 0, 4, 0, 4)) & (uchar8)(15));
+}
+static CE_INLINE float16 ce_rw_q4_16(__global const uchar *v, uint j) {
+  const uchar16 b = shuffle(vload8(0, v + (j >> 1)), (uchar16)(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7));
+  return convert_float16((b >> (uchar16)(0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4)) & (uchar16)(15));
+}
+static CE_INLINE float4 ce_rw_q2_4(__global const uchar *v, uint j) {
+  return convert_float4(((uchar4)(v[j >> 2]) >> (uchar4)(0, 2, 4, 6)) & (uchar4)(3));
+}
+static CE_INLINE float8 ce_rw_q2_8(__global const uchar *v, uint j) {
+  const uchar8 b = shuffle(vload2(0, v + (j >> 2)), (uchar8)(0, 0, 0, 0, 1, 1, 1, 1));
+  return convert_float8((b >> (uchar8)(0, 2, 4, 6, 0, 2, 4, 6)) & (uchar8)(3));
+}
+static CE_INLINE float16 ce_rw_q2_16(__global const uchar *v, uint j) {
+  const uchar16 b = shuffle(vload4(0, v + (j >> 2)), (uchar16)(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3));
+  return convert_float16((b >> (uchar16)(0, 2, 4, 6, 0, 2, 4, 6, 0, 2, 4, 6, 0, 2, 4, 6)) & (uchar16)(3));
+}
+/* N hfp8 bytes as float32 (ce_rw_hfp8 lane by lane, as vectors) */
+#define CE_RW_HFP8_N(N)                                                                                   \
+  static CE_INLINE float##N ce_rw_hfp8_##N(__global const uchar *v, uint j) {                              \
+    const uint##N q = convert_uint##N(vload##N(0, v + j)), s = (q & (uint##N)(0x80u)) << 24;              \
+    const uint##N e = (q >> 3) & (uint##N)(0xFu), m = q & (uint##N)(7u);                                  \
+    const uint##N nrm = s | ((e + (uint##N)(112u)) << 23) | (m << 20);                                     \
+    const uint##N sub = s | as_uint##N(convert_float##N(m) * (float##N)(0x1p-17f));                       \
+    return as_float##N(select(nrm, sub, e == (uint##N)(0u)));                                              \
+  }
+CE_RW_HFP8_N(4)
+CE_RW_HFP8_N(8)
+CE_RW_HFP8_N(16)
+
+/* N values of a row-wise type from value j of row b: VALS the values' start,
+ * SB the (scale, bias), Q the integer value j (one) or QV the N of them */
+#define CE_RW_AT_N(name, N, VALS, SB, QV, VALUE)                                                          \
+  static CE_INLINE float##N ce_##name##_at##N(__global const uchar *b, uint j) {                           \
+    __global const uchar *v = (VALS);                                                                      \
+    const float2 sb = (SB);                                                                                \
+    return VALUE##N(QV##_##N(v, j), sb, N);                                                                \
+  }
+#define CE_RW_AFFINE(q, sb) fma((float)(q), (sb).x, (sb).y)
+#define CE_RW_AFFINE4(q, sb, N) fma((q), (float##N)((sb).x), (float##N)((sb).y))
+#define CE_RW_AFFINE8 CE_RW_AFFINE4
+#define CE_RW_AFFINE16 CE_RW_AFFINE4
+#define CE_RW_FP8(q, sb) (ce_rw_hfp8(q) / (sb).x)
+#define CE_RW_FP84(h, sb, N) ((h) / (float##N)((sb).x))
+#define CE_RW_FP88 CE_RW_FP84
+#define CE_RW_FP816 CE_RW_FP84
+#define CE_RW_Q8(v, j) ((uint)(v)[j])
+#define CE_RW_Q4(v, j) CE_RW_Q(v, j, 4u)
+#define CE_RW_Q2(v, j) CE_RW_Q(v, j, 2u)
+#define CE_RW_TYPE(name, code, VALS, SB, Q, QV, VALUE)                                                 \
+  CE_RW_AT_N(name, 4, VALS, SB, QV, VALUE)                                                             \
+  CE_RW_AT_N(name, 8, VALS, SB, QV, VALUE)                                                             \
+  CE_RW_AT_N(name, 16, VALS, SB, QV, VALUE)                                                            \
+  CE_Q_AT2X(name)                                                                                      \
+  CE_RW_LOADS_N(name, code, 4)                                                                         \
+  CE_RW_LOADS_N(name, code, 8)                                                                         \
+  CE_RW_LOADS_N(name, code, 16)                                                                        \
+  static inline float ce_load_##code(__global const uchar *p, ulong i) {                               \
+    __global const uchar *b = ce_ptr_##code(p, i);                                                     \
+    __global const uchar *v = (VALS);                                                                  \
+    const uint j = (uint)(i % CE_RW_C);                                                                \
+    return VALUE((Q(v, j)), (SB));                                                                     \
+  }                                                                                                    \
+  static inline float4 ce_load4_##code(__global const uchar *p, ulong base, ulong j) {                 \
+    return ce_##name##_load4(p, base + 4 * j);                                                         \
+  }
+#define CE_RW_LOADS_N(name, code, N)                                                                  \
+  static inline float##N ce_##name##_load##N(__global const uchar *p, ulong i) {                       \
+    return ce_##name##_at##N(ce_ptr_##code(p, i), (uint)(i % CE_RW_C));                                \
+  }                                                                                                    \
+  static CE_INLINE void ce_##name##_load2x##N(__global const uchar *p, ulong i, float##N *a, float##N *z) { \
+    ce_##name##_at2x##N(ce_ptr_##code(p, i), (uint)(i % CE_RW_C), a, z);                               \
+  }
+
+CE_RW_TYPE(i8_rowwise, 25, b, ce_rw_sb_f32(b + CE_RW_C), CE_RW_Q8, ce_rw_q8, CE_RW_AFFINE)
+CE_RW_TYPE(i4_rowwise, 26, b, ce_rw_sb_f16(b + CE_RW_C / 2u), CE_RW_Q4, ce_rw_q4, CE_RW_AFFINE)
+CE_RW_TYPE(i2_rowwise, 27, b, ce_rw_sb_f16(b + CE_RW_C / 4u), CE_RW_Q2, ce_rw_q2, CE_RW_AFFINE)
+CE_RW_TYPE(i8_tbe, 28, b + 4, ce_rw_sb_f16(b), CE_RW_Q8, ce_rw_q8, CE_RW_AFFINE)
+CE_RW_TYPE(i4_tbe, 29, b + 4, ce_rw_sb_f16(b), CE_RW_Q4, ce_rw_q4, CE_RW_AFFINE)
+CE_RW_TYPE(i2_tbe, 30, b + 4, ce_rw_sb_f16(b), CE_RW_Q2, ce_rw_q2, CE_RW_AFFINE)
+#define CE_RW_SB_FP8(b) ((float2)(as_float(ce_q_u32((b) + (CE_RW_C + 3u) / 4u * 4u)), 0.0f))
+CE_RW_TYPE(fp8_rowwise, 31, b, CE_RW_SB_FP8(b), CE_RW_Q8, ce_rw_hfp8, CE_RW_FP8)
+#endif /* CE_RW_COLS */
+
+#define ce_loadv_25(p, o) CE_QXCAT(ce_i8_rowwise_load, VEC)(p, o)
+#define ce_loadv_26(p, o) CE_QXCAT(ce_i4_rowwise_load, VEC)(p, o)
+#define ce_loadv_27(p, o) CE_QXCAT(ce_i2_rowwise_load, VEC)(p, o)
+#define ce_loadv_28(p, o) CE_QXCAT(ce_i8_tbe_load, VEC)(p, o)
+#define ce_loadv_29(p, o) CE_QXCAT(ce_i4_tbe_load, VEC)(p, o)
+#define ce_loadv_30(p, o) CE_QXCAT(ce_i2_tbe_load, VEC)(p, o)
+#define ce_loadv_31(p, o) CE_QXCAT(ce_fp8_rowwise_load, VEC)(p, o)
+#define ce_loadw_25(p, o, a, b) CE_QXCAT(ce_i8_rowwise_load2x, VEC)(p, o, &(a), &(b))
+#define ce_loadw_26(p, o, a, b) CE_QXCAT(ce_i4_rowwise_load2x, VEC)(p, o, &(a), &(b))
+#define ce_loadw_27(p, o, a, b) CE_QXCAT(ce_i2_rowwise_load2x, VEC)(p, o, &(a), &(b))
+#define ce_loadw_28(p, o, a, b) CE_QXCAT(ce_i8_tbe_load2x, VEC)(p, o, &(a), &(b))
+#define ce_loadw_29(p, o, a, b) CE_QXCAT(ce_i4_tbe_load2x, VEC)(p, o, &(a), &(b))
+#define ce_loadw_30(p, o, a, b) CE_QXCAT(ce_i2_tbe_load2x, VEC)(p, o, &(a), &(b))
+#define ce_loadw_31(p, o, a, b) CE_QXCAT(ce_fp8_rowwise_load2x, VEC)(p, o, &(a), &(b))

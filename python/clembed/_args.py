@@ -17,7 +17,7 @@ from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
-from ._lib import DTYPES, DTYPE_FACTS
+from ._lib import DTYPES, DTYPE_FACTS, lib
 from ._errors import invalid, wrong_type, out_of_range
 
 DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
@@ -26,6 +26,42 @@ FLOAT_DTYPES = (F32, F16, BF16)
 # values per block and bytes per block (ggml's layouts); 1 and the element size for floats:
 # the library's facts (_lib.DTYPE_FACTS), not a second list
 BLOCKS = {name: (values, nbytes) for name, (_, values, nbytes) in DTYPE_FACTS.items()}
+# FBGEMM's row-wise types: a row is their block (values per block 0 in the facts)
+ROWWISE = {name for name, (_, values, _) in DTYPE_FACTS.items() if values == 0}
+
+
+def is_block(name: str) -> bool:
+    """Whether a dtype's matrices hold blocks (ggml's types, FBGEMM's row-wise ones)."""
+    return BLOCKS[name][0] != 1
+
+
+def row_bytes(name: str, cols: int) -> int:
+    """Bytes of a row of cols values of the dtype (clembed_dtype_row_bytes; 0: cols it cannot take)."""
+    return int(lib.clembed_dtype_row_bytes(DTYPES[name], cols))
+
+
+def cols_of_row_bytes(name: str, nbytes: int) -> int:
+    """The values a row of nbytes holds (the most, where padding leaves a choice); -1 for none."""
+    vals, bb = BLOCKS[name]
+    if vals > 0:
+        return nbytes // bb * vals if nbytes % bb == 0 else -1
+    # row-wise: the bytes grow with cols; the largest cols whose row is nbytes
+    lo, hi = 0, 8 * nbytes + 8
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        rb = 0
+        for c in range(mid, max(mid - 8, -1), -1):  # the nearest cols at or below mid it takes
+            rb = row_bytes(name, c)
+            if rb:
+                break
+        if rb and rb <= nbytes:
+            lo = mid
+        else:
+            hi = mid - 1
+    for c in range(lo, max(lo - 8, -1), -1):
+        if row_bytes(name, c) == nbytes:
+            return c
+    return -1
 # NumPy's and PyTorch's spellings of the float dtypes
 _ALIASES = {"float32": "f32", "float": "f32", "half": "f16", "float16": "f16", "bfloat16": "bf16",
             "torch.float32": "f32", "torch.float16": "f16", "torch.bfloat16": "bf16"}
@@ -159,7 +195,7 @@ def host_values(array: Any, argument: str, dtype: Any = NO_DTYPE) -> Tuple[np.nd
         code = own
     else:
         code = dtype_code(dtype, "dtype")
-    if a.dtype == np.uint8 and BLOCKS[DTYPE_NAMES[code]][0] > 1:
+    if a.dtype == np.uint8 and is_block(DTYPE_NAMES[code]):
         host, host_code = a, code
     elif own is not None:
         host, host_code = a, own

@@ -14,7 +14,8 @@ from . import _lib
 from ._lib import lib, Matrix_t, Ids_t, POLICIES
 from ._errors import (Error, NoDeviceError, api, from_status, invalid, wrong_type, require, PY_CALLS,
                       ERR_NO_DEVICE, ERR_OUT_OF_MEMORY)
-from ._args import (DTYPE_NAMES, BLOCKS, FLOAT_DTYPES, choice, dtype_code, count as _count, integer, real,
+from ._args import (DTYPE_NAMES, BLOCKS, ROWWISE, cols_of_row_bytes, FLOAT_DTYPES, choice, dtype_code,
+                    count as _count, integer, real,
                     seed as _seed, host_values, index_array)
 from ._events import WaitFor, opencl, pyopencl_module, wrap_event, wait_list, raw_handle
 from ._matrix import Matrix, Ids, DTypeLike, ArrayLike
@@ -251,27 +252,44 @@ class ContextBase:
         return Matrix(self, m, owned=True)
 
     @api("Context.matrix", "clembed_matrix_write")
-    def matrix(self, array: ArrayLike, dtype: DTypeLike = None) -> Matrix:
+    def matrix(self, array: ArrayLike, dtype: DTypeLike = None, cols: Optional[int] = None) -> Matrix:
         """Uploads a 2-D array.
 
         dtype None: the array's own, float32 -> 'f32', float16 -> 'f16' (ml_dtypes.bfloat16
         -> 'bf16'); a float64 or integer array is refused unless dtype says what to make of
         it (dtype='f32' converts, rounding to nearest). Python lists are float32 values.
         dtype: 'f32' 'f16' 'bf16' 'q8_0' 'q4_0' (the quantized ones from float values), any
-        block type from uint8 blocks of shape (rows, row_bytes), or a NumPy float type."""
+        block type from uint8 blocks of shape (rows, row_bytes), FBGEMM's row-wise types
+        ('i8_rowwise', 'i4_rowwise', 'i2_rowwise', 'i8_tbe', 'i4_tbe', 'i2_tbe', 'fp8_rowwise')
+        from float values (FBGEMM's quantizers) or from their uint8 rows as FBGEMM stores
+        them, or a NumPy float type. cols: the values of such uint8 rows, where their bytes
+        leave a choice (fp8_rowwise pads its values to 4 bytes; default: the most)."""
         if isinstance(array, Matrix):
             array = array.numpy(None)
         host, host_code, code = host_values(array, "array", dtype)
         if host.ndim != 2:
             raise invalid("array", "a matrix is 2-D, this array has shape %s" % (host.shape,))
         name = DTYPE_NAMES[code]
-        rows, cols = host.shape
-        if host.dtype == np.uint8 and BLOCKS[name][0] > 1:
+        rows, ncols = host.shape
+        if cols is not None and not (host.dtype == np.uint8 and name in ROWWISE):
+            raise invalid("cols", "is for uint8 rows of a row-wise type, not a %s array as %s" % (host.dtype, name))
+        if host.dtype == np.uint8 and name in ROWWISE:
+            most = cols_of_row_bytes(name, ncols)
+            if most < 0:
+                raise invalid("array", "%s rows of %d bytes hold no whole number of values" % (name, ncols))
+            if cols is not None:
+                cols = _count(cols, "cols")
+                if lib.clembed_dtype_row_bytes(code, cols) != ncols:
+                    raise invalid("cols", "%s rows of %d values are %d bytes, not %d" % (
+                        name, cols, lib.clembed_dtype_row_bytes(code, cols), ncols))
+                most = cols
+            ncols = most
+        elif host.dtype == np.uint8 and BLOCKS[name][0] > 1:
             vals, nbytes = BLOCKS[name]
-            if cols % nbytes:
-                raise invalid("array", "%s rows are whole blocks of %d bytes, not %d bytes" % (name, nbytes, cols))
-            cols = cols // nbytes * vals
-        m = self.empty(rows, cols, code)
+            if ncols % nbytes:
+                raise invalid("array", "%s rows are whole blocks of %d bytes, not %d bytes" % (name, nbytes, ncols))
+            ncols = ncols // nbytes * vals
+        m = self.empty(rows, ncols, code)
         st = lib.clembed_matrix_write(self._live, byref(m._m), host.ctypes.data_as(ctypes.c_void_p), host_code)
         self._check(st, "clembed_matrix_write")
         return m

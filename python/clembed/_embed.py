@@ -45,6 +45,20 @@ class EmbedOps(ContextBase):
                   (self._live, byref(table._m), byref(ids._ids), byref(out._m)), wait_for, [out])
         return out
 
+    @api("Context.quantize_rows", "clembed_quantize_rows")
+    def quantize_rows(self, m: Any, dtype: DTypeLike, *, out: Optional[Matrix] = None,
+                      wait_for: WaitFor = None) -> Matrix:
+        """An f32 matrix quantized into one of FBGEMM's row-wise types ('i8_rowwise',
+        'i4_rowwise', 'i2_rowwise', 'i8_tbe', 'i4_tbe', 'i2_tbe', 'fp8_rowwise'), bit for bit
+        FBGEMM's quantizer (as Context.matrix(values, dtype=...) does from host values).
+        Blocking. out: a matrix of that type and m's shape to write instead of a new one."""
+        fn = require("clembed_quantize_rows", "Context.quantize_rows")
+        m = self._as_matrix(m, "m")
+        if out is None:
+            out = self.empty(m.rows, m.cols, dtype)
+        self._run("clembed_quantize_rows", fn, (self._live, byref(m._m), byref(out._m)), wait_for, [out])
+        return out
+
     def _embed_options(self, table: Matrix, ids: Ids, keep: List[Any], scale: Any, positions: Any,
                        base: Any, exponent: Any, layout: Any, offset: Any, seq_len: Any,
                        sequence_offsets: Any, padding_idx: Any, on_bad_id: Any, dropout: Any,

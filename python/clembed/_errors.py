@@ -139,6 +139,7 @@ _CLASSES = {ERR_INVALID_ARGUMENT: InvalidArgumentError, ERR_INDEX_OUT_OF_RANGE: 
 # id, reported by a later read or finish). A binding of a new C function adds its line.
 PY_CALLS = {
     "clembed_embed": "Context.embed", "clembed_lookup": "Context.lookup",
+    "clembed_quantize_rows": "Context.quantize_rows",
     "clembed_positional": "Context.positional", "clembed_backward": "Context.backward",
     "clembed_sgd_update": "Context.sgd", "clembed_optimizer_step": "Context.optimizer_step",
     "clembed_matrix_init_normal": "Context.init", "clembed_matrix_init_uniform": "Context.init",

@@ -353,6 +353,7 @@ PROTOTYPES: Dict[str, Tuple[Any, List[Any]]] = {
     "clembed_struct_read": (c_int, [CTX, c_char_p, c_char_p, c_int, c_void_p, c_void_p]),
     "clembed_positional": (c_int, [CTX, POINTER(Sinusoid_t), c_size_t, PM] + EV),
     "clembed_lookup": (c_int, [CTX, PM, PI, PM] + EV),
+    "clembed_quantize_rows": (c_int, [CTX, PM, PM] + EV),
     "clembed_embed": (c_int, [CTX, PM, PI, POINTER(EmbedOptions_t), PM] + EV),
     "clembed_backward": (c_int, [CTX, PM, PI, POINTER(BackwardOptions_t), PM] + EV),
     "clembed_sgd_update": (c_int, [CTX, PM, PI, c_float, POINTER(BackwardOptions_t), PM] + EV),

@@ -10,7 +10,8 @@ import numpy as np
 
 from ._lib import lib, Matrix_t, Ids_t, INDEX_TYPES
 from ._errors import api, invalid
-from ._args import DTYPE_NAMES, BLOCKS, choice, dtype_code, count as _count, integer, host_values, read_type
+from ._args import DTYPE_NAMES, BLOCKS, ROWWISE, is_block, row_bytes
+from ._args import choice, dtype_code, count as _count, integer, host_values, read_type
 from ._events import raw_handle, pyopencl_module
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -58,6 +59,8 @@ class Matrix:
         if pyopencl_module() is not None and hasattr(buf, "base_data") and hasattr(buf, "offset"):
             base = buf.base_data
             vals, nbytes = BLOCKS[name]
+            if name in ROWWISE:  # a row is the block
+                vals, nbytes = cols, row_bytes(name, cols) or 1
             if buf.offset % nbytes:
                 raise invalid("buf", "the array's offset (%d bytes) is not a whole %s element"
                               % (buf.offset, name))
@@ -135,9 +138,8 @@ class Matrix:
         """The matrix as stored, dense: uint8 blocks of shape (rows, row bytes) for a
         block-quantized dtype, uint16 bits for f16/bf16, float32 for f32. Blocking."""
         name = self.dtype
-        vals, nbytes = BLOCKS[name]
-        if vals > 1:
-            out = np.empty((self.rows, self.cols // vals * nbytes), np.uint8)
+        if is_block(name):
+            out = np.empty((self.rows, row_bytes(name, self.cols)), np.uint8)
         else:
             out = np.empty((self.rows, self.cols), np.float32 if name == "f32" else np.uint16)
         st = lib.clembed_matrix_read(self.ctx._live, byref(self._m), out.ctypes.data_as(ctypes.c_void_p),
@@ -151,8 +153,8 @@ class Matrix:
         NumPy's assignment does (float64 and integers rounded to nearest; uint8 blocks for
         a block-quantized matrix). Blocking. Returns the matrix."""
         host, host_code, _ = host_values(array, "array", self._m.dtype)
-        if host.dtype == np.uint8 and BLOCKS[self.dtype][0] > 1:
-            want = self.rows * (self.cols // BLOCKS[self.dtype][0]) * BLOCKS[self.dtype][1]
+        if host.dtype == np.uint8 and is_block(self.dtype):
+            want = self.rows * row_bytes(self.dtype, self.cols)
             if host.size != want:
                 raise invalid("array", "%d bytes written into a %d x %d %s matrix of %d bytes"
                               % (host.size, self.rows, self.cols, self.dtype, want))

@@ -20,7 +20,9 @@
  * conversion temporary). */
 #define CE_IO_CHUNK_BYTES ((size_t)16 << 20)
 
-static const char *dtype_name(int d) { return ce_dtype_facts_of(d) ? clembed_dtype_name((clembed_dtype)d) : "an unknown dtype"; }
+static const char *dtype_name(int d) {
+  return ce_dtype_known((clembed_dtype)d) ? clembed_dtype_name((clembed_dtype)d) : "an unknown dtype";
+}
 static int is_float(int d) { return clembed_dtype_size((clembed_dtype)d) != 0; }
 static int is_block(int d) { return ce_dtype_is_block((clembed_dtype)d); }
 
@@ -195,10 +197,11 @@ static clembed_status load_tensor(clembed_context *ctx, const char *op, const cl
     LFAIL(CLEMBED_ERR_INVALID_ARGUMENT, "dtype",
           "%s: tensor '%s' is %s and cannot be loaded as %s (load it as %s, or dequantize it to f32, f16 or bf16)",
           f->path, tn, ty, dtype_name((int)dtype), dtype_name(e->info.dtype));
-  if (e->kind != CE_IO_BLOCKS && is_block((int)dtype) && dtype != CLEMBED_Q8_0 && dtype != CLEMBED_Q4_0)
+  if (e->kind != CE_IO_BLOCKS && is_block((int)dtype) && dtype != CLEMBED_Q8_0 && dtype != CLEMBED_Q4_0 &&
+      !ce_rowwise_of((int)dtype))
     LFAIL(CLEMBED_ERR_UNSUPPORTED, "dtype",
-          "%s: tensor '%s' is %s: quantizing it to %s on loading is not available (q8_0 and q4_0 are)", f->path, tn,
-          ty, dtype_name((int)dtype));
+          "%s: tensor '%s' is %s: quantizing it to %s on loading is not available (q8_0, q4_0 and FBGEMM's row-wise "
+          "types are)", f->path, tn, ty, dtype_name((int)dtype));
   /* a float tensor quantized: pieces of whole blocks of the device dtype */
   *quantize = e->kind != CE_IO_BLOCKS && is_block((int)dtype);
   uint64_t rows = 1, cols = 1;
@@ -212,7 +215,11 @@ static clembed_status load_tensor(clembed_context *ctx, const char *op, const cl
   if (e->kind == CE_IO_BLOCKS && cols % e->block_values)
     LFAIL(CLEMBED_ERR_INVALID_ARGUMENT, "name", "%s: tensor '%s': %llu columns, not a multiple of %s's block of %u",
           f->path, tn, (unsigned long long)cols, ty, e->block_values);
-  if (*quantize && cols % clembed_dtype_block_values(dtype))
+  if (*quantize && ce_rowwise_of((int)dtype) && !clembed_dtype_row_bytes(dtype, (size_t)cols))
+    LFAIL(CLEMBED_ERR_INVALID_ARGUMENT, "dtype",
+          "%s: tensor '%s': %llu columns, not a multiple of %u, cannot be quantized to %s", f->path, tn,
+          (unsigned long long)cols, ce_rowwise_cols_multiple(ce_rowwise_of((int)dtype)), dtype_name((int)dtype));
+  if (*quantize && !ce_rowwise_of((int)dtype) && cols % clembed_dtype_block_values(dtype))
     LFAIL(CLEMBED_ERR_INVALID_ARGUMENT, "dtype",
           "%s: tensor '%s': %llu columns, not a multiple of %s's block of %zu values, cannot be quantized to it",
           f->path, tn, (unsigned long long)cols, dtype_name((int)dtype), clembed_dtype_block_values(dtype));
@@ -231,8 +238,9 @@ cleanup:
  *  - blocks to a float dtype: written from the mapping as host blocks
  *    (clembed_matrix_write dequantizes them, ggml's dequantize_row_*);
  *  - a float type to another: converted here;
- *  - a float type to Q8_0/Q4_0: converted here to F32, written as F32
- *    (clembed_matrix_write quantizes, ggml's quantize_row_*_ref). */
+ *  - a float type to Q8_0/Q4_0 or a row-wise type: converted here to F32,
+ *    written as F32 (clembed_matrix_write quantizes: ggml's
+ *    quantize_row_*_ref, FBGEMM's row-wise quantizers). */
 static clembed_status upload(clembed_context *ctx, const char *op, const clembed_file *f, const ce_io_tensor *e,
                              uint64_t first_byte, uint64_t nrows, uint64_t cols, int quantize, clembed_matrix *out) {
   clembed_status status = CLEMBED_OK;
@@ -240,10 +248,11 @@ static clembed_status upload(clembed_context *ctx, const char *op, const clembed
   void *tmp = NULL;
   const uint8_t *src = f->map + first_byte;
   size_t unit_values = e->block_values, unit_bytes = e->block_bytes;
-  if (quantize) {
-    unit_values = clembed_dtype_block_values(dtype);
+  if (quantize) { /* a block of the device dtype (a row of a row-wise type) */
+    unit_values = ce_rowwise_of((int)dtype) ? (size_t)cols : clembed_dtype_block_values(dtype);
     unit_bytes = unit_values * e->block_bytes;
   }
+  if (!unit_values) return CLEMBED_OK; /* no columns: nothing to write */
   size_t units = (size_t)(nrows * cols) / unit_values;
   int same = kind_of((int)dtype) == e->kind && (e->kind != CE_IO_BLOCKS || (int)dtype == e->info.dtype);
   int from_blocks = e->kind == CE_IO_BLOCKS && !same;

@@ -157,10 +157,13 @@ clembed_status bag_plan(clembed_context *ctx, const char *what, const bag_feat *
       fresh += !seen;
     }
     int dt = (int)F[f].table->dtype;
-    if (!cur || cur->nbufs + fresh > CLEMBED_BAGS_BUFFERS || (by_dtype && cur->dtype != dt)) {
+    size_t width = ce_rowwise_of(dt) ? F[f].table->cols : 0; /* (a row-wise table's ld is its cols) */
+    if (!cur || cur->nbufs + fresh > CLEMBED_BAGS_BUFFERS || (by_dtype && cur->dtype != dt) ||
+        ((ce_rowwise_of(dt) || ce_rowwise_of(cur->dtype)) && (cur->dtype != dt || cur->width != width))) {
       cur = &L[nl++];
       cur->first = f;
       cur->dtype = dt;
+      cur->width = width;
     }
     for (int i = 0; i < k; i++)
       if (buffer_index(cur, m[i]) < 0) cur->bufs[cur->nbufs++] = m[i];
@@ -261,6 +264,7 @@ bag_args bag_launch_args(cl_mem desc, const bag_launch *L, size_t bags) {
 
 void bag_launch_options(char *buf, size_t cap, const char *base, const bag_launch *L) {
   snprintf(buf, cap, "%s -DTABLE_DT=%d -DMODES=%u%s", base, L->dtype, L->modes, L->split ? " -DBAG_SPLIT=1" : "");
+  ce_rowwise_option(buf, cap, (clembed_dtype)L->dtype, L->width, 0); /* (base has the division flag) */
 }
 
 /* "-DBF_TAB=0 -DBF_TAB_OFF=1 ... -DBF_COUNT=n" */

@@ -77,6 +77,7 @@ typedef struct bag_launch {
   cl_mem bufs[CLEMBED_BAGS_BUFFERS];
   int nbufs;
   int dtype;              /* its first feature's table dtype (plans by_dtype: every feature's), TABLE_DT */
+  size_t width;           /* a row-wise dtype's table cols (every feature's: a launch reads one width), CE_RW_COLS */
   unsigned modes;         /* and MODES (bag.cl: 1 SUM or MEAN, 2 weighted SUM, 4 MAX) */
   int max;                /* a MAX feature */
   size_t chunks;          /* the GPU shape's x range */

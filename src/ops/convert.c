@@ -123,3 +123,31 @@ int ce_convert_values(void *dst, clembed_dtype dt, const void *src, clembed_dtyp
   free(f);
   return 0;
 }
+
+int ce_convert_rows(void *dst, clembed_dtype dt, const void *src, clembed_dtype st, size_t rows, size_t cols) {
+  const int sr = ce_rowwise_of((int)st) != NULL, dr = ce_rowwise_of((int)dt) != NULL;
+  if (!sr && !dr) return ce_convert_values(dst, dt, src, st, rows * cols);
+  if (dt == st) {
+    memcpy(dst, src, rows * clembed_dtype_row_bytes(dt, cols));
+    return 0;
+  }
+  if (ce_dtype_is_block(sr ? dt : st)) return -1; /* no conversion between block types */
+  /* a row at a time through F32 */
+  float *f = malloc((cols ? cols : 1) * sizeof(float));
+  if (!f) return -2;
+  const size_t rb = clembed_dtype_row_bytes(sr ? st : dt, cols), eb = clembed_dtype_size(sr ? dt : st);
+  for (size_t r = 0; r < rows; r++) {
+    if (sr) {
+      ce_quant_rowwise_dequantize((int)st, (const char *)src + r * rb, f, cols);
+      ce_convert((char *)dst + r * cols * eb, dt, f, CLEMBED_F32, cols);
+    } else {
+      ce_convert(f, CLEMBED_F32, (const char *)src + r * cols * eb, st, cols);
+      if (ce_quant_rowwise_quantize((int)dt, f, (char *)dst + r * rb, cols)) {
+        free(f);
+        return -1;
+      }
+    }
+  }
+  free(f);
+  return 0;
+}

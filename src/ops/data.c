@@ -17,9 +17,14 @@ clembed_status clembed_matrix_create(clembed_context *ctx, size_t rows, size_t c
   CE_ENTER(ctx, "clembed_matrix_create");
   if (!m) FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "m", -1, 0, "clembed_matrix_create: m is NULL");
   size_t qk = clembed_dtype_block_values(dtype), bytes;
+  const ce_rowwise_facts *rw = ce_rowwise_of((int)dtype);
+  if (rw) qk = ce_rowwise_cols_multiple(rw);
   if (!qk)
     FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "dtype", -1, (int64_t)dtype, "clembed_matrix_create: unknown dtype %d",
              (int)dtype);
+  if (rw && cols % qk)
+    FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "cols", -1, (int64_t)cols,
+             "clembed_matrix_create: cols %zu is not a multiple of %zu, as %s needs", cols, qk, ce_dtype_name(dtype));
   if (cols % qk)
     FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "cols", -1, (int64_t)cols,
              "clembed_matrix_create: cols %zu is not a multiple of the %s block size %zu", cols, ce_dtype_name(dtype),
@@ -79,7 +84,7 @@ static cl_int transfer(clembed_context *ctx, const clembed_matrix *m, const ce_p
     size_t a = lo > r0 ? lo : r0, b = hi < r0 + n ? hi : r0 + n;
     if (a >= b) continue;
     cl_mem buf = p->piece[j].buffer;
-    size_t off = clembed_dtype_row_bytes(m->dtype, p->piece[j].offset) + (a - lo) * lb;
+    size_t off = ce_dtype_bytes_at(m->dtype, p->ld, p->piece[j].offset) + (a - lo) * lb;
     char *h = (char *)host + (a - r0) * rb;
     cl_int err;
     if (p->ld == m->cols)
@@ -105,9 +110,9 @@ static cl_int transfer(clembed_context *ctx, const clembed_matrix *m, const ce_p
  * matrix share the dtype). */
 static clembed_status plan_transfer(clembed_context *ctx, const char *fn, const clembed_matrix *m,
                                     clembed_dtype host_dtype, int write, size_t *temp_rows) {
-  size_t hqk = clembed_dtype_block_values(host_dtype);
+  size_t hqk = ce_dtype_unit(host_dtype, m->cols);
   *temp_rows = 0;
-  if (!hqk)
+  if (!ce_dtype_known(host_dtype))
     return ce_fail_arg(ctx, CLEMBED_ERR_INVALID_ARGUMENT, NULL, "host_dtype", -1, (int64_t)host_dtype,
                        "%s: unknown host dtype %d", fn, (int)host_dtype);
   if (host_dtype == m->dtype) return CLEMBED_OK;
@@ -116,11 +121,12 @@ static clembed_status plan_transfer(clembed_context *ctx, const char *fn, const 
     return ce_fail_arg(ctx, CLEMBED_ERR_UNSUPPORTED, NULL, "host_dtype", -1, (int64_t)host_dtype,
                        "%s: a %s matrix and %s host blocks: there is no conversion between block types", fn,
                        ce_dtype_name(m->dtype), ce_dtype_name(host_dtype));
-  if (ce_dtype_is_block(into) && into != CLEMBED_Q8_0 && into != CLEMBED_Q4_0)
+  if (ce_dtype_is_block(into) && into != CLEMBED_Q8_0 && into != CLEMBED_Q4_0 && !ce_rowwise_of((int)into))
     return ce_fail_arg(ctx, CLEMBED_ERR_UNSUPPORTED, NULL, write ? "m" : "host_dtype", -1, (int64_t)into,
-                       "%s: float values cannot be quantized into %s here (Q8_0 and Q4_0 only, as ggml's reference "
-                       "quantizers); write %s blocks", fn, ce_dtype_name(into), ce_dtype_name(into));
-  if (m->cols % hqk)
+                       "%s: float values cannot be quantized into %s here (Q8_0 and Q4_0, as ggml's reference "
+                       "quantizers, and FBGEMM's row-wise types); write %s blocks", fn, ce_dtype_name(into),
+                       ce_dtype_name(into));
+  if (hqk && m->cols % hqk)
     return ce_fail_arg(ctx, CLEMBED_ERR_INVALID_ARGUMENT, NULL, "host_dtype", -1, (int64_t)host_dtype,
                        "%s: host %s blocks need cols a multiple of %zu, not %zu", fn, ce_dtype_name(host_dtype), hqk,
                        m->cols);
@@ -154,10 +160,10 @@ static clembed_status matrix_io(clembed_context *ctx, const char *fn, const clem
     for (size_t r = 0; r < m->rows && err == CL_SUCCESS; r += temp_rows) {
       size_t nr = m->rows - r < temp_rows ? m->rows - r : temp_rows;
       char *h = (char *)host + r * hrb;
-      if (write && ce_convert_values(tmp, m->dtype, h, host_dtype, nr * m->cols) != 0)
+      if (write && ce_convert_rows(tmp, m->dtype, h, host_dtype, nr, m->cols) != 0)
         FAIL(CLEMBED_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn);
       err = transfer(ctx, m, &p, r, nr, tmp, write);
-      if (err == CL_SUCCESS && !write && ce_convert_values(h, host_dtype, tmp, m->dtype, nr * m->cols) != 0)
+      if (err == CL_SUCCESS && !write && ce_convert_rows(h, host_dtype, tmp, m->dtype, nr, m->cols) != 0)
         FAIL(CLEMBED_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn);
     }
   }
@@ -182,6 +188,72 @@ clembed_status clembed_matrix_read(clembed_context *ctx, const clembed_matrix *m
                                    clembed_dtype host_dtype) {
   CE_ENTER(ctx, "clembed_matrix_read");
   return matrix_io(ctx, "clembed_matrix_read", m, host, host_dtype, 0);
+}
+
+clembed_status clembed_quantize_rows(clembed_context *ctx, const clembed_matrix *in, clembed_matrix *out,
+                                     cl_uint nwait, const cl_event *wait, cl_event *event) {
+  static const char fn[] = "clembed_quantize_rows";
+  clembed_status status = CLEMBED_OK;
+  float *tmp = NULL;
+  ce_pieces ip, op;
+  ce_pieces_none(&ip);
+  ce_pieces_none(&op);
+  CE_ENTER(ctx, fn);
+  if (event) *event = NULL;
+  CHECK(ce_check_events(ctx, nwait, wait));
+  CHECK(ce_check_pieces(ctx, in, "clembed_quantize_rows: in", 0, &ip));
+  CHECK(ce_check_pieces(ctx, out, "clembed_quantize_rows: out", 1, &op));
+  if (in->dtype != CLEMBED_F32)
+    FAIL_ARG(CLEMBED_ERR_UNSUPPORTED, "in", -1, (int64_t)in->dtype, "%s: in is %s; it quantizes F32 values", fn,
+             ce_dtype_name(in->dtype));
+  if (!ce_rowwise_of((int)out->dtype))
+    FAIL_ARG(CLEMBED_ERR_UNSUPPORTED, "out", -1, (int64_t)out->dtype,
+             "%s: out is %s; it makes FBGEMM's row-wise types (I8_ROWWISE, I4_ROWWISE, I2_ROWWISE, I8_TBE, I4_TBE, "
+             "I2_TBE, FP8_ROWWISE)", fn, ce_dtype_name(out->dtype));
+  if (in->rows != out->rows || in->cols != out->cols)
+    FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "out", -1, (int64_t)out->rows, "%s: in is %zu x %zu but out is %zu x %zu",
+             fn, in->rows, in->cols, out->rows, out->cols);
+  if (in->buffer == out->buffer)
+    FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "out", -1, 0, "%s: in and out share a buffer", fn);
+  if (nwait) {
+    cl_int err = clWaitForEvents(nwait, wait);
+    if (err != CL_SUCCESS) {
+      status = ce_cl_fail(ctx, err, "clembed_quantize_rows: waiting for event_wait_list");
+      goto cleanup;
+    }
+  }
+  if (in->rows && in->cols) {
+    size_t per = ctx->max_piece / (in->cols * sizeof(float));
+    if (!per) per = 1;
+    if (per > in->rows) per = in->rows;
+    tmp = malloc(per * in->cols * sizeof(float));
+    if (!tmp) FAIL(CLEMBED_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn);
+    size_t ild = in->ld ? in->ld : in->cols;
+    for (size_t r = 0; r < in->rows; r += per) {
+      size_t nr = in->rows - r < per ? in->rows - r : per;
+      clembed_matrix vi = *in, vo = *out;
+      vi.offset += r * ild;
+      vi.rows = nr;
+      vo.offset += r * out->cols;
+      vo.rows = nr;
+      CHECK(matrix_io(ctx, fn, &vi, tmp, CLEMBED_F32, 0));
+      CHECK(matrix_io(ctx, fn, &vo, tmp, CLEMBED_F32, 1));
+    }
+  }
+  if (event) {
+    cl_int err = clEnqueueMarkerWithWaitList(ctx->queue, 0, NULL, event);
+    if (err == CL_SUCCESS) err = clWaitForEvents(1, event);
+    if (err != CL_SUCCESS) {
+      if (*event) clReleaseEvent(*event);
+      *event = NULL;
+      status = ce_cl_fail(ctx, err, "clembed_quantize_rows: its event");
+    }
+  }
+cleanup:
+  free(tmp);
+  ce_pieces_release(&ip);
+  ce_pieces_release(&op);
+  return status;
 }
 
 void clembed_matrix_release(clembed_matrix *m) {

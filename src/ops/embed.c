@@ -63,6 +63,10 @@ clembed_status ce_embed_positions(clembed_context *ctx, const clembed_matrix *ta
     case CLEMBED_POSITIONS_TABLE:
       p->pt = opt->position_table;
       CHECK(ce_check_pieces(ctx, p->pt, "position_table", 1, &p->pp));
+      if (ce_rowwise_of((int)p->pt->dtype))
+        FAIL_ARG(CLEMBED_ERR_UNSUPPORTED, "position_table", -1, (int64_t)p->pt->dtype,
+                 "position_table is %s: a learned position table is F32, F16, BF16 or one of ggml's block types",
+                 ce_dtype_name(p->pt->dtype));
       p->p_ld = p->pp.ld;
       if (p->pt->cols != table->cols)
         FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "position_table", -1, (int64_t)p->pt->cols,
@@ -224,6 +228,8 @@ static clembed_status embed_run(clembed_context *ctx, const clembed_matrix *tabl
   int n = snprintf(opts, sizeof opts, "-DTABLE_DT=%d -DOUT_DT=%d -DPOSITIONS=%d -DPOS_DT=%d -DDROPOUT=%d -DVEC=%u",
                    (int)table->dtype, (int)out->dtype, p.kind, p.pt ? (int)p.pt->dtype : 0, opt->dropout > 0.0f,
                    ctx->tune->embed_vec);
+  ce_rowwise_option(opts, sizeof opts, table->dtype, tp.ld, ctx->exact_div);
+  n = (int)strlen(opts);
   /* a same-dtype F16 or BF16 lookup: the row shapes copy the 16-bit words (forward.cl's COPY) */
   int copy = table->dtype == out->dtype && (table->dtype == CLEMBED_F16 || table->dtype == CLEMBED_BF16) &&
              opt->scale == 1.0f && p.kind == 0 && !(opt->dropout > 0.0f);

@@ -47,7 +47,7 @@ clembed_status ce_gather_rows(ce_chain *ch, const char *fn, const clembed_matrix
     for (size_t j = 0; j < tp->count; j++) {
       const ce_piece *pc = &tp->piece[j];
       cl_ulong first = pc->first, nrows = ce_piece_nrows(tp, j);
-      cl_ulong off = clembed_dtype_row_bytes(t->dtype, pc->offset);
+      cl_ulong off = ce_dtype_bytes_at(t->dtype, tp->ld, pc->offset);
       cl_int head = j == 0;
       CHECK(ce_set_args(ctx, k, "ce_gather", CE_ARG(ids->buffer), CE_ARG(ids->buffer), CE_ARG(id_off), CE_ARG(id64),
                         CE_ARG(nn), CE_ARG(trows), CE_ARG(pol), CE_ARG(padding), CE_ARG(ctx->errbuf), CE_ARG(sl),
@@ -71,7 +71,7 @@ static clembed_status copy_pieces(ce_chain *ch, const clembed_matrix *m, const c
   for (size_t j = 0; j < p->count; j++) {
     const ce_piece *pc = &p->piece[j];
     cl_ulong ld = clembed_dtype_row_bytes(m->dtype, p->ld), rb = clembed_dtype_row_bytes(m->dtype, m->cols);
-    cl_ulong poff = clembed_dtype_row_bytes(m->dtype, pc->offset), joff = pc->first * ld;
+    cl_ulong poff = ce_dtype_bytes_at(m->dtype, p->ld, pc->offset), joff = pc->first * ld;
     cl_ulong nrows = ce_piece_nrows(p, j);
     cl_int words = ld % 4 == 0 && rb % 4 == 0 && poff % 4 == 0 && joff % 4 == 0;
     cl_mem src = in ? pc->buffer : joined, dst = in ? joined : pc->buffer;

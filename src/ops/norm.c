@@ -267,6 +267,8 @@ static clembed_status norm_prepare(norm_call *c, ce_chain *ch, clembed_dtype out
                    st != NULL, st ? (int)st->dtype : 0, (int)opt->norm.kind,
                    opt->norm.kind != CLEMBED_NORM_NONE && opt->norm.weight, opt->norm.kind == CLEMBED_NORM_LAYER && opt->norm.bias,
                    opt->dropout > 0.0f, t->embed_vec);
+  ce_rowwise_option(c->opts, sizeof c->opts, c->table->dtype, c->table->cols, c->ctx->exact_div);
+  n = (int)strlen(c->opts);
   /* the CPU shape keeps its rows' x (and the backward's gradient) aside when
    * one fits in the scratch, and reads as many side by side as fit (each row
    * rounded up to a vector and, with more than one, a vector more: the

@@ -20,6 +20,9 @@ void ce_convert(void *dst, clembed_dtype dt, const void *src, clembed_dtype st, 
  * with no conversion (two block types, or floats into a block type other than
  * Q8_0 and Q4_0), -2 when host memory runs out. */
 int ce_convert_values(void *dst, clembed_dtype dt, const void *src, clembed_dtype st, size_t n);
+/* The same for rows x cols values, which the row-wise types need (FBGEMM's
+ * quantizers and dequantizers, a row at a time through F32). */
+int ce_convert_rows(void *dst, clembed_dtype dt, const void *src, clembed_dtype st, size_t rows, size_t cols);
 
 /* ----- angles (freq_cache.c): frequencies in double, cached on the device */
 clembed_status ce_sinusoid_check(clembed_context *ctx, const clembed_sinusoid *s);

@@ -656,3 +656,147 @@ int ce_quant_dequantize(int dtype, const void *blocks, float *y, size_t n) {
   }
   return 0;
 }
+
+/* ------------------------------------------------ FBGEMM's row-wise types */
+
+static void put_f32(uint8_t *b, float f) {
+  uint32_t w = f32_to_bits(f);
+  for (int k = 0; k < 4; k++) b[k] = (uint8_t)(w >> (8 * k));
+}
+static float get_f32(const uint8_t *b) {
+  return f32_from_bits((uint32_t)b[0] | ((uint32_t)b[1] << 8) | ((uint32_t)b[2] << 16) | ((uint32_t)b[3] << 24));
+}
+static void put_f16(uint8_t *b, uint16_t h) {
+  b[0] = (uint8_t)h;
+  b[1] = (uint8_t)(h >> 8);
+}
+static float get_f16(const uint8_t *b) { return ce_quant_f16_to_f32((uint16_t)(b[0] | (b[1] << 8))); }
+
+/* A row's values, scale and bias: where they lie in its bytes. */
+typedef struct rw_row {
+  const ce_rowwise_facts *f;
+  size_t vals, sb; /* byte offsets */
+} rw_row;
+
+static int rw_layout(int dtype, size_t cols, rw_row *r) {
+  r->f = ce_rowwise_of(dtype);
+  if (!r->f || cols % ce_rowwise_cols_multiple(r->f)) return -1;
+  size_t data = ce_rowwise_value_bytes(r->f, cols);
+  r->vals = r->f->first ? r->f->sb : 0;
+  r->sb = r->f->first ? 0 : data;
+  return 0;
+}
+
+/* FBGEMM's hfp8_to_float(q, 4, 15), exact (quant.cl's ce_rw_hfp8) */
+static float hfp8_to_f32(uint8_t q) {
+  uint32_t s = (uint32_t)(q & 0x80u) << 24, e = (q >> 3) & 0xFu, m = q & 7u;
+  if (e == 0) return f32_from_bits(s | f32_to_bits((float)m * 0x1p-17f));
+  return f32_from_bits(s | ((e + 112u) << 23) | (m << 20));
+}
+
+/* FBGEMM's float_to_hfp8(x, 4, 15, 0.9375): saturating to the largest value,
+ * rounding to nearest even (its bouncer additions), NaN to the largest value
+ * with the NaN's sign */
+static uint8_t f32_to_hfp8(float x) {
+  const int ebits = 4, bias = 15, mbits = 7 - ebits;
+  uint32_t v = f32_to_bits(x), sign = v & 0x80000000u;
+  v &= 0x7FFFFFFFu;
+  float f = fminf(f32_from_bits(v), 0.9375f);
+  v = f32_to_bits(f);
+  const float smallest_normal = f32_from_bits((uint32_t)(127 - bias + 1) << 23);
+  if (f >= smallest_normal) {
+    const float bouncer = f32_from_bits((v & 0xFF800000u) + ((uint32_t)(23 - mbits) << 23));
+    f = (bouncer + f) - bouncer;
+    v = f32_to_bits(f);
+    v = (v - ((uint32_t)(127 - bias) << 23)) << (8 - ebits);
+    return (uint8_t)((v | sign) >> 24);
+  }
+  const float bouncer = f32_from_bits((uint32_t)(127 + (23 + (1 - bias - mbits))) << 23);
+  f = bouncer + f;
+  v = f32_to_bits(f);
+  return (uint8_t)((v | (sign >> 24)) & 0xFFu);
+}
+
+int ce_quant_rowwise_dequantize(int dtype, const void *row, float *y, size_t cols) {
+  rw_row r;
+  if (rw_layout(dtype, cols, &r)) return -1;
+  const uint8_t *b = row, *v = b + r.vals;
+  const unsigned bits = r.f->bits, mask = (1u << bits) - 1u;
+  if (dtype == CE_FP8_ROWWISE) {
+    const float scale = get_f32(b + r.sb);
+    for (size_t j = 0; j < cols; j++) y[j] = hfp8_to_f32(v[j]) / scale;
+    return 0;
+  }
+  const float scale = r.f->sb == 8 ? get_f32(b + r.sb) : get_f16(b + r.sb);
+  const float bias = r.f->sb == 8 ? get_f32(b + r.sb + 4) : get_f16(b + r.sb + 2);
+  for (size_t j = 0; j < cols; j++) {
+    unsigned q = (v[j * bits / 8] >> ((j * bits) % 8)) & mask;
+    y[j] = fmaf((float)q, scale, bias);
+  }
+  return 0;
+}
+
+static void min_max(const float *x, size_t n, float *lo, float *hi) {
+  float a = n ? x[0] : 0.0f, z = a;
+  for (size_t j = 1; j < n; j++) { /* std::min_element / max_element: a NaN compares false */
+    if (x[j] < a) a = x[j];
+    if (z < x[j]) z = x[j];
+  }
+  *lo = a;
+  *hi = z;
+}
+
+int ce_quant_rowwise_quantize(int dtype, const float *x, void *row, size_t cols) {
+  rw_row r;
+  if (rw_layout(dtype, cols, &r)) return -1;
+  uint8_t *b = row, *v = b + r.vals;
+  const unsigned bits = r.f->bits;
+  float lo, hi;
+  min_max(x, cols, &lo, &hi);
+  if (bits == 8 && dtype != CE_FP8_ROWWISE) {
+    /* FloatOrHalfToFused8BitRowwiseQuantizedSBFloatRef; the TBE's rows keep
+     * its f32 scale and bias rounded to f16 (fbgemm_gpu's quantize_embs) */
+    const float range = hi - lo, inverse_scale = 255.0f / (range + 1e-8f);
+    if (r.f->sb == 8) {
+      put_f32(b + r.sb, range / 255.0f);
+      put_f32(b + r.sb + 4, lo);
+    } else {
+      put_f16(b + r.sb, ce_quant_f32_to_f16(range / 255.0f));
+      put_f16(b + r.sb + 2, ce_quant_f32_to_f16(lo));
+    }
+    for (size_t j = 0; j < cols; j++) v[j] = (uint8_t)lrintf((x[j] - lo) * inverse_scale);
+    return 0;
+  }
+  if (dtype == CE_FP8_ROWWISE) { /* FloatToFP8RowwiseQuantized (forward: hfp8 4 exponent bits, bias 15) */
+    const float scale = 0.9375f / (1e-20f + fmaxf(hi, -lo));
+    put_f32(b + r.sb, scale);
+    put_f32(b + r.sb + 4, 0.0f);
+    memset(v, 0, ce_rowwise_value_bytes(r.f, cols));
+    for (size_t j = 0; j < cols; j++) v[j] = f32_to_hfp8(x[j] * scale);
+    return 0;
+  }
+  /* FloatOrHalfToFusedNBitRowwiseQuantizedSBHalfRef (bit rate 8 for the 8-bit TBE rows) */
+  lo = ce_quant_f16_to_f32(ce_quant_f32_to_f16(lo));
+  const float range = hi - lo;
+  float scale = range == 0 ? 1.0f : range / (float)((1u << bits) - 1u);
+  scale = ce_quant_f16_to_f32(ce_quant_f32_to_f16(scale));
+  if (scale == 0) scale = 1.0f;
+  float inverse_scale = 1.0f / scale;
+  if (isinf(inverse_scale)) {
+    scale = 1.0f;
+    inverse_scale = 1.0f;
+  }
+  put_f16(b + r.sb, ce_quant_f32_to_f16(scale));
+  put_f16(b + r.sb + 2, ce_quant_f32_to_f16(lo));
+  const long top = (long)((1u << bits) - 1u);
+  const size_t per = 8u / bits;
+  for (size_t j = 0; j < cols; j++) {
+    long q = lrintf((x[j] - lo) * inverse_scale);
+    q = q < 0 ? 0 : q > top ? top : q;
+    if (j % per == 0)
+      v[j / per] = (uint8_t)q;
+    else
+      v[j / per] |= (uint8_t)(q << ((j % per) * bits));
+  }
+  return 0;
+}

@@ -41,4 +41,14 @@ int ce_quant_quantize_q4_0(const float *x, void *blocks, size_t n);
  * y, as ggml's dequantize_row_*. Returns 0, or -1 for a bad dtype or n. */
 int ce_quant_dequantize(int dtype, const void *blocks, float *y, size_t n);
 
+/* FBGEMM's row-wise types (dtypes 25 .. 31, src/runtime/dtypes.h), a row of
+ * cols values at a time, byte for byte as FBGEMM (the header's description):
+ * dequantized as its reference dequantizers compute (scale * q + bias in
+ * float32, the product rounded first; FP8: the E4M3 value / scale), quantized
+ * as its reference quantizers (FloatOrHalfToFused8BitRowwiseQuantizedSBFloatRef,
+ * FloatOrHalfToFusedNBitRowwiseQuantizedSBHalfRef). Return 0, or -1 for a dtype
+ * that is not row-wise or cols it cannot take. */
+int ce_quant_rowwise_dequantize(int dtype, const void *row, float *y, size_t cols);
+int ce_quant_rowwise_quantize(int dtype, const float *x, void *row, size_t cols);
+
 #endif

@@ -117,14 +117,24 @@ static clembed_status check_matrix(clembed_context *ctx, const clembed_matrix *m
   p->count = 0;
   if (!m) return ARG_FAIL(0, "%s is NULL", what);
   if (!m->buffer) return ARG_FAIL(0, "%s has a NULL buffer", what);
-  size_t qk = clembed_dtype_block_values(m->dtype);
-  if (!qk) return ARG_FAIL(m->dtype, "%s has an unknown dtype %d", what, (int)m->dtype);
-  if (qk > 1 && !blocks)
+  if (!ce_dtype_known(m->dtype)) return ARG_FAIL(m->dtype, "%s has an unknown dtype %d", what, (int)m->dtype);
+  if (ce_dtype_is_block(m->dtype) && !blocks)
     return ce_fail_arg(ctx, CLEMBED_ERR_UNSUPPORTED, NULL, arg_name(what), -1, (int64_t)m->dtype,
                        "%s is %s: block-quantized matrices are tables to read, never an output, a gradient or a "
                        "table to train or initialise", what, ce_dtype_name(m->dtype));
   size_t l = m->ld ? m->ld : m->cols;
   if (l < m->cols) return ARG_FAIL(l, "%s: ld %zu is less than cols %zu", what, l, m->cols);
+  const ce_rowwise_facts *rw = ce_rowwise_of((int)m->dtype);
+  if (rw) { /* a row-wise type's block is the row: views of whole rows */
+    if (l != m->cols)
+      return ARG_FAIL(l, "%s: ld %zu is not cols %zu: a %s matrix's views are whole rows (ld = cols)", what, l,
+                      m->cols, ce_dtype_name(m->dtype));
+    if (m->cols % ce_rowwise_cols_multiple(rw))
+      return ARG_FAIL(m->cols, "%s: cols is %zu, not a multiple of %u, as %s needs", what, m->cols,
+                      ce_rowwise_cols_multiple(rw), ce_dtype_name(m->dtype));
+  }
+  size_t qk = ce_dtype_unit(m->dtype, l);
+  if (!qk) qk = 1; /* a row-wise matrix of no columns */
   if (m->cols % qk || m->offset % qk || l % qk) {
     const char *f = m->cols % qk ? "cols" : m->offset % qk ? "offset" : "ld";
     size_t v = m->cols % qk ? m->cols : m->offset % qk ? m->offset : l;
@@ -164,7 +174,7 @@ static clembed_status check_matrix(clembed_context *ctx, const clembed_matrix *m
                       m->offset, m->rows, l, m->cols);
   }
   /* bytes up to the extent's end: elements, or whole blocks, times their size */
-  t = clembed_dtype_row_bytes(m->dtype, end);
+  t = ce_dtype_bytes_at(m->dtype, l, end);
   if (end && !t) return ARG_FAIL(0, "%s: its extent in bytes overflows size_t", what);
   if (t > size)
     return ARG_FAIL(t, "%s: %zu x %zu (offset %zu, ld %zu) needs %zu bytes but its buffer holds %zu", what, m->rows,

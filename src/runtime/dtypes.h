@@ -46,6 +46,25 @@
   X(TQ2_0, 23, tq2_0, 256, 66)        \
   X(MXFP4, 24, mxfp4, 32, 17)
 
+/* FBGEMM's row-wise quantized types, one line each:
+ *   X(ID, value, name, bits, sb, first, cols_multiple, pad)
+ * a row of cols values (cols a multiple of cols_multiple) is its packed values
+ * (bits each: cols * bits / 8 bytes, rounded up to a multiple of pad; value j
+ * in byte j * bits / 8 at bit (j * bits) % 8) and sb bytes of scale and bias,
+ * after the values or (first) before them. A row is their block: a matrix of
+ * these types counts offset and ld in values, in whole rows, with ld equal to
+ * cols (src/ops/quant.h describes every byte). The cols multiples are
+ * FBGEMM's: its row-wise INT4 and INT2 operators take cols filling whole f16
+ * words (4, 8), its inference TBE whole bytes (2, 4). */
+#define CE_ROWWISE_DTYPES(X)                      \
+  X(I8_ROWWISE, 25, i8_rowwise, 8, 8, 0, 1, 1)    \
+  X(I4_ROWWISE, 26, i4_rowwise, 4, 4, 0, 4, 1)    \
+  X(I2_ROWWISE, 27, i2_rowwise, 2, 4, 0, 8, 1)    \
+  X(I8_TBE, 28, i8_tbe, 8, 4, 1, 1, 1)            \
+  X(I4_TBE, 29, i4_tbe, 4, 4, 1, 2, 1)            \
+  X(I2_TBE, 30, i2_tbe, 2, 4, 1, 4, 1)            \
+  X(FP8_ROWWISE, 31, fp8_rowwise, 8, 8, 0, 1, 4)
+
 /* CE_Q4_K = 5, CE_Q4_K_VALUES = 256, CE_Q4_K_BYTES = 144, ... */
 #define CE_DTYPE_ENUM(ID, value, name, qk, bytes) CE_##ID = value, CE_##ID##_VALUES = qk, CE_##ID##_BYTES = bytes,
 enum { CE_DTYPES(CE_DTYPE_ENUM) CE_DTYPE_ENUM_END };
@@ -57,6 +76,41 @@ typedef struct ce_dtype_facts {
   unsigned block_values; /* 256 (1: a float type) */
   unsigned block_bytes;  /* 144 (the element size of a float type) */
 } ce_dtype_facts;
+
+/* CE_I8_ROWWISE = 25, ... */
+#define CE_ROWWISE_ENUM(ID, value, name, bits, sb, first, mult, pad) CE_##ID = value,
+enum { CE_ROWWISE_DTYPES(CE_ROWWISE_ENUM) CE_ROWWISE_ENUM_END };
+#undef CE_ROWWISE_ENUM
+
+typedef struct ce_rowwise_facts {
+  const char *id;   /* "I8_ROWWISE" */
+  const char *name; /* "i8_rowwise" */
+  unsigned bits;    /* per value: 8, 4, 2 */
+  unsigned sb;      /* bytes of the row's scale and bias */
+  unsigned first;   /* 1: they come before the values */
+  unsigned mult;    /* cols a multiple of this */
+  unsigned pad;     /* the values' bytes rounded up to a multiple of this */
+} ce_rowwise_facts;
+
+/* The facts of a row-wise dtype, or NULL for any other value. */
+static inline const ce_rowwise_facts *ce_rowwise_of(int dtype) {
+#define CE_ROWWISE_FACT(ID, value, name, bits, sb, first, mult, pad) [value] = {#ID, #name, bits, sb, first, mult, pad},
+  static const ce_rowwise_facts facts[] = {CE_ROWWISE_DTYPES(CE_ROWWISE_FACT)};
+#undef CE_ROWWISE_FACT
+  if (dtype < 0 || (size_t)dtype >= sizeof facts / sizeof facts[0] || !facts[dtype].id) return NULL;
+  return &facts[dtype];
+}
+
+static inline unsigned ce_rowwise_cols_multiple(const ce_rowwise_facts *r) { return r->mult; }
+
+/* The bytes of a row's values, and of the row (cols a multiple of the above). */
+static inline size_t ce_rowwise_value_bytes(const ce_rowwise_facts *r, size_t cols) {
+  size_t v = cols / (8u / r->bits);
+  return (v + r->pad - 1) / r->pad * r->pad;
+}
+static inline size_t ce_rowwise_row_bytes(const ce_rowwise_facts *r, size_t cols) {
+  return ce_rowwise_value_bytes(r, cols) + r->sb;
+}
 
 /* The facts of a dtype value, or NULL for a value that is none. */
 static inline const ce_dtype_facts *ce_dtype_facts_of(int dtype) {

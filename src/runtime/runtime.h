@@ -559,8 +559,24 @@ void ce_tracked_wait_release(clembed_context *ctx);
 cl_int ce_after_earlier_work(clembed_context *ctx);
 
 /* ----- dtypes (dtypes.c; the facts are dtypes.h's list) */
-/* 1 for a block-quantized dtype (Q8_0 and the others after the float types). */
+/* 1 for a block-quantized dtype (Q8_0 and the others after the float types,
+ * FBGEMM's row-wise types too: tables to read, never written by a kernel). */
 int ce_dtype_is_block(clembed_dtype t);
+/* 1 for a dtype of the list (dtypes.h's two lists). */
+int ce_dtype_known(clembed_dtype t);
+/* The values of a dtype's block in a matrix of `width` stored columns (its ld):
+ * 1 for the float types, ggml's block size, or the row (width) for a row-wise type. */
+size_t ce_dtype_unit(clembed_dtype t, size_t width);
+/* The byte position of value `values` (a multiple of the unit) in a matrix of
+ * `width` stored columns: clembed_dtype_row_bytes(t, values) but for the
+ * row-wise types, whose bytes are per row; 0 on overflow. */
+size_t ce_dtype_bytes_at(clembed_dtype t, size_t width, size_t values);
+/* Appends " -DCE_RW_COLS=width" to a program's options (of capacity cap) when
+ * the table dtype t is a row-wise type: its loads (cl/lib/quant.cl) find a
+ * row's bytes from its stored width, a constant of the program; for
+ * FP8_ROWWISE's division, the correctly rounded one where the device has it
+ * (exact_div). */
+void ce_rowwise_option(char *opts, size_t cap, clembed_dtype t, size_t width, int exact_div);
 /* The enum's spelling for messages: "F32", ..., "Q4_K", or "unknown". */
 const char *ce_dtype_name(clembed_dtype t);
 

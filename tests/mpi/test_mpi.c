@@ -3,7 +3,7 @@
  * for bit. Each rank computes that reference itself, on a whole copy of the
  * table on its own device: every rank can generate every rank's batch (the
  * batches are functions of the rank), so no reference travels. Tables of F32
- * and BF16 (and Q8_0 for the forward), rows not divisible by the rank count,
+ * and BF16 (and Q8_0 and FBGEMM's row-wise types for the forward), rows not divisible by the rank count,
  * fewer rows than ranks, ranks with no ids, every id owned by one rank, and
  * the refusals: a bad id, a wrong shape or a disagreeing option on one rank.
  * Every case is collective: each rank runs the same calls in the same order.
@@ -484,6 +484,10 @@ TU_CASE(embed_policies_and_q8_0) {
   o = clembed_embed_defaults();
   o.scale = 0.5f;
   check_embed(ctx, R, C, CLEMBED_Q8_0, &b, &o, CLEMBED_F32, CLEMBED_OK, "a Q8_0 table");
+  /* FBGEMM's row-wise tables: their rows travel dequantized too */
+  check_embed(ctx, R, 40, CLEMBED_I8_ROWWISE, &b, &o, CLEMBED_F32, CLEMBED_OK, "an I8_ROWWISE table");
+  check_embed(ctx, R, 24, CLEMBED_I4_TBE, &b, &o, CLEMBED_F32, CLEMBED_OK, "an I4_TBE table");
+  check_embed(ctx, R, 10, CLEMBED_FP8_ROWWISE, &b, &o, CLEMBED_F32, CLEMBED_OK, "an FP8_ROWWISE table");
 }
 
 /* A bad id on one rank: that rank's call returns it (ids, its position, its
@@ -1232,6 +1236,9 @@ TU_CASE(bags_equal_one_device) {
   o = clembed_bag_defaults();
   o.mode = CLEMBED_BAG_MEAN;
   check_bags(ctx, R, 64, CLEMBED_Q8_0, &s, &o, 0, CLEMBED_F32, -1, "bags: MEAN, Q8_0 table");
+  check_bags(ctx, R, 40, CLEMBED_I8_TBE, &s, &o, 0, CLEMBED_F32, -1, "bags: MEAN, I8_TBE table");
+  o.mode = CLEMBED_BAG_SUM;
+  check_bags(ctx, R, 16, CLEMBED_I2_ROWWISE, &s, &o, 1, CLEMBED_F32, -1, "bags: weighted SUM, I2_ROWWISE table");
   /* fewer rows than ranks */
   bag_spec tiny = {3, 1, 0, 0, 0, 2, 75};
   o.mode = CLEMBED_BAG_MAX;

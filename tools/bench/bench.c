@@ -572,6 +572,21 @@ static const spec rows_table[] = {
      0, 0},
     {"bag sum q4_k (1000000 x 256, 4096 bags of 32)", OP_BAG_SUM, CLEMBED_Q4_K, CLEMBED_F32, REC_V, 256, 131072, 32,
      0, 0},
+    /* FBGEMM's row-wise serving formats, the recommendation table */
+    {"bag sum i8_rowwise (1000000 x 128, 4096 bags of 32)", OP_BAG_SUM, CLEMBED_I8_ROWWISE, CLEMBED_F32, REC_V, REC_D,
+     131072, 32, 0, 0},
+    {"bag sum i4_rowwise (1000000 x 128, 4096 bags of 32)", OP_BAG_SUM, CLEMBED_I4_ROWWISE, CLEMBED_F32, REC_V, REC_D,
+     131072, 32, 0, 0},
+    {"bag sum i2_rowwise (1000000 x 128, 4096 bags of 32)", OP_BAG_SUM, CLEMBED_I2_ROWWISE, CLEMBED_F32, REC_V, REC_D,
+     131072, 32, 0, 0},
+    {"bag sum i8_tbe (1000000 x 128, 4096 bags of 32)", OP_BAG_SUM, CLEMBED_I8_TBE, CLEMBED_F32, REC_V, REC_D, 131072,
+     32, 0, 0},
+    {"bag sum i4_tbe (1000000 x 128, 4096 bags of 32)", OP_BAG_SUM, CLEMBED_I4_TBE, CLEMBED_F32, REC_V, REC_D, 131072,
+     32, 0, 0},
+    {"bag sum i2_tbe (1000000 x 128, 4096 bags of 32)", OP_BAG_SUM, CLEMBED_I2_TBE, CLEMBED_F32, REC_V, REC_D, 131072,
+     32, 0, 0},
+    {"bag sum fp8_rowwise (1000000 x 128, 4096 bags of 32)", OP_BAG_SUM, CLEMBED_FP8_ROWWISE, CLEMBED_F32, REC_V,
+     REC_D, 131072, 32, 0, 0},
     {"bags: 26 features of 100000 x 64 in one call", OP_BAGS, CLEMBED_F32, CLEMBED_F32, 26 * 100000, 64,
      26 * 131072, 32, 0, 0},
     {"bag step ROWWISE_ADAGRAD (1000000 x 128, 4096 bags)", OP_BAG_STEP, CLEMBED_F32, CLEMBED_F32, REC_V, REC_D,
@@ -675,6 +690,22 @@ static clembed_status fill_table(clembed_context *ctx, clembed_matrix *m) {
   clembed_dtype dt = m->dtype;
   if (dt == CLEMBED_F32 || dt == CLEMBED_F16 || dt == CLEMBED_BF16)
     return clembed_matrix_init_uniform(ctx, m, -1.0f, 1.0f, 1, 0, NULL, NULL);
+  if (clembed_dtype_block_values(dt) == 0) { /* FBGEMM's row-wise types: values quantized from [-1, 1) */
+    size_t rows_at = m->rows < 65536 ? m->rows : 65536, n = rows_at * m->cols;
+    float *f = malloc((n ? n : 1) * sizeof *f);
+    if (!f) return CLEMBED_ERR_OUT_OF_MEMORY;
+    uint64_t x = 0x9E3779B97F4A7C15ULL;
+    clembed_status st = CLEMBED_OK;
+    for (size_t r = 0; r < m->rows && st == CLEMBED_OK; r += rows_at) {
+      clembed_matrix v = *m;
+      v.offset += r * m->cols;
+      v.rows = m->rows - r < rows_at ? m->rows - r : rows_at;
+      for (size_t i = 0; i < v.rows * m->cols; i++) f[i] = (float)((double)(xorshift(&x) >> 11) * 0x1p-52 - 1.0);
+      st = clembed_matrix_write(ctx, &v, f, CLEMBED_F32);
+    }
+    free(f);
+    return st;
+  }
   /* where each block's f16 scales are: (offset, count) */
   size_t at = 0, count = 1;
   if (dt == CLEMBED_Q4_K) count = 2;                        /* d, dmin */

@@ -200,7 +200,7 @@ static float uniform(uint64_t *x) { return (float)((double)(next_random(x) >> 11
 
 /* Random contents with every value finite and normal: floats in [-1, 1), for
  * block types random bytes with their f16 scales in [2^-10, 2^-2). */
-static void fill(unsigned char *p, clembed_dtype dt, size_t values, size_t bytes, uint64_t seed) {
+static void fill(unsigned char *p, clembed_dtype dt, size_t values, size_t cols, size_t bytes, uint64_t seed) {
   uint64_t x = seed | 1;
   if (dt == CLEMBED_F32) {
     for (size_t i = 0; i < values; i++) ((float *)p)[i] = uniform(&x);
@@ -216,6 +216,26 @@ static void fill(unsigned char *p, clembed_dtype dt, size_t values, size_t bytes
     return;
   }
   for (size_t i = 0; i < bytes; i++) p[i] = (unsigned char)(next_random(&x) >> 56);
+  if (dt >= CLEMBED_I8_ROWWISE && dt <= CLEMBED_FP8_ROWWISE) { /* each row's scale and bias */
+    size_t rb = clembed_dtype_row_bytes(dt, cols), rows = cols && rb ? values / cols : 0;
+    int f32 = dt == CLEMBED_I8_ROWWISE || dt == CLEMBED_FP8_ROWWISE, first = dt >= CLEMBED_I8_TBE && dt <= CLEMBED_I2_TBE;
+    size_t at = first ? 0 : rb - (f32 ? 8 : 4);
+    for (size_t r = 0; r < rows; r++) {
+      unsigned char *b = p + r * rb + at;
+      if (f32) {
+        float sb[2] = {ldexpf(1.0f + (float)(next_random(&x) % 1024) / 1024.0f, -10 + (int)(next_random(&x) % 8)),
+                       dt == CLEMBED_FP8_ROWWISE ? 0.0f : uniform(&x)};
+        if (dt == CLEMBED_FP8_ROWWISE) sb[0] = 1.0f / sb[0];
+        memcpy(b, sb, 8);
+      } else
+        for (int k = 0; k < 2; k++) {
+          uint16_t h = (uint16_t)((5 + next_random(&x) % 8) << 10 | (next_random(&x) & 0x3FF));
+          b[2 * k] = (unsigned char)h;
+          b[2 * k + 1] = (unsigned char)(h >> 8);
+        }
+    }
+    return;
+  }
   size_t bb = dt == CLEMBED_Q8_0 ? 34 : dt == CLEMBED_Q4_0 ? 18 : 144;
   for (size_t o = 0; o + bb <= bytes; o += bb)
     for (int k = 0; k < (dt == CLEMBED_Q4_K ? 2 : 1); k++) {
@@ -232,6 +252,8 @@ static size_t row_bytes(clembed_dtype dt, size_t cols) {
   case CLEMBED_Q8_0: return cols / 32 * 34;
   case CLEMBED_Q4_0: return cols / 32 * 18;
   case CLEMBED_Q4_K: return cols / 256 * 144;
+  case CLEMBED_I8_ROWWISE: case CLEMBED_I4_ROWWISE: case CLEMBED_I2_ROWWISE: case CLEMBED_I8_TBE:
+  case CLEMBED_I4_TBE: case CLEMBED_I2_TBE: case CLEMBED_FP8_ROWWISE: return clembed_dtype_row_bytes(dt, cols);
   default: return 0;
   }
 }
@@ -323,16 +345,18 @@ ceiling *ceiling_create(const ceiling_desc *d, char *err, size_t errlen) {
   const size_t cols = d->cols, n = d->n;
   if (!cols || cols % 16) REFUSE("%zu columns: the ceiling takes multiples of 16", cols);
   c->row_bytes = row_bytes(d->table_dtype, cols);
-  if (!c->row_bytes || (d->table_dtype >= CLEMBED_Q8_0 && cols % (d->table_dtype == CLEMBED_Q4_K ? 256 : 32)))
+  int rowwise = d->table_dtype >= CLEMBED_I8_ROWWISE && d->table_dtype <= CLEMBED_FP8_ROWWISE;
+  if (!c->row_bytes || (d->table_dtype >= CLEMBED_Q8_0 && !rowwise &&
+                        cols % (d->table_dtype == CLEMBED_Q4_K ? 256 : 32)))
     REFUSE("no ceiling for this table dtype and width");
   c->features = d->features ? d->features : 1;
   if (d->kind == CEILING_BAG) {
-    if (d->table_dtype > CLEMBED_Q4_K) REFUSE("no bag ceiling for this table dtype");
+    if (d->table_dtype > CLEMBED_Q4_K && !rowwise) REFUSE("no bag ceiling for this table dtype");
     if (d->out_dtype != CLEMBED_F32) REFUSE("no bag ceiling for this output dtype");
     if (cols / 16 > CEIL_BAG_MAX_V) REFUSE("%zu columns: the bag ceiling takes at most %d", cols, 16 * CEIL_BAG_MAX_V);
     if (!d->seq || d->rows % c->features || n % (c->features * d->seq))
       REFUSE("bags need whole bags of seq ids and tables of equal rows for every feature");
-    c->tcode = (int)d->table_dtype;
+    c->tcode = rowwise ? 6 + (int)(d->table_dtype - CLEMBED_I8_ROWWISE) : (int)d->table_dtype;
     c->out_row_bytes = c->features * cols * 4;
     c->table_bytes = d->rows * c->row_bytes;
     c->out_bytes = n / c->features / d->seq * c->out_row_bytes;
@@ -361,14 +385,14 @@ ceiling *ceiling_create(const ceiling_desc *d, char *err, size_t errlen) {
       if (!d->seq || n % d->seq) REFUSE("positions need whole sequences");
       c->pos_bytes = d->seq * cols * 4;
       if (!(c->pos = ceiling_host_alloc(c->pos_bytes))) REFUSE("out of memory");
-      fill((unsigned char *)c->pos, CLEMBED_F32, d->seq * cols, c->pos_bytes, 5);
+      fill((unsigned char *)c->pos, CLEMBED_F32, d->seq * cols, cols, c->pos_bytes, 5);
       c->by_position = n / d->seq > 1;
     }
     if (d->layer_norm) {
       if (d->table_dtype != CLEMBED_F32 || d->out_dtype != CLEMBED_F32 || !d->positions || cols > CEIL_LAYER_MAX_COLS)
         REFUSE("the layer's ceiling takes F32 in and out, with positions, at most %d columns", CEIL_LAYER_MAX_COLS);
       if (!(c->norm = ceiling_host_alloc(cols * 16))) REFUSE("out of memory");
-      fill((unsigned char *)c->norm, CLEMBED_F32, 4 * cols, cols * 16, 9);
+      fill((unsigned char *)c->norm, CLEMBED_F32, 4 * cols, cols, cols * 16, 9);
     }
     c->copy16 = (d->table_dtype == CLEMBED_F16 || d->table_dtype == CLEMBED_BF16) && d->out_dtype == d->table_dtype &&
                 d->scale == 1.0f && !d->positions && c->row_bytes % 64 == 0;
@@ -387,7 +411,7 @@ ceiling *ceiling_create(const ceiling_desc *d, char *err, size_t errlen) {
     const size_t gs = d->grad_seq > 1 ? d->grad_seq : 1;
     c->grad_bytes = (n + gs - 1) / gs * cols * 4;
     if (!(c->grad = ceiling_host_alloc(c->grad_bytes))) REFUSE("out of memory");
-    fill((unsigned char *)c->grad, CLEMBED_F32, c->grad_bytes / 4, c->grad_bytes, 3);
+    fill((unsigned char *)c->grad, CLEMBED_F32, c->grad_bytes / 4, cols, c->grad_bytes, 3);
     c->s1_cols = d->store == CEILING_ROWWISE_ADAGRAD ? 1 : cols;
     if (d->store == CEILING_ADAGRAD || d->store == CEILING_ROWWISE_ADAGRAD || d->store == CEILING_ADAM) {
       c->s1_bytes = d->rows * c->s1_cols * 4;
@@ -421,9 +445,9 @@ ceiling *ceiling_create(const ceiling_desc *d, char *err, size_t errlen) {
         !(c->stats = ceiling_host_alloc(c->stats_bytes)) || !(c->dpos = ceiling_host_alloc(c->pos_bytes)) ||
         !(c->dnorm = ceiling_host_alloc(cols * 16)))
       REFUSE("out of memory");
-    fill((unsigned char *)c->pos, CLEMBED_F32, d->seq * cols, c->pos_bytes, 5);
-    fill((unsigned char *)c->norm, CLEMBED_F32, 4 * cols, cols * 16, 9);
-    fill((unsigned char *)c->grad, CLEMBED_F32, n * cols, c->grad_bytes, 3);
+    fill((unsigned char *)c->pos, CLEMBED_F32, d->seq * cols, cols, c->pos_bytes, 5);
+    fill((unsigned char *)c->norm, CLEMBED_F32, 4 * cols, cols, cols * 16, 9);
+    fill((unsigned char *)c->grad, CLEMBED_F32, n * cols, cols, c->grad_bytes, 3);
     memset(c->dpos, 0, c->pos_bytes);
     memset(c->dnorm, 0, cols * 16);
     c->d.store = CEILING_ACCUMULATE;
@@ -450,7 +474,7 @@ ceiling *ceiling_create(const ceiling_desc *d, char *err, size_t errlen) {
   if (c->table_bytes && !(c->table = ceiling_host_alloc(c->table_bytes))) REFUSE("out of memory");
   if (c->table) {
     size_t values = d->kind == CEILING_ROPE ? n * cols : d->rows * cols;
-    fill(c->table, d->table_dtype, values, c->table_bytes, 1);
+    fill(c->table, d->table_dtype, values, cols, c->table_bytes, 1);
   }
   if (c->out_bytes) {
     if (!(c->out = ceiling_host_alloc(c->out_bytes))) REFUSE("out of memory");

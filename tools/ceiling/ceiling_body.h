@@ -228,6 +228,87 @@ CEIL_INLINE v16 CEIL_FN(ld_q4_k)(const unsigned char *row, size_t c, float *kd, 
   return CEIL_FN(splat)(kd[off / 32]) * CEIL_FN(cvt_u8)(q) - CEIL_FN(splat)(km[off / 32]);
 }
 
+/* FBGEMM's row-wise rows (include/clembed.h): 16 values of a row of `cols`
+ * from value c (a multiple of 16), fma(q, scale, bias) as FBGEMM dequantizes */
+CEIL_INLINE float CEIL_FN(f32at)(const unsigned char *p) {
+  float f;
+  memcpy(&f, p, 4);
+  return f;
+}
+CEIL_INLINE v16 CEIL_FN(rw_affine)(v16 q, float s, float b) {
+#if CEIL_ISA == 2
+  return (v16)_mm512_fmadd_ps((__m512)q, _mm512_set1_ps(s), _mm512_set1_ps(b));
+#elif CEIL_ISA == 1
+  __m256 a, z, r0, r1;
+  memcpy(&a, &q, 32);
+  memcpy(&z, (char *)&q + 32, 32);
+  r0 = _mm256_fmadd_ps(a, _mm256_set1_ps(s), _mm256_set1_ps(b));
+  r1 = _mm256_fmadd_ps(z, _mm256_set1_ps(s), _mm256_set1_ps(b));
+  v16 v;
+  memcpy(&v, &r0, 32);
+  memcpy((char *)&v + 32, &r1, 32);
+  return v;
+#else
+  v16 v;
+  for (int k = 0; k < 16; k++) v[k] = fmaf(q[k], s, b);
+  return v;
+#endif
+}
+/* 8 bytes of nibbles as 16 values, low nibble first */
+CEIL_INLINE v16ub CEIL_FN(nibbles)(const unsigned char *p) {
+  v16ub x;
+  memcpy(&x, p, 8);
+  memcpy((char *)&x + 8, p, 8);
+  v16ub d = __builtin_shufflevector(x, x, 0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+  const v16ub sh = {0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4};
+  return (d >> sh) & 15;
+}
+/* 4 bytes of 2-bit values as 16, low bits first */
+CEIL_INLINE v16ub CEIL_FN(crumbs)(const unsigned char *p) {
+  v16ub x = {0};
+  memcpy(&x, p, 4);
+  v16ub d = __builtin_shufflevector(x, x, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+  const v16ub sh = {0, 2, 4, 6, 0, 2, 4, 6, 0, 2, 4, 6, 0, 2, 4, 6};
+  return (d >> sh) & 3;
+}
+CEIL_INLINE v16 CEIL_FN(ld_i8_rowwise)(const unsigned char *row, size_t c, size_t cols) {
+  v16ub q;
+  memcpy(&q, row + c, 16);
+  return CEIL_FN(rw_affine)(CEIL_FN(cvt_u8)(q), CEIL_FN(f32at)(row + cols), CEIL_FN(f32at)(row + cols + 4));
+}
+CEIL_INLINE v16 CEIL_FN(ld_i4_rowwise)(const unsigned char *row, size_t c, size_t cols) {
+  return CEIL_FN(rw_affine)(CEIL_FN(cvt_u8)(CEIL_FN(nibbles)(row + c / 2)), CEIL_FN(half)(row + cols / 2),
+                            CEIL_FN(half)(row + cols / 2 + 2));
+}
+CEIL_INLINE v16 CEIL_FN(ld_i2_rowwise)(const unsigned char *row, size_t c, size_t cols) {
+  return CEIL_FN(rw_affine)(CEIL_FN(cvt_u8)(CEIL_FN(crumbs)(row + c / 4)), CEIL_FN(half)(row + cols / 4),
+                            CEIL_FN(half)(row + cols / 4 + 2));
+}
+CEIL_INLINE v16 CEIL_FN(ld_i8_tbe)(const unsigned char *row, size_t c) {
+  v16ub q;
+  memcpy(&q, row + 4 + c, 16);
+  return CEIL_FN(rw_affine)(CEIL_FN(cvt_u8)(q), CEIL_FN(half)(row), CEIL_FN(half)(row + 2));
+}
+CEIL_INLINE v16 CEIL_FN(ld_i4_tbe)(const unsigned char *row, size_t c) {
+  return CEIL_FN(rw_affine)(CEIL_FN(cvt_u8)(CEIL_FN(nibbles)(row + 4 + c / 2)), CEIL_FN(half)(row),
+                            CEIL_FN(half)(row + 2));
+}
+CEIL_INLINE v16 CEIL_FN(ld_i2_tbe)(const unsigned char *row, size_t c) {
+  return CEIL_FN(rw_affine)(CEIL_FN(cvt_u8)(CEIL_FN(crumbs)(row + 4 + c / 4)), CEIL_FN(half)(row),
+                            CEIL_FN(half)(row + 2));
+}
+/* hfp8 (4 exponent bits, bias 15) / scale: the bits rebiased, subnormal codes scaled */
+CEIL_INLINE v16 CEIL_FN(ld_fp8_rowwise)(const unsigned char *row, size_t c, size_t cols) {
+  v16ub q;
+  memcpy(&q, row + c, 16);
+  v16u u = __builtin_convertvector(q, v16u), e = (u >> 3) & 15u, m = u & 7u, s = (u & 0x80u) << 24;
+  v16u nrm = s | ((e + 112u) << 23) | (m << 20);
+  v16 sub = __builtin_convertvector(m, v16) * CEIL_FN(splat)(0x1p-17f);
+  v16u z = (v16u)(e == 0u);
+  v16 v = (v16)((z & ((v16u)sub | s)) | (~z & nrm));
+  return v / CEIL_FN(splat)(CEIL_FN(f32at)(row + (cols + 3) / 4 * 4));
+}
+
 /* --------------------------------------------------------------- gather */
 
 /* The k-th token of a thread's work: tokens in order, or, with a position
@@ -287,6 +368,13 @@ CEIL_INLINE size_t CEIL_FN(token)(const ceiling *c, size_t first, size_t k) {
 #define CEIL_LD_Q8_0(w, col, j) CEIL_FN(ld_q8_0)((w), (col))
 #define CEIL_LD_Q4_0(w, col, j) CEIL_FN(ld_q4_0)((w), (col))
 #define CEIL_LD_Q4_K(w, col, j) CEIL_FN(ld_q4_k)((w), (col), kd, km)
+#define CEIL_LD_I8_ROWWISE(w, col, j) CEIL_FN(ld_i8_rowwise)((w), (col), cols)
+#define CEIL_LD_I4_ROWWISE(w, col, j) CEIL_FN(ld_i4_rowwise)((w), (col), cols)
+#define CEIL_LD_I2_ROWWISE(w, col, j) CEIL_FN(ld_i2_rowwise)((w), (col), cols)
+#define CEIL_LD_I8_TBE(w, col, j) CEIL_FN(ld_i8_tbe)((w), (col))
+#define CEIL_LD_I4_TBE(w, col, j) CEIL_FN(ld_i4_tbe)((w), (col))
+#define CEIL_LD_I2_TBE(w, col, j) CEIL_FN(ld_i2_tbe)((w), (col))
+#define CEIL_LD_FP8_ROWWISE(w, col, j) CEIL_FN(ld_fp8_rowwise)((w), (col), cols)
 #define CEIL_ST_F32(o, col, v, nt) CEIL_FN(st_f32)((o) + 4 * (col), (v), (nt))
 #define CEIL_ST_F16(o, col, v, nt) CEIL_FN(st_f16)((o) + 2 * (col), (v), (nt))
 #define CEIL_ST_BF16(o, col, v, nt) CEIL_FN(st_bf16)((o) + 2 * (col), (v), (nt))
@@ -494,11 +582,22 @@ CEIL_BAG(bf16, CEIL_LD_BF16)
 CEIL_BAG(q8_0, CEIL_LD_Q8_0)
 CEIL_BAG(q4_0, CEIL_LD_Q4_0)
 CEIL_BAG(q4_k, CEIL_LD_Q4_K)
+CEIL_BAG(i8_rowwise, CEIL_LD_I8_ROWWISE)
+CEIL_BAG(i4_rowwise, CEIL_LD_I4_ROWWISE)
+CEIL_BAG(i2_rowwise, CEIL_LD_I2_ROWWISE)
+CEIL_BAG(i8_tbe, CEIL_LD_I8_TBE)
+CEIL_BAG(i4_tbe, CEIL_LD_I4_TBE)
+CEIL_BAG(i2_tbe, CEIL_LD_I2_TBE)
+CEIL_BAG(fp8_rowwise, CEIL_LD_FP8_ROWWISE)
 
+/* by ceiling.c's bag code: F32 F16 BF16 Q8_0 Q4_0 Q4_K, then FBGEMM's seven row-wise types */
 typedef void (*CEIL_FN(bag_fn))(const ceiling *c, size_t b0, size_t b1);
-static const CEIL_FN(bag_fn) CEIL_FN(bag_fns)[6] = {CEIL_CAT(bag_f32, CEIL_SFX), CEIL_CAT(bag_f16, CEIL_SFX),
-                                                     CEIL_CAT(bag_bf16, CEIL_SFX), CEIL_CAT(bag_q8_0, CEIL_SFX),
-                                                     CEIL_CAT(bag_q4_0, CEIL_SFX), CEIL_CAT(bag_q4_k, CEIL_SFX)};
+static const CEIL_FN(bag_fn) CEIL_FN(bag_fns)[13] = {
+    CEIL_CAT(bag_f32, CEIL_SFX),        CEIL_CAT(bag_f16, CEIL_SFX),        CEIL_CAT(bag_bf16, CEIL_SFX),
+    CEIL_CAT(bag_q8_0, CEIL_SFX),       CEIL_CAT(bag_q4_0, CEIL_SFX),       CEIL_CAT(bag_q4_k, CEIL_SFX),
+    CEIL_CAT(bag_i8_rowwise, CEIL_SFX), CEIL_CAT(bag_i4_rowwise, CEIL_SFX), CEIL_CAT(bag_i2_rowwise, CEIL_SFX),
+    CEIL_CAT(bag_i8_tbe, CEIL_SFX),     CEIL_CAT(bag_i4_tbe, CEIL_SFX),     CEIL_CAT(bag_i2_tbe, CEIL_SFX),
+    CEIL_CAT(bag_fp8_rowwise, CEIL_SFX)};
 
 static void CEIL_FN(bag_part)(const ceiling *c, int index, int threads) {
   const size_t bags = c->d.n / c->features / c->d.seq;
@@ -813,6 +912,13 @@ static void CEIL_FN(rope_part)(const ceiling *c, int index, int threads) {
 #undef CEIL_GATHER_TO
 #undef CEIL_GATHER_ROW
 #undef CEIL_LD_F32
+#undef CEIL_LD_I8_ROWWISE
+#undef CEIL_LD_I4_ROWWISE
+#undef CEIL_LD_I2_ROWWISE
+#undef CEIL_LD_I8_TBE
+#undef CEIL_LD_I4_TBE
+#undef CEIL_LD_I2_TBE
+#undef CEIL_LD_FP8_ROWWISE
 #undef CEIL_LD_F16
 #undef CEIL_LD_BF16
 #undef CEIL_LD_Q8_0

@@ -155,7 +155,7 @@ void cli_output_abort(void);
 #define CLI_DT_FLOAT 1u /* f32 f16 bf16: --out-dtype, rope's input */
 #define CLI_DT_NPY 2u   /* f32 f16: what a .npy file holds */
 #define CLI_DT_EMBED 4u /* embed's --dtype: a float type, or one the library quantizes to */
-#define CLI_DT_TABLE 8u /* every dtype a table can be looked up in */
+#define CLI_DT_TABLE 8u /* every dtype a table file's tensor can be (the row-wise types are --dtype's) */
 
 /* The tool's (lower-case) name of a clembed_dtype, or NULL. */
 const char *cli_dtype_name(int dtype);

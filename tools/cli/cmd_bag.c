@@ -8,7 +8,7 @@
 static const char usage[] =
     "usage: clembed bag --table W.npy --ids IDS.npy [--offsets OFF.npy [--include-last-offset]]\n"
     "                   --mode sum|mean|max [--weights PSW.npy] [--padding-idx V]\n"
-    "                   [--on-bad-id check|clamp|zero|wrap] [--dtype f32|f16|bf16|q8_0|q4_0]\n"
+    "                   [--on-bad-id check|clamp|zero|wrap] [--dtype f32|f16|bf16|q8_0|q4_0|i8_rowwise|...]\n"
     "                   [--out-dtype f32|f16|bf16] [--device SPEC] -o OUT.npy|OUT.safetensors\n"
     "\n"
     "Each bag of ids pooled into one row (PyTorch's F.embedding_bag); output shape (B, D).\n"

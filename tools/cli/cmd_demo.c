@@ -9,7 +9,7 @@
 
 static const char usage[] =
     "usage: clembed demo [--device SPEC]\n"
-    "       clembed demo model FILE[:NAME] [--ids I,J,...] [--dtype f32|f16|bf16|q8_0|q4_0] [--device SPEC]\n"
+    "       clembed demo model FILE[:NAME] [--ids I,J,...] [--dtype f32|f16|bf16|q8_0|q4_0|i8_rowwise|...] [--device SPEC]\n"
     "\n"
     "The tutorial end to end: token embedding, positional encodings, their sum, the\n"
     "backward step and one SGD step, printed as small matrices, and a rotary embedding\n"
@@ -23,7 +23,7 @@ static const char usage[] =
     "  --device SPEC   the device (as `clembed --help` says; default: the default device)\n";
 
 static const char model_usage[] =
-    "usage: clembed demo model FILE[:NAME] [--ids I,J,...] [--dtype f32|f16|bf16|q8_0|q4_0] [--device SPEC]\n"
+    "usage: clembed demo model FILE[:NAME] [--ids I,J,...] [--dtype f32|f16|bf16|q8_0|q4_0|i8_rowwise|...] [--device SPEC]\n"
     "\n"
     "Lists the tensors of a .npy, .safetensors or .gguf file (as `clembed inspect`), loads\n"
     "its embedding table (a .gguf file's token_embd.weight, a file's only tensor, or NAME),\n"

@@ -6,7 +6,7 @@
  * typed here. The sets of flags that take a dtype (CLI_DT_*) follow from its
  * facts: the float types (one value a block), NumPy's two (f32, f16), and the
  * block types clembed_matrix_write quantizes float values into (Q8_0, Q4_0,
- * include/clembed.h). The types a file holds that clembed cannot use are
+ * and FBGEMM's row-wise types, whose block values are 0; include/clembed.h). The types a file holds that clembed cannot use are
  * named in the same scheme (i32, i64, f64, u8, bool, q8_k, ...; see
  * cli_type_text). */
 #include "cli.h"
@@ -22,6 +22,8 @@ static int known(int d) { return d >= 0 && strcmp(clembed_dtype_name((clembed_dt
 
 /* The CLI_DT_* sets a known dtype belongs to. */
 static unsigned sets_of(int d) {
+  /* FBGEMM's row-wise types (block values 0) are no file's tensor type: --dtype quantizes into them */
+  if (clembed_dtype_block_values((clembed_dtype)d) == 0) return CLI_DT_EMBED;
   unsigned s = CLI_DT_TABLE;
   if (clembed_dtype_block_values((clembed_dtype)d) == 1) s |= CLI_DT_FLOAT | CLI_DT_EMBED;
   if (d == CLEMBED_F32 || d == CLEMBED_F16) s |= CLI_DT_NPY;
