@@ -525,12 +525,10 @@ CLEMBED_API clembed_status clembed_matrix_read(clembed_context *ctx, const clemb
  * NULL is a no-op. */
 CLEMBED_API void clembed_matrix_release(clembed_matrix *m);
 
-/* Copies `count` host ids of `type` into a new buffer (offset 0). count may be 0
- * (host may then be NULL). Blocking. */
 /* Quantizes F32 matrix `in` into `out` (the same rows and cols), a row-wise
  * type (I8_ROWWISE ... FP8_ROWWISE), bit for bit as clembed_matrix_write with
  * F32 host values would: FBGEMM's quantizers, a row at a time on the host (the
- * rows read from the device and written back, at most 32 MiB of rows at a
+ * rows read from the device and written back, at most 32 MiB of F32 rows at a
  * time). Blocking: returns after the work of the wait list and of the context
  * and its own; *event (if not NULL) is a completed event. out of another dtype
  * is CLEMBED_ERR_UNSUPPORTED; in and out must not overlap. */
@@ -538,6 +536,8 @@ CLEMBED_API clembed_status clembed_quantize_rows(clembed_context *ctx, const cle
                                                  clembed_matrix *out, cl_uint num_events_in_wait_list,
                                                  const cl_event *event_wait_list, cl_event *event);
 
+/* Copies `count` host ids of `type` into a new buffer (offset 0). count may be 0
+ * (host may then be NULL). Blocking. */
 CLEMBED_API clembed_status clembed_ids_create(clembed_context *ctx, const void *host, size_t count,
                                               clembed_index_type type, clembed_ids *ids);
 

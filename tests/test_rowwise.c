@@ -114,7 +114,7 @@ TU_CASE(layout) {
     EXPECT(!strcmp(clembed_dtype_name(d), RW_NAME[t]), "%d named %s", (int)d, clembed_dtype_name(d));
     EXPECT(clembed_dtype_block_values(d) == 0 && clembed_dtype_size(d) == 0, "%s: block values, size", RW_NAME[t]);
     for (size_t c = 0; c <= 70; c++) {
-      size_t want = c % rw_cols_multiple(d) ? 0 : rw_row_bytes(d, c);
+      size_t want = c == 0 || c % rw_cols_multiple(d) ? 0 : rw_row_bytes(d, c); /* (at least 1 column) */
       EXPECT(clembed_dtype_row_bytes(d, c) == want, "%s: %zu cols: %zu bytes, not %zu", RW_NAME[t], c,
              clembed_dtype_row_bytes(d, c), want);
     }
@@ -542,6 +542,8 @@ TU_CASE(errors) {
           "I4_ROWWISE with 6 cols");
   refused(ctx, CLEMBED_ERR_INVALID_ARGUMENT, clembed_matrix_create(ctx, 4, 3, CLEMBED_I4_TBE, &m), "cols",
           "I4_TBE with 3 cols");
+  refused(ctx, CLEMBED_ERR_INVALID_ARGUMENT, clembed_matrix_create(ctx, 4, 0, CLEMBED_I8_ROWWISE, &m), "cols",
+          "I8_ROWWISE with no columns (its rows carry a scale)");
   OK(ctx, clembed_matrix_create(ctx, 10, 16, CLEMBED_I8_TBE, &m));
   OK(ctx, clembed_matrix_create(ctx, 10, 16, CLEMBED_F32, &f));
   OK(ctx, clembed_matrix_create(ctx, 4, 16, CLEMBED_F32, &out));
@@ -577,6 +579,16 @@ TU_CASE(errors) {
           "clembed_quantize_rows from Q8_0");
   refused(ctx, CLEMBED_ERR_INVALID_ARGUMENT, clembed_quantize_rows(ctx, &out, &m, 0, NULL, NULL), "out",
           "clembed_quantize_rows of another shape");
+  /* host rows of a row-wise type into a float matrix: the cols they can hold */
+  clembed_matrix f6 = {0};
+  OK(ctx, clembed_matrix_create(ctx, 2, 6, CLEMBED_F32, &f6));
+  uint8_t rows6[64] = {0};
+  refused(ctx, CLEMBED_ERR_INVALID_ARGUMENT, clembed_matrix_write(ctx, &f6, rows6, CLEMBED_I4_ROWWISE), "host_dtype",
+          "I4_ROWWISE host rows of 6 values");
+  refused(ctx, CLEMBED_ERR_INVALID_ARGUMENT, clembed_matrix_read(ctx, &f6, rows6, CLEMBED_I2_TBE), "host_dtype",
+          "I2_TBE host rows of 6 values");
+  OK(ctx, clembed_matrix_write(ctx, &f6, rows6, CLEMBED_I8_TBE)); /* (8-bit rows hold any cols) */
+  clembed_matrix_release(&f6);
   uint8_t blocks[10 * 34] = {0};
   refused(ctx, CLEMBED_ERR_UNSUPPORTED, clembed_matrix_write(ctx, &m, blocks, CLEMBED_Q8_0), "host_dtype",
           "Q8_0 blocks into a row-wise matrix");

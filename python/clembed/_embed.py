@@ -11,7 +11,7 @@ import numpy as np
 from . import _lib
 from ._lib import lib, EXPONENTS, LAYOUTS, POSITIONS, NORMS
 from ._errors import api, invalid, wrong_type, require
-from ._args import choice, count as _count, real, host_values
+from ._args import DTYPE_NAMES, choice, count as _count, dtype_code, real, host_values
 from ._events import WaitFor
 from ._matrix import Matrix, Ids, DTypeLike
 from ._context import ContextBase
@@ -54,8 +54,12 @@ class EmbedOps(ContextBase):
         Blocking. out: a matrix of that type and m's shape to write instead of a new one."""
         fn = require("clembed_quantize_rows", "Context.quantize_rows")
         m = self._as_matrix(m, "m")
+        code = dtype_code(dtype, "dtype")
         if out is None:
-            out = self.empty(m.rows, m.cols, dtype)
+            out = self.empty(m.rows, m.cols, code)
+        elif not isinstance(out, Matrix) or out._m.dtype != code:
+            raise invalid("out", "must be a %s Matrix as dtype says, not %s" % (
+                DTYPE_NAMES[code], getattr(out, "dtype", type(out).__name__)))
         self._run("clembed_quantize_rows", fn, (self._live, byref(m._m), byref(out._m)), wait_for, [out])
         return out
 

@@ -60,7 +60,8 @@ class Matrix:
             base = buf.base_data
             vals, nbytes = BLOCKS[name]
             if name in ROWWISE:  # a row is the block
-                vals, nbytes = cols, row_bytes(name, cols) or 1
+                vals = _count(cols, "cols")
+                nbytes = row_bytes(name, vals) or 1
             if buf.offset % nbytes:
                 raise invalid("buf", "the array's offset (%d bytes) is not a whole %s element"
                               % (buf.offset, name))

@@ -55,6 +55,9 @@ def test_refusals(ctx):
         ctx.matrix(np.zeros((2, 6), np.float32), dtype="i4_rowwise")
     with pytest.raises(clembed.InvalidArgumentError):
         ctx.matrix(np.zeros((2, 7), np.uint8), dtype="i8_tbe", cols=4)
+    # a row of scale and bias alone holds no values
+    with pytest.raises(clembed.InvalidArgumentError):
+        ctx.matrix(np.zeros((2, 8), np.uint8), dtype="i8_rowwise")
     # fp8_rowwise pads its values to 4 bytes: rows of 16 + 8 bytes hold 13 .. 16 values
     raw = np.zeros((2, 24), np.uint8)
     assert ctx.matrix(raw, dtype="fp8_rowwise").cols == 16
@@ -151,3 +154,5 @@ def test_quantize_rows(ctx):
         assert q.dtype == name and np.array_equal(q.raw(), ctx.matrix(x, dtype=name).raw())
     with pytest.raises(clembed.UnsupportedError):
         ctx.quantize_rows(ctx.matrix(np.zeros((2, 32), np.float32)), "q8_0")
+    with pytest.raises(clembed.InvalidArgumentError, match="out"):
+        ctx.quantize_rows(f, "i4_rowwise", out=ctx.empty(20, 16, "i8_rowwise"))

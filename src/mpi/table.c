@@ -60,7 +60,7 @@ static clembed_mpi_table *begin(clembed_context *ctx, MPI_Comm comm, const char 
   t->queue = clembed_context_queue(ctx);
   if (t->queue && clGetCommandQueueInfo(t->queue, CL_QUEUE_CONTEXT, sizeof t->cl, &t->cl, NULL) != CL_SUCCESS)
     t->cl = NULL;
-  if (!clembed_dtype_block_values(dtype) && !clembed_dtype_row_bytes(dtype, 0) /* (a row-wise type: its scale) */)
+  if (!strcmp(clembed_dtype_name(dtype), "unknown"))
     ce_mpi_fail(e, CLEMBED_ERR_INVALID_ARGUMENT, "dtype", -1, (int64_t)dtype, "%s: unknown dtype %d", op, (int)dtype);
   else if (!clembed_dtype_block_values(dtype) && !clembed_dtype_row_bytes(dtype, cols))
     ce_mpi_fail(e, CLEMBED_ERR_INVALID_ARGUMENT, "cols", -1, (int64_t)cols, "%s: %s cannot have %zu cols", op,

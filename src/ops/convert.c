@@ -138,7 +138,10 @@ int ce_convert_rows(void *dst, clembed_dtype dt, const void *src, clembed_dtype 
   const size_t rb = clembed_dtype_row_bytes(sr ? st : dt, cols), eb = clembed_dtype_size(sr ? dt : st);
   for (size_t r = 0; r < rows; r++) {
     if (sr) {
-      ce_quant_rowwise_dequantize((int)st, (const char *)src + r * rb, f, cols);
+      if (ce_quant_rowwise_dequantize((int)st, (const char *)src + r * rb, f, cols)) {
+        free(f);
+        return -1;
+      }
       ce_convert((char *)dst + r * cols * eb, dt, f, CLEMBED_F32, cols);
     } else {
       ce_convert(f, CLEMBED_F32, (const char *)src + r * cols * eb, st, cols);

@@ -22,9 +22,10 @@ clembed_status clembed_matrix_create(clembed_context *ctx, size_t rows, size_t c
   if (!qk)
     FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "dtype", -1, (int64_t)dtype, "clembed_matrix_create: unknown dtype %d",
              (int)dtype);
-  if (rw && cols % qk)
+  if (rw && (cols % qk || !cols))
     FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "cols", -1, (int64_t)cols,
-             "clembed_matrix_create: cols %zu is not a multiple of %zu, as %s needs", cols, qk, ce_dtype_name(dtype));
+             "clembed_matrix_create: cols %zu is not a multiple of %zu, at least 1, as %s needs", cols, qk,
+             ce_dtype_name(dtype));
   if (cols % qk)
     FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "cols", -1, (int64_t)cols,
              "clembed_matrix_create: cols %zu is not a multiple of the %s block size %zu", cols, ce_dtype_name(dtype),
@@ -115,6 +116,10 @@ static clembed_status plan_transfer(clembed_context *ctx, const char *fn, const 
   if (!ce_dtype_known(host_dtype))
     return ce_fail_arg(ctx, CLEMBED_ERR_INVALID_ARGUMENT, NULL, "host_dtype", -1, (int64_t)host_dtype,
                        "%s: unknown host dtype %d", fn, (int)host_dtype);
+  if (ce_rowwise_of((int)host_dtype) && !clembed_dtype_row_bytes(host_dtype, m->cols))
+    return ce_fail_arg(ctx, CLEMBED_ERR_INVALID_ARGUMENT, NULL, "host_dtype", -1, (int64_t)host_dtype,
+                       "%s: host %s rows cannot hold %zu cols (a multiple of %u, at least 1)", fn,
+                       ce_dtype_name(host_dtype), m->cols, ce_rowwise_cols_multiple(ce_rowwise_of((int)host_dtype)));
   if (host_dtype == m->dtype) return CLEMBED_OK;
   clembed_dtype into = write ? m->dtype : host_dtype; /* the side the values are converted into */
   if (ce_dtype_is_block(host_dtype) && ce_dtype_is_block(m->dtype))
@@ -223,7 +228,8 @@ clembed_status clembed_quantize_rows(clembed_context *ctx, const clembed_matrix 
     }
   }
   if (in->rows && in->cols) {
-    size_t per = ctx->max_piece / (in->cols * sizeof(float));
+    size_t chunk = ctx->max_piece < ((size_t)32 << 20) ? ctx->max_piece : ((size_t)32 << 20);
+    size_t per = chunk / (in->cols * sizeof(float));
     if (!per) per = 1;
     if (per > in->rows) per = in->rows;
     tmp = malloc(per * in->cols * sizeof(float));

@@ -95,7 +95,7 @@ typedef struct norm_call {
   unsigned rows;       /* the CPU shape's tokens per work-item (0: the GPU shape) */
   int strided;         /* ...which take one position of `rows` sequences */
   int dx, posg;        /* the backward's rows write dx; its strided items sum the position gradient (POSG) */
-  char opts[384];
+  char opts[512];
 } norm_call;
 
 /* The call's matrices resolved into their pieces (segment table, norm

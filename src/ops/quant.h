@@ -43,8 +43,9 @@ int ce_quant_dequantize(int dtype, const void *blocks, float *y, size_t n);
 
 /* FBGEMM's row-wise types (dtypes 25 .. 31, src/runtime/dtypes.h), a row of
  * cols values at a time, byte for byte as FBGEMM (the header's description):
- * dequantized as its reference dequantizers compute (scale * q + bias in
- * float32, the product rounded first; FP8: the E4M3 value / scale), quantized
+ * dequantized as its CPU dequantizers give them (fma(q, scale, bias) in
+ * float32, one rounding; FP8: FBGEMM's hfp8 value, 4 exponent bits and bias
+ * 15, / scale), quantized
  * as its reference quantizers (FloatOrHalfToFused8BitRowwiseQuantizedSBFloatRef,
  * FloatOrHalfToFusedNBitRowwiseQuantizedSBHalfRef). Return 0, or -1 for a dtype
  * that is not row-wise or cols it cannot take. */

@@ -129,12 +129,11 @@ static clembed_status check_matrix(clembed_context *ctx, const clembed_matrix *m
     if (l != m->cols)
       return ARG_FAIL(l, "%s: ld %zu is not cols %zu: a %s matrix's views are whole rows (ld = cols)", what, l,
                       m->cols, ce_dtype_name(m->dtype));
-    if (m->cols % ce_rowwise_cols_multiple(rw))
-      return ARG_FAIL(m->cols, "%s: cols is %zu, not a multiple of %u, as %s needs", what, m->cols,
+    if (m->cols % ce_rowwise_cols_multiple(rw) || !m->cols)
+      return ARG_FAIL(m->cols, "%s: cols is %zu, not a multiple of %u, at least 1, as %s needs", what, m->cols,
                       ce_rowwise_cols_multiple(rw), ce_dtype_name(m->dtype));
   }
-  size_t qk = ce_dtype_unit(m->dtype, l);
-  if (!qk) qk = 1; /* a row-wise matrix of no columns */
+  size_t qk = ce_dtype_unit(m->dtype, l); /* (a row-wise matrix's l is at least 1, above) */
   if (m->cols % qk || m->offset % qk || l % qk) {
     const char *f = m->cols % qk ? "cols" : m->offset % qk ? "offset" : "ld";
     size_t v = m->cols % qk ? m->cols : m->offset % qk ? m->offset : l;

@@ -26,7 +26,7 @@ size_t clembed_dtype_block_values(clembed_dtype dtype) {
 
 size_t clembed_dtype_row_bytes(clembed_dtype dtype, size_t cols) {
   const ce_rowwise_facts *r = ce_rowwise_of((int)dtype);
-  if (r) return cols % ce_rowwise_cols_multiple(r) || cols > SIZE_MAX / 2 ? 0 : ce_rowwise_row_bytes(r, cols);
+  if (r) return !cols || cols % ce_rowwise_cols_multiple(r) || cols > SIZE_MAX / 2 ? 0 : ce_rowwise_row_bytes(r, cols);
   const ce_dtype_facts *f = ce_dtype_facts_of((int)dtype);
   if (!f || cols % f->block_values) return 0;
   size_t blocks = cols / f->block_values, bytes;

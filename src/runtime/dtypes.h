@@ -103,7 +103,8 @@ static inline const ce_rowwise_facts *ce_rowwise_of(int dtype) {
 
 static inline unsigned ce_rowwise_cols_multiple(const ce_rowwise_facts *r) { return r->mult; }
 
-/* The bytes of a row's values, and of the row (cols a multiple of the above). */
+/* The bytes of a row's values, and of the row (cols a multiple of the above;
+ * a row-wise matrix has at least one column: its rows carry a scale). */
 static inline size_t ce_rowwise_value_bytes(const ce_rowwise_facts *r, size_t cols) {
   size_t v = cols / (8u / r->bits);
   return (v + r->pad - 1) / r->pad * r->pad;
