@@ -156,3 +156,16 @@ def test_quantize_rows(ctx):
         ctx.quantize_rows(ctx.matrix(np.zeros((2, 32), np.float32)), "q8_0")
     with pytest.raises(clembed.InvalidArgumentError, match="out"):
         ctx.quantize_rows(f, "i4_rowwise", out=ctx.empty(20, 16, "i8_rowwise"))
+
+
+def test_bert_layer(ctx):
+    # BERT's layer (segments, LayerNorm, sinusoids) over a row-wise table: the bits of the same
+    # values in an F32 table
+    rng = np.random.default_rng(3)
+    m = ctx.matrix(rng.standard_normal((50, 40)).astype(np.float32), dtype="i8_rowwise")
+    f = ctx.matrix(m.numpy())
+    kw = dict(positions="sinusoid", segment_table=rng.standard_normal((2, 40)).astype(np.float32),
+              segment_ids=rng.integers(0, 2, (4, 8)), norm="layer",
+              norm_weight=rng.standard_normal(40).astype(np.float32), norm_bias=rng.standard_normal(40).astype(np.float32))
+    ids = rng.integers(0, 50, (4, 8))
+    assert np.array_equal(ctx.embed(m, ids, **kw).numpy().view(np.uint32), ctx.embed(f, ids, **kw).numpy().view(np.uint32))
