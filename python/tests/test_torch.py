@@ -511,3 +511,29 @@ def test_signatures_follow_the_contract():
     assert names(ct.EmbeddingBagCollection)[:2] == ["tables", "optimizer"]
     assert names(ct.BertEmbeddings)[:7] == ["vocab_size", "hidden_size", "max_position_embeddings", "type_vocab_size",
                                             "layer_norm_eps", "hidden_dropout_prob", "optimizer"]
+
+
+def test_stochastic_rounding_through_the_optimizer(ctx):
+    # a BF16 table's fused step with a clembed.Optimizer(stochastic_rounding=True): the bits of
+    # the same step through Context.optimizer_step on the same table (the rounding's Philox
+    # words keyed by seed, step, row and column), and not round-to-nearest's
+    w = torch.randn(20, 8).to(torch.bfloat16)
+    ids = torch.tensor([1, 2, 3, 1])
+
+    def module_steps(sr):
+        opt = clembed.Optimizer(ctx, "sgd", 1e-3, stochastic_rounding=sr, seed=7)
+        e = ct.Embedding.from_pretrained(w.clone(), freeze=False, optimizer=opt, ctx=ctx)
+        for _ in range(3):
+            e(ids).float().sum().backward()
+        return e.weight.detach().float().numpy()
+
+    def by_hand():
+        t = ctx.matrix(w.float().numpy(), dtype="bf16")
+        opt = clembed.Optimizer(ctx, "sgd", 1e-3, stochastic_rounding=True, seed=7)
+        for _ in range(3):
+            opt.step(t, np.ones((4, 8), np.float32), ids.numpy())
+        return t.numpy()
+
+    sr, rn = module_steps(True), module_steps(False)
+    assert np.array_equal(sr.view(np.uint32), by_hand().view(np.uint32))
+    assert not np.array_equal(sr, rn)
