@@ -696,7 +696,7 @@ CE_Q_LOADS(mxfp4, 24, 31)
  * A row of CE_RW_COLS values (a constant of the program, the table's cols: the
  * row is these types' block), its values packed bits each (value j in byte
  * j*bits/8 at bit (j*bits) % 8, low bits first) and its scale and bias,
- * byte for byte as FBGEMM defines them (src/ops/quant.h has every byte):
+ * byte for byte as FBGEMM defines them (include/clembed.h has every byte):
  *   25 I8_ROWWISE  q[C] 0, f32 scale C, f32 bias C + 4     (Fused8BitRowwise)
  *   26 I4_ROWWISE  q[C/2] 0, f16 scale C/2, f16 bias C/2 + 2 (FusedNBitRowwise...SBHalf)
  *   27 I2_ROWWISE  q[C/4] 0, f16 scale C/4, f16 bias C/4 + 2

@@ -204,7 +204,7 @@ static clembed_status embed_run(clembed_context *ctx, const clembed_matrix *tabl
   clembed_embed_options o = clembed_embed_defaults();
   cl_long padding;
   cl_kernel k;
-  char opts[320];
+  char opts[512];
   embed_pos p;
   ce_pieces tp, op;
   ce_chain ch;

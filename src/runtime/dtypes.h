@@ -53,7 +53,7 @@
  * in byte j * bits / 8 at bit (j * bits) % 8) and sb bytes of scale and bias,
  * after the values or (first) before them. A row is their block: a matrix of
  * these types counts offset and ld in values, in whole rows, with ld equal to
- * cols (src/ops/quant.h describes every byte). The cols multiples are
+ * cols (include/clembed.h describes every byte). The cols multiples are
  * FBGEMM's: its row-wise INT4 and INT2 operators take cols filling whole f16
  * words (4, 8), its inference TBE whole bytes (2, 4). */
 #define CE_ROWWISE_DTYPES(X)                      \
