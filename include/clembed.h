@@ -740,12 +740,40 @@ typedef struct clembed_embed_options {
                                            1: it is read as stored, as PyTorch's F.embedding does
                                            (it still gets no gradient). Other values:
                                            CLEMBED_ERR_INVALID_ARGUMENT */
+  const clembed_ids *remap;             /* pruning (FBGEMM's pruned_array): NULL for none, else an
+                                           I32 or I64 array of remap->count ("remap_rows")
+                                           entries, one per id of the unpruned table; see
+                                           "Pruned tables" below. Not with a segment_table or a
+                                           norm (CLEMBED_ERR_UNSUPPORTED) */
 } clembed_embed_options;
 
 /* scale 1, CHECK, no padding, no positions, sinusoid {10000, PAIR, INTERLEAVED},
  * no position table, seq_len 0, position_offset 0, no sequence offsets, dropout 0, seed 0,
- * no segments, norm {NONE, no weight, no bias, eps 1e-5}, padding_keeps_row 0; struct_size
- * (and the sinusoid's and the norm's) this version's sizeof. */
+ * no segments, norm {NONE, no weight, no bias, eps 1e-5}, padding_keeps_row 0, no remap;
+ * struct_size (and the sinusoid's and the norm's) this version's sizeof.
+ *
+ * Pruned tables (FBGEMM's pruned_array, the index remapping of its inference
+ * TBE). A table whose rows were pruned keeps only some rows; `remap` maps the
+ * ids of the unpruned table to them: remap[id] is the kept row to read, or -1
+ * for a pruned id. It is applied in the same pass as the lookup or the bag, to
+ * each id in turn:
+ *   1. the id is resolved under the policy against remap_rows = remap->count
+ *      (CHECK, CLAMP, ZERO, WRAP as without a remap, with remap_rows for the
+ *      table's rows: an id outside [0, remap_rows) is a bad id), and compared
+ *      with padding_idx (an id of the unpruned table, in [0, remap_rows); a
+ *      negative one counts from remap_rows);
+ *   2. r = remap[id]: -1 (a pruned id) contributes nothing, with no error (as
+ *      padding: a zero row in clembed_embed, nothing added to its bag; but,
+ *      unlike a padding id, it counts in MEAN's count, as FBGEMM's TBE
+ *      divides by the bag's length); a row of the table, 0 <= r < rows, is
+ *      read; any other entry is a damaged remap, reported under every policy
+ *      as a deferred CLEMBED_ERR_INDEX_OUT_OF_RANGE naming the id's position
+ *      and remap[id] (the id takes no row).
+ * Refused with CLEMBED_ERR_INVALID_ARGUMENT: a remap that is not I32 or I64
+ * ids; with CLEMBED_ERR_UNSUPPORTED: a remap in the backward and the optimizer
+ * steps (pruned tables are served, not trained), with a segment_table or a
+ * norm, and for a table in more buffers than a launch of the bag kernels
+ * takes; and by the MPI calls. */
 CLEMBED_API clembed_embed_options clembed_embed_defaults(void);
 
 /* The sinusoid table for positions first_position .. first_position + out->rows - 1,
@@ -1222,9 +1250,11 @@ typedef struct clembed_bag_options {
                                                I32 or I64; I32 needs a table below 2^31 rows), the
                                                table row that gave each output element, -1 for an
                                                empty bag */
+  const clembed_ids *remap;                 /* pruning: NULL for none, else as clembed_embed_options'
+                                               remap ("Pruned tables" below); the forward only */
 } clembed_bag_options;
 
-/* SUM, CHECK, CLEMBED_NO_PADDING, no weights, no max_rows; struct_size this version's sizeof. */
+/* SUM, CHECK, CLEMBED_NO_PADDING, no weights, no max_rows, no remap; struct_size this version's sizeof. */
 CLEMBED_API clembed_bag_options clembed_bag_defaults(void);
 
 /* out (bags x table->cols, F32, F16 or BF16) = the bags of ids pooled over

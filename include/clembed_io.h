@@ -141,6 +141,13 @@ CLEMBED_API const char *clembed_file_metadata_find(const clembed_file *f, const 
  *   be a multiple of the block: CLEMBED_ERR_INVALID_ARGUMENT otherwise).
  *   Quantizing a float tensor to another block type: CLEMBED_ERR_UNSUPPORTED; a
  *   block type from another block type: CLEMBED_ERR_INVALID_ARGUMENT.
+ *   FBGEMM's row-wise types (I8_ROWWISE ... FP8_ROWWISE) also from a float
+ *   tensor (quantized as FBGEMM's quantizers) or from bytes as FBGEMM stores
+ *   them (.npy |u1, safetensors U8, shape (rows, row bytes)): the rows as they
+ *   are, cols the values a row of that many bytes holds (FP8_ROWWISE, whose
+ *   values are padded to 4 bytes: the most it holds); rows of a length no row
+ *   of the type has, or bytes loaded as another dtype:
+ *   CLEMBED_ERR_INVALID_ARGUMENT naming dtype.
  * - When the stored type is the device dtype, the data go from the mapping to
  *   the buffer with no host copy in between; on POCL's CPU devices the matrix
  *   is a buffer over its own copy-on-write mapping of the file's pages (no

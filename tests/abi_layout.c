@@ -73,6 +73,7 @@ int main(void) {
   FIELD(clembed_embed_options, segment_ids)
   FIELD(clembed_embed_options, norm)
   FIELD(clembed_embed_options, padding_keeps_row)
+  FIELD(clembed_embed_options, remap)
 
   STRUCT(clembed_norm)
   FIELD(clembed_norm, struct_size)
@@ -141,6 +142,7 @@ int main(void) {
   FIELD(clembed_bag_options, padding_idx)
   FIELD(clembed_bag_options, per_sample_weights)
   FIELD(clembed_bag_options, max_rows)
+  FIELD(clembed_bag_options, remap)
 
   STRUCT(clembed_bag_feature)
   FIELD(clembed_bag_feature, struct_size)

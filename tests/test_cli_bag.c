@@ -126,6 +126,103 @@ TU_CASE(rowwise_dtypes) {
   EXPECT(access(P("no.npy"), F_OK) != 0, "no output left");
 }
 
+/* A .npy of bytes (|u1), rows x bytes, as numpy.save writes it. */
+static void write_u1(const char *path, size_t rows, size_t bytes, const uint8_t *data) {
+  char dict[128];
+  int len = snprintf(dict, sizeof dict, "{'descr': '|u1', 'fortran_order': False, 'shape': (%zu, %zu), }", rows, bytes);
+  size_t total = (10 + (size_t)len + 1 + 63) / 64 * 64;
+  FILE *f = fopen(path, "wb");
+  if (!f) return;
+  unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)((total - 10) & 0xFF),
+                           (unsigned char)((total - 10) >> 8)};
+  fwrite(pre, 1, 10, f);
+  fwrite(dict, 1, (size_t)len, f);
+  for (size_t i = 10 + (size_t)len; i < total - 1; i++) fputc(' ', f);
+  fputc('\n', f);
+  fwrite(data, 1, rows * bytes, f);
+  fclose(f);
+}
+
+/* --table of bytes: FBGEMM's rows as stored, with --dtype naming their type */
+TU_CASE(rowwise_bytes) {
+  const int64_t ids[10] = {1, 2, 3, 4, 4, 0, 8, 7, 2, 2}, csr[5] = {0, 3, 3, 6, 10};
+  size_t n = 10, five = 5;
+  write_npy(P("ids.npy"), NPY_I8, 1, &n, ids);
+  write_npy(P("csr.npy"), NPY_I8, 1, &five, csr);
+  static const clembed_dtype dts[2] = {CLEMBED_I8_ROWWISE, CLEMBED_I8_TBE};
+  float saved[V * D], want[4 * D];
+  memcpy(saved, W, sizeof W);
+  for (int k = 0; k < 2; k++) {
+    size_t rb = rw_row_bytes(dts[k], D);
+    uint8_t rows[V * 64];
+    for (size_t r = 0; r < V; r++) { /* W becomes the rows' values */
+      rw_ref_quantize(dts[k], saved + r * D, D, rows + r * rb);
+      for (size_t c = 0; c < D; c++) W[r * D + c] = rw_ref_value(dts[k], rows + r * rb, D, c);
+    }
+    write_u1(P("rows.npy"), V, rb, rows);
+    ref_bags(ids, csr, 4, 0, NULL, INT64_MIN, want);
+    RUNS(0, "bag", "--table", P("rows.npy"), "--dtype", clembed_dtype_name(dts[k]), "--ids", P("ids.npy"),
+         "--offsets", P("csr.npy"), "--include-last-offset", "--mode", "sum", "-o", P("out.npy"));
+    char what[64];
+    snprintf(what, sizeof what, "bytes as %s", clembed_dtype_name(dts[k]));
+    expect_output(P("out.npy"), want, 4, 0, what);
+    memcpy(W, saved, sizeof W);
+  }
+  unlink(P("no.npy"));
+  RUNS(1, "bag", "--table", P("rows.npy"), "--ids", P("ids.npy"), "--offsets", P("csr.npy"), "--include-last-offset",
+       "--mode", "sum", "-o", P("no.npy"));
+  ERR_HAS("--dtype");
+  EXPECT(access(P("no.npy"), F_OK) != 0, "no output left by bytes without --dtype");
+}
+
+/* --remap: a pruned table's ids (FBGEMM's pruned_array); a pruned id adds nothing but
+ * counts in mean's length; a damaged entry exits 1 naming the remap file */
+TU_CASE(remap) {
+  size_t vd[2] = {V, D}, u = 14, n = 10, five = 5;
+  write_npy(P("w.npy"), NPY_F4, 2, vd, W);
+  const int64_t remap[14] = {3, -1, 0, 8, -1, -1, 1, 2, 7, -1, 4, 5, 6, -1};
+  const int64_t ids[10] = {0, 1, 2, 13, 4, 3, 9, 12, 11, 10}, csr[5] = {0, 3, 3, 6, 10};
+  write_npy(P("remap.npy"), NPY_I8, 1, &u, remap);
+  write_npy(P("rids.npy"), NPY_I8, 1, &n, ids);
+  write_npy(P("csr.npy"), NPY_I8, 1, &five, csr);
+  for (int m = 0; m < 2; m++) {
+    float want[4 * D];
+    for (size_t b = 0; b < 4; b++)
+      for (size_t c = 0; c < D; c++) {
+        float acc = 0.0f;
+        for (int64_t j = csr[b]; j < csr[b + 1]; j++)
+          if (remap[ids[j]] >= 0) acc = acc + W[remap[ids[j]] * D + c];
+        float len = (float)(csr[b + 1] - csr[b]);
+        want[b * D + c] = m == 1 && len > 0 ? acc / len : acc;
+      }
+    RUNS(0, "bag", "--table", P("w.npy"), "--ids", P("rids.npy"), "--offsets", P("csr.npy"), "--include-last-offset",
+         "--mode", m ? "mean" : "sum", "--remap", P("remap.npy"), "-o", P("out.npy"));
+    expect_output(P("out.npy"), want, 4, 0, m ? "--remap, mean" : "--remap, sum");
+  }
+  /* an id at len(REMAP), and a damaged entry (9: past the table's 9 rows) */
+  const int64_t past[10] = {0, 1, 2, 13, 4, 3, 9, 12, 11, 14};
+  write_npy(P("past.npy"), NPY_I8, 1, &n, past);
+  unlink(P("z.npy"));
+  RUNS(1, "bag", "--table", P("w.npy"), "--ids", P("past.npy"), "--offsets", P("csr.npy"), "--include-last-offset",
+       "--mode", "sum", "--remap", P("remap.npy"), "-o", P("z.npy"));
+  ERR_HAS("--ids");
+  ERR_HAS("14");
+  int64_t damaged[14];
+  memcpy(damaged, remap, sizeof damaged);
+  damaged[12] = 9;
+  write_npy(P("damaged.npy"), NPY_I8, 1, &u, damaged);
+  RUNS(1, "bag", "--table", P("w.npy"), "--ids", P("rids.npy"), "--offsets", P("csr.npy"), "--include-last-offset",
+       "--mode", "sum", "--remap", P("damaged.npy"), "-o", P("z.npy"));
+  ERR_HAS("--remap");
+  ERR_HAS("remap[12]");
+  size_t two[2] = {2, 7};
+  write_npy(P("remap2d.npy"), NPY_I8, 2, two, remap);
+  RUNS(1, "bag", "--table", P("w.npy"), "--ids", P("rids.npy"), "--offsets", P("csr.npy"), "--include-last-offset",
+       "--mode", "sum", "--remap", P("remap2d.npy"), "-o", P("z.npy"));
+  ERR_HAS("--remap");
+  EXPECT(access(P("z.npy"), F_OK) != 0, "no output left by a refused --remap");
+}
+
 TU_CASE(refusals) {
   size_t vd[2] = {V, D}, n = 4, two = 2;
   write_npy(P("w.npy"), NPY_F4, 2, vd, W);

@@ -527,6 +527,88 @@ TU_CASE(load_quantize) {
   }
 }
 
+/* FBGEMM's row-wise rows stored as bytes (.npy |u1, safetensors U8, (rows,
+ * row bytes)) load as a row-wise dtype as they are: every byte back, whole and
+ * by rows; bytes as another dtype, or rows of a length no row of the type has,
+ * are refused naming dtype. */
+TU_CASE(load_rowwise_bytes) {
+  ctx = device();
+  static const clembed_dtype rw[7] = {CLEMBED_I8_ROWWISE, CLEMBED_I4_ROWWISE, CLEMBED_I2_ROWWISE, CLEMBED_I8_TBE,
+                                      CLEMBED_I4_TBE,     CLEMBED_I2_TBE,     CLEMBED_FP8_ROWWISE};
+  const size_t rows = 6, cols = 16;
+  for (int k = 0; k < 7; k++) {
+    size_t rb = clembed_dtype_row_bytes(rw[k], cols), n = rows * rb;
+    uint8_t *data = malloc(n), *got = malloc(n);
+    for (size_t i = 0; i < n; i++) data[i] = (uint8_t)(rnd32() >> 24);
+    for (int st = 0; st < 2; st++) {
+      buf b = {0};
+      char shape[64];
+      snprintf(shape, sizeof shape, st ? "[%zu, %zu]" : "(%zu, %zu)", rows, rb);
+      if (st) {
+        st_tensor t = {"rows", "U8", shape, n, data};
+        safetensors(&b, &t, 1, NULL);
+      } else {
+        npy(&b, 1, "|u1", shape);
+        put(&b, data, n);
+      }
+      const char *path = tmp_path(st ? "rows.safetensors" : "rows.npy");
+      write_file(path, &b);
+      free(b.p);
+      clembed_file *f = open_ok(path);
+      clembed_matrix m = load_ok(f, NULL, rw[k]);
+      EXPECT(m.rows == rows && m.cols == cols && m.dtype == rw[k], "%s as %s: %zu x %zu, not %zu x %zu", path,
+             clembed_dtype_name(rw[k]), m.rows, m.cols, rows, cols);
+      if (m.buffer && m.cols == cols) {
+        OK(ctx, clembed_matrix_read(ctx, &m, got, rw[k]));
+        EXPECT(!memcmp(got, data, n), "%s as %s: the rows' bytes read back differ", path, clembed_dtype_name(rw[k]));
+      }
+      clembed_matrix_release(&m);
+      memset(&m, 0, sizeof m);
+      OK(ctx, clembed_matrix_load_rows(ctx, f, NULL, rw[k], 2, 3, &m));
+      if (m.buffer && m.rows == 3) {
+        OK(ctx, clembed_matrix_read(ctx, &m, got, rw[k]));
+        EXPECT(!memcmp(got, data + 2 * rb, 3 * rb), "%s as %s: rows 2 .. 4 differ", path, clembed_dtype_name(rw[k]));
+      }
+      clembed_matrix_release(&m);
+      memset(&m, 0, sizeof m);
+      clembed_error_detail d;
+      clembed_status s = clembed_matrix_load(ctx, f, NULL, CLEMBED_F32, &m);
+      clembed_context_error(ctx, &d);
+      EXPECT(s == CLEMBED_ERR_INVALID_ARGUMENT && d.argument && !strcmp(d.argument, "dtype") && !m.buffer,
+             "%s: bytes as f32: %s (%s)", path, clembed_status_string(s), clembed_context_message(ctx));
+      clembed_file_close(f);
+      unlink(path);
+    }
+    /* rows one byte longer: no row of the type (FP8_ROWWISE: its values padded to 4 bytes) */
+    buf b = {0};
+    char shape[64];
+    snprintf(shape, sizeof shape, "(%zu, %zu)", rows - 1, rb + 1);
+    npy(&b, 1, "|u1", shape);
+    put(&b, data, (rows - 1) * (rb + 1));
+    const char *path = tmp_path("odd.npy");
+    write_file(path, &b);
+    free(b.p);
+    clembed_file *f = open_ok(path);
+    clembed_matrix m = {0};
+    clembed_error_detail d;
+    clembed_status s = clembed_matrix_load(ctx, f, NULL, rw[k], &m);
+    clembed_context_error(ctx, &d);
+    /* (no I4_ROWWISE or I2_ROWWISE row has an odd length: their cols are a multiple of 4 and 8) */
+    int no_row = rw[k] == CLEMBED_I4_ROWWISE || rw[k] == CLEMBED_I2_ROWWISE || rw[k] == CLEMBED_FP8_ROWWISE;
+    if (no_row)
+      EXPECT(s == CLEMBED_ERR_INVALID_ARGUMENT && d.argument && !strcmp(d.argument, "dtype") && !m.buffer,
+             "rows of %zu bytes as %s: %s (%s)", rb + 1, clembed_dtype_name(rw[k]), clembed_status_string(s),
+             clembed_context_message(ctx));
+    else
+      EXPECT(s == CLEMBED_OK && clembed_dtype_row_bytes(rw[k], m.cols) == rb + 1, "rows of %zu bytes as %s: %s, %zu cols",
+             rb + 1, clembed_dtype_name(rw[k]), clembed_status_string(s), m.cols);
+    clembed_matrix_release(&m);
+    clembed_file_close(f);
+    unlink(path);
+    free(data), free(got);
+  }
+}
+
 /* ------------------------------------------------------------------- cases */
 
 TU_CASE(npy) {

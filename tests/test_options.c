@@ -306,6 +306,28 @@ TU_CASE(older_embed_options_read_so_far) {
   OK(ctx, clembed_embed(ctx, &f.table, &f.ids, &full, &f.out, 0, NULL, NULL));
   read_into(ctx, &f.out, got);
   EXPECT(same(got, want, N * D), "a norm ending at kind: not the norm without weight and bias");
+
+  /* a caller from before remap: its sizeof ends at padding_keeps_row's tail
+   * padding; a remap past it that would prune every id if it were read */
+  int64_t pruned_all[8] = {-1, -1, -1, -1, -1, -1, -1, -1};
+  clembed_ids rm = {0};
+  OK(ctx, clembed_ids_create(ctx, pruned_all, 8, CLEMBED_I64, &rm));
+  full = clembed_embed_defaults();
+  full.remap = &rm;
+  P = offsetof(clembed_embed_options, remap);
+  o = exact(&full, P, P);
+  OK(ctx, clembed_embed(ctx, &f.table, &f.ids, o, &f.out, 0, NULL, NULL));
+  read_into(ctx, &f.out, got);
+  for (int i = 0; i < N; i++)
+    for (int c = 0; c < D; c++) want[i * D + c] = f.W[IDS[i] * D + c];
+  EXPECT(same(got, want, N * D), "a struct ending before remap: the remap past it was read");
+  free(o);
+  full.struct_size = sizeof full; /* this version's: every id pruned, zero rows */
+  OK(ctx, clembed_embed(ctx, &f.table, &f.ids, &full, &f.out, 0, NULL, NULL));
+  read_into(ctx, &f.out, got);
+  memset(want, 0, sizeof want);
+  EXPECT(same(got, want, N * D), "the whole struct's remap (every id pruned): not zero rows");
+  clembed_ids_release(&rm);
   OK(ctx, clembed_finish(ctx));
   fx_release(&f);
 }

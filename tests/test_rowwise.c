@@ -35,10 +35,7 @@ static const char *RW_NAME[7] = {"i8_rowwise", "i4_rowwise", "i2_rowwise", "i8_t
 
 static uint64_t rng = 0x5DEECE66DULL;
 static float rnd(float lo, float hi) { return lo + (hi - lo) * (0.5f + 0.5f * tu_rand(&rng)); }
-static uint32_t rnd32(void) {
-  rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
-  return (uint32_t)(rng >> 32);
-}
+static uint32_t rnd32(void) { return tu_rand32(&rng); }
 
 /* rows x cols float values, each row its own magnitude; a few special rows */
 static float *values(size_t rows, size_t cols) {
@@ -307,34 +304,7 @@ TU_CASE(lookup) {
 }
 
 /* bags of random sizes (0 .. 12) over n ids; pads some ids */
-typedef struct bagset {
-  size_t n, bags;
-  int64_t *id, *off;
-  float *w;
-} bagset;
-
-static bagset mk_bags(size_t rows, size_t bags) {
-  bagset s = {0, bags, NULL, NULL, NULL};
-  s.off = malloc((bags + 1) * sizeof *s.off);
-  for (size_t b = 0; b < bags; b++) {
-    s.off[b] = (int64_t)s.n;
-    s.n += b % 9 == 4 ? 0 : rnd32() % 13;
-  }
-  s.off[bags] = (int64_t)s.n;
-  s.id = malloc((s.n + 1) * sizeof *s.id);
-  s.w = malloc((s.n + 1) * sizeof *s.w);
-  for (size_t i = 0; i < s.n; i++) {
-    s.id[i] = (int64_t)(rnd32() % rows);
-    s.w[i] = rnd(-2.0f, 2.0f);
-  }
-  return s;
-}
-
-static void free_bags(bagset *s) {
-  free(s->id);
-  free(s->off);
-  free(s->w);
-}
+typedef tu_bagset bagset;
 
 /* bag b's column j in the contract's order (mode 0 SUM, 1 MEAN, 2 MAX; weighted SUM) */
 static float ref_bag(const bagset *s, const float *tv, size_t cols, size_t b, size_t j, int mode, int weighted,
@@ -373,7 +343,7 @@ TU_CASE(bags) {
       float *x = values(rows, cols);
       clembed_matrix m = quantized(ctx, RW[t], x, rows, cols), out = {0}, wm = {0};
       float *tv = host_values(ctx, &m);
-      bagset s = mk_bags(rows, bags);
+      bagset s = tu_bags(rows, bags, &rng);
       clembed_ids ids = mk_ids(ctx, s.id, s.n), offs = mk_ids(ctx, s.off, bags + 1);
       OK(ctx, clembed_matrix_create(ctx, bags, cols, CLEMBED_F32, &out));
       OK(ctx, clembed_matrix_create(ctx, s.n, 1, CLEMBED_F32, &wm));
@@ -408,7 +378,7 @@ TU_CASE(bags) {
       clembed_matrix_release(&out);
       clembed_matrix_release(&wm);
       clembed_matrix_release(&m);
-      free_bags(&s);
+      tu_free_bags(&s);
       free(tv);
       free(x);
     }
@@ -434,7 +404,7 @@ TU_CASE(bags_multi) {
     float *x = values(rows, cols);
     tab[kk] = quantized(ctx, d, x, rows, cols);
     free(x);
-    s[kk] = mk_bags(rows, bags);
+    s[kk] = tu_bags(rows, bags, &rng);
     ids[kk] = mk_ids(ctx, s[kk].id, s[kk].n);
     offs[kk] = mk_ids(ctx, s[kk].off, bags + 1);
     f[kk] = clembed_bag_feature_defaults();
@@ -468,7 +438,7 @@ TU_CASE(bags_multi) {
     clembed_matrix_release(&tab[k]);
     clembed_ids_release(&ids[k]);
     clembed_ids_release(&offs[k]);
-    free_bags(&s[k]);
+    tu_free_bags(&s[k]);
   }
   clembed_matrix_release(&all);
 }
@@ -527,22 +497,13 @@ TU_CASE(quantize_rows) {
   }
 }
 
-static void refused(clembed_context *ctx, clembed_status want, clembed_status got, const char *arg, const char *what) {
-  clembed_error_detail d;
-  memset(&d, 0, sizeof d);
-  clembed_context_error(ctx, &d);
-  EXPECT(got == want && d.argument && !strcmp(d.argument, arg), "%s: %s (argument %s), not %s (argument %s): %s",
-         what, clembed_status_string(got), d.argument ? d.argument : "none", clembed_status_string(want), arg,
-         clembed_context_message(ctx));
-}
-
 TU_CASE(errors) {
   clembed_matrix m = {0}, f = {0}, out = {0}, q8 = {0};
-  refused(ctx, CLEMBED_ERR_INVALID_ARGUMENT, clembed_matrix_create(ctx, 4, 6, CLEMBED_I4_ROWWISE, &m), "cols",
+  tu_refused(ctx, CLEMBED_ERR_INVALID_ARGUMENT, clembed_matrix_create(ctx, 4, 6, CLEMBED_I4_ROWWISE, &m), "cols",
           "I4_ROWWISE with 6 cols");
-  refused(ctx, CLEMBED_ERR_INVALID_ARGUMENT, clembed_matrix_create(ctx, 4, 3, CLEMBED_I4_TBE, &m), "cols",
+  tu_refused(ctx, CLEMBED_ERR_INVALID_ARGUMENT, clembed_matrix_create(ctx, 4, 3, CLEMBED_I4_TBE, &m), "cols",
           "I4_TBE with 3 cols");
-  refused(ctx, CLEMBED_ERR_INVALID_ARGUMENT, clembed_matrix_create(ctx, 4, 0, CLEMBED_I8_ROWWISE, &m), "cols",
+  tu_refused(ctx, CLEMBED_ERR_INVALID_ARGUMENT, clembed_matrix_create(ctx, 4, 0, CLEMBED_I8_ROWWISE, &m), "cols",
           "I8_ROWWISE with no columns (its rows carry a scale)");
   OK(ctx, clembed_matrix_create(ctx, 10, 16, CLEMBED_I8_TBE, &m));
   OK(ctx, clembed_matrix_create(ctx, 10, 16, CLEMBED_F32, &f));
@@ -553,44 +514,44 @@ TU_CASE(errors) {
   clembed_matrix v = m;
   v.cols = 8;
   v.ld = 16;
-  refused(ctx, CLEMBED_ERR_INVALID_ARGUMENT, clembed_lookup(ctx, &v, &ids, &out, 0, NULL, NULL), "table",
+  tu_refused(ctx, CLEMBED_ERR_INVALID_ARGUMENT, clembed_lookup(ctx, &v, &ids, &out, 0, NULL, NULL), "table",
           "a view of columns");
   v = m;
   v.offset = 3;
   v.rows = 5;
-  refused(ctx, CLEMBED_ERR_INVALID_ARGUMENT, clembed_lookup(ctx, &v, &ids, &out, 0, NULL, NULL), "table",
+  tu_refused(ctx, CLEMBED_ERR_INVALID_ARGUMENT, clembed_lookup(ctx, &v, &ids, &out, 0, NULL, NULL), "table",
           "an offset inside a row");
   v = m;
   v.rows = 11;
-  refused(ctx, CLEMBED_ERR_INVALID_ARGUMENT, clembed_lookup(ctx, &v, &ids, &out, 0, NULL, NULL), "table",
+  tu_refused(ctx, CLEMBED_ERR_INVALID_ARGUMENT, clembed_lookup(ctx, &v, &ids, &out, 0, NULL, NULL), "table",
           "rows past the buffer");
   clembed_embed_options o = clembed_embed_defaults();
   o.positions = CLEMBED_POSITIONS_TABLE;
   o.position_table = &m;
-  refused(ctx, CLEMBED_ERR_UNSUPPORTED, clembed_embed(ctx, &f, &ids, &o, &out, 0, NULL, NULL), "position_table",
+  tu_refused(ctx, CLEMBED_ERR_UNSUPPORTED, clembed_embed(ctx, &f, &ids, &o, &out, 0, NULL, NULL), "position_table",
           "a row-wise position table");
   clembed_optimizer opt = clembed_optimizer_defaults(CLEMBED_SGD);
   opt.learning_rate = 0.1f;
-  refused(ctx, CLEMBED_ERR_UNSUPPORTED, clembed_optimizer_step(ctx, &out, &ids, NULL, &opt, &m, 0, NULL, NULL), "table",
+  tu_refused(ctx, CLEMBED_ERR_UNSUPPORTED, clembed_optimizer_step(ctx, &out, &ids, NULL, &opt, &m, 0, NULL, NULL), "table",
           "an optimizer step on a row-wise table");
-  refused(ctx, CLEMBED_ERR_UNSUPPORTED, clembed_quantize_rows(ctx, &f, &q8, 0, NULL, NULL), "out",
+  tu_refused(ctx, CLEMBED_ERR_UNSUPPORTED, clembed_quantize_rows(ctx, &f, &q8, 0, NULL, NULL), "out",
           "clembed_quantize_rows into Q8_0");
-  refused(ctx, CLEMBED_ERR_UNSUPPORTED, clembed_quantize_rows(ctx, &q8, &m, 0, NULL, NULL), "in",
+  tu_refused(ctx, CLEMBED_ERR_UNSUPPORTED, clembed_quantize_rows(ctx, &q8, &m, 0, NULL, NULL), "in",
           "clembed_quantize_rows from Q8_0");
-  refused(ctx, CLEMBED_ERR_INVALID_ARGUMENT, clembed_quantize_rows(ctx, &out, &m, 0, NULL, NULL), "out",
+  tu_refused(ctx, CLEMBED_ERR_INVALID_ARGUMENT, clembed_quantize_rows(ctx, &out, &m, 0, NULL, NULL), "out",
           "clembed_quantize_rows of another shape");
   /* host rows of a row-wise type into a float matrix: the cols they can hold */
   clembed_matrix f6 = {0};
   OK(ctx, clembed_matrix_create(ctx, 2, 6, CLEMBED_F32, &f6));
   uint8_t rows6[64] = {0};
-  refused(ctx, CLEMBED_ERR_INVALID_ARGUMENT, clembed_matrix_write(ctx, &f6, rows6, CLEMBED_I4_ROWWISE), "host_dtype",
+  tu_refused(ctx, CLEMBED_ERR_INVALID_ARGUMENT, clembed_matrix_write(ctx, &f6, rows6, CLEMBED_I4_ROWWISE), "host_dtype",
           "I4_ROWWISE host rows of 6 values");
-  refused(ctx, CLEMBED_ERR_INVALID_ARGUMENT, clembed_matrix_read(ctx, &f6, rows6, CLEMBED_I2_TBE), "host_dtype",
+  tu_refused(ctx, CLEMBED_ERR_INVALID_ARGUMENT, clembed_matrix_read(ctx, &f6, rows6, CLEMBED_I2_TBE), "host_dtype",
           "I2_TBE host rows of 6 values");
   OK(ctx, clembed_matrix_write(ctx, &f6, rows6, CLEMBED_I8_TBE)); /* (8-bit rows hold any cols) */
   clembed_matrix_release(&f6);
   uint8_t blocks[10 * 34] = {0};
-  refused(ctx, CLEMBED_ERR_UNSUPPORTED, clembed_matrix_write(ctx, &m, blocks, CLEMBED_Q8_0), "host_dtype",
+  tu_refused(ctx, CLEMBED_ERR_UNSUPPORTED, clembed_matrix_write(ctx, &m, blocks, CLEMBED_Q8_0), "host_dtype",
           "Q8_0 blocks into a row-wise matrix");
   clembed_ids_release(&ids);
   clembed_matrix_release(&m);

@@ -207,6 +207,32 @@ static inline clembed_matrix tu_gapped_matrix(cl_context c, size_t rows, size_t 
   return m;
 }
 
+/* n host ids (int64) on the device as `type` (I32: each narrowed). */
+static inline clembed_ids tu_ids(clembed_context *ctx, const int64_t *h, size_t n, clembed_index_type type) {
+  clembed_ids ids;
+  memset(&ids, 0, sizeof ids);
+  if (type == CLEMBED_I64) {
+    OK(ctx, clembed_ids_create(ctx, h, n, CLEMBED_I64, &ids));
+  } else {
+    int32_t *h32 = (int32_t *)malloc((n + 1) * sizeof *h32);
+    for (size_t i = 0; i < n; i++) h32[i] = (int32_t)h[i];
+    OK(ctx, clembed_ids_create(ctx, h32, n, CLEMBED_I32, &ids));
+    free(h32);
+  }
+  return ids;
+}
+
+/* A call that must fail with `want`, its error detail naming `arg`. */
+static inline void tu_refused(clembed_context *ctx, clembed_status want, clembed_status got, const char *arg,
+                              const char *what) {
+  clembed_error_detail d;
+  memset(&d, 0, sizeof d);
+  clembed_context_error(ctx, &d);
+  EXPECT(got == want && d.argument && !strcmp(d.argument, arg), "%s: %s (argument %s), not %s (argument %s): %s",
+         what, clembed_status_string(got), d.argument ? d.argument : "none", clembed_status_string(want), arg,
+         clembed_context_message(ctx));
+}
+
 /* The matrix read back as F32, in a new allocation (at least one element). */
 static inline float *tu_read_f32(clembed_context *ctx, const clembed_matrix *m) {
   float *h = malloc((m->rows * m->cols + 1) * sizeof(float));
@@ -261,6 +287,43 @@ static inline clembed_status tu_make_strided(clembed_context *ctx, size_t rows, 
 static inline float tu_rand(uint64_t *state) {
   *state = *state * 6364136223846793005ULL + 1442695040888963407ULL;
   return (float)((double)(*state >> 40) / (double)(1ULL << 24) * 2.0 - 1.0);
+}
+
+/* The next 32 bits of the generator of tu_rand. */
+static inline uint32_t tu_rand32(uint64_t *state) {
+  *state = *state * 6364136223846793005ULL + 1442695040888963407ULL;
+  return (uint32_t)(*state >> 32);
+}
+
+/* Bags for the bag tests: `bags` bags (CSR offsets, bags + 1 entries) of 0 to
+ * 12 ids below `rows` (bags 4, 13, 22, ... empty), a weight in [-2, 2) per id. */
+typedef struct tu_bagset {
+  size_t n, bags;
+  int64_t *id, *off;
+  float *w;
+} tu_bagset;
+
+static inline tu_bagset tu_bags(size_t rows, size_t bags, uint64_t *rng) {
+  tu_bagset s = {0, bags, NULL, NULL, NULL};
+  s.off = (int64_t *)malloc((bags + 1) * sizeof *s.off);
+  for (size_t b = 0; b < bags; b++) {
+    s.off[b] = (int64_t)s.n;
+    s.n += b % 9 == 4 ? 0 : tu_rand32(rng) % 13;
+  }
+  s.off[bags] = (int64_t)s.n;
+  s.id = (int64_t *)malloc((s.n + 1) * sizeof *s.id);
+  s.w = (float *)malloc((s.n + 1) * sizeof *s.w);
+  for (size_t i = 0; i < s.n; i++) {
+    s.id[i] = (int64_t)(tu_rand32(rng) % rows);
+    s.w[i] = 2.0f * tu_rand(rng);
+  }
+  return s;
+}
+
+static inline void tu_free_bags(tu_bagset *s) {
+  free(s->id);
+  free(s->off);
+  free(s->w);
 }
 
 /* ------------------------------------------------------------ named cases */

@@ -42,6 +42,30 @@ inline long ce_token_row(__global const int *ids32, __global const long *ids64, 
   return row;
 }
 
+/* Pruning (include/clembed.h, "Pruned tables"): token i's table row through
+ * remap (rm_rows I32 or I64 entries). The id is resolved under the policy
+ * against rm_rows (padding an id of the unpruned table), then remap[id] is its
+ * row: -1 gives CE_PRUNED (no row, but MEAN counts it); an entry that is
+ * neither -1 nor a row below `rows` is reported as the token's bad id under
+ * every policy and gives -1, as a bad id does. */
+#define CE_PRUNED (-2L)
+inline long ce_token_row_rm(__global const int *ids32, __global const long *ids64, int id64, ulong id_off, ulong i,
+                            ulong rows, int policy, long padding, __global uint *err, uint slot, int report,
+                            __global const int *rm32, __global const long *rm64, ulong rm_off, int rm64f,
+                            ulong rm_rows) {
+  int bad;
+  long id = ce_load_id(ids32, ids64, id64, id_off + i);
+  long v = ce_resolve(id, rm_rows, policy, padding, &bad);
+  if (v >= 0) {
+    long r = ce_load_id(rm32, rm64, rm64f, rm_off + (ulong)v);
+    if (r == -1) return CE_PRUNED;
+    if (r >= 0 && (ulong)r < rows) return r;
+    bad = 1;
+  }
+  if (bad && report) ce_report(err, slot, 0, i, id);
+  return -1;
+}
+
 /* Token i's position p = first_b + (i - b * seq_len), b = i / seq_len (seq_len
  * 0: one sequence). *ok is 0 for a bad one (a negative start; with `bounded`,
  * a position at or past p_rows, without it (the sinusoid) one at or past

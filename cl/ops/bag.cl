@@ -45,7 +45,8 @@
  * for it, with no switch over dtypes; renorm's table too, a float one); MODES
  * (a bit per pooling the launch's features use: the others are left out); VEC, BAG_TILE, ROWS (1 to 16; the GPU shape 1), BAG_AHEAD,
  * BAG_PLAIN, BAG_BY_FEATURE; KEY64;
- * BF_* and BF_COUNT; BAG_SPLIT (1: a feature's table lies in several of the
+ * BF_* and BF_COUNT; BAG_REMAP (1: a feature reads its ids through a pruned
+ * table's remap, BF_RM); BAG_SPLIT (1: a feature's table lies in several of the
  * launch's buffers, BF_TAB_NP pieces
  * listed from fd[BF_TAB_P] on, holding its rows [BF_TAB_LO, BF_TAB_HI)); the
  * out and renorm's tab may be split (CE_PIECES_out, CE_PIECES_tab). */
@@ -73,6 +74,9 @@
 #endif
 #ifndef ROWS
 #define ROWS 1
+#endif
+#ifndef BAG_REMAP
+#define BAG_REMAP 0
 #endif
 #ifndef BAG_BY_FEATURE
 #define BAG_BY_FEATURE 0
@@ -139,6 +143,12 @@ typedef struct ce_bag_feat {
   ulong col0;
   uint slot;
   int report;
+#if BAG_REMAP
+  __global const int *rm32;   /* a pruned table's remap (has_rm), rm_rows entries */
+  __global const long *rm64;
+  ulong rm_off, rm_rows;
+  int rm64f, has_rm;
+#endif
 #if BAG_SPLIT
   ulong np, t_lo, t_hi;       /* the table's pieces in this launch, the rows they hold [t_lo, t_hi) */
   __global const ulong *pl;   /* np triples: buffer index, first row, element of that row */
@@ -185,6 +195,15 @@ CE_INLINE void ce_bag_load(ce_bag_feat *F, __global const ulong *fd, ulong f, __
   F->col0 = FD(f, BF_COL0);
   F->slot = (uint)FD(f, BF_ERR);
   F->report = (int)FD(f, BF_REPORT);
+#if BAG_REMAP
+  F->has_rm = FD(f, BF_RM) != CE_BAG_NONE;
+  __global uchar *rb = ce_bag_buf(bufs, FD(f, BF_RM));
+  F->rm32 = (__global const int *)rb;
+  F->rm64 = (__global const long *)rb;
+  F->rm_off = FD(f, BF_RM_OFF);
+  F->rm64f = (int)FD(f, BF_RM64);
+  F->rm_rows = FD(f, BF_RM_ROWS);
+#endif
 #if BAG_SPLIT
   F->np = FD(f, BF_TAB_NP);
   F->t_lo = FD(f, BF_TAB_LO);
@@ -229,10 +248,24 @@ CE_INLINE long ce_bag_off(const ce_bag_feat *F, ulong i) {
   return ce_load_id(F->of32, F->of64, F->of64f, F->of_off + i);
 }
 
-/* Id j's row under the feature's policy (-1: left out); reported when `report`. */
+/* Id j's row under the feature's policy (-1: left out; through a pruned
+ * table's remap, CE_PRUNED for a pruned id); reported when `report`. */
 CE_INLINE long ce_bag_row(const ce_bag_feat *F, ulong j, __global uint *err, int report) {
+#if BAG_REMAP
+  if (F->has_rm)
+    return ce_token_row_rm(F->ids32, F->ids64, F->id64, F->id_off, j, F->t_rows, F->policy, F->padding, err,
+                           F->slot, report && F->report, F->rm32, F->rm64, F->rm_off, F->rm64f, F->rm_rows);
+#endif
   return ce_token_row(F->ids32, F->ids64, F->id64, F->id_off, j, F->t_rows, F->policy, F->padding, err, F->slot,
                       report && F->report);
+}
+
+/* Id j's row for a prefetch hint (unchecked: a bad one is outside [0, t_rows)). */
+CE_INLINE long ce_bag_hint_row(const ce_bag_feat *F, ulong j) {
+#if BAG_REMAP
+  if (F->has_rm) return ce_bag_row(F, j, (__global uint *)0, 0);
+#endif
+  return ce_load_id(F->ids32, F->ids64, F->id64, F->id_off + j);
 }
 
 /* Bag b's ids [lo, hi) (b < bags): its offsets clamped into [0, n], each on
@@ -415,13 +448,20 @@ CE_INLINE FV ce_bag_fmav(FV w, FV t, FV a) {
     w[r] = weighted ? F->w[F->w_off + (j + (has_ ? (r) : 0)) * F->w_ld] : 0.0f;                               \
     some |= has_;                                                                                            \
     taken += has_;                                                                                           \
+    CE_BAG_COUNT_PRUNED(row_)                                                                                \
   }
+/* a pruned id counts in MEAN's count (FBGEMM divides by the bag's length) */
+#if BAG_REMAP
+#define CE_BAG_COUNT_PRUNED(row) pruned += (row) == CE_PRUNED;
+#else
+#define CE_BAG_COUNT_PRUNED(row)
+#endif
 /* With prefetch hints (BAG_TILE > 1): the pass's columns of the row of the id
  * BAG_AHEAD on from row r's (past the bag's end the next bag's, which the next
  * work-item pools) asked for */
 #define CE_BAG_AHEAD(r, D)                                                                                    \
   if ((r) < ROWS && CE_PREFETCH && BAG_AHEAD && BAG_TILE > 1 && j + (r) + BAG_AHEAD < F->n) {                               \
-    long id_ = ce_load_id(F->ids32, F->ids64, F->id64, F->id_off + j + (r) + BAG_AHEAD);                         \
+    long id_ = ce_bag_hint_row(F, j + (r) + BAG_AHEAD);                                                         \
     if (id_ >= 0 && (ulong)id_ < F->t_rows) {                                                                 \
       __global const CE_STORE_##D *rp_ = ce_bag_rowp_##D(F, (ulong)id_, 0);                                  \
       __global const uchar *a_ = (__global const uchar *)ce_ptr_##D(rp_, c);                                  \
@@ -540,6 +580,9 @@ CE_INLINE FV ce_bag_fmav(FV w, FV t, FV a) {
 /* whether bag [lo, hi)'s ids are all plain */
 CE_INLINE int ce_bag_plain(const ce_bag_feat *F, ulong lo, ulong hi) {
   int ok = 1;
+#if BAG_REMAP
+  if (F->has_rm) return 0; /* (its ids are not rows) */
+#endif
   const ulong rows = F->t_rows;
   const long pad = F->padding;
   if (F->id64) /* (two loops: no test of the id width per id) */
@@ -598,7 +641,7 @@ CE_INLINE int ce_bag_plain(const ce_bag_feat *F, ulong lo, ulong hi) {
                                  FV *acc, UV *arg, float *tacc, uint *targ, int *cnt, int report,                  \
                                  __global uint *err) {                                                            \
     const ulong ct = c + (ulong)nv * VEC; /* the tail's first column */                                           \
-    int taken = 0, tail_taken = 0;                                                                                \
+    int taken = 0, tail_taken = 0, pruned = 0;                                                                    \
     CE_BAG_SPAN_DECL(D)                                                                                           \
     for (int k = 0; k < BAG_TILE; k++) {                                                                              \
       acc[k] = (FV)(zero);                                                                                        \
@@ -624,7 +667,7 @@ CE_INLINE int ce_bag_plain(const ce_bag_feat *F, ulong lo, ulong hi) {
       CE_BAG_IF_SUM(const int weighted = 0; CE_BAG_GROUPS(CE_BAG_VADD, CE_BAG_TADD, D)                            \
                     if (ROWS > 1 && nt) CE_BAG_TAILS(CE_BAG_TADD, D))                                             \
     }                                                                                                             \
-    *cnt = taken;                                                                                                 \
+    *cnt = taken + pruned;                                                                                        \
   }                                                                                                               \
   /* one value (grad_weights) */                                                                                  \
   CE_INLINE void ce_bag_value_##D(const ce_bag_feat *F, ulong row, ulong c, float *v) {                           \

@@ -1,7 +1,7 @@
 /* forward.cl: the fused embedding forward, one kernel per shape.
  *   out[i][c] = dropout(scale * table[row(ids[i])][c] + P[p(i)][c])
  * Build options: TABLE_DT, OUT_DT (dtype codes), POSITIONS (0 none, 1 sinusoid,
- * 2 table), POS_DT (for POSITIONS 2), DROPOUT (0/1), VEC, and for the row
+ * 2 table), POS_DT (for POSITIONS 2), DROPOUT (0/1), REMAP (0/1), VEC, and for the row
  * shapes ROWS and STREAM. The host picks the shape (src/ops/embed.c):
  *   ce_embed          work-item (c, i): column c of token i;
  *   ce_embed_vec4     work-item (x, i): the float4 chunks 4x .. 4x + 3 of token
@@ -93,16 +93,34 @@
       int policy, long padding, __global const float *freq, __global const POS_T *ptab,                       \
       ulong p_off CE_PIECE_PARAMS(const POS_T, ptab), ulong p_ld, ulong p_rows, ulong seq_len,                \
       ulong pos_offset, __global const int *so32, __global const long *so64, ulong so_off, int so64f,         \
-      int has_so, float dropout, uint seed_lo, uint seed_hi, float keep_scale, __global uint *err, uint slot
+      int has_so, float dropout, uint seed_lo, uint seed_hi, float keep_scale, __global uint *err, uint slot, \
+      __global const int *rm32, __global const long *rm64, ulong rm_off, int rm64f, ulong rm_rows
 #define CE_EMBED_PASS                                                                                          \
   table, t_off CE_PIECE_PASS(table), t_ld, t_rows, ids32, ids64, id_off, id64, n, out,                         \
       o_off CE_PIECE_PASS(out), o_ld, cols, scale, policy, padding, freq, ptab, p_off CE_PIECE_PASS(ptab),     \
       p_ld, p_rows, seq_len, pos_offset, so32, so64, so_off, so64f, has_so, dropout, seed_lo, seed_hi,          \
-      keep_scale, err, slot
+      keep_scale, err, slot, rm32, rm64, rm_off, rm64f, rm_rows
 
-/* Token i's row (reported by the work-item that speaks for it) and position. */
+/* Token i's row (reported by the work-item that speaks for it) and position;
+ * REMAP (a pruned table: the arguments rm*) through the remap (ids.cl's
+ * ce_token_row_rm: a pruned id's CE_PRUNED is a zero row as -1 is). PF_ROW(t):
+ * token t's row for a prefetch hint (unchecked, unreported: a bad one is
+ * outside [0, t_rows)). */
+#ifndef REMAP
+#define REMAP 0
+#endif
+#if REMAP
+#define TOKEN_ROW(i, report)                                                                                 \
+  ce_token_row_rm(ids32, ids64, id64, id_off, (i), t_rows, policy, padding, err, slot, (report), rm32, rm64, \
+                  rm_off, rm64f, rm_rows)
+#define PF_ROW(t)                                                                                              \
+  ce_token_row_rm(ids32, ids64, id64, id_off, (t), t_rows, CE_POLICY_ZERO, -1, err, slot, 0, rm32, rm64, rm_off, \
+                  rm64f, rm_rows)
+#else
 #define TOKEN_ROW(i, report) \
   ce_token_row(ids32, ids64, id64, id_off, (i), t_rows, policy, padding, err, slot, (report))
+#define PF_ROW(t) ce_load_id(ids32, ids64, id64, id_off + (t))
+#endif
 #define TOKEN_POSITION(i, report, ok)                                                                       \
   ce_token_position((i), seq_len, pos_offset, so32, so64, so_off, so64f, has_so, POSITIONS == 2, p_rows, err, \
                     slot, (report), (ok))
@@ -352,7 +370,7 @@ inline void ce_embed_row_tokens(CE_EMBED_ARGS, ulong t0, ulong tstep, ulong tnex
   for (int k = 0; k < live; k++) {
     if (!OWNED(k)) continue;
     const ulong ta = t0 + (ulong)((k + EMBED_STRIDED_AHEAD) / ROWS) * tnext + (ulong)((k + EMBED_STRIDED_AHEAD) % ROWS) * tstep;
-    const long id = ta < n ? ce_load_id(ids32, ids64, id64, id_off + ta) : -1;
+    const long id = ta < n ? PF_ROW(ta) : -1;
     __global const uchar *pf = id >= 0 && (ulong)id < t_rows && CE_OWNS(table, (ulong)id)
                                    ? (__global const uchar *)TABLE_ROW(id)
                                    : 0;
@@ -379,7 +397,7 @@ inline void ce_embed_row_tokens(CE_EMBED_ARGS, ulong t0, ulong tstep, ulong tnex
   __global const uchar *pf[ROWS];
   for (int k = 0; k < ROWS; k++) {
     const ulong ta = t0 + tnext + (ulong)k * tstep;
-    const long id = ta < n ? ce_load_id(ids32, ids64, id64, id_off + ta) : -1;
+    const long id = ta < n ? PF_ROW(ta) : -1;
     pf[k] = id >= 0 && (ulong)id < t_rows && CE_OWNS(table, (ulong)id) ? (__global const uchar *)TABLE_ROW(id) : 0;
   }
   for (ulong c = 0, line = 0; c < cw; c += 2 * VEC, line += step) {

@@ -63,8 +63,24 @@ class BagOps(ContextBase):
         keep.append(d)
         return d, csr.size - 1
 
+    def _remap(self, remap: Any, keep: List[Any]) -> Optional[Ids]:
+        """A pruned table's remap as Ids (kept alive in `keep`): an Ids as it is, or a 1-D
+        integer array uploaded (int32 or int64 as it is; other integers as int64)."""
+        if remap is None:
+            return None
+        if isinstance(remap, Ids):
+            rm = remap
+        else:
+            host = index_array(remap, "remap")
+            if host.ndim != 1:
+                raise invalid("remap", "is 1-D (an entry per id of the unpruned table), not of shape %s"
+                              % (host.shape,))
+            rm = self._upload_ids(host, "remap")
+        keep.append(rm)
+        return rm
+
     def _bag_options(self, ids: Ids, mode: Any, per_sample_weights: Any, padding_idx: Any, on_bad_id: Any,
-                     max_rows: Any, keep: List[Any]) -> Any:
+                     max_rows: Any, keep: List[Any], remap: Any = None) -> Any:
         """clembed_bag_options (uploads kept alive in `keep`); max_rows an Ids or an
         integer array (the forward's, for the MAX backward)."""
         o = lib.clembed_bag_defaults()
@@ -87,13 +103,16 @@ class BagOps(ContextBase):
                                                                              "max_rows")
             keep.append(mr)
             o.max_rows = ctypes.pointer(mr._ids)
+        rm = self._remap(remap, keep)
+        if rm is not None:
+            o.remap = ctypes.pointer(rm._ids)
         return o
 
     @api("Context.embedding_bag", "clembed_embedding_bag")
     def embedding_bag(self, table: Any, ids: Any, offsets: Any = None, mode: str = "mean",
                       per_sample_weights: Any = None, padding_idx: Optional[int] = None,
                       include_last_offset: bool = False, on_bad_id: str = "check", out_dtype: DTypeLike = "f32", *,
-                      out: Optional[Matrix] = None, wait_for: WaitFor = None) -> Matrix:
+                      out: Optional[Matrix] = None, wait_for: WaitFor = None, remap: Any = None) -> Matrix:
         """Bags of ids pooled into a row each (PyTorch's F.embedding_bag): a (bags x cols)
         Matrix. ids 2-D: a bag per row (offsets None); ids 1-D: offsets of the B bags'
         starts, or B + 1 entries with include_last_offset. mode 'sum', 'mean' or 'max',
@@ -103,13 +122,16 @@ class BagOps(ContextBase):
         block-quantized ones included. mode 'max' also sets .max_rows on the result: the
         table row that gave each element, -1 for an empty bag (a NumPy array, read back at
         once, so the call waits for the device), and .max_rows_ids (the same on the device,
-        for Context.bag_backward)."""
+        for Context.bag_backward). remap (a pruned table, FBGEMM's pruned_array): an integer
+        array or Ids, one entry per id of the unpruned table, the kept row it reads or -1 for
+        a pruned id, which adds nothing but counts in 'mean' (as FBGEMM's TBE divides by the
+        bag's length); ids and padding_idx are ids of the unpruned table."""
         fn = require("clembed_embedding_bag", "Context.embedding_bag")
         table = self._as_matrix(table, "table")
         ids = self._as_ids(ids)
         keep: List[Any] = []
         off, bags = self._bags(ids, offsets, include_last_offset, keep)
-        o = self._bag_options(ids, mode, per_sample_weights, padding_idx, on_bad_id, None, keep)
+        o = self._bag_options(ids, mode, per_sample_weights, padding_idx, on_bad_id, None, keep, remap)
         mr = None
         if o.mode == BAG_MODES["max"]:
             mr = self._new_ids((bags, table.cols))
@@ -124,7 +146,7 @@ class BagOps(ContextBase):
         return out
 
     _BAG_KEYS = ("table", "ids", "offsets", "mode", "per_sample_weights", "padding_idx", "include_last_offset",
-                 "on_bad_id")
+                 "on_bad_id", "remap")
 
     def _bag_features(self, features: Any, keep: List[Any], with_max_rows: bool) -> Tuple[Any, int, int, List[Any]]:
         """(clembed_bag_feature array, their count, the bags, MAX features' max_rows Ids)
@@ -152,7 +174,7 @@ class BagOps(ContextBase):
                 raise invalid("features", "features[%d] has %d bags and features[0] %d: every feature has the "
                               "same bags" % (f, b, bags))
             o = self._bag_options(ids, d.get("mode", "mean"), d.get("per_sample_weights"), d.get("padding_idx"),
-                                  d.get("on_bad_id", "check"), None, keep)
+                                  d.get("on_bad_id", "check"), None, keep, d.get("remap"))
             mr = None
             if o.mode == BAG_MODES["max"] and with_max_rows:
                 mr = self._new_ids((b, table.cols))

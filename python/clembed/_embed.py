@@ -131,7 +131,7 @@ class EmbedOps(ContextBase):
               on_bad_id: str = "check", dropout: float = 0.0, seed: int = 0, out_dtype: DTypeLike = "f32",
               out: Optional[Matrix] = None, *, wait_for: WaitFor = None, segment_table: Any = None,
               segment_ids: Any = None, norm: Optional[str] = None, norm_weight: Any = None, norm_bias: Any = None,
-              norm_eps: float = 1e-5, padding_keeps_row: bool = False) -> Matrix:
+              norm_eps: float = 1e-5, padding_keeps_row: bool = False, remap: Any = None) -> Matrix:
         """The fused forward out[i] = dropout(scale * table[ids[i]] + P[p]), shape ids.shape + (cols,).
 
         scale: a number or 'sqrt' (sqrt(cols)). positions: None, 'sinusoid' (base, exponent
@@ -150,6 +150,12 @@ class EmbedOps(ContextBase):
         after the positions; norm None, 'layer' (LayerNorm) or 'rms' (RMSNorm) of that sum,
         before dropout, with norm_weight and norm_bias (NumPy (cols,) or (1, cols), or a
         Matrix; None: 1 and 0; 'rms' has no bias) and norm_eps (BERT uses 1e-12).
+
+        remap (a pruned table, FBGEMM's pruned_array; not with the layer's arguments): an
+        integer array or Ids of one entry per id of the unpruned table, the kept row it reads
+        or -1 for a pruned id (a zero row); ids and padding_idx are then ids of the unpruned
+        table, checked against len(remap); an entry that is neither -1 nor a row is reported
+        as a bad id (IndexOutOfRangeError naming 'remap').
         """
         table = self._as_matrix(table, "table")
         ids = self._as_ids(ids)
@@ -158,6 +164,9 @@ class EmbedOps(ContextBase):
                      norm_bias=norm_bias, norm_eps=norm_eps)
         o = self._embed_options(table, ids, keep, scale, positions, base, exponent, layout, offset, seq_len,
                                 sequence_offsets, padding_idx, on_bad_id, dropout, seed, layer, padding_keeps_row)
+        rm = self._remap(remap, keep)
+        if rm is not None:
+            o.remap = ctypes.pointer(rm._ids)
         out = self._out(out, ids.count, table.cols, out_dtype, ids.shape + (table.cols,))
         self._run("clembed_embed", lib.clembed_embed,
                   (self._live, byref(table._m), byref(ids._ids), byref(o), byref(out._m)), wait_for, [out])

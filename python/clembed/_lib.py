@@ -188,7 +188,7 @@ class EmbedOptions_t(Options_t):
                 ("position_offset", c_size_t), ("sequence_offsets", POINTER(Ids_t)),
                 ("dropout", c_float), ("dropout_seed", c_uint64),
                 ("segment_table", POINTER(Matrix_t)), ("segment_ids", POINTER(Ids_t)), ("norm", Norm_t),
-                ("padding_keeps_row", c_int)]
+                ("padding_keeps_row", c_int), ("remap", POINTER(Ids_t))]
 
 
 class EmbedGrads_t(Options_t):
@@ -222,7 +222,7 @@ class Rope_t(Options_t):
 
 class BagOptions_t(Options_t):
     _fields_ = [("struct_size", c_size_t), ("mode", c_int), ("policy", c_int), ("padding_idx", c_int64),
-                ("per_sample_weights", POINTER(Matrix_t)), ("max_rows", POINTER(Ids_t))]
+                ("per_sample_weights", POINTER(Matrix_t)), ("max_rows", POINTER(Ids_t)), ("remap", POINTER(Ids_t))]
 
 
 class BagFeature_t(Options_t):

@@ -44,7 +44,7 @@ class V03BagOptions(ctypes.Structure):
 
 class Older(_lib.Options_t):
     """clembed_embed_options as a binding written before padding_keeps_row declares it."""
-    _fields_ = [f for f in _lib.EmbedOptions_t._fields_ if f[0] != "padding_keeps_row"]
+    _fields_ = [f for f in _lib.EmbedOptions_t._fields_ if f[0] not in ("padding_keeps_row", "remap")]
 
 
 class Fenced:

@@ -20,7 +20,7 @@ def _values(rng, rows, cols):
 
 
 @pytest.mark.parametrize("name", ROWWISE)
-def test_upload_raw_lookup_bag(ctx, name):
+def test_upload_raw_lookup_bag(ctx, name, tmp_path):
     rng = np.random.default_rng(7)
     cols = 24
     x = _values(rng, 30, cols)
@@ -36,9 +36,16 @@ def test_upload_raw_lookup_bag(ctx, name):
     # (the f16 scale and bias: a further 2^-10 of the row's largest magnitude)
     f16 = np.abs(x).max(1)[:, None] * 2.0 ** -9 if name not in ("i8_rowwise", "fp8_rowwise") else 0
     assert np.all(np.abs(vals - x) <= step * 0.5 + f16 + 1e-3 * np.abs(x) + 1e-6)
-    # FBGEMM's rows as stored upload as they are
+    # FBGEMM's rows as stored upload as they are, and load so from a file of bytes
     m2 = ctx.matrix(raw, dtype=name, cols=cols)
     assert np.array_equal(m2.raw(), raw)
+    path = tmp_path / "rows.npy"
+    np.save(path, raw)
+    m3 = ctx.load(str(path), dtype=name)
+    assert m3.shape == (30, cols) and np.array_equal(m3.raw(), raw)
+    with pytest.raises(clembed.InvalidArgumentError) as e:
+        ctx.load(str(path), dtype="f32")
+    assert e.value.argument == "dtype"
     ids = rng.integers(0, 30, 50)
     assert np.array_equal(ctx.lookup(m, ids).numpy().view(np.uint32), vals[ids].view(np.uint32))
     offsets = np.array([0, 3, 3, 20, 41])

@@ -24,7 +24,8 @@ typedef enum ce_io_kind {
   CE_IO_BF16,
   CE_IO_I32,
   CE_IO_I64,
-  CE_IO_BLOCKS /* a block-quantized type: info.dtype says which */
+  CE_IO_BLOCKS, /* a block-quantized type: info.dtype says which */
+  CE_IO_U8      /* bytes (.npy |u1, safetensors U8): loadable as the rows of a row-wise type */
 } ce_io_kind;
 
 typedef struct ce_io_tensor {

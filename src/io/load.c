@@ -174,10 +174,13 @@ static int map_pages(clembed_context *ctx, const clembed_file *f, const ce_io_te
 
 /* The tensor a load asks for, checked against the device dtype: its index in
  * *i, its rows and columns (rows = the first dimension, cols = the product of
- * the others), and whether a float tensor is quantized on the way. */
+ * the others), and whether a float tensor is quantized on the way. Bytes (U8)
+ * loaded as a row-wise dtype are its rows as stored: *raw_bytes is then the
+ * bytes of a row (the product of the other dimensions) and cols the values
+ * they hold; else 0. */
 static clembed_status load_tensor(clembed_context *ctx, const char *op, const clembed_file *f, const char *name,
                                   clembed_dtype dtype, size_t *i, uint64_t *rows_out, uint64_t *cols_out,
-                                  int *quantize) {
+                                  int *quantize, uint64_t *raw_bytes) {
   clembed_status status = CLEMBED_OK;
   char msg[1400];
   if (!is_float((int)dtype) && !is_block((int)dtype))
@@ -185,13 +188,21 @@ static clembed_status load_tensor(clembed_context *ctx, const char *op, const cl
   if (ce_file_lookup(f, name, i, msg, sizeof msg) != CLEMBED_OK) LFAIL(CLEMBED_ERR_INVALID_ARGUMENT, "name", "%s", msg);
   const ce_io_tensor *e = &f->table.t[*i];
   const char *tn = e->info.name, *ty = e->info.type_name;
-  if (e->kind != CE_IO_F32 && e->kind != CE_IO_F16 && e->kind != CE_IO_BF16 && e->kind != CE_IO_BLOCKS) {
+  const ce_rowwise_facts *rw = ce_rowwise_of((int)dtype);
+  *raw_bytes = 0;
+  if (e->kind == CE_IO_U8 && !rw)
+    LFAIL(CLEMBED_ERR_INVALID_ARGUMENT, "dtype",
+          "%s: tensor '%s' is of type %s (bytes), which loads only as the rows of one of FBGEMM's row-wise types "
+          "(i8_rowwise ... fp8_rowwise), not as %s",
+          f->path, tn, ty, dtype_name((int)dtype));
+  if (e->kind != CE_IO_F32 && e->kind != CE_IO_F16 && e->kind != CE_IO_BF16 && e->kind != CE_IO_BLOCKS &&
+      e->kind != CE_IO_U8) {
     char types[256] = "";
     for (int d = 0, used = 0; ce_dtype_facts_of(d) && used < (int)sizeof types; d++)
       if (is_block(d)) used += snprintf(types + used, sizeof types - (size_t)used, "%s%s", used ? ", " : "", dtype_name(d));
     LFAIL(CLEMBED_ERR_INVALID_ARGUMENT, "name",
           "%s: tensor '%s' is of type %s, which cannot be loaded as a matrix (the float types F32, F16, BF16 and "
-          "ggml's block types %s can)", f->path, tn, ty, types);
+          "ggml's block types %s can; bytes, as the rows of FBGEMM's row-wise types)", f->path, tn, ty, types);
   }
   if (e->kind == CE_IO_BLOCKS && is_block((int)dtype) && (int)dtype != e->info.dtype)
     LFAIL(CLEMBED_ERR_INVALID_ARGUMENT, "dtype",
@@ -203,7 +214,7 @@ static clembed_status load_tensor(clembed_context *ctx, const char *op, const cl
           "%s: tensor '%s' is %s: quantizing it to %s on loading is not available (q8_0, q4_0 and FBGEMM's row-wise "
           "types are)", f->path, tn, ty, dtype_name((int)dtype));
   /* a float tensor quantized: pieces of whole blocks of the device dtype */
-  *quantize = e->kind != CE_IO_BLOCKS && is_block((int)dtype);
+  *quantize = e->kind != CE_IO_BLOCKS && e->kind != CE_IO_U8 && is_block((int)dtype);
   uint64_t rows = 1, cols = 1;
   if (e->info.ndim == 1) cols = e->info.shape[0];
   if (e->info.ndim >= 2) rows = e->info.shape[0];
@@ -215,6 +226,17 @@ static clembed_status load_tensor(clembed_context *ctx, const char *op, const cl
   if (e->kind == CE_IO_BLOCKS && cols % e->block_values)
     LFAIL(CLEMBED_ERR_INVALID_ARGUMENT, "name", "%s: tensor '%s': %llu columns, not a multiple of %s's block of %u",
           f->path, tn, (unsigned long long)cols, ty, e->block_values);
+  if (e->kind == CE_IO_U8) { /* FBGEMM's rows as they are: a row's bytes give its values */
+    uint64_t c = ce_rowwise_cols_of_bytes(rw, (size_t)cols);
+    if (!c)
+      LFAIL(CLEMBED_ERR_INVALID_ARGUMENT, "dtype",
+            "%s: tensor '%s': rows of %llu bytes, which no %s row is (its rows hold C values in %u%s bytes, C a "
+            "multiple of %u)",
+            f->path, tn, (unsigned long long)cols, dtype_name((int)dtype), rw->sb,
+            rw->bits == 8 ? " + C" : rw->bits == 4 ? " + C/2" : " + C/4", rw->mult);
+    *raw_bytes = cols;
+    cols = c;
+  }
   if (*quantize && ce_rowwise_of((int)dtype) && !clembed_dtype_row_bytes(dtype, (size_t)cols))
     LFAIL(CLEMBED_ERR_INVALID_ARGUMENT, "dtype",
           "%s: tensor '%s': %llu columns, not a multiple of %u, cannot be quantized to %s", f->path, tn,
@@ -242,7 +264,8 @@ cleanup:
  *    written as F32 (clembed_matrix_write quantizes: ggml's
  *    quantize_row_*_ref, FBGEMM's row-wise quantizers). */
 static clembed_status upload(clembed_context *ctx, const char *op, const clembed_file *f, const ce_io_tensor *e,
-                             uint64_t first_byte, uint64_t nrows, uint64_t cols, int quantize, clembed_matrix *out) {
+                             uint64_t first_byte, uint64_t nrows, uint64_t cols, int quantize, uint64_t raw_bytes,
+                             clembed_matrix *out) {
   clembed_status status = CLEMBED_OK;
   clembed_dtype dtype = out->dtype;
   void *tmp = NULL;
@@ -252,9 +275,13 @@ static clembed_status upload(clembed_context *ctx, const char *op, const clembed
     unit_values = ce_rowwise_of((int)dtype) ? (size_t)cols : clembed_dtype_block_values(dtype);
     unit_bytes = unit_values * e->block_bytes;
   }
+  if (raw_bytes) { /* a row-wise type's rows as stored: a row is the unit */
+    unit_values = (size_t)cols;
+    unit_bytes = (size_t)raw_bytes;
+  }
   if (!unit_values) return CLEMBED_OK; /* no columns: nothing to write */
   size_t units = (size_t)(nrows * cols) / unit_values;
-  int same = kind_of((int)dtype) == e->kind && (e->kind != CE_IO_BLOCKS || (int)dtype == e->info.dtype);
+  int same = raw_bytes || (kind_of((int)dtype) == e->kind && (e->kind != CE_IO_BLOCKS || (int)dtype == e->info.dtype));
   int from_blocks = e->kind == CE_IO_BLOCKS && !same;
   int convert_here = !same && !from_blocks;
   clembed_dtype tmp_dtype = quantize ? CLEMBED_F32 : dtype;
@@ -303,11 +330,11 @@ static clembed_status load(clembed_context *ctx, const char *op, const clembed_f
   clembed_status status = CLEMBED_OK;
   clembed_matrix out = {0};
   size_t i = 0;
-  uint64_t rows = 0, cols = 0;
+  uint64_t rows = 0, cols = 0, raw_bytes = 0;
   int quantize = 0;
   CE_ENTER(ctx, op);
   if (!f || !m) LFAIL(CLEMBED_ERR_INVALID_ARGUMENT, f ? "m" : "f", "%s: %s is NULL", op, f ? "m" : "f");
-  status = load_tensor(ctx, op, f, name, dtype, &i, &rows, &cols, &quantize);
+  status = load_tensor(ctx, op, f, name, dtype, &i, &rows, &cols, &quantize, &raw_bytes);
   if (status != CLEMBED_OK) goto cleanup;
   const ce_io_tensor *e = &f->table.t[i];
   const char *tn = e->info.name;
@@ -317,7 +344,8 @@ static clembed_status load(clembed_context *ctx, const char *op, const clembed_f
           "%s: %s: %llu rows from row %llu of tensor '%s', which has %llu rows", op, f->path,
           (unsigned long long)nrows, (unsigned long long)first_row, tn, (unsigned long long)rows);
   /* the rows' bytes in the file: whole blocks (or values) of `cols` per row */
-  uint64_t row_bytes = cols / e->block_values * e->block_bytes, first_byte = e->offset + first_row * row_bytes;
+  uint64_t row_bytes = raw_bytes ? raw_bytes : cols / e->block_values * e->block_bytes,
+           first_byte = e->offset + first_row * row_bytes;
   if ((int)dtype == e->info.dtype &&
       map_pages(ctx, f, e, first_byte, row_bytes, dtype, (size_t)nrows, (size_t)cols, &out)) {
     *m = out;
@@ -332,7 +360,7 @@ static clembed_status load(clembed_context *ctx, const char *op, const clembed_f
     LFAIL(status, "", "%s: tensor '%s' (%llu x %llu): %s", f->path, tn, (unsigned long long)nrows,
           (unsigned long long)cols, detail);
   }
-  status = upload(ctx, op, f, e, first_byte, nrows, cols, quantize, &out);
+  status = upload(ctx, op, f, e, first_byte, nrows, cols, quantize, raw_bytes, &out);
   if (status != CLEMBED_OK) goto cleanup;
   *m = out;
   out.buffer = NULL;

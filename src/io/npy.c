@@ -250,6 +250,8 @@ int ce_io_parse_npy(const uint8_t *data, size_t size, ce_io_table *table) {
     kind = CE_IO_I32, isize = 4;
   } else if (h.descr_len == 3 && !strcmp(h.descr, "<i8")) {
     kind = CE_IO_I64, isize = 8;
+  } else if (h.descr_len == 3 && !strcmp(h.descr, "|u1")) {
+    kind = CE_IO_U8, isize = 1;
   } else if (h.descr_len >= sizeof h.descr || item_size(h.descr, h.descr_len, &isize)) {
     ce_io_quote(q, sizeof q, h.descr, dlen);
     return ce_io_fail(table, "unsupported .npy dtype %s (not a simple type such as '<f4')", q);

@@ -278,7 +278,7 @@ typedef struct st_type {
 static const st_type st_types[] = {
     {"F32", 4, CE_IO_F32, CLEMBED_F32},   {"F16", 2, CE_IO_F16, CLEMBED_F16}, {"BF16", 2, CE_IO_BF16, CLEMBED_BF16},
     {"I32", 4, CE_IO_I32, -1},            {"I64", 8, CE_IO_I64, -1},          {"F64", 8, CE_IO_OTHER, -1},
-    {"BOOL", 1, CE_IO_OTHER, -1},         {"U8", 1, CE_IO_OTHER, -1},         {"I8", 1, CE_IO_OTHER, -1},
+    {"BOOL", 1, CE_IO_OTHER, -1},         {"U8", 1, CE_IO_U8, -1},         {"I8", 1, CE_IO_OTHER, -1},
     {"F8_E5M2", 1, CE_IO_OTHER, -1},      {"F8_E4M3", 1, CE_IO_OTHER, -1},    {"F8_E8M0", 1, CE_IO_OTHER, -1},
     {"I16", 2, CE_IO_OTHER, -1},          {"U16", 2, CE_IO_OTHER, -1},        {"U32", 4, CE_IO_OTHER, -1},
     {"U64", 8, CE_IO_OTHER, -1},          {"C64", 8, CE_IO_OTHER, -1},

@@ -100,6 +100,9 @@ clembed_status clembed_mpi_embedding_bag(clembed_mpi_table *t, const clembed_ids
     /* recorded on e */
   } else if (!ids || !out) {
     ce_mpi_fail(&e, CLEMBED_ERR_INVALID_ARGUMENT, ids ? "out" : "ids", -1, 0, "%s: %s is NULL", op, ids ? "out" : "ids");
+  } else if (o.remap) {
+    ce_mpi_fail(&e, CLEMBED_ERR_UNSUPPORTED, "remap", -1, 0,
+                "%s: remap (a pruned table) is for one device's lookups and bags, not an MPI table's", op);
   } else if ((unsigned)o.mode > (unsigned)CLEMBED_BAG_MAX) {
     ce_mpi_fail(&e, CLEMBED_ERR_INVALID_ARGUMENT, "mode", -1, (int64_t)o.mode, "%s: unknown bag mode %d", op,
                 (int)o.mode);
@@ -391,6 +394,8 @@ clembed_status clembed_mpi_bag_optimizer_step(clembed_mpi_table *t, const clembe
   bag_host h = {0};
   float *rows = NULL;
 
+  if (e.status == CLEMBED_OK && bo.remap)
+    ce_mpi_fail(&e, CLEMBED_ERR_UNSUPPORTED, "remap", -1, 0, "%s: remap: a pruned table is served, not trained", op);
   check_step_args(t, op, grad_out, ids, offsets, &bo, o, pad_bad, &e);
   if (e.status == CLEMBED_OK) read_inputs(t, op, grad_out, ids, offsets, &bo, &h, &e);
   if (e.status == CLEMBED_OK) made = ce_mpi_make_state(t, o->kind, &e);

@@ -326,6 +326,9 @@ clembed_status clembed_mpi_embed(clembed_mpi_table *t, const clembed_ids *ids, c
     /* recorded on e */
   } else if (!ids || !out) {
     ce_mpi_fail(&e, CLEMBED_ERR_INVALID_ARGUMENT, ids ? "out" : "ids", -1, 0, "%s: %s is NULL", op, ids ? "out" : "ids");
+  } else if (o.remap) {
+    ce_mpi_fail(&e, CLEMBED_ERR_UNSUPPORTED, "remap", -1, 0,
+                "%s: remap (a pruned table) is for one device's lookups and bags, not an MPI table's", op);
   } else if ((unsigned)o.policy > (unsigned)CLEMBED_INDEX_WRAP) {
     ce_mpi_fail(&e, CLEMBED_ERR_INVALID_ARGUMENT, "policy", -1, (int64_t)o.policy, "%s: unknown index policy %d", op,
                 (int)o.policy);

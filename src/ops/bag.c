@@ -117,6 +117,7 @@ int bag_feature_buffers(const bag_feat *F, int pieces, cl_mem *m) {
   if (F->offsets) m[k++] = F->offsets->buffer;
   if (F->opt.per_sample_weights) m[k++] = F->opt.per_sample_weights->buffer;
   if (F->opt.max_rows) m[k++] = F->opt.max_rows->buffer;
+  if (F->opt.remap) m[k++] = F->opt.remap->buffer;
   return k;
 }
 
@@ -146,8 +147,9 @@ clembed_status bag_plan(clembed_context *ctx, const char *what, const bag_feat *
       if (F[f].index >= 0) snprintf(at, sizeof at, " (features[%ld])", F[f].index);
       free(L);
       return ce_fail_arg(ctx, CLEMBED_ERR_UNSUPPORTED, NULL, "table", F[f].index, (int64_t)F[f].tp.count,
-                         "%s: table lies in %zu buffers%s; its ids, offsets, per_sample_weights and max_rows with "
-                         "them make %d, and a launch of the bag kernels takes at most %d (CLEMBED_BAGS_BUFFERS)",
+                         "%s: table lies in %zu buffers%s; its ids, offsets, per_sample_weights, max_rows and "
+                         "remap with them make %d, and a launch of the bag kernels takes at most %d "
+                         "(CLEMBED_BAGS_BUFFERS)",
                          what, F[f].tp.count, at, all, CLEMBED_BAGS_BUFFERS);
     }
     bag_launch *cur = nl ? &L[nl - 1] : NULL;
@@ -170,6 +172,7 @@ clembed_status bag_plan(clembed_context *ctx, const char *what, const bag_feat *
     cur->count++;
     cur->modes |= F[f].opt.mode == CLEMBED_BAG_MAX ? 4u : F[f].opt.per_sample_weights ? 2u : 1u;
     cur->split |= np > 1;
+    cur->remap |= F[f].opt.remap != NULL;
     cur->max |= F[f].opt.mode == CLEMBED_BAG_MAX;
     size_t chunks = (F[f].table->cols + vec - 1) / vec;
     cur->chunks += chunks ? chunks : 1; /* a feature of 0 columns still checks its ids */
@@ -227,6 +230,11 @@ clembed_status bag_describe(clembed_context *ctx, const bag_feat *F, size_t n, c
       r[BF_MR] = mr ? (cl_ulong)buffer_index(&L[l], mr->buffer) : BAG_NONE;
       r[BF_MR_OFF] = mr ? mr->offset : 0;
       r[BF_MR64] = mr && mr->type == CLEMBED_I64;
+      const clembed_ids *rm = x->opt.remap;
+      r[BF_RM] = rm ? (cl_ulong)buffer_index(&L[l], rm->buffer) : BAG_NONE;
+      r[BF_RM_OFF] = rm ? rm->offset : 0;
+      r[BF_RM64] = rm && rm->type == CLEMBED_I64;
+      r[BF_RM_ROWS] = rm ? rm->count : 0;
       r[BF_MODE] = (cl_ulong)x->opt.mode;
       r[BF_POLICY] = (cl_ulong)x->opt.policy;
       r[BF_PADDING] = (cl_ulong)x->padding;
@@ -263,7 +271,8 @@ bag_args bag_launch_args(cl_mem desc, const bag_launch *L, size_t bags) {
 }
 
 void bag_launch_options(char *buf, size_t cap, const char *base, const bag_launch *L) {
-  snprintf(buf, cap, "%s -DTABLE_DT=%d -DMODES=%u%s", base, L->dtype, L->modes, L->split ? " -DBAG_SPLIT=1" : "");
+  snprintf(buf, cap, "%s -DTABLE_DT=%d -DMODES=%u%s%s", base, L->dtype, L->modes, L->split ? " -DBAG_SPLIT=1" : "",
+           L->remap ? " -DBAG_REMAP=1" : "");
   ce_rowwise_option(buf, cap, (clembed_dtype)L->dtype, L->width, 0); /* (base has the division flag) */
 }
 
@@ -332,7 +341,14 @@ clembed_status bag_check_feature(clembed_context *ctx, const char *what, bag_fea
   if ((unsigned)o->policy > (unsigned)CLEMBED_INDEX_WRAP)
     FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "policy", -1, (int64_t)o->policy, "%s: unknown index policy %d", what,
              (int)o->policy);
-  CHECK(ce_padding(ctx, o->padding_idx, t->rows, what, &F->padding));
+  if (o->remap) { /* a pruned table (include/clembed.h, "Pruned tables"): served, not trained */
+    CHECK(ce_check_ids(ctx, o->remap, "remap"));
+    if (role != BAG_FORWARD)
+      FAIL_ARG(CLEMBED_ERR_UNSUPPORTED, "remap", -1, (int64_t)o->remap->count,
+               "%s: remap: a pruned table is served (the bag forward), not trained", what);
+  }
+  /* padding_idx is an id: of the unpruned table with a remap */
+  CHECK(ce_padding(ctx, o->padding_idx, o->remap ? o->remap->count : t->rows, what, &F->padding));
   if (off) {
     CHECK(ce_check_ids(ctx, off, "offsets"));
     if (off->count != bags + 1)
@@ -394,7 +410,7 @@ clembed_status bag_place_columns(clembed_context *ctx, const char *what, bag_fea
 
 clembed_status bag_feature_slot(clembed_context *ctx, const char *what, bag_feat *F) {
   const clembed_bag_options *o = &F->opt;
-  int can_fail = F->offsets != NULL ||
+  int can_fail = F->offsets != NULL || (F->ids->count && o->remap) ||
                  (F->ids->count && (o->policy == CLEMBED_INDEX_CHECK || o->policy == CLEMBED_INDEX_WRAP ||
                                     (o->policy == CLEMBED_INDEX_CLAMP && F->table->rows == 0)));
   F->slot = CE_NO_SLOT;
@@ -410,5 +426,6 @@ clembed_status bag_feature_slot(clembed_context *ctx, const char *what, bag_feat
   info.bag_offsets = 1;
   info.has_feature = F->index >= 0;
   info.feature = F->index >= 0 ? (uint64_t)F->index : 0;
+  ce_slot_remap(&info, o->remap, o->policy, F->table->rows);
   return ce_slot_reserve(ctx, &info, &F->slot);
 }

@@ -22,7 +22,8 @@
 #define BAG_FIELDS(X)                                                                                      \
   X(TAB) X(TAB_OFF) X(TAB_LD) X(TAB_ROWS) X(COLS) X(DTYPE) X(IDS) X(IDS_OFF) X(IDS_N) X(IDS64) X(OFFS)     \
   X(OFFS_OFF) X(OFFS64) X(W) X(W_OFF) X(W_LD) X(MR) X(MR_OFF) X(MR64) X(MODE) X(POLICY) X(PADDING) X(COL0) \
-  X(ERR) X(REPORT) X(CHUNK0) X(E0) X(CNT0) X(MRT0) X(TAB_NP) X(TAB_P) X(TAB_LO) X(TAB_HI)
+  X(ERR) X(REPORT) X(CHUNK0) X(E0) X(CNT0) X(MRT0) X(TAB_NP) X(TAB_P) X(TAB_LO) X(TAB_HI) X(RM) X(RM_OFF)  \
+  X(RM64) X(RM_ROWS)
 #define BAG_FIELD_ENUM(name) BF_##name,
 enum { BAG_FIELDS(BAG_FIELD_ENUM) BF_COUNT };
 #undef BAG_FIELD_ENUM
@@ -84,10 +85,11 @@ typedef struct bag_launch {
   size_t entries;         /* ids (the backward's entries) */
   int reports;            /* a feature reports errors */
   int split;              /* a feature reads a table in several buffers (BAG_SPLIT) */
+  int remap;              /* a feature's ids go through a remap (a pruned table: BAG_REMAP) */
 } bag_launch;
 
-/* The buffers a feature reads or writes (its table's pieces, then up to 4). */
-#define BAG_FEATURE_BUFFERS (CLEMBED_BAGS_BUFFERS + 4)
+/* The buffers a feature reads or writes (its table's pieces, then up to 5). */
+#define BAG_FEATURE_BUFFERS (CLEMBED_BAGS_BUFFERS + 5)
 int bag_feature_buffers(const bag_feat *F, int pieces, cl_mem *m);
 
 /* The features in order, in groups of at most CLEMBED_BAGS_BUFFERS buffers

@@ -20,10 +20,10 @@ static size_t own_buffers(const bag_feat *F) {
     for (size_t i = 0; i < j && !seen; i++) seen = F->tp.piece[i].buffer == F->tp.piece[j].buffer;
     own += !seen;
   }
-  cl_mem m[4] = {F->ids->buffer, F->offsets ? F->offsets->buffer : NULL,
+  cl_mem m[5] = {F->ids->buffer, F->offsets ? F->offsets->buffer : NULL,
                  F->opt.per_sample_weights ? F->opt.per_sample_weights->buffer : NULL,
-                 F->opt.max_rows ? F->opt.max_rows->buffer : NULL};
-  for (int i = 0; i < 4; i++) {
+                 F->opt.max_rows ? F->opt.max_rows->buffer : NULL, F->opt.remap ? F->opt.remap->buffer : NULL};
+  for (int i = 0; i < 5; i++) {
     int seen = !m[i];
     for (size_t j = 0; j < np && !seen; j++) seen = F->tp.piece[j].buffer == m[i];
     for (int k = 0; k < i && !seen; k++) seen = m[k] == m[i];
@@ -137,7 +137,17 @@ static clembed_status forward_run(clembed_context *ctx, const char *what, bag_fe
              cols, bags, cols);
   for (size_t f = 0; f < n; f++) CHECK(bag_feature_slot(ctx, what, &F[f]));
   for (size_t f = 0; f < n; f++)
-    if (own_buffers(&F[f]) > CLEMBED_BAGS_BUFFERS) CHECK(gather_rows(&ch, what, &F[f]));
+    if (own_buffers(&F[f]) > CLEMBED_BAGS_BUFFERS) {
+      if (F[f].opt.remap) { /* (the gather's positions cannot tell a pruned id from one left out) */
+        char at[48] = "";
+        if (F[f].index >= 0) snprintf(at, sizeof at, " (features[%ld])", F[f].index);
+        FAIL_ARG(CLEMBED_ERR_UNSUPPORTED, "remap", F[f].index, (int64_t)F[f].tp.count,
+                 "%s: remap with a table in %zu buffers%s: a pruned table's pieces, ids, offsets, weights and "
+                 "remap are read in one launch, which takes at most %d buffers (CLEMBED_BAGS_BUFFERS)",
+                 what, F[f].tp.count, at, CLEMBED_BAGS_BUFFERS);
+      }
+      CHECK(gather_rows(&ch, what, &F[f]));
+    }
   /* the features by table dtype (stable), so that a launch's program pools one
    * dtype: the program of the features alone, and no program with every
    * dtype's code at once (minutes of compiling on some devices) */

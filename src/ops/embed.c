@@ -140,13 +140,14 @@ clembed_status ce_embed_slot(clembed_context *ctx, const char *op, const clembed
                              const clembed_ids *ids, const clembed_embed_options *opt, const embed_pos *p,
                              cl_uint *slot) {
   *slot = CE_NO_SLOT;
-  int can_fail = opt->policy == CLEMBED_INDEX_CHECK || opt->policy == CLEMBED_INDEX_WRAP ||
+  int can_fail = opt->remap || opt->policy == CLEMBED_INDEX_CHECK || opt->policy == CLEMBED_INDEX_WRAP ||
                  (opt->policy == CLEMBED_INDEX_CLAMP && table->rows == 0) || (p->pt && !p->cached) || p->so ||
                  (opt->positions != CLEMBED_POSITIONS_NONE && opt->position_offset > (size_t)INT64_MAX);
   if (!ids->count || !can_fail) return CLEMBED_OK;
   ce_slot_info info = {op, "position_table", opt->policy == CLEMBED_INDEX_WRAP, table->rows,
                        p->pt ? p->pt->rows : 0, opt->seq_len, opt->position_offset, p->so != NULL,
-                       opt->positions == CLEMBED_POSITIONS_SINUSOID && !p->cached, NULL, 0, 0, 0};
+                       opt->positions == CLEMBED_POSITIONS_SINUSOID && !p->cached, NULL, 0, 0, 0, 0, 0, 0};
+  ce_slot_remap(&info, opt->remap, opt->policy, table->rows);
   return ce_slot_reserve(ctx, &info, slot);
 }
 
@@ -167,12 +168,16 @@ static clembed_status embed_args(clembed_context *ctx, cl_kernel k, const char *
   cl_float scale = opt->scale, drop = opt->dropout, keep = dropout ? 1.0f / (1.0f - opt->dropout) : 1.0f;
   cl_uint seed_lo = (cl_uint)opt->dropout_seed, seed_hi = (cl_uint)(opt->dropout_seed >> 32);
   cl_uint slot_arg = slot == CE_NO_SLOT ? 0 : slot;
+  cl_mem rmb = opt->remap ? opt->remap->buffer : none;
+  cl_ulong rm_off = opt->remap ? opt->remap->offset : 0, rm_rows = opt->remap ? opt->remap->count : 0;
+  cl_int rm64 = opt->remap && opt->remap->type == CLEMBED_I64;
   return ce_set_args(ctx, k, name, CE_PIECES(tp), CE_ARG(t_ldl), CE_ARG(t_rows), CE_ARG(idb), CE_ARG(idb),
                      CE_ARG(id_off), CE_ARG(id64), CE_ARG(n), CE_PIECES(op), CE_ARG(o_ldl), CE_ARG(cols),
                      CE_ARG(scale), CE_ARG(policy), CE_ARG(padding), CE_ARG(p->freq), CE_PIECES(&p->pp),
                      CE_ARG(p_ldl), CE_ARG(p_rows), CE_ARG(seq_len), CE_ARG(pos_offset),
                      CE_ARG(sob), CE_ARG(sob), CE_ARG(so_off), CE_ARG(so64), CE_ARG(has_so), CE_ARG(drop),
-                     CE_ARG(seed_lo), CE_ARG(seed_hi), CE_ARG(keep), CE_ARG(ctx->errbuf), CE_ARG(slot_arg), CE_END);
+                     CE_ARG(seed_lo), CE_ARG(seed_hi), CE_ARG(keep), CE_ARG(ctx->errbuf), CE_ARG(slot_arg),
+                     CE_ARG(rmb), CE_ARG(rmb), CE_ARG(rm_off), CE_ARG(rm64), CE_ARG(rm_rows), CE_END);
 }
 
 clembed_status ce_embed_check(clembed_context *ctx, const clembed_matrix *table, const clembed_ids *ids,
@@ -188,7 +193,14 @@ clembed_status ce_embed_check(clembed_context *ctx, const clembed_matrix *table,
              ids->count, table->cols, ids->count, table->cols);
   CHECK(ce_check_common(ctx, ctx->op, opt->policy, opt->dropout, ids->count, opt->seq_len,
                         opt->sequence_offsets));
-  CHECK(ce_padding(ctx, opt->padding_idx, table->rows, ctx->op, padding));
+  if (opt->remap) { /* a pruned table (include/clembed.h, "Pruned tables"): the lookup's, not the layer's */
+    CHECK(ce_check_ids(ctx, opt->remap, "remap"));
+    if (opt->segment_table || opt->norm.kind != CLEMBED_NORM_NONE)
+      FAIL_ARG(CLEMBED_ERR_UNSUPPORTED, "remap", -1, (int64_t)opt->remap->count,
+               "%s: remap (a pruned table) is for the lookup alone, not with a segment_table or a norm", ctx->op);
+  }
+  /* padding_idx is an id: of the unpruned table with a remap */
+  CHECK(ce_padding(ctx, opt->padding_idx, opt->remap ? opt->remap->count : table->rows, ctx->op, padding));
   if (opt->padding_keeps_row != 0 && opt->padding_keeps_row != 1)
     FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "padding_keeps_row", -1, opt->padding_keeps_row,
              "%s: padding_keeps_row is %d; 0 (the padding row counts as zero) or 1 (read as stored)", ctx->op,
@@ -225,9 +237,10 @@ static clembed_status embed_run(clembed_context *ctx, const clembed_matrix *tabl
     goto cleanup;
   }
   embed_shape sh = choose_shape(ctx, table, ids, opt, &p, out->dtype);
-  int n = snprintf(opts, sizeof opts, "-DTABLE_DT=%d -DOUT_DT=%d -DPOSITIONS=%d -DPOS_DT=%d -DDROPOUT=%d -DVEC=%u",
+  int n = snprintf(opts, sizeof opts,
+                   "-DTABLE_DT=%d -DOUT_DT=%d -DPOSITIONS=%d -DPOS_DT=%d -DDROPOUT=%d -DREMAP=%d -DVEC=%u",
                    (int)table->dtype, (int)out->dtype, p.kind, p.pt ? (int)p.pt->dtype : 0, opt->dropout > 0.0f,
-                   ctx->tune->embed_vec);
+                   opt->remap != NULL, ctx->tune->embed_vec);
   ce_rowwise_option(opts, sizeof opts, table->dtype, tp.ld, ctx->exact_div);
   n = (int)strlen(opts);
   /* a same-dtype F16 or BF16 lookup: the row shapes copy the 16-bit words (forward.cl's COPY) */

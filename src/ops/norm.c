@@ -301,7 +301,7 @@ static clembed_status norm_prepare(norm_call *c, ce_chain *ch, clembed_dtype out
     if (opt->policy == CLEMBED_INDEX_CHECK || opt->policy == CLEMBED_INDEX_WRAP ||
         (opt->policy == CLEMBED_INDEX_CLAMP && types == 0)) {
       ce_slot_info info = {c->op,   "position_table", opt->policy == CLEMBED_INDEX_WRAP, types, 0, 0, 0, 0, 0,
-                           "segment_ids", 0, 0, 0};
+                           "segment_ids", 0, 0, 0, 0, 0, 0};
       s = ce_slot_reserve(ctx, &info, &c->srec.slot);
     }
   }
@@ -629,6 +629,9 @@ static clembed_status bwd_check(bwd_call *b, const clembed_embed_options *opt, c
   b->opt = &b->o;
   CHECK(ce_struct_read(ctx, NULL, "grads", -1, &ce_embed_grads_layout, grads, &b->g));
   if (grads) b->grads = &b->g; /* NULL: refused by check_grads */
+  if (b->o.remap)
+    FAIL_ARG(CLEMBED_ERR_UNSUPPORTED, "remap", -1, (int64_t)b->o.remap->count,
+             "%s: remap: a pruned table is served, not trained", ctx->op);
   CHECK(ce_check_events(ctx, nwait, wait));
   CHECK(ce_embed_check(ctx, b->table, ids, b->opt, b->grad_out, "grad_out", &b->tp, &b->gp, &b->padding));
   /* padding_keeps_row: the rows are recomputed with the padding row as stored; the

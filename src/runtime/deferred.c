@@ -104,6 +104,14 @@ static clembed_status tracked_collect(clembed_context *ctx) {
 
 /* ------------------------------------------------------- deferred errors */
 
+void ce_slot_remap(ce_slot_info *info, const clembed_ids *remap, clembed_index_policy policy, size_t table_rows) {
+  if (!remap) return;
+  info->remap = 1;
+  info->policy = (int)policy;
+  info->table_rows = table_rows;
+  info->id_rows = remap->count;
+}
+
 /* Records the first error among `used` slots read from the device in
  * ctx->deferred (if none is pending). */
 static void slots_scan(clembed_context *ctx, const cl_uint *s, const ce_slot_info *info, size_t used) {
@@ -130,13 +138,24 @@ static void slots_scan(clembed_context *ctx, const cl_uint *s, const ce_slot_inf
       int64_t v = (int64_t)((uint64_t)r[2] | ((uint64_t)r[3] << 32));
       unsigned long long rows = (unsigned long long)in->id_rows;
       const char *idn = in->id_arg ? in->id_arg : "ids";
-      if (in->wrap)
-        snprintf(ctx->deferred_message, sizeof ctx->deferred_message, "%s: %s%s[%u] = %lld is outside [-%llu, %llu)",
-                 in->op, part, idn, r[0], (long long)v, rows, rows);
-      else
-        snprintf(ctx->deferred_message, sizeof ctx->deferred_message, "%s: %s%s[%u] = %lld is outside [0, %llu)",
-                 in->op, part, idn, r[0], (long long)v, rows);
-      ce_detail_fill(&ctx->deferred_detail, CLEMBED_ERR_INDEX_OUT_OF_RANGE, in->op, idn, (int64_t)r[0], v);
+      /* with a remap, an id of [0, rows) under the policy was reported for its remap entry */
+      int64_t e = in->wrap && v < 0 && v >= -(int64_t)rows ? v + (int64_t)rows : v;
+      if (in->remap && in->policy == CLEMBED_INDEX_CLAMP && rows) e = e < 0 ? 0 : e >= (int64_t)rows ? (int64_t)rows - 1 : e;
+      if (in->remap && e >= 0 && (uint64_t)e < rows) {
+        snprintf(ctx->deferred_message, sizeof ctx->deferred_message,
+                 "%s: %s%s[%u] = %lld: remap[%lld] is neither -1 (pruned) nor one of the table's %llu rows", in->op, part,
+                 idn, r[0], (long long)v, (long long)e, (unsigned long long)in->table_rows);
+        ce_detail_fill(&ctx->deferred_detail, CLEMBED_ERR_INDEX_OUT_OF_RANGE, in->op, "remap", e, v);
+      } else {
+        if (in->wrap)
+          snprintf(ctx->deferred_message, sizeof ctx->deferred_message,
+                   "%s: %s%s[%u] = %lld is outside [-%llu, %llu)%s", in->op, part, idn, r[0], (long long)v, rows, rows,
+                   in->remap ? " (remap_rows)" : "");
+        else
+          snprintf(ctx->deferred_message, sizeof ctx->deferred_message, "%s: %s%s[%u] = %lld is outside [0, %llu)%s",
+                   in->op, part, idn, r[0], (long long)v, rows, in->remap ? " (remap_rows)" : "");
+        ce_detail_fill(&ctx->deferred_detail, CLEMBED_ERR_INDEX_OUT_OF_RANGE, in->op, idn, (int64_t)r[0], v);
+      }
     } else if (in->bag_offsets) {
       int64_t v = (int64_t)((uint64_t)r[4] | ((uint64_t)r[5] << 32));
       snprintf(ctx->deferred_message, sizeof ctx->deferred_message,

@@ -113,6 +113,14 @@ static inline size_t ce_rowwise_row_bytes(const ce_rowwise_facts *r, size_t cols
   return ce_rowwise_value_bytes(r, cols) + r->sb;
 }
 
+/* The cols of a row of `bytes` bytes (FP8_ROWWISE, whose values are padded:
+ * the most cols such a row holds), or 0 when no row is that long. */
+static inline size_t ce_rowwise_cols_of_bytes(const ce_rowwise_facts *r, size_t bytes) {
+  if (bytes <= r->sb || (bytes - r->sb) % r->pad) return 0;
+  size_t cols = (bytes - r->sb) * (8u / r->bits);
+  return cols % r->mult == 0 && ce_rowwise_row_bytes(r, cols) == bytes ? cols : 0;
+}
+
 /* The facts of a dtype value, or NULL for a value that is none. */
 static inline const ce_dtype_facts *ce_dtype_facts_of(int dtype) {
 #define CE_DTYPE_FACT(ID, value, name, qk, bytes) [value] = {#ID, #name, qk, bytes},

@@ -53,7 +53,9 @@ static const size_t embed_ends[] = {
     END(EO, scale),           END(EO, policy),          END(EO, padding_idx),   END(EO, positions),
     END(EO, sinusoid),        END(EO, position_table),  END(EO, seq_len),       END(EO, position_offset),
     END(EO, sequence_offsets), END(EO, dropout),        END(EO, dropout_seed),  END(EO, segment_table),
-    END(EO, segment_ids),     END(EO, norm),            END(EO, padding_keeps_row), sizeof(EO)};
+    END(EO, segment_ids),     END(EO, norm),            END(EO, padding_keeps_row),
+    offsetof(EO, remap), /* the sizeof of the version before remap (padding_keeps_row's tail padding) */
+    END(EO, remap),           sizeof(EO)};
 static const ce_nested embed_nested[] = {{offsetof(EO, sinusoid), &ce_sinusoid_layout, "sinusoid"},
                                          {offsetof(EO, norm), &ce_norm_layout, "norm"}};
 LAYOUT(ce_embed_options_layout, clembed_embed_options, "clembed_embed_defaults()", embed_ends, embed_nested,
@@ -95,7 +97,7 @@ LAYOUT(ce_rope_layout, clembed_rope, "clembed_rope_defaults()", rope_ends, NULL,
 
 #define BG clembed_bag_options
 static const size_t bag_ends[] = {END(BG, mode),     END(BG, policy),   END(BG, padding_idx),
-                                  END(BG, per_sample_weights), END(BG, max_rows), sizeof(BG)};
+                                  END(BG, per_sample_weights), END(BG, max_rows), END(BG, remap), sizeof(BG)};
 LAYOUT(ce_bag_options_layout, clembed_bag_options, "clembed_bag_defaults()", bag_ends, NULL, 0);
 #undef BG
 

@@ -212,7 +212,14 @@ typedef struct ce_slot_info {
                             reported are the entry's); pos_rows holds the number of ids */
   int has_feature;       /* a batched call: the messages name features[feature] */
   uint64_t feature;
+  int remap;             /* a pruned table: id_rows is the remap's count; a reported id that is one of
+                            them (under `policy`) names a damaged remap entry instead */
+  int policy;            /* the call's clembed_index_policy (with remap) */
+  uint64_t table_rows;   /* with remap: the rows its entries must be below */
 } ce_slot_info;
+
+/* With a remap (NULL: nothing), sets info's remap fields and id_rows. */
+void ce_slot_remap(ce_slot_info *info, const clembed_ids *remap, clembed_index_policy policy, size_t table_rows);
 
 /* Slots read aside (without waiting) when every slot was taken before a finish. */
 typedef struct ce_slot_batch {

@@ -138,19 +138,6 @@ static int64_t *all_ids(const batch_spec *b, size_t *total, size_t *mine) {
   return all;
 }
 
-static clembed_ids make_ids(clembed_context *ctx, const int64_t *h, size_t n, clembed_index_type type) {
-  clembed_ids ids = {0};
-  if (type == CLEMBED_I64) {
-    OK(ctx, clembed_ids_create(ctx, h, n, CLEMBED_I64, &ids));
-  } else {
-    int32_t *h32 = malloc((n + 1) * sizeof *h32);
-    for (size_t i = 0; i < n; i++) h32[i] = (int32_t)h[i];
-    OK(ctx, clembed_ids_create(ctx, h32, n, CLEMBED_I32, &ids));
-    free(h32);
-  }
-  return ids;
-}
-
 /* The same status on every rank? (and this rank's, for the message) */
 static void expect_status(clembed_context *ctx, clembed_status got, clembed_status want, const char *what) {
   EXPECT(got == want, "%s: rank %d got %s, expected %s: %s", what, g_rank, clembed_status_string(got),
@@ -388,7 +375,7 @@ static void check_embed(clembed_context *ctx, size_t R, size_t C, clembed_dtype 
   size_t n = batch_len(b, g_rank);
   int64_t *mine = malloc((n + 1) * sizeof *mine);
   batch_ids(b, g_rank, mine);
-  clembed_ids ids = make_ids(ctx, mine, n, g_rank % 2 ? CLEMBED_I32 : CLEMBED_I64);
+  clembed_ids ids = tu_ids(ctx, mine, n, g_rank % 2 ? CLEMBED_I32 : CLEMBED_I64);
   clembed_matrix out = {0}, ref = {0};
   OK(ctx, clembed_matrix_create(ctx, n, C, out_dt, &out));
   OK(ctx, clembed_matrix_create(ctx, n, C, out_dt, &ref));
@@ -450,7 +437,7 @@ TU_CASE(embed_equals_one_device) {
     OK(ctx, clembed_matrix_write(ctx, &pt, ph, CLEMBED_F32));
     int64_t offs[8];
     for (int i = 0; i < 8; i++) offs[i] = (g_rank + i) % 5;
-    clembed_ids so = make_ids(ctx, offs, 8, CLEMBED_I64);
+    clembed_ids so = tu_ids(ctx, offs, 8, CLEMBED_I64);
     o = clembed_embed_defaults();
     o.positions = CLEMBED_POSITIONS_TABLE;
     o.position_table = &pt;
@@ -550,7 +537,7 @@ TU_CASE(embed_refusals) {
   clembed_mpi_table *t = make_table(ctx, R, C, CLEMBED_F32, h);
   clembed_matrix whole = whole_table(ctx, R, C, CLEMBED_F32, h);
   int64_t mine[6] = {1, 16, 8, 8, 0, (int64_t)(g_rank * 4) % 17};
-  clembed_ids ids = make_ids(ctx, mine, 6, CLEMBED_I64);
+  clembed_ids ids = tu_ids(ctx, mine, 6, CLEMBED_I64);
   clembed_matrix out = {0}, ref = {0}, wrong = {0};
   OK(ctx, clembed_matrix_create(ctx, 6, C, CLEMBED_F32, &out));
   OK(ctx, clembed_matrix_create(ctx, 6, C, CLEMBED_F32, &ref));
@@ -636,7 +623,7 @@ TU_CASE(embed_odd_values) {
     /* every row, twice, from every rank (its own rows too) */
     int64_t ids_h[2 * 11];
     for (size_t i = 0; i < 2 * R; i++) ids_h[i] = (int64_t)((i * 7 + (size_t)g_rank) % R);
-    clembed_ids ids = make_ids(ctx, ids_h, 2 * R, CLEMBED_I64);
+    clembed_ids ids = tu_ids(ctx, ids_h, 2 * R, CLEMBED_I64);
     clembed_matrix out = {0}, ref = {0};
     OK(ctx, clembed_matrix_create(ctx, 2 * R, C, dt, &out));
     OK(ctx, clembed_matrix_create(ctx, 2 * R, C, dt, &ref));
@@ -726,7 +713,7 @@ static void check_steps(clembed_context *ctx, size_t R, size_t C, const batch_sp
       off += nr;
     }
     /* the sharded step */
-    clembed_ids ids = make_ids(ctx, all + at, n, g_rank % 2 ? CLEMBED_I32 : CLEMBED_I64);
+    clembed_ids ids = tu_ids(ctx, all + at, n, g_rank % 2 ? CLEMBED_I32 : CLEMBED_I64);
     clembed_matrix grad = {0};
     OK(ctx, clembed_matrix_create(ctx, n, C, sc->grad[g_rank % 2], &grad));
     if (n && C) OK(ctx, clembed_matrix_write(ctx, &grad, gmine, CLEMBED_F32));
@@ -748,7 +735,7 @@ static void check_steps(clembed_context *ctx, size_t R, size_t C, const batch_sp
              "%s: detail %s %s[%lld] = %lld", what, d.operation, d.argument, (long long)d.index, (long long)d.value);
     }
     /* one device on the concatenation (masked already: no dropout there) */
-    clembed_ids wids = make_ids(ctx, all, total, CLEMBED_I64);
+    clembed_ids wids = tu_ids(ctx, all, total, CLEMBED_I64);
     clembed_matrix wgrad = {0};
     OK(ctx, clembed_matrix_create(ctx, total, C, CLEMBED_F32, &wgrad));
     if (total && C) OK(ctx, clembed_matrix_write(ctx, &wgrad, gall, CLEMBED_F32));
@@ -865,7 +852,7 @@ TU_CASE(step_refusals) {
   clembed_mpi_table *t = make_table(ctx, R, C, CLEMBED_F32, h);
   clembed_matrix whole = whole_table(ctx, R, C, CLEMBED_F32, h), grad = {0}, wrong = {0}, pg = {0};
   int64_t mine[5] = {0, 20, 3, 3, (int64_t)g_rank};
-  clembed_ids ids = make_ids(ctx, mine, 5, CLEMBED_I32);
+  clembed_ids ids = tu_ids(ctx, mine, 5, CLEMBED_I32);
   OK(ctx, clembed_matrix_create(ctx, 5, C, CLEMBED_F32, &grad));
   OK(ctx, clembed_matrix_create(ctx, 5, C + 1, CLEMBED_F32, &wrong));
   OK(ctx, clembed_matrix_create(ctx, 16, C, CLEMBED_F32, &pg));
@@ -938,7 +925,7 @@ TU_CASE(views_of_wider_matrices) {
     clembed_matrix whole = whole_table(ctx, R, C, tdt[k], h);
     size_t total = 0, at = 0, n = batch_len(&b, g_rank);
     int64_t *all = all_ids(&b, &total, &at);
-    clembed_ids ids = make_ids(ctx, all + at, n, g_rank % 2 ? CLEMBED_I32 : CLEMBED_I64);
+    clembed_ids ids = tu_ids(ctx, all + at, n, g_rank % 2 ? CLEMBED_I32 : CLEMBED_I64);
     /* the forward into rows OFF .. of a wider matrix filled with other values */
     clembed_matrix wide = {0}, wref = {0};
     float *fill = table_values(n + 1, W, 99);
@@ -984,7 +971,7 @@ TU_CASE(views_of_wider_matrices) {
       bo.padding_idx = 5;
       clembed_optimizer opt = clembed_optimizer_defaults(CLEMBED_ADAGRAD);
       OK(ctx, clembed_mpi_optimizer_step(t, &grad, &ids, &bo, &opt));
-      clembed_ids wids = make_ids(ctx, all, total, CLEMBED_I64);
+      clembed_ids wids = tu_ids(ctx, all, total, CLEMBED_I64);
       OK(ctx, clembed_matrix_create(ctx, total, C, CLEMBED_F32, &wgrad));
       if (total) OK(ctx, clembed_matrix_write(ctx, &wgrad, gall, CLEMBED_F32));
       OK(ctx, clembed_matrix_create(ctx, R, C, CLEMBED_F32, &s1));
@@ -1105,15 +1092,15 @@ static void bag_upload(clembed_context *ctx, bag_dev *dp, const bag_batch *b, si
                        const clembed_bag_options *base, int weighted, int fixed, clembed_index_type it) {
   bag_dev d = {0};
   d.o = *base;
-  d.ids = make_ids(ctx, b->ids, b->n, it);
-  if (!fixed) d.offsets = make_ids(ctx, b->offsets, b->nb + 1, it);
+  d.ids = tu_ids(ctx, b->ids, b->n, it);
+  if (!fixed) d.offsets = tu_ids(ctx, b->offsets, b->nb + 1, it);
   if (weighted) {
     OK(ctx, clembed_matrix_create(ctx, b->n, 1, CLEMBED_F32, &d.w));
     if (b->n) OK(ctx, clembed_matrix_write(ctx, &d.w, b->w, CLEMBED_F32));
   }
   if (base->mode == CLEMBED_BAG_MAX) {
     int64_t *z = calloc(b->nb * C + 1, sizeof *z);
-    d.max_rows = make_ids(ctx, z, b->nb * C, it);
+    d.max_rows = tu_ids(ctx, z, b->nb * C, it);
     free(z);
   }
   *dp = d; /* the options point into *dp */
@@ -1416,7 +1403,7 @@ TU_CASE(step_stochastic_rounding) {
   float *h = table_values(R, C, 43);
   clembed_mpi_table *t = make_table(ctx, R, C, CLEMBED_BF16, h);
   int64_t ids_h[3] = {1, 2, 3};
-  clembed_ids ids = make_ids(ctx, ids_h, 3, CLEMBED_I64);
+  clembed_ids ids = tu_ids(ctx, ids_h, 3, CLEMBED_I64);
   clembed_matrix grad = {0};
   OK(ctx, clembed_matrix_create(ctx, 3, C, CLEMBED_F32, &grad));
   clembed_optimizer o = clembed_optimizer_defaults(CLEMBED_SGD);
@@ -1445,8 +1432,8 @@ TU_CASE(bag_refusals) {
   clembed_mpi_table *t = make_table(ctx, R, C, CLEMBED_F32, h);
   clembed_matrix whole = whole_table(ctx, R, C, CLEMBED_F32, h), out = {0}, grad = {0};
   int64_t ids_h[6] = {0, 4, 4, 10, 7, (int64_t)g_rank}, offs_h[3] = {0, 2, 6}, bad_offs[3] = {0, 4, 3};
-  clembed_ids ids = make_ids(ctx, ids_h, 6, CLEMBED_I64), offs = make_ids(ctx, offs_h, 3, CLEMBED_I32);
-  clembed_ids boffs = make_ids(ctx, bad_offs, 3, CLEMBED_I64);
+  clembed_ids ids = tu_ids(ctx, ids_h, 6, CLEMBED_I64), offs = tu_ids(ctx, offs_h, 3, CLEMBED_I32);
+  clembed_ids boffs = tu_ids(ctx, bad_offs, 3, CLEMBED_I64);
   OK(ctx, clembed_matrix_create(ctx, 2, C, CLEMBED_F32, &out));
   OK(ctx, clembed_matrix_create(ctx, 2, C, CLEMBED_F32, &grad));
   float *gh = grad_values(g_rank, 2, C, 3, CLEMBED_F32);
@@ -1464,10 +1451,33 @@ TU_CASE(bag_refusals) {
     expect_argument(ctx, "clembed_mpi_bag_optimizer_step", "mode", "bag step modes differ");
     expect_table(ctx, t, &whole, "after a refused bag step");
   }
+  /* a pruned table's remap: for one device's bags, refused on every rank naming remap */
+  {
+    int64_t rm_h[11] = {0, 1, -1, 3, 4, 5, 6, 7, 8, 9, 10};
+    clembed_ids rm = tu_ids(ctx, rm_h, 11, CLEMBED_I64);
+    clembed_bag_options ro = clembed_bag_defaults();
+    ro.remap = &rm;
+    s = clembed_mpi_embedding_bag(t, &ids, &offs, &ro, &out);
+    expect_status(ctx, s, CLEMBED_ERR_UNSUPPORTED, "a remap in the MPI bag");
+    expect_argument(ctx, "clembed_mpi_embedding_bag", "remap", "a remap in the MPI bag");
+    s = clembed_mpi_bag_optimizer_step(t, &grad, &ids, &offs, &ro, &sgd);
+    expect_status(ctx, s, CLEMBED_ERR_UNSUPPORTED, "a remap in the MPI bag step");
+    expect_argument(ctx, "clembed_mpi_bag_optimizer_step", "remap", "a remap in the MPI bag step");
+    if (g_size > 1) expect_table(ctx, t, &whole, "after a refused remap step"); /* (1 rank: the step above ran) */
+    clembed_embed_options eo = clembed_embed_defaults();
+    eo.remap = &rm;
+    clembed_matrix eout = {0};
+    OK(ctx, clembed_matrix_create(ctx, 6, C, CLEMBED_F32, &eout));
+    s = clembed_mpi_embed(t, &ids, &eo, &eout);
+    expect_status(ctx, s, CLEMBED_ERR_UNSUPPORTED, "a remap in the MPI lookup");
+    expect_argument(ctx, "clembed_mpi_embed", "remap", "a remap in the MPI lookup");
+    clembed_matrix_release(&eout);
+    clembed_ids_release(&rm);
+  }
   /* MAX without max_rows on the last rank: it names max_rows, the others the rank */
   clembed_ids mr = {0};
   int64_t z[6] = {0};
-  mr = make_ids(ctx, z, 2 * C, CLEMBED_I64);
+  mr = tu_ids(ctx, z, 2 * C, CLEMBED_I64);
   o.mode = CLEMBED_BAG_MAX;
   o.max_rows = g_rank == last ? NULL : &mr;
   OK(ctx, clembed_mpi_embedding_bag(t, &ids, &offs, &o, &out)); /* max_rows is optional in the forward */
@@ -1520,7 +1530,7 @@ TU_CASE(different_calls) {
     s = clembed_mpi_table_init_normal(t, 0.0f, 1.0f, 1);
   } else {
     int64_t one = 1;
-    clembed_ids ids = make_ids(ctx, &one, 1, CLEMBED_I64);
+    clembed_ids ids = tu_ids(ctx, &one, 1, CLEMBED_I64);
     clembed_matrix out = {0};
     OK(ctx, clembed_matrix_create(ctx, 1, 3, CLEMBED_F32, &out));
     s = clembed_mpi_embed(t, &ids, NULL, &out);

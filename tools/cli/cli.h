@@ -118,6 +118,12 @@ int cli_input_shape(const npy_array *a, size_t *shape, int capacity);
 clembed_matrix *cli_upload_table(const npy_array *a, clembed_dtype dtype);
 /* i32 or i64 ids of shape (n,) or (batch, seq). */
 const npy_array *cli_load_ids(const char *flagname, const char *path);
+/* A table's cols as `dtype` on the device: its second dimension, or for bytes
+ * (u8: FBGEMM's row-wise rows as stored, `dtype` one of its types) the values
+ * a row of that many bytes holds; exits 1 naming flagname and path otherwise. */
+size_t cli_table_cols(const char *flagname, const char *path, const npy_array *a, clembed_dtype dtype);
+/* --remap's file (NULL for none): <i4 or <i8, 1-D; errors naming "remap" blame it. */
+const npy_array *cli_load_remap(const char *path);
 /* A <f4 or <f2 gradient whose shape is ids.shape + (D,). */
 const npy_array *cli_load_grad(const char *path, const npy_array *ids, const char *ids_path);
 /* The checks of an index policy done on the host, for tables of no columns

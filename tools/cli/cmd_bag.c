@@ -9,7 +9,8 @@ static const char usage[] =
     "usage: clembed bag --table W.npy --ids IDS.npy [--offsets OFF.npy [--include-last-offset]]\n"
     "                   --mode sum|mean|max [--weights PSW.npy] [--padding-idx V]\n"
     "                   [--on-bad-id check|clamp|zero|wrap] [--dtype f32|f16|bf16|q8_0|q4_0|i8_rowwise|...]\n"
-    "                   [--out-dtype f32|f16|bf16] [--device SPEC] -o OUT.npy|OUT.safetensors\n"
+    "                   [--remap REMAP.npy] [--out-dtype f32|f16|bf16] [--device SPEC]\n"
+    "                   -o OUT.npy|OUT.safetensors\n"
     "\n"
     "Each bag of ids pooled into one row (PyTorch's F.embedding_bag); output shape (B, D).\n"
     "  --table W         table (V, D): .npy (<f4, <f2), .safetensors or .gguf (FILE:NAME picks a\n"
@@ -29,6 +30,10 @@ static const char usage[] =
     "  --on-bad-id       check (default: exit 1 naming the position), clamp, zero (left out of\n"
     "                    the bag), wrap\n"
     "  --dtype           the table's device dtype (default: the table's own), as `clembed embed`\n"
+    "  --remap REMAP     a pruned table (FBGEMM's pruned_array): <i4 or <i8, 1-D, an entry per id\n"
+    "                    of the unpruned table, the row of W it reads or -1 for a pruned id (adds\n"
+    "                    nothing, counts in mean's length); the ids and --padding-idx are then\n"
+    "                    ids of the unpruned table, below len(REMAP)\n"
     "  -o, --output      the output (- for standard output: .npy): <f2 for a <f2 table with\n"
     "                    --dtype f16 or none, else <f4; .safetensors: one tensor \"output\"\n"
     "  --out-dtype       f32, f16 or bf16 (bf16 only into .safetensors)\n" CLI_DEVICE_USAGE;
@@ -40,7 +45,8 @@ static int64_t id_at(const npy_array *a, size_t i) {
 int cli_cmd_bag(int argc, char **argv) {
   cli_flag fl[] = {FV("--table"),       FV("--ids"),       FV("--offsets"), FS("--include-last-offset"),
                    FV("--mode"),        FV("--weights"),   FV("--padding-idx"), FV("--on-bad-id"),
-                   FV("--dtype"),       FV("--out-dtype"), FV("--device"), FA("--output", "-o")};
+                   FV("--dtype"),       FV("--out-dtype"), FV("--device"), FV("--remap"),
+                   FA("--output", "-o")};
   cli_parse_flags(argc, argv, fl, NFLAGS(fl), usage);
   static const char *const req[] = {"--table", "--ids", "--mode", "--output", NULL};
   cli_require(fl, NFLAGS(fl), req);
@@ -56,8 +62,10 @@ int cli_cmd_bag(int argc, char **argv) {
   const char *tpath = VAL("--table"), *ipath = VAL("--ids"), *opath = VAL("--offsets");
   const npy_array *w = cli_load_table_file("--table", tpath);
   const npy_array *ids = cli_load_ids("--ids", ipath);
-  size_t rows = w->shape[0], dim = w->shape[1], n = ids->count, bags;
-  o.padding_idx = cli_arg_padding(VAL("--padding-idx"), rows);
+  clembed_dtype table_dt = dtype_flag >= 0 ? (clembed_dtype)dtype_flag : cli_input_dtype(w);
+  size_t rows = w->shape[0], dim = cli_table_cols("--table", tpath, w, table_dt), n = ids->count, bags;
+  const npy_array *rmap = cli_load_remap(VAL("--remap"));
+  o.padding_idx = cli_arg_padding(VAL("--padding-idx"), rmap ? rmap->count : rows);
   /* the bags: B + 1 offsets on the device (CSR), from B starts or B + 1 entries, checked here */
   int64_t *csr = NULL;
   if (opath) {
@@ -94,12 +102,12 @@ int cli_cmd_bag(int argc, char **argv) {
   snprintf(ids_what, sizeof ids_what, "--ids %s", ipath);
   cli_blame(ids_what, NULL);
 
-  clembed_dtype table_dt = dtype_flag >= 0 ? (clembed_dtype)dtype_flag : cli_input_dtype(w);
   int f16_out = w->dtype == NPY_F2 && (dtype_flag < 0 || dtype_flag == CLEMBED_F16);
   clembed_dtype out_dt = cli_output_dtype(VAL("--out-dtype"), f16_out ? CLEMBED_F16 : CLEMBED_F32);
   size_t out_bytes = cli_mul3(bags, dim, clembed_dtype_size(out_dt), "the output");
   uint64_t device = (uint64_t)cli_mul3(rows, clembed_dtype_row_bytes(table_dt, dim), 1, "--table") +
-                    cli_array_bytes(ids) + (bags + 1) * 8u + (psw ? (uint64_t)n * 4u : 0) + out_bytes;
+                    cli_array_bytes(ids) + (bags + 1) * 8u + (psw ? (uint64_t)n * 4u : 0) + out_bytes +
+                    (rmap ? cli_array_bytes(rmap) : 0);
 
   cli_open_device(VAL("--device"));
   uint64_t convert = table_dt != cli_host_dtype(w->dtype) && !cli_input_in_file(w)
@@ -113,6 +121,7 @@ int cli_cmd_bag(int argc, char **argv) {
     cli_check(clembed_ids_create(cli_ctx, csr, bags + 1, CLEMBED_I64, d_off));
   }
   if (psw) o.per_sample_weights = cli_upload(psw->data, cli_host_dtype(psw->dtype), n, 1, CLEMBED_F32);
+  if (rmap) o.remap = cli_upload_ids(rmap);
   clembed_matrix *out = cli_zeros(bags, dim, out_dt);
   cli_check(clembed_embedding_bag(cli_ctx, table, d_ids, d_off, &o, out, 0, NULL, NULL));
   void *h = cli_download(out, out_dt);

@@ -12,7 +12,7 @@ static const char usage[] =
     "                     [--on-bad-id check|clamp|zero|wrap] [--dtype f32|f16|bf16|q8_0|q4_0|i8_rowwise|...]\n"
     "                     [--dropout P --seed S] [--out-dtype f32|f16|bf16] [--device SPEC]\n"
     "                     [--segments S --segment-ids SIDS] [--norm layer|rms [--norm-weight G]\n"
-    "                     [--norm-bias B] [--norm-eps E]] -o OUT.npy|OUT.safetensors\n"
+    "                     [--norm-bias B] [--norm-eps E]] [--remap REMAP.npy] -o OUT.npy|OUT.safetensors\n"
     "\n"
     "out[i] = dropout(scale * W[ids[i]] + P[position of i]); output shape ids.shape + (D,).\n"
     "With segments or a norm (BERT's input layer, in the same pass):\n"
@@ -45,7 +45,11 @@ static const char usage[] =
     "                    (RMSNorm: x / sqrt(mean(x^2) + eps) * G), after the sum, before dropout\n"
     "  --norm-weight G   the norm's weight, (D,) or (1, D), <f4 or <f2 (default: 1)\n"
     "  --norm-bias B     LayerNorm's bias, (D,) or (1, D) (default: 0)\n"
-    "  --norm-eps E      the norm's eps (default 1e-5; BERT uses 1e-12)\n" CLI_DEVICE_USAGE;
+    "  --norm-eps E      the norm's eps (default 1e-5; BERT uses 1e-12)\n"
+    "  --remap REMAP     a pruned table (FBGEMM's pruned_array; not with segments or a norm):\n"
+    "                    <i4 or <i8, 1-D, an entry per id of the unpruned table, the row of W it\n"
+    "                    reads or -1 for a pruned id (a zero row); the ids and --padding-idx are\n"
+    "                    then ids of the unpruned table, below len(REMAP)\n" CLI_DEVICE_USAGE;
 
 /* A norm parameter (NULL without the flag): (D,) or (1, D), <f4 or <f2. */
 static const npy_array *norm_param(const char *flag, const char *path, size_t dim) {
@@ -66,7 +70,7 @@ int cli_cmd_embed(int argc, char **argv) {
                    FV("--exponent"), FV("--layout"),  FV("--offset"), FV("--padding-idx"), FV("--on-bad-id"),
                    FV("--dtype"),    FV("--dropout"), FV("--seed"),   FV("--device"),      FA("--output", "-o"),
                    FV("--out-dtype"), FV("--segments"), FV("--segment-ids"), FV("--norm"), FV("--norm-weight"),
-                   FV("--norm-bias"), FV("--norm-eps")};
+                   FV("--norm-bias"), FV("--norm-eps"), FV("--remap")};
   cli_parse_flags(argc, argv, fl, NFLAGS(fl), usage);
   static const char *const req[] = {"--table", "--ids", "--output", NULL};
   cli_require(fl, NFLAGS(fl), req);
@@ -104,9 +108,12 @@ int cli_cmd_embed(int argc, char **argv) {
   const char *tpath = VAL("--table"), *ipath = VAL("--ids");
   const npy_array *w = cli_load_table_file("--table", tpath);
   const npy_array *ids = cli_load_ids("--ids", ipath);
-  size_t rows = w->shape[0], dim = w->shape[1], n = ids->count;
+  clembed_dtype table_dt = dtype_flag >= 0 ? (clembed_dtype)dtype_flag : cli_input_dtype(w);
+  size_t rows = w->shape[0], dim = cli_table_cols("--table", tpath, w, table_dt), n = ids->count;
   o.scale = cli_arg_scale(VAL("--scale"), dim);
-  o.padding_idx = cli_arg_padding(VAL("--padding-idx"), rows);
+  const npy_array *rmap = cli_load_remap(VAL("--remap"));
+  size_t id_rows = rmap ? rmap->count : rows; /* (a pruned table's ids are the unpruned table's) */
+  o.padding_idx = cli_arg_padding(VAL("--padding-idx"), id_rows);
   o.seq_len = ids->ndim == 2 ? ids->shape[1] : 0;
   const npy_array *pt = NULL;
   char pos_what[1100], ids_what[1100];
@@ -145,20 +152,20 @@ int cli_cmd_embed(int argc, char **argv) {
   const npy_array *nb = norm_param("--norm-bias", VAL("--norm-bias"), dim);
   if (dim == 0) {
     /* no columns: nothing is looked up on the device, the ids are checked here */
-    cli_check_ids_host(ids, rows, o.policy, ids_what);
+    cli_check_ids_host(ids, id_rows, o.policy, ids_what);
     size_t per = o.seq_len ? o.seq_len : n;
     if (pt && n && o.position_offset + (per < n ? per : n) > pt->shape[0])
       cli_fail(1, "%s: position %zu is past its %zu rows", pos_what, o.position_offset + (per < n ? per : n) - 1,
                pt->shape[0]);
   }
 
-  clembed_dtype table_dt = dtype_flag >= 0 ? (clembed_dtype)dtype_flag : cli_input_dtype(w);
   int f16_out = w->dtype == NPY_F2 && (dtype_flag < 0 || dtype_flag == CLEMBED_F16);
   clembed_dtype out_dt = cli_output_dtype(VAL("--out-dtype"), f16_out ? CLEMBED_F16 : CLEMBED_F32);
   size_t out_bytes = cli_mul3(n, dim, clembed_dtype_size(out_dt), "the output");
   uint64_t device = (uint64_t)cli_mul3(rows, clembed_dtype_row_bytes(table_dt, dim), 1, "--table") +
                     cli_array_bytes(ids) + (pt ? cli_array_bytes(pt) : 0) + out_bytes +
-                    (seg ? cli_array_bytes(seg) : 0) + (sids ? cli_array_bytes(sids) : 0) + 2 * 4 * (uint64_t)dim;
+                    (seg ? cli_array_bytes(seg) : 0) + (sids ? cli_array_bytes(sids) : 0) + 2 * 4 * (uint64_t)dim +
+                    (rmap ? cli_array_bytes(rmap) : 0);
 
   cli_open_device(VAL("--device"));
   /* the library converts a .npy table whose dtype is not its device dtype through a host buffer; a
@@ -169,6 +176,7 @@ int cli_cmd_embed(int argc, char **argv) {
   cli_memory_budget(out_bytes + convert, device);
   clembed_matrix *table = cli_upload_table(w, table_dt);
   clembed_ids *d_ids = cli_upload_ids(ids);
+  if (rmap) o.remap = cli_upload_ids(rmap);
   clembed_matrix *ptab = NULL;
   if (pt) ptab = cli_upload_table(pt, cli_host_dtype(pt->dtype));
   o.position_table = ptab;

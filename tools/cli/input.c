@@ -34,6 +34,7 @@ static struct input {
   int one;             /* the file's only tensor (loaded with name NULL) */
   int stored;          /* its clembed_dtype, or -1 */
   int lazy;            /* no host data: loaded from the file by cli_upload_table */
+  int raw;             /* u8: a row-wise table's rows as FBGEMM stores them (cli_table_cols) */
   int ndim;            /* the tensor's own shape (a table's view is flattened) */
   size_t shape[CLEMBED_FILE_MAX_DIMS];
   npy_array a;         /* the tool's view */
@@ -158,6 +159,10 @@ static unsigned kind_of(const clembed_tensor_info *t, npy_dtype *host) {
     *host = text[1] == '3' ? NPY_I4 : NPY_I8;
     return CLI_TAKES_IDS;
   }
+  if (!strcmp(text, "u8")) { /* FBGEMM's row-wise rows as bytes: a table, never read on the host */
+    *host = NPY_F4;
+    return CLI_TAKES_BLOCKS;
+  }
   return 0;
 }
 
@@ -233,6 +238,7 @@ const npy_array *cli_load_as(const char *flagname, const char *arg, unsigned tak
   in->name = t.name;
   in->one = n == 1;
   in->stored = t.dtype;
+  in->raw = 0;
 
   /* the type, for the role */
   npy_array *a = &in->a;
@@ -247,6 +253,10 @@ const npy_array *cli_load_as(const char *flagname, const char *arg, unsigned tak
              takes_text(takes, list, sizeof list));
   }
 
+  { /* bytes: a row-wise table's rows */
+    char tb2[64];
+    in->raw = kind == CLI_TAKES_BLOCKS && !strcmp(cli_type_text(&t, tb2, sizeof tb2), "u8");
+  }
   /* the shape: a table's view is (rows, the product of the rest), as clembed_matrix_load reads it */
   size_t count = 1;
   in->ndim = ndim;
@@ -300,6 +310,20 @@ clembed_dtype cli_input_dtype(const npy_array *a) {
   struct input *in = input_of(a);
   if (in && in->stored >= 0) return (clembed_dtype)in->stored;
   return cli_host_dtype(a->dtype);
+}
+
+size_t cli_table_cols(const char *flagname, const char *path, const npy_array *a, clembed_dtype dtype) {
+  struct input *in = input_of(a);
+  if (!in || !in->raw) return a->shape[1];
+  size_t bytes = a->shape[1];
+  if (clembed_dtype_block_values(dtype) != 0)
+    cli_fail(1, "%s %s: bytes (u8) are the rows of one of FBGEMM's row-wise types, as FBGEMM stores them: give "
+             "--dtype i8_rowwise, i4_rowwise, i2_rowwise, i8_tbe, i4_tbe, i2_tbe or fp8_rowwise", flagname, path);
+  /* the most values a row of that many bytes holds (FP8_ROWWISE pads its values to 4 bytes) */
+  for (size_t c = bytes > SIZE_MAX / 4 ? SIZE_MAX / 4 : bytes * 4; c >= 1; c--)
+    if (clembed_dtype_row_bytes(dtype, c) == bytes) return c;
+  cli_fail(1, "%s %s: rows of %zu bytes, which no %s row is", flagname, path, bytes, clembed_dtype_name(dtype));
+  return 0;
 }
 
 int cli_input_in_file(const npy_array *a) {
@@ -364,6 +388,19 @@ const npy_array *cli_load_ids(const char *flagname, const char *path) {
   if (a->ndim != 1 && a->ndim != 2)
     cli_fail(1, "%s %s: shape %s; ids must be 1-D (n,) or 2-D (batch, seq)", flagname, path,
              shape_str(a, sh, sizeof sh));
+  return a;
+}
+
+const npy_array *cli_load_remap(const char *path) {
+  static char what[1100];
+  char sh[256];
+  if (!path) return NULL;
+  const npy_array *a = cli_load_as("--remap", path, CLI_TAKES_IDS);
+  if (a->ndim != 1)
+    cli_fail(1, "--remap %s: shape %s; a remap is 1-D (an entry per id of the unpruned table)", path,
+             shape_str(a, sh, sizeof sh));
+  snprintf(what, sizeof what, "--remap %s", path);
+  cli_blame_arg("remap", what);
   return a;
 }
 
