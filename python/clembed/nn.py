@@ -1,6 +1,8 @@
 """Training helpers: clembed.Optimizer (sparse steps), clembed.Embedding and clembed.EmbeddingBag
 (nn.Embedding- and nn.EmbeddingBag-like layers on a clembed context) and clembed.manual_seed (the generator that
 draws the seeds of layers made without one, as PyTorch's global RNG does)."""
+import json
+import os
 import weakref
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
@@ -8,7 +10,7 @@ import numpy as np
 
 from . import _lib
 from ._lib import OPTIMIZERS
-from ._core import Context, Matrix, Ids, default_context, WaitFor
+from ._core import Context, Matrix, Ids, default_context, inspect, WaitFor
 from ._errors import api, invalid, wrong_type, state, require
 from ._args import (FLOAT_DTYPES, choice, count, dtype_code, host_values, index_array,
                     integer, real, seed as _seed)
@@ -691,6 +693,67 @@ class BertEmbeddings:
         self._last: Optional[Dict[str, Any]] = None
         self._grads: Optional[Dict[str, Matrix]] = None
         self._rows: Dict[str, List[np.ndarray]] = {}
+
+    @classmethod
+    @api("BertEmbeddings.from_pretrained", "clembed_matrix_load")
+    def from_pretrained(cls, path: Union[str, "os.PathLike[str]"], *, prefix: Optional[str] = None,
+                        hidden_dropout_prob: Optional[float] = None, ctx: Optional[Context] = None,
+                        seed: Optional[int] = None, optimizer: Any = None) -> "BertEmbeddings":
+        """A Hugging Face BERT's input layer from its own files, without PyTorch: path a model
+        folder holding config.json and model.safetensors (or the .safetensors file, with
+        config.json beside it). The sizes, layer_norm_eps, pad_token_id and (unless given)
+        hidden_dropout_prob come from config.json; the five tensors are loaded from the
+        file through clembed_matrix_load as F32: <prefix>word_embeddings.weight,
+        position_embeddings.weight, token_type_embeddings.weight, LayerNorm.weight and
+        LayerNorm.bias, prefix 'embeddings.' (a BertModel's) or 'bert.embeddings.' (a
+        BertFor... model's), found from the file's names when None. A tensor missing or
+        of another shape than config.json gives: InvalidArgumentError naming it."""
+        folder = os.fspath(path)
+        if os.path.isdir(folder):
+            weights = os.path.join(folder, "model.safetensors")
+        else:
+            weights, folder = folder, os.path.dirname(folder)
+        try:
+            with open(os.path.join(folder, "config.json"), encoding="utf-8") as f:
+                cfg = json.load(f)
+        except (OSError, ValueError) as e:
+            raise invalid("path", "has no readable config.json beside the weights: %s" % e) from None
+        if not isinstance(cfg, dict):
+            raise invalid("path", "config.json is not a JSON object")
+        ctx = ctx if ctx is not None else default_context()
+        names = {t["name"]: t["shape"] for t in inspect(weights)}
+        if prefix is None:
+            prefix = next((p for p in ("embeddings.", "bert.embeddings.") if p + "word_embeddings.weight" in names),
+                          None)
+            if prefix is None:
+                raise invalid("path", "%s holds no embeddings.word_embeddings.weight (nor bert.embeddings....); "
+                              "give prefix" % weights)
+        try:
+            H = int(cfg["hidden_size"])
+            sizes = dict(vocab_size=int(cfg["vocab_size"]), max_position_embeddings=int(cfg.get("max_position_embeddings", 512)),
+                         type_vocab_size=int(cfg.get("type_vocab_size", 2)))
+        except (KeyError, TypeError, ValueError) as e:
+            raise invalid("path", "config.json lacks a size (%s)" % e) from None
+        drop = cfg.get("hidden_dropout_prob", 0.0) if hidden_dropout_prob is None else hidden_dropout_prob
+        pad = cfg.get("pad_token_id", 0)
+        self = cls(sizes["vocab_size"], H, sizes["max_position_embeddings"], sizes["type_vocab_size"],
+                   layer_norm_eps=cfg.get("layer_norm_eps", 1e-12), hidden_dropout_prob=drop,
+                   pad_token_id=pad if pad is not None and 0 <= pad < sizes["vocab_size"] else None, ctx=ctx,
+                   seed=seed, optimizer=optimizer)
+        want = {"word_embeddings": (sizes["vocab_size"], H), "position_embeddings": (sizes["max_position_embeddings"], H),
+                "token_type_embeddings": (sizes["type_vocab_size"], H), "LayerNorm.weight": (H,),
+                "LayerNorm.bias": (H,)}
+        for key, shape in want.items():
+            name = prefix + key + ("" if key.startswith("LayerNorm") else ".weight")
+            if name not in names:
+                raise invalid("path", "%s has no tensor %s" % (weights, name))
+            if tuple(names[name]) != shape:
+                raise invalid("path", "%s: %s has shape %s; config.json gives %s" % (weights, name,
+                                                                                      tuple(names[name]), shape))
+            m = ctx.load(weights, name, "f32")
+            attr = {"LayerNorm.weight": "norm_weight", "LayerNorm.bias": "norm_bias"}.get(key, key)
+            setattr(self, attr, m)
+        return self
 
     def __repr__(self) -> str:
         return "clembed.BertEmbeddings(%d, %d, max_position_embeddings=%d, type_vocab_size=%d, norm=%r)" % (
