@@ -456,11 +456,25 @@ CE_INLINE FV ce_bag_fmav(FV w, FV t, FV a) {
 #else
 #define CE_BAG_COUNT_PRUNED(row)
 #endif
+/* A pruned table's remap entry of the id 2 * BAG_AHEAD on asked for, so that
+ * the hint below finds the row of the id BAG_AHEAD on without waiting for it */
+#if BAG_REMAP
+#define CE_BAG_AHEAD_REMAP(r)                                                                                 \
+  if (F->has_rm && j + (r) + 2 * BAG_AHEAD < F->n) {                                                          \
+    const long u_ = ce_load_id(F->ids32, F->ids64, F->id64, F->id_off + j + (r) + 2 * BAG_AHEAD);              \
+    if (u_ >= 0 && (ulong)u_ < F->rm_rows)                                                                    \
+      ce_prefetch(F->rm64f ? (__global const uchar *)(F->rm64 + F->rm_off + (ulong)u_)                         \
+                           : (__global const uchar *)(F->rm32 + F->rm_off + (ulong)u_));                       \
+  }
+#else
+#define CE_BAG_AHEAD_REMAP(r)
+#endif
 /* With prefetch hints (BAG_TILE > 1): the pass's columns of the row of the id
  * BAG_AHEAD on from row r's (past the bag's end the next bag's, which the next
  * work-item pools) asked for */
 #define CE_BAG_AHEAD(r, D)                                                                                    \
   if ((r) < ROWS && CE_PREFETCH && BAG_AHEAD && BAG_TILE > 1 && j + (r) + BAG_AHEAD < F->n) {                               \
+    CE_BAG_AHEAD_REMAP(r)                                                                                     \
     long id_ = ce_bag_hint_row(F, j + (r) + BAG_AHEAD);                                                         \
     if (id_ >= 0 && (ulong)id_ < F->t_rows) {                                                                 \
       __global const CE_STORE_##D *rp_ = ce_bag_rowp_##D(F, (ulong)id_, 0);                                  \

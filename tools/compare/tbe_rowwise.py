@@ -5,7 +5,7 @@ comparison, not a test: fbgemm-gpu-cpu is a peer, never a dependency; install it
 the PyTorch release it pairs with, in a venv of its own).
 
     PYTHONPATH=python CLEMBED_LIBRARY=build/libclembed.so VENV/bin/python tools/compare/tbe_rowwise.py \\
-        [--rows 1000000] [--cols 128] [--bags 4096] [--seq 32] [--reps 15] [--only INT4]
+        [--rows 1000000] [--cols 128] [--bags 4096] [--seq 32] [--reps 15] [--only INT4] [--pruned 1500000]
 
 For INT8, INT4 and INT2: the table quantized by fbgemm_gpu's quantize_embs (the rows the
 TBE is filled with in FBGEMM's tests); clembed's i8_tbe / i4_tbe / i2_tbe matrix holds the
@@ -15,6 +15,10 @@ between runs so no run starts with the table's rows in the caches; each side's m
 The pooled values are compared against float64 sums of the dequantized rows (the TBE
 pools fma(scale * w, q, acc + bias * w), clembed acc + fma(q, scale, bias): the same
 within float32 rounding, not the same bits). Prints a table; --json for the numbers.
+
+--pruned U: a pruned table, the rows kept of U ids (an index remapping of U entries, the
+others -1, as FBGEMM's pruned_array): the ids are drawn from the U, the TBE gets the
+remapping as its index_remapping, clembed as remap= (applied in the bag's own pass).
 """
 import argparse
 import json
@@ -51,16 +55,25 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--only", default=None)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--pruned", type=int, default=0, help="ids of the unpruned table (> --rows), 0: none")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     ctx = clembed.Context()
     rng = np.random.default_rng(1)
     sweep = np.ones(512 << 18, np.float32)  # 512 MiB, written between runs
     n = a.bags * a.seq
-    ids = rng.integers(0, a.rows, n)
+    remap = None
+    if a.pruned:  # rows kept of a.pruned ids, in random places
+        if a.pruned < a.rows:
+            sys.exit("--pruned %d: fewer ids than the %d rows kept" % (a.pruned, a.rows))
+        remap = np.full(a.pruned, -1, np.int32)
+        remap[rng.permutation(a.pruned)[:a.rows]] = rng.permutation(a.rows).astype(np.int32)
+    ids = rng.integers(0, a.pruned or a.rows, n)
+    rows = remap[ids] if remap is not None else ids
     offsets = np.arange(0, n + 1, a.seq)
     t_ids, t_off = torch.from_numpy(ids.astype(np.int32)), torch.from_numpy(offsets.astype(np.int32))
     d_ids, d_off = ctx.ids(ids), ctx.ids(offsets[:-1])
+    d_remap = ctx.ids(remap) if remap is not None else None
     out = ctx.empty(a.bags, a.cols)
     results = []
     x = None
@@ -73,7 +86,8 @@ def main():
         q, sb = quantize_embs(torch.from_numpy(x), sty)
         tbe = IntNBitTableBatchedEmbeddingBagsCodegen([("t", a.rows, a.cols, sty, EmbeddingLocation.HOST)],
                                                       device="cpu", output_dtype=SparseType.FP32,
-                                                      pooling_mode=PoolingMode.SUM)
+                                                      pooling_mode=PoolingMode.SUM,
+                                                      index_remapping=[torch.from_numpy(remap)] if a.pruned else None)
         tbe.fill_random_weights()
         w, s = tbe.split_embedding_weights()[0]
         w.copy_(q)
@@ -87,7 +101,7 @@ def main():
                 sweep += 1.0
                 t0 = time.perf_counter()
                 if side == "clembed":
-                    ctx.embedding_bag(m, d_ids, d_off, mode="sum", out=out)
+                    ctx.embedding_bag(m, d_ids, d_off, mode="sum", out=out, remap=d_remap)
                     ctx.finish()
                 else:
                     ref = tbe(t_ids, t_off)
@@ -96,7 +110,8 @@ def main():
                     times[side].append(dt)
         got = out.numpy()
         ref = ref.numpy()
-        vals = m.numpy()[ids].astype(np.float64).reshape(a.bags, a.seq, a.cols)
+        vals = np.where((rows >= 0)[:, None], m.numpy()[np.maximum(rows, 0)], 0).astype(np.float64)
+        vals = vals.reshape(a.bags, a.seq, a.cols)
         exact = vals.sum(1)
         scale = np.abs(vals).sum(1) + 1e-30
         res = {"type": ty, "dtype": name, "same_bytes_as_quantize_embs": same_bytes,
@@ -108,12 +123,14 @@ def main():
     info = {"date": time.strftime("%Y-%m-%d"), "machine": platform.processor() or platform.machine(),
             "cpus": os.cpu_count(), "threads": a.threads, "torch": torch.__version__,
             "fbgemm_gpu": getattr(fbgemm_gpu, "__version__", "?"), "device": ctx.device_name,
-            "shape": [a.rows, a.cols], "bags": a.bags, "seq": a.seq, "reps": a.reps, "results": results}
+            "shape": [a.rows, a.cols], "bags": a.bags, "seq": a.seq, "reps": a.reps, "pruned": a.pruned,
+            "results": results}
     if a.json:
         print(json.dumps(info, indent=1))
         return
-    print("clembed vs FBGEMM's inference TBE (CPU), %d x %d table, %d bags of %d, %d threads, torch %s, fbgemm_gpu %s"
-          % (a.rows, a.cols, a.bags, a.seq, a.threads, info["torch"], info["fbgemm_gpu"]))
+    print("clembed vs FBGEMM's inference TBE (CPU), %d x %d table%s, %d bags of %d, %d threads, torch %s, fbgemm_gpu %s"
+          % (a.rows, a.cols, ", pruned from %d ids" % a.pruned if a.pruned else "", a.bags, a.seq, a.threads,
+             info["torch"], info["fbgemm_gpu"]))
     print("%-5s %-7s %12s %10s %10s %14s %12s" % ("type", "dtype", "clembed ms", "TBE ms", "TBE/clembed",
                                                  "clembed err", "TBE err"))
     for r in results:
