@@ -767,8 +767,10 @@ typedef struct clembed_embed_options {
  *      unlike a padding id, it counts in MEAN's count, as FBGEMM's TBE
  *      divides by the bag's length); a row of the table, 0 <= r < rows, is
  *      read; any other entry is a damaged remap, reported under every policy
- *      as a deferred CLEMBED_ERR_INDEX_OUT_OF_RANGE naming the id's position
- *      and remap[id] (the id takes no row).
+ *      as a deferred CLEMBED_ERR_INDEX_OUT_OF_RANGE (the id takes no row):
+ *      its detail's argument is "remap", index the entry (the id after the
+ *      policy), value the id as given; its message names the id's position
+ *      too ("ids[3] = 4: remap[4] is neither -1 (pruned) nor ...").
  * Refused with CLEMBED_ERR_INVALID_ARGUMENT: a remap that is not I32 or I64
  * ids; with CLEMBED_ERR_UNSUPPORTED: a remap in the backward and the optimizer
  * steps (pruned tables are served, not trained), with a segment_table or a

@@ -11,8 +11,9 @@
  *   lookup     clembed_lookup / clembed_embed (scale, learned positions over
  *              sequences: the strided shape) through I32 and I64 remaps, I32
  *              and I64 ids, F32, BF16, I8_ROWWISE and Q8_0 tables, every policy
- *   bags       clembed_embedding_bag SUM, MEAN (a pruned id counts), MAX,
+ *   bags       clembed_embedding_bag SUM, MEAN (a pruned id counts), MAX (and its max_rows),
  *              weighted SUM; padding_idx past the kept rows
+ *   bags_policies  bags under ZERO, CLAMP and WRAP (SUM, MEAN)
  *   bags_multi clembed_embedding_bags: features with and without a remap, two
  *              remaps over one table, in one call
  *   deferred   a bad id (past remap_rows) and a damaged remap entry, under
@@ -164,17 +165,21 @@ TU_CASE(lookup) {
 }
 
 /* bag b's column c in the contract's order (mode 0 SUM, 1 MEAN, 2 MAX; weighted SUM) */
-static float ref_bag(const pruned *p, const int64_t *id, const int64_t *off, const float *w, size_t b, size_t c,
-                     int mode, int weighted, clembed_index_policy pol, int64_t pad_row) {
+static float ref_bag_row(const pruned *p, const int64_t *id, const int64_t *off, const float *w, size_t b, size_t c,
+                         int mode, int weighted, clembed_index_policy pol, int64_t pad_row, int64_t *max_row) {
   float acc = 0.0f, best = 0.0f;
   int count = 0, taken = 0;
+  *max_row = -1;
   for (int64_t i = off[b]; i < off[b + 1]; i++) {
     int64_t r = ref_row(p, id[i], pol, pad_row);
     count += r >= 0 || r == -2; /* MEAN counts a pruned id */
     if (r < 0) continue;
     float t = p->tv[r * p->cols + c];
     if (mode == 2) { /* the largest, the first on ties; the first NaN */
-      if (taken == 0 || (!isnan(best) && (t > best || isnan(t)))) best = t;
+      if (taken == 0 || (!isnan(best) && (t > best || isnan(t)))) {
+        best = t;
+        *max_row = r; /* a row of the kept table */
+      }
     } else {
       acc = weighted ? fmaf(w[i], t, acc) : acc + t;
     }
@@ -182,6 +187,12 @@ static float ref_bag(const pruned *p, const int64_t *id, const int64_t *off, con
   }
   if (mode == 2) return best;
   return mode == 1 && count ? acc / (float)count : acc;
+}
+
+static float ref_bag(const pruned *p, const int64_t *id, const int64_t *off, const float *w, size_t b, size_t c,
+                     int mode, int weighted, clembed_index_policy pol, int64_t pad_row) {
+  int64_t unused;
+  return ref_bag_row(p, id, off, w, b, c, mode, weighted, pol, pad_row, &unused);
 }
 
 typedef tu_bagset bagset;
@@ -222,20 +233,35 @@ TU_CASE(bags) {
       if (mode == 3) o.per_sample_weights = &wm;
       o.padding_idx = mode % 2 ? pad : CLEMBED_NO_PADDING;
       o.remap = &rm;
+      clembed_ids mr = {0};
+      int64_t *mrh = malloc((bags * p.cols + 1) * sizeof *mrh);
+      if (mode == 2) { /* MAX: the rows that gave each element, rows of the kept table */
+        for (size_t k = 0; k < bags * p.cols; k++) mrh[k] = 77;
+        mr = tu_ids(ctx, mrh, bags * p.cols, CLEMBED_I64);
+        o.max_rows = &mr;
+      }
       OK(ctx, clembed_embedding_bag(ctx, &m, &ids, &offs, &o, &out, 0, NULL, NULL));
       OK(ctx, clembed_finish(ctx));
+      if (mode == 2) OK(ctx, clembed_ids_read(ctx, &mr, mrh));
       float *y = tu_read_f32(ctx, &out);
-      int bad = 0;
+      int bad = 0, bad_rows = 0;
       for (size_t b = 0; b < bags; b++)
         for (size_t c = 0; c < p.cols; c++) {
-          float want = ref_bag(&p, s.id, s.off, s.w, b, c, mode == 3 ? 0 : mode, mode == 3, CLEMBED_INDEX_CHECK,
-                               ref_padding_row(o.padding_idx, (int64_t)p.urows));
+          int64_t want_row;
+          float want = ref_bag_row(&p, s.id, s.off, s.w, b, c, mode == 3 ? 0 : mode, mode == 3, CLEMBED_INDEX_CHECK,
+                                   ref_padding_row(o.padding_idx, (int64_t)p.urows), &want_row);
           if (!bag_ok(y[b * p.cols + c], want, mode) && bad++ < 3)
             EXPECT(0, "%s, mode %d: bag %zu [%zu] is %a, the reference %a", clembed_dtype_name(dts[t]), mode, b, c,
                    y[b * p.cols + c], want);
+          if (mode == 2 && mrh[b * p.cols + c] != want_row && bad_rows++ < 3)
+            EXPECT(0, "%s, MAX: max_rows[%zu][%zu] is %lld, the reference %lld", clembed_dtype_name(dts[t]), b, c,
+                   (long long)mrh[b * p.cols + c], (long long)want_row);
         }
-      EXPECT(!bad, "%s, mode %d: every bag (%d differ)", clembed_dtype_name(dts[t]), mode, bad);
+      EXPECT(!bad && !bad_rows, "%s, mode %d: every bag (%d differ, %d max_rows)", clembed_dtype_name(dts[t]), mode,
+             bad, bad_rows);
       free(y);
+      free(mrh);
+      clembed_ids_release(&mr);
     }
     /* MEAN divides by the bag's length with its pruned ids: a bag of one kept and one pruned id */
     {
@@ -270,6 +296,55 @@ TU_CASE(bags) {
     tu_free_bags(&s);
     free_pruned(&p);
   }
+}
+
+/* bags of ids past remap_rows and negative ones under ZERO, CLAMP and WRAP
+ * (SUM and MEAN: an id left out is not counted, a pruned one is) */
+TU_CASE(bags_policies) {
+  static const clembed_index_policy pols[3] = {CLEMBED_INDEX_ZERO, CLEMBED_INDEX_CLAMP, CLEMBED_INDEX_WRAP};
+  size_t bags = tu_small ? 9 : 40;
+  pruned p = mk_pruned(20, 45, 12);
+  clembed_matrix m = table_of(ctx, &p, CLEMBED_F32), out = {0};
+  bagset s = mk_bags(&p, bags);
+  for (size_t i = 0; i < s.n; i++) { /* some past the end, some negative (WRAP's in range, and below) */
+    if (i % 5 == 1) s.id[i] = (int64_t)p.urows + (int64_t)(rnd32() % 4);
+    if (i % 7 == 2) s.id[i] = -1 - (int64_t)(rnd32() % (p.urows + 3));
+  }
+  clembed_ids ids = tu_ids(ctx, s.id, s.n, CLEMBED_I64), offs = tu_ids(ctx, s.off, bags + 1, CLEMBED_I64);
+  clembed_ids rm = tu_ids(ctx, p.remap, p.urows, CLEMBED_I32);
+  OK(ctx, clembed_matrix_create(ctx, bags, p.cols, CLEMBED_F32, &out));
+  for (int k = 0; k < 3; k++)
+    for (int mode = 0; mode < 2; mode++) {
+      clembed_bag_options o = clembed_bag_defaults();
+      o.mode = (clembed_bag_mode)mode;
+      o.policy = pols[k];
+      o.remap = &rm;
+      OK(ctx, clembed_embedding_bag(ctx, &m, &ids, &offs, &o, &out, 0, NULL, NULL));
+      clembed_status st = clembed_finish(ctx);
+      /* WRAP reports the ids below -remap_rows */
+      int wrap_bad = 0;
+      for (size_t i = 0; i < s.n; i++) wrap_bad |= s.id[i] < -(int64_t)p.urows || s.id[i] >= (int64_t)p.urows;
+      EXPECT(st == (pols[k] == CLEMBED_INDEX_WRAP && wrap_bad ? CLEMBED_ERR_INDEX_OUT_OF_RANGE : CLEMBED_OK),
+             "policy %d: clembed_finish %s", (int)pols[k], clembed_status_string(st));
+      float *y = tu_read_f32(ctx, &out);
+      int bad = 0;
+      for (size_t b = 0; b < bags; b++)
+        for (size_t c = 0; c < p.cols; c++) {
+          float want = ref_bag(&p, s.id, s.off, NULL, b, c, mode, 0, pols[k], -1);
+          if (!bag_ok(y[b * p.cols + c], want, mode) && bad++ < 3)
+            EXPECT(0, "policy %d, mode %d: bag %zu [%zu] is %a, the reference %a", (int)pols[k], mode, b, c,
+                   y[b * p.cols + c], want);
+        }
+      EXPECT(!bad, "policy %d, mode %d: every bag (%d differ)", (int)pols[k], mode, bad);
+      free(y);
+    }
+  tu_free_bags(&s);
+  clembed_ids_release(&ids);
+  clembed_ids_release(&offs);
+  clembed_ids_release(&rm);
+  clembed_matrix_release(&m);
+  clembed_matrix_release(&out);
+  free_pruned(&p);
 }
 
 TU_CASE(bags_multi) {

@@ -63,22 +63,6 @@ class BagOps(ContextBase):
         keep.append(d)
         return d, csr.size - 1
 
-    def _remap(self, remap: Any, keep: List[Any]) -> Optional[Ids]:
-        """A pruned table's remap as Ids (kept alive in `keep`): an Ids as it is, or a 1-D
-        integer array uploaded (int32 or int64 as it is; other integers as int64)."""
-        if remap is None:
-            return None
-        if isinstance(remap, Ids):
-            rm = remap
-        else:
-            host = index_array(remap, "remap")
-            if host.ndim != 1:
-                raise invalid("remap", "is 1-D (an entry per id of the unpruned table), not of shape %s"
-                              % (host.shape,))
-            rm = self._upload_ids(host, "remap")
-        keep.append(rm)
-        return rm
-
     def _bag_options(self, ids: Ids, mode: Any, per_sample_weights: Any, padding_idx: Any, on_bad_id: Any,
                      max_rows: Any, keep: List[Any], remap: Any = None) -> Any:
         """clembed_bag_options (uploads kept alive in `keep`); max_rows an Ids or an

@@ -302,6 +302,22 @@ class ContextBase:
         gated work on a shared queue)."""
         return self._upload_ids(array, "ids")
 
+    def _remap(self, remap: Any, keep: List[Any]) -> Optional[Ids]:
+        """A pruned table's remap as Ids (kept alive in `keep`): an Ids as it is, or a 1-D
+        integer array uploaded (int32 or int64 as it is; other integers as int64)."""
+        if remap is None:
+            return None
+        if isinstance(remap, Ids):
+            rm = remap
+        else:
+            host = index_array(remap, "remap")
+            if host.ndim != 1:
+                raise invalid("remap", "is 1-D (an entry per id of the unpruned table), not of shape %s"
+                              % (host.shape,))
+            rm = self._upload_ids(host, "remap")
+        keep.append(rm)
+        return rm
+
     def _upload_ids(self, array: ArrayLike, argument: str) -> Ids:
         host = index_array(array, argument)
         i = Ids_t(buffer=self._buffer(host.nbytes, host if host.size else None), offset=0,

@@ -706,8 +706,10 @@ class BertEmbeddings:
         file through clembed_matrix_load as F32: <prefix>word_embeddings.weight,
         position_embeddings.weight, token_type_embeddings.weight, LayerNorm.weight and
         LayerNorm.bias, prefix 'embeddings.' (a BertModel's) or 'bert.embeddings.' (a
-        BertFor... model's), found from the file's names when None. A tensor missing or
-        of another shape than config.json gives: InvalidArgumentError naming it."""
+        BertFor... model's), found from the file's names when None. The layer comes in
+        evaluation mode, as Hugging Face's from_pretrained returns a model (.train() for
+        dropout). A tensor missing or of another shape than config.json gives, or a
+        position_embedding_type other than "absolute": InvalidArgumentError naming path."""
         folder = os.fspath(path)
         if os.path.isdir(folder):
             weights = os.path.join(folder, "model.safetensors")
@@ -734,8 +736,13 @@ class BertEmbeddings:
                          type_vocab_size=int(cfg.get("type_vocab_size", 2)))
         except (KeyError, TypeError, ValueError) as e:
             raise invalid("path", "config.json lacks a size (%s)" % e) from None
+        if cfg.get("position_embedding_type", "absolute") != "absolute":
+            raise invalid("path", "config.json's position_embedding_type is %r; the layer adds absolute "
+                          "positions only" % cfg.get("position_embedding_type"))
         drop = cfg.get("hidden_dropout_prob", 0.0) if hidden_dropout_prob is None else hidden_dropout_prob
         pad = cfg.get("pad_token_id", 0)
+        if pad is not None and (isinstance(pad, bool) or not isinstance(pad, int)):
+            raise invalid("path", "config.json's pad_token_id is %r, not an integer" % (pad,))
         self = cls(sizes["vocab_size"], H, sizes["max_position_embeddings"], sizes["type_vocab_size"],
                    layer_norm_eps=cfg.get("layer_norm_eps", 1e-12), hidden_dropout_prob=drop,
                    pad_token_id=pad if pad is not None and 0 <= pad < sizes["vocab_size"] else None, ctx=ctx,
@@ -753,7 +760,7 @@ class BertEmbeddings:
             m = ctx.load(weights, name, "f32")
             attr = {"LayerNorm.weight": "norm_weight", "LayerNorm.bias": "norm_bias"}.get(key, key)
             setattr(self, attr, m)
-        return self
+        return self.eval()
 
     def __repr__(self) -> str:
         return "clembed.BertEmbeddings(%d, %d, max_position_embeddings=%d, type_vocab_size=%d, norm=%r)" % (

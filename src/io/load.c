@@ -231,9 +231,10 @@ static clembed_status load_tensor(clembed_context *ctx, const char *op, const cl
     if (!c)
       LFAIL(CLEMBED_ERR_INVALID_ARGUMENT, "dtype",
             "%s: tensor '%s': rows of %llu bytes, which no %s row is (its rows hold C values in %u%s bytes, C a "
-            "multiple of %u)",
+            "multiple of %u%s)",
             f->path, tn, (unsigned long long)cols, dtype_name((int)dtype), rw->sb,
-            rw->bits == 8 ? " + C" : rw->bits == 4 ? " + C/2" : " + C/4", rw->mult);
+            rw->bits == 8 ? " + C" : rw->bits == 4 ? " + C/2" : " + C/4", rw->mult,
+            rw->pad > 1 ? ", the values padded to a multiple of 4 bytes" : "");
     *raw_bytes = cols;
     cols = c;
   }

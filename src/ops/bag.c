@@ -348,7 +348,8 @@ clembed_status bag_check_feature(clembed_context *ctx, const char *what, bag_fea
                "%s: remap: a pruned table is served (the bag forward), not trained", what);
   }
   /* padding_idx is an id: of the unpruned table with a remap */
-  CHECK(ce_padding(ctx, o->padding_idx, o->remap ? o->remap->count : t->rows, what, &F->padding));
+  CHECK(ce_padding_of(ctx, o->padding_idx, o->remap ? o->remap->count : t->rows, o->remap != NULL, what,
+                      &F->padding));
   if (off) {
     CHECK(ce_check_ids(ctx, off, "offsets"));
     if (off->count != bags + 1)

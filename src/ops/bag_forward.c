@@ -135,19 +135,19 @@ static clembed_status forward_run(clembed_context *ctx, const char *what, bag_fe
     FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "out", -1, (int64_t)out->cols,
              "%s: out is %zu x %zu but %zu bags of %zu columns need %zu x %zu", what, out->rows, out->cols, bags,
              cols, bags, cols);
+  for (size_t f = 0; f < n; f++) /* (before any slot or work: a refused call leaves nothing behind) */
+    if (F[f].opt.remap && own_buffers(&F[f]) > CLEMBED_BAGS_BUFFERS) {
+      /* (the gather's positions cannot tell a pruned id from one left out) */
+      char at[48] = "";
+      if (F[f].index >= 0) snprintf(at, sizeof at, " (features[%ld])", F[f].index);
+      FAIL_ARG(CLEMBED_ERR_UNSUPPORTED, "remap", F[f].index, (int64_t)F[f].tp.count,
+               "%s: remap with a table in %zu buffers%s: a pruned table's pieces, ids, offsets, weights and "
+               "remap are read in one launch, which takes at most %d buffers (CLEMBED_BAGS_BUFFERS)",
+               what, F[f].tp.count, at, CLEMBED_BAGS_BUFFERS);
+    }
   for (size_t f = 0; f < n; f++) CHECK(bag_feature_slot(ctx, what, &F[f]));
   for (size_t f = 0; f < n; f++)
-    if (own_buffers(&F[f]) > CLEMBED_BAGS_BUFFERS) {
-      if (F[f].opt.remap) { /* (the gather's positions cannot tell a pruned id from one left out) */
-        char at[48] = "";
-        if (F[f].index >= 0) snprintf(at, sizeof at, " (features[%ld])", F[f].index);
-        FAIL_ARG(CLEMBED_ERR_UNSUPPORTED, "remap", F[f].index, (int64_t)F[f].tp.count,
-                 "%s: remap with a table in %zu buffers%s: a pruned table's pieces, ids, offsets, weights and "
-                 "remap are read in one launch, which takes at most %d buffers (CLEMBED_BAGS_BUFFERS)",
-                 what, F[f].tp.count, at, CLEMBED_BAGS_BUFFERS);
-      }
-      CHECK(gather_rows(&ch, what, &F[f]));
-    }
+    if (own_buffers(&F[f]) > CLEMBED_BAGS_BUFFERS) CHECK(gather_rows(&ch, what, &F[f]));
   /* the features by table dtype (stable), so that a launch's program pools one
    * dtype: the program of the features alone, and no program with every
    * dtype's code at once (minutes of compiling on some devices) */

@@ -200,7 +200,8 @@ clembed_status ce_embed_check(clembed_context *ctx, const clembed_matrix *table,
                "%s: remap (a pruned table) is for the lookup alone, not with a segment_table or a norm", ctx->op);
   }
   /* padding_idx is an id: of the unpruned table with a remap */
-  CHECK(ce_padding(ctx, opt->padding_idx, opt->remap ? opt->remap->count : table->rows, ctx->op, padding));
+  CHECK(ce_padding_of(ctx, opt->padding_idx, opt->remap ? opt->remap->count : table->rows, opt->remap != NULL,
+                      ctx->op, padding));
   if (opt->padding_keeps_row != 0 && opt->padding_keeps_row != 1)
     FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "padding_keeps_row", -1, opt->padding_keeps_row,
              "%s: padding_keeps_row is %d; 0 (the padding row counts as zero) or 1 (read as stored)", ctx->op,

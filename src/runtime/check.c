@@ -226,6 +226,11 @@ clembed_status ce_check_ids(clembed_context *ctx, const clembed_ids *ids, const 
 }
 
 clembed_status ce_padding(clembed_context *ctx, int64_t padding_idx, size_t rows, const char *what, cl_long *out) {
+  return ce_padding_of(ctx, padding_idx, rows, 0, what, out);
+}
+
+clembed_status ce_padding_of(clembed_context *ctx, int64_t padding_idx, size_t rows, int remap, const char *what,
+                             cl_long *out) {
   if (padding_idx == CLEMBED_NO_PADDING) {
     *out = -1;
     return CLEMBED_OK;
@@ -234,7 +239,10 @@ clembed_status ce_padding(clembed_context *ctx, int64_t padding_idx, size_t rows
   int64_t p = padding_idx < 0 ? padding_idx + (int64_t)rows : padding_idx;
   if (p < 0 || (uint64_t)p >= (uint64_t)rows)
     return ce_fail_arg(ctx, CLEMBED_ERR_INVALID_ARGUMENT, NULL, "padding_idx", -1, padding_idx,
-                       "%s: padding_idx %lld is outside the table of %zu rows", what, (long long)padding_idx, rows);
+                       remap ? "%s: padding_idx %lld is outside the remap's %zu ids (padding_idx is an id of "
+                               "the unpruned table)"
+                             : "%s: padding_idx %lld is outside the table of %zu rows",
+                       what, (long long)padding_idx, rows);
   *out = p;
   return CLEMBED_OK;
 }

@@ -49,6 +49,12 @@ static const size_t norm_ends[] = {END(clembed_norm, kind), END(clembed_norm, we
 LAYOUT(ce_norm_layout, clembed_norm, "clembed_norm_defaults()", norm_ends, NULL, 0);
 
 #define EO clembed_embed_options
+/* remap comes after the previous version's sizeof (padding_keeps_row's end
+ * rounded up to the struct's alignment), never into its tail padding; an ABI
+ * where it would not (a 4-byte pointer beside 8-aligned 64-bit fields) stops
+ * the build here rather than reading an older caller's padding as remap */
+_Static_assert(offsetof(EO, remap) % _Alignof(EO) == 0 && offsetof(EO, remap) >= END(EO, padding_keeps_row),
+               "clembed_embed_options.remap lies in the previous version's tail padding");
 static const size_t embed_ends[] = {
     END(EO, scale),           END(EO, policy),          END(EO, padding_idx),   END(EO, positions),
     END(EO, sinusoid),        END(EO, position_table),  END(EO, seq_len),       END(EO, position_offset),

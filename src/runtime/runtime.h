@@ -610,6 +610,9 @@ int ce_mul_overflows(size_t a, size_t b, size_t *out);
 int ce_add_overflows(size_t a, size_t b, size_t *out);
 /* The padding id normalised against `rows` (-1: none); fails for one outside the table. */
 clembed_status ce_padding(clembed_context *ctx, int64_t padding_idx, size_t rows, const char *what, cl_long *out);
+/* The same, rows the remap's count when `remap` (its message says so). */
+clembed_status ce_padding_of(clembed_context *ctx, int64_t padding_idx, size_t rows, int remap, const char *what,
+                             cl_long *out);
 /* Checks the options shared by forward and backward: policy, dropout, sequence
  * offsets (enough for every sequence). */
 clembed_status ce_check_common(clembed_context *ctx, const char *what, clembed_index_policy policy, float dropout,

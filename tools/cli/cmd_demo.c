@@ -57,7 +57,9 @@ static int demo_model(int argc, char **argv) {
   if (rc != 0) return rc;
 
   const npy_array *w = cli_load_table_file("--table", path);
-  size_t rows = w->shape[0], dim = w->shape[1];
+  size_t rows = w->shape[0],
+         dim = cli_table_cols("demo model", path, w,
+                              dtype_flag >= 0 ? (clembed_dtype)dtype_flag : cli_input_dtype(w));
   if (rows == 0) cli_fail(1, "demo model %s: the table has no rows", path);
   int64_t ids[DEMO_MAX_IDS];
   size_t n = 0;

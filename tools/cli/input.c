@@ -248,7 +248,11 @@ const npy_array *cli_load_as(const char *flagname, const char *arg, unsigned tak
   if (t.name[0]) snprintf(what, sizeof what, "tensor '%s' is", t.name);
   else snprintf(what, sizeof what, "the array is");
   if (!(kind & takes)) {
-    const char *role = kind == CLI_TAKES_BLOCKS ? " (block-quantized: for looking up only, as embed's --table)" : "";
+    char tb3[64];
+    const char *role = kind != CLI_TAKES_BLOCKS ? ""
+                       : !strcmp(cli_type_text(&t, tb3, sizeof tb3), "u8")
+                           ? " (bytes: FBGEMM's row-wise rows, for looking up only, as embed's --table with --dtype)"
+                           : " (block-quantized: for looking up only, as embed's --table)";
     cli_fail(1, "%s %s: %s %s%s; %s takes %s", flagname, arg, what, cli_type_text(&t, tb, sizeof tb), role, flagname,
              takes_text(takes, list, sizeof list));
   }
