@@ -198,7 +198,7 @@ def main():
         st = os.path.join(d, "model.safetensors")
         safetensors(st, [("w", "F32", w.shape, w.tobytes()), ("wh", "F16", wh.shape, wh.tobytes()),
                          ("wb", "BF16", w.shape, wb_raw), ("ids", "I64", ids.shape, ids.tobytes()),
-                         ("odd", "U8", (3,), b"\1\2\3")])
+                         ("odd", "I8", (3,), b"\1\2\3")])
         gg = os.path.join(d, "model.gguf")
         gguf(gg, [("output_norm.weight", 0, (6,), w[0].tobytes()), ("token_embd.weight", 0, w.shape, w.tobytes()),
                   ("ids", 27, ids.shape, ids.tobytes())], alignment=64)
@@ -327,7 +327,7 @@ def main():
 
         # a file of several tensors needs a name; unknown names and unusable types are exit 1
         for table, needle in [(st, "pick one with"), (st + ":nope", "no tensor named 'nope'"),
-                              (st + ":odd", "tensor 'odd' is u8; --table takes f32, f16, bf16, q8_0"),
+                              (st + ":odd", "tensor 'odd' is i8; --table takes f32, f16, bf16, q8_0"),
                               (gg + ":output_norm.weight", "a table has 2 or more dimensions")]:
             p = run("embed", "--table", table, "--ids", st + ":ids", "-o", out)
             check(p.returncode == 1 and needle in p.stderr and "--table" in p.stderr,
@@ -402,7 +402,7 @@ def main():
                     {"name": "wh", "dtype": "f16", "shape": [9, 6], "bytes": 108},
                     {"name": "wb", "dtype": "bf16", "shape": [9, 6], "bytes": 108},
                     {"name": "ids", "dtype": "i64", "shape": [2, 3], "bytes": 48},
-                    {"name": "odd", "dtype": "u8", "shape": [3], "bytes": 3}]
+                    {"name": "odd", "dtype": "i8", "shape": [3], "bytes": 3}]
             check(got == want, "inspect --json: %r" % got)
         npy = os.path.join(d, "a.npy")
         np.save(npy, w)
