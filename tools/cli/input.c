@@ -238,29 +238,24 @@ const npy_array *cli_load_as(const char *flagname, const char *arg, unsigned tak
   in->name = t.name;
   in->one = n == 1;
   in->stored = t.dtype;
-  in->raw = 0;
 
   /* the type, for the role */
   npy_array *a = &in->a;
   npy_dtype host = NPY_F4;
   unsigned kind = kind_of(&t, &host);
   char what[600], tb[64], list[1024];
+  const char *type = cli_type_text(&t, tb, sizeof tb);
+  in->raw = kind == CLI_TAKES_BLOCKS && !strcmp(type, "u8"); /* bytes: a row-wise table's rows */
   if (t.name[0]) snprintf(what, sizeof what, "tensor '%s' is", t.name);
   else snprintf(what, sizeof what, "the array is");
   if (!(kind & takes)) {
-    char tb3[64];
     const char *role = kind != CLI_TAKES_BLOCKS ? ""
-                       : !strcmp(cli_type_text(&t, tb3, sizeof tb3), "u8")
-                           ? " (bytes: FBGEMM's row-wise rows, for looking up only, as embed's --table with --dtype)"
-                           : " (block-quantized: for looking up only, as embed's --table)";
-    cli_fail(1, "%s %s: %s %s%s; %s takes %s", flagname, arg, what, cli_type_text(&t, tb, sizeof tb), role, flagname,
+                       : in->raw ? " (bytes: FBGEMM's row-wise rows, for looking up only, as embed's --table with --dtype)"
+                                 : " (block-quantized: for looking up only, as embed's --table)";
+    cli_fail(1, "%s %s: %s %s%s; %s takes %s", flagname, arg, what, type, role, flagname,
              takes_text(takes, list, sizeof list));
   }
 
-  { /* bytes: a row-wise table's rows */
-    char tb2[64];
-    in->raw = kind == CLI_TAKES_BLOCKS && !strcmp(cli_type_text(&t, tb2, sizeof tb2), "u8");
-  }
   /* the shape: a table's view is (rows, the product of the rest), as clembed_matrix_load reads it */
   size_t count = 1;
   in->ndim = ndim;
