@@ -2,7 +2,9 @@
 """Runs `clembed bench --json` and, row by row, the same work with PyTorch on
 the CPU (the same shapes, dtypes and output dtype, as a PyTorch user would
 write it), and prints the two side by side (median milliseconds, and how many
-times faster clembed is). Regenerates the README's performance table:
+times faster clembed is), with whatever PyTorch this Python has (Debian's 1.13
+too); the comparison with the peers a user would pick, PyTorch 2.x with FBGEMM among
+them, is tools/compare/peers.py (docs/peers.md):
 
     python3 tools/bench/compare_torch.py [--clembed build/clembed] [--reps 15] [--rounds 3]
                                    [--threads N] [--only TEXT] [--ceiling] [--warm]
