@@ -382,18 +382,28 @@ class _Weight(_TableModule):
 
 
 def _make_optimizer(ctx: Context, optimizer: Any, lr: Optional[float], eps: Optional[float],
-                    betas: Tuple[float, float], weight_decay: float, sparse: bool) -> Optional[Optimizer]:
+                    betas: Tuple[float, float], weight_decay: float, sparse: bool,
+                    stochastic_rounding: Any = False, rounding_seed: int = 0) -> Optional[Optimizer]:
+    if stochastic_rounding not in (False, True, 0, 1):
+        raise wrong_type("stochastic_rounding", "must be True or False, not %r" % (stochastic_rounding,))
     if optimizer is None:
+        if stochastic_rounding:
+            raise invalid("stochastic_rounding", "is for a fused optimizer's step (optimizer='sgd', ...), "
+                          "not optimizer=None")
         return None
     if sparse:
         raise invalid("sparse", "is for optimizer=None (a fused optimizer makes no gradient)")
     if isinstance(optimizer, Optimizer):
+        if stochastic_rounding:
+            raise invalid("stochastic_rounding", "is the clembed.Optimizer's own setting here "
+                          "(clembed.Optimizer(..., stochastic_rounding=True, seed=...))")
         return optimizer
     if not isinstance(optimizer, str) or optimizer.lower() not in OPTIMIZERS:
         raise invalid("optimizer", "is one of %s or None, not %r" % (", ".join(OPTIMIZERS), optimizer))
     if lr is None:
         raise invalid("lr", "is needed with optimizer=%r" % optimizer)
-    return Optimizer(ctx, optimizer.lower(), lr, eps, betas, weight_decay)
+    return Optimizer(ctx, optimizer.lower(), lr, eps, betas, weight_decay,
+                     stochastic_rounding=bool(stochastic_rounding), seed=rounding_seed)
 
 
 def _context(ctx: Optional[Context]) -> Context:
@@ -451,7 +461,8 @@ class _Layer(_TableModule):
 
     def _layer_setup(self, ctx: Optional[Context], num_embeddings: Any, embedding_dim: Any, padding_idx: Any,
                      max_norm: Any, norm_type: Any, optimizer: Any, lr: Any, eps: Any, betas: Any,
-                     weight_decay: Any, sparse: Any, dtype: Any, seed: Any, weight: Optional[torch.Tensor]) -> None:
+                     weight_decay: Any, sparse: Any, dtype: Any, seed: Any, weight: Optional[torch.Tensor],
+                     stochastic_rounding: Any = False) -> None:
         self.ctx = _context(ctx)
         self.num_embeddings = _count(num_embeddings, "num_embeddings")
         self.embedding_dim = _count(embedding_dim, "embedding_dim")
@@ -459,7 +470,8 @@ class _Layer(_TableModule):
         self.max_norm = None if max_norm is None else float(max_norm)
         self.norm_type = float(norm_type)
         self.sparse = bool(sparse)
-        opt = _make_optimizer(self.ctx, optimizer, lr, eps, betas, weight_decay, self.sparse)
+        opt = _make_optimizer(self.ctx, optimizer, lr, eps, betas, weight_decay, self.sparse, stochastic_rounding,
+                              0 if seed is None else seed)
         self._init_table(self.ctx, self.num_embeddings, self.embedding_dim, dtype, seed, 1.0, weight,
                          self.padding_idx, optimizer=opt, argument="embeddings")
 
@@ -527,7 +539,10 @@ class Embedding(_Layer):
     'sinusoid' or a learned (positions x dim) table added after (not trained); max_norm
     renorms the rows the ids read first, in place, as PyTorch's. optimizer ('sgd',
     'adagrad', 'rowwise_adagrad', 'adam' or a clembed.Optimizer; lr, eps, betas,
-    weight_decay): the fused sparse step inside the backward, .weight.grad stays None;
+    weight_decay; stochastic_rounding=True: an f16 or bf16 table written back with
+    stochastic rounding, from Philox(seed or 0, step, row, column), as
+    clembed.Optimizer(..., stochastic_rounding=True, seed=seed) does; FBGEMM's TBE's
+    stochastic_rounding): the fused sparse step inside the backward, .weight.grad stays None;
     None: .weight.grad as nn.Embedding's, dense or, with sparse=True, a sparse COO tensor
     (coalesced: each row the ids touch once). dtype: the table's and the output's.
     """
@@ -537,10 +552,11 @@ class Embedding(_Layer):
                  optimizer: Any = None, lr: Optional[float] = None, eps: Optional[float] = None,
                  betas: Tuple[float, float] = (0.9, 0.999), weight_decay: float = 0.0,
                  dtype: torch.dtype = torch.float32, ctx: Optional[Context] = None, seed: Optional[int] = None, *,
-                 norm_type: float = 2.0, sparse: bool = False, _weight: Optional[torch.Tensor] = None) -> None:
+                 norm_type: float = 2.0, sparse: bool = False, stochastic_rounding: bool = False,
+                 _weight: Optional[torch.Tensor] = None) -> None:
         super().__init__()
         self._layer_setup(ctx, num_embeddings, embedding_dim, padding_idx, max_norm, norm_type, optimizer, lr, eps,
-                          betas, weight_decay, sparse, dtype, seed, _weight)
+                          betas, weight_decay, sparse, dtype, seed, _weight, stochastic_rounding)
         if isinstance(scale, str) and scale.lower() != "sqrt":
             raise invalid("scale", "is a number or 'sqrt', not %r" % scale)
         self.scale = float(np.sqrt(self.embedding_dim)) if isinstance(scale, str) else float(scale)
@@ -642,14 +658,14 @@ class EmbeddingBag(_Layer):
                  optimizer: Any = None, lr: Optional[float] = None, eps: Optional[float] = None,
                  betas: Tuple[float, float] = (0.9, 0.999), weight_decay: float = 0.0, sparse: bool = False,
                  dtype: torch.dtype = torch.float32, ctx: Optional[Context] = None, seed: Optional[int] = None,
-                 _weight: Optional[torch.Tensor] = None) -> None:
+                 _weight: Optional[torch.Tensor] = None, *, stochastic_rounding: bool = False) -> None:
         super().__init__()
         if not isinstance(mode, str) or mode.lower() not in ("sum", "mean", "max"):
             raise invalid("mode", "is 'sum', 'mean' or 'max', not %r" % (mode,))
         self.mode = mode.lower()
         self.include_last_offset = bool(include_last_offset)
         self._layer_setup(ctx, num_embeddings, embedding_dim, padding_idx, max_norm, norm_type, optimizer, lr, eps,
-                          betas, weight_decay, sparse, dtype, seed, _weight)
+                          betas, weight_decay, sparse, dtype, seed, _weight, stochastic_rounding)
 
     def forward(self, input: Any, offsets: Any = None, per_sample_weights: Optional[torch.Tensor] = None
                 ) -> torch.Tensor:
@@ -746,7 +762,7 @@ class EmbeddingBagCollection(torch.nn.Module):
     def __init__(self, tables: Sequence[Any], optimizer: Any = None, lr: Optional[float] = None,
                  eps: Optional[float] = None, betas: Tuple[float, float] = (0.9, 0.999), weight_decay: float = 0.0,
                  dtype: torch.dtype = torch.float32, ctx: Optional[Context] = None, seed: Optional[int] = None,
-                 init_std: float = 1.0, to_dict: bool = False) -> None:
+                 init_std: float = 1.0, to_dict: bool = False, *, stochastic_rounding: bool = False) -> None:
         super().__init__()
         self.ctx = _context(ctx)
         self._bridge = bridge(self.ctx)
@@ -756,7 +772,8 @@ class EmbeddingBagCollection(torch.nn.Module):
         names = [s["name"] for s in specs]
         if len(set(names)) != len(names):
             raise invalid("tables", "names a table twice (%s)" % ", ".join(names))
-        self._opt = _make_optimizer(self.ctx, optimizer, lr, eps, betas, weight_decay, False)
+        self._opt = _make_optimizer(self.ctx, optimizer, lr, eps, betas, weight_decay, False, stochastic_rounding,
+                                    0 if seed is None else seed)
         base = draw_seed(seed)
         self.embedding_bags = torch.nn.ModuleDict()
         for k, s in enumerate(specs):

@@ -537,3 +537,49 @@ def test_stochastic_rounding_through_the_optimizer(ctx):
     sr, rn = module_steps(True), module_steps(False)
     assert np.array_equal(sr.view(np.uint32), by_hand().view(np.uint32))
     assert not np.array_equal(sr, rn)
+
+
+def test_stochastic_rounding_keyword(ctx):
+    # stochastic_rounding=True with a string optimizer: the bits of the same steps through a
+    # clembed.Optimizer(stochastic_rounding=True, seed=the module's seed), in Embedding,
+    # EmbeddingBag and EmbeddingBagCollection; refused without a fused optimizer, beside an
+    # Optimizer object (whose own setting it is) and when not a bool
+    w = torch.randn(20, 8).to(torch.bfloat16)
+    ids = torch.tensor([1, 2, 3, 1])
+
+    def by_hand(seed, bag):
+        t = ctx.matrix(w.float().numpy(), dtype="bf16")
+        opt = clembed.Optimizer(ctx, "sgd", 1e-3, stochastic_rounding=True, seed=seed)
+        for _ in range(3):
+            if bag:
+                opt.bag_step(t, np.ones((2, 8), np.float32), ids.numpy(), np.array([0, 2]), mode="sum")
+            else:
+                opt.step(t, np.ones((4, 8), np.float32), ids.numpy())
+        return t.numpy()
+
+    for seed in (None, 5):
+        e = ct.Embedding.from_pretrained(w.clone(), freeze=False, optimizer="sgd", lr=1e-3, ctx=ctx, seed=seed,
+                                         stochastic_rounding=True)
+        b = ct.EmbeddingBag.from_pretrained(w.clone(), freeze=False, mode="sum", optimizer="sgd", lr=1e-3, ctx=ctx,
+                                            seed=seed, stochastic_rounding=True)
+        for _ in range(3):
+            e(ids).float().sum().backward()
+            b(ids, torch.tensor([0, 2])).float().sum().backward()
+        want = by_hand(seed or 0, False)
+        assert np.array_equal(e.weight.detach().float().numpy().view(np.uint32), want.view(np.uint32))
+        assert np.array_equal(b.weight.detach().float().numpy().view(np.uint32),
+                              by_hand(seed or 0, True).view(np.uint32))
+        rn = ct.Embedding.from_pretrained(w.clone(), freeze=False, optimizer="sgd", lr=1e-3, ctx=ctx, seed=seed)
+        for _ in range(3):
+            rn(ids).float().sum().backward()
+        assert not np.array_equal(rn.weight.detach().float().numpy(), want)
+    c = ct.EmbeddingBagCollection([dict(name="t", num_embeddings=20, embedding_dim=8, feature_names=["f"],
+                                        dtype=torch.bfloat16)], optimizer="sgd", lr=1e-3, ctx=ctx, seed=3,
+                                  stochastic_rounding=True)
+    assert c._opt.stochastic_rounding and c._opt.seed == 3
+    with pytest.raises(clembed.InvalidArgumentError, match="stochastic_rounding"):
+        ct.Embedding(20, 8, ctx=ctx, stochastic_rounding=True)
+    with pytest.raises(clembed.InvalidArgumentError, match="stochastic_rounding"):
+        ct.Embedding(20, 8, ctx=ctx, optimizer=clembed.Optimizer(ctx, "sgd", 1e-3), stochastic_rounding=True)
+    with pytest.raises(clembed.Error, match="stochastic_rounding"):
+        ct.EmbeddingBag(20, 8, ctx=ctx, optimizer="sgd", lr=1e-3, stochastic_rounding="yes")
