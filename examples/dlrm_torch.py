@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """A DLRM-style click model trained with clembed.torch, beside the same model on PyTorch's own
-nn.EmbeddingBag (and FBGEMM's TBE where fbgemm_gpu is installed).
+nn.EmbeddingBag (and FBGEMM's TBE where fbgemm_gpu is installed, TorchRec's
+EmbeddingBagCollection fed a KeyedJaggedTensor where torchrec is).
 
 The model: a bottom MLP on 13 dense features, 26 sparse features pooled (sum) by
 clembed.torch.EmbeddingBagCollection (one table per feature, the optimizer fused into the
@@ -12,7 +13,8 @@ batches; the script prints each engine's loss every --print steps and its time p
     PYTHONPATH=python python3 examples/dlrm_torch.py --steps 50 --rows 100000 --batch 2048
     ... --optimizer adagrad          # the optimizer both sides run (PyTorch: torch.optim.Adagrad
                                      # over sparse gradients, the same formula as clembed's)
-    ... --optimizer rowwise_adagrad  # clembed and FBGEMM only (PyTorch has no row-wise Adagrad)
+    ... --optimizer rowwise_adagrad  # clembed and FBGEMM only (PyTorch and an unsharded TorchRec
+                                     # collection have no row-wise Adagrad)
     ... --engines clembed            # one engine alone
     ... --copy                       # clembed copies each tensor (counted), as on a device with its own memory
 """
@@ -128,6 +130,27 @@ class TorchPool(torch.nn.Module):
         return torch.cat(outs, 1)
 
 
+class TorchRecPool(torch.nn.Module):
+    """TorchRec's EmbeddingBagCollection (unsharded, on the CPU: an nn.EmbeddingBag per table)
+    fed the batch as a KeyedJaggedTensor; its tables take torch.optim.Adagrad on their dense
+    gradients (untouched rows do not move: their gradient is 0)."""
+
+    def __init__(self, rows: list, dim: int, init: list) -> None:
+        super().__init__()
+        from torchrec.modules.embedding_configs import EmbeddingBagConfig, PoolingType
+        from torchrec.modules.embedding_modules import EmbeddingBagCollection
+        from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+        self.kjt = KeyedJaggedTensor
+        self.keys = ["f%d" % f for f in range(len(rows))]
+        self.ebc = EmbeddingBagCollection(tables=[
+            EmbeddingBagConfig(name="t%d" % f, embedding_dim=dim, num_embeddings=r, feature_names=[self.keys[f]],
+                               pooling=PoolingType.SUM) for f, r in enumerate(rows)], device=torch.device("cpu"))
+        self.ebc.load_state_dict({"embedding_bags.t%d.weight" % f: w for f, w in enumerate(init)})
+
+    def forward(self, lengths: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+        return self.ebc(self.kjt.from_lengths_sync(keys=self.keys, values=values, lengths=lengths)).values()
+
+
 class FbgemmPool(torch.nn.Module):
     """FBGEMM's table-batched embeddings on the CPU with its fused optimizer."""
 
@@ -180,7 +203,7 @@ def main() -> int:
     ap.add_argument("--dim", type=int, default=16)
     ap.add_argument("--lr", type=float, default=0.05)
     ap.add_argument("--optimizer", default="adagrad", choices=["adagrad", "rowwise_adagrad"])
-    ap.add_argument("--engines", default="clembed,torch,fbgemm")
+    ap.add_argument("--engines", default="clembed,torch,fbgemm,torchrec")
     ap.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: PyTorch's default)")
     ap.add_argument("--print", type=int, default=10, dest="every")
     ap.add_argument("--seed", type=int, default=1)
@@ -209,8 +232,18 @@ def main() -> int:
                 engines[name] = (DLRM(FbgemmPool(rows, a.dim, init, a.optimizer, a.lr), a.dim, a.seed), None)
             except ImportError as e:
                 print("fbgemm: skipped (%s; pip install fbgemm-gpu-cpu with its PyTorch)" % e)
+        elif name == "torchrec":
+            if a.optimizer != "adagrad":
+                print("torchrec: skipped (its unsharded collection takes torch.optim; --optimizer adagrad compares it)")
+                continue
+            try:
+                m = DLRM(TorchRecPool(rows, a.dim, init), a.dim, a.seed)
+            except ImportError as e:
+                print("torchrec: skipped (%s; pip install torchrec beside fbgemm-gpu-cpu)" % e)
+                continue
+            engines[name] = (m, torch.optim.Adagrad(m.pool.parameters(), lr=a.lr, eps=1e-10))
         else:
-            ap.error("unknown engine %r (clembed, torch, fbgemm)" % name)
+            ap.error("unknown engine %r (clembed, torch, fbgemm, torchrec)" % name)
     print("DLRM: %d features, tables of %d..%d rows x %d, batch %d, %s, lr %g, clembed on %s, torch %s, %d threads"
           % (FEATURES, min(rows), max(rows), a.dim, a.batch, a.optimizer, a.lr, ctx.device_name, torch.__version__,
              torch.get_num_threads()))
@@ -220,10 +253,11 @@ def main() -> int:
     print("time per step (median of the steps after the first):")
     for name, (losses, times) in results.items():
         print("  %-8s %8.2f ms" % (name, 1e3 * float(np.median(times[1:] if len(times) > 1 else times))))
-    if "clembed" in results and "torch" in results:
-        a_, b_ = np.array(results["clembed"][0]), np.array(results["torch"][0])
-        print("largest relative difference of the loss curves, clembed vs torch: %.3g"
-              % float(np.max(np.abs(a_ - b_) / np.abs(b_))))
+    for peer in ("torch", "torchrec"):
+        if "clembed" in results and peer in results:
+            a_, b_ = np.array(results["clembed"][0]), np.array(results[peer][0])
+            print("largest relative difference of the loss curves, clembed vs %s: %.3g"
+                  % (peer, float(np.max(np.abs(a_ - b_) / np.abs(b_)))))
     if "clembed" in results:
         br = ct.bridge(ctx)
         print("clembed: tensors used in place: %s; copies between tensors and device buffers: %d (%d bytes)"
