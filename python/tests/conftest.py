@@ -23,6 +23,20 @@ def ctx():
     c.finish()
 
 
+@pytest.fixture(scope="session")
+def example():
+    """load(name): the module of examples/<name>.py, loaded from its file (its main() not run)."""
+    import importlib.util
+
+    def load(name):
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples", name + ".py")
+        spec = importlib.util.spec_from_file_location(name, path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        return mod
+    return load
+
+
 def need(name):
     """Skips the calling test when the loaded library lacks the C function `name`."""
     if not clembed.has_function(name):

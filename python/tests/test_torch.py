@@ -435,15 +435,10 @@ def test_modules_in_a_model_and_compile():
         close(compiled(x), model(x), 1e-6, "compiled")
 
 
-def test_dlrm_example_loss_curve_matches_pytorch():
+def test_dlrm_example_loss_curve_matches_pytorch(example):
     """examples/dlrm_torch.py: 100 steps with Adagrad, the clembed model's loss curve within
     1e-5 relative of the same model on nn.EmbeddingBag with torch.optim.Adagrad."""
-    import importlib.util
-    import os
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples", "dlrm_torch.py")
-    spec = importlib.util.spec_from_file_location("dlrm_torch", path)
-    ex = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ex)
+    ex = example("dlrm_torch")
     rows = ex.tables_rows(500)
     gen = torch.Generator().manual_seed(3)
     init = [torch.randn(r, 8, generator=gen) * 0.05 for r in rows]
@@ -460,17 +455,12 @@ def test_dlrm_example_loss_curve_matches_pytorch():
         close(a.pool.ebc.embedding_bags["t%d" % f].weight, b.pool.bags[f].weight, 1e-4, "table %d" % f)
 
 
-def test_bert_example_inside_a_transformers_encoder():
+def test_bert_example_inside_a_transformers_encoder(example):
     """examples/bert_torch.py's swap: a small transformers BertModel with clembed's layer
     gives the encoder's outputs within 1e-5, and its losses follow the unchanged model's
     over SGD steps (dropout off)."""
     transformers = pytest.importorskip("transformers", reason="transformers is not installed (pip install transformers)")
-    import importlib.util
-    import os
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples", "bert_torch.py")
-    spec = importlib.util.spec_from_file_location("bert_torch", path)
-    ex = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ex)
+    ex = example("bert_torch")
     torch.manual_seed(0)
     cfg = transformers.BertConfig(vocab_size=500, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
                                   intermediate_size=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)

@@ -66,15 +66,10 @@ def test_torchrec_kjt_forward_and_gradients():
     ctx.close()
 
 
-def test_dlrm_example_against_torchrec():
+def test_dlrm_example_against_torchrec(example):
     """examples/dlrm_torch.py's torchrec engine: 50 steps with Adagrad, clembed's loss curve
     within 1e-5 relative of TorchRec's collection's (torch.optim.Adagrad on its tables)."""
-    import importlib.util
-    import os
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples", "dlrm_torch.py")
-    spec = importlib.util.spec_from_file_location("dlrm_torch", path)
-    ex = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ex)
+    ex = example("dlrm_torch")
     rows = ex.tables_rows(500)
     gen = torch.Generator().manual_seed(3)
     init = [torch.randn(r, 8, generator=gen) * 0.05 for r in rows]
