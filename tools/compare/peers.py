@@ -602,49 +602,50 @@ def _rope_apply(env):
                "1e-6; its cos/sin made once outside the timing", tol=None)
 
 
-@row("rope cache f32 (%d positions, R %d)" % (ROPE_CACHE, ROPE_D), "torch")
-def _rope_cache(env):
-    t, ctx = env.mods["torch"], env.ctx
-    out = ctx.empty(ROPE_CACHE, ROPE_D)
+def angles_row(env, rows, cols, make, label, torch_value):
+    """A table of exact angles' sines and cosines that clembed makes (make(out)) beside PyTorch's
+    float32 version (torch_value() -> tensor), reported, not checked."""
+    ctx = env.ctx
+    out = ctx.empty(rows, cols)
     res = {}
 
     def ours():
-        ctx.rope_cache(ROPE_CACHE, ROPE_D, out=out)
+        make(out)
         ctx.finish()
 
-    def torch_run():  # cos and sin of the half angles, side by side, as clembed's cache holds them
-        f = torch_rope_freqs(t, ROPE_CACHE)[:, :ROPE_D // 2]
-        res["o"] = t.cat((f.cos(), f.sin()), dim=-1)
+    def torch_run():
+        res["o"] = torch_value()
 
     ours()
     torch_run()
-    return Row(None, ours, {"PyTorch": torch_run}, {"PyTorch": agree(out.numpy(), res["o"].numpy())},
+    return Row(None, ours, {label: torch_run}, {label: agree(out.numpy(), res["o"].numpy())},
                "PyTorch's angles are float32 products, clembed's exact to 1e-6", tol=None)
+
+
+@row("rope cache f32 (%d positions, R %d)" % (ROPE_CACHE, ROPE_D), "torch")
+def _rope_cache(env):
+    t = env.mods["torch"]
+
+    def torch_value():  # cos and sin of the half angles, side by side, as clembed's cache holds them
+        f = torch_rope_freqs(t, ROPE_CACHE)[:, :ROPE_D // 2]
+        return t.cat((f.cos(), f.sin()), dim=-1)
+    return angles_row(env, ROPE_CACHE, ROPE_D, lambda out: env.ctx.rope_cache(ROPE_CACHE, ROPE_D, out=out),
+                      "PyTorch", torch_value)
 
 
 @row("positional table f32 (%d x %d)" % (POS_N, POS_D), "torch")
 def _positional(env):
-    t, ctx = env.mods["torch"], env.ctx
-    out = ctx.empty(POS_N, POS_D)
-    res = {}
+    t = env.mods["torch"]
 
-    def ours():
-        ctx.positional(POS_N, POS_D, out=out)
-        ctx.finish()
-
-    def torch_run():  # the PyTorch tutorial's PositionalEncoding
+    def torch_value():  # the PyTorch tutorial's PositionalEncoding
         p = t.arange(POS_N, dtype=t.float32).unsqueeze(1)
         div = t.exp(t.arange(0, POS_D, 2, dtype=t.float32) * (-math.log(10000.0) / POS_D))
         pe = t.empty(POS_N, POS_D)
         pe[:, 0::2] = t.sin(p * div)
         pe[:, 1::2] = t.cos(p * div)
-        res["o"] = pe
-
-    ours()
-    torch_run()
-    return Row(None, ours, {"PyTorch PositionalEncoding": torch_run},
-               {"PyTorch PositionalEncoding": agree(out.numpy(), res["o"].numpy())},
-               "PyTorch's angles are float32 products, clembed's exact to 1e-6", tol=None)
+        return pe
+    return angles_row(env, POS_N, POS_D, lambda out: env.ctx.positional(POS_N, POS_D, out=out),
+                      "PyTorch PositionalEncoding", torch_value)
 
 
 for _kind in ("normal", "uniform"):
