@@ -37,6 +37,28 @@ def example():
     return load
 
 
+@pytest.fixture
+def dlrm_pair(example):
+    """run(peer_pool, steps): examples/dlrm_torch.py's model (26 tables from 50 to 500 rows x 8,
+    batch 64, Adagrad, lr 0.05) trained `steps` steps on clembed and on the pool
+    peer_pool(ex, rows, init) makes (its tables stepped by torch.optim.Adagrad), from the same
+    tables, weights and batches: (rows, [clembed's losses, the peer's], clembed's model, the peer's)."""
+    import torch
+
+    def run(peer_pool, steps):
+        ex = example("dlrm_torch")
+        rows = ex.tables_rows(500)
+        gen = torch.Generator().manual_seed(3)
+        init = [torch.randn(r, 8, generator=gen) * 0.05 for r in rows]
+        a = ex.DLRM(ex.ClembedPool(rows, 8, init, "adagrad", 0.05, clembed.Context()), 8, 3)
+        b = ex.DLRM(peer_pool(ex, rows, init), 8, 3)
+        opt = torch.optim.Adagrad(b.pool.parameters(), lr=0.05, eps=1e-10)
+        curves = [np.array(ex.train(a, None, ex.Data(rows, 11), steps, 64, 0.05)[0]),
+                  np.array(ex.train(b, opt, ex.Data(rows, 11), steps, 64, 0.05)[0])]
+        return rows, curves, a, b
+    return run
+
+
 def need(name):
     """Skips the calling test when the loaded library lacks the C function `name`."""
     if not clembed.has_function(name):

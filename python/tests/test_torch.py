@@ -435,19 +435,10 @@ def test_modules_in_a_model_and_compile():
         close(compiled(x), model(x), 1e-6, "compiled")
 
 
-def test_dlrm_example_loss_curve_matches_pytorch(example):
+def test_dlrm_example_loss_curve_matches_pytorch(dlrm_pair):
     """examples/dlrm_torch.py: 100 steps with Adagrad, the clembed model's loss curve within
     1e-5 relative of the same model on nn.EmbeddingBag with torch.optim.Adagrad."""
-    ex = example("dlrm_torch")
-    rows = ex.tables_rows(500)
-    gen = torch.Generator().manual_seed(3)
-    init = [torch.randn(r, 8, generator=gen) * 0.05 for r in rows]
-    c = clembed.Context()
-    a = ex.DLRM(ex.ClembedPool(rows, 8, init, "adagrad", 0.05, c), 8, 3)
-    b = ex.DLRM(ex.TorchPool(init), 8, 3)
-    curves = [np.array(ex.train(a, None, ex.Data(rows, 11), 100, 64, 0.05)[0]),
-              np.array(ex.train(b, torch.optim.Adagrad(b.pool.parameters(), lr=0.05, eps=1e-10), ex.Data(rows, 11),
-                                100, 64, 0.05)[0])]
+    rows, curves, a, b = dlrm_pair(lambda ex, rows, init: ex.TorchPool(init), 100)
     assert curves[0][-10:].mean() < curves[0][:10].mean()          # it learns
     rel = np.abs(curves[0] - curves[1]) / np.abs(curves[1])
     assert rel.max() <= 1e-5, rel.max()

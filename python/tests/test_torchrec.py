@@ -66,19 +66,9 @@ def test_torchrec_kjt_forward_and_gradients():
     ctx.close()
 
 
-def test_dlrm_example_against_torchrec(example):
+def test_dlrm_example_against_torchrec(dlrm_pair):
     """examples/dlrm_torch.py's torchrec engine: 50 steps with Adagrad, clembed's loss curve
     within 1e-5 relative of TorchRec's collection's (torch.optim.Adagrad on its tables)."""
-    ex = example("dlrm_torch")
-    rows = ex.tables_rows(500)
-    gen = torch.Generator().manual_seed(3)
-    init = [torch.randn(r, 8, generator=gen) * 0.05 for r in rows]
-    c = clembed.Context()
-    a = ex.DLRM(ex.ClembedPool(rows, 8, init, "adagrad", 0.05, c), 8, 3)
-    b = ex.DLRM(ex.TorchRecPool(rows, 8, init), 8, 3)
-    curves = [np.array(ex.train(a, None, ex.Data(rows, 11), 50, 64, 0.05)[0]),
-              np.array(ex.train(b, torch.optim.Adagrad(b.pool.parameters(), lr=0.05, eps=1e-10), ex.Data(rows, 11),
-                                50, 64, 0.05)[0])]
+    _, curves, _, _ = dlrm_pair(lambda ex, rows, init: ex.TorchRecPool(rows, 8, init), 50)
     rel = np.abs(curves[0] - curves[1]) / np.abs(curves[1])
     assert rel.max() <= 1e-5, rel.max()
-    c.close()

@@ -34,6 +34,9 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "compare"))
+from peers import torch_sinusoid  # noqa: E402 (the PyTorch tutorial's table, one copy for both tools)
+
 
 SWEEP = []  # the buffer read before each timed run (empty: none)
 
@@ -210,13 +213,7 @@ class TorchRows:
         return median_ms(lambda: out.backward(grad, retain_graph=True), reps)
 
     def positions(self, length, d):
-        t = self.torch
-        p = t.arange(length, dtype=t.float32).unsqueeze(1)
-        div = t.exp(t.arange(0, d, 2, dtype=t.float32) * (-math.log(10000.0) / d))
-        pe = t.empty(length, d)
-        pe[:, 0::2] = t.sin(p * div)
-        pe[:, 1::2] = t.cos(p * div)
-        return pe
+        return torch_sinusoid(self.torch, length, d)
 
 
 def clembed_rows(binary, reps, only, ceiling):

@@ -79,6 +79,15 @@ if "--small" in sys.argv[1:]:  # a functional run in seconds: the same rows on s
     GGUF_BYTES, GGUF_IDS, EMBED_SEQ = 16 << 20, 1024, 256
 
 
+def import_clembed():
+    """The repository's Python package over build/libclembed.so (CLEMBED_LIBRARY: another library)."""
+    os.environ.setdefault("CLEMBED_LIBRARY", os.path.join(ROOT, "build", "libclembed.so"))
+    if os.path.join(ROOT, "python") not in sys.path:
+        sys.path.insert(0, os.path.join(ROOT, "python"))
+    import clembed
+    return clembed
+
+
 def default_venv():
     cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(cache, "clembed", "peers-venv")
@@ -101,9 +110,7 @@ class Env:
         import numpy as np
         self.np = np
         self.args = args
-        os.environ.setdefault("CLEMBED_LIBRARY", os.path.join(ROOT, "build", "libclembed.so"))
-        sys.path.insert(0, os.path.join(ROOT, "python"))
-        import clembed
+        clembed = import_clembed()
         self.clembed = clembed
         self.ctx = clembed.Context(args.device)
         self.versions = {"clembed": clembed.__version__, "numpy": np.__version__}
@@ -238,6 +245,16 @@ def time_row(env, r, reps):
 
 # ---------------------------------------------------------------- the rows
 
+def torch_sinusoid(t, n, d):
+    """The PyTorch tutorial's PositionalEncoding table (n x d): float32 sin and cos of float32 angles."""
+    p = t.arange(n, dtype=t.float32).unsqueeze(1)
+    div = t.exp(t.arange(0, d, 2, dtype=t.float32) * (-math.log(10000.0) / d))
+    pe = t.empty(n, d)
+    pe[:, 0::2] = t.sin(p * div)
+    pe[:, 1::2] = t.cos(p * div)
+    return pe
+
+
 def torch_dtype(env, name):
     t = env.mods["torch"]
     return {"f32": t.float32, "f16": t.float16, "bf16": t.bfloat16}[name]
@@ -280,12 +297,7 @@ def _embed(env):
     out = ctx.empty(N_IDS, REC_D)
     o = t.empty(N_IDS, REC_D)
     o3 = o.view(-1, EMBED_SEQ, REC_D)
-    # the PyTorch tutorial's PositionalEncoding buffer, made once
-    p = t.arange(EMBED_SEQ, dtype=t.float32).unsqueeze(1)
-    div = t.exp(t.arange(0, REC_D, 2, dtype=t.float32) * (-math.log(10000.0) / REC_D))
-    pe = t.empty(EMBED_SEQ, REC_D)
-    pe[:, 0::2] = t.sin(p * div)
-    pe[:, 1::2] = t.cos(p * div)
+    pe = torch_sinusoid(t, EMBED_SEQ, REC_D)  # the PyTorch tutorial's buffer, made once
     scale = math.sqrt(REC_D)
 
     def ours():
@@ -342,13 +354,12 @@ def features_data(env):
 
 
 def clembed_features(env, base, ids, offsets):
+    """The 26 features as Context.embedding_bags takes them, each over a table of its own
+    made from base's rows: (tables, feature dicts)."""
     ctx = env.ctx
-
-    def make():
-        tables = [ctx.matrix(base[f * FEAT_V:(f + 1) * FEAT_V]) for f in range(FEATURES)]
-        return tables, [dict(table=tables[f], ids=ctx.ids(ids[f * N_IDS:(f + 1) * N_IDS]),
-                             offsets=ctx.ids(offsets), mode="sum") for f in range(FEATURES)]
-    return env.keep(("big features",), make)
+    tables = [ctx.matrix(base[f * FEAT_V:(f + 1) * FEAT_V]) for f in range(FEATURES)]
+    return tables, [dict(table=tables[f], ids=ctx.ids(ids[f * N_IDS:(f + 1) * N_IDS]), offsets=ctx.ids(offsets),
+                         mode="sum") for f in range(FEATURES)]
 
 
 def tbe_module(env, base):
@@ -382,7 +393,7 @@ def tbe_inputs(env, ids, offsets):
 def _bags(env):
     t, ctx = env.mods["torch"], env.ctx
     base, ids, offsets = features_data(env)
-    _, feats = clembed_features(env, base, ids, offsets)
+    _, feats = env.keep(("big features",), lambda: clembed_features(env, base, ids, offsets))
     out = ctx.empty(BAGS, FEATURES * FEAT_D)
     tbe = tbe_module(env, base)
     t_ids, t_off = tbe_inputs(env, ids, offsets)
@@ -416,10 +427,7 @@ def _bags(env):
 def _bags_step(env):
     t, np, ctx = env.mods["torch"], env.np, env.ctx
     base, ids, offsets = features_data(env)
-    # tables of their own (the step changes them), the same values
-    mine = [ctx.matrix(base[f * FEAT_V:(f + 1) * FEAT_V]) for f in range(FEATURES)]
-    feats = [dict(table=mine[f], ids=ctx.ids(ids[f * N_IDS:(f + 1) * N_IDS]), offsets=ctx.ids(offsets), mode="sum")
-             for f in range(FEATURES)]
+    mine, feats = clembed_features(env, base, ids, offsets)  # tables of their own: the step changes them
     states = [ctx.empty(FEAT_V, 1) for _ in range(FEATURES)]
     opts = [dict(kind="rowwise_adagrad", lr=0.1, eps=1e-8, state=states[f]) for f in range(FEATURES)]
     out = ctx.empty(BAGS, FEATURES * FEAT_D)
@@ -636,16 +644,8 @@ def _rope_cache(env):
 @row("positional table f32 (%d x %d)" % (POS_N, POS_D), "torch")
 def _positional(env):
     t = env.mods["torch"]
-
-    def torch_value():  # the PyTorch tutorial's PositionalEncoding
-        p = t.arange(POS_N, dtype=t.float32).unsqueeze(1)
-        div = t.exp(t.arange(0, POS_D, 2, dtype=t.float32) * (-math.log(10000.0) / POS_D))
-        pe = t.empty(POS_N, POS_D)
-        pe[:, 0::2] = t.sin(p * div)
-        pe[:, 1::2] = t.cos(p * div)
-        return pe
     return angles_row(env, POS_N, POS_D, lambda out: env.ctx.positional(POS_N, POS_D, out=out),
-                      "PyTorch PositionalEncoding", torch_value)
+                      "PyTorch PositionalEncoding", lambda: torch_sinusoid(t, POS_N, POS_D))
 
 
 for _kind in ("normal", "uniform"):
@@ -932,8 +932,7 @@ class GgmlGetRows:
 
 def register_gguf():
     try:
-        os.environ.setdefault("CLEMBED_LIBRARY", os.path.join(ROOT, "build", "libclembed.so"))
-        sys.path.insert(0, os.path.join(ROOT, "python"))
+        import_clembed()
         from clembed._args import BLOCKS, ROWWISE
         names = [n for n, (vals, _) in BLOCKS.items() if vals > 1 and n not in ROWWISE]
     except Exception:  # noqa: BLE001 (no library: the harness says so when it starts)
