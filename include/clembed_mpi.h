@@ -290,6 +290,145 @@ CLEMBED_API clembed_status clembed_mpi_checkpoint_save(const char *path, clembed
 CLEMBED_API clembed_status clembed_mpi_checkpoint_load(const char *path, clembed_mpi_table *const *tables,
                                                        const char *const *names, size_t n);
 
+/* ------------------------------------------------------------------------
+ * Sharded feature sets: a recommendation model's many tables over the ranks,
+ * each table by its own plan, and one call per batch for all their features.
+ *
+ * Plans (clembed_shard_kind):
+ * - CLEMBED_SHARD_ROW: rows over every rank, as clembed_mpi_table_create;
+ * - CLEMBED_SHARD_TABLE: the whole table on one rank (owner);
+ * - CLEMBED_SHARD_COLUMN: every row, its columns cut into blocks over the
+ *   ranks (block j of k: the columns [j*u/k, (j+1)*u/k) of the row's u units,
+ *   a unit one value of a float type or one block of a block-quantized type;
+ *   k = min(ranks, u)); not for FBGEMM's row-wise types (a row's scale and
+ *   bias span its columns), nor for ROWWISE_ADAGRAD (its state is the whole
+ *   row's) or stochastic rounding (its bits are keyed by the whole row's
+ *   column) in a step: those are refused, CLEMBED_ERR_UNSUPPORTED;
+ * - CLEMBED_SHARD_TABLE_ROW: rows over the ranks of one node (the ranks
+ *   MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) puts with `owner`, rank 0 with
+ *   owner -1; they must be consecutive ranks of comm);
+ * - CLEMBED_SHARD_AUTO: the planner's choice (below).
+ *
+ * The bits. clembed_mpi_embedding_bags gives each rank, bit for bit, the
+ * output one device's clembed_embedding_bags gives for the ranks' batches
+ * concatenated in rank order (bags of rank 0, then of rank 1, ...), and
+ * clembed_mpi_bags_optimizer_step leaves every table and its optimizer state
+ * as one device's clembed_bags_optimizer_step on that concatenated batch, for
+ * any plan of every table and any number of ranks: a bag is pooled over its
+ * ids in ascending position whichever rank pools it (column by column, so a
+ * column block pools exactly as the whole row), and a row's contributions
+ * are folded in global id order on the one rank that steps it.
+ * - TABLE and COLUMN features: every rank sends each owner its bags (offsets,
+ *   ids, weights; in the step its gradient's columns and MAX's max_rows) in
+ *   one exchange for all such features; each owner pools (or steps) the
+ *   ranks' bags of all its features with one clembed_embedding_bags (or
+ *   clembed_bags_optimizer_step) on the concatenated batch, and in the
+ *   forward sends each rank its bags' pooled rows back in a second exchange:
+ *   the pooled bytes cross the network, not the rows.
+ * - ROW and TABLE_ROW features: clembed_mpi_embedding_bag and
+ *   clembed_mpi_bag_optimizer_step of each table in feature order (each
+ *   distinct row fetched from its owner, pooled by the rank that passed it).
+ *
+ * Collective: every rank calls each function with the same set, in the same
+ * order. A rank's own bad argument (a NULL, a wrong shape, an offset that
+ * does not rise, a feature's options that differ from another rank's) fails
+ * the call on every rank before anything moves (the other ranks:
+ * CLEMBED_ERR_INVALID_ARGUMENT naming the rank). A bad id is the call's
+ * result on the rank that passed it only (CLEMBED_ERR_INDEX_OUT_OF_RANGE, the
+ * detail "ids", the message naming the feature, the position and the id),
+ * the id treated as the index policy says, as on one device. A rank whose
+ * device fails while pooling or stepping for others makes every rank return
+ * its status, naming it.
+ * ------------------------------------------------------------------------ */
+
+typedef enum clembed_shard_kind {
+  CLEMBED_SHARD_ROW = 0,
+  CLEMBED_SHARD_TABLE = 1,
+  CLEMBED_SHARD_COLUMN = 2,
+  CLEMBED_SHARD_TABLE_ROW = 3,
+  CLEMBED_SHARD_AUTO = 4
+} clembed_shard_kind;
+
+typedef struct clembed_mpi_table_spec {
+  const char *name;          /* the table's name (checkpoints, the planner's report); NULL: "table<i>" */
+  size_t rows, cols;
+  clembed_dtype dtype;
+  clembed_shard_kind shard;  /* AUTO: the planner's choice */
+  int owner;                 /* TABLE: the rank; TABLE_ROW: a rank of the node; -1 lets the planner choose */
+  const clembed_ids *id_sample; /* optional: ids of the table's feature this rank has seen in one batch */
+} clembed_mpi_table_spec;
+
+typedef struct clembed_mpi_feature_set clembed_mpi_feature_set; /* opaque */
+
+/* Creates the n tables (zeros) of a feature set over comm, each by its plan;
+ * the AUTO ones planned here. Collective: the ranks agree on n and every
+ * spec but id_sample (else CLEMBED_ERR_INVALID_ARGUMENT on every rank naming
+ * the table, and *s NULL). The planner, run alike on every rank from what
+ * every rank knows (one MPI_Allgather): each table's bytes (rows x row bytes,
+ * plus a float a value for an optimizer state), each rank's device memory
+ * (CL_DEVICE_GLOBAL_MEM_SIZE; a rank's tables take at most 3/4 of it) and
+ * the ids a batch reads from each table (the ranks' id_samples: their ids and
+ * distinct ids summed; without any, one id a bag for every table). A table
+ * goes whole to one rank (TABLE) where one holds it, the largest tables
+ * first, each to the rank whose cost it raises least, unless cutting it by
+ * rows (ROW) gives a lower largest cost; a table no rank holds goes by rows
+ * (TABLE_ROW over one node where the ranks span several nodes and a node
+ * holds it, else ROW). A rank's cost is the bytes it moves per batch: the rows
+ * its devices read for pooling and serving, the ids and pooled rows or rows
+ * it sends and receives, and 64 KiB for each exchange of its own a table cut
+ * by rows adds (a ROW table's calls exchange per table; the TABLE and COLUMN
+ * tables share one pair of exchanges). A forced plan the ranks cannot hold (a TABLE owner
+ * out of range, a COLUMN table of a row-wise type) is refused, naming the
+ * table. The set keeps ctx (which must outlive it) and a duplicate of comm. */
+CLEMBED_API clembed_status clembed_mpi_feature_set_create(clembed_context *ctx, MPI_Comm comm,
+                                                          const clembed_mpi_table_spec *tables, size_t n,
+                                                          clembed_mpi_feature_set **s);
+
+/* Table `table`'s plan: *kind (never AUTO), the first rank holding part of it
+ * and how many consecutive ranks do (TABLE: the owner and 1; ROW: 0 and the
+ * ranks; COLUMN: 0 and the blocks; TABLE_ROW: the node's first rank and its
+ * ranks). Not collective; outputs may be NULL. */
+CLEMBED_API clembed_status clembed_mpi_feature_set_plan(const clembed_mpi_feature_set *s, size_t table,
+                                                        clembed_shard_kind *kind, int *first_rank, int *ranks);
+
+/* Table `table` as a clembed_mpi_table, owned by the set, for
+ * clembed_mpi_table_init_normal/_uniform (the whole table's bits, whatever the
+ * plan), clembed_mpi_table_shard / _state, and, for ROW, TABLE and TABLE_ROW
+ * tables, every other clembed_mpi_table call (checkpoints included: a
+ * TABLE table saves and loads on any number of ranks as any other). A COLUMN
+ * table's shard is its block of columns of every row (first_row 0); the
+ * row-wise calls and checkpoints refuse it (CLEMBED_ERR_UNSUPPORTED). NULL for
+ * a NULL set or a table past n. */
+CLEMBED_API clembed_mpi_table *clembed_mpi_feature_set_table(clembed_mpi_feature_set *s, size_t table);
+
+/* Releases every table and the communicator. Collective. NULL is a no-op. */
+CLEMBED_API void clembed_mpi_feature_set_release(clembed_mpi_feature_set *s);
+
+/* The forward of all the set's features at once: features[i] (n = the set's
+ * tables, feature i reads table i; features[i].table is unused) holds this
+ * rank's ids, offsets (NULL: fixed-size bags) and options (any mode, policy,
+ * padding_idx, per_sample_weights, MAX's max_rows; remap refused) for out->rows
+ * bags; out (bags x the sum of the tables' cols, F32, F16 or BF16, on this
+ * rank's ctx) receives this rank's bags, feature i in its own block of
+ * columns, bit for bit one device's clembed_embedding_bags on the
+ * concatenated batch (see above; MAX's max_rows name the whole table's rows).
+ * Agreed: out's dtype and each feature's mode, policy, padding_idx and
+ * whether weights and max_rows are given. Collective and blocking. */
+CLEMBED_API clembed_status clembed_mpi_embedding_bags(clembed_mpi_feature_set *s, const clembed_bag_feature *features,
+                                                      size_t n, clembed_matrix *out);
+
+/* One step of every table on every rank's bags: clembed_bags_optimizer_step
+ * of one device on the concatenated batch (see above). grad_out (the
+ * forward's shape, F32, F16 or BF16) and features are this rank's; o[i] is
+ * table i's optimizer, its state NULL (the state lives with each table's
+ * parts, made by the first step, as in clembed_mpi_bag_optimizer_step).
+ * Agreed: grad_out's dtype, what the forward agrees on and every field of
+ * every o[i]. Collective and blocking. */
+CLEMBED_API clembed_status clembed_mpi_bags_optimizer_step(clembed_mpi_feature_set *s,
+                                                           const clembed_bag_feature *features, size_t n,
+                                                           const clembed_matrix *grad_out,
+                                                           const clembed_optimizer *o);
+
 #ifdef __cplusplus
 }
 #endif

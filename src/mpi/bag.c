@@ -54,16 +54,7 @@ static void map_max_rows(clembed_mpi_table *t, const char *op, const clembed_ids
     ce_mpi_fail(e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory for max_rows", op);
     return;
   }
-  clembed_status s;
-  if (mr->type == CLEMBED_I64) {
-    s = clembed_ids_read(ctx, mr, h);
-  } else {
-    int32_t *h32 = (int32_t *)h + n; /* the upper half, widened from the front */
-    s = clembed_ids_read(ctx, mr, h32);
-    for (size_t i = 0; s == CLEMBED_OK && i < n; i++) h[i] = h32[i];
-  }
-  if (s != CLEMBED_OK) {
-    ce_mpi_fail_from(e, ctx, s);
+  if (ce_mpi_read_ids_ctx(ctx, mr, h, e) != CLEMBED_OK) {
     free(h);
     return;
   }
@@ -85,6 +76,7 @@ clembed_status clembed_mpi_embedding_bag(clembed_mpi_table *t, const clembed_ids
   if (!t)
     return clembed_context_fail(NULL, CLEMBED_ERR_INVALID_ARGUMENT, op, "t", -1, 0,
                                 "%s: t is NULL (no communicator to speak on)", op);
+  if (t->column) return ce_mpi_refuse_column(t, op);
   clembed_context *ctx = t->ctx;
   ce_mpi_error e = {0}, serve = {0};
   ce_mpi_vote v = {0};
@@ -380,6 +372,7 @@ clembed_status clembed_mpi_bag_optimizer_step(clembed_mpi_table *t, const clembe
   if (!t)
     return clembed_context_fail(NULL, CLEMBED_ERR_INVALID_ARGUMENT, op, "t", -1, 0,
                                 "%s: t is NULL (no communicator to speak on)", op);
+  if (t->column) return ce_mpi_refuse_column(t, op);
   clembed_context *ctx = t->ctx;
   ce_mpi_error e = {0}, own = {0};
   ce_mpi_vote v = {0};

@@ -162,6 +162,8 @@ clembed_status clembed_mpi_checkpoint_save(const char *path, clembed_mpi_table *
     return clembed_context_fail(NULL, CLEMBED_ERR_INVALID_ARGUMENT, op, "tables", -1, 0,
                                 "%s: no table (tables NULL, n 0 or tables[0] NULL: no communicator to speak on)", op);
   clembed_mpi_table *t0 = tables[0];
+  for (size_t i = 0; i < n; i++) /* every rank alike: a table's plan is the same everywhere */
+    if (tables[i] && tables[i]->column) return ce_mpi_refuse_column(tables[i], op);
   clembed_context *ctx = t0->ctx;
   ce_mpi_error e = {0};
   ce_mpi_vote v = {0};
@@ -338,6 +340,8 @@ clembed_status clembed_mpi_checkpoint_load(const char *path, clembed_mpi_table *
     return clembed_context_fail(NULL, CLEMBED_ERR_INVALID_ARGUMENT, op, "tables", -1, 0,
                                 "%s: no table (tables NULL, n 0 or tables[0] NULL: no communicator to speak on)", op);
   clembed_mpi_table *t0 = tables[0];
+  for (size_t i = 0; i < n; i++) /* every rank alike: a table's plan is the same everywhere */
+    if (tables[i] && tables[i]->column) return ce_mpi_refuse_column(tables[i], op);
   clembed_context *ctx = t0->ctx;
   ce_mpi_error e = {0};
   ce_mpi_vote v = {0};

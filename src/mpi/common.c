@@ -113,7 +113,9 @@ static void field_text(const ce_mpi_vote *v, int i, char *buf, size_t cap) {
                                       "clembed_mpi_table_init_normal", "clembed_mpi_table_init_uniform",
                                       "clembed_mpi_embed", "clembed_mpi_optimizer_step",
                                       "clembed_mpi_embedding_bag", "clembed_mpi_bag_optimizer_step",
-                                      "clembed_mpi_checkpoint_save", "clembed_mpi_checkpoint_load"};
+                                      "clembed_mpi_checkpoint_save", "clembed_mpi_checkpoint_load",
+                                      "clembed_mpi_feature_set_create", "clembed_mpi_embedding_bags",
+                                      "clembed_mpi_bags_optimizer_step", "clembed_mpi_feature_set_release"};
   uint64_t x = v->agree[i];
   char tmp[64];
   switch (v->kinds[i]) {
@@ -373,6 +375,11 @@ clembed_status ce_mpi_read_ids(clembed_mpi_table *t, const clembed_ids *ids, int
   clembed_context *ctx = t->ctx;
   clembed_status s = clembed_finish(ctx); /* an earlier call's pending error is this rank's answer */
   if (s != CLEMBED_OK) return ce_mpi_fail_from(e, ctx, s);
+  return ce_mpi_read_ids_ctx(ctx, ids, host, e);
+}
+
+clembed_status ce_mpi_read_ids_ctx(clembed_context *ctx, const clembed_ids *ids, int64_t *host, ce_mpi_error *e) {
+  clembed_status s;
   if (!ids->count) return CLEMBED_OK;
   if (ids->type == CLEMBED_I64) {
     s = clembed_ids_read(ctx, ids, host);

@@ -307,6 +307,7 @@ clembed_status clembed_mpi_embed(clembed_mpi_table *t, const clembed_ids *ids, c
   if (!t)
     return clembed_context_fail(NULL, CLEMBED_ERR_INVALID_ARGUMENT, op, "t", -1, 0,
                                 "%s: t is NULL (no communicator to speak on)", op);
+  if (t->column) return ce_mpi_refuse_column(t, op);
   clembed_context *ctx = t->ctx;
   ce_mpi_error e = {0}, serve = {0};
   ce_mpi_vote v = {0};

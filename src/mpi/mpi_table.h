@@ -63,7 +63,9 @@ struct clembed_mpi_table {
   size_t *bounds;            /* size + 1 entries: rank r owns rows [bounds[r], bounds[r + 1]) */
   size_t max_shard;          /* the most rows any rank owns */
   double owner_scale;        /* size / rows: a row's owner, roughly (ce_mpi_owner) */
-  clembed_matrix shard;      /* this rank's rows */
+  clembed_matrix shard;      /* this rank's rows (a COLUMN table: its block of columns of every row) */
+  int column;                /* a feature set's COLUMN table: shard holds columns [col_first, +shard.cols) */
+  size_t col_first;
   int has_state;             /* an optimizer kind's state exists (kind) */
   clembed_optimizer_kind kind;
   clembed_matrix state, state2;
@@ -77,6 +79,20 @@ struct clembed_mpi_table {
   cl_context cl;             /* the context's OpenCL context and queue */
   cl_command_queue queue;
 };
+
+/* A table of a feature set (feature_set.c), made collectively: rows split
+ * evenly over the ranks [first, first + ranks) of comm (the others hold 0
+ * rows), or with column set, every row on each of those ranks, rank first + j
+ * holding column block j (col_first, width). op names the call for messages. */
+typedef struct ce_mpi_layout {
+  int first, ranks;
+  int column;
+  size_t col_first, col_width; /* this rank's block (0 wide off the ranks) */
+} ce_mpi_layout;
+clembed_status ce_mpi_table_create_laid(clembed_context *ctx, MPI_Comm comm, const char *op, size_t rows, size_t cols,
+                                        clembed_dtype dtype, const ce_mpi_layout *lay, clembed_mpi_table **t);
+/* The row-wise calls refuse a COLUMN table (on every rank alike). */
+clembed_status ce_mpi_refuse_column(const clembed_mpi_table *t, const char *op);
 
 /* ------------------------------------------------------------ own failures */
 
@@ -115,7 +131,8 @@ int ce_mpi_ok(ce_mpi_error *e, int mpi_code, const char *call);
  * function than its peers disagrees at once). */
 enum { CE_MPI_CALL_CREATE = 1, CE_MPI_CALL_LOAD, CE_MPI_CALL_INIT_NORMAL, CE_MPI_CALL_INIT_UNIFORM,
        CE_MPI_CALL_EMBED, CE_MPI_CALL_STEP, CE_MPI_CALL_BAG, CE_MPI_CALL_BAG_STEP, CE_MPI_CALL_CKPT_SAVE,
-       CE_MPI_CALL_CKPT_LOAD };
+       CE_MPI_CALL_CKPT_LOAD, CE_MPI_CALL_FS_CREATE, CE_MPI_CALL_FS_BAGS, CE_MPI_CALL_FS_STEP,
+       CE_MPI_CALL_FS_RELEASE };
 
 /* What a field's value is, for the message that names each rank's value in words. */
 enum { CE_MPI_UINT, CE_MPI_PADDING, CE_MPI_FLOAT, CE_MPI_STRING, CE_MPI_DTYPE, CE_MPI_KIND, CE_MPI_MODE, CE_MPI_POLICY,
@@ -280,6 +297,8 @@ clembed_matrix ce_mpi_rows(const clembed_matrix *m, size_t n);
  * earlier pending device errors are its failure. CLEMBED_OK or the failure
  * (recorded on e). */
 clembed_status ce_mpi_read_ids(clembed_mpi_table *t, const clembed_ids *ids, int64_t *host, ce_mpi_error *e);
+/* The same without the wait: ids (I32 or I64) read into int64 host values on ctx. */
+clembed_status ce_mpi_read_ids_ctx(clembed_context *ctx, const clembed_ids *ids, int64_t *host, ce_mpi_error *e);
 
 /* The row an id resolves to under the index policy (as every clembed kernel
  * resolves it, padding aside): 1 with *row set, 0 for no row (ZERO's bad

@@ -148,8 +148,9 @@ int ce_mpi_make_state(clembed_mpi_table *t, clembed_optimizer_kind kind, ce_mpi_
   if (t->has_state || kind == CLEMBED_SGD) return 0;
   clembed_context *ctx = t->ctx;
   size_t r = t->shard.rows;
-  clembed_status s = clembed_matrix_create(ctx, r, kind == CLEMBED_ROWWISE_ADAGRAD ? 1 : t->cols, CLEMBED_F32, &t->state);
-  if (s == CLEMBED_OK && kind == CLEMBED_ADAM) s = clembed_matrix_create(ctx, r, t->cols, CLEMBED_F32, &t->state2);
+  size_t c = t->shard.cols; /* the table's cols; a COLUMN table's block */
+  clembed_status s = clembed_matrix_create(ctx, r, kind == CLEMBED_ROWWISE_ADAGRAD ? 1 : c, CLEMBED_F32, &t->state);
+  if (s == CLEMBED_OK && kind == CLEMBED_ADAM) s = clembed_matrix_create(ctx, r, c, CLEMBED_F32, &t->state2);
   if (s != CLEMBED_OK) {
     ce_mpi_fail_from(e, ctx, s);
     clembed_matrix_release(&t->state);
@@ -345,6 +346,7 @@ clembed_status clembed_mpi_optimizer_step(clembed_mpi_table *t, const clembed_ma
   if (!t)
     return clembed_context_fail(NULL, CLEMBED_ERR_INVALID_ARGUMENT, op, "t", -1, 0,
                                 "%s: t is NULL (no communicator to speak on)", op);
+  if (t->column) return ce_mpi_refuse_column(t, op);
   clembed_context *ctx = t->ctx;
   ce_mpi_error e = {0};
   ce_mpi_vote v = {0};

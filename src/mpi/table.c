@@ -48,7 +48,7 @@ static void release_table(clembed_mpi_table *t) {
  * on its own, the communicator, the agreement (the call's own fields are in
  * v already), the bounds. NULL with e set on failure (on every rank). */
 static clembed_mpi_table *begin(clembed_context *ctx, MPI_Comm comm, const char *op, size_t rows, size_t cols,
-                                clembed_dtype dtype, ce_mpi_vote *v, ce_mpi_error *e) {
+                                clembed_dtype dtype, const ce_mpi_layout *lay, ce_mpi_vote *v, ce_mpi_error *e) {
   clembed_mpi_table *t = calloc(1, sizeof *t);
   check_mpi(op, e);
   if (!t) {
@@ -101,12 +101,21 @@ static clembed_mpi_table *begin(clembed_context *ctx, MPI_Comm comm, const char 
   t->counts = malloc(4 * (size_t)t->size * sizeof *t->counts);
   t->wcounts = malloc(2 * (size_t)t->size * sizeof *t->wcounts);
   if (t->bounds && t->counts && t->wcounts) {
-    /* r * rows / size without overflow: r*(rows/size) + r*(rows%size)/size */
-    size_t q = rows / (size_t)t->size, rem = rows % (size_t)t->size;
+    /* r * rows / k without overflow: r*(rows/k) + r*(rows%k)/k, over the
+     * ranks [first, first + k) (every rank but for a feature set's tables) */
+    int first = lay ? lay->first : 0, k = lay ? lay->ranks : t->size;
+    if (first < 0 || k < 1 || first > t->size - k) first = 0, k = t->size; /* the caller checked it */
+    if (lay && lay->column) k = 1; /* the row-wise calls see the first rank of a COLUMN table as its owner */
+    size_t q = rows / (size_t)k, rem = rows % (size_t)k;
     t->owner_scale = rows ? (double)t->size / (double)rows : 0.0;
     for (int r = 0; r <= t->size; r++) {
-      t->bounds[r] = (size_t)r * q + (size_t)((unsigned long long)r * rem / (unsigned long long)t->size);
+      int j = r < first ? 0 : r > first + k ? k : r - first;
+      t->bounds[r] = (size_t)j * q + (size_t)((unsigned long long)j * rem / (unsigned long long)k);
       if (r && t->bounds[r] - t->bounds[r - 1] > t->max_shard) t->max_shard = t->bounds[r] - t->bounds[r - 1];
+    }
+    if (lay && lay->column) {
+      t->column = 1;
+      t->col_first = lay->col_first;
     }
   } else {
     ce_mpi_fail(e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory", op);
@@ -147,7 +156,7 @@ clembed_status clembed_mpi_table_create(clembed_context *ctx, MPI_Comm comm, siz
   if (!ctx || !t) /* still a collective: the peers must not wait */
     ce_mpi_fail(&e, CLEMBED_ERR_INVALID_ARGUMENT, ctx ? "t" : "ctx", -1, 0, "%s: %s is NULL", op, ctx ? "t" : "ctx");
   ce_mpi_agree_as(&v, "the call", CE_MPI_CALL, CE_MPI_CALL_CREATE);
-  clembed_mpi_table *tab = begin(ctx, comm, op, rows, cols, dtype, &v, &e);
+  clembed_mpi_table *tab = begin(ctx, comm, op, rows, cols, dtype, NULL, &v, &e);
   if (!tab) return ce_mpi_report(ctx, op, &e);
   size_t first = tab->bounds[tab->rank], n = tab->bounds[tab->rank + 1] - first;
   if (e.status == CLEMBED_OK) {
@@ -155,6 +164,39 @@ clembed_status clembed_mpi_table_create(clembed_context *ctx, MPI_Comm comm, siz
     if (s != CLEMBED_OK) ce_mpi_fail_from(&e, ctx, s);
   }
   return finish(tab, op, &e, t);
+}
+
+clembed_status ce_mpi_table_create_laid(clembed_context *ctx, MPI_Comm comm, const char *op, size_t rows, size_t cols,
+                                        clembed_dtype dtype, const ce_mpi_layout *lay, clembed_mpi_table **t) {
+  ce_mpi_error e = {0};
+  ce_mpi_vote v = {0};
+  *t = NULL;
+  ce_mpi_agree_as(&v, "the call", CE_MPI_CALL, CE_MPI_CALL_CREATE);
+  ce_mpi_agree(&v, "the plan's first rank", (uint64_t)(int64_t)lay->first);
+  ce_mpi_agree(&v, "the plan's ranks", (uint64_t)(int64_t)lay->ranks);
+  ce_mpi_agree(&v, "the plan's kind", (uint64_t)lay->column);
+  clembed_mpi_table *tab = begin(ctx, comm, op, rows, cols, dtype, lay, &v, &e);
+  if (!tab) return ce_mpi_report(ctx, op, &e);
+  if (e.status == CLEMBED_OK) {
+    clembed_status s;
+    if (lay->column) {
+      int on = tab->rank >= lay->first && tab->rank < lay->first + lay->ranks;
+      s = clembed_matrix_create(ctx, on ? rows : 0, on ? lay->col_width : cols, dtype, &tab->shard);
+    } else {
+      size_t first = tab->bounds[tab->rank];
+      s = clembed_matrix_create(ctx, tab->bounds[tab->rank + 1] - first, cols, dtype, &tab->shard);
+    }
+    if (s != CLEMBED_OK) ce_mpi_fail_from(&e, ctx, s);
+  }
+  return finish(tab, op, &e, t);
+}
+
+clembed_status ce_mpi_refuse_column(const clembed_mpi_table *t, const char *op) {
+  return clembed_context_fail(t->ctx, CLEMBED_ERR_UNSUPPORTED, op, "t", -1, 0,
+                              "%s: t is a feature set's COLUMN table (its columns over the ranks): it is read and "
+                              "stepped by clembed_mpi_embedding_bags and clembed_mpi_bags_optimizer_step, initialised "
+                              "by clembed_mpi_table_init_*; the row-wise calls and checkpoints take ROW, TABLE and "
+                              "TABLE_ROW tables", op);
 }
 
 /* A tensor's rows and cols as clembed_matrix_load counts them (clembed_io.h):
@@ -196,7 +238,7 @@ clembed_status clembed_mpi_table_load(clembed_context *ctx, MPI_Comm comm, const
   ce_mpi_agree_as(&v, "the call", CE_MPI_CALL, CE_MPI_CALL_LOAD);
   ce_mpi_agree_string(&v, "name", name);
   ce_mpi_agree_string(&v, "the tensor's stored type", info.type_name);
-  clembed_mpi_table *tab = begin(ctx, comm, op, (size_t)rows, (size_t)cols, dtype, &v, &e);
+  clembed_mpi_table *tab = begin(ctx, comm, op, (size_t)rows, (size_t)cols, dtype, NULL, &v, &e);
   if (!tab) return ce_mpi_report(ctx, op, &e);
   size_t first = tab->bounds[tab->rank], n = tab->bounds[tab->rank + 1] - first;
   if (e.status == CLEMBED_OK) {
@@ -214,7 +256,7 @@ clembed_status clembed_mpi_table_shard(const clembed_mpi_table *t, size_t *first
   if (!t)
     return clembed_context_fail(NULL, CLEMBED_ERR_INVALID_ARGUMENT, "clembed_mpi_table_shard", "t", -1, 0,
                                 "clembed_mpi_table_shard: t is NULL");
-  if (first_row) *first_row = t->bounds[t->rank];
+  if (first_row) *first_row = t->column ? 0 : t->bounds[t->rank];
   if (rows) *rows = t->shard;
   return CLEMBED_OK;
 }
@@ -235,6 +277,68 @@ clembed_status clembed_mpi_table_state(const clembed_mpi_table *t, int which, cl
   return CLEMBED_OK;
 }
 
+/* Rows [r0, r0 + k) of m written from host (rows of m's cols, in m's dtype),
+ * piece by piece where m is split. */
+static clembed_status write_rows(clembed_context *ctx, const clembed_matrix *m, size_t r0, size_t k, const char *host) {
+  size_t count = 0, rb = clembed_dtype_row_bytes(m->dtype, m->cols);
+  clembed_status s = clembed_matrix_pieces(ctx, m, 0, NULL, NULL, &count);
+  if (s != CLEMBED_OK) return s;
+  clembed_matrix *pieces = malloc((count ? count : 1) * sizeof *pieces);
+  size_t *starts = malloc((count ? count : 1) * sizeof *starts);
+  if (!pieces || !starts) {
+    free(pieces);
+    free(starts);
+    return clembed_context_fail(ctx, CLEMBED_ERR_OUT_OF_MEMORY, "clembed_mpi_table_init", "", -1, 0,
+                                "clembed_mpi_table_init: out of host memory");
+  }
+  s = clembed_matrix_pieces(ctx, m, count, pieces, starts, &count);
+  for (size_t i = 0; i < count && s == CLEMBED_OK; i++) {
+    size_t lo = starts[i], hi = starts[i] + pieces[i].rows;
+    size_t a = lo > r0 ? lo : r0, z = hi < r0 + k ? hi : r0 + k;
+    if (a >= z) continue;
+    clembed_matrix view = pieces[i];
+    size_t ld = view.ld ? view.ld : view.cols;
+    view.offset += (a - lo) * ld;
+    view.rows = z - a;
+    s = clembed_matrix_write(ctx, &view, host + (a - r0) * rb, m->dtype);
+  }
+  free(pieces);
+  free(starts);
+  return s;
+}
+
+/* A COLUMN table's block: whole rows of the table made a piece at a time
+ * (clembed_matrix_init_*_at, the whole table's bits), the block's columns
+ * read out and written to the shard. */
+static clembed_status init_columns(clembed_mpi_table *t, int normal, float a, float b, uint64_t seed) {
+  clembed_context *ctx = t->ctx;
+  size_t R = t->shard.rows, w = t->shard.cols, C = t->cols, es = clembed_dtype_row_bytes(t->dtype, 1);
+  if (!R || !w) return CLEMBED_OK;
+  size_t step = (size_t)(16u << 20) / (C * es + 1) + 1;
+  if (step > R) step = R;
+  clembed_matrix tmp = {0};
+  char *host = malloc(step * w * es);
+  clembed_status s = host ? clembed_matrix_create(ctx, step, C, t->dtype, &tmp)
+                          : clembed_context_fail(ctx, CLEMBED_ERR_OUT_OF_MEMORY, "clembed_mpi_table_init", "", -1, 0,
+                                                 "clembed_mpi_table_init: out of host memory");
+  for (size_t r = 0; r < R && s == CLEMBED_OK; r += step) {
+    size_t k = R - r < step ? R - r : step;
+    clembed_matrix rows = tmp;
+    rows.rows = k;
+    s = normal ? clembed_matrix_init_normal_at(ctx, &rows, r, a, b, seed, 0, NULL, NULL)
+               : clembed_matrix_init_uniform_at(ctx, &rows, r, a, b, seed, 0, NULL, NULL);
+    clembed_matrix block = rows; /* the block's columns of those rows */
+    block.offset += t->col_first;
+    block.cols = w;
+    block.ld = C;
+    if (s == CLEMBED_OK) s = clembed_matrix_read(ctx, &block, host, t->dtype);
+    if (s == CLEMBED_OK) s = write_rows(ctx, &t->shard, r, k, host);
+  }
+  clembed_matrix_release(&tmp);
+  free(host);
+  return s;
+}
+
 /* Both inits: agree, initialise the shard at its first row, agree on the outcome. */
 static clembed_status init(clembed_mpi_table *t, const char *op, int normal, float a, float b, uint64_t seed) {
   ce_mpi_error e = {0};
@@ -253,8 +357,11 @@ static clembed_status init(clembed_mpi_table *t, const char *op, int normal, flo
       ce_mpi_vote_outcome(&v, op, &e) != CLEMBED_OK)
     return ce_mpi_report(ctx, op, &e);
   uint64_t first = t->bounds[t->rank];
-  s = normal ? clembed_matrix_init_normal_at(ctx, &t->shard, first, a, b, seed, 0, NULL, NULL)
-             : clembed_matrix_init_uniform_at(ctx, &t->shard, first, a, b, seed, 0, NULL, NULL);
+  if (t->column)
+    s = init_columns(t, normal, a, b, seed);
+  else
+    s = normal ? clembed_matrix_init_normal_at(ctx, &t->shard, first, a, b, seed, 0, NULL, NULL)
+               : clembed_matrix_init_uniform_at(ctx, &t->shard, first, a, b, seed, 0, NULL, NULL);
   if (s == CLEMBED_OK) s = clembed_finish(ctx);
   if (s != CLEMBED_OK) ce_mpi_fail_from(&e, ctx, s);
   clembed_status theirs = CLEMBED_OK;

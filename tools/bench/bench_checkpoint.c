@@ -35,26 +35,13 @@
 #include <string.h>
 #include <unistd.h>
 
+#define BENCH_NAME "bench_checkpoint"
+#include "bench_mpi_util.h"
 #include "timing.h"
 
 static int rank, size;
 
-#define TRY(call)                                                                                         \
-  do {                                                                                                    \
-    clembed_status s_ = (call);                                                                           \
-    if (s_ != CLEMBED_OK) {                                                                               \
-      fprintf(stderr, "bench_checkpoint: rank %d: %s: %s: %s\n", rank, #call, clembed_status_string(s_),  \
-              clembed_context_message(ctx));                                                              \
-      MPI_Abort(MPI_COMM_WORLD, 1);                                                                       \
-    }                                                                                                     \
-  } while (0)
 
-/* The slowest rank's seconds since t0. */
-static double slowest(double t0) {
-  double mine = now() - t0, all = 0;
-  MPI_Allreduce(&mine, &all, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  return all;
-}
 
 /* Drops the file's pages from the page cache (rank 0; every rank then reads cold). */
 static void drop(const char *path) {

@@ -40,6 +40,8 @@
 #include <string.h>
 #include <time.h>
 
+#define BENCH_NAME "bench_mpi"
+#include "bench_mpi_util.h"
 #include "timing.h"
 
 static int rank, size;
@@ -49,22 +51,7 @@ static int cmp_u64(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-#define TRY(call)                                                                                   \
-  do {                                                                                              \
-    clembed_status s_ = (call);                                                                     \
-    if (s_ != CLEMBED_OK) {                                                                         \
-      fprintf(stderr, "bench_mpi: rank %d: %s: %s: %s\n", rank, #call, clembed_status_string(s_),   \
-              ctx ? clembed_context_message(ctx) : clembed_last_error_message());                   \
-      MPI_Abort(MPI_COMM_WORLD, 1);                                                                 \
-    }                                                                                               \
-  } while (0)
 
-/* The slowest rank's time of what ran since t0. */
-static double slowest(double t0) {
-  double t = now() - t0, worst = 0.0;
-  MPI_Allreduce(&t, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  return worst;
-}
 
 /* The raw exchange: an MPI_Alltoallv of `send_counts` items of `bytes` bytes
  * out, and (when back_bytes) the answers of back_bytes per item received back. */

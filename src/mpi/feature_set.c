@@ -1,0 +1,1426 @@
+/* Sharded feature sets (include/clembed_mpi.h, "Sharded feature sets"): a
+ * model's tables, each by its plan, the planner, and the one call per batch
+ * for all their features, forward and step.
+ *
+ * TABLE and COLUMN features ("grouped"): each rank packs, for every owner, its
+ * bags of the features that owner holds (feature order): the count of ids,
+ * the offsets (bags + 1, from 0), the ids, the weights' bits, in the step also
+ * MAX's max_rows (the owner's columns) and, after the features, the rows of
+ * its gradient's columns that owner holds (bags x the owner's width, in the
+ * gradient's dtype). One MPI_Alltoallv moves them. Each owner concatenates the
+ * ranks' bags in rank order and runs one clembed_embedding_bags (or
+ * clembed_bags_optimizer_step) for all its grouped features: that is one
+ * device's call on the concatenated batch, restricted to those tables (a
+ * bag's pooled row depends on its own ids only, a column on that column only,
+ * a table's step on its own feature only). In the forward a second
+ * MPI_Alltoallv sends each rank the rows of its bags (and MAX's max_rows).
+ * ROW and TABLE_ROW features go through clembed_mpi_embedding_bag and
+ * clembed_mpi_bag_optimizer_step, one table after another in feature order.
+ * Every rank knows every plan and every rank's bag count (one
+ * MPI_Allgather), so every size of the second exchange is known to both
+ * ends. */
+#include "mpi_table.h"
+
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct fs_table {
+  clembed_mpi_table *t;
+  clembed_shard_kind kind;
+  int first, ranks; /* the consecutive ranks holding a part */
+  size_t rows, cols, unit;
+  clembed_dtype dtype;
+  char name[96];
+} fs_table;
+
+struct clembed_mpi_feature_set {
+  clembed_context *ctx;
+  MPI_Comm comm;
+  int rank, size;
+  size_t n;
+  fs_table *tab;
+};
+
+static int grouped(const fs_table *x) { return x->kind == CLEMBED_SHARD_TABLE || x->kind == CLEMBED_SHARD_COLUMN; }
+
+/* Rank d's columns of a grouped table: [*c0, *c0 + *w); 0 wide when it holds none. */
+static void block_of(const fs_table *x, int d, size_t *c0, size_t *w) {
+  *c0 = 0;
+  *w = 0;
+  if (d < x->first || d >= x->first + x->ranks) return;
+  if (x->kind == CLEMBED_SHARD_TABLE) {
+    *w = x->cols;
+    return;
+  }
+  size_t u = x->cols / x->unit, j = (size_t)(d - x->first), k = (size_t)x->ranks;
+  size_t a = j * u / k, z = (j + 1) * u / k; /* u < 2^31 / 4: no overflow */
+  *c0 = a * x->unit;
+  *w = (z - a) * x->unit;
+}
+
+static int is_float(clembed_dtype d) { return d == CLEMBED_F32 || d == CLEMBED_F16 || d == CLEMBED_BF16; }
+static int rowwise(clembed_dtype d) { return !clembed_dtype_block_values(d); }
+static const char *kind_name(clembed_shard_kind k) {
+  static const char *const names[] = {"ROW", "TABLE", "COLUMN", "TABLE_ROW", "AUTO"};
+  return (unsigned)k <= (unsigned)CLEMBED_SHARD_AUTO ? names[k] : "unknown";
+}
+
+/* FNV-1a over bytes, for the agreement on a list of fields. */
+static uint64_t mix(uint64_t h, const void *p, size_t n) {
+  const unsigned char *b = p;
+  for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
+  return h;
+}
+static uint64_t mix_u(uint64_t h, uint64_t x) { return mix(h, &x, sizeof x); }
+
+/* ------------------------------------------------------------------ planner */
+
+typedef struct plan_in {
+  size_t rows, cols, row_bytes;
+  clembed_dtype dtype;
+  clembed_shard_kind shard;
+  int owner;
+  double ids, distinct; /* a batch's ids and distinct ids over every rank */
+} plan_in;
+
+/* An exchange's fixed cost (its latency, its host work), as bytes moved. */
+#define CE_FS_EXCHANGE 65536.0
+
+/* Every rank runs this on the same inputs: the same plan everywhere. */
+static void plan_tables(const plan_in *in, size_t n, int size, const uint64_t *mem, const int *node, fs_table *out) {
+  double *load = calloc((size_t)size, sizeof *load), *store = calloc((size_t)size, sizeof *store);
+  size_t *order = malloc((n + 1) * sizeof *order);
+  double bags = 0; /* a batch's bags over every rank: the fewest ids a sampled table reads (one id a bag) */
+  for (size_t i = 0; i < n; i++)
+    if (in[i].ids > 0 && (bags == 0 || in[i].ids < bags)) bags = in[i].ids;
+  if (bags == 0) bags = size;
+  double S = size;
+  for (size_t i = 0; i < n; i++) {
+    out[i].kind = in[i].shard;
+    out[i].first = 0;
+    out[i].ranks = size;
+    if (order) order[i] = i;
+  }
+  if (!load || !store || !order) { /* no memory to plan with: every AUTO table by rows */
+    for (size_t i = 0; i < n; i++)
+      if (out[i].kind == CLEMBED_SHARD_AUTO) out[i].kind = CLEMBED_SHARD_ROW;
+    goto forced;
+  }
+  /* the largest first: bytes read a batch, then bytes stored */
+  for (size_t a = 1; a < n; a++)
+    for (size_t b = a; b > 0; b--) {
+      const plan_in *x = &in[order[b]], *y = &in[order[b - 1]];
+      double kx = (x->ids > 0 ? x->ids : bags) * (double)x->row_bytes + 1e-9 * (double)x->rows * (double)x->row_bytes;
+      double ky = (y->ids > 0 ? y->ids : bags) * (double)y->row_bytes + 1e-9 * (double)y->rows * (double)y->row_bytes;
+      if (kx <= ky) break;
+      size_t t = order[b];
+      order[b] = order[b - 1];
+      order[b - 1] = t;
+    }
+  for (int pass = 0; pass < 2; pass++) /* the forced plans' costs first, then the planner's choices */
+    for (size_t q = 0; q < n; q++) {
+      size_t i = order[q];
+      const plan_in *x = &in[i];
+      if ((pass == 0) != (x->shard != CLEMBED_SHARD_AUTO && !(x->shard == CLEMBED_SHARD_TABLE && x->owner < 0)))
+        continue;
+      double I = x->ids > 0 ? x->ids : bags, D = x->distinct > 0 ? x->distinct : I, rb = (double)x->row_bytes;
+      double pooled = bags * (double)x->cols * 4.0, st = (double)x->rows * (rb + 4.0 * (double)x->cols);
+      /* TABLE on r: r reads I rows, takes the others' ids, sends their pooled rows */
+      double own = I * rb + (I * 8.0 + pooled) * (S - 1) / S, other = (I * 8.0 + pooled) / S;
+      /* ROW: each rank serves D/S rows, asks for its distinct ones, pools its own */
+      /* ...in exchanges of its own (one pair for all TABLE and COLUMN tables; a pair per ROW table) */
+      double row = (I / S) * rb + (D / S) * (8.0 + 2.0 * rb * (S - 1) / S) + (size > 1 ? 2.0 * CE_FS_EXCHANGE : 0.0);
+      int best = -1;
+      double best_max = 0;
+      for (int r = 0; r < size; r++) {
+        if (x->shard == CLEMBED_SHARD_TABLE && x->owner >= 0 && r != x->owner) continue;
+        if (store[r] + st > 0.75 * (double)mem[r] && x->shard == CLEMBED_SHARD_AUTO) continue;
+        double m = 0;
+        for (int k = 0; k < size; k++) {
+          double l = load[k] + (k == r ? own : other);
+          if (l > m) m = l;
+        }
+        if (best < 0 || m < best_max) best = r, best_max = m;
+      }
+      double row_max = 0;
+      int row_fits = 1;
+      for (int k = 0; k < size; k++) {
+        if (load[k] + row > row_max) row_max = load[k] + row;
+        if (store[k] + st / S > 0.75 * (double)mem[k]) row_fits = 0;
+      }
+      clembed_shard_kind kind = x->shard;
+      if (kind == CLEMBED_SHARD_AUTO) {
+        if (best >= 0 && (best_max <= row_max || !row_fits)) kind = CLEMBED_SHARD_TABLE;
+        else kind = CLEMBED_SHARD_ROW;
+        if (best < 0 && node) { /* no rank holds it: by rows over the least loaded node that does */
+          int nb = -1;
+          double nb_load = 0;
+          for (int r = 0; r < size; r++) {
+            if (node[r] != r) continue; /* a node's first rank */
+            int a = r, z = r;
+            while (z + 1 < size && node[z + 1] == r) z++;
+            if (z - a + 1 == size) break; /* one node: ROW is that */
+            int fits = 1;
+            double l = 0;
+            for (int k = a; k <= z; k++) {
+              fits &= store[k] + st / (z - a + 1) <= 0.75 * (double)mem[k];
+              if (load[k] > l) l = load[k];
+            }
+            if (fits && (nb < 0 || l < nb_load)) nb = r, nb_load = l;
+          }
+          if (nb >= 0) {
+            kind = CLEMBED_SHARD_TABLE_ROW;
+            out[i].first = nb;
+          }
+        }
+      }
+      out[i].kind = kind;
+      if (kind == CLEMBED_SHARD_TABLE) {
+        out[i].first = x->owner >= 0 ? x->owner : best >= 0 ? best : 0;
+        out[i].ranks = 1;
+        for (int k = 0; k < size; k++) load[k] += k == out[i].first ? own : other;
+        store[out[i].first] += st;
+      } else if (kind == CLEMBED_SHARD_TABLE_ROW) {
+        int a = out[i].first, z = a;
+        if (x->shard == CLEMBED_SHARD_TABLE_ROW) a = z = node[x->owner >= 0 ? x->owner : 0];
+        while (z + 1 < size && node[z + 1] == a) z++;
+        out[i].first = a;
+        out[i].ranks = z - a + 1;
+        for (int k = a; k <= z; k++) load[k] += row * S / out[i].ranks, store[k] += st / out[i].ranks;
+      } else {
+        for (int k = 0; k < size; k++) load[k] += row, store[k] += st / S;
+      }
+    }
+forced:
+  for (size_t i = 0; i < n; i++)
+    if (out[i].kind == CLEMBED_SHARD_COLUMN) {
+      size_t u = in[i].cols / (clembed_dtype_block_values(in[i].dtype) ? clembed_dtype_block_values(in[i].dtype) : 1);
+      out[i].first = 0;
+      out[i].ranks = u < (size_t)size ? (int)(u ? u : 1) : size;
+    }
+  free(load);
+  free(store);
+  free(order);
+}
+
+/* ------------------------------------------------------------------ create */
+
+static void release_set(clembed_mpi_feature_set *s) {
+  if (!s) return;
+  for (size_t i = 0; i < s->n; i++) clembed_mpi_table_release(s->tab ? s->tab[i].t : NULL);
+  free(s->tab);
+  if (s->comm != MPI_COMM_NULL) MPI_Comm_free(&s->comm);
+  free(s);
+}
+
+static int cmp_i64(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return (x > y) - (x < y);
+}
+
+/* A sample's ids and distinct ids (0, 0 for none; -1 when it cannot be read). */
+static int sample_counts(clembed_context *ctx, const clembed_ids *ids, double *count, double *distinct) {
+  *count = *distinct = 0;
+  if (!ids || !ids->count) return 0;
+  size_t n = ids->count, es = ids->type == CLEMBED_I64 ? 8 : 4;
+  void *raw = malloc(n * es);
+  int64_t *h = malloc(n * sizeof *h);
+  if (!raw || !h || clembed_ids_read(ctx, ids, raw) != CLEMBED_OK) {
+    free(raw);
+    free(h);
+    return -1;
+  }
+  for (size_t i = 0; i < n; i++) h[i] = es == 8 ? ((int64_t *)raw)[i] : ((int32_t *)raw)[i];
+  qsort(h, n, sizeof *h, cmp_i64);
+  size_t d = n ? 1 : 0;
+  for (size_t i = 1; i < n; i++) d += h[i] != h[i - 1];
+  *count = (double)n;
+  *distinct = (double)d;
+  free(raw);
+  free(h);
+  return 0;
+}
+
+clembed_status clembed_mpi_feature_set_create(clembed_context *ctx, MPI_Comm comm, const clembed_mpi_table_spec *tables,
+                                              size_t n, clembed_mpi_feature_set **out) {
+  const char *op = "clembed_mpi_feature_set_create";
+  ce_mpi_error e = {0};
+  ce_mpi_vote v = {0};
+  if (out) *out = NULL;
+  int init = 0, fin = 0;
+  MPI_Initialized(&init);
+  MPI_Finalized(&fin);
+  if (!init || fin)
+    return clembed_context_fail(ctx, CLEMBED_ERR_INVALID_ARGUMENT, op, "comm", -1, 0, "%s: MPI is %s", op,
+                                fin ? "finalized" : "not initialised (call MPI_Init_thread first)");
+  if (comm == MPI_COMM_NULL)
+    return clembed_context_fail(ctx, CLEMBED_ERR_INVALID_ARGUMENT, op, "comm", -1, 0, "%s: comm is MPI_COMM_NULL", op);
+  clembed_mpi_feature_set *s = calloc(1, sizeof *s);
+  if (!s) return clembed_context_fail(ctx, CLEMBED_ERR_OUT_OF_MEMORY, op, "", -1, 0, "%s: out of host memory", op);
+  s->ctx = ctx;
+  s->comm = MPI_COMM_NULL;
+  if (MPI_Comm_dup(comm, &s->comm) != MPI_SUCCESS) {
+    s->comm = MPI_COMM_NULL;
+    release_set(s);
+    return clembed_context_fail(ctx, CLEMBED_ERR_COMMUNICATION, op, "comm", -1, 0, "%s: MPI_Comm_dup failed", op);
+  }
+  MPI_Comm_set_errhandler(s->comm, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(s->comm, &s->rank);
+  MPI_Comm_size(s->comm, &s->size);
+  int size = s->size;
+
+  /* this rank's own checks, and the hash of every spec */
+  plan_in *in = calloc(n + 1, sizeof *in);
+  uint64_t *h = calloc(2 * n + 2, sizeof *h);
+  double *samples = calloc(2 * n + 2, sizeof *samples), *sums = calloc(2 * n + 2, sizeof *sums);
+  uint64_t *mem = calloc((size_t)size, sizeof *mem);
+  int *node = calloc((size_t)size, sizeof *node);
+  if (!ctx || !out)
+    ce_mpi_fail(&e, CLEMBED_ERR_INVALID_ARGUMENT, ctx ? "s" : "ctx", -1, 0, "%s: %s is NULL", op, ctx ? "s" : "ctx");
+  else if (n && !tables)
+    ce_mpi_fail(&e, CLEMBED_ERR_INVALID_ARGUMENT, "tables", -1, 0, "%s: tables is NULL with n = %zu", op, n);
+  else if (!in || !h || !samples || !sums || !mem || !node)
+    ce_mpi_fail(&e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory", op);
+  else if (n > (size_t)INT32_MAX)
+    ce_mpi_fail(&e, CLEMBED_ERR_INVALID_ARGUMENT, "n", -1, (int64_t)n, "%s: %zu tables is too many", op, n);
+  for (size_t i = 0; i < n && e.status == CLEMBED_OK; i++) {
+    const clembed_mpi_table_spec *x = &tables[i];
+    size_t bv = clembed_dtype_block_values(x->dtype);
+    if (!strcmp(clembed_dtype_name(x->dtype), "unknown"))
+      ce_mpi_fail(&e, CLEMBED_ERR_INVALID_ARGUMENT, "tables", (int64_t)i, (int64_t)x->dtype,
+                  "%s: tables[%zu]: unknown dtype %d", op, i, (int)x->dtype);
+    else if ((unsigned)x->shard > (unsigned)CLEMBED_SHARD_AUTO)
+      ce_mpi_fail(&e, CLEMBED_ERR_INVALID_ARGUMENT, "tables", (int64_t)i, (int64_t)x->shard,
+                  "%s: tables[%zu]: unknown shard kind %d", op, i, (int)x->shard);
+    else if (x->owner < -1 || x->owner >= size)
+      ce_mpi_fail(&e, CLEMBED_ERR_INVALID_ARGUMENT, "tables", (int64_t)i, x->owner,
+                  "%s: tables[%zu]: owner %d is not a rank of the %d (or -1)", op, i, x->owner, size);
+    else if (x->shard == CLEMBED_SHARD_COLUMN && rowwise(x->dtype))
+      ce_mpi_fail(&e, CLEMBED_ERR_INVALID_ARGUMENT, "tables", (int64_t)i, (int64_t)x->dtype,
+                  "%s: tables[%zu]: a %s table cannot be cut by columns (a row's scale and bias span them); "
+                  "plan it TABLE, ROW or TABLE_ROW", op, i, clembed_dtype_name(x->dtype));
+    else if (x->shard == CLEMBED_SHARD_COLUMN && (!x->cols || (bv && x->cols % bv)))
+      ce_mpi_fail(&e, CLEMBED_ERR_INVALID_ARGUMENT, "tables", (int64_t)i, (int64_t)x->cols,
+                  "%s: tables[%zu]: %zu cols cannot be cut into blocks of whole %s units", op, i, x->cols,
+                  clembed_dtype_name(x->dtype));
+    else if (x->name && strlen(x->name) >= sizeof s->tab[0].name)
+      ce_mpi_fail(&e, CLEMBED_ERR_INVALID_ARGUMENT, "tables", (int64_t)i, 0,
+                  "%s: tables[%zu]: the name is longer than %zu bytes", op, i, sizeof s->tab[0].name - 1);
+    else if (sample_counts(ctx, x->id_sample, &samples[2 * i], &samples[2 * i + 1]) < 0)
+      ce_mpi_fail(&e, CLEMBED_ERR_INVALID_ARGUMENT, "tables", (int64_t)i, 0,
+                  "%s: tables[%zu]: its id_sample cannot be read (%s)", op, i, clembed_context_message(ctx));
+    if (e.status != CLEMBED_OK) break;
+    in[i].rows = x->rows;
+    in[i].cols = x->cols;
+    in[i].dtype = x->dtype;
+    in[i].row_bytes = clembed_dtype_row_bytes(x->dtype, x->cols);
+    in[i].shard = x->shard;
+    in[i].owner = x->owner;
+    uint64_t hh = 14695981039346656037ull;
+    hh = mix_u(hh, x->rows);
+    hh = mix_u(hh, x->cols);
+    hh = mix_u(hh, (uint64_t)x->dtype);
+    hh = mix_u(hh, (uint64_t)x->shard);
+    hh = mix_u(hh, (uint64_t)(int64_t)x->owner);
+    if (x->name) hh = mix(hh, x->name, strlen(x->name) + 1);
+    h[i] = hh;
+    h[n + i] = ~hh;
+  }
+  ce_mpi_agree_as(&v, "the call", CE_MPI_CALL, CE_MPI_CALL_FS_CREATE);
+  ce_mpi_agree(&v, "n", (uint64_t)n);
+  if (!ce_mpi_vote_run(s->comm, s->rank, size, &v, e.status != CLEMBED_OK, &e) ||
+      ce_mpi_vote_outcome(&v, op, &e) != CLEMBED_OK)
+    goto fail;
+  /* the first table whose spec differs */
+  if (!ce_mpi_ok(&e, MPI_Allreduce(MPI_IN_PLACE, h, (int)(2 * n), MPI_UINT64_T, MPI_MAX, s->comm),
+                 "MPI_Allreduce (the tables' specs)"))
+    goto fail;
+  for (size_t i = 0; i < n; i++)
+    if (h[i] != ~h[n + i]) {
+      ce_mpi_fail(&e, CLEMBED_ERR_INVALID_ARGUMENT, "tables", (int64_t)i, 0,
+                  "%s: the ranks disagree on tables[%zu] (name, rows, cols, dtype, shard or owner); every rank "
+                  "passes the same specs", op, i);
+      goto fail;
+    }
+  /* what the planner knows: the samples summed, each rank's memory and node */
+  if (!ce_mpi_ok(&e, MPI_Allreduce(samples, sums, (int)(2 * n), MPI_DOUBLE, MPI_SUM, s->comm),
+                 "MPI_Allreduce (the id samples)"))
+    goto fail;
+  {
+    cl_device_id dev = NULL;
+    cl_ulong bytes = 0;
+    cl_command_queue q = clembed_context_queue(ctx);
+    if (q && clGetCommandQueueInfo(q, CL_QUEUE_DEVICE, sizeof dev, &dev, NULL) == CL_SUCCESS)
+      clGetDeviceInfo(dev, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof bytes, &bytes, NULL);
+    uint64_t me = bytes;
+    MPI_Comm local;
+    int leader = s->rank;
+    if (MPI_Comm_split_type(s->comm, MPI_COMM_TYPE_SHARED, s->rank, MPI_INFO_NULL, &local) == MPI_SUCCESS) {
+      int lr = 0;
+      MPI_Comm_rank(local, &lr);
+      leader = s->rank - lr; /* the node's first rank, when its ranks are consecutive */
+      int lowest = s->rank;
+      MPI_Allreduce(&s->rank, &lowest, 1, MPI_INT, MPI_MIN, local);
+      leader = lowest;
+      MPI_Comm_free(&local);
+    }
+    if (!ce_mpi_ok(&e, MPI_Allgather(&me, 1, MPI_UINT64_T, mem, 1, MPI_UINT64_T, s->comm),
+                   "MPI_Allgather (the devices' memory)") ||
+        !ce_mpi_ok(&e, MPI_Allgather(&leader, 1, MPI_INT, node, 1, MPI_INT, s->comm), "MPI_Allgather (the nodes)"))
+      goto fail;
+  }
+  for (size_t i = 0; i < n; i++) {
+    in[i].ids = sums[2 * i];
+    in[i].distinct = sums[2 * i + 1];
+  }
+  s->tab = calloc(n + 1, sizeof *s->tab);
+  if (!s->tab) {
+    ce_mpi_fail(&e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory", op);
+    goto fail; /* every rank has as much to allocate: a rank short of it is out of step anyway */
+  }
+  plan_tables(in, n, size, mem, node, s->tab);
+  /* a forced TABLE_ROW needs its node's ranks consecutive */
+  for (size_t i = 0; i < n; i++) {
+    fs_table *x = &s->tab[i];
+    if (x->kind != CLEMBED_SHARD_TABLE_ROW) continue;
+    int count = 0;
+    for (int r = 0; r < size; r++) count += node[r] == x->first;
+    if (count != x->ranks) {
+      ce_mpi_fail(&e, CLEMBED_ERR_INVALID_ARGUMENT, "tables", (int64_t)i, 0,
+                  "%s: tables[%zu]: TABLE_ROW over the node of rank %d, whose ranks are not consecutive ranks of "
+                  "comm; plan it ROW, or order the ranks by node", op, i, x->first);
+      goto fail;
+    }
+  }
+  /* the tables, each collectively */
+  for (size_t i = 0; i < n; i++) {
+    fs_table *x = &s->tab[i];
+    size_t bv = clembed_dtype_block_values(tables[i].dtype);
+    x->rows = tables[i].rows;
+    x->cols = tables[i].cols;
+    x->dtype = tables[i].dtype;
+    x->unit = bv ? bv : 1;
+    if (tables[i].name) snprintf(x->name, sizeof x->name, "%s", tables[i].name);
+    else snprintf(x->name, sizeof x->name, "table%zu", i);
+    ce_mpi_layout lay = {x->first, x->ranks, x->kind == CLEMBED_SHARD_COLUMN, 0, 0};
+    block_of(x, s->rank, &lay.col_first, &lay.col_width);
+    clembed_status st = ce_mpi_table_create_laid(ctx, s->comm, op, x->rows, x->cols, x->dtype, &lay, &x->t);
+    s->n = i + 1; /* released with the set should a later one fail */
+    if (st != CLEMBED_OK) {
+      char msg[700];
+      snprintf(msg, sizeof msg, "%s", clembed_context_message(ctx));
+      ce_mpi_fail(&e, st, "tables", (int64_t)i, 0, "%s: tables[%zu] (%s, %s): %s", op, i, x->name, kind_name(x->kind),
+                  msg);
+      goto fail;
+    }
+  }
+  s->n = n;
+  free(in);
+  free(h);
+  free(samples);
+  free(sums);
+  free(mem);
+  free(node);
+  *out = s;
+  return CLEMBED_OK;
+fail:
+  free(in);
+  free(h);
+  free(samples);
+  free(sums);
+  free(mem);
+  free(node);
+  release_set(s);
+  return ce_mpi_report(ctx, op, &e);
+}
+
+clembed_status clembed_mpi_feature_set_plan(const clembed_mpi_feature_set *s, size_t table, clembed_shard_kind *kind,
+                                            int *first_rank, int *ranks) {
+  const char *op = "clembed_mpi_feature_set_plan";
+  if (!s) return clembed_context_fail(NULL, CLEMBED_ERR_INVALID_ARGUMENT, op, "s", -1, 0, "%s: s is NULL", op);
+  if (table >= s->n)
+    return clembed_context_fail(s->ctx, CLEMBED_ERR_INVALID_ARGUMENT, op, "table", (int64_t)table, 0,
+                                "%s: table %zu; the set has %zu", op, table, s->n);
+  if (kind) *kind = s->tab[table].kind;
+  if (first_rank) *first_rank = s->tab[table].first;
+  if (ranks) *ranks = s->tab[table].ranks;
+  return CLEMBED_OK;
+}
+
+clembed_mpi_table *clembed_mpi_feature_set_table(clembed_mpi_feature_set *s, size_t table) {
+  return s && table < s->n ? s->tab[table].t : NULL;
+}
+
+void clembed_mpi_feature_set_release(clembed_mpi_feature_set *s) { release_set(s); }
+
+/* --------------------------------------------------------- the calls' inputs */
+
+typedef struct fs_feat {
+  clembed_bag_feature f;
+  uint64_t pad;          /* resolved; UINT64_MAX: none */
+  int64_t *ids;          /* grouped features: the rank's ids */
+  int64_t *offsets;      /* every feature: bags + 1, from 0 */
+  float *weights;
+  int64_t *max_rows;     /* the step's MAX (bags x cols), the forward's MAX output (grouped) */
+  size_t nids;
+  int64_t bad_at, bad_id; /* the first bad id (-1: none) */
+} fs_feat;
+
+typedef struct fs_call {
+  const char *op;
+  clembed_mpi_feature_set *s;
+  fs_feat *F;
+  size_t bags, width;    /* this rank's bags; the sum of the tables' cols */
+  size_t *coff;          /* each feature's first column in out / grad_out */
+  uint64_t *B;           /* every rank's bags */
+  ce_mpi_error e;
+} fs_call;
+
+static void call_release(fs_call *c) {
+  if (c->F)
+    for (size_t i = 0; i < c->s->n; i++) {
+      free(c->F[i].ids);
+      free(c->F[i].offsets);
+      free(c->F[i].weights);
+      free(c->F[i].max_rows);
+    }
+  free(c->F);
+  free(c->coff);
+  free(c->B);
+}
+
+static int read_i64(clembed_context *ctx, const clembed_ids *ids, int64_t *h, ce_mpi_error *e) {
+  return ce_mpi_read_ids_ctx(ctx, ids, h, e) == CLEMBED_OK;
+}
+
+/* Reads and checks this rank's features (and for a step, max_rows); the
+ * failure on c->e. grad: the step's gradient, or NULL. */
+static void read_features(fs_call *c, const clembed_bag_feature *features, size_t n, size_t bags, int step) {
+  clembed_mpi_feature_set *s = c->s;
+  clembed_context *ctx = s->ctx;
+  const char *op = c->op;
+  ce_mpi_error *e = &c->e;
+  c->bags = bags;
+  if (n != s->n) {
+    ce_mpi_fail(e, CLEMBED_ERR_INVALID_ARGUMENT, "n", -1, (int64_t)n, "%s: n = %zu features; the set has %zu tables",
+                op, n, s->n);
+    return;
+  }
+  if (n && !features) {
+    ce_mpi_fail(e, CLEMBED_ERR_INVALID_ARGUMENT, "features", -1, 0, "%s: features is NULL", op);
+    return;
+  }
+  c->F = calloc(n + 1, sizeof *c->F);
+  c->coff = calloc(n + 1, sizeof *c->coff);
+  if (!c->F || !c->coff) {
+    ce_mpi_fail(e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory", op);
+    return;
+  }
+  size_t stride = n ? features[0].struct_size : 0, limit = (size_t)INT_MAX / 16 / (size_t)s->size;
+  for (size_t i = 0; i < n; i++) {
+    fs_feat *x = &c->F[i];
+    const fs_table *tb = &s->tab[i];
+    x->bad_at = -1;
+    c->coff[i] = c->width;
+    c->width += tb->cols;
+    x->f = clembed_bag_feature_defaults();
+    if (e->status != CLEMBED_OK) continue;
+    const void *el = (const char *)features + i * stride;
+    clembed_status st = clembed_struct_read(ctx, op, "features", CLEMBED_STRUCT_BAG_FEATURE, el, &x->f);
+    if (st != CLEMBED_OK) {
+      ce_mpi_fail_from(e, ctx, st);
+      continue;
+    }
+    const clembed_bag_options *o = &x->f.options;
+    int pad_bad = 0;
+    x->pad = ce_mpi_padding(o->padding_idx, tb->rows, &pad_bad);
+    const clembed_ids *ids = x->f.ids, *off = x->f.offsets;
+    const clembed_matrix *w = o->per_sample_weights;
+    char dt[32];
+    if (!ids)
+      ce_mpi_fail(e, CLEMBED_ERR_INVALID_ARGUMENT, "ids", (int64_t)i, 0, "%s: features[%zu].ids is NULL", op, i);
+    else if (o->remap)
+      ce_mpi_fail(e, CLEMBED_ERR_UNSUPPORTED, "remap", (int64_t)i, 0,
+                  "%s: features[%zu]: remap (a pruned table) is for one device's bags, not a feature set's", op, i);
+    else if ((unsigned)o->mode > (unsigned)CLEMBED_BAG_MAX)
+      ce_mpi_fail(e, CLEMBED_ERR_INVALID_ARGUMENT, "mode", (int64_t)i, (int64_t)o->mode,
+                  "%s: features[%zu]: unknown bag mode %d", op, i, (int)o->mode);
+    else if ((unsigned)o->policy > (unsigned)CLEMBED_INDEX_WRAP)
+      ce_mpi_fail(e, CLEMBED_ERR_INVALID_ARGUMENT, "policy", (int64_t)i, (int64_t)o->policy,
+                  "%s: features[%zu]: unknown index policy %d", op, i, (int)o->policy);
+    else if (pad_bad)
+      ce_mpi_fail(e, CLEMBED_ERR_INVALID_ARGUMENT, "padding_idx", (int64_t)i, o->padding_idx,
+                  "%s: features[%zu]: padding_idx %lld is outside the table of %zu rows", op, i,
+                  (long long)o->padding_idx, tb->rows);
+    else if (off && off->count != bags + 1)
+      ce_mpi_fail(e, CLEMBED_ERR_INVALID_ARGUMENT, "offsets", (int64_t)i, (int64_t)off->count,
+                  "%s: features[%zu].offsets has %zu entries; %zu bags need %zu", op, i, off->count, bags, bags + 1);
+    else if (!off && (bags ? ids->count % bags != 0 : ids->count != 0))
+      ce_mpi_fail(e, CLEMBED_ERR_INVALID_ARGUMENT, "ids", (int64_t)i, (int64_t)ids->count,
+                  "%s: features[%zu]: %zu ids do not make %zu bags of one size", op, i, ids->count, bags);
+    else if (w && o->mode != CLEMBED_BAG_SUM)
+      ce_mpi_fail(e, CLEMBED_ERR_INVALID_ARGUMENT, "per_sample_weights", (int64_t)i, (int64_t)o->mode,
+                  "%s: features[%zu]: per_sample_weights are for mode SUM only, not %s", op, i,
+                  ce_mpi_mode_text(o->mode, dt, sizeof dt));
+    else if (w && (w->dtype != CLEMBED_F32 || w->rows != ids->count || w->cols != 1))
+      ce_mpi_fail(e, CLEMBED_ERR_INVALID_ARGUMENT, "per_sample_weights", (int64_t)i, (int64_t)w->rows,
+                  "%s: features[%zu]: per_sample_weights must be F32 %zu x 1 (it is %s, %zu x %zu)", op, i,
+                  ids->count, ce_mpi_dtype_text(w->dtype, dt, sizeof dt), w->rows, w->cols);
+    else if (o->max_rows && o->mode != CLEMBED_BAG_MAX)
+      ce_mpi_fail(e, CLEMBED_ERR_INVALID_ARGUMENT, "max_rows", (int64_t)i, (int64_t)o->mode,
+                  "%s: features[%zu]: max_rows is for mode MAX only, not %s", op, i,
+                  ce_mpi_mode_text(o->mode, dt, sizeof dt));
+    else if (o->max_rows && o->max_rows->count != bags * tb->cols)
+      ce_mpi_fail(e, CLEMBED_ERR_INVALID_ARGUMENT, "max_rows", (int64_t)i, (int64_t)o->max_rows->count,
+                  "%s: features[%zu]: max_rows holds %zu ids; %zu bags x %zu cols need %zu", op, i,
+                  o->max_rows->count, bags, tb->cols, bags * tb->cols);
+    else if (o->max_rows && o->max_rows->type == CLEMBED_I32 && tb->rows > (size_t)INT32_MAX)
+      ce_mpi_fail(e, CLEMBED_ERR_INVALID_ARGUMENT, "max_rows", (int64_t)i, 0,
+                  "%s: features[%zu]: max_rows is I32 but the table has %zu rows (I64 needed)", op, i, tb->rows);
+    else if (step && o->mode == CLEMBED_BAG_MAX && !o->max_rows)
+      ce_mpi_fail(e, CLEMBED_ERR_INVALID_ARGUMENT, "max_rows", (int64_t)i, 0,
+                  "%s: features[%zu]: MAX needs max_rows (the forward's) of %zu bags x %zu cols", op, i, bags,
+                  tb->cols);
+    else if (ids->count > limit)
+      ce_mpi_fail(e, CLEMBED_ERR_INVALID_ARGUMENT, "ids", (int64_t)i, (int64_t)ids->count,
+                  "%s: features[%zu]: %zu ids; at most %zu per rank and call with %d ranks (MPI counts are int)", op,
+                  i, ids->count, limit, s->size);
+    if (e->status != CLEMBED_OK) continue;
+    /* the offsets (every feature: a bad one is the rank's own failure), the ids and weights (grouped ones) */
+    size_t nids = ids->count;
+    x->nids = nids;
+    x->offsets = malloc((bags + 1) * 2 * sizeof *x->offsets);
+    if (!x->offsets) {
+      ce_mpi_fail(e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory", op);
+      continue;
+    }
+    if (off) {
+      if (!read_i64(ctx, off, x->offsets, e)) continue;
+      int64_t nn = (int64_t)nids;
+      if (x->offsets[0] != 0 || (bags == 0 && nn != 0)) {
+        ce_mpi_fail(e, CLEMBED_ERR_INDEX_OUT_OF_RANGE, "offsets", 0, x->offsets[0],
+                    "%s: features[%zu].offsets[0] = %lld; it must be 0%s", op, i, (long long)x->offsets[0],
+                    bags ? "" : " and the number of ids");
+        continue;
+      }
+      for (size_t b = 0; b < bags; b++) {
+        int64_t a = x->offsets[b], z = x->offsets[b + 1];
+        if (z < a || z > nn || (b + 1 == bags && z != nn)) {
+          ce_mpi_fail(e, CLEMBED_ERR_INDEX_OUT_OF_RANGE, "offsets", (int64_t)(b + 1), z,
+                      "%s: features[%zu].offsets[%zu] = %lld (after %lld, of %zu ids): offsets must rise from 0 to "
+                      "the number of ids", op, i, b + 1, (long long)z, (long long)a, nids);
+          break;
+        }
+      }
+      if (e->status != CLEMBED_OK) continue;
+    } else {
+      for (size_t b = 0; b <= bags; b++) x->offsets[b] = (int64_t)(b * (bags ? nids / bags : 0));
+    }
+    if (!grouped(tb)) continue;
+    x->ids = malloc((nids + 1) * 2 * sizeof *x->ids);
+    if (w) x->weights = malloc((nids + 1) * sizeof *x->weights);
+    if (!x->ids || (w && !x->weights)) {
+      ce_mpi_fail(e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory", op);
+      continue;
+    }
+    if (!read_i64(ctx, ids, x->ids, e)) continue;
+    if (w && nids) {
+      st = clembed_matrix_read(ctx, w, x->weights, CLEMBED_F32);
+      if (st != CLEMBED_OK) {
+        ce_mpi_fail_from(e, ctx, st);
+        continue;
+      }
+    }
+    if (step && o->mode == CLEMBED_BAG_MAX) {
+      x->max_rows = malloc((bags * tb->cols + 1) * 2 * sizeof *x->max_rows);
+      if (!x->max_rows) {
+        ce_mpi_fail(e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory", op);
+        continue;
+      }
+      if (!read_i64(ctx, o->max_rows, x->max_rows, e)) continue;
+    }
+    for (size_t j = 0; j < nids; j++) {
+      uint64_t r;
+      if (ce_mpi_resolve(x->ids[j], tb->rows, o->policy, &r) < 0) {
+        x->bad_at = (int64_t)j;
+        x->bad_id = x->ids[j];
+        break;
+      }
+    }
+  }
+}
+
+/* The agreement of a call: the call, n, a dtype and every feature's agreed
+ * options (and for a step, every optimizer). A failure on c->e. */
+static int agree(fs_call *c, int call, clembed_dtype dtype, const clembed_optimizer *o, const char *dtype_name) {
+  clembed_mpi_feature_set *s = c->s;
+  ce_mpi_vote v = {0};
+  int ok = c->e.status == CLEMBED_OK;
+  uint64_t h = 14695981039346656037ull;
+  for (size_t i = 0; ok && i < s->n; i++) {
+    const clembed_bag_options *b = &c->F[i].f.options;
+    h = mix_u(h, (uint64_t)b->mode);
+    h = mix_u(h, (uint64_t)b->policy);
+    h = mix_u(h, c->F[i].pad);
+    h = mix_u(h, (uint64_t)(b->per_sample_weights != NULL));
+    h = mix_u(h, (uint64_t)(b->max_rows != NULL));
+  }
+  uint64_t ho = 14695981039346656037ull;
+  for (size_t i = 0; ok && o && i < s->n; i++) {
+    const clembed_optimizer *x = &o[i];
+    ho = mix_u(ho, (uint64_t)x->kind);
+    ho = mix(ho, &x->learning_rate, sizeof x->learning_rate);
+    ho = mix(ho, &x->eps, sizeof x->eps);
+    ho = mix(ho, &x->beta1, sizeof x->beta1);
+    ho = mix(ho, &x->beta2, sizeof x->beta2);
+    ho = mix(ho, &x->weight_decay, sizeof x->weight_decay);
+    ho = mix_u(ho, x->step);
+    ho = mix_u(ho, (uint64_t)(int64_t)x->stochastic_rounding);
+    ho = mix_u(ho, x->seed);
+    ho = mix_u(ho, x->first_row);
+  }
+  ce_mpi_agree_as(&v, "the call", CE_MPI_CALL, (uint64_t)call);
+  ce_mpi_agree(&v, "n", ok ? (uint64_t)s->n : 0);
+  ce_mpi_agree_as(&v, dtype_name, CE_MPI_DTYPE, ok ? (uint64_t)dtype : 0);
+  ce_mpi_agree(&v, "the features' mode, policy, padding_idx, per_sample_weights and max_rows", ok ? h : 0);
+  if (o) ce_mpi_agree(&v, "the optimizers' fields", ok ? ho : 0);
+  if (!ce_mpi_vote_run(s->comm, s->rank, s->size, &v, !ok, &c->e)) return 0;
+  return ce_mpi_vote_outcome(&v, c->op, &c->e) == CLEMBED_OK;
+}
+
+/* --------------------------------------------------------------- exchanges */
+
+/* Bytes of rank r's bags of grouped feature i for owner d in the first
+ * exchange (without the gradient rows). */
+static size_t feat_bytes(const fs_call *c, size_t i, uint64_t bags, size_t nids, int step) {
+  const fs_feat *x = &c->F[i];
+  size_t b = 8 + (size_t)(bags + 1) * 8 + nids * 8;
+  if (x->f.options.per_sample_weights) b += (nids * 4 + 7) / 8 * 8;
+  (void)step;
+  return b;
+}
+
+typedef struct fs_x { /* one MPI_Alltoallv of bytes */
+  int *sc, *sd, *rc, *rd;
+  char *send, *recv;
+} fs_x;
+
+static void x_release(fs_x *x) {
+  free(x->sc);
+  free(x->send);
+  free(x->recv);
+  memset(x, 0, sizeof *x);
+}
+
+static int x_alloc(fs_x *x, int size) {
+  x->sc = calloc(4 * (size_t)size, sizeof *x->sc);
+  if (!x->sc) return 0;
+  x->sd = x->sc + size;
+  x->rc = x->sd + size;
+  x->rd = x->rc + size;
+  return 1;
+}
+
+/* Displacements from the counts; 0 when a total passes INT_MAX. */
+static int x_displace(fs_x *x, int size) {
+  long long a = 0, b = 0;
+  for (int r = 0; r < size; r++) {
+    x->sd[r] = (int)a;
+    x->rd[r] = (int)b;
+    a += x->sc[r];
+    b += x->rc[r];
+    if (a > INT_MAX || b > INT_MAX) return 0;
+  }
+  x->send = malloc((size_t)a + 8);
+  x->recv = malloc((size_t)b + 8);
+  return x->send && x->recv;
+}
+
+/* The rank's own grouped bags, packed for every owner (step: with MAX's
+ * max_rows of the owner's block and the gradient rows of its columns, from
+ * grad: bags x width values of es bytes). Returns 0 on failure (on c->e). */
+static int pack_bags(fs_call *c, fs_x *x, int step, const char *grad, size_t es) {
+  clembed_mpi_feature_set *s = c->s;
+  int size = s->size;
+  size_t B = c->bags;
+  for (int d = 0; d < size; d++) {
+    long long bytes = 0;
+    size_t W = 0;
+    for (size_t i = 0; i < s->n; i++) {
+      size_t c0, w;
+      block_of(&s->tab[i], d, &c0, &w);
+      if (!grouped(&s->tab[i]) || !w) continue;
+      bytes += (long long)feat_bytes(c, i, B, c->F[i].nids, step);
+      if (step && c->F[i].f.options.mode == CLEMBED_BAG_MAX) bytes += (long long)(B * w * 8);
+      W += w;
+    }
+    if (step) bytes += (long long)(B * W * es);
+    if (bytes > INT_MAX) {
+      ce_mpi_fail(&c->e, CLEMBED_ERR_INVALID_ARGUMENT, "ids", -1, bytes,
+                  "%s: this rank's bags for rank %d take %lld bytes, more than one MPI exchange moves (INT_MAX); "
+                  "pass fewer bags a call", c->op, d, bytes);
+      return 0;
+    }
+    x->sc[d] = (int)bytes;
+  }
+  return 1;
+}
+
+static void pack_fill(fs_call *c, fs_x *x, int step, const char *grad, size_t es) {
+  clembed_mpi_feature_set *s = c->s;
+  size_t B = c->bags;
+  for (int d = 0; d < s->size; d++) {
+    char *p = x->send + x->sd[d];
+    size_t W = 0;
+    for (size_t i = 0; i < s->n; i++) {
+      size_t c0, w;
+      const fs_feat *f = &c->F[i];
+      block_of(&s->tab[i], d, &c0, &w);
+      if (!grouped(&s->tab[i]) || !w) continue;
+      int64_t m = (int64_t)f->nids;
+      memcpy(p, &m, 8);
+      p += 8;
+      memcpy(p, f->offsets, (B + 1) * 8);
+      p += (B + 1) * 8;
+      memcpy(p, f->ids, f->nids * 8);
+      p += f->nids * 8;
+      if (f->f.options.per_sample_weights) {
+        memcpy(p, f->weights, f->nids * 4);
+        p += (f->nids * 4 + 7) / 8 * 8;
+      }
+      if (step && f->f.options.mode == CLEMBED_BAG_MAX)
+        for (size_t b = 0; b < B; b++, p += w * 8) memcpy(p, f->max_rows + b * s->tab[i].cols + c0, w * 8);
+      W += w;
+    }
+    if (step)
+      for (size_t b = 0; b < B; b++)
+        for (size_t i = 0; i < s->n; i++) {
+          size_t c0, w;
+          block_of(&s->tab[i], d, &c0, &w);
+          if (!grouped(&s->tab[i]) || !w) continue;
+          memcpy(p, grad + (b * c->width + c->coff[i] + c0) * es, w * es);
+          p += w * es;
+        }
+    (void)W;
+  }
+}
+
+static int alltoall_counts(fs_call *c, fs_x *x) {
+  return ce_mpi_ok(&c->e, MPI_Alltoall(x->sc, 1, MPI_INT, x->rc, 1, MPI_INT, c->s->comm), "MPI_Alltoall (counts)");
+}
+
+static int alltoallv(fs_call *c, fs_x *x) {
+  return ce_mpi_ok(&c->e, MPI_Alltoallv(x->send, x->sc, x->sd, MPI_BYTE, x->recv, x->rc, x->rd, MPI_BYTE, c->s->comm),
+                   "MPI_Alltoallv (the features' bags)");
+}
+
+/* The owner's side: the ranks' bags of its grouped features concatenated in
+ * rank order, as device ids and matrices for one clembed call. */
+typedef struct fs_local {
+  size_t k;                  /* the owned grouped features */
+  size_t *feat;              /* their indices */
+  clembed_bag_feature *lf;
+  clembed_ids *ids, *offs, *maxr;
+  clembed_matrix *wts;
+  size_t total, W;           /* bags over the ranks; the owner's width */
+  size_t *bstart;            /* each rank's first bag */
+} fs_local;
+
+static void local_release(fs_local *L) {
+  for (size_t j = 0; j < L->k; j++) {
+    if (L->ids) clembed_ids_release(&L->ids[j]);
+    if (L->offs) clembed_ids_release(&L->offs[j]);
+    if (L->maxr) clembed_ids_release(&L->maxr[j]);
+    if (L->wts) clembed_matrix_release(&L->wts[j]);
+  }
+  free(L->feat);
+  free(L->lf);
+  free(L->ids);
+  free(L->offs);
+  free(L->maxr);
+  free(L->wts);
+  free(L->bstart);
+  memset(L, 0, sizeof *L);
+}
+
+/* Unpacks what the owner received (x->recv); the gradient rows, for a step,
+ * into *grad_rows (total x W values of es bytes, allocated here). 0 on failure
+ * (on own). */
+static int unpack_bags(fs_call *c, fs_x *x, int step, size_t es, fs_local *L, char **grad_rows, ce_mpi_error *own) {
+  clembed_mpi_feature_set *s = c->s;
+  clembed_context *ctx = s->ctx;
+  int size = s->size, me = s->rank;
+  const char *op = c->op;
+  memset(L, 0, sizeof *L);
+  *grad_rows = NULL;
+  L->bstart = calloc((size_t)size + 1, sizeof *L->bstart);
+  L->feat = calloc(s->n + 1, sizeof *L->feat);
+  if (!L->bstart || !L->feat) goto oom;
+  for (int r = 0; r < size; r++) L->bstart[r + 1] = L->bstart[r] + (size_t)c->B[r];
+  L->total = L->bstart[size];
+  for (size_t i = 0; i < s->n; i++) {
+    size_t c0, w;
+    block_of(&s->tab[i], me, &c0, &w);
+    if (grouped(&s->tab[i]) && w) {
+      L->feat[L->k++] = i;
+      L->W += w;
+    }
+  }
+  if (!L->k) return 1;
+  size_t k = L->k, T = L->total;
+  L->lf = calloc(k, sizeof *L->lf);
+  L->ids = calloc(k, sizeof *L->ids);
+  L->offs = calloc(k, sizeof *L->offs);
+  L->maxr = calloc(k, sizeof *L->maxr);
+  L->wts = calloc(k, sizeof *L->wts);
+  /* per feature: where each rank's part starts in its stream */
+  const char **at = calloc((size_t)size * k + 1, sizeof *at);
+  size_t *nid = calloc(k + 1, sizeof *nid);
+  if (!L->lf || !L->ids || !L->offs || !L->maxr || !L->wts || !at || !nid) {
+    free(at);
+    free(nid);
+    goto oom;
+  }
+  for (int r = 0; r < size; r++) {
+    const char *p = x->recv + x->rd[r];
+    for (size_t j = 0; j < k; j++) {
+      size_t i = L->feat[j], c0, w;
+      block_of(&s->tab[i], me, &c0, &w);
+      at[(size_t)r * k + j] = p;
+      int64_t m;
+      memcpy(&m, p, 8);
+      nid[j] += (size_t)m;
+      p += 8 + (size_t)(c->B[r] + 1) * 8 + (size_t)m * 8;
+      if (c->F[i].f.options.per_sample_weights) p += ((size_t)m * 4 + 7) / 8 * 8;
+      if (step && c->F[i].f.options.mode == CLEMBED_BAG_MAX) p += (size_t)c->B[r] * w * 8;
+    }
+    if (step) {
+      if (!*grad_rows) *grad_rows = malloc(T * L->W * es + 8);
+      if (!*grad_rows) {
+        free(at);
+        free(nid);
+        goto oom;
+      }
+      memcpy(*grad_rows + L->bstart[r] * L->W * es, p, (size_t)c->B[r] * L->W * es);
+    }
+  }
+  clembed_status st = CLEMBED_OK;
+  for (size_t j = 0; j < k && st == CLEMBED_OK; j++) {
+    size_t i = L->feat[j], c0, w, N = nid[j];
+    block_of(&s->tab[i], me, &c0, &w);
+    const clembed_bag_options *o = &c->F[i].f.options;
+    int64_t *ids = malloc((N + 1) * 8), *offs = malloc((T + 1) * 8), *mr = NULL;
+    float *wt = o->per_sample_weights ? malloc((N + 1) * 4) : NULL;
+    int is_max = o->mode == CLEMBED_BAG_MAX;
+    if (is_max) mr = calloc(T * w + 1, 8);
+    if (!ids || !offs || (o->per_sample_weights && !wt) || (is_max && !mr)) {
+      free(ids);
+      free(offs);
+      free(wt);
+      free(mr);
+      free(at);
+      free(nid);
+      goto oom;
+    }
+    size_t q = 0, b0 = 0;
+    offs[0] = 0;
+    for (int r = 0; r < size; r++) {
+      const char *p = at[(size_t)r * k + j];
+      int64_t m;
+      memcpy(&m, p, 8);
+      p += 8;
+      size_t Br = (size_t)c->B[r];
+      for (size_t b = 1; b <= Br; b++) {
+        int64_t v;
+        memcpy(&v, p + b * 8, 8);
+        offs[b0 + b] = (int64_t)q + v;
+      }
+      p += (Br + 1) * 8;
+      memcpy(ids + q, p, (size_t)m * 8);
+      p += (size_t)m * 8;
+      if (wt) {
+        memcpy(wt + q, p, (size_t)m * 4);
+        p += ((size_t)m * 4 + 7) / 8 * 8;
+      }
+      if (step && is_max) memcpy(mr + b0 * w, p, Br * w * 8);
+      q += (size_t)m;
+      b0 += Br;
+    }
+    st = clembed_ids_create(ctx, ids, N, CLEMBED_I64, &L->ids[j]);
+    if (st == CLEMBED_OK) st = clembed_ids_create(ctx, offs, T + 1, CLEMBED_I64, &L->offs[j]);
+    if (st == CLEMBED_OK && is_max) st = clembed_ids_create(ctx, mr, T * w, CLEMBED_I64, &L->maxr[j]);
+    if (st == CLEMBED_OK && wt) {
+      st = clembed_matrix_create(ctx, N, 1, CLEMBED_F32, &L->wts[j]);
+      if (st == CLEMBED_OK && N) st = clembed_matrix_write(ctx, &L->wts[j], wt, CLEMBED_F32);
+    }
+    free(ids);
+    free(offs);
+    free(wt);
+    free(mr);
+    clembed_bag_feature *lf = &L->lf[j];
+    *lf = clembed_bag_feature_defaults();
+    lf->table = &s->tab[i].t->shard;
+    lf->ids = &L->ids[j];
+    lf->offsets = &L->offs[j];
+    lf->options = clembed_bag_defaults();
+    lf->options.mode = o->mode;
+    lf->options.policy = o->policy;
+    lf->options.padding_idx = c->F[i].pad == UINT64_MAX ? CLEMBED_NO_PADDING : (int64_t)c->F[i].pad;
+    lf->options.per_sample_weights = wt ? &L->wts[j] : NULL;
+    lf->options.max_rows = is_max ? &L->maxr[j] : NULL;
+  }
+  free(at);
+  free(nid);
+  if (st != CLEMBED_OK) {
+    ce_mpi_fail_from(own, ctx, st);
+    return 0;
+  }
+  return 1;
+oom:
+  ce_mpi_fail(own, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory for the ranks' bags", op);
+  return 0;
+}
+
+/* An owner's call done: its deferred report of a bad id (which the rank that
+ * passed the id reports itself) is not a failure of the owner's. */
+static clembed_status owner_outcome(clembed_context *ctx, clembed_status st) {
+  if (st == CLEMBED_OK) st = clembed_finish(ctx);
+  clembed_error_detail det;
+  if (st == CLEMBED_ERR_INDEX_OUT_OF_RANGE && clembed_context_error(ctx, &det) == CLEMBED_OK &&
+      !strcmp(det.argument, "ids"))
+    return CLEMBED_OK;
+  return st;
+}
+
+/* The first bad id of the rank's features (grouped ones found on the host,
+ * the others reported by their calls) on c->e. */
+static void report_bad(fs_call *c) {
+  for (size_t i = 0; i < c->s->n; i++) {
+    const fs_feat *x = &c->F[i];
+    if (x->bad_at < 0) continue;
+    const fs_table *t = &c->s->tab[i];
+    int wrap = x->f.options.policy == CLEMBED_INDEX_WRAP;
+    ce_mpi_fail(&c->e, CLEMBED_ERR_INDEX_OUT_OF_RANGE, "ids", x->bad_at, x->bad_id,
+                "%s: features[%zu].ids[%lld] = %lld is outside [%s%zu, %zu) (table %s)", c->op, i,
+                (long long)x->bad_at, (long long)x->bad_id, wrap ? "-" : "", wrap ? t->rows : 0, t->rows, t->name);
+    return;
+  }
+}
+
+/* A ROW feature's call reported a bad id (its detail names "ids"): kept as the feature's. */
+static int row_bad_id(fs_call *c, size_t i, clembed_status st) {
+  clembed_error_detail det;
+  if (st == CLEMBED_ERR_INDEX_OUT_OF_RANGE && clembed_context_error(c->s->ctx, &det) == CLEMBED_OK &&
+      !strcmp(det.argument, "ids")) {
+    c->F[i].bad_at = det.index;
+    c->F[i].bad_id = det.value;
+    return 1;
+  }
+  return 0;
+}
+
+/* The failure of an owner's (or a ROW call's) device: every rank learns it. */
+static void share_failure(fs_call *c, ce_mpi_error *own, const char *what) {
+  clembed_status theirs = CLEMBED_OK;
+  int first = ce_mpi_first_failed(c->s->comm, c->s->rank, c->s->size, own->status, &c->e, &theirs);
+  if (own->status != CLEMBED_OK && c->e.status == CLEMBED_OK) c->e = *own;
+  if (first >= 0 && c->e.status == CLEMBED_OK)
+    ce_mpi_fail(&c->e, theirs, "", first, 0, "%s: rank %d could not %s (its context's message says why)", c->op, first,
+                what);
+}
+
+/* Every rank learns whether any failed at this point (one MPI_Allreduce);
+ * 1 when none did. */
+static int all_well(fs_call *c, ce_mpi_error *own, const char *what) {
+  share_failure(c, own, what);
+  return c->e.status == CLEMBED_OK;
+}
+
+/* The columns of the grouped features this rank holds (from the plans). */
+static size_t owned_width(const clembed_mpi_feature_set *s, int d) {
+  size_t W = 0;
+  for (size_t i = 0; i < s->n; i++) {
+    size_t c0, w;
+    block_of(&s->tab[i], d, &c0, &w);
+    if (grouped(&s->tab[i])) W += w;
+  }
+  return W;
+}
+
+static int setup(fs_call *c, clembed_mpi_feature_set *s, const char *op) {
+  memset(c, 0, sizeof *c);
+  c->op = op;
+  c->s = s;
+  c->B = calloc((size_t)s->size + 1, sizeof *c->B);
+  if (!c->B) ce_mpi_fail(&c->e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory", op);
+  return 1;
+}
+
+static int gather_bags(fs_call *c) {
+  uint64_t mine = c->bags;
+  return ce_mpi_ok(&c->e, MPI_Allgather(&mine, 1, MPI_UINT64_T, c->B, 1, MPI_UINT64_T, c->s->comm),
+                   "MPI_Allgather (the ranks' bags)");
+}
+
+/* The first exchange: every rank's bag count learnt, the packed bags (see
+ * pack_fill) to their owners. 1 on success; 0 on every rank alike otherwise. */
+static int send_bags(fs_call *c, fs_x *x, int step, const char *grad, size_t es) {
+  if (!gather_bags(c) || !alltoall_counts(c, x)) return 0;
+  ce_mpi_error mem = {0};
+  if (!x_displace(x, c->s->size))
+    ce_mpi_fail(&mem, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory for the exchange", c->op);
+  if (!all_well(c, &mem, "allocate the exchange")) return 0;
+  pack_fill(c, x, step, grad, es);
+  return alltoallv(c, x);
+}
+
+/* ------------------------------------------------------------------ forward */
+
+clembed_status clembed_mpi_embedding_bags(clembed_mpi_feature_set *s, const clembed_bag_feature *features, size_t n,
+                                          clembed_matrix *out) {
+  const char *op = "clembed_mpi_embedding_bags";
+  if (!s)
+    return clembed_context_fail(NULL, CLEMBED_ERR_INVALID_ARGUMENT, op, "s", -1, 0,
+                                "%s: s is NULL (no communicator to speak on)", op);
+  clembed_context *ctx = s->ctx;
+  fs_call c;
+  setup(&c, s, op);
+  fs_x x1 = {0}, x2 = {0};
+  fs_local L = {0};
+  ce_mpi_error own = {0};
+  char *host = NULL, *pooled = NULL;
+  int64_t **maxr = NULL;
+  clembed_matrix lo = {0};
+  size_t es = 0;
+  char dt[32];
+  if (!out) ce_mpi_fail(&c.e, CLEMBED_ERR_INVALID_ARGUMENT, "out", -1, 0, "%s: out is NULL", op);
+  else if (!is_float(out->dtype))
+    ce_mpi_fail(&c.e, CLEMBED_ERR_INVALID_ARGUMENT, "out", -1, (int64_t)out->dtype,
+                "%s: out must be F32, F16 or BF16 (it is %s)", op, ce_mpi_dtype_text(out->dtype, dt, sizeof dt));
+  if (c.e.status == CLEMBED_OK) read_features(&c, features, n, out->rows, 0);
+  if (c.e.status == CLEMBED_OK && out->cols != c.width)
+    ce_mpi_fail(&c.e, CLEMBED_ERR_INVALID_ARGUMENT, "out", -1, (int64_t)out->cols,
+                "%s: out has %zu cols; the set's tables have %zu together", op, out->cols, c.width);
+  if (c.e.status == CLEMBED_OK) {
+    es = clembed_dtype_row_bytes(out->dtype, 1);
+    host = malloc(c.bags * c.width * es + 8);
+    maxr = calloc(s->n + 1, sizeof *maxr);
+    if (!host || !maxr || !x_alloc(&x1, s->size) || !x_alloc(&x2, s->size))
+      ce_mpi_fail(&c.e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory", op);
+  }
+  if (c.e.status == CLEMBED_OK) pack_bags(&c, &x1, 0, NULL, 0);
+  if (!agree(&c, CE_MPI_CALL_FS_BAGS, out ? out->dtype : CLEMBED_F32, NULL, "out's dtype")) goto done;
+
+  /* the grouped features: bags to their owners, pooled there, rows back */
+  if (!send_bags(&c, &x1, 0, NULL, 0)) goto done;
+  if (unpack_bags(&c, &x1, 0, es, &L, &pooled, &own) && L.k && L.total) {
+    clembed_status st = clembed_matrix_create(ctx, L.total, L.W, out->dtype, &lo);
+    if (st == CLEMBED_OK) st = owner_outcome(ctx, clembed_embedding_bags(ctx, L.lf, L.k, &lo, 0, NULL, NULL));
+    pooled = malloc(L.total * L.W * es + 8);
+    if (!pooled && st == CLEMBED_OK)
+      st = clembed_context_fail(ctx, CLEMBED_ERR_OUT_OF_MEMORY, op, "", -1, 0, "%s: out of host memory", op);
+    if (st == CLEMBED_OK) st = clembed_matrix_read(ctx, &lo, pooled, out->dtype);
+    for (size_t j = 0; j < L.k && st == CLEMBED_OK; j++) {
+      size_t i = L.feat[j];
+      if (c.F[i].f.options.mode != CLEMBED_BAG_MAX) continue;
+      maxr[i] = malloc(L.maxr[j].count * 8 + 8);
+      st = maxr[i] ? clembed_ids_read(ctx, &L.maxr[j], maxr[i])
+                   : clembed_context_fail(ctx, CLEMBED_ERR_OUT_OF_MEMORY, op, "", -1, 0, "%s: out of host memory", op);
+    }
+    if (st != CLEMBED_OK) ce_mpi_fail_from(&own, ctx, st);
+  }
+  /* the rows back: to rank r its bags' rows of every owned feature, then MAX's
+   * max_rows (sizes from the plans, known to both ends) */
+  {
+    size_t Wme = owned_width(s, s->rank), first = 0;
+    for (int r = 0; r < s->size; r++) {
+      size_t Br = (size_t)c.B[r], bytes = Br * Wme * es, rb = 0;
+      for (size_t i = 0; i < s->n; i++) {
+        size_t c0, w, w2;
+        block_of(&s->tab[i], s->rank, &c0, &w);
+        block_of(&s->tab[i], r, &c0, &w2);
+        if (!grouped(&s->tab[i]) || c.F[i].f.options.mode != CLEMBED_BAG_MAX) w = 0;
+        bytes += Br * w * 8;
+        if (grouped(&s->tab[i])) rb += c.bags * w2 * es + (c.F[i].f.options.mode == CLEMBED_BAG_MAX ? c.bags * w2 * 8 : 0);
+      }
+      x2.sc[r] = bytes > INT_MAX ? -1 : (int)bytes;
+      x2.rc[r] = rb > INT_MAX ? -1 : (int)rb;
+    }
+    ce_mpi_error mem = {0};
+    int fits = 1;
+    for (int r = 0; r < s->size; r++) fits &= x2.sc[r] >= 0 && x2.rc[r] >= 0;
+    if (!fits || !x_displace(&x2, s->size))
+      ce_mpi_fail(&mem, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0,
+                  "%s: the pooled rows of a call pass what one MPI exchange moves (INT_MAX bytes) or host memory", op);
+    if (!all_well(&c, &mem, "allocate the exchange of the pooled rows")) goto done;
+    for (int r = 0; r < s->size; r++) {
+      char *p = x2.send + x2.sd[r];
+      size_t Br = (size_t)c.B[r];
+      int ok = pooled && own.status == CLEMBED_OK;
+      if (ok) memcpy(p, pooled + first * Wme * es, Br * Wme * es);
+      else memset(p, 0, Br * Wme * es);
+      p += Br * Wme * es;
+      for (size_t i = 0; i < s->n; i++) {
+        size_t c0, w;
+        block_of(&s->tab[i], s->rank, &c0, &w);
+        if (!grouped(&s->tab[i]) || !w || c.F[i].f.options.mode != CLEMBED_BAG_MAX) continue;
+        if (ok && maxr[i]) memcpy(p, maxr[i] + first * w, Br * w * 8);
+        else memset(p, 0, Br * w * 8);
+        p += Br * w * 8;
+      }
+      first += Br;
+    }
+  }
+  if (!ce_mpi_ok(&c.e, MPI_Alltoallv(x2.send, x2.sc, x2.sd, MPI_BYTE, x2.recv, x2.rc, x2.rd, MPI_BYTE, s->comm),
+                 "MPI_Alltoallv (the pooled rows)"))
+    goto done;
+  share_failure(&c, &own, "pool the bags of the tables it holds");
+  if (c.e.status != CLEMBED_OK) goto done;
+  /* this rank's out and MAX's max_rows from what the owners sent */
+  {
+    int64_t **mine = calloc(s->n + 1, sizeof *mine);
+    if (!mine) {
+      ce_mpi_fail(&c.e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory", op);
+      goto done;
+    }
+    for (int d = 0; d < s->size; d++) {
+      const char *p = x2.recv + x2.rd[d];
+      size_t Wd = 0;
+      for (size_t i = 0; i < s->n; i++) {
+        size_t c0, w;
+        block_of(&s->tab[i], d, &c0, &w);
+        if (grouped(&s->tab[i]) && w) Wd += w;
+      }
+      for (size_t b = 0; b < c.bags; b++)
+        for (size_t i = 0; i < s->n; i++) {
+          size_t c0, w;
+          block_of(&s->tab[i], d, &c0, &w);
+          if (!grouped(&s->tab[i]) || !w) continue;
+          memcpy(host + (b * c.width + c.coff[i] + c0) * es, p, w * es);
+          p += w * es;
+        }
+      for (size_t i = 0; i < s->n; i++) {
+        size_t c0, w, C = s->tab[i].cols;
+        block_of(&s->tab[i], d, &c0, &w);
+        if (!grouped(&s->tab[i]) || !w || c.F[i].f.options.mode != CLEMBED_BAG_MAX) continue;
+        if (!mine[i]) mine[i] = malloc(c.bags * C * 8 + 8);
+        if (mine[i])
+          for (size_t b = 0; b < c.bags; b++) memcpy(mine[i] + b * C + c0, p + b * w * 8, w * 8);
+        p += c.bags * w * 8;
+      }
+      (void)Wd;
+    }
+    for (size_t i = 0; i < s->n && c.e.status == CLEMBED_OK; i++) {
+      clembed_ids *mr = c.F[i].f.options.max_rows;
+      if (!mr || !grouped(&s->tab[i])) continue;
+      if (!mine[i]) {
+        ce_mpi_fail(&c.e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory", op);
+        break;
+      }
+      size_t cnt = mr->count, esz = mr->type == CLEMBED_I64 ? 8 : 4;
+      if (mr->type == CLEMBED_I32)
+        for (size_t q = 0; q < cnt; q++) ((int32_t *)mine[i])[q] = (int32_t)mine[i][q];
+      cl_int err = cnt ? clEnqueueWriteBuffer(clembed_context_queue(ctx), mr->buffer, CL_TRUE, mr->offset * esz,
+                                              cnt * esz, mine[i], 0, NULL, NULL)
+                       : CL_SUCCESS;
+      if (err != CL_SUCCESS)
+        ce_mpi_fail(&c.e, (clembed_status)err, "max_rows", (int64_t)i, err, "%s: writing features[%zu].max_rows: %s",
+                    op, i, clembed_status_string((clembed_status)err));
+    }
+    for (size_t i = 0; i < s->n; i++) free(mine[i]);
+    free(mine);
+  }
+
+  /* the ROW and TABLE_ROW features, one table after another */
+  for (size_t i = 0; i < s->n; i++) {
+    if (grouped(&s->tab[i])) continue;
+    clembed_matrix tmp = {0};
+    size_t C = s->tab[i].cols;
+    clembed_status st = clembed_matrix_create(ctx, c.bags, C, out->dtype, &tmp);
+    ce_mpi_error mine = {0};
+    clembed_bag_options o = c.F[i].f.options;
+    if (st != CLEMBED_OK) {
+      ce_mpi_fail_from(&mine, ctx, st);
+      tmp.rows = 0; /* still a collective */
+    }
+    st = clembed_mpi_embedding_bag(s->tab[i].t, c.F[i].f.ids, c.F[i].f.offsets, &o, st == CLEMBED_OK ? &tmp : NULL);
+    if (st != CLEMBED_OK && !row_bad_id(&c, i, st) && mine.status == CLEMBED_OK) ce_mpi_fail_from(&mine, ctx, st);
+    char *rows = mine.status == CLEMBED_OK ? malloc(c.bags * C * es + 8) : NULL;
+    if (mine.status == CLEMBED_OK && !rows)
+      ce_mpi_fail(&mine, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory", op);
+    if (rows && c.bags && C) {
+      st = clembed_matrix_read(ctx, &tmp, rows, out->dtype);
+      if (st != CLEMBED_OK) ce_mpi_fail_from(&mine, ctx, st);
+      for (size_t b = 0; b < c.bags && st == CLEMBED_OK; b++)
+        memcpy(host + (b * c.width + c.coff[i]) * es, rows + b * C * es, C * es);
+    }
+    free(rows);
+    clembed_matrix_release(&tmp);
+    if (mine.status != CLEMBED_OK && c.e.status == CLEMBED_OK) c.e = mine;
+  }
+  if (c.e.status == CLEMBED_OK && c.bags && c.width) {
+    clembed_status st = clembed_matrix_write(ctx, out, host, out->dtype);
+    if (st != CLEMBED_OK) ce_mpi_fail_from(&c.e, ctx, st);
+  }
+  if (c.e.status == CLEMBED_OK) report_bad(&c);
+done:
+  if (maxr)
+    for (size_t i = 0; i < s->n; i++) free(maxr[i]);
+  free(maxr);
+  clembed_matrix_release(&lo);
+  local_release(&L);
+  x_release(&x1);
+  x_release(&x2);
+  free(host);
+  free(pooled);
+  call_release(&c);
+  return ce_mpi_report(ctx, op, &c.e);
+}
+
+/* --------------------------------------------------------------------- step */
+
+clembed_status clembed_mpi_bags_optimizer_step(clembed_mpi_feature_set *s, const clembed_bag_feature *features,
+                                               size_t n, const clembed_matrix *grad_out, const clembed_optimizer *o) {
+  const char *op = "clembed_mpi_bags_optimizer_step";
+  if (!s)
+    return clembed_context_fail(NULL, CLEMBED_ERR_INVALID_ARGUMENT, op, "s", -1, 0,
+                                "%s: s is NULL (no communicator to speak on)", op);
+  clembed_context *ctx = s->ctx;
+  fs_call c;
+  setup(&c, s, op);
+  fs_x x1 = {0};
+  fs_local L = {0};
+  ce_mpi_error own = {0};
+  char *grad = NULL, *grows = NULL;
+  clembed_optimizer *oo = calloc(s->n + 1, sizeof *oo), *lo = NULL;
+  unsigned char *made = calloc(s->n + 1, 1);
+  clembed_matrix gl = {0};
+  size_t es = 0;
+  char dt[32];
+  if (!oo || !made) ce_mpi_fail(&c.e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory", op);
+  else if (!grad_out || !o) {
+    const char *a = !grad_out ? "grad_out" : "o";
+    ce_mpi_fail(&c.e, CLEMBED_ERR_INVALID_ARGUMENT, a, -1, 0, "%s: %s is NULL", op, a);
+  } else if (!is_float(grad_out->dtype))
+    ce_mpi_fail(&c.e, CLEMBED_ERR_INVALID_ARGUMENT, "grad_out", -1, (int64_t)grad_out->dtype,
+                "%s: grad_out must be F32, F16 or BF16 (it is %s)", op,
+                ce_mpi_dtype_text(grad_out->dtype, dt, sizeof dt));
+  if (c.e.status == CLEMBED_OK) read_features(&c, features, n, grad_out->rows, 1);
+  if (c.e.status == CLEMBED_OK && grad_out->cols != c.width)
+    ce_mpi_fail(&c.e, CLEMBED_ERR_INVALID_ARGUMENT, "grad_out", -1, (int64_t)grad_out->cols,
+                "%s: grad_out has %zu cols; the set's tables have %zu together", op, grad_out->cols, c.width);
+  /* the optimizers, read with the stride of the first one's struct_size */
+  size_t stride = c.e.status == CLEMBED_OK && n ? o[0].struct_size : 0;
+  for (size_t i = 0; i < s->n && c.e.status == CLEMBED_OK; i++) {
+    const clembed_optimizer *in = (const clembed_optimizer *)((const char *)o + i * stride);
+    if (!ce_mpi_read_optimizer(ctx, op, in, &oo[i], &c.e)) break;
+    const fs_table *t = &s->tab[i];
+    if (oo[i].state || oo[i].state2)
+      ce_mpi_fail(&c.e, CLEMBED_ERR_INVALID_ARGUMENT, "o", (int64_t)i, 0,
+                  "%s: o[%zu].state: a feature set's table keeps its own state (pass NULL)", op, i);
+    else if ((unsigned)oo[i].kind > (unsigned)CLEMBED_ADAM)
+      ce_mpi_fail(&c.e, CLEMBED_ERR_INVALID_ARGUMENT, "o", (int64_t)i, (int64_t)oo[i].kind,
+                  "%s: o[%zu]: unknown optimizer kind %d", op, i, (int)oo[i].kind);
+    else if (!is_float(t->dtype))
+      ce_mpi_fail(&c.e, CLEMBED_ERR_UNSUPPORTED, "o", (int64_t)i, 0,
+                  "%s: table %zu (%s) is %s: quantized tables are read, not trained", op, i, t->name,
+                  clembed_dtype_name(t->dtype));
+    else if (t->kind == CLEMBED_SHARD_COLUMN && oo[i].kind == CLEMBED_ROWWISE_ADAGRAD)
+      ce_mpi_fail(&c.e, CLEMBED_ERR_UNSUPPORTED, "o", (int64_t)i, 0,
+                  "%s: table %zu (%s) is cut by columns: ROWWISE_ADAGRAD's state is a whole row's, so it is not "
+                  "stepped by column blocks (plan the table TABLE, ROW or TABLE_ROW)", op, i, t->name);
+    else if (t->kind == CLEMBED_SHARD_COLUMN && oo[i].stochastic_rounding)
+      ce_mpi_fail(&c.e, CLEMBED_ERR_UNSUPPORTED, "o", (int64_t)i, 0,
+                  "%s: table %zu (%s) is cut by columns: stochastic rounding's bits are keyed by the whole row's "
+                  "column (plan the table TABLE, ROW or TABLE_ROW)", op, i, t->name);
+    else if (t->t->has_state && t->t->kind != oo[i].kind && oo[i].kind != CLEMBED_SGD)
+      ce_mpi_fail(&c.e, CLEMBED_ERR_INVALID_ARGUMENT, "o", (int64_t)i, (int64_t)oo[i].kind,
+                  "%s: o[%zu]: table %zu's state is of another optimizer kind, made by its earlier steps", op, i, i);
+  }
+  if (c.e.status == CLEMBED_OK) {
+    es = clembed_dtype_row_bytes(grad_out->dtype, 1);
+    grad = malloc(c.bags * c.width * es + 8);
+    if (!grad || !x_alloc(&x1, s->size))
+      ce_mpi_fail(&c.e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory", op);
+    else if (c.bags && c.width) {
+      clembed_status st = clembed_matrix_read(ctx, grad_out, grad, grad_out->dtype);
+      if (st != CLEMBED_OK) ce_mpi_fail_from(&c.e, ctx, st);
+    }
+  }
+  for (size_t i = 0; i < s->n && c.e.status == CLEMBED_OK; i++)
+    if (grouped(&s->tab[i])) made[i] = (unsigned char)ce_mpi_make_state(s->tab[i].t, oo[i].kind, &c.e);
+  if (c.e.status == CLEMBED_OK) pack_bags(&c, &x1, 1, grad, es);
+  if (!agree(&c, CE_MPI_CALL_FS_STEP, grad_out ? grad_out->dtype : CLEMBED_F32, oo, "grad_out's dtype")) goto undo;
+
+  /* the grouped features: bags and gradient rows to their owners, stepped there */
+  if (!send_bags(&c, &x1, 1, grad, es)) goto undo;
+  if (unpack_bags(&c, &x1, 1, es, &L, &grows, &own) && L.k && L.total) {
+    clembed_status st = clembed_matrix_create(ctx, L.total, L.W, grad_out->dtype, &gl);
+    if (st == CLEMBED_OK) st = clembed_matrix_write(ctx, &gl, grows, grad_out->dtype);
+    lo = calloc(L.k, sizeof *lo);
+    if (!lo && st == CLEMBED_OK)
+      st = clembed_context_fail(ctx, CLEMBED_ERR_OUT_OF_MEMORY, op, "", -1, 0, "%s: out of host memory", op);
+    for (size_t j = 0; j < L.k && st == CLEMBED_OK; j++) {
+      size_t i = L.feat[j];
+      clembed_mpi_table *t = s->tab[i].t;
+      lo[j] = oo[i];
+      lo[j].struct_size = sizeof lo[j];
+      lo[j].state = oo[i].kind == CLEMBED_SGD ? NULL : &t->state;
+      lo[j].state2 = oo[i].kind == CLEMBED_ADAM ? &t->state2 : NULL;
+    }
+    if (st == CLEMBED_OK)
+      st = owner_outcome(ctx, clembed_bags_optimizer_step(ctx, L.lf, L.k, &gl, lo, 0, NULL, NULL));
+    if (st != CLEMBED_OK) ce_mpi_fail_from(&own, ctx, st);
+  }
+  share_failure(&c, &own, "step the tables it holds");
+  for (size_t i = 0; i < s->n; i++) /* the state exists on every rank now (0 rows where none of its rows are) */
+    if (made[i]) {
+      s->tab[i].t->has_state = 1;
+      s->tab[i].t->kind = oo[i].kind;
+      made[i] = 0;
+    }
+
+  /* the ROW and TABLE_ROW features, one table after another */
+  for (size_t i = 0; i < s->n; i++) {
+    if (grouped(&s->tab[i])) continue;
+    clembed_matrix g = {0};
+    size_t C = s->tab[i].cols;
+    ce_mpi_error mine = {0};
+    clembed_status st = clembed_matrix_create(ctx, c.bags, C, grad_out->dtype, &g);
+    char *rows = st == CLEMBED_OK ? malloc(c.bags * C * es + 8) : NULL;
+    if (st == CLEMBED_OK && !rows)
+      st = clembed_context_fail(ctx, CLEMBED_ERR_OUT_OF_MEMORY, op, "", -1, 0, "%s: out of host memory", op);
+    for (size_t b = 0; rows && b < c.bags; b++) memcpy(rows + b * C * es, grad + (b * c.width + c.coff[i]) * es, C * es);
+    if (st == CLEMBED_OK && c.bags && C) st = clembed_matrix_write(ctx, &g, rows, grad_out->dtype);
+    if (st != CLEMBED_OK) ce_mpi_fail_from(&mine, ctx, st);
+    clembed_bag_options bo = c.F[i].f.options;
+    st = clembed_mpi_bag_optimizer_step(s->tab[i].t, mine.status == CLEMBED_OK ? &g : NULL, c.F[i].f.ids,
+                                        c.F[i].f.offsets, &bo, &oo[i]);
+    if (st != CLEMBED_OK && !row_bad_id(&c, i, st) && mine.status == CLEMBED_OK) ce_mpi_fail_from(&mine, ctx, st);
+    free(rows);
+    clembed_matrix_release(&g);
+    if (mine.status != CLEMBED_OK && c.e.status == CLEMBED_OK) c.e = mine;
+  }
+  if (c.e.status == CLEMBED_OK) report_bad(&c);
+  goto done;
+undo:
+  for (size_t i = 0; made && i < s->n; i++)
+    if (made[i]) {
+      clembed_matrix_release(&s->tab[i].t->state);
+      clembed_matrix_release(&s->tab[i].t->state2);
+    }
+done:
+  clembed_matrix_release(&gl);
+  local_release(&L);
+  x_release(&x1);
+  free(grad);
+  free(grows);
+  free(oo);
+  free(lo);
+  free(made);
+  call_release(&c);
+  return ce_mpi_report(ctx, op, &c.e);
+}
