@@ -356,6 +356,7 @@ typedef struct clembed_mpi_table_spec {
   clembed_shard_kind shard;  /* AUTO: the planner's choice */
   int owner;                 /* TABLE: the rank; TABLE_ROW: a rank of the node; -1 lets the planner choose */
   const clembed_ids *id_sample; /* optional: ids of the table's feature this rank has seen in one batch */
+  size_t sample_bags;        /* optional: the bags id_sample's ids make (0: not known) */
 } clembed_mpi_table_spec;
 
 typedef struct clembed_mpi_feature_set clembed_mpi_feature_set; /* opaque */
@@ -368,16 +369,22 @@ typedef struct clembed_mpi_feature_set clembed_mpi_feature_set; /* opaque */
  * plus a float a value for an optimizer state), each rank's device memory
  * (CL_DEVICE_GLOBAL_MEM_SIZE; a rank's tables take at most 3/4 of it) and
  * the ids a batch reads from each table (the ranks' id_samples: their ids and
- * distinct ids summed; without any, one id a bag for every table). A table
- * goes whole to one rank (TABLE) where one holds it, the largest tables
- * first, each to the rank whose cost it raises least, unless cutting it by
- * rows (ROW) gives a lower largest cost; a table no rank holds goes by rows
- * (TABLE_ROW over one node where the ranks span several nodes and a node
- * holds it, else ROW). A rank's cost is the bytes it moves per batch: the rows
- * its devices read for pooling and serving, the ids and pooled rows or rows
- * it sends and receives, and 64 KiB for each exchange of its own a table cut
- * by rows adds (a ROW table's calls exchange per table; the TABLE and COLUMN
- * tables share one pair of exchanges). A forced plan the ranks cannot hold (a TABLE owner
+ * distinct ids summed; without any, one id a bag for every table) and the
+ * bags of a batch (the ranks' sample_bags summed, the largest over the
+ * tables; where none is given, the fewest ids a table's samples hold). A rank's
+ * cost is the bytes it moves per batch: the rows its device reads for pooling
+ * and serving, and twice the bytes it sends and receives (ids, pooled rows,
+ * rows: each is copied on the host at both ends), and 64 KiB for each
+ * exchange of its own a table cut by rows adds (a ROW table's calls exchange
+ * per table; the TABLE and COLUMN tables share one pair of exchanges). Each
+ * table goes whole to one rank (TABLE) when that costs the ranks less in all
+ * than cutting it by rows (ROW) and its owner's part is no more than a rank's
+ * share of the whole set's cost (else a hot table would hold up every rank);
+ * the TABLE tables are placed the largest first, each on the rank whose
+ * largest cost it raises least, within 3/4 of that rank's device memory; a
+ * table no rank can hold goes by rows (TABLE_ROW over the least loaded node
+ * that holds it where the ranks span several nodes, else ROW). A forced plan
+ * the ranks cannot hold (a TABLE owner
  * out of range, a COLUMN table of a row-wise type) is refused, naming the
  * table. The set keeps ctx (which must outlive it) and a duplicate of comm. */
 CLEMBED_API clembed_status clembed_mpi_feature_set_create(clembed_context *ctx, MPI_Comm comm,

@@ -85,18 +85,29 @@ def _open(name: str) -> Tuple[Optional[ctypes.CDLL], str]:
     return lib, ""
 
 
+def library_from_env(var: str, opener: Any, who: str, elsewhere: str,
+                     error: type = LibraryNotFoundError) -> Optional[Tuple[ctypes.CDLL, str]]:
+    """(CDLL, path) from the path in environment variable `var` (opened with `opener`, which
+    returns (CDLL or None, why)); None when `var` is not set. Raises LibraryNotFoundError when
+    the library named there cannot be used (`who` names the caller, `elsewhere` where the
+    search goes without the variable; `error` the exception class)."""
+    env = os.environ.get(var)
+    if not env:
+        return None
+    lib, why = opener(env)
+    if lib is not None:
+        return lib, env
+    raise error("%s: cannot use the library named by %s=%r: %s\nUnset %s to search %s."
+                % (who, var, env, why, var, elsewhere)) from None
+
+
 def load_library() -> Tuple[ctypes.CDLL, str]:
     """Returns (CDLL, path). Raises LibraryNotFoundError listing what was tried."""
     tried = []
-    env = os.environ.get("CLEMBED_LIBRARY")
-    if env:
-        lib, why = _open(env)
-        if lib is not None:
-            return lib, env
-        raise LibraryNotFoundError(
-            "clembed: cannot use the library named by CLEMBED_LIBRARY=%r: %s\n"
-            "Unset CLEMBED_LIBRARY to search next to the package and on the system loader's path."
-            % (env, why)) from None
+    found = library_from_env("CLEMBED_LIBRARY", _open, "clembed",
+                             "next to the package and on the system loader's path")
+    if found:
+        return found
     tried.append("CLEMBED_LIBRARY (not set)")
     for path in _candidates_next_to_package():
         if not os.path.exists(path):

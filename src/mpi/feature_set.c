@@ -84,117 +84,140 @@ typedef struct plan_in {
   clembed_shard_kind shard;
   int owner;
   double ids, distinct; /* a batch's ids and distinct ids over every rank */
+  double bags;          /* the bags they make over every rank (0: not known) */
 } plan_in;
 
 /* An exchange's fixed cost (its latency, its host work), as bytes moved. */
 #define CE_FS_EXCHANGE 65536.0
+/* A byte that crosses to another rank costs this many bytes a device reads:
+ * it is copied on the host at both ends and through the transport. */
+#define CE_FS_CROSS 2.0
 
-/* Every rank runs this on the same inputs: the same plan everywhere. */
+/* Every rank runs this on the same inputs: the same plan everywhere. A rank's
+ * cost is bytes per batch (include/clembed_mpi.h, "the planner"): each AUTO
+ * table goes whole to a rank (TABLE) when that costs the ranks less in all
+ * than cutting it by rows (ROW) and its owner's part is no more than a rank's
+ * share of the whole set's cost; the TABLE tables are then placed the largest
+ * first, each on the rank whose cost it raises least, within 3/4 of that
+ * rank's device memory; a table no rank holds goes by rows (over the least
+ * loaded node that holds it where the ranks span several nodes). */
 static void plan_tables(const plan_in *in, size_t n, int size, const uint64_t *mem, const int *node, fs_table *out) {
   double *load = calloc((size_t)size, sizeof *load), *store = calloc((size_t)size, sizeof *store);
+  double *own = calloc(n + 1, sizeof *own), *other = calloc(n + 1, sizeof *other), *row = calloc(n + 1, sizeof *row);
+  double *st = calloc(n + 1, sizeof *st);
   size_t *order = malloc((n + 1) * sizeof *order);
-  double bags = 0; /* a batch's bags over every rank: the fewest ids a sampled table reads (one id a bag) */
+  double bags = 0; /* a batch's bags over every rank: as the samples say, else the fewest ids a sampled table reads */
   for (size_t i = 0; i < n; i++)
-    if (in[i].ids > 0 && (bags == 0 || in[i].ids < bags)) bags = in[i].ids;
+    if (in[i].bags > bags) bags = in[i].bags;
+  for (size_t i = 0; i < n && bags == 0; i++)
+    for (size_t j = 0; j < n; j++)
+      if (in[j].ids > 0 && (bags == 0 || in[j].ids < bags)) bags = in[j].ids;
   if (bags == 0) bags = size;
-  double S = size;
+  double S = size, share = 0;
   for (size_t i = 0; i < n; i++) {
     out[i].kind = in[i].shard;
     out[i].first = 0;
     out[i].ranks = size;
-    if (order) order[i] = i;
   }
-  if (!load || !store || !order) { /* no memory to plan with: every AUTO table by rows */
+  if (!load || !store || !own || !other || !row || !st || !order) { /* no memory to plan with: AUTO by rows */
     for (size_t i = 0; i < n; i++)
       if (out[i].kind == CLEMBED_SHARD_AUTO) out[i].kind = CLEMBED_SHARD_ROW;
-    goto forced;
+    goto columns;
   }
-  /* the largest first: bytes read a batch, then bytes stored */
+  for (size_t i = 0; i < n; i++) {
+    const plan_in *x = &in[i];
+    double I = x->ids > 0 ? x->ids : bags, D = x->distinct > 0 ? x->distinct : I, rb = (double)x->row_bytes;
+    double pooled = bags * (double)x->cols * 4.0, cross = CE_FS_CROSS * (S - 1) / S;
+    /* TABLE: the owner reads every id's row, takes the others' ids and sends their pooled rows */
+    own[i] = I * rb + cross * (I * 8.0 + pooled);
+    other[i] = size > 1 ? CE_FS_CROSS * (I * 8.0 + pooled) / S : 0.0;
+    /* ROW: each rank serves D/S rows, asks for its distinct rows and pools its own, in exchanges of its own */
+    row[i] = (I / S) * rb + (D / S) * rb + cross * 2.0 * (D / S) * (8.0 + rb) + (size > 1 ? 2.0 * CE_FS_EXCHANGE : 0.0);
+    st[i] = (double)x->rows * (rb + 4.0 * (double)x->cols);
+    order[i] = i;
+    if (x->shard == CLEMBED_SHARD_AUTO)
+      out[i].kind = own[i] + (S - 1) * other[i] <= S * row[i] ? CLEMBED_SHARD_TABLE : CLEMBED_SHARD_ROW;
+    share += out[i].kind == CLEMBED_SHARD_TABLE ? own[i] + (S - 1) * other[i] : S * row[i];
+  }
+  share /= S;
+  for (size_t i = 0; i < n; i++) /* a table too hot for one rank goes by rows */
+    if (in[i].shard == CLEMBED_SHARD_AUTO && out[i].kind == CLEMBED_SHARD_TABLE && size > 1 && own[i] > share)
+      out[i].kind = CLEMBED_SHARD_ROW;
+  /* the largest owner's part first */
   for (size_t a = 1; a < n; a++)
-    for (size_t b = a; b > 0; b--) {
-      const plan_in *x = &in[order[b]], *y = &in[order[b - 1]];
-      double kx = (x->ids > 0 ? x->ids : bags) * (double)x->row_bytes + 1e-9 * (double)x->rows * (double)x->row_bytes;
-      double ky = (y->ids > 0 ? y->ids : bags) * (double)y->row_bytes + 1e-9 * (double)y->rows * (double)y->row_bytes;
-      if (kx <= ky) break;
+    for (size_t b = a; b > 0 && own[order[b]] > own[order[b - 1]]; b--) {
       size_t t = order[b];
       order[b] = order[b - 1];
       order[b - 1] = t;
     }
-  for (int pass = 0; pass < 2; pass++) /* the forced plans' costs first, then the planner's choices */
-    for (size_t q = 0; q < n; q++) {
-      size_t i = order[q];
-      const plan_in *x = &in[i];
-      if ((pass == 0) != (x->shard != CLEMBED_SHARD_AUTO && !(x->shard == CLEMBED_SHARD_TABLE && x->owner < 0)))
-        continue;
-      double I = x->ids > 0 ? x->ids : bags, D = x->distinct > 0 ? x->distinct : I, rb = (double)x->row_bytes;
-      double pooled = bags * (double)x->cols * 4.0, st = (double)x->rows * (rb + 4.0 * (double)x->cols);
-      /* TABLE on r: r reads I rows, takes the others' ids, sends their pooled rows */
-      double own = I * rb + (I * 8.0 + pooled) * (S - 1) / S, other = (I * 8.0 + pooled) / S;
-      /* ROW: each rank serves D/S rows, asks for its distinct ones, pools its own */
-      /* ...in exchanges of its own (one pair for all TABLE and COLUMN tables; a pair per ROW table) */
-      double row = (I / S) * rb + (D / S) * (8.0 + 2.0 * rb * (S - 1) / S) + (size > 1 ? 2.0 * CE_FS_EXCHANGE : 0.0);
-      int best = -1;
-      double best_max = 0;
-      for (int r = 0; r < size; r++) {
-        if (x->shard == CLEMBED_SHARD_TABLE && x->owner >= 0 && r != x->owner) continue;
-        if (store[r] + st > 0.75 * (double)mem[r] && x->shard == CLEMBED_SHARD_AUTO) continue;
-        double m = 0;
-        for (int k = 0; k < size; k++) {
-          double l = load[k] + (k == r ? own : other);
-          if (l > m) m = l;
-        }
-        if (best < 0 || m < best_max) best = r, best_max = m;
-      }
-      double row_max = 0;
-      int row_fits = 1;
-      for (int k = 0; k < size; k++) {
-        if (load[k] + row > row_max) row_max = load[k] + row;
-        if (store[k] + st / S > 0.75 * (double)mem[k]) row_fits = 0;
-      }
-      clembed_shard_kind kind = x->shard;
-      if (kind == CLEMBED_SHARD_AUTO) {
-        if (best >= 0 && (best_max <= row_max || !row_fits)) kind = CLEMBED_SHARD_TABLE;
-        else kind = CLEMBED_SHARD_ROW;
-        if (best < 0 && node) { /* no rank holds it: by rows over the least loaded node that does */
-          int nb = -1;
-          double nb_load = 0;
-          for (int r = 0; r < size; r++) {
-            if (node[r] != r) continue; /* a node's first rank */
-            int a = r, z = r;
-            while (z + 1 < size && node[z + 1] == r) z++;
-            if (z - a + 1 == size) break; /* one node: ROW is that */
-            int fits = 1;
-            double l = 0;
-            for (int k = a; k <= z; k++) {
-              fits &= store[k] + st / (z - a + 1) <= 0.75 * (double)mem[k];
-              if (load[k] > l) l = load[k];
-            }
-            if (fits && (nb < 0 || l < nb_load)) nb = r, nb_load = l;
-          }
-          if (nb >= 0) {
-            kind = CLEMBED_SHARD_TABLE_ROW;
-            out[i].first = nb;
-          }
-        }
-      }
-      out[i].kind = kind;
-      if (kind == CLEMBED_SHARD_TABLE) {
-        out[i].first = x->owner >= 0 ? x->owner : best >= 0 ? best : 0;
-        out[i].ranks = 1;
-        for (int k = 0; k < size; k++) load[k] += k == out[i].first ? own : other;
-        store[out[i].first] += st;
-      } else if (kind == CLEMBED_SHARD_TABLE_ROW) {
-        int a = out[i].first, z = a;
-        if (x->shard == CLEMBED_SHARD_TABLE_ROW) a = z = node[x->owner >= 0 ? x->owner : 0];
-        while (z + 1 < size && node[z + 1] == a) z++;
-        out[i].first = a;
-        out[i].ranks = z - a + 1;
-        for (int k = a; k <= z; k++) load[k] += row * S / out[i].ranks, store[k] += st / out[i].ranks;
-      } else {
-        for (int k = 0; k < size; k++) load[k] += row, store[k] += st / S;
-      }
+  /* the plans placed already: forced owners, rows */
+  for (size_t i = 0; i < n; i++) {
+    if (out[i].kind == CLEMBED_SHARD_TABLE && in[i].owner >= 0) {
+      out[i].first = in[i].owner;
+      out[i].ranks = 1;
+      for (int k = 0; k < size; k++) load[k] += k == in[i].owner ? own[i] : other[i];
+      store[in[i].owner] += st[i];
+    } else if (out[i].kind == CLEMBED_SHARD_ROW) {
+      for (int k = 0; k < size; k++) load[k] += row[i], store[k] += st[i] / S;
     }
-forced:
+  }
+  for (size_t q = 0; q < n; q++) {
+    size_t i = order[q];
+    if (out[i].kind == CLEMBED_SHARD_TABLE_ROW) {
+      int a = node[in[i].owner >= 0 ? in[i].owner : 0], z = a;
+      while (z + 1 < size && node[z + 1] == a) z++;
+      out[i].first = a;
+      out[i].ranks = z - a + 1;
+      for (int k = a; k <= z; k++) load[k] += row[i] * S / out[i].ranks, store[k] += st[i] / out[i].ranks;
+      continue;
+    }
+    if (out[i].kind != CLEMBED_SHARD_TABLE || in[i].owner >= 0) continue;
+    int best = -1;
+    double best_max = 0;
+    for (int r = 0; r < size; r++) {
+      if (store[r] + st[i] > 0.75 * (double)mem[r] && in[i].shard == CLEMBED_SHARD_AUTO) continue;
+      double m = 0;
+      for (int k = 0; k < size; k++) {
+        double l = load[k] + (k == r ? own[i] : other[i]);
+        if (l > m) m = l;
+      }
+      if (best < 0 || m < best_max) best = r, best_max = m;
+    }
+    if (best < 0) { /* no rank holds it whole: by rows, over the least loaded node that holds it if there are several */
+      out[i].kind = CLEMBED_SHARD_ROW;
+      int nb = -1;
+      double nb_load = 0;
+      for (int r = 0; r < size; r++) {
+        if (node[r] != r) continue; /* a node's first rank */
+        int a = r, z = r;
+        while (z + 1 < size && node[z + 1] == r) z++;
+        if (z - a + 1 == size) break; /* one node: ROW is that */
+        int fits = 1;
+        double l = 0;
+        for (int k = a; k <= z; k++) {
+          fits &= store[k] + st[i] / (z - a + 1) <= 0.75 * (double)mem[k];
+          if (load[k] > l) l = load[k];
+        }
+        if (fits && (nb < 0 || l < nb_load)) nb = r, nb_load = l;
+      }
+      if (nb >= 0) {
+        int z = nb;
+        while (z + 1 < size && node[z + 1] == nb) z++;
+        out[i].kind = CLEMBED_SHARD_TABLE_ROW;
+        out[i].first = nb;
+        out[i].ranks = z - nb + 1;
+        for (int k = nb; k <= z; k++) load[k] += row[i] * S / out[i].ranks, store[k] += st[i] / out[i].ranks;
+      } else {
+        for (int k = 0; k < size; k++) load[k] += row[i], store[k] += st[i] / S;
+      }
+      continue;
+    }
+    out[i].first = best;
+    out[i].ranks = 1;
+    for (int k = 0; k < size; k++) load[k] += k == best ? own[i] : other[i];
+    store[best] += st[i];
+  }
+columns:
   for (size_t i = 0; i < n; i++)
     if (out[i].kind == CLEMBED_SHARD_COLUMN) {
       size_t u = in[i].cols / (clembed_dtype_block_values(in[i].dtype) ? clembed_dtype_block_values(in[i].dtype) : 1);
@@ -203,6 +226,10 @@ forced:
     }
   free(load);
   free(store);
+  free(own);
+  free(other);
+  free(row);
+  free(st);
   free(order);
 }
 
@@ -275,7 +302,7 @@ clembed_status clembed_mpi_feature_set_create(clembed_context *ctx, MPI_Comm com
   /* this rank's own checks, and the hash of every spec */
   plan_in *in = calloc(n + 1, sizeof *in);
   uint64_t *h = calloc(2 * n + 2, sizeof *h);
-  double *samples = calloc(2 * n + 2, sizeof *samples), *sums = calloc(2 * n + 2, sizeof *sums);
+  double *samples = calloc(3 * n + 3, sizeof *samples), *sums = calloc(3 * n + 3, sizeof *sums);
   uint64_t *mem = calloc((size_t)size, sizeof *mem);
   int *node = calloc((size_t)size, sizeof *node);
   if (!ctx || !out)
@@ -309,10 +336,11 @@ clembed_status clembed_mpi_feature_set_create(clembed_context *ctx, MPI_Comm com
     else if (x->name && strlen(x->name) >= sizeof s->tab[0].name)
       ce_mpi_fail(&e, CLEMBED_ERR_INVALID_ARGUMENT, "tables", (int64_t)i, 0,
                   "%s: tables[%zu]: the name is longer than %zu bytes", op, i, sizeof s->tab[0].name - 1);
-    else if (sample_counts(ctx, x->id_sample, &samples[2 * i], &samples[2 * i + 1]) < 0)
+    else if (sample_counts(ctx, x->id_sample, &samples[3 * i], &samples[3 * i + 1]) < 0)
       ce_mpi_fail(&e, CLEMBED_ERR_INVALID_ARGUMENT, "tables", (int64_t)i, 0,
                   "%s: tables[%zu]: its id_sample cannot be read (%s)", op, i, clembed_context_message(ctx));
     if (e.status != CLEMBED_OK) break;
+    samples[3 * i + 2] = (double)x->sample_bags;
     in[i].rows = x->rows;
     in[i].cols = x->cols;
     in[i].dtype = x->dtype;
@@ -346,7 +374,7 @@ clembed_status clembed_mpi_feature_set_create(clembed_context *ctx, MPI_Comm com
       goto fail;
     }
   /* what the planner knows: the samples summed, each rank's memory and node */
-  if (!ce_mpi_ok(&e, MPI_Allreduce(samples, sums, (int)(2 * n), MPI_DOUBLE, MPI_SUM, s->comm),
+  if (!ce_mpi_ok(&e, MPI_Allreduce(samples, sums, (int)(3 * n), MPI_DOUBLE, MPI_SUM, s->comm),
                  "MPI_Allreduce (the id samples)"))
     goto fail;
   {
@@ -373,8 +401,9 @@ clembed_status clembed_mpi_feature_set_create(clembed_context *ctx, MPI_Comm com
       goto fail;
   }
   for (size_t i = 0; i < n; i++) {
-    in[i].ids = sums[2 * i];
-    in[i].distinct = sums[2 * i + 1];
+    in[i].ids = sums[3 * i];
+    in[i].distinct = sums[3 * i + 1];
+    in[i].bags = sums[3 * i + 2];
   }
   s->tab = calloc(n + 1, sizeof *s->tab);
   if (!s->tab) {
@@ -1106,9 +1135,8 @@ clembed_status clembed_mpi_embedding_bags(clembed_mpi_feature_set *s, const clem
                 "%s: out has %zu cols; the set's tables have %zu together", op, out->cols, c.width);
   if (c.e.status == CLEMBED_OK) {
     es = clembed_dtype_row_bytes(out->dtype, 1);
-    host = malloc(c.bags * c.width * es + 8);
     maxr = calloc(s->n + 1, sizeof *maxr);
-    if (!host || !maxr || !x_alloc(&x1, s->size) || !x_alloc(&x2, s->size))
+    if (!maxr || !x_alloc(&x1, s->size) || !x_alloc(&x2, s->size))
       ce_mpi_fail(&c.e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory", op);
   }
   if (c.e.status == CLEMBED_OK) pack_bags(&c, &x1, 0, NULL, 0);
@@ -1116,35 +1144,21 @@ clembed_status clembed_mpi_embedding_bags(clembed_mpi_feature_set *s, const clem
 
   /* the grouped features: bags to their owners, pooled there, rows back */
   if (!send_bags(&c, &x1, 0, NULL, 0)) goto done;
-  if (unpack_bags(&c, &x1, 0, es, &L, &pooled, &own) && L.k && L.total) {
-    clembed_status st = clembed_matrix_create(ctx, L.total, L.W, out->dtype, &lo);
-    if (st == CLEMBED_OK) st = owner_outcome(ctx, clembed_embedding_bags(ctx, L.lf, L.k, &lo, 0, NULL, NULL));
-    pooled = malloc(L.total * L.W * es + 8);
-    if (!pooled && st == CLEMBED_OK)
-      st = clembed_context_fail(ctx, CLEMBED_ERR_OUT_OF_MEMORY, op, "", -1, 0, "%s: out of host memory", op);
-    if (st == CLEMBED_OK) st = clembed_matrix_read(ctx, &lo, pooled, out->dtype);
-    for (size_t j = 0; j < L.k && st == CLEMBED_OK; j++) {
-      size_t i = L.feat[j];
-      if (c.F[i].f.options.mode != CLEMBED_BAG_MAX) continue;
-      maxr[i] = malloc(L.maxr[j].count * 8 + 8);
-      st = maxr[i] ? clembed_ids_read(ctx, &L.maxr[j], maxr[i])
-                   : clembed_context_fail(ctx, CLEMBED_ERR_OUT_OF_MEMORY, op, "", -1, 0, "%s: out of host memory", op);
-    }
-    if (st != CLEMBED_OK) ce_mpi_fail_from(&own, ctx, st);
-  }
-  /* the rows back: to rank r its bags' rows of every owned feature, then MAX's
-   * max_rows (sizes from the plans, known to both ends) */
+  /* the second exchange's sizes, from the plans (both ends know them): to rank
+   * r its bags' rows of every owned feature, then MAX's max_rows */
+  size_t Wme = owned_width(s, s->rank);
+  int owns_max = 0;
   {
-    size_t Wme = owned_width(s, s->rank), first = 0;
     for (int r = 0; r < s->size; r++) {
       size_t Br = (size_t)c.B[r], bytes = Br * Wme * es, rb = 0;
       for (size_t i = 0; i < s->n; i++) {
         size_t c0, w, w2;
+        int is_max = c.F[i].f.options.mode == CLEMBED_BAG_MAX;
         block_of(&s->tab[i], s->rank, &c0, &w);
         block_of(&s->tab[i], r, &c0, &w2);
-        if (!grouped(&s->tab[i]) || c.F[i].f.options.mode != CLEMBED_BAG_MAX) w = 0;
-        bytes += Br * w * 8;
-        if (grouped(&s->tab[i])) rb += c.bags * w2 * es + (c.F[i].f.options.mode == CLEMBED_BAG_MAX ? c.bags * w2 * 8 : 0);
+        if (!grouped(&s->tab[i])) continue;
+        if (is_max && w) owns_max = 1, bytes += Br * w * 8;
+        rb += c.bags * w2 * es + (is_max ? c.bags * w2 * 8 : 0);
       }
       x2.sc[r] = bytes > INT_MAX ? -1 : (int)bytes;
       x2.rc[r] = rb > INT_MAX ? -1 : (int)rb;
@@ -1156,6 +1170,32 @@ clembed_status clembed_mpi_embedding_bags(clembed_mpi_feature_set *s, const clem
       ce_mpi_fail(&mem, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0,
                   "%s: the pooled rows of a call pass what one MPI exchange moves (INT_MAX bytes) or host memory", op);
     if (!all_well(&c, &mem, "allocate the exchange of the pooled rows")) goto done;
+  }
+  /* the owner's one call; without MAX its rows, rank after rank, are the send
+   * buffer as it lies, read there straight */
+  int in_place = 0;
+  if (unpack_bags(&c, &x1, 0, es, &L, &pooled, &own) && L.k && L.total) {
+    clembed_status st = clembed_matrix_create(ctx, L.total, L.W, out->dtype, &lo);
+    if (st == CLEMBED_OK) st = owner_outcome(ctx, clembed_embedding_bags(ctx, L.lf, L.k, &lo, 0, NULL, NULL));
+    if (st == CLEMBED_OK && !owns_max) {
+      st = clembed_matrix_read(ctx, &lo, x2.send, out->dtype);
+      in_place = st == CLEMBED_OK;
+    } else if (st == CLEMBED_OK) {
+      pooled = malloc(L.total * L.W * es + 8);
+      st = pooled ? clembed_matrix_read(ctx, &lo, pooled, out->dtype)
+                  : clembed_context_fail(ctx, CLEMBED_ERR_OUT_OF_MEMORY, op, "", -1, 0, "%s: out of host memory", op);
+    }
+    for (size_t j = 0; j < L.k && st == CLEMBED_OK; j++) {
+      size_t i = L.feat[j];
+      if (c.F[i].f.options.mode != CLEMBED_BAG_MAX) continue;
+      maxr[i] = malloc(L.maxr[j].count * 8 + 8);
+      st = maxr[i] ? clembed_ids_read(ctx, &L.maxr[j], maxr[i])
+                   : clembed_context_fail(ctx, CLEMBED_ERR_OUT_OF_MEMORY, op, "", -1, 0, "%s: out of host memory", op);
+    }
+    if (st != CLEMBED_OK) ce_mpi_fail_from(&own, ctx, st);
+  }
+  if (!in_place) {
+    size_t first = 0;
     for (int r = 0; r < s->size; r++) {
       char *p = x2.send + x2.sd[r];
       size_t Br = (size_t)c.B[r];
@@ -1179,29 +1219,47 @@ clembed_status clembed_mpi_embedding_bags(clembed_mpi_feature_set *s, const clem
     goto done;
   share_failure(&c, &own, "pool the bags of the tables it holds");
   if (c.e.status != CLEMBED_OK) goto done;
-  /* this rank's out and MAX's max_rows from what the owners sent */
+
+  /* out: where it is one buffer, each owner's blocks written into their
+   * columns as they arrived and each ROW feature's rows copied on the device;
+   * else put together on the host and written once */
+  cl_command_queue q = clembed_context_queue(ctx);
+  size_t pieces = 0, ld = out->ld ? out->ld : out->cols;
+  int direct = clembed_matrix_pieces(ctx, out, 0, NULL, NULL, &pieces) == CLEMBED_OK && pieces == 1;
+  if (!direct && !host) {
+    host = malloc(c.bags * c.width * es + 8);
+    if (!host) {
+      ce_mpi_fail(&c.e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory", op);
+      goto done;
+    }
+  }
   {
     int64_t **mine = calloc(s->n + 1, sizeof *mine);
     if (!mine) {
       ce_mpi_fail(&c.e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory", op);
       goto done;
     }
-    for (int d = 0; d < s->size; d++) {
+    for (int d = 0; d < s->size && c.e.status == CLEMBED_OK; d++) {
       const char *p = x2.recv + x2.rd[d];
-      size_t Wd = 0;
-      for (size_t i = 0; i < s->n; i++) {
+      size_t Wd = owned_width(s, d), at = 0;
+      for (size_t i = 0; i < s->n && c.bags; i++) {
         size_t c0, w;
         block_of(&s->tab[i], d, &c0, &w);
-        if (grouped(&s->tab[i]) && w) Wd += w;
-      }
-      for (size_t b = 0; b < c.bags; b++)
-        for (size_t i = 0; i < s->n; i++) {
-          size_t c0, w;
-          block_of(&s->tab[i], d, &c0, &w);
-          if (!grouped(&s->tab[i]) || !w) continue;
-          memcpy(host + (b * c.width + c.coff[i] + c0) * es, p, w * es);
-          p += w * es;
+        if (!grouped(&s->tab[i]) || !w) continue;
+        if (direct) {
+          size_t bo[3] = {(out->offset + c.coff[i] + c0) * es, 0, 0}, ho[3] = {0, 0, 0}, rg[3] = {w * es, c.bags, 1};
+          cl_int err = clEnqueueWriteBufferRect(q, out->buffer, CL_FALSE, bo, ho, rg, ld * es, 0, Wd * es, 0,
+                                                p + at * es, 0, NULL, NULL);
+          if (err != CL_SUCCESS)
+            ce_mpi_fail(&c.e, (clembed_status)err, "out", -1, err, "%s: writing out: %s", op,
+                        clembed_status_string((clembed_status)err));
+        } else {
+          for (size_t b = 0; b < c.bags; b++)
+            memcpy(host + (b * c.width + c.coff[i] + c0) * es, p + (b * Wd + at) * es, w * es);
         }
+        at += w;
+      }
+      p += c.bags * Wd * es;
       for (size_t i = 0; i < s->n; i++) {
         size_t c0, w, C = s->tab[i].cols;
         block_of(&s->tab[i], d, &c0, &w);
@@ -1211,7 +1269,11 @@ clembed_status clembed_mpi_embedding_bags(clembed_mpi_feature_set *s, const clem
           for (size_t b = 0; b < c.bags; b++) memcpy(mine[i] + b * C + c0, p + b * w * 8, w * 8);
         p += c.bags * w * 8;
       }
-      (void)Wd;
+    }
+    /* the direct writes read the receive buffer: done before it is freed */
+    if (direct && c.e.status == CLEMBED_OK) {
+      clembed_status st = clembed_finish(ctx);
+      if (st != CLEMBED_OK) ce_mpi_fail_from(&c.e, ctx, st);
     }
     for (size_t i = 0; i < s->n && c.e.status == CLEMBED_OK; i++) {
       clembed_ids *mr = c.F[i].f.options.max_rows;
@@ -1222,9 +1284,9 @@ clembed_status clembed_mpi_embedding_bags(clembed_mpi_feature_set *s, const clem
       }
       size_t cnt = mr->count, esz = mr->type == CLEMBED_I64 ? 8 : 4;
       if (mr->type == CLEMBED_I32)
-        for (size_t q = 0; q < cnt; q++) ((int32_t *)mine[i])[q] = (int32_t)mine[i][q];
-      cl_int err = cnt ? clEnqueueWriteBuffer(clembed_context_queue(ctx), mr->buffer, CL_TRUE, mr->offset * esz,
-                                              cnt * esz, mine[i], 0, NULL, NULL)
+        for (size_t k = 0; k < cnt; k++) ((int32_t *)mine[i])[k] = (int32_t)mine[i][k];
+      cl_int err = cnt ? clEnqueueWriteBuffer(q, mr->buffer, CL_TRUE, mr->offset * esz, cnt * esz, mine[i], 0, NULL,
+                                              NULL)
                        : CL_SUCCESS;
       if (err != CL_SUCCESS)
         ce_mpi_fail(&c.e, (clembed_status)err, "max_rows", (int64_t)i, err, "%s: writing features[%zu].max_rows: %s",
@@ -1234,35 +1296,48 @@ clembed_status clembed_mpi_embedding_bags(clembed_mpi_feature_set *s, const clem
     free(mine);
   }
 
-  /* the ROW and TABLE_ROW features, one table after another */
+  /* the ROW and TABLE_ROW features, one table after another (every rank
+   * calls, whatever happened here) */
   for (size_t i = 0; i < s->n; i++) {
     if (grouped(&s->tab[i])) continue;
     clembed_matrix tmp = {0};
-    size_t C = s->tab[i].cols;
+    size_t C = s->tab[i].cols, tp = 0;
     clembed_status st = clembed_matrix_create(ctx, c.bags, C, out->dtype, &tmp);
     ce_mpi_error mine = {0};
     clembed_bag_options o = c.F[i].f.options;
-    if (st != CLEMBED_OK) {
-      ce_mpi_fail_from(&mine, ctx, st);
-      tmp.rows = 0; /* still a collective */
-    }
+    if (st != CLEMBED_OK) ce_mpi_fail_from(&mine, ctx, st);
     st = clembed_mpi_embedding_bag(s->tab[i].t, c.F[i].f.ids, c.F[i].f.offsets, &o, st == CLEMBED_OK ? &tmp : NULL);
     if (st != CLEMBED_OK && !row_bad_id(&c, i, st) && mine.status == CLEMBED_OK) ce_mpi_fail_from(&mine, ctx, st);
-    char *rows = mine.status == CLEMBED_OK ? malloc(c.bags * C * es + 8) : NULL;
-    if (mine.status == CLEMBED_OK && !rows)
-      ce_mpi_fail(&mine, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory", op);
-    if (rows && c.bags && C) {
-      st = clembed_matrix_read(ctx, &tmp, rows, out->dtype);
+    if (mine.status == CLEMBED_OK && c.bags && C && direct &&
+        clembed_matrix_pieces(ctx, &tmp, 0, NULL, NULL, &tp) == CLEMBED_OK && tp == 1) {
+      size_t so[3] = {tmp.offset * es, 0, 0}, dst[3] = {(out->offset + c.coff[i]) * es, 0, 0}, rg[3] = {C * es, c.bags, 1};
+      cl_int err = clEnqueueCopyBufferRect(q, tmp.buffer, out->buffer, so, dst, rg, C * es, 0, ld * es, 0, 0, NULL, NULL);
+      if (err != CL_SUCCESS)
+        ce_mpi_fail(&mine, (clembed_status)err, "out", -1, err, "%s: copying into out: %s", op,
+                    clembed_status_string((clembed_status)err));
+    } else if (mine.status == CLEMBED_OK && c.bags && C) {
+      char *rows = malloc(c.bags * C * es + 8);
+      if (!host && direct) host = malloc(c.bags * c.width * es + 8);
+      st = rows && host ? clembed_matrix_read(ctx, &tmp, rows, out->dtype)
+                        : clembed_context_fail(ctx, CLEMBED_ERR_OUT_OF_MEMORY, op, "", -1, 0, "%s: out of host memory", op);
       if (st != CLEMBED_OK) ce_mpi_fail_from(&mine, ctx, st);
       for (size_t b = 0; b < c.bags && st == CLEMBED_OK; b++)
         memcpy(host + (b * c.width + c.coff[i]) * es, rows + b * C * es, C * es);
+      if (direct && st == CLEMBED_OK) { /* (a temporary in pieces: its columns written from the host) */
+        size_t bo[3] = {(out->offset + c.coff[i]) * es, 0, 0}, ho[3] = {c.coff[i] * es, 0, 0}, rg[3] = {C * es, c.bags, 1};
+        cl_int err = clEnqueueWriteBufferRect(q, out->buffer, CL_TRUE, bo, ho, rg, ld * es, 0, c.width * es, 0, host, 0,
+                                              NULL, NULL);
+        if (err != CL_SUCCESS)
+          ce_mpi_fail(&mine, (clembed_status)err, "out", -1, err, "%s: writing out: %s", op,
+                      clembed_status_string((clembed_status)err));
+      }
+      free(rows);
     }
-    free(rows);
     clembed_matrix_release(&tmp);
     if (mine.status != CLEMBED_OK && c.e.status == CLEMBED_OK) c.e = mine;
   }
   if (c.e.status == CLEMBED_OK && c.bags && c.width) {
-    clembed_status st = clembed_matrix_write(ctx, out, host, out->dtype);
+    clembed_status st = direct ? clembed_finish(ctx) : clembed_matrix_write(ctx, out, host, out->dtype);
     if (st != CLEMBED_OK) ce_mpi_fail_from(&c.e, ctx, st);
   }
   if (c.e.status == CLEMBED_OK) report_bad(&c);

@@ -519,6 +519,7 @@ TU_CASE(planner_balances_tables) {
     for (size_t j = 0; j < k; j++) h[j] = (int64_t)(hash3(g_rank, i, j) % sp[i].rows);
     OK(ctx, clembed_ids_create(ctx, h, k, CLEMBED_I64, &samples[i]));
     sp[i].id_sample = &samples[i];
+    sp[i].sample_bags = 20; /* the small tables' samples: one id a bag; the hot one's: 20 ids a bag */
     free(h);
   }
   clembed_mpi_feature_set *s = NULL;
@@ -630,7 +631,7 @@ TU_CASE(refusals) {
   clembed_mpi_feature_set_release(NULL);
 
   /* create: a COLUMN table of a row-wise type, an owner past the ranks, specs that differ */
-  clembed_mpi_table_spec sp = {"t", 10, 16, CLEMBED_I8_ROWWISE, CLEMBED_SHARD_COLUMN, -1, NULL};
+  clembed_mpi_table_spec sp = {"t", 10, 16, CLEMBED_I8_ROWWISE, CLEMBED_SHARD_COLUMN, -1, NULL, 0};
   clembed_mpi_feature_set *bad = (clembed_mpi_feature_set *)1;
   FAILS(ctx, CLEMBED_ERR_INVALID_ARGUMENT, clembed_mpi_feature_set_create(ctx, MPI_COMM_WORLD, &sp, 1, &bad));
   EXPECT(bad == NULL, "a refused create leaves *s NULL");

@@ -139,10 +139,11 @@ static result run_plan(clembed_shard_kind forced, size_t F, size_t R, size_t C, 
   char (*names)[24] = calloc(F, sizeof *names);
   for (size_t f = 0; f < F; f++) {
     snprintf(names[f], sizeof names[f], "t%zu", f);
-    sp[f] = (clembed_mpi_table_spec){names[f], R, C, CLEMBED_F32, forced, -1, NULL};
+    sp[f] = (clembed_mpi_table_spec){names[f], R, C, CLEMBED_F32, forced, -1, NULL, 0};
     if (forced == CLEMBED_SHARD_AUTO) {
       TRY(clembed_ids_create(ctx, all[(size_t)rank * F + f], n, CLEMBED_I64, &samples[f]));
       sp[f].id_sample = &samples[f];
+      sp[f].sample_bags = B;
     }
   }
   clembed_mpi_feature_set *s = NULL;
