@@ -36,13 +36,58 @@ typedef struct fs_table {
   char name[96];
 } fs_table;
 
+/* Buffers kept between calls (grown when a call needs more): the exchanges'
+ * and the calls' host arrays, and the owner's device arrays. Fresh pages cost
+ * a fault each on first touch; a training loop's calls reuse these. */
+enum { HB_X1S, HB_X1R, HB_X2S, HB_X2R, HB_FEAT, HB_OFFS, HB_HOST, HB_POOLED, HB_GRAD, HB_N };
+enum { DB_IDS, DB_OFFS, DB_WTS, DB_MAXR, DB_ROWS, DB_N };
+
 struct clembed_mpi_feature_set {
   clembed_context *ctx;
   MPI_Comm comm;
   int rank, size;
   size_t n;
   fs_table *tab;
+  struct {
+    void *p;
+    size_t cap;
+  } hb[HB_N];
+  struct {
+    clembed_matrix m; /* bytes / 4 x 1 F32: the context's own buffer (huge pages where it uses them) */
+    size_t cap;
+  } db[DB_N];
 };
+
+/* Host buffer k of at least `bytes` (its contents not kept when it grows); NULL when memory runs out. */
+static void *fs_host(clembed_mpi_feature_set *s, int k, size_t bytes) {
+  if (bytes < 8) bytes = 8;
+  if (s->hb[k].cap < bytes) {
+    free(s->hb[k].p);
+    s->hb[k].p = malloc(bytes);
+    s->hb[k].cap = s->hb[k].p ? bytes : 0;
+  }
+  return s->hb[k].p;
+}
+
+/* Device buffer k of at least `bytes` on the set's context, one buffer; NULL when it cannot be made. */
+static cl_mem fs_dev(clembed_mpi_feature_set *s, int k, size_t bytes) {
+  if (bytes < 64) bytes = 64;
+  if (s->db[k].cap < bytes) {
+    clembed_matrix_release(&s->db[k].m);
+    s->db[k].cap = 0;
+    size_t pieces = 0;
+    if (clembed_matrix_create(s->ctx, (bytes + 3) / 4, 1, CLEMBED_F32, &s->db[k].m) != CLEMBED_OK) return NULL;
+    if (clembed_matrix_pieces(s->ctx, &s->db[k].m, 0, NULL, NULL, &pieces) != CLEMBED_OK || pieces != 1) {
+      clembed_matrix_release(&s->db[k].m);
+      clembed_context_fail(s->ctx, CLEMBED_ERR_OUT_OF_MEMORY, "clembed_mpi_feature_set", "", -1, (int64_t)bytes,
+                           "clembed_mpi_feature_set: %zu bytes of the ranks' bags are more than one device buffer "
+                           "holds; pass fewer bags a call", bytes);
+      return NULL;
+    }
+    s->db[k].cap = bytes;
+  }
+  return s->db[k].m.buffer;
+}
 
 static int grouped(const fs_table *x) { return x->kind == CLEMBED_SHARD_TABLE || x->kind == CLEMBED_SHARD_COLUMN; }
 
@@ -237,6 +282,8 @@ columns:
 
 static void release_set(clembed_mpi_feature_set *s) {
   if (!s) return;
+  for (int k = 0; k < HB_N; k++) free(s->hb[k].p);
+  for (int k = 0; k < DB_N; k++) clembed_matrix_release(&s->db[k].m);
   for (size_t i = 0; i < s->n; i++) clembed_mpi_table_release(s->tab ? s->tab[i].t : NULL);
   free(s->tab);
   if (s->comm != MPI_COMM_NULL) MPI_Comm_free(&s->comm);
@@ -490,7 +537,9 @@ void clembed_mpi_feature_set_release(clembed_mpi_feature_set *s) { release_set(s
 typedef struct fs_feat {
   clembed_bag_feature f;
   uint64_t pad;          /* resolved; UINT64_MAX: none */
-  int64_t *ids;          /* grouped features: the rank's ids */
+  int64_t *ids;          /* grouped features: the rank's ids (in the arena, or mapped) */
+  void *map;             /* the ids mapped (map_mem), unmapped by call_release */
+  cl_mem map_mem;
   int64_t *offsets;      /* every feature: bags + 1, from 0 */
   float *weights;
   int64_t *max_rows;     /* the step's MAX (bags x cols), the forward's MAX output (grouped) */
@@ -508,14 +557,14 @@ typedef struct fs_call {
   ce_mpi_error e;
 } fs_call;
 
-static void call_release(fs_call *c) {
-  if (c->F)
-    for (size_t i = 0; i < c->s->n; i++) {
-      free(c->F[i].ids);
-      free(c->F[i].offsets);
-      free(c->F[i].weights);
-      free(c->F[i].max_rows);
+static void call_release(fs_call *c) { /* (the features' arrays are the set's arena) */
+  int unmapped = 0;
+  for (size_t i = 0; c->F && i < c->s->n; i++)
+    if (c->F[i].map) {
+      clEnqueueUnmapMemObject(clembed_context_queue(c->s->ctx), c->F[i].map_mem, c->F[i].map, 0, NULL, NULL);
+      unmapped = 1;
     }
+  if (unmapped) clFinish(clembed_context_queue(c->s->ctx));
   free(c->F);
   free(c->coff);
   free(c->B);
@@ -618,14 +667,35 @@ static void read_features(fs_call *c, const clembed_bag_feature *features, size_
                   "%s: features[%zu]: %zu ids; at most %zu per rank and call with %d ranks (MPI counts are int)", op,
                   i, ids->count, limit, s->size);
     if (e->status != CLEMBED_OK) continue;
+    x->nids = ids->count;
+  }
+  if (e->status != CLEMBED_OK) return;
+  /* one arena for every feature's host arrays (the set keeps it between calls) */
+  size_t total = 0;
+  for (size_t i = 0; i < n; i++) {
+    const fs_feat *x = &c->F[i];
+    total += (bags + 1) * 8;
+    if (!grouped(&s->tab[i])) continue;
+    total += x->nids * 8;
+    if (x->f.options.per_sample_weights) total += (x->nids * 4 + 7) / 8 * 8;
+    if (step && x->f.options.mode == CLEMBED_BAG_MAX) total += bags * s->tab[i].cols * 8;
+  }
+  char *arena = fs_host(s, HB_FEAT, total);
+  if (!arena) {
+    ce_mpi_fail(e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory", op);
+    return;
+  }
+  for (size_t i = 0; i < n && e->status == CLEMBED_OK; i++) {
+    fs_feat *x = &c->F[i];
+    const fs_table *tb = &s->tab[i];
+    const clembed_bag_options *o = &x->f.options;
+    const clembed_ids *ids = x->f.ids, *off = x->f.offsets;
+    const clembed_matrix *w = o->per_sample_weights;
+    clembed_status st;
+    size_t nids = x->nids;
     /* the offsets (every feature: a bad one is the rank's own failure), the ids and weights (grouped ones) */
-    size_t nids = ids->count;
-    x->nids = nids;
-    x->offsets = malloc((bags + 1) * 2 * sizeof *x->offsets);
-    if (!x->offsets) {
-      ce_mpi_fail(e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory", op);
-      continue;
-    }
+    x->offsets = (int64_t *)arena;
+    arena += (bags + 1) * 8;
     if (off) {
       if (!read_i64(ctx, off, x->offsets, e)) continue;
       int64_t nn = (int64_t)nids;
@@ -649,13 +719,23 @@ static void read_features(fs_call *c, const clembed_bag_feature *features, size_
       for (size_t b = 0; b <= bags; b++) x->offsets[b] = (int64_t)(b * (bags ? nids / bags : 0));
     }
     if (!grouped(tb)) continue;
-    x->ids = malloc((nids + 1) * 2 * sizeof *x->ids);
-    if (w) x->weights = malloc((nids + 1) * sizeof *x->weights);
-    if (!x->ids || (w && !x->weights)) {
-      ce_mpi_fail(e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory", op);
-      continue;
+    x->ids = (int64_t *)arena;
+    arena += nids * 8;
+    if (w) {
+      x->weights = (float *)arena;
+      arena += (nids * 4 + 7) / 8 * 8;
     }
-    if (!read_i64(ctx, ids, x->ids, e)) continue;
+    if (ids->type == CLEMBED_I64 && nids) { /* mapped where the device allows: no copy where it shares host memory */
+      cl_int err = CL_SUCCESS;
+      void *m = clEnqueueMapBuffer(clembed_context_queue(ctx), ids->buffer, CL_TRUE, CL_MAP_READ, ids->offset * 8,
+                                   nids * 8, 0, NULL, NULL, &err);
+      if (err == CL_SUCCESS && m) {
+        x->map = m;
+        x->map_mem = ids->buffer;
+        x->ids = m;
+      }
+    }
+    if (!x->map && !read_i64(ctx, ids, x->ids, e)) continue;
     if (w && nids) {
       st = clembed_matrix_read(ctx, w, x->weights, CLEMBED_F32);
       if (st != CLEMBED_OK) {
@@ -664,16 +744,18 @@ static void read_features(fs_call *c, const clembed_bag_feature *features, size_
       }
     }
     if (step && o->mode == CLEMBED_BAG_MAX) {
-      x->max_rows = malloc((bags * tb->cols + 1) * 2 * sizeof *x->max_rows);
-      if (!x->max_rows) {
-        ce_mpi_fail(e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory", op);
-        continue;
-      }
+      x->max_rows = (int64_t *)arena;
+      arena += bags * tb->cols * 8;
       if (!read_i64(ctx, o->max_rows, x->max_rows, e)) continue;
     }
-    for (size_t j = 0; j < nids; j++) {
+    /* the first bad id: a pass that only looks for ids outside [0, rows) (vectorised), then each such id resolved */
+    int any = 0;
+    const uint64_t R = (uint64_t)tb->rows;
+    if (o->policy != CLEMBED_INDEX_ZERO)
+      for (size_t j = 0; j < nids; j++) any |= (uint64_t)x->ids[j] >= R;
+    for (size_t j = 0; any && j < nids; j++) {
       uint64_t r;
-      if (ce_mpi_resolve(x->ids[j], tb->rows, o->policy, &r) < 0) {
+      if ((uint64_t)x->ids[j] >= R && ce_mpi_resolve(x->ids[j], tb->rows, o->policy, &r) < 0) {
         x->bad_at = (int64_t)j;
         x->bad_id = x->ids[j];
         break;
@@ -732,39 +814,41 @@ static size_t feat_bytes(const fs_call *c, size_t i, uint64_t bags, size_t nids,
   return b;
 }
 
-typedef struct fs_x { /* one MPI_Alltoallv of bytes */
+typedef struct fs_x { /* one MPI_Alltoallv of bytes, its buffers the set's host buffers ks and kr */
   int *sc, *sd, *rc, *rd;
   char *send, *recv;
+  int ks, kr;
 } fs_x;
 
 static void x_release(fs_x *x) {
   free(x->sc);
-  free(x->send);
-  free(x->recv);
   memset(x, 0, sizeof *x);
 }
 
-static int x_alloc(fs_x *x, int size) {
+static int x_alloc(fs_x *x, int size, int ks, int kr) {
   x->sc = calloc(4 * (size_t)size, sizeof *x->sc);
   if (!x->sc) return 0;
   x->sd = x->sc + size;
   x->rc = x->sd + size;
   x->rd = x->rc + size;
+  x->ks = ks;
+  x->kr = kr;
   return 1;
 }
 
-/* Displacements from the counts; 0 when a total passes INT_MAX. */
-static int x_displace(fs_x *x, int size) {
+/* Displacements from the counts, and the buffers; 0 when a total passes
+ * INT_MAX or memory runs out. */
+static int x_displace(fs_x *x, clembed_mpi_feature_set *s) {
   long long a = 0, b = 0;
-  for (int r = 0; r < size; r++) {
+  for (int r = 0; r < s->size; r++) {
     x->sd[r] = (int)a;
     x->rd[r] = (int)b;
     a += x->sc[r];
     b += x->rc[r];
     if (a > INT_MAX || b > INT_MAX) return 0;
   }
-  x->send = malloc((size_t)a + 8);
-  x->recv = malloc((size_t)b + 8);
+  x->send = fs_host(s, x->ks, (size_t)a);
+  x->recv = fs_host(s, x->kr, (size_t)b);
   return x->send && x->recv;
 }
 
@@ -852,19 +936,14 @@ typedef struct fs_local {
   size_t k;                  /* the owned grouped features */
   size_t *feat;              /* their indices */
   clembed_bag_feature *lf;
-  clembed_ids *ids, *offs, *maxr;
+  clembed_ids *ids, *offs, *maxr; /* views of the set's device arrays */
   clembed_matrix *wts;
+  clembed_matrix rows;       /* total x W: the pooled rows (forward), the gradient's (step) */
   size_t total, W;           /* bags over the ranks; the owner's width */
   size_t *bstart;            /* each rank's first bag */
 } fs_local;
 
 static void local_release(fs_local *L) {
-  for (size_t j = 0; j < L->k; j++) {
-    if (L->ids) clembed_ids_release(&L->ids[j]);
-    if (L->offs) clembed_ids_release(&L->offs[j]);
-    if (L->maxr) clembed_ids_release(&L->maxr[j]);
-    if (L->wts) clembed_matrix_release(&L->wts[j]);
-  }
   free(L->feat);
   free(L->lf);
   free(L->ids);
@@ -875,16 +954,19 @@ static void local_release(fs_local *L) {
   memset(L, 0, sizeof *L);
 }
 
-/* Unpacks what the owner received (x->recv); the gradient rows, for a step,
- * into *grad_rows (total x W values of es bytes, allocated here). 0 on failure
- * (on own). */
-static int unpack_bags(fs_call *c, fs_x *x, int step, size_t es, fs_local *L, char **grad_rows, ce_mpi_error *own) {
+/* Unpacks what the owner received (x->recv) into the set's device arrays:
+ * each rank's ids, weights, MAX's max_rows (step) and gradient rows (step)
+ * written from where they arrived, the offsets rebased on the host, for one
+ * call over the ranks' bags concatenated in rank order (the writes done when
+ * this returns). L->rows is total x W of `dtype` (the step's gradient is in
+ * it). 0 on failure (on own). */
+static int unpack_bags(fs_call *c, fs_x *x, int step, clembed_dtype dtype, fs_local *L, ce_mpi_error *own) {
   clembed_mpi_feature_set *s = c->s;
-  clembed_context *ctx = s->ctx;
   int size = s->size, me = s->rank;
   const char *op = c->op;
+  size_t es = clembed_dtype_row_bytes(dtype, 1);
+  cl_command_queue q = clembed_context_queue(s->ctx);
   memset(L, 0, sizeof *L);
-  *grad_rows = NULL;
   L->bstart = calloc((size_t)size + 1, sizeof *L->bstart);
   L->feat = calloc(s->n + 1, sizeof *L->feat);
   if (!L->bstart || !L->feat) goto oom;
@@ -905,11 +987,12 @@ static int unpack_bags(fs_call *c, fs_x *x, int step, size_t es, fs_local *L, ch
   L->offs = calloc(k, sizeof *L->offs);
   L->maxr = calloc(k, sizeof *L->maxr);
   L->wts = calloc(k, sizeof *L->wts);
-  /* per feature: where each rank's part starts in its stream */
-  const char **at = calloc((size_t)size * k + 1, sizeof *at);
+  /* per feature: where each rank's part starts in its stream; its ids' count */
+  const char **at = calloc((size_t)size * k + 1, sizeof *at), **grad_at = calloc((size_t)size + 1, sizeof *grad_at);
   size_t *nid = calloc(k + 1, sizeof *nid);
-  if (!L->lf || !L->ids || !L->offs || !L->maxr || !L->wts || !at || !nid) {
+  if (!L->lf || !L->ids || !L->offs || !L->maxr || !L->wts || !at || !nid || !grad_at) {
     free(at);
+    free(grad_at);
     free(nid);
     goto oom;
   }
@@ -926,37 +1009,40 @@ static int unpack_bags(fs_call *c, fs_x *x, int step, size_t es, fs_local *L, ch
       if (c->F[i].f.options.per_sample_weights) p += ((size_t)m * 4 + 7) / 8 * 8;
       if (step && c->F[i].f.options.mode == CLEMBED_BAG_MAX) p += (size_t)c->B[r] * w * 8;
     }
-    if (step) {
-      if (!*grad_rows) *grad_rows = malloc(T * L->W * es + 8);
-      if (!*grad_rows) {
-        free(at);
-        free(nid);
-        goto oom;
-      }
-      memcpy(*grad_rows + L->bstart[r] * L->W * es, p, (size_t)c->B[r] * L->W * es);
-    }
+    grad_at[r] = p;
   }
-  clembed_status st = CLEMBED_OK;
-  for (size_t j = 0; j < k && st == CLEMBED_OK; j++) {
+  /* the arrays: every feature's part of each, one after another */
+  size_t n_ids = 0, n_wts = 0, n_mr = 0;
+  for (size_t j = 0; j < k; j++) {
+    size_t i = L->feat[j], c0, w;
+    block_of(&s->tab[i], me, &c0, &w);
+    n_ids += nid[j];
+    if (c->F[i].f.options.per_sample_weights) n_wts += nid[j];
+    if (c->F[i].f.options.mode == CLEMBED_BAG_MAX) n_mr += T * w;
+  }
+  cl_mem d_ids = fs_dev(s, DB_IDS, n_ids * 8), d_offs = fs_dev(s, DB_OFFS, k * (T + 1) * 8);
+  cl_mem d_wts = fs_dev(s, DB_WTS, n_wts * 4), d_mr = fs_dev(s, DB_MAXR, n_mr * 8);
+  cl_mem d_rows = fs_dev(s, DB_ROWS, T * L->W * es);
+  int64_t *offs = fs_host(s, HB_OFFS, k * (T + 1) * 8);
+  cl_int err = CL_SUCCESS;
+  if (!d_ids || !d_offs || !d_wts || !d_mr || !d_rows || !offs) {
+    free(at);
+    free(grad_at);
+    free(nid);
+    ce_mpi_fail(own, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of device or host memory for the ranks' bags", op);
+    return 0;
+  }
+  L->rows = (clembed_matrix){d_rows, 0, T, L->W, 0, dtype};
+  size_t o_ids = 0, o_wts = 0, o_mr = 0;
+  for (size_t j = 0; j < k && err == CL_SUCCESS; j++) {
     size_t i = L->feat[j], c0, w, N = nid[j];
     block_of(&s->tab[i], me, &c0, &w);
     const clembed_bag_options *o = &c->F[i].f.options;
-    int64_t *ids = malloc((N + 1) * 8), *offs = malloc((T + 1) * 8), *mr = NULL;
-    float *wt = o->per_sample_weights ? malloc((N + 1) * 4) : NULL;
-    int is_max = o->mode == CLEMBED_BAG_MAX;
-    if (is_max) mr = calloc(T * w + 1, 8);
-    if (!ids || !offs || (o->per_sample_weights && !wt) || (is_max && !mr)) {
-      free(ids);
-      free(offs);
-      free(wt);
-      free(mr);
-      free(at);
-      free(nid);
-      goto oom;
-    }
-    size_t q = 0, b0 = 0;
-    offs[0] = 0;
-    for (int r = 0; r < size; r++) {
+    int is_max = o->mode == CLEMBED_BAG_MAX, wt = o->per_sample_weights != NULL;
+    int64_t *of = offs + j * (T + 1);
+    size_t qn = 0, b0 = 0;
+    of[0] = 0;
+    for (int r = 0; r < size && err == CL_SUCCESS; r++) {
       const char *p = at[(size_t)r * k + j];
       int64_t m;
       memcpy(&m, p, 8);
@@ -965,30 +1051,27 @@ static int unpack_bags(fs_call *c, fs_x *x, int step, size_t es, fs_local *L, ch
       for (size_t b = 1; b <= Br; b++) {
         int64_t v;
         memcpy(&v, p + b * 8, 8);
-        offs[b0 + b] = (int64_t)q + v;
+        of[b0 + b] = (int64_t)qn + v;
       }
       p += (Br + 1) * 8;
-      memcpy(ids + q, p, (size_t)m * 8);
+      if (m) err = clEnqueueWriteBuffer(q, d_ids, CL_FALSE, (o_ids + qn) * 8, (size_t)m * 8, p, 0, NULL, NULL);
       p += (size_t)m * 8;
       if (wt) {
-        memcpy(wt + q, p, (size_t)m * 4);
+        if (m && err == CL_SUCCESS)
+          err = clEnqueueWriteBuffer(q, d_wts, CL_FALSE, (o_wts + qn) * 4, (size_t)m * 4, p, 0, NULL, NULL);
         p += ((size_t)m * 4 + 7) / 8 * 8;
       }
-      if (step && is_max) memcpy(mr + b0 * w, p, Br * w * 8);
-      q += (size_t)m;
+      if (step && is_max && Br && w && err == CL_SUCCESS)
+        err = clEnqueueWriteBuffer(q, d_mr, CL_FALSE, (o_mr + b0 * w) * 8, Br * w * 8, p, 0, NULL, NULL);
+      qn += (size_t)m;
       b0 += Br;
     }
-    st = clembed_ids_create(ctx, ids, N, CLEMBED_I64, &L->ids[j]);
-    if (st == CLEMBED_OK) st = clembed_ids_create(ctx, offs, T + 1, CLEMBED_I64, &L->offs[j]);
-    if (st == CLEMBED_OK && is_max) st = clembed_ids_create(ctx, mr, T * w, CLEMBED_I64, &L->maxr[j]);
-    if (st == CLEMBED_OK && wt) {
-      st = clembed_matrix_create(ctx, N, 1, CLEMBED_F32, &L->wts[j]);
-      if (st == CLEMBED_OK && N) st = clembed_matrix_write(ctx, &L->wts[j], wt, CLEMBED_F32);
-    }
-    free(ids);
-    free(offs);
-    free(wt);
-    free(mr);
+    if (err == CL_SUCCESS)
+      err = clEnqueueWriteBuffer(q, d_offs, CL_FALSE, j * (T + 1) * 8, (T + 1) * 8, of, 0, NULL, NULL);
+    L->ids[j] = (clembed_ids){d_ids, o_ids, N, CLEMBED_I64};
+    L->offs[j] = (clembed_ids){d_offs, j * (T + 1), T + 1, CLEMBED_I64};
+    L->maxr[j] = (clembed_ids){d_mr, o_mr, is_max ? T * w : 0, CLEMBED_I64};
+    L->wts[j] = (clembed_matrix){d_wts, o_wts, N, 1, 0, CLEMBED_F32};
     clembed_bag_feature *lf = &L->lf[j];
     *lf = clembed_bag_feature_defaults();
     lf->table = &s->tab[i].t->shard;
@@ -1000,11 +1083,23 @@ static int unpack_bags(fs_call *c, fs_x *x, int step, size_t es, fs_local *L, ch
     lf->options.padding_idx = c->F[i].pad == UINT64_MAX ? CLEMBED_NO_PADDING : (int64_t)c->F[i].pad;
     lf->options.per_sample_weights = wt ? &L->wts[j] : NULL;
     lf->options.max_rows = is_max ? &L->maxr[j] : NULL;
+    o_ids += N;
+    if (wt) o_wts += N;
+    if (is_max) o_mr += T * w;
   }
+  /* the step's gradient rows, rank after rank */
+  for (int r = 0; step && r < size && err == CL_SUCCESS; r++)
+    if (c->B[r] && L->W)
+      err = clEnqueueWriteBuffer(q, d_rows, CL_FALSE, L->bstart[r] * L->W * es, (size_t)c->B[r] * L->W * es,
+                                 grad_at[r], 0, NULL, NULL);
+  cl_int fin = clFinish(q); /* the writes read the receive buffer and the offsets */
+  if (err == CL_SUCCESS) err = fin;
   free(at);
+  free(grad_at);
   free(nid);
-  if (st != CLEMBED_OK) {
-    ce_mpi_fail_from(own, ctx, st);
+  if (err != CL_SUCCESS) {
+    ce_mpi_fail(own, (clembed_status)err, "", -1, err, "%s: writing the ranks' bags to the device: %s", op,
+                clembed_status_string((clembed_status)err));
     return 0;
   }
   return 1;
@@ -1099,7 +1194,7 @@ static int gather_bags(fs_call *c) {
 static int send_bags(fs_call *c, fs_x *x, int step, const char *grad, size_t es) {
   if (!gather_bags(c) || !alltoall_counts(c, x)) return 0;
   ce_mpi_error mem = {0};
-  if (!x_displace(x, c->s->size))
+  if (!x_displace(x, c->s))
     ce_mpi_fail(&mem, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory for the exchange", c->op);
   if (!all_well(c, &mem, "allocate the exchange")) return 0;
   pack_fill(c, x, step, grad, es);
@@ -1121,8 +1216,9 @@ clembed_status clembed_mpi_embedding_bags(clembed_mpi_feature_set *s, const clem
   fs_local L = {0};
   ce_mpi_error own = {0};
   char *host = NULL, *pooled = NULL;
+  void *mapped = NULL; /* the owner's pooled rows, mapped for the exchange */
+  cl_mem mapped_mem = NULL;
   int64_t **maxr = NULL;
-  clembed_matrix lo = {0};
   size_t es = 0;
   char dt[32];
   if (!out) ce_mpi_fail(&c.e, CLEMBED_ERR_INVALID_ARGUMENT, "out", -1, 0, "%s: out is NULL", op);
@@ -1136,7 +1232,7 @@ clembed_status clembed_mpi_embedding_bags(clembed_mpi_feature_set *s, const clem
   if (c.e.status == CLEMBED_OK) {
     es = clembed_dtype_row_bytes(out->dtype, 1);
     maxr = calloc(s->n + 1, sizeof *maxr);
-    if (!maxr || !x_alloc(&x1, s->size) || !x_alloc(&x2, s->size))
+    if (!maxr || !x_alloc(&x1, s->size, HB_X1S, HB_X1R) || !x_alloc(&x2, s->size, HB_X2S, HB_X2R))
       ce_mpi_fail(&c.e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory", op);
   }
   if (c.e.status == CLEMBED_OK) pack_bags(&c, &x1, 0, NULL, 0);
@@ -1166,7 +1262,7 @@ clembed_status clembed_mpi_embedding_bags(clembed_mpi_feature_set *s, const clem
     ce_mpi_error mem = {0};
     int fits = 1;
     for (int r = 0; r < s->size; r++) fits &= x2.sc[r] >= 0 && x2.rc[r] >= 0;
-    if (!fits || !x_displace(&x2, s->size))
+    if (!fits || !x_displace(&x2, s))
       ce_mpi_fail(&mem, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0,
                   "%s: the pooled rows of a call pass what one MPI exchange moves (INT_MAX bytes) or host memory", op);
     if (!all_well(&c, &mem, "allocate the exchange of the pooled rows")) goto done;
@@ -1174,14 +1270,24 @@ clembed_status clembed_mpi_embedding_bags(clembed_mpi_feature_set *s, const clem
   /* the owner's one call; without MAX its rows, rank after rank, are the send
    * buffer as it lies, read there straight */
   int in_place = 0;
-  if (unpack_bags(&c, &x1, 0, es, &L, &pooled, &own) && L.k && L.total) {
-    clembed_status st = clembed_matrix_create(ctx, L.total, L.W, out->dtype, &lo);
-    if (st == CLEMBED_OK) st = owner_outcome(ctx, clembed_embedding_bags(ctx, L.lf, L.k, &lo, 0, NULL, NULL));
-    if (st == CLEMBED_OK && !owns_max) {
-      st = clembed_matrix_read(ctx, &lo, x2.send, out->dtype);
-      in_place = st == CLEMBED_OK;
+  if (unpack_bags(&c, &x1, 0, out->dtype, &L, &own) && L.k && L.total) {
+    clembed_matrix lo = L.rows;
+    clembed_status st = owner_outcome(ctx, clembed_embedding_bags(ctx, L.lf, L.k, &lo, 0, NULL, NULL));
+    if (st == CLEMBED_OK && !owns_max) { /* mapped: MPI sends them from where the device wrote them */
+      cl_int err = CL_SUCCESS;
+      void *m = clEnqueueMapBuffer(clembed_context_queue(ctx), lo.buffer, CL_TRUE, CL_MAP_READ, 0,
+                                   L.total * L.W * es, 0, NULL, NULL, &err);
+      if (err == CL_SUCCESS && m) {
+        mapped = m;
+        mapped_mem = lo.buffer;
+        x2.send = m;
+        in_place = 1;
+      } else {
+        st = clembed_matrix_read(ctx, &lo, x2.send, out->dtype);
+        in_place = st == CLEMBED_OK;
+      }
     } else if (st == CLEMBED_OK) {
-      pooled = malloc(L.total * L.W * es + 8);
+      pooled = fs_host(s, HB_POOLED, L.total * L.W * es);
       st = pooled ? clembed_matrix_read(ctx, &lo, pooled, out->dtype)
                   : clembed_context_fail(ctx, CLEMBED_ERR_OUT_OF_MEMORY, op, "", -1, 0, "%s: out of host memory", op);
     }
@@ -1217,6 +1323,10 @@ clembed_status clembed_mpi_embedding_bags(clembed_mpi_feature_set *s, const clem
   if (!ce_mpi_ok(&c.e, MPI_Alltoallv(x2.send, x2.sc, x2.sd, MPI_BYTE, x2.recv, x2.rc, x2.rd, MPI_BYTE, s->comm),
                  "MPI_Alltoallv (the pooled rows)"))
     goto done;
+  if (mapped) {
+    clEnqueueUnmapMemObject(clembed_context_queue(ctx), mapped_mem, mapped, 0, NULL, NULL);
+    mapped = NULL;
+  }
   share_failure(&c, &own, "pool the bags of the tables it holds");
   if (c.e.status != CLEMBED_OK) goto done;
 
@@ -1227,7 +1337,7 @@ clembed_status clembed_mpi_embedding_bags(clembed_mpi_feature_set *s, const clem
   size_t pieces = 0, ld = out->ld ? out->ld : out->cols;
   int direct = clembed_matrix_pieces(ctx, out, 0, NULL, NULL, &pieces) == CLEMBED_OK && pieces == 1;
   if (!direct && !host) {
-    host = malloc(c.bags * c.width * es + 8);
+    host = fs_host(s, HB_HOST, c.bags * c.width * es);
     if (!host) {
       ce_mpi_fail(&c.e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory", op);
       goto done;
@@ -1317,7 +1427,7 @@ clembed_status clembed_mpi_embedding_bags(clembed_mpi_feature_set *s, const clem
                     clembed_status_string((clembed_status)err));
     } else if (mine.status == CLEMBED_OK && c.bags && C) {
       char *rows = malloc(c.bags * C * es + 8);
-      if (!host && direct) host = malloc(c.bags * c.width * es + 8);
+      if (!host && direct) host = fs_host(s, HB_HOST, c.bags * c.width * es);
       st = rows && host ? clembed_matrix_read(ctx, &tmp, rows, out->dtype)
                         : clembed_context_fail(ctx, CLEMBED_ERR_OUT_OF_MEMORY, op, "", -1, 0, "%s: out of host memory", op);
       if (st != CLEMBED_OK) ce_mpi_fail_from(&mine, ctx, st);
@@ -1345,12 +1455,10 @@ done:
   if (maxr)
     for (size_t i = 0; i < s->n; i++) free(maxr[i]);
   free(maxr);
-  clembed_matrix_release(&lo);
+  if (mapped) clEnqueueUnmapMemObject(clembed_context_queue(ctx), mapped_mem, mapped, 0, NULL, NULL);
   local_release(&L);
   x_release(&x1);
   x_release(&x2);
-  free(host);
-  free(pooled);
   call_release(&c);
   return ce_mpi_report(ctx, op, &c.e);
 }
@@ -1369,10 +1477,9 @@ clembed_status clembed_mpi_bags_optimizer_step(clembed_mpi_feature_set *s, const
   fs_x x1 = {0};
   fs_local L = {0};
   ce_mpi_error own = {0};
-  char *grad = NULL, *grows = NULL;
+  char *grad = NULL;
   clembed_optimizer *oo = calloc(s->n + 1, sizeof *oo), *lo = NULL;
   unsigned char *made = calloc(s->n + 1, 1);
-  clembed_matrix gl = {0};
   size_t es = 0;
   char dt[32];
   if (!oo || !made) ce_mpi_fail(&c.e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory", op);
@@ -1417,8 +1524,8 @@ clembed_status clembed_mpi_bags_optimizer_step(clembed_mpi_feature_set *s, const
   }
   if (c.e.status == CLEMBED_OK) {
     es = clembed_dtype_row_bytes(grad_out->dtype, 1);
-    grad = malloc(c.bags * c.width * es + 8);
-    if (!grad || !x_alloc(&x1, s->size))
+    grad = fs_host(s, HB_GRAD, c.bags * c.width * es);
+    if (!grad || !x_alloc(&x1, s->size, HB_X1S, HB_X1R))
       ce_mpi_fail(&c.e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory", op);
     else if (c.bags && c.width) {
       clembed_status st = clembed_matrix_read(ctx, grad_out, grad, grad_out->dtype);
@@ -1432,9 +1539,9 @@ clembed_status clembed_mpi_bags_optimizer_step(clembed_mpi_feature_set *s, const
 
   /* the grouped features: bags and gradient rows to their owners, stepped there */
   if (!send_bags(&c, &x1, 1, grad, es)) goto undo;
-  if (unpack_bags(&c, &x1, 1, es, &L, &grows, &own) && L.k && L.total) {
-    clembed_status st = clembed_matrix_create(ctx, L.total, L.W, grad_out->dtype, &gl);
-    if (st == CLEMBED_OK) st = clembed_matrix_write(ctx, &gl, grows, grad_out->dtype);
+  if (unpack_bags(&c, &x1, 1, grad_out->dtype, &L, &own) && L.k && L.total) {
+    clembed_matrix gl = L.rows;
+    clembed_status st = CLEMBED_OK;
     lo = calloc(L.k, sizeof *lo);
     if (!lo && st == CLEMBED_OK)
       st = clembed_context_fail(ctx, CLEMBED_ERR_OUT_OF_MEMORY, op, "", -1, 0, "%s: out of host memory", op);
@@ -1488,11 +1595,8 @@ undo:
       clembed_matrix_release(&s->tab[i].t->state2);
     }
 done:
-  clembed_matrix_release(&gl);
   local_release(&L);
   x_release(&x1);
-  free(grad);
-  free(grows);
   free(oo);
   free(lo);
   free(made);
