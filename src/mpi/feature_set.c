@@ -871,6 +871,7 @@ static int pack_bags(fs_call *c, fs_x *x, int step, const char *grad, size_t es)
       W += w;
     }
     if (step) bytes += (long long)(B * W * es);
+    if (!step && d == s->rank) bytes = 0; /* the forward's own bags are read where they lie (unpack_bags) */
     if (bytes > INT_MAX) {
       ce_mpi_fail(&c->e, CLEMBED_ERR_INVALID_ARGUMENT, "ids", -1, bytes,
                   "%s: this rank's bags for rank %d take %lld bytes, more than one MPI exchange moves (INT_MAX); "
@@ -886,6 +887,7 @@ static void pack_fill(fs_call *c, fs_x *x, int step, const char *grad, size_t es
   clembed_mpi_feature_set *s = c->s;
   size_t B = c->bags;
   for (int d = 0; d < s->size; d++) {
+    if (!step && d == s->rank) continue; /* (see pack_bags) */
     char *p = x->send + x->sd[d];
     size_t W = 0;
     for (size_t i = 0; i < s->n; i++) {
@@ -998,6 +1000,10 @@ static int unpack_bags(fs_call *c, fs_x *x, int step, clembed_dtype dtype, fs_lo
   }
   for (int r = 0; r < size; r++) {
     const char *p = x->recv + x->rd[r];
+    if (!step && r == me) { /* the forward's own bags: read where they lie */
+      for (size_t j = 0; j < k; j++) nid[j] += c->F[L->feat[j]].nids;
+      continue;
+    }
     for (size_t j = 0; j < k; j++) {
       size_t i = L->feat[j], c0, w;
       block_of(&s->tab[i], me, &c0, &w);
@@ -1044,22 +1050,29 @@ static int unpack_bags(fs_call *c, fs_x *x, int step, clembed_dtype dtype, fs_lo
     of[0] = 0;
     for (int r = 0; r < size && err == CL_SUCCESS; r++) {
       const char *p = at[(size_t)r * k + j];
-      int64_t m;
-      memcpy(&m, p, 8);
-      p += 8;
+      const fs_feat *f = &c->F[i];
+      int self = !step && r == me;
+      int64_t m = (int64_t)f->nids;
+      if (!self) {
+        memcpy(&m, p, 8);
+        p += 8;
+      }
       size_t Br = (size_t)c->B[r];
+      const char *po = self ? (const char *)f->offsets : p; /* this rank's offsets, from 0 */
       for (size_t b = 1; b <= Br; b++) {
         int64_t v;
-        memcpy(&v, p + b * 8, 8);
+        memcpy(&v, po + b * 8, 8);
         of[b0 + b] = (int64_t)qn + v;
       }
-      p += (Br + 1) * 8;
-      if (m) err = clEnqueueWriteBuffer(q, d_ids, CL_FALSE, (o_ids + qn) * 8, (size_t)m * 8, p, 0, NULL, NULL);
-      p += (size_t)m * 8;
+      if (!self) p += (Br + 1) * 8;
+      const void *pi = self ? (const void *)f->ids : p;
+      if (m) err = clEnqueueWriteBuffer(q, d_ids, CL_FALSE, (o_ids + qn) * 8, (size_t)m * 8, pi, 0, NULL, NULL);
+      if (!self) p += (size_t)m * 8;
       if (wt) {
+        const void *pw = self ? (const void *)f->weights : p;
         if (m && err == CL_SUCCESS)
-          err = clEnqueueWriteBuffer(q, d_wts, CL_FALSE, (o_wts + qn) * 4, (size_t)m * 4, p, 0, NULL, NULL);
-        p += ((size_t)m * 4 + 7) / 8 * 8;
+          err = clEnqueueWriteBuffer(q, d_wts, CL_FALSE, (o_wts + qn) * 4, (size_t)m * 4, pw, 0, NULL, NULL);
+        if (!self) p += ((size_t)m * 4 + 7) / 8 * 8;
       }
       if (step && is_max && Br && w && err == CL_SUCCESS)
         err = clEnqueueWriteBuffer(q, d_mr, CL_FALSE, (o_mr + b0 * w) * 8, Br * w * 8, p, 0, NULL, NULL);
@@ -1266,6 +1279,8 @@ clembed_status clembed_mpi_embedding_bags(clembed_mpi_feature_set *s, const clem
       ce_mpi_fail(&mem, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0,
                   "%s: the pooled rows of a call pass what one MPI exchange moves (INT_MAX bytes) or host memory", op);
     if (!all_well(&c, &mem, "allocate the exchange of the pooled rows")) goto done;
+    /* this rank's own bags' rows stay where they are (read from the send buffer below) */
+    x2.sc[s->rank] = x2.rc[s->rank] = 0;
   }
   /* the owner's one call; without MAX its rows, rank after rank, are the send
    * buffer as it lies, read there straight */
@@ -1323,10 +1338,6 @@ clembed_status clembed_mpi_embedding_bags(clembed_mpi_feature_set *s, const clem
   if (!ce_mpi_ok(&c.e, MPI_Alltoallv(x2.send, x2.sc, x2.sd, MPI_BYTE, x2.recv, x2.rc, x2.rd, MPI_BYTE, s->comm),
                  "MPI_Alltoallv (the pooled rows)"))
     goto done;
-  if (mapped) {
-    clEnqueueUnmapMemObject(clembed_context_queue(ctx), mapped_mem, mapped, 0, NULL, NULL);
-    mapped = NULL;
-  }
   share_failure(&c, &own, "pool the bags of the tables it holds");
   if (c.e.status != CLEMBED_OK) goto done;
 
@@ -1350,7 +1361,7 @@ clembed_status clembed_mpi_embedding_bags(clembed_mpi_feature_set *s, const clem
       goto done;
     }
     for (int d = 0; d < s->size && c.e.status == CLEMBED_OK; d++) {
-      const char *p = x2.recv + x2.rd[d];
+      const char *p = d == s->rank ? x2.send + x2.sd[d] : x2.recv + x2.rd[d]; /* (the same layout) */
       size_t Wd = owned_width(s, d), at = 0;
       for (size_t i = 0; i < s->n && c.bags; i++) {
         size_t c0, w;
@@ -1380,10 +1391,14 @@ clembed_status clembed_mpi_embedding_bags(clembed_mpi_feature_set *s, const clem
         p += c.bags * w * 8;
       }
     }
-    /* the direct writes read the receive buffer: done before it is freed */
+    /* the direct writes read the buffers: done before they are used again or unmapped */
     if (direct && c.e.status == CLEMBED_OK) {
       clembed_status st = clembed_finish(ctx);
       if (st != CLEMBED_OK) ce_mpi_fail_from(&c.e, ctx, st);
+    }
+    if (mapped) {
+      clEnqueueUnmapMemObject(q, mapped_mem, mapped, 0, NULL, NULL);
+      mapped = NULL;
     }
     for (size_t i = 0; i < s->n && c.e.status == CLEMBED_OK; i++) {
       clembed_ids *mr = c.F[i].f.options.max_rows;
