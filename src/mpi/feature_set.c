@@ -53,7 +53,8 @@ struct clembed_mpi_feature_set {
     size_t cap;
   } hb[HB_N];
   struct {
-    clembed_matrix m; /* bytes / 4 x 1 F32: the context's own buffer (huge pages where it uses them) */
+    clembed_matrix m; /* bytes / 4 x 1 F32: the context's own buffer (huge pages where it uses them), */
+    cl_mem raw;       /* or, where the context would split it, one buffer of the device's */
     size_t cap;
   } db[DB_N];
 };
@@ -74,19 +75,24 @@ static cl_mem fs_dev(clembed_mpi_feature_set *s, int k, size_t bytes) {
   if (bytes < 64) bytes = 64;
   if (s->db[k].cap < bytes) {
     clembed_matrix_release(&s->db[k].m);
+    if (s->db[k].raw) clReleaseMemObject(s->db[k].raw);
+    s->db[k].raw = NULL;
     s->db[k].cap = 0;
     size_t pieces = 0;
     if (clembed_matrix_create(s->ctx, (bytes + 3) / 4, 1, CLEMBED_F32, &s->db[k].m) != CLEMBED_OK) return NULL;
     if (clembed_matrix_pieces(s->ctx, &s->db[k].m, 0, NULL, NULL, &pieces) != CLEMBED_OK || pieces != 1) {
-      clembed_matrix_release(&s->db[k].m);
-      clembed_context_fail(s->ctx, CLEMBED_ERR_OUT_OF_MEMORY, "clembed_mpi_feature_set", "", -1, (int64_t)bytes,
-                           "clembed_mpi_feature_set: %zu bytes of the ranks' bags are more than one device buffer "
-                           "holds; pass fewer bags a call", bytes);
-      return NULL;
+      clembed_matrix_release(&s->db[k].m); /* (CLEMBED_MAX_BUFFER_BYTES below it): a buffer of the device's */
+      cl_context cl = NULL;
+      cl_int err = clGetCommandQueueInfo(clembed_context_queue(s->ctx), CL_QUEUE_CONTEXT, sizeof cl, &cl, NULL);
+      if (err == CL_SUCCESS) s->db[k].raw = clCreateBuffer(cl, CL_MEM_READ_WRITE, bytes, NULL, &err);
+      if (err != CL_SUCCESS || !s->db[k].raw) {
+        s->db[k].raw = NULL;
+        return NULL;
+      }
     }
     s->db[k].cap = bytes;
   }
-  return s->db[k].m.buffer;
+  return s->db[k].raw ? s->db[k].raw : s->db[k].m.buffer;
 }
 
 static int grouped(const fs_table *x) { return x->kind == CLEMBED_SHARD_TABLE || x->kind == CLEMBED_SHARD_COLUMN; }
@@ -283,7 +289,10 @@ columns:
 static void release_set(clembed_mpi_feature_set *s) {
   if (!s) return;
   for (int k = 0; k < HB_N; k++) free(s->hb[k].p);
-  for (int k = 0; k < DB_N; k++) clembed_matrix_release(&s->db[k].m);
+  for (int k = 0; k < DB_N; k++) {
+    clembed_matrix_release(&s->db[k].m);
+    if (s->db[k].raw) clReleaseMemObject(s->db[k].raw);
+  }
   for (size_t i = 0; i < s->n; i++) clembed_mpi_table_release(s->tab ? s->tab[i].t : NULL);
   free(s->tab);
   if (s->comm != MPI_COMM_NULL) MPI_Comm_free(&s->comm);

@@ -286,6 +286,14 @@ static const tspec MIXED[NT] = {
      CLEMBED_INDEX_CHECK, CLEMBED_SGD},
 };
 
+static cl_context ctx_of(clembed_context *ctx) {
+  cl_context c = NULL;
+  clGetCommandQueueInfo(clembed_context_queue(ctx), CL_QUEUE_CONTEXT, sizeof c, &c, NULL);
+  return c;
+}
+
+static int g_view; /* the forward's out a view of a wider buffer (offset 3, 5 columns more a row) */
+
 /* The forward of every feature, out dtype od, against one device. */
 static void check_forward(clembed_context *ctx, const tspec *T, size_t n, clembed_dtype od, unsigned seed, int bad_rank) {
   clembed_mpi_feature_set *s = make_set(ctx, T, n);
@@ -312,7 +320,8 @@ static void check_forward(clembed_context *ctx, const tspec *T, size_t n, clembe
   }
   size_t B = bags_of(g_rank), total = all[0].bags;
   clembed_matrix out = {0}, ref = {0};
-  OK(ctx, clembed_matrix_create(ctx, B, width, od, &out));
+  if (g_view) out = tu_gapped_matrix(ctx_of(ctx), B, width, od, 5, 3, NULL);
+  else OK(ctx, clembed_matrix_create(ctx, B, width, od, &out));
   OK(ctx, clembed_matrix_create(ctx, total, width, od, &ref));
   clembed_status st = clembed_mpi_embedding_bags(s, fm, n, &out);
   clembed_status rs = clembed_embedding_bags(ctx, fa, n, &ref, 0, NULL, NULL);
@@ -345,7 +354,12 @@ static void check_forward(clembed_context *ctx, const tspec *T, size_t n, clembe
   }
   free(got);
   free(want);
-  clembed_matrix_release(&out);
+  if (g_view) {
+    tu_check_gaps(clembed_context_queue(ctx), &out, "the forward into a view");
+    clReleaseMemObject(out.buffer);
+  } else {
+    clembed_matrix_release(&out);
+  }
   clembed_matrix_release(&ref);
   for (size_t i = 0; i < n; i++) {
     clembed_matrix_release(&W[i]);
@@ -366,6 +380,30 @@ TU_CASE(forward_rank_without_bags) {
   g_bags_of_rank0 = 0;
   check_forward(ctx, MIXED, NT, CLEMBED_F32, 3, -1);
   g_bags_of_rank0 = 2;
+}
+
+TU_CASE(forward_into_views) {
+  /* out a view of a wider buffer (each owner's columns written into it, the gaps untouched) */
+  g_view = 1;
+  check_forward(ctx, MIXED, NT, CLEMBED_F32, 6, -1);
+  g_view = 0;
+  /* out and the tables in pieces (a context whose buffers hold 2 KiB): put together on the host */
+  setenv("CLEMBED_MAX_BUFFER_BYTES", "1024", 1);
+  clembed_context *small = NULL;
+  clembed_status s = clembed_context_create(NULL, &small);
+  unsetenv("CLEMBED_MAX_BUFFER_BYTES");
+  EXPECT(s == CLEMBED_OK, "a context with CLEMBED_MAX_BUFFER_BYTES=1024");
+  if (s != CLEMBED_OK) return;
+  size_t width = 0, pieces = 0;
+  for (size_t i = 0; i < NT; i++) width += MIXED[i].cols;
+  clembed_matrix probe = {0};
+  OK(small, clembed_matrix_create(small, bags_of(g_rank), width, CLEMBED_F32, &probe));
+  OK(small, clembed_matrix_pieces(small, &probe, 0, NULL, NULL, &pieces));
+  EXPECT(pieces > 1, "rank %d's out (%zu x %zu F32) is in %zu pieces under 1 KiB buffers", g_rank, bags_of(g_rank),
+         width, pieces);
+  clembed_matrix_release(&probe);
+  check_forward(small, MIXED, NT, CLEMBED_F32, 7, -1);
+  clembed_context_destroy(small);
 }
 
 TU_CASE(bad_id_on_one_rank) { check_forward(ctx, MIXED, 4, CLEMBED_F32, 4, g_size - 1); }
@@ -679,6 +717,21 @@ TU_CASE(checkpoint_across_plans) {
   if (g_rank == 0) unlink(path);
   clembed_mpi_feature_set_release(a);
   clembed_mpi_feature_set_release(b);
+}
+
+TU_CASE(steps_in_pieces) {
+  /* the tables, gradients and states in pieces (a context whose buffers hold 1 KiB) */
+  setenv("CLEMBED_MAX_BUFFER_BYTES", "1024", 1);
+  clembed_context *small = NULL;
+  clembed_status s = clembed_context_create(NULL, &small);
+  unsetenv("CLEMBED_MAX_BUFFER_BYTES");
+  EXPECT(s == CLEMBED_OK, "a context with CLEMBED_MAX_BUFFER_BYTES=1024");
+  if (s != CLEMBED_OK) return;
+  tspec T[NT];
+  size_t n;
+  float_tables(T, &n);
+  check_steps(small, T, n, CLEMBED_F32, 0);
+  clembed_context_destroy(small);
 }
 
 int main(int argc, char **argv) { return tu_mpi_main(argc, argv, "test_mpi_sets", 900, &g_rank, &g_size); }
