@@ -302,8 +302,11 @@ CLEMBED_API clembed_status clembed_mpi_checkpoint_load(const char *path, clembed
  *   a unit one value of a float type or one block of a block-quantized type;
  *   k = min(ranks, u)); not for FBGEMM's row-wise types (a row's scale and
  *   bias span its columns), nor for ROWWISE_ADAGRAD (its state is the whole
- *   row's) or stochastic rounding (its bits are keyed by the whole row's
- *   column) in a step: those are refused, CLEMBED_ERR_UNSUPPORTED;
+ *   row's), stochastic rounding of an F16 or BF16 table (its bits are keyed by
+ *   the whole row's column) or, for a MAX feature, ADAM or weight decay (one
+ *   device steps every column of a row that max_rows names in any column,
+ *   and those change a column whose gradient is 0) in a step: those are
+ *   refused, CLEMBED_ERR_UNSUPPORTED;
  * - CLEMBED_SHARD_TABLE_ROW: rows over the ranks of one node (the ranks
  *   MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) puts with `owner`, rank 0 with
  *   owner -1; they must be consecutive ranks of comm);
@@ -367,7 +370,7 @@ typedef struct clembed_mpi_feature_set clembed_mpi_feature_set; /* opaque */
  * the table, and *s NULL). The planner, run alike on every rank from what
  * every rank knows (one MPI_Allgather): each table's bytes (rows x row bytes,
  * plus a float a value for an optimizer state), each rank's device memory
- * (CL_DEVICE_GLOBAL_MEM_SIZE; a rank's tables take at most 3/4 of it) and
+ * (CL_DEVICE_GLOBAL_MEM_SIZE) and
  * the ids a batch reads from each table (the ranks' id_samples: their ids and
  * distinct ids summed; without any, one id a bag for every table) and the
  * bags of a batch (the ranks' sample_bags summed, the largest over the
@@ -380,8 +383,10 @@ typedef struct clembed_mpi_feature_set clembed_mpi_feature_set; /* opaque */
  * table goes whole to one rank (TABLE) when that costs the ranks less in all
  * than cutting it by rows (ROW) and its owner's part is no more than a rank's
  * share of the whole set's cost (else a hot table would hold up every rank);
- * the TABLE tables are placed the largest first, each on the rank whose
- * largest cost it raises least, within 3/4 of that rank's device memory; a
+ * the TABLE tables are placed the largest owner's cost first, each on the
+ * rank whose largest cost it raises least, an AUTO table within 3/4 of that
+ * rank's device memory (the plans forced by the caller are taken as they
+ * are); a
  * table no rank can hold goes by rows (TABLE_ROW over the least loaded node
  * that holds it where the ranks span several nodes, else ROW). A forced plan
  * the ranks cannot hold (a TABLE owner

@@ -635,8 +635,9 @@ class FeatureSet:
         lr, step, eps, betas, weight_decay, stochastic_rounding, rounding_seed), without
         'state' or 'state2': each table keeps its own, made by its first step (Table.state
         shows it); 'step' counts the steps (Adam's t, stochastic rounding's bits), the same
-        on every rank. Refused on every rank (UnsupportedError): 'rowwise_adagrad' and
-        stochastic rounding on a COLUMN table, a step of a block-quantized table.
+        on every rank. Refused on every rank (UnsupportedError): on a COLUMN table
+        'rowwise_adagrad', stochastic rounding of an F16/BF16 table, and 'adam' or weight
+        decay for a 'max' feature; a step of a quantized table.
         Collective and blocking: the ranks agree on grad's dtype, the features' options and
         every optimizer field."""
         s = self._live

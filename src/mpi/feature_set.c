@@ -171,8 +171,15 @@ static void plan_tables(const plan_in *in, size_t n, int size, const uint64_t *m
     out[i].ranks = size;
   }
   if (!load || !store || !own || !other || !row || !st || !order) { /* no memory to plan with: AUTO by rows */
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
       if (out[i].kind == CLEMBED_SHARD_AUTO) out[i].kind = CLEMBED_SHARD_ROW;
+      if (out[i].kind == CLEMBED_SHARD_TABLE) out[i].first = in[i].owner >= 0 ? in[i].owner : 0, out[i].ranks = 1;
+      if (out[i].kind == CLEMBED_SHARD_TABLE_ROW) { /* the node of the owner (rank 0's) */
+        int a = node[in[i].owner >= 0 ? in[i].owner : 0], z = a;
+        while (z + 1 < size && node[z + 1] == a) z++;
+        out[i].first = a, out[i].ranks = z - a + 1;
+      }
+    }
     goto columns;
   }
   for (size_t i = 0; i < n; i++) {
@@ -240,9 +247,11 @@ static void plan_tables(const plan_in *in, size_t n, int size, const uint64_t *m
       double nb_load = 0;
       for (int r = 0; r < size; r++) {
         if (node[r] != r) continue; /* a node's first rank */
-        int a = r, z = r;
+        int a = r, z = r, count = 0;
         while (z + 1 < size && node[z + 1] == r) z++;
         if (z - a + 1 == size) break; /* one node: ROW is that */
+        for (int k = 0; k < size; k++) count += node[k] == r;
+        if (count != z - a + 1) continue; /* a node whose ranks are not consecutive in comm */
         int fits = 1;
         double l = 0;
         for (int k = a; k <= z; k++) {
@@ -341,16 +350,23 @@ clembed_status clembed_mpi_feature_set_create(clembed_context *ctx, MPI_Comm com
                                 fin ? "finalized" : "not initialised (call MPI_Init_thread first)");
   if (comm == MPI_COMM_NULL)
     return clembed_context_fail(ctx, CLEMBED_ERR_INVALID_ARGUMENT, op, "comm", -1, 0, "%s: comm is MPI_COMM_NULL", op);
-  clembed_mpi_feature_set *s = calloc(1, sizeof *s);
-  if (!s) return clembed_context_fail(ctx, CLEMBED_ERR_OUT_OF_MEMORY, op, "", -1, 0, "%s: out of host memory", op);
-  s->ctx = ctx;
-  s->comm = MPI_COMM_NULL;
-  if (MPI_Comm_dup(comm, &s->comm) != MPI_SUCCESS) {
-    s->comm = MPI_COMM_NULL;
-    release_set(s);
+  MPI_Comm dup = MPI_COMM_NULL;
+  if (MPI_Comm_dup(comm, &dup) != MPI_SUCCESS)
     return clembed_context_fail(ctx, CLEMBED_ERR_COMMUNICATION, op, "comm", -1, 0, "%s: MPI_Comm_dup failed", op);
+  MPI_Comm_set_errhandler(dup, MPI_ERRORS_RETURN);
+  clembed_mpi_feature_set *s = calloc(1, sizeof *s);
+  if (!s) { /* still in the agreement, so that the others do not wait */
+    int rank = 0, size = 1;
+    MPI_Comm_rank(dup, &rank);
+    MPI_Comm_size(dup, &size);
+    ce_mpi_fail(&e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory", op);
+    ce_mpi_agree_as(&v, "the call", CE_MPI_CALL, CE_MPI_CALL_FS_CREATE);
+    ce_mpi_vote_run(dup, rank, size, &v, 1, &e);
+    MPI_Comm_free(&dup);
+    return ce_mpi_report(ctx, op, &e);
   }
-  MPI_Comm_set_errhandler(s->comm, MPI_ERRORS_RETURN);
+  s->ctx = ctx;
+  s->comm = dup;
   MPI_Comm_rank(s->comm, &s->rank);
   MPI_Comm_size(s->comm, &s->size);
   int size = s->size;
@@ -360,14 +376,15 @@ clembed_status clembed_mpi_feature_set_create(clembed_context *ctx, MPI_Comm com
   uint64_t *h = calloc(2 * n + 2, sizeof *h);
   double *samples = calloc(3 * n + 3, sizeof *samples), *sums = calloc(3 * n + 3, sizeof *sums);
   uint64_t *mem = calloc((size_t)size, sizeof *mem);
+  s->tab = calloc(n + 1, sizeof *s->tab);
   int *node = calloc((size_t)size, sizeof *node);
   if (!ctx || !out)
     ce_mpi_fail(&e, CLEMBED_ERR_INVALID_ARGUMENT, ctx ? "s" : "ctx", -1, 0, "%s: %s is NULL", op, ctx ? "s" : "ctx");
   else if (n && !tables)
     ce_mpi_fail(&e, CLEMBED_ERR_INVALID_ARGUMENT, "tables", -1, 0, "%s: tables is NULL with n = %zu", op, n);
-  else if (!in || !h || !samples || !sums || !mem || !node)
+  else if (!in || !h || !samples || !sums || !mem || !node || !s->tab)
     ce_mpi_fail(&e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory", op);
-  else if (n > (size_t)INT32_MAX)
+  else if (n > (size_t)INT32_MAX / 3)
     ce_mpi_fail(&e, CLEMBED_ERR_INVALID_ARGUMENT, "n", -1, (int64_t)n, "%s: %zu tables is too many", op, n);
   for (size_t i = 0; i < n && e.status == CLEMBED_OK; i++) {
     const clembed_mpi_table_spec *x = &tables[i];
@@ -460,11 +477,6 @@ clembed_status clembed_mpi_feature_set_create(clembed_context *ctx, MPI_Comm com
     in[i].ids = sums[3 * i];
     in[i].distinct = sums[3 * i + 1];
     in[i].bags = sums[3 * i + 2];
-  }
-  s->tab = calloc(n + 1, sizeof *s->tab);
-  if (!s->tab) {
-    ce_mpi_fail(&e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory", op);
-    goto fail; /* every rank has as much to allocate: a rank short of it is out of step anyway */
   }
   plan_tables(in, n, size, mem, node, s->tab);
   /* a forced TABLE_ROW needs its node's ranks consecutive */
@@ -566,14 +578,21 @@ typedef struct fs_call {
   ce_mpi_error e;
 } fs_call;
 
-static void call_release(fs_call *c) { /* (the features' arrays are the set's arena) */
+/* The caller's ids mapped by read_features handed back (before any write to a caller's buffer). */
+static void unmap_ids(fs_call *c) {
   int unmapped = 0;
   for (size_t i = 0; c->F && i < c->s->n; i++)
     if (c->F[i].map) {
       clEnqueueUnmapMemObject(clembed_context_queue(c->s->ctx), c->F[i].map_mem, c->F[i].map, 0, NULL, NULL);
+      c->F[i].map = NULL;
+      c->F[i].ids = NULL;
       unmapped = 1;
     }
   if (unmapped) clFinish(clembed_context_queue(c->s->ctx));
+}
+
+static void call_release(fs_call *c) { /* (the features' arrays are the set's arena) */
+  unmap_ids(c);
   free(c->F);
   free(c->coff);
   free(c->B);
@@ -771,6 +790,32 @@ static void read_features(fs_call *c, const clembed_bag_feature *features, size_
       }
     }
   }
+}
+
+/* A caller's buffer holds `elems` elements of `es` bytes from `offset` on, in
+ * the set's cl_context: else the rank's own failure, naming it. */
+static void check_extent(fs_call *c, cl_mem m, size_t offset, size_t elems, size_t es, const char *name) {
+  size_t size = 0;
+  cl_context mine = NULL, theirs = NULL;
+  if (!elems) return;
+  clGetCommandQueueInfo(clembed_context_queue(c->s->ctx), CL_QUEUE_CONTEXT, sizeof mine, &mine, NULL);
+  if (!m || clGetMemObjectInfo(m, CL_MEM_SIZE, sizeof size, &size, NULL) != CL_SUCCESS ||
+      clGetMemObjectInfo(m, CL_MEM_CONTEXT, sizeof theirs, &theirs, NULL) != CL_SUCCESS)
+    ce_mpi_fail(&c->e, CLEMBED_ERR_INVALID_ARGUMENT, name, -1, 0, "%s: %s's buffer is not a valid cl_mem", c->op, name);
+  else if (theirs != mine)
+    ce_mpi_fail(&c->e, CLEMBED_ERR_INVALID_ARGUMENT, name, -1, 0, "%s: %s's buffer belongs to another cl_context",
+                c->op, name);
+  else if (offset > size / es || elems > size / es - offset)
+    ce_mpi_fail(&c->e, CLEMBED_ERR_INVALID_ARGUMENT, name, -1, (int64_t)size,
+                "%s: %s reaches past its buffer of %zu bytes", c->op, name, size);
+}
+
+/* The checks of an output matrix before any exchange (clembed_matrix_pieces's:
+ * its buffer, its extent, its pieces). */
+static void check_matrix(fs_call *c, const clembed_matrix *m) {
+  size_t pieces = 0;
+  clembed_status st = clembed_matrix_pieces(c->s->ctx, m, 0, NULL, NULL, &pieces);
+  if (st != CLEMBED_OK) ce_mpi_fail_from(&c->e, c->s->ctx, st);
 }
 
 /* The agreement of a call: the call, n, a dtype and every feature's agreed
@@ -1247,10 +1292,20 @@ clembed_status clembed_mpi_embedding_bags(clembed_mpi_feature_set *s, const clem
   else if (!is_float(out->dtype))
     ce_mpi_fail(&c.e, CLEMBED_ERR_INVALID_ARGUMENT, "out", -1, (int64_t)out->dtype,
                 "%s: out must be F32, F16 or BF16 (it is %s)", op, ce_mpi_dtype_text(out->dtype, dt, sizeof dt));
+  if (c.e.status == CLEMBED_OK) { /* an earlier call's pending error is this rank's answer */
+    clembed_status st = clembed_finish(ctx);
+    if (st != CLEMBED_OK) ce_mpi_fail_from(&c.e, ctx, st);
+  }
   if (c.e.status == CLEMBED_OK) read_features(&c, features, n, out->rows, 0);
   if (c.e.status == CLEMBED_OK && out->cols != c.width)
     ce_mpi_fail(&c.e, CLEMBED_ERR_INVALID_ARGUMENT, "out", -1, (int64_t)out->cols,
                 "%s: out has %zu cols; the set's tables have %zu together", op, out->cols, c.width);
+  if (c.e.status == CLEMBED_OK) check_matrix(&c, out);
+  for (size_t i = 0; i < s->n && c.e.status == CLEMBED_OK; i++) { /* the outputs written after the exchanges */
+    const clembed_ids *mr = c.F[i].f.options.max_rows;
+    if (mr && grouped(&s->tab[i])) check_extent(&c, mr->buffer, mr->offset, mr->count, mr->type == CLEMBED_I64 ? 8 : 4,
+                                                "max_rows");
+  }
   if (c.e.status == CLEMBED_OK) {
     es = clembed_dtype_row_bytes(out->dtype, 1);
     maxr = calloc(s->n + 1, sizeof *maxr);
@@ -1294,7 +1349,9 @@ clembed_status clembed_mpi_embedding_bags(clembed_mpi_feature_set *s, const clem
   /* the owner's one call; without MAX its rows, rank after rank, are the send
    * buffer as it lies, read there straight */
   int in_place = 0;
-  if (unpack_bags(&c, &x1, 0, out->dtype, &L, &own) && L.k && L.total) {
+  int unpacked = unpack_bags(&c, &x1, 0, out->dtype, &L, &own);
+  unmap_ids(&c); /* the ids are on the device now: before any write to the caller's buffers */
+  if (unpacked && L.k && L.total) {
     clembed_matrix lo = L.rows;
     clembed_status st = owner_outcome(ctx, clembed_embedding_bags(ctx, L.lf, L.k, &lo, 0, NULL, NULL));
     if (st == CLEMBED_OK && !owns_max) { /* mapped: MPI sends them from where the device wrote them */
@@ -1358,17 +1415,11 @@ clembed_status clembed_mpi_embedding_bags(clembed_mpi_feature_set *s, const clem
   int direct = clembed_matrix_pieces(ctx, out, 0, NULL, NULL, &pieces) == CLEMBED_OK && pieces == 1;
   if (!direct && !host) {
     host = fs_host(s, HB_HOST, c.bags * c.width * es);
-    if (!host) {
-      ce_mpi_fail(&c.e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory", op);
-      goto done;
-    }
+    if (!host) ce_mpi_fail(&c.e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory", op);
   }
-  {
-    int64_t **mine = calloc(s->n + 1, sizeof *mine);
-    if (!mine) {
-      ce_mpi_fail(&c.e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory", op);
-      goto done;
-    }
+  int64_t **mine = c.e.status == CLEMBED_OK ? calloc(s->n + 1, sizeof *mine) : NULL;
+  if (c.e.status == CLEMBED_OK && !mine) ce_mpi_fail(&c.e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory", op);
+  if (mine) { /* (a failure here still leaves the ROW features' calls below to every rank) */
     for (int d = 0; d < s->size && c.e.status == CLEMBED_OK; d++) {
       const char *p = d == s->rank ? x2.send + x2.sd[d] : x2.recv + x2.rd[d]; /* (the same layout) */
       size_t Wd = owned_width(s, d), at = 0;
@@ -1401,9 +1452,11 @@ clembed_status clembed_mpi_embedding_bags(clembed_mpi_feature_set *s, const clem
       }
     }
     /* the direct writes read the buffers: done before they are used again or unmapped */
-    if (direct && c.e.status == CLEMBED_OK) {
-      clembed_status st = clembed_finish(ctx);
-      if (st != CLEMBED_OK) ce_mpi_fail_from(&c.e, ctx, st);
+    if (direct) {
+      cl_int fin = clFinish(q);
+      if (fin != CL_SUCCESS && c.e.status == CLEMBED_OK)
+        ce_mpi_fail(&c.e, (clembed_status)fin, "out", -1, fin, "%s: writing out: %s", op,
+                    clembed_status_string((clembed_status)fin));
     }
     if (mapped) {
       clEnqueueUnmapMemObject(q, mapped_mem, mapped, 0, NULL, NULL);
@@ -1514,6 +1567,10 @@ clembed_status clembed_mpi_bags_optimizer_step(clembed_mpi_feature_set *s, const
     ce_mpi_fail(&c.e, CLEMBED_ERR_INVALID_ARGUMENT, "grad_out", -1, (int64_t)grad_out->dtype,
                 "%s: grad_out must be F32, F16 or BF16 (it is %s)", op,
                 ce_mpi_dtype_text(grad_out->dtype, dt, sizeof dt));
+  if (c.e.status == CLEMBED_OK) { /* an earlier call's pending error is this rank's answer */
+    clembed_status st = clembed_finish(ctx);
+    if (st != CLEMBED_OK) ce_mpi_fail_from(&c.e, ctx, st);
+  }
   if (c.e.status == CLEMBED_OK) read_features(&c, features, n, grad_out->rows, 1);
   if (c.e.status == CLEMBED_OK && grad_out->cols != c.width)
     ce_mpi_fail(&c.e, CLEMBED_ERR_INVALID_ARGUMENT, "grad_out", -1, (int64_t)grad_out->cols,
@@ -1538,7 +1595,14 @@ clembed_status clembed_mpi_bags_optimizer_step(clembed_mpi_feature_set *s, const
       ce_mpi_fail(&c.e, CLEMBED_ERR_UNSUPPORTED, "o", (int64_t)i, 0,
                   "%s: table %zu (%s) is cut by columns: ROWWISE_ADAGRAD's state is a whole row's, so it is not "
                   "stepped by column blocks (plan the table TABLE, ROW or TABLE_ROW)", op, i, t->name);
-    else if (t->kind == CLEMBED_SHARD_COLUMN && oo[i].stochastic_rounding)
+    else if (t->kind == CLEMBED_SHARD_COLUMN && c.F[i].f.options.mode == CLEMBED_BAG_MAX &&
+             (oo[i].kind == CLEMBED_ADAM || oo[i].weight_decay != 0.0f))
+      ce_mpi_fail(&c.e, CLEMBED_ERR_UNSUPPORTED, "o", (int64_t)i, 0,
+                  "%s: table %zu (%s) is cut by columns and its feature is MAX: one device steps every column of a "
+                  "row max_rows names in any column, which a block does not see, and %s changes a column whose "
+                  "gradient is 0 (plan the table TABLE, ROW or TABLE_ROW, or use SGD or ADAGRAD without weight decay)",
+                  op, i, t->name, oo[i].kind == CLEMBED_ADAM ? "ADAM" : "weight decay");
+    else if (t->kind == CLEMBED_SHARD_COLUMN && oo[i].stochastic_rounding && t->dtype != CLEMBED_F32)
       ce_mpi_fail(&c.e, CLEMBED_ERR_UNSUPPORTED, "o", (int64_t)i, 0,
                   "%s: table %zu (%s) is cut by columns: stochastic rounding's bits are keyed by the whole row's "
                   "column (plan the table TABLE, ROW or TABLE_ROW)", op, i, t->name);
@@ -1563,7 +1627,9 @@ clembed_status clembed_mpi_bags_optimizer_step(clembed_mpi_feature_set *s, const
 
   /* the grouped features: bags and gradient rows to their owners, stepped there */
   if (!send_bags(&c, &x1, 1, grad, es)) goto undo;
-  if (unpack_bags(&c, &x1, 1, grad_out->dtype, &L, &own) && L.k && L.total) {
+  int unpacked = unpack_bags(&c, &x1, 1, grad_out->dtype, &L, &own);
+  unmap_ids(&c);
+  if (unpacked && L.k && L.total) {
     clembed_matrix gl = L.rows;
     clembed_status st = CLEMBED_OK;
     lo = calloc(L.k, sizeof *lo);

@@ -357,7 +357,11 @@ static clembed_status init(clembed_mpi_table *t, const char *op, int normal, flo
       ce_mpi_vote_outcome(&v, op, &e) != CLEMBED_OK)
     return ce_mpi_report(ctx, op, &e);
   uint64_t first = t->bounds[t->rank];
-  if (t->column)
+  if (t->column && !clembed_dtype_size(t->dtype))
+    s = clembed_context_fail(ctx, CLEMBED_ERR_UNSUPPORTED, op, "t", -1, (int64_t)t->dtype,
+                             "%s: a %s table is not initialised (quantized tables are loaded)", op,
+                             clembed_dtype_name(t->dtype));
+  else if (t->column)
     s = init_columns(t, normal, a, b, seed);
   else
     s = normal ? clembed_matrix_init_normal_at(ctx, &t->shard, first, a, b, seed, 0, NULL, NULL)

@@ -517,6 +517,8 @@ TU_CASE(steps_every_plan_forced) {
       T[i].shard = kinds[k];
       T[i].owner = kinds[k] == CLEMBED_SHARD_TABLE ? (int)(i % (size_t)g_size) : -1;
       if (kinds[k] == CLEMBED_SHARD_COLUMN && T[i].opt == CLEMBED_ROWWISE_ADAGRAD) T[i].opt = CLEMBED_ADAGRAD;
+      /* a MAX feature's blocks: ADAGRAD (a row not named in a block's columns adds +0 there, as on one device) */
+      if (kinds[k] == CLEMBED_SHARD_COLUMN && T[i].mode == CLEMBED_BAG_MAX) T[i].opt = CLEMBED_ADAGRAD;
     }
     check_steps(ctx, T, n, CLEMBED_F32, 0);
   }
@@ -638,6 +640,29 @@ TU_CASE(refusals) {
   o[1].stochastic_rounding = 1;
   FAILS(ctx, CLEMBED_ERR_UNSUPPORTED, clembed_mpi_bags_optimizer_step(s, f, 3, &g, o));
   o[1].stochastic_rounding = 0;
+  /* a MAX feature on a COLUMN table with ADAM (a column a block does not see named changes on one device) */
+  clembed_ids mr1 = {0};
+  int64_t *zeros = calloc(B * T[1].cols + 1, sizeof *zeros);
+  OK(ctx, clembed_ids_create(ctx, zeros, B * T[1].cols, CLEMBED_I64, &mr1));
+  free(zeros);
+  f[1].options.mode = CLEMBED_BAG_MAX;
+  f[1].options.max_rows = &mr1;
+  o[1] = clembed_optimizer_defaults(CLEMBED_ADAM);
+  o[1].step = 1;
+  FAILS(ctx, CLEMBED_ERR_UNSUPPORTED, clembed_mpi_bags_optimizer_step(s, f, 3, &g, o));
+  EXPECT(strstr(clembed_context_message(ctx), "MAX") != NULL, "%s", clembed_context_message(ctx));
+  f[1].options.mode = T[1].mode;
+  f[1].options.max_rows = NULL;
+  clembed_ids_release(&mr1);
+  o[1] = clembed_optimizer_defaults(CLEMBED_SGD);
+  /* an out that reaches past its buffer on one rank: every rank refuses before anything moves */
+  {
+    clembed_matrix past = out;
+    if (g_rank == 0) past.offset = 1u << 20;
+    FAILS(ctx, CLEMBED_ERR_INVALID_ARGUMENT, clembed_mpi_embedding_bags(s, f, 3, &past));
+    EXPECT(strstr(clembed_context_message(ctx), g_rank == 0 ? "buffer holds" : "rank 0") != NULL, "%s",
+           clembed_context_message(ctx));
+  }
   /* a state passed in */
   clembed_matrix st = {0};
   OK(ctx, clembed_matrix_create(ctx, T[0].rows, T[0].cols, CLEMBED_F32, &st));
