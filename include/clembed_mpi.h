@@ -132,6 +132,17 @@ CLEMBED_API clembed_status clembed_mpi_table_create(clembed_context *ctx, MPI_Co
 CLEMBED_API clembed_status clembed_mpi_table_load(clembed_context *ctx, MPI_Comm comm, const clembed_file *f,
                                                   const char *name, clembed_dtype dtype, clembed_mpi_table **t);
 
+/* Loads tensor `name` of a file each rank has opened itself (the same file,
+ * or copies of it; NULL: the only tensor, or a GGUF file's token_embd.weight)
+ * into an existing table of its shape: each rank reads only its own part (its
+ * rows, or a feature set's COLUMN table's block of every row), a piece of at
+ * most 16 MiB of rows at a time, with the bits of clembed_matrix_load. The
+ * table's optimizer state is kept. The ranks agree on the name and the
+ * tensor's stored type; a tensor of another shape (CLEMBED_ERR_INVALID_ARGUMENT,
+ * naming both shapes) or a rank that cannot read its part fails every rank.
+ * Collective. How a feature set's tables are filled from a model's file. */
+CLEMBED_API clembed_status clembed_mpi_table_load_into(clembed_mpi_table *t, const clembed_file *f, const char *name);
+
 /* Releases the shard, its optimizer state and the communicator. Collective.
  * NULL is a no-op. */
 CLEMBED_API void clembed_mpi_table_release(clembed_mpi_table *t);
@@ -404,8 +415,9 @@ CLEMBED_API clembed_status clembed_mpi_feature_set_plan(const clembed_mpi_featur
                                                         clembed_shard_kind *kind, int *first_rank, int *ranks);
 
 /* Table `table` as a clembed_mpi_table, owned by the set, for
- * clembed_mpi_table_init_normal/_uniform (the whole table's bits, whatever the
- * plan), clembed_mpi_table_shard / _state, and, for ROW, TABLE and TABLE_ROW
+ * clembed_mpi_table_init_normal/_uniform and clembed_mpi_table_load_into (the
+ * whole table's bits, whatever the plan), clembed_mpi_table_shard / _state,
+ * and, for ROW, TABLE and TABLE_ROW
  * tables, every other clembed_mpi_table call (checkpoints included: a
  * TABLE table saves and loads on any number of ranks as any other). A COLUMN
  * table's shard is its block of columns of every row (first_row 0); the

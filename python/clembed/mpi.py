@@ -206,6 +206,7 @@ PROTOTYPES: Dict[str, Tuple[Any, List[Any]]] = {
     "clembed_mpi_table_state": (c_int, [TAB, c_int, POINTER(c_int), PM]),
     "clembed_mpi_table_init_normal": (c_int, [TAB, c_float, c_float, c_uint64]),
     "clembed_mpi_table_init_uniform": (c_int, [TAB, c_float, c_float, c_uint64]),
+    "clembed_mpi_table_load_into": (c_int, [TAB, c_void_p, c_char_p]),
     "clembed_mpi_embed": (c_int, [TAB, PI, POINTER(_lib.EmbedOptions_t), PM]),
     "clembed_mpi_embedding_bag": (c_int, [TAB, PI, PI, PBO, PM]),
     "clembed_mpi_optimizer_step": (c_int, [TAB, PM, PI, POINTER(_lib.BackwardOptions_t), POINTER(Optimizer_t)]),
@@ -234,7 +235,7 @@ PY_CALLS.update({
     "clembed_mpi_embedding_bags": "FeatureSet.embedding_bags",
     "clembed_mpi_bags_optimizer_step": "FeatureSet.bags_step", "clembed_mpi_table_shard": "Table.shard",
     "clembed_mpi_table_state": "Table.state", "clembed_mpi_table_init_normal": "Table.init_normal",
-    "clembed_mpi_table_init_uniform": "Table.init_uniform",
+    "clembed_mpi_table_init_uniform": "Table.init_uniform", "clembed_mpi_table_load_into": "Table.load",
 })
 
 
@@ -326,6 +327,35 @@ class Table:
         """Fills the whole table from U(low, high) (Context.init's 'uniform' bits for the
         whole table, whatever the plan). Collective. Returns the table."""
         return self._init("clembed_mpi_table_init_uniform", ("low", "high"), low, high, seed)
+
+    @api("Table.load", "clembed_mpi_table_load_into")
+    def load(self, path: Any, name: Optional[str] = None) -> "Table":
+        """Fills the table from tensor `name` of a model file (.npy, .safetensors, .gguf; None:
+        the only tensor, or a GGUF file's token_embd.weight) of the table's shape, the bits
+        Context.load gives in the table's dtype, whatever the plan: every rank opens the path
+        itself (the same file, or copies of it) and reads only its own part. Collective (a
+        rank that cannot open the file fails every rank's call). Returns the table."""
+        from ._files import _File
+        t = self._handle()
+        err: Optional[BaseException] = None
+        f = None
+        key = None
+        try:
+            if name is not None and not isinstance(name, str):
+                raise wrong_type("name", "must be a str or None, not %s" % type(name).__name__)
+            key = name.encode() if name is not None else None
+            f = _File(path)
+        except Exception as e:
+            err = e
+        try:  # a rank that failed here still calls, with no file: every rank's call fails, none waits
+            st = lib.clembed_mpi_table_load_into(t, f.h if f is not None else None, key)
+        finally:
+            if f is not None:
+                f.__exit__(None, None, None)
+        if err is not None:
+            raise err
+        self._fs.ctx._check(st, "clembed_mpi_table_load_into")
+        return self
 
     @api("Table.shard", "clembed_mpi_table_shard")
     def shard(self) -> Tuple[int, Matrix]:

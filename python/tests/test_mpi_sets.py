@@ -493,6 +493,30 @@ def test_init_every_plan(ctx):
     agree(fs.closed, "the with block released the set")
 
 
+@collective
+def test_load_every_plan(ctx):
+    """Table.load: a .npy file's table into a set's tables of every plan, F32 and BF16 (converted)."""
+    R, C = 301, 40
+    T = [dict(MIXED[0], name="loaded%d" % i, rows=R, cols=C, shard=k, owner=-1, dtype=d)
+         for i, (k, d) in enumerate((("row", "f32"), ("table", "f32"), ("column", "f32"), ("table_row", "f32"),
+                                     ("column", "bf16")))]
+    v = (np.arange(R * C, dtype=np.float32).reshape(R, C) % 97 - 48) / 7.0
+    path = "/tmp/clembed_py_sets_load_%d.npy" % os.getppid()
+    if RANK == 0:
+        np.save(path, v)
+    COMM.Barrier()
+    with make_set(ctx, T) as fs:
+        for i, t in enumerate(T):
+            W = ctx.load(path, dtype=t["dtype"])
+            agree(fs.table(i).load(path) is fs.table(i), "load returns the table")
+            agree(holds(ctx, fs, i, t, W), "table %d (%s) after load" % (i, fs.plan(i)[0]))
+        agree_raises(clembed.Error, lambda: fs.table(0).load(path if RANK == 0 else "/nonexistent.npy"),
+                     "a file one rank cannot open")
+    COMM.Barrier()
+    if RANK == 0:
+        os.unlink(path)
+
+
 # ------------------------------------------------------------------ refusals
 
 @collective

@@ -195,7 +195,7 @@ clembed_status ce_mpi_refuse_column(const clembed_mpi_table *t, const char *op) 
   return clembed_context_fail(t->ctx, CLEMBED_ERR_UNSUPPORTED, op, "t", -1, 0,
                               "%s: t is a feature set's COLUMN table (its columns over the ranks): it is read and "
                               "stepped by clembed_mpi_embedding_bags and clembed_mpi_bags_optimizer_step, initialised "
-                              "by clembed_mpi_table_init_*; the row-wise calls and checkpoints take ROW, TABLE and "
+                              "by clembed_mpi_table_init_* and loaded by clembed_mpi_table_load_into; the row-wise calls and checkpoints take ROW, TABLE and "
                               "TABLE_ROW tables", op);
 }
 
@@ -248,6 +248,70 @@ clembed_status clembed_mpi_table_load(clembed_context *ctx, MPI_Comm comm, const
   return finish(tab, op, &e, t);
 }
 
+static clembed_status write_rows(clembed_context *ctx, const clembed_matrix *m, size_t r0, size_t k, const char *host);
+
+clembed_status clembed_mpi_table_load_into(clembed_mpi_table *t, const clembed_file *f, const char *name) {
+  const char *op = "clembed_mpi_table_load_into";
+  ce_mpi_error e = {0};
+  ce_mpi_vote v = {0};
+  if (!t)
+    return clembed_context_fail(NULL, CLEMBED_ERR_INVALID_ARGUMENT, op, "t", -1, 0,
+                                "%s: t is NULL (no communicator to speak on)", op);
+  clembed_context *ctx = t->ctx;
+  uint64_t rows = 0, cols = 0;
+  clembed_tensor_info info = {0};
+  clembed_status s = clembed_finish(ctx); /* an earlier call's pending error is this rank's answer */
+  if (s != CLEMBED_OK) ce_mpi_fail_from(&e, ctx, s);
+  else if (!f) ce_mpi_fail(&e, CLEMBED_ERR_INVALID_ARGUMENT, "f", -1, 0, "%s: f is NULL", op);
+  if (e.status == CLEMBED_OK) { /* the tensor clembed_matrix_load would take, of the table's shape */
+    size_t i = 0, n = clembed_file_tensor_count(f);
+    s = CLEMBED_OK;
+    if (name || n != 1) s = clembed_file_find(f, name ? name : "token_embd.weight", &i);
+    if (s == CLEMBED_OK) s = clembed_file_tensor_info(f, i, &info);
+    if (s != CLEMBED_OK)
+      ce_mpi_fail(&e, s, "name", -1, 0, "%s: %s", op, clembed_last_error_message());
+    else if (!tensor_shape(&info, &rows, &cols) || rows != t->rows || cols != t->cols)
+      ce_mpi_fail(&e, CLEMBED_ERR_INVALID_ARGUMENT, "name", -1, 0,
+                  "%s: tensor '%s' is %llu x %llu; the table is %zu x %zu", op, info.name, (unsigned long long)rows,
+                  (unsigned long long)cols, t->rows, t->cols);
+  }
+  ce_mpi_agree_as(&v, "the call", CE_MPI_CALL, CE_MPI_CALL_LOAD);
+  ce_mpi_agree_string(&v, "name", name);
+  ce_mpi_agree_string(&v, "the tensor's stored type", e.status == CLEMBED_OK ? info.type_name : NULL);
+  if (!ce_mpi_vote_run(t->comm, t->rank, t->size, &v, e.status != CLEMBED_OK, &e) ||
+      ce_mpi_vote_outcome(&v, op, &e) != CLEMBED_OK)
+    return ce_mpi_report(ctx, op, &e);
+  /* every rank its part: rows, or a COLUMN table's block of every row, a piece of rows at a time */
+  size_t R = t->shard.rows, first = t->column ? 0 : t->bounds[t->rank];
+  size_t rb = clembed_dtype_row_bytes(t->dtype, t->cols), wb = clembed_dtype_row_bytes(t->dtype, t->shard.cols);
+  size_t unit = clembed_dtype_block_values(t->dtype) ? clembed_dtype_block_values(t->dtype) : t->cols;
+  size_t c0 = t->column ? t->col_first / unit * clembed_dtype_row_bytes(t->dtype, unit) : 0;
+  size_t step = R ? (size_t)(16u << 20) / (rb + 1) + 1 : 0;
+  if (step > R) step = R;
+  char *whole = R ? malloc(step * rb + 1) : NULL, *part = R && t->column ? malloc(step * wb + 1) : NULL;
+  if (R && (!whole || (t->column && !part)))
+    ce_mpi_fail(&e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory", op);
+  for (size_t r = 0; r < R && e.status == CLEMBED_OK; r += step) {
+    size_t k = R - r < step ? R - r : step;
+    clembed_matrix piece = {0};
+    s = clembed_matrix_load_rows(ctx, f, name, t->dtype, first + r, k, &piece);
+    if (s == CLEMBED_OK) s = clembed_matrix_read(ctx, &piece, whole, t->dtype);
+    clembed_matrix_release(&piece);
+    if (s == CLEMBED_OK && t->column)
+      for (size_t q = 0; q < k; q++) memcpy(part + q * wb, whole + q * rb + c0, wb);
+    if (s == CLEMBED_OK) s = write_rows(ctx, &t->shard, r, k, t->column ? part : whole);
+    if (s != CLEMBED_OK) ce_mpi_fail_from(&e, ctx, s);
+  }
+  free(whole);
+  free(part);
+  clembed_status theirs = CLEMBED_OK;
+  int bad = ce_mpi_first_failed(t->comm, t->rank, t->size, e.status, &e, &theirs);
+  if (bad >= 0 && e.status == CLEMBED_OK)
+    ce_mpi_fail(&e, theirs, "", bad, 0, "%s: rank %d could not load its part (its context's message says why)", op,
+                bad);
+  return ce_mpi_report(ctx, op, &e);
+}
+
 /* The calls are blocking: no work of the table's is in flight; work the caller
  * enqueued on the shard keeps its buffer (OpenCL counts references). */
 void clembed_mpi_table_release(clembed_mpi_table *t) { release_table(t); }
@@ -288,8 +352,8 @@ static clembed_status write_rows(clembed_context *ctx, const clembed_matrix *m, 
   if (!pieces || !starts) {
     free(pieces);
     free(starts);
-    return clembed_context_fail(ctx, CLEMBED_ERR_OUT_OF_MEMORY, "clembed_mpi_table_init", "", -1, 0,
-                                "clembed_mpi_table_init: out of host memory");
+    return clembed_context_fail(ctx, CLEMBED_ERR_OUT_OF_MEMORY, "clembed_mpi_table", "", -1, 0,
+                                "clembed_mpi_table: out of host memory for a piece of rows");
   }
   s = clembed_matrix_pieces(ctx, m, count, pieces, starts, &count);
   for (size_t i = 0; i < count && s == CLEMBED_OK; i++) {

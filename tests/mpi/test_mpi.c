@@ -261,22 +261,6 @@ TU_CASE(init_whole_table_bits) {
 
 static char g_dir[256];
 
-static void write_npy(const char *path, const float *v, size_t R, size_t C) {
-  char dict[128];
-  snprintf(dict, sizeof dict, "{'descr': '<f4', 'fortran_order': False, 'shape': (%zu, %zu), }", R, C);
-  size_t len = strlen(dict), total = (10 + len + 1 + 63) / 64 * 64;
-  FILE *f = fopen(path, "wb");
-  if (!f) return;
-  unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)((total - 10) & 255),
-                           (unsigned char)((total - 10) >> 8)};
-  fwrite(pre, 1, 10, f);
-  fwrite(dict, 1, len, f);
-  for (size_t i = 10 + len; i + 1 < total; i++) fputc(' ', f);
-  fputc('\n', f);
-  fwrite(v, sizeof *v, R * C, f);
-  fclose(f);
-}
-
 /* A .safetensors file of two R x C F32 tensors, "a" and "b" (both v). */
 static void write_two_tensors(const char *path, const float *v, size_t R, size_t C) {
   char hdr[256];
@@ -307,7 +291,7 @@ TU_CASE(load_rows_of_a_file) {
     snprintf(g_dir, sizeof g_dir, "%s/clembed_mpi_XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
     if (!mkdtemp(g_dir)) g_dir[0] = '\0';
     snprintf(path, sizeof path, "%s/table.npy", g_dir);
-    write_npy(path, h, R, C);
+    tu_write_npy_f32(path, h, R, C);
   }
   MPI_Bcast(g_dir, sizeof g_dir, MPI_CHAR, 0, MPI_COMM_WORLD);
   snprintf(path, sizeof path, "%s/table.npy", g_dir);

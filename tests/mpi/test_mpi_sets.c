@@ -12,6 +12,7 @@
  *   mpirun -n N test_mpi_sets [CASE ...]   (--list names the cases) */
 #define _GNU_SOURCE
 #include "clembed_mpi.h"
+#include "clembed_io.h"
 #include "test_mpi_util.h"
 
 #include <stdlib.h>
@@ -539,6 +540,51 @@ TU_CASE(init_every_plan) {
     clembed_matrix_release(&W);
   }
   clembed_mpi_feature_set_release(s);
+}
+
+TU_CASE(load_every_plan) {
+  /* clembed_mpi_table_load_into: a file's table into a set's tables of every plan, F32 and BF16 (converted) */
+  enum { R = 301, C = 40 };
+  tspec T[5] = {MIXED[0], MIXED[0], MIXED[0], MIXED[0], MIXED[0]};
+  static const clembed_shard_kind kinds[5] = {CLEMBED_SHARD_ROW, CLEMBED_SHARD_TABLE, CLEMBED_SHARD_COLUMN,
+                                              CLEMBED_SHARD_TABLE_ROW, CLEMBED_SHARD_COLUMN};
+  for (int i = 0; i < 5; i++) {
+    T[i].rows = R;
+    T[i].cols = C;
+    T[i].shard = kinds[i];
+    T[i].owner = kinds[i] == CLEMBED_SHARD_TABLE ? -2 : -1;
+    T[i].dt = i == 4 ? CLEMBED_BF16 : CLEMBED_F32;
+  }
+  char path[256];
+  snprintf(path, sizeof path, "/tmp/clembed_sets_load_%d.npy", (int)getppid());
+  float *v = malloc(R * C * sizeof *v);
+  for (size_t k = 0; k < (size_t)R * C; k++) v[k] = value(9, k, 31);
+  if (g_rank == 0) tu_write_npy_f32(path, v, R, C);
+  MPI_Barrier(MPI_COMM_WORLD);
+  clembed_mpi_feature_set *s = make_set(ctx, T, 5);
+  clembed_file *f = NULL;
+  OK(ctx, clembed_file_open(path, &f));
+  for (size_t i = 0; s && f && i < 5; i++) {
+    clembed_matrix W = {0};
+    OK(ctx, clembed_matrix_load(ctx, f, NULL, T[i].dt, &W));
+    OK(ctx, clembed_mpi_table_load_into(clembed_mpi_feature_set_table(s, i), f, NULL));
+    expect_table(ctx, s, i, &T[i], &W, 0, "load_into");
+    clembed_matrix_release(&W);
+  }
+  /* a table of another shape: every rank refuses, naming both */
+  tspec wrong = T[0];
+  wrong.rows = R + 1;
+  clembed_mpi_feature_set *w = make_set(ctx, &wrong, 1);
+  if (w && f) {
+    FAILS(ctx, CLEMBED_ERR_INVALID_ARGUMENT, clembed_mpi_table_load_into(clembed_mpi_feature_set_table(w, 0), f, NULL));
+    EXPECT(strstr(clembed_context_message(ctx), "302 x 40") != NULL, "%s", clembed_context_message(ctx));
+  }
+  clembed_file_close(f);
+  clembed_mpi_feature_set_release(w);
+  clembed_mpi_feature_set_release(s);
+  free(v);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (g_rank == 0) unlink(path);
 }
 
 TU_CASE(planner_balances_tables) {

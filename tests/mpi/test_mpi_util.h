@@ -25,4 +25,21 @@ static inline int tu_mpi_main(int argc, char **argv, const char *name, unsigned 
   return rc;
 }
 
+/* A .npy file of R x C float32 values (v, C order). */
+static inline void tu_write_npy_f32(const char *path, const float *v, size_t R, size_t C) {
+  char dict[128];
+  snprintf(dict, sizeof dict, "{'descr': '<f4', 'fortran_order': False, 'shape': (%zu, %zu), }", R, C);
+  size_t len = strlen(dict), total = (10 + len + 1 + 63) / 64 * 64;
+  FILE *f = fopen(path, "wb");
+  if (!f) return;
+  unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)((total - 10) & 255),
+                           (unsigned char)((total - 10) >> 8)};
+  fwrite(pre, 1, 10, f);
+  fwrite(dict, 1, len, f);
+  for (size_t i = 10 + len; i + 1 < total; i++) fputc(' ', f);
+  fputc('\n', f);
+  fwrite(v, sizeof *v, R * C, f);
+  fclose(f);
+}
+
 #endif
