@@ -416,13 +416,15 @@ CLEMBED_API clembed_status clembed_mpi_feature_set_plan(const clembed_mpi_featur
 
 /* Table `table` as a clembed_mpi_table, owned by the set, for
  * clembed_mpi_table_init_normal/_uniform and clembed_mpi_table_load_into (the
- * whole table's bits, whatever the plan), clembed_mpi_table_shard / _state,
- * and, for ROW, TABLE and TABLE_ROW
- * tables, every other clembed_mpi_table call (checkpoints included: a
- * TABLE table saves and loads on any number of ranks as any other). A COLUMN
+ * whole table's bits, whatever the plan), clembed_mpi_checkpoint_save / _load
+ * (the same file whatever the plan and rank count: a table saved under one
+ * plan loads under another), clembed_mpi_table_shard / _state, and, for ROW,
+ * TABLE and TABLE_ROW tables, every other clembed_mpi_table call. A COLUMN
  * table's shard is its block of columns of every row (first_row 0); the
- * row-wise calls and checkpoints refuse it (CLEMBED_ERR_UNSUPPORTED). NULL for
- * a NULL set or a table past n. */
+ * row-wise calls (embed, embedding_bag and their steps) refuse it
+ * (CLEMBED_ERR_UNSUPPORTED); its checkpoint is written a block of a row at a
+ * time, and rank 0 reads each of its tensors back for the checksum. NULL for a
+ * NULL set or a table past n. */
 CLEMBED_API clembed_mpi_table *clembed_mpi_feature_set_table(clembed_mpi_feature_set *s, size_t table);
 
 /* Releases every table and the communicator. Collective. NULL is a no-op. */

@@ -53,6 +53,13 @@ static char *joined(const char *a, const char *b) {
   return s;
 }
 
+/* A feature set's COLUMN table (and its states): the bytes its block starts
+ * at in a row of the tensor (dtype), and the block's bytes a row. */
+static size_t column_at(const clembed_mpi_table *t, clembed_dtype dtype) {
+  size_t unit = clembed_dtype_block_values(dtype) ? clembed_dtype_block_values(dtype) : 1;
+  return t->col_first / unit * clembed_dtype_row_bytes(dtype, unit);
+}
+
 static const clembed_matrix *part_matrix(const part *p) {
   return p->which == 0 ? &p->t->shard : p->which == 1 ? &p->t->state : &p->t->state2;
 }
@@ -162,8 +169,6 @@ clembed_status clembed_mpi_checkpoint_save(const char *path, clembed_mpi_table *
     return clembed_context_fail(NULL, CLEMBED_ERR_INVALID_ARGUMENT, op, "tables", -1, 0,
                                 "%s: no table (tables NULL, n 0 or tables[0] NULL: no communicator to speak on)", op);
   clembed_mpi_table *t0 = tables[0];
-  for (size_t i = 0; i < n; i++) /* every rank alike: a table's plan is the same everywhere */
-    if (tables[i] && tables[i]->column) return ce_mpi_refuse_column(tables[i], op);
   clembed_context *ctx = t0->ctx;
   ce_mpi_error e = {0};
   ce_mpi_vote v = {0};
@@ -243,6 +248,12 @@ clembed_status clembed_mpi_checkpoint_save(const char *path, clembed_mpi_table *
       clembed_status s = clembed_matrix_read(t->ctx, &view, buf, m->dtype);
       if (s != CLEMBED_OK) {
         ce_mpi_fail_from(&e, t->ctx, s);
+      } else if (t->column) { /* the block of each row at its place (the CRC: rank 0 reads the tensor back) */
+        size_t wb = clembed_dtype_row_bytes(m->dtype, m->cols), c0 = column_at(t, m->dtype);
+        for (size_t q = 0; q < k && e.status == CLEMBED_OK; q++)
+          if (ce_ckpt_pwrite(fd, (char *)buf + q * wb, wb, p.tensors[i].offset + (r + q) * rb + c0) != 0)
+            ce_mpi_fail(&e, CLEMBED_ERR_FILE, "path", -1, 0, "%s: %s: writing %s failed: %s", op, path, tmp,
+                        strerror(errno));
       } else {
         crc = ce_ckpt_crc32c(crc, buf, bytes);
         uint64_t at = p.tensors[i].offset + (first + r) * rb;
@@ -254,7 +265,7 @@ clembed_status clembed_mpi_checkpoint_save(const char *path, clembed_mpi_table *
       }
     }
     mine[2 * i] = crc;
-    mine[2 * i + 1] = (uint64_t)m->rows * rb;
+    mine[2 * i + 1] = t->column ? 0 : (uint64_t)m->rows * rb;
   }
   if (e.status == CLEMBED_OK && fsync(fd) != 0)
     ce_mpi_fail(&e, CLEMBED_ERR_FILE, "path", -1, 0, "%s: %s: syncing %s failed: %s", op, path, tmp, strerror(errno));
@@ -282,6 +293,23 @@ clembed_status clembed_mpi_checkpoint_save(const char *path, clembed_mpi_table *
         const uint64_t *q = all + (size_t)r * (2 * p.count + 1);
         crc = ce_ckpt_crc32c_combine(crc, (uint32_t)q[2 * i], q[2 * i + 1]);
       }
+      /* a COLUMN table's tensor: its blocks interleave in every row, so rank 0 reads it back whole */
+      int rfd = p.parts[i].t->column && p.tensors[i].bytes ? open(tmp, O_RDONLY | O_CLOEXEC) : -1;
+      if (p.parts[i].t->column && p.tensors[i].bytes && rfd < 0)
+        ce_mpi_fail(&e, CLEMBED_ERR_FILE, "path", -1, 0, "%s: %s: cannot read %s back: %s", op, path, tmp,
+                    strerror(errno));
+      for (uint64_t at = 0, total = p.tensors[i].bytes; rfd >= 0 && at < total && e.status == CLEMBED_OK;) {
+        size_t k = total - at < (uint64_t)most ? (size_t)(total - at) : (size_t)most;
+        ssize_t got = pread(rfd, buf, k, (off_t)(p.tensors[i].offset + at));
+        if (got <= 0) {
+          ce_mpi_fail(&e, CLEMBED_ERR_FILE, "path", -1, 0, "%s: %s: reading %s back failed: %s", op, path, tmp,
+                      got < 0 ? strerror(errno) : "short file");
+          break;
+        }
+        crc = ce_ckpt_crc32c(crc, buf, (size_t)got);
+        at += (uint64_t)got;
+      }
+      if (rfd >= 0) close(rfd);
       p.tensors[i].crc = crc;
     }
     clembed_status hs = CLEMBED_OK;
@@ -340,8 +368,6 @@ clembed_status clembed_mpi_checkpoint_load(const char *path, clembed_mpi_table *
     return clembed_context_fail(NULL, CLEMBED_ERR_INVALID_ARGUMENT, op, "tables", -1, 0,
                                 "%s: no table (tables NULL, n 0 or tables[0] NULL: no communicator to speak on)", op);
   clembed_mpi_table *t0 = tables[0];
-  for (size_t i = 0; i < n; i++) /* every rank alike: a table's plan is the same everywhere */
-    if (tables[i] && tables[i]->column) return ce_mpi_refuse_column(tables[i], op);
   clembed_context *ctx = t0->ctx;
   ce_mpi_error e = {0};
   ce_mpi_vote v = {0};
@@ -422,6 +448,7 @@ clembed_status clembed_mpi_checkpoint_load(const char *path, clembed_mpi_table *
   for (size_t i = 0; i < n; i++) {
     clembed_mpi_table *t = tables[i];
     uint64_t first = t->bounds[t->rank], rows = t->bounds[t->rank + 1] - first;
+    if (t->column) first = 0, rows = t->rank == 0 ? t->rows : 0; /* (rank 0 checks the whole tensor) */
     for (int w = 0; w < 3; w++) {
       if (w > 0 && (kinds[i] < 0 || (w == 2 && kinds[i] != CLEMBED_ADAM))) continue;
       uint64_t cols = w == 0 ? t->cols : w == 1 && kinds[i] == CLEMBED_ROWWISE_ADAGRAD ? 1 : t->cols;
@@ -479,18 +506,28 @@ clembed_status clembed_mpi_checkpoint_load(const char *path, clembed_mpi_table *
       t->has_state = 1;
       t->kind = (clembed_optimizer_kind)kinds[i];
     }
-    uint64_t first = t->bounds[t->rank];
+    uint64_t first = t->column ? 0 : t->bounds[t->rank];
     for (int w = 0; w < 3 && e.status == CLEMBED_OK; w++) {
       if (w > 0 && (kinds[i] < 0 || (w == 2 && kinds[i] != CLEMBED_ADAM))) continue;
       const clembed_matrix *m = w == 0 ? &t->shard : w == 1 ? &t->state : &t->state2;
-      uint64_t rb = clembed_dtype_row_bytes(m->dtype, m->cols);
-      size_t step = ce_ckpt_rows_per_piece(rb);
+      uint64_t rb = clembed_dtype_row_bytes(m->dtype, m->cols); /* the shard's row; a COLUMN table's: its block's */
+      uint64_t frb = t->column ? clembed_dtype_row_bytes(m->dtype, t->cols) : rb; /* the tensor's row */
+      size_t step = ce_ckpt_rows_per_piece(frb), c0 = t->column ? column_at(t, m->dtype) : 0;
+      char *gather = t->column && m->rows && rb ? malloc(step * (size_t)rb) : NULL;
+      if (t->column && m->rows && rb && !gather)
+        ce_mpi_fail(&e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory", op);
       for (size_t r = 0; r < m->rows && rb && e.status == CLEMBED_OK; r += step) {
         size_t k = m->rows - r < step ? m->rows - r : step;
         clembed_matrix view = ce_ckpt_rows_of(m, r, k);
-        clembed_status s = clembed_matrix_write(t->ctx, &view, data[3 * i + w] + (first + r) * rb, m->dtype);
+        const uint8_t *src = data[3 * i + w] + (first + r) * frb;
+        if (gather) { /* the block of each row, from its place */
+          for (size_t q = 0; q < k; q++) memcpy(gather + q * rb, src + q * frb + c0, (size_t)rb);
+          src = (const uint8_t *)gather;
+        }
+        clembed_status s = clembed_matrix_write(t->ctx, &view, src, m->dtype);
         if (s != CLEMBED_OK) ce_mpi_fail_from(&e, t->ctx, s);
       }
+      free(gather);
     }
   }
   all_well(t0, op, &e, "to write its rows");

@@ -195,8 +195,8 @@ clembed_status ce_mpi_refuse_column(const clembed_mpi_table *t, const char *op) 
   return clembed_context_fail(t->ctx, CLEMBED_ERR_UNSUPPORTED, op, "t", -1, 0,
                               "%s: t is a feature set's COLUMN table (its columns over the ranks): it is read and "
                               "stepped by clembed_mpi_embedding_bags and clembed_mpi_bags_optimizer_step, initialised "
-                              "by clembed_mpi_table_init_* and loaded by clembed_mpi_table_load_into; the row-wise calls and checkpoints take ROW, TABLE and "
-                              "TABLE_ROW tables", op);
+                              "by clembed_mpi_table_init_*, loaded by clembed_mpi_table_load_into and checkpointed; the "
+                              "row-wise calls take ROW, TABLE and TABLE_ROW tables", op);
 }
 
 /* A tensor's rows and cols as clembed_matrix_load counts them (clembed_io.h):
