@@ -236,6 +236,7 @@ PY_CALLS.update({
     "clembed_mpi_bags_optimizer_step": "FeatureSet.bags_step", "clembed_mpi_table_shard": "Table.shard",
     "clembed_mpi_table_state": "Table.state", "clembed_mpi_table_init_normal": "Table.init_normal",
     "clembed_mpi_table_init_uniform": "Table.init_uniform", "clembed_mpi_table_load_into": "Table.load",
+    "clembed_mpi_checkpoint_save": "FeatureSet.save", "clembed_mpi_checkpoint_load": "FeatureSet.load_checkpoint",
 })
 
 
@@ -580,6 +581,41 @@ class FeatureSet:
         self.ctx._check(lib.clembed_mpi_feature_set_plan(self._live, self._index(i), byref(k), byref(first),
                                                          byref(ranks)), "clembed_mpi_feature_set_plan")
         return KIND_NAMES.get(k.value, str(k.value)), int(first.value), int(ranks.value)
+
+    @api("FeatureSet.save", "clembed_mpi_checkpoint_save")
+    def save(self, path: Any, metadata: Optional[Dict[str, str]] = None) -> None:
+        """Saves every table, and the optimizer states its steps made, into one checkpoint
+        file under the tables' names (clembed_mpi_checkpoint_save: atomic, CRC-32C per
+        tensor, the same bytes whatever the plans and the number of ranks), with `metadata`
+        (str -> str: step counts, seeds). Collective: every rank passes the same path and
+        metadata; the path must be on a file system every rank sees."""
+        s = self._live
+        keys = list((metadata or {}).keys())
+        if any(not isinstance(k, str) or not isinstance(metadata[k], str) for k in keys):
+            raise wrong_type("metadata", "must map str to str")
+        n = len(self._tables)
+        tabs = (TAB * n)(*[lib.clembed_mpi_feature_set_table(s, i) for i in range(n)])
+        names = (c_char_p * n)(*[t.name.encode() for t in self._tables])
+        mk = (c_char_p * max(len(keys), 1))(*[k.encode() for k in keys])
+        mv = (c_char_p * max(len(keys), 1))(*[metadata[k].encode() for k in keys])
+        self.ctx._check(lib.clembed_mpi_checkpoint_save(os.fsencode(path), tabs, names, n, mk, mv, len(keys)),
+                        "clembed_mpi_checkpoint_save")
+
+    @api("FeatureSet.load_checkpoint", "clembed_mpi_checkpoint_load")
+    def load_checkpoint(self, path: Any) -> Dict[str, str]:
+        """Loads every table (and its optimizer state, where the file holds one) from a
+        checkpoint saved by FeatureSet.save or clembed_mpi_checkpoint_save, under the tables'
+        names, on any number of ranks and under any plans: the next bags_step continues the
+        saved run bit for bit. Every check comes before any row is written. Collective.
+        Returns the file's metadata (clembed.metadata(path))."""
+        s = self._live
+        n = len(self._tables)
+        tabs = (TAB * n)(*[lib.clembed_mpi_feature_set_table(s, i) for i in range(n)])
+        names = (c_char_p * n)(*[t.name.encode() for t in self._tables])
+        self.ctx._check(lib.clembed_mpi_checkpoint_load(os.fsencode(path), tabs, names, n),
+                        "clembed_mpi_checkpoint_load")
+        from ._checkpoint import metadata
+        return metadata(path)
 
     @api("FeatureSet.table")
     def table(self, i: Any) -> Table:
