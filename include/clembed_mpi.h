@@ -275,7 +275,9 @@ CLEMBED_API clembed_status clembed_mpi_bag_optimizer_step(clembed_mpi_table *t, 
  * the names, the states and the metadata (else CLEMBED_ERR_INVALID_ARGUMENT on
  * every rank, nothing written). Blocking; each rank reads its rows a piece of
  * at most 32 MiB at a time. The file's bytes do not depend on the number of
- * ranks that saved it. */
+ * ranks that saved it, nor on the plans of a feature set's tables: a COLUMN
+ * table's block owners write their block of every row at its place, and rank 0
+ * reads such a tensor back from the temporary file for its CRC-32C. */
 CLEMBED_API clembed_status clembed_mpi_checkpoint_save(const char *path, clembed_mpi_table *const *tables,
                                                        const char *const *names, size_t n,
                                                        const char *const *meta_keys,
@@ -297,7 +299,10 @@ CLEMBED_API clembed_status clembed_mpi_checkpoint_save(const char *path, clembed
  * differs, and no table is modified. Collective; the ranks agree on path, n
  * and the names. The caller's metadata is read with clembed_file_open and
  * clembed_file_metadata_find. Resuming is exact: K steps equal k steps, a
- * save on N ranks, a load on M and K - k steps, bit for bit. */
+ * save on N ranks, a load on M and K - k steps, bit for bit. A feature set's
+ * COLUMN table takes its block of every row (rank 0 checks the whole tensor's
+ * CRC-32C); a file's rowwise_adagrad state for a COLUMN table is refused
+ * (CLEMBED_ERR_UNSUPPORTED, naming the table: that state is a whole row's). */
 CLEMBED_API clembed_status clembed_mpi_checkpoint_load(const char *path, clembed_mpi_table *const *tables,
                                                        const char *const *names, size_t n);
 

@@ -53,8 +53,8 @@ static char *joined(const char *a, const char *b) {
   return s;
 }
 
-/* A feature set's COLUMN table (and its states): the bytes its block starts
- * at in a row of the tensor (dtype), and the block's bytes a row. */
+/* A feature set's COLUMN table (and its states): the byte its block starts
+ * at in a row of the tensor (of dtype). */
 static size_t column_at(const clembed_mpi_table *t, clembed_dtype dtype) {
   size_t unit = clembed_dtype_block_values(dtype) ? clembed_dtype_block_values(dtype) : 1;
   return t->col_first / unit * clembed_dtype_row_bytes(dtype, unit);
@@ -294,13 +294,14 @@ clembed_status clembed_mpi_checkpoint_save(const char *path, clembed_mpi_table *
         crc = ce_ckpt_crc32c_combine(crc, (uint32_t)q[2 * i], q[2 * i + 1]);
       }
       /* a COLUMN table's tensor: its blocks interleave in every row, so rank 0 reads it back whole */
-      int rfd = p.parts[i].t->column && p.tensors[i].bytes ? open(tmp, O_RDONLY | O_CLOEXEC) : -1;
+      int rfd = p.parts[i].t->column && p.tensors[i].bytes ? open(tmp, O_RDONLY | O_NOFOLLOW | O_CLOEXEC) : -1;
       if (p.parts[i].t->column && p.tensors[i].bytes && rfd < 0)
         ce_mpi_fail(&e, CLEMBED_ERR_FILE, "path", -1, 0, "%s: %s: cannot read %s back: %s", op, path, tmp,
                     strerror(errno));
       for (uint64_t at = 0, total = p.tensors[i].bytes; rfd >= 0 && at < total && e.status == CLEMBED_OK;) {
         size_t k = total - at < (uint64_t)most ? (size_t)(total - at) : (size_t)most;
         ssize_t got = pread(rfd, buf, k, (off_t)(p.tensors[i].offset + at));
+        if (got < 0 && errno == EINTR) continue;
         if (got <= 0) {
           ce_mpi_fail(&e, CLEMBED_ERR_FILE, "path", -1, 0, "%s: %s: reading %s back failed: %s", op, path, tmp,
                       got < 0 ? strerror(errno) : "short file");
@@ -408,6 +409,12 @@ clembed_status clembed_mpi_checkpoint_load(const char *path, clembed_mpi_table *
                   "%s: %s: table '%s': an unknown optimizer kind '%s'", op, path, names[i], kind);
       break;
     }
+    if (t->column && kinds[i] == CLEMBED_ROWWISE_ADAGRAD) {
+      ce_mpi_fail(&e, CLEMBED_ERR_UNSUPPORTED, "names", (int64_t)i, 0,
+                  "%s: %s: table '%s' is cut by columns: the file's rowwise_adagrad state is a whole row's (plan "
+                  "the table TABLE, ROW or TABLE_ROW to load it)", op, path, names[i]);
+      break;
+    }
     if (t->has_state && (int)t->kind != kinds[i]) {
       ce_mpi_fail(&e, CLEMBED_ERR_INVALID_ARGUMENT, "names", (int64_t)i, 0,
                   "%s: %s: table '%s' has %s's state, the file %s's", op, path, names[i], kind_names[t->kind],
@@ -513,7 +520,7 @@ clembed_status clembed_mpi_checkpoint_load(const char *path, clembed_mpi_table *
       uint64_t rb = clembed_dtype_row_bytes(m->dtype, m->cols); /* the shard's row; a COLUMN table's: its block's */
       uint64_t frb = t->column ? clembed_dtype_row_bytes(m->dtype, t->cols) : rb; /* the tensor's row */
       size_t step = ce_ckpt_rows_per_piece(frb), c0 = t->column ? column_at(t, m->dtype) : 0;
-      char *gather = t->column && m->rows && rb ? malloc(step * (size_t)rb) : NULL;
+      char *gather = t->column && m->rows && rb ? malloc((step < m->rows ? step : m->rows) * (size_t)rb) : NULL;
       if (t->column && m->rows && rb && !gather)
         ce_mpi_fail(&e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory", op);
       for (size_t r = 0; r < m->rows && rb && e.status == CLEMBED_OK; r += step) {

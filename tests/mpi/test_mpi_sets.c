@@ -828,6 +828,29 @@ TU_CASE(checkpoint_across_plans) {
     items[i] = (clembed_checkpoint_item){names[i], &Wl[i]};
   }
   OK(ctx, clembed_checkpoint_load(ctx, path, items, NCK));
+  /* a row-wise Adagrad state (a whole row's) into a COLUMN table: refused on every rank, nothing changed */
+  {
+    tspec R1 = A[0], C1 = A[0];
+    R1.shard = CLEMBED_SHARD_ROW;
+    C1.shard = CLEMBED_SHARD_COLUMN;
+    clembed_mpi_feature_set *r1 = make_set(ctx, &R1, 1), *c1 = make_set(ctx, &C1, 1);
+    clembed_matrix g1 = {0};
+    OK(ctx, clembed_matrix_create(ctx, B, A[0].cols, CLEMBED_F32, &g1));
+    clembed_optimizer rw = clembed_optimizer_defaults(CLEMBED_ROWWISE_ADAGRAD);
+    if (r1 && c1) {
+      clembed_mpi_table *tr = clembed_mpi_feature_set_table(r1, 0), *tc = clembed_mpi_feature_set_table(c1, 0);
+      OK(ctx, clembed_mpi_bags_optimizer_step(r1, f, 1, &g1, &rw));
+      OK(ctx, clembed_mpi_checkpoint_save(path2, &tr, names, 1, NULL, NULL, 0));
+      FAILS(ctx, CLEMBED_ERR_UNSUPPORTED, clembed_mpi_checkpoint_load(path2, &tc, names, 1));
+      EXPECT(strstr(clembed_context_message(ctx), "rowwise_adagrad") != NULL, "%s", clembed_context_message(ctx));
+      clembed_optimizer_kind kind;
+      clembed_matrix st = {0};
+      EXPECT(clembed_mpi_table_state(tc, 1, &kind, &st) != CLEMBED_OK, "the refused load gave the COLUMN table a state");
+    }
+    clembed_matrix_release(&g1);
+    clembed_mpi_feature_set_release(r1);
+    clembed_mpi_feature_set_release(c1);
+  }
   for (size_t i = 0; i < NCK; i++) {
     expect_table(ctx, b, i, &Bt[i], &Wl[i], 0, "loaded under another plan");
     clembed_matrix_release(&Wl[i]);
