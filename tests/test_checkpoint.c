@@ -216,12 +216,8 @@ TU_CASE(round_trip_and_format) {
 TU_CASE(views_and_split_matrices) {
   char path[400];
   snprintf(path, sizeof path, "%s/split.safetensors", tmpdir);
-  setenv("CLEMBED_MAX_BUFFER_BYTES", "4096", 1);
-  clembed_context *split = NULL;
-  clembed_status s = clembed_context_create(NULL, &split);
-  unsetenv("CLEMBED_MAX_BUFFER_BYTES");
-  EXPECT(s == CLEMBED_OK, "a context with CLEMBED_MAX_BUFFER_BYTES=4096");
-  if (s != CLEMBED_OK) return;
+  clembed_context *split = tu_small_buffer_context("4096");
+  if (!split) return;
   const size_t rows = 300, cols = 40;
   clembed_matrix a = random_matrix(split, rows, cols, CLEMBED_F32, 7), b;
   size_t pieces = 0;
@@ -322,12 +318,8 @@ static void run_step(clembed_context *ctx, run *r, clembed_optimizer_kind kind, 
  * context that splits them, or not) and K - k steps: tables and states bit
  * for bit, for every optimizer, plain and bag steps, F32 and BF16 tables. */
 TU_CASE(resume_is_exact) {
-  setenv("CLEMBED_MAX_BUFFER_BYTES", "2048", 1);
-  clembed_context *split = NULL;
-  clembed_status cs = clembed_context_create(NULL, &split);
-  unsetenv("CLEMBED_MAX_BUFFER_BYTES");
-  EXPECT(cs == CLEMBED_OK, "a splitting context");
-  if (cs != CLEMBED_OK) return;
+  clembed_context *split = tu_small_buffer_context("2048");
+  if (!split) return;
   char path[400];
   snprintf(path, sizeof path, "%s/resume.safetensors", tmpdir);
   const int K = tu_small ? 4 : 6, k = K / 2;

@@ -66,6 +66,10 @@ static int tu_checks = 0;
     }                                                                                      \
   } while (0)
 
+/* A context on the test device whose buffers hold at most `bytes` (CLEMBED_MAX_BUFFER_BYTES:
+ * larger matrices are made of pieces), or NULL (a failed check) when it cannot be made. */
+static inline clembed_context *tu_small_buffer_context(const char *bytes);
+
 /* Opens the test device (CLEMBED_DEVICE or the default). No device is a failure,
  * unless CLEMBED_ALLOW_NO_DEVICE=1, when the test is skipped (exit 77). */
 static inline clembed_context *tu_context(void) {
@@ -79,6 +83,15 @@ static inline clembed_context *tu_context(void) {
   }
   printf("device: %s\n", clembed_context_device_name(ctx));
   return ctx;
+}
+
+static inline clembed_context *tu_small_buffer_context(const char *bytes) {
+  clembed_context *c = NULL;
+  setenv("CLEMBED_MAX_BUFFER_BYTES", bytes, 1);
+  clembed_status s = clembed_context_create(NULL, &c);
+  unsetenv("CLEMBED_MAX_BUFFER_BYTES");
+  EXPECT(s == CLEMBED_OK, "a context with CLEMBED_MAX_BUFFER_BYTES=%s: %s", bytes, clembed_status_string(s));
+  return s == CLEMBED_OK ? c : NULL;
 }
 
 /* A context on the default device with the CPU or the GPU kernel shapes

@@ -101,6 +101,20 @@ def library_from_env(var: str, opener: Any, who: str, elsewhere: str,
                 % (who, var, env, why, var, elsewhere)) from None
 
 
+def library_from_paths(paths: Any, opener: Any, tried: List[str]) -> Optional[Tuple[ctypes.CDLL, str]]:
+    """(CDLL, path) of the first of `paths` that exists and `opener` accepts (it returns
+    (CDLL or None, why)); None when none does, each path and why appended to `tried`."""
+    for path in paths:
+        if not os.path.exists(path):
+            tried.append("%s (no such file)" % path)
+            continue
+        lib, why = opener(path)
+        if lib is not None:
+            return lib, path
+        tried.append("%s (%s)" % (path, why))
+    return None
+
+
 def load_library() -> Tuple[ctypes.CDLL, str]:
     """Returns (CDLL, path). Raises LibraryNotFoundError listing what was tried."""
     tried = []
@@ -109,14 +123,9 @@ def load_library() -> Tuple[ctypes.CDLL, str]:
     if found:
         return found
     tried.append("CLEMBED_LIBRARY (not set)")
-    for path in _candidates_next_to_package():
-        if not os.path.exists(path):
-            tried.append("%s (no such file)" % path)
-            continue
-        lib, why = _open(path)
-        if lib is not None:
-            return lib, path
-        tried.append("%s (%s)" % (path, why))
+    found = library_from_paths(_candidates_next_to_package(), _open, tried)
+    if found:
+        return found
     names = []
     found = ctypes.util.find_library("clembed")
     if found:

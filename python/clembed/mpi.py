@@ -110,16 +110,10 @@ def load_library() -> Tuple[ctypes.CDLL, str]:
     tried.append("CLEMBED_MPI_LIBRARY (not set)")
     base = os.path.dirname(os.path.abspath(_lib.path)) if os.path.dirname(_lib.path) else ""
     if base:
-        for folder in (base, os.path.join(base, "src", "mpi")):
-            for n in _names_in_folder():
-                path = os.path.join(folder, n)
-                if not os.path.exists(path):
-                    tried.append("%s (no such file)" % path)
-                    continue
-                lib, why = _open(path)
-                if lib is not None:
-                    return lib, path
-                tried.append("%s (%s)" % (path, why))
+        folders = (base, os.path.join(base, "src", "mpi"))  # next to libclembed; a build tree's
+        found = _lib.library_from_paths([os.path.join(f, n) for f in folders for n in _names_in_folder()], _open, tried)
+        if found:
+            return found
     else:
         tried.append("the folder of libclembed (it was loaded by the system loader as %r)" % _lib.path)
     lib, why = _open(_mpi_soname())

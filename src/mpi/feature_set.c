@@ -1241,6 +1241,13 @@ static size_t owned_width(const clembed_mpi_feature_set *s, int d) {
   return W;
 }
 
+/* An earlier call's pending error is this rank's answer (own failure). */
+static void pending_error(fs_call *c) {
+  if (c->e.status != CLEMBED_OK) return;
+  clembed_status st = clembed_finish(c->s->ctx);
+  if (st != CLEMBED_OK) ce_mpi_fail_from(&c->e, c->s->ctx, st);
+}
+
 static int setup(fs_call *c, clembed_mpi_feature_set *s, const char *op) {
   memset(c, 0, sizeof *c);
   c->op = op;
@@ -1292,10 +1299,7 @@ clembed_status clembed_mpi_embedding_bags(clembed_mpi_feature_set *s, const clem
   else if (!is_float(out->dtype))
     ce_mpi_fail(&c.e, CLEMBED_ERR_INVALID_ARGUMENT, "out", -1, (int64_t)out->dtype,
                 "%s: out must be F32, F16 or BF16 (it is %s)", op, ce_mpi_dtype_text(out->dtype, dt, sizeof dt));
-  if (c.e.status == CLEMBED_OK) { /* an earlier call's pending error is this rank's answer */
-    clembed_status st = clembed_finish(ctx);
-    if (st != CLEMBED_OK) ce_mpi_fail_from(&c.e, ctx, st);
-  }
+  pending_error(&c);
   if (c.e.status == CLEMBED_OK) read_features(&c, features, n, out->rows, 0);
   if (c.e.status == CLEMBED_OK && out->cols != c.width)
     ce_mpi_fail(&c.e, CLEMBED_ERR_INVALID_ARGUMENT, "out", -1, (int64_t)out->cols,
@@ -1567,10 +1571,7 @@ clembed_status clembed_mpi_bags_optimizer_step(clembed_mpi_feature_set *s, const
     ce_mpi_fail(&c.e, CLEMBED_ERR_INVALID_ARGUMENT, "grad_out", -1, (int64_t)grad_out->dtype,
                 "%s: grad_out must be F32, F16 or BF16 (it is %s)", op,
                 ce_mpi_dtype_text(grad_out->dtype, dt, sizeof dt));
-  if (c.e.status == CLEMBED_OK) { /* an earlier call's pending error is this rank's answer */
-    clembed_status st = clembed_finish(ctx);
-    if (st != CLEMBED_OK) ce_mpi_fail_from(&c.e, ctx, st);
-  }
+  pending_error(&c);
   if (c.e.status == CLEMBED_OK) read_features(&c, features, n, grad_out->rows, 1);
   if (c.e.status == CLEMBED_OK && grad_out->cols != c.width)
     ce_mpi_fail(&c.e, CLEMBED_ERR_INVALID_ARGUMENT, "grad_out", -1, (int64_t)grad_out->cols,

@@ -389,12 +389,8 @@ TU_CASE(forward_into_views) {
   check_forward(ctx, MIXED, NT, CLEMBED_F32, 6, -1);
   g_view = 0;
   /* out and the tables in pieces (a context whose buffers hold 2 KiB): put together on the host */
-  setenv("CLEMBED_MAX_BUFFER_BYTES", "1024", 1);
-  clembed_context *small = NULL;
-  clembed_status s = clembed_context_create(NULL, &small);
-  unsetenv("CLEMBED_MAX_BUFFER_BYTES");
-  EXPECT(s == CLEMBED_OK, "a context with CLEMBED_MAX_BUFFER_BYTES=1024");
-  if (s != CLEMBED_OK) return;
+  clembed_context *small = tu_small_buffer_context("1024");
+  if (!small) return;
   size_t width = 0, pieces = 0;
   for (size_t i = 0; i < NT; i++) width += MIXED[i].cols;
   clembed_matrix probe = {0};
@@ -868,12 +864,8 @@ TU_CASE(checkpoint_across_plans) {
 
 TU_CASE(steps_in_pieces) {
   /* the tables, gradients and states in pieces (a context whose buffers hold 1 KiB) */
-  setenv("CLEMBED_MAX_BUFFER_BYTES", "1024", 1);
-  clembed_context *small = NULL;
-  clembed_status s = clembed_context_create(NULL, &small);
-  unsetenv("CLEMBED_MAX_BUFFER_BYTES");
-  EXPECT(s == CLEMBED_OK, "a context with CLEMBED_MAX_BUFFER_BYTES=1024");
-  if (s != CLEMBED_OK) return;
+  clembed_context *small = tu_small_buffer_context("1024");
+  if (!small) return;
   tspec T[NT];
   size_t n;
   float_tables(T, &n);
