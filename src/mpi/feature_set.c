@@ -858,13 +858,12 @@ static int agree(fs_call *c, int call, clembed_dtype dtype, const clembed_optimi
 
 /* --------------------------------------------------------------- exchanges */
 
-/* Bytes of rank r's bags of grouped feature i for owner d in the first
- * exchange (without the gradient rows). */
-static size_t feat_bytes(const fs_call *c, size_t i, uint64_t bags, size_t nids, int step) {
+/* Bytes of a rank's bags of grouped feature i for an owner in the first
+ * exchange (without MAX's max_rows and the gradient rows of a step). */
+static size_t feat_bytes(const fs_call *c, size_t i, uint64_t bags, size_t nids) {
   const fs_feat *x = &c->F[i];
   size_t b = 8 + (size_t)(bags + 1) * 8 + nids * 8;
   if (x->f.options.per_sample_weights) b += (nids * 4 + 7) / 8 * 8;
-  (void)step;
   return b;
 }
 
@@ -920,7 +919,7 @@ static int pack_bags(fs_call *c, fs_x *x, int step, const char *grad, size_t es)
       size_t c0, w;
       block_of(&s->tab[i], d, &c0, &w);
       if (!grouped(&s->tab[i]) || !w) continue;
-      bytes += (long long)feat_bytes(c, i, B, c->F[i].nids, step);
+      bytes += (long long)feat_bytes(c, i, B, c->F[i].nids);
       if (step && c->F[i].f.options.mode == CLEMBED_BAG_MAX) bytes += (long long)(B * w * 8);
       W += w;
     }
@@ -943,7 +942,6 @@ static void pack_fill(fs_call *c, fs_x *x, int step, const char *grad, size_t es
   for (int d = 0; d < s->size; d++) {
     if (!step && d == s->rank) continue; /* (see pack_bags) */
     char *p = x->send + x->sd[d];
-    size_t W = 0;
     for (size_t i = 0; i < s->n; i++) {
       size_t c0, w;
       const fs_feat *f = &c->F[i];
@@ -962,7 +960,6 @@ static void pack_fill(fs_call *c, fs_x *x, int step, const char *grad, size_t es
       }
       if (step && f->f.options.mode == CLEMBED_BAG_MAX)
         for (size_t b = 0; b < B; b++, p += w * 8) memcpy(p, f->max_rows + b * s->tab[i].cols + c0, w * 8);
-      W += w;
     }
     if (step)
       for (size_t b = 0; b < B; b++)
@@ -973,7 +970,6 @@ static void pack_fill(fs_call *c, fs_x *x, int step, const char *grad, size_t es
           memcpy(p, grad + (b * c->width + c->coff[i] + c0) * es, w * es);
           p += w * es;
         }
-    (void)W;
   }
 }
 

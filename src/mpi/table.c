@@ -212,6 +212,27 @@ static int tensor_shape(const clembed_tensor_info *info, uint64_t *rows, uint64_
   return 1;
 }
 
+/* The tensor clembed_matrix_load would take (name NULL: the only one, or a
+ * GGUF file's token_embd.weight): its info and shape. 1 when found; else the
+ * failure, naming "name", on e. */
+static int find_tensor(const clembed_file *f, const char *name, const char *op, clembed_tensor_info *info,
+                       uint64_t *rows, uint64_t *cols, ce_mpi_error *e) {
+  size_t i = 0, n = clembed_file_tensor_count(f);
+  clembed_status s = CLEMBED_OK;
+  if (name || n != 1) s = clembed_file_find(f, name ? name : "token_embd.weight", &i);
+  if (s == CLEMBED_OK) s = clembed_file_tensor_info(f, i, info);
+  if (s != CLEMBED_OK) {
+    ce_mpi_fail(e, s, "name", -1, 0, "%s: %s", op, clembed_last_error_message());
+    return 0;
+  }
+  if (!tensor_shape(info, rows, cols) || *rows > SIZE_MAX || *cols > SIZE_MAX) {
+    ce_mpi_fail(e, CLEMBED_ERR_INVALID_ARGUMENT, "name", -1, 0, "%s: tensor '%s' is too large for this process", op,
+                info->name);
+    return 0;
+  }
+  return 1;
+}
+
 clembed_status clembed_mpi_table_load(clembed_context *ctx, MPI_Comm comm, const clembed_file *f, const char *name,
                                       clembed_dtype dtype, clembed_mpi_table **t) {
   const char *op = "clembed_mpi_table_load";
@@ -223,18 +244,7 @@ clembed_status clembed_mpi_table_load(clembed_context *ctx, MPI_Comm comm, const
   if (!ctx || !t || !f)
     ce_mpi_fail(&e, CLEMBED_ERR_INVALID_ARGUMENT, !ctx ? "ctx" : !t ? "t" : "f", -1, 0, "%s: %s is NULL", op,
                 !ctx ? "ctx" : !t ? "t" : "f");
-  if (e.status == CLEMBED_OK) {
-    /* the tensor clembed_matrix_load would take (NULL: the only one, or a GGUF file's token_embd.weight) */
-    size_t i = 0, n = clembed_file_tensor_count(f);
-    clembed_status s = CLEMBED_OK;
-    if (name || n != 1) s = clembed_file_find(f, name ? name : "token_embd.weight", &i);
-    if (s == CLEMBED_OK) s = clembed_file_tensor_info(f, i, &info);
-    if (s != CLEMBED_OK)
-      ce_mpi_fail(&e, s, "name", -1, 0, "%s: %s", op, clembed_last_error_message());
-    else if (!tensor_shape(&info, &rows, &cols) || rows > SIZE_MAX || cols > SIZE_MAX)
-      ce_mpi_fail(&e, CLEMBED_ERR_INVALID_ARGUMENT, "name", -1, 0, "%s: tensor '%s' is too large for this process", op,
-                  info.name);
-  }
+  if (e.status == CLEMBED_OK) find_tensor(f, name, op, &info, &rows, &cols, &e);
   ce_mpi_agree_as(&v, "the call", CE_MPI_CALL, CE_MPI_CALL_LOAD);
   ce_mpi_agree_string(&v, "name", name);
   ce_mpi_agree_string(&v, "the tensor's stored type", info.type_name);
@@ -263,18 +273,10 @@ clembed_status clembed_mpi_table_load_into(clembed_mpi_table *t, const clembed_f
   clembed_status s = clembed_finish(ctx); /* an earlier call's pending error is this rank's answer */
   if (s != CLEMBED_OK) ce_mpi_fail_from(&e, ctx, s);
   else if (!f) ce_mpi_fail(&e, CLEMBED_ERR_INVALID_ARGUMENT, "f", -1, 0, "%s: f is NULL", op);
-  if (e.status == CLEMBED_OK) { /* the tensor clembed_matrix_load would take, of the table's shape */
-    size_t i = 0, n = clembed_file_tensor_count(f);
-    s = CLEMBED_OK;
-    if (name || n != 1) s = clembed_file_find(f, name ? name : "token_embd.weight", &i);
-    if (s == CLEMBED_OK) s = clembed_file_tensor_info(f, i, &info);
-    if (s != CLEMBED_OK)
-      ce_mpi_fail(&e, s, "name", -1, 0, "%s: %s", op, clembed_last_error_message());
-    else if (!tensor_shape(&info, &rows, &cols) || rows != t->rows || cols != t->cols)
-      ce_mpi_fail(&e, CLEMBED_ERR_INVALID_ARGUMENT, "name", -1, 0,
-                  "%s: tensor '%s' is %llu x %llu; the table is %zu x %zu", op, info.name, (unsigned long long)rows,
-                  (unsigned long long)cols, t->rows, t->cols);
-  }
+  if (e.status == CLEMBED_OK && find_tensor(f, name, op, &info, &rows, &cols, &e) && /* of the table's shape */
+      (rows != t->rows || cols != t->cols))
+    ce_mpi_fail(&e, CLEMBED_ERR_INVALID_ARGUMENT, "name", -1, 0, "%s: tensor '%s' is %llu x %llu; the table is %zu x %zu",
+                op, info.name, (unsigned long long)rows, (unsigned long long)cols, t->rows, t->cols);
   ce_mpi_agree_as(&v, "the call", CE_MPI_CALL, CE_MPI_CALL_LOAD);
   ce_mpi_agree_string(&v, "name", name);
   ce_mpi_agree_string(&v, "the tensor's stored type", e.status == CLEMBED_OK ? info.type_name : NULL);
