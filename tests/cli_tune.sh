@@ -30,6 +30,7 @@ CLEMBED_TUNE=bag_tile=2 refused "CLEMBED_TUNE is set" --dry-run
 
 "$CLI" tune --list >"$tmp/out" || fail "tune --list"
 grep -q '^bags$' "$tmp/out" && grep -q 'parameters: .*bag_tile' "$tmp/out" || fail "tune --list: $(cat "$tmp/out")"
+grep -q '^  shape: embed_rows=1,embed_vec=4,embed_local=8' "$tmp/out" || fail "tune --list shows no whole shape: $(cat "$tmp/out")"
 
 conf="$tmp/cache/clembed/tuning.conf"
 mkdir -p "$(dirname "$conf")"

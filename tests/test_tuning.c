@@ -292,6 +292,156 @@ TU_CASE(user_entry_same_bits) {
   clembed_context_destroy(c);
 }
 
+/* BERT's backward (learned positions, two segment types, LayerNorm) of n
+ * tokens of D columns: every gradient's bytes; the norm's weight and bias
+ * gradients also into gw, gb (D floats each). */
+static uint8_t *bert_backward(clembed_context *c, size_t n, size_t *bytes, float *gw, float *gb) {
+  enum { V = 50, D = 32, S = 500 };
+  size_t nt = n;
+  float *h = malloc((V + S + 2 + nt) * D * sizeof *h);
+  uint64_t rng = 11;
+  for (size_t i = 0; i < (V + S + 2 + nt) * D; i++) h[i] = tu_rand(&rng) * 2 - 1;
+  int32_t *ids = malloc(nt * sizeof *ids), *sids = malloc(nt * sizeof *sids);
+  for (size_t i = 0; i < nt; i++) {
+    ids[i] = (int32_t)((i * 7 + i / 3) % V);
+    sids[i] = (int32_t)(i % S >= S / 2);
+  }
+  clembed_matrix t = {0}, pt = {0}, st = {0}, g = {0}, dt = {0}, dp = {0}, ds = {0}, dw = {0}, db = {0};
+  clembed_matrix nw = {0}, nb = {0};
+  clembed_ids di = {0}, ds_ids = {0};
+  OK(c, clembed_matrix_create(c, 1, D, CLEMBED_F32, &nw));
+  OK(c, clembed_matrix_init_uniform(c, &nw, 0.5f, 1.5f, 3, 0, NULL, NULL));
+  OK(c, clembed_matrix_create(c, 1, D, CLEMBED_F32, &nb));
+  OK(c, clembed_matrix_init_uniform(c, &nb, -0.5f, 0.5f, 4, 0, NULL, NULL));
+  OK(c, clembed_matrix_create(c, V, D, CLEMBED_F32, &t));
+  OK(c, clembed_matrix_write(c, &t, h, CLEMBED_F32));
+  OK(c, clembed_matrix_create(c, S, D, CLEMBED_F32, &pt));
+  OK(c, clembed_matrix_write(c, &pt, h + V * D, CLEMBED_F32));
+  OK(c, clembed_matrix_create(c, 2, D, CLEMBED_F32, &st));
+  OK(c, clembed_matrix_write(c, &st, h + (V + S) * D, CLEMBED_F32));
+  OK(c, clembed_matrix_create(c, nt, D, CLEMBED_F32, &g));
+  OK(c, clembed_matrix_write(c, &g, h + (V + S + 2) * D, CLEMBED_F32));
+  OK(c, clembed_ids_create(c, ids, nt, CLEMBED_I32, &di));
+  OK(c, clembed_ids_create(c, sids, nt, CLEMBED_I32, &ds_ids));
+  clembed_matrix *gm[5] = {&dt, &dp, &ds, &dw, &db};
+  const size_t rows[5] = {V, S, 2, 1, 1};
+  for (int k = 0; k < 5; k++) OK(c, clembed_matrix_create(c, rows[k], D, CLEMBED_F32, gm[k]));
+  clembed_embed_options o = clembed_embed_defaults();
+  o.positions = CLEMBED_POSITIONS_TABLE;
+  o.position_table = &pt;
+  o.seq_len = S;
+  o.segment_table = &st;
+  o.segment_ids = &ds_ids;
+  o.norm.kind = CLEMBED_NORM_LAYER;
+  o.norm.weight = &nw;
+  o.norm.bias = &nb;
+  o.norm.eps = 1e-5f;
+  clembed_embed_grads gr = clembed_embed_grads_defaults();
+  gr.table = &dt;
+  gr.position_table = &dp;
+  gr.segment_table = &ds;
+  gr.norm_weight = &dw;
+  gr.norm_bias = &db;
+  OK(c, clembed_embed_backward(c, &g, &t, &di, &o, &gr, 0, NULL, NULL));
+  OK(c, clembed_finish(c));
+  size_t total = (V + S + 2 + 2) * D * 4;
+  uint8_t *all = malloc(total), *p = all;
+  for (int k = 0; k < 5; k++) {
+    OK(c, clembed_matrix_read(c, gm[k], p, CLEMBED_F32));
+    p += rows[k] * D * 4;
+  }
+  memcpy(gw, all + (V + S + 2) * D * 4, D * 4);
+  memcpy(gb, all + (V + S + 3) * D * 4, D * 4);
+  /* the norm's gradients against a float64 reference: sum over tokens of g * xhat and of g */
+  for (size_t col = 0; col < D; col++) {
+    double rw = 0, rb = 0, aw = 0, ab = 0;
+    for (size_t i = 0; i < nt; i++) {
+      double x[D], mean = 0, var = 0;
+      for (size_t d = 0; d < D; d++) {
+        x[d] = (double)h[ids[i] * D + d] + h[(V + i % S) * D + d] + h[(V + S + sids[i]) * D + d];
+        mean += x[d];
+      }
+      mean /= D;
+      for (size_t d = 0; d < D; d++) var += (x[d] - mean) * (x[d] - mean);
+      var /= D;
+      double xh = (x[col] - mean) / sqrt(var + 1e-5), gv = h[(V + S + 2 + i) * D + col];
+      rw += gv * xh;
+      rb += gv;
+      aw += fabs(gv * xh);
+      ab += fabs(gv);
+    }
+    EXPECT(fabs(gw[col] - rw) <= 1e-5 * aw + 1e-6 && fabs(gb[col] - rb) <= 1e-5 * ab + 1e-6,
+           "%zu tokens: the norm's gradients, column %zu: %.9g and %.9g, float64 %.9g and %.9g", nt, col,
+           (double)gw[col], (double)gb[col], rw, rb);
+  }
+  for (int k = 0; k < 5; k++) clembed_matrix_release(gm[k]);
+  clembed_matrix *m[6] = {&t, &pt, &st, &g, &nw, &nb};
+  for (int k = 0; k < 6; k++) clembed_matrix_release(m[k]);
+  clembed_ids_release(&di);
+  clembed_ids_release(&ds_ids);
+  free(h);
+  free(ids);
+  free(sids);
+  *bytes = total;
+  return all;
+}
+
+/* A device that ends a work-item's loops after loop_limit iterations (llvmpipe):
+ * the norm's gradients walk the tokens in launches below it, with the same
+ * bits as one launch; a sort and fold that could pass it is refused before
+ * anything is written. On a device with the limit, the norm's gradients of
+ * more tokens than it are checked against float64 (garbage before). */
+TU_CASE(loop_limit_parts) {
+  clembed_context *c = NULL;
+  OK(c, make(NULL, &c));
+  uint64_t limit = 0;
+  OK(c, clembed_tuning_value(c, "loop_limit", &limit));
+  float gw[32], gb[32];
+  size_t n0 = 0, n1 = 0;
+  if (limit) { /* this device's own limit: more tokens than it in the norm's sums */
+    uint8_t *big = bert_backward(c, (limit - 1024) / 2, &n0, gw, gb);
+    free(big);
+  }
+  uint8_t *want = bert_backward(c, 900, &n0, gw, gb);
+  clembed_context_destroy(c);
+  setenv("CLEMBED_TUNE", "loop_limit=3000", 1);
+  OK(c, make(NULL, &c));
+  unsetenv("CLEMBED_TUNE");
+  uint8_t *got = bert_backward(c, 900, &n1, gw, gb);
+  size_t diff = 0;
+  for (size_t i = 0; i < n0 && i < n1; i++) diff += got[i] != want[i];
+  EXPECT(n0 == n1 && diff == 0, "%zu of %zu gradient bytes differ with the sums in parts", diff, n0);
+  free(want);
+  free(got);
+  /* a backward of more ids than (3000 - 1024) / 2: refused, the gradient untouched */
+  enum { N = 1000, D = 8, V = 10 };
+  float *h = malloc(N * D * sizeof *h), dw_before[V * D], dw_after[V * D];
+  for (size_t i = 0; i < N * D; i++) h[i] = (float)(i % 13) - 6.0f;
+  for (size_t i = 0; i < V * D; i++) dw_before[i] = (float)i;
+  int32_t ids[N];
+  for (size_t i = 0; i < N; i++) ids[i] = (int32_t)(i % V);
+  clembed_matrix g = {0}, dw = {0};
+  clembed_ids di = {0};
+  OK(c, clembed_matrix_create(c, N, D, CLEMBED_F32, &g));
+  OK(c, clembed_matrix_write(c, &g, h, CLEMBED_F32));
+  OK(c, clembed_matrix_create(c, V, D, CLEMBED_F32, &dw));
+  OK(c, clembed_matrix_write(c, &dw, dw_before, CLEMBED_F32));
+  OK(c, clembed_ids_create(c, ids, N, CLEMBED_I32, &di));
+  clembed_status s = clembed_backward(c, &g, &di, NULL, &dw, 0, NULL, NULL);
+  clembed_error_detail det;
+  clembed_context_error(c, &det);
+  EXPECT(s == CLEMBED_ERR_UNSUPPORTED && !strcmp(det.argument, "ids") && det.value == N &&
+             strstr(clembed_context_message(c), "loop_limit"),
+         "a fold past the loop limit: %s (%s)", clembed_status_string(s), clembed_context_message(c));
+  OK(c, clembed_matrix_read(c, &dw, dw_after, CLEMBED_F32));
+  EXPECT(!memcmp(dw_before, dw_after, sizeof dw_after), "the refused backward wrote its gradient");
+  clembed_matrix_release(&g);
+  clembed_matrix_release(&dw);
+  clembed_ids_release(&di);
+  free(h);
+  clembed_context_destroy(c);
+}
+
 /* the temporary files and their directory go */
 static void teardown(clembed_context *ctx) {
   (void)ctx;

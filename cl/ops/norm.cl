@@ -1063,7 +1063,14 @@ __kernel void ce_norm_bwd_rows(CE_NORM_IN_ARGS, __global const GRAD_T *grad,
  * item) keeps the sums of a wide block in private rows (each row read a long
  * run at a time; where CE_PREFETCH is 1 the table and gradient rows
  * CE_PAHEAD tokens on asked for a line at each vector); the GPU shape
- * (NORM_PARAMS_COLS 1) a column per work-item. */
+ * (NORM_PARAMS_COLS 1) a column per work-item.
+ * A launch walks the tokens [t0, t1): with `first` the sums start from +0,
+ * else from acc, where the launch before left them; with `last` they are
+ * added into the gradients as above, else left in acc (a device that stops a
+ * work-item's loops after loop_limit iterations gets the tokens in several
+ * launches, one sum carried from each to the next: the same bits). acc:
+ * (2 + CE_NORM_SMAX) rows of cols floats (sw, sb, ss[r]), then each
+ * work-item's CE_NORM_SMAX seen flags. */
 #ifndef NORM_PARAMS_COLS
 #define NORM_PARAMS_COLS 1
 #endif
@@ -1106,14 +1113,20 @@ __kernel void ce_norm_params(CE_NORM_IN_ARGS, __global const GRAD_T *grad,
                              ulong g_off CE_PIECE_PARAMS(const GRAD_T, grad), ulong g_ld,
                              __global const float *stats, __global float *gw, ulong gw_off, int want_w,
                              __global float *gb, ulong gb_off, int want_b, __global float *gs, ulong gs_off,
-                             ulong gs_ld, int want_s, ulong pw) {
+                             ulong gs_ld, int want_s, ulong pw, ulong t0, ulong t1, __global float *acc,
+                             int first, int last) {
   const ulong c0 = get_global_id(0) * pw;
   if (c0 >= cols) return;
   const ulong c1 = min(c0 + pw, cols);
+  /* the carried sums: sw at acc[c], sb at acc[cols + c], ss[r] at acc[(2 + r) * cols + c] */
+#define ACC_W(c) ((c))
+#define ACC_B(c) (cols + (c))
+#define ACC_S(r, c) ((2 + (ulong)(r)) * cols + (c))
+  __global float *acc_seen = acc + (2 + CE_NORM_SMAX) * cols + get_global_id(0) * CE_NORM_SMAX;
 #if NORM_SUMS
   const int want_x = want_w || want_s;
   int seen[CE_NORM_SMAX];
-  for (int r = 0; r < CE_NORM_SMAX; r++) seen[r] = 0;
+  for (int r = 0; r < CE_NORM_SMAX; r++) seen[r] = first ? 0 : acc_seen[r] != 0.0f;
 #else
   const int want_x = want_w;
   (void)gs;
@@ -1125,17 +1138,26 @@ __kernel void ce_norm_params(CE_NORM_IN_ARGS, __global const GRAD_T *grad,
   const ulong nv = (c1 - c0) / VEC, cv = c0 + nv * VEC;
   FV sw[NORM_PARAMS_COLS / VEC], sb[NORM_PARAMS_COLS / VEC];
   float tw[VEC], tb[VEC];
-  for (ulong m = 0; m < nv; m++) sw[m] = sb[m] = (FV)(0.0f);
+  for (ulong m = 0; m < nv; m++) {
+    sw[m] = first ? (FV)(0.0f) : ce_loadv_0(acc, ACC_W(c0 + m * VEC));
+    sb[m] = first ? (FV)(0.0f) : ce_loadv_0(acc, ACC_B(c0 + m * VEC));
+  }
   for (int m = 0; m < VEC; m++) tw[m] = tb[m] = 0.0f;
+  for (ulong c = cv; c < c1 && !first; c++) {
+    tw[c - cv] = acc[ACC_W(c)];
+    tb[c - cv] = acc[ACC_B(c)];
+  }
 #if NORM_SUMS
   FV ss[CE_NORM_SMAX][NORM_PARAMS_COLS / VEC];
   float ts[CE_NORM_SMAX][VEC];
   for (ulong m = 0; m < nv; m++)
-    for (int r = 0; r < CE_NORM_SMAX; r++) ss[r][m] = (FV)(0.0f);
+    for (int r = 0; r < CE_NORM_SMAX; r++) ss[r][m] = first ? (FV)(0.0f) : ce_loadv_0(acc, ACC_S(r, c0 + m * VEC));
   for (int m = 0; m < VEC; m++)
     for (int r = 0; r < CE_NORM_SMAX; r++) ts[r][m] = 0.0f;
+  for (ulong c = cv; c < c1 && !first; c++)
+    for (int r = 0; r < CE_NORM_SMAX; r++) ts[r][c - cv] = acc[ACC_S(r, c)];
 #endif
-  for (ulong i = 0; i < n; i++) {
+  for (ulong i = t0; i < t1; i++) {
     CE_NORM_TOKEN(i, 0)
     __global const GRAD_T *grow = GRAD_ROW(i);
     const ulong e0 = i * cols;
@@ -1188,6 +1210,26 @@ __kernel void ce_norm_params(CE_NORM_IN_ARGS, __global const GRAD_T *grad,
       }
     }
   }
+  if (!last) { /* the sums for the next launch */
+    for (ulong m = 0; m < nv; m++) {
+      ce_storev_0(acc, ACC_W(c0 + m * VEC), sw[m]);
+      ce_storev_0(acc, ACC_B(c0 + m * VEC), sb[m]);
+#if NORM_SUMS
+      for (int r = 0; r < CE_NORM_SMAX; r++) ce_storev_0(acc, ACC_S(r, c0 + m * VEC), ss[r][m]);
+#endif
+    }
+    for (ulong c = cv; c < c1; c++) {
+      acc[ACC_W(c)] = tw[c - cv];
+      acc[ACC_B(c)] = tb[c - cv];
+#if NORM_SUMS
+      for (int r = 0; r < CE_NORM_SMAX; r++) acc[ACC_S(r, c)] = ts[r][c - cv];
+#endif
+    }
+#if NORM_SUMS
+    for (int r = 0; r < CE_NORM_SMAX; r++) acc_seen[r] = seen[r] ? 1.0f : 0.0f;
+#endif
+    return;
+  }
   for (ulong m = 0; m < nv; m++) {
     const ulong c = c0 + m * VEC;
     if (want_w) ce_storev_0(gw, gw_off + c, ce_loadv_0(gw, gw_off + c) + sw[m]);
@@ -1213,12 +1255,12 @@ __kernel void ce_norm_params(CE_NORM_IN_ARGS, __global const GRAD_T *grad,
   }
 #else
   for (ulong c = c0; c < c1; c++) {
-    float sw = 0.0f, sb = 0.0f;
+    float sw = first ? 0.0f : acc[ACC_W(c)], sb = first ? 0.0f : acc[ACC_B(c)];
 #if NORM_SUMS
     float ss[CE_NORM_SMAX];
-    for (int r = 0; r < CE_NORM_SMAX; r++) ss[r] = 0.0f;
+    for (int r = 0; r < CE_NORM_SMAX; r++) ss[r] = first ? 0.0f : acc[ACC_S(r, c)];
 #endif
-    for (ulong i = 0; i < n; i++) {
+    for (ulong i = t0; i < t1; i++) {
       CE_NORM_TOKEN(i, 0)
       __global const GRAD_T *grow = GRAD_ROW(i);
       const ulong e0 = i * cols;
@@ -1244,6 +1286,14 @@ __kernel void ce_norm_params(CE_NORM_IN_ARGS, __global const GRAD_T *grad,
 #endif
       }
     }
+    if (!last) {
+      acc[ACC_W(c)] = sw;
+      acc[ACC_B(c)] = sb;
+#if NORM_SUMS
+      for (int r = 0; r < CE_NORM_SMAX; r++) acc[ACC_S(r, c)] = ss[r];
+#endif
+      continue;
+    }
     if (want_w) gw[gw_off + c] = gw[gw_off + c] + sw;
     if (want_b) gb[gb_off + c] = gb[gb_off + c] + sb;
 #if NORM_SUMS
@@ -1251,6 +1301,13 @@ __kernel void ce_norm_params(CE_NORM_IN_ARGS, __global const GRAD_T *grad,
       if (seen[r]) gs[gs_off + (ulong)r * gs_ld + c] = gs[gs_off + (ulong)r * gs_ld + c] + ss[r];
 #endif
   }
+#if NORM_SUMS
+  if (!last)
+    for (int r = 0; r < CE_NORM_SMAX; r++) acc_seen[r] = seen[r] ? 1.0f : 0.0f;
 #endif
+#endif
+#undef ACC_W
+#undef ACC_B
+#undef ACC_S
 }
 #endif /* NORM != 0 */

@@ -123,6 +123,7 @@ static clembed_status check_args(seg_call *b) {
     FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "ids", -1, (int64_t)b->n, "%s: %zu ids; at most 4294967294 per call",
              what, b->n);
   CHECK(ce_check_common(ctx, what, opt->policy, opt->dropout, b->n, opt->seq_len, opt->sequence_offsets));
+  if (!b->step->atomic || b->pg) CHECK(ce_fold_fits(ctx, what, "ids", b->n));
   CHECK(ce_padding(ctx, opt->padding_idx, t->rows, what, &b->padding));
   if (b->pg) {
     CHECK(ce_check_pieces(ctx, b->pg, "position_grad", 0, &b->pgp));

@@ -186,7 +186,7 @@ static clembed_status forward_run(clembed_context *ctx, const char *what, bag_fe
         FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "out", -1, (int64_t)bags, "%s: %zu bags of %zu features overflow size_t",
                  what, bags, L[l].count);
       if (cpu)
-        CHECK(ce_chain_1d(&ch, k, name, items, CE_LOCAL_ROWS));
+        CHECK(ce_chain_1d(&ch, k, name, items, ce_rows_local(ctx, k, t->bag_local)));
       else
         CHECK(ce_chain_2d(&ch, k, name, L[l].chunks, items));
     } while (ce_pieces_next(omats, 1));

@@ -40,6 +40,7 @@ clembed_status clembed_renorm(clembed_context *ctx, clembed_matrix *table, const
     FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "norm_type", -1, 0, "%s: norm_type %g must be > 0 (or INFINITY)", what,
              (double)norm_type);
   ce_record rec = {CE_NO_SLOT, CE_FAMILY_BAG, NULL, ids, NULL, 0};
+  CHECK(ce_fold_fits(ctx, what, "ids", ids->count));
   if (ids->count) {
     cl_int kind = norm_type == 1.0f ? 1 : norm_type == 2.0f ? 2 : isinf(norm_type) ? 3 : 0;
     cl_float p = norm_type, inv_p = 1.0f / norm_type, mn = max_norm;

@@ -262,7 +262,7 @@ static clembed_status embed_run(clembed_context *ctx, const clembed_matrix *tabl
   do {
     CHECK(embed_args(ctx, k, sh.name, table, &tp, ids, opt, &p, &op, padding, rec.slot));
     if (sh.rows && sh.ny)
-      CHECK(ce_chain_1d(&ch, k, sh.name, sh.ny, CE_LOCAL_ROWS));
+      CHECK(ce_chain_1d(&ch, k, sh.name, sh.ny, ce_rows_local(ctx, k, ctx->tune->embed_local)));
     else
       CHECK(ce_chain_2d(&ch, k, sh.name, sh.rows ? 1 : sh.nx, sh.ny));
   } while (ce_pieces_next(mats, 3));

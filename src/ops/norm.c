@@ -557,7 +557,7 @@ static clembed_status norm_params(norm_call *c, ce_chain *ch, ce_pieces *gp, con
   const char *name = "ce_norm_params";
   ce_pieces wp, bp, sp;
   cl_kernel k;
-  cl_mem none = NULL;
+  cl_mem none = NULL, acc = NULL;
   ce_pieces_none(&wp);
   ce_pieces_none(&bp);
   ce_pieces_none(&sp);
@@ -583,12 +583,28 @@ static clembed_status norm_params(norm_call *c, ce_chain *ch, ce_pieces *gp, con
     cl_int want_w = grads->norm_weight != NULL, want_b = grads->norm_bias != NULL, want_s = seg;
     CHECK(ce_kernel(ctx, CE_FAMILY_NORM, c->opts, name, &k));
     CHECK(norm_in_args(c, k, name));
-    CHECK(ce_set_args_at(ctx, k, name, c->in_args, CE_PIECES(gp), CE_ARG(g_ldl), CE_ARG(st), CE_ARG(wb),
-                         CE_ARG(w_off), CE_ARG(want_w), CE_ARG(bb), CE_ARG(b_off), CE_ARG(want_b), CE_ARG(sb),
-                         CE_ARG(s_off), CE_ARG(s_ldl), CE_ARG(want_s), CE_ARG(pwl), CE_END));
-    CHECK(ce_chain_1d(ch, k, name, (cols + pw - 1) / pw, c->rows ? CE_LOCAL_ROWS : 0));
+    /* the tokens in one launch, or (a device with a loop limit) in launches
+     * whose loops stay below it, the sums carried in acc from one to the next */
+    size_t items = (cols + pw - 1) / pw, n = c->ids->count, per = n ? n : 1;
+    size_t each = c->rows ? 2 + pw / vec + vec : pw + 1, margin = 8 * (pw + vec) + 256; /* loop steps a token; the rest */
+    if (t->loop_limit && n * each + margin > t->loop_limit) {
+      per = t->loop_limit > margin + each ? (t->loop_limit - margin) / each : 1;
+      size_t acc_floats = (2 + NORM_SMAX) * cols + items * NORM_SMAX;
+      CHECK(ce_buffer(ctx, CE_BUFFER_TEMP, acc_floats * sizeof(float), NULL, "the norm's carried sums", &acc));
+    }
+    for (size_t t0 = 0; t0 < n || t0 == 0; t0 += per) {
+      cl_ulong t0l = t0, t1l = t0 + per < n ? t0 + per : n;
+      cl_int first = t0 == 0, last = t0 + per >= n;
+      CHECK(ce_set_args_at(ctx, k, name, c->in_args, CE_PIECES(gp), CE_ARG(g_ldl), CE_ARG(st), CE_ARG(wb),
+                           CE_ARG(w_off), CE_ARG(want_w), CE_ARG(bb), CE_ARG(b_off), CE_ARG(want_b), CE_ARG(sb),
+                           CE_ARG(s_off), CE_ARG(s_ldl), CE_ARG(want_s), CE_ARG(pwl), CE_ARG(t0l), CE_ARG(t1l),
+                           CE_ARG(acc), CE_ARG(first), CE_ARG(last), CE_END));
+      CHECK(ce_chain_1d(ch, k, name, items, c->rows ? CE_LOCAL_ROWS : 0));
+      if (last) break;
+    }
   }
 cleanup:
+  if (acc) clReleaseMemObject(acc); /* (the launches keep it until they are done) */
   ce_pieces_release(&wp);
   ce_pieces_release(&bp);
   ce_pieces_release(&sp);
@@ -643,6 +659,8 @@ static clembed_status bwd_check(bwd_call *b, const clembed_embed_options *opt, c
   CHECK(ce_norm_check(ctx, b->table, ids, b->opt, &layer));
   CHECK(ce_embed_positions(ctx, b->table, ids, b->opt, &b->p));
   CHECK(check_grads(ctx, b->table, b->opt, b->grads));
+  if (b->grads->table || b->grads->position_table || b->grads->segment_table) /* (folded: before any is written) */
+    CHECK(ce_fold_fits(ctx, ctx->op, "ids", ids->count));
 cleanup:
   return status;
 }

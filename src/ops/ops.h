@@ -127,6 +127,12 @@ typedef struct ce_sort {
 } ce_sort;
 /* Temporaries for n entries (O(n), never O(keys' range)). */
 clembed_status ce_sort_alloc(clembed_context *ctx, size_t n, int key64, ce_sort *s);
+/* Refuses (CLEMBED_ERR_UNSUPPORTED naming `arg`) a sort and fold of n entries
+ * on a device whose loop_limit a fold of that many can pass: the fold of the
+ * first segment runs about n + its length loop iterations in one work-item
+ * (measured on llvmpipe), so 2n + 1024 must stay within the limit. Called
+ * before an operation writes anything. */
+clembed_status ce_fold_fits(clembed_context *ctx, const char *what, const char *arg, size_t n);
 /* Sorts (keys[0], idx[0]) stably by key < 2^bits, as commands of the chain;
  * *which receives the buffer pair that holds the result. */
 clembed_status ce_sort_run(ce_chain *ch, ce_sort *s, unsigned bits, int *which);

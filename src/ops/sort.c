@@ -19,6 +19,15 @@ unsigned ce_bit_width(uint64_t v) {
   return b;
 }
 
+clembed_status ce_fold_fits(clembed_context *ctx, const char *what, const char *arg, size_t n) {
+  const size_t limit = ctx->tune->loop_limit;
+  if (!limit || 2 * (uint64_t)n + 1024 <= limit) return CLEMBED_OK;
+  return ce_fail_arg(ctx, CLEMBED_ERR_UNSUPPORTED, NULL, arg, -1, (int64_t)n,
+                     "%s: %zu %s in one call; this device stops a work-item's loops after %zu iterations (the "
+                     "tuning's loop_limit), which a fold of so many can pass: at most %zu in a call here",
+                     what, n, arg, limit, (size_t)((limit - 1024) / 2));
+}
+
 clembed_status ce_sort_alloc(clembed_context *ctx, size_t n, int key64, ce_sort *s) {
   clembed_status status = CLEMBED_OK;
   const ce_tuning *t = ctx->tune;

@@ -179,6 +179,12 @@ static clembed_status enqueue(clembed_context *ctx, cl_kernel k, const char *nam
   return CLEMBED_OK;
 }
 
+size_t ce_rows_local(clembed_context *ctx, cl_kernel k, size_t want) {
+  if (!want) return CE_LOCAL_ROWS;
+  size_t mul, wg = kernel_wg(ctx, k, &mul);
+  return want < wg ? want : wg;
+}
+
 /* The local size for n work-items that each do a large piece of work (the CPU
  * shapes), for a kernel allowing wg: a CPU runtime runs a work-group's items in
  * one thread, so few of these items to a group, and several groups per compute

@@ -58,6 +58,8 @@ typedef struct ce_tuning {
   size_t group_target;         /* work-items per work-group the 1-D/2-D launches aim for */
   size_t row_items_max;        /* CPU shapes: work-items per group for items doing a row's work */
   size_t row_groups_per_unit;  /* ...and at least this many groups per compute unit */
+  size_t embed_local;          /* the forward's row shapes: work-items per group (0: the rule above) */
+  size_t bag_local;            /* the bags' CPU shape: work-items per group (0: the rule above) */
   /* forward */
   unsigned embed_rows;         /* tokens per work-item (0: the column shapes) */
   unsigned embed_strided_rows; /* sequences per work-item that share a position */
@@ -143,12 +145,15 @@ typedef struct ce_tuning {
   int host_pages;                    /* large buffers on huge host pages, files used in place (where the
                                         device's memory is the host's) */
   int zero_temporaries;              /* temporaries created zeroed */
+  size_t loop_limit;                 /* the device stops a work-item's loops after this many iterations in
+                                        all (gallivm's limit on llvmpipe); kernels whose loops grow with a
+                                        call are then launched in parts that stay below it (0: no limit) */
 } ce_tuning;
 
 /* The parameters, by name (the database's, CLEMBED_TUNE's and the kernels'
  * -D options' names). */
 #define CE_TUNING_FIELDS(X)                                                                                     \
-  X(cpu_shapes) X(group_target) X(row_items_max) X(row_groups_per_unit) X(embed_rows) X(embed_strided_rows)     \
+  X(cpu_shapes) X(group_target) X(row_items_max) X(row_groups_per_unit) X(embed_local) X(bag_local) X(embed_rows) X(embed_strided_rows)     \
   X(embed_vec) X(embed_stream) X(stream_cache_bytes) X(embed_next) X(embed_strided_prefetch_bytes) X(embed_strided_ahead) X(positional_rowwise) X(positional_vec) X(rope_rowwise) X(rope_pairs) \
   X(sort_chunk) X(sort_max_chunks) X(sort_radix_bits) X(sort_local) X(fold_vec) X(fold_tile)                     \
   X(fold_block_columns) X(fold_split) X(fold_group) X(fold_ahead_bytes) X(fold_ahead) X(step_ahead) X(fold_slices_per_unit)        \
@@ -156,7 +161,7 @@ typedef struct ce_tuning {
   X(sinusoid_table_inline_rows) X(huge_page_bytes)                                                               \
   X(norm_rows) X(norm_strided_rows) X(norm_group_rows) X(norm_next) X(norm_scratch_cols) X(norm_side_cols) X(norm_sums) X(norm_params_cols) X(piece_args)  \
   X(bag_vec) X(bag_tile) X(bag_rows) X(bag_rows_features) X(bag_ahead) X(bag_plain) X(bag_by_feature)         \
-  X(init_wide) X(prefetch) X(host_pages) X(zero_temporaries)
+  X(init_wide) X(prefetch) X(host_pages) X(zero_temporaries) X(loop_limit)
 /* What the database's match lines compare: the platform's and device's
  * names, the vendor, the driver version, and the type ("cpu", "gpu",
  * "accelerator"). */
@@ -503,6 +508,10 @@ clembed_status ce_enqueue_1d(clembed_context *ctx, cl_kernel k, const char *name
                              cl_uint nwait, const cl_event *wait, cl_event *event);
 /* A 1-D local size of `want` when the kernel allows it, else 0 (the default). */
 size_t ce_local_if_allowed(clembed_context *ctx, cl_kernel k, size_t want);
+/* The local size of a row shape's launch from its tuning parameter (embed_local,
+ * bag_local): `want` work-items a group, at most what the kernel allows; 0 is
+ * CE_LOCAL_ROWS (the launches' rule from row_items_max and row_groups_per_unit). */
+size_t ce_rows_local(clembed_context *ctx, cl_kernel k, size_t want);
 
 /* The commands of one operation, in order: each waits on the previous one's
  * event (the first on the caller's wait list); ce_chain_close gives the

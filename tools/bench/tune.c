@@ -3,15 +3,18 @@
  * (docs/tuning.md).
  *
  * The parameters are searched by operation (a group: the bench rows it is
- * timed on and the parameters its kernels take), one parameter at a time
- * with the others at the best found so far, from the built-in entries
+ * timed on, the parameters its kernels take and a few whole shapes): first
+ * each whole shape (several parameters set together), then one parameter at a
+ * time, each with the others at the best found so far, from the built-in entries
  * (tuning/devices.conf; the user's own file is not read while tuning). A
  * candidate is a context made from the same queue with CLEMBED_TUNE set to
  * the candidate's settings, so it shares the bench's matrices. Each candidate
  * is first run on every row of its group at a smaller size (the same shapes,
  * V and n divided by 64) from fresh states, beside the built-in entries'
- * context: a candidate whose results differ in a single bit, or that fails, is
- * rejected. Then it is timed against the best so far at the bench's model
+ * context: a candidate whose results differ in a single bit, that fails, or
+ * whose first run there (mostly its kernels' build) takes over
+ * MAX_FIRST_RUN_SECONDS, is rejected; a row the device refuses at the model
+ * size (CLEMBED_ERR_UNSUPPORTED) is left out of its group. Then it is timed against the best so far at the bench's model
  * sizes, alternately round by round with the bench's reference copy (bench.c's
  * measure): one round on the group's first row (under half the best's speed:
  * rejected at once), then every row: it is kept when its speed over the best, the
@@ -46,10 +49,20 @@ typedef struct param {
   unsigned long long values[8];
 } param;
 
+/* A setting of a preset: a whole shape, several parameters at once. */
+typedef struct preset_value {
+  const char *name;
+  unsigned long long value;
+} preset_value;
+
 typedef struct group {
   const char *name;
   const char *rows[5];    /* bench rows (a prefix of their names) */
   param params[9];
+  /* shapes tried whole before the search, each from the best so far: a shape
+   * whose parameters only pay together, which one parameter at a time does
+   * not reach */
+  preset_value presets[3][6];
 } group;
 
 #define V(...) {__VA_ARGS__}
@@ -57,36 +70,43 @@ static const group groups[] = {
     {"lookup",
      {"lookup f32 (1 GiB table", "lookup bf16 table, bf16 out", "lookup q8_0 table, f32 out",
       "lookup f32 (recommendation"},
-     {{"embed_rows", V(0, 1, 2, 4, 8, 16)}, {"embed_vec", V(4, 8, 16)}, {"embed_next", V(0, 1)},
-      {"embed_stream", V(0, 1)}}},
+     {{"embed_rows", V(0, 1, 2, 4, 8, 16)}, {"embed_vec", V(4, 8, 16)}, {"embed_local", V(0, 4, 8, 16, 32)},
+      {"embed_next", V(0, 1)}, {"embed_stream", V(0, 1)}},
+     {/* a token per work-item, narrow vectors, groups of a SIMD unit's 8 lanes */
+      {{"embed_rows", 1}, {"embed_vec", 4}, {"embed_local", 8}, {"embed_stream", 0}},
+      /* the column shapes: consecutive work-items on consecutive columns */
+      {{"embed_rows", 0}}}},
     {"embed",
      {"embed sqrt + sinusoid (1 GiB", "embed + learned positions (1 GiB"},
      {{"embed_strided_rows", V(1, 2, 4, 8, 16)}, {"embed_strided_prefetch_bytes", V(0, 1024, 2048, 4096)},
-      {"embed_strided_ahead", V(1, 2, 4, 8)}}},
+      {"embed_strided_ahead", V(1, 2, 4, 8)}}, {{{0}}}},
     {"bert",
      {"embed + segments + LayerNorm", "embed_backward, every gradient"},
      {{"norm_rows", V(0, 1, 2, 4)}, {"norm_strided_rows", V(1, 2, 4, 8, 16)}, {"norm_group_rows", V(1, 2, 4, 8, 16)},
-      {"norm_next", V(0, 1)}, {"norm_side_cols", V(0, 2048, 4608, 9216)}, {"norm_sums", V(0, 1)}}},
-    {"positional", {"positional table"}, {{"positional_rowwise", V(0, 1)}, {"positional_vec", V(4, 8, 16)}}},
-    {"rope", {"rope cache f32", "rope apply f32"}, {{"rope_rowwise", V(0, 1)}, {"rope_pairs", V(1, 2, 4, 8)}}},
-    {"init", {"init normal f32", "init uniform f32"}, {{"init_wide", V(0, 1)}}},
+      {"norm_next", V(0, 1)}, {"norm_side_cols", V(0, 2048, 4608, 9216)}, {"norm_sums", V(0, 1)}}, {{{0}}}},
+    {"positional", {"positional table"}, {{"positional_rowwise", V(0, 1)}, {"positional_vec", V(4, 8, 16)}}, {{{0}}}},
+    {"rope", {"rope cache f32", "rope apply f32"}, {{"rope_rowwise", V(0, 1)}, {"rope_pairs", V(1, 2, 4, 8)}}, {{{0}}}},
+    {"init", {"init normal f32", "init uniform f32"}, {{"init_wide", V(0, 1)}}, {{{0}}}},
     {"backward",
      {"backward (accumulate, deterministic), 1 GiB", "backward (accumulate, deterministic), recommendation",
       "optimizer ADAGRAD, 1 GiB", "optimizer ROWWISE_ADAGRAD, recommendation"},
      {{"cpu_shapes", V(0, 1)}, {"fold_vec", V(4, 8, 16)}, {"fold_tile", V(1, 2, 4, 8)}, {"fold_split", V(1, 16, 64, 256)},
       {"fold_group", V(1, 2, 4, 8)}, {"fold_ahead", V(0, 2, 4, 8)}, {"fold_ahead_bytes", V(0, 512, 1024, 4096)},
-      {"step_ahead", V(0, 1)}, {"sort_chunk", V(64, 1024, 4096, 16384)}}},
+      {"step_ahead", V(0, 1)}, {"sort_chunk", V(64, 1024, 4096, 16384)}}, {{{0}}}},
     {"bags",
      {"bag sum f32", "bag sum q8_0", "bags: 26 features", "bag step ROWWISE_ADAGRAD"},
      {{"bag_vec", V(4, 8, 16)}, {"bag_tile", V(1, 2, 4, 8, 16)}, {"bag_rows", V(1, 2, 4, 8, 16)},
       {"bag_rows_features", V(1, 2, 4, 8)}, {"bag_ahead", V(0, 8, 16, 32, 64)}, {"bag_plain", V(0, 1)},
-      {"bag_by_feature", V(0, 1)}}},
+      {"bag_by_feature", V(0, 1)}, {"bag_local", V(0, 4, 8, 16, 32)}},
+     {/* a bag per work-item, narrow vectors a row at a time, groups of 8 */
+      {{"bag_vec", 4}, {"bag_tile", 1}, {"bag_rows", 1}, {"bag_rows_features", 1}, {"bag_local", 8}}}},
 };
 #define NGROUPS (sizeof groups / sizeof groups[0])
 #define MAXSET 64
 #define SHRINK 64
 #define KEEP_SPEEDUP 1.03
 #define KEEP_WORST 0.98
+#define MAX_FIRST_RUN_SECONDS 120 /* a shape whose kernels take longer to build makes every user wait that long once */
 
 /* Settings: name=value pairs (names are the params' own strings). */
 typedef struct settings {
@@ -332,19 +352,22 @@ static void usage(FILE *f) {
           "  Finds this device's kernel shapes on the device itself and writes them as its\n"
           "  entry of your tuning file, which every context on the device then reads\n"
           "  (docs/tuning.md). Operation by operation (a group: its bench rows, at the sizes\n"
-          "  models have, and its kernels' parameters), each parameter's values are tried\n"
-          "  with the others at the best found so far, starting from the built-in entries.\n"
+          "  models have, and its kernels' parameters), a few whole shapes are tried, then\n"
+          "  each parameter's values, each with the others at the best found so far,\n"
+          "  starting from the built-in entries.\n"
           "  A candidate whose results differ from the built-in shapes' in a single bit (at\n"
-          "  a 64th of the rows' sizes) is rejected; one that is at least 1.03x faster over\n"
+          "  a 64th of the rows' sizes), or whose kernels take over 2 minutes to build, is\n"
+          "  rejected; one that is at least 1.03x faster over\n"
           "  its group's rows (the median of per-round paired ratios, no row below 0.98) is\n"
           "  kept. A summary, default against tuned and each against the device's copy,\n"
           "  ends the run. The rows' memory is that of `clembed bench`'s (up to 8 GiB).\n"
           "  --device SPEC    the device (as `clembed devices` lists them)\n"
           "  --only GROUPS    the groups to tune, comma-separated (--list names them;\n"
           "                   default: every group)\n"
-          "  --budget SECONDS the run's time (default 900): the search stops at 92 %% of it,\n"
-          "                   the group being searched gets its summary, the groups after\n"
-          "                   it keep the built-in shapes, and the entry follows\n"
+          "  --budget SECONDS the run's time (default 900): each group searches within an\n"
+          "                   equal share of what is left of 92 %% of it (a group done\n"
+          "                   early leaves its time to the later ones), gets its summary,\n"
+          "                   and the entry follows\n"
           "  --reps N         timed rounds per candidate and row (default 5; the summary 9)\n"
           "  --output FILE    the tuning file to write (default: CLEMBED_TUNING_FILE, else\n"
           "                   $XDG_CACHE_HOME/clembed/tuning.conf, else\n"
@@ -359,6 +382,11 @@ static int list_groups(void) {
     for (int r = 0; r < 5 && groups[g].rows[r]; r++) printf(" \"%s...\"", groups[g].rows[r]);
     printf("\n  parameters:");
     for (int p = 0; p < 9 && groups[g].params[p].name; p++) printf(" %s", groups[g].params[p].name);
+    for (int x = 0; x < 3 && groups[g].presets[x][0].name; x++) {
+      printf("\n  shape:");
+      for (int i = 0; i < 6 && groups[g].presets[x][i].name; i++)
+        printf("%s%s=%llu", i ? "," : " ", groups[g].presets[x][i].name, groups[g].presets[x][i].value);
+    }
     printf("\n");
   }
   return 0;
@@ -379,6 +407,75 @@ static double geomean(const double *x, int n) {
   double s = 0;
   for (int i = 0; i < n; i++) s += log(x[i]);
   return n ? exp(s / n) : 1.0;
+}
+
+/* Runs candidate `cand` of group G (printed as `label`) against `best`: the
+ * same bits at the small size, then paired timing; kept into *best when it is
+ * at least KEEP_SPEEDUP faster over the rows with none below KEEP_WORST. */
+static void try_candidate(cl_command_queue q, const group *G, const grow *rows, int nr, bench_ref *ref, int reps,
+                          settings *best, const settings *cand, const char *label) {
+  char err[1024] = "";
+  printf("[%5.0fs] %s: %s ...", elapsed(), G->name, label);
+  fflush(stdout);
+  clembed_context *c = make_context(q, cand, err, sizeof err);
+  clembed_context *b = c ? make_context(q, best, err, sizeof err) : NULL;
+  int ok = c && b;
+  const double first_run = now();
+  /* the same bits at the small size */
+  for (int r = 0; ok && r < nr; r++) {
+    unsigned char *got = NULL;
+    size_t n = 0;
+    if (small_result(c, rows[r].k, &got, &n, err, sizeof err)) {
+      ok = 0;
+    } else if (n != rows[r].nwant || memcmp(got, rows[r].want, n)) {
+      size_t diff = 0;
+      for (size_t i = 0; i < n && i < rows[r].nwant; i++) diff += got[i] != rows[r].want[i];
+      snprintf(err, sizeof err, "%s: %zu of %zu result bytes differ from the built-in shapes'",
+               bench_row_name(rows[r].k), diff, rows[r].nwant);
+      ok = 0;
+    }
+    free(got);
+  }
+  /* the small runs are mostly the kernels' first build */
+  if (ok && now() - first_run > MAX_FIRST_RUN_SECONDS) {
+    snprintf(err, sizeof err, "its first run (the kernels' build) took %.0f s, over %d s", now() - first_run,
+             MAX_FIRST_RUN_SECONDS);
+    ok = 0;
+  }
+  double speed[5], worst = 1e9;
+  /* a first round on the first row: a candidate at less than half the best's speed goes at once */
+  if (ok) {
+    bench_run *rb = bench_run_alias(rows[0].full, b), *rc_ = bench_run_alias(rows[0].full, c);
+    bench_timing t;
+    if (!rb || !rc_ || bench_time(rb, rc_, ref, 1, &t, err, sizeof err)) {
+      ok = 0;
+    } else if (t.alt_speedup < 0.5) {
+      snprintf(err, sizeof err, "%.3fx on %s in a first round", t.alt_speedup, bench_row_name(rows[0].k));
+      ok = 0;
+    }
+    bench_run_close(rb);
+    bench_run_close(rc_);
+  }
+  for (int r = 0; ok && r < nr; r++) {
+    bench_run *rb = bench_run_alias(rows[r].full, b), *rc_ = bench_run_alias(rows[r].full, c);
+    bench_timing t;
+    if (!rb || !rc_ || bench_time(rb, rc_, ref, reps, &t, err, sizeof err)) ok = 0;
+    else speed[r] = t.alt_speedup;
+    if (ok && speed[r] < worst) worst = speed[r];
+    bench_run_close(rb);
+    bench_run_close(rc_);
+  }
+  if (!ok) {
+    printf(" rejected: %s\n", err[0] ? err : "failed");
+  } else {
+    double gm = geomean(speed, nr);
+    int keep = gm >= KEEP_SPEEDUP && worst >= KEEP_WORST;
+    printf(" same bits, %.3fx (worst row %.3fx)%s\n", gm, worst, keep ? ": kept" : "");
+    if (keep) *best = *cand;
+  }
+  fflush(stdout);
+  clembed_context_destroy(c);
+  clembed_context_destroy(b);
 }
 
 int tune_main(int argc, char **argv) {
@@ -465,10 +562,16 @@ int tune_main(int argc, char **argv) {
   }
   settings best; /* the whole entry: every group's kept settings */
   memset(&best, 0, sizeof best);
-  int rc = 0, out_of_time = 0;
+  int rc = 0, out_of_time = 0, left = 0;
+  for (size_t g = 0; g < NGROUPS; g++) left += wanted_group(only, groups[g].name);
   for (size_t g = 0; g < NGROUPS && !rc; g++) {
     const group *G = &groups[g];
     if (!wanted_group(only, G->name)) continue;
+    /* each group searches within an equal share of what is left (a group
+     * done early leaves its time to the later ones) */
+    const double group_end = elapsed() + (search_end - elapsed()) / (left > 0 ? left : 1);
+    left--;
+    int group_spent = 0;
     if (out_of_time || elapsed() > search_end) {
       out_of_time = 1;
       printf("summary %-10s not tuned: the budget was spent before it (the built-in shapes)\n", G->name);
@@ -481,8 +584,19 @@ int tune_main(int argc, char **argv) {
       long k = row_index(G->rows[r]);
       if (k < 0) continue;
       rows[nr].k = (size_t)k;
+      st = CLEMBED_OK;
       if (small_result(def, (size_t)k, &rows[nr].want, &rows[nr].nwant, err, sizeof err) ||
-          !(rows[nr].full = bench_run_open(def, (size_t)k, 1, &st))) {
+          !(rows[nr].full = bench_run_open(def, (size_t)k, 1, &st)) ||
+          (st = bench_run_once(rows[nr].full)) != CLEMBED_OK) {
+        if (st == CLEMBED_ERR_UNSUPPORTED) { /* a row the device refuses at the model size: left out */
+          printf("summary %-10s %-56.56s not on this device: %s\n", G->name, bench_row_name((size_t)k),
+                 clembed_context_message(def));
+          bench_run_close(rows[nr].full);
+          free(rows[nr].want);
+          memset(&rows[nr], 0, sizeof rows[nr]);
+          err[0] = 0;
+          continue;
+        }
         if (!err[0]) snprintf(err, sizeof err, "%s: %s", clembed_status_string(st), clembed_context_message(def));
         fprintf(stderr, "clembed tune: %s: the built-in shapes: %s\n", bench_row_name((size_t)k), err);
         rc = 2;
@@ -490,75 +604,45 @@ int tune_main(int argc, char **argv) {
       nr++;
       if (rc) break;
     }
-    for (int p = 0; !rc && !out_of_time && p < 9 && G->params[p].name; p++) {
+    if (!rc && nr == 0) {
+      printf("summary %-10s not tuned: none of its rows runs on this device\n", G->name);
+      continue;
+    }
+    for (int x = 0; !rc && !group_spent && x < 3 && G->presets[x][0].name; x++) {
+      if (elapsed() > group_end) {
+        group_spent = 1;
+        printf("[%5.0fs] %s: the group's share of the budget is spent: its search stops here\n", elapsed(), G->name);
+        break;
+      }
+      settings cand = best;
+      char label[400] = "shape";
+      size_t lo = strlen(label);
+      int differs = 0;
+      for (int i = 0; i < 6 && G->presets[x][i].name; i++) {
+        const preset_value *pv = &G->presets[x][i];
+        differs |= current_value(q, &best, pv->name) != pv->value;
+        settings_set(&cand, pv->name, pv->value);
+        lo += (size_t)snprintf(label + lo, lo < sizeof label ? sizeof label - lo : 0, "%s%s=%llu", i ? "," : " ",
+                               pv->name, pv->value);
+      }
+      if (differs) try_candidate(q, G, rows, nr, ref, reps, &best, &cand, label);
+    }
+    for (int p = 0; !rc && !group_spent && p < 9 && G->params[p].name; p++) {
       const param *P = &G->params[p];
-      for (int v = 0; v < 8 && !out_of_time; v++) {
+      for (int v = 0; v < 8 && !group_spent; v++) {
         if (v > 0 && P->values[v] == 0) break; /* the list's end (a value of 0 only comes first) */
-        if (elapsed() > search_end) {
-          out_of_time = 1;
-          printf("[%5.0fs] the budget is spent: the search stops here\n", elapsed());
+        if (elapsed() > group_end) {
+          group_spent = 1;
+          printf("[%5.0fs] %s: the group's share of the budget is spent: its search stops here\n", elapsed(),
+                 G->name);
           break;
         }
-        settings cand = best;
         if (current_value(q, &best, P->name) == P->values[v]) continue; /* the best's own value */
+        settings cand = best;
         settings_set(&cand, P->name, P->values[v]);
-        char what[2048];
-        settings_string(&cand, what, sizeof what);
-        printf("[%5.0fs] %s: %s=%llu ...", elapsed(), G->name, P->name, P->values[v]);
-        fflush(stdout);
-        err[0] = 0;
-        clembed_context *c = make_context(q, &cand, err, sizeof err);
-        clembed_context *b = c ? make_context(q, &best, err, sizeof err) : NULL;
-        int ok = c && b;
-        /* the same bits at the small size */
-        for (int r = 0; ok && r < nr; r++) {
-          unsigned char *got = NULL;
-          size_t n = 0;
-          if (small_result(c, rows[r].k, &got, &n, err, sizeof err)) {
-            ok = 0;
-          } else if (n != rows[r].nwant || memcmp(got, rows[r].want, n)) {
-            size_t diff = 0;
-            for (size_t i = 0; i < n && i < rows[r].nwant; i++) diff += got[i] != rows[r].want[i];
-            snprintf(err, sizeof err, "%s: %zu of %zu result bytes differ from the built-in shapes'",
-                     bench_row_name(rows[r].k), diff, rows[r].nwant);
-            ok = 0;
-          }
-          free(got);
-        }
-        double speed[5], worst = 1e9;
-        /* a first round on the first row: a candidate at less than half the best's speed goes at once */
-        if (ok) {
-          bench_run *rb = bench_run_alias(rows[0].full, b), *rc_ = bench_run_alias(rows[0].full, c);
-          bench_timing t;
-          if (!rb || !rc_ || bench_time(rb, rc_, ref, 1, &t, err, sizeof err)) {
-            ok = 0;
-          } else if (t.alt_speedup < 0.5) {
-            snprintf(err, sizeof err, "%.3fx on %s in a first round", t.alt_speedup, bench_row_name(rows[0].k));
-            ok = 0;
-          }
-          bench_run_close(rb);
-          bench_run_close(rc_);
-        }
-        for (int r = 0; ok && r < nr; r++) {
-          bench_run *rb = bench_run_alias(rows[r].full, b), *rc_ = bench_run_alias(rows[r].full, c);
-          bench_timing t;
-          if (!rb || !rc_ || bench_time(rb, rc_, ref, reps, &t, err, sizeof err)) ok = 0;
-          else speed[r] = t.alt_speedup;
-          if (ok && speed[r] < worst) worst = speed[r];
-          bench_run_close(rb);
-          bench_run_close(rc_);
-        }
-        if (!ok) {
-          printf(" rejected: %s\n", err[0] ? err : "failed");
-        } else {
-          double gm = geomean(speed, nr);
-          int keep = gm >= KEEP_SPEEDUP && worst >= KEEP_WORST;
-          printf(" same bits, %.3fx (worst row %.3fx)%s\n", gm, worst, keep ? ": kept" : "");
-          if (keep) best = cand;
-        }
-        fflush(stdout);
-        clembed_context_destroy(c);
-        clembed_context_destroy(b);
+        char label[160];
+        snprintf(label, sizeof label, "%s=%llu", P->name, P->values[v]);
+        try_candidate(q, G, rows, nr, ref, reps, &best, &cand, label);
       }
     }
     /* the group's summary: the built-in shapes against the tuned, each against the copy (the
