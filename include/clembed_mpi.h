@@ -344,9 +344,17 @@ CLEMBED_API clembed_status clembed_mpi_checkpoint_load(const char *path, clembed
  *   clembed_bags_optimizer_step) on the concatenated batch, and in the
  *   forward sends each rank its bags' pooled rows back in a second exchange:
  *   the pooled bytes cross the network, not the rows.
- * - ROW and TABLE_ROW features: clembed_mpi_embedding_bag and
- *   clembed_mpi_bag_optimizer_step of each table in feature order (each
- *   distinct row fetched from its owner, pooled by the rank that passed it).
+ * - ROW and TABLE_ROW features: what clembed_mpi_embedding_bag and
+ *   clembed_mpi_bag_optimizer_step do for one table, for all of them in the
+ *   same exchanges as the TABLE and COLUMN features: in the forward every
+ *   rank asks each owner for the distinct rows of its bags of every such
+ *   table (in the first exchange), the owners gather them on their devices
+ *   and send them back (in the second), and each rank pools its own bags on
+ *   the rows it received; in the step every rank sends each owner, in the
+ *   one exchange, a contribution row per id of its bags that reaches a row of
+ *   that owner, and each owner steps its rows on them in global id order.
+ *   A call makes two MPI_Alltoallv in the forward and one in the step,
+ *   whatever the plans and the number of tables.
  *
  * Collective: every rank calls each function with the same set, in the same
  * order. A rank's own bad argument (a NULL, a wrong shape, an offset that
@@ -393,9 +401,9 @@ typedef struct clembed_mpi_feature_set clembed_mpi_feature_set; /* opaque */
  * tables; where none is given, the fewest ids a table's samples hold). A rank's
  * cost is the bytes it moves per batch: the rows its device reads for pooling
  * and serving, and twice the bytes it sends and receives (ids, pooled rows,
- * rows: each is copied on the host at both ends), and 64 KiB for each
- * exchange of its own a table cut by rows adds (a ROW table's calls exchange
- * per table; the TABLE and COLUMN tables share one pair of exchanges). Each
+ * rows: each is copied on the host at both ends), and on more than one rank
+ * 128 KiB for each table cut by rows (a fixed cost of its own: the host work
+ * of its requests and rows). Each
  * table goes whole to one rank (TABLE) when that costs the ranks less in all
  * than cutting it by rows (ROW) and its owner's part is no more than a rank's
  * share of the whole set's cost (else a hot table would hold up every rank);

@@ -32,7 +32,15 @@
  * zero, with scale 1 and no frequency scaling, as the bag step does). So each
  * row folds the same float32 values in the same order as
  * clembed_bag_optimizer_step on one device, and the rows stepped are the
- * same. */
+ * same.
+ *
+ * The phases are shared with a feature set's ROW and TABLE_ROW features
+ * (feature_set.c), which do the exchanges for all their tables at once: the
+ * forward's request (ce_mpi_fetch_plan, embed.c), serving
+ * (ce_mpi_serve_into) and pooling (ce_mpi_bag_pool, here); the step's
+ * contributions (ce_mpi_bag_contrib_plan, which finds them and counts them
+ * per owner, and ce_mpi_bag_contrib_fill, which writes each owner's where the
+ * caller says) and the owner's step (ce_mpi_step_own, step.c). */
 #include "mpi_table.h"
 
 #include <limits.h>
@@ -68,6 +76,28 @@ static void map_max_rows(clembed_mpi_table *t, const char *op, const clembed_ids
     ce_mpi_fail(e, (clembed_status)err, "max_rows", -1, err, "%s: writing max_rows: %s", op,
                 clembed_status_string((clembed_status)err));
   free(h);
+}
+
+void ce_mpi_bag_pool(clembed_mpi_table *t, const char *op, const clembed_bag_options *o, const clembed_ids *offsets,
+                     size_t d, size_t n, clembed_dtype wire, int64_t pad_local, clembed_matrix *out, ce_mpi_error *e) {
+  clembed_context *ctx = t->ctx;
+  clembed_bag_options lo = *o;
+  if (lo.policy == CLEMBED_INDEX_CLAMP) lo.policy = CLEMBED_INDEX_CHECK; /* resolved already; bad ones stay bad */
+  lo.padding_idx = pad_local >= 0 ? pad_local : CLEMBED_NO_PADDING;
+  clembed_matrix rows;
+  clembed_ids lids;
+  clembed_status s = ce_mpi_fetched(t, d, n, wire, e, &rows, &lids);
+  if (s == CLEMBED_OK) s = clembed_embedding_bag(ctx, &rows, &lids, offsets, &lo, out, 0, NULL, NULL);
+  if (s == CLEMBED_OK) s = clembed_finish(ctx);
+  clembed_error_detail det;
+  int deferred = s == CLEMBED_ERR_INDEX_OUT_OF_RANGE && clembed_context_error(ctx, &det) == CLEMBED_OK;
+  if (deferred && !strcmp(det.argument, "ids"))
+    ce_mpi_bad_id(e, op, det.index, det.value, o->policy, t->rows);
+  else if (s != CLEMBED_OK && e->status == CLEMBED_OK)
+    ce_mpi_fail_from(e, ctx, s);
+  /* the output is written (a bad id or offset is a deferred error): max_rows named the local rows */
+  if ((s == CLEMBED_OK || deferred) && o->mode == CLEMBED_BAG_MAX && o->max_rows)
+    map_max_rows(t, op, o->max_rows, t->buf[CE_MPI_KEYS].p, d, e);
 }
 
 clembed_status clembed_mpi_embedding_bag(clembed_mpi_table *t, const clembed_ids *ids, const clembed_ids *offsets,
@@ -136,25 +166,7 @@ clembed_status clembed_mpi_embedding_bag(clembed_mpi_table *t, const clembed_ids
     goto done;
 
   /* the rank's own pooling on the rows it received (the in stage) */
-  {
-    clembed_bag_options lo = o;
-    if (lo.policy == CLEMBED_INDEX_CLAMP) lo.policy = CLEMBED_INDEX_CHECK; /* resolved already; bad ones stay bad */
-    lo.padding_idx = pad_local >= 0 ? pad_local : CLEMBED_NO_PADDING;
-    clembed_matrix rows;
-    clembed_ids lids;
-    clembed_status s = ce_mpi_fetched(t, d, n, wire, &e, &rows, &lids);
-    if (s == CLEMBED_OK) s = clembed_embedding_bag(ctx, &rows, &lids, offsets, &lo, out, 0, NULL, NULL);
-    if (s == CLEMBED_OK) s = clembed_finish(ctx);
-    clembed_error_detail det;
-    int deferred = s == CLEMBED_ERR_INDEX_OUT_OF_RANGE && clembed_context_error(ctx, &det) == CLEMBED_OK;
-    if (deferred && !strcmp(det.argument, "ids"))
-      ce_mpi_bad_id(&e, op, det.index, det.value, o.policy, t->rows);
-    else if (s != CLEMBED_OK && e.status == CLEMBED_OK)
-      ce_mpi_fail_from(&e, ctx, s);
-    /* the output is written (a bad id or offset is a deferred error): max_rows named the local rows */
-    if ((s == CLEMBED_OK || deferred) && o.mode == CLEMBED_BAG_MAX && o.max_rows)
-      map_max_rows(t, op, o.max_rows, t->buf[CE_MPI_KEYS].p, d, &e);
-  }
+  ce_mpi_bag_pool(t, op, &o, offsets, d, n, wire, pad_local, out, &e);
 done:
   for (int k = 0; k < CE_MPI_NSTAGE; k++) ce_mpi_stage_done(t, k, &serve);
   return ce_mpi_report(ctx, op, &e);
@@ -278,25 +290,20 @@ static void read_inputs(clembed_mpi_table *t, const char *op, const clembed_matr
   }
 }
 
-/* The rank's contributions (see the top), grouped by owner in id order: the
- * send counts, send_ids (rows in the owners' shards) and *rows (m x cols F32,
- * allocated here). The first bad id goes to *bad_at / *bad_id. Returns m, or
- * -1 when host memory runs out. */
-static long long contributions(clembed_mpi_table *t, const bag_host *h, size_t n, size_t bags,
-                               const clembed_bag_options *bo, uint64_t pad, void *send_ids, float **rows,
-                               int64_t *bad_at, int64_t *bad_id) {
-  size_t C = t->cols;
-  int size = t->size, big = t->max_shard > (size_t)INT32_MAX;
+/* The entries of the rank's contributions (see the top), in ascending id
+ * position j: its row, its bag, and j, in t->buf[CE_MPI_KEYS], [CE_MPI_VALS]
+ * and [CE_MPI_POS]; each bag's count of taken ids in [CE_MPI_VALS2]. */
+long long ce_mpi_bag_contrib_plan(clembed_mpi_table *t, const ce_mpi_bag_inputs *h, const clembed_bag_options *bo,
+                                  uint64_t pad, int64_t *bad_at, int64_t *bad_id) {
+  size_t C = t->cols, n = h->n, bags = h->bags;
   int *sc = ce_mpi_send_counts(t);
-  /* entries: id position j (its bag b and row), in ascending j */
-  uint64_t *row = malloc((n + 1) * sizeof *row);
-  uint32_t *bag = malloc((n + 1) * sizeof *bag), *pos = malloc((n + 1) * sizeof *pos);
-  float *count = malloc((bags + 1) * sizeof *count);
-  int *at = malloc(((size_t)size + 1) * sizeof *at);
+  uint64_t *row = ce_mpi_buffer(t, CE_MPI_KEYS, (n + 1) * sizeof *row);
+  uint32_t *bag = ce_mpi_buffer(t, CE_MPI_VALS, (n + 1) * sizeof *bag);
+  uint32_t *pos = ce_mpi_buffer(t, CE_MPI_POS, (n + 1) * sizeof *pos);
+  float *count = ce_mpi_buffer(t, CE_MPI_VALS2, (bags + 1) * sizeof *count);
   long long m = 0;
-  *rows = NULL;
-  if (!row || !bag || !pos || !count || !at) goto fail;
-  memset(sc, 0, (size_t)size * sizeof *sc);
+  memset(sc, 0, (size_t)t->size * sizeof *sc);
+  if (!row || !bag || !pos || !count) return -1;
   for (size_t b = 0; b < bags; b++) {
     size_t lo = h->offsets ? (size_t)h->offsets[b] : b * (n / bags);
     size_t hi = h->offsets ? (size_t)h->offsets[b + 1] : lo + n / bags;
@@ -325,17 +332,25 @@ static long long contributions(clembed_mpi_table *t, const bag_host *h, size_t n
     }
     count[b] = (float)taken;
   }
-  at[0] = 0;
-  for (int k = 0; k < size; k++) at[k + 1] = at[k] + sc[k];
-  *rows = malloc(((size_t)m * C + 1) * sizeof **rows);
-  if (!*rows) goto fail;
+  return m;
+}
+
+void ce_mpi_bag_contrib_fill(clembed_mpi_table *t, const ce_mpi_bag_inputs *h, const clembed_bag_options *bo,
+                             long long m, char **ids_to, float **rows_to) {
+  size_t C = t->cols;
+  int big = t->max_shard > (size_t)INT32_MAX;
+  const uint64_t *row = t->buf[CE_MPI_KEYS].p;
+  const uint32_t *bag = t->buf[CE_MPI_VALS].p, *pos = t->buf[CE_MPI_POS].p;
+  const float *count = t->buf[CE_MPI_VALS2].p;
   for (long long q = 0; q < m; q++) {
     int owner = ce_mpi_owner(t, row[q]);
-    size_t k = (size_t)at[owner]++, b = bag[q], in_shard = row[q] - t->bounds[owner];
-    if (big) ((int64_t *)send_ids)[k] = (int64_t)in_shard;
-    else ((int32_t *)send_ids)[k] = (int32_t)in_shard;
-    const float *g = h->grad + b * C;
-    float *out = *rows + k * C;
+    size_t b = bag[q], in_shard = row[q] - t->bounds[owner];
+    if (big) memcpy(ids_to[owner], &(int64_t){(int64_t)in_shard}, 8);
+    else memcpy(ids_to[owner], &(int32_t){(int32_t)in_shard}, 4);
+    ids_to[owner] += big ? 8 : 4;
+    const float *g = h->grad + b * h->grad_ld;
+    float *out = rows_to[owner];
+    rows_to[owner] += C;
     if (bo->mode == CLEMBED_BAG_MAX) {
       const int64_t *mr = h->max_rows + b * C;
       for (size_t c = 0; c < C; c++) out[c] = mr[c] == (int64_t)row[q] ? g[c] : 0.0f;
@@ -348,21 +363,6 @@ static long long contributions(clembed_mpi_table *t, const bag_host *h, size_t n
       memcpy(out, g, C * sizeof *out);
     }
   }
-  free(row);
-  free(bag);
-  free(pos);
-  free(count);
-  free(at);
-  return m;
-fail:
-  free(row);
-  free(bag);
-  free(pos);
-  free(count);
-  free(at);
-  free(*rows);
-  *rows = NULL;
-  return -1;
 }
 
 clembed_status clembed_mpi_bag_optimizer_step(clembed_mpi_table *t, const clembed_matrix *grad_out,
@@ -413,8 +413,23 @@ clembed_status clembed_mpi_bag_optimizer_step(clembed_mpi_table *t, const clembe
   {
     size_t n = ids->count;
     void *send_ids = ce_mpi_buffer(t, CE_MPI_SEND, n * 8 + 8);
-    long long m = send_ids ? contributions(t, &h, n, grad_out->rows, &bo, pad, send_ids, &rows, &bad_at, &bad_val)
-                           : -1;
+    ce_mpi_bag_inputs in = {h.ids, h.offsets, h.max_rows, h.grad, h.weights, n, grad_out->rows, t->cols};
+    long long m = send_ids ? ce_mpi_bag_contrib_plan(t, &in, &bo, pad, &bad_at, &bad_val) : -1;
+    if (m >= 0) { /* in send order: each owner's from its displacement on */
+      int size = t->size, idb = t->max_shard > (size_t)INT32_MAX ? 8 : 4, *sc = ce_mpi_send_counts(t);
+      char **ids_to = malloc(((size_t)size + 1) * sizeof *ids_to);
+      float **rows_to = malloc(((size_t)size + 1) * sizeof *rows_to);
+      rows = ce_mpi_buffer(t, CE_MPI_SEND2, ((size_t)m * t->cols + 1) * sizeof *rows);
+      size_t at = 0;
+      for (int k = 0; ids_to && rows_to && rows && k < size; at += (size_t)sc[k++]) {
+        ids_to[k] = (char *)send_ids + at * (size_t)idb;
+        rows_to[k] = rows + at * t->cols;
+      }
+      if (ids_to && rows_to && rows) ce_mpi_bag_contrib_fill(t, &in, &bo, m, ids_to, rows_to);
+      else m = -1;
+      free(ids_to);
+      free(rows_to);
+    }
     if (m < 0) ce_mpi_fail(&e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory for %zu ids", op, n);
     clembed_backward_options b = clembed_backward_defaults(); /* scale 1, no frequency scaling, as the bag step */
     ce_mpi_step_deliver(t, op, o, &b, send_ids, (const char *)rows, t->cols * sizeof(float), NULL, 0, CLEMBED_F32,
@@ -424,6 +439,5 @@ clembed_status clembed_mpi_bag_optimizer_step(clembed_mpi_table *t, const clembe
 done:
   for (int k = 0; k < CE_MPI_NSTAGE; k++) ce_mpi_stage_done(t, k, &own);
   host_release(&h);
-  free(rows);
   return ce_mpi_report(ctx, op, &e);
 }

@@ -320,6 +320,10 @@ void *ce_mpi_stage_write(clembed_mpi_table *t, int k, size_t bytes, ce_mpi_error
   return stage_map(t, k, bytes, CL_MAP_WRITE_INVALIDATE_REGION, e);
 }
 
+void *ce_mpi_stage_update(clembed_mpi_table *t, int k, size_t bytes, ce_mpi_error *e) {
+  return stage_map(t, k, bytes, CL_MAP_WRITE, e);
+}
+
 void *ce_mpi_stage_read(clembed_mpi_table *t, int k, size_t bytes, ce_mpi_error *e) {
   return stage_map(t, k, bytes, CL_MAP_READ, e);
 }

@@ -199,10 +199,46 @@ static void place(const sorted_tokens *st, const int *zero, size_t nzero, size_t
     for (size_t z = 0; z < nzero; z++) memset(out + (size_t)zero[z] * ld, 0, rb);
 }
 
+long long ce_mpi_fetch_plan(clembed_mpi_table *t, const char *op, const int64_t *host, size_t n,
+                            clembed_index_policy policy, uint64_t pad, int64_t *pad_local, ce_mpi_error *e) {
+  int64_t bad_at = -1, bad_id = 0;
+  sorted_tokens st = {0};
+  size_t nzero = 0;
+  int *sc = ce_mpi_send_counts(t);
+  memset(sc, 0, (size_t)t->size * sizeof *sc);
+  *pad_local = -1;
+  int64_t *local = ce_mpi_stage_write(t, CE_MPI_ST_LOCAL, n * 8, e);
+  if (!local) return -1;
+  return plan(t, host, n, policy, pad, local, &st, &nzero, pad_local, &bad_at, &bad_id, e, op);
+}
+
+clembed_status ce_mpi_serve_into(clembed_mpi_table *t, size_t first, size_t count, const clembed_matrix *dst) {
+  int big = t->max_shard > (size_t)INT32_MAX;
+  clembed_ids sids = ce_mpi_stage_ids(t, CE_MPI_ST_ASKED, count, big ? CLEMBED_I64 : CLEMBED_I32);
+  clembed_matrix out = *dst;
+  sids.offset = first;
+  return count ? clembed_lookup(t->ctx, &t->shard, &sids, &out, 0, NULL, NULL) : CLEMBED_OK;
+}
+
+void *ce_mpi_serve_rows(clembed_mpi_table *t, size_t nserve, clembed_dtype wire, ce_mpi_error *serve) {
+  clembed_context *ctx = t->ctx;
+  size_t rb = clembed_dtype_size(wire) * t->cols;
+  ce_mpi_stage_done(t, CE_MPI_ST_ASKED, serve);
+  if (serve->status != CLEMBED_OK || !nserve || !rb) return NULL;
+  clembed_status s = ce_mpi_stage_reserve(t, CE_MPI_ST_OUT, nserve * rb, serve);
+  clembed_matrix gathered = ce_mpi_stage_matrix(t, CE_MPI_ST_OUT, nserve, t->cols, wire);
+  if (s == CLEMBED_OK) s = ce_mpi_serve_into(t, 0, nserve, &gathered);
+  if (s == CLEMBED_OK) s = clembed_finish(ctx);
+  if (s != CLEMBED_OK) {
+    if (serve->status == CLEMBED_OK) ce_mpi_fail_from(serve, ctx, s);
+    return NULL;
+  }
+  return ce_mpi_stage_read(t, CE_MPI_ST_OUT, nserve * rb, serve);
+}
+
 int ce_mpi_fetch_rows(clembed_mpi_table *t, const char *op, const int64_t *host, size_t n,
                       clembed_index_policy policy, uint64_t pad, char *direct, size_t direct_ld, size_t *d_out,
                       int64_t *pad_local, clembed_dtype *wire_out, ce_mpi_error *e, ce_mpi_error *serve) {
-  clembed_context *ctx = t->ctx;
   int big = t->max_shard > (size_t)INT32_MAX, idb = big ? 8 : 4, to_out = direct_ld != 0;
   long long d = 0;
   int64_t *local = NULL, bad_at = -1, bad_id = 0;
@@ -240,22 +276,12 @@ int ce_mpi_fetch_rows(clembed_mpi_table *t, const char *op, const int64_t *host,
     return 0;
   }
   if (!ce_mpi_alltoallv(t, send, asked, big ? MPI_INT64_T : MPI_INT32_T, 0, e)) return 0;
-  ce_mpi_stage_done(t, CE_MPI_ST_ASKED, serve);
 
   /* serve: the rows asked of this shard, gathered on the device into the out stage */
   clembed_dtype wire = *wire_out;
   size_t rb = clembed_dtype_size(wire) * t->cols;
-  void *rows_out = NULL, *rows_in = NULL;
+  void *rows_out = ce_mpi_serve_rows(t, (size_t)nserve, wire, serve), *rows_in = NULL;
   int me = t->rank, *sd = t->counts + 2 * t->size, *rd = t->counts + 3 * t->size;
-  if (serve->status == CLEMBED_OK && nserve && rb) {
-    clembed_status s = ce_mpi_stage_reserve(t, CE_MPI_ST_OUT, (size_t)nserve * rb, serve);
-    clembed_ids sids = ce_mpi_stage_ids(t, CE_MPI_ST_ASKED, (size_t)nserve, big ? CLEMBED_I64 : CLEMBED_I32);
-    clembed_matrix gathered = ce_mpi_stage_matrix(t, CE_MPI_ST_OUT, (size_t)nserve, t->cols, wire);
-    if (s == CLEMBED_OK) s = clembed_lookup(ctx, &t->shard, &sids, &gathered, 0, NULL, NULL);
-    if (s == CLEMBED_OK) s = clembed_finish(ctx);
-    if (s != CLEMBED_OK && serve->status == CLEMBED_OK) ce_mpi_fail_from(serve, ctx, s);
-    else if (s == CLEMBED_OK) rows_out = ce_mpi_stage_read(t, CE_MPI_ST_OUT, (size_t)nserve * rb, serve);
-  }
   if (!rows_out) rows_out = ce_mpi_buffer(t, CE_MPI_SEND2, (size_t)nserve * rb + 1); /* garbage for a failed serve */
   /* the rows come back into the in stage, or (to the output) into host memory,
    * the rank's own rows staying where it gathered them */

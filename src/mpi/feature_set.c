@@ -14,11 +14,43 @@
  * bag's pooled row depends on its own ids only, a column on that column only,
  * a table's step on its own feature only). In the forward a second
  * MPI_Alltoallv sends each rank the rows of its bags (and MAX's max_rows).
- * ROW and TABLE_ROW features go through clembed_mpi_embedding_bag and
- * clembed_mpi_bag_optimizer_step, one table after another in feature order.
+ *
+ * ROW and TABLE_ROW features travel in the same two exchanges: at the head of
+ * each rank's part of the first (before its grouped bags), and after the
+ * pooled rows in the second. A forward makes one MPI_Alltoallv of each, a
+ * step one, however many tables the set has. They go through the phases of
+ * the single-table calls (embed.c, bag.c, step.c), on each table's own host
+ * buffers and stages.
+ * - Forward: each rank plans every ROW feature's request (ce_mpi_fetch_plan:
+ *   each distinct row once, ascending, so grouped by owner; its ids
+ *   renumbered into them) and sends each owner, per feature, the count and
+ *   the indices it asks of it. Each owner puts the indices every rank asked of
+ *   a table in rank order into the table's asked stage and gathers each
+ *   rank's part with clembed_lookup (ce_mpi_serve_into) straight into the
+ *   second exchange's send buffer (a device buffer, mapped for the exchange),
+ *   its own part into the table's in stage. The rows come back in the second
+ *   exchange; each rank puts them into that stage and pools its bags on that
+ *   matrix of its distinct rows exactly as clembed_mpi_embedding_bag does
+ *   (ce_mpi_bag_pool: the padding row's place as padding_idx, MAX's max_rows
+ *   mapped back to the table's rows, a bad id reported against the whole
+ *   table), then copies them into out's columns.
+ * - Step: each rank forms every ROW feature's contributions on the host from
+ *   its gradient as F32 (ce_mpi_bag_contrib_plan, then _fill: the values one
+ *   device's bag fold adds, in ascending id position), written per owner in
+ *   id order straight into the first exchange (the ones for itself kept
+ *   apart). Each owner puts every rank's contributions to a table into its
+ *   stages in rank order, so in global id order, and steps it with
+ *   clembed_optimizer_step (ce_mpi_step_own), as clembed_mpi_bag_optimizer_step
+ *   does.
+ * Each ROW part is 8-byte aligned; its counts travel in the first exchange.
+ *
  * Every rank knows every plan and every rank's bag count (one
- * MPI_Allgather), so every size of the second exchange is known to both
- * ends. */
+ * MPI_Allgather): with those counts, both ends know every size of the second
+ * exchange. A rank's own failure before the exchanges (an argument, host memory)
+ * fails the call on every rank in the agreement; one after it (an owner's
+ * device or memory while it pools, serves or steps for others) is learnt by
+ * every rank in an MPI_Allreduce after the exchanges. A bad id is the result
+ * of the rank that passed it only. */
 #include "mpi_table.h"
 
 #include <limits.h>
@@ -39,8 +71,8 @@ typedef struct fs_table {
 /* Buffers kept between calls (grown when a call needs more): the exchanges'
  * and the calls' host arrays, and the owner's device arrays. Fresh pages cost
  * a fault each on first touch; a training loop's calls reuse these. */
-enum { HB_X1S, HB_X1R, HB_X2S, HB_X2R, HB_FEAT, HB_OFFS, HB_HOST, HB_POOLED, HB_GRAD, HB_N };
-enum { DB_IDS, DB_OFFS, DB_WTS, DB_MAXR, DB_ROWS, DB_N };
+enum { HB_X1S, HB_X1R, HB_X2S, HB_X2R, HB_FEAT, HB_OFFS, HB_HOST, HB_POOLED, HB_GRAD, HB_GRADF, HB_N };
+enum { DB_IDS, DB_OFFS, DB_WTS, DB_MAXR, DB_ROWS, DB_X2S, DB_N };
 
 struct clembed_mpi_feature_set {
   clembed_context *ctx;
@@ -189,7 +221,8 @@ static void plan_tables(const plan_in *in, size_t n, int size, const uint64_t *m
     /* TABLE: the owner reads every id's row, takes the others' ids and sends their pooled rows */
     own[i] = I * rb + cross * (I * 8.0 + pooled);
     other[i] = size > 1 ? CE_FS_CROSS * (I * 8.0 + pooled) / S : 0.0;
-    /* ROW: each rank serves D/S rows, asks for its distinct rows and pools its own, in exchanges of its own */
+    /* ROW: each rank serves D/S rows, asks for its distinct rows and pools its own, plus a fixed cost of
+     * two exchanges' (the host work of its requests and rows) */
     row[i] = (I / S) * rb + (D / S) * rb + cross * 2.0 * (D / S) * (8.0 + rb) + (size > 1 ? 2.0 * CE_FS_EXCHANGE : 0.0);
     st[i] = (double)x->rows * (rb + 4.0 * (double)x->cols);
     order[i] = i;
@@ -568,6 +601,21 @@ typedef struct fs_feat {
   int64_t bad_at, bad_id; /* the first bad id (-1: none) */
 } fs_feat;
 
+/* A ROW or TABLE_ROW feature's part of a call. Its table keeps the rest:
+ * t->counts (this rank's counts per owner and their displacements, what each
+ * rank sends this owner and theirs), t->buf[CE_MPI_SEND] the indices in the
+ * owners' shards, t->buf[CE_MPI_KEYS] (forward) the distinct rows, and its
+ * stages. */
+typedef struct fs_row {
+  long long m;           /* forward: the distinct rows asked; step: the contributions */
+  int64_t pad_local;     /* forward: the padding row's place among them, or -1 */
+  clembed_dtype wire;    /* the rows' dtype on the wire (step: F32) */
+  size_t rb;             /* a row's bytes on the wire */
+  int idb;               /* an index's bytes (int32, int64 past 2^31 rows a shard) */
+  ce_mpi_bag_inputs in;  /* step: the feature's inputs on the host */
+  float *rows;           /* step: the contributions this rank steps itself (cols F32 each) */
+} fs_row;
+
 typedef struct fs_call {
   const char *op;
   clembed_mpi_feature_set *s;
@@ -575,6 +623,13 @@ typedef struct fs_call {
   size_t bags, width;    /* this rank's bags; the sum of the tables' cols */
   size_t *coff;          /* each feature's first column in out / grad_out */
   uint64_t *B;           /* every rank's bags */
+  fs_row *R;             /* the ROW and TABLE_ROW features' parts (n) */
+  const char **from;     /* where rank r's part of ROW feature i starts in the first exchange (n x size) */
+  size_t *lead_r;        /* the ROW features' bytes at the head of each rank's part of the first exchange */
+  size_t *tail_s, *tail_r; /* the grouped features' bytes before the ROW rows in each part of the second */
+  size_t *lead_at;       /* (scratch: a place in each rank's part) */
+  char **ids_to;         /* (scratch: where each owner's indices and rows go) */
+  float **rows_to;
   ce_mpi_error e;
 } fs_call;
 
@@ -593,6 +648,16 @@ static void unmap_ids(fs_call *c) {
 
 static void call_release(fs_call *c) { /* (the features' arrays are the set's arena) */
   unmap_ids(c);
+  for (size_t i = 0; c->R && i < c->s->n; i++) {
+    ce_mpi_error ignored = {0};
+    if (c->s->tab[i].kind == CLEMBED_SHARD_ROW || c->s->tab[i].kind == CLEMBED_SHARD_TABLE_ROW)
+      for (int k = 0; k < CE_MPI_NSTAGE; k++) ce_mpi_stage_done(c->s->tab[i].t, k, &ignored);
+  }
+  free(c->R);
+  free(c->from);
+  free(c->lead_r);
+  free(c->ids_to);
+  free(c->rows_to);
   free(c->F);
   free(c->coff);
   free(c->B);
@@ -702,10 +767,10 @@ static void read_features(fs_call *c, const clembed_bag_feature *features, size_
   size_t total = 0;
   for (size_t i = 0; i < n; i++) {
     const fs_feat *x = &c->F[i];
+    int g = grouped(&s->tab[i]);
     total += (bags + 1) * 8;
-    if (!grouped(&s->tab[i])) continue;
-    total += x->nids * 8;
-    if (x->f.options.per_sample_weights) total += (x->nids * 4 + 7) / 8 * 8;
+    if (g) total += x->nids * 8;
+    if (x->f.options.per_sample_weights && (g || step)) total += (x->nids * 4 + 7) / 8 * 8;
     if (step && x->f.options.mode == CLEMBED_BAG_MAX) total += bags * s->tab[i].cols * 8;
   }
   char *arena = fs_host(s, HB_FEAT, total);
@@ -746,14 +811,22 @@ static void read_features(fs_call *c, const clembed_bag_feature *features, size_
     } else {
       for (size_t b = 0; b <= bags; b++) x->offsets[b] = (int64_t)(b * (bags ? nids / bags : 0));
     }
-    if (!grouped(tb)) continue;
-    x->ids = (int64_t *)arena;
-    arena += nids * 8;
+    if (!grouped(tb)) { /* a ROW feature's ids in its table's buffer (the calls of bag.c read them there) */
+      x->ids = ce_mpi_buffer(tb->t, CE_MPI_IDS, nids * 8 + 8);
+      if (!x->ids) {
+        ce_mpi_fail(e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory for %zu ids", op, nids);
+        continue;
+      }
+      if (!read_i64(ctx, ids, x->ids, e) || !step) continue; /* (its bad ids: found where its rows are used) */
+    } else {
+      x->ids = (int64_t *)arena;
+      arena += nids * 8;
+    }
     if (w) {
       x->weights = (float *)arena;
       arena += (nids * 4 + 7) / 8 * 8;
     }
-    if (ids->type == CLEMBED_I64 && nids) { /* mapped where the device allows: no copy where it shares host memory */
+    if (grouped(tb) && ids->type == CLEMBED_I64 && nids) { /* mapped where the device allows: no copy where it shares host memory */
       cl_int err = CL_SUCCESS;
       void *m = clEnqueueMapBuffer(clembed_context_queue(ctx), ids->buffer, CL_TRUE, CL_MAP_READ, ids->offset * 8,
                                    nids * 8, 0, NULL, NULL, &err);
@@ -763,7 +836,7 @@ static void read_features(fs_call *c, const clembed_bag_feature *features, size_
         x->ids = m;
       }
     }
-    if (!x->map && !read_i64(ctx, ids, x->ids, e)) continue;
+    if (grouped(tb) && !x->map && !read_i64(ctx, ids, x->ids, e)) continue;
     if (w && nids) {
       st = clembed_matrix_read(ctx, w, x->weights, CLEMBED_F32);
       if (st != CLEMBED_OK) {
@@ -776,6 +849,7 @@ static void read_features(fs_call *c, const clembed_bag_feature *features, size_
       arena += bags * tb->cols * 8;
       if (!read_i64(ctx, o->max_rows, x->max_rows, e)) continue;
     }
+    if (!grouped(tb)) continue;
     /* the first bad id: a pass that only looks for ids outside [0, rows) (vectorised), then each such id resolved */
     int any = 0;
     const uint64_t R = (uint64_t)tb->rows;
@@ -905,6 +979,282 @@ static int x_displace(fs_x *x, clembed_mpi_feature_set *s) {
   return x->send && x->recv;
 }
 
+/* ------------------------------------------- the ROW and TABLE_ROW features */
+
+static int by_rows(const fs_table *x) { return !grouped(x); }
+static size_t pad8(size_t b) { return (b + 7) / 8 * 8; }
+
+/* Displacements from counts in a ROW feature's table: this rank's counts per
+ * owner (t->counts[0, size)) or what each rank sends it ([size, 2 size)). */
+static void row_displace(clembed_mpi_table *t, int received) {
+  int n = t->size, *cnt = t->counts + (received ? n : 0), *at = t->counts + (received ? 3 : 2) * n;
+  long long a = 0;
+  for (int k = 0; k < n; k++) {
+    at[k] = (int)a;
+    a += cnt[k];
+  }
+}
+
+static long long row_total(const clembed_mpi_table *t, int received) {
+  long long a = 0;
+  for (int k = 0; k < t->size; k++) a += t->counts[(received ? t->size : 0) + k];
+  return a;
+}
+
+/* This rank's part of every ROW feature, made before the agreement (so that a
+ * failure here stops every rank before anything moves): in the forward its
+ * requests (ce_mpi_fetch_plan: each distinct row once, per owner), in the
+ * step which of its ids contribute to which owner's rows
+ * (ce_mpi_bag_contrib_plan; the gradient as F32, bags x width, read at the
+ * fill) and room for the contributions it steps itself. */
+static void rows_plan(fs_call *c, int step, const float *grad) {
+  clembed_mpi_feature_set *s = c->s;
+  for (size_t i = 0; i < s->n && c->e.status == CLEMBED_OK; i++) {
+    if (!by_rows(&s->tab[i])) continue;
+    clembed_mpi_table *t = s->tab[i].t;
+    fs_row *R = &c->R[i];
+    fs_feat *x = &c->F[i];
+    R->idb = t->max_shard > (size_t)INT32_MAX ? 8 : 4;
+    if (!step) {
+      R->wire = clembed_dtype_size(t->dtype) ? t->dtype : CLEMBED_F32;
+      R->rb = clembed_dtype_size(R->wire) * t->cols;
+      R->m = ce_mpi_fetch_plan(t, c->op, x->ids, x->nids, x->f.options.policy, x->pad, &R->pad_local, &c->e);
+    } else {
+      R->wire = CLEMBED_F32;
+      R->rb = t->cols * sizeof(float);
+      R->in = (ce_mpi_bag_inputs){x->ids, x->offsets, x->max_rows, grad + c->coff[i], x->weights,
+                                  x->nids, c->bags, c->width};
+      R->m = ce_mpi_buffer(t, CE_MPI_SEND, x->nids * 8 + 8)
+                 ? ce_mpi_bag_contrib_plan(t, &R->in, &x->f.options, x->pad, &x->bad_at, &x->bad_id)
+                 : -1;
+      /* (the contributions the rank steps itself: kept here; the others' written into the exchange) */
+      if (R->m >= 0 && !(R->rows = ce_mpi_buffer(t, CE_MPI_SEND2, ((size_t)t->counts[s->rank] * t->cols + 1) * 4)))
+        R->m = -1;
+      if (R->m < 0)
+        ce_mpi_fail(&c->e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory for %zu ids", c->op,
+                    x->nids);
+    }
+    if (R->m < 0) {
+      R->m = 0;
+      memset(t->counts, 0, (size_t)t->size * sizeof *t->counts);
+    }
+    row_displace(t, 0);
+  }
+}
+
+/* The bytes of this rank's ROW features for rank d at the head of its part
+ * of the first exchange (none for itself: read where they lie): per feature,
+ * the count (int64), the indices in d's shards (8-byte aligned), in the step
+ * their contribution rows (F32, 8-byte aligned). */
+static size_t rows_lead(const fs_call *c, int d, int step) {
+  size_t bytes = 0;
+  if (d == c->s->rank) return 0;
+  for (size_t i = 0; i < c->s->n; i++) {
+    if (!by_rows(&c->s->tab[i])) continue;
+    size_t m = (size_t)c->s->tab[i].t->counts[d];
+    bytes += 8 + pad8(m * (size_t)c->R[i].idb) + (step ? pad8(m * c->R[i].rb) : 0);
+  }
+  return bytes;
+}
+
+/* The ROW features' parts of the first exchange (see rows_lead), for every
+ * rank but this one, in x's send buffer: the requests (forward); the
+ * contributions, written there as they are made (step: the ones this rank
+ * steps itself into R->rows and the table's send buffer). */
+static void rows_fill(fs_call *c, const fs_x *x, int step) {
+  clembed_mpi_feature_set *s = c->s;
+  int size = s->size, me = s->rank;
+  for (int d = 0; d < size; d++) c->lead_at[d] = 0;
+  for (size_t i = 0; i < s->n; i++) {
+    if (!by_rows(&s->tab[i])) continue;
+    clembed_mpi_table *t = s->tab[i].t;
+    fs_row *R = &c->R[i];
+    char *own_ids = t->buf[CE_MPI_SEND].p;
+    for (int d = 0; d < size; d++) {
+      size_t m = (size_t)t->counts[d], ib = m * (size_t)R->idb, rb = m * R->rb;
+      if (d == me) {
+        c->ids_to[d] = own_ids + (size_t)t->counts[2 * size + d] * (size_t)R->idb;
+        c->rows_to[d] = R->rows;
+        continue;
+      }
+      char *p = x->send + x->sd[d] + c->lead_at[d];
+      int64_t mm = (int64_t)m;
+      memcpy(p, &mm, 8);
+      c->ids_to[d] = p + 8;
+      if (!step && ib) memcpy(p + 8, own_ids + (size_t)t->counts[2 * size + d] * (size_t)R->idb, ib);
+      memset(p + 8 + ib, 0, pad8(ib) - ib);
+      if (step) {
+        c->rows_to[d] = (float *)(void *)(p + 8 + pad8(ib));
+        memset(p + 8 + pad8(ib) + rb, 0, pad8(rb) - rb);
+      }
+      c->lead_at[d] += 8 + pad8(ib) + (step ? pad8(rb) : 0);
+    }
+    if (step) ce_mpi_bag_contrib_fill(t, &R->in, &c->F[i].f.options, R->m, c->ids_to, c->rows_to);
+  }
+}
+
+/* After the first exchange: what each rank sends this rank of every ROW
+ * feature (the counts into t->counts, where its indices lie into c->from),
+ * and the bytes of the ROW features at the head of each rank's part. */
+static void rows_parse(fs_call *c, const fs_x *x, int step) {
+  clembed_mpi_feature_set *s = c->s;
+  int size = s->size, me = s->rank;
+  for (int r = 0; r < size; r++) {
+    const char *p = x->recv + x->rd[r], *start = p;
+    for (size_t i = 0; i < s->n; i++) {
+      if (!by_rows(&s->tab[i])) continue;
+      clembed_mpi_table *t = s->tab[i].t;
+      if (r == me) {
+        t->counts[size + me] = t->counts[me];
+        continue;
+      }
+      int64_t m;
+      memcpy(&m, p, 8);
+      t->counts[size + r] = (int)m;
+      c->from[i * (size_t)size + (size_t)r] = p + 8;
+      p += 8 + pad8((size_t)m * (size_t)c->R[i].idb) + (step ? pad8((size_t)m * c->R[i].rb) : 0);
+    }
+    c->lead_r[r] = (size_t)(p - start);
+  }
+  for (size_t i = 0; i < s->n; i++)
+    if (by_rows(&s->tab[i])) row_displace(s->tab[i].t, 1);
+}
+
+/* Where rank r's part of ROW feature i begins: its indices, then (step) its rows. */
+static const char *rows_from(const fs_call *c, size_t i, int r, int rows) {
+  const clembed_mpi_table *t = c->s->tab[i].t;
+  const fs_row *R = &c->R[i];
+  size_t m = (size_t)t->counts[t->size + r];
+  if (r == c->s->rank) {
+    size_t at = (size_t)t->counts[2 * t->size + r];
+    return rows ? (const char *)R->rows : (const char *)t->buf[CE_MPI_SEND].p + at * (size_t)R->idb;
+  }
+  const char *p = c->from[i * (size_t)c->s->size + (size_t)r];
+  return rows ? p + pad8(m * (size_t)R->idb) : p;
+}
+
+/* The owner's side: every rank's part of ROW feature i, in rank order, into
+ * its table's asked stage (the indices) and, with rows, its in stage (the
+ * contribution rows). The stages stay mapped. 0 on a failure (on own). */
+static int rows_gather(fs_call *c, size_t i, int rows, ce_mpi_error *own) {
+  clembed_mpi_table *t = c->s->tab[i].t;
+  const fs_row *R = &c->R[i];
+  size_t total = (size_t)row_total(t, 1), idb = (size_t)R->idb;
+  char *ids = ce_mpi_stage_write(t, CE_MPI_ST_ASKED, total * idb, own);
+  char *in = ids && rows ? ce_mpi_stage_write(t, CE_MPI_ST_IN, total * R->rb, own) : NULL;
+  if (!ids || (rows && !in)) return 0;
+  for (int r = 0; r < c->s->size; r++) {
+    size_t m = (size_t)t->counts[t->size + r], at = (size_t)t->counts[3 * t->size + r];
+    if (!m) continue;
+    memcpy(ids + at * idb, rows_from(c, i, r, 0), m * idb);
+    if (rows && R->rb) memcpy(in + at * R->rb, rows_from(c, i, r, 1), m * R->rb);
+  }
+  return 1;
+}
+
+/* The bytes of the ROW features' rows in the second exchange, after the
+ * grouped features' (each feature's 8-byte aligned): what this rank serves
+ * rank r (send) or asked of it (receive); none with itself. */
+static size_t rows_back(const fs_call *c, int r, int received) {
+  size_t bytes = 0;
+  if (r == c->s->rank) return 0;
+  for (size_t i = 0; i < c->s->n; i++)
+    if (by_rows(&c->s->tab[i]))
+      bytes += pad8((size_t)c->s->tab[i].t->counts[(received ? 0 : c->s->size) + r] * c->R[i].rb);
+  return bytes;
+}
+
+/* Forward, the owner's side: the rows every rank asked of this shard of each
+ * ROW feature (its indices gathered in rank order into the asked stage),
+ * gathered on the device by clembed_lookup (ce_mpi_serve_into) straight into
+ * the second exchange's send buffer xs (the device's buffer, where rank r's
+ * part lies at x2->sd[r]); the ones this rank asked itself are gathered
+ * later, where it pools (rows_pool). A failure on serve (every rank learns it
+ * before any row is used). */
+static void rows_serve(fs_call *c, const fs_x *x2, cl_mem xs, ce_mpi_error *serve) {
+  clembed_mpi_feature_set *s = c->s;
+  int size = s->size, me = s->rank, any = 0;
+  clembed_status st = CLEMBED_OK;
+  for (int r = 0; r < size; r++) c->lead_at[r] = c->tail_s[r];
+  for (size_t i = 0; i < s->n && serve->status == CLEMBED_OK && st == CLEMBED_OK; i++) {
+    if (!by_rows(&s->tab[i])) continue;
+    clembed_mpi_table *t = s->tab[i].t;
+    const fs_row *R = &c->R[i];
+    size_t es = clembed_dtype_size(R->wire);
+    if (!rows_gather(c, i, 0, serve) || ce_mpi_stage_done(t, CE_MPI_ST_ASKED, serve) != CLEMBED_OK) break;
+    any = 1;
+    for (int r = 0; r < size && st == CLEMBED_OK; r++) {
+      size_t m = (size_t)t->counts[size + r];
+      clembed_matrix dst = {0};
+      if (r == me) continue; /* (its own: gathered where it pools them, rows_pool) */
+      dst.buffer = xs;
+      dst.offset = ((size_t)x2->sd[r] + c->lead_at[r]) / es;
+      dst.rows = m;
+      dst.cols = t->cols;
+      dst.dtype = R->wire;
+      c->lead_at[r] += pad8(m * R->rb);
+      if (m && R->rb) st = ce_mpi_serve_into(t, (size_t)t->counts[3 * size + r], m, &dst);
+    }
+  }
+  if (st == CLEMBED_OK && any && serve->status == CLEMBED_OK) st = clembed_finish(s->ctx);
+  if (st != CLEMBED_OK) ce_mpi_fail_from(serve, s->ctx, st);
+}
+
+/* Forward, the rank's own side of ROW feature i: the rows it asked of itself
+ * gathered on its device into its table's in stage (ce_mpi_serve_into, from
+ * its part of the asked stage), the rows it asked of the other ranks put
+ * there as they arrived, and its bags pooled on them into tmp as
+ * clembed_mpi_embedding_bag pools them (ce_mpi_bag_pool). A bad id is kept
+ * as the feature's. */
+static void rows_pool(fs_call *c, const fs_x *x2, size_t i, clembed_matrix *tmp, ce_mpi_error *mine) {
+  clembed_mpi_feature_set *s = c->s;
+  clembed_mpi_table *t = s->tab[i].t;
+  fs_row *R = &c->R[i];
+  fs_feat *x = &c->F[i];
+  int size = s->size, me = s->rank;
+  size_t own = (size_t)t->counts[me];
+  if (ce_mpi_stage_reserve(t, CE_MPI_ST_IN, (size_t)R->m * R->rb, mine) != CLEMBED_OK) return;
+  if (own && R->rb) {
+    clembed_matrix dst = ce_mpi_stage_matrix(t, CE_MPI_ST_IN, own, t->cols, R->wire);
+    dst.offset = (size_t)t->counts[2 * size + me] * t->cols;
+    clembed_status st = ce_mpi_serve_into(t, (size_t)t->counts[3 * size + me], own, &dst);
+    if (st != CLEMBED_OK) {
+      ce_mpi_fail_from(mine, s->ctx, st);
+      return;
+    }
+  }
+  char *in = ce_mpi_stage_update(t, CE_MPI_ST_IN, (size_t)R->m * R->rb, mine); /* (after the gather: in order) */
+  if (!in) return;
+  for (int o = 0; o < size && R->rb; o++) {
+    size_t m = (size_t)t->counts[o], at = (size_t)t->counts[2 * size + o];
+    if (!m || o == me) continue;
+    const char *src = x2->recv + x2->rd[o] + c->tail_r[o];
+    for (size_t j = 0; j < i; j++)
+      if (by_rows(&s->tab[j])) src += pad8((size_t)s->tab[j].t->counts[o] * c->R[j].rb);
+    memcpy(in + at * R->rb, src, m * R->rb);
+  }
+  ce_mpi_bag_pool(t, c->op, &x->f.options, x->f.offsets, (size_t)R->m, x->nids, R->wire, R->pad_local, tmp, mine);
+  if (mine->status == CLEMBED_ERR_INDEX_OUT_OF_RANGE && !strcmp(mine->argument, "ids")) {
+    x->bad_at = mine->index;
+    x->bad_id = mine->value;
+    memset(mine, 0, sizeof *mine);
+  }
+}
+
+/* Step, the owner's side: every rank's contributions to this shard of each
+ * ROW feature, in rank order (so in global id order), stepped by
+ * ce_mpi_step_own (clembed_optimizer_step, scale 1, no frequency scaling, as
+ * the bag step). A failure on own. */
+static void rows_step(fs_call *c, const clembed_optimizer *o, ce_mpi_error *own) {
+  clembed_mpi_feature_set *s = c->s;
+  clembed_backward_options b = clembed_backward_defaults();
+  for (size_t i = 0; i < s->n && own->status == CLEMBED_OK; i++) {
+    if (!by_rows(&s->tab[i])) continue;
+    if (!rows_gather(c, i, 1, own)) break;
+    ce_mpi_step_own(s->tab[i].t, &o[i], &b, (size_t)row_total(s->tab[i].t, 1), CLEMBED_F32, own);
+  }
+}
+
 /* The rank's own grouped bags, packed for every owner (step: with MAX's
  * max_rows of the owner's block and the gradient rows of its columns, from
  * grad: bags x width values of es bytes). Returns 0 on failure (on c->e). */
@@ -925,6 +1275,7 @@ static int pack_bags(fs_call *c, fs_x *x, int step, const char *grad, size_t es)
     }
     if (step) bytes += (long long)(B * W * es);
     if (!step && d == s->rank) bytes = 0; /* the forward's own bags are read where they lie (unpack_bags) */
+    bytes = (bytes + 7) / 8 * 8 + (long long)rows_lead(c, d, step); /* (each part 8-byte aligned) */
     if (bytes > INT_MAX) {
       ce_mpi_fail(&c->e, CLEMBED_ERR_INVALID_ARGUMENT, "ids", -1, bytes,
                   "%s: this rank's bags for rank %d take %lld bytes, more than one MPI exchange moves (INT_MAX); "
@@ -941,7 +1292,7 @@ static void pack_fill(fs_call *c, fs_x *x, int step, const char *grad, size_t es
   size_t B = c->bags;
   for (int d = 0; d < s->size; d++) {
     if (!step && d == s->rank) continue; /* (see pack_bags) */
-    char *p = x->send + x->sd[d];
+    char *p = x->send + x->sd[d] + rows_lead(c, d, step); /* (after the ROW features': rows_fill) */
     for (size_t i = 0; i < s->n; i++) {
       size_t c0, w;
       const fs_feat *f = &c->F[i];
@@ -1049,7 +1400,7 @@ static int unpack_bags(fs_call *c, fs_x *x, int step, clembed_dtype dtype, fs_lo
     goto oom;
   }
   for (int r = 0; r < size; r++) {
-    const char *p = x->recv + x->rd[r];
+    const char *p = x->recv + x->rd[r] + c->lead_r[r]; /* (after the ROW features') */
     if (!step && r == me) { /* the forward's own bags: read where they lie */
       for (size_t j = 0; j < k; j++) nid[j] += c->F[L->feat[j]].nids;
       continue;
@@ -1197,18 +1548,6 @@ static void report_bad(fs_call *c) {
   }
 }
 
-/* A ROW feature's call reported a bad id (its detail names "ids"): kept as the feature's. */
-static int row_bad_id(fs_call *c, size_t i, clembed_status st) {
-  clembed_error_detail det;
-  if (st == CLEMBED_ERR_INDEX_OUT_OF_RANGE && clembed_context_error(c->s->ctx, &det) == CLEMBED_OK &&
-      !strcmp(det.argument, "ids")) {
-    c->F[i].bad_at = det.index;
-    c->F[i].bad_id = det.value;
-    return 1;
-  }
-  return 0;
-}
-
 /* The failure of an owner's (or a ROW call's) device: every rank learns it. */
 static void share_failure(fs_call *c, ce_mpi_error *own, const char *what) {
   clembed_status theirs = CLEMBED_OK;
@@ -1248,8 +1587,20 @@ static int setup(fs_call *c, clembed_mpi_feature_set *s, const char *op) {
   memset(c, 0, sizeof *c);
   c->op = op;
   c->s = s;
-  c->B = calloc((size_t)s->size + 1, sizeof *c->B);
-  if (!c->B) ce_mpi_fail(&c->e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory", op);
+  size_t size = (size_t)s->size;
+  c->B = calloc(size + 1, sizeof *c->B);
+  c->R = calloc(s->n + 1, sizeof *c->R);
+  c->from = calloc(s->n * size + 1, sizeof *c->from);
+  c->lead_r = calloc(4 * size, sizeof *c->lead_r);
+  c->ids_to = calloc(size, sizeof *c->ids_to);
+  c->rows_to = calloc(size, sizeof *c->rows_to);
+  if (!c->B || !c->R || !c->from || !c->lead_r || !c->ids_to || !c->rows_to) {
+    ce_mpi_fail(&c->e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory", op);
+    return 1;
+  }
+  c->tail_s = c->lead_r + size;
+  c->tail_r = c->tail_s + size;
+  c->lead_at = c->tail_r + size;
   return 1;
 }
 
@@ -1268,7 +1619,10 @@ static int send_bags(fs_call *c, fs_x *x, int step, const char *grad, size_t es)
     ce_mpi_fail(&mem, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory for the exchange", c->op);
   if (!all_well(c, &mem, "allocate the exchange")) return 0;
   pack_fill(c, x, step, grad, es);
-  return alltoallv(c, x);
+  rows_fill(c, x, step);
+  if (!alltoallv(c, x)) return 0;
+  rows_parse(c, x, step);
+  return 1;
 }
 
 /* ------------------------------------------------------------------ forward */
@@ -1284,7 +1638,7 @@ clembed_status clembed_mpi_embedding_bags(clembed_mpi_feature_set *s, const clem
   setup(&c, s, op);
   fs_x x1 = {0}, x2 = {0};
   fs_local L = {0};
-  ce_mpi_error own = {0};
+  ce_mpi_error own = {0}, serve = {0};
   char *host = NULL, *pooled = NULL;
   void *mapped = NULL; /* the owner's pooled rows, mapped for the exchange */
   cl_mem mapped_mem = NULL;
@@ -1312,6 +1666,7 @@ clembed_status clembed_mpi_embedding_bags(clembed_mpi_feature_set *s, const clem
     if (!maxr || !x_alloc(&x1, s->size, HB_X1S, HB_X1R) || !x_alloc(&x2, s->size, HB_X2S, HB_X2R))
       ce_mpi_fail(&c.e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory", op);
   }
+  if (c.e.status == CLEMBED_OK) rows_plan(&c, 0, NULL);
   if (c.e.status == CLEMBED_OK) pack_bags(&c, &x1, 0, NULL, 0);
   if (!agree(&c, CE_MPI_CALL_FS_BAGS, out ? out->dtype : CLEMBED_F32, NULL, "out's dtype")) goto done;
 
@@ -1319,8 +1674,10 @@ clembed_status clembed_mpi_embedding_bags(clembed_mpi_feature_set *s, const clem
   if (!send_bags(&c, &x1, 0, NULL, 0)) goto done;
   /* the second exchange's sizes, from the plans (both ends know them): to rank
    * r its bags' rows of every owned feature, then MAX's max_rows */
-  size_t Wme = owned_width(s, s->rank);
-  int owns_max = 0;
+  size_t Wme = owned_width(s, s->rank), row_bytes = 0;
+  int owns_max = 0, any_rows = 0;
+  cl_mem xs = NULL; /* with ROW rows to send: the send buffer, the device's (they are gathered into it) */
+  for (size_t i = 0; i < s->n; i++) any_rows |= by_rows(&s->tab[i]);
   {
     for (int r = 0; r < s->size; r++) {
       size_t Br = (size_t)c.B[r], bytes = Br * Wme * es, rb = 0;
@@ -1333,6 +1690,11 @@ clembed_status clembed_mpi_embedding_bags(clembed_mpi_feature_set *s, const clem
         if (is_max && w) owns_max = 1, bytes += Br * w * 8;
         rb += c.bags * w2 * es + (is_max ? c.bags * w2 * 8 : 0);
       }
+      if (any_rows) bytes = pad8(bytes), rb = pad8(rb); /* then the ROW features' rows, 8-byte aligned */
+      c.tail_s[r] = bytes;
+      c.tail_r[r] = rb;
+      bytes += rows_back(&c, r, 0);
+      rb += rows_back(&c, r, 1);
       x2.sc[r] = bytes > INT_MAX ? -1 : (int)bytes;
       x2.rc[r] = rb > INT_MAX ? -1 : (int)rb;
     }
@@ -1342,19 +1704,25 @@ clembed_status clembed_mpi_embedding_bags(clembed_mpi_feature_set *s, const clem
     if (!fits || !x_displace(&x2, s))
       ce_mpi_fail(&mem, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0,
                   "%s: the pooled rows of a call pass what one MPI exchange moves (INT_MAX bytes) or host memory", op);
+    for (int r = 0; r < s->size; r++) row_bytes += rows_back(&c, r, 0);
+    if (mem.status == CLEMBED_OK && row_bytes &&
+        !(xs = fs_dev(s, DB_X2S, (size_t)x2.sd[s->size - 1] + (size_t)x2.sc[s->size - 1])))
+      ce_mpi_fail(&mem, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of device memory for the rows asked of it", op);
     if (!all_well(&c, &mem, "allocate the exchange of the pooled rows")) goto done;
     /* this rank's own bags' rows stay where they are (read from the send buffer below) */
     x2.sc[s->rank] = x2.rc[s->rank] = 0;
   }
-  /* the owner's one call; without MAX its rows, rank after rank, are the send
-   * buffer as it lies, read there straight */
+  /* the rows asked of this rank's shards of the ROW features, gathered */
+  rows_serve(&c, &x2, xs, &serve);
+  /* the owner's one call; without MAX (and without ROW features) its rows,
+   * rank after rank, are the send buffer as it lies, read there straight */
   int in_place = 0;
   int unpacked = unpack_bags(&c, &x1, 0, out->dtype, &L, &own);
   unmap_ids(&c); /* the ids are on the device now: before any write to the caller's buffers */
   if (unpacked && L.k && L.total) {
     clembed_matrix lo = L.rows;
     clembed_status st = owner_outcome(ctx, clembed_embedding_bags(ctx, L.lf, L.k, &lo, 0, NULL, NULL));
-    if (st == CLEMBED_OK && !owns_max) { /* mapped: MPI sends them from where the device wrote them */
+    if (st == CLEMBED_OK && !owns_max && !any_rows) { /* mapped: MPI sends them from where the device wrote them */
       cl_int err = CL_SUCCESS;
       void *m = clEnqueueMapBuffer(clembed_context_queue(ctx), lo.buffer, CL_TRUE, CL_MAP_READ, 0,
                                    L.total * L.W * es, 0, NULL, NULL, &err);
@@ -1381,6 +1749,20 @@ clembed_status clembed_mpi_embedding_bags(clembed_mpi_feature_set *s, const clem
     }
     if (st != CLEMBED_OK) ce_mpi_fail_from(&own, ctx, st);
   }
+  if (xs) { /* the send buffer is where the ROW rows were gathered: the grouped rows written into it */
+    cl_int err = CL_SUCCESS;
+    void *m = clEnqueueMapBuffer(clembed_context_queue(ctx), xs, CL_TRUE, CL_MAP_READ | CL_MAP_WRITE, 0,
+                                 (size_t)x2.sd[s->size - 1] + (size_t)x2.sc[s->size - 1], 0, NULL, NULL, &err);
+    if (err == CL_SUCCESS && m) {
+      mapped = m;
+      mapped_mem = xs;
+      x2.send = m;
+    } else { /* (the host's buffer goes instead; every rank learns it) */
+      if (err == CL_SUCCESS) err = CL_MAP_FAILURE;
+      ce_mpi_fail(&serve, (clembed_status)err, "", -1, err, "%s: mapping the rows asked of it: %s", op,
+                  clembed_status_string((clembed_status)err));
+    }
+  }
   if (!in_place) {
     size_t first = 0;
     for (int r = 0; r < s->size; r++) {
@@ -1405,6 +1787,7 @@ clembed_status clembed_mpi_embedding_bags(clembed_mpi_feature_set *s, const clem
                  "MPI_Alltoallv (the pooled rows)"))
     goto done;
   share_failure(&c, &own, "pool the bags of the tables it holds");
+  share_failure(&c, &serve, "send the rows asked of it");
   if (c.e.status != CLEMBED_OK) goto done;
 
   /* out: where it is one buffer, each owner's blocks written into their
@@ -1483,44 +1866,35 @@ clembed_status clembed_mpi_embedding_bags(clembed_mpi_feature_set *s, const clem
     free(mine);
   }
 
-  /* the ROW and TABLE_ROW features, one table after another (every rank
-   * calls, whatever happened here) */
+  /* the ROW and TABLE_ROW features: each pooled on this rank from the rows it
+   * received, straight into its columns of out where out is one buffer, else
+   * into a matrix of its own whose rows are put together on the host */
   for (size_t i = 0; i < s->n; i++) {
     if (grouped(&s->tab[i])) continue;
-    clembed_matrix tmp = {0};
-    size_t C = s->tab[i].cols, tp = 0;
-    clembed_status st = clembed_matrix_create(ctx, c.bags, C, out->dtype, &tmp);
+    size_t C = s->tab[i].cols;
     ce_mpi_error mine = {0};
-    clembed_bag_options o = c.F[i].f.options;
-    if (st != CLEMBED_OK) ce_mpi_fail_from(&mine, ctx, st);
-    st = clembed_mpi_embedding_bag(s->tab[i].t, c.F[i].f.ids, c.F[i].f.offsets, &o, st == CLEMBED_OK ? &tmp : NULL);
-    if (st != CLEMBED_OK && !row_bad_id(&c, i, st) && mine.status == CLEMBED_OK) ce_mpi_fail_from(&mine, ctx, st);
-    if (mine.status == CLEMBED_OK && c.bags && C && direct &&
-        clembed_matrix_pieces(ctx, &tmp, 0, NULL, NULL, &tp) == CLEMBED_OK && tp == 1) {
-      size_t so[3] = {tmp.offset * es, 0, 0}, dst[3] = {(out->offset + c.coff[i]) * es, 0, 0}, rg[3] = {C * es, c.bags, 1};
-      cl_int err = clEnqueueCopyBufferRect(q, tmp.buffer, out->buffer, so, dst, rg, C * es, 0, ld * es, 0, 0, NULL, NULL);
-      if (err != CL_SUCCESS)
-        ce_mpi_fail(&mine, (clembed_status)err, "out", -1, err, "%s: copying into out: %s", op,
-                    clembed_status_string((clembed_status)err));
-    } else if (mine.status == CLEMBED_OK && c.bags && C) {
-      char *rows = malloc(c.bags * C * es + 8);
-      if (!host && direct) host = fs_host(s, HB_HOST, c.bags * c.width * es);
-      st = rows && host ? clembed_matrix_read(ctx, &tmp, rows, out->dtype)
-                        : clembed_context_fail(ctx, CLEMBED_ERR_OUT_OF_MEMORY, op, "", -1, 0, "%s: out of host memory", op);
+    if (direct) {
+      clembed_matrix cols = *out; /* its columns: a view */
+      cols.offset = out->offset + (c.bags ? c.coff[i] : 0); /* (no bags: where out's buffer is known to hold it) */
+      cols.cols = C;
+      cols.ld = ld;
+      rows_pool(&c, &x2, i, &cols, &mine);
+    } else {
+      clembed_matrix tmp = {0};
+      clembed_status st = clembed_matrix_create(ctx, c.bags, C, out->dtype, &tmp);
       if (st != CLEMBED_OK) ce_mpi_fail_from(&mine, ctx, st);
-      for (size_t b = 0; b < c.bags && st == CLEMBED_OK; b++)
-        memcpy(host + (b * c.width + c.coff[i]) * es, rows + b * C * es, C * es);
-      if (direct && st == CLEMBED_OK) { /* (a temporary in pieces: its columns written from the host) */
-        size_t bo[3] = {(out->offset + c.coff[i]) * es, 0, 0}, ho[3] = {c.coff[i] * es, 0, 0}, rg[3] = {C * es, c.bags, 1};
-        cl_int err = clEnqueueWriteBufferRect(q, out->buffer, CL_TRUE, bo, ho, rg, ld * es, 0, c.width * es, 0, host, 0,
-                                              NULL, NULL);
-        if (err != CL_SUCCESS)
-          ce_mpi_fail(&mine, (clembed_status)err, "out", -1, err, "%s: writing out: %s", op,
-                      clembed_status_string((clembed_status)err));
+      else rows_pool(&c, &x2, i, &tmp, &mine);
+      if (mine.status == CLEMBED_OK && c.bags && C && host) { /* (no host buffer: the call failed already) */
+        char *rows = malloc(c.bags * C * es + 8);
+        st = rows ? clembed_matrix_read(ctx, &tmp, rows, out->dtype)
+                  : clembed_context_fail(ctx, CLEMBED_ERR_OUT_OF_MEMORY, op, "", -1, 0, "%s: out of host memory", op);
+        if (st != CLEMBED_OK) ce_mpi_fail_from(&mine, ctx, st);
+        for (size_t b = 0; b < c.bags && st == CLEMBED_OK; b++)
+          memcpy(host + (b * c.width + c.coff[i]) * es, rows + b * C * es, C * es);
+        free(rows);
       }
-      free(rows);
+      clembed_matrix_release(&tmp);
     }
-    clembed_matrix_release(&tmp);
     if (mine.status != CLEMBED_OK && c.e.status == CLEMBED_OK) c.e = mine;
   }
   if (c.e.status == CLEMBED_OK && c.bags && c.width) {
@@ -1555,6 +1929,7 @@ clembed_status clembed_mpi_bags_optimizer_step(clembed_mpi_feature_set *s, const
   fs_local L = {0};
   ce_mpi_error own = {0};
   char *grad = NULL;
+  float *gradf = NULL;
   clembed_optimizer *oo = calloc(s->n + 1, sizeof *oo), *lo = NULL;
   unsigned char *made = calloc(s->n + 1, 1);
   size_t es = 0;
@@ -1606,6 +1981,10 @@ clembed_status clembed_mpi_bags_optimizer_step(clembed_mpi_feature_set *s, const
     else if (t->t->has_state && t->t->kind != oo[i].kind && oo[i].kind != CLEMBED_SGD)
       ce_mpi_fail(&c.e, CLEMBED_ERR_INVALID_ARGUMENT, "o", (int64_t)i, (int64_t)oo[i].kind,
                   "%s: o[%zu]: table %zu's state is of another optimizer kind, made by its earlier steps", op, i, i);
+    else if (by_rows(t)) { /* the checks of clembed_mpi_bag_optimizer_step, which a ROW table's step had */
+      clembed_backward_options b = clembed_backward_defaults();
+      ce_mpi_check_optimizer(t->t, op, &oo[i], &b, &c.e);
+    }
   }
   if (c.e.status == CLEMBED_OK) {
     es = clembed_dtype_row_bytes(grad_out->dtype, 1);
@@ -1617,8 +1996,20 @@ clembed_status clembed_mpi_bags_optimizer_step(clembed_mpi_feature_set *s, const
       if (st != CLEMBED_OK) ce_mpi_fail_from(&c.e, ctx, st);
     }
   }
+  /* the ROW features' contributions read the gradient as F32 (every float gradient converts to it exactly) */
+  int any_rows = 0;
+  for (size_t i = 0; i < s->n; i++) any_rows |= by_rows(&s->tab[i]);
+  if (c.e.status == CLEMBED_OK && any_rows) {
+    gradf = grad_out->dtype == CLEMBED_F32 ? (float *)grad : fs_host(s, HB_GRADF, c.bags * c.width * sizeof *gradf);
+    if (!gradf) ce_mpi_fail(&c.e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory", op);
+    else if (gradf != (float *)grad && c.bags && c.width) {
+      clembed_status st = clembed_matrix_read(ctx, grad_out, gradf, CLEMBED_F32);
+      if (st != CLEMBED_OK) ce_mpi_fail_from(&c.e, ctx, st);
+    }
+  }
   for (size_t i = 0; i < s->n && c.e.status == CLEMBED_OK; i++)
-    if (grouped(&s->tab[i])) made[i] = (unsigned char)ce_mpi_make_state(s->tab[i].t, oo[i].kind, &c.e);
+    made[i] = (unsigned char)ce_mpi_make_state(s->tab[i].t, oo[i].kind, &c.e);
+  if (c.e.status == CLEMBED_OK) rows_plan(&c, 1, gradf);
   if (c.e.status == CLEMBED_OK) pack_bags(&c, &x1, 1, grad, es);
   if (!agree(&c, CE_MPI_CALL_FS_STEP, grad_out ? grad_out->dtype : CLEMBED_F32, oo, "grad_out's dtype")) goto undo;
 
@@ -1644,6 +2035,7 @@ clembed_status clembed_mpi_bags_optimizer_step(clembed_mpi_feature_set *s, const
       st = owner_outcome(ctx, clembed_bags_optimizer_step(ctx, L.lf, L.k, &gl, lo, 0, NULL, NULL));
     if (st != CLEMBED_OK) ce_mpi_fail_from(&own, ctx, st);
   }
+  rows_step(&c, oo, &own); /* the ROW features' contributions received, each table stepped */
   share_failure(&c, &own, "step the tables it holds");
   for (size_t i = 0; i < s->n; i++) /* the state exists on every rank now (0 rows where none of its rows are) */
     if (made[i]) {
@@ -1652,27 +2044,6 @@ clembed_status clembed_mpi_bags_optimizer_step(clembed_mpi_feature_set *s, const
       made[i] = 0;
     }
 
-  /* the ROW and TABLE_ROW features, one table after another */
-  for (size_t i = 0; i < s->n; i++) {
-    if (grouped(&s->tab[i])) continue;
-    clembed_matrix g = {0};
-    size_t C = s->tab[i].cols;
-    ce_mpi_error mine = {0};
-    clembed_status st = clembed_matrix_create(ctx, c.bags, C, grad_out->dtype, &g);
-    char *rows = st == CLEMBED_OK ? malloc(c.bags * C * es + 8) : NULL;
-    if (st == CLEMBED_OK && !rows)
-      st = clembed_context_fail(ctx, CLEMBED_ERR_OUT_OF_MEMORY, op, "", -1, 0, "%s: out of host memory", op);
-    for (size_t b = 0; rows && b < c.bags; b++) memcpy(rows + b * C * es, grad + (b * c.width + c.coff[i]) * es, C * es);
-    if (st == CLEMBED_OK && c.bags && C) st = clembed_matrix_write(ctx, &g, rows, grad_out->dtype);
-    if (st != CLEMBED_OK) ce_mpi_fail_from(&mine, ctx, st);
-    clembed_bag_options bo = c.F[i].f.options;
-    st = clembed_mpi_bag_optimizer_step(s->tab[i].t, mine.status == CLEMBED_OK ? &g : NULL, c.F[i].f.ids,
-                                        c.F[i].f.offsets, &bo, &oo[i]);
-    if (st != CLEMBED_OK && !row_bad_id(&c, i, st) && mine.status == CLEMBED_OK) ce_mpi_fail_from(&mine, ctx, st);
-    free(rows);
-    clembed_matrix_release(&g);
-    if (mine.status != CLEMBED_OK && c.e.status == CLEMBED_OK) c.e = mine;
-  }
   if (c.e.status == CLEMBED_OK) report_bad(&c);
   goto done;
 undo:

@@ -19,7 +19,8 @@ typedef struct ce_mpi_buf {
 } ce_mpi_buf;
 
 /* The host buffers of the table's calls (reused; what each holds is the
- * call's: see embed.c and step.c). */
+ * call's: see embed.c, step.c and bag.c; a feature set's call uses its ROW
+ * tables' buffers as those do). */
 enum {
   CE_MPI_IDS,    /* the rank's ids as int64 */
   CE_MPI_KEYS,   /* scratch: rows */
@@ -208,6 +209,9 @@ void *ce_mpi_buffer(clembed_mpi_table *t, int k, size_t bytes);
  * what the device wrote (clembed_finish first: the operations before are
  * done). NULL on failure (recorded on e). */
 void *ce_mpi_stage_write(clembed_mpi_table *t, int k, size_t bytes, ce_mpi_error *e);
+/* ... for writing some of it, what the device wrote there kept (the stage
+ * at least `bytes` long already). */
+void *ce_mpi_stage_update(clembed_mpi_table *t, int k, size_t bytes, ce_mpi_error *e);
 /* ... or only at least `bytes` long, unmapped (for the device to write). */
 clembed_status ce_mpi_stage_reserve(clembed_mpi_table *t, int k, size_t bytes, ce_mpi_error *e);
 void *ce_mpi_stage_read(clembed_mpi_table *t, int k, size_t bytes, ce_mpi_error *e);
@@ -396,6 +400,58 @@ int ce_mpi_fetch_rows(clembed_mpi_table *t, const char *op, const int64_t *host,
                       clembed_index_policy policy, uint64_t pad, char *direct, size_t direct_ld, size_t *d,
                       int64_t *pad_local, clembed_dtype *wire, ce_mpi_error *e, ce_mpi_error *serve);
 
+/* The forward fetch in phases, for a caller that does the exchanges itself
+ * (feature_set.c: every ROW table's requests in one exchange, the rows in
+ * another). The request: the local stage mapped and written with the n ids
+ * renumbered into the distinct rows (as ce_mpi_fetch_rows into a matrix of
+ * their own), the send counts (distinct rows per owner), t->buf[CE_MPI_SEND]
+ * their indices in the owners' shards (int32, int64 when a shard passes 2^31
+ * rows) and t->buf[CE_MPI_KEYS] their global rows, ascending; *pad_local the
+ * padding row's place or -1. Returns the count of distinct rows d, or -1 (the
+ * failure on e, the send counts 0). */
+long long ce_mpi_fetch_plan(clembed_mpi_table *t, const char *op, const int64_t *host, size_t n,
+                            clembed_index_policy policy, uint64_t pad, int64_t *pad_local, ce_mpi_error *e);
+/* The serving: the nserve indices asked of this shard, written by the caller
+ * into the asked stage (mapped, ce_mpi_stage_write), handed to the device and
+ * gathered with clembed_lookup into the out stage as `wire` rows, returned
+ * mapped for reading (in the asked order). NULL with nothing to serve or on a
+ * failure (recorded on serve). */
+void *ce_mpi_serve_rows(clembed_mpi_table *t, size_t nserve, clembed_dtype wire, ce_mpi_error *serve);
+/* ... its part: the `count` indices from `first` on of the asked stage
+ * (handed to the device) gathered by clembed_lookup into dst (count rows of
+ * the table's cols, the wire's dtype), enqueued: the caller finishes. */
+clembed_status ce_mpi_serve_into(clembed_mpi_table *t, size_t first, size_t count, const clembed_matrix *dst);
+/* The bag forward's own pooling (bag.c): after the fetch, the in stage holding
+ * the d distinct rows (`wire`) and the local stage the n ids renumbered (both
+ * mapped), clembed_embedding_bag of them into out with the caller's offsets
+ * and options o (the padding row as pad_local, CLAMP resolved already), a bad
+ * id reported on e against the whole table (ce_mpi_bad_id: detail "ids"), and
+ * MAX's max_rows mapped back to the table's rows (t->buf[CE_MPI_KEYS]). */
+void ce_mpi_bag_pool(clembed_mpi_table *t, const char *op, const clembed_bag_options *o, const clembed_ids *offsets,
+                     size_t d, size_t n, clembed_dtype wire, int64_t pad_local, clembed_matrix *out, ce_mpi_error *e);
+
+/* A bag step's inputs on the host: the n ids, the offsets (bags + 1; NULL:
+ * bags of one size), MAX's max_rows (bags x cols), the weights, and the
+ * gradient as F32, bag b's row at grad + b * grad_ld. */
+typedef struct ce_mpi_bag_inputs {
+  const int64_t *ids, *offsets, *max_rows;
+  const float *grad, *weights;
+  size_t n, bags, grad_ld;
+} ce_mpi_bag_inputs;
+/* A bag step's contributions (bag.c, the comment at its top), in two
+ * phases. The plan: which ids contribute, to which rows, in ascending id
+ * position (kept in t->buf[CE_MPI_KEYS], [CE_MPI_VALS], [CE_MPI_POS] and
+ * [CE_MPI_VALS2] until the fill), the send counts (contributions per owner)
+ * set; the first bad id to *bad_at / *bad_id. Returns their count m, or -1
+ * when host memory runs out. The fill: each owner o's contributions, in id
+ * order, written from ids_to[o] on (their rows in o's shard, int32 or int64
+ * as ce_mpi_fetch_plan's) and rows_to[o] on (cols F32 values each), both
+ * left past what was written. */
+long long ce_mpi_bag_contrib_plan(clembed_mpi_table *t, const ce_mpi_bag_inputs *h, const clembed_bag_options *bo,
+                                  uint64_t pad, int64_t *bad_at, int64_t *bad_id);
+void ce_mpi_bag_contrib_fill(clembed_mpi_table *t, const ce_mpi_bag_inputs *h, const clembed_bag_options *bo,
+                             long long m, char **ids_to, float **rows_to);
+
 /* The optimizer of a sharded step (step.c): no states passed in, the kind of
  * the table's state, and clembed_optimizer_step's own checks run on 0 rows
  * with the owner's options b. The failure goes on e. */
@@ -417,5 +473,12 @@ void ce_mpi_step_deliver(clembed_mpi_table *t, const char *op, const clembed_opt
                          const clembed_backward_options *b, void *send_ids, const char *src, size_t src_ld,
                          const int *pos, size_t npos, clembed_dtype wire, int made, ce_mpi_error *e,
                          ce_mpi_error *own);
+
+/* The owner's step (step.c): the nrecv ids received (rows of its shard, in
+ * the asked stage) and their `wire` rows (in the in stage), both mapped and
+ * written in global id order, stepped by clembed_optimizer_step with options
+ * b and the table's state. A failure on own. */
+void ce_mpi_step_own(clembed_mpi_table *t, const clembed_optimizer *o, const clembed_backward_options *b,
+                     size_t nrecv, clembed_dtype wire, ce_mpi_error *own);
 
 #endif

@@ -239,6 +239,24 @@ static clembed_status pack(clembed_mpi_table *t, const clembed_matrix *g, const 
   return *rows ? CLEMBED_OK : e->status;
 }
 
+/* The owner's step on what it received (mpi_table.h): its shard's rows, in
+ * global token order, the table's state, first_row moved on by the shard's
+ * first row. */
+void ce_mpi_step_own(clembed_mpi_table *t, const clembed_optimizer *o, const clembed_backward_options *b,
+                     size_t nrecv, clembed_dtype wire, ce_mpi_error *own) {
+  clembed_context *ctx = t->ctx;
+  int big = t->max_shard > (size_t)INT32_MAX;
+  if (!nrecv || own->status != CLEMBED_OK) return;
+  clembed_optimizer p = with_states(o, &t->state, &t->state2, t->bounds[t->rank]);
+  clembed_status s = ce_mpi_stage_done(t, CE_MPI_ST_ASKED, own);
+  if (s == CLEMBED_OK) s = ce_mpi_stage_done(t, CE_MPI_ST_IN, own);
+  clembed_matrix rows = ce_mpi_stage_matrix(t, CE_MPI_ST_IN, nrecv, t->cols, wire);
+  clembed_ids lids = ce_mpi_stage_ids(t, CE_MPI_ST_ASKED, nrecv, big ? CLEMBED_I64 : CLEMBED_I32);
+  if (s == CLEMBED_OK) s = clembed_optimizer_step(ctx, &rows, &lids, b, &p, &t->shard, 0, NULL, NULL);
+  if (s == CLEMBED_OK) s = clembed_finish(ctx);
+  if (s != CLEMBED_OK && own->status == CLEMBED_OK) ce_mpi_fail_from(own, ctx, s);
+}
+
 /* The exchange and the owners' step, shared by the sharded steps. The rank's
  * contributions are ready (the send counts set, send_ids their rows in the
  * owners' shards; their `wire` rows are the rows of src, src_ld bytes apart:
@@ -255,7 +273,6 @@ void ce_mpi_step_deliver(clembed_mpi_table *t, const char *op, const clembed_opt
                          const clembed_backward_options *b, void *send_ids, const char *src, size_t src_ld,
                          const int *pos, size_t npos, clembed_dtype wire, int made, ce_mpi_error *e,
                          ce_mpi_error *own) {
-  clembed_context *ctx = t->ctx;
   int big = t->max_shard > (size_t)INT32_MAX, me = t->rank, *sc = ce_mpi_send_counts(t);
   size_t rb = clembed_dtype_size(wire) * t->cols, m = 0;
   char *gathered = NULL;
@@ -319,16 +336,7 @@ void ce_mpi_step_deliver(clembed_mpi_table *t, const char *op, const clembed_opt
   ce_mpi_unmap_matrix(t, own); /* the rank's gradient, if it was read mapped */
 
   /* the owner's step on what it received, in global token order */
-  if (nrecv && own->status == CLEMBED_OK) {
-    clembed_optimizer p = with_states(o, &t->state, &t->state2, t->bounds[t->rank]);
-    clembed_status s = ce_mpi_stage_done(t, CE_MPI_ST_ASKED, own);
-    if (s == CLEMBED_OK) s = ce_mpi_stage_done(t, CE_MPI_ST_IN, own);
-    clembed_matrix rows = ce_mpi_stage_matrix(t, CE_MPI_ST_IN, (size_t)nrecv, t->cols, wire);
-    clembed_ids lids = ce_mpi_stage_ids(t, CE_MPI_ST_ASKED, (size_t)nrecv, big ? CLEMBED_I64 : CLEMBED_I32);
-    if (s == CLEMBED_OK) s = clembed_optimizer_step(ctx, &rows, &lids, b, &p, &t->shard, 0, NULL, NULL);
-    if (s == CLEMBED_OK) s = clembed_finish(ctx);
-    if (s != CLEMBED_OK && own->status == CLEMBED_OK) ce_mpi_fail_from(own, ctx, s);
-  }
+  ce_mpi_step_own(t, o, b, (size_t)nrecv, wire, own);
   clembed_status theirs = CLEMBED_OK;
   int bad = ce_mpi_first_failed(t->comm, t->rank, t->size, own->status, e, &theirs);
   if (bad >= 0) {

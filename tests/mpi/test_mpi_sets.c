@@ -7,7 +7,10 @@
  * the rank, so every rank can make all of them. Also the refusals (a
  * disagreeing option, a plan the ranks cannot hold, the row-wise calls on a
  * COLUMN table), a bad id on one rank, the planner's choices, and a
- * checkpoint saved under one plan and loaded under another.
+ * checkpoint saved under one plan and loaded under another. A set of ROW and
+ * TABLE_ROW tables of every kind of dtype: the same bits, and the exchanges a
+ * call makes (MPI_Alltoallv and MPI_Ialltoallv counted through MPI's profiling
+ * interface) the same for one such table as for several.
  *
  *   mpirun -n N test_mpi_sets [CASE ...]   (--list names the cases) */
 #define _GNU_SOURCE
@@ -19,6 +22,22 @@
 #include <unistd.h>
 
 static int g_rank, g_size;
+
+/* MPI's profiling interface: every MPI_Alltoallv and MPI_Ialltoallv of the
+ * process (the library's too) counted, then done by PMPI_. */
+static long g_alltoallv;
+int MPI_Alltoallv(const void *sb, const int sc[], const int sd[], MPI_Datatype st, void *rb, const int rc[],
+                  const int rd[], MPI_Datatype rt, MPI_Comm comm) {
+  g_alltoallv++;
+  return PMPI_Alltoallv(sb, sc, sd, st, rb, rc, rd, rt, comm);
+}
+int MPI_Ialltoallv(const void *sb, const int sc[], const int sd[], MPI_Datatype st, void *rb, const int rc[],
+                   const int rd[], MPI_Datatype rt, MPI_Comm comm, MPI_Request *req) {
+  g_alltoallv++;
+  return PMPI_Ialltoallv(sb, sc, sd, st, rb, rc, rd, rt, comm, req);
+}
+/* The exchanges of the last clembed_mpi_embedding_bags and clembed_mpi_bags_optimizer_step the cases made. */
+static long g_forward_exchanges, g_step_exchanges;
 
 /* ------------------------------------------------------------------ helpers */
 
@@ -268,6 +287,7 @@ static clembed_mpi_feature_set *make_set(clembed_context *ctx, const tspec *T, s
 /* ------------------------------------------------------------------- cases */
 
 #define NT 8
+#define MAXT 16 /* the most tables a case's set has */
 static const tspec MIXED[NT] = {
     {"users", 1000, 16, CLEMBED_F32, CLEMBED_SHARD_ROW, -1, CLEMBED_BAG_SUM, 1, 0, CLEMBED_NO_PADDING,
      CLEMBED_INDEX_CHECK, CLEMBED_ADAGRAD},
@@ -299,10 +319,10 @@ static int g_view; /* the forward's out a view of a wider buffer (offset 3, 5 co
 static void check_forward(clembed_context *ctx, const tspec *T, size_t n, clembed_dtype od, unsigned seed, int bad_rank) {
   clembed_mpi_feature_set *s = make_set(ctx, T, n);
   if (!s) return;
-  clembed_matrix W[NT];
-  batch mine[NT], all[NT];
-  dev dm[NT], da[NT];
-  clembed_bag_feature fm[NT], fa[NT];
+  clembed_matrix W[MAXT];
+  batch mine[MAXT], all[MAXT];
+  dev dm[MAXT], da[MAXT];
+  clembed_bag_feature fm[MAXT], fa[MAXT];
   size_t width = 0, first_bag = 0;
   for (size_t i = 0; i < n; i++) {
     W[i] = whole_of(ctx, &T[i], i);
@@ -324,7 +344,9 @@ static void check_forward(clembed_context *ctx, const tspec *T, size_t n, clembe
   if (g_view) out = tu_gapped_matrix(ctx_of(ctx), B, width, od, 5, 3, NULL);
   else OK(ctx, clembed_matrix_create(ctx, B, width, od, &out));
   OK(ctx, clembed_matrix_create(ctx, total, width, od, &ref));
+  long before = g_alltoallv;
   clembed_status st = clembed_mpi_embedding_bags(s, fm, n, &out);
+  g_forward_exchanges = g_alltoallv - before;
   clembed_status rs = clembed_embedding_bags(ctx, fa, n, &ref, 0, NULL, NULL);
   if (rs == CLEMBED_OK) rs = clembed_finish(ctx);
   if (g_rank == bad_rank) {
@@ -409,8 +431,8 @@ TU_CASE(bad_id_on_one_rank) { check_forward(ctx, MIXED, 4, CLEMBED_F32, 4, g_siz
 static void check_steps(clembed_context *ctx, const tspec *T, size_t n, clembed_dtype gdt, int stochastic) {
   clembed_mpi_feature_set *s = make_set(ctx, T, n);
   if (!s) return;
-  clembed_matrix W[NT], S1[NT], S2[NT];
-  clembed_optimizer o[NT], ro[NT];
+  clembed_matrix W[MAXT], S1[MAXT], S2[MAXT];
+  clembed_optimizer o[MAXT], ro[MAXT];
   size_t width = 0;
   for (size_t i = 0; i < n; i++) {
     W[i] = whole_of(ctx, &T[i], i);
@@ -434,9 +456,9 @@ static void check_steps(clembed_context *ctx, const tspec *T, size_t n, clembed_
     width += T[i].cols;
   }
   for (int stepno = 1; stepno <= 2; stepno++) {
-    batch mine[NT], all[NT];
-    dev dm[NT], da[NT];
-    clembed_bag_feature fm[NT], fa[NT];
+    batch mine[MAXT], all[MAXT];
+    dev dm[MAXT], da[MAXT];
+    clembed_bag_feature fm[MAXT], fa[MAXT];
     size_t first_bag = 0;
     for (size_t i = 0; i < n; i++) {
       mine[i] = batch_of(&T[i], i, g_rank, 10 + (unsigned)stepno, 0);
@@ -460,7 +482,9 @@ static void check_steps(clembed_context *ctx, const tspec *T, size_t n, clembed_
     OK(ctx, clembed_matrix_create(ctx, total, width, gdt, &ga));
     OK(ctx, clembed_matrix_write(ctx, &ga, gh, CLEMBED_F32));
     if (B) OK(ctx, clembed_matrix_write(ctx, &g, gh + first_bag * width, CLEMBED_F32));
+    long before = g_alltoallv;
     OK(ctx, clembed_mpi_bags_optimizer_step(s, fm, n, &g, o));
+    g_step_exchanges = g_alltoallv - before;
     OK(ctx, clembed_bags_optimizer_step(ctx, fa, n, &ga, ro, 0, NULL, NULL));
     OK(ctx, clembed_finish(ctx));
     free(gh);
@@ -519,6 +543,71 @@ TU_CASE(steps_every_plan_forced) {
     }
     check_steps(ctx, T, n, CLEMBED_F32, 0);
   }
+}
+
+/* ROW and TABLE_ROW tables of every kind of dtype (float, block-quantized,
+ * FBGEMM's row-wise), with SUM, MEAN, MAX, weights, padding and each index
+ * policy: their features travel together, in the exchanges of the TABLE and
+ * COLUMN features. */
+#define NR 6
+static const tspec ROWS[NR] = {
+    {"r_users", 400, 16, CLEMBED_F32, CLEMBED_SHARD_ROW, -1, CLEMBED_BAG_SUM, 1, 0, CLEMBED_NO_PADDING,
+     CLEMBED_INDEX_CHECK, CLEMBED_ADAGRAD},
+    {"r_genres", 300, 8, CLEMBED_F16, CLEMBED_SHARD_TABLE_ROW, 0, CLEMBED_BAG_MEAN, 0, 0, 5, CLEMBED_INDEX_CHECK,
+     CLEMBED_ROWWISE_ADAGRAD},
+    {"r_items", 200, 12, CLEMBED_BF16, CLEMBED_SHARD_ROW, -1, CLEMBED_BAG_MAX, 0, 0, CLEMBED_NO_PADDING,
+     CLEMBED_INDEX_WRAP, CLEMBED_SGD},
+    {"r_words", 150, 64, CLEMBED_Q8_0, CLEMBED_SHARD_ROW, -1, CLEMBED_BAG_SUM, 1, 1, 2, CLEMBED_INDEX_CLAMP,
+     CLEMBED_SGD},
+    {"r_sites", 100, 16, CLEMBED_I8_ROWWISE, CLEMBED_SHARD_TABLE_ROW, -2, CLEMBED_BAG_MEAN, 0, 0, CLEMBED_NO_PADDING,
+     CLEMBED_INDEX_ZERO, CLEMBED_SGD},
+    {"r_hours", 500, 24, CLEMBED_F32, CLEMBED_SHARD_ROW, -1, CLEMBED_BAG_MAX, 0, 0, 7, CLEMBED_INDEX_CHECK,
+     CLEMBED_ADAM},
+};
+
+TU_CASE(rows_forward_every_dtype) {
+  check_forward(ctx, ROWS, NR, CLEMBED_F32, 11, -1);
+  check_forward(ctx, ROWS, NR, CLEMBED_BF16, 12, -1);
+  check_forward(ctx, ROWS, NR, CLEMBED_F32, 13, g_size - 1); /* a bad id on the last rank */
+  /* with the TABLE and COLUMN features of MIXED: one set, one pair of exchanges */
+  tspec T[NT + NR];
+  memcpy(T, MIXED, sizeof MIXED);
+  memcpy(T + NT, ROWS, sizeof ROWS);
+  check_forward(ctx, T, NT + NR, CLEMBED_F16, 14, -1);
+  EXPECT(g_forward_exchanges == 2, "rank %d: a forward of every plan made %ld exchanges, not 2", g_rank,
+         g_forward_exchanges);
+}
+
+TU_CASE(rows_steps_every_float_dtype) {
+  tspec T[NR];
+  size_t n = 0;
+  for (size_t i = 0; i < NR; i++)
+    if (ROWS[i].dt == CLEMBED_F32 || ROWS[i].dt == CLEMBED_F16 || ROWS[i].dt == CLEMBED_BF16) T[n++] = ROWS[i];
+  check_steps(ctx, T, n, CLEMBED_F32, 0);
+  check_steps(ctx, T, n, CLEMBED_BF16, 1); /* a BF16 gradient; the F16 and BF16 tables stochastically rounded */
+}
+
+TU_CASE(rows_exchanges_do_not_grow) {
+  /* one ROW table, then five ROW and TABLE_ROW tables: the same MPI_Alltoallv
+   * count a call, two in the forward, one in the step */
+  tspec one[1] = {ROWS[0]}, five[5] = {ROWS[0], ROWS[1], ROWS[2], ROWS[3], ROWS[5]};
+  check_forward(ctx, one, 1, CLEMBED_F32, 21, -1);
+  long f1 = g_forward_exchanges;
+  check_forward(ctx, five, 5, CLEMBED_F32, 22, -1);
+  long f5 = g_forward_exchanges;
+  EXPECT(f1 == f5 && f1 == 2, "rank %d: the forward made %ld exchanges for one ROW table, %ld for five (2 each)",
+         g_rank, f1, f5);
+  /* the step: one ROW table, the four float ROW and TABLE_ROW tables, then those and a TABLE one */
+  tspec steps[5] = {ROWS[0], ROWS[1], ROWS[2], ROWS[5], MIXED[1]};
+  check_steps(ctx, steps, 1, CLEMBED_F32, 0);
+  long k1 = g_step_exchanges;
+  check_steps(ctx, steps, 4, CLEMBED_F32, 0);
+  long k4 = g_step_exchanges;
+  check_steps(ctx, steps, 5, CLEMBED_F32, 0);
+  long k5 = g_step_exchanges;
+  EXPECT(k1 == k4 && k4 == k5 && k1 == 1,
+         "rank %d: the step made %ld exchanges for one ROW table, %ld for four, %ld with a TABLE one (1 each)", g_rank,
+         k1, k4, k5);
 }
 
 TU_CASE(init_every_plan) {
