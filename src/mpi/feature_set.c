@@ -1533,8 +1533,9 @@ static clembed_status owner_outcome(clembed_context *ctx, clembed_status st) {
   return st;
 }
 
-/* The first bad id of the rank's features (grouped ones found on the host,
- * the others reported by their calls) on c->e. */
+/* The first bad id of the rank's grouped features (found on the host) on
+ * c->e; a ROW feature's comes from its pooling (rows_pool) or its step's
+ * contributions (ce_mpi_bag_contrib_plan). */
 static void report_bad(fs_call *c) {
   for (size_t i = 0; i < c->s->n; i++) {
     const fs_feat *x = &c->F[i];
@@ -1548,7 +1549,7 @@ static void report_bad(fs_call *c) {
   }
 }
 
-/* The failure of an owner's (or a ROW call's) device: every rank learns it. */
+/* The failure of an owner's device (pooling, stepping or serving rows): every rank learns it. */
 static void share_failure(fs_call *c, ce_mpi_error *own, const char *what) {
   clembed_status theirs = CLEMBED_OK;
   int first = ce_mpi_first_failed(c->s->comm, c->s->rank, c->s->size, own->status, &c->e, &theirs);
@@ -1657,8 +1658,10 @@ clembed_status clembed_mpi_embedding_bags(clembed_mpi_feature_set *s, const clem
   if (c.e.status == CLEMBED_OK) check_matrix(&c, out);
   for (size_t i = 0; i < s->n && c.e.status == CLEMBED_OK; i++) { /* the outputs written after the exchanges */
     const clembed_ids *mr = c.F[i].f.options.max_rows;
-    if (mr && grouped(&s->tab[i])) check_extent(&c, mr->buffer, mr->offset, mr->count, mr->type == CLEMBED_I64 ? 8 : 4,
-                                                "max_rows");
+    const clembed_matrix *w = c.F[i].f.options.per_sample_weights;
+    if (mr) check_extent(&c, mr->buffer, mr->offset, mr->count, mr->type == CLEMBED_I64 ? 8 : 4, "max_rows");
+    /* a ROW feature's weights are read by its own pooling, after them */
+    if (w && !grouped(&s->tab[i]) && c.e.status == CLEMBED_OK) check_matrix(&c, w);
   }
   if (c.e.status == CLEMBED_OK) {
     es = clembed_dtype_row_bytes(out->dtype, 1);
@@ -1673,10 +1676,12 @@ clembed_status clembed_mpi_embedding_bags(clembed_mpi_feature_set *s, const clem
   /* the grouped features: bags to their owners, pooled there, rows back */
   if (!send_bags(&c, &x1, 0, NULL, 0)) goto done;
   /* the second exchange's sizes, from the plans (both ends know them): to rank
-   * r its bags' rows of every owned feature, then MAX's max_rows */
+   * r its bags' rows of every owned feature, then MAX's max_rows, then (8-byte
+   * aligned) the rows r asked of this rank's shard of each ROW feature */
   size_t Wme = owned_width(s, s->rank), row_bytes = 0;
   int owns_max = 0, any_rows = 0;
   cl_mem xs = NULL; /* with ROW rows to send: the send buffer, the device's (they are gathered into it) */
+  size_t xs_bytes = 0; /* ...its size: every rank's part, this rank's own included */
   for (size_t i = 0; i < s->n; i++) any_rows |= by_rows(&s->tab[i]);
   {
     for (int r = 0; r < s->size; r++) {
@@ -1706,7 +1711,7 @@ clembed_status clembed_mpi_embedding_bags(clembed_mpi_feature_set *s, const clem
                   "%s: the pooled rows of a call pass what one MPI exchange moves (INT_MAX bytes) or host memory", op);
     for (int r = 0; r < s->size; r++) row_bytes += rows_back(&c, r, 0);
     if (mem.status == CLEMBED_OK && row_bytes &&
-        !(xs = fs_dev(s, DB_X2S, (size_t)x2.sd[s->size - 1] + (size_t)x2.sc[s->size - 1])))
+        !(xs = fs_dev(s, DB_X2S, xs_bytes = (size_t)x2.sd[s->size - 1] + (size_t)x2.sc[s->size - 1])))
       ce_mpi_fail(&mem, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of device memory for the rows asked of it", op);
     if (!all_well(&c, &mem, "allocate the exchange of the pooled rows")) goto done;
     /* this rank's own bags' rows stay where they are (read from the send buffer below) */
@@ -1751,8 +1756,9 @@ clembed_status clembed_mpi_embedding_bags(clembed_mpi_feature_set *s, const clem
   }
   if (xs) { /* the send buffer is where the ROW rows were gathered: the grouped rows written into it */
     cl_int err = CL_SUCCESS;
-    void *m = clEnqueueMapBuffer(clembed_context_queue(ctx), xs, CL_TRUE, CL_MAP_READ | CL_MAP_WRITE, 0,
-                                 (size_t)x2.sd[s->size - 1] + (size_t)x2.sc[s->size - 1], 0, NULL, NULL, &err);
+    /* (the whole buffer: x2.sc of this rank is 0 by now, but its own part is read and written) */
+    void *m = clEnqueueMapBuffer(clembed_context_queue(ctx), xs, CL_TRUE, CL_MAP_READ | CL_MAP_WRITE, 0, xs_bytes, 0,
+                                 NULL, NULL, &err);
     if (err == CL_SUCCESS && m) {
       mapped = m;
       mapped_mem = xs;
@@ -1802,7 +1808,7 @@ clembed_status clembed_mpi_embedding_bags(clembed_mpi_feature_set *s, const clem
   }
   int64_t **mine = c.e.status == CLEMBED_OK ? calloc(s->n + 1, sizeof *mine) : NULL;
   if (c.e.status == CLEMBED_OK && !mine) ce_mpi_fail(&c.e, CLEMBED_ERR_OUT_OF_MEMORY, "", -1, 0, "%s: out of host memory", op);
-  if (mine) { /* (a failure here still leaves the ROW features' calls below to every rank) */
+  if (mine) { /* (no MPI call follows: a failure here is this rank's own) */
     for (int d = 0; d < s->size && c.e.status == CLEMBED_OK; d++) {
       const char *p = d == s->rank ? x2.send + x2.sd[d] : x2.recv + x2.rd[d]; /* (the same layout) */
       size_t Wd = owned_width(s, d), at = 0;

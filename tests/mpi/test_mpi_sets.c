@@ -549,7 +549,7 @@ TU_CASE(steps_every_plan_forced) {
  * FBGEMM's row-wise), with SUM, MEAN, MAX, weights, padding and each index
  * policy: their features travel together, in the exchanges of the TABLE and
  * COLUMN features. */
-#define NR 6
+#define NR 7
 static const tspec ROWS[NR] = {
     {"r_users", 400, 16, CLEMBED_F32, CLEMBED_SHARD_ROW, -1, CLEMBED_BAG_SUM, 1, 0, CLEMBED_NO_PADDING,
      CLEMBED_INDEX_CHECK, CLEMBED_ADAGRAD},
@@ -563,6 +563,11 @@ static const tspec ROWS[NR] = {
      CLEMBED_INDEX_ZERO, CLEMBED_SGD},
     {"r_hours", 500, 24, CLEMBED_F32, CLEMBED_SHARD_ROW, -1, CLEMBED_BAG_MAX, 0, 0, 7, CLEMBED_INDEX_CHECK,
      CLEMBED_ADAM},
+    /* three rows: each takes several ids from several ranks, whose order the
+     * owner's fold must keep (a sum of two is the same either way); on four
+     * ranks one shard is empty */
+    {"r_tiny", 3, 8, CLEMBED_F32, CLEMBED_SHARD_ROW, -1, CLEMBED_BAG_SUM, 1, 0, CLEMBED_NO_PADDING,
+     CLEMBED_INDEX_CHECK, CLEMBED_ADAGRAD},
 };
 
 TU_CASE(rows_forward_every_dtype) {
