@@ -586,7 +586,8 @@ static clembed_status norm_params(norm_call *c, ce_chain *ch, ce_pieces *gp, con
     /* the tokens in one launch, or (a device with a loop limit) in launches
      * whose loops stay below it, the sums carried in acc from one to the next */
     size_t items = (cols + pw - 1) / pw, n = c->ids->count, per = n ? n : 1;
-    size_t each = c->rows ? 2 + pw / vec + vec : pw + 1, margin = 8 * (pw + vec) + 256; /* loop steps a token; the rest */
+    /* loop steps a token (twice the kernel's own loops: a block dtype's loads may loop too), and the rest */
+    size_t each = 2 * (c->rows ? 2 + pw / vec + vec : pw + 1), margin = 8 * (pw + vec) + 256;
     if (t->loop_limit && n * each + margin > t->loop_limit) {
       per = t->loop_limit > margin + each ? (t->loop_limit - margin) / each : 1;
       size_t acc_floats = (2 + NORM_SMAX) * cols + items * NORM_SMAX;
