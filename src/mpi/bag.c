@@ -104,8 +104,7 @@ clembed_status clembed_mpi_embedding_bag(clembed_mpi_table *t, const clembed_ids
                                          const clembed_bag_options *opt, clembed_matrix *out) {
   const char *op = "clembed_mpi_embedding_bag";
   if (!t)
-    return clembed_context_fail(NULL, CLEMBED_ERR_INVALID_ARGUMENT, op, "t", -1, 0,
-                                "%s: t is NULL (no communicator to speak on)", op);
+    return ce_mpi_null_handle(op, "t");
   if (t->column) return ce_mpi_refuse_column(t, op);
   clembed_context *ctx = t->ctx;
   ce_mpi_error e = {0}, serve = {0};
@@ -370,8 +369,7 @@ clembed_status clembed_mpi_bag_optimizer_step(clembed_mpi_table *t, const clembe
                                               const clembed_bag_options *opt, const clembed_optimizer *o) {
   const char *op = "clembed_mpi_bag_optimizer_step";
   if (!t)
-    return clembed_context_fail(NULL, CLEMBED_ERR_INVALID_ARGUMENT, op, "t", -1, 0,
-                                "%s: t is NULL (no communicator to speak on)", op);
+    return ce_mpi_null_handle(op, "t");
   if (t->column) return ce_mpi_refuse_column(t, op);
   clembed_context *ctx = t->ctx;
   ce_mpi_error e = {0}, own = {0};

@@ -575,3 +575,8 @@ void ce_mpi_agree_optimizer(ce_mpi_vote *v, const clembed_optimizer *o) {
   ce_mpi_agree(v, "seed", o ? o->seed : 0);
   ce_mpi_agree(v, "first_row", o ? o->first_row : 0);
 }
+
+clembed_status ce_mpi_null_handle(const char *op, const char *arg) {
+  return clembed_context_fail(NULL, CLEMBED_ERR_INVALID_ARGUMENT, op, arg, -1, 0,
+                              "%s: %s is NULL (no communicator to speak on)", op, arg);
+}

@@ -331,8 +331,7 @@ clembed_status clembed_mpi_embed(clembed_mpi_table *t, const clembed_ids *ids, c
                                  clembed_matrix *out) {
   const char *op = "clembed_mpi_embed";
   if (!t)
-    return clembed_context_fail(NULL, CLEMBED_ERR_INVALID_ARGUMENT, op, "t", -1, 0,
-                                "%s: t is NULL (no communicator to speak on)", op);
+    return ce_mpi_null_handle(op, "t");
   if (t->column) return ce_mpi_refuse_column(t, op);
   clembed_context *ctx = t->ctx;
   ce_mpi_error e = {0}, serve = {0};

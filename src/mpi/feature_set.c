@@ -1632,8 +1632,7 @@ clembed_status clembed_mpi_embedding_bags(clembed_mpi_feature_set *s, const clem
                                           clembed_matrix *out) {
   const char *op = "clembed_mpi_embedding_bags";
   if (!s)
-    return clembed_context_fail(NULL, CLEMBED_ERR_INVALID_ARGUMENT, op, "s", -1, 0,
-                                "%s: s is NULL (no communicator to speak on)", op);
+    return ce_mpi_null_handle(op, "s");
   clembed_context *ctx = s->ctx;
   fs_call c;
   setup(&c, s, op);
@@ -1926,8 +1925,7 @@ clembed_status clembed_mpi_bags_optimizer_step(clembed_mpi_feature_set *s, const
                                                size_t n, const clembed_matrix *grad_out, const clembed_optimizer *o) {
   const char *op = "clembed_mpi_bags_optimizer_step";
   if (!s)
-    return clembed_context_fail(NULL, CLEMBED_ERR_INVALID_ARGUMENT, op, "s", -1, 0,
-                                "%s: s is NULL (no communicator to speak on)", op);
+    return ce_mpi_null_handle(op, "s");
   clembed_context *ctx = s->ctx;
   fs_call c;
   setup(&c, s, op);

@@ -116,6 +116,9 @@ clembed_status ce_mpi_fail(ce_mpi_error *e, clembed_status status, const char *a
 /* Records the failure clembed just reported on ctx (status s), its message and
  * detail, unless one is already recorded. Returns s. */
 clembed_status ce_mpi_fail_from(ce_mpi_error *e, clembed_context *ctx, clembed_status s);
+/* A call's table or set `arg` is NULL: refused on this rank alone (there is no
+ * communicator to tell the others on), CLEMBED_ERR_INVALID_ARGUMENT naming it. */
+clembed_status ce_mpi_null_handle(const char *op, const char *arg);
 /* Puts e on ctx as the failure of `op` (the detail's operation). Returns its status. */
 clembed_status ce_mpi_report(clembed_context *ctx, const char *op, const ce_mpi_error *e);
 

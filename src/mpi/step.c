@@ -352,8 +352,7 @@ clembed_status clembed_mpi_optimizer_step(clembed_mpi_table *t, const clembed_ma
                                           const clembed_optimizer *o) {
   const char *op = "clembed_mpi_optimizer_step";
   if (!t)
-    return clembed_context_fail(NULL, CLEMBED_ERR_INVALID_ARGUMENT, op, "t", -1, 0,
-                                "%s: t is NULL (no communicator to speak on)", op);
+    return ce_mpi_null_handle(op, "t");
   if (t->column) return ce_mpi_refuse_column(t, op);
   clembed_context *ctx = t->ctx;
   ce_mpi_error e = {0};

@@ -265,8 +265,7 @@ clembed_status clembed_mpi_table_load_into(clembed_mpi_table *t, const clembed_f
   ce_mpi_error e = {0};
   ce_mpi_vote v = {0};
   if (!t)
-    return clembed_context_fail(NULL, CLEMBED_ERR_INVALID_ARGUMENT, op, "t", -1, 0,
-                                "%s: t is NULL (no communicator to speak on)", op);
+    return ce_mpi_null_handle(op, "t");
   clembed_context *ctx = t->ctx;
   uint64_t rows = 0, cols = 0;
   clembed_tensor_info info = {0};
@@ -410,8 +409,7 @@ static clembed_status init(clembed_mpi_table *t, const char *op, int normal, flo
   ce_mpi_error e = {0};
   ce_mpi_vote v = {0};
   if (!t)
-    return clembed_context_fail(NULL, CLEMBED_ERR_INVALID_ARGUMENT, op, "t", -1, 0,
-                                "%s: t is NULL (no communicator to speak on)", op);
+    return ce_mpi_null_handle(op, "t");
   clembed_context *ctx = t->ctx;
   clembed_status s = clembed_finish(ctx);
   if (s != CLEMBED_OK) ce_mpi_fail_from(&e, ctx, s);

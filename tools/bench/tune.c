@@ -478,6 +478,16 @@ static void try_candidate(cl_command_queue q, const group *G, const grow *rows, 
   clembed_context_destroy(b);
 }
 
+/* Whether group G's share of the budget (to group_end) is spent: said once,
+ * when it first is. */
+static int share_spent(const group *G, double group_end, int *spent) {
+  if (!*spent && elapsed() > group_end) {
+    *spent = 1;
+    printf("[%5.0fs] %s: the group's share of the budget is spent: its search stops here\n", elapsed(), G->name);
+  }
+  return *spent;
+}
+
 int tune_main(int argc, char **argv) {
   const char *device = NULL, *only = NULL, *output = NULL;
   double budget = 900;
@@ -609,11 +619,7 @@ int tune_main(int argc, char **argv) {
       continue;
     }
     for (int x = 0; !rc && !group_spent && x < 3 && G->presets[x][0].name; x++) {
-      if (elapsed() > group_end) {
-        group_spent = 1;
-        printf("[%5.0fs] %s: the group's share of the budget is spent: its search stops here\n", elapsed(), G->name);
-        break;
-      }
+      if (share_spent(G, group_end, &group_spent)) break;
       settings cand = best;
       char label[400] = "shape";
       size_t lo = strlen(label);
@@ -631,12 +637,7 @@ int tune_main(int argc, char **argv) {
       const param *P = &G->params[p];
       for (int v = 0; v < 8 && !group_spent; v++) {
         if (v > 0 && P->values[v] == 0) break; /* the list's end (a value of 0 only comes first) */
-        if (elapsed() > group_end) {
-          group_spent = 1;
-          printf("[%5.0fs] %s: the group's share of the budget is spent: its search stops here\n", elapsed(),
-                 G->name);
-          break;
-        }
+        if (share_spent(G, group_end, &group_spent)) break;
         if (current_value(q, &best, P->name) == P->values[v]) continue; /* the best's own value */
         settings cand = best;
         settings_set(&cand, P->name, P->values[v]);
