@@ -199,6 +199,25 @@ __kernel void ce_bwd_pos_keys(ulong n, ulong len, ulong pos_offset, __global con
 
 /* ------------------------------------------------------- segmented fold */
 
+/* A gradient element's steps for a feature (nothing without it): a bag
+ * entry's contribution (ce_bag_contrib1 / ce_bag_contribv above) of sorted
+ * entry t of the segment that starts at j, at column c, and the forward's
+ * dropout of element e; one column or VEC. */
+#if BAG
+#define BWD_BAG1(g, t, c) g = ce_bag_contrib1(g, cb, mr, key, sidx, (t), j, (c))
+#define BWD_BAGV(g, t, c) g = ce_bag_contribv(g, cb, mr, key, sidx, (t), j, (c))
+#else
+#define BWD_BAG1(g, t, c)
+#define BWD_BAGV(g, t, c)
+#endif
+#if DROPOUT
+#define BWD_DROP1(g, e) g = ce_mask1(g, (e), dropout, keep, seed_lo, seed_hi)
+#define BWD_DROPV(g, e) g = ce_maskv(g, (e), dropout, keep, seed_lo, seed_hi)
+#else
+#define BWD_DROP1(g, e)
+#define BWD_DROPV(g, e)
+#endif
+
 /* The sum, in ascending token order, of the gradient rows of the segment
  * [j, end) of the sorted order, at VEC columns from c (or one column):
  * s = ((0 + g[i_j]) + g[i_j+1]) + ... in float32. */
@@ -208,12 +227,8 @@ CE_INLINE FV ce_foldv(GRAD_PARAMS, ulong cols, __global const uint *sidx, ulong 
   for (ulong t = j; t < end; t++) {
     ulong i = sidx[t];
     FV g = load_gradv(CE_GRAD_AT(i), CE_GRAD_OFF(i) + c);
-#if BAG
-    g = ce_bag_contribv(g, cb, mr, key, sidx, t, j, c);
-#endif
-#if DROPOUT
-    g = ce_maskv(g, i * cols + c, dropout, keep, seed_lo, seed_hi);
-#endif
+    BWD_BAGV(g, t, c);
+    BWD_DROPV(g, i * cols + c);
     s = s + g;
   }
   return s;
@@ -225,12 +240,8 @@ inline float ce_fold1(GRAD_PARAMS, ulong cols, __global const uint *sidx, ulong 
   for (ulong t = j; t < end; t++) {
     ulong i = sidx[t];
     float g = load_grad(CE_GRAD_AT(i), CE_GRAD_OFF(i) + c);
-#if BAG
-    g = ce_bag_contrib1(g, cb, mr, key, sidx, t, j, c);
-#endif
-#if DROPOUT
-    g = ce_mask1(g, i * cols + c, dropout, keep, seed_lo, seed_hi);
-#endif
+    BWD_BAG1(g, t, c);
+    BWD_DROP1(g, i * cols + c);
     s = s + g;
   }
   return s;
@@ -247,12 +258,8 @@ CE_INLINE void ce_fold_tile(FV *acc, GRAD_PARAMS, ulong cols, __global const uin
     __global const GRAD_T *gp = CE_GRAD_AT(i);
     for (int k = 0; k < FOLD_TILE; k++) {
       FV g = load_gradv(gp, base + (ulong)k * VEC);
-#if BAG
-      g = ce_bag_contribv(g, cb, mr, key, sidx, t, j, c + (ulong)k * VEC);
-#endif
-#if DROPOUT
-      g = ce_maskv(g, i * cols + c + (ulong)k * VEC, dropout, keep, seed_lo, seed_hi);
-#endif
+      BWD_BAGV(g, t, c + (ulong)k * VEC);
+      BWD_DROPV(g, i * cols + c + (ulong)k * VEC);
       acc[k] = acc[k] + g;
     }
   }
@@ -919,9 +926,7 @@ __kernel void ce_bwd_atomic(GRAD_PARAMS, ulong cols, __global const int *ids32, 
   __global float *gr = CE_AT(gt, (ulong)r) + CE_OFF(gt, t_off, t_ld, (ulong)r);
   for (ulong c = get_global_id(0); c < cols; c += get_global_size(0)) {
     float g = load_grad(CE_AT(grad, i), CE_OFF(grad, g_off, g_ld, i) + c);
-#if DROPOUT
-    g = ce_mask1(g, i * cols + c, dropout, keep, seed_lo, seed_hi);
-#endif
+    BWD_DROP1(g, i * cols + c);
     float v = scale * g;
     if (freq) v = v / (float)counts[r];
     ce_atomic_add_f32(gr + c, v);

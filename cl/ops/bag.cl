@@ -13,9 +13,9 @@
  * Forward, one kernel per shape, the same float32 operations in the same
  * order (so the same bits), per output column over the bag's ids in ascending
  * order (src/ops/bag_forward.c and include/clembed.h give the contract):
- *   ce_bag_rows  (CPU) a work-item per bag and feature, a feature's bags on
- *                consecutive items (BAG_BY_FEATURE; 0: a work-item per bag, every
- *                feature of the launch), whole
+ *   ce_bag_rows  (CPU) a work-item per bag, every feature of the launch in
+ *                turn, or (ce_bag_rows_by_feature, bag_by_feature 1) per bag
+ *                and feature, a feature's bags on consecutive items; whole
  *                rows BAG_TILE vectors of VEC columns at a time (accumulators in
  *                registers), the bag's ids ROWS at a time: the group's rows
  *                found first and read side by side, each vector adding them
@@ -44,7 +44,7 @@
  * read one table dtype, any of the dtype list's: the pooling is written once,
  * for it, with no switch over dtypes; renorm's table too, a float one); MODES
  * (a bit per pooling the launch's features use: the others are left out); VEC, BAG_TILE, ROWS (1 to 16; the GPU shape 1), BAG_AHEAD,
- * BAG_PLAIN, BAG_BY_FEATURE; KEY64;
+ * BAG_PLAIN; KEY64;
  * BF_* and BF_COUNT; BAG_REMAP (1: a feature reads its ids through a pruned
  * table's remap, BF_RM); BAG_SPLIT (1: a feature's table lies in several of the
  * launch's buffers, BF_TAB_NP pieces
@@ -77,9 +77,6 @@
 #endif
 #ifndef BAG_REMAP
 #define BAG_REMAP 0
-#endif
-#ifndef BAG_BY_FEATURE
-#define BAG_BY_FEATURE 0
 #endif
 #ifndef MODES
 #define MODES 7
@@ -758,29 +755,35 @@ CE_INLINE void ce_bag_columns(const ce_bag_feat *F, ulong b, ulong bags, ulong c
 #define CE_BAG_OROW(b) (CE_AT(out, (b)) + CE_OFF(out, o_off, o_ld, (b)))
 #define CE_BAG_MINE(b) (bags ? CE_OWNS(out, (b)) : CE_FIRST(out))
 
-/* CPU shape, whole rows: BAG_BY_FEATURE 1, work-item (b, f) at b + f * bags, so
- * consecutive items take consecutive bags of one feature and one table is
- * read at a time; 0, a work-item per bag, every feature of the launch in turn
- * (with no bags, item 0, or each feature's item, checks the offsets). */
+/* CPU shape, whole rows, a work-item per bag: every feature of the launch in
+ * turn (with no bags, item 0 checks the offsets). */
 __kernel void ce_bag_rows(CE_BAG_ARGS, CE_BAG_OUT_ARGS) {
   CE_BAG_BUFS_ARRAY;
-  const ulong nb = max(bags, (ulong)1), g = get_global_id(0);
-#if BAG_BY_FEATURE
-  if (g >= nb * nf) return;
-  const ulong b = g % nb;
-  const uint fa = (uint)(g / nb), fz = fa + 1;
-#else
-  const ulong b = g;
-  const uint fa = 0, fz = nf;
-  if (b >= nb) return;
-#endif
+  const ulong b = get_global_id(0);
+  if (b >= max(bags, (ulong)1)) return;
   if (!CE_BAG_MINE(b)) return;
-  for (uint f = fa; f < fz; f++) {
+  for (uint f = 0; f < nf; f++) {
     ce_bag_feat F;
     ce_bag_load(&F, fd, f0 + f, bufs_);
     ce_bag_check_offsets(&F, b, bags, err);
     if (b < bags) ce_bag_columns(&F, b, bags, 0, F.cols, zero, CE_BAG_OROW(b) + F.col0, 1, err);
   }
+}
+
+/* CPU shape, whole rows, a work-item per (bag, feature) (bag_by_feature):
+ * item b + f * bags, so consecutive items take consecutive bags of one
+ * feature and one table is read at a time (with no bags, each feature's item
+ * checks its offsets). */
+__kernel void ce_bag_rows_by_feature(CE_BAG_ARGS, CE_BAG_OUT_ARGS) {
+  CE_BAG_BUFS_ARRAY;
+  const ulong nb = max(bags, (ulong)1), g = get_global_id(0);
+  if (g >= nb * nf) return;
+  const ulong b = g % nb;
+  if (!CE_BAG_MINE(b)) return;
+  ce_bag_feat F;
+  ce_bag_load(&F, fd, f0 + (uint)(g / nb), bufs_);
+  ce_bag_check_offsets(&F, b, bags, err);
+  if (b < bags) ce_bag_columns(&F, b, bags, 0, F.cols, zero, CE_BAG_OROW(b) + F.col0, 1, err);
 }
 
 /* GPU shape: work-item (x, b), x one of the launch's nchunks chunks of VEC
@@ -923,6 +926,17 @@ __kernel void ce_bag_gather_rows(__global const int *ids32, __global const long 
     mr32[mr_off + i] = (int)r;
 }
 
+/* Whether id j (its row `row`) is another launch's in the weights' gradient:
+ * a table split over windows of its pieces has a launch per window, the
+ * window of the id's row writes it, the first window an id that takes no row;
+ * one piece, never. */
+#if BAG_SPLIT
+#define CE_BAG_OTHER_WINDOW(F, row) \
+  ((row) >= 0 && bags ? (ulong)(row) < (F).t_lo || (ulong)(row) >= (F).t_hi : (F).t_lo != 0)
+#else
+#define CE_BAG_OTHER_WINDOW(F, row) 0
+#endif
+
 /* grad_weights[j] = the sum over columns c ascending of g_b[c] * t_j[c] (each
  * product rounded, added from 0), 0 for an id left out; one feature (f0), a
  * work-item per id. */
@@ -936,11 +950,7 @@ __kernel void ce_bag_grad_weights(CE_BAG_ARGS, __global const GRAD_T *grad,
   if (j >= F.n) return;
   long row = ce_bag_row(&F, j, err, 0);
   float acc = 0.0f;
-#if BAG_SPLIT
-  /* a launch per window of the table's pieces: the id's row's window writes
-   * it, the first window an id that takes no row */
-  if (row >= 0 && bags ? (ulong)row < F.t_lo || (ulong)row >= F.t_hi : F.t_lo != 0) return;
-#endif
+  if (CE_BAG_OTHER_WINDOW(F, row)) return;
   if (row >= 0 && bags) {
     ulong b = ce_bag_of(&F, j, bags), g = CE_OFF(grad, g_off, g_ld, b) + F.col0;
     __global const GRAD_T *gb = CE_AT(grad, b);

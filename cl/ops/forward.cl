@@ -148,24 +148,58 @@
 #define OWNED(k) 1
 #endif
 
+/* The simple shapes' steps for a feature: token i's position (p, ok), the
+ * position's element c (four from c) added to v, and the dropout of element e
+ * (e .. e + 3); nothing where the call has none. */
+#if POSITIONS != 0
+#define TOKEN_POS(i, report) \
+  int ok;                    \
+  ulong p = TOKEN_POSITION((i), (report), &ok);
+#else
+#define TOKEN_POS(i, report)
+#endif
+#if POSITIONS == 1
+#define ADD_POS1(v, c) \
+  if (ok) v += ce_sinusoid(p, freq, cols, (c))
+#define POS4_ROW
+#define ADD_POS4(v, j, c)                                                                                 \
+  if (ok)                                                                                                 \
+  v += (float4)(ce_sinusoid(p, freq, cols, (c)), ce_sinusoid(p, freq, cols, (c) + 1),                    \
+                ce_sinusoid(p, freq, cols, (c) + 2), ce_sinusoid(p, freq, cols, (c) + 3))
+#elif POSITIONS == 2
+#define ADD_POS1(v, c) \
+  if (ok) v += load_pos(CE_AT(ptab, p), CE_OFF(ptab, p_off, p_ld, p) + (c))
+#define POS4_ROW __global const POS_T *prow = POS_ROW(ok ? p : CE_LO(ptab));
+#define ADD_POS4(v, j, c) \
+  if (ok) v += load4_pos(prow, 0, (j))
+#else
+#define ADD_POS1(v, c)
+#define POS4_ROW
+#define ADD_POS4(v, j, c)
+#endif
+#if DROPOUT
+#define DROP1(v, e) v = ce_mask1(v, (e), dropout, keep_scale, seed_lo, seed_hi)
+#define DROP4(v, e)                                                     \
+  do {                                                                  \
+    v.x = ce_mask1(v.x, (e), dropout, keep_scale, seed_lo, seed_hi);     \
+    v.y = ce_mask1(v.y, (e) + 1, dropout, keep_scale, seed_lo, seed_hi); \
+    v.z = ce_mask1(v.z, (e) + 2, dropout, keep_scale, seed_lo, seed_hi); \
+    v.w = ce_mask1(v.w, (e) + 3, dropout, keep_scale, seed_lo, seed_hi); \
+  } while (0)
+#else
+#define DROP1(v, e)
+#define DROP4(v, e)
+#endif
+
 __kernel void ce_embed(CE_EMBED_ARGS) {
   ulong c = get_global_id(0), i = get_global_id(1);
   if (c >= cols || i >= n) return;
   long row = TOKEN_ROW(i, c == 0);
-#if POSITIONS != 0
-  int ok;
-  ulong p = TOKEN_POSITION(i, c == 0, &ok);
-#endif
+  TOKEN_POS(i, c == 0)
   if (!TOKEN_OWNED(i, row, p, ok)) return;
   float v = row >= 0 ? scale * load_table(CE_AT(table, (ulong)row), CE_OFF(table, t_off, t_ld, (ulong)row) + c) : 0.0f;
-#if POSITIONS == 1
-  if (ok) v += ce_sinusoid(p, freq, cols, c);
-#elif POSITIONS == 2
-  if (ok) v += load_pos(CE_AT(ptab, p), CE_OFF(ptab, p_off, p_ld, p) + c);
-#endif
-#if DROPOUT
-  v = ce_mask1(v, i * cols + c, dropout, keep_scale, seed_lo, seed_hi);
-#endif
+  ADD_POS1(v, c);
+  DROP1(v, i * cols + c);
   store_out(CE_AT(out, i), CE_OFF(out, o_off, o_ld, i) + c, v);
 }
 
@@ -173,34 +207,17 @@ __kernel void ce_embed_vec4(CE_EMBED_ARGS) {
   ulong i = get_global_id(1), j0 = get_global_id(0) * 4;
   if (4 * j0 >= cols || i >= n) return;
   long row = TOKEN_ROW(i, j0 == 0);
-#if POSITIONS != 0
-  int pos_ok;
-  ulong p = TOKEN_POSITION(i, j0 == 0, &pos_ok);
-#endif
-  if (!TOKEN_OWNED(i, row, p, pos_ok)) return;
+  TOKEN_POS(i, j0 == 0)
+  if (!TOKEN_OWNED(i, row, p, ok)) return;
   __global const TABLE_T *trow = TABLE_ROW(row >= 0 ? (ulong)row : CE_LO(table));
   __global OUT_T *orow = OUT_ROW(i);
-#if POSITIONS == 2
-  __global const POS_T *prow = POS_ROW(pos_ok ? p : CE_LO(ptab));
-#endif
+  POS4_ROW
   ulong jend = min(j0 + 4, cols / 4);
   for (ulong j = j0; j < jend; j++) {
     ulong c = 4 * j;
     float4 v = row >= 0 ? scale * load4_table(trow, 0, j) : (float4)(0.0f);
-#if POSITIONS == 1
-    if (pos_ok)
-      v += (float4)(ce_sinusoid(p, freq, cols, c), ce_sinusoid(p, freq, cols, c + 1),
-                    ce_sinusoid(p, freq, cols, c + 2), ce_sinusoid(p, freq, cols, c + 3));
-#elif POSITIONS == 2
-    if (pos_ok) v += load4_pos(prow, 0, j);
-#endif
-#if DROPOUT
-    ulong e = i * cols + c;
-    v.x = ce_mask1(v.x, e, dropout, keep_scale, seed_lo, seed_hi);
-    v.y = ce_mask1(v.y, e + 1, dropout, keep_scale, seed_lo, seed_hi);
-    v.z = ce_mask1(v.z, e + 2, dropout, keep_scale, seed_lo, seed_hi);
-    v.w = ce_mask1(v.w, e + 3, dropout, keep_scale, seed_lo, seed_hi);
-#endif
+    ADD_POS4(v, j, c);
+    DROP4(v, i * cols + c);
     store4_out(orow, 0, j, v);
   }
 }

@@ -20,7 +20,11 @@
  *                     (the later passes take each row from there); where
  *                     CE_PREFETCH is 1 (NORM_NEXT) the next group's table rows are
  *                     asked for during that pass ("CPU row groups" below);
- *   ce_norm_bwd, ce_norm_bwd_rows   the backward's rows in the same two shapes.
+ *                     ce_norm_rows_side where a norm's rows are in the
+ *                     scratch: the group's output side by side too;
+ *   ce_norm_bwd, ce_norm_bwd_rows   the backward's rows in the same two shapes;
+ *   ce_norm_params, ce_norm_params_block   the norm weight's and bias's
+ *                     gradients, a column or a block of columns per work-item.
  * The GPU shape's passes over a row, and the CPU shapes' for a row wider
  * than the scratch (SCRATCH 0), recompute x from the tables (from the cache:
  * the row was just read) rather than keep it, so a row of any width takes no
@@ -439,18 +443,26 @@ CE_INLINE FV ce_norm_yv(FV xh, ulong c, __global const float *nw, ulong nw_off, 
 /* Resolves every token's id, position and segment id as the forward does
  * (reporting the bad ones) and writes, when asked, its position and its
  * segment row (-1 for none) as the keys of the backward's folds. */
+#if POSITIONS != 0
+#define CE_NORM_POS_KEY(i) \
+  if (want_pos) pos_keys[i] = pok ? (long)pp : -1
+#else
+#define CE_NORM_POS_KEY(i)
+#endif
+#if SEGMENTS
+#define CE_NORM_SEG_KEY(i) \
+  if (want_seg) seg_keys[i] = sok ? sr_ : -1
+#else
+#define CE_NORM_SEG_KEY(i)
+#endif
 __kernel void ce_norm_keys(CE_NORM_IN_ARGS, __global long *pos_keys, int want_pos, __global long *seg_keys,
                            int want_seg) {
   ulong i = get_global_id(0);
   if (i >= n) return;
   CE_NORM_TOKEN(i, 1)
   (void)trow;
-#if POSITIONS != 0
-  if (want_pos) pos_keys[i] = pok ? (long)pp : -1;
-#endif
-#if SEGMENTS
-  if (want_seg) seg_keys[i] = sok ? sr_ : -1;
-#endif
+  CE_NORM_POS_KEY(i);
+  CE_NORM_SEG_KEY(i);
 }
 
 /* --------------------------------------------------------------- forward */
@@ -725,21 +737,52 @@ inline ulong ce_norm_first(ulong g, int strided, ulong seq_len, ulong *tstep) {
       store_outv(orow, c, y);               \
   }
 
-__kernel void ce_norm_rows(CE_NORM_IN_ARGS, __global OUT_T *out, ulong o_off CE_PIECE_PARAMS(OUT_T, out), ulong o_ld,
-                           int strided) {
+/* The row-at-a-time kernel's first pass: with a norm, the group's rows side
+ * by side into their sums (CE_G_PASS1), the next group's rows asked for over
+ * its column steps; without, nothing (the output loop is the pass over
+ * memory, and asks for the next rows over its vectors). Its statistics of row
+ * k: with a norm CE_G_STATS, without none. */
+#if NORM != 0
+#define CE_NORM_FIRST_PASS            \
+  CE_G_NEXT(CE_G_STEPS, CE_NO_ROW)    \
+  float sum_k[SIDE];                  \
+  CE_G_PASS1(sum_k)
+#define CE_NORM_ROW_STATS(k) CE_G_STATS(k)
+#else
+#define CE_NORM_FIRST_PASS CE_G_NEXT(cols / VEC, CE_NO_ROW)
+#define CE_NORM_ROW_STATS(k)
+#endif
+/* The norm's weight and bias at VEC columns from c, loaded once for the
+ * group's rows (CE_NORM_W_DECL, CE_NORM_B_DECL), and applied to a row's xh
+ * (CE_NORM_W, CE_NORM_B); nothing without them. */
+#if HAS_W
+#define CE_NORM_W_DECL(c) const FV w_ = vloadV(0, nw + nw_off + (c));
+#define CE_NORM_W(y) y = y * w_
+#else
+#define CE_NORM_W_DECL(c)
+#define CE_NORM_W(y)
+#endif
+#if HAS_B
+#define CE_NORM_B_DECL(c) const FV b_ = vloadV(0, nb + nb_off + (c));
+#define CE_NORM_B(y) y = y + b_
+#else
+#define CE_NORM_B_DECL(c)
+#define CE_NORM_B(y)
+#endif
+
+/* The CPU forward has two kernels; the program holds the one its options
+ * select, the host names it (src/ops/norm.c): ce_norm_rows_side where a norm's
+ * rows are kept in the scratch (NORM 1 or 2 with SCRATCH), else ce_norm_rows. */
+#if NORM != 0 && SCRATCH
+/* The group's rows' statistics, then their output side by side from the
+ * scratch, each vector of the weight and bias loaded once for them. */
+__kernel void ce_norm_rows_side(CE_NORM_IN_ARGS, __global OUT_T *out, ulong o_off CE_PIECE_PARAMS(OUT_T, out),
+                                ulong o_ld, int strided) {
   CE_NORM_TOKENS(get_global_id(0))
   CE_SCRATCH_DECL
   CE_G_LOOP
   CE_G_RESOLVE(1)
-#if NORM != 0
-  CE_G_NEXT(CE_G_STEPS, CE_NO_ROW)
-  float sum_k[SIDE];
-  CE_G_PASS1(sum_k)
-#else
-  CE_G_NEXT(cols / VEC, CE_NO_ROW)
-#endif
-#if NORM != 0 && SCRATCH
-  /* the rows' statistics, then their output side by side from the scratch */
+  CE_NORM_FIRST_PASS
   float mean_k[SIDE], rstd_k[SIDE];
   __global OUT_T *orow_k[SIDE];
   int nt_k[SIDE];
@@ -755,23 +798,15 @@ __kernel void ce_norm_rows(CE_NORM_IN_ARGS, __global OUT_T *out, ulong o_off CE_
   }
   const ulong cv = cols / VEC * VEC;
   for (ulong c = 0; c < cv; c += VEC) {
-#if HAS_W
-    const FV w_ = vloadV(0, nw + nw_off + c);
-#endif
-#if HAS_B
-    const FV b_ = vloadV(0, nb + nb_off + c);
-#endif
+    CE_NORM_W_DECL(c)
+    CE_NORM_B_DECL(c)
     _Pragma("unroll") for (int k = 0; k < SIDE; k++) {
       if (k < live) {
         const float mean = mean_k[k], rstd = rstd_k[k];
         FV x = *(const FV *)(xsa_ + (ulong)k * xst_ + c);
         FV y = CE_XH(x); /* CE_YV's operations, the weight and bias loaded once */
-#if HAS_W
-        y = y * w_;
-#endif
-#if HAS_B
-        y = y + b_;
-#endif
+        CE_NORM_W(y);
+        CE_NORM_B(y);
         CE_DROPV(y, i_k[k] * cols + c);
         if (nt_k[k])
           stream_outv(orow_k[k], c, y);
@@ -789,15 +824,24 @@ __kernel void ce_norm_rows(CE_NORM_IN_ARGS, __global OUT_T *out, ulong o_off CE_
       store_out(orow_k[k], c, y);
     }
   }
+  }
+}
 #else
+/* A row at a time: its statistics, then its output (x from the scratch, or
+ * recomputed). */
+__kernel void ce_norm_rows(CE_NORM_IN_ARGS, __global OUT_T *out, ulong o_off CE_PIECE_PARAMS(OUT_T, out), ulong o_ld,
+                           int strided) {
+  CE_NORM_TOKENS(get_global_id(0))
+  CE_SCRATCH_DECL
+  CE_G_LOOP
+  CE_G_RESOLVE(1)
+  CE_NORM_FIRST_PASS
   for (int k = 0; k < live; k++) {
     CE_G_BIND(k)
     CE_SCRATCH_ROW(k)
     const ulong i = i_k[k];
     const int full = CE_FULL;
-#if NORM != 0
-    CE_G_STATS(k)
-#endif
+    CE_NORM_ROW_STATS(k)
     __global OUT_T *orow = OUT_ROW(i);
     const int nt = STREAM && CE_STREAMING && ((ulong)orow & (VEC * sizeof(OUT_T) - 1)) == 0;
     const ulong cv = cols / VEC * VEC, e0 = i * cols;
@@ -813,9 +857,9 @@ __kernel void ce_norm_rows(CE_NORM_IN_ARGS, __global OUT_T *out, ulong o_off CE_
       store_out(orow, c, y);
     }
   }
-#endif
   }
 }
+#endif
 
 /* -------------------------------------------------------------- backward */
 
@@ -916,18 +960,15 @@ __kernel void ce_norm_bwd(CE_NORM_IN_ARGS, __global const GRAD_T *grad,
   float A = sa * inv_d, B = sb * inv_d;
   (void)A;
   if (!live) return; /* after the last barrier */
-#if STATS
-  if (lx == 0) vstore4((float4)(mean, rstd, A, B), t, stats);
-#endif
-#if DX
-  for (ulong c = lx; c < cols; c += LX) {
-    float x, g;
-    CE_X1(c, x);
-    CE_G1(c, g);
-    float xh = CE_XH(x), h = CE_H1(c, g);
-    dx[e0 + c] = CE_DX(h, xh);
-  }
-#endif
+  if (STATS && lx == 0) vstore4((float4)(mean, rstd, A, B), t, stats);
+  if (DX)
+    for (ulong c = lx; c < cols; c += LX) {
+      float x, g;
+      CE_X1(c, x);
+      CE_G1(c, g);
+      float xh = CE_XH(x), h = CE_H1(c, g);
+      dx[e0 + c] = CE_DX(h, xh);
+    }
 }
 
 /* dx of a row's whole vectors, x from XV: into dx (DX; nt: streaming
@@ -975,8 +1016,23 @@ __kernel void ce_norm_bwd(CE_NORM_IN_ARGS, __global const GRAD_T *grad,
   int pany_ = 0;                                                           \
   ulong prow_ = 0;                                                         \
   for (ulong c = 0; c < cols; c++) pacc_[c] = 0.0f;
+/* a token: whether its dx goes into the sums (padd_), and the item's row */
+#define CE_POSG_TOKEN \
+  const int padd_ = pok; \
+  if (pok) {             \
+    pany_ = 1;           \
+    prow_ = pp;          \
+  }
+/* the item's last group: its position's sum into the gradient */
+#define CE_POSG_FLUSH                                                                  \
+  if (pany_ && (r0_ + SIDE >= ROWS || (ulong)SIDE * tstep >= n - tg)) {                \
+    __global float *gr_ = gpos + gpos_off + prow_ * gpos_ld;                           \
+    for (ulong c = 0; c < cols; c++) gr_[c] = gr_[c] + pacc_[c];                       \
+  }
 #else
 #define CE_POSG_DECL
+#define CE_POSG_TOKEN
+#define CE_POSG_FLUSH
 #endif
 
 __kernel void ce_norm_bwd_rows(CE_NORM_IN_ARGS, __global const GRAD_T *grad,
@@ -1006,42 +1062,28 @@ __kernel void ce_norm_bwd_rows(CE_NORM_IN_ARGS, __global const GRAD_T *grad,
       CE_ROWSUM2V(sa, sb, CE_ABV, CE_AB1C)
     float A = sa * inv_d, B = sb * inv_d;
     (void)A;
-#if STATS
-    vstore4((float4)(mean, rstd, A, B), i, stats);
-#endif
-#if DX || POSG
-#if POSG
-    const int padd_ = pok;
-    if (pok) {
-      pany_ = 1;
-      prow_ = pp;
+    if (STATS) vstore4((float4)(mean, rstd, A, B), i, stats);
+    if (DX || POSG) {
+      CE_POSG_TOKEN
+      const ulong cv = cols / VEC * VEC;
+      const int nt = DX && STREAM && CE_STREAMING && ((ulong)(dx + e0) & (VEC * sizeof(float) - 1)) == 0;
+      (void)nt;
+      if (full)
+        CE_NORM_DX_LOOP(F)
+      else
+        CE_NORM_DX_LOOP()
+      for (ulong c = cv; c < cols; c++) {
+        float x, g;
+        CE_GET1(c, x);
+        CE_GGET1(c, g);
+        float xh = CE_XH(x), h = CE_H1(c, g);
+        const float d_ = CE_DX(h, xh);
+        CE_NORM_DX_PUT1(c, d_);
+        CE_NORM_DX_ADD1(c, d_);
+      }
     }
-#endif
-    const ulong cv = cols / VEC * VEC;
-    const int nt = DX && STREAM && CE_STREAMING && ((ulong)(dx + e0) & (VEC * sizeof(float) - 1)) == 0;
-    (void)nt;
-    if (full)
-      CE_NORM_DX_LOOP(F)
-    else
-      CE_NORM_DX_LOOP()
-    for (ulong c = cv; c < cols; c++) {
-      float x, g;
-      CE_GET1(c, x);
-      CE_GGET1(c, g);
-      float xh = CE_XH(x), h = CE_H1(c, g);
-      const float d_ = CE_DX(h, xh);
-      CE_NORM_DX_PUT1(c, d_);
-      CE_NORM_DX_ADD1(c, d_);
-    }
-#endif
   }
-#if POSG
-  /* the item's last group: its position's sum into the gradient */
-  if (pany_ && (r0_ + SIDE >= ROWS || (ulong)SIDE * tstep >= n - tg)) {
-    __global float *gr_ = gpos + gpos_off + prow_ * gpos_ld;
-    for (ulong c = 0; c < cols; c++) gr_[c] = gr_[c] + pacc_[c];
-  }
-#endif
+  CE_POSG_FLUSH
   }
 }
 
@@ -1056,14 +1098,20 @@ __kernel void ce_norm_bwd_rows(CE_NORM_IN_ARGS, __global const GRAD_T *grad,
  * gs[r][c] = gs[r][c] + ss[r] for each row r some token has: the fold of
  * every token keyed to one row (to its segment row), bit for bit. The host
  * sets want_s only when the segment table has at most CE_NORM_SMAX rows,
- * and only with NORM_SUMS 1: without it (llvmpipe, the GPU shape) the segment sums
- * and their private rows are not compiled at all (gallivm had not compiled
- * this kernel with them after minutes) and the segment table goes to its fold.
- * The CPU shape (NORM_PARAMS_COLS > 1: pw <= NORM_PARAMS_COLS, a multiple of VEC but for the last
- * item) keeps the sums of a wide block in private rows (each row read a long
- * run at a time; where CE_PREFETCH is 1 the table and gradient rows
- * CE_PAHEAD tokens on asked for a line at each vector); the GPU shape
- * (NORM_PARAMS_COLS 1) a column per work-item.
+ * and only with NORM_SUMS 1: without it (llvmpipe, the GPU shape) the kernel
+ * keeps no segment sums (CE_PSEGS 0: the loops over them take no step and
+ * the token's sg is -1, so none of their code is compiled; gallivm had not
+ * compiled this kernel with them after minutes) and the segment table goes
+ * to its fold.
+ * Two shapes; the program holds the one NORM_PARAMS_COLS selects, the host
+ * names it (src/ops/norm.c):
+ *   ce_norm_params_block  (NORM_PARAMS_COLS > 1, the CPU shape: pw <=
+ *                 NORM_PARAMS_COLS, a multiple of VEC but for the last item)
+ *                 keeps the sums of a wide block in private rows (each row
+ *                 read a long run at a time; where CE_PREFETCH is 1 the table
+ *                 and gradient rows CE_PAHEAD tokens on asked for a line at
+ *                 each vector);
+ *   ce_norm_params  (NORM_PARAMS_COLS 1, the GPU shape) a column at a time.
  * A launch walks the tokens [t0, t1): with `first` the sums start from +0,
  * else from acc, where the launch before left them; with `last` they are
  * added into the gradients as above, else left in acc (a device that stops a
@@ -1079,10 +1127,55 @@ __kernel void ce_norm_bwd_rows(CE_NORM_IN_ARGS, __global const GRAD_T *grad,
 #ifndef NORM_SUMS
 #define NORM_SUMS 0
 #endif
+/* The segment rows whose sums the kernel keeps (CE_PSEGS, its arrays'
+ * CE_PSEG_DIM) and token i's row among them, sg = CE_PSEG(its segment row),
+ * -1 for none. */
 #if SEGMENTS && NORM_SUMS
+#define CE_PSEGS CE_NORM_SMAX
 #define CE_PSEG(r) (want_s && sok ? (int)(r) : -1)
 #else
+#define CE_PSEGS 0
 #define CE_PSEG(r) (-1)
+#endif
+#define CE_PSEG_DIM (CE_PSEGS > 0 ? CE_PSEGS : 1)
+/* the carried sums: sw at acc[c], sb at acc[cols + c], ss[r] at acc[(2 + r) * cols + c] */
+#define ACC_W(c) ((c))
+#define ACC_B(c) (cols + (c))
+#define ACC_S(r, c) ((2 + (ulong)(r)) * cols + (c))
+#define CE_PARAMS_HEAD                                                                                 \
+  const ulong c0 = get_global_id(0) * pw;                                                              \
+  if (c0 >= cols) return;                                                                              \
+  const ulong c1 = min(c0 + pw, cols);                                                                 \
+  __global float *acc_seen = acc + (2 + CE_NORM_SMAX) * cols + get_global_id(0) * CE_NORM_SMAX;        \
+  const int want_x = want_w || (CE_PSEGS > 0 && want_s);                                               \
+  int seen[CE_PSEG_DIM];                                                                               \
+  for (int r = 0; r < CE_PSEGS; r++) seen[r] = first ? 0 : acc_seen[r] != 0.0f;                       \
+  (void)gs;                                                                                            \
+  (void)gs_off;                                                                                        \
+  (void)gs_ld;
+#define CE_PARAMS_ARGS                                                                                     \
+  CE_NORM_IN_ARGS, __global const GRAD_T *grad, ulong g_off CE_PIECE_PARAMS(const GRAD_T, grad), ulong g_ld, \
+      __global const float *stats, __global float *gw, ulong gw_off, int want_w, __global float *gb,         \
+      ulong gb_off, int want_b, __global float *gs, ulong gs_off, ulong gs_ld, int want_s, ulong pw, ulong t0, \
+      ulong t1, __global float *acc, int first, int last
+
+#if NORM_PARAMS_COLS > 1
+/* The table and gradient rows CE_PAHEAD tokens on (pt_, pg_), and a line of
+ * each at column c asked for. */
+#if CE_PREFETCH
+#define CE_PARAMS_AHEAD(i)                                                                                  \
+  const int ask = (i) + CE_PAHEAD < n;                                                                      \
+  long pid_ = ask && want_x ? ce_load_id(ids32, ids64, id64, id_off + (i) + CE_PAHEAD) : -1;                \
+  __global const uchar *pt_ = pid_ >= 0 && (ulong)pid_ < t_rows ? (__global const uchar *)TABLE_ROW(pid_) : 0; \
+  __global const uchar *pg_ = ask ? (__global const uchar *)GRAD_ROW((i) + CE_PAHEAD) : 0;
+#define CE_PARAMS_ASK(c)                                         \
+  do {                                                           \
+    if (pg_) ce_prefetch(pg_ + (c) * sizeof(GRAD_T));            \
+    if (pt_) ce_prefetch(pt_ + (c) * sizeof(TABLE_T));           \
+  } while (0)
+#else
+#define CE_PARAMS_AHEAD(i)
+#define CE_PARAMS_ASK(c)
 #endif
 /* The block's whole vectors of token i (F: a full row's steps). */
 #define CE_PARAMS_LOOP(F)                                                   \
@@ -1097,66 +1190,32 @@ __kernel void ce_norm_bwd_rows(CE_NORM_IN_ARGS, __global const GRAD_T *grad,
       CE_XV##F(c, x);                                                       \
       const FV xh = CE_XH(x);                                               \
       if (want_w) sw[m] = sw[m] + g * xh;                                   \
-      CE_PARAMS_SEGV(c, g, xh);                                             \
+      if (sg >= 0) {                                                        \
+        const FV h = CE_HV(c, g);                                           \
+        ss[sg][m] = ss[sg][m] + CE_DX(h, xh);                               \
+      }                                                                     \
     }                                                                       \
   }
-#if NORM_SUMS
-#define CE_PARAMS_SEGV(c, g, xh)                                            \
-  if (sg >= 0) {                                                            \
-    const FV h = CE_HV(c, g);                                               \
-    ss[sg][m] = ss[sg][m] + CE_DX(h, xh);                                   \
-  }
-#else
-#define CE_PARAMS_SEGV(c, g, xh)
-#endif
-__kernel void ce_norm_params(CE_NORM_IN_ARGS, __global const GRAD_T *grad,
-                             ulong g_off CE_PIECE_PARAMS(const GRAD_T, grad), ulong g_ld,
-                             __global const float *stats, __global float *gw, ulong gw_off, int want_w,
-                             __global float *gb, ulong gb_off, int want_b, __global float *gs, ulong gs_off,
-                             ulong gs_ld, int want_s, ulong pw, ulong t0, ulong t1, __global float *acc,
-                             int first, int last) {
-  const ulong c0 = get_global_id(0) * pw;
-  if (c0 >= cols) return;
-  const ulong c1 = min(c0 + pw, cols);
-  /* the carried sums: sw at acc[c], sb at acc[cols + c], ss[r] at acc[(2 + r) * cols + c] */
-#define ACC_W(c) ((c))
-#define ACC_B(c) (cols + (c))
-#define ACC_S(r, c) ((2 + (ulong)(r)) * cols + (c))
-  __global float *acc_seen = acc + (2 + CE_NORM_SMAX) * cols + get_global_id(0) * CE_NORM_SMAX;
-#if NORM_SUMS
-  const int want_x = want_w || want_s;
-  int seen[CE_NORM_SMAX];
-  for (int r = 0; r < CE_NORM_SMAX; r++) seen[r] = first ? 0 : acc_seen[r] != 0.0f;
-#else
-  const int want_x = want_w;
-  (void)gs;
-  (void)gs_off;
-  (void)gs_ld;
-  (void)want_s;
-#endif
-#if NORM_PARAMS_COLS > 1
+__kernel void ce_norm_params_block(CE_PARAMS_ARGS) {
+  CE_PARAMS_HEAD
   const ulong nv = (c1 - c0) / VEC, cv = c0 + nv * VEC;
-  FV sw[NORM_PARAMS_COLS / VEC], sb[NORM_PARAMS_COLS / VEC];
-  float tw[VEC], tb[VEC];
+  /* the block's sums: its whole vectors (sw, sb, ss), its last columns (tw, tb, ts) */
+  FV sw[NORM_PARAMS_COLS / VEC], sb[NORM_PARAMS_COLS / VEC], ss[CE_PSEG_DIM][NORM_PARAMS_COLS / VEC];
+  float tw[VEC], tb[VEC], ts[CE_PSEG_DIM][VEC];
   for (ulong m = 0; m < nv; m++) {
     sw[m] = first ? (FV)(0.0f) : ce_loadv_0(acc, ACC_W(c0 + m * VEC));
     sb[m] = first ? (FV)(0.0f) : ce_loadv_0(acc, ACC_B(c0 + m * VEC));
+    for (int r = 0; r < CE_PSEGS; r++) ss[r][m] = first ? (FV)(0.0f) : ce_loadv_0(acc, ACC_S(r, c0 + m * VEC));
   }
-  for (int m = 0; m < VEC; m++) tw[m] = tb[m] = 0.0f;
+  for (int m = 0; m < VEC; m++) {
+    tw[m] = tb[m] = 0.0f;
+    for (int r = 0; r < CE_PSEGS; r++) ts[r][m] = 0.0f;
+  }
   for (ulong c = cv; c < c1 && !first; c++) {
     tw[c - cv] = acc[ACC_W(c)];
     tb[c - cv] = acc[ACC_B(c)];
+    for (int r = 0; r < CE_PSEGS; r++) ts[r][c - cv] = acc[ACC_S(r, c)];
   }
-#if NORM_SUMS
-  FV ss[CE_NORM_SMAX][NORM_PARAMS_COLS / VEC];
-  float ts[CE_NORM_SMAX][VEC];
-  for (ulong m = 0; m < nv; m++)
-    for (int r = 0; r < CE_NORM_SMAX; r++) ss[r][m] = first ? (FV)(0.0f) : ce_loadv_0(acc, ACC_S(r, c0 + m * VEC));
-  for (int m = 0; m < VEC; m++)
-    for (int r = 0; r < CE_NORM_SMAX; r++) ts[r][m] = 0.0f;
-  for (ulong c = cv; c < c1 && !first; c++)
-    for (int r = 0; r < CE_NORM_SMAX; r++) ts[r][c - cv] = acc[ACC_S(r, c)];
-#endif
   for (ulong i = t0; i < t1; i++) {
     CE_NORM_TOKEN(i, 0)
     __global const GRAD_T *grow = GRAD_ROW(i);
@@ -1171,23 +1230,9 @@ __kernel void ce_norm_params(CE_NORM_IN_ARGS, __global const GRAD_T *grad,
     }
     (void)mean;
     (void)A;
-#if NORM_SUMS
     const int sg = CE_PSEG(sr_);
     if (sg >= 0) seen[sg] = 1;
-#endif
-#if CE_PREFETCH
-    const int ask = i + CE_PAHEAD < n;
-    long pid_ = ask && want_x ? ce_load_id(ids32, ids64, id64, id_off + i + CE_PAHEAD) : -1;
-    __global const uchar *pt_ = pid_ >= 0 && (ulong)pid_ < t_rows ? (__global const uchar *)TABLE_ROW(pid_) : 0;
-    __global const uchar *pg_ = ask ? (__global const uchar *)GRAD_ROW(i + CE_PAHEAD) : 0;
-#define CE_PARAMS_ASK(c)                                         \
-  do {                                                           \
-    if (pg_) ce_prefetch(pg_ + (c) * sizeof(GRAD_T));            \
-    if (pt_) ce_prefetch(pt_ + (c) * sizeof(TABLE_T));           \
-  } while (0)
-#else
-#define CE_PARAMS_ASK(c)
-#endif
+    CE_PARAMS_AHEAD(i)
     if (CE_FULL)
       CE_PARAMS_LOOP(F)
     else
@@ -1201,12 +1246,10 @@ __kernel void ce_norm_params(CE_NORM_IN_ARGS, __global const GRAD_T *grad,
         CE_X1(c, x);
         const float xh = CE_XH(x);
         if (want_w) tw[c - cv] = tw[c - cv] + g * xh;
-#if NORM_SUMS
         if (sg >= 0) {
           const float h = CE_H1(c, g);
           ts[sg][c - cv] = ts[sg][c - cv] + CE_DX(h, xh);
         }
-#endif
       }
     }
   }
@@ -1214,52 +1257,42 @@ __kernel void ce_norm_params(CE_NORM_IN_ARGS, __global const GRAD_T *grad,
     for (ulong m = 0; m < nv; m++) {
       ce_storev_0(acc, ACC_W(c0 + m * VEC), sw[m]);
       ce_storev_0(acc, ACC_B(c0 + m * VEC), sb[m]);
-#if NORM_SUMS
-      for (int r = 0; r < CE_NORM_SMAX; r++) ce_storev_0(acc, ACC_S(r, c0 + m * VEC), ss[r][m]);
-#endif
+      for (int r = 0; r < CE_PSEGS; r++) ce_storev_0(acc, ACC_S(r, c0 + m * VEC), ss[r][m]);
     }
     for (ulong c = cv; c < c1; c++) {
       acc[ACC_W(c)] = tw[c - cv];
       acc[ACC_B(c)] = tb[c - cv];
-#if NORM_SUMS
-      for (int r = 0; r < CE_NORM_SMAX; r++) acc[ACC_S(r, c)] = ts[r][c - cv];
-#endif
+      for (int r = 0; r < CE_PSEGS; r++) acc[ACC_S(r, c)] = ts[r][c - cv];
     }
-#if NORM_SUMS
-    for (int r = 0; r < CE_NORM_SMAX; r++) acc_seen[r] = seen[r] ? 1.0f : 0.0f;
-#endif
+    for (int r = 0; r < CE_PSEGS; r++) acc_seen[r] = seen[r] ? 1.0f : 0.0f;
     return;
   }
   for (ulong m = 0; m < nv; m++) {
     const ulong c = c0 + m * VEC;
     if (want_w) ce_storev_0(gw, gw_off + c, ce_loadv_0(gw, gw_off + c) + sw[m]);
     if (want_b) ce_storev_0(gb, gb_off + c, ce_loadv_0(gb, gb_off + c) + sb[m]);
-#if NORM_SUMS
-    for (int r = 0; r < CE_NORM_SMAX; r++)
+    for (int r = 0; r < CE_PSEGS; r++)
       if (seen[r]) {
         const ulong o = gs_off + (ulong)r * gs_ld + c;
         ce_storev_0(gs, o, ce_loadv_0(gs, o) + ss[r][m]);
       }
-#endif
   }
   for (ulong c = cv; c < c1; c++) {
     if (want_w) gw[gw_off + c] = gw[gw_off + c] + tw[c - cv];
     if (want_b) gb[gb_off + c] = gb[gb_off + c] + tb[c - cv];
-#if NORM_SUMS
-    for (int r = 0; r < CE_NORM_SMAX; r++)
+    for (int r = 0; r < CE_PSEGS; r++)
       if (seen[r]) {
         const ulong o = gs_off + (ulong)r * gs_ld + c;
         gs[o] = gs[o] + ts[r][c - cv];
       }
-#endif
   }
+}
 #else
+__kernel void ce_norm_params(CE_PARAMS_ARGS) {
+  CE_PARAMS_HEAD
   for (ulong c = c0; c < c1; c++) {
-    float sw = first ? 0.0f : acc[ACC_W(c)], sb = first ? 0.0f : acc[ACC_B(c)];
-#if NORM_SUMS
-    float ss[CE_NORM_SMAX];
-    for (int r = 0; r < CE_NORM_SMAX; r++) ss[r] = first ? 0.0f : acc[ACC_S(r, c)];
-#endif
+    float sw = first ? 0.0f : acc[ACC_W(c)], sb = first ? 0.0f : acc[ACC_B(c)], ss[CE_PSEG_DIM];
+    for (int r = 0; r < CE_PSEGS; r++) ss[r] = first ? 0.0f : acc[ACC_S(r, c)];
     for (ulong i = t0; i < t1; i++) {
       CE_NORM_TOKEN(i, 0)
       __global const GRAD_T *grow = GRAD_ROW(i);
@@ -1276,38 +1309,27 @@ __kernel void ce_norm_params(CE_NORM_IN_ARGS, __global const GRAD_T *grad,
         CE_X1(c, x);
         const float xh = CE_XH(x);
         if (want_w) sw = sw + g * xh;
-#if NORM_SUMS
         const int sg = CE_PSEG(sr_);
         if (sg >= 0) {
           const float h = CE_H1(c, g);
           ss[sg] = ss[sg] + CE_DX(h, xh);
           seen[sg] = 1;
         }
-#endif
       }
     }
     if (!last) {
       acc[ACC_W(c)] = sw;
       acc[ACC_B(c)] = sb;
-#if NORM_SUMS
-      for (int r = 0; r < CE_NORM_SMAX; r++) acc[ACC_S(r, c)] = ss[r];
-#endif
+      for (int r = 0; r < CE_PSEGS; r++) acc[ACC_S(r, c)] = ss[r];
       continue;
     }
     if (want_w) gw[gw_off + c] = gw[gw_off + c] + sw;
     if (want_b) gb[gb_off + c] = gb[gb_off + c] + sb;
-#if NORM_SUMS
-    for (int r = 0; r < CE_NORM_SMAX; r++)
+    for (int r = 0; r < CE_PSEGS; r++)
       if (seen[r]) gs[gs_off + (ulong)r * gs_ld + c] = gs[gs_off + (ulong)r * gs_ld + c] + ss[r];
-#endif
   }
-#if NORM_SUMS
   if (!last)
-    for (int r = 0; r < CE_NORM_SMAX; r++) acc_seen[r] = seen[r] ? 1.0f : 0.0f;
-#endif
-#endif
-#undef ACC_W
-#undef ACC_B
-#undef ACC_S
+    for (int r = 0; r < CE_PSEGS; r++) acc_seen[r] = seen[r] ? 1.0f : 0.0f;
 }
+#endif
 #endif /* NORM != 0 */

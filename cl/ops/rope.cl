@@ -122,6 +122,8 @@ __kernel void ce_rope_apply(CE_ROPE_ARGS) {
 #define STREAM 0
 #endif
 #define stream2_outv CE_XCAT(ce_stream2v_, OUT_DT)
+/* whether the rows may go out in streaming stores: a pair of vectors at a time */
+#define ROPE_STREAMS (STREAM && CE_STREAMING && ROPE_PAIRS % 2 == 0)
 #define CE_ROPE_STORE2(o, a, b)        \
   do {                                 \
     if (nt) {                          \
@@ -141,12 +143,8 @@ __kernel void ce_rope_apply_rows(CE_ROPE_ARGS) {
   __global const X_T *xr = X_ROW(i);
   __global OUT_T *orow = OUT_ROW(i);
   const ulong line = 2 * VEC * sizeof(OUT_T) < 64 ? 2 * VEC * sizeof(OUT_T) : 64; /* a pair's alignment */
-#if STREAM && CE_STREAMING && ROPE_PAIRS % 2 == 0
-  const int nt = ((ulong)orow & (line - 1)) == 0 && (head_dim * sizeof(OUT_T)) % line == 0 &&
+  const int nt = ROPE_STREAMS && ((ulong)orow & (line - 1)) == 0 && (head_dim * sizeof(OUT_T)) % line == 0 &&
                  (nh * sizeof(OUT_T)) % line == 0;
-#else
-  const int nt = 0;
-#endif
   if (!ok) { /* a bad position: the row is copied */
     if (copy_rest)
       for (ulong c = 0; c < heads * head_dim; c++) store_out(orow, c, load_x(xr, c));

@@ -1,10 +1,11 @@
 /* Bags of ids, the forward: clembed_embedding_bag and clembed_embedding_bags
  * (the features and launches of bag.c; the kernels are cl/ops/bag.cl's
- * ce_bag_rows and ce_bag_cols). A single feature is the batch of one:
- * clembed_embedding_bag and clembed_embedding_bags run the same kernel, so a
- * block of the batched output has the bits of the feature alone. The CPU shape
- * takes a feature's bags on consecutive work-items (the tuning's
- * bag_by_feature), so one table is read at a time, and pools a bag of plain
+ * ce_bag_rows, ce_bag_rows_by_feature and ce_bag_cols). A single feature is
+ * the batch of one: clembed_embedding_bag and clembed_embedding_bags run the
+ * same kernel, so a block of the batched output has the bits of the feature
+ * alone. The CPU shape takes a feature's bags on consecutive work-items (the
+ * tuning's bag_by_feature: ce_bag_rows_by_feature), so one table is read at a
+ * time, and pools a bag of plain
  * ids a row at a time without masks (bag_plain, -DBAG_PLAIN). */
 #include "bag.h"
 
@@ -162,14 +163,14 @@ static clembed_status forward_run(clembed_context *ctx, const char *what, bag_fe
   {
     char extra[256];
     snprintf(extra, sizeof extra,
-             "-DOUT_DT=%d -DBAG_TILE=%u -DROWS=%u -DBAG_AHEAD=%u -DBAG_PLAIN=%d -DBAG_BY_FEATURE=%d", (int)out->dtype, t->bag_tile,
+             "-DOUT_DT=%d -DBAG_TILE=%u -DROWS=%u -DBAG_AHEAD=%u -DBAG_PLAIN=%d", (int)out->dtype, t->bag_tile,
              !cpu ? 1 : n > 1 ? t->bag_rows_features : t->bag_rows, ctx->prefetch ? t->bag_ahead : 0,
-             cpu && t->bag_plain, by_feature);
+             cpu && t->bag_plain);
     ce_pieces_option(extra, sizeof extra, &op, "out");
     base = bag_base_options(ctx, extra);
     if (!base) FAIL(CLEMBED_ERR_OUT_OF_MEMORY, "%s: out of host memory", what);
   }
-  const char *name = cpu ? "ce_bag_rows" : "ce_bag_cols";
+  const char *name = !cpu ? "ce_bag_cols" : by_feature ? "ce_bag_rows_by_feature" : "ce_bag_rows";
   cl_ulong o_ldl = o_ld;
   cl_float zero = 0.0f; /* the accumulators' start, opaque to the compiler (bag.cl) */
   for (size_t l = 0; l < nl; l++) {

@@ -95,6 +95,7 @@ typedef struct norm_call {
   unsigned rows;       /* the CPU shape's tokens per work-item (0: the GPU shape) */
   int strided;         /* ...which take one position of `rows` sequences */
   int dx, posg;        /* the backward's rows write dx; its strided items sum the position gradient (POSG) */
+  const char *fwd_kernel, *params_kernel; /* the shapes' kernels (norm.cl) */
   char opts[512];
 } norm_call;
 
@@ -285,13 +286,17 @@ static clembed_status norm_prepare(norm_call *c, ce_chain *ch, clembed_dtype out
   if (c->rows)
     n += snprintf(c->opts + n, sizeof c->opts - (size_t)n,
                   " -DROWS=%u -DSTREAM=%d -DNORM_NEXT=%d -DSCRATCH=%u -DSIDE=%u", c->rows, stream, next, scratch, side);
+  /* the forward's kernel: the CPU shape's rows side by side from the scratch where it keeps them */
+  c->fwd_kernel = !c->rows ? "ce_norm" : scratch ? "ce_norm_rows_side" : "ce_norm_rows";
   /* the position gradient in the strided items: every position's tokens in one item */
   c->posg = posg_ok && t->norm_sums && c->strided && scratch && c->ids->count <= (size_t)c->rows * opt->seq_len;
   c->dx = dx_other || (posg_ok && !c->posg);
   /* the backward's weight and bias sums: up to norm_params_cols columns per CPU work-item, one per GPU one */
+  unsigned params_cols = c->rows ? t->norm_params_cols : 1;
+  c->params_kernel = params_cols > 1 ? "ce_norm_params_block" : "ce_norm_params";
   if (grad)
     snprintf(c->opts + n, sizeof c->opts - (size_t)n, " -DGRAD_DT=%d -DDX=%d -DSTATS=%d -DPOSG=%d -DNORM_SUMS=%d -DNORM_PARAMS_COLS=%u",
-             (int)grad->dtype, c->dx, stats, c->posg, t->norm_sums != 0, c->rows ? t->norm_params_cols : 1);
+             (int)grad->dtype, c->dx, stats, c->posg, t->norm_sums != 0, params_cols);
   /* the error slots (before fit_pieces, whose gather reports into the first) */
   c->rec = (ce_record){CE_NO_SLOT, CE_FAMILY_NORM, c->opts, c->ids, c->p->so, opt->seq_len};
   c->srec = (ce_record){CE_NO_SLOT, CE_FAMILY_NORM, c->opts, c->sids, NULL, 0};
@@ -409,7 +414,7 @@ clembed_status ce_norm_forward(clembed_context *ctx, ce_chain *ch, const clembed
   if (ids->count && table->cols == 0) {
     CHECK(norm_keys(&c, ch, NULL, NULL)); /* no column to write: the ids are still checked */
   } else if (ids->count) {
-    const char *name = c.rows ? "ce_norm_rows" : "ce_norm";
+    const char *name = c.fwd_kernel;
     cl_ulong o_ldl = op->ld;
     CHECK(ce_kernel(ctx, CE_FAMILY_NORM, c.opts, name, &k));
     CHECK(norm_in_args(&c, k, name));
@@ -554,7 +559,7 @@ static clembed_status norm_params(norm_call *c, ce_chain *ch, ce_pieces *gp, con
                                   const clembed_embed_grads *grads, int seg) {
   clembed_status status = CLEMBED_OK;
   clembed_context *ctx = c->ctx;
-  const char *name = "ce_norm_params";
+  const char *name = c->params_kernel;
   ce_pieces wp, bp, sp;
   cl_kernel k;
   cl_mem none = NULL, acc = NULL;
