@@ -54,6 +54,7 @@ for run in 1 2; do
   grep -q '^\[device other\]' "$conf" && grep -q '^# an entry of another device' "$conf" ||
     fail "run $run lost the other entry: $(cat "$conf")"
   grep -q '^match.platform = ' "$conf" && grep -q '^match.device = ' "$conf" || fail "no match lines: $(cat "$conf")"
+  [ "$(grep -c '^tuned = 1$' "$conf")" = 1 ] || fail "the entry is not marked tuned = 1: $(cat "$conf")"
 done
 ls "$tmp/cache/clembed" | grep -q tmp && fail "a temporary file was left: $(ls "$tmp/cache/clembed")"
 # every context on the device reads it (the default XDG path)

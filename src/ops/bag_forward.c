@@ -120,7 +120,7 @@ static clembed_status forward_run(clembed_context *ctx, const char *what, bag_fe
   cl_mem desc = NULL;
   char *base = NULL, opts[2048];
   const ce_tuning *t = ctx->tune;
-  int cpu = t->cpu_shapes, by_feature = cpu && t->bag_by_feature;
+  int cpu = !t->bag_cols, by_feature = cpu && t->bag_by_feature; /* the forward's shape */
   ce_chain ch;
   ce_pieces op; /* out's pieces: launches over windows of them where they are many */
   ce_pieces *omats[1] = {&op};

@@ -127,6 +127,8 @@ typedef struct ce_tuning {
   unsigned bag_ahead;          /* with prefetch hints: the row of the id this many on asked for */
   unsigned bag_plain;          /* the CPU shape: 1, a SUM/MEAN/weighted bag whose ids are all in the table
                                   and not padding is pooled a row at a time without masks (bag.cl's PLAIN) */
+  unsigned bag_cols;           /* the forward's shape: 1, the GPU shape (ce_bag_cols: a work-item per bag and
+                                  vector of columns); 0, the CPU shape (ce_bag_rows: whole rows per work-item) */
   unsigned bag_by_feature;     /* the CPU shape: 1, a work-item per (bag, feature), the feature the slow
                                   index (one feature's table read at a time); 0, a work-item per bag over
                                   every feature of the launch */
@@ -160,7 +162,7 @@ typedef struct ce_tuning {
   X(fold_min_slices) X(row_items) X(sinusoid_table_max_elements) X(sinusoid_table_min_rows)                      \
   X(sinusoid_table_inline_rows) X(huge_page_bytes)                                                               \
   X(norm_rows) X(norm_strided_rows) X(norm_group_rows) X(norm_next) X(norm_scratch_cols) X(norm_side_cols) X(norm_sums) X(norm_params_cols) X(piece_args)  \
-  X(bag_vec) X(bag_tile) X(bag_rows) X(bag_rows_features) X(bag_ahead) X(bag_plain) X(bag_by_feature)         \
+  X(bag_vec) X(bag_tile) X(bag_rows) X(bag_rows_features) X(bag_ahead) X(bag_plain) X(bag_cols) X(bag_by_feature)         \
   X(init_wide) X(prefetch) X(host_pages) X(zero_temporaries) X(loop_limit)
 /* What the database's match lines compare: the platform's and device's
  * names, the vendor, the driver version, and the type ("cpu", "gpu",

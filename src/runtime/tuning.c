@@ -87,6 +87,7 @@ typedef struct entry {
   char name[128];
   int is_default;            /* [default NAME], else [device NAME] */
   char base[128];            /* base = NAME ("" none) */
+  int tuned;                 /* tuned = 1: written by clembed tune (left out under CLEMBED_TUNING) */
   char match[MATCH_KINDS][256];
   setting *set;
   size_t nset;
@@ -184,6 +185,14 @@ static int db_parse(const char *text, size_t len, const char *origin, database *
     }
     if (!strcmp(key, "base")) {
       snprintf(e->base, sizeof e->base, "%s", value);
+      continue;
+    }
+    if (!strcmp(key, "tuned")) {
+      if (strcmp(value, "0") && strcmp(value, "1")) {
+        snprintf(err, errlen, "%s:%zu: tuned = '%.100s'; it must be 0 or 1", origin, line_no, value);
+        goto fail;
+      }
+      e->tuned = value[0] == '1';
       continue;
     }
     int f = ce_tuning_field(key);
@@ -377,8 +386,11 @@ clembed_status ce_tuning_resolve(const ce_device_ident *d, ce_tuning *out, char 
   }
   apply_default(db, def, out, 0);
   append(desc, cap, "default %s%s", def, env && *env ? " (CLEMBED_TUNING)" : "");
+  /* the device entries; with CLEMBED_TUNING, which asks for that type's
+   * built-in shapes, only those that are not clembed tune's (tuned = 1): a
+   * device's facts and quirks, not its tuned shapes */
   for (size_t i = 0; i < db->n; i++)
-    if (!db->e[i].is_default && matches(&db->e[i], d)) {
+    if (!db->e[i].is_default && !(env && *env && db->e[i].tuned) && matches(&db->e[i], d)) {
       apply(out, &db->e[i]);
       append(desc, cap, ", device %s", db->e[i].name);
     }

@@ -17,7 +17,9 @@
  * size (CLEMBED_ERR_UNSUPPORTED) is left out of its group. Then it is timed against the best so far at the bench's model
  * sizes, alternately round by round with the bench's reference copy (bench.c's
  * measure): one round on the group's first row (under half the best's speed:
- * rejected at once), then every row: it is kept when its speed over the best, the
+ * rejected at once; at FIRST_ROUND_KEEP times it or more, one round on each
+ * row, and if every row keeps that lead those rounds decide), then every row:
+ * it is kept when its speed over the best, the
  * geometric mean of the rows' median per-round ratios, is at least 1.03 and no
  * row is below 0.98. The atomic backward, whose sums' order is the device's,
  * is not among the rows. At the end every row of the groups is timed once
@@ -89,7 +91,9 @@ static const group groups[] = {
     {"init", {"init normal f32", "init uniform f32"}, {{"init_wide", V(0, 1)}}, {{{0}}}},
     {"backward",
      {"backward (accumulate, deterministic), 1 GiB", "backward (accumulate, deterministic), recommendation",
-      "optimizer ADAGRAD, 1 GiB", "optimizer ROWWISE_ADAGRAD, recommendation"},
+      "optimizer ADAGRAD, 1 GiB", "optimizer ROWWISE_ADAGRAD, recommendation",
+      /* 16,384 ids: a row that a device with a loop limit runs (llvmpipe refuses the others' folds) */
+      "backward (accumulate, deterministic), Llama 3"},
      {{"cpu_shapes", V(0, 1)}, {"fold_vec", V(4, 8, 16)}, {"fold_tile", V(1, 2, 4, 8)}, {"fold_split", V(1, 16, 64, 256)},
       {"fold_group", V(1, 2, 4, 8)}, {"fold_ahead", V(0, 2, 4, 8)}, {"fold_ahead_bytes", V(0, 512, 1024, 4096)},
       {"step_ahead", V(0, 1)}, {"sort_chunk", V(64, 1024, 4096, 16384)}}, {{{0}}}},
@@ -97,7 +101,7 @@ static const group groups[] = {
      {"bag sum f32", "bag sum q8_0", "bags: 26 features", "bag step ROWWISE_ADAGRAD"},
      {{"bag_vec", V(4, 8, 16)}, {"bag_tile", V(1, 2, 4, 8, 16)}, {"bag_rows", V(1, 2, 4, 8, 16)},
       {"bag_rows_features", V(1, 2, 4, 8)}, {"bag_ahead", V(0, 8, 16, 32, 64)}, {"bag_plain", V(0, 1)},
-      {"bag_by_feature", V(0, 1)}, {"bag_local", V(0, 4, 8, 16, 32)}},
+      {"bag_by_feature", V(0, 1)}, {"bag_local", V(0, 4, 8, 16, 32)}, {"bag_cols", V(0, 1)}},
      {/* a bag per work-item, narrow vectors a row at a time, groups of 8 */
       {{"bag_vec", 4}, {"bag_tile", 1}, {"bag_rows", 1}, {"bag_rows_features", 1}, {"bag_local", 8}}}},
 };
@@ -106,6 +110,8 @@ static const group groups[] = {
 #define SHRINK 64
 #define KEEP_SPEEDUP 1.03
 #define KEEP_WORST 0.98
+#define FIRST_ROUND_KEEP 3.0 /* a lead that one round on each row settles */
+#define SUMMARY_ROW_SECONDS 60.0 /* a summary row's rounds, about */
 #define MAX_FIRST_RUN_SECONDS 120 /* a shape whose kernels take longer to build makes every user wait that long once */
 
 /* Settings: name=value pairs (names are the params' own strings). */
@@ -368,7 +374,8 @@ static void usage(FILE *f) {
           "                   equal share of what is left of 92 %% of it (a group done\n"
           "                   early leaves its time to the later ones), gets its summary,\n"
           "                   and the entry follows\n"
-          "  --reps N         timed rounds per candidate and row (default 5; the summary 9)\n"
+          "  --reps N         timed rounds per candidate and row (default 5; the summary 9,\n"
+          "                   fewer where a row's 9 would take over a minute)\n"
           "  --output FILE    the tuning file to write (default: CLEMBED_TUNING_FILE, else\n"
           "                   $XDG_CACHE_HOME/clembed/tuning.conf, else\n"
           "                   ~/.cache/clembed/tuning.conf)\n"
@@ -443,20 +450,31 @@ static void try_candidate(cl_command_queue q, const group *G, const grow *rows, 
     ok = 0;
   }
   double speed[5], worst = 1e9;
-  /* a first round on the first row: a candidate at less than half the best's speed goes at once */
-  if (ok) {
-    bench_run *rb = bench_run_alias(rows[0].full, b), *rc_ = bench_run_alias(rows[0].full, c);
+  /* a first round on the first row: a candidate at less than half the best's
+   * speed goes at once; one at FIRST_ROUND_KEEP times it goes on to a first
+   * round on each row, and one that keeps that lead on every row is judged by
+   * those rounds (where the best so far takes minutes a round, its timed
+   * rounds would spend the group's budget on one candidate) */
+  int decided = 0;
+  for (int r = 0; ok && r < nr; r++) {
+    bench_run *rb = bench_run_alias(rows[r].full, b), *rc_ = bench_run_alias(rows[r].full, c);
     bench_timing t;
     if (!rb || !rc_ || bench_time(rb, rc_, ref, 1, &t, err, sizeof err)) {
       ok = 0;
     } else if (t.alt_speedup < 0.5) {
-      snprintf(err, sizeof err, "%.3fx on %s in a first round", t.alt_speedup, bench_row_name(rows[0].k));
+      snprintf(err, sizeof err, "%.3fx on %s in a first round", t.alt_speedup, bench_row_name(rows[r].k));
       ok = 0;
     }
     bench_run_close(rb);
     bench_run_close(rc_);
+    if (!ok || t.alt_speedup < FIRST_ROUND_KEEP) break;
+    speed[r] = t.alt_speedup;
+    if (speed[r] < worst) worst = speed[r];
+    decided = r == nr - 1;
   }
-  for (int r = 0; ok && r < nr; r++) {
+  if (decided) printf(" (a first round on each row)");
+  else worst = 1e9;
+  for (int r = 0; ok && !decided && r < nr; r++) {
     bench_run *rb = bench_run_alias(rows[r].full, b), *rc_ = bench_run_alias(rows[r].full, c);
     bench_timing t;
     if (!rb || !rc_ || bench_time(rb, rc_, ref, reps, &t, err, sizeof err)) ok = 0;
@@ -476,6 +494,27 @@ static void try_candidate(cl_command_queue q, const group *G, const grow *rows, 
   fflush(stdout);
   clembed_context_destroy(c);
   clembed_context_destroy(b);
+}
+
+/* A summary row's paired rounds: 9 (or --reps if more), fewer where one
+ * round of the row takes long (the row's rounds within SUMMARY_ROW_SECONDS, at
+ * least one: the built-in fold on llvmpipe takes over a minute a run); the
+ * count in *rounds. */
+static int summary_time(bench_run *b, bench_run *alt, bench_ref *ref, int reps, bench_timing *tm, int *rounds,
+                        char *err, size_t errlen) {
+  int n = reps < 9 ? 9 : reps;
+  if (bench_time(b, alt, ref, 1, tm, err, errlen)) return 1;
+  const double round_s = (tm->ms + (alt ? tm->alt_ms : 0.0)) / 1000.0;
+  if (round_s * n > SUMMARY_ROW_SECONDS) n = (int)(SUMMARY_ROW_SECONDS / round_s);
+  *rounds = n < 1 ? 1 : n;
+  return *rounds > 1 ? bench_time(b, alt, ref, *rounds, tm, err, errlen) : 0;
+}
+
+/* " (N rounds)" where a summary row took fewer than the usual 9 */
+static const char *rounds_note(int rounds, char *buf, size_t cap) {
+  buf[0] = 0;
+  if (rounds < 9) snprintf(buf, cap, " (%d round%s)", rounds, rounds == 1 ? "" : "s");
+  return buf;
 }
 
 /* Whether group G's share of the budget (to group_end) is spent: said once,
@@ -635,10 +674,13 @@ int tune_main(int argc, char **argv) {
     }
     for (int p = 0; !rc && !group_spent && p < 9 && G->params[p].name; p++) {
       const param *P = &G->params[p];
+      /* the value the parameter had when its search began: once another is kept, that one has lost to it
+       * with every other parameter as now, so it is not tried again */
+      const unsigned long long start = current_value(q, &best, P->name);
       for (int v = 0; v < 8 && !group_spent; v++) {
         if (v > 0 && P->values[v] == 0) break; /* the list's end (a value of 0 only comes first) */
         if (share_spent(G, group_end, &group_spent)) break;
-        if (current_value(q, &best, P->name) == P->values[v]) continue; /* the best's own value */
+        if (current_value(q, &best, P->name) == P->values[v] || P->values[v] == start) continue; /* measured */
         settings cand = best;
         settings_set(&cand, P->name, P->values[v]);
         char label[160];
@@ -654,9 +696,11 @@ int tune_main(int argc, char **argv) {
     if (!rc && !changed) {
       for (int r = 0; r < nr; r++) {
         bench_timing tm;
-        if (!bench_time(rows[r].full, NULL, ref, reps < 9 ? 9 : reps, &tm, err, sizeof err))
-          printf("summary %-10s %-56.56s default %8.2f ms (%.2f of copy)  tuned: the same\n", G->name,
-                 bench_row_name(rows[r].k), tm.ms, tm.ratio);
+        int rounds = 0;
+        char note[32];
+        if (!summary_time(rows[r].full, NULL, ref, reps, &tm, &rounds, err, sizeof err))
+          printf("summary %-10s %-56.56s default %8.2f ms (%.2f of copy)  tuned: the same%s\n", G->name,
+                 bench_row_name(rows[r].k), tm.ms, tm.ratio, rounds_note(rounds, note, sizeof note));
         else
           printf("summary %-10s %-56.56s not timed: %s\n", G->name, bench_row_name(rows[r].k), err);
       }
@@ -665,11 +709,13 @@ int tune_main(int argc, char **argv) {
       for (int r = 0; t && r < nr; r++) {
         bench_run *rt = bench_run_alias(rows[r].full, t);
         bench_timing tm;
-        if (rt && !bench_time(rows[r].full, rt, ref, reps < 9 ? 9 : reps, &tm, err, sizeof err))
+        int rounds = 0;
+        char note[32];
+        if (rt && !summary_time(rows[r].full, rt, ref, reps, &tm, &rounds, err, sizeof err))
           printf("summary %-10s %-56.56s default %8.2f ms (%.2f of copy)  tuned %8.2f ms (%.2f of copy)  "
-                 "tuned/default %.2fx\n",
+                 "tuned/default %.2fx%s\n",
                  G->name, bench_row_name(rows[r].k), tm.ms, tm.ratio, tm.alt_ms, tm.ratio * tm.alt_speedup,
-                 tm.alt_speedup);
+                 tm.alt_speedup, rounds_note(rounds, note, sizeof note));
         else
           printf("summary %-10s %-56.56s not timed: %s\n", G->name, bench_row_name(rows[r].k), err);
         bench_run_close(rt);
@@ -691,7 +737,7 @@ int tune_main(int argc, char **argv) {
     strftime(when, sizeof when, "%Y-%m-%d %H:%M UTC", &tmv);
     size_t o = (size_t)snprintf(entry, sizeof entry,
                                 "# clembed tune, %s, driver %s%s%s\n[device %s]\nmatch.platform = %s\n"
-                                "match.device = %s\n",
+                                "match.device = %s\ntuned = 1\n",
                                 when, id.driver, only ? ", groups " : "", only ? only : "", id.device, id.platform,
                                 id.device);
     settings none;
