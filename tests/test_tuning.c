@@ -173,6 +173,7 @@ TU_CASE(malformed_files) {
       {"[device x]\nmatch.type = fpga\n", ":2: match.type is 'fpga'"},
       {"[device x]\njust words\n", ":2: 'just words' is not a 'name = value' line"},
       {"[device x]\ntuned = yes\n", ":2: tuned = 'yes'; it must be 0 or 1"},
+      {"[default cpu]\ntuned = 1\n", ":2: tuned in a [default ...] entry"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     const char *path = write_file("bad.conf", bad[i].text);

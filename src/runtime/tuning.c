@@ -188,6 +188,10 @@ static int db_parse(const char *text, size_t len, const char *origin, database *
       continue;
     }
     if (!strcmp(key, "tuned")) {
+      if (e->is_default) {
+        snprintf(err, errlen, "%s:%zu: tuned in a [default ...] entry; it marks a device's entry", origin, line_no);
+        goto fail;
+      }
       if (strcmp(value, "0") && strcmp(value, "1")) {
         snprintf(err, errlen, "%s:%zu: tuned = '%.100s'; it must be 0 or 1", origin, line_no, value);
         goto fail;

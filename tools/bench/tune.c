@@ -510,10 +510,10 @@ static int summary_time(bench_run *b, bench_run *alt, bench_ref *ref, int reps, 
   return *rounds > 1 ? bench_time(b, alt, ref, *rounds, tm, err, errlen) : 0;
 }
 
-/* " (N rounds)" where a summary row took fewer than the usual 9 */
-static const char *rounds_note(int rounds, char *buf, size_t cap) {
+/* " (N rounds)" where a summary row took fewer than the run's (reps, at least 9) */
+static const char *rounds_note(int rounds, int reps, char *buf, size_t cap) {
   buf[0] = 0;
-  if (rounds < 9) snprintf(buf, cap, " (%d round%s)", rounds, rounds == 1 ? "" : "s");
+  if (rounds < (reps < 9 ? 9 : reps)) snprintf(buf, cap, " (%d round%s)", rounds, rounds == 1 ? "" : "s");
   return buf;
 }
 
@@ -700,7 +700,7 @@ int tune_main(int argc, char **argv) {
         char note[32];
         if (!summary_time(rows[r].full, NULL, ref, reps, &tm, &rounds, err, sizeof err))
           printf("summary %-10s %-56.56s default %8.2f ms (%.2f of copy)  tuned: the same%s\n", G->name,
-                 bench_row_name(rows[r].k), tm.ms, tm.ratio, rounds_note(rounds, note, sizeof note));
+                 bench_row_name(rows[r].k), tm.ms, tm.ratio, rounds_note(rounds, reps, note, sizeof note));
         else
           printf("summary %-10s %-56.56s not timed: %s\n", G->name, bench_row_name(rows[r].k), err);
       }
@@ -715,7 +715,7 @@ int tune_main(int argc, char **argv) {
           printf("summary %-10s %-56.56s default %8.2f ms (%.2f of copy)  tuned %8.2f ms (%.2f of copy)  "
                  "tuned/default %.2fx%s\n",
                  G->name, bench_row_name(rows[r].k), tm.ms, tm.ratio, tm.alt_ms, tm.ratio * tm.alt_speedup,
-                 tm.alt_speedup, rounds_note(rounds, note, sizeof note));
+                 tm.alt_speedup, rounds_note(rounds, reps, note, sizeof note));
         else
           printf("summary %-10s %-56.56s not timed: %s\n", G->name, bench_row_name(rows[r].k), err);
         bench_run_close(rt);
