@@ -134,15 +134,19 @@ CLEMBED_API const char *clembed_context_device_name(const clembed_context *ctx);
 /* The tuning this context's device runs with (docs/tuning.md): the entries of
  * the tuning database that apply to it and where each came from, e.g.
  * "default cpu, device pocl-cpu (built in); device my-gpu
- * (/home/u/.cache/clembed/tuning.conf)", then any CLEMBED_TUNE settings. The
+ * (/home/u/.cache/clembed/tuning.json)", then any CLEMBED_TUNE settings. The
  * built-in entries are tuning/devices.conf's; a user's own, written by
  * `clembed tune`, are read from CLEMBED_TUNING_FILE (empty or "none": no
- * file), else $XDG_CACHE_HOME/clembed/tuning.conf, else
- * ~/.cache/clembed/tuning.conf, whenever a context is made (not with
- * CLEMBED_TUNING=cpu|gpu, which asks for a type's built-in shapes); a file that
- * does not parse fails the context's creation with
- * CLEMBED_ERR_INVALID_ARGUMENT naming the file and line. No entry changes a
- * bit of any result. "" for NULL. Owned by the context. */
+ * file), else $XDG_CACHE_HOME/clembed/tuning.json, else
+ * ~/.cache/clembed/tuning.json (JSON, or the built-in file's format),
+ * whenever a context is made (not with CLEMBED_TUNING=cpu|gpu, which asks for
+ * a type's built-in shapes). A file that cannot be read or parsed fails no
+ * context: it is left out (the built-in entries apply), this string ends with
+ * "; not read: PATH", and clembed_context_message names the file and what is
+ * wrong (with the line and the entry where the fault is in one). An earlier
+ * release's tuning.conf in that folder is read where there is no
+ * tuning.json. No entry changes a bit of any result. "" for NULL. Owned by
+ * the context. */
 CLEMBED_API const char *clembed_context_tuning(const clembed_context *ctx);
 
 /* The user's tuning file (see clembed_context_tuning), which `clembed tune`

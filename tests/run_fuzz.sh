@@ -4,10 +4,11 @@
 #
 # The targets are built by configuring with clang and -DCLEMBED_FUZZ=ON (as
 # ./tools/check.sh --fuzz does in build-fuzz/): the library's readers
-# fuzz_npy_lib, fuzz_safetensors and fuzz_gguf, and fuzz_npy (the readers, then
-# the tool's .npy writer and back), the seconds split between them. Each one starts from a copy of the
+# fuzz_npy_lib, fuzz_safetensors and fuzz_gguf, fuzz_npy (the readers, then
+# the tool's .npy writer and back) and fuzz_json (the tuning file's JSON reader
+# and writer), the seconds split between them. Each one starts from a copy of the
 # corpus files of its format (tests/npy_corpus, tests/cli_corpus,
-# tests/io_corpus; kept in BUILD_DIR/fuzz/corpus-NAME, so what one run finds
+# tests/io_corpus, tests/json_corpus; kept in BUILD_DIR/fuzz/corpus-NAME, so what one run finds
 # seeds the next) with a dictionary of its format's tokens. Exits
 # non-zero when a target finds a crash, a leak, undefined behaviour, a broken
 # contract (the targets abort on one), a timeout or an allocation over the
@@ -110,6 +111,7 @@ for t in "${targets[@]}"; do
   # seeds and tokens of the target's format
   case "$name" in
     fuzz_safetensors) cp "$root"/tests/io_corpus/*.safetensors "$corpus"/; tdict=$json_dict ;;
+    fuzz_json) cp "$root"/tests/json_corpus/*.json "$corpus"/; tdict=$json_dict ;;
     fuzz_gguf) cp "$root"/tests/io_corpus/*.gguf "$corpus"/; tdict=$gguf_dict ;;
     fuzz_npy_lib) cp "$root"/tests/npy_corpus/*.npy "$root"/tests/io_corpus/*.npy "$corpus"/; tdict=$dict ;;
     *) cp "$root"/tests/npy_corpus/*.npy "$root"/tests/cli_corpus/*.npy "$corpus"/; tdict=$dict ;;

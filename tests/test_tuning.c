@@ -6,6 +6,7 @@
  * that changes the shapes. */
 #include "test_util.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* The parameter's value (clembed_tuning_value), -1 where it fails. */
@@ -157,13 +158,87 @@ TU_CASE(user_entries) {
   clembed_context_destroy(c);
 }
 
-/* every malformed file refuses the context, naming the file, the line and what is wrong */
+/* the user's file in JSON, as `clembed tune` writes it: its entries apply as
+ * the other format's do */
+TU_CASE(user_entries_json) {
+  clembed_context *c = NULL;
+  OK(c, make(NULL, &c));
+  char platform[256] = "", device[256] = "", text[4096], jp[600], jd[600];
+  device_names(c, platform, device);
+  long long vec0 = tuning_value(c, "embed_vec"), tile0 = tuning_value(c, "fold_tile");
+  clembed_context_destroy(c);
+  /* the names as JSON strings (a quote or backslash escaped) */
+  const char *names[2] = {platform, device};
+  char *outs[2] = {jp, jd};
+  for (int k = 0; k < 2; k++) {
+    char *o = outs[k];
+    for (const char *p = names[k]; *p && o < outs[k] + 590; p++) {
+      if (*p == '"' || *p == '\\') *o++ = '\\';
+      *o++ = *p;
+    }
+    *o = 0;
+  }
+  snprintf(text, sizeof text,
+           "  {\"clembed_tuning\": 1, \"entries\": [\n"
+           "  {\"device\": \"mine\", \"comment\": \"a user's \\u00e9ntry\",\n"
+           "   \"match\": {\"platform\": \"%s\", \"device\": \"%s\"}, \"tuned\": 1,\n"
+           "   \"parameters\": {\"embed_vec\": %lld, \"bag_ahead\": 7}},\n"
+           "  {\"device\": \"other\", \"match\": {\"device\": \"no device is called this\"},\n"
+           "   \"parameters\": {\"fold_tile\": %lld}},\n"
+           "  {\"device\": \"mine again\", \"match\": {\"device\": \"%s\"}, \"parameters\": {\"bag_ahead\": 9}},\n"
+           "  {\"device\": \"no match\", \"parameters\": {\"fold_tile\": 3}}\n"
+           "]}\n",
+           jp, jd, vec0 == 8 ? 4LL : 8LL, tile0 + 1, jd);
+  const char *path = write_file("user.json", text);
+  OK(c, make(path, &c));
+  const char *d = clembed_context_tuning(c);
+  EXPECT(tuning_value(c, "embed_vec") == (vec0 == 8 ? 4 : 8) && tuning_value(c, "bag_ahead") == 9,
+         "embed_vec %lld, bag_ahead %lld", tuning_value(c, "embed_vec"), tuning_value(c, "bag_ahead"));
+  EXPECT(tuning_value(c, "fold_tile") == tile0, "fold_tile %lld: an entry that does not match applied",
+         tuning_value(c, "fold_tile"));
+  EXPECT(strstr(d, "; device mine, device mine again (") && strstr(d, path) && !strstr(d, "other") &&
+             !strstr(d, "not read"),
+         "tuning: %s", d);
+  EXPECT(!strcmp(clembed_context_message(c), ""), "a message: %s", clembed_context_message(c));
+  clembed_context_destroy(c);
+  /* an empty list of entries */
+  OK(c, make(write_file("empty.json", "{\"entries\": []}"), &c));
+  EXPECT(!strchr(clembed_context_tuning(c), ';'), "no entries: %s", clembed_context_tuning(c));
+  clembed_context_destroy(c);
+}
+
+/* A context made with the damaged or foreign file `path` as the user's: made
+ * all the same, with the built-in entries (bag_tile as without a file), its
+ * message naming the file and `want`, its tuning saying the file was not read. */
+static void left_out(const char *path, const char *want, const char *what) {
+  clembed_context *c = NULL, *none = NULL;
+  uint64_t v = 0, v0 = 0;
+  clembed_status s = make(path, &c);
+  EXPECT(s == CLEMBED_OK && c != NULL, "%s: %s (%s)", what, clembed_status_string(s), clembed_last_error_message());
+  if (c) {
+    const char *m = clembed_context_message(c), *t = clembed_context_tuning(c);
+    char said[600];
+    snprintf(said, sizeof said, "; not read: %s", path);
+    EXPECT(strstr(m, path) && strstr(m, want) && strstr(m, "the built-in entries apply"),
+           "%s: message '%s' (expected the file and '%s')", what, m, want);
+    EXPECT(strstr(t, said) != NULL, "%s: tuning '%s'", what, t);
+    OK(none, make(NULL, &none));
+    EXPECT(clembed_tuning_value(c, "bag_tile", &v) == CLEMBED_OK &&
+               clembed_tuning_value(none, "bag_tile", &v0) == CLEMBED_OK && v == v0,
+           "%s: bag_tile %llu, without a file %llu", what, (unsigned long long)v, (unsigned long long)v0);
+  }
+  clembed_context_destroy(none);
+  clembed_context_destroy(c);
+}
+
+/* every malformed file fails no context: it is left out, the message naming
+ * the file, the line and what is wrong */
 TU_CASE(malformed_files) {
   static const struct {
     const char *text, *want;
   } bad[] = {
       {"[device x]\nmatch.device = a\nno_such_parameter = 4\n", ":3: 'no_such_parameter' is not a tuning parameter"},
-      {"[device x]\nbag_tile = -4\n", ":2: bag_tile = '-4' is not a count"},
+      {"[device x]\nbag_tile = -4\n", ":2: bag_tile = '-4' is not a count from 0 to 2^40 (in [device x])"},
       {"[device x]\nbag_tile = 4kb\n", ":2: bag_tile = '4kb' is not a count"},
       {"[device x]\nbag_tile = 99999999999999999\n", ":2: bag_tile = '99999999999999999' is not a count"},
       {"bag_tile = 4\n", ":1: 'bag_tile' before any entry's heading"},
@@ -174,22 +249,73 @@ TU_CASE(malformed_files) {
       {"[device x]\njust words\n", ":2: 'just words' is not a 'name = value' line"},
       {"[device x]\ntuned = yes\n", ":2: tuned = 'yes'; it must be 0 or 1"},
       {"[default cpu]\ntuned = 1\n", ":2: tuned in a [default ...] entry"},
+      /* a file that matches the device before its fault: none of it applies */
+      {"[device all]\nmatch.type = cpu\nbag_tile = 3\n[device all gpus]\nmatch.type = gpu\nbag_tile = 3\nbag_tile = x\n",
+       ":7: bag_tile = 'x' is not a count"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-    const char *path = write_file("bad.conf", bad[i].text);
-    clembed_context *c = NULL;
-    clembed_status s = make(path, &c);
-    const char *m = clembed_last_error_message();
-    EXPECT(s == CLEMBED_ERR_INVALID_ARGUMENT && c == NULL && strstr(m, path) && strstr(m, bad[i].want),
-           "file %zu: %s, message '%s' (expected '%s')", i, clembed_status_string(s), m, bad[i].want);
-    clembed_context_destroy(c);
+    char what[32];
+    snprintf(what, sizeof what, "file %zu", i);
+    left_out(write_file("bad.conf", bad[i].text), bad[i].want, what);
+  }
+  /* the JSON file: its syntax, then what a tuning file holds, each named with its line and entry */
+  static const struct {
+    const char *text, *want;
+  } badj[] = {
+      {"{\"entries\": [}", ": not JSON: line 1: expected a value, found '}'"},
+      {"{\"entries\": [{\"device\": \"x\",}]}", ": not JSON: line 1: expected a string, found '}'"},
+      {"{\"entries\": []} []", ": not JSON: line 1: text after the value: '['"},
+      {"{\"entries\": [{\"device\": \"x\\u0000\"}]}", ": not JSON: line 1: a NUL character"},
+      {"{\"entries\": [{\"device\": \"\xff\"}]}", ": not JSON: line 1: a string that is not UTF-8"},
+      {"{\n\"entries\": [\n{\"device\": \"x\", \"parameters\": {\"bag_tile\": 01}}]}",
+       ": not JSON: line 3: a number with a leading zero"},
+      {"{\"entries\": [], \"colour\": 1}", ":1: 'colour' is not a key of a tuning file"},
+      {"{\"clembed_tuning\": 2, \"entries\": []}", ":1: clembed_tuning is not 1"},
+      {"{\"entries\": {}}", ":1: no \"entries\" array"},
+      {"{}", ":1: no \"entries\" array"},
+      {"{\"entries\": [\n 4]}", ":2: entry 1 is not an object"},
+      {"{\"entries\": [{\"match\": {}}]}", ":1: entry 1 has no \"device\""},
+      {"{\"entries\": [{\"device\": \"a\"},\n {\"device\": \"b\", \"colour\": 1}]}",
+       ":2: entry 2 (device \"b\"): 'colour' is not a key of an entry"},
+      {"{\"entries\": [{\"device\": \"x\", \"parameters\": {\n\"bag_tiles\": 4}}]}",
+       ":2: entry 1 (device \"x\"): 'bag_tiles' is not a tuning parameter"},
+      {"{\"entries\": [{\"device\": \"x\", \"parameters\": {\"bag_tile\": -4}}]}",
+       ":1: entry 1 (device \"x\"): bag_tile is not a count"},
+      {"{\"entries\": [{\"device\": \"x\", \"parameters\": {\"bag_tile\": 4.5}}]}",
+       ":1: entry 1 (device \"x\"): bag_tile is not a count"},
+      {"{\"entries\": [{\"device\": \"x\", \"parameters\": {\"bag_tile\": \"4\"}}]}",
+       ":1: entry 1 (device \"x\"): bag_tile is not a count"},
+      {"{\"entries\": [{\"device\": \"x\", \"parameters\": {\"bag_tile\": 99999999999999999}}]}",
+       ":1: entry 1 (device \"x\"): bag_tile is not a count"},
+      {"{\"entries\": [{\"device\": \"x\", \"match\": {\"colour\": \"red\"}}]}",
+       ":1: entry 1 (device \"x\"): match \"colour\""},
+      {"{\"entries\": [{\"device\": \"x\", \"match\": {\"type\": \"fpga\"}}]}",
+       ":1: entry 1 (device \"x\"): match type is 'fpga'"},
+      {"{\"entries\": [{\"device\": \"x\", \"tuned\": 2}]}", ":1: entry 1 (device \"x\"): \"tuned\" must be 0 or 1"},
+      {"{\"entries\": [{\"device\": \"x\", \"comment\": 3}]}", ":1: entry 1 (device \"x\"): \"comment\" is not"},
+      {"{\"entries\": [], \"entries\": 3}", ":1: 'entries' is given twice"},
+      {"{\"entries\": [{\"device\": \"x\",\n \"parameters\": {\"bag_tile\": 1, \"bag_vec\": 4}, \"parameters\": {\"bag_tile\": 1}}]}",
+       ":1: entry 1 (device \"x\"): 'parameters' is given twice"},
+      {"{\"entries\": [{\"device\": \"x\", \"parameters\": {\n\"bag_tile\": 1, \"bag_tile\": 2}}]}",
+       ":1: entry 1 (device \"x\"): 'bag_tile' is given twice"},
+      {"{\"entries\": [{\"device\": \"x\", \"match\": {\"type\": \"cpu\", \"type\": \"gpu\"}}]}",
+       ":1: entry 1 (device \"x\"): 'type' is given twice"},
+      {"{\"entries\": [{\"device\": \"x\", \"comment\": \"a\\qb\"}]}", ": not JSON: line 1: '\\q' is not a JSON escape"},
+      /* a file that matches the device before its fault: none of it applies */
+      {"{\"entries\": [{\"device\": \"all\", \"match\": {\"type\": \"cpu\"}, \"parameters\": {\"bag_tile\": 3}},\n"
+       " {\"device\": \"all gpus\", \"match\": {\"type\": \"gpu\"}, \"parameters\": {\"bag_tile\": 3}},\n"
+       " {\"device\": \"x\", \"parameters\": {\"bag_tile\": 3, \"bag_vec\": \"x\"}}]}",
+       ":3: entry 3 (device \"x\"): bag_vec is not a count"},
+  };
+  for (size_t i = 0; i < sizeof badj / sizeof badj[0]; i++) {
+    char what[32];
+    snprintf(what, sizeof what, "JSON file %zu", i);
+    left_out(write_file("bad.json", badj[i].text), badj[i].want, what);
   }
   /* a path that is a directory: cannot be read */
+  left_out(dir, "cannot read the tuning file", "a directory");
   clembed_context *c = NULL;
-  clembed_status s = make(dir, &c);
-  EXPECT(s == CLEMBED_ERR_INVALID_ARGUMENT && strstr(clembed_last_error_message(), dir), "a directory: %s (%s)",
-         clembed_status_string(s), clembed_last_error_message());
-  clembed_context_destroy(c);
+  clembed_status s;
   /* CLEMBED_TUNE: a name that is not a parameter */
   setenv("CLEMBED_TUNE", "bag_tiles=4", 1);
   s = make(NULL, &c);
@@ -212,11 +338,23 @@ TU_CASE(tuning_file_path) {
   EXPECT(clembed_tuning_file(path, sizeof path) == CLEMBED_ERR_UNSUPPORTED, "none");
   unsetenv("CLEMBED_TUNING_FILE");
   setenv("XDG_CACHE_HOME", "/cache", 1);
-  EXPECT(clembed_tuning_file(path, sizeof path) == CLEMBED_OK && !strcmp(path, "/cache/clembed/tuning.conf"), "%s",
+  EXPECT(clembed_tuning_file(path, sizeof path) == CLEMBED_OK && !strcmp(path, "/cache/clembed/tuning.json"), "%s",
          path);
+  /* an earlier release's tuning.conf where there is no tuning.json; tuning.json where both are */
+  char xdir[600], want[700];
+  snprintf(xdir, sizeof xdir, "%s/xdg", dir);
+  setenv("XDG_CACHE_HOME", xdir, 1);
+  snprintf(want, sizeof want, "%s/clembed", xdir);
+  EXPECT(mkdir(xdir, 0755) == 0 && mkdir(want, 0755) == 0, "mkdir %s", want);
+  write_file("xdg/clembed/tuning.conf", "[device x]\n");
+  snprintf(want, sizeof want, "%s/clembed/tuning.conf", xdir);
+  EXPECT(clembed_tuning_file(path, sizeof path) == CLEMBED_OK && !strcmp(path, want), "only tuning.conf: %s", path);
+  write_file("xdg/clembed/tuning.json", "{\"entries\": []}");
+  snprintf(want, sizeof want, "%s/clembed/tuning.json", xdir);
+  EXPECT(clembed_tuning_file(path, sizeof path) == CLEMBED_OK && !strcmp(path, want), "both: %s", path);
   unsetenv("XDG_CACHE_HOME");
   setenv("HOME", "/home/u", 1);
-  EXPECT(clembed_tuning_file(path, sizeof path) == CLEMBED_OK && !strcmp(path, "/home/u/.cache/clembed/tuning.conf"),
+  EXPECT(clembed_tuning_file(path, sizeof path) == CLEMBED_OK && !strcmp(path, "/home/u/.cache/clembed/tuning.json"),
          "%s", path);
   unsetenv("HOME");
   EXPECT(clembed_tuning_file(path, sizeof path) == CLEMBED_ERR_UNSUPPORTED, "no HOME");

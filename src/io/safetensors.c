@@ -13,6 +13,7 @@
  * gap and no overlap, and each one's size is its element count times its
  * type's size. */
 #include "io.h"
+#include "../runtime/json.h" /* the UTF-8 and escape helpers */
 
 #include <stdlib.h>
 #include <string.h>
@@ -46,69 +47,6 @@ static int expect(json *j, char c, const char *what) {
   return 0;
 }
 
-static int hex4(const uint8_t *p, unsigned *v) {
-  *v = 0;
-  for (int i = 0; i < 4; i++) {
-    unsigned c = p[i], d;
-    if (c >= '0' && c <= '9')
-      d = c - '0';
-    else if (c >= 'a' && c <= 'f')
-      d = c - 'a' + 10;
-    else if (c >= 'A' && c <= 'F')
-      d = c - 'A' + 10;
-    else
-      return -1;
-    *v = *v * 16 + d;
-  }
-  return 0;
-}
-
-static size_t put_utf8(char *o, unsigned cp) {
-  if (cp < 0x80) {
-    o[0] = (char)cp;
-    return 1;
-  }
-  if (cp < 0x800) {
-    o[0] = (char)(0xC0 | (cp >> 6));
-    o[1] = (char)(0x80 | (cp & 0x3F));
-    return 2;
-  }
-  if (cp < 0x10000) {
-    o[0] = (char)(0xE0 | (cp >> 12));
-    o[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-    o[2] = (char)(0x80 | (cp & 0x3F));
-    return 3;
-  }
-  o[0] = (char)(0xF0 | (cp >> 18));
-  o[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-  o[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
-  o[3] = (char)(0x80 | (cp & 0x3F));
-  return 4;
-}
-
-/* Length of a valid UTF-8 sequence of 2 to 4 bytes at p (0 if invalid). */
-static size_t utf8_len(const uint8_t *p, const uint8_t *end) {
-  uint8_t c = p[0];
-  size_t n;
-  unsigned cp;
-  if (c >= 0xC2 && c <= 0xDF)
-    n = 2, cp = c & 0x1F;
-  else if (c >= 0xE0 && c <= 0xEF)
-    n = 3, cp = c & 0x0F;
-  else if (c >= 0xF0 && c <= 0xF4)
-    n = 4, cp = c & 0x07;
-  else
-    return 0;
-  if ((size_t)(end - p) < n) return 0;
-  for (size_t i = 1; i < n; i++) {
-    if ((p[i] & 0xC0) != 0x80) return 0;
-    cp = (cp << 6) | (p[i] & 0x3F);
-  }
-  if ((n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 || cp > 0x10FFFF)) || (cp >= 0xD800 && cp <= 0xDFFF))
-    return 0;
-  return n;
-}
-
 /* A string, decoded into j->scratch (NUL-terminated; *len excludes the NUL). A
  * decoded NUL is refused: names are C strings. */
 static int string(json *j, size_t *len) {
@@ -138,18 +76,18 @@ static int string(json *j, size_t *len) {
       }
       if (e != 'u') return jfail_at(j, "a valid escape sequence");
       unsigned cp, lo;
-      if (j->end - j->p < 6 || hex4(j->p + 2, &cp)) return jfail_at(j, "four hex digits after \\u");
+      if (j->end - j->p < 6 || ce_hex4((const char *)j->p + 2, &cp)) return jfail_at(j, "four hex digits after \\u");
       j->p += 6;
       if (cp >= 0xDC00 && cp <= 0xDFFF) return ce_io_fail(j->table, "malformed safetensors header: a lone low surrogate");
       if (cp >= 0xD800 && cp <= 0xDBFF) {
-        if (j->end - j->p < 6 || j->p[0] != '\\' || j->p[1] != 'u' || hex4(j->p + 2, &lo) || lo < 0xDC00 ||
+        if (j->end - j->p < 6 || j->p[0] != '\\' || j->p[1] != 'u' || ce_hex4((const char *)j->p + 2, &lo) || lo < 0xDC00 ||
             lo > 0xDFFF)
           return ce_io_fail(j->table, "malformed safetensors header: a high surrogate without its low surrogate");
         j->p += 6;
         cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
       }
       if (cp == 0) return ce_io_fail(j->table, "a name or string in the safetensors header contains a NUL (\\u0000)");
-      o += put_utf8(j->scratch + o, cp);
+      o += ce_utf8_put(j->scratch + o, cp);
       continue;
     }
     if (c < 0x80) {
@@ -157,7 +95,7 @@ static int string(json *j, size_t *len) {
       j->p++;
       continue;
     }
-    size_t n = utf8_len(j->p, j->end);
+    size_t n = ce_utf8_seq(j->p, j->end);
     if (!n) return ce_io_fail(j->table, "malformed safetensors header: invalid UTF-8 in a string");
     memcpy(j->scratch + o, j->p, n);
     o += n;

@@ -253,8 +253,12 @@ clembed_status ce_device_facts(clembed_context *ctx) {
   clGetDeviceInfo(ctx->device, CL_DEVICE_TYPE, sizeof type, &type, NULL);
   ce_device_ident id;
   limits(ctx, type, &id);
-  clembed_status s = ce_tuning_resolve(&id, &ctx->tune_table, ctx->tuning_desc, sizeof ctx->tuning_desc);
+  char warn[1024];
+  clembed_status s = ce_tuning_resolve(&id, &ctx->tune_table, ctx->tuning_desc, sizeof ctx->tuning_desc, warn,
+                                       sizeof warn);
   if (s != CLEMBED_OK) return s;
+  /* a damaged or foreign tuning file fails no context: the message says why it was left out */
+  if (warn[0]) ce_set_message(ctx, "%s", warn);
   ctx->tune = &ctx->tune_table;
   ctx->cpu_shapes = ctx->tune->cpu_shapes;
   ctx->zero_temporaries = ctx->tune->zero_temporaries;

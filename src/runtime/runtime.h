@@ -174,9 +174,12 @@ typedef struct ce_device_ident {
 /* The device's tuning: the default of its type (or CLEMBED_TUNING's), the
  * built-in entries that match it, the user's (unless CLEMBED_TUNING is set),
  * CLEMBED_TUNE's settings; desc (cap bytes) names them and where they came
- * from. A bad user file or setting is CLEMBED_ERR_INVALID_ARGUMENT with its
- * message in ce_last_message. */
-clembed_status ce_tuning_resolve(const ce_device_ident *d, ce_tuning *out, char *desc, size_t cap);
+ * from. A user file that cannot be read or parsed is left out, with the
+ * reason in warn (wcap bytes; "" when there is none); a bad CLEMBED_TUNING or
+ * CLEMBED_TUNE is CLEMBED_ERR_INVALID_ARGUMENT with its message in
+ * ce_last_message. */
+clembed_status ce_tuning_resolve(const ce_device_ident *d, ce_tuning *out, char *desc, size_t cap, char *warn,
+                                 size_t wcap);
 /* The parameters by index (0 .. ce_tuning_field_count() - 1): a name's index
  * (-1: none), an index's name (NULL: none), a tuning's value. */
 int ce_tuning_field(const char *name);
@@ -184,7 +187,7 @@ const char *ce_tuning_field_name(int i);
 size_t ce_tuning_field_count(void);
 unsigned long long ce_tuning_get(const ce_tuning *t, int i);
 /* The user's tuning file (CLEMBED_TUNING_FILE, else $XDG_CACHE_HOME/clembed/
- * tuning.conf, else ~/.cache/clembed/tuning.conf) into path: 1, or 0 when
+ * tuning.json, else ~/.cache/clembed/tuning.json) into path: 1, or 0 when
  * there is none (CLEMBED_TUNING_FILE empty or "none", no HOME). */
 int ce_tuning_user_file(char *path, size_t cap);
 /* The built-in database's text (tuning/devices.conf). */

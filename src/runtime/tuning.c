@@ -1,8 +1,10 @@
 /* The tuning database (tuning/devices.conf, built into the library; the
- * user's entries from a file; CLEMBED_TUNE): every kernel-shape number and
- * device fact of ce_tuning, resolved for a device when its context is made.
- * The format is docs/tuning.md's; the kernels get the numbers as -D options
- * under the same names. */
+ * user's entries from a file, JSON or the built-in file's format;
+ * CLEMBED_TUNE): every kernel-shape number and device fact of ce_tuning,
+ * resolved for a device when its context is made. The formats are
+ * docs/tuning.md's; the kernels get the numbers as -D options under the same
+ * names. */
+#include "json.h"
 #include "runtime.h"
 
 #include <ctype.h>
@@ -13,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 
 /* the embedded sources (cmake/embed_cl.cmake): the database is "devices" */
 extern const char *const ce_cl_names[];
@@ -84,7 +87,7 @@ typedef struct setting {
 } setting;
 
 typedef struct entry {
-  char name[128];
+  char name[256];
   int is_default;            /* [default NAME], else [device NAME] */
   char base[128];            /* base = NAME ("" none) */
   int tuned;                 /* tuned = 1: written by clembed tune (left out under CLEMBED_TUNING) */
@@ -115,6 +118,7 @@ static char *trim(char *s) {
  * with the message in err. */
 static int db_parse(const char *text, size_t len, const char *origin, database *db, char *err, size_t errlen) {
   size_t line_no = 0;
+  int heading_fault = 0; /* a fault in a heading is in no entry */
   memset(db, 0, sizeof *db);
   for (size_t at = 0; at < len;) {
     size_t end = at;
@@ -134,12 +138,13 @@ static int db_parse(const char *text, size_t len, const char *origin, database *
     char *s = trim(line);
     if (!*s) continue;
     if (*s == '[') {
-      char kind[16], name[128];
+      char kind[16], name[256];
       size_t sl = strlen(s);
-      if (s[sl - 1] != ']' || sscanf(s, "[%15s %127[^]]]", kind, name) != 2 ||
+      if (s[sl - 1] != ']' || sscanf(s, "[%15s %255[^]]]", kind, name) != 2 ||
           (strcmp(kind, "default") && strcmp(kind, "device"))) {
         snprintf(err, errlen, "%s:%zu: '%.200s' is not an entry's heading ([default NAME] or [device NAME])", origin,
                  line_no, s);
+        heading_fault = 1;
         goto fail;
       }
       entry *ne = realloc(db->e, (db->n + 1) * sizeof *ne);
@@ -220,6 +225,168 @@ static int db_parse(const char *text, size_t len, const char *origin, database *
   }
   return 0;
 fail:
+  /* the entry the fault is in, where it is in one */
+  if (db->n && !heading_fault) {
+    size_t used = strlen(err);
+    if (used < errlen)
+      snprintf(err + used, errlen - used, " (in [%s %.100s])", db->e[db->n - 1].is_default ? "default" : "device",
+               db->e[db->n - 1].name);
+  }
+  db_free(db);
+  return -1;
+}
+
+/* The first key that an object holds twice, or NULL. */
+static const char *repeated_key(const ce_json *obj) {
+  for (size_t i = 0; obj && obj->type == CE_JOBJECT && i < obj->n; i++)
+    for (size_t j = 0; j < i; j++)
+      if (!strcmp(obj->keys[i], obj->keys[j])) return obj->keys[i];
+  return NULL;
+}
+
+/* The user's file in JSON (docs/tuning.md):
+ *   {"clembed_tuning": 1, "entries": [{"device": NAME, "comment": TEXT,
+ *     "match": {"platform": .., "device": .., "vendor": .., "driver": .., "type": ..},
+ *     "tuned": 1, "parameters": {NAME: COUNT, ...}}, ...]}
+ * ("clembed_tuning", "comment", "match"'s keys, "tuned" and "parameters" may be
+ * left out) into *db. 0, or -1 with the message in err, naming the file, the
+ * line and the entry. */
+static int db_parse_json(const char *text, size_t len, const char *origin, database *db, char *err, size_t errlen) {
+  ce_json root;
+  char jerr[300], who[200] = "";
+  memset(db, 0, sizeof *db);
+  if (ce_json_parse(text, len, &root, jerr, sizeof jerr)) {
+    snprintf(err, errlen, "%.400s: not JSON: %s", origin, jerr);
+    return -1;
+  }
+  const ce_json *ents = ce_json_get(&root, "entries"), *ver = ce_json_get(&root, "clembed_tuning");
+  const ce_json *at = &root; /* the value a message points at */
+  if (root.type != CE_JOBJECT) {
+    snprintf(err, errlen, "%.400s:%d: the file is not a JSON object ({\"entries\": [...]})", origin, root.line);
+    goto fail;
+  }
+  if (repeated_key(&root)) {
+    snprintf(err, errlen, "%.400s:%d: '%.100s' is given twice", origin, root.line, repeated_key(&root));
+    goto fail;
+  }
+  for (size_t k = 0; k < root.n; k++)
+    if (strcmp(root.keys[k], "entries") && strcmp(root.keys[k], "clembed_tuning")) {
+      snprintf(err, errlen, "%.400s:%d: '%.100s' is not a key of a tuning file (clembed_tuning, entries)", origin,
+               root.items[k].line, root.keys[k]);
+      goto fail;
+    }
+  if (ver && (ver->type != CE_JNUMBER || strcmp(ver->text, "1"))) {
+    snprintf(err, errlen, "%.400s:%d: clembed_tuning is not 1 (the version of the format this library reads)", origin,
+             ver->line);
+    goto fail;
+  }
+  if (!ents || ents->type != CE_JARRAY) {
+    snprintf(err, errlen, "%.400s:%d: no \"entries\" array", origin, ents ? ents->line : root.line);
+    goto fail;
+  }
+  if (ents->n && !(db->e = calloc(ents->n, sizeof *db->e))) {
+    snprintf(err, errlen, "%.400s: out of host memory", origin);
+    goto fail;
+  }
+  for (size_t i = 0; i < ents->n; i++) {
+    const ce_json *E = &ents->items[i], *dev = ce_json_get(E, "device");
+    at = E;
+    snprintf(who, sizeof who, "entry %zu", i + 1);
+    if (E->type != CE_JOBJECT) {
+      snprintf(err, errlen, "%.400s:%d: %s is not an object", origin, at->line, who);
+      goto fail;
+    }
+    entry *e = &db->e[db->n++];
+    if (!dev || dev->type != CE_JSTRING || !dev->text[0] || strlen(dev->text) >= sizeof e->name) {
+      snprintf(err, errlen, "%.400s:%d: %s has no \"device\": its name, a string of 1 to %zu bytes", origin, at->line, who,
+               sizeof e->name - 1);
+      goto fail;
+    }
+    snprintf(e->name, sizeof e->name, "%s", dev->text);
+    snprintf(who, sizeof who, "entry %zu (device \"%.100s\")", i + 1, dev->text);
+    /* a key given twice, in the entry or in its match or parameters */
+    const ce_json *twice[3] = {E, ce_json_get(E, "match"), ce_json_get(E, "parameters")};
+    for (int t = 0; t < 3; t++)
+      if (repeated_key(twice[t])) {
+        snprintf(err, errlen, "%.400s:%d: %s: '%.100s' is given twice", origin, twice[t]->line, who,
+                 repeated_key(twice[t]));
+        goto fail;
+      }
+    for (size_t k = 0; k < E->n; k++) {
+      const char *key = E->keys[k];
+      const ce_json *v = &E->items[k];
+      at = v;
+      if (!strcmp(key, "device")) continue;
+      if (!strcmp(key, "comment")) {
+        if (v->type != CE_JSTRING) {
+          snprintf(err, errlen, "%.400s:%d: %s: \"comment\" is not a string", origin, at->line, who);
+          goto fail;
+        }
+      } else if (!strcmp(key, "tuned")) {
+        if (v->type != CE_JNUMBER || (strcmp(v->text, "0") && strcmp(v->text, "1"))) {
+          snprintf(err, errlen, "%.400s:%d: %s: \"tuned\" must be 0 or 1", origin, at->line, who);
+          goto fail;
+        }
+        e->tuned = v->text[0] == '1';
+      } else if (!strcmp(key, "match")) {
+        if (v->type != CE_JOBJECT) {
+          snprintf(err, errlen, "%.400s:%d: %s: \"match\" is not an object", origin, at->line, who);
+          goto fail;
+        }
+        for (size_t m = 0; m < v->n; m++) {
+          int kind = -1;
+          for (int t = 0; t < MATCH_KINDS; t++)
+            if (!strcmp(v->keys[m], match_keys[t])) kind = t;
+          const ce_json *mv = &v->items[m];
+          at = mv;
+          if (kind < 0 || mv->type != CE_JSTRING || !mv->text[0] || strlen(mv->text) >= sizeof e->match[0]) {
+            snprintf(err, errlen, "%.400s:%d: %s: match \"%.100s\": platform, device, vendor, driver or type with a "
+                     "string", origin, at->line, who, v->keys[m]);
+            goto fail;
+          }
+          if (kind == MATCH_TYPE && strcmp(mv->text, "cpu") && strcmp(mv->text, "gpu") &&
+              strcmp(mv->text, "accelerator")) {
+            snprintf(err, errlen, "%.400s:%d: %s: match type is '%.100s'; it must be cpu, gpu or accelerator", origin,
+                     at->line, who, mv->text);
+            goto fail;
+          }
+          snprintf(e->match[kind], sizeof e->match[kind], "%s", mv->text);
+        }
+      } else if (!strcmp(key, "parameters")) {
+        if (v->type != CE_JOBJECT) {
+          snprintf(err, errlen, "%.400s:%d: %s: \"parameters\" is not an object", origin, at->line, who);
+          goto fail;
+        }
+        if (v->n && !(e->set = calloc(v->n, sizeof *e->set))) {
+          snprintf(err, errlen, "%.400s: out of host memory", origin);
+          goto fail;
+        }
+        for (size_t m = 0; m < v->n; m++) {
+          int f = ce_tuning_field(v->keys[m]);
+          unsigned long long value = 0;
+          at = &v->items[m];
+          if (f < 0) {
+            snprintf(err, errlen, "%.400s:%d: %s: '%.100s' is not a tuning parameter (docs/tuning.md lists them)", origin,
+                     at->line, who, v->keys[m]);
+            goto fail;
+          }
+          if (at->type != CE_JNUMBER || !parse_count(at->text, &value)) {
+            snprintf(err, errlen, "%.400s:%d: %s: %s is not a count from 0 to 2^40", origin, at->line, who, v->keys[m]);
+            goto fail;
+          }
+          e->set[e->nset++] = (setting){f, value};
+        }
+      } else {
+        snprintf(err, errlen, "%.400s:%d: %s: '%.100s' is not a key of an entry (device, comment, match, tuned, "
+                 "parameters)", origin, at->line, who, key);
+        goto fail;
+      }
+    }
+  }
+  ce_json_free(&root);
+  return 0;
+fail:
+  ce_json_free(&root);
   db_free(db);
   return -1;
 }
@@ -319,9 +486,21 @@ int ce_tuning_user_file(char *path, size_t cap) {
     return snprintf(path, cap, "%s", env) < (int)cap;
   }
   const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-  if (xdg && *xdg) return snprintf(path, cap, "%s/clembed/tuning.conf", xdg) < (int)cap;
-  if (home && *home) return snprintf(path, cap, "%s/.cache/clembed/tuning.conf", home) < (int)cap;
-  return 0;
+  char base[1024];
+  if (xdg && *xdg) {
+    if (snprintf(base, sizeof base, "%s/clembed/tuning", xdg) >= (int)sizeof base) return 0;
+  } else if (home && *home) {
+    if (snprintf(base, sizeof base, "%s/.cache/clembed/tuning", home) >= (int)sizeof base) return 0;
+  } else {
+    return 0;
+  }
+  /* tuning.json; the tuning.conf of an earlier release where there is no tuning.json */
+  char conf[1040];
+  struct stat st;
+  snprintf(conf, sizeof conf, "%s.conf", base);
+  if (snprintf(path, cap, "%s.json", base) >= (int)cap) return 0;
+  if (stat(path, &st) != 0 && errno == ENOENT && stat(conf, &st) == 0) return snprintf(path, cap, "%s", conf) < (int)cap;
+  return 1;
 }
 
 /* Reads the user's file into *db: 0 (an absent file is an empty database), or
@@ -363,18 +542,37 @@ static int user_db(const char *path, database *db, char *err, size_t errlen) {
     rc = -1;
   }
   fclose(f);
-  if (!rc) rc = db_parse(text, n, path, db, err, errlen);
+  if (!rc) {
+    /* JSON where the first character that is not a space is '{', else the built-in file's format */
+    size_t at = 0;
+    while (at < n && isspace((unsigned char)text[at])) at++;
+    rc = at < n && text[at] == '{' ? db_parse_json(text, n, path, db, err, errlen)
+                                   : db_parse(text, n, path, db, err, errlen);
+  }
   free(text);
   return rc;
 }
 
 /* ------------------------------------------------------------- resolving */
 
-clembed_status ce_tuning_resolve(const ce_device_ident *d, ce_tuning *out, char *desc, size_t cap) {
+/* Replaces each byte of s that is not ASCII or part of well-formed UTF-8 by
+ * '?': a message quotes a file's bytes and its path, and goes into JSON. */
+static void utf8_clean(char *s) {
+  unsigned char *p = (unsigned char *)s, *end = p + strlen(s);
+  while (p < end) {
+    size_t n = *p < 0x80 ? 1 : ce_utf8_seq(p, end);
+    if (!n) *p = '?', n = 1;
+    p += n;
+  }
+}
+
+clembed_status ce_tuning_resolve(const ce_device_ident *d, ce_tuning *out, char *desc, size_t cap, char *warn,
+                                 size_t wcap) {
   const char *env = getenv("CLEMBED_TUNING");
   const char *def = !strcmp(d->type, "cpu") ? "cpu" : "gpu";
   char err[768] = "";
   desc[0] = 0;
+  warn[0] = 0;
   memset(out, 0, sizeof *out);
   if (env && *env) {
     if (strcasecmp(env, "cpu") && strcasecmp(env, "gpu")) {
@@ -399,13 +597,17 @@ clembed_status ce_tuning_resolve(const ce_device_ident *d, ce_tuning *out, char 
       append(desc, cap, ", device %s", db->e[i].name);
     }
   append(desc, cap, " (built in)");
-  /* the user's entries (not with CLEMBED_TUNING, which asks for the built-in shapes) */
+  /* the user's entries (not with CLEMBED_TUNING, which asks for the built-in shapes); a file that cannot
+   * be read or parsed is left out, said in *warn and the description: the context runs the built-in entries */
   char path[1024];
   if (!(env && *env) && ce_tuning_user_file(path, sizeof path)) {
     database user;
     if (user_db(path, &user, err, sizeof err)) {
-      ce_last_message("%s (CLEMBED_TUNING_FILE=none reads no file)", err);
-      return CLEMBED_ERR_INVALID_ARGUMENT;
+      snprintf(warn, wcap, "the tuning file is not read: %s; the built-in entries apply (mend or remove the file, "
+               "or CLEMBED_TUNING_FILE=none)", err);
+      append(desc, cap, "; not read: %s", path);
+      user.n = 0;
+      user.e = NULL;
     }
     int first = 1;
     for (size_t i = 0; i < user.n; i++)
@@ -417,6 +619,8 @@ clembed_status ce_tuning_resolve(const ce_device_ident *d, ce_tuning *out, char 
     if (!first) append(desc, cap, " (%s)", path);
     db_free(&user);
   }
+  utf8_clean(warn);
+  utf8_clean(desc);
   const char *tune = getenv("CLEMBED_TUNE");
   if (tune && *tune) {
     clembed_status s = ce_tuning_apply(out, tune, out);

@@ -1181,8 +1181,7 @@ done:
 
 static const char *dtype_name(clembed_dtype t) { return clembed_dtype_name(t); }
 
-/* s as the inside of a JSON string (quotes, backslashes and control characters escaped) in buf. */
-static const char *json_text(const char *s, char *buf, size_t cap) {
+const char *bench_json_text(const char *s, char *buf, size_t cap) {
   size_t o = 0;
   for (; *s && o + 7 < cap; s++) {
     if (*s == '"' || *s == '\\') buf[o++] = '\\', buf[o++] = *s;
@@ -1509,7 +1508,7 @@ int main(int argc, char **argv) {
              names[ref.kind], ref.rate[ref.kind] / 1e9, ref.rate[COPY_KERNEL] / 1e9, ref.rate[COPY_BUFFER] / 1e9,
              ref.rate[COPY_MEMCPY] / 1e9, ref.rate[COPY_STREAM] / 1e9, ref.cpu ? ref.pool.threads : 0,
              ref.cache.bytes, ref.cache.source, ref.cache.sysfs, ref.cache.cpuid, ref.cache.device, ref.min_bytes,
-             clembed_context_device_name(s.ctx), json_text(clembed_context_tuning(s.ctx), tjson, sizeof tjson),
+             clembed_context_device_name(s.ctx), bench_json_text(clembed_context_tuning(s.ctx), tjson, sizeof tjson),
              with_ceiling ? ceiling_isa() : "");
     } else {
       printf("clembed bench on %s, %d timed rounds per row (the latency row %d)\n", clembed_context_device_name(s.ctx),

@@ -41,6 +41,10 @@ typedef struct bench_timing {
 } bench_timing;
 int bench_time(bench_run *b, bench_run *alt, bench_ref *ref, int reps, bench_timing *t, char *err, size_t errlen);
 
+/* s as the inside of a JSON string (quotes, backslashes and control
+ * characters escaped) in buf (cap bytes, truncated); buf. */
+const char *bench_json_text(const char *s, char *buf, size_t cap);
+
 /* clembed tune (tune.c): argv[0] is "--tune". */
 int tune_main(int argc, char **argv);
 

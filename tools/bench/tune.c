@@ -12,8 +12,9 @@
  * is first run on every row of its group at a smaller size (the same shapes,
  * V and n divided by 64) from fresh states, beside the built-in entries'
  * context: a candidate whose results differ in a single bit, that fails, or
- * whose first run there (mostly its kernels' build) takes over
- * MAX_FIRST_RUN_SECONDS, is rejected; a row the device refuses at the model
+ * whose first run there (mostly its kernels' build) takes over build_limit
+ * (--build-limit; one still building then is stopped: the search runs in a
+ * worker process, see "the journal"), is rejected; a row the device refuses at the model
  * size (CLEMBED_ERR_UNSUPPORTED) is left out of its group. Then it is timed against the best so far at the bench's model
  * sizes, alternately round by round with the bench's reference copy (bench.c's
  * measure): one round on the group's first row (under half the best's speed:
@@ -33,13 +34,17 @@
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "json.h"
 #include "timing.h"
 
 /* ------------------------------------------------------------- the search space */
@@ -112,7 +117,10 @@ static const group groups[] = {
 #define KEEP_WORST 0.98
 #define FIRST_ROUND_KEEP 3.0 /* a lead that one round on each row settles */
 #define SUMMARY_ROW_SECONDS 60.0 /* a summary row's rounds, about */
-#define MAX_FIRST_RUN_SECONDS 120 /* a shape whose kernels take longer to build makes every user wait that long once */
+/* a shape whose kernels take longer to build makes every user wait that long once (--build-limit) */
+static double build_limit = 120;
+#define MAX_RESTARTS 64 /* new workers after rejected candidates, at most */
+#define SHARE_GRACE 30.0 /* a candidate still running this long after its group's share ends is stopped */
 
 /* Settings: name=value pairs (names are the params' own strings). */
 typedef struct settings {
@@ -143,7 +151,146 @@ static void settings_string(const settings *s, char *buf, size_t cap) {
 /* ------------------------------------------------------------- contexts */
 
 static double t_start;
+static FILE *say; /* the progress and the summary: stdout, or stderr with --json */
+static int want_json;
 static double elapsed(void) { return now() - t_start; }
+
+/* ------------------------------------------------------------- the journal */
+
+/* The search runs in a worker process, which tells this one (the supervisor)
+ * through a pipe as each group starts ('G', with the end of its share of the
+ * budget) and ends ('S'), and as each candidate starts ('F', with the settings
+ * then best), ends its first run ('B') and is decided ('D', with the settings
+ * then best). A build cannot be stopped from inside (clBuildProgram returns
+ * when it is done: llvmpipe builds one shape of the initialisation in about
+ * ten minutes), and a driver may crash on a shape: a candidate whose first run
+ * goes on past the build limit is stopped (the worker killed), and one in whose
+ * run the worker dies is rejected too; the search then goes on in a new worker,
+ * forked from the supervisor with the journal so far, which walks the same
+ * search taking the journal's decisions where it has them. */
+typedef struct jentry {
+  char kind;
+  char *group, *label, *best;
+  double end; /* 'G': the end of the group's share */
+  char *info; /* for --json: a JSON object ('I' the device, 'D' the candidate's outcome, 'R' a summary row,
+               * 'E' the entry) */
+} jentry;
+static jentry *journal;
+static int njournal, jcap;
+static int journal_fd = -1; /* the worker's end of the pipe (-1 in the supervisor) */
+
+static int journal_add(char kind, const char *group, const char *label, const char *best, double end,
+                       const char *info) {
+  if (njournal == jcap) {
+    int cap = jcap ? 2 * jcap : 64;
+    jentry *more = realloc(journal, (size_t)cap * sizeof *more);
+    if (!more) return -1;
+    journal = more;
+    jcap = cap;
+  }
+  jentry *j = &journal[njournal];
+  j->kind = kind;
+  j->group = strdup(group);
+  j->label = strdup(label);
+  j->best = strdup(best);
+  j->end = end;
+  j->info = strdup(info);
+  if (!j->group || !j->label || !j->best || !j->info) {
+    free(j->group);
+    free(j->label);
+    free(j->best);
+    free(j->info);
+    return -1;
+  }
+  njournal++;
+  return 0;
+}
+
+static void journal_free(void) {
+  for (int i = 0; i < njournal; i++) {
+    free(journal[i].group);
+    free(journal[i].label);
+    free(journal[i].best);
+    free(journal[i].info);
+  }
+  free(journal);
+  journal = NULL;
+  njournal = jcap = 0;
+}
+
+/* The journal's last entry of this kind, group and (where not NULL) label. */
+static const jentry *journal_find(char kind, const char *group, const char *label) {
+  for (int i = njournal - 1; i >= 0; i--)
+    if (journal[i].kind == kind && !strcmp(journal[i].group, group) && (!label || !strcmp(journal[i].label, label)))
+      return &journal[i];
+  return NULL;
+}
+
+/* The worker tells the supervisor (a line: kind, group, label, settings, end,
+ * info; tab-separated, none of them holds a tab or a line break: info is JSON,
+ * whose strings escape them). */
+static void journal_send(char kind, const char *group, const char *label, const settings *best, double end,
+                         const char *info) {
+  if (journal_fd < 0) return;
+  char set[2048];
+  set[0] = 0;
+  if (best) settings_string(best, set, sizeof set);
+  size_t cap = strlen(group) + (label ? strlen(label) : 0) + strlen(set) + (info ? strlen(info) : 0) + 64;
+  char *line = malloc(cap);
+  if (!line) return;
+  int n = snprintf(line, cap, "%c\t%s\t%s\t%s\t%.6f\t%s\n", kind, group, label ? label : "", set, end,
+                   info ? info : "");
+  for (const char *p = line; n > 0;) {
+    ssize_t w = write(journal_fd, p, (size_t)n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) break;
+    p += w;
+    n -= (int)w;
+  }
+  free(line);
+}
+
+/* A line the worker sent, into the supervisor's journal. */
+static int journal_parse(char *line) {
+  char *f[6] = {0};
+  int n = 0;
+  for (char *p = line; n < 6; n++) {
+    f[n] = p;
+    p = strchr(p, '\t');
+    if (!p) {
+      n++;
+      break;
+    }
+    *p++ = 0;
+  }
+  if (n != 6 || strlen(f[0]) != 1) return -1;
+  return journal_add(f[0][0], f[1], f[2], f[3], strtod(f[4], NULL), f[5]);
+}
+
+/* The static name of parameter `name` (its first len characters), or NULL. */
+static const char *param_name(const char *name, size_t len) {
+  for (size_t g = 0; g < NGROUPS; g++) {
+    for (int p = 0; p < 9 && groups[g].params[p].name; p++)
+      if (strlen(groups[g].params[p].name) == len && !strncmp(groups[g].params[p].name, name, len))
+        return groups[g].params[p].name;
+    for (int x = 0; x < 3; x++)
+      for (int i = 0; i < 6 && groups[g].presets[x][i].name; i++)
+        if (strlen(groups[g].presets[x][i].name) == len && !strncmp(groups[g].presets[x][i].name, name, len))
+          return groups[g].presets[x][i].name;
+  }
+  return NULL;
+}
+
+/* Settings from settings_string's "name=value,..." (the tuner's own names). */
+static void settings_parse(const char *s, settings *out) {
+  memset(out, 0, sizeof *out);
+  for (const char *p = s; *p;) {
+    size_t len = strcspn(p, ","), eq = strcspn(p, "=");
+    const char *name = eq < len ? param_name(p, eq) : NULL;
+    if (name) settings_set(out, name, strtoull(p + eq + 1, NULL, 10));
+    p += len + (p[len] == ',');
+  }
+}
 
 /* A context on queue q with CLEMBED_TUNE = s (none for an empty s); NULL with
  * the message in err. */
@@ -178,6 +325,7 @@ typedef struct grow {
   bench_run *full;     /* its state at the model size, on the default context */
   unsigned char *want; /* the default's results at the small size */
   size_t nwant;
+  double once; /* seconds of its first run at the model size */
 } grow;
 
 static long row_index(const char *prefix) {
@@ -272,20 +420,60 @@ static int make_dirs(const char *path) {
   return mkdir(dir, 0755) && errno != EEXIST ? -1 : 0;
 }
 
+/* Whether the library reads the tuning file at path: a context made on q with
+ * it as the user's file says it was read. 1, or 0 with the context's message
+ * in why. */
+static int library_reads(cl_command_queue q, const char *path, char *why, size_t cap) {
+  clembed_context *c = NULL;
+  setenv("CLEMBED_TUNING_FILE", path, 1);
+  clembed_status st = clembed_context_create_from_queue(q, &c);
+  setenv("CLEMBED_TUNING_FILE", "none", 1); /* the tuner's contexts read no user file */
+  int ok = st == CLEMBED_OK && !strstr(clembed_context_tuning(c), "; not read: ");
+  if (!ok) snprintf(why, cap, "%s", st == CLEMBED_OK ? clembed_context_message(c) : clembed_last_error_message());
+  clembed_context_destroy(c);
+  return ok;
+}
+
+/* Closes the temporary file f (at tmp), written to replace path; where the
+ * library reads it, renames it over path. 0, or -1 with err and the temporary
+ * file removed (path as it was). */
+static int commit_file(FILE *f, const char *tmp, const char *path, cl_command_queue q, char *err, size_t errlen) {
+  char why[1024];
+  int bad = fflush(f) != 0 || ferror(f) || fsync(fileno(f)) != 0;
+  bad |= fclose(f) != 0;
+  if (bad) {
+    snprintf(err, errlen, "cannot write %.900s: %s", tmp, strerror(errno));
+    unlink(tmp);
+    return -1;
+  }
+  if (!library_reads(q, tmp, why, sizeof why)) {
+    snprintf(err, errlen, "the new tuning file would not be read (%.600s); nothing was written to %.300s", why, path);
+    unlink(tmp);
+    return -1;
+  }
+  if (rename(tmp, path)) {
+    snprintf(err, errlen, "cannot write %.900s: %s", path, strerror(errno));
+    unlink(tmp);
+    return -1;
+  }
+  return 0;
+}
+
 /* Writes the file with the device's entry (heading `[device NAME]`) replaced
  * by `entry`: the other entries as they were, through a temporary file renamed
  * over the old one. 0, or -1 with err. */
-static int write_entry(const char *path, const char *name, const char *entry, char *err, size_t errlen) {
+static int write_entry(cl_command_queue q, const char *path, const char *name, const char *entry, char *err,
+                       size_t errlen) {
   char *old = NULL;
   size_t len = 0;
   if (read_all(path, &old, &len)) {
-    snprintf(err, errlen, "cannot read %s: %s", path, strerror(errno));
+    snprintf(err, errlen, "cannot read %.900s: %s", path, strerror(errno));
     return -1;
   }
   char heading[400];
   snprintf(heading, sizeof heading, "[device %s]", name);
   if (make_dirs(path)) {
-    snprintf(err, errlen, "cannot make the directory of %s: %s", path, strerror(errno));
+    snprintf(err, errlen, "cannot make the directory of %.900s: %s", path, strerror(errno));
     free(old);
     return -1;
   }
@@ -303,7 +491,7 @@ static int write_entry(const char *path, const char *name, const char *entry, ch
   char *held = malloc(len + 1); /* comment lines held back until the next line says whether they precede the entry */
   size_t heldn = 0;
   if (!held) {
-    snprintf(err, errlen, "out of memory writing %s", path);
+    snprintf(err, errlen, "out of memory writing %.900s", path);
     fclose(f);
     unlink(tmp);
     free(old);
@@ -339,14 +527,105 @@ static int write_entry(const char *path, const char *name, const char *entry, ch
   if (old && len && old[len - 1] != '\n') fputc('\n', f);
   fputs(entry, f);
   free(old);
-  int bad = fflush(f) != 0 || ferror(f) || fsync(fileno(f)) != 0;
-  bad |= fclose(f) != 0;
-  if (bad || rename(tmp, path)) {
-    snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno));
-    unlink(tmp);
+  return commit_file(f, tmp, path, q, err, errlen);
+}
+
+/* Whether the file at path is in the built-in file's format: it exists and
+ * its first character that is not a space is not '{' (JSON's). */
+static int file_is_conf(const char *path) {
+  char *text = NULL;
+  size_t len = 0, at = 0;
+  if (read_all(path, &text, &len) || !text) return 0;
+  while (at < len && (text[at] == ' ' || text[at] == '\t' || text[at] == '\r' || text[at] == '\n')) at++;
+  int conf = at < len && text[at] != '{';
+  free(text);
+  return conf;
+}
+
+/* The device's entry as the JSON tuning file holds it (docs/tuning.md), into buf. */
+static void json_entry(char *buf, size_t cap, const char *comment, const ident *id, const settings *s) {
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  buf[0] = 0;
+  if (!f) return;
+  fputs("{\n  \"device\": ", f);
+  ce_json_write_string(f, id->device);
+  fputs(",\n  \"comment\": ", f);
+  ce_json_write_string(f, comment);
+  fputs(",\n  \"match\": {\"platform\": ", f);
+  ce_json_write_string(f, id->platform);
+  fputs(", \"device\": ", f);
+  ce_json_write_string(f, id->device);
+  fputs("},\n  \"tuned\": 1,\n  \"parameters\": {", f);
+  for (int i = 0; i < s->n; i++) fprintf(f, "%s\"%s\": %llu", i ? ", " : "", s->name[i], s->value[i]);
+  fputs("}\n}\n", f);
+  if (fclose(f) == 0 && text) snprintf(buf, cap, "%s", text);
+  free(text);
+}
+
+/* Writes the JSON tuning file at path with the device's entry (its "device"
+ * `name`) replaced by `entry` (json_entry's), the other entries as they
+ * were, through a temporary file renamed over the old one. A file that is not
+ * a tuning file in JSON is left as it is. 0, or -1 with err. */
+static int write_json_entry(cl_command_queue q, const char *path, const char *name, const char *entry, char *err,
+                            size_t errlen) {
+  char *old = NULL, jerr[300];
+  size_t len = 0;
+  ce_json root, ent;
+  memset(&root, 0, sizeof root);
+  memset(&ent, 0, sizeof ent);
+  if (read_all(path, &old, &len)) {
+    snprintf(err, errlen, "cannot read %.900s: %s", path, strerror(errno));
     return -1;
   }
-  return 0;
+  size_t at = 0;
+  while (old && at < len && (old[at] == ' ' || old[at] == '\t' || old[at] == '\r' || old[at] == '\n')) at++;
+  const ce_json *ents = NULL;
+  if (old && at < len) {
+    if (ce_json_parse(old, len, &root, jerr, sizeof jerr)) {
+      snprintf(err, errlen, "%.600s is not JSON (%.300s): mend or remove it; nothing was written", path, jerr);
+      free(old);
+      return -1;
+    }
+    ents = ce_json_get(&root, "entries");
+    if (root.type != CE_JOBJECT || !ents || ents->type != CE_JARRAY) {
+      snprintf(err, errlen, "%.700s is not a tuning file (a JSON object with an \"entries\" array): mend or remove it; "
+               "nothing was written", path);
+      ce_json_free(&root);
+      free(old);
+      return -1;
+    }
+  }
+  free(old);
+  if (ce_json_parse(entry, strlen(entry), &ent, jerr, sizeof jerr)) {
+    snprintf(err, errlen, "the entry is not JSON (%s)", jerr);
+    ce_json_free(&root);
+    return -1;
+  }
+  char tmp[1100];
+  snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+  FILE *f = NULL;
+  if (make_dirs(path) || !(f = fopen(tmp, "wb"))) {
+    snprintf(err, errlen, "cannot write %.900s: %s", tmp, strerror(errno));
+    ce_json_free(&root);
+    ce_json_free(&ent);
+    return -1;
+  }
+  fputs("{\n  \"clembed_tuning\": 1,\n  \"entries\": [", f);
+  int n = 0;
+  for (size_t i = 0; ents && i < ents->n; i++) {
+    const ce_json *dev = ce_json_get(&ents->items[i], "device");
+    if (dev && dev->type == CE_JSTRING && !strcmp(dev->text, name)) continue; /* the device's earlier entry */
+    fputs(n++ ? ",\n    " : "\n    ", f);
+    ce_json_write(f, &ents->items[i], 2);
+  }
+  fputs(n ? ",\n    " : "\n    ", f);
+  ce_json_write(f, &ent, 2);
+  fputs("\n  ]\n}\n", f);
+  ce_json_free(&root);
+  ce_json_free(&ent);
+  return commit_file(f, tmp, path, q, err, errlen);
 }
 
 /* ------------------------------------------------------------- main */
@@ -354,7 +633,7 @@ static int write_entry(const char *path, const char *name, const char *entry, ch
 static void usage(FILE *f) {
   fprintf(f,
           "usage: clembed tune [--device SPEC] [--only GROUPS] [--budget SECONDS] [--reps N]\n"
-          "                    [--output FILE] [--dry-run] [--list]\n"
+          "                    [--build-limit SECONDS] [--out FILE] [--json] [--dry-run] [--list]\n"
           "  Finds this device's kernel shapes on the device itself and writes them as its\n"
           "  entry of your tuning file, which every context on the device then reads\n"
           "  (docs/tuning.md). Operation by operation (a group: its bench rows, at the sizes\n"
@@ -362,23 +641,36 @@ static void usage(FILE *f) {
           "  each parameter's values, each with the others at the best found so far,\n"
           "  starting from the built-in entries.\n"
           "  A candidate whose results differ from the built-in shapes' in a single bit (at\n"
-          "  a 64th of the rows' sizes), or whose kernels take over 2 minutes to build, is\n"
-          "  rejected; one that is at least 1.03x faster over\n"
+          "  a 64th of the rows' sizes), or whose first run there (mostly its kernels' build)\n"
+          "  takes over the build limit, is rejected; one that is at least 1.03x faster over\n"
           "  its group's rows (the median of per-round paired ratios, no row below 0.98) is\n"
           "  kept. A summary, default against tuned and each against the device's copy,\n"
           "  ends the run. The rows' memory is that of `clembed bench`'s (up to 8 GiB).\n"
           "  --device SPEC    the device (as `clembed devices` lists them)\n"
           "  --only GROUPS    the groups to tune, comma-separated (--list names them;\n"
           "                   default: every group)\n"
-          "  --budget SECONDS the run's time (default 900): each group searches within an\n"
-          "                   equal share of what is left of 92 %% of it (a group done\n"
-          "                   early leaves its time to the later ones), gets its summary,\n"
-          "                   and the entry follows\n"
+          "  --budget SECONDS the run's time (default 900): each group has an equal share\n"
+          "                   of what is left of 92 %% of it (a group done early leaves\n"
+          "                   its time to the later ones), its summary included; a\n"
+          "                   candidate still running 30 s past its group's share is\n"
+          "                   stopped and rejected; the entry follows\n"
           "  --reps N         timed rounds per candidate and row (default 5; the summary 9,\n"
           "                   fewer where a row's 9 would take over a minute)\n"
-          "  --output FILE    the tuning file to write (default: CLEMBED_TUNING_FILE, else\n"
-          "                   $XDG_CACHE_HOME/clembed/tuning.conf, else\n"
-          "                   ~/.cache/clembed/tuning.conf)\n"
+          "  --build-limit SECONDS\n"
+          "                   a candidate's first run, mostly its kernels' build (default\n"
+          "                   120): one still running then is stopped and rejected (the\n"
+          "                   search runs in a process of its own and goes on in a new\n"
+          "                   one; so it does past a candidate whose run ends the process,\n"
+          "                   as a driver's crash)\n"
+          "  --out FILE       the tuning file to write (--output is the same; default:\n"
+          "                   CLEMBED_TUNING_FILE, else\n"
+          "                   $XDG_CACHE_HOME/clembed/tuning.json, else\n"
+          "                   ~/.cache/clembed/tuning.json; written as JSON, or in the\n"
+          "                   built-in file's format where the file is in that)\n"
+          "  --json           the progress and the summary go to stderr, and the run to\n"
+          "                   stdout as one JSON object: the device, every candidate's\n"
+          "                   outcome, the summary rows, the settings, the entry and the\n"
+          "                   file written (docs/tuning.md)\n"
           "  --dry-run        print the entry, write nothing\n"
           "  --list           print the groups, their rows and parameters, and exit\n");
 }
@@ -410,6 +702,13 @@ static int wanted_group(const char *only, const char *name) {
   return 0;
 }
 
+/* v as a JSON number (4 decimals), or null where it is not finite. */
+static const char *jnum(double v, char *buf, size_t cap) {
+  if (isfinite(v)) snprintf(buf, cap, "%.4f", v);
+  else snprintf(buf, cap, "null");
+  return buf;
+}
+
 static double geomean(const double *x, int n) {
   double s = 0;
   for (int i = 0; i < n; i++) s += log(x[i]);
@@ -420,10 +719,10 @@ static double geomean(const double *x, int n) {
  * same bits at the small size, then paired timing; kept into *best when it is
  * at least KEEP_SPEEDUP faster over the rows with none below KEEP_WORST. */
 static void try_candidate(cl_command_queue q, const group *G, const grow *rows, int nr, bench_ref *ref, int reps,
-                          settings *best, const settings *cand, const char *label) {
+                          settings *best, const settings *cand, const char *label, char *info, size_t icap) {
   char err[1024] = "";
-  printf("[%5.0fs] %s: %s ...", elapsed(), G->name, label);
-  fflush(stdout);
+  fprintf(say, "[%5.0fs] %s: %s ...", elapsed(), G->name, label);
+  fflush(say);
   clembed_context *c = make_context(q, cand, err, sizeof err);
   clembed_context *b = c ? make_context(q, best, err, sizeof err) : NULL;
   int ok = c && b;
@@ -444,9 +743,10 @@ static void try_candidate(cl_command_queue q, const group *G, const grow *rows, 
     free(got);
   }
   /* the small runs are mostly the kernels' first build */
-  if (ok && now() - first_run > MAX_FIRST_RUN_SECONDS) {
-    snprintf(err, sizeof err, "its first run (the kernels' build) took %.0f s, over %d s", now() - first_run,
-             MAX_FIRST_RUN_SECONDS);
+  journal_send('B', G->name, label, NULL, 0, NULL);
+  if (ok && now() - first_run > build_limit) {
+    snprintf(err, sizeof err, "its first run (mostly its kernels' build) took %.2f s, over %g s", now() - first_run,
+             build_limit);
     ok = 0;
   }
   double speed[5], worst = 1e9;
@@ -472,7 +772,7 @@ static void try_candidate(cl_command_queue q, const group *G, const grow *rows, 
     if (speed[r] < worst) worst = speed[r];
     decided = r == nr - 1;
   }
-  if (decided) printf(" (a first round on each row)");
+  if (decided) fprintf(say, " (a first round on each row)");
   else worst = 1e9;
   for (int r = 0; ok && !decided && r < nr; r++) {
     bench_run *rb = bench_run_alias(rows[r].full, b), *rc_ = bench_run_alias(rows[r].full, c);
@@ -483,15 +783,26 @@ static void try_candidate(cl_command_queue q, const group *G, const grow *rows, 
     bench_run_close(rb);
     bench_run_close(rc_);
   }
+  char jg[64], jl[512], je[2048];
+  bench_json_text(G->name, jg, sizeof jg);
+  bench_json_text(label, jl, sizeof jl);
   if (!ok) {
-    printf(" rejected: %s\n", err[0] ? err : "failed");
+    fprintf(say, " rejected: %s\n", err[0] ? err : "failed");
+    snprintf(info, icap, "{\"group\": \"%s\", \"candidate\": \"%s\", \"outcome\": \"rejected\", \"reason\": \"%s\"}", jg,
+             jl, bench_json_text(err[0] ? err : "failed", je, sizeof je));
   } else {
     double gm = geomean(speed, nr);
     int keep = gm >= KEEP_SPEEDUP && worst >= KEEP_WORST;
-    printf(" same bits, %.3fx (worst row %.3fx)%s\n", gm, worst, keep ? ": kept" : "");
+    fprintf(say, " same bits, %.3fx (worst row %.3fx)%s\n", gm, worst, keep ? ": kept" : "");
+    char n1[32], n2[32];
+    snprintf(info, icap,
+             "{\"group\": \"%s\", \"candidate\": \"%s\", \"outcome\": \"%s\", \"speedup\": %s, \"worst_row\": %s, "
+             "\"first_rounds_only\": %s}",
+             jg, jl, keep ? "kept" : "not kept", jnum(gm, n1, sizeof n1), jnum(worst, n2, sizeof n2),
+             decided ? "true" : "false");
     if (keep) *best = *cand;
   }
-  fflush(stdout);
+  fflush(say);
   clembed_context_destroy(c);
   clembed_context_destroy(b);
 }
@@ -522,9 +833,508 @@ static const char *rounds_note(int rounds, int reps, char *buf, size_t cap) {
 static int share_spent(const group *G, double group_end, int *spent) {
   if (!*spent && elapsed() > group_end) {
     *spent = 1;
-    printf("[%5.0fs] %s: the group's share of the budget is spent: its search stops here\n", elapsed(), G->name);
+    fprintf(say, "[%5.0fs] %s: the group's share of the budget (less its summary's time) is spent: its search stops here\n",
+            elapsed(), G->name);
   }
   return *spent;
+}
+
+/* A summary line, for --json: a row's (row NULL: the group's) times (tm NULL:
+ * none; tuned: the tuned settings' too), the rounds, a note (NULL: none). */
+static void summary_json(const group *G, const char *row, const bench_timing *tm, int tuned, int rounds,
+                         const char *note) {
+  char info[4096], jg[64], jr[256], jn[2048];
+  size_t o = (size_t)snprintf(info, sizeof info, "{\"group\": \"%s\", \"row\": ", bench_json_text(G->name, jg, sizeof jg));
+  if (row)
+    o += (size_t)snprintf(info + o, sizeof info - o, "\"%s\"", bench_json_text(row, jr, sizeof jr));
+  else
+    o += (size_t)snprintf(info + o, sizeof info - o, "null");
+  char n1[32], n2[32], n3[32];
+  if (tm && o < sizeof info)
+    o += (size_t)snprintf(info + o, sizeof info - o, ", \"default_ms\": %s, \"default_of_copy\": %s",
+                          jnum(tm->ms, n1, sizeof n1), jnum(tm->ratio, n2, sizeof n2));
+  if (tm && tuned && o < sizeof info)
+    o += (size_t)snprintf(info + o, sizeof info - o, ", \"tuned_ms\": %s, \"tuned_of_copy\": %s, \"tuned_over_default\": %s",
+                          jnum(tm->alt_ms, n1, sizeof n1), jnum(tm->ratio * tm->alt_speedup, n2, sizeof n2),
+                          jnum(tm->alt_speedup, n3, sizeof n3));
+  else if (tm && o < sizeof info)
+    o += (size_t)snprintf(info + o, sizeof info - o, ", \"tuned_ms\": null");
+  if (tm && o < sizeof info) o += (size_t)snprintf(info + o, sizeof info - o, ", \"rounds\": %d", rounds);
+  if (note && o < sizeof info)
+    o += (size_t)snprintf(info + o, sizeof info - o, ", \"note\": \"%s\"", bench_json_text(note, jn, sizeof jn));
+  if (o < sizeof info) snprintf(info + o, sizeof info - o, "}");
+  journal_send('R', G->name, NULL, NULL, 0, info);
+}
+
+/* The run's options. */
+typedef struct tune_opts {
+  const char *device, *only;
+  char path[1024];
+  double budget;
+  int reps, dry;
+} tune_opts;
+
+/* Candidate `cand` of group G (printed as `label`): the journal's decision
+ * where an earlier worker made one, else tried (the supervisor told as it
+ * goes). 1 where the group's search stops: its share of the budget is spent,
+ * or (`done`: an earlier worker finished the group) the earlier search
+ * stopped before this candidate. */
+static int consider(cl_command_queue q, const group *G, int done, const grow *rows, int nr, bench_ref *ref, int reps,
+                    settings *best, const settings *cand, const char *label, double group_end, int *spent) {
+  const jentry *d = journal_find('D', G->name, label);
+  if (d) {
+    settings_parse(d->best, best);
+    return 0;
+  }
+  if (done) return *spent = 1;
+  if (share_spent(G, group_end, spent)) return 1;
+  char info[4096];
+  journal_send('F', G->name, label, best, 0, NULL);
+  try_candidate(q, G, rows, nr, ref, reps, best, cand, label, info, sizeof info);
+  journal_send('D', G->name, label, best, 0, info);
+  return 0;
+}
+
+/* The search, the summaries and the entry (the worker process; `restarts`:
+ * the workers before it). */
+static int tune_work(const tune_opts *opt, int restarts) {
+  const double search_end = opt->budget * 0.92; /* the search ends early enough for the last summary and the entry */
+  const int reps = opt->reps;
+  char err[1024] = "";
+  clembed_context *def = NULL;
+  clembed_status st = clembed_context_create(opt->device, &def);
+  if (st != CLEMBED_OK) {
+    fprintf(stderr, "clembed tune: %s: %s\n", clembed_status_string(st), clembed_last_error_message());
+    return 2;
+  }
+  cl_command_queue q = clembed_context_queue(def);
+  ident id;
+  identify(def, &id);
+  if (restarts)
+    fprintf(say, "[%5.0fs] the search goes on in a new process (%d so far), from the decisions made before\n", elapsed(),
+           restarts);
+  else
+    fprintf(say, "clembed tune on %s (driver %s)\nstarting from: %s\nbudget %.0f s, %d rounds per candidate and row\n",
+            clembed_context_device_name(def), id.driver, clembed_context_tuning(def), opt->budget, reps);
+  if (!restarts) {
+    char info[4096], jp[600], jd[600], jv[300], jt[2200];
+    snprintf(info, sizeof info,
+             "\"platform\": \"%s\", \"device\": \"%s\", \"driver\": \"%s\", \"starting_from\": \"%s\", "
+             "\"budget_s\": %.0f, \"reps\": %d, \"build_limit_s\": %g",
+             bench_json_text(id.platform, jp, sizeof jp), bench_json_text(id.device, jd, sizeof jd),
+             bench_json_text(id.driver, jv, sizeof jv), bench_json_text(clembed_context_tuning(def), jt, sizeof jt),
+             opt->budget, reps, build_limit);
+    journal_send('I', "", NULL, NULL, 0, info);
+  }
+  fflush(say);
+  bench_ref *ref = bench_ref_open(def, reps < 9 ? 9 : reps, err, sizeof err);
+  if (!ref) {
+    fprintf(stderr, "clembed tune: the reference copy: %s\n", err);
+    clembed_context_destroy(def);
+    return 2;
+  }
+  settings best; /* the whole entry: every group's kept settings */
+  memset(&best, 0, sizeof best);
+  int rc = 0, out_of_time = 0, left = 0;
+  for (size_t g = 0; g < NGROUPS; g++) left += wanted_group(opt->only, groups[g].name);
+  for (size_t g = 0; g < NGROUPS && !rc; g++) {
+    const group *G = &groups[g];
+    if (!wanted_group(opt->only, G->name)) continue;
+    /* each group searches within an equal share of what is left (a group
+     * done early leaves its time to the later ones); a group an earlier
+     * worker started keeps its share, one it finished is walked through the
+     * journal's decisions only */
+    const jentry *gj = journal_find('G', G->name, NULL);
+    const int done = journal_find('S', G->name, NULL) != NULL;
+    const double group_end = gj ? gj->end : elapsed() + (search_end - elapsed()) / (left > 0 ? left : 1);
+    left--;
+    int group_spent = 0;
+    if (!gj) journal_send('G', G->name, NULL, NULL, group_end, NULL);
+    if (!gj && (out_of_time || elapsed() > search_end)) {
+      out_of_time = 1;
+      fprintf(say, "summary %-10s not tuned: the budget was spent before it (the built-in shapes)\n", G->name);
+      summary_json(G, NULL, NULL, 0, 0, "not tuned: the budget was spent before it (the built-in shapes)");
+      journal_send('S', G->name, NULL, NULL, 0, NULL);
+      continue;
+    }
+    grow rows[5];
+    int nr = 0;
+    memset(rows, 0, sizeof rows);
+    for (int r = 0; !done && r < 5 && G->rows[r]; r++) {
+      long k = row_index(G->rows[r]);
+      if (k < 0) continue;
+      rows[nr].k = (size_t)k;
+      st = CLEMBED_OK;
+      int bad = small_result(def, (size_t)k, &rows[nr].want, &rows[nr].nwant, err, sizeof err) ||
+                !(rows[nr].full = bench_run_open(def, (size_t)k, 1, &st));
+      const double t0 = now();
+      if (!bad) bad = (st = bench_run_once(rows[nr].full)) != CLEMBED_OK;
+      rows[nr].once = now() - t0;
+      if (bad) {
+        if (st == CLEMBED_ERR_UNSUPPORTED) { /* a row the device refuses at the model size: left out */
+          if (!gj) {
+            char note[1200];
+            snprintf(note, sizeof note, "not on this device: %s", clembed_context_message(def));
+            fprintf(say, "summary %-10s %-56.56s %s\n", G->name, bench_row_name((size_t)k), note);
+            summary_json(G, bench_row_name((size_t)k), NULL, 0, 0, note);
+          }
+          bench_run_close(rows[nr].full);
+          free(rows[nr].want);
+          memset(&rows[nr], 0, sizeof rows[nr]);
+          err[0] = 0;
+          continue;
+        }
+        if (!err[0]) snprintf(err, sizeof err, "%s: %s", clembed_status_string(st), clembed_context_message(def));
+        fprintf(stderr, "clembed tune: %s: the built-in shapes: %s\n", bench_row_name((size_t)k), err);
+        rc = 2;
+      }
+      nr++;
+      if (rc) break;
+    }
+    if (!rc && !done && nr == 0) {
+      fprintf(say, "summary %-10s not tuned: none of its rows runs on this device\n", G->name);
+      summary_json(G, NULL, NULL, 0, 0, "not tuned: none of its rows runs on this device");
+      journal_send('S', G->name, NULL, NULL, 0, NULL);
+      continue;
+    }
+    /* the search stops early enough for the group's summary within its share: each row's rounds
+     * (summary_time's count), a round about the row twice (built-in and tuned) and the copy */
+    double summary_s = 0;
+    for (int r = 0; r < nr; r++) {
+      const double round_s = 2.5 * rows[r].once;
+      int n = reps < 9 ? 9 : reps;
+      if (round_s * n > SUMMARY_ROW_SECONDS) n = round_s > 0 ? (int)(SUMMARY_ROW_SECONDS / round_s) : n;
+      summary_s += (n < 1 ? 1 : n) * round_s;
+    }
+    const double search_stop = group_end - summary_s;
+    for (int x = 0; !rc && !group_spent && x < 3 && G->presets[x][0].name; x++) {
+      settings cand = best;
+      char label[400] = "shape";
+      size_t lo = strlen(label);
+      int differs = 0;
+      for (int i = 0; i < 6 && G->presets[x][i].name; i++) {
+        const preset_value *pv = &G->presets[x][i];
+        differs |= current_value(q, &best, pv->name) != pv->value;
+        settings_set(&cand, pv->name, pv->value);
+        lo += (size_t)snprintf(label + lo, lo < sizeof label ? sizeof label - lo : 0, "%s%s=%llu", i ? "," : " ",
+                               pv->name, pv->value);
+      }
+      if (differs)
+        consider(q, G, done, rows, nr, ref, reps, &best, &cand, label, search_stop, &group_spent);
+    }
+    for (int p = 0; !rc && !group_spent && p < 9 && G->params[p].name; p++) {
+      const param *P = &G->params[p];
+      /* the value the parameter had when its search began: once another is kept, that one has lost to it
+       * with every other parameter as now, so it is not tried again */
+      const unsigned long long start = current_value(q, &best, P->name);
+      for (int v = 0; v < 8 && !group_spent; v++) {
+        if (v > 0 && P->values[v] == 0) break; /* the list's end (a value of 0 only comes first) */
+        if (current_value(q, &best, P->name) == P->values[v] || P->values[v] == start) continue; /* measured */
+        settings cand = best;
+        settings_set(&cand, P->name, P->values[v]);
+        char label[160];
+        snprintf(label, sizeof label, "%s=%llu", P->name, P->values[v]);
+        consider(q, G, done, rows, nr, ref, reps, &best, &cand, label, search_stop, &group_spent);
+      }
+    }
+    if (done) continue; /* its summary was printed */
+    /* the group's summary: the built-in shapes against the tuned, each against the copy (the
+     * built-in ones alone where the group kept nothing) */
+    int changed = 0;
+    for (int i = 0; i < best.n; i++)
+      for (int p = 0; p < 9 && G->params[p].name; p++) changed |= !strcmp(best.name[i], G->params[p].name);
+    if (!rc && !changed) {
+      for (int r = 0; r < nr; r++) {
+        bench_timing tm;
+        int rounds = 0;
+        char note[32];
+        if (!summary_time(rows[r].full, NULL, ref, reps, &tm, &rounds, err, sizeof err)) {
+          fprintf(say, "summary %-10s %-56.56s default %8.2f ms (%.2f of copy)  tuned: the same%s\n", G->name,
+                  bench_row_name(rows[r].k), tm.ms, tm.ratio, rounds_note(rounds, reps, note, sizeof note));
+          summary_json(G, bench_row_name(rows[r].k), &tm, 0, rounds, "tuned: the same");
+        } else {
+          fprintf(say, "summary %-10s %-56.56s not timed: %s\n", G->name, bench_row_name(rows[r].k), err);
+          summary_json(G, bench_row_name(rows[r].k), NULL, 0, 0, err);
+        }
+      }
+    } else if (!rc) {
+      clembed_context *t = make_context(q, &best, err, sizeof err);
+      for (int r = 0; t && r < nr; r++) {
+        bench_run *rt = bench_run_alias(rows[r].full, t);
+        bench_timing tm;
+        int rounds = 0;
+        char note[32];
+        if (rt && !summary_time(rows[r].full, rt, ref, reps, &tm, &rounds, err, sizeof err)) {
+          fprintf(say, "summary %-10s %-56.56s default %8.2f ms (%.2f of copy)  tuned %8.2f ms (%.2f of copy)  "
+                  "tuned/default %.2fx%s\n",
+                  G->name, bench_row_name(rows[r].k), tm.ms, tm.ratio, tm.alt_ms, tm.ratio * tm.alt_speedup,
+                  tm.alt_speedup, rounds_note(rounds, reps, note, sizeof note));
+          summary_json(G, bench_row_name(rows[r].k), &tm, 1, rounds, NULL);
+        } else {
+          fprintf(say, "summary %-10s %-56.56s not timed: %s\n", G->name, bench_row_name(rows[r].k), err);
+          summary_json(G, bench_row_name(rows[r].k), NULL, 0, 0, err);
+        }
+        bench_run_close(rt);
+      }
+      if (!t) {
+        fprintf(say, "summary %-10s no context with the tuned settings: %s\n", G->name, err);
+        summary_json(G, NULL, NULL, 0, 0, err);
+      }
+      clembed_context_destroy(t);
+      fflush(say);
+    }
+    for (int r = 0; r < nr; r++) {
+      bench_run_close(rows[r].full);
+      free(rows[r].want);
+    }
+    if (!rc) journal_send('S', G->name, NULL, NULL, 0, NULL);
+  }
+  if (!rc) {
+    char when[64], entry[8192], list[2048];
+    time_t now_t = time(NULL);
+    struct tm tmv;
+    gmtime_r(&now_t, &tmv);
+    strftime(when, sizeof when, "%Y-%m-%d %H:%M UTC", &tmv);
+    char comment[400];
+    snprintf(comment, sizeof comment, "clembed tune, %s, driver %s%s%s", when, id.driver,
+             opt->only ? ", groups " : "", opt->only ? opt->only : "");
+    settings none;
+    memset(&none, 0, sizeof none);
+    settings diff = none; /* the kept settings whose values are not the built-in ones */
+    for (int i = 0; i < best.n; i++)
+      if (current_value(q, &none, best.name[i]) != best.value[i]) settings_set(&diff, best.name[i], best.value[i]);
+    best = diff;
+    /* the entry in the file's format: JSON, or the built-in file's where the file is in that; a file
+     * the library does not read (damaged, or not a tuning file) is not written over */
+    const int conf = opt->path[0] && file_is_conf(opt->path);
+    char why[1024];
+    struct stat fst;
+    int unread = !opt->dry && stat(opt->path, &fst) == 0 && !library_reads(q, opt->path, why, sizeof why);
+    if (conf) {
+      size_t o = (size_t)snprintf(entry, sizeof entry, "# %s\n[device %s]\nmatch.platform = %s\nmatch.device = %s\n"
+                                  "tuned = 1\n", comment, id.device, id.platform, id.device);
+      for (int i = 0; i < best.n && o < sizeof entry; i++)
+        o += (size_t)snprintf(entry + o, sizeof entry - o, "%s = %llu\n", best.name[i], best.value[i]);
+    } else {
+      json_entry(entry, sizeof entry, comment, &id, &best);
+    }
+    settings_string(&best, list, sizeof list);
+    fprintf(say, "tuned settings: %s\n", best.n ? list : "(none: the built-in shapes were the fastest found)");
+    if (opt->dry) {
+      fprintf(say, "the entry (--dry-run, not written):\n%s", entry);
+    } else if (unread) {
+      fprintf(stderr, "clembed tune: %.300s is not a tuning file that clembed reads (%.600s): mend or remove it; "
+              "nothing was written\n", opt->path, why);
+      rc = 1;
+    } else if (conf ? write_entry(q, opt->path, id.device, entry, err, sizeof err)
+                    : write_json_entry(q, opt->path, id.device, entry, err, sizeof err)) {
+      fprintf(stderr, "clembed tune: %s\n", err);
+      rc = 1;
+    } else {
+      fprintf(say, "written to %s (every context on this device reads it; `clembed devices` shows it)\n", opt->path);
+    }
+    /* for --json: the settings, the entry, where it went */
+    char info[16384], je[12288], jw[2100];
+    size_t io = (size_t)snprintf(info, sizeof info, "\"settings\": {");
+    for (int i = 0; i < best.n && io < sizeof info; i++)
+      io += (size_t)snprintf(info + io, sizeof info - io, "%s\"%s\": %llu", i ? ", " : "", best.name[i], best.value[i]);
+    if (io < sizeof info)
+      io += (size_t)snprintf(info + io, sizeof info - io, "}, \"entry\": \"%s\", \"written\": ",
+                             bench_json_text(entry, je, sizeof je));
+    if (io < sizeof info && (rc || opt->dry))
+      snprintf(info + io, sizeof info - io, "null");
+    else if (io < sizeof info)
+      snprintf(info + io, sizeof info - io, "\"%s\"", bench_json_text(opt->path, jw, sizeof jw));
+    journal_send('E', "", NULL, NULL, 0, info);
+  }
+  bench_ref_close(ref);
+  clembed_context_destroy(def);
+  return rc;
+}
+
+static void describe_exit(int status, char *buf, size_t cap) {
+  if (WIFSIGNALED(status))
+    snprintf(buf, cap, "killed by signal %d, %s", WTERMSIG(status), strsignal(WTERMSIG(status)));
+  else if (WIFEXITED(status))
+    snprintf(buf, cap, "exit %d", WEXITSTATUS(status));
+  else
+    snprintf(buf, cap, "status %d", status);
+}
+
+/* --json: the run as one JSON object on stdout, from the journal (the
+ * workers' lines): what the run got to (no device, settings or entry where it
+ * ended before them), and its exit status. */
+static void print_json(int restarts, int rc) {
+  const jentry *head = journal_find('I', "", NULL), *end = journal_find('E', "", NULL);
+  printf("{%s%s\"exit_status\": %d, \"restarts\": %d, \"candidates\": [", head ? head->info : "", head ? ", " : "", rc,
+         restarts);
+  int first = 1;
+  for (int i = 0; i < njournal; i++)
+    if (journal[i].kind == 'D' && journal[i].info[0]) {
+      printf("%s%s", first ? "" : ", ", journal[i].info);
+      first = 0;
+    }
+  printf("], \"summary\": [");
+  first = 1;
+  for (int i = 0; i < njournal; i++)
+    if (journal[i].kind == 'R') {
+      printf("%s%s", first ? "" : ", ", journal[i].info);
+      first = 0;
+    }
+  printf("], %s}\n", end ? end->info : "\"settings\": null, \"entry\": null, \"written\": null");
+  fflush(stdout);
+}
+
+/* Runs the search in worker processes (the journal above): each forked from
+ * here with the journal so far, so a candidate stopped or fatal to its worker
+ * is rejected and the next worker goes on from the decisions made. The last
+ * worker's exit status. */
+static int supervise(const tune_opts *o) {
+  int rc = 2, restarts = 0;
+  double share_end = -1; /* the end of the share of the group under way (its 'G'), -1 between groups */
+  for (;; restarts++) {
+    int fds[2];
+    if (pipe(fds)) {
+      fprintf(stderr, "clembed tune: pipe: %s\n", strerror(errno));
+      break;
+    }
+    fflush(say);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) {
+      fprintf(stderr, "clembed tune: fork: %s\n", strerror(errno));
+      close(fds[0]);
+      close(fds[1]);
+      break;
+    }
+    if (pid == 0) {
+      close(fds[0]);
+      journal_fd = fds[1];
+      int wrc = tune_work(o, restarts);
+      fflush(say);
+      fflush(stderr);
+      _exit(wrc);
+    }
+    close(fds[1]);
+    /* the worker's lines; the candidate under way (its 'F', not yet decided), and whether in its first run */
+    size_t have = 0, cap = (size_t)1 << 16;
+    char *buf = malloc(cap);
+    int pending = -1, first_run = 0, killed = 0; /* killed: 1 past the build limit, 2 past the group's share */
+    int oom = !buf;
+    double since = 0;
+    while (!oom) {
+      /* the deadlines: the first run's build limit, and the end of the group's share (and SHARE_GRACE); once
+       * the worker is killed, its last lines are read to the end */
+      double left = 1e30;
+      if (!killed && first_run) left = build_limit - (elapsed() - since);
+      if (!killed && pending >= 0 && share_end >= 0 && share_end + SHARE_GRACE - elapsed() < left)
+        left = share_end + SHARE_GRACE - elapsed();
+      int timeout = left > 3600 ? (left > 1e29 ? -1 : 3600000) : left <= 0 ? 0 : (int)(left * 1000.0) + 1;
+      struct pollfd pf = {fds[0], POLLIN, 0};
+      int r = poll(&pf, 1, timeout);
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0) break;
+      if (r == 0) {
+        killed = first_run && elapsed() - since > build_limit                               ? 1
+                 : pending >= 0 && share_end >= 0 && elapsed() > share_end + SHARE_GRACE ? 2
+                                                                                          : 0;
+        if (killed) kill(pid, SIGKILL);
+        continue;
+      }
+      if (have + 1 >= cap) { /* a line longer than the buffer: a larger one */
+        char *more = realloc(buf, cap * 2);
+        if (!more) {
+          oom = 1;
+          break;
+        }
+        buf = more;
+        cap *= 2;
+      }
+      ssize_t n = read(fds[0], buf + have, cap - 1 - have);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break; /* the worker is gone */
+      have += (size_t)n;
+      buf[have] = 0;
+      char *line = buf, *nl;
+      while ((nl = strchr(line, '\n'))) {
+        *nl = 0;
+        if (journal_parse(line) == 0) {
+          char kind = journal[njournal - 1].kind;
+          if (kind == 'F') {
+            pending = njournal - 1;
+            first_run = 1;
+            since = elapsed();
+          } else if (kind == 'B') {
+            first_run = 0;
+          } else if (kind == 'D') {
+            pending = -1;
+            first_run = 0;
+          } else if (kind == 'G') {
+            share_end = journal[njournal - 1].end;
+          } else if (kind == 'S') {
+            share_end = -1;
+          }
+        }
+        line = nl + 1;
+      }
+      have = (size_t)(buf + have - line);
+      memmove(buf, line, have);
+    }
+    free(buf);
+    close(fds[0]);
+    int status = 0;
+    if (oom) kill(pid, SIGKILL);
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    if (oom) {
+      fprintf(stderr, "clembed tune: out of memory reading the tuning process's lines\n");
+      break;
+    }
+    if (pending < 0 && killed) continue; /* its candidate was decided as it was stopped: the next worker goes on */
+    if (pending < 0) {
+      if (WIFEXITED(status)) {
+        rc = WEXITSTATUS(status);
+      } else {
+        char how[128];
+        describe_exit(status, how, sizeof how);
+        fprintf(stderr, "clembed tune: the tuning process ended (%s) outside a candidate's run\n", how);
+      }
+      break;
+    }
+    /* the candidate under way is rejected: the next worker walks past it */
+    const jentry *f = &journal[pending];
+    char *group = strdup(f->group), *label = strdup(f->label), *set = strdup(f->best), info[2048], jg[64], jl[512];
+    char why[300];
+    if (killed == 1) {
+      snprintf(why, sizeof why, "its first run (mostly its kernels' build) went on past %g s: stopped", build_limit);
+    } else if (killed == 2) {
+      snprintf(why, sizeof why, "its run went on %.0f s past the end of the group's share of the budget: stopped",
+               SHARE_GRACE);
+    } else {
+      char how[128];
+      describe_exit(status, how, sizeof how);
+      snprintf(why, sizeof why, "its process ended in its run (%s)", how);
+    }
+    snprintf(info, sizeof info, "{\"group\": \"%s\", \"candidate\": \"%s\", \"outcome\": \"rejected\", \"reason\": \"%s\"}",
+             bench_json_text(f->group, jg, sizeof jg), bench_json_text(f->label, jl, sizeof jl), why);
+    fprintf(say, " rejected: %s\n", why);
+    fflush(say);
+    int bad = !group || !label || !set || journal_add('D', group, label, set, 0, info);
+    free(group);
+    free(label);
+    free(set);
+    if (bad) {
+      fprintf(stderr, "clembed tune: out of memory\n");
+      break;
+    }
+    if (restarts + 1 > MAX_RESTARTS) {
+      fprintf(stderr, "clembed tune: %d candidates stopped or fatal to the process: the run ends\n", MAX_RESTARTS + 1);
+      break;
+    }
+  }
+  if (want_json) print_json(restarts, rc);
+  journal_free();
+  return rc;
 }
 
 int tune_main(int argc, char **argv) {
@@ -535,13 +1345,20 @@ int tune_main(int argc, char **argv) {
     char *end = NULL;
     if (!strcmp(argv[i], "--device") && i + 1 < argc) device = argv[++i];
     else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
-    else if (!strcmp(argv[i], "--output") && i + 1 < argc) output = argv[++i];
+    else if ((!strcmp(argv[i], "--out") || !strcmp(argv[i], "--output")) && i + 1 < argc) output = argv[++i];
+    else if (!strcmp(argv[i], "--json")) want_json = 1;
     else if (!strcmp(argv[i], "--dry-run")) dry = 1;
     else if (!strcmp(argv[i], "--list")) return list_groups();
     else if (!strcmp(argv[i], "--budget") && i + 1 < argc) {
       budget = strtod(argv[++i], &end);
       if (*end || !(budget > 0) || budget > 1e7) {
         fprintf(stderr, "clembed tune: --budget: '%s' is not a number of seconds above 0\n", argv[i]);
+        return 1;
+      }
+    } else if (!strcmp(argv[i], "--build-limit") && i + 1 < argc) {
+      build_limit = strtod(argv[++i], &end);
+      if (*end || !(build_limit > 0) || build_limit > 1e6) {
+        fprintf(stderr, "clembed tune: --build-limit: '%s' is not a number of seconds above 0\n", argv[i]);
         return 1;
       }
     } else if (!strcmp(argv[i], "--reps") && i + 1 < argc) {
@@ -588,178 +1405,8 @@ int tune_main(int argc, char **argv) {
     return 1;
   }
   t_start = now();
-  /* the search ends early enough for the last group's summary and the entry within the budget */
-  const double search_end = budget * 0.92;
-  char err[1024] = "";
-  clembed_context *def = NULL;
-  clembed_status st = clembed_context_create(device, &def);
-  if (st != CLEMBED_OK) {
-    fprintf(stderr, "clembed tune: %s: %s\n", clembed_status_string(st), clembed_last_error_message());
-    return 2;
-  }
-  cl_command_queue q = clembed_context_queue(def);
-  ident id;
-  identify(def, &id);
-  printf("clembed tune on %s (driver %s)\nstarting from: %s\nbudget %.0f s, %d rounds per candidate and row\n",
-         clembed_context_device_name(def), id.driver, clembed_context_tuning(def), budget, reps);
-  fflush(stdout);
-  bench_ref *ref = bench_ref_open(def, reps < 9 ? 9 : reps, err, sizeof err);
-  if (!ref) {
-    fprintf(stderr, "clembed tune: the reference copy: %s\n", err);
-    clembed_context_destroy(def);
-    return 2;
-  }
-  settings best; /* the whole entry: every group's kept settings */
-  memset(&best, 0, sizeof best);
-  int rc = 0, out_of_time = 0, left = 0;
-  for (size_t g = 0; g < NGROUPS; g++) left += wanted_group(only, groups[g].name);
-  for (size_t g = 0; g < NGROUPS && !rc; g++) {
-    const group *G = &groups[g];
-    if (!wanted_group(only, G->name)) continue;
-    /* each group searches within an equal share of what is left (a group
-     * done early leaves its time to the later ones) */
-    const double group_end = elapsed() + (search_end - elapsed()) / (left > 0 ? left : 1);
-    left--;
-    int group_spent = 0;
-    if (out_of_time || elapsed() > search_end) {
-      out_of_time = 1;
-      printf("summary %-10s not tuned: the budget was spent before it (the built-in shapes)\n", G->name);
-      continue;
-    }
-    grow rows[5];
-    int nr = 0;
-    memset(rows, 0, sizeof rows);
-    for (int r = 0; r < 5 && G->rows[r]; r++) {
-      long k = row_index(G->rows[r]);
-      if (k < 0) continue;
-      rows[nr].k = (size_t)k;
-      st = CLEMBED_OK;
-      if (small_result(def, (size_t)k, &rows[nr].want, &rows[nr].nwant, err, sizeof err) ||
-          !(rows[nr].full = bench_run_open(def, (size_t)k, 1, &st)) ||
-          (st = bench_run_once(rows[nr].full)) != CLEMBED_OK) {
-        if (st == CLEMBED_ERR_UNSUPPORTED) { /* a row the device refuses at the model size: left out */
-          printf("summary %-10s %-56.56s not on this device: %s\n", G->name, bench_row_name((size_t)k),
-                 clembed_context_message(def));
-          bench_run_close(rows[nr].full);
-          free(rows[nr].want);
-          memset(&rows[nr], 0, sizeof rows[nr]);
-          err[0] = 0;
-          continue;
-        }
-        if (!err[0]) snprintf(err, sizeof err, "%s: %s", clembed_status_string(st), clembed_context_message(def));
-        fprintf(stderr, "clembed tune: %s: the built-in shapes: %s\n", bench_row_name((size_t)k), err);
-        rc = 2;
-      }
-      nr++;
-      if (rc) break;
-    }
-    if (!rc && nr == 0) {
-      printf("summary %-10s not tuned: none of its rows runs on this device\n", G->name);
-      continue;
-    }
-    for (int x = 0; !rc && !group_spent && x < 3 && G->presets[x][0].name; x++) {
-      if (share_spent(G, group_end, &group_spent)) break;
-      settings cand = best;
-      char label[400] = "shape";
-      size_t lo = strlen(label);
-      int differs = 0;
-      for (int i = 0; i < 6 && G->presets[x][i].name; i++) {
-        const preset_value *pv = &G->presets[x][i];
-        differs |= current_value(q, &best, pv->name) != pv->value;
-        settings_set(&cand, pv->name, pv->value);
-        lo += (size_t)snprintf(label + lo, lo < sizeof label ? sizeof label - lo : 0, "%s%s=%llu", i ? "," : " ",
-                               pv->name, pv->value);
-      }
-      if (differs) try_candidate(q, G, rows, nr, ref, reps, &best, &cand, label);
-    }
-    for (int p = 0; !rc && !group_spent && p < 9 && G->params[p].name; p++) {
-      const param *P = &G->params[p];
-      /* the value the parameter had when its search began: once another is kept, that one has lost to it
-       * with every other parameter as now, so it is not tried again */
-      const unsigned long long start = current_value(q, &best, P->name);
-      for (int v = 0; v < 8 && !group_spent; v++) {
-        if (v > 0 && P->values[v] == 0) break; /* the list's end (a value of 0 only comes first) */
-        if (share_spent(G, group_end, &group_spent)) break;
-        if (current_value(q, &best, P->name) == P->values[v] || P->values[v] == start) continue; /* measured */
-        settings cand = best;
-        settings_set(&cand, P->name, P->values[v]);
-        char label[160];
-        snprintf(label, sizeof label, "%s=%llu", P->name, P->values[v]);
-        try_candidate(q, G, rows, nr, ref, reps, &best, &cand, label);
-      }
-    }
-    /* the group's summary: the built-in shapes against the tuned, each against the copy (the
-     * built-in ones alone where the group kept nothing) */
-    int changed = 0;
-    for (int i = 0; i < best.n; i++)
-      for (int p = 0; p < 9 && G->params[p].name; p++) changed |= !strcmp(best.name[i], G->params[p].name);
-    if (!rc && !changed) {
-      for (int r = 0; r < nr; r++) {
-        bench_timing tm;
-        int rounds = 0;
-        char note[32];
-        if (!summary_time(rows[r].full, NULL, ref, reps, &tm, &rounds, err, sizeof err))
-          printf("summary %-10s %-56.56s default %8.2f ms (%.2f of copy)  tuned: the same%s\n", G->name,
-                 bench_row_name(rows[r].k), tm.ms, tm.ratio, rounds_note(rounds, reps, note, sizeof note));
-        else
-          printf("summary %-10s %-56.56s not timed: %s\n", G->name, bench_row_name(rows[r].k), err);
-      }
-    } else if (!rc) {
-      clembed_context *t = make_context(q, &best, err, sizeof err);
-      for (int r = 0; t && r < nr; r++) {
-        bench_run *rt = bench_run_alias(rows[r].full, t);
-        bench_timing tm;
-        int rounds = 0;
-        char note[32];
-        if (rt && !summary_time(rows[r].full, rt, ref, reps, &tm, &rounds, err, sizeof err))
-          printf("summary %-10s %-56.56s default %8.2f ms (%.2f of copy)  tuned %8.2f ms (%.2f of copy)  "
-                 "tuned/default %.2fx%s\n",
-                 G->name, bench_row_name(rows[r].k), tm.ms, tm.ratio, tm.alt_ms, tm.ratio * tm.alt_speedup,
-                 tm.alt_speedup, rounds_note(rounds, reps, note, sizeof note));
-        else
-          printf("summary %-10s %-56.56s not timed: %s\n", G->name, bench_row_name(rows[r].k), err);
-        bench_run_close(rt);
-      }
-      if (!t) printf("summary %-10s no context with the tuned settings: %s\n", G->name, err);
-      clembed_context_destroy(t);
-      fflush(stdout);
-    }
-    for (int r = 0; r < nr; r++) {
-      bench_run_close(rows[r].full);
-      free(rows[r].want);
-    }
-  }
-  if (!rc) {
-    char when[64], entry[8192], list[2048];
-    time_t now_t = time(NULL);
-    struct tm tmv;
-    gmtime_r(&now_t, &tmv);
-    strftime(when, sizeof when, "%Y-%m-%d %H:%M UTC", &tmv);
-    size_t o = (size_t)snprintf(entry, sizeof entry,
-                                "# clembed tune, %s, driver %s%s%s\n[device %s]\nmatch.platform = %s\n"
-                                "match.device = %s\ntuned = 1\n",
-                                when, id.driver, only ? ", groups " : "", only ? only : "", id.device, id.platform,
-                                id.device);
-    settings none;
-    memset(&none, 0, sizeof none);
-    settings diff = none; /* the kept settings whose values are not the built-in ones */
-    for (int i = 0; i < best.n; i++)
-      if (current_value(q, &none, best.name[i]) != best.value[i]) settings_set(&diff, best.name[i], best.value[i]);
-    best = diff;
-    for (int i = 0; i < best.n && o < sizeof entry; i++)
-      o += (size_t)snprintf(entry + o, sizeof entry - o, "%s = %llu\n", best.name[i], best.value[i]);
-    settings_string(&best, list, sizeof list);
-    printf("tuned settings: %s\n", best.n ? list : "(none: the built-in shapes were the fastest found)");
-    if (dry) {
-      printf("the entry (--dry-run, not written):\n%s", entry);
-    } else if (write_entry(path, id.device, entry, err, sizeof err)) {
-      fprintf(stderr, "clembed tune: %s\n", err);
-      rc = 1;
-    } else {
-      printf("written to %s (every context on this device reads it; `clembed devices` shows it)\n", path);
-    }
-  }
-  bench_ref_close(ref);
-  clembed_context_destroy(def);
-  return rc;
+  say = want_json ? stderr : stdout;
+  tune_opts o = {device, only, "", budget, reps, dry};
+  snprintf(o.path, sizeof o.path, "%s", path);
+  return supervise(&o);
 }

@@ -11,10 +11,12 @@ static const char usage[] =
     "Lists the OpenCL devices, by platform, as P:D pairs for --device, and marks with\n"
     "'*' the device that a run with no --device (or with this --device) uses. Under each,\n"
     "its tuning: the entries of the tuning database it runs with and where each came\n"
-    "from (built in, or the user's file that `clembed tune` writes; docs/tuning.md).\n"
+    "from (built in, or the user's file that `clembed tune` writes; docs/tuning.md);\n"
+    "a tuning file that cannot be read or parsed is left out, with a warning line.\n"
     "  --json          an array of {\"spec\", \"platform\", \"name\", \"type\" (gpu, cpu,\n"
     "                  accelerator or other), \"is_default\", \"selected\" (the device marked\n"
-    "                  '*'), \"global_mem_bytes\", \"max_alloc_bytes\", \"tuning\"} instead\n"
+    "                  '*'), \"global_mem_bytes\", \"max_alloc_bytes\", \"tuning\", and\n"
+    "                  \"tuning_warning\" where the user's tuning file was not read} instead\n"
     "  --device SPEC   mark the device this spec picks (a bad spec is exit 1 or 2, as for\n"
     "                  every subcommand)\n";
 
@@ -33,14 +35,18 @@ static const char *type_key(cl_device_type t) {
                                             : "other";
 }
 
-/* The tuning a context on the device `spec` runs with, or why no context was made. */
-static void tuning_of(const char *spec, char *buf, size_t cap) {
+/* The tuning a context on the device `spec` runs with, or why no context was
+ * made; in warn, why the user's tuning file was left out ("" if it was not). */
+static void tuning_of(const char *spec, char *buf, size_t cap, char *warn, size_t wcap) {
   clembed_context *ctx = NULL;
   clembed_status s = clembed_context_create(spec, &ctx);
-  if (s == CLEMBED_OK)
+  warn[0] = 0;
+  if (s == CLEMBED_OK) {
     snprintf(buf, cap, "%s", clembed_context_tuning(ctx));
-  else
+    snprintf(warn, wcap, "%s", clembed_context_message(ctx));
+  } else {
     snprintf(buf, cap, "(no context: %s)", clembed_last_error_message());
+  }
   clembed_context_destroy(ctx);
 }
 
@@ -66,11 +72,11 @@ int cli_cmd_devices(int argc, char **argv) {
     for (size_t i = 0; i < n; i++)
       if (list[i].is_default) chosen = (long)i;
   }
-  char tuning[1024];
+  char tuning[1024], warn[1536];
   if (GIVEN("--json")) {
     printf("[");
     for (size_t i = 0; i < n; i++) {
-      tuning_of(list[i].spec, tuning, sizeof tuning);
+      tuning_of(list[i].spec, tuning, sizeof tuning, warn, sizeof warn);
       printf("%s{\"spec\": ", i ? ", " : "");
       cli_json_string(list[i].spec);
       printf(", \"platform\": ");
@@ -82,6 +88,10 @@ int cli_cmd_devices(int argc, char **argv) {
              type_key(list[i].type), list[i].is_default ? "true" : "false", (long)i == chosen ? "true" : "false",
              (unsigned long long)list[i].global_mem_bytes, (unsigned long long)list[i].max_alloc_bytes);
       cli_json_string(tuning);
+      if (warn[0]) {
+        printf(", \"tuning_warning\": ");
+        cli_json_string(warn);
+      }
       printf("}");
     }
     printf("]\n");
@@ -99,8 +109,9 @@ int cli_cmd_devices(int argc, char **argv) {
     printf("  %c %-5s %s  [%s, %.1f GiB, largest buffer %.1f GiB]\n", (long)i == chosen ? '*' : ' ', list[i].spec,
            list[i].name, type_name(list[i].type), (double)list[i].global_mem_bytes / (1024.0 * 1024.0 * 1024.0),
            (double)list[i].max_alloc_bytes / (1024.0 * 1024.0 * 1024.0));
-    tuning_of(list[i].spec, tuning, sizeof tuning);
+    tuning_of(list[i].spec, tuning, sizeof tuning, warn, sizeof warn);
     printf("          tuning: %s\n", tuning);
+    if (warn[0]) printf("          warning: %s\n", warn);
   }
   if (chosen >= 0) {
     printf("* %s: %s / %s\n", spec && *spec ? "--device" : "default", list[chosen].platform, list[chosen].name);
