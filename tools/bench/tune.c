@@ -161,13 +161,15 @@ static double elapsed(void) { return now() - t_start; }
  * through a pipe as each group starts ('G', with the end of its share of the
  * budget) and ends ('S'), and as each candidate starts ('F', with the settings
  * then best), ends its first run ('B') and is decided ('D', with the settings
- * then best). A build cannot be stopped from inside (clBuildProgram returns
- * when it is done: llvmpipe builds one shape of the initialisation in about
- * ten minutes), and a driver may crash on a shape: a candidate whose first run
- * goes on past the build limit is stopped (the worker killed), and one in whose
- * run the worker dies is rejected too; the search then goes on in a new worker,
- * forked from the supervisor with the journal so far, which walks the same
- * search taking the journal's decisions where it has them. */
+ * then best), and with the lines of --json ('I' the device, 'R' a summary
+ * row, 'E' the entry). Neither a build nor a kernel can be stopped from inside
+ * (clBuildProgram returns when it is done, and llvmpipe builds some shapes for
+ * minutes), and a driver may crash on a shape: a candidate whose first run
+ * goes on past the build limit, or whose run goes on SHARE_GRACE past its
+ * group's share, is stopped (the worker killed), and one in whose run the
+ * worker dies is rejected too; the search then goes on in a new worker, forked
+ * from the supervisor with the journal so far, which walks the same search
+ * taking the journal's decisions where it has them. */
 typedef struct jentry {
   char kind;
   char *group, *label, *best;
