@@ -141,11 +141,11 @@ CLEMBED_API const char *clembed_context_device_name(const clembed_context *ctx);
  * ~/.cache/clembed/tuning.json (JSON, or the built-in file's format),
  * whenever a context is made (not with CLEMBED_TUNING=cpu|gpu, which asks for
  * a type's built-in shapes). A file that cannot be read or parsed fails no
- * context: it is left out (the built-in entries apply), this string ends with
+ * context: it is left out (the built-in entries apply), this string says
  * "; not read: PATH", and clembed_context_message names the file and what is
  * wrong (with the line and the entry where the fault is in one). An earlier
  * release's tuning.conf in that folder is read where there is no
- * tuning.json. No entry changes a bit of any result. "" for NULL. Owned by
+ * tuning.json (clembed_tuning_file names tuning.json). No entry changes a bit of any result. "" for NULL. Owned by
  * the context. */
 CLEMBED_API const char *clembed_context_tuning(const clembed_context *ctx);
 

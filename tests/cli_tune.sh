@@ -73,6 +73,14 @@ for run in 1 2; do
   [ "$n" = 2 ] || fail "after run $run the file has $n entries: $(cat "$json")"
 done
 ls "$tmp/cache/clembed" | grep -q tmp && fail "a temporary file was left: $(ls "$tmp/cache/clembed")"
+# a first tuning.json beside an earlier release's tuning.conf: the tuner says the old file is no longer read
+mkdir -p "$tmp/legacy/clembed"
+printf '[device other]\nmatch.device = no device is called this\nbag_tile = 2\n' >"$tmp/legacy/clembed/tuning.conf"
+XDG_CACHE_HOME="$tmp/legacy" "$CLI" tune --only positional --budget 1 --reps 1 >"$tmp/out" 2>"$tmp/err" ||
+  fail "tune beside a tuning.conf: exit $?: $(cat "$tmp/err")"
+grep -q "^written to $tmp/legacy/clembed/tuning.json" "$tmp/out" &&
+  grep -q "^note: $tmp/legacy/clembed/tuning.conf, an earlier release's tuning file beside it, is no longer read" "$tmp/out" ||
+  fail "tune beside a tuning.conf: $(cat "$tmp/out")"
 # every context on the device reads it (the default XDG path)
 XDG_CACHE_HOME="$tmp/cache" "$CLI" devices >"$tmp/out" 2>"$tmp/err" || fail "devices: $(cat "$tmp/err")"
 grep -qF "($json)" "$tmp/out" || fail "clembed devices does not show the tuned entry: $(cat "$tmp/out")"
@@ -139,14 +147,14 @@ names = [(c["group"], c["candidate"]) for c in run["candidates"]]
 assert len(names) == len(set(names)), names
 assert sorted(r["group"] for r in run["summary"]) == ["init", "init", "positional"], run["summary"]
 PY
-# a file that the library does not read as a tuning file is not written over: not JSON, one with a parameter
-# that does not exist, one that is not a tuning file at all
+# a file that the library does not read as a tuning file is not written over, said before the search: not
+# JSON, one with a parameter that does not exist, one that is not a tuning file at all
 for text in '{"entries": [' '{"entries": [{"device": "x", "parameters": {"bag_tiles": 4}}]}' 'PK\x03\x04 an archive'; do
   printf "$text" >"$tmp/bad.file"
   cp "$tmp/bad.file" "$tmp/bad.before"
   "$CLI" tune --only positional --budget 1 --reps 1 --out "$tmp/bad.file" >"$tmp/out" 2>"$tmp/err"
   rc=$?
-  [ "$rc" = 1 ] && grep -q "$tmp/bad.file is not a tuning file that clembed reads (.*): mend or remove it; nothing was written" "$tmp/err" ||
+  [ "$rc" = 1 ] && grep -q "$tmp/bad.file is not a tuning file that clembed reads (.*): mend or remove it, or --out another file; nothing was searched" "$tmp/err" ||
     fail "tune into '$text': exit $rc: $(cat "$tmp/err")"
   cmp -s "$tmp/bad.file" "$tmp/bad.before" || fail "tune changed '$text'"
 done

@@ -340,18 +340,29 @@ TU_CASE(tuning_file_path) {
   setenv("XDG_CACHE_HOME", "/cache", 1);
   EXPECT(clembed_tuning_file(path, sizeof path) == CLEMBED_OK && !strcmp(path, "/cache/clembed/tuning.json"), "%s",
          path);
-  /* an earlier release's tuning.conf where there is no tuning.json; tuning.json where both are */
-  char xdir[600], want[700];
+  /* the path is tuning.json's; an earlier release's tuning.conf there is read where there is no tuning.json */
+  char xdir[600], want[700], text[1024], platform[256] = "", device[256] = "";
+  clembed_context *c = NULL;
+  OK(c, make(NULL, &c));
+  device_names(c, platform, device);
+  clembed_context_destroy(c);
   snprintf(xdir, sizeof xdir, "%s/xdg", dir);
   setenv("XDG_CACHE_HOME", xdir, 1);
   snprintf(want, sizeof want, "%s/clembed", xdir);
   EXPECT(mkdir(xdir, 0755) == 0 && mkdir(want, 0755) == 0, "mkdir %s", want);
-  write_file("xdg/clembed/tuning.conf", "[device x]\n");
-  snprintf(want, sizeof want, "%s/clembed/tuning.conf", xdir);
-  EXPECT(clembed_tuning_file(path, sizeof path) == CLEMBED_OK && !strcmp(path, want), "only tuning.conf: %s", path);
-  write_file("xdg/clembed/tuning.json", "{\"entries\": []}");
+  snprintf(text, sizeof text, "[device legacy]\nmatch.device = %s\nbag_ahead = 5\n", device);
+  write_file("xdg/clembed/tuning.conf", text);
   snprintf(want, sizeof want, "%s/clembed/tuning.json", xdir);
-  EXPECT(clembed_tuning_file(path, sizeof path) == CLEMBED_OK && !strcmp(path, want), "both: %s", path);
+  EXPECT(clembed_tuning_file(path, sizeof path) == CLEMBED_OK && !strcmp(path, want), "only tuning.conf: %s", path);
+  OK(c, clembed_context_create(NULL, &c));
+  snprintf(want, sizeof want, "; device legacy (%s/clembed/tuning.conf)", xdir);
+  EXPECT(strstr(clembed_context_tuning(c), want) && tuning_value(c, "bag_ahead") == 5, "only tuning.conf: %s",
+         clembed_context_tuning(c));
+  clembed_context_destroy(c);
+  write_file("xdg/clembed/tuning.json", "{\"entries\": []}");
+  OK(c, clembed_context_create(NULL, &c));
+  EXPECT(!strstr(clembed_context_tuning(c), "legacy"), "both: %s", clembed_context_tuning(c));
+  clembed_context_destroy(c);
   unsetenv("XDG_CACHE_HOME");
   setenv("HOME", "/home/u", 1);
   EXPECT(clembed_tuning_file(path, sizeof path) == CLEMBED_OK && !strcmp(path, "/home/u/.cache/clembed/tuning.json"),

@@ -98,7 +98,10 @@ static int string(reader *r, char **out) {
   *out = NULL;
   if (r->p >= r->end || *r->p != '"') return fail(r, "expected a string, found %s", found(r, buf, sizeof buf));
   r->p++;
-  char *s = malloc((size_t)(r->end - r->p) + 1), *o = s;
+  /* the decoded string is at most as long as its text: to the first quote that no backslash escapes */
+  const char *q = r->p;
+  while (q < r->end && *q != '"') q += *q == '\\' && q + 1 < r->end ? 2 : 1;
+  char *s = malloc((size_t)(q - r->p) + 1), *o = s;
   if (!s) return fail(r, "out of memory");
   for (;;) {
     if (r->p >= r->end) {
@@ -172,8 +175,7 @@ static int string(reader *r, char **out) {
     }
   }
   *o = 0;
-  char *fit = realloc(s, (size_t)(o - s) + 1); /* the buffer was as long as the rest of the text */
-  *out = fit ? fit : s;
+  *out = s;
   return 0;
 }
 

@@ -494,13 +494,7 @@ int ce_tuning_user_file(char *path, size_t cap) {
   } else {
     return 0;
   }
-  /* tuning.json; the tuning.conf of an earlier release where there is no tuning.json */
-  char conf[1040];
-  struct stat st;
-  snprintf(conf, sizeof conf, "%s.conf", base);
-  if (snprintf(path, cap, "%s.json", base) >= (int)cap) return 0;
-  if (stat(path, &st) != 0 && errno == ENOENT && stat(conf, &st) == 0) return snprintf(path, cap, "%s", conf) < (int)cap;
-  return 1;
+  return snprintf(path, cap, "%s.json", base) < (int)cap;
 }
 
 /* Reads the user's file into *db: 0 (an absent file is an empty database), or
@@ -601,6 +595,14 @@ clembed_status ce_tuning_resolve(const ce_device_ident *d, ce_tuning *out, char 
    * be read or parsed is left out, said in *warn and the description: the context runs the built-in entries */
   char path[1024];
   if (!(env && *env) && ce_tuning_user_file(path, sizeof path)) {
+    /* at the default place, an earlier release's tuning.conf where there is no tuning.json */
+    const char *set = getenv("CLEMBED_TUNING_FILE");
+    size_t pl = strlen(path);
+    struct stat st;
+    if (!set && pl > 5 && !strcmp(path + pl - 5, ".json") && stat(path, &st) != 0 && errno == ENOENT) {
+      memcpy(path + pl - 5, ".conf", 5);
+      if (stat(path, &st) != 0) memcpy(path + pl - 5, ".json", 5);
+    }
     database user;
     if (user_db(path, &user, err, sizeof err)) {
       snprintf(warn, wcap, "the tuning file is not read: %s; the built-in entries apply (mend or remove the file, "

@@ -27,11 +27,11 @@
  * more, default against tuned, and the entry (the settings that differ from
  * the built-in ones) is written to the user's tuning file, replacing the
  * device's earlier entry, through a temporary file renamed over it. */
-#define _DEFAULT_SOURCE
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE /* pipe2, open_memstream */
 #include "bench.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <poll.h>
@@ -370,6 +370,15 @@ static void identify(clembed_context *ctx, ident *id) {
   for (int f = 0; f < 3; f++)
     for (char *p = fields[f]; *p; p++)
       if (*p == '\n' || *p == '\r' || *p == ']' || *p == '#') *p = ' ';
+  /* and UTF-8 (the JSON file's strings): a byte that is not part of it becomes '?' */
+  for (int f = 0; f < 3; f++) {
+    unsigned char *p = (unsigned char *)fields[f], *end = p + strlen(fields[f]);
+    while (p < end) {
+      size_t n = *p < 0x80 ? 1 : ce_utf8_seq(p, end);
+      if (!n) *p = '?', n = 1;
+      p += n;
+    }
+  }
 }
 
 /* Reads the file (NULL and 0 when it does not exist; -1 on another error). */
@@ -929,6 +938,16 @@ static int tune_work(const tune_opts *opt, int restarts) {
     journal_send('I', "", NULL, NULL, 0, info);
   }
   fflush(say);
+  /* a file the entry cannot go into is said before the search, not after it */
+  struct stat out_st;
+  char why[1024];
+  if (!restarts && !opt->dry && opt->path[0] && stat(opt->path, &out_st) == 0 &&
+      !library_reads(q, opt->path, why, sizeof why)) {
+    fprintf(stderr, "clembed tune: %.300s is not a tuning file that clembed reads (%.600s): mend or remove it, or "
+            "--out another file; nothing was searched\n", opt->path, why);
+    clembed_context_destroy(def);
+    return 1;
+  }
   bench_ref *ref = bench_ref_open(def, reps < 9 ? 9 : reps, err, sizeof err);
   if (!ref) {
     fprintf(stderr, "clembed tune: the reference copy: %s\n", err);
@@ -1109,9 +1128,9 @@ static int tune_work(const tune_opts *opt, int restarts) {
     /* the entry in the file's format: JSON, or the built-in file's where the file is in that; a file
      * the library does not read (damaged, or not a tuning file) is not written over */
     const int conf = opt->path[0] && file_is_conf(opt->path);
-    char why[1024];
     struct stat fst;
-    int unread = !opt->dry && stat(opt->path, &fst) == 0 && !library_reads(q, opt->path, why, sizeof why);
+    const int had_file = opt->path[0] && stat(opt->path, &fst) == 0;
+    int unread = !opt->dry && had_file && !library_reads(q, opt->path, why, sizeof why);
     if (conf) {
       size_t o = (size_t)snprintf(entry, sizeof entry, "# %s\n[device %s]\nmatch.platform = %s\nmatch.device = %s\n"
                                   "tuned = 1\n", comment, id.device, id.platform, id.device);
@@ -1127,13 +1146,26 @@ static int tune_work(const tune_opts *opt, int restarts) {
     } else if (unread) {
       fprintf(stderr, "clembed tune: %.300s is not a tuning file that clembed reads (%.600s): mend or remove it; "
               "nothing was written\n", opt->path, why);
+      fprintf(say, "the entry (not written):\n%s", entry);
       rc = 1;
     } else if (conf ? write_entry(q, opt->path, id.device, entry, err, sizeof err)
                     : write_json_entry(q, opt->path, id.device, entry, err, sizeof err)) {
       fprintf(stderr, "clembed tune: %s\n", err);
+      fprintf(say, "the entry (not written):\n%s", entry);
       rc = 1;
     } else {
       fprintf(say, "written to %s (every context on this device reads it; `clembed devices` shows it)\n", opt->path);
+      /* a new tuning.json beside an earlier release's tuning.conf, which contexts read until then */
+      size_t pl = strlen(opt->path);
+      char old_conf[1024];
+      struct stat cst;
+      if (!had_file && pl > 12 && pl < sizeof old_conf && !strcmp(opt->path + pl - 12, "/tuning.json")) {
+        memcpy(old_conf, opt->path, pl - 5);
+        memcpy(old_conf + pl - 5, ".conf", 6);
+        if (stat(old_conf, &cst) == 0)
+          fprintf(say, "note: %s, an earlier release's tuning file beside it, is no longer read: copy into the new "
+                  "file any entry of its own\n", old_conf);
+      }
     }
     /* for --json: the settings, the entry, where it went */
     char info[16384], je[12288], jw[2100];
@@ -1195,8 +1227,13 @@ static int supervise(const tune_opts *o) {
   int rc = 2, restarts = 0;
   double share_end = -1; /* the end of the share of the group under way (its 'G'), -1 between groups */
   for (;; restarts++) {
+    if (restarts > MAX_RESTARTS) {
+      fprintf(stderr, "clembed tune: the search was stopped and went on in a new process %d times: the run ends "
+              "(nothing written)\n", MAX_RESTARTS);
+      break;
+    }
     int fds[2];
-    if (pipe(fds)) {
+    if (pipe2(fds, O_CLOEXEC)) { /* a program the driver starts holds no end of it */
       fprintf(stderr, "clembed tune: pipe: %s\n", strerror(errno));
       break;
     }
@@ -1222,6 +1259,7 @@ static int supervise(const tune_opts *o) {
     size_t have = 0, cap = (size_t)1 << 16;
     char *buf = malloc(cap);
     int pending = -1, first_run = 0, killed = 0; /* killed: 1 past the build limit, 2 past the group's share */
+    int stopped = -1;                             /* the candidate under way when the worker was killed */
     int oom = !buf;
     double since = 0;
     while (!oom) {
@@ -1240,7 +1278,10 @@ static int supervise(const tune_opts *o) {
         killed = first_run && elapsed() - since > build_limit                               ? 1
                  : pending >= 0 && share_end >= 0 && elapsed() > share_end + SHARE_GRACE ? 2
                                                                                           : 0;
-        if (killed) kill(pid, SIGKILL);
+        if (killed) {
+          stopped = pending;
+          kill(pid, SIGKILL);
+        }
         continue;
       }
       if (have + 1 >= cap) { /* a line longer than the buffer: a larger one */
@@ -1292,7 +1333,9 @@ static int supervise(const tune_opts *o) {
       fprintf(stderr, "clembed tune: out of memory reading the tuning process's lines\n");
       break;
     }
-    if (pending < 0 && killed) continue; /* its candidate was decided as it was stopped: the next worker goes on */
+    /* a candidate decided as its worker was stopped (its last lines read after the kill): no candidate is at
+     * fault, and the next worker goes on (one it had started since is tried again) */
+    if (killed && pending != stopped) continue;
     if (pending < 0) {
       if (WIFEXITED(status)) {
         rc = WEXITSTATUS(status);
@@ -1329,14 +1372,24 @@ static int supervise(const tune_opts *o) {
       fprintf(stderr, "clembed tune: out of memory\n");
       break;
     }
-    if (restarts + 1 > MAX_RESTARTS) {
-      fprintf(stderr, "clembed tune: %d candidates stopped or fatal to the process: the run ends\n", MAX_RESTARTS + 1);
-      break;
-    }
   }
   if (want_json) print_json(restarts, rc);
   journal_free();
   return rc;
+}
+
+/* A run that ends before its search (exit 1): the message on stderr, and with
+ * --json the run's object, with the message as "error". */
+static int early_exit(const char *message) {
+  fprintf(stderr, "clembed tune: %s\n", message);
+  if (want_json) {
+    char jm[1024];
+    printf("{\"exit_status\": 1, \"error\": \"%s\", \"restarts\": 0, \"candidates\": [], \"summary\": [], "
+           "\"settings\": null, \"entry\": null, \"written\": null}\n",
+           bench_json_text(message, jm, sizeof jm));
+    fflush(stdout);
+  }
+  return 1;
 }
 
 int tune_main(int argc, char **argv) {
@@ -1395,16 +1448,14 @@ int tune_main(int argc, char **argv) {
   if (output) {
     snprintf(path, sizeof path, "%s", output);
   } else if (!dry && clembed_tuning_file(path, sizeof path) != CLEMBED_OK) {
-    fprintf(stderr, "clembed tune: no tuning file to write (CLEMBED_TUNING_FILE is empty or \"none\", or there is no "
-                    "HOME): pass --output FILE, or --dry-run\n");
-    return 1;
+    return early_exit("no tuning file to write (CLEMBED_TUNING_FILE is empty or \"none\", or there is no HOME): pass "
+                      "--out FILE, or --dry-run");
   }
   /* the built-in entries alone are the start, and every context here reads no user file */
   setenv("CLEMBED_TUNING_FILE", "none", 1);
   unsetenv("CLEMBED_TUNING");
   if (getenv("CLEMBED_TUNE")) {
-    fprintf(stderr, "clembed tune: CLEMBED_TUNE is set; the tuner starts from the built-in entries (unset it)\n");
-    return 1;
+    return early_exit("CLEMBED_TUNE is set; the tuner starts from the built-in entries (unset it)");
   }
   t_start = now();
   say = want_json ? stderr : stdout;
