@@ -330,6 +330,15 @@ const ce_json *ce_json_get(const ce_json *obj, const char *key) {
   return NULL;
 }
 
+void ce_utf8_clean(char *s) {
+  unsigned char *p = (unsigned char *)s, *end = p + strlen(s);
+  while (p < end) {
+    size_t n = *p < 0x80 ? 1 : ce_utf8_seq(p, end);
+    if (!n) *p = '?', n = 1;
+    p += n;
+  }
+}
+
 void ce_json_write_string(FILE *f, const char *s) {
   fputc('"', f);
   for (const unsigned char *p = (const unsigned char *)s; *p; p++) {

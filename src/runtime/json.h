@@ -37,6 +37,9 @@ size_t ce_utf8_put(char *o, unsigned cp);
 /* The length of the well-formed UTF-8 sequence of two to four bytes at p
  * (before end), 0 if there is none (an ASCII byte, or bytes that are not UTF-8). */
 size_t ce_utf8_seq(const unsigned char *p, const unsigned char *end);
+/* Replaces each byte of s that is neither ASCII nor part of well-formed UTF-8
+ * by '?'. */
+void ce_utf8_clean(char *s);
 /* Writes s as a JSON string, quotes included. */
 void ce_json_write_string(FILE *f, const char *s);
 

@@ -549,16 +549,6 @@ static int user_db(const char *path, database *db, char *err, size_t errlen) {
 
 /* ------------------------------------------------------------- resolving */
 
-/* Replaces each byte of s that is not ASCII or part of well-formed UTF-8 by
- * '?': a message quotes a file's bytes and its path, and goes into JSON. */
-static void utf8_clean(char *s) {
-  unsigned char *p = (unsigned char *)s, *end = p + strlen(s);
-  while (p < end) {
-    size_t n = *p < 0x80 ? 1 : ce_utf8_seq(p, end);
-    if (!n) *p = '?', n = 1;
-    p += n;
-  }
-}
 
 clembed_status ce_tuning_resolve(const ce_device_ident *d, ce_tuning *out, char *desc, size_t cap, char *warn,
                                  size_t wcap) {
@@ -621,8 +611,9 @@ clembed_status ce_tuning_resolve(const ce_device_ident *d, ce_tuning *out, char 
     if (!first) append(desc, cap, " (%s)", path);
     db_free(&user);
   }
-  utf8_clean(warn);
-  utf8_clean(desc);
+  /* a message quotes a file's bytes and its path, and goes into JSON */
+  ce_utf8_clean(warn);
+  ce_utf8_clean(desc);
   const char *tune = getenv("CLEMBED_TUNE");
   if (tune && *tune) {
     clembed_status s = ce_tuning_apply(out, tune, out);

@@ -370,15 +370,8 @@ static void identify(clembed_context *ctx, ident *id) {
   for (int f = 0; f < 3; f++)
     for (char *p = fields[f]; *p; p++)
       if (*p == '\n' || *p == '\r' || *p == ']' || *p == '#') *p = ' ';
-  /* and UTF-8 (the JSON file's strings): a byte that is not part of it becomes '?' */
-  for (int f = 0; f < 3; f++) {
-    unsigned char *p = (unsigned char *)fields[f], *end = p + strlen(fields[f]);
-    while (p < end) {
-      size_t n = *p < 0x80 ? 1 : ce_utf8_seq(p, end);
-      if (!n) *p = '?', n = 1;
-      p += n;
-    }
-  }
+  /* and UTF-8 (the JSON file's strings) */
+  for (int f = 0; f < 3; f++) ce_utf8_clean(fields[f]);
 }
 
 /* Reads the file (NULL and 0 when it does not exist; -1 on another error). */
