@@ -1271,7 +1271,13 @@ CLEMBED_API clembed_bag_options clembed_bag_defaults(void);
  * per_sample_weights with MEAN or MAX or of the wrong shape or dtype, max_rows
  * without MAX or of the wrong count, a padding_idx outside the table. The
  * table and out may be split ("Tables past one buffer": the table's pieces
- * share one launch with the ids, offsets, weights and max_rows). */
+ * share one launch with the ids, offsets, weights and max_rows). On a device
+ * that ends a work-item's loops after a number of iterations (the tuning's
+ * loop_limit: Mesa's llvmpipe), a bag longer than the cap that limit sets for
+ * the call (its message names it) is not pooled: fixed bags are refused at the
+ * call with CLEMBED_ERR_UNSUPPORTED naming ids, nothing written; a bag given
+ * by offsets gets a zero row (max_rows -1) and clembed_finish returns
+ * CLEMBED_ERR_UNSUPPORTED naming offsets, the bag's index and its length. */
 CLEMBED_API clembed_status clembed_embedding_bag(clembed_context *ctx, const clembed_matrix *table,
                                                  const clembed_ids *ids, const clembed_ids *offsets,
                                                  const clembed_bag_options *opt, clembed_matrix *out,
@@ -1357,7 +1363,8 @@ CLEMBED_API clembed_bag_feature clembed_bag_feature_defaults(void);
  * table dtypes about B / 12 + T launches. A split table counts each of its
  * pieces (see "Tables past one buffer": one in more pieces than a launch
  * takes is gathered first); out may be split (a launch per window
- * of its pieces where they are more than 8). A bad id or offset of feature f
+ * of its pieces where they are more than 8). A bad id or offset of feature f,
+ * or a bag past a loop limit's cap (the cap set by every feature of the call),
  * is reported as in clembed_embedding_bag, the message naming features[f]. */
 CLEMBED_API clembed_status clembed_embedding_bags(clembed_context *ctx, const clembed_bag_feature *features,
                                                   size_t n, clembed_matrix *out, cl_uint num_events_in_wait_list,

@@ -676,6 +676,181 @@ TU_CASE(edge_bags) {
   free(ids);
 }
 
+/* ------------------------------------------------------------ the loop limit */
+
+/* Bags of the lengths lens[0 .. nb) (ids random in a 50-row table, every
+ * other bag with the padding row 7 among them, so that bags of plain ids and
+ * bags with a padding id lie side by side) pooled on ctx; `want_long` the
+ * first bag expected refused (-1: none), every bag longer than it refused too.
+ * Checks the finish (CLEMBED_ERR_UNSUPPORTED naming offsets[bag] and its
+ * length, or OK), the output (a refused bag's row zero, MAX's max_rows -1; the
+ * others exact) and returns the cap the message names (0 when none). */
+static size_t cap_run(clembed_context *ctx, size_t cols, int m, const size_t *lens, size_t nb, long want_long,
+                      const char *what) {
+  uint64_t st = 0xCA9 + cols * 7 + (uint64_t)m * 131 + nb;
+  size_t n = 0, cap = 0;
+  for (size_t b = 0; b < nb; b++) n += lens[b];
+  int64_t *ids = malloc((n + 1) * sizeof *ids), *off = malloc((nb + 1) * sizeof *off);
+  off[0] = 0;
+  for (size_t b = 0, j = 0; b < nb; b++) {
+    for (size_t k = 0; k < lens[b]; k++, j++) {
+      ids[j] = (int64_t)rnd_below(&st, 50);
+      if (b % 2 == 1 && k == lens[b] / 2) ids[j] = 7;
+      else if (ids[j] == 7) ids[j] = 8;
+    }
+    off[b + 1] = off[b] + (int64_t)lens[b];
+  }
+  float *T, *w = NULL;
+  clembed_matrix tab = make_table(ctx, &st, CLEMBED_F32, 50, cols, 0, 0, &T), wm = {0}, out = {0};
+  if (m == 1) {
+    w = malloc((n + 1) * sizeof *w);
+    for (size_t j = 0; j < n; j++) w[j] = tu_rand(&st) * 2.0f;
+    wm = tu_gapped_matrix(ctx_of(ctx), n, 1, CLEMBED_F32, 1, 0, w);
+  }
+  clembed_ids di = make_ids(ctx, ids, n, CLEMBED_I64, 0), doff = make_ids(ctx, off, nb + 1, CLEMBED_I32, 1), dmr = {0};
+  int64_t *zeros = calloc(nb * cols + 1, sizeof(int64_t));
+  if (m == 3) dmr = make_ids(ctx, zeros, nb * cols, CLEMBED_I64, 0);
+  OK(ctx, clembed_matrix_create(ctx, nb, cols, CLEMBED_F32, &out));
+  clembed_bag_options o = clembed_bag_defaults();
+  o.mode = MODES4[m];
+  o.padding_idx = 7;
+  o.per_sample_weights = m == 1 ? &wm : NULL;
+  o.max_rows = m == 3 ? &dmr : NULL;
+  OK(ctx, clembed_embedding_bag(ctx, &tab, &di, &doff, &o, &out, 0, NULL, NULL));
+  clembed_status s = clembed_finish(ctx);
+  const char *msg = clembed_context_message(ctx);
+  if (want_long >= 0) {
+    clembed_error_detail d;
+    clembed_context_error(ctx, &d);
+    const char *at = strstr(msg, "at most ");
+    if (at) cap = (size_t)strtoull(at + 8, NULL, 10);
+    EXPECT(s == CLEMBED_ERR_UNSUPPORTED && !strcmp(d.argument, "offsets") && d.index == want_long &&
+               d.value == (int64_t)lens[want_long] && strstr(msg, "loop_limit") && cap > 0,
+           "%s: finish gave %s, detail %s[%lld] = %lld, expected CLEMBED_ERR_UNSUPPORTED for offsets[%ld] = %zu (%s)",
+           what, clembed_status_string(s), d.argument, (long long)d.index, (long long)d.value, want_long,
+           lens[want_long], msg);
+  } else {
+    EXPECT(s == CLEMBED_OK, "%s: finish gave %s (%s)", what, clembed_status_string(s), msg);
+  }
+  bagp p = {T, 50, cols, ids, n, off, nb, o, w};
+  float *want = malloc((nb * cols + 1) * sizeof(float));
+  int64_t *mr = malloc((nb * cols + 1) * sizeof(int64_t));
+  bag_ref_forward(&p, want, mr);
+  for (size_t b = 0; want_long >= 0 && b < nb; b++)
+    if (lens[b] >= lens[want_long])
+      for (size_t c = 0; c < cols; c++) {
+        want[b * cols + c] = 0.0f;
+        mr[b * cols + c] = -1;
+      }
+  expect_matrix(ctx, &out, want, what, m == 1);
+  if (m == 3) {
+    int64_t *got = read_ids64(ctx, &dmr);
+    size_t diff = 0;
+    for (size_t k = 0; k < nb * cols; k++) diff += got[k] != mr[k];
+    EXPECT(diff == 0, "%s: max_rows: %zu of %zu differ", what, diff, nb * cols);
+    free(got);
+  }
+  free(want);
+  free(mr);
+  free(zeros);
+  free(T);
+  free(w);
+  free(ids);
+  free(off);
+  release_matrix(&tab);
+  release_matrix(&out);
+  release_matrix(&wm);
+  release_ids(&di);
+  release_ids(&doff);
+  release_ids(&dmr);
+  return cap;
+}
+
+/* On ctx (a device with a loop limit, or one set by CLEMBED_TUNE): a bag past
+ * the cap refused, every mode at the cap exact (bags of plain ids and with a
+ * padding id side by side), one past it refused; fixed bags past the cap
+ * refused at the call, the output untouched. */
+static void cap_cases(clembed_context *ctx, size_t cols, size_t big, const char *name) {
+  char what[160];
+  size_t lens[6] = {3, big, 0, 5, big + 1, 2};
+  snprintf(what, sizeof what, "%s, %zu cols, bags of %zu and %zu ids", name, cols, big, big + 1);
+  size_t cap = cap_run(ctx, cols, 0, lens, 6, 1, what);
+  if (!cap) return;
+  EXPECT(cap < big, "%s: the cap %zu is not below %zu", what, cap, big);
+  for (int m = 0; m < 4; m++) {
+    size_t at[6] = {cap, cap, cap, cap, cap, cap - 1};
+    snprintf(what, sizeof what, "%s, %zu cols, %s, 6 bags at the cap (%zu ids)", name, cols, MODEN[m], cap);
+    cap_run(ctx, cols, m, at, 6, -1, what);
+    size_t past[4] = {cap, cap - 1, cap + 1, 1};
+    snprintf(what, sizeof what, "%s, %zu cols, %s, a bag one past the cap (%zu ids)", name, cols, MODEN[m], cap + 1);
+    cap_run(ctx, cols, m, past, 4, 2, what);
+  }
+  /* fixed bags past the cap: refused at the call, out untouched */
+  size_t nb = 2, n = nb * (cap + 1);
+  int64_t *ids = calloc(n, sizeof *ids);
+  float *before = malloc(nb * cols * sizeof *before), *after = malloc(nb * cols * sizeof *after);
+  for (size_t k = 0; k < nb * cols; k++) before[k] = (float)k + 0.5f;
+  clembed_ids di = make_ids(ctx, ids, n, CLEMBED_I32, 0);
+  clembed_matrix tab = {0}, out = {0};
+  OK(ctx, clembed_matrix_create(ctx, 4, cols, CLEMBED_F32, &tab));
+  OK(ctx, clembed_matrix_create(ctx, nb, cols, CLEMBED_F32, &out));
+  OK(ctx, clembed_matrix_write(ctx, &out, before, CLEMBED_F32));
+  clembed_status s = clembed_embedding_bag(ctx, &tab, &di, NULL, NULL, &out, 0, NULL, NULL);
+  clembed_error_detail d;
+  clembed_context_error(ctx, &d);
+  EXPECT(s == CLEMBED_ERR_UNSUPPORTED && !strcmp(d.argument, "ids") && strstr(clembed_context_message(ctx), "loop_limit"),
+         "%s: fixed bags of %zu ids: %s (%s)", name, cap + 1, clembed_status_string(s), clembed_context_message(ctx));
+  OK(ctx, clembed_finish(ctx));
+  OK(ctx, clembed_matrix_read(ctx, &out, after, CLEMBED_F32));
+  EXPECT(!memcmp(before, after, nb * cols * sizeof *after), "%s: refused fixed bags wrote the output", name);
+  free(before);
+  free(after);
+  release_matrix(&tab);
+  release_matrix(&out);
+  release_ids(&di);
+  free(ids);
+}
+
+/* A device that ends a work-item's loops after loop_limit iterations in all
+ * (Mesa's llvmpipe: 65,535, with no error) pools every bag up to the cap the
+ * library names, exactly, and refuses a longer one instead of pooling part of
+ * it: with loop_limit = 3000 on every device, in both shapes and the CPU
+ * shape's order of every feature in a work-item, and on a device with a limit
+ * of its own with that limit (where a cap set too high gives short sums). */
+TU_CASE(loop_limit) {
+  static const char *const TUNE[3] = {"loop_limit=3000", "loop_limit=3000", "loop_limit=3000,bag_by_feature=0"};
+  static const char *const TUNING[3] = {"cpu", "gpu", "cpu"};
+  static const char *const NAME[3] = {"cpu shapes, loop_limit 3000", "gpu shapes, loop_limit 3000",
+                                      "cpu shapes, every feature a work-item, loop_limit 3000"};
+  const char *given = getenv("CLEMBED_TUNE"); /* (a variant's settings kept, the limit added) */
+  char *saved = given ? strdup(given) : NULL;
+  for (int s = 0; s < 3; s++) {
+    char tune[256];
+    snprintf(tune, sizeof tune, "%s%s%s", saved ? saved : "", saved && *saved ? "," : "", TUNE[s]);
+    setenv("CLEMBED_TUNE", tune, 1);
+    clembed_context *c = tu_shaped_context(TUNING[s]);
+    if (saved)
+      setenv("CLEMBED_TUNE", saved, 1);
+    else
+      unsetenv("CLEMBED_TUNE");
+    if (!c) continue;
+    for (size_t cols = 5; cols <= 40; cols += 35) cap_cases(c, cols, 2000, NAME[s]);
+    clembed_context_destroy(c);
+  }
+  clembed_context *c = NULL;
+  uint64_t limit = 0;
+  OK(c, clembed_context_create(NULL, &c));
+  OK(c, clembed_tuning_value(c, "loop_limit", &limit));
+  if (limit) {
+    char name[96];
+    snprintf(name, sizeof name, "the device's own loop_limit %llu", (unsigned long long)limit);
+    cap_cases(c, 128, (size_t)limit, name);
+    cap_cases(c, 16, (size_t)limit, name);
+  }
+  clembed_context_destroy(c);
+  free(saved);
+}
+
 /* Offsets that break the rules: the first bad entry is reported (argument
  * "offsets", its position and value) and the bags hold their offsets clamped
  * into [0, n], each on its own; nothing is read outside a buffer. */

@@ -12,13 +12,15 @@
 #define CE_SLOT_UINTS 8 /* given by the host with every build */
 #endif
 
-/* Records token i as the first bad one of its kind (0 id, 1 position), with
- * `value` (the id, or the start of the token's sequence).
+/* Records token i as the first bad one of its kind (0 id, 1 position; 2 a bag
+ * too long for the device's loop limit, i its index), with `value` (the id,
+ * the start of the token's sequence, the bag's length).
  * With 64-bit atomics (CE_ATOM64, from cl_khr_int64_base_atomics) the slot holds
  * two minima per kind, (i << 32 | low word of value) and (i << 32 | high word),
  * so the first token and its value land together and no second kernel is
- * needed. Without, only the token index is kept here and ce_record_error
- * fetches the value after the operation. */
+ * needed. Without, only the token index is kept here (kind 2's at word 6) and
+ * ce_record_error (ce_bag_record for bags) fetches the value after the
+ * operation. */
 inline void ce_report(__global uint *err, uint slot, int kind, ulong i, long value) {
   ulong key = min(i, (ulong)0xFFFFFFFEu);
 #if CE_ATOM64
@@ -26,7 +28,7 @@ inline void ce_report(__global uint *err, uint slot, int kind, ulong i, long val
   atom_min(&s[0], (key << 32) | (ulong)(uint)value);
   atom_min(&s[1], (key << 32) | ((ulong)value >> 32));
 #else
-  atomic_min(&err[slot * CE_SLOT_UINTS + kind], (uint)key);
+  atomic_min(&err[slot * CE_SLOT_UINTS + (kind < 2 ? kind : 6)], (uint)key);
 #endif
 }
 

@@ -542,7 +542,8 @@ CE_INLINE FV ce_bag_fmav(FV w, FV t, FV a) {
  * a line with each vector (CE_BAG_PMIX), the tail columns after the row's
  * vectors; the same operations in the same order as CE_BAG_GROUPS (each
  * column's ids one by one in ascending order). The check is a first pass over
- * the bag's ids, which the pooling reads again from the cache. A row is found
+ * the bag's ids (once per bag, whatever the passes), which the pooling reads
+ * again from the cache. A row is found
  * without ce_bag_tabrow's search over pieces (CE_BAG_PROW: the table's one
  * piece). */
 #define CE_BAG_PROW(D, row) \
@@ -640,7 +641,8 @@ CE_INLINE int ce_bag_plain(const ce_bag_feat *F, ulong lo, ulong hi) {
  * ids taken. Every accumulator starts from `zero` (0.0f, a kernel argument,
  * so that no compiler turns the first fma(w, t, 0) into w * t). Each column
  * takes the bag's ids one by one in ascending order, so the operations are
- * those of one id at a time whatever ROWS is. */
+ * those of one id at a time whatever ROWS is. `plain`: the bag's ids are all
+ * plain (ce_bag_columns checks once per bag, not per pass), for CE_BAG_PLAIN. */
 #define CE_BAG_POOL_FN(D)                                                                                          \
   /* column col of table row `row` (ce_bag_tabrow's piece) */                                                     \
   CE_INLINE __global const CE_STORE_##D *ce_bag_rowp_##D(const ce_bag_feat *F, ulong row, ulong col) {            \
@@ -648,8 +650,8 @@ CE_INLINE int ce_bag_plain(const ce_bag_feat *F, ulong lo, ulong hi) {
     __global const CE_STORE_##D *tp_ = (__global const CE_STORE_##D *)ce_bag_tabrow(F, row, &ro_);               \
     return ce_ptr_##D(ce_ptr_##D(tp_, ro_), col);                                                                 \
   }                                                                                                               \
-  CE_INLINE void ce_bag_pool_##D(const ce_bag_feat *F, ulong lo, ulong hi, ulong c, int nv, int nt, float zero,    \
-                                 FV *acc, UV *arg, float *tacc, uint *targ, int *cnt, int report,                  \
+  CE_INLINE void ce_bag_pool_##D(const ce_bag_feat *F, ulong lo, ulong hi, int plain, ulong c, int nv, int nt,    \
+                                 float zero, FV *acc, UV *arg, float *tacc, uint *targ, int *cnt, int report,      \
                                  __global uint *err) {                                                            \
     const ulong ct = c + (ulong)nv * VEC; /* the tail's first column */                                           \
     int taken = 0, tail_taken = 0, pruned = 0;                                                                    \
@@ -665,7 +667,7 @@ CE_INLINE int ce_bag_plain(const ce_bag_feat *F, ulong lo, ulong hi) {
     if (F->mode == CE_BAG_MAX) {                                                                                  \
       CE_BAG_IF_MAX(const int weighted = 0; CE_BAG_GROUPS(CE_BAG_VMAX, CE_BAG_TMAX, D)                            \
                     if (ROWS > 1 && nt) CE_BAG_TAILS(CE_BAG_TMAX, D))                                             \
-    } else if (BAG_PLAIN && CE_BAG_ONE_PIECE(F) && ce_bag_plain(F, lo, hi)) {                                         \
+    } else if (plain) {                                                                                           \
       if (F->has_w) {                                                                                             \
         CE_BAG_IF_W(const int weighted = 1; CE_BAG_PLAIN_NV(CE_BAG_PFMA, CE_BAG_TFMA, D))                         \
       } else {                                                                                                    \
@@ -706,12 +708,29 @@ CE_INLINE void ce_bag_store_rows(const ce_bag_feat *F, ulong b, ulong c, const u
  * BAG_TILE vectors of VEC columns, the last pass with the columns past the last
  * whole vector; MEAN divides by the count, MAX writes max_rows. The first pass
  * reports the bag's bad ids (`report`); with no column to write the ids are
- * still checked. */
+ * still checked.
+ *
+ * lcap (0: none): the most ids a bag may have on a device that ends a
+ * work-item's loops after a number of iterations in all (the tuning's
+ * loop_limit; the host sizes lcap so that the launch's loops stay below it,
+ * src/ops/bag_forward.c). A longer bag is not pooled: its columns get zeros
+ * (MAX's max_rows -1) and it is reported (kind 2: its index and length),
+ * which clembed_finish returns as CLEMBED_ERR_UNSUPPORTED. */
 CE_INLINE void ce_bag_columns(const ce_bag_feat *F, ulong b, ulong bags, ulong c, ulong c_end, float zero,
-                              __global OUT_T *orow, int report, __global uint *err) {
+                              ulong lcap, __global OUT_T *orow, int report, __global uint *err) {
   ulong lo, hi;
   ce_bag_range(F, b, bags, &lo, &hi);
   int mean = F->mode == CE_BAG_MEAN, max = F->mode == CE_BAG_MAX && F->has_mr;
+  if (lcap && hi - lo > lcap) {
+    if (F->report) ce_report(err, F->slot, 2, b, (long)(hi - lo));
+    uint none[1] = {CE_BAG_NO_ARG};
+    for (; c < c_end; c++) {
+      store_out(orow, c, 0.0f);
+      if (max) ce_bag_store_rows(F, b, c, none, 1);
+    }
+    return;
+  }
+  const int plain = BAG_PLAIN && F->mode != CE_BAG_MAX && CE_BAG_ONE_PIECE(F) && c < c_end && ce_bag_plain(F, lo, hi);
   while (c < c_end) {
     ulong left = c_end - c;
     int last = left / VEC <= BAG_TILE, nv = (int)min((ulong)BAG_TILE, left / VEC), nt = last ? (int)(left % VEC) : 0;
@@ -720,7 +739,7 @@ CE_INLINE void ce_bag_columns(const ce_bag_feat *F, ulong b, ulong bags, ulong c
     UV arg[BAG_TILE];
     float tacc[VEC];
     uint targ[VEC];
-    ce_bag_pool(F, lo, hi, c, nv, nt, zero, acc, arg, tacc, targ, &cnt, report, err);
+    ce_bag_pool(F, lo, hi, plain, c, nv, nt, zero, acc, arg, tacc, targ, &cnt, report, err);
     report = 0;
     FV div = (FV)((float)cnt);
     for (int k = 0; k < BAG_TILE; k++)
@@ -749,7 +768,7 @@ CE_INLINE void ce_bag_columns(const ce_bag_feat *F, ulong b, ulong bags, ulong c
 
 /* The arguments of the forward's shapes, after CE_BAG_ARGS. */
 #define CE_BAG_OUT_ARGS \
-  __global OUT_T *out, ulong o_off CE_PIECE_PARAMS(OUT_T, out), ulong o_ld, ulong nchunks, float zero
+  __global OUT_T *out, ulong o_off CE_PIECE_PARAMS(OUT_T, out), ulong o_ld, ulong nchunks, float zero, ulong lcap
 /* bag b's output row (out may be split: cl/lib/pieces.cl), and whether this
  * launch writes it (with no bags, the first window's item 0 checks) */
 #define CE_BAG_OROW(b) (CE_AT(out, (b)) + CE_OFF(out, o_off, o_ld, (b)))
@@ -766,7 +785,7 @@ __kernel void ce_bag_rows(CE_BAG_ARGS, CE_BAG_OUT_ARGS) {
     ce_bag_feat F;
     ce_bag_load(&F, fd, f0 + f, bufs_);
     ce_bag_check_offsets(&F, b, bags, err);
-    if (b < bags) ce_bag_columns(&F, b, bags, 0, F.cols, zero, CE_BAG_OROW(b) + F.col0, 1, err);
+    if (b < bags) ce_bag_columns(&F, b, bags, 0, F.cols, zero, lcap, CE_BAG_OROW(b) + F.col0, 1, err);
   }
 }
 
@@ -783,7 +802,7 @@ __kernel void ce_bag_rows_by_feature(CE_BAG_ARGS, CE_BAG_OUT_ARGS) {
   ce_bag_feat F;
   ce_bag_load(&F, fd, f0 + (uint)(g / nb), bufs_);
   ce_bag_check_offsets(&F, b, bags, err);
-  if (b < bags) ce_bag_columns(&F, b, bags, 0, F.cols, zero, CE_BAG_OROW(b) + F.col0, 1, err);
+  if (b < bags) ce_bag_columns(&F, b, bags, 0, F.cols, zero, lcap, CE_BAG_OROW(b) + F.col0, 1, err);
 }
 
 /* GPU shape: work-item (x, b), x one of the launch's nchunks chunks of VEC
@@ -800,12 +819,13 @@ __kernel void ce_bag_cols(CE_BAG_ARGS, CE_BAG_OUT_ARGS) {
   int first = c == 0;
   if (first) ce_bag_check_offsets(&F, b, bags, err);
   if (b < bags)
-    ce_bag_columns(&F, b, bags, c, min(c + VEC, F.cols), zero, CE_BAG_OROW(b) + F.col0, first, err);
+    ce_bag_columns(&F, b, bags, c, min(c + VEC, F.cols), zero, lcap, CE_BAG_OROW(b) + F.col0, first, err);
 }
 
 /* Devices without 64-bit atomics: the value of each feature's first bad id
  * and bad offset, beside their positions in its error slot (as
- * ce_record_error). A work-item per feature. */
+ * ce_record_error), and the length of the first bag too long for the loop
+ * limit (word 7, beside its index in word 6). A work-item per feature. */
 __kernel void ce_bag_record(CE_BAG_ARGS) {
   CE_BAG_BUFS_ARRAY;
   ulong f = get_global_id(0);
@@ -824,6 +844,12 @@ __kernel void ce_bag_record(CE_BAG_ARGS) {
     long v = ce_bag_off(&F, bp);
     s[4] = (uint)v;
     s[5] = (uint)((ulong)v >> 32);
+  }
+  uint bl = s[6];
+  if (bl != CE_NONE && bl < bags) {
+    ulong lo, hi;
+    ce_bag_range(&F, bl, bags, &lo, &hi);
+    s[7] = (uint)min(hi - lo, (ulong)0xFFFFFFFEu);
   }
 }
 

@@ -188,7 +188,7 @@ static clembed_status prepare(seg_call *b) {
   if (token_work && (opt->policy == CLEMBED_INDEX_CHECK || opt->policy == CLEMBED_INDEX_WRAP ||
                      (opt->policy == CLEMBED_INDEX_CLAMP && rows == 0) || b->pg)) {
     ce_slot_info info = {b->step->what, "position_grad", opt->policy == CLEMBED_INDEX_WRAP, rows, p_rows,
-                         opt->seq_len, opt->position_offset, so != NULL, 0, NULL, 0, 0, 0, 0, 0, 0};
+                         opt->seq_len, opt->position_offset, so != NULL, 0, NULL, 0, 0, 0, 0, 0, 0, 0, 0};
     return ce_slot_reserve(ctx, &info, &b->rec.slot);
   }
   return CLEMBED_OK;

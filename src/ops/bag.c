@@ -428,5 +428,7 @@ clembed_status bag_feature_slot(clembed_context *ctx, const char *what, bag_feat
   info.has_feature = F->index >= 0;
   info.feature = F->index >= 0 ? (uint64_t)F->index : 0;
   ce_slot_remap(&info, o->remap, o->policy, F->table->rows);
+  info.bag_cap = F->lcap;
+  info.bag_cols = F->table->cols;
   return ce_slot_reserve(ctx, &info, &F->slot);
 }

@@ -40,6 +40,7 @@ typedef struct bag_feat {
   size_t col0;   /* its block of out or grad_out */
   long index;    /* features[index] of a batched call, -1 otherwise */
   cl_uint slot;  /* its error slot, CE_NO_SLOT */
+  size_t lcap;   /* the forward: the most ids a bag may have (the device's loop limit; 0: no cap) */
   ce_pieces tp;  /* the table's pieces (bag_check_feature; ce_pieces_release on the checked feature, not a copy) */
   size_t pg0, pgn; /* the pieces a launch reads: [pg0, pg0 + pgn) */
   /* a table in more buffers than a launch takes (bag_forward.c's gather_rows):

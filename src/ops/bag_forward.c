@@ -111,6 +111,66 @@ cleanup:
   return status;
 }
 
+/* On a device that ends a work-item's loops after loop_limit iterations in
+ * all, with no error (the tuning's device fact; Mesa's llvmpipe), the most ids
+ * a bag may have in this call, so that no work-item's pooling can reach the
+ * limit; each feature's F->lcap gets it where one of its bags could be longer
+ * (0: no cap). A work-item's loops over a bag of L ids whose rows take p
+ * passes (bag.cl's ce_bag_columns: BAG_TILE vectors of VEC columns a pass on
+ * the CPU shape, one vector on the GPU shape) come to at most L (the check for
+ * plain ids) + p (L (plain) + L (groups, where lanes run together and some
+ * take the other branch) + L (the tails, ROWS > 1) + L x the lines a prefetch
+ * asks for + the pass's own loops) + L (the ids checked when no column is
+ * written); ce_bag_rows adds every feature's, the other shapes take the
+ * largest (a work-item's lanes may hold several features' bags, and loops run
+ * as long as their longest lane). A margin of 1,024 as ce_fold_fits. A fixed
+ * bag (no offsets) past the cap is refused here, before anything is written;
+ * a bag by offsets, which the host does not read, is left unpooled by the
+ * kernel (zeros) and reported (CLEMBED_ERR_UNSUPPORTED at the next finish). */
+static clembed_status loop_caps(clembed_context *ctx, const char *what, bag_feat *F, size_t n, size_t bags,
+                                int cpu, int by_feature, unsigned rows) {
+  clembed_status status = CLEMBED_OK;
+  const ce_tuning *t = ctx->tune;
+  const size_t limit = t->loop_limit, vec = t->bag_vec ? t->bag_vec : 1, tile = cpu ? t->bag_tile : 1;
+  if (!limit) return CLEMBED_OK;
+  const size_t ahead = cpu && ctx->prefetch && t->bag_ahead && tile > 1 ? tile * vec * 4 / 64 + 2 : 0;
+  const size_t pass_loops = tile + vec + tile * (1 + vec) + 2 * vec + 4;
+  uint64_t a = 0, b = 0; /* the loops over a bag's ids come to at most a x L + b */
+  for (size_t f = 0; f < n; f++) {
+    size_t cols = F[f].table->cols, nvec = cols / vec;
+    uint64_t p = !cols ? 0 : !cpu ? 1 : nvec <= tile ? 1 : (nvec + tile - 1) / tile;
+    uint64_t af = 2 + p * (2 + (rows > 1) + ahead), bf = p * pass_loops + 16;
+    if (cpu && !by_feature) {
+      a += af;
+      b += bf + 1;
+    } else {
+      a = af > a ? af : a;
+      b = bf > b ? bf : b;
+    }
+  }
+  uint64_t room = limit > 1024 + b ? limit - 1024 - b : 0, cap = a ? room / a : room;
+  if (cap < 1) cap = 1;
+  for (size_t f = 0; f < n; f++) {
+    size_t ids = F[f].ids->count;
+    if (ids <= cap) continue;
+    if (F[f].offsets) {
+      F[f].lcap = (size_t)cap;
+      continue;
+    }
+    size_t len = bags ? ids / bags : 0;
+    if (len <= cap) continue;
+    char at[48] = "";
+    if (F[f].index >= 0) snprintf(at, sizeof at, "features[%ld].", F[f].index);
+    FAIL_ARG(CLEMBED_ERR_UNSUPPORTED, "ids", F[f].index, (int64_t)len,
+             "%s: %sids: fixed bags of %zu ids; this device ends a work-item's loops after %zu iterations (the "
+             "tuning's loop_limit), which pooling so many ids of %zu columns can pass: at most %llu ids a bag "
+             "in this call here",
+             what, at, len, limit, F[f].table->cols, (unsigned long long)cap);
+  }
+cleanup:
+  return status;
+}
+
 static clembed_status forward_run(clembed_context *ctx, const char *what, bag_feat *F, size_t n,
                                   clembed_matrix *out, cl_uint nwait, const cl_event *wait, cl_event *event) {
   clembed_status status = CLEMBED_OK;
@@ -146,6 +206,10 @@ static clembed_status forward_run(clembed_context *ctx, const char *what, bag_fe
                "remap are read in one launch, which takes at most %d buffers (CLEMBED_BAGS_BUFFERS)",
                what, F[f].tp.count, at, CLEMBED_BAGS_BUFFERS);
     }
+  {
+    unsigned rows = !cpu ? 1 : n > 1 ? t->bag_rows_features : t->bag_rows;
+    CHECK(loop_caps(ctx, what, F, n, bags, cpu, by_feature, rows));
+  }
   for (size_t f = 0; f < n; f++) CHECK(bag_feature_slot(ctx, what, &F[f]));
   for (size_t f = 0; f < n; f++)
     if (own_buffers(&F[f]) > CLEMBED_BAGS_BUFFERS) CHECK(gather_rows(&ch, what, &F[f]));
@@ -176,12 +240,14 @@ static clembed_status forward_run(clembed_context *ctx, const char *what, bag_fe
   for (size_t l = 0; l < nl; l++) {
     cl_kernel k;
     bag_args a = bag_launch_args(desc, &L[l], bags);
+    cl_ulong lcap = 0; /* the cap, where a feature of the launch needs one */
+    for (size_t f = L[l].first; f < L[l].first + L[l].count; f++) lcap = G[f].lcap ? G[f].lcap : lcap;
     cl_ulong nchunks = L[l].chunks;
     bag_launch_options(opts, sizeof opts, base, &L[l]);
     CHECK(ce_kernel(ctx, CE_FAMILY_BAG, opts, name, &k));
     do { /* a launch per window of out's pieces: each writes the bags of its rows */
       CHECK(ce_set_args(ctx, k, name, BAG_COMMON(a), CE_PIECES(&op), CE_ARG(o_ldl), CE_ARG(nchunks), CE_ARG(zero),
-                        CE_END));
+                        CE_ARG(lcap), CE_END));
       size_t items = bags ? bags : 1; /* with no bags one item checks the offsets */
       if (by_feature && ce_mul_overflows(items, L[l].count, &items))
         FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "out", -1, (int64_t)bags, "%s: %zu bags of %zu features overflow size_t",

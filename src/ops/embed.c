@@ -146,7 +146,7 @@ clembed_status ce_embed_slot(clembed_context *ctx, const char *op, const clembed
   if (!ids->count || !can_fail) return CLEMBED_OK;
   ce_slot_info info = {op, "position_table", opt->policy == CLEMBED_INDEX_WRAP, table->rows,
                        p->pt ? p->pt->rows : 0, opt->seq_len, opt->position_offset, p->so != NULL,
-                       opt->positions == CLEMBED_POSITIONS_SINUSOID && !p->cached, NULL, 0, 0, 0, 0, 0, 0};
+                       opt->positions == CLEMBED_POSITIONS_SINUSOID && !p->cached, NULL, 0, 0, 0, 0, 0, 0, 0, 0};
   ce_slot_remap(&info, opt->remap, opt->policy, table->rows);
   return ce_slot_reserve(ctx, &info, slot);
 }

@@ -306,7 +306,7 @@ static clembed_status norm_prepare(norm_call *c, ce_chain *ch, clembed_dtype out
     if (opt->policy == CLEMBED_INDEX_CHECK || opt->policy == CLEMBED_INDEX_WRAP ||
         (opt->policy == CLEMBED_INDEX_CLAMP && types == 0)) {
       ce_slot_info info = {c->op,   "position_table", opt->policy == CLEMBED_INDEX_WRAP, types, 0, 0, 0, 0, 0,
-                           "segment_ids", 0, 0, 0, 0, 0, 0};
+                           "segment_ids", 0, 0, 0, 0, 0, 0, 0, 0};
       s = ce_slot_reserve(ctx, &info, &c->srec.slot);
     }
   }

@@ -178,7 +178,8 @@ static clembed_status apply_run(clembed_context *ctx, const clembed_rope *r, con
   ce_record rec = {CE_NO_SLOT, CE_FAMILY_ROPE, opts, positions, NULL, 0};
   size_t half = R / 2, heads = x->cols / r->head_dim, rest = r->head_dim - R;
   if (positions && x->rows && heads) {
-    ce_slot_info info = {"clembed_rope_apply", NULL, 0, CE_POSITION_END, 0, 0, 0, 0, 0, "positions", 0, 0, 0, 0, 0, 0};
+    ce_slot_info info = {"clembed_rope_apply", NULL, 0, CE_POSITION_END, 0, 0, 0, 0, 0, "positions", 0, 0, 0, 0, 0, 0,
+                         0, 0};
     CHECK(ce_slot_reserve(ctx, &info, &rec.slot));
   }
   cl_mem none = NULL, pb = positions ? positions->buffer : none;

@@ -118,10 +118,11 @@ static void slots_scan(clembed_context *ctx, const cl_uint *s, const ce_slot_inf
   for (size_t k = 0; k < used && ctx->deferred == CLEMBED_OK; k++) {
     const cl_uint *w = s + k * CE_SLOT_UINTS;
     const ce_slot_info *in = &info[k];
-    /* r: [0] bad-id token, [1] bad-position token, [2,3] id, [4,5] sequence start */
-    cl_uint r[6] = {w[0], w[1], w[2], w[3], w[4], w[5]};
+    /* r: [0] bad-id token, [1] bad-position token, [2,3] id, [4,5] sequence start, [6] a bag too long
+     * for the loop limit, [7,8] its length */
+    cl_uint r[9] = {w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7], 0};
     if (ctx->atom64) {
-      uint64_t q[4];
+      uint64_t q[6];
       memcpy(q, w, sizeof q);
       r[0] = (cl_uint)(q[0] >> 32);
       r[1] = (cl_uint)(q[2] >> 32);
@@ -129,12 +130,26 @@ static void slots_scan(clembed_context *ctx, const cl_uint *s, const ce_slot_inf
       r[3] = (cl_uint)q[1];
       r[4] = (cl_uint)q[2];
       r[5] = (cl_uint)q[3];
+      r[6] = (cl_uint)(q[4] >> 32);
+      r[7] = (cl_uint)q[4];
+      r[8] = (cl_uint)q[5];
     }
-    if (r[0] == 0xFFFFFFFFu && r[1] == 0xFFFFFFFFu) continue;
+    if (r[0] == 0xFFFFFFFFu && r[1] == 0xFFFFFFFFu && r[6] == 0xFFFFFFFFu) continue;
     ctx->deferred = CLEMBED_ERR_INDEX_OUT_OF_RANGE;
     char part[48] = ""; /* a batched call's feature */
     if (in->has_feature) snprintf(part, sizeof part, "features[%llu].", (unsigned long long)in->feature);
-    if (r[0] <= r[1]) {
+    if (r[0] == 0xFFFFFFFFu && r[1] == 0xFFFFFFFFu) { /* a bag too long (bad ids and offsets come first) */
+      uint64_t len = (uint64_t)r[7] | ((uint64_t)r[8] << 32);
+      ctx->deferred = CLEMBED_ERR_UNSUPPORTED;
+      snprintf(ctx->deferred_message, sizeof ctx->deferred_message,
+               "%s: %sbag %u has %llu ids: this device ends a work-item's loops after %zu iterations (the "
+               "tuning's loop_limit), which pooling so many ids of %llu columns can pass, so the bag was not "
+               "pooled (its output row is zero): at most %llu ids a bag in this call here",
+               in->op, part, r[6], (unsigned long long)len, ctx->tune->loop_limit,
+               (unsigned long long)in->bag_cols, (unsigned long long)in->bag_cap);
+      ce_detail_fill(&ctx->deferred_detail, CLEMBED_ERR_UNSUPPORTED, in->op, "offsets", (int64_t)r[6],
+                     (int64_t)len);
+    } else if (r[0] <= r[1]) {
       int64_t v = (int64_t)((uint64_t)r[2] | ((uint64_t)r[3] << 32));
       unsigned long long rows = (unsigned long long)in->id_rows;
       const char *idn = in->id_arg ? in->id_arg : "ids";

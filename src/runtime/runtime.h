@@ -199,13 +199,16 @@ clembed_status ce_tuning_apply(const ce_tuning *base, const char *env, ce_tuning
 
 /* ---------------------------------------------------------- error records */
 
-/* One error slot on the device per checked operation (8 uints, all 0xFF when
- * clean). With 64-bit atomics (ctx->atom64): 4 ulongs, minima of
+/* One error slot on the device per checked operation (12 uints, all 0xFF when
+ * clean). With 64-bit atomics (ctx->atom64): 6 ulongs, minima of
  * (token << 32 | value word): [0] id low word, [1] id high word, [2] sequence
- * start low word, [3] high word. Without: [0] first bad-id token, [1] first
- * bad-position token, [2,3] the id (lo, hi), [4,5] that token's sequence start,
- * the values filled in by ce_record_error. The host keeps what the message needs. */
-#define CE_SLOT_UINTS 8
+ * start low word, [3] high word, [4] a bag too long for the loop limit (its
+ * index << 32 | its length's low word), [5] its high word. Without: [0] first
+ * bad-id token, [1] first bad-position token, [2,3] the id (lo, hi), [4,5]
+ * that token's sequence start, [6] the first bag too long, [7] its length,
+ * the values filled in by ce_record_error (ce_bag_record). The host keeps
+ * what the message needs. */
+#define CE_SLOT_UINTS 12
 #define CE_SLOTS 256
 typedef struct ce_slot_info {
   const char *op;        /* "clembed_embed", "clembed_backward", ... */
@@ -226,6 +229,8 @@ typedef struct ce_slot_info {
                             them (under `policy`) names a damaged remap entry instead */
   int policy;            /* the call's clembed_index_policy (with remap) */
   uint64_t table_rows;   /* with remap: the rows its entries must be below */
+  uint64_t bag_cap;      /* bags: the most ids a bag may have here (0: no cap), */
+  uint64_t bag_cols;     /* and the columns of the feature's rows */
 } ce_slot_info;
 
 /* With a remap (NULL: nothing), sets info's remap fields and id_rows. */
