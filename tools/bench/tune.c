@@ -719,6 +719,17 @@ static double geomean(const double *x, int n) {
   return n ? exp(s / n) : 1.0;
 }
 
+/* Row `row` of the best's context b against the candidate's c, in `rounds`
+ * paired rounds into *t; 0 on success (else err says why, where it can). */
+static int time_row(const grow *row, clembed_context *b, clembed_context *c, bench_ref *ref, int rounds,
+                    bench_timing *t, char *err, size_t errlen) {
+  bench_run *rb = bench_run_alias(row->full, b), *rc = bench_run_alias(row->full, c);
+  int bad = !rb || !rc || bench_time(rb, rc, ref, rounds, t, err, errlen);
+  bench_run_close(rb);
+  bench_run_close(rc);
+  return bad;
+}
+
 /* Runs candidate `cand` of group G (printed as `label`) against `best`: the
  * same bits at the small size, then paired timing; kept into *best when it is
  * at least KEEP_SPEEDUP faster over the rows with none below KEEP_WORST. */
@@ -761,16 +772,13 @@ static void try_candidate(cl_command_queue q, const group *G, const grow *rows, 
    * rounds would spend the group's budget on one candidate) */
   int decided = 0;
   for (int r = 0; ok && r < nr; r++) {
-    bench_run *rb = bench_run_alias(rows[r].full, b), *rc_ = bench_run_alias(rows[r].full, c);
     bench_timing t;
-    if (!rb || !rc_ || bench_time(rb, rc_, ref, 1, &t, err, sizeof err)) {
+    if (time_row(&rows[r], b, c, ref, 1, &t, err, sizeof err)) {
       ok = 0;
     } else if (t.alt_speedup < 0.5) {
       snprintf(err, sizeof err, "%.3fx on %s in a first round", t.alt_speedup, bench_row_name(rows[r].k));
       ok = 0;
     }
-    bench_run_close(rb);
-    bench_run_close(rc_);
     if (!ok || t.alt_speedup < FIRST_ROUND_KEEP) break;
     speed[r] = t.alt_speedup;
     if (speed[r] < worst) worst = speed[r];
@@ -779,13 +787,13 @@ static void try_candidate(cl_command_queue q, const group *G, const grow *rows, 
   if (decided) fprintf(say, " (a first round on each row)");
   else worst = 1e9;
   for (int r = 0; ok && !decided && r < nr; r++) {
-    bench_run *rb = bench_run_alias(rows[r].full, b), *rc_ = bench_run_alias(rows[r].full, c);
     bench_timing t;
-    if (!rb || !rc_ || bench_time(rb, rc_, ref, reps, &t, err, sizeof err)) ok = 0;
-    else speed[r] = t.alt_speedup;
-    if (ok && speed[r] < worst) worst = speed[r];
-    bench_run_close(rb);
-    bench_run_close(rc_);
+    if (time_row(&rows[r], b, c, ref, reps, &t, err, sizeof err)) {
+      ok = 0;
+    } else {
+      speed[r] = t.alt_speedup;
+      if (speed[r] < worst) worst = speed[r];
+    }
   }
   char jg[64], jl[512], je[2048];
   bench_json_text(G->name, jg, sizeof jg);
@@ -814,7 +822,8 @@ static void try_candidate(cl_command_queue q, const group *G, const grow *rows, 
 /* A summary row's paired rounds: 9 (or --reps if more), fewer where one
  * round of the row takes long (the row's rounds within SUMMARY_ROW_SECONDS, at
  * least one: the built-in fold on llvmpipe takes over a minute a run); the
- * count in *rounds. */
+ * count in *rounds. A first round measures the row (and warms it); where more
+ * follow, their medians are the figures and it is not counted among them. */
 static int summary_time(bench_run *b, bench_run *alt, bench_ref *ref, int reps, bench_timing *tm, int *rounds,
                         char *err, size_t errlen) {
   int n = reps < 9 ? 9 : reps;
