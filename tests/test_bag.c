@@ -678,122 +678,203 @@ TU_CASE(edge_bags) {
 
 /* ------------------------------------------------------------ the loop limit */
 
-/* Bags of the lengths lens[0 .. nb) (ids random in a 50-row table, every
- * other bag with the padding row 7 among them, so that bags of plain ids and
- * bags with a padding id lie side by side) pooled on ctx; `want_long` the
- * first bag expected refused (-1: none), every bag longer than it refused too.
- * Checks the finish (CLEMBED_ERR_UNSUPPORTED naming offsets[bag] and its
- * length, or OK), the output (a refused bag's row zero, MAX's max_rows -1; the
- * others exact) and returns the cap the message names (0 when none). */
-static size_t cap_run(clembed_context *ctx, size_t cols, int m, const size_t *lens, size_t nb, long want_long,
-                      const char *what) {
-  uint64_t st = 0xCA9 + cols * 7 + (uint64_t)m * 131 + nb;
-  size_t n = 0, cap = 0;
-  for (size_t b = 0; b < nb; b++) n += lens[b];
-  int64_t *ids = malloc((n + 1) * sizeof *ids), *off = malloc((nb + 1) * sizeof *off);
-  off[0] = 0;
-  for (size_t b = 0, j = 0; b < nb; b++) {
-    for (size_t k = 0; k < lens[b]; k++, j++) {
-      ids[j] = (int64_t)rnd_below(&st, 50);
-      if (b % 2 == 1 && k == lens[b] / 2) ids[j] = 7;
-      else if (ids[j] == 7) ids[j] = 8;
+/* One call of nf features (nf == 1: clembed_embedding_bag; else
+ * clembed_embedding_bags) over one table of 50 rows of `cols` columns (F32,
+ * random; made on ctx, so split where the context splits its buffers), its
+ * features' ids in two buffers (I64 for even f, I32 for odd), their offsets,
+ * weights and max_rows in one buffer each, so that the call is one launch
+ * whose work-items hold bags of several features; feature f has nb bags of
+ * lens[f * nb + b] ids (random rows; every other bag with the padding row 7
+ * among them, so that bags of plain ids and bags with a padding id lie side
+ * by side) pooled by mode MODES4[mode[f]] (1: weighted). `cap` (0: unknown,
+ * a refusal expected) the cap past which bags are expected refused: checks the
+ * finish (CLEMBED_ERR_UNSUPPORTED naming offsets, the first feature's first
+ * bag past the cap and its length, or OK), the output (a refused bag's row
+ * zero, MAX's max_rows -1; the others exact) and returns the cap the message
+ * names (else `cap`). */
+static size_t cap_call(clembed_context *ctx, size_t nf, size_t cols, const int *mode, size_t nb, const size_t *lens,
+                       size_t cap, const char *what) {
+  uint64_t st = 0xCA9 + nf * 7 + nb * 131 + lens[0];
+  size_t got_cap = 0, total = 0, nid[2] = {0, 0};
+  long want_f = -1, want_b = -1;
+  size_t *n = calloc(nf, sizeof *n), *first = calloc(nf, sizeof *first), *idfirst = calloc(nf, sizeof *idfirst);
+  for (size_t f = 0; f < nf; f++) {
+    for (size_t b = 0; b < nb; b++) n[f] += lens[f * nb + b];
+    first[f] = total;
+    idfirst[f] = nid[f % 2];
+    total += n[f];
+    nid[f % 2] += n[f];
+  }
+  int64_t *ids = malloc((total + 1) * sizeof *ids), *idh[2], *off = malloc((nf * (nb + 1) + 1) * sizeof *off);
+  idh[0] = malloc((nid[0] + 1) * sizeof *ids);
+  idh[1] = malloc((nid[1] + 1) * sizeof *ids);
+  float *w = malloc((total + 1) * sizeof *w), *T = malloc((50 * cols + 1) * sizeof *T);
+  for (size_t f = 0; f < nf; f++) {
+    int64_t *o = off + f * (nb + 1), *x = ids + first[f];
+    o[0] = 0;
+    for (size_t b = 0, j = 0; b < nb; b++) {
+      for (size_t k = 0; k < lens[f * nb + b]; k++, j++) {
+        x[j] = (int64_t)rnd_below(&st, 50);
+        if (b % 2 == 1 && k == lens[f * nb + b] / 2) x[j] = 7;
+        else if (x[j] == 7) x[j] = 8;
+        w[first[f] + j] = tu_rand(&st) * 2.0f;
+      }
+      o[b + 1] = o[b] + (int64_t)lens[f * nb + b];
     }
-    off[b + 1] = off[b] + (int64_t)lens[b];
+    memcpy(idh[f % 2] + idfirst[f], x, n[f] * sizeof *x);
   }
-  float *T, *w = NULL;
-  clembed_matrix tab = make_table(ctx, &st, CLEMBED_F32, 50, cols, 0, 0, &T), wm = {0}, out = {0};
-  if (m == 1) {
-    w = malloc((n + 1) * sizeof *w);
-    for (size_t j = 0; j < n; j++) w[j] = tu_rand(&st) * 2.0f;
-    wm = tu_gapped_matrix(ctx_of(ctx), n, 1, CLEMBED_F32, 1, 0, w);
+  for (size_t k = 0; k < 50 * cols; k++) T[k] = ldexpf(tu_rand(&st), (int)((tu_rand(&st) + 1.0f) * 3.0f) - 3);
+  clembed_matrix tab = {0}, wall = tu_gapped_matrix(ctx_of(ctx), total ? total : 1, 1, CLEMBED_F32, 0, 0, w), out = {0};
+  OK(ctx, clembed_matrix_create(ctx, 50, cols, CLEMBED_F32, &tab));
+  OK(ctx, clembed_matrix_write(ctx, &tab, T, CLEMBED_F32));
+  int64_t *zeros = calloc(nf * nb * cols + 1, sizeof(int64_t));
+  clembed_ids dids[2] = {make_ids(ctx, idh[0], nid[0], CLEMBED_I64, 0), make_ids(ctx, idh[1], nid[1], CLEMBED_I32, 0)};
+  clembed_ids doff = make_ids(ctx, off, nf * (nb + 1), CLEMBED_I64, 1), dmr = make_ids(ctx, zeros, nf * nb * cols, CLEMBED_I64, 0);
+  clembed_bag_feature *F = calloc(nf, sizeof *F);
+  clembed_ids *vi = calloc(nf, sizeof *vi), *vo = calloc(nf, sizeof *vo), *vm = calloc(nf, sizeof *vm);
+  clembed_matrix *vw = calloc(nf, sizeof *vw);
+  for (size_t f = 0; f < nf; f++) {
+    clembed_bag_options o = clembed_bag_defaults();
+    o.mode = MODES4[mode[f]];
+    o.padding_idx = 7;
+    vi[f] = dids[f % 2];
+    vi[f].offset += idfirst[f];
+    vi[f].count = n[f];
+    vo[f] = doff;
+    vo[f].offset += f * (nb + 1);
+    vo[f].count = nb + 1;
+    if (mode[f] == 1) {
+      vw[f] = wall;
+      vw[f].offset += first[f];
+      vw[f].rows = n[f];
+      o.per_sample_weights = &vw[f];
+    }
+    if (mode[f] == 3) {
+      vm[f] = dmr;
+      vm[f].offset += f * nb * cols;
+      vm[f].count = nb * cols;
+      o.max_rows = &vm[f];
+    }
+    F[f] = clembed_bag_feature_defaults();
+    F[f].table = &tab;
+    F[f].ids = &vi[f];
+    F[f].offsets = &vo[f];
+    F[f].options = o;
   }
-  clembed_ids di = make_ids(ctx, ids, n, CLEMBED_I64, 0), doff = make_ids(ctx, off, nb + 1, CLEMBED_I32, 1), dmr = {0};
-  int64_t *zeros = calloc(nb * cols + 1, sizeof(int64_t));
-  if (m == 3) dmr = make_ids(ctx, zeros, nb * cols, CLEMBED_I64, 0);
-  OK(ctx, clembed_matrix_create(ctx, nb, cols, CLEMBED_F32, &out));
-  clembed_bag_options o = clembed_bag_defaults();
-  o.mode = MODES4[m];
-  o.padding_idx = 7;
-  o.per_sample_weights = m == 1 ? &wm : NULL;
-  o.max_rows = m == 3 ? &dmr : NULL;
-  OK(ctx, clembed_embedding_bag(ctx, &tab, &di, &doff, &o, &out, 0, NULL, NULL));
+  OK(ctx, clembed_matrix_create(ctx, nb, nf * cols, CLEMBED_F32, &out));
+  if (nf == 1)
+    OK(ctx, clembed_embedding_bag(ctx, &tab, &vi[0], &vo[0], &F[0].options, &out, 0, NULL, NULL));
+  else
+    OK(ctx, clembed_embedding_bags(ctx, F, nf, &out, 0, NULL, NULL));
   clembed_status s = clembed_finish(ctx);
   const char *msg = clembed_context_message(ctx);
-  if (want_long >= 0) {
-    clembed_error_detail d;
-    clembed_context_error(ctx, &d);
-    const char *at = strstr(msg, "at most ");
-    if (at) cap = (size_t)strtoull(at + 8, NULL, 10);
-    EXPECT(s == CLEMBED_ERR_UNSUPPORTED && !strcmp(d.argument, "offsets") && d.index == want_long &&
-               d.value == (int64_t)lens[want_long] && strstr(msg, "loop_limit") && cap > 0,
-           "%s: finish gave %s, detail %s[%lld] = %lld, expected CLEMBED_ERR_UNSUPPORTED for offsets[%ld] = %zu (%s)",
-           what, clembed_status_string(s), d.argument, (long long)d.index, (long long)d.value, want_long,
-           lens[want_long], msg);
+  clembed_error_detail d;
+  clembed_context_error(ctx, &d);
+  const char *at = s == CLEMBED_ERR_UNSUPPORTED ? strstr(msg, "at most ") : NULL;
+  if (at) got_cap = (size_t)strtoull(at + 8, NULL, 10);
+  if (!cap) { /* a probe: a refusal expected, the cap learnt */
+    EXPECT(s == CLEMBED_ERR_UNSUPPORTED && !strcmp(d.argument, "offsets") && strstr(msg, "loop_limit") && got_cap,
+           "%s: finish gave %s, expected CLEMBED_ERR_UNSUPPORTED naming the cap (%s)", what,
+           clembed_status_string(s), msg);
+    cap = got_cap;
+  }
+  for (size_t f = 0; f < nf && cap && want_f < 0; f++)
+    for (size_t b = 0; b < nb && want_b < 0; b++)
+      if (lens[f * nb + b] > cap) want_f = (long)f, want_b = (long)b;
+  if (want_f >= 0) {
+    char feat[48] = "";
+    if (nf > 1) snprintf(feat, sizeof feat, "features[%ld].", want_f);
+    EXPECT(s == CLEMBED_ERR_UNSUPPORTED && !strcmp(d.argument, "offsets") && d.index == want_b &&
+               d.value == (int64_t)lens[want_f * nb + want_b] && got_cap == cap && (!*feat || strstr(msg, feat)),
+           "%s: finish gave %s, detail %s[%lld] = %lld, expected CLEMBED_ERR_UNSUPPORTED for %soffsets[%ld] = %zu, "
+           "the cap %zu (%s)",
+           what, clembed_status_string(s), d.argument, (long long)d.index, (long long)d.value, feat, want_b,
+           lens[want_f * nb + want_b], cap, msg);
   } else {
     EXPECT(s == CLEMBED_OK, "%s: finish gave %s (%s)", what, clembed_status_string(s), msg);
   }
-  bagp p = {T, 50, cols, ids, n, off, nb, o, w};
-  float *want = malloc((nb * cols + 1) * sizeof(float));
-  int64_t *mr = malloc((nb * cols + 1) * sizeof(int64_t));
-  bag_ref_forward(&p, want, mr);
-  for (size_t b = 0; want_long >= 0 && b < nb; b++)
-    if (lens[b] >= lens[want_long])
+  float *want = calloc(nb * nf * cols + 1, sizeof(float)), *fw = malloc((nb * cols + 1) * sizeof(float));
+  int64_t *mr = malloc((nb * cols + 1) * sizeof(int64_t)), *gmr = read_ids64(ctx, &dmr);
+  size_t wrong_mr = 0;
+  for (size_t f = 0; f < nf; f++) {
+    bagp p = {T, 50, cols, ids + first[f], n[f], off + f * (nb + 1), nb, F[f].options, mode[f] == 1 ? w + first[f] : NULL};
+    bag_ref_forward(&p, fw, mr);
+    for (size_t b = 0; b < nb; b++)
       for (size_t c = 0; c < cols; c++) {
-        want[b * cols + c] = 0.0f;
-        mr[b * cols + c] = -1;
+        int refused = cap && lens[f * nb + b] > cap;
+        want[b * nf * cols + f * cols + c] = refused ? 0.0f : fw[b * cols + c];
+        if (mode[f] == 3) wrong_mr += gmr[f * nb * cols + b * cols + c] != (refused ? -1 : mr[b * cols + c]);
       }
-  expect_matrix(ctx, &out, want, what, m == 1);
-  if (m == 3) {
-    int64_t *got = read_ids64(ctx, &dmr);
-    size_t diff = 0;
-    for (size_t k = 0; k < nb * cols; k++) diff += got[k] != mr[k];
-    EXPECT(diff == 0, "%s: max_rows: %zu of %zu differ", what, diff, nb * cols);
-    free(got);
   }
-  free(want);
-  free(mr);
-  free(zeros);
-  free(T);
-  free(w);
-  free(ids);
-  free(off);
+  expect_matrix(ctx, &out, want, what, 1);
+  EXPECT(wrong_mr == 0, "%s: %zu max_rows differ", what, wrong_mr);
   release_matrix(&tab);
+  release_matrix(&wall);
   release_matrix(&out);
-  release_matrix(&wm);
-  release_ids(&di);
+  release_ids(&dids[0]);
+  release_ids(&dids[1]);
   release_ids(&doff);
   release_ids(&dmr);
-  return cap;
+  free(want), free(fw), free(mr), free(gmr), free(zeros), free(F), free(vi), free(vo), free(vm), free(vw);
+  free(ids), free(idh[0]), free(idh[1]), free(off), free(w), free(T), free(n), free(first), free(idfirst);
+  return got_cap ? got_cap : cap;
 }
 
-/* On ctx (a device with a loop limit, or one set by CLEMBED_TUNE): a bag past
- * the cap refused, every mode at the cap exact (bags of plain ids and with a
- * padding id side by side), one past it refused; fixed bags past the cap
- * refused at the call, the output untouched. */
-static void cap_cases(clembed_context *ctx, size_t cols, size_t big, const char *name) {
-  char what[160];
-  size_t lens[6] = {3, big, 0, 5, big + 1, 2};
-  snprintf(what, sizeof what, "%s, %zu cols, bags of %zu and %zu ids", name, cols, big, big + 1);
-  size_t cap = cap_run(ctx, cols, 0, lens, 6, 1, what);
-  if (!cap) return;
-  EXPECT(cap < big, "%s: the cap %zu is not below %zu", what, cap, big);
-  for (int m = 0; m < 4; m++) {
-    size_t at[6] = {cap, cap, cap, cap, cap, cap - 1};
-    snprintf(what, sizeof what, "%s, %zu cols, %s, 6 bags at the cap (%zu ids)", name, cols, MODEN[m], cap);
-    cap_run(ctx, cols, m, at, 6, -1, what);
-    size_t past[4] = {cap, cap - 1, cap + 1, 1};
+/* On ctx (a device with a loop limit, or one set by CLEMBED_TUNE), nb bags a
+ * feature of `cols` columns: a probe past the cap learns it; then every mode
+ * at the cap (one feature; and nf features side by side, modes mixed, the ids
+ * of both widths) exact, one past it refused; fixed bags past the cap refused
+ * at the call, the output untouched. */
+static void cap_cases(clembed_context *ctx, size_t cols, size_t nb, size_t nf, size_t big, const char *name) {
+  char what[200];
+  size_t *lens = malloc((2 * nf + nb + 1) * sizeof *lens), cap = 0, cap_sum = 0;
+  int *modes = malloc((nf + 1) * sizeof *modes);
+  for (int m = 0; m < 4; m++) { /* (the cap depends on the paths the call's modes take) */
+    int mm[1] = {m};
+    for (size_t k = 0; k < nb; k++) lens[k] = k == 1 || k + 2 == nb ? big : 3 + k % 4;
+    snprintf(what, sizeof what, "%s, %zu cols, %s, %zu bags, two of %zu ids", name, cols, MODEN[m], nb, big);
+    cap = cap_call(ctx, 1, cols, mm, nb, lens, 0, what);
+    if (!cap) break;
+    if (m == 0) cap_sum = cap;
+    EXPECT(cap < big, "%s: the cap %zu is not below %zu", what, cap, big);
+    for (size_t k = 0; k < nb; k++) lens[k] = k % 5 == 4 ? cap - 1 : cap;
+    snprintf(what, sizeof what, "%s, %zu cols, %s, %zu bags at the cap (%zu ids)", name, cols, MODEN[m], nb, cap);
+    cap_call(ctx, 1, cols, mm, nb, lens, cap, what);
+    lens[nb / 2] = cap + 1;
     snprintf(what, sizeof what, "%s, %zu cols, %s, a bag one past the cap (%zu ids)", name, cols, MODEN[m], cap + 1);
-    cap_run(ctx, cols, m, past, 4, 2, what);
+    cap_call(ctx, 1, cols, mm, nb, lens, cap, what);
   }
-  /* fixed bags past the cap: refused at the call, out untouched */
-  size_t nb = 2, n = nb * (cap + 1);
+  /* nf features in one launch, 2 bags each (consecutive work-items, so the
+   * lanes a device runs together, on bags of several features), the modes
+   * mixed, ids of both widths */
+  if (cap && nf > 1) {
+    for (size_t f = 0; f < nf; f++) modes[f] = (int)(f % 4);
+    for (size_t k = 0; k < 2 * nf; k++) lens[k] = k == 5 ? big : 2 + k % 3;
+    snprintf(what, sizeof what, "%s, %zu cols, %zu features of modes mixed, one bag of %zu ids", name, cols, nf, big);
+    size_t cap2 = cap_call(ctx, nf, cols, modes, 2, lens, 0, what);
+    if (cap2) {
+      for (size_t k = 0; k < 2 * nf; k++) lens[k] = k % 7 == 6 ? cap2 - 1 : cap2;
+      snprintf(what, sizeof what, "%s, %zu cols, %zu features of modes mixed, every bag at the cap (%zu ids)", name,
+               cols, nf, cap2);
+      cap_call(ctx, nf, cols, modes, 2, lens, cap2, what);
+      lens[2 * nf - 3] = cap2 + 1;
+      snprintf(what, sizeof what, "%s, %zu cols, %zu features of modes mixed, a bag one past the cap", name, cols, nf);
+      cap_call(ctx, nf, cols, modes, 2, lens, cap2, what);
+    }
+  }
+  free(lens);
+  free(modes);
+  if (!cap_sum) return;
+  /* fixed bags (SUM) past the cap: refused at the call, out untouched */
+  cap = cap_sum;
+  size_t fb = 2, n = fb * (cap + 1);
   int64_t *ids = calloc(n, sizeof *ids);
-  float *before = malloc(nb * cols * sizeof *before), *after = malloc(nb * cols * sizeof *after);
-  for (size_t k = 0; k < nb * cols; k++) before[k] = (float)k + 0.5f;
+  float *before = malloc(fb * cols * sizeof *before), *after = malloc(fb * cols * sizeof *after);
+  for (size_t k = 0; k < fb * cols; k++) before[k] = (float)k + 0.5f;
   clembed_ids di = make_ids(ctx, ids, n, CLEMBED_I32, 0);
   clembed_matrix tab = {0}, out = {0};
-  OK(ctx, clembed_matrix_create(ctx, 4, cols, CLEMBED_F32, &tab));
-  OK(ctx, clembed_matrix_create(ctx, nb, cols, CLEMBED_F32, &out));
+  OK(ctx, clembed_matrix_create(ctx, 50, cols, CLEMBED_F32, &tab)); /* (as cap_call's: split alike) */
+  OK(ctx, clembed_matrix_create(ctx, fb, cols, CLEMBED_F32, &out));
   OK(ctx, clembed_matrix_write(ctx, &out, before, CLEMBED_F32));
   clembed_status s = clembed_embedding_bag(ctx, &tab, &di, NULL, NULL, &out, 0, NULL, NULL);
   clembed_error_detail d;
@@ -802,7 +883,7 @@ static void cap_cases(clembed_context *ctx, size_t cols, size_t big, const char 
          "%s: fixed bags of %zu ids: %s (%s)", name, cap + 1, clembed_status_string(s), clembed_context_message(ctx));
   OK(ctx, clembed_finish(ctx));
   OK(ctx, clembed_matrix_read(ctx, &out, after, CLEMBED_F32));
-  EXPECT(!memcmp(before, after, nb * cols * sizeof *after), "%s: refused fixed bags wrote the output", name);
+  EXPECT(!memcmp(before, after, fb * cols * sizeof *after), "%s: refused fixed bags wrote the output", name);
   free(before);
   free(after);
   release_matrix(&tab);
@@ -814,14 +895,17 @@ static void cap_cases(clembed_context *ctx, size_t cols, size_t big, const char 
 /* A device that ends a work-item's loops after loop_limit iterations in all
  * (Mesa's llvmpipe: 65,535, with no error) pools every bag up to the cap the
  * library names, exactly, and refuses a longer one instead of pooling part of
- * it: with loop_limit = 3000 on every device, in both shapes and the CPU
- * shape's order of every feature in a work-item, and on a device with a limit
- * of its own with that limit (where a cap set too high gives short sums). */
+ * it: with loop_limit = 6000 on every device, in both shapes and the CPU
+ * shape's order of every feature in a work-item; and on a device with a limit
+ * of its own, with that limit, where a cap set too high gives short sums: 256
+ * bags a call (work-groups of several items, so that the lanes a device runs
+ * together hold bags of plain ids and bags with a padding id), 256 features of
+ * mixed modes in a launch, and a table split into pieces (CLEMBED_MAX_BUFFER_BYTES). */
 TU_CASE(loop_limit) {
-  static const char *const TUNE[3] = {"loop_limit=3000", "loop_limit=3000", "loop_limit=3000,bag_by_feature=0"};
+  static const char *const TUNE[3] = {"loop_limit=6000", "loop_limit=6000", "loop_limit=6000,bag_by_feature=0"};
   static const char *const TUNING[3] = {"cpu", "gpu", "cpu"};
-  static const char *const NAME[3] = {"cpu shapes, loop_limit 3000", "gpu shapes, loop_limit 3000",
-                                      "cpu shapes, every feature a work-item, loop_limit 3000"};
+  static const char *const NAME[3] = {"cpu shapes, loop_limit 6000", "gpu shapes, loop_limit 6000",
+                                      "cpu shapes, every feature a work-item, loop_limit 6000"};
   const char *given = getenv("CLEMBED_TUNE"); /* (a variant's settings kept, the limit added) */
   char *saved = given ? strdup(given) : NULL;
   for (int s = 0; s < 3; s++) {
@@ -834,9 +918,10 @@ TU_CASE(loop_limit) {
     else
       unsetenv("CLEMBED_TUNE");
     if (!c) continue;
-    for (size_t cols = 5; cols <= 40; cols += 35) cap_cases(c, cols, 2000, NAME[s]);
+    for (size_t cols = 5; cols <= 40; cols += 35) cap_cases(c, cols, tu_small ? 6 : 40, tu_small ? 3 : 8, 4000, NAME[s]);
     clembed_context_destroy(c);
   }
+  free(saved);
   clembed_context *c = NULL;
   uint64_t limit = 0;
   OK(c, clembed_context_create(NULL, &c));
@@ -844,11 +929,79 @@ TU_CASE(loop_limit) {
   if (limit) {
     char name[96];
     snprintf(name, sizeof name, "the device's own loop_limit %llu", (unsigned long long)limit);
-    cap_cases(c, 128, (size_t)limit, name);
-    cap_cases(c, 16, (size_t)limit, name);
+    cap_cases(c, 128, 256, 256, (size_t)limit, name);
+    cap_cases(c, 16, 256, 256, (size_t)limit, name);
   }
   clembed_context_destroy(c);
-  free(saved);
+  if (limit) { /* tables in pieces: each id finds its piece */
+    const char *old = getenv("CLEMBED_MAX_BUFFER_BYTES");
+    char *keep = old ? strdup(old) : NULL;
+    setenv("CLEMBED_MAX_BUFFER_BYTES", "4096", 1);
+    c = NULL;
+    OK(c, clembed_context_create(NULL, &c));
+    if (keep)
+      setenv("CLEMBED_MAX_BUFFER_BYTES", keep, 1);
+    else
+      unsetenv("CLEMBED_MAX_BUFFER_BYTES");
+    free(keep);
+    cap_cases(c, 128, 256, 1, (size_t)limit, "tables in pieces of 4096 bytes, the device's own loop_limit");
+    clembed_context_destroy(c);
+  }
+}
+
+/* A call of several features whose error slots are taken when the context's
+ * record is nearly full (many calls since the last finish): every feature's
+ * bad id is still reported, none read aside before the call's kernels ran. */
+TU_CASE(slots_nearly_full) {
+  clembed_context *c = NULL;
+  OK(c, clembed_context_create(NULL, &c));
+  enum { NF = 26, V = 10, D = 4, NB = 3 };
+  float T[V * D];
+  for (int k = 0; k < V * D; k++) T[k] = (float)k;
+  int64_t ids[NF * 6], off[NB + 1] = {0, 2, 4, 6};
+  for (int k = 0; k < NF * 6; k++) ids[k] = k % V;
+  clembed_matrix tab = {0}, out1 = {0}, out = {0};
+  OK(c, clembed_matrix_create(c, V, D, CLEMBED_F32, &tab));
+  OK(c, clembed_matrix_write(c, &tab, T, CLEMBED_F32));
+  OK(c, clembed_matrix_create(c, NB, D, CLEMBED_F32, &out1));
+  OK(c, clembed_matrix_create(c, NB, NF * D, CLEMBED_F32, &out));
+  for (int bad = 2; bad < NF; bad += 11) {
+    int64_t with_bad[NF * 6];
+    memcpy(with_bad, ids, sizeof ids);
+    with_bad[bad * 6 + 3] = 1000 + bad; /* feature `bad`, bag 1 */
+    clembed_ids di = make_ids(c, with_bad, NF * 6, CLEMBED_I64, 0), doff = make_ids(c, off, NB + 1, CLEMBED_I64, 0);
+    clembed_ids one = di;
+    one.count = 6;
+    for (int k = 0; k < 250; k++) /* 250 slots taken (feature 0's ids: no bad one) */
+      OK(c, clembed_embedding_bag(c, &tab, &one, &doff, NULL, &out1, 0, NULL, NULL));
+    clembed_bag_feature F[NF];
+    clembed_ids vi[NF];
+    for (int f = 0; f < NF; f++) {
+      vi[f] = di;
+      vi[f].offset = (size_t)f * 6;
+      vi[f].count = 6;
+      F[f] = clembed_bag_feature_defaults();
+      F[f].table = &tab;
+      F[f].ids = &vi[f];
+      F[f].offsets = &doff;
+    }
+    OK(c, clembed_embedding_bags(c, F, NF, &out, 0, NULL, NULL));
+    clembed_status s = clembed_finish(c);
+    clembed_error_detail d;
+    clembed_context_error(c, &d);
+    char feat[32];
+    snprintf(feat, sizeof feat, "features[%d].", bad);
+    EXPECT(s == CLEMBED_ERR_INDEX_OUT_OF_RANGE && !strcmp(d.argument, "ids") && d.index == 3 &&
+               d.value == 1000 + bad && strstr(clembed_context_message(c), feat),
+           "feature %d's bad id after 250 calls: %s, detail %s[%lld] = %lld (%s)", bad, clembed_status_string(s),
+           d.argument, (long long)d.index, (long long)d.value, clembed_context_message(c));
+    release_ids(&di);
+    release_ids(&doff);
+  }
+  release_matrix(&tab);
+  release_matrix(&out1);
+  release_matrix(&out);
+  clembed_context_destroy(c);
 }
 
 /* Offsets that break the rules: the first bad entry is reported (argument

@@ -9,7 +9,7 @@
 
 #define CE_NONE 0xFFFFFFFFu /* a clean slot word (the host resets slots to all 0xFF bytes) */
 #ifndef CE_SLOT_UINTS
-#define CE_SLOT_UINTS 8 /* given by the host with every build */
+#define CE_SLOT_UINTS 12 /* given by the host with every build */
 #endif
 
 /* Records token i as the first bad one of its kind (0 id, 1 position; 2 a bag

@@ -115,41 +115,75 @@ cleanup:
  * all, with no error (the tuning's device fact; Mesa's llvmpipe), the most ids
  * a bag may have in this call, so that no work-item's pooling can reach the
  * limit; each feature's F->lcap gets it where one of its bags could be longer
- * (0: no cap). A work-item's loops over a bag of L ids whose rows take p
- * passes (bag.cl's ce_bag_columns: BAG_TILE vectors of VEC columns a pass on
- * the CPU shape, one vector on the GPU shape) come to at most L (the check for
- * plain ids) + p (L (plain) + L (groups, where lanes run together and some
- * take the other branch) + L (the tails, ROWS > 1) + L x the lines a prefetch
- * asks for + the pass's own loops) + L (the ids checked when no column is
- * written); ce_bag_rows adds every feature's, the other shapes take the
- * largest (a work-item's lanes may hold several features' bags, and loops run
- * as long as their longest lane). A margin of 1,024 as ce_fold_fits. A fixed
- * bag (no offsets) past the cap is refused here, before anything is written;
- * a bag by offsets, which the host does not read, is left unpooled by the
- * kernel (zeros) and reported (CLEMBED_ERR_UNSUPPORTED at the next finish). */
+ * (0: no cap). The lanes a device runs together run every branch some lane
+ * takes, each loop as long as its longest lane, so the bound adds the loops
+ * of every path the call's features can take (bag.cl's ce_bag_columns and
+ * ce_bag_pool), per pass over a bag's columns (BAG_TILE vectors of VEC
+ * columns a pass on the CPU shape, one vector on the GPU shape), for a bag of
+ * L ids:
+ *   - once a bag: the check for plain ids (a loop per id width the features
+ *     use) and the check of the ids where no column is written: L each;
+ *   - a pass: each copy of the plain loop the features can take (CE_BAG_PLAIN_NV:
+ *     up to 3, one a feature and pass) L; each kind of group loop (SUM or MEAN,
+ *     weighted SUM, MAX) L, each id finding its table piece (ce_bag_tabrow: up
+ *     to the pieces' count) and, with prefetch hints, again for the row ahead
+ *     and the lines asked for; with ROWS > 1 the tails again; and the pass's own
+ *     loops over its vectors and columns;
+ *   - a refused bag's zeros: twice its columns.
+ * ce_bag_rows runs every feature in a work-item (their passes add); the other
+ * shapes a (bag, feature) or (chunk, bag) a work-item, lanes of several
+ * features together (the most passes). A margin of 1,024 as ce_fold_fits. A
+ * fixed bag (no offsets) past the cap is refused here, before anything is
+ * written, and so is a call whose fixed loops alone leave no room for an id a
+ * bag; a bag by offsets, which the host does not read, is left unpooled by the
+ * kernel (zeros; its ids are not checked) and reported (CLEMBED_ERR_UNSUPPORTED
+ * at the next finish). */
 static clembed_status loop_caps(clembed_context *ctx, const char *what, bag_feat *F, size_t n, size_t bags,
                                 int cpu, int by_feature, unsigned rows) {
   clembed_status status = CLEMBED_OK;
   const ce_tuning *t = ctx->tune;
-  const size_t limit = t->loop_limit, vec = t->bag_vec ? t->bag_vec : 1, tile = cpu ? t->bag_tile : 1;
-  if (!limit) return CLEMBED_OK;
-  const size_t ahead = cpu && ctx->prefetch && t->bag_ahead && tile > 1 ? tile * vec * 4 / 64 + 2 : 0;
-  const size_t pass_loops = tile + vec + tile * (1 + vec) + 2 * vec + 4;
-  uint64_t a = 0, b = 0; /* the loops over a bag's ids come to at most a x L + b */
+  const uint64_t limit = t->loop_limit, vec = t->bag_vec ? t->bag_vec : 1, ktile = t->bag_tile ? t->bag_tile : 1;
+  if (!limit || !n) return CLEMBED_OK;
+  const uint64_t tile = cpu ? ktile : 1; /* vectors a pass */
+  const uint64_t lines = ctx->prefetch && t->bag_ahead && ktile > 1 ? ktile * vec * 4 / 64 + 2 : 0;
+  const uint64_t pass_loops = ktile + vec + ktile * (1 + vec) + 2 * vec + 8;
+  uint64_t plain = 0, kinds[3] = {0, 0, 0}, widths[2] = {0, 0}, pieces = 1, cols_max = 0, p_max = 0, p_sum = 0;
   for (size_t f = 0; f < n; f++) {
-    size_t cols = F[f].table->cols, nvec = cols / vec;
-    uint64_t p = !cols ? 0 : !cpu ? 1 : nvec <= tile ? 1 : (nvec + tile - 1) / tile;
-    uint64_t af = 2 + p * (2 + (rows > 1) + ahead), bf = p * pass_loops + 16;
-    if (cpu && !by_feature) {
-      a += af;
-      b += bf + 1;
-    } else {
-      a = af > a ? af : a;
-      b = bf > b ? bf : b;
+    const clembed_bag_options *o = &F[f].opt;
+    uint64_t cols = F[f].table->cols, nvec = cols / vec;
+    uint64_t p = !cols ? 0 : nvec <= tile ? 1 : (nvec + tile - 1) / tile;
+    p = cpu ? p : cols ? 1 : 0;
+    p_max = p > p_max ? p : p_max;
+    p_sum += p;
+    cols_max = cols > cols_max ? cols : cols_max;
+    pieces = F[f].tp.count > pieces ? F[f].tp.count : pieces; /* (ce_bag_tabrow's loop: with more than one) */
+    int max = o->mode == CLEMBED_BAG_MAX, weighted = !max && o->per_sample_weights;
+    kinds[max ? 2 : weighted ? 1 : 0] = 1;
+    if (cpu && t->bag_plain && !max && !o->remap) {
+      plain++;
+      widths[F[f].ids->type == CLEMBED_I64] = 1;
     }
   }
-  uint64_t room = limit > 1024 + b ? limit - 1024 - b : 0, cap = a ? room / a : room;
-  if (cap < 1) cap = 1;
+  const uint64_t nkinds = kinds[0] + kinds[1] + kinds[2];
+  const uint64_t np = pieces > 1 ? pieces : 0;
+  const uint64_t per_id = (plain < 3 ? plain : 3) + nkinds * (1 + np + (lines ? np + lines : 0)) +
+                          (rows > 1 ? nkinds * (1 + np) : 0);
+  const uint64_t per_bag = widths[0] + widths[1] + 1;
+  uint64_t a, b;
+  if (cpu && !by_feature) { /* every feature in one work-item */
+    a = (uint64_t)n * per_bag + p_sum * per_id;
+    b = p_sum * pass_loops + 2 * cols_max + 16 * (uint64_t)n;
+  } else {
+    a = per_bag + p_max * per_id;
+    b = p_max * pass_loops + 2 * cols_max + 16;
+  }
+  uint64_t room = limit > 1024 + b ? limit - 1024 - b : 0, cap = room / (a ? a : 1);
+  if (cap < 1)
+    FAIL_ARG(CLEMBED_ERR_UNSUPPORTED, "ids", -1, (int64_t)n,
+             "%s: this device ends a work-item's loops after %llu iterations (the tuning's loop_limit), which the "
+             "loops of pooling %zu features of up to %llu columns in one call leave no room under: fewer features "
+             "or columns a call",
+             what, (unsigned long long)limit, n, (unsigned long long)cols_max);
   for (size_t f = 0; f < n; f++) {
     size_t ids = F[f].ids->count;
     if (ids <= cap) continue;
@@ -162,10 +196,10 @@ static clembed_status loop_caps(clembed_context *ctx, const char *what, bag_feat
     char at[48] = "";
     if (F[f].index >= 0) snprintf(at, sizeof at, "features[%ld].", F[f].index);
     FAIL_ARG(CLEMBED_ERR_UNSUPPORTED, "ids", F[f].index, (int64_t)len,
-             "%s: %sids: fixed bags of %zu ids; this device ends a work-item's loops after %zu iterations (the "
-             "tuning's loop_limit), which pooling so many ids of %zu columns can pass: at most %llu ids a bag "
-             "in this call here",
-             what, at, len, limit, F[f].table->cols, (unsigned long long)cap);
+             "%s: %sids: fixed bags of %zu ids; this device ends a work-item's loops after %llu iterations (the "
+             "tuning's loop_limit), which pooling so many ids in this call can pass: at most %llu ids a bag in "
+             "this call here",
+             what, at, len, (unsigned long long)limit, (unsigned long long)cap);
   }
 cleanup:
   return status;
@@ -210,6 +244,7 @@ static clembed_status forward_run(clembed_context *ctx, const char *what, bag_fe
     unsigned rows = !cpu ? 1 : n > 1 ? t->bag_rows_features : t->bag_rows;
     CHECK(loop_caps(ctx, what, F, n, bags, cpu, by_feature, rows));
   }
+  CHECK(ce_slot_room(ctx, n)); /* (every feature's slot taken before any is read aside) */
   for (size_t f = 0; f < n; f++) CHECK(bag_feature_slot(ctx, what, &F[f]));
   for (size_t f = 0; f < n; f++)
     if (own_buffers(&F[f]) > CLEMBED_BAGS_BUFFERS) CHECK(gather_rows(&ch, what, &F[f]));

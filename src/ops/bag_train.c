@@ -75,6 +75,7 @@ static clembed_status fold_keys(ce_chain *ch, const ce_contrib *c, cl_mem keys, 
   bag_launch *L = NULL;
   cl_mem desc = NULL;
   char *base = NULL, opts[2048], extra[64];
+  CHECK(ce_slot_room(ctx, s->n)); /* (every feature's slot taken before any is read aside) */
   for (size_t f = 0; f < s->n; f++) CHECK(bag_feature_slot(ctx, s->what, &s->F[f]));
   CHECK(bag_plan(ctx, s->what, s->F, s->n, vec, 0, 0, &L, &nl));
   CHECK(bag_describe(ctx, s->F, s->n, L, nl, vec, s->bags, 0, &desc, NULL));

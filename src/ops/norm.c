@@ -300,7 +300,8 @@ static clembed_status norm_prepare(norm_call *c, ce_chain *ch, clembed_dtype out
   /* the error slots (before fit_pieces, whose gather reports into the first) */
   c->rec = (ce_record){CE_NO_SLOT, CE_FAMILY_NORM, c->opts, c->ids, c->p->so, opt->seq_len};
   c->srec = (ce_record){CE_NO_SLOT, CE_FAMILY_NORM, c->opts, c->sids, NULL, 0};
-  clembed_status s = ce_embed_slot(ctx, c->op, c->table, c->ids, opt, c->p, &c->rec.slot);
+  clembed_status s = ce_slot_room(ctx, 2); /* (the ids' slot not read aside before the kernels) */
+  if (s == CLEMBED_OK) s = ce_embed_slot(ctx, c->op, c->table, c->ids, opt, c->p, &c->rec.slot);
   if (s == CLEMBED_OK && c->sids && c->ids->count) {
     size_t types = st->rows;
     if (opt->policy == CLEMBED_INDEX_CHECK || opt->policy == CLEMBED_INDEX_WRAP ||

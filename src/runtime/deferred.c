@@ -143,8 +143,9 @@ static void slots_scan(clembed_context *ctx, const cl_uint *s, const ce_slot_inf
       ctx->deferred = CLEMBED_ERR_UNSUPPORTED;
       snprintf(ctx->deferred_message, sizeof ctx->deferred_message,
                "%s: %sbag %u has %llu ids: this device ends a work-item's loops after %zu iterations (the "
-               "tuning's loop_limit), which pooling so many ids of %llu columns can pass, so the bag was not "
-               "pooled (its output row is zero): at most %llu ids a bag in this call here",
+               "tuning's loop_limit), which pooling so many ids (rows of %llu columns) in this call can pass, so "
+               "the bag was not pooled (its output row is zero, its ids unchecked): at most %llu ids a bag in "
+               "this call here",
                in->op, part, r[6], (unsigned long long)len, ctx->tune->loop_limit,
                (unsigned long long)in->bag_cols, (unsigned long long)in->bag_cap);
       ce_detail_fill(&ctx->deferred_detail, CLEMBED_ERR_UNSUPPORTED, in->op, "offsets", (int64_t)r[6],
@@ -288,6 +289,11 @@ static clembed_status slots_set_aside(clembed_context *ctx) {
   ctx->batches_tail = b;
   ctx->slots_used = 0;
   return CLEMBED_OK;
+}
+
+clembed_status ce_slot_room(clembed_context *ctx, size_t k) {
+  if (k > CE_SLOTS) k = CE_SLOTS;
+  return ctx->slots_used && ctx->slots_used + k > CE_SLOTS ? slots_set_aside(ctx) : CLEMBED_OK;
 }
 
 clembed_status ce_slot_reserve(clembed_context *ctx, const ce_slot_info *info, cl_uint *slot) {

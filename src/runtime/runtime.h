@@ -553,6 +553,12 @@ void ce_chain_release(ce_chain *ch);
 /* Reserves an error slot for an operation (never waits: when all are in use,
  * their contents are read aside first). Returns the slot index in *slot. */
 clembed_status ce_slot_reserve(clembed_context *ctx, const ce_slot_info *info, cl_uint *slot);
+/* Before an operation reserves k slots (one per feature of a bag call, two
+ * for a norm's ids and segments): where fewer than k are free, the slots are
+ * read aside now, so that none of the operation's slots is read aside (and
+ * reset, and given again) before its kernels have run. k above CE_SLOTS: as
+ * many as there are. */
+clembed_status ce_slot_room(clembed_context *ctx, size_t k);
 #define CE_NO_SLOT 0xFFFFFFFFu
 /* What the error-recording kernel needs after a checked operation. */
 typedef struct ce_record {
