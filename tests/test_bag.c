@@ -951,11 +951,13 @@ TU_CASE(loop_limit) {
 
 /* A call of several features whose error slots are taken when the context's
  * record is nearly full (many calls since the last finish): every feature's
- * bad id is still reported, none read aside before the call's kernels ran. */
+ * bad id is still reported, none read aside before the call's kernels ran;
+ * and a call of more features than the record holds (300): a bad id of a
+ * feature past the 256th is reported as its own. */
 TU_CASE(slots_nearly_full) {
   clembed_context *c = NULL;
   OK(c, clembed_context_create(NULL, &c));
-  enum { NF = 26, V = 10, D = 4, NB = 3 };
+  enum { NF = 26, V = 10, D = 4, NB = 3, MANY = 300 };
   float T[V * D];
   for (int k = 0; k < V * D; k++) T[k] = (float)k;
   int64_t ids[NF * 6], off[NB + 1] = {0, 2, 4, 6};
@@ -998,6 +1000,56 @@ TU_CASE(slots_nearly_full) {
     release_ids(&di);
     release_ids(&doff);
   }
+  int64_t *many = malloc(MANY * 6 * sizeof *many);
+  for (int k = 0; k < MANY * 6; k++) many[k] = k % V;
+  for (int pass = 0; pass < 2; pass++) { /* a bad id in feature 280; then in features 3 and 280 */
+    many[280 * 6 + 4] = 2000;
+    if (pass) many[3 * 6 + 1] = 3000;
+    clembed_ids di = make_ids(c, many, MANY * 6, CLEMBED_I32, 0), doff = make_ids(c, off, NB + 1, CLEMBED_I32, 0);
+    clembed_bag_feature *F = calloc(MANY, sizeof *F);
+    clembed_ids *vi = calloc(MANY, sizeof *vi);
+    clembed_matrix wide = {0};
+    OK(c, clembed_matrix_create(c, NB, MANY * D, CLEMBED_F32, &wide));
+    for (int f = 0; f < MANY; f++) {
+      vi[f] = di;
+      vi[f].offset = (size_t)f * 6;
+      vi[f].count = 6;
+      F[f] = clembed_bag_feature_defaults();
+      F[f].table = &tab;
+      F[f].ids = &vi[f];
+      F[f].offsets = &doff;
+    }
+    OK(c, clembed_embedding_bags(c, F, MANY, &wide, 0, NULL, NULL));
+    clembed_status s = clembed_finish(c);
+    clembed_error_detail d;
+    clembed_context_error(c, &d);
+    int bad = pass ? 3 : 280, at = pass ? 1 : 4;
+    char feat[32];
+    snprintf(feat, sizeof feat, "features[%d].", bad);
+    EXPECT(s == CLEMBED_ERR_INDEX_OUT_OF_RANGE && !strcmp(d.argument, "ids") && d.index == at &&
+               d.value == (pass ? 3000 : 2000) && strstr(clembed_context_message(c), feat),
+           "%d features, a bad id in feature %d: %s, detail %s[%lld] = %lld (%s)", MANY, bad, clembed_status_string(s),
+           d.argument, (long long)d.index, (long long)d.value, clembed_context_message(c));
+    /* the bags of the features without a bad id, exact: feature f's bag b is rows (6f + 2b) % V, (6f + 2b + 1) % V */
+    float *got = malloc(NB * MANY * D * sizeof *got);
+    OK(c, clembed_matrix_read(c, &wide, got, CLEMBED_F32));
+    size_t wrong = 0;
+    for (int f = 0; f < MANY; f++)
+      for (int b = 0; b < NB; b++)
+        for (int col = 0; col < D; col++) {
+          int64_t r0 = many[f * 6 + 2 * b], r1 = many[f * 6 + 2 * b + 1];
+          float want = (r0 < V ? T[r0 * D + col] : 0.0f) + (r1 < V ? T[r1 * D + col] : 0.0f);
+          wrong += got[(size_t)b * MANY * D + (size_t)f * D + (size_t)col] != want;
+        }
+    EXPECT(wrong == 0, "%d features: %zu pooled values wrong", MANY, wrong);
+    free(got);
+    free(F);
+    free(vi);
+    release_matrix(&wide);
+    release_ids(&di);
+    release_ids(&doff);
+  }
+  free(many);
   release_matrix(&tab);
   release_matrix(&out1);
   release_matrix(&out);

@@ -244,20 +244,6 @@ static clembed_status forward_run(clembed_context *ctx, const char *what, bag_fe
     unsigned rows = !cpu ? 1 : n > 1 ? t->bag_rows_features : t->bag_rows;
     CHECK(loop_caps(ctx, what, F, n, bags, cpu, by_feature, rows));
   }
-  CHECK(ce_slot_room(ctx, n)); /* (every feature's slot taken before any is read aside) */
-  for (size_t f = 0; f < n; f++) CHECK(bag_feature_slot(ctx, what, &F[f]));
-  for (size_t f = 0; f < n; f++)
-    if (own_buffers(&F[f]) > CLEMBED_BAGS_BUFFERS) CHECK(gather_rows(&ch, what, &F[f]));
-  /* the features by table dtype (stable), so that a launch's program pools one
-   * dtype: the program of the features alone, and no program with every
-   * dtype's code at once (minutes of compiling on some devices) */
-  G = malloc((n ? n : 1) * sizeof *G);
-  if (!G) FAIL(CLEMBED_ERR_OUT_OF_MEMORY, "%s: out of host memory", what);
-  for (unsigned d = 0, g = 0; d < 32; d++)
-    for (size_t f = 0; f < n; f++)
-      if ((unsigned)F[f].table->dtype == d) G[g++] = F[f];
-  CHECK(bag_plan(ctx, what, G, n, t->bag_vec, 1, 1, &L, &nl));
-  CHECK(bag_describe(ctx, G, n, L, nl, t->bag_vec, bags, 1, &desc, NULL));
   CHECK(ce_pieces_plan(ctx, what, omats, 1));
   {
     char extra[256];
@@ -272,27 +258,54 @@ static clembed_status forward_run(clembed_context *ctx, const char *what, bag_fe
   const char *name = !cpu ? "ce_bag_cols" : by_feature ? "ce_bag_rows_by_feature" : "ce_bag_rows";
   cl_ulong o_ldl = o_ld;
   cl_float zero = 0.0f; /* the accumulators' start, opaque to the compiler (bag.cl) */
-  for (size_t l = 0; l < nl; l++) {
-    cl_kernel k;
-    bag_args a = bag_launch_args(desc, &L[l], bags);
-    cl_ulong lcap = 0; /* the cap, where a feature of the launch needs one */
-    for (size_t f = L[l].first; f < L[l].first + L[l].count; f++) lcap = G[f].lcap ? G[f].lcap : lcap;
-    cl_ulong nchunks = L[l].chunks;
-    bag_launch_options(opts, sizeof opts, base, &L[l]);
-    CHECK(ce_kernel(ctx, CE_FAMILY_BAG, opts, name, &k));
-    do { /* a launch per window of out's pieces: each writes the bags of its rows */
-      CHECK(ce_set_args(ctx, k, name, BAG_COMMON(a), CE_PIECES(&op), CE_ARG(o_ldl), CE_ARG(nchunks), CE_ARG(zero),
-                        CE_ARG(lcap), CE_END));
-      size_t items = bags ? bags : 1; /* with no bags one item checks the offsets */
-      if (by_feature && ce_mul_overflows(items, L[l].count, &items))
-        FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "out", -1, (int64_t)bags, "%s: %zu bags of %zu features overflow size_t",
-                 what, bags, L[l].count);
-      if (cpu)
-        CHECK(ce_chain_1d(&ch, k, name, items, ce_rows_local(ctx, k, t->bag_local)));
-      else
-        CHECK(ce_chain_2d(&ch, k, name, L[l].chunks, items));
-    } while (ce_pieces_next(omats, 1));
-    CHECK(bag_record_errors(&ch, opts, &a, &L[l]));
+  G = malloc((n ? n : 1) * sizeof *G);
+  if (!G) FAIL(CLEMBED_ERR_OUT_OF_MEMORY, "%s: out of host memory", what);
+  /* the features at most CE_SLOTS at a time: a part's error slots are taken
+   * (ce_slot_room: none read aside before its kernels ran) and its launches
+   * enqueued before the next part's slots are taken */
+  for (size_t c0 = 0, c1 = 0; c0 < n || (n == 0 && c1 == 0); c0 = c1) {
+    c1 = c0 + (n - c0 < CE_SLOTS ? n - c0 : CE_SLOTS);
+    const size_t nc = c1 - c0;
+    bag_feat *P = F + c0;
+    CHECK(ce_slot_room(ctx, nc));
+    for (size_t f = 0; f < nc; f++) CHECK(bag_feature_slot(ctx, what, &P[f]));
+    for (size_t f = 0; f < nc; f++)
+      if (own_buffers(&P[f]) > CLEMBED_BAGS_BUFFERS) CHECK(gather_rows(&ch, what, &P[f]));
+    /* the features by table dtype (stable), so that a launch's program pools one
+     * dtype: the program of the features alone, and no program with every
+     * dtype's code at once (minutes of compiling on some devices) */
+    for (unsigned d = 0, g = 0; d < 32; d++)
+      for (size_t f = 0; f < nc; f++)
+        if ((unsigned)P[f].table->dtype == d) G[g++] = P[f];
+    CHECK(bag_plan(ctx, what, G, nc, t->bag_vec, 1, 1, &L, &nl));
+    CHECK(bag_describe(ctx, G, nc, L, nl, t->bag_vec, bags, 1, &desc, NULL));
+    for (size_t l = 0; l < nl; l++) {
+      cl_kernel k;
+      bag_args a = bag_launch_args(desc, &L[l], bags);
+      cl_ulong lcap = 0; /* the cap, where a feature of the launch needs one */
+      for (size_t f = L[l].first; f < L[l].first + L[l].count; f++) lcap = G[f].lcap ? G[f].lcap : lcap;
+      cl_ulong nchunks = L[l].chunks;
+      bag_launch_options(opts, sizeof opts, base, &L[l]);
+      CHECK(ce_kernel(ctx, CE_FAMILY_BAG, opts, name, &k));
+      do { /* a launch per window of out's pieces: each writes the bags of its rows */
+        CHECK(ce_set_args(ctx, k, name, BAG_COMMON(a), CE_PIECES(&op), CE_ARG(o_ldl), CE_ARG(nchunks), CE_ARG(zero),
+                          CE_ARG(lcap), CE_END));
+        size_t items = bags ? bags : 1; /* with no bags one item checks the offsets */
+        if (by_feature && ce_mul_overflows(items, L[l].count, &items))
+          FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "out", -1, (int64_t)bags,
+                   "%s: %zu bags of %zu features overflow size_t", what, bags, L[l].count);
+        if (cpu)
+          CHECK(ce_chain_1d(&ch, k, name, items, ce_rows_local(ctx, k, t->bag_local)));
+        else
+          CHECK(ce_chain_2d(&ch, k, name, L[l].chunks, items));
+      } while (ce_pieces_next(omats, 1));
+      CHECK(bag_record_errors(&ch, opts, &a, &L[l]));
+    }
+    clReleaseMemObject(desc); /* (OpenCL keeps it until the launches are done) */
+    desc = NULL;
+    free(L);
+    L = NULL;
+    if (n == 0) break;
   }
   for (size_t f = 0; f < n; f++)
     if (F[f].g.on) CHECK(gathered_after(&ch, &F[f]));
