@@ -949,6 +949,27 @@ TU_CASE(loop_limit) {
   }
 }
 
+/* nf features over one table, feature f's ids the 6 from 6f on of di, the
+ * offsets doff, pooled into out by clembed_embedding_bags; the finish's
+ * status, its detail in *d. */
+static clembed_status six_id_features(clembed_context *c, clembed_matrix *tab, const clembed_ids *di,
+                                      const clembed_ids *doff, int nf, clembed_bag_feature *F, clembed_ids *vi,
+                                      clembed_matrix *out, clembed_error_detail *d) {
+  for (int f = 0; f < nf; f++) {
+    vi[f] = *di;
+    vi[f].offset = (size_t)f * 6;
+    vi[f].count = 6;
+    F[f] = clembed_bag_feature_defaults();
+    F[f].table = tab;
+    F[f].ids = &vi[f];
+    F[f].offsets = doff;
+  }
+  OK(c, clembed_embedding_bags(c, F, (size_t)nf, out, 0, NULL, NULL));
+  clembed_status s = clembed_finish(c);
+  clembed_context_error(c, d);
+  return s;
+}
+
 /* A call of several features whose error slots are taken when the context's
  * record is nearly full (many calls since the last finish): every feature's
  * bad id is still reported, none read aside before the call's kernels ran;
@@ -978,19 +999,8 @@ TU_CASE(slots_nearly_full) {
       OK(c, clembed_embedding_bag(c, &tab, &one, &doff, NULL, &out1, 0, NULL, NULL));
     clembed_bag_feature F[NF];
     clembed_ids vi[NF];
-    for (int f = 0; f < NF; f++) {
-      vi[f] = di;
-      vi[f].offset = (size_t)f * 6;
-      vi[f].count = 6;
-      F[f] = clembed_bag_feature_defaults();
-      F[f].table = &tab;
-      F[f].ids = &vi[f];
-      F[f].offsets = &doff;
-    }
-    OK(c, clembed_embedding_bags(c, F, NF, &out, 0, NULL, NULL));
-    clembed_status s = clembed_finish(c);
     clembed_error_detail d;
-    clembed_context_error(c, &d);
+    clembed_status s = six_id_features(c, &tab, &di, &doff, NF, F, vi, &out, &d);
     char feat[32];
     snprintf(feat, sizeof feat, "features[%d].", bad);
     EXPECT(s == CLEMBED_ERR_INDEX_OUT_OF_RANGE && !strcmp(d.argument, "ids") && d.index == 3 &&
@@ -1010,19 +1020,8 @@ TU_CASE(slots_nearly_full) {
     clembed_ids *vi = calloc(MANY, sizeof *vi);
     clembed_matrix wide = {0};
     OK(c, clembed_matrix_create(c, NB, MANY * D, CLEMBED_F32, &wide));
-    for (int f = 0; f < MANY; f++) {
-      vi[f] = di;
-      vi[f].offset = (size_t)f * 6;
-      vi[f].count = 6;
-      F[f] = clembed_bag_feature_defaults();
-      F[f].table = &tab;
-      F[f].ids = &vi[f];
-      F[f].offsets = &doff;
-    }
-    OK(c, clembed_embedding_bags(c, F, MANY, &wide, 0, NULL, NULL));
-    clembed_status s = clembed_finish(c);
     clembed_error_detail d;
-    clembed_context_error(c, &d);
+    clembed_status s = six_id_features(c, &tab, &di, &doff, MANY, F, vi, &wide, &d);
     int bad = pass ? 3 : 280, at = pass ? 1 : 4;
     char feat[32];
     snprintf(feat, sizeof feat, "features[%d].", bad);
