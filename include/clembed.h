@@ -1276,8 +1276,10 @@ CLEMBED_API clembed_bag_options clembed_bag_defaults(void);
  * loop_limit: Mesa's llvmpipe), a bag longer than the cap that limit sets for
  * the call (its message names it) is not pooled: fixed bags are refused at the
  * call with CLEMBED_ERR_UNSUPPORTED naming ids, nothing written; a bag given
- * by offsets gets a zero row (max_rows -1) and clembed_finish returns
- * CLEMBED_ERR_UNSUPPORTED naming offsets, the bag's index and its length. */
+ * by offsets gets a zero row (max_rows -1; its ids are not checked) and
+ * clembed_finish returns CLEMBED_ERR_UNSUPPORTED naming offsets, the bag's
+ * index and its length; a call whose features leave no room under the limit
+ * at all is refused at the call. */
 CLEMBED_API clembed_status clembed_embedding_bag(clembed_context *ctx, const clembed_matrix *table,
                                                  const clembed_ids *ids, const clembed_ids *offsets,
                                                  const clembed_bag_options *opt, clembed_matrix *out,

@@ -679,8 +679,11 @@ TU_CASE(edge_bags) {
 /* ------------------------------------------------------------ the loop limit */
 
 /* One call of nf features (nf == 1: clembed_embedding_bag; else
- * clembed_embedding_bags) over one table of 50 rows of `cols` columns (F32,
- * random; made on ctx, so split where the context splits its buffers), its
+ * clembed_embedding_bags) over tables of 50 rows (F32, random; made on ctx,
+ * so split where the context splits its buffers): one of `cols` columns, and
+ * for the odd features one of cols - 3 (a pass with a tail where the
+ * other's has none, or the other way round), every eighth (f % 8 == 7) one
+ * of no columns (its ids checked in a loop of their own), its
  * features' ids in two buffers (I64 for even f, I32 for odd), their offsets,
  * weights and max_rows in one buffer each, so that the call is one launch
  * whose work-items hold bags of several features; feature f has nb bags of
@@ -708,7 +711,15 @@ static size_t cap_call(clembed_context *ctx, size_t nf, size_t cols, const int *
   int64_t *ids = malloc((total + 1) * sizeof *ids), *idh[2], *off = malloc((nf * (nb + 1) + 1) * sizeof *off);
   idh[0] = malloc((nid[0] + 1) * sizeof *ids);
   idh[1] = malloc((nid[1] + 1) * sizeof *ids);
-  float *w = malloc((total + 1) * sizeof *w), *T = malloc((50 * cols + 1) * sizeof *T);
+  const size_t cv[3] = {cols, cols > 3 ? cols - 3 : 1, 0};
+  size_t *cf = calloc(nf, sizeof *cf), *c0 = calloc(nf, sizeof *c0), tc = 0, mrn = 0;
+  for (size_t f = 0; f < nf; f++) {
+    cf[f] = cv[nf < 2 ? 0 : f % 8 == 7 ? 2 : f % 2];
+    c0[f] = tc;
+    tc += cf[f];
+  }
+  float *w = malloc((total + 1) * sizeof *w), *T[3] = {malloc((50 * cv[0] + 1) * sizeof(float)),
+                                                        malloc((50 * cv[1] + 1) * sizeof(float)), malloc(4)};
   for (size_t f = 0; f < nf; f++) {
     int64_t *o = off + f * (nb + 1), *x = ids + first[f];
     o[0] = 0;
@@ -723,13 +734,16 @@ static size_t cap_call(clembed_context *ctx, size_t nf, size_t cols, const int *
     }
     memcpy(idh[f % 2] + idfirst[f], x, n[f] * sizeof *x);
   }
-  for (size_t k = 0; k < 50 * cols; k++) T[k] = ldexpf(tu_rand(&st), (int)((tu_rand(&st) + 1.0f) * 3.0f) - 3);
-  clembed_matrix tab = {0}, wall = tu_gapped_matrix(ctx_of(ctx), total ? total : 1, 1, CLEMBED_F32, 0, 0, w), out = {0};
-  OK(ctx, clembed_matrix_create(ctx, 50, cols, CLEMBED_F32, &tab));
-  OK(ctx, clembed_matrix_write(ctx, &tab, T, CLEMBED_F32));
-  int64_t *zeros = calloc(nf * nb * cols + 1, sizeof(int64_t));
+  clembed_matrix tab[3] = {{0}, {0}, {0}}, out = {0};
+  clembed_matrix wall = tu_gapped_matrix(ctx_of(ctx), total ? total : 1, 1, CLEMBED_F32, 0, 0, w);
+  for (int k = 0; k < 3; k++) {
+    for (size_t e = 0; e < 50 * cv[k]; e++) T[k][e] = ldexpf(tu_rand(&st), (int)((tu_rand(&st) + 1.0f) * 3.0f) - 3);
+    OK(ctx, clembed_matrix_create(ctx, 50, cv[k], CLEMBED_F32, &tab[k]));
+    if (cv[k]) OK(ctx, clembed_matrix_write(ctx, &tab[k], T[k], CLEMBED_F32));
+  }
+  int64_t *zeros = calloc(nb * tc + 1, sizeof(int64_t));
   clembed_ids dids[2] = {make_ids(ctx, idh[0], nid[0], CLEMBED_I64, 0), make_ids(ctx, idh[1], nid[1], CLEMBED_I32, 0)};
-  clembed_ids doff = make_ids(ctx, off, nf * (nb + 1), CLEMBED_I64, 1), dmr = make_ids(ctx, zeros, nf * nb * cols, CLEMBED_I64, 0);
+  clembed_ids doff = make_ids(ctx, off, nf * (nb + 1), CLEMBED_I64, 1), dmr = make_ids(ctx, zeros, nb * tc, CLEMBED_I64, 0);
   clembed_bag_feature *F = calloc(nf, sizeof *F);
   clembed_ids *vi = calloc(nf, sizeof *vi), *vo = calloc(nf, sizeof *vo), *vm = calloc(nf, sizeof *vm);
   clembed_matrix *vw = calloc(nf, sizeof *vw);
@@ -751,19 +765,20 @@ static size_t cap_call(clembed_context *ctx, size_t nf, size_t cols, const int *
     }
     if (mode[f] == 3) {
       vm[f] = dmr;
-      vm[f].offset += f * nb * cols;
-      vm[f].count = nb * cols;
+      vm[f].offset += mrn;
+      vm[f].count = nb * cf[f];
+      mrn += nb * cf[f];
       o.max_rows = &vm[f];
     }
     F[f] = clembed_bag_feature_defaults();
-    F[f].table = &tab;
+    F[f].table = &tab[cf[f] == cols ? 0 : cf[f] ? 1 : 2];
     F[f].ids = &vi[f];
     F[f].offsets = &vo[f];
     F[f].options = o;
   }
-  OK(ctx, clembed_matrix_create(ctx, nb, nf * cols, CLEMBED_F32, &out));
+  OK(ctx, clembed_matrix_create(ctx, nb, tc, CLEMBED_F32, &out));
   if (nf == 1)
-    OK(ctx, clembed_embedding_bag(ctx, &tab, &vi[0], &vo[0], &F[0].options, &out, 0, NULL, NULL));
+    OK(ctx, clembed_embedding_bag(ctx, &tab[0], &vi[0], &vo[0], &F[0].options, &out, 0, NULL, NULL));
   else
     OK(ctx, clembed_embedding_bags(ctx, F, nf, &out, 0, NULL, NULL));
   clembed_status s = clembed_finish(ctx);
@@ -793,22 +808,26 @@ static size_t cap_call(clembed_context *ctx, size_t nf, size_t cols, const int *
   } else {
     EXPECT(s == CLEMBED_OK, "%s: finish gave %s (%s)", what, clembed_status_string(s), msg);
   }
-  float *want = calloc(nb * nf * cols + 1, sizeof(float)), *fw = malloc((nb * cols + 1) * sizeof(float));
+  float *want = calloc(nb * tc + 1, sizeof(float)), *fw = malloc((nb * cols + 1) * sizeof(float));
   int64_t *mr = malloc((nb * cols + 1) * sizeof(int64_t)), *gmr = read_ids64(ctx, &dmr);
   size_t wrong_mr = 0;
-  for (size_t f = 0; f < nf; f++) {
-    bagp p = {T, 50, cols, ids + first[f], n[f], off + f * (nb + 1), nb, F[f].options, mode[f] == 1 ? w + first[f] : NULL};
+  for (size_t f = 0, at = 0; f < nf; f++) {
+    bagp p = {T[cf[f] == cols ? 0 : cf[f] ? 1 : 2], 50, cf[f], ids + first[f], n[f], off + f * (nb + 1), nb, F[f].options,
+              mode[f] == 1 ? w + first[f] : NULL};
     bag_ref_forward(&p, fw, mr);
     for (size_t b = 0; b < nb; b++)
-      for (size_t c = 0; c < cols; c++) {
+      for (size_t c = 0; c < cf[f]; c++) {
         int refused = cap && lens[f * nb + b] > cap;
-        want[b * nf * cols + f * cols + c] = refused ? 0.0f : fw[b * cols + c];
-        if (mode[f] == 3) wrong_mr += gmr[f * nb * cols + b * cols + c] != (refused ? -1 : mr[b * cols + c]);
+        want[b * tc + c0[f] + c] = refused ? 0.0f : fw[b * cf[f] + c];
+        if (mode[f] == 3) wrong_mr += gmr[at + b * cf[f] + c] != (refused ? -1 : mr[b * cf[f] + c]);
       }
+    if (mode[f] == 3) at += nb * cf[f];
   }
   expect_matrix(ctx, &out, want, what, 1);
   EXPECT(wrong_mr == 0, "%s: %zu max_rows differ", what, wrong_mr);
-  release_matrix(&tab);
+  release_matrix(&tab[0]);
+  release_matrix(&tab[1]);
+  release_matrix(&tab[2]);
   release_matrix(&wall);
   release_matrix(&out);
   release_ids(&dids[0]);
@@ -816,7 +835,8 @@ static size_t cap_call(clembed_context *ctx, size_t nf, size_t cols, const int *
   release_ids(&doff);
   release_ids(&dmr);
   free(want), free(fw), free(mr), free(gmr), free(zeros), free(F), free(vi), free(vo), free(vm), free(vw);
-  free(ids), free(idh[0]), free(idh[1]), free(off), free(w), free(T), free(n), free(first), free(idfirst);
+  free(ids), free(idh[0]), free(idh[1]), free(off), free(w), free(T[0]), free(T[1]), free(T[2]), free(n), free(first);
+  free(idfirst), free(cf), free(c0);
   return got_cap ? got_cap : cap;
 }
 
@@ -845,22 +865,27 @@ static void cap_cases(clembed_context *ctx, size_t cols, size_t nb, size_t nf, s
     cap_call(ctx, 1, cols, mm, nb, lens, cap, what);
   }
   /* nf features in one launch, 2 bags each (consecutive work-items, so the
-   * lanes a device runs together, on bags of several features), the modes
-   * mixed, ids of both widths */
-  if (cap && nf > 1) {
-    for (size_t f = 0; f < nf; f++) modes[f] = (int)(f % 4);
+   * lanes a device runs together, on bags of several features): SUM, SUM,
+   * weighted, weighted over and over (a table with a tail and one without
+   * each, ids of both widths: every copy of the plain loop in one group of
+   * lanes, beside the group loops of the bags with a padding id), then every
+   * mode in turn */
+  static const int MIX[2][4] = {{0, 0, 1, 1}, {0, 1, 2, 3}};
+  for (int x = 0; cap && nf > 1 && x < 2; x++) {
+    for (size_t f = 0; f < nf; f++) modes[f] = MIX[x][f % 4];
     for (size_t k = 0; k < 2 * nf; k++) lens[k] = k == 5 ? big : 2 + k % 3;
-    snprintf(what, sizeof what, "%s, %zu cols, %zu features of modes mixed, one bag of %zu ids", name, cols, nf, big);
+    snprintf(what, sizeof what, "%s, %zu cols, %zu features of modes %s, one bag of %zu ids", name, cols, nf,
+             x ? "in turn" : "SUM and weighted", big);
     size_t cap2 = cap_call(ctx, nf, cols, modes, 2, lens, 0, what);
-    if (cap2) {
-      for (size_t k = 0; k < 2 * nf; k++) lens[k] = k % 7 == 6 ? cap2 - 1 : cap2;
-      snprintf(what, sizeof what, "%s, %zu cols, %zu features of modes mixed, every bag at the cap (%zu ids)", name,
-               cols, nf, cap2);
-      cap_call(ctx, nf, cols, modes, 2, lens, cap2, what);
-      lens[2 * nf - 3] = cap2 + 1;
-      snprintf(what, sizeof what, "%s, %zu cols, %zu features of modes mixed, a bag one past the cap", name, cols, nf);
-      cap_call(ctx, nf, cols, modes, 2, lens, cap2, what);
-    }
+    if (!cap2) continue;
+    for (size_t k = 0; k < 2 * nf; k++) lens[k] = k % 7 == 6 ? cap2 - 1 : cap2;
+    snprintf(what, sizeof what, "%s, %zu cols, %zu features of modes %s, every bag at the cap (%zu ids)", name, cols,
+             nf, x ? "in turn" : "SUM and weighted", cap2);
+    cap_call(ctx, nf, cols, modes, 2, lens, cap2, what);
+    lens[2 * nf - 3] = cap2 + 1;
+    snprintf(what, sizeof what, "%s, %zu cols, %zu features of modes %s, a bag one past the cap", name, cols, nf,
+             x ? "in turn" : "SUM and weighted");
+    cap_call(ctx, nf, cols, modes, 2, lens, cap2, what);
   }
   free(lens);
   free(modes);
@@ -949,12 +974,10 @@ TU_CASE(loop_limit) {
   }
 }
 
-/* nf features over one table, feature f's ids the 6 from 6f on of di, the
- * offsets doff, pooled into out by clembed_embedding_bags; the finish's
- * status, its detail in *d. */
-static clembed_status six_id_features(clembed_context *c, clembed_matrix *tab, const clembed_ids *di,
-                                      const clembed_ids *doff, int nf, clembed_bag_feature *F, clembed_ids *vi,
-                                      clembed_matrix *out, clembed_error_detail *d) {
+/* nf features over one table, feature f's ids the 6 from 6f on of di (views
+ * vi[f]), the offsets doff. */
+static void six_id_views(clembed_matrix *tab, const clembed_ids *di, const clembed_ids *doff, int nf,
+                         clembed_bag_feature *F, clembed_ids *vi) {
   for (int f = 0; f < nf; f++) {
     vi[f] = *di;
     vi[f].offset = (size_t)f * 6;
@@ -964,6 +987,14 @@ static clembed_status six_id_features(clembed_context *c, clembed_matrix *tab, c
     F[f].ids = &vi[f];
     F[f].offsets = doff;
   }
+}
+
+/* ... pooled into out by clembed_embedding_bags; the finish's status, its
+ * detail in *d. */
+static clembed_status six_id_features(clembed_context *c, clembed_matrix *tab, const clembed_ids *di,
+                                      const clembed_ids *doff, int nf, clembed_bag_feature *F, clembed_ids *vi,
+                                      clembed_matrix *out, clembed_error_detail *d) {
+  six_id_views(tab, di, doff, nf, F, vi);
   OK(c, clembed_embedding_bags(c, F, (size_t)nf, out, 0, NULL, NULL));
   clembed_status s = clembed_finish(c);
   clembed_context_error(c, d);
@@ -973,8 +1004,9 @@ static clembed_status six_id_features(clembed_context *c, clembed_matrix *tab, c
 /* A call of several features whose error slots are taken when the context's
  * record is nearly full (many calls since the last finish): every feature's
  * bad id is still reported, none read aside before the call's kernels ran;
- * and a call of more features than the record holds (300): a bad id of a
- * feature past the 256th is reported as its own. */
+ * and a call of more features than the record holds (300), the forward and
+ * the fused step: a bad id of an early feature and of one past the 256th are
+ * reported as their own. */
 TU_CASE(slots_nearly_full) {
   clembed_context *c = NULL;
   OK(c, clembed_context_create(NULL, &c));
@@ -1045,6 +1077,31 @@ TU_CASE(slots_nearly_full) {
     free(F);
     free(vi);
     release_matrix(&wide);
+    release_ids(&di);
+    release_ids(&doff);
+  }
+  { /* the fused step of the 300 features (bad ids in features 3 and 280): feature 3's reported */
+    clembed_ids di = make_ids(c, many, MANY * 6, CLEMBED_I64, 0), doff = make_ids(c, off, NB + 1, CLEMBED_I64, 0);
+    clembed_bag_feature *F = calloc(MANY, sizeof *F);
+    clembed_ids *vi = calloc(MANY, sizeof *vi);
+    clembed_optimizer *os = calloc(MANY, sizeof *os);
+    clembed_matrix g = {0};
+    OK(c, clembed_matrix_create(c, NB, MANY * D, CLEMBED_F32, &g));
+    OK(c, clembed_matrix_init_uniform(c, &g, -1.0f, 1.0f, 5, 0, NULL, NULL));
+    for (int f = 0; f < MANY; f++) os[f] = clembed_optimizer_defaults(CLEMBED_SGD);
+    clembed_error_detail d;
+    six_id_views(&tab, &di, &doff, MANY, F, vi);
+    OK(c, clembed_bags_optimizer_step(c, F, MANY, &g, os, 0, NULL, NULL));
+    clembed_status s = clembed_finish(c);
+    clembed_context_error(c, &d);
+    EXPECT(s == CLEMBED_ERR_INDEX_OUT_OF_RANGE && !strcmp(d.argument, "ids") && d.index == 1 && d.value == 3000 &&
+               strstr(clembed_context_message(c), "features[3]."),
+           "the step of %d features, bad ids in features 3 and 280: %s, detail %s[%lld] = %lld (%s)", MANY,
+           clembed_status_string(s), d.argument, (long long)d.index, (long long)d.value, clembed_context_message(c));
+    free(F);
+    free(vi);
+    free(os);
+    release_matrix(&g);
     release_ids(&di);
     release_ids(&doff);
   }

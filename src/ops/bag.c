@@ -185,13 +185,13 @@ clembed_status bag_plan(clembed_context *ctx, const char *what, const bag_feat *
 }
 
 clembed_status bag_describe(clembed_context *ctx, const bag_feat *F, size_t n, const bag_launch *L, size_t nl,
-                            size_t vec, size_t bags, int pieces, cl_mem *desc, bag_sizes *sz) {
+                            size_t vec, size_t bags, int pieces, const bag_sizes *from, cl_mem *desc, bag_sizes *sz) {
   size_t words = (n ? n : 1) * BF_COUNT, list = words;
   for (size_t f = 0; f < n; f++)
     if (feature_pieces(&F[f], pieces) > 1) words += 3 * feature_pieces(&F[f], pieces);
   cl_ulong *d = calloc(words, sizeof *d);
   if (!d) return ce_fail(ctx, CLEMBED_ERR_OUT_OF_MEMORY, "bags: out of host memory");
-  bag_sizes z = {0, 0, 0};
+  bag_sizes z = from ? *from : (bag_sizes){0, 0, 0};
   for (size_t l = 0; l < nl; l++) {
     size_t chunk0 = 0;
     for (size_t f = L[l].first; f < L[l].first + L[l].count; f++) {

@@ -106,10 +106,11 @@ typedef struct bag_sizes {
 } bag_sizes;
 
 /* The descriptor of every feature (the launches' buffer indices, the GPU
- * shape's chunks, and the backward's entry, count and max_rows starts), and
- * the sizes they add up to. */
+ * shape's chunks, and the backward's entry, count and max_rows starts, from
+ * `from` on: the sizes of the features before these, or NULL for none), and
+ * the sizes they add up to (from included). */
 clembed_status bag_describe(clembed_context *ctx, const bag_feat *F, size_t n, const bag_launch *L, size_t nl,
-                            size_t vec, size_t bags, int pieces, cl_mem *desc, bag_sizes *sz);
+                            size_t vec, size_t bags, int pieces, const bag_sizes *from, cl_mem *desc, bag_sizes *sz);
 
 /* The arguments every bag kernel starts with (cl/ops/bag.cl's CE_BAG_ARGS). */
 typedef struct bag_args {

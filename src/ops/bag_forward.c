@@ -123,8 +123,10 @@ cleanup:
  * L ids:
  *   - once a bag: the check for plain ids (a loop per id width the features
  *     use) and the check of the ids where no column is written: L each;
- *   - a pass: each copy of the plain loop the features can take (CE_BAG_PLAIN_NV:
- *     up to 3, one a feature and pass) L; each kind of group loop (SUM or MEAN,
+ *   - a pass: each copy of the plain loop the features can take L (CE_BAG_PLAIN_NV
+ *     writes it out 3 times, the third for a pass that is neither BAG_TILE nor
+ *     BAG_TILE / 2 whole vectors; one a feature and pass, and once for
+ *     weighted bags and once for the others); each kind of group loop (SUM or MEAN,
  *     weighted SUM, MAX) L, each id finding its table piece (ce_bag_tabrow: up
  *     to the pieces' count) and, with prefetch hints, again for the row ahead
  *     and the lines asked for; with ROWS > 1 the tails again; and the pass's own
@@ -147,7 +149,7 @@ static clembed_status loop_caps(clembed_context *ctx, const char *what, bag_feat
   const uint64_t tile = cpu ? ktile : 1; /* vectors a pass */
   const uint64_t lines = ctx->prefetch && t->bag_ahead && ktile > 1 ? ktile * vec * 4 / 64 + 2 : 0;
   const uint64_t pass_loops = ktile + vec + ktile * (1 + vec) + 2 * vec + 8;
-  uint64_t plain = 0, kinds[3] = {0, 0, 0}, widths[2] = {0, 0}, pieces = 1, cols_max = 0, p_max = 0, p_sum = 0;
+  uint64_t plain[2] = {0, 0}, kinds[3] = {0, 0, 0}, widths[2] = {0, 0}, pieces = 1, cols_max = 0, p_max = 0, p_sum = 0;
   for (size_t f = 0; f < n; f++) {
     const clembed_bag_options *o = &F[f].opt;
     uint64_t cols = F[f].table->cols, nvec = cols / vec;
@@ -160,14 +162,15 @@ static clembed_status loop_caps(clembed_context *ctx, const char *what, bag_feat
     int max = o->mode == CLEMBED_BAG_MAX, weighted = !max && o->per_sample_weights;
     kinds[max ? 2 : weighted ? 1 : 0] = 1;
     if (cpu && t->bag_plain && !max && !o->remap) {
-      plain++;
+      plain[weighted]++;
       widths[F[f].ids->type == CLEMBED_I64] = 1;
     }
   }
   const uint64_t nkinds = kinds[0] + kinds[1] + kinds[2];
   const uint64_t np = pieces > 1 ? pieces : 0;
-  const uint64_t per_id = (plain < 3 ? plain : 3) + nkinds * (1 + np + (lines ? np + lines : 0)) +
-                          (rows > 1 ? nkinds * (1 + np) : 0);
+  const uint64_t copies = ktile > 1 ? 3 : 2; /* (BAG_TILE 1: no pass of BAG_TILE / 2 = 0 vectors) */
+  const uint64_t per_id = (plain[0] < copies ? plain[0] : copies) + (plain[1] < copies ? plain[1] : copies) +
+                          nkinds * (1 + np + (lines ? np + lines : 0)) + (rows > 1 ? nkinds * (1 + np) : 0);
   const uint64_t per_bag = widths[0] + widths[1] + 1;
   uint64_t a, b;
   if (cpu && !by_feature) { /* every feature in one work-item */
@@ -278,7 +281,7 @@ static clembed_status forward_run(clembed_context *ctx, const char *what, bag_fe
       for (size_t f = 0; f < nc; f++)
         if ((unsigned)P[f].table->dtype == d) G[g++] = P[f];
     CHECK(bag_plan(ctx, what, G, nc, t->bag_vec, 1, 1, &L, &nl));
-    CHECK(bag_describe(ctx, G, nc, L, nl, t->bag_vec, bags, 1, &desc, NULL));
+    CHECK(bag_describe(ctx, G, nc, L, nl, t->bag_vec, bags, 1, NULL, &desc, NULL));
     for (size_t l = 0; l < nl; l++) {
       cl_kernel k;
       bag_args a = bag_launch_args(desc, &L[l], bags);

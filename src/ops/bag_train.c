@@ -36,7 +36,7 @@ static clembed_status fold_prepare(bag_fold *s) {
   bag_launch *L = NULL;
   size_t nl = 0;
   CHECK(bag_plan(ctx, s->what, s->F, s->n, vec, 0, 0, &L, &nl));
-  CHECK(bag_describe(ctx, s->F, s->n, L, nl, vec, s->bags, 0, NULL, &s->sz));
+  CHECK(bag_describe(ctx, s->F, s->n, L, nl, vec, s->bags, 0, NULL, NULL, &s->sz));
   if ((uint64_t)s->sz.entries >= 0xFFFFFFFFu)
     FAIL_ARG(CLEMBED_ERR_INVALID_ARGUMENT, "ids", -1, (int64_t)s->sz.entries,
              "%s: %zu ids feed one table; at most 4294967294", s->what, s->sz.entries);
@@ -75,36 +75,53 @@ static clembed_status fold_keys(ce_chain *ch, const ce_contrib *c, cl_mem keys, 
   bag_launch *L = NULL;
   cl_mem desc = NULL;
   char *base = NULL, opts[2048], extra[64];
-  CHECK(ce_slot_room(ctx, s->n)); /* (every feature's slot taken before any is read aside) */
-  for (size_t f = 0; f < s->n; f++) CHECK(bag_feature_slot(ctx, s->what, &s->F[f]));
-  CHECK(bag_plan(ctx, s->what, s->F, s->n, vec, 0, 0, &L, &nl));
-  CHECK(bag_describe(ctx, s->F, s->n, L, nl, vec, s->bags, 0, &desc, NULL));
   snprintf(extra, sizeof extra, "-DKEY64=%d -DMODES=0", key64); /* (no pooling: one program for all) */
   base = bag_base_options(ctx, extra);
   if (!base) FAIL(CLEMBED_ERR_OUT_OF_MEMORY, "%s: out of host memory", s->what);
   cl_ulong rows = s->rows, g_ld = s->g_ld;
   size_t items = s->bags ? s->bags : 1;
-  for (size_t l = 0; l < nl; l++) {
-    cl_kernel k;
-    bag_args a = bag_launch_args(desc, &L[l], s->bags);
-    snprintf(opts, sizeof opts, "%s", base);
-    CHECK(ce_kernel(ctx, CE_FAMILY_BAG, opts, "ce_bag_counts", &k));
-    CHECK(ce_set_args(ctx, k, "ce_bag_counts", BAG_COMMON(a), CE_ARG(s->counts), CE_END));
-    CHECK(ce_chain_2d(ch, k, "ce_bag_counts", L[l].count, items));
-    if (L[l].max && s->bags && keys) {
-      CHECK(ce_kernel(ctx, CE_FAMILY_BAG, opts, "ce_bag_gather_max", &k));
-      CHECK(ce_set_args(ctx, k, "ce_bag_gather_max", BAG_COMMON(a), CE_ARG(s->mrt), CE_END));
-      CHECK(ce_chain_2d(ch, k, "ce_bag_gather_max", ctx->tune->row_items, s->bags));
+  /* the features at most CE_SLOTS at a time: a part's error slots taken
+   * (ce_slot_room: none read aside before its kernels ran) and its launches
+   * enqueued before the next part's; the entries, counts and max_rows of the
+   * parts one after another, as one part's */
+  bag_sizes from = {0, 0, 0};
+  for (size_t c0 = 0, c1 = 0; c0 < s->n || (s->n == 0 && c1 == 0); c0 = c1) {
+    c1 = c0 + (s->n - c0 < CE_SLOTS ? s->n - c0 : CE_SLOTS);
+    const size_t nc = c1 - c0;
+    bag_feat *P = s->F + c0;
+    bag_sizes upto;
+    CHECK(ce_slot_room(ctx, nc));
+    for (size_t f = 0; f < nc; f++) CHECK(bag_feature_slot(ctx, s->what, &P[f]));
+    CHECK(bag_plan(ctx, s->what, P, nc, vec, 0, 0, &L, &nl));
+    CHECK(bag_describe(ctx, P, nc, L, nl, vec, s->bags, 0, &from, &desc, &upto));
+    for (size_t l = 0; l < nl; l++) {
+      cl_kernel k;
+      bag_args a = bag_launch_args(desc, &L[l], s->bags);
+      snprintf(opts, sizeof opts, "%s", base);
+      CHECK(ce_kernel(ctx, CE_FAMILY_BAG, opts, "ce_bag_counts", &k));
+      CHECK(ce_set_args(ctx, k, "ce_bag_counts", BAG_COMMON(a), CE_ARG(s->counts), CE_END));
+      CHECK(ce_chain_2d(ch, k, "ce_bag_counts", L[l].count, items));
+      if (L[l].max && s->bags && keys) {
+        CHECK(ce_kernel(ctx, CE_FAMILY_BAG, opts, "ce_bag_gather_max", &k));
+        CHECK(ce_set_args(ctx, k, "ce_bag_gather_max", BAG_COMMON(a), CE_ARG(s->mrt), CE_END));
+        CHECK(ce_chain_2d(ch, k, "ce_bag_gather_max", ctx->tune->row_items, s->bags));
+      }
+      if (keys && L[l].entries) {
+        cl_ulong e_first = from.entries, e_count = L[l].entries;
+        for (size_t f = 0; f < L[l].first; f++) e_first += P[f].ids->count;
+        CHECK(ce_kernel(ctx, CE_FAMILY_BAG, opts, "ce_bag_keys", &k));
+        CHECK(ce_set_args(ctx, k, "ce_bag_keys", BAG_COMMON(a), CE_ARG(s->counts), CE_ARG(rows), CE_ARG(g_ld),
+                          CE_ARG(e_first), CE_ARG(e_count), CE_ARG(keys), CE_ARG(idx), CE_ARG(c->records), CE_END));
+        CHECK(ce_chain_1d(ch, k, "ce_bag_keys", L[l].entries, 0));
+      }
+      CHECK(bag_record_errors(ch, opts, &a, &L[l]));
     }
-    if (keys && L[l].entries) {
-      cl_ulong e_first = 0, e_count = L[l].entries;
-      for (size_t f = 0; f < L[l].first; f++) e_first += s->F[f].ids->count;
-      CHECK(ce_kernel(ctx, CE_FAMILY_BAG, opts, "ce_bag_keys", &k));
-      CHECK(ce_set_args(ctx, k, "ce_bag_keys", BAG_COMMON(a), CE_ARG(s->counts), CE_ARG(rows), CE_ARG(g_ld),
-                        CE_ARG(e_first), CE_ARG(e_count), CE_ARG(keys), CE_ARG(idx), CE_ARG(c->records), CE_END));
-      CHECK(ce_chain_1d(ch, k, "ce_bag_keys", L[l].entries, 0));
-    }
-    CHECK(bag_record_errors(ch, opts, &a, &L[l]));
+    clReleaseMemObject(desc); /* (OpenCL keeps it until the launches are done) */
+    desc = NULL;
+    free(L);
+    L = NULL;
+    from = upto;
+    if (s->n == 0) break;
   }
 cleanup:
   if (desc) clReleaseMemObject(desc);
@@ -205,7 +222,7 @@ static clembed_status grad_weights_run(ce_chain *ch, const char *what, bag_feat 
   for (F.pg0 = 0; F.pg0 < count; F.pg0 += F.pgn) {
     F.pgn = count - F.pg0 < per ? count - F.pg0 : per;
     CHECK(bag_plan(ctx, what, &F, 1, vec, 1, 1, &L, &nl));
-    CHECK(bag_describe(ctx, &F, 1, L, nl, vec, bags, 1, &desc, NULL));
+    CHECK(bag_describe(ctx, &F, 1, L, nl, vec, bags, 1, NULL, &desc, NULL));
     bag_launch_options(opts, sizeof opts, base, &L[0]);
     bag_args a = bag_launch_args(desc, &L[0], bags);
     CHECK(ce_kernel(ctx, CE_FAMILY_BAG, opts, "ce_bag_grad_weights", &k));
