@@ -409,6 +409,13 @@ clembed_status bag_place_columns(clembed_context *ctx, const char *what, bag_fea
   return CLEMBED_OK;
 }
 
+clembed_status bag_part(clembed_context *ctx, const char *what, bag_feat *F, size_t n, size_t c0, size_t *nc) {
+  *nc = n - c0 < CE_SLOTS ? n - c0 : CE_SLOTS;
+  clembed_status s = ce_slot_room(ctx, *nc);
+  for (size_t f = 0; s == CLEMBED_OK && f < *nc; f++) s = bag_feature_slot(ctx, what, &F[c0 + f]);
+  return s;
+}
+
 clembed_status bag_feature_slot(clembed_context *ctx, const char *what, bag_feat *F) {
   const clembed_bag_options *o = &F->opt;
   int can_fail = F->offsets != NULL || (F->ids->count && o->remap) ||

@@ -154,4 +154,11 @@ clembed_status bag_place_columns(clembed_context *ctx, const char *what, bag_fea
 /* An error slot for a feature that can find a bad id or offset. */
 clembed_status bag_feature_slot(clembed_context *ctx, const char *what, bag_feat *F);
 
+/* A call's features are taken at most CE_SLOTS at a time: a part's error
+ * slots are all taken (ce_slot_room: none read aside before its kernels ran)
+ * and its launches enqueued before the next part's slots are taken. The part
+ * that starts at feature c0 of n: its count in *nc (a call of no features is
+ * one part of none), its features' slots taken. */
+clembed_status bag_part(clembed_context *ctx, const char *what, bag_feat *F, size_t n, size_t c0, size_t *nc);
+
 #endif

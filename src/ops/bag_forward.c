@@ -153,8 +153,8 @@ static clembed_status loop_caps(clembed_context *ctx, const char *what, bag_feat
   for (size_t f = 0; f < n; f++) {
     const clembed_bag_options *o = &F[f].opt;
     uint64_t cols = F[f].table->cols, nvec = cols / vec;
-    uint64_t p = !cols ? 0 : nvec <= tile ? 1 : (nvec + tile - 1) / tile;
-    p = cpu ? p : cols ? 1 : 0;
+    /* the passes over the row: tile vectors each in the CPU shape, one in the GPU shape's work-item */
+    const uint64_t p = !cols ? 0 : !cpu || nvec <= tile ? 1 : (nvec + tile - 1) / tile;
     p_max = p > p_max ? p : p_max;
     p_sum += p;
     cols_max = cols > cols_max ? cols : cols_max;
@@ -263,15 +263,10 @@ static clembed_status forward_run(clembed_context *ctx, const char *what, bag_fe
   cl_float zero = 0.0f; /* the accumulators' start, opaque to the compiler (bag.cl) */
   G = malloc((n ? n : 1) * sizeof *G);
   if (!G) FAIL(CLEMBED_ERR_OUT_OF_MEMORY, "%s: out of host memory", what);
-  /* the features at most CE_SLOTS at a time: a part's error slots are taken
-   * (ce_slot_room: none read aside before its kernels ran) and its launches
-   * enqueued before the next part's slots are taken */
-  for (size_t c0 = 0, c1 = 0; c0 < n || (n == 0 && c1 == 0); c0 = c1) {
-    c1 = c0 + (n - c0 < CE_SLOTS ? n - c0 : CE_SLOTS);
-    const size_t nc = c1 - c0;
+  /* the features a part at a time (bag_part) */
+  for (size_t c0 = 0, nc = 0; c0 < n || (n == 0 && c0 == 0); c0 += nc) {
     bag_feat *P = F + c0;
-    CHECK(ce_slot_room(ctx, nc));
-    for (size_t f = 0; f < nc; f++) CHECK(bag_feature_slot(ctx, what, &P[f]));
+    CHECK(bag_part(ctx, what, F, n, c0, &nc));
     for (size_t f = 0; f < nc; f++)
       if (own_buffers(&P[f]) > CLEMBED_BAGS_BUFFERS) CHECK(gather_rows(&ch, what, &P[f]));
     /* the features by table dtype (stable), so that a launch's program pools one

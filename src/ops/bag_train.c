@@ -80,18 +80,13 @@ static clembed_status fold_keys(ce_chain *ch, const ce_contrib *c, cl_mem keys, 
   if (!base) FAIL(CLEMBED_ERR_OUT_OF_MEMORY, "%s: out of host memory", s->what);
   cl_ulong rows = s->rows, g_ld = s->g_ld;
   size_t items = s->bags ? s->bags : 1;
-  /* the features at most CE_SLOTS at a time: a part's error slots taken
-   * (ce_slot_room: none read aside before its kernels ran) and its launches
-   * enqueued before the next part's; the entries, counts and max_rows of the
-   * parts one after another, as one part's */
+  /* the features a part at a time (bag_part); the entries, counts and
+   * max_rows of the parts one after another, as one part's */
   bag_sizes from = {0, 0, 0};
-  for (size_t c0 = 0, c1 = 0; c0 < s->n || (s->n == 0 && c1 == 0); c0 = c1) {
-    c1 = c0 + (s->n - c0 < CE_SLOTS ? s->n - c0 : CE_SLOTS);
-    const size_t nc = c1 - c0;
+  for (size_t c0 = 0, nc = 0; c0 < s->n || (s->n == 0 && c0 == 0); c0 += nc) {
     bag_feat *P = s->F + c0;
     bag_sizes upto;
-    CHECK(ce_slot_room(ctx, nc));
-    for (size_t f = 0; f < nc; f++) CHECK(bag_feature_slot(ctx, s->what, &P[f]));
+    CHECK(bag_part(ctx, s->what, s->F, s->n, c0, &nc));
     CHECK(bag_plan(ctx, s->what, P, nc, vec, 0, 0, &L, &nl));
     CHECK(bag_describe(ctx, P, nc, L, nl, vec, s->bags, 0, &from, &desc, &upto));
     for (size_t l = 0; l < nl; l++) {
