@@ -252,6 +252,18 @@ TU_CASE(malformed_files) {
       /* a file that matches the device before its fault: none of it applies */
       {"[device all]\nmatch.type = cpu\nbag_tile = 3\n[device all gpus]\nmatch.type = gpu\nbag_tile = 3\nbag_tile = x\n",
        ":7: bag_tile = 'x' is not a count"},
+      /* a count the parameter does not take (a kernel that would not build, loop forever or divide by zero) */
+      {"[device x]\nbag_tile = 0\n", ":2: bag_tile = 0: it must be from 1 to 16 (in [device x])"},
+      {"[device x]\nbag_tile = 17\n", ":2: bag_tile = 17: it must be from 1 to 16"},
+      {"[device x]\nbag_tile = 4294967297\n", ":2: bag_tile = 4294967297: it must be from 1 to 16"},
+      {"[device x]\nembed_vec = 2\n", ":2: embed_vec = 2: it must be 4, 8 or 16"},
+      {"[device x]\nbag_vec = 12\n", ":2: bag_vec = 12: it must be 4, 8 or 16"},
+      {"[device x]\nbag_cols = 2\n", ":2: bag_cols = 2: it must be 0 or 1"},
+      {"[device x]\nrope_pairs = 0\n", ":2: rope_pairs = 0: it must be from 1 to 64"},
+      {"[device x]\nsort_chunk = 0\n", ":2: sort_chunk = 0: it must be at least 1"},
+      {"[device x]\nsinusoid_table_min_rows = 0\n", ":2: sinusoid_table_min_rows = 0: it must be at least 1"},
+      {"[device x]\ngroup_target = 512\n", ":2: group_target = 512: it must be from 1 to 256"},
+      {"[device x]\npiece_args = 9\n", ":2: piece_args = 9: it must be from 1 to 8"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     char what[32];
@@ -306,6 +318,17 @@ TU_CASE(malformed_files) {
        " {\"device\": \"all gpus\", \"match\": {\"type\": \"gpu\"}, \"parameters\": {\"bag_tile\": 3}},\n"
        " {\"device\": \"x\", \"parameters\": {\"bag_tile\": 3, \"bag_vec\": \"x\"}}]}",
        ":3: entry 3 (device \"x\"): bag_vec is not a count"},
+      {"{\"entries\": [{\"device\": \"x\", \"parameters\": {\n\"fold_tile\": 0}}]}",
+       ":2: entry 1 (device \"x\"): fold_tile = 0: it must be from 1 to 16"},
+      {"{\"entries\": [{\"device\": \"x\", \"parameters\": {\"fold_group\": 4294967296}}]}",
+       ":1: entry 1 (device \"x\"): fold_group = 4294967296: it must be from 1 to 64"},
+      {"{\"entries\": [{\"device\": \"x\", \"parameters\": {\"positional_vec\": 3}}]}",
+       ":1: entry 1 (device \"x\"): positional_vec = 3: it must be 4, 8 or 16"},
+      /* parameters that do not go together on this device (every type's entry matches it) */
+      {"{\"entries\": [{\"device\": \"cpus\", \"match\": {\"type\": \"cpu\"}, \"parameters\": {\"embed_vec\": 16, "
+       "\"norm_params_cols\": 24}},\n {\"device\": \"gpus\", \"match\": {\"type\": \"gpu\"}, \"parameters\": "
+       "{\"embed_vec\": 16, \"norm_params_cols\": 24}}]}",
+       ": with its entries for this device norm_params_cols = 24 is not a multiple of embed_vec = 16"},
   };
   for (size_t i = 0; i < sizeof badj / sizeof badj[0]; i++) {
     char what[32];
@@ -323,6 +346,42 @@ TU_CASE(malformed_files) {
   EXPECT(s == CLEMBED_ERR_INVALID_ARGUMENT && strstr(clembed_last_error_message(), "'bag_tiles' is not a tuning parameter"),
          "CLEMBED_TUNE=bag_tiles=4: %s (%s)", clembed_status_string(s), clembed_last_error_message());
   clembed_context_destroy(c);
+  /* CLEMBED_TUNE: a count the parameter does not take, or parameters that do not go together */
+  static const struct {
+    const char *tune, *want;
+  } bad_tune[] = {
+      {"bag_tile=0", "CLEMBED_TUNE: bag_tile = 0: it must be from 1 to 16"},
+      {"fold_vec=1", "CLEMBED_TUNE: fold_vec = 1: it must be 4, 8 or 16"},
+      {"fold_group=0", "CLEMBED_TUNE: fold_group = 0: it must be from 1 to 64"},
+      {"row_items=0", "CLEMBED_TUNE: row_items = 0: it must be from 1 to 65536"},
+      {"prefetch=4294967296", "CLEMBED_TUNE: prefetch = 4294967296: it must be 0 or 1"},
+      {"embed_vec=16,norm_params_cols=20", "norm_params_cols = 20 is not a multiple of embed_vec = 16"},
+      {"sort_radix_bits=16,sort_max_chunks=65536", "sort_max_chunks = 65536 and sort_radix_bits = 16"},
+      {"huge_page_bytes=6000", "huge_page_bytes = 6000 is not a multiple of the host's page"},
+      {"embed_rows=2,embed_strided_rows=0", "embed_strided_rows = 0 with embed_rows = 2"},
+  };
+  for (size_t i = 0; i < sizeof bad_tune / sizeof bad_tune[0]; i++) {
+    c = NULL;
+    setenv("CLEMBED_TUNE", bad_tune[i].tune, 1);
+    s = make(NULL, &c);
+    unsetenv("CLEMBED_TUNE");
+    EXPECT(s == CLEMBED_ERR_INVALID_ARGUMENT && c == NULL && strstr(clembed_last_error_message(), bad_tune[i].want),
+           "CLEMBED_TUNE=%s: %s (%s)", bad_tune[i].tune, clembed_status_string(s), clembed_last_error_message());
+    clembed_context_destroy(c);
+  }
+  /* the ends of each range are taken */
+  static const char *const good_tune[] = {"bag_tile=1,bag_vec=4", "bag_tile=16,bag_vec=16", "rope_pairs=64",
+                                          "piece_args=1", "piece_args=8", "group_target=256",
+                                          "embed_vec=8,norm_params_cols=24", "sort_radix_bits=16,sort_max_chunks=65535"};
+  for (size_t i = 0; i < sizeof good_tune / sizeof good_tune[0]; i++) {
+    c = NULL;
+    setenv("CLEMBED_TUNE", good_tune[i], 1);
+    s = make(NULL, &c);
+    unsetenv("CLEMBED_TUNE");
+    EXPECT(s == CLEMBED_OK && c != NULL && strstr(clembed_context_tuning(c), good_tune[i]),
+           "CLEMBED_TUNE=%s: %s (%s)", good_tune[i], clembed_status_string(s), clembed_last_error_message());
+    clembed_context_destroy(c);
+  }
 }
 
 /* clembed_tuning_file: CLEMBED_TUNING_FILE, else XDG_CACHE_HOME, else HOME */

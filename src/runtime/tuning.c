@@ -16,6 +16,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 /* the embedded sources (cmake/embed_cl.cmake): the database is "devices" */
 extern const char *const ce_cl_names[];
@@ -74,6 +75,91 @@ static int parse_count(const char *s, unsigned long long *v) {
   errno = 0;
   *v = strtoull(s, &end, 10);
   return !errno && !*end && *v <= (1ull << 40);
+}
+
+/* ------------------------------------------------------------- the values a parameter takes */
+
+#define ANY (1ull << 40)
+#define INT_FIELD 2147483647ull /* an int or unsigned field's largest */
+/* lo .. hi, or one of 4, 8 and 16 (vec: a kernel's vector width); outside
+ * them a kernel fails to build, loops forever, overruns its private memory or
+ * a host division is by zero. docs/tuning.md gives each with its meaning. */
+typedef struct limit {
+  const char *name;
+  unsigned long long lo, hi;
+  int vec;
+} limit;
+static const limit limits[] = {
+    {"cpu_shapes", 0, 1, 0}, {"group_target", 1, 256, 0}, {"row_items_max", 0, ANY, 0},
+    {"row_groups_per_unit", 0, ANY, 0}, {"embed_local", 0, ANY, 0}, {"bag_local", 0, ANY, 0},
+    {"embed_rows", 0, 1024, 0}, {"embed_strided_rows", 0, 1024, 0}, {"embed_vec", 4, 16, 1},
+    {"embed_stream", 0, 1, 0}, {"stream_cache_bytes", 0, ANY, 0}, {"embed_next", 0, 1, 0},
+    {"embed_strided_prefetch_bytes", 0, ANY, 0}, {"embed_strided_ahead", 0, INT_FIELD, 0},
+    {"positional_rowwise", 0, 1, 0}, {"positional_vec", 4, 16, 1}, {"rope_rowwise", 0, 1, 0},
+    {"rope_pairs", 1, 64, 0}, {"sort_chunk", 1, ANY, 0}, {"sort_max_chunks", 1, ANY, 0},
+    {"sort_radix_bits", 1, 16, 0}, {"sort_local", 0, ANY, 0}, {"fold_vec", 4, 16, 1}, {"fold_tile", 1, 16, 0},
+    {"fold_block_columns", 1, ANY, 0}, {"fold_split", 0, ANY, 0}, {"fold_group", 1, 64, 0},
+    {"fold_ahead_bytes", 0, ANY, 0}, {"fold_ahead", 0, INT_FIELD, 0}, {"step_ahead", 0, 1, 0},
+    {"fold_slices_per_unit", 0, ANY, 0}, {"fold_min_slices", 0, 1ull << 24, 0}, {"row_items", 1, 65536, 0},
+    {"sinusoid_table_max_elements", 0, ANY, 0}, {"sinusoid_table_min_rows", 1, ANY, 0},
+    {"sinusoid_table_inline_rows", 0, ANY, 0}, {"huge_page_bytes", 1, ANY, 0}, {"norm_rows", 0, 65536, 0},
+    {"norm_strided_rows", 0, 1024, 0}, {"norm_group_rows", 0, 4096, 0}, {"norm_next", 0, 1, 0},
+    {"norm_scratch_cols", 0, 65536, 0}, {"norm_side_cols", 0, INT_FIELD, 0}, {"norm_sums", 0, 1, 0},
+    {"norm_params_cols", 4, INT_FIELD, 0}, {"piece_args", 1, 8, 0}, {"bag_vec", 4, 16, 1}, {"bag_tile", 1, 16, 0},
+    {"bag_rows", 1, 16, 0}, {"bag_rows_features", 1, 16, 0}, {"bag_ahead", 0, INT_FIELD, 0}, {"bag_plain", 0, 1, 0},
+    {"bag_cols", 0, 1, 0}, {"bag_by_feature", 0, 1, 0}, {"init_wide", 0, 1, 0}, {"prefetch", 0, 1, 0},
+    {"host_pages", 0, 1, 0}, {"zero_temporaries", 0, 1, 0}, {"loop_limit", 0, ANY, 0},
+};
+#define LIMIT_COUNT (sizeof limits / sizeof limits[0])
+
+/* Parameter f's limit (NULL: none, a fault of this file that shipped_db reports). */
+static const limit *limit_of(int f) {
+  const char *name = ce_tuning_field_name(f);
+  for (size_t i = 0; name && i < LIMIT_COUNT; i++)
+    if (!strcmp(limits[i].name, name)) return &limits[i];
+  return NULL;
+}
+
+/* 1 where v is a value of parameter f, else 0 with "NAME = V: it must be ..." in why. */
+static int value_ok(int f, unsigned long long v, char *why, size_t cap) {
+  const limit *l = limit_of(f);
+  if (l && (l->vec ? v == 4 || v == 8 || v == 16 : v >= l->lo && v <= l->hi)) return 1;
+  if (!l)
+    snprintf(why, cap, "%s has no limits in src/runtime/tuning.c", ce_tuning_field_name(f));
+  else if (l->vec)
+    snprintf(why, cap, "%s = %llu: it must be 4, 8 or 16 (a vector's columns)", l->name, v);
+  else if (l->lo == 0 && l->hi == 1)
+    snprintf(why, cap, "%s = %llu: it must be 0 or 1", l->name, v);
+  else if (l->hi == ANY)
+    snprintf(why, cap, "%s = %llu: it must be at least %llu", l->name, v, l->lo);
+  else
+    snprintf(why, cap, "%s = %llu: it must be from %llu to %llu", l->name, v, l->lo, l->hi);
+  return 0;
+}
+
+/* 1 where the parameters of t go together, else 0 with why. */
+static int together_ok(const ce_tuning *t, char *why, size_t cap) {
+  long host_page = sysconf(_SC_PAGESIZE);
+  if (t->embed_rows && !t->embed_strided_rows) {
+    snprintf(why, cap, "embed_strided_rows = 0 with embed_rows = %u: the row shapes take at least one sequence a "
+             "work-item", t->embed_rows);
+    return 0;
+  }
+  if (t->norm_params_cols % t->embed_vec) {
+    snprintf(why, cap, "norm_params_cols = %u is not a multiple of embed_vec = %u", t->norm_params_cols, t->embed_vec);
+    return 0;
+  }
+  if (((unsigned long long)t->sort_max_chunks << t->sort_radix_bits) >= (1ull << 32)) {
+    snprintf(why, cap, "sort_max_chunks = %zu and sort_radix_bits = %u: the scan's %llu counters pass 2^32 - 1",
+             t->sort_max_chunks, t->sort_radix_bits, (unsigned long long)t->sort_max_chunks << t->sort_radix_bits);
+    return 0;
+  }
+  if (host_page > 0 && t->huge_page_bytes % (size_t)host_page) {
+    snprintf(why, cap, "huge_page_bytes = %zu is not a multiple of the host's page (%ld bytes)", t->huge_page_bytes,
+             host_page);
+    return 0;
+  }
+  return 1;
 }
 
 /* ------------------------------------------------------------- entries */
@@ -213,6 +299,11 @@ static int db_parse(const char *text, size_t len, const char *origin, database *
     }
     if (!parse_count(value, &v)) {
       snprintf(err, errlen, "%s:%zu: %s = '%.100s' is not a count from 0 to 2^40", origin, line_no, key, value);
+      goto fail;
+    }
+    char why[200];
+    if (!value_ok(f, v, why, sizeof why)) {
+      snprintf(err, errlen, "%s:%zu: %s", origin, line_no, why);
       goto fail;
     }
     setting *ns = realloc(e->set, (e->nset + 1) * sizeof *ns);
@@ -374,6 +465,11 @@ static int db_parse_json(const char *text, size_t len, const char *origin, datab
             snprintf(err, errlen, "%.400s:%d: %s: %s is not a count from 0 to 2^40", origin, at->line, who, v->keys[m]);
             goto fail;
           }
+          char why[200];
+          if (!value_ok(f, value, why, sizeof why)) {
+            snprintf(err, errlen, "%.400s:%d: %s: %s", origin, at->line, who, why);
+            goto fail;
+          }
           e->set[e->nset++] = (setting){f, value};
         }
       } else {
@@ -460,6 +556,13 @@ static const database *shipped_db(void) {
           db_free(&shipped);
           rc = -1;
         }
+        for (size_t f = 0; !rc && f < FIELD_COUNT; f++)
+          if (!limit_of((int)f)) {
+            snprintf(shipped_err, sizeof shipped_err, "the tuning parameter %s has no limits in src/runtime/tuning.c",
+                     field_names[f]);
+            db_free(&shipped);
+            rc = -1;
+          }
         shipped_state = rc ? -1 : 1;
       }
   }
@@ -549,7 +652,6 @@ static int user_db(const char *path, database *db, char *err, size_t errlen) {
 
 /* ------------------------------------------------------------- resolving */
 
-
 clembed_status ce_tuning_resolve(const ce_device_ident *d, ce_tuning *out, char *desc, size_t cap, char *warn,
                                  size_t wcap) {
   const char *env = getenv("CLEMBED_TUNING");
@@ -581,6 +683,11 @@ clembed_status ce_tuning_resolve(const ce_device_ident *d, ce_tuning *out, char 
       append(desc, cap, ", device %s", db->e[i].name);
     }
   append(desc, cap, " (built in)");
+  char why[200];
+  if (!together_ok(out, why, sizeof why)) {
+    ce_last_message("the built-in tuning of this device (%.300s): %s", desc, why);
+    return CLEMBED_ERR_INVALID_ARGUMENT;
+  }
   /* the user's entries (not with CLEMBED_TUNING, which asks for the built-in shapes); a file that cannot
    * be read or parsed is left out, said in *warn and the description: the context runs the built-in entries */
   char path[1024];
@@ -602,13 +709,23 @@ clembed_status ce_tuning_resolve(const ce_device_ident *d, ce_tuning *out, char 
       user.e = NULL;
     }
     int first = 1;
+    ce_tuning built_in = *out;
+    size_t desc_len = strlen(desc);
     for (size_t i = 0; i < user.n; i++)
       if (!user.e[i].is_default && matches(&user.e[i], d)) {
         apply(out, &user.e[i]);
         append(desc, cap, first ? "; device %s" : ", device %s", user.e[i].name);
         first = 0;
       }
-    if (!first) append(desc, cap, " (%s)", path);
+    if (!first && !together_ok(out, why, sizeof why)) { /* the file's entries left out, as a file not read */
+      snprintf(warn, wcap, "the tuning file is not read: %.600s: with its entries for this device %s; the built-in "
+               "entries apply (mend or remove the file, or CLEMBED_TUNING_FILE=none)", path, why);
+      *out = built_in;
+      desc[desc_len] = 0;
+      append(desc, cap, "; not read: %s", path);
+    } else if (!first) {
+      append(desc, cap, " (%s)", path);
+    }
     db_free(&user);
   }
   /* a message quotes a file's bytes and its path, and goes into JSON */
@@ -645,11 +762,21 @@ clembed_status ce_tuning_apply(const ce_tuning *base, const char *env, ce_tuning
       return CLEMBED_ERR_INVALID_ARGUMENT;
     }
     int f = ce_tuning_field(item);
+    char why[200];
     if (f < 0) {
       ce_last_message("CLEMBED_TUNE: '%.100s' is not a tuning parameter (docs/tuning.md lists them)", item);
       return CLEMBED_ERR_INVALID_ARGUMENT;
     }
+    if (!value_ok(f, v, why, sizeof why)) {
+      ce_last_message("CLEMBED_TUNE: %s", why);
+      return CLEMBED_ERR_INVALID_ARGUMENT;
+    }
     set_field(out, f, v);
+  }
+  char why[200];
+  if (!together_ok(out, why, sizeof why)) {
+    ce_last_message("CLEMBED_TUNE is '%.200s': with it %s", env, why);
+    return CLEMBED_ERR_INVALID_ARGUMENT;
   }
   return CLEMBED_OK;
 }
