@@ -356,9 +356,12 @@ TU_CASE(malformed_files) {
       {"row_items=0", "CLEMBED_TUNE: row_items = 0: it must be from 1 to 65536"},
       {"prefetch=4294967296", "CLEMBED_TUNE: prefetch = 4294967296: it must be 0 or 1"},
       {"embed_vec=16,norm_params_cols=20", "norm_params_cols = 20 is not a multiple of embed_vec = 16"},
-      {"sort_radix_bits=16,sort_max_chunks=65536", "sort_max_chunks = 65536 and sort_radix_bits = 16"},
+      {"sort_radix_bits=8,sort_max_chunks=16777216", "sort_max_chunks = 16777216 and sort_radix_bits = 8"},
       {"huge_page_bytes=6000", "huge_page_bytes = 6000 is not a multiple of the host's page"},
       {"embed_rows=2,embed_strided_rows=0", "embed_strided_rows = 0 with embed_rows = 2"},
+      {"norm_params_cols=1048576", "CLEMBED_TUNE: norm_params_cols = 1048576: it must be from 4 to 65536"},
+      {"bag_ahead=2147483647", "CLEMBED_TUNE: bag_ahead = 2147483647: it must be from 0 to 65536"},
+      {"sort_radix_bits=16,sort_max_chunks=65536", "sort_max_chunks = 65536 and sort_radix_bits = 16"},
   };
   for (size_t i = 0; i < sizeof bad_tune / sizeof bad_tune[0]; i++) {
     c = NULL;
@@ -369,10 +372,22 @@ TU_CASE(malformed_files) {
            "CLEMBED_TUNE=%s: %s (%s)", bad_tune[i].tune, clembed_status_string(s), clembed_last_error_message());
     clembed_context_destroy(c);
   }
+  /* a row shape on the GPU default (the tuner's lookup candidates there) */
+  setenv("CLEMBED_TUNING", "gpu", 1);
+  setenv("CLEMBED_TUNE", "embed_rows=1", 1);
+  c = NULL;
+  s = make(NULL, &c);
+  unsetenv("CLEMBED_TUNE");
+  unsetenv("CLEMBED_TUNING");
+  EXPECT(s == CLEMBED_OK && tuning_value(c, "embed_rows") == 1 && tuning_value(c, "embed_strided_rows") >= 1,
+         "CLEMBED_TUNING=gpu CLEMBED_TUNE=embed_rows=1: %s (%s)", clembed_status_string(s),
+         clembed_last_error_message());
+  clembed_context_destroy(c);
   /* the ends of each range are taken */
   static const char *const good_tune[] = {"bag_tile=1,bag_vec=4", "bag_tile=16,bag_vec=16", "rope_pairs=64",
                                           "piece_args=1", "piece_args=8", "group_target=256",
-                                          "embed_vec=8,norm_params_cols=24", "sort_radix_bits=16,sort_max_chunks=65535"};
+                                          "embed_vec=8,norm_params_cols=24", "sort_radix_bits=16,sort_max_chunks=65535",
+                                          "sort_radix_bits=8,sort_max_chunks=16777215"};
   for (size_t i = 0; i < sizeof good_tune / sizeof good_tune[0]; i++) {
     c = NULL;
     setenv("CLEMBED_TUNE", good_tune[i], 1);

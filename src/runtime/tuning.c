@@ -94,19 +94,19 @@ static const limit limits[] = {
     {"row_groups_per_unit", 0, ANY, 0}, {"embed_local", 0, ANY, 0}, {"bag_local", 0, ANY, 0},
     {"embed_rows", 0, 1024, 0}, {"embed_strided_rows", 0, 1024, 0}, {"embed_vec", 4, 16, 1},
     {"embed_stream", 0, 1, 0}, {"stream_cache_bytes", 0, ANY, 0}, {"embed_next", 0, 1, 0},
-    {"embed_strided_prefetch_bytes", 0, ANY, 0}, {"embed_strided_ahead", 0, INT_FIELD, 0},
+    {"embed_strided_prefetch_bytes", 0, ANY, 0}, {"embed_strided_ahead", 0, 65536, 0},
     {"positional_rowwise", 0, 1, 0}, {"positional_vec", 4, 16, 1}, {"rope_rowwise", 0, 1, 0},
     {"rope_pairs", 1, 64, 0}, {"sort_chunk", 1, ANY, 0}, {"sort_max_chunks", 1, ANY, 0},
     {"sort_radix_bits", 1, 16, 0}, {"sort_local", 0, ANY, 0}, {"fold_vec", 4, 16, 1}, {"fold_tile", 1, 16, 0},
     {"fold_block_columns", 1, ANY, 0}, {"fold_split", 0, ANY, 0}, {"fold_group", 1, 64, 0},
-    {"fold_ahead_bytes", 0, ANY, 0}, {"fold_ahead", 0, INT_FIELD, 0}, {"step_ahead", 0, 1, 0},
+    {"fold_ahead_bytes", 0, ANY, 0}, {"fold_ahead", 0, 65536, 0}, {"step_ahead", 0, 1, 0},
     {"fold_slices_per_unit", 0, ANY, 0}, {"fold_min_slices", 0, 1ull << 24, 0}, {"row_items", 1, 65536, 0},
     {"sinusoid_table_max_elements", 0, ANY, 0}, {"sinusoid_table_min_rows", 1, ANY, 0},
     {"sinusoid_table_inline_rows", 0, ANY, 0}, {"huge_page_bytes", 1, ANY, 0}, {"norm_rows", 0, 65536, 0},
     {"norm_strided_rows", 0, 1024, 0}, {"norm_group_rows", 0, 4096, 0}, {"norm_next", 0, 1, 0},
     {"norm_scratch_cols", 0, 65536, 0}, {"norm_side_cols", 0, INT_FIELD, 0}, {"norm_sums", 0, 1, 0},
-    {"norm_params_cols", 4, INT_FIELD, 0}, {"piece_args", 1, 8, 0}, {"bag_vec", 4, 16, 1}, {"bag_tile", 1, 16, 0},
-    {"bag_rows", 1, 16, 0}, {"bag_rows_features", 1, 16, 0}, {"bag_ahead", 0, INT_FIELD, 0}, {"bag_plain", 0, 1, 0},
+    {"norm_params_cols", 4, 65536, 0}, {"piece_args", 1, 8, 0}, {"bag_vec", 4, 16, 1}, {"bag_tile", 1, 16, 0},
+    {"bag_rows", 1, 16, 0}, {"bag_rows_features", 1, 16, 0}, {"bag_ahead", 0, 65536, 0}, {"bag_plain", 0, 1, 0},
     {"bag_cols", 0, 1, 0}, {"bag_by_feature", 0, 1, 0}, {"init_wide", 0, 1, 0}, {"prefetch", 0, 1, 0},
     {"host_pages", 0, 1, 0}, {"zero_temporaries", 0, 1, 0}, {"loop_limit", 0, ANY, 0},
 };
@@ -149,8 +149,8 @@ static int together_ok(const ce_tuning *t, char *why, size_t cap) {
     snprintf(why, cap, "norm_params_cols = %u is not a multiple of embed_vec = %u", t->norm_params_cols, t->embed_vec);
     return 0;
   }
-  if (((unsigned long long)t->sort_max_chunks << t->sort_radix_bits) >= (1ull << 32)) {
-    snprintf(why, cap, "sort_max_chunks = %zu and sort_radix_bits = %u: the scan's %llu counters pass 2^32 - 1",
+  if (((unsigned long long)t->sort_max_chunks << t->sort_radix_bits) > (1ull << 32) - 256) {
+    snprintf(why, cap, "sort_max_chunks = %zu and sort_radix_bits = %u: the scan's %llu counters pass 2^32 - 256",
              t->sort_max_chunks, t->sort_radix_bits, (unsigned long long)t->sort_max_chunks << t->sort_radix_bits);
     return 0;
   }
@@ -672,7 +672,10 @@ clembed_status ce_tuning_resolve(const ce_device_ident *d, ce_tuning *out, char 
     ce_last_message("%s", shipped_err);
     return CLEMBED_ERR_INVALID_ARGUMENT;
   }
-  apply_default(db, def, out, 0);
+  if (apply_default(db, def, out, 0)) {
+    ce_last_message("tuning/devices.conf: [default %s] or an entry it is based on is missing", def);
+    return CLEMBED_ERR_INVALID_ARGUMENT;
+  }
   append(desc, cap, "default %s%s", def, env && *env ? " (CLEMBED_TUNING)" : "");
   /* the device entries; with CLEMBED_TUNING, which asks for that type's
    * built-in shapes, only those that are not clembed tune's (tuned = 1): a
@@ -683,7 +686,13 @@ clembed_status ce_tuning_resolve(const ce_device_ident *d, ce_tuning *out, char 
       append(desc, cap, ", device %s", db->e[i].name);
     }
   append(desc, cap, " (built in)");
+  /* every value, those the entries leave at 0 included, then the rules (a fault of the built-in file) */
   char why[200];
+  for (size_t f = 0; f < FIELD_COUNT; f++)
+    if (!value_ok((int)f, ce_tuning_get(out, (int)f), why, sizeof why)) {
+      ce_last_message("the built-in tuning of this device (%.300s): %s", desc, why);
+      return CLEMBED_ERR_INVALID_ARGUMENT;
+    }
   if (!together_ok(out, why, sizeof why)) {
     ce_last_message("the built-in tuning of this device (%.300s): %s", desc, why);
     return CLEMBED_ERR_INVALID_ARGUMENT;
