@@ -1066,8 +1066,9 @@ static int run_wait(bench_state *s, const spec *r, const char *what, char *err, 
 
 /* Times the operation, the reference copy and (when given) the C ceiling, the
  * other tuning's context (alt) and the table in one buffer (one) alternately,
- * each of alt's and one's runs after an untimed copy of its own (so no run
- * finds the rows of the run before it in the caches); returns 0 and fills res.
+ * with alt or one each context's run after an untimed copy of its own (so no
+ * run finds the rows of the run before it in the caches, and every run finds
+ * them as a copy leaves them); returns 0 and fills res.
  * A latency row times a 16-byte copy kernel instead. */
 static int measure(bench_state *s, bench_state *alt, bench_state *one, reference *ref, const spec *r, ceiling *ceil,
                    double bytes, int reps, result *res, char *err, size_t errlen) {
@@ -1102,6 +1103,14 @@ static int measure(bench_state *s, bench_state *alt, bench_state *one, reference
     }
   }
   for (int i = 0; i < reps; i++) {
+    /* with other contexts, the operation's run after an untimed copy too, as theirs are: each run
+     * finds the caches as a copy leaves them (the dirty lines of a copy past the caches slowed the
+     * run after it, and a small row's other contexts came out slower than the same shapes) */
+    if ((alt || one) && reference_copy(ref, kind, cbytes)) {
+      snprintf(err, errlen, "the reference copy failed");
+      rc = -1;
+      goto done;
+    }
     double t0 = now();
     clembed_status st = run_op(s, r);
     if (st == CLEMBED_OK) st = clembed_finish(s->ctx);
