@@ -112,9 +112,8 @@ CLEMBED_API clembed_status clembed_context_create(const char *device, clembed_co
  * fields of ce_tuning in src/runtime/runtime.h, e.g. "embed_rows=4,fold_ahead=8",
  * for tuning a new device; an unknown name, a value that is not a count or one
  * the parameter does not take, alone or with the others (docs/tuning.md),
- * fails the same way). Results
- * are the same bit for bit whatever the shapes (the atomic backward aside,
- * whose order of additions is unspecified). */
+ * fails the same way). Results are the same bit for bit whatever the shapes
+ * (the atomic backward aside, whose order of additions is unspecified). */
 
 /* Joins an existing pipeline: retains `queue` (released by destroy) and uses its
  * context and device. Enqueues nothing and waits for nothing on the queue (a
