@@ -55,6 +55,14 @@ static clembed_status make(const char *path, clembed_context **out) {
   return s;
 }
 
+/* The same with CLEMBED_TUNE = tune while it is made. */
+static clembed_status make_tuned(const char *path, const char *tune, clembed_context **out) {
+  setenv("CLEMBED_TUNE", tune, 1);
+  clembed_status s = make(path, out);
+  unsetenv("CLEMBED_TUNE");
+  return s;
+}
+
 static void setup(clembed_context *ctx) {
   (void)ctx;
   const char *tmp = getenv("TMPDIR");
@@ -137,9 +145,7 @@ TU_CASE(user_entries) {
   EXPECT(strstr(d, "; device mine, device mine again (") && strstr(d, path) && !strstr(d, "other"), "tuning: %s", d);
   clembed_context_destroy(c);
   /* CLEMBED_TUNE on top of it */
-  setenv("CLEMBED_TUNE", "bag_ahead=11", 1);
-  OK(c, make(path, &c));
-  unsetenv("CLEMBED_TUNE");
+  OK(c, make_tuned(path, "bag_ahead=11", &c));
   EXPECT(tuning_value(c, "bag_ahead") == 11 && strstr(clembed_context_tuning(c), "CLEMBED_TUNE=bag_ahead=11"),
          "CLEMBED_TUNE over the file: %lld, %s", tuning_value(c, "bag_ahead"), clembed_context_tuning(c));
   clembed_context_destroy(c);
@@ -340,9 +346,7 @@ TU_CASE(malformed_files) {
   clembed_context *c = NULL;
   clembed_status s;
   /* CLEMBED_TUNE: a name that is not a parameter */
-  setenv("CLEMBED_TUNE", "bag_tiles=4", 1);
-  s = make(NULL, &c);
-  unsetenv("CLEMBED_TUNE");
+  s = make_tuned(NULL, "bag_tiles=4", &c);
   EXPECT(s == CLEMBED_ERR_INVALID_ARGUMENT && strstr(clembed_last_error_message(), "'bag_tiles' is not a tuning parameter"),
          "CLEMBED_TUNE=bag_tiles=4: %s (%s)", clembed_status_string(s), clembed_last_error_message());
   clembed_context_destroy(c);
@@ -365,19 +369,15 @@ TU_CASE(malformed_files) {
   };
   for (size_t i = 0; i < sizeof bad_tune / sizeof bad_tune[0]; i++) {
     c = NULL;
-    setenv("CLEMBED_TUNE", bad_tune[i].tune, 1);
-    s = make(NULL, &c);
-    unsetenv("CLEMBED_TUNE");
+    s = make_tuned(NULL, bad_tune[i].tune, &c);
     EXPECT(s == CLEMBED_ERR_INVALID_ARGUMENT && c == NULL && strstr(clembed_last_error_message(), bad_tune[i].want),
            "CLEMBED_TUNE=%s: %s (%s)", bad_tune[i].tune, clembed_status_string(s), clembed_last_error_message());
     clembed_context_destroy(c);
   }
   /* a row shape on the GPU default (the tuner's lookup candidates there) */
   setenv("CLEMBED_TUNING", "gpu", 1);
-  setenv("CLEMBED_TUNE", "embed_rows=1", 1);
   c = NULL;
-  s = make(NULL, &c);
-  unsetenv("CLEMBED_TUNE");
+  s = make_tuned(NULL, "embed_rows=1", &c);
   unsetenv("CLEMBED_TUNING");
   EXPECT(s == CLEMBED_OK && tuning_value(c, "embed_rows") == 1 && tuning_value(c, "embed_strided_rows") >= 1,
          "CLEMBED_TUNING=gpu CLEMBED_TUNE=embed_rows=1: %s (%s)", clembed_status_string(s),
@@ -390,9 +390,7 @@ TU_CASE(malformed_files) {
                                           "sort_radix_bits=8,sort_max_chunks=16777215"};
   for (size_t i = 0; i < sizeof good_tune / sizeof good_tune[0]; i++) {
     c = NULL;
-    setenv("CLEMBED_TUNE", good_tune[i], 1);
-    s = make(NULL, &c);
-    unsetenv("CLEMBED_TUNE");
+    s = make_tuned(NULL, good_tune[i], &c);
     EXPECT(s == CLEMBED_OK && c != NULL && strstr(clembed_context_tuning(c), good_tune[i]),
            "CLEMBED_TUNE=%s: %s (%s)", good_tune[i], clembed_status_string(s), clembed_last_error_message());
     clembed_context_destroy(c);
@@ -635,9 +633,7 @@ TU_CASE(loop_limit_parts) {
   }
   uint8_t *want = bert_backward(c, 900, &n0, gw, gb);
   clembed_context_destroy(c);
-  setenv("CLEMBED_TUNE", "loop_limit=3000", 1);
-  OK(c, make(NULL, &c));
-  unsetenv("CLEMBED_TUNE");
+  OK(c, make_tuned(NULL, "loop_limit=3000", &c));
   uint8_t *got = bert_backward(c, 900, &n1, gw, gb);
   size_t diff = 0;
   for (size_t i = 0; i < n0 && i < n1; i++) diff += got[i] != want[i];

@@ -263,8 +263,9 @@ static clembed_status forward_run(clembed_context *ctx, const char *what, bag_fe
   cl_float zero = 0.0f; /* the accumulators' start, opaque to the compiler (bag.cl) */
   G = malloc((n ? n : 1) * sizeof *G);
   if (!G) FAIL(CLEMBED_ERR_OUT_OF_MEMORY, "%s: out of host memory", what);
-  /* the features a part at a time (bag_part) */
-  for (size_t c0 = 0, nc = 0; c0 < n || (n == 0 && c0 == 0); c0 += nc) {
+  /* the features a part at a time (bag_part; a call of none is one part of none) */
+  size_t c0 = 0, nc = 0;
+  do {
     bag_feat *P = F + c0;
     CHECK(bag_part(ctx, what, F, n, c0, &nc));
     for (size_t f = 0; f < nc; f++)
@@ -303,8 +304,8 @@ static clembed_status forward_run(clembed_context *ctx, const char *what, bag_fe
     desc = NULL;
     free(L);
     L = NULL;
-    if (n == 0) break;
-  }
+    c0 += nc;
+  } while (c0 < n);
   for (size_t f = 0; f < n; f++)
     if (F[f].g.on) CHECK(gathered_after(&ch, &F[f]));
   CHECK(ce_chain_close(&ch, event));

@@ -80,10 +80,12 @@ static clembed_status fold_keys(ce_chain *ch, const ce_contrib *c, cl_mem keys, 
   if (!base) FAIL(CLEMBED_ERR_OUT_OF_MEMORY, "%s: out of host memory", s->what);
   cl_ulong rows = s->rows, g_ld = s->g_ld;
   size_t items = s->bags ? s->bags : 1;
-  /* the features a part at a time (bag_part); the entries, counts and
-   * max_rows of the parts one after another, as one part's */
+  /* the features a part at a time (bag_part; a call of none is one part of
+   * none); the entries, counts and max_rows of the parts one after another,
+   * as one part's */
   bag_sizes from = {0, 0, 0};
-  for (size_t c0 = 0, nc = 0; c0 < s->n || (s->n == 0 && c0 == 0); c0 += nc) {
+  size_t c0 = 0, nc = 0;
+  do {
     bag_feat *P = s->F + c0;
     bag_sizes upto;
     CHECK(bag_part(ctx, s->what, s->F, s->n, c0, &nc));
@@ -116,8 +118,8 @@ static clembed_status fold_keys(ce_chain *ch, const ce_contrib *c, cl_mem keys, 
     free(L);
     L = NULL;
     from = upto;
-    if (s->n == 0) break;
-  }
+    c0 += nc;
+  } while (c0 < s->n);
 cleanup:
   if (desc) clReleaseMemObject(desc);
   free(L);

@@ -112,7 +112,8 @@ static const limit limits[] = {
 };
 #define LIMIT_COUNT (sizeof limits / sizeof limits[0])
 
-/* Parameter f's limit (NULL: none, a fault of this file that shipped_db reports). */
+/* Parameter f's limit (NULL: none, a fault of this file, which value_ok reports: ce_tuning_resolve checks
+ * every parameter of the built-in tuning). */
 static const limit *limit_of(int f) {
   const char *name = ce_tuning_field_name(f);
   for (size_t i = 0; name && i < LIMIT_COUNT; i++)
@@ -160,6 +161,13 @@ static int together_ok(const ce_tuning *t, char *why, size_t cap) {
     return 0;
   }
   return 1;
+}
+
+/* 1 where every value of t is one its parameter takes and the rules hold, else 0 with why. */
+static int tuning_ok(const ce_tuning *t, char *why, size_t cap) {
+  for (size_t f = 0; f < FIELD_COUNT; f++)
+    if (!value_ok((int)f, ce_tuning_get(t, (int)f), why, cap)) return 0;
+  return together_ok(t, why, cap);
 }
 
 /* ------------------------------------------------------------- entries */
@@ -556,13 +564,6 @@ static const database *shipped_db(void) {
           db_free(&shipped);
           rc = -1;
         }
-        for (size_t f = 0; !rc && f < FIELD_COUNT; f++)
-          if (!limit_of((int)f)) {
-            snprintf(shipped_err, sizeof shipped_err, "the tuning parameter %s has no limits in src/runtime/tuning.c",
-                     field_names[f]);
-            db_free(&shipped);
-            rc = -1;
-          }
         shipped_state = rc ? -1 : 1;
       }
   }
@@ -686,14 +687,10 @@ clembed_status ce_tuning_resolve(const ce_device_ident *d, ce_tuning *out, char 
       append(desc, cap, ", device %s", db->e[i].name);
     }
   append(desc, cap, " (built in)");
-  /* every value, those the entries leave at 0 included, then the rules (a fault of the built-in file) */
+  /* every value, those the entries leave at 0 included (and a parameter with
+   * no limits), then the rules: a fault of the built-in file */
   char why[200];
-  for (size_t f = 0; f < FIELD_COUNT; f++)
-    if (!value_ok((int)f, ce_tuning_get(out, (int)f), why, sizeof why)) {
-      ce_last_message("the built-in tuning of this device (%.300s): %s", desc, why);
-      return CLEMBED_ERR_INVALID_ARGUMENT;
-    }
-  if (!together_ok(out, why, sizeof why)) {
+  if (!tuning_ok(out, why, sizeof why)) {
     ce_last_message("the built-in tuning of this device (%.300s): %s", desc, why);
     return CLEMBED_ERR_INVALID_ARGUMENT;
   }
