@@ -6,7 +6,8 @@
 # file read back by every context (`clembed devices` shows it), a file in the
 # built-in file's format written in that format (--out and --output), a
 # damaged file left out by every context (a warning) and not written over,
-# --json's object, a candidate past the build limit stopped and the search
+# --json's object (a timed candidate's lower quartile at most its speed), a
+# candidate past the build limit stopped and the search
 # going on in a new process, and --dry-run writing nothing.
 #   cli_tune.sh CLEMBED
 set -u
@@ -104,7 +105,7 @@ CLEMBED_TUNING_FILE="$bad" "$CLI" devices >"$tmp/out" 2>"$tmp/err" || fail "devi
 grep -q "warning: the tuning file is not read: $bad:1: entry 1 (device \"x\"): 'bag_tiles' is not a tuning parameter" \
   "$tmp/out" && grep -qF "; not read: $bad" "$tmp/out" || fail "devices with a damaged file: $(cat "$tmp/out")"
 # --json: the run as one JSON object on stdout, the progress on stderr
-"$CLI" tune --only positional --budget 30 --reps 1 --json --dry-run >"$tmp/out" 2>"$tmp/err" ||
+"$CLI" tune --only positional --budget 30 --reps 3 --json --dry-run >"$tmp/out" 2>"$tmp/err" ||
   fail "--json: exit $?: $(cat "$tmp/err")"
 grep -q '^summary positional ' "$tmp/err" || fail "--json: no progress on stderr: $(cat "$tmp/err")"
 python3 - "$tmp/out" <<'PY' || fail "--json: $(cat "$tmp/out")"
@@ -113,9 +114,14 @@ run = json.load(open(sys.argv[1]))
 for k in ("platform", "device", "driver", "starting_from", "budget_s", "reps", "build_limit_s", "restarts",
           "candidates", "summary", "settings", "entry", "written"):
     assert k in run, k
-assert run["written"] is None and run["budget_s"] == 30 and run["reps"] == 1 and run["exit_status"] == 0, run
+assert run["written"] is None and run["budget_s"] == 30 and run["reps"] == 3 and run["exit_status"] == 0, run
 assert run["candidates"] and all(c["group"] == "positional" and c["outcome"] in ("kept", "not kept", "rejected")
                                  for c in run["candidates"]), run["candidates"]
+# a timed candidate's lower quartile of per-round speeds is at most their median; a kept one's is above 1
+for c in run["candidates"]:
+    if c["outcome"] != "rejected":
+        assert c["lower_quartile"] <= c["speedup"], c
+        assert c["outcome"] != "kept" or (c["speedup"] >= 1.03 and c["lower_quartile"] > 1), c
 rows = [r for r in run["summary"] if r["group"] == "positional" and r["row"]]
 assert len(rows) == 1 and rows[0]["default_ms"] > 0 and rows[0]["rounds"] >= 1, run["summary"]
 assert json.loads(run["entry"])["tuned"] == 1, run["entry"]

@@ -1049,6 +1049,7 @@ typedef struct result {
   double copy_gbs, copy_ms; /* the reference copy's median rate and time (latency rows: a copy kernel's round trip) */
   double ceil_ms, ceil_gbs, ceil_ratio; /* the C ceiling (0: none) */
   double alt_ms, alt_speedup;           /* --against: the other tuning's time, and its speed over the default's */
+  double alt_low;                       /* ...and that speed's lower quartile over the rounds */
   double one_ms, one_ratio; /* a split row: the table in one buffer's time, and the split's speed over it (0: none) */
   int latency;              /* ratio is op time / round-trip time */
 } result;
@@ -1178,6 +1179,7 @@ static int measure(bench_state *s, bench_state *alt, bench_state *one, reference
   if (alt) {
     res->alt_ms = 1e3 * median(atimes, reps);
     res->alt_speedup = median(aspeed, reps);
+    res->alt_low = lower_quartile(aspeed, reps);
   }
   if (one) {
     res->one_ms = 1e3 * median(otimes, reps);
@@ -1390,6 +1392,7 @@ int bench_time(bench_run *b, bench_run *alt, bench_ref *ref, int reps, bench_tim
   t->ratio = res.ratio;
   t->alt_ms = res.alt_ms;
   t->alt_speedup = res.alt_speedup;
+  t->alt_low = res.alt_low;
   return rc;
 }
 

@@ -38,6 +38,7 @@ void bench_ref_close(bench_ref *r);
  * with err. */
 typedef struct bench_timing {
   double ms, ratio, alt_ms, alt_speedup;
+  double alt_low; /* the lower quartile of the per-round speeds whose median is alt_speedup */
 } bench_timing;
 int bench_time(bench_run *b, bench_run *alt, bench_ref *ref, int reps, bench_timing *t, char *err, size_t errlen);
 

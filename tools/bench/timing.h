@@ -1,4 +1,4 @@
-/* The clock and the median the benchmarks share (bench.c, bench_mpi.c). */
+/* The clock, the median and the lower quartile the benchmarks share (bench.c, bench_mpi.c). */
 #ifndef CLEMBED_BENCH_TIMING_H
 #define CLEMBED_BENCH_TIMING_H
 
@@ -22,5 +22,10 @@ static inline double median(double *v, int n) {
   qsort(v, (size_t)n, sizeof *v, cmp_double);
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
+
+/* The lower quartile of v[0 .. n), v sorted (as median leaves it): the value
+ * (n - 1) / 4 places from the smallest, which at least three of four values
+ * reach. */
+static inline double lower_quartile(const double *sorted, int n) { return sorted[(n - 1) / 4]; }
 
 #endif

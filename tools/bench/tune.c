@@ -21,9 +21,12 @@
  * rejected at once; at FIRST_ROUND_KEEP times it or more, one round on each
  * row, and if every row keeps that lead those rounds decide), then every row:
  * it is kept when its speed over the best, the
- * geometric mean of the rows' median per-round ratios, is at least 1.03 and no
- * row is below 0.98. The atomic backward, whose sums' order is the device's,
- * is not among the rows. At the end every row of the groups is timed once
+ * geometric mean of the rows' median per-round ratios, is at least 1.03, no
+ * row is below 0.98, and the same mean of the rows' lower quartiles is above 1
+ * (faster in most rounds: a lead within the rounds' spread is noise). A
+ * parameter that only shapes prefetch hints is not searched on a device that
+ * takes none (prefetch = 0). The atomic backward, whose sums' order is the
+ * device's, is not among the rows. At the end every row of the groups is timed once
  * more, default against tuned, and the entry (the settings that differ from
  * the built-in ones) is written to the user's tuning file, replacing the
  * device's earlier entry, through a temporary file renamed over it. */
@@ -111,10 +114,22 @@ static const group groups[] = {
       {{"bag_vec", 4}, {"bag_tile", 1}, {"bag_rows", 1}, {"bag_rows_features", 1}, {"bag_local", 8}}}},
 };
 #define NGROUPS (sizeof groups / sizeof groups[0])
+
+/* The parameters that only shape prefetch hints: they change no kernel where
+ * the device takes none (prefetch = 0), and are not searched there. */
+static int hint_only(const char *name) {
+  static const char *const hints[] = {"embed_next", "embed_strided_prefetch_bytes", "embed_strided_ahead",
+                                      "norm_next",  "fold_ahead",                   "fold_ahead_bytes",
+                                      "step_ahead", "bag_ahead"};
+  for (size_t i = 0; i < sizeof hints / sizeof hints[0]; i++)
+    if (!strcmp(name, hints[i])) return 1;
+  return 0;
+}
 #define MAXSET 64
 #define SHRINK 64
 #define KEEP_SPEEDUP 1.03
 #define KEEP_WORST 0.98
+#define KEEP_LOW 1.0 /* the rows' lower quartiles of per-round speeds (geometric mean) above this */
 #define FIRST_ROUND_KEEP 3.0 /* a lead that one round on each row settles */
 #define SUMMARY_ROW_SECONDS 60.0 /* a summary row's rounds, about */
 /* a shape whose kernels take longer to build makes every user wait that long once (--build-limit) */
@@ -647,9 +662,11 @@ static void usage(FILE *f) {
           "  A candidate whose results differ from the built-in shapes' in a single bit (at\n"
           "  a 64th of the rows' sizes), or whose first run there (mostly its kernels' build)\n"
           "  takes over the build limit, is rejected; one that is at least 1.03x faster over\n"
-          "  its group's rows (the median of per-round paired ratios, no row below 0.98) is\n"
-          "  kept. A summary, default against tuned and each against the device's copy,\n"
-          "  ends the run. The rows' memory is that of `clembed bench`'s (up to 8 GiB).\n"
+          "  its group's rows (the median of per-round paired ratios, no row below 0.98) and\n"
+          "  faster in most rounds (the ratios' lower quartiles above 1) is kept. A\n"
+          "  parameter that only shapes prefetch hints is not searched on a device that\n"
+          "  takes none. A summary, default against tuned and each against the device's\n"
+          "  copy, ends the run. The rows' memory is that of `clembed bench`'s (up to 8 GiB).\n"
           "  --device SPEC    the device (as `clembed devices` lists them)\n"
           "  --only GROUPS    the groups to tune, comma-separated (--list names them;\n"
           "                   default: every group)\n"
@@ -764,7 +781,7 @@ static void try_candidate(cl_command_queue q, const group *G, const grow *rows, 
              build_limit);
     ok = 0;
   }
-  double speed[5], worst = 1e9;
+  double speed[5], low[5], worst = 1e9;
   /* a first round on the first row: a candidate at less than half the best's
    * speed goes at once; one at FIRST_ROUND_KEEP times it goes on to a first
    * round on each row, and one that keeps that lead on every row is judged by
@@ -780,7 +797,7 @@ static void try_candidate(cl_command_queue q, const group *G, const grow *rows, 
       ok = 0;
     }
     if (!ok || t.alt_speedup < FIRST_ROUND_KEEP) break;
-    speed[r] = t.alt_speedup;
+    speed[r] = low[r] = t.alt_speedup;
     if (speed[r] < worst) worst = speed[r];
     decided = r == nr - 1;
   }
@@ -792,6 +809,7 @@ static void try_candidate(cl_command_queue q, const group *G, const grow *rows, 
       ok = 0;
     } else {
       speed[r] = t.alt_speedup;
+      low[r] = t.alt_low;
       if (speed[r] < worst) worst = speed[r];
     }
   }
@@ -803,15 +821,18 @@ static void try_candidate(cl_command_queue q, const group *G, const grow *rows, 
     snprintf(info, icap, "{\"group\": \"%s\", \"candidate\": \"%s\", \"outcome\": \"rejected\", \"reason\": \"%s\"}", jg,
              jl, bench_json_text(err[0] ? err : "failed", je, sizeof je));
   } else {
-    double gm = geomean(speed, nr);
-    int keep = gm >= KEEP_SPEEDUP && worst >= KEEP_WORST;
-    fprintf(say, " same bits, %.3fx (worst row %.3fx)%s\n", gm, worst, keep ? ": kept" : "");
-    char n1[32], n2[32];
+    /* the lower quartiles: a lead the rounds' spread accounts for (one faster in
+     * only half its rounds, as two runs of the same kernels can be) is not kept */
+    double gm = geomean(speed, nr), gl = geomean(low, nr);
+    int keep = gm >= KEEP_SPEEDUP && worst >= KEEP_WORST && gl > KEEP_LOW;
+    fprintf(say, " same bits, %.3fx (worst row %.3fx, lower quartile %.3fx)%s\n", gm, worst, gl,
+            keep ? ": kept" : "");
+    char n1[32], n2[32], n3[32];
     snprintf(info, icap,
              "{\"group\": \"%s\", \"candidate\": \"%s\", \"outcome\": \"%s\", \"speedup\": %s, \"worst_row\": %s, "
-             "\"first_rounds_only\": %s}",
+             "\"lower_quartile\": %s, \"first_rounds_only\": %s}",
              jg, jl, keep ? "kept" : "not kept", jnum(gm, n1, sizeof n1), jnum(worst, n2, sizeof n2),
-             decided ? "true" : "false");
+             jnum(gl, n3, sizeof n3), decided ? "true" : "false");
     if (keep) *best = *cand;
   }
   fflush(say);
@@ -973,6 +994,12 @@ static int tune_work(const tune_opts *opt, int restarts) {
     left--;
     int group_spent = 0;
     if (!gj) journal_send('G', G->name, NULL, NULL, group_end, NULL);
+    /* a parameter that only shapes prefetch hints changes no kernel where the device takes none */
+    const int hints = current_value(q, &best, "prefetch") == 1;
+    for (int p = 0; !gj && !hints && p < 9 && G->params[p].name; p++)
+      if (hint_only(G->params[p].name))
+        fprintf(say, "[%5.0fs] %s: %s not searched: it shapes prefetch hints, which this device does not take\n",
+                elapsed(), G->name, G->params[p].name);
     if (!gj && (out_of_time || elapsed() > search_end)) {
       out_of_time = 1;
       fprintf(say, "summary %-10s not tuned: the budget was spent before it (the built-in shapes)\n", G->name);
@@ -1047,6 +1074,7 @@ static int tune_work(const tune_opts *opt, int restarts) {
     }
     for (int p = 0; !rc && !group_spent && p < 9 && G->params[p].name; p++) {
       const param *P = &G->params[p];
+      if (!hints && hint_only(P->name)) continue;
       /* the value the parameter had when its search began: once another is kept, that one has lost to it
        * with every other parameter as now, so it is not tried again */
       const unsigned long long start = current_value(q, &best, P->name);
