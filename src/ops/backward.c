@@ -157,13 +157,15 @@ static clembed_status prepare(seg_call *b) {
   /* stochastic rounding: the stores of a stepped F16 or BF16 table (an F32 table ignores it) */
   int sr = b->step->mode >= CE_STORE_SGD && b->step->rounding.stochastic &&
            (b->target->dtype == CLEMBED_F16 || b->target->dtype == CLEMBED_BF16);
+  /* (fold_ahead and step_ahead only shape prefetch hints: 0 where the device takes none, one program) */
   snprintf(b->opts, sizeof b->opts,
            "-DGRAD_DT=%d -DTABLE_DT=%d -DDROPOUT=%d -DKEY64=%d -DVEC=%u -DFOLD_TILE=%u -DFOLD_GROUP=%u -DFOLD_AHEAD=%u "
            "-DSTEP_AHEAD=%u -DCE_FOLD_ORDER=%u -DCE_STORE_OVERWRITE=%d -DCE_STORE_ACCUMULATE=%d -DCE_STORE_SGD=%d "
            "-DCE_STORE_ADAGRAD=%d -DCE_STORE_ADAM=%d -DBAG=%d -DSTOCH_ROUND=%d%s",
            (int)b->grad->dtype, (int)b->target->dtype, opt->dropout > 0.0f, b->key64, t->fold_vec, t->fold_tile,
-           t->fold_group, t->fold_ahead, t->step_ahead, order, CE_STORE_OVERWRITE,
-           CE_STORE_ACCUMULATE, CE_STORE_SGD, CE_STORE_ADAGRAD, CE_STORE_ADAM, b->step->contrib != NULL, sr, div);
+           t->fold_group, ctx->prefetch ? t->fold_ahead : 0, ctx->prefetch ? t->step_ahead : 0, order,
+           CE_STORE_OVERWRITE, CE_STORE_ACCUMULATE, CE_STORE_SGD, CE_STORE_ADAGRAD, CE_STORE_ADAM,
+           b->step->contrib != NULL, sr, div);
   /* split matrices: the pieces each launch takes, planned together so that
    * every kernel of the call sees the same counts */
   ce_optim_step *o = b->step->optim;

@@ -1,4 +1,5 @@
-/* The clock, the median and the lower quartile the benchmarks share (bench.c, bench_mpi.c). */
+/* The clock and the median the benchmarks share (bench.c, bench_mpi.c), and
+ * the lower quartile (bench.c's paired timing, for the tuner). */
 #ifndef CLEMBED_BENCH_TIMING_H
 #define CLEMBED_BENCH_TIMING_H
 

@@ -23,7 +23,9 @@
  * it is kept when its speed over the best, the
  * geometric mean of the rows' median per-round ratios, is at least 1.03, no
  * row is below 0.98, and the same mean of the rows' lower quartiles is above 1
- * (faster in most rounds: a lead within the rounds' spread is noise). A
+ * (faster in most rounds: a lead within the rounds' spread is noise; the
+ * quartile is the round (n - 1) / 4 from the slowest of n, so with one round
+ * it is the median, with 2 - 4 the slowest, with 5 the second slowest). A
  * parameter that only shapes prefetch hints is not searched on a device that
  * takes none (prefetch = 0). The atomic backward, whose sums' order is the
  * device's, is not among the rows. At the end every row of the groups is timed once
@@ -106,7 +108,8 @@ static const group groups[] = {
       {"fold_group", V(1, 2, 4, 8)}, {"fold_ahead", V(0, 2, 4, 8)}, {"fold_ahead_bytes", V(0, 512, 1024, 4096)},
       {"step_ahead", V(0, 1)}, {"sort_chunk", V(64, 1024, 4096, 16384)}}, {{{0}}}},
     {"bags",
-     {"bag sum f32", "bag sum q8_0", "bags: 26 features", "bag step ROWWISE_ADAGRAD"},
+     /* (Q4_K: a super-block dtype, whose bags another bag_vec slowed where the others' gained) */
+     {"bag sum f32", "bag sum q8_0", "bag sum q4_k", "bags: 26 features", "bag step ROWWISE_ADAGRAD"},
      {{"bag_vec", V(4, 8, 16)}, {"bag_tile", V(1, 2, 4, 8, 16)}, {"bag_rows", V(1, 2, 4, 8, 16)},
       {"bag_rows_features", V(1, 2, 4, 8)}, {"bag_ahead", V(0, 8, 16, 32, 64)}, {"bag_plain", V(0, 1)},
       {"bag_by_feature", V(0, 1)}, {"bag_local", V(0, 4, 8, 16, 32)}, {"bag_cols", V(0, 1)}},
@@ -662,11 +665,12 @@ static void usage(FILE *f) {
           "  A candidate whose results differ from the built-in shapes' in a single bit (at\n"
           "  a 64th of the rows' sizes), or whose first run there (mostly its kernels' build)\n"
           "  takes over the build limit, is rejected; one that is at least 1.03x faster over\n"
-          "  its group's rows (the median of per-round paired ratios, no row below 0.98) and\n"
-          "  faster in most rounds (the ratios' lower quartiles above 1) is kept. A\n"
-          "  parameter that only shapes prefetch hints is not searched on a device that\n"
-          "  takes none. A summary, default against tuned and each against the device's\n"
-          "  copy, ends the run. The rows' memory is that of `clembed bench`'s (up to 8 GiB).\n"
+          "  its group's rows (the geometric mean of the rows' medians of per-round paired\n"
+          "  ratios, no row below 0.98) and faster in most rounds (the same mean of the\n"
+          "  rows' lower quartiles above 1: with 5 rounds, the second slowest) is kept.\n"
+          "  A parameter that only shapes prefetch hints is not searched on a device that\n"
+          "  takes none (said at the start). A summary, default against tuned and each\n"
+          "  against the device's copy, ends the run. The rows' memory is that of `clembed bench`'s (up to 8 GiB).\n"
           "  --device SPEC    the device (as `clembed devices` lists them)\n"
           "  --only GROUPS    the groups to tune, comma-separated (--list names them;\n"
           "                   default: every group)\n"
@@ -944,20 +948,34 @@ static int tune_work(const tune_opts *opt, int restarts) {
   cl_command_queue q = clembed_context_queue(def);
   ident id;
   identify(def, &id);
+  /* the parameters that only shape prefetch hints change no kernel where the device takes none (prefetch
+   * 0): not searched there (a value that cannot be read: searched) */
+  uint64_t prefetch = 1;
+  const int hints = clembed_tuning_value(def, "prefetch", &prefetch) != CLEMBED_OK || prefetch != 0;
+  char skipped[512] = "", jskipped[600] = "";
+  for (size_t g = 0, o = 0, jo = 0; !hints && g < NGROUPS; g++)
+    for (int p = 0; wanted_group(opt->only, groups[g].name) && p < 9 && groups[g].params[p].name; p++)
+      if (hint_only(groups[g].params[p].name) && o < sizeof skipped && jo < sizeof jskipped) {
+        o += (size_t)snprintf(skipped + o, sizeof skipped - o, "%s%s", o ? ", " : "", groups[g].params[p].name);
+        jo += (size_t)snprintf(jskipped + jo, sizeof jskipped - jo, "%s\"%s\"", jo ? ", " : "",
+                               groups[g].params[p].name);
+      }
   if (restarts)
     fprintf(say, "[%5.0fs] the search goes on in a new process (%d so far), from the decisions made before\n", elapsed(),
            restarts);
   else
-    fprintf(say, "clembed tune on %s (driver %s)\nstarting from: %s\nbudget %.0f s, %d rounds per candidate and row\n",
+    fprintf(say, "clembed tune on %s (driver %s)\nstarting from: %s\nbudget %g s, %d rounds per candidate and row\n",
             clembed_context_device_name(def), id.driver, clembed_context_tuning(def), opt->budget, reps);
+  if (!restarts && skipped[0])
+    fprintf(say, "not searched: %s (they shape prefetch hints, which this device does not take)\n", skipped);
   if (!restarts) {
     char info[4096], jp[600], jd[600], jv[300], jt[2200];
     snprintf(info, sizeof info,
              "\"platform\": \"%s\", \"device\": \"%s\", \"driver\": \"%s\", \"starting_from\": \"%s\", "
-             "\"budget_s\": %.0f, \"reps\": %d, \"build_limit_s\": %g",
+             "\"budget_s\": %g, \"reps\": %d, \"build_limit_s\": %g, \"not_searched\": [%s]",
              bench_json_text(id.platform, jp, sizeof jp), bench_json_text(id.device, jd, sizeof jd),
              bench_json_text(id.driver, jv, sizeof jv), bench_json_text(clembed_context_tuning(def), jt, sizeof jt),
-             opt->budget, reps, build_limit);
+             opt->budget, reps, build_limit, jskipped);
     journal_send('I', "", NULL, NULL, 0, info);
   }
   fflush(say);
@@ -994,12 +1012,6 @@ static int tune_work(const tune_opts *opt, int restarts) {
     left--;
     int group_spent = 0;
     if (!gj) journal_send('G', G->name, NULL, NULL, group_end, NULL);
-    /* a parameter that only shapes prefetch hints changes no kernel where the device takes none */
-    const int hints = current_value(q, &best, "prefetch") == 1;
-    for (int p = 0; !gj && !hints && p < 9 && G->params[p].name; p++)
-      if (hint_only(G->params[p].name))
-        fprintf(say, "[%5.0fs] %s: %s not searched: it shapes prefetch hints, which this device does not take\n",
-                elapsed(), G->name, G->params[p].name);
     if (!gj && (out_of_time || elapsed() > search_end)) {
       out_of_time = 1;
       fprintf(say, "summary %-10s not tuned: the budget was spent before it (the built-in shapes)\n", G->name);
