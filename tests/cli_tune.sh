@@ -112,12 +112,13 @@ python3 - "$tmp/out" <<'PY' || fail "--json: $(cat "$tmp/out")"
 import json, sys
 run = json.load(open(sys.argv[1]))
 for k in ("platform", "device", "driver", "starting_from", "budget_s", "reps", "build_limit_s", "restarts",
-          "candidates", "summary", "settings", "entry", "written"):
+          "candidates", "summary", "settings", "entry", "written", "not_searched"):
     assert k in run, k
 assert run["written"] is None and run["budget_s"] == 30 and run["reps"] == 3 and run["exit_status"] == 0, run
 assert run["candidates"] and all(c["group"] == "positional" and c["outcome"] in ("kept", "not kept", "rejected")
                                  for c in run["candidates"]), run["candidates"]
 # a timed candidate's lower quartile of per-round speeds is at most their median; a kept one's is above 1
+# (at least 1.0000 as the JSON's four decimals give it)
 for c in run["candidates"]:
     if c["outcome"] != "rejected":
         assert c["lower_quartile"] <= c["speedup"], c
