@@ -7,8 +7,8 @@
 # built-in file's format written in that format (--out and --output), a
 # damaged file left out by every context (a warning) and not written over,
 # --json's object (a timed candidate's lower quartile at most its speed), a
-# candidate past the build limit stopped and the search
-# going on in a new process, and --dry-run writing nothing.
+# candidate past the build limit stopped and the search going on in a new
+# process, and --dry-run writing nothing.
 #   cli_tune.sh CLEMBED
 set -u
 CLI=$1

@@ -28,10 +28,11 @@
  * it is the median, with 2 - 4 the slowest, with 5 the second slowest). A
  * parameter that only shapes prefetch hints is not searched on a device that
  * takes none (prefetch = 0). The atomic backward, whose sums' order is the
- * device's, is not among the rows. At the end every row of the groups is timed once
- * more, default against tuned, and the entry (the settings that differ from
- * the built-in ones) is written to the user's tuning file, replacing the
- * device's earlier entry, through a temporary file renamed over it. */
+ * device's, is not among the rows. At the end every row of the groups is
+ * timed once more, default against tuned, and the entry (the settings that
+ * differ from the built-in ones) is written to the user's tuning file,
+ * replacing the device's earlier entry, through a temporary file renamed over
+ * it. */
 #define _GNU_SOURCE /* pipe2, open_memstream */
 #include "bench.h"
 
@@ -670,7 +671,8 @@ static void usage(FILE *f) {
           "  rows' lower quartiles above 1: with 5 rounds, the second slowest) is kept.\n"
           "  A parameter that only shapes prefetch hints is not searched on a device that\n"
           "  takes none (said at the start). A summary, default against tuned and each\n"
-          "  against the device's copy, ends the run. The rows' memory is that of `clembed bench`'s (up to 8 GiB).\n"
+          "  against the device's copy, ends the run. The rows' memory is that of\n"
+          "  `clembed bench`'s (up to 8 GiB).\n"
           "  --device SPEC    the device (as `clembed devices` lists them)\n"
           "  --only GROUPS    the groups to tune, comma-separated (--list names them;\n"
           "                   default: every group)\n"
