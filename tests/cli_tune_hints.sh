@@ -32,19 +32,18 @@ if [ "$prefetch" = 0 ]; then
 else
   ! grep -q 'not searched' "$tmp/err" || fail "prefetch 1: parameters left out: $(cat "$tmp/err")"
 fi
-python3 - "$tmp/out" "$prefetch" "$want" <<'PY' || fail "--json: $(cat "$tmp/out")"
+# --json's not_searched: the list WANT (", "-separated) on a device without prefetch hints, else none
+not_searched() { # not_searched WANT
+  python3 - "$tmp/out" "$prefetch" "$1" <<'PY' || fail "--json's not_searched (wanted [$1] without prefetch hints, else []): $(cat "$tmp/out")"
 import json, sys
 run = json.load(open(sys.argv[1]))
 want = sys.argv[3].split(", ") if sys.argv[2] == "0" else []
 assert run["not_searched"] == want, (run["not_searched"], want)
 PY
+}
+not_searched "$want"
 # only the groups asked for: rope has none, embed two
 "$CLI" tune --only rope,embed --budget 0.01 --reps 1 --dry-run --json >"$tmp/out" 2>"$tmp/err" ||
   fail "tune --only rope,embed: exit $?: $(cat "$tmp/err")"
-python3 - "$tmp/out" "$prefetch" <<'PY' || fail "--only rope,embed --json: $(cat "$tmp/out")"
-import json, sys
-run = json.load(open(sys.argv[1]))
-want = ["embed_strided_prefetch_bytes", "embed_strided_ahead"] if sys.argv[2] == "0" else []
-assert run["not_searched"] == want, run["not_searched"]
-PY
+not_searched "embed_strided_prefetch_bytes, embed_strided_ahead"
 echo "ok: prefetch $prefetch"

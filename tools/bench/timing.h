@@ -24,9 +24,11 @@ static inline double median(double *v, int n) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-/* The lower quartile of v[0 .. n), v sorted (as median leaves it): the value
- * (n - 1) / 4 places from the smallest, which at least three of four values
- * reach. */
-static inline double lower_quartile(const double *sorted, int n) { return sorted[(n - 1) / 4]; }
+/* The lower quartile of v[0 .. n) (sorts v): the value (n - 1) / 4 places
+ * from the smallest, which at least three of four values reach. */
+static inline double lower_quartile(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  return v[(n - 1) / 4];
+}
 
 #endif
