@@ -385,6 +385,10 @@ TU_CASE(foreign_objects) {
 }
 
 TU_CASE(gated_queue) {
+  if (!tu_user_events_gate(cl_device_of(ctx))) {
+    tu_skip("a user event that a command waits on hangs on this device when set (pocl/pocl#1177)");
+    return;
+  }
   cl_device_id dev = cl_device_of(ctx);
   cl_int err;
   cl_context c = clCreateContext(NULL, 1, &dev, NULL, NULL, &err);
@@ -488,6 +492,10 @@ static void gated_create(clembed_context *ctx, cl_command_queue_properties props
 }
 
 TU_CASE(gated_create) {
+  if (!tu_user_events_gate(cl_device_of(ctx))) {
+    tu_skip("a user event that a command waits on hangs on this device when set (pocl/pocl#1177)");
+    return;
+  }
   gated_create(ctx, 0, "in-order queue");
   gated_create(ctx, CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE, "out-of-order queue");
 }

@@ -140,6 +140,21 @@ static inline unsigned long long tu_device_cache(clembed_context *ctx, unsigned 
   return cache ? (unsigned long long)cache : none;
 }
 
+/* 0 where setting a user event that a command waits on hangs the caller:
+ * POCL's single-threaded `basic` device (POCL_DEVICES=basic) runs the waiting
+ * command inside clSetUserEventStatus, which holds the event's lock that the
+ * command's own status update then waits for, on an in-order queue too
+ * (pocl/pocl#1177, open; POCL 3.1). A case that holds an operation back with a
+ * user event skips that part there. 1 elsewhere. */
+static inline int tu_user_events_gate(cl_device_id dev) {
+  cl_platform_id p = NULL;
+  char pname[128] = "", dname[128] = "";
+  clGetDeviceInfo(dev, CL_DEVICE_PLATFORM, sizeof p, &p, NULL);
+  if (p) clGetPlatformInfo(p, CL_PLATFORM_NAME, sizeof pname - 1, pname, NULL);
+  clGetDeviceInfo(dev, CL_DEVICE_NAME, sizeof dname - 1, dname, NULL);
+  return !(!strcmp(pname, "Portable Computing Language") && !strncmp(dname, "basic", 5));
+}
+
 /* Host arrays of elements of a dtype. */
 static inline void *tu_alloc_elems(size_t n, clembed_dtype t) { return calloc(n ? n : 1, clembed_dtype_size(t)); }
 
