@@ -521,6 +521,81 @@ TU_CASE(user_entry_same_bits) {
   clembed_context_destroy(c);
 }
 
+/* embed_rows_bytes: the lookup's row shape takes fewer tokens a work-item
+ * where table rows are wide (as many as fit in that many bytes, one at least;
+ * narrow rows keep embed_rows), with the same bits as embed_rows alone: tables
+ * of four widths and dtypes (a ggml block type among them), F32 and F16
+ * outputs, 301 ids (no row count divides them). */
+TU_CASE(rows_bytes_same_bits) {
+  enum { V = 40, N = 301 };
+  const struct {
+    clembed_dtype dt;
+    size_t cols, row_bytes;
+  } tables[] = {{CLEMBED_F32, 70, 280}, {CLEMBED_F32, 1024, 4096}, {CLEMBED_BF16, 513, 1026}, {CLEMBED_Q8_0, 256, 272}};
+  const struct {
+    const char *tune;
+    int rows[4]; /* the tokens a work-item takes, table by table */
+  } caps[] = {{"embed_rows=8,embed_rows_bytes=0", {8, 8, 8, 8}},
+              {"embed_rows=8,embed_rows_bytes=1", {1, 1, 1, 1}},
+              {"embed_rows=8,embed_rows_bytes=600", {2, 1, 1, 2}},
+              {"embed_rows=8,embed_rows_bytes=9000", {8, 2, 8, 8}}};
+  enum { NT = sizeof tables / sizeof tables[0], NC = sizeof caps / sizeof caps[0] };
+  const clembed_dtype outs[2] = {CLEMBED_F32, CLEMBED_F16};
+  int32_t ids[N];
+  for (size_t i = 0; i < N; i++) ids[i] = (int32_t)((i * 13 + i * i / 7) % V);
+  uint8_t *want[NT][2] = {{NULL}};
+  for (size_t c = 0; c < NC; c++) {
+    clembed_context *cc = NULL;
+    OK(cc, make_tuned(NULL, caps[c].tune, &cc));
+    if (!cc) continue;
+    for (size_t k = 0; k < NT; k++) {
+      /* the same host bytes in every context: random values, a Q8_0 block's f16 scale finite */
+      size_t tbytes = V * tables[k].row_bytes;
+      uint8_t *host = malloc(tbytes);
+      uint64_t rng = 17 + k;
+      for (size_t b = 0; b < tbytes; b++) host[b] = (uint8_t)(tu_rand(&rng) * 128 + 128);
+      if (tables[k].dt == CLEMBED_Q8_0)
+        for (size_t b = 0; b < tbytes; b += 34) host[b + 1] = (uint8_t)(0x30 + (host[b + 1] & 0x0f));
+      else if (tables[k].dt == CLEMBED_BF16)
+        for (size_t b = 1; b < tbytes; b += 2) host[b] = (uint8_t)(0x3c + (host[b] & 0x03) + (host[b] & 0x80));
+      else
+        for (size_t b = 3; b < tbytes; b += 4) host[b] = (uint8_t)(0x3c + (host[b] & 0x03) + (host[b] & 0x80));
+      clembed_matrix t = {0};
+      clembed_ids di = {0};
+      OK(cc, clembed_matrix_create(cc, V, tables[k].cols, tables[k].dt, &t));
+      OK(cc, clembed_matrix_write(cc, &t, host, tables[k].dt));
+      OK(cc, clembed_ids_create(cc, ids, N, CLEMBED_I32, &di));
+      int rows = clembed__test_lookup_rows(cc, &t, N);
+      EXPECT(rows == caps[c].rows[k], "%s, %zu-byte rows: %d tokens a work-item, %d expected", caps[c].tune,
+             tables[k].row_bytes, rows, caps[c].rows[k]);
+      for (int o = 0; o < 2; o++) {
+        clembed_matrix out = {0};
+        OK(cc, clembed_matrix_create(cc, N, tables[k].cols, outs[o], &out));
+        OK(cc, clembed_lookup(cc, &t, &di, &out, 0, NULL, NULL));
+        size_t obytes = N * tables[k].cols * clembed_dtype_size(outs[o]);
+        uint8_t *got = malloc(obytes);
+        OK(cc, clembed_matrix_read(cc, &out, got, outs[o]));
+        if (!want[k][o]) {
+          want[k][o] = got; /* embed_rows alone */
+        } else {
+          size_t diff = 0;
+          for (size_t b = 0; b < obytes; b++) diff += got[b] != want[k][o][b];
+          EXPECT(diff == 0, "%s, %zu-byte rows into %s: %zu of %zu bytes differ from embed_rows=8 alone (embed_rows_bytes=0)",
+                 caps[c].tune, tables[k].row_bytes, outs[o] == CLEMBED_F32 ? "F32" : "F16", diff, obytes);
+          free(got);
+        }
+        clembed_matrix_release(&out);
+      }
+      clembed_matrix_release(&t);
+      clembed_ids_release(&di);
+      free(host);
+    }
+    clembed_context_destroy(cc);
+  }
+  for (size_t k = 0; k < NT; k++)
+    for (int o = 0; o < 2; o++) free(want[k][o]);
+}
+
 /* BERT's backward (learned positions, two segment types, LayerNorm) of n
  * tokens of D columns: every gradient's bytes; the norm's weight and bias
  * gradients also into gw, gb (D floats each). */

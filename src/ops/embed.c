@@ -4,6 +4,7 @@
  * the host (cl/ops/forward.cl has one kernel per shape, with the same
  * arguments). With segments or a norm the call goes on in norm.c. */
 #include "ops.h"
+#include "../test_hooks.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -105,11 +106,15 @@ static embed_shape choose_shape(const clembed_context *ctx, const clembed_matrix
   /* with positions shared by several sequences, a work-item of the row shapes
    * takes one position of several sequences (each position row read once) */
   int strided = s.rows && p->kind != 0 && !p->so && opt->seq_len && ids->count / opt->seq_len >= 2;
+  size_t row_bytes = clembed_dtype_row_bytes(table->dtype, table->cols);
   if (strided) s.rows = t->embed_strided_rows;
+  else if (s.rows && t->embed_rows_bytes) { /* wide rows: as many as fit in embed_rows_bytes, one at least */
+    size_t fit = row_bytes ? t->embed_rows_bytes / row_bytes : s.rows;
+    s.rows = fit < 1 ? 1 : fit < s.rows ? (unsigned)fit : s.rows;
+  }
   /* shared positions and short table rows, where the device takes prefetch
    * hints: written one after another, a later row's table row asked for
    * during each (forward.cl's EMBED_STRIDED_AHEAD) */
-  size_t row_bytes = clembed_dtype_row_bytes(table->dtype, table->cols);
   if (s.rows && ctx->prefetch && strided && row_bytes <= t->embed_strided_prefetch_bytes &&
       p->kind != (int)CLEMBED_POSITIONS_SINUSOID) /* (a sinusoid computed, not cached: once per position) */
     s.ahead = t->embed_strided_ahead;
@@ -131,6 +136,15 @@ static embed_shape choose_shape(const clembed_context *ctx, const clembed_matrix
     s.ny = s.ny / s.rows + (s.ny % s.rows != 0);
   }
   return s;
+}
+
+int clembed__test_lookup_rows(const clembed_context *ctx, const clembed_matrix *table, size_t n) {
+  if (!ctx || !table) return -1;
+  clembed_embed_options o = clembed_embed_defaults();
+  clembed_ids ids = {NULL, 0, n, CLEMBED_I32};
+  embed_pos p;
+  memset(&p, 0, sizeof p); /* no positions */
+  return (int)choose_shape(ctx, table, &ids, &o, &p, table->dtype).rows;
 }
 
 /* Reserves an error slot when the call can find a bad id or position (CLAMP

@@ -62,6 +62,8 @@ typedef struct ce_tuning {
   size_t bag_local;            /* the bags' CPU shape: work-items per group (0: the rule above) */
   /* forward */
   unsigned embed_rows;         /* tokens per work-item (0: the column shapes) */
+  size_t embed_rows_bytes;     /* ...fewer where table rows are wide: as many as have at most this many bytes
+                                * of table rows together, at least 1 (0: embed_rows whatever the width) */
   unsigned embed_strided_rows; /* sequences per work-item that share a position */
   unsigned embed_vec;          /* columns per vector in the row shapes */
   int embed_stream;            /* streaming stores for an output larger than the device's cache */
@@ -155,7 +157,7 @@ typedef struct ce_tuning {
 /* The parameters, by name (the database's, CLEMBED_TUNE's and the kernels'
  * -D options' names). */
 #define CE_TUNING_FIELDS(X)                                                                                     \
-  X(cpu_shapes) X(group_target) X(row_items_max) X(row_groups_per_unit) X(embed_local) X(bag_local) X(embed_rows) X(embed_strided_rows)     \
+  X(cpu_shapes) X(group_target) X(row_items_max) X(row_groups_per_unit) X(embed_local) X(bag_local) X(embed_rows) X(embed_rows_bytes) X(embed_strided_rows)     \
   X(embed_vec) X(embed_stream) X(stream_cache_bytes) X(embed_next) X(embed_strided_prefetch_bytes) X(embed_strided_ahead) X(positional_rowwise) X(positional_vec) X(rope_rowwise) X(rope_pairs) \
   X(sort_chunk) X(sort_max_chunks) X(sort_radix_bits) X(sort_local) X(fold_vec) X(fold_tile)                     \
   X(fold_block_columns) X(fold_split) X(fold_group) X(fold_ahead_bytes) X(fold_ahead) X(step_ahead) X(fold_slices_per_unit)        \

@@ -92,7 +92,7 @@ typedef struct limit {
 static const limit limits[] = {
     {"cpu_shapes", 0, 1, 0}, {"group_target", 1, 256, 0}, {"row_items_max", 0, ANY, 0},
     {"row_groups_per_unit", 0, ANY, 0}, {"embed_local", 0, ANY, 0}, {"bag_local", 0, ANY, 0},
-    {"embed_rows", 0, 1024, 0}, {"embed_strided_rows", 0, 1024, 0}, {"embed_vec", 4, 16, 1},
+    {"embed_rows", 0, 1024, 0}, {"embed_rows_bytes", 0, ANY, 0}, {"embed_strided_rows", 0, 1024, 0}, {"embed_vec", 4, 16, 1},
     {"embed_stream", 0, 1, 0}, {"stream_cache_bytes", 0, ANY, 0}, {"embed_next", 0, 1, 0},
     {"embed_strided_prefetch_bytes", 0, ANY, 0}, {"embed_strided_ahead", 0, 65536, 0},
     {"positional_rowwise", 0, 1, 0}, {"positional_vec", 4, 16, 1}, {"rope_rowwise", 0, 1, 0},

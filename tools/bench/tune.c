@@ -83,7 +83,8 @@ static const group groups[] = {
     {"lookup",
      {"lookup f32 (1 GiB table", "lookup bf16 table, bf16 out", "lookup q8_0 table, f32 out",
       "lookup f32 (recommendation"},
-     {{"embed_rows", V(0, 1, 2, 4, 8, 16)}, {"embed_vec", V(4, 8, 16)}, {"embed_local", V(0, 4, 8, 16, 32)},
+     {{"embed_rows", V(0, 1, 2, 4, 8, 16)}, {"embed_rows_bytes", V(0, 4096, 8192, 16384, 32768)},
+      {"embed_vec", V(4, 8, 16)}, {"embed_local", V(0, 4, 8, 16, 32)},
       {"embed_next", V(0, 1)}, {"embed_stream", V(0, 1)}},
      {/* a token per work-item, narrow vectors, groups of a SIMD unit's 8 lanes */
       {{"embed_rows", 1}, {"embed_vec", 4}, {"embed_local", 8}, {"embed_stream", 0}},
