@@ -22,8 +22,9 @@ CLEMBED_API clembed_status clembed__test_override_source(clembed_context *ctx, c
 CLEMBED_API int clembed__test_cpu_shapes(const clembed_context *ctx);
 
 /* The tokens a work-item of clembed_lookup's kernel takes for a lookup of n
- * ids in `table` on this context (0: the column shapes), -1 for NULL: lets a
- * test check that embed_rows and embed_rows_bytes took effect. */
+ * ids in `table` on this context (0: the column shapes; a table of no columns
+ * always takes the row shape, 1), -1 for NULL: lets a test check that
+ * embed_rows and embed_rows_bytes took effect. */
 CLEMBED_API int clembed__test_lookup_rows(const clembed_context *ctx, const clembed_matrix *table, size_t n);
 
 /* Calls fn(stage) at each stage of every clembed_checkpoint_save of the
