@@ -745,6 +745,39 @@ TU_CASE(loop_limit_parts) {
   clembed_context_destroy(c);
 }
 
+/* norm_bwd_strided_rows: the backward's rows take their own count of
+ * sequences per work-item where positions are shared (norm_strided_rows is
+ * the forward's): BERT's backward of 1,700 tokens in sequences of 500 (a
+ * partial last) gives the same bytes with 1, 2 and 16 sequences a work-item
+ * as with 4, and with the forward's count changed alone. */
+TU_CASE(norm_bwd_rows_same_bits) {
+  static const char *const tunes[] = {
+      "norm_rows=4,norm_strided_rows=4,norm_bwd_strided_rows=4", "norm_rows=4,norm_strided_rows=4,norm_bwd_strided_rows=1",
+      "norm_rows=4,norm_strided_rows=4,norm_bwd_strided_rows=2", "norm_rows=4,norm_strided_rows=4,norm_bwd_strided_rows=16",
+      "norm_rows=4,norm_strided_rows=1,norm_bwd_strided_rows=4"};
+  float gw[32], gb[32];
+  size_t n0 = 0;
+  uint8_t *want = NULL;
+  for (size_t k = 0; k < sizeof tunes / sizeof tunes[0]; k++) {
+    clembed_context *c = NULL;
+    OK(c, make_tuned(NULL, tunes[k], &c));
+    if (!c) break;
+    size_t n1 = 0;
+    uint8_t *got = bert_backward(c, 1700, &n1, gw, gb);
+    clembed_context_destroy(c);
+    if (!want) {
+      want = got;
+      n0 = n1;
+      continue;
+    }
+    size_t diff = 0;
+    for (size_t i = 0; i < n0 && i < n1; i++) diff += got[i] != want[i];
+    EXPECT(n0 == n1 && diff == 0, "%s: %zu of %zu gradient bytes differ from %s", tunes[k], diff, n0, tunes[0]);
+    free(got);
+  }
+  free(want);
+}
+
 /* the temporary files and their directory go */
 static void teardown(clembed_context *ctx) {
   (void)ctx;

@@ -260,7 +260,7 @@ static clembed_status norm_prepare(norm_call *c, ce_chain *ch, clembed_dtype out
   /* the CPU shape: with positions shared by several sequences, a work-item
    * takes one position of several of them (each position row read once) */
   c->strided = t->norm_rows && c->p->kind != 0 && !c->p->so && opt->seq_len && c->ids->count / opt->seq_len >= 2;
-  c->rows = c->strided ? t->norm_strided_rows : t->norm_rows;
+  c->rows = c->strided ? (grad ? t->norm_bwd_strided_rows : t->norm_strided_rows) : t->norm_rows;
   int n = snprintf(c->opts, sizeof c->opts,
                    "-DTABLE_DT=%d -DOUT_DT=%d -DPOSITIONS=%d -DPOS_DT=%d -DSEGMENTS=%d -DSEG_DT=%d -DNORM=%d "
                    "-DHAS_W=%d -DHAS_B=%d -DDROPOUT=%d -DVEC=%u",

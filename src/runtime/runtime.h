@@ -80,7 +80,8 @@ typedef struct ce_tuning {
   unsigned embed_strided_ahead;
   /* the forward with segments or a norm (cl/ops/norm.cl) and its backward's rows */
   unsigned norm_rows;          /* tokens per work-item of the CPU shape (0: the GPU shape) */
-  unsigned norm_strided_rows;  /* ...and sequences per work-item that share a position */
+  unsigned norm_strided_rows;  /* ...and sequences per work-item that share a position (the forward) */
+  unsigned norm_bwd_strided_rows; /* ...the same in the backward's rows */
   unsigned norm_group_rows;    /* GPU shape: tokens per work-group (32 work-items across each) */
   unsigned norm_next;          /* with prefetch hints (1): the next rows asked for during the first pass */
   unsigned norm_scratch_cols;  /* CPU shape: the private floats its rows are kept in between passes (rows of
@@ -163,7 +164,7 @@ typedef struct ce_tuning {
   X(fold_block_columns) X(fold_split) X(fold_group) X(fold_ahead_bytes) X(fold_ahead) X(step_ahead) X(fold_slices_per_unit)        \
   X(fold_min_slices) X(row_items) X(sinusoid_table_max_elements) X(sinusoid_table_min_rows)                      \
   X(sinusoid_table_inline_rows) X(huge_page_bytes)                                                               \
-  X(norm_rows) X(norm_strided_rows) X(norm_group_rows) X(norm_next) X(norm_scratch_cols) X(norm_side_cols) X(norm_sums) X(norm_params_cols) X(piece_args)  \
+  X(norm_rows) X(norm_strided_rows) X(norm_bwd_strided_rows) X(norm_group_rows) X(norm_next) X(norm_scratch_cols) X(norm_side_cols) X(norm_sums) X(norm_params_cols) X(piece_args)  \
   X(bag_vec) X(bag_tile) X(bag_rows) X(bag_rows_features) X(bag_ahead) X(bag_plain) X(bag_cols) X(bag_by_feature)         \
   X(init_wide) X(prefetch) X(host_pages) X(zero_temporaries) X(loop_limit)
 /* What the database's match lines compare: the platform's and device's

@@ -103,7 +103,7 @@ static const limit limits[] = {
     {"fold_slices_per_unit", 0, ANY, 0}, {"fold_min_slices", 0, 1ull << 24, 0}, {"row_items", 1, 65536, 0},
     {"sinusoid_table_max_elements", 0, ANY, 0}, {"sinusoid_table_min_rows", 1, ANY, 0},
     {"sinusoid_table_inline_rows", 0, ANY, 0}, {"huge_page_bytes", 1, ANY, 0}, {"norm_rows", 0, 65536, 0},
-    {"norm_strided_rows", 0, 1024, 0}, {"norm_group_rows", 0, 4096, 0}, {"norm_next", 0, 1, 0},
+    {"norm_strided_rows", 0, 1024, 0}, {"norm_bwd_strided_rows", 0, 1024, 0}, {"norm_group_rows", 0, 4096, 0}, {"norm_next", 0, 1, 0},
     {"norm_scratch_cols", 0, 65536, 0}, {"norm_side_cols", 0, INT_FIELD, 0}, {"norm_sums", 0, 1, 0},
     {"norm_params_cols", 4, 65536, 0}, {"piece_args", 1, 8, 0}, {"bag_vec", 4, 16, 1}, {"bag_tile", 1, 16, 0},
     {"bag_rows", 1, 16, 0}, {"bag_rows_features", 1, 16, 0}, {"bag_ahead", 0, 65536, 0}, {"bag_plain", 0, 1, 0},
