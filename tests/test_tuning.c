@@ -749,12 +749,14 @@ TU_CASE(loop_limit_parts) {
  * sequences per work-item where positions are shared (norm_strided_rows is
  * the forward's): BERT's backward of 1,700 tokens in sequences of 500 (a
  * partial last) gives the same bytes with 1, 2 and 16 sequences a work-item
- * as with 4, and with the forward's count changed alone. */
+ * (and 0, the GPU shape there) as with 4, and with the forward's count changed
+ * alone. */
 TU_CASE(norm_bwd_rows_same_bits) {
   static const char *const tunes[] = {
       "norm_rows=4,norm_strided_rows=4,norm_bwd_strided_rows=4", "norm_rows=4,norm_strided_rows=4,norm_bwd_strided_rows=1",
       "norm_rows=4,norm_strided_rows=4,norm_bwd_strided_rows=2", "norm_rows=4,norm_strided_rows=4,norm_bwd_strided_rows=16",
-      "norm_rows=4,norm_strided_rows=1,norm_bwd_strided_rows=4"};
+      "norm_rows=4,norm_strided_rows=1,norm_bwd_strided_rows=4",
+      "norm_rows=4,norm_strided_rows=4,norm_bwd_strided_rows=0"}; /* (0: the GPU shape's backward) */
   float gw[32], gb[32];
   size_t n0 = 0;
   uint8_t *want = NULL;

@@ -7,7 +7,7 @@
  *
  * The forward is one kernel: 32 work-items across each token's row (the GPU
  * shape) or whole rows per work-item (the CPU shape: a token, or one position
- * of 8 sequences, in groups whose rows are read side by side), each row read
+ * of norm_strided_rows sequences, in groups whose rows are read side by side), each row read
  * once from memory and its passes (the sum, the squared deviations, the
  * output) taken from the cache or a scratch row. Bad ids and positions are
  * reported into the slot clembed_embed uses (ce_embed_slot), bad segment ids
